@@ -1,0 +1,218 @@
+/* fgbuff/client.h — the one public header of libfgbuff_client.
+ *
+ * A training process links libfgbuff_client to hand its gradient buffers to the local fgbuffd,
+ * which merges, compresses, communicates and writes the averaged result back in place. Nothing from
+ * NCCL, MPI, libuv or protobuf appears here: the client is ABI-free.
+ *
+ * Typical use (CPU):
+ *
+ *   fgb_client *c;
+ *   fgb_client_new(&c);
+ *   fgb_connect(c, NULL);                               // $FGBUFF_SOCKET or the local daemon
+ *   fgb_job_opts jo = FGB_JOB_OPTS_INIT;                 // rank/size from the launcher environment
+ *   fgb_join(c, &jo);
+ *   fgb_arena a;  fgb_arena_alloc_host(c, bytes, &a);    // shared with the daemon (memfd)
+ *   fgb_tensor_desc td = FGB_TENSOR_DESC_INIT; td.name = "fc1.weight"; td.arena = a.id; ...
+ *   uint32_t t;   fgb_tensor_register(c, &td, &t);
+ *   for (step...) { fill a.ptr; fgb_submit(c, t, step, 0); fgb_end_step(c, step); fgb_wait_step(c,
+ * step, -1); } fgb_client_free(c);
+ *
+ * Errors: every call returns an fgb_status, FGB_OK (0) or a negative code; fgb_client_error() then
+ * gives a message naming what was wrong (for daemon-side errors, the daemon's text, which names the
+ * offending field). fgb_strerror() names a code.
+ *
+ * Threads: an fgb_client is not thread-safe. Use one handle per thread, or serialise calls on it.
+ * Different handles are independent. No call spawns threads or installs signal handlers; the
+ * library ignores SIGPIPE on its socket (MSG_NOSIGNAL).
+ *
+ * Costs: calls marked "round trip" send one message and block until the daemon answers (tens of
+ * microseconds on a local socket). fgb_submit and fgb_end_step only send; fgb_wait* read replies.
+ */
+#ifndef FGBUFF_CLIENT_H
+#define FGBUFF_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FGB_PROTOCOL_VERSION 1u
+
+/* ---- status codes ------------------------------------------------------------------------- */
+typedef int fgb_status;
+enum {
+  FGB_OK = 0,
+  FGB_EINVAL = -1,     /* an argument or message field is invalid (the message names it) */
+  FGB_ENOMEM = -2,     /* out of memory (host or device) */
+  FGB_EIO = -3,        /* socket or system call failed */
+  FGB_EPROTO = -4,     /* malformed or unexpected message; protocol version mismatch */
+  FGB_ENOTFOUND = -5,  /* unknown tensor, arena, job, key */
+  FGB_EEXIST = -6,     /* duplicate name, rank or registration */
+  FGB_ETIMEDOUT = -7,  /* a wait's timeout expired (the operation continues) */
+  FGB_EPEER = -8,      /* another rank of the job failed (client died, daemon died, aborted) */
+  FGB_ECLOSED = -9,    /* the daemon closed the connection or is shutting down */
+  FGB_ENOTSUP = -10,   /* valid request this build or daemon does not support (yet) */
+  FGB_EMISMATCH = -11, /* cross-rank metadata mismatch (same name, different count/dtype/shape) */
+  FGB_EAGAIN = -12,    /* not complete yet (fgb_test) */
+  FGB_EPERM = -13,     /* refused by the daemon's peer-credential policy */
+};
+
+/* Static name of a status code ("FGB_EINVAL: invalid argument"). Never NULL. */
+const char *fgb_strerror(fgb_status s);
+
+/* ---- element types and reductions (values are wire values; never renumber) ---------------- */
+typedef enum {
+  FGB_FLOAT32 = 1,
+  FGB_FLOAT16 = 2,
+  FGB_BFLOAT16 = 3,
+  FGB_FLOAT64 = 4,
+  FGB_INT32 = 5,
+  FGB_INT64 = 6,
+  FGB_UINT8 = 7,
+} fgb_dtype;
+
+/* Size in bytes of one element, or 0 for an unknown dtype. */
+size_t fgb_dtype_size(fgb_dtype dt);
+
+typedef enum {
+  FGB_OP_AVERAGE = 1, /* sum over the job's ranks divided by the job size (gradients) */
+  FGB_OP_SUM = 2,
+} fgb_reduce_op;
+
+/* ---- connection ------------------------------------------------------------------------------ */
+typedef struct fgb_client fgb_client;
+
+/* Allocate a handle (not yet connected). Returns FGB_ENOMEM or FGB_OK. */
+fgb_status fgb_client_new(fgb_client **out);
+
+/* Close the connection (the daemon releases this client's registrations) and free the handle,
+ * unmapping arenas allocated through it. NULL is accepted. */
+void fgb_client_free(fgb_client *c);
+
+/* Text of the last error on this handle ("" if none). Valid until the next call on the handle. */
+const char *fgb_client_error(const fgb_client *c);
+
+/* Connect to a daemon and perform the version handshake (round trip).
+ * socket_path NULL means: $FGBUFF_SOCKET if set, else the CPU daemon of local index
+ * $FGBUFF_LOCAL_INDEX (default: the launcher's local rank, else 0) in the runtime directory
+ * ($FGBUFF_RUNTIME_DIR, else $XDG_RUNTIME_DIR/fgbuff, else /tmp/fgbuff-<uid>):
+ * "<dir>/cpu<index>.sock". Fails with FGB_EPROTO naming both versions when the daemon speaks
+ * another protocol version. */
+fgb_status fgb_connect(fgb_client *c, const char *socket_path);
+
+/* ---- job ---------------------------------------------------------------------------------------
+ */
+typedef struct fgb_job_opts {
+  const char *name;     /* job name; NULL: $FGBUFF_JOB, else "default" */
+  uint64_t incarnation; /* distinguishes two runs with the same name; 0: $FGBUFF_INCARNATION, else
+                           derived from the launcher's job id environment (SLURM_JOB_ID,
+                           OMPI_MCA_ess_base_jobid, TORCHELASTIC_RUN_ID), else 1 */
+  int32_t rank; /* rank in the job; -1: from RANK, OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID */
+  int32_t size; /* job size; -1: from WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_NTASKS */
+  const char *policy; /* merge policy ("none", "fusion", "fgbuff", ...); NULL: daemon default */
+  int keep_state;     /* residual memory and statistics survive a reconnect of this job */
+} fgb_job_opts;
+#define FGB_JOB_OPTS_INIT \
+  { NULL, 0, -1, -1, NULL, 0 }
+
+/* Join (or create) a job on the daemon (round trip). The daemons check that ranks are unique and
+ * sizes consistent across the world; the call returns once this rank is registered, not when the
+ * whole job has formed (submits wait for that). FGB_EEXIST for a rank already taken. */
+fgb_status fgb_join(fgb_client *c, const fgb_job_opts *opts);
+
+/* The job's rank and size as the daemon accepted them. */
+fgb_status fgb_job_rank(const fgb_client *c, int32_t *rank, int32_t *size);
+
+/* ---- arenas: persistent memory shared with the daemon -------------------------------------- */
+typedef struct fgb_arena {
+  uint32_t id; /* daemon-assigned arena id */
+  void *ptr;   /* base address in this process */
+  size_t bytes;
+} fgb_arena;
+
+/* Allocate `bytes` of host memory shared with the daemon (a memfd sent by SCM_RIGHTS) and register
+ * it (round trip). The memory is zero-filled and stays mapped until fgb_client_free. */
+fgb_status fgb_arena_alloc_host(fgb_client *c, size_t bytes, fgb_arena *out);
+
+/* Register device memory: the base of a cudaMalloc allocation (legacy CUDA IPC handle), or a cuMem
+ * allocation exported as a POSIX file descriptor. FGB_ENOTSUP in a build without CUDA. */
+fgb_status fgb_arena_register_cuda(fgb_client *c, void *dev_ptr, size_t bytes, fgb_arena *out);
+
+/* ---- tensors -------------------------------------------------------------------------------- */
+#define FGB_MAX_DIMS 8
+#define FGB_MAX_NAME 255
+typedef struct fgb_tensor_desc {
+  const char *name; /* unique in the job; the same name on every rank means the same tensor */
+  uint32_t arena;   /* fgb_arena.id */
+  uint64_t offset;  /* bytes from the arena base; aligned to the element size */
+  uint64_t count;   /* elements */
+  fgb_dtype dtype;
+  uint32_t ndim; /* 0..FGB_MAX_DIMS; the product of shape must equal count (ndim 0: 1-D) */
+  uint64_t shape[FGB_MAX_DIMS];
+  fgb_reduce_op op;       /* for gradient sync; default FGB_OP_AVERAGE */
+  const char *compressor; /* "none", "topk", "dgc", ... or NULL for the job's default */
+  double density;         /* fraction kept by sparsifiers, (0, 1]; 0: the compressor's default */
+} fgb_tensor_desc;
+#define FGB_TENSOR_DESC_INIT \
+  { NULL, 0, 0, 0, FGB_FLOAT32, 0, {0}, FGB_OP_AVERAGE, NULL, 0.0 }
+
+/* Register a tensor inside an arena (round trip). The daemon checks it lies inside the arena, that
+ * the name is new in the job, and — once every rank registered it — that count, dtype and shape
+ * agree on every rank (a mismatch fails the next submit on every rank with FGB_EMISMATCH). */
+fgb_status fgb_tensor_register(fgb_client *c, const fgb_tensor_desc *desc, uint32_t *tensor_id);
+
+/* ---- gradient synchronisation ---------------------------------------------------------------- */
+/* Hand the tensor's current contents for step `step` to the daemon (send only). On GPU the client
+ * library records an interprocess event in `slot` of the ring on `stream` (a cudaStream_t; NULL is
+ * the legacy default stream); on CPU the data must be final when this is called. The buffer must
+ * not be written until the tensor is done for this step. */
+fgb_status fgb_submit(fgb_client *c, uint32_t tensor_id, uint64_t step, void *stream);
+
+/* Declare that no more tensors come for `step` (send only): registered tensors that were not
+ * submitted are synchronised as zeros, so an unused parameter never hangs the step. */
+fgb_status fgb_end_step(fgb_client *c, uint64_t step);
+
+/* Block until the tensor's result for `step` is written back, or timeout_ms passes (-1: forever).
+ * FGB_ETIMEDOUT leaves the operation running; FGB_EPEER names the failed rank. */
+fgb_status fgb_wait(fgb_client *c, uint32_t tensor_id, uint64_t step, int timeout_ms);
+
+/* GPU: make `stream` (a cudaStream_t) wait on the daemon's done event for the tensor instead of
+ * blocking the host; returns once the done message arrived (timeout as fgb_wait).
+ * FGB_ENOTSUP in a build without CUDA or for a host arena. */
+fgb_status fgb_wait_on_stream(fgb_client *c, uint32_t tensor_id, uint64_t step, void *stream,
+                              int timeout_ms);
+
+/* Non-blocking: FGB_OK when done, FGB_EAGAIN when not yet, or an error. */
+fgb_status fgb_test(fgb_client *c, uint32_t tensor_id, uint64_t step);
+
+/* Wait for every tensor of `step` (submitted or flushed by fgb_end_step). */
+fgb_status fgb_wait_step(fgb_client *c, uint64_t step, int timeout_ms);
+
+/* ---- ad-hoc collectives (blocking round trips over registered tensors) ---------------------- */
+/* Every rank of the job must call the same collective on the same tensor name in the same order. */
+fgb_status fgb_allreduce(fgb_client *c, uint32_t tensor_id, fgb_reduce_op op, int timeout_ms);
+fgb_status fgb_broadcast(fgb_client *c, uint32_t tensor_id, int32_t root, int timeout_ms);
+/* Gathers src (count n on every rank) into dst (count n * job size), rank order. */
+fgb_status fgb_allgather(fgb_client *c, uint32_t src_tensor, uint32_t dst_tensor, int timeout_ms);
+
+/* ---- status, configuration, compressor state ----------------------------------------------- */
+/* The daemon's status as a JSON document (round trip); *json is malloc'ed, free() it. */
+fgb_status fgb_status_json(fgb_client *c, char **json);
+
+/* Read or change a live setting, e.g. "log_level", "stall_timeout_ms", "job.<name>.policy"
+ * (round trip). value_out gets a malloc'ed string; free() it. */
+fgb_status fgb_config_get(fgb_client *c, const char *key, char **value_out);
+fgb_status fgb_config_set(fgb_client *c, const char *key, const char *value);
+
+/* Export the compressor state (residuals, momenta, low-rank factors) of one tensor as an opaque,
+ * versioned byte string (malloc'ed; free() it), or import one so a resumed job continues exactly.
+ */
+fgb_status fgb_state_export(fgb_client *c, uint32_t tensor_id, void **data, size_t *bytes);
+fgb_status fgb_state_import(fgb_client *c, uint32_t tensor_id, const void *data, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FGBUFF_CLIENT_H */

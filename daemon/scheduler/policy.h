@@ -1,0 +1,110 @@
+/* daemon/scheduler/policy.h — merge policies and the versioned plan they produce.
+ *
+ * A policy decides which gradient tensors are merged into which buffer, whether each buffer is
+ * compressed, and with how many kept elements. Every rank must end up with the same plan: static
+ * policies compute it deterministically from *agreed* inputs (rank 0's observed backward order, the
+ * worst rank's ready times, costs agreed through the control plane), and the plan is adopted by all
+ * ranks at the same step (first_step) under a version number. Dynamic policies (none, fusion)
+ * decide composition per cycle from the set the readiness coordinator agreed is ready on every
+ * rank.
+ *
+ * Each policy is one file in daemon/scheduler/ with one sched_policy_ops table, listed in
+ * registry.c. Pure functions of their inputs: they run in the daemon and in the simulator.
+ */
+#ifndef FGB_POLICY_H
+#define FGB_POLICY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fgbuff/client.h"
+
+/* A tensor as the planner sees it. */
+typedef struct sched_tensor {
+  uint32_t id;          /* job-wide tensor key (identical on every rank, e.g. registration order
+                           agreed through the coordinator) */
+  uint64_t count;       /* elements */
+  uint32_t elem_size;   /* bytes per element on the wire when dense */
+  uint8_t compressible; /* the tensor's compressor is not "none" */
+  double density;       /* requested density for compressible tensors */
+} sched_tensor;
+
+/* Measured costs (seconds). Collective time = alpha + beta * bytes (allgather: bytes per rank). */
+typedef struct sched_costs {
+  double ar_alpha, ar_beta;     /* dense all-reduce */
+  double ag_alpha, ag_beta;     /* packed sparse all-gather */
+  double comp_alpha, comp_beta; /* compress (select + EF) of n elements: alpha + beta * n */
+  double dec_alpha, dec_beta;   /* decompress P payloads of k elements: alpha + beta * (P * k) */
+} sched_costs;
+
+typedef struct sched_inputs {
+  uint32_t ntensors;
+  const sched_tensor *tensors; /* in observed backward order (first ready first) */
+  const double *ready;         /* per tensor, same order: ready time (s) after backward start;
+                                  NULL if not measured yet */
+  sched_costs costs;
+  int nranks;
+  const char *options; /* policy parameters "key=value,..." (NULL = defaults) */
+} sched_inputs;
+
+#define SCHED_REASON_MAX 64
+
+typedef struct sched_buffer {
+  uint32_t first; /* index into plan->order of the first member */
+  uint32_t count; /* number of member tensors (consecutive in plan->order) */
+  uint64_t elems;
+  uint64_t bytes;   /* dense bytes */
+  uint64_t k;       /* elements kept when compressed (identical on every rank); 0 if dense */
+  uint8_t compress; /* 1: compressed; 0: dense all-reduce */
+  char reason[SCHED_REASON_MAX]; /* why compressed or dense, for fgbuffctl status */
+} sched_buffer;
+
+enum {
+  SCHED_DYNAMIC = 1u << 0, /* composition decided per cycle (none, fusion) via compose() */
+  SCHED_REPLANS = 1u << 1, /* re-plans online when measured costs drift (rgmerge) */
+  SCHED_SPLIT = 1u << 2,   /* reduce-scatter in backward, all-gather before forward (dear) */
+};
+
+typedef struct sched_plan {
+  uint64_t version;    /* increases by one with every adopted plan of a job */
+  uint64_t first_step; /* step from which every rank uses this plan */
+  char policy[16];
+  uint32_t flags; /* SCHED_* of the policy that made it */
+  uint32_t ntensors;
+  uint32_t *order; /* tensor ids, backward order */
+  uint32_t nbuffers;
+  sched_buffer *buffers;   /* in issue order */
+  double predicted_iter_s; /* the planner's estimate, for status and re-planning */
+} sched_plan;
+
+typedef struct sched_policy_ops {
+  const char *name;
+  uint32_t flags;
+  /* Static plan from agreed inputs (dynamic policies produce a plan of one buffer per tensor that
+   * only fixes order and compression decisions). Allocates out->order and out->buffers. */
+  fgb_status (*plan)(const sched_inputs *in, sched_plan *out, char *err, size_t errlen);
+  /* Dynamic policies: group the tensors agreed ready this cycle (ids in agreed order) into buffers
+   * (first/count index into `ready`); returns the number of groups written (<= nready). */
+  int (*compose)(const sched_inputs *in, const uint32_t *ready, uint32_t nready,
+                 sched_buffer *groups);
+  /* Re-planning policies: 1 when `measured` differs enough from what `cur` was planned with. */
+  int (*should_replan)(const sched_plan *cur, const sched_inputs *measured);
+} sched_policy_ops;
+
+const sched_policy_ops *sched_find(const char *name);
+const char *const *sched_names(void);
+
+/* Plan helpers (plan.c): deep copy, free, and a canonical byte encoding used to send a plan over
+ * the control plane and to compare plans across ranks. */
+fgb_status sched_plan_copy(sched_plan *dst, const sched_plan *src);
+void sched_plan_free(sched_plan *p);
+fgb_status sched_plan_encode(const sched_plan *p, uint8_t **buf, size_t *len);
+fgb_status sched_plan_decode(sched_plan *p, const uint8_t *buf, size_t len, char *err,
+                             size_t errlen);
+
+/* Whether compressing a buffer pays, from the costs (and never when density >= 1/P). Fills reason.
+ */
+int sched_compress_pays(const sched_costs *c, int nranks, uint64_t elems, uint64_t k,
+                        char reason[SCHED_REASON_MAX]);
+
+#endif
