@@ -1,0 +1,122 @@
+/* daemon/scheduler/coordinator.h — cross-rank agreement: job formation, tensor metadata checks,
+ * readiness and the world-wide collective order, stalls and aborts.
+ *
+ * Pure logic, no I/O and no clock of its own: the daemon feeds it local events and the bytes that
+ * arrived from peer daemons, and drains outputs — bytes to send to a given world rank, and events
+ * for the engine and the sessions. World rank 0's instance is also the leader. The same code runs
+ * inside fgbuffd (bytes over the TCP control plane) and inside the scheduler simulator (bytes
+ * handed over in memory), so agreement is tested without sockets.
+ *
+ * Ordering guarantee: every COORD_EV_ISSUE carries a world sequence number; the leader assigns it
+ * only once the named tensors are ready on every rank of their job, and each daemon receives its
+ * ISSUE events in increasing sequence order (gaps are other jobs' collectives). A daemon that
+ * issues its collectives in that order can never deadlock against another daemon, and a slow job is
+ * never numbered, so it costs other jobs nothing.
+ *
+ * Steady state costs one small message per ready batch: tensors are named by a job-wide integer key
+ * assigned at registration (the "response cache": names travel once), and a rank reports a whole
+ * batch of ready keys at once.
+ */
+#ifndef FGB_COORDINATOR_H
+#define FGB_COORDINATOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fgbuff/client.h"
+
+#define COORD_MAX_NAME 255
+#define COORD_MAX_DIMS 8
+
+typedef struct coord coord;
+
+typedef struct coord_config {
+  int world_rank;
+  int world_size;
+  uint64_t stall_ms; /* report a tensor ready on some ranks but not others after this long */
+  uint32_t
+      fusion_bytes; /* dynamic policies: max bytes per issued group (0 = one tensor per group) */
+} coord_config;
+
+/* Job identity: name + incarnation (two runs with the same name never merge). */
+typedef struct coord_job_id {
+  char name[COORD_MAX_NAME + 1];
+  uint64_t incarnation;
+} coord_job_id;
+
+typedef struct coord_tensor_meta {
+  char name[COORD_MAX_NAME + 1];
+  uint64_t count;
+  fgb_dtype dtype;
+  uint32_t ndim;
+  uint64_t shape[COORD_MAX_DIMS];
+  uint64_t bytes; /* dense bytes, for fusion grouping */
+} coord_tensor_meta;
+
+typedef enum coord_event_kind {
+  COORD_EV_SEND = 1,     /* send `bytes` (len) to world rank `peer` over the control plane */
+  COORD_EV_JOB_FORMED,   /* all ranks joined: job_key, job_size, world_ranks[] (job rank order) */
+  COORD_EV_JOIN_REFUSED, /* this daemon's join was refused (duplicate rank, size mismatch): text */
+  COORD_EV_TENSOR_OK, /* name registered with job-wide key `tensor_key` (metadata agreed so far) */
+  COORD_EV_TENSOR_MISMATCH, /* name's metadata differs on another rank: text names ranks and field
+                             */
+  COORD_EV_ISSUE,           /* run collective #seq of job job_key for step: tensor_keys[ntensors] */
+  COORD_EV_STALL,           /* job_key/tensor_key/step ready on some ranks; missing_ranks listed */
+  COORD_EV_JOB_ABORTED,     /* a rank of the job failed: failed_rank (job rank), text */
+} coord_event_kind;
+
+typedef struct coord_event {
+  coord_event_kind kind;
+  int peer;       /* SEND: destination world rank */
+  uint8_t *bytes; /* SEND: message (owned by the event; freed by coord_event_free) */
+  size_t len;
+  uint64_t job_key; /* daemon-independent key of the job (identical on every rank) */
+  coord_job_id job;
+  uint64_t seq;        /* ISSUE */
+  uint64_t step;       /* ISSUE, STALL */
+  uint32_t tensor_key; /* TENSOR_OK, TENSOR_MISMATCH, STALL */
+  char tensor_name[COORD_MAX_NAME + 1];
+  uint32_t ntensors;     /* ISSUE */
+  uint32_t *tensor_keys; /* ISSUE (owned by the event) */
+  int job_size;          /* JOB_FORMED */
+  int *world_ranks;      /* JOB_FORMED: job_size entries; STALL: missing world ranks (owned) */
+  int nmissing;          /* STALL */
+  int failed_rank;       /* JOB_ABORTED: job rank that failed, -1 if unknown */
+  char text[512];        /* human-readable reason naming what is wrong */
+} coord_event;
+
+coord *coord_new(const coord_config *cfg);
+void coord_free(coord *c);
+
+/* ---- local events (this daemon's clients) -------------------------------------------------- */
+/* A client joined a job on this daemon as job rank `rank` of `size`. */
+fgb_status coord_join(coord *c, const coord_job_id *job, int rank, int size);
+/* The client of the job on this daemon left or died (abort == 1: died mid-job; others get
+ * COORD_EV_JOB_ABORTED; abort == 0: clean close after its last step). */
+fgb_status coord_leave(coord *c, const coord_job_id *job, int abort, const char *why);
+/* A tensor was registered by this daemon's client of the job. */
+fgb_status coord_register(coord *c, const coord_job_id *job, const coord_tensor_meta *meta);
+/* Tensors (job-wide keys) are ready on this rank for `step` (submitted, or flushed at end of step).
+ */
+fgb_status coord_ready(coord *c, const coord_job_id *job, uint64_t step, const uint32_t *keys,
+                       uint32_t n);
+/* A peer daemon is gone (control-plane connection lost): every job with a rank there aborts. */
+void coord_peer_lost(coord *c, int world_rank);
+
+/* ---- messages from peers, time ------------------------------------------------------------- */
+/* Bytes of one control-plane message from world rank `from`. Malformed bytes give FGB_EPROTO with a
+ * message and change nothing. */
+fgb_status coord_on_message(coord *c, int from, const uint8_t *bytes, size_t len, char *err,
+                            size_t errlen);
+/* Advance time (ms, monotonic) for stall detection. */
+void coord_tick(coord *c, uint64_t now_ms);
+
+/* ---- outputs ------------------------------------------------------------------------------ */
+/* Pop the next output event; returns 1 with *ev filled, or 0 when none. */
+int coord_next_event(coord *c, coord_event *ev);
+void coord_event_free(coord_event *ev);
+
+/* Status: a JSON array describing jobs, ranks joined and current stalls, appended to buf. */
+size_t coord_status_json(const coord *c, char *buf, size_t cap);
+
+#endif
