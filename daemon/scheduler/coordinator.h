@@ -55,7 +55,10 @@ typedef struct coord_tensor_meta {
 
 typedef enum coord_event_kind {
   COORD_EV_SEND = 1,     /* send `bytes` (len) to world rank `peer` over the control plane */
-  COORD_EV_JOB_FORMED,   /* all ranks joined: job_key, job_size, world_ranks[] (job rank order) */
+  COORD_EV_JOB_FORMED,   /* all ranks joined: job_key, job_size, world_ranks[] (job rank order),
+                            and a `seq` in the same world sequence as ISSUE: creating the job's
+                            communicator is collective over its ranks (MPI_Comm_create_group,
+                            ncclCommInitRank), so it is ordered with the collectives */
   COORD_EV_JOIN_REFUSED, /* this daemon's join was refused (duplicate rank, size mismatch): text */
   COORD_EV_TENSOR_OK, /* name registered with job-wide key `tensor_key` (metadata agreed so far) */
   COORD_EV_TENSOR_MISMATCH, /* name's metadata differs on another rank: text names ranks and field
