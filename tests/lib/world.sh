@@ -1,0 +1,91 @@
+# tests/lib/world.sh — sourceable helpers that start and stop a CPU world of fgbuffd daemons under
+# mpirun, for tests, examples and scripts.
+#
+#   source tests/lib/world.sh
+#   world_start 3 [extra fgbuffd args...]   # exports FGBUFF_RUNTIME_DIR, FGBUFF_WORLD_PID, FGBUFF_WORLD_LOG
+#   ... clients connect to $FGBUFF_RUNTIME_DIR/cpu<i>.sock (libfgbuff_client finds them itself) ...
+#   world_stop                               # SIGTERM, bounded wait, then SIGKILL
+#
+# Inputs: FGBUFF_BIN_DIR (build dir holding daemon/fgbuffd, or the folder holding fgbuffd itself;
+# default: build/ next to this file's repository), WORLD_START_TIMEOUT (s, default 60),
+# WORLD_STOP_TIMEOUT (s, default 30).
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+
+world_fgbuffd_path() {
+  local d="${FGBUFF_BIN_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/build}"
+  if [ -x "$d/daemon/fgbuffd" ]; then echo "$d/daemon/fgbuffd"; elif [ -x "$d/fgbuffd" ]; then
+    echo "$d/fgbuffd"; else return 1; fi
+}
+
+# world_start N [fgbuffd args...]: start N daemons; returns non-zero (and stops them) if the sockets
+# do not all appear in time.
+world_start() {
+  local n="$1"
+  shift
+  local bin
+  bin="$(world_fgbuffd_path)" || { echo "world_start: fgbuffd not found (FGBUFF_BIN_DIR=${FGBUFF_BIN_DIR:-})" >&2; return 1; }
+  FGBUFF_RUNTIME_DIR="$(mktemp -d "${TMPDIR:-/tmp}/fgbuff-world.XXXXXX")"
+  chmod 700 "$FGBUFF_RUNTIME_DIR"
+  export FGBUFF_RUNTIME_DIR
+  export FGBUFF_WORLD_LOG="$FGBUFF_RUNTIME_DIR/world.log"
+  mpirun --oversubscribe -x FGBUFF_RUNTIME_DIR -np "$n" "$bin" --device cpu \
+    --runtime-dir "$FGBUFF_RUNTIME_DIR" "$@" >"$FGBUFF_WORLD_LOG" 2>&1 &
+  FGBUFF_WORLD_PID=$!
+  export FGBUFF_WORLD_PID
+  local deadline=$((SECONDS + ${WORLD_START_TIMEOUT:-60}))
+  while :; do
+    local have=0 i
+    for ((i = 0; i < n; i++)); do [ -S "$FGBUFF_RUNTIME_DIR/cpu$i.sock" ] && have=$((have + 1)); done
+    # Sockets appear before the control plane is connected; the daemons log "ready" after it.
+    if [ "$have" -eq "$n" ] && [ "$(grep -c 'fgbuffd: ready' "$FGBUFF_WORLD_LOG" 2>/dev/null)" -ge "$n" ]; then
+      return 0
+    fi
+    if ! kill -0 "$FGBUFF_WORLD_PID" 2>/dev/null; then
+      echo "world_start: mpirun exited early; log:" >&2
+      cat "$FGBUFF_WORLD_LOG" >&2
+      return 1
+    fi
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      echo "world_start: only $have of $n sockets after ${WORLD_START_TIMEOUT:-60}s; log:" >&2
+      cat "$FGBUFF_WORLD_LOG" >&2
+      world_stop
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+# world_daemon_pids: the daemons' pids, from their "fgbuffd: ready" log lines.
+world_daemon_pids() {
+  sed -n 's/.*fgbuffd: ready .* pid \([0-9][0-9]*\).*/\1/p' "${FGBUFF_WORLD_LOG:-/dev/null}" 2>/dev/null
+}
+
+# world_stop: SIGTERM to every daemon (each exits 0 after telling its clients), wait up to
+# WORLD_STOP_TIMEOUT for mpirun to end, then SIGTERM and SIGKILL mpirun and the daemons.
+# Returns mpirun's exit status (137 when it had to be killed).
+world_stop() {
+  [ -n "${FGBUFF_WORLD_PID:-}" ] || return 0
+  local pid="$FGBUFF_WORLD_PID" rc p
+  local pids
+  pids="$(world_daemon_pids)"
+  for p in $pids; do kill -TERM "$p" 2>/dev/null; done
+  [ -n "$pids" ] || kill -TERM "$pid" 2>/dev/null
+  local deadline=$((SECONDS + ${WORLD_STOP_TIMEOUT:-30}))
+  while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "world_stop: world $pid still running after ${WORLD_STOP_TIMEOUT:-30}s; killing" >&2
+    kill -TERM "$pid" 2>/dev/null
+    sleep 2
+    for p in $pids; do kill -KILL "$p" 2>/dev/null; done
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    rc=137
+  else
+    wait "$pid" 2>/dev/null
+    rc=$?
+  fi
+  unset FGBUFF_WORLD_PID
+  return "$rc"
+}
