@@ -109,8 +109,10 @@ typedef struct fgb_job_opts {
   uint64_t incarnation; /* distinguishes two runs with the same name; 0: $FGBUFF_INCARNATION, else
                            derived from the launcher's job id environment (SLURM_JOB_ID,
                            OMPI_MCA_ess_base_jobid, TORCHELASTIC_RUN_ID), else 1 */
-  int32_t rank; /* rank in the job; -1: from RANK, OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID */
-  int32_t size; /* job size; -1: from WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_NTASKS */
+  int32_t rank; /* rank in the job; -1: from RANK, OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID
+                   (none set: 0) */
+  int32_t size; /* job size; -1: from WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_NTASKS
+                   (none set: 1) */
   const char *policy; /* merge policy ("none", "fusion", "fgbuff", ...); NULL: daemon default */
   int keep_state;     /* residual memory and statistics survive a reconnect of this job */
 } fgb_job_opts;
@@ -200,6 +202,9 @@ fgb_status fgb_allgather(fgb_client *c, uint32_t src_tensor, uint32_t dst_tensor
 /* ---- status, configuration, compressor state ----------------------------------------------- */
 /* The daemon's status as a JSON document (round trip); *json is malloc'ed, free() it. */
 fgb_status fgb_status_json(fgb_client *c, char **json);
+/* The same status rendered for people, as `fgbuffctl status` prints it (round trip); *text is
+ * malloc'ed, free() it. Needs no job: a connected handle suffices. */
+fgb_status fgb_status_text(fgb_client *c, char **text);
 
 /* Read or change a live setting, e.g. "log_level", "stall_timeout_ms", "job.<name>.policy"
  * (round trip). value_out gets a malloc'ed string; free() it. */

@@ -1,0 +1,168 @@
+/* client/admin.c — the daemon's status document, live configuration, compressor state transfer
+ * and the names of status codes: round trips that fgbuffctl and checkpointing code use. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define CLI_MAX_KEY 256
+#define CLI_MAX_VALUE 4096
+
+CLI_API const char *fgb_strerror(fgb_status s) {
+  switch (s) {
+    case FGB_OK:
+      return "FGB_OK: success";
+    case FGB_EINVAL:
+      return "FGB_EINVAL: invalid argument";
+    case FGB_ENOMEM:
+      return "FGB_ENOMEM: out of memory";
+    case FGB_EIO:
+      return "FGB_EIO: input/output error";
+    case FGB_EPROTO:
+      return "FGB_EPROTO: protocol error";
+    case FGB_ENOTFOUND:
+      return "FGB_ENOTFOUND: not found";
+    case FGB_EEXIST:
+      return "FGB_EEXIST: already exists";
+    case FGB_ETIMEDOUT:
+      return "FGB_ETIMEDOUT: timed out";
+    case FGB_EPEER:
+      return "FGB_EPEER: another rank of the job failed";
+    case FGB_ECLOSED:
+      return "FGB_ECLOSED: connection closed";
+    case FGB_ENOTSUP:
+      return "FGB_ENOTSUP: not supported";
+    case FGB_EMISMATCH:
+      return "FGB_EMISMATCH: cross-rank metadata mismatch";
+    case FGB_EAGAIN:
+      return "FGB_EAGAIN: not complete yet";
+    case FGB_EPERM:
+      return "FGB_EPERM: permission denied";
+  }
+  return "unknown fgb_status";
+}
+
+static char *cli_strdup(fgb_client *c, const char *s, fgb_status *st) {
+  char *d = strdup(s ? s : "");
+  *st = d ? FGB_OK : cli_fail(c, FGB_ENOMEM, "out of memory");
+  return d;
+}
+
+static fgb_status cli_status(fgb_client *c, char **json, char **text) {
+  if (c == NULL) return FGB_EINVAL;
+  if ((json == NULL) == (text == NULL)) return cli_fail(c, FGB_EINVAL, "output pointer is NULL");
+  fgb_status s = cli_ready(c);
+  if (s) return s;
+  Fgbuff__V1__StatusRequest m = FGBUFF__V1__STATUS_REQUEST__INIT;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *r = NULL;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_STATUS;
+  env.status = &m;
+  s = cli_call(c, &env, NULL, 0, FGBUFF__V1__ENVELOPE__BODY_STATUS_REPLY, CLI_RPC_TIMEOUT_MS, &r);
+  if (s) return s;
+  if (json)
+    *json = cli_strdup(c, r->status_reply->json, &s);
+  else
+    *text = cli_strdup(c, r->status_reply->text, &s);
+  fgbuff__v1__envelope__free_unpacked(r, NULL);
+  return s;
+}
+
+CLI_API fgb_status fgb_status_json(fgb_client *c, char **json) {
+  return cli_status(c, json, NULL);
+}
+
+CLI_API fgb_status fgb_status_text(fgb_client *c, char **text) {
+  return cli_status(c, NULL, text);
+}
+
+static fgb_status cli_check_key(fgb_client *c, const char *key, const char *value) {
+  if (key == NULL || key[0] == '\0' || strlen(key) > CLI_MAX_KEY)
+    return cli_fail(c, FGB_EINVAL, "config key must be 1..%d bytes", CLI_MAX_KEY);
+  if (value != NULL && strlen(value) > CLI_MAX_VALUE)
+    return cli_fail(c, FGB_EINVAL, "config value longer than %d bytes", CLI_MAX_VALUE);
+  return FGB_OK;
+}
+
+CLI_API fgb_status fgb_config_get(fgb_client *c, const char *key, char **value_out) {
+  if (c == NULL) return FGB_EINVAL;
+  if (value_out == NULL) return cli_fail(c, FGB_EINVAL, "value_out is NULL");
+  fgb_status s = cli_check_key(c, key, NULL);
+  if (s || (s = cli_ready(c))) return s;
+  Fgbuff__V1__ConfigGet m = FGBUFF__V1__CONFIG_GET__INIT;
+  m.key = (char *)key;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *r = NULL;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_CONFIG_GET;
+  env.config_get = &m;
+  s = cli_call(c, &env, NULL, 0, FGBUFF__V1__ENVELOPE__BODY_CONFIG_REPLY, CLI_RPC_TIMEOUT_MS, &r);
+  if (s) return s;
+  *value_out = cli_strdup(c, r->config_reply->value, &s);
+  fgbuff__v1__envelope__free_unpacked(r, NULL);
+  return s;
+}
+
+CLI_API fgb_status fgb_config_set(fgb_client *c, const char *key, const char *value) {
+  if (c == NULL) return FGB_EINVAL;
+  if (value == NULL) return cli_fail(c, FGB_EINVAL, "config value is NULL");
+  fgb_status s = cli_check_key(c, key, value);
+  if (s || (s = cli_ready(c))) return s;
+  Fgbuff__V1__ConfigSet m = FGBUFF__V1__CONFIG_SET__INIT;
+  m.key = (char *)key;
+  m.value = (char *)value;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *r = NULL;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_CONFIG_SET;
+  env.config_set = &m;
+  s = cli_call(c, &env, NULL, 0, FGBUFF__V1__ENVELOPE__BODY_CONFIG_REPLY, CLI_RPC_TIMEOUT_MS, &r);
+  if (r) fgbuff__v1__envelope__free_unpacked(r, NULL);
+  return s;
+}
+
+CLI_API fgb_status fgb_state_export(fgb_client *c, uint32_t tensor_id, void **data, size_t *bytes) {
+  if (c == NULL) return FGB_EINVAL;
+  if (data == NULL || bytes == NULL) return cli_fail(c, FGB_EINVAL, "data or bytes is NULL");
+  fgb_status s = cli_ready(c);
+  if (s) return s;
+  if (cli_tensor_find(c, tensor_id) == NULL)
+    return cli_fail(c, FGB_ENOTFOUND, "tensor id %u was not registered through this handle",
+                    tensor_id);
+  Fgbuff__V1__StateExport m = FGBUFF__V1__STATE_EXPORT__INIT;
+  m.tensor_id = tensor_id;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *r = NULL;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_STATE_EXPORT;
+  env.state_export = &m;
+  s = cli_call(c, &env, NULL, 0, FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY, CLI_RPC_TIMEOUT_MS, &r);
+  if (s) return s;
+  size_t n = r->state_reply->state.len;
+  void *p = malloc(n ? n : 1);
+  if (p == NULL) {
+    fgbuff__v1__envelope__free_unpacked(r, NULL);
+    return cli_fail(c, FGB_ENOMEM, "out of memory for %zu bytes of state", n);
+  }
+  if (n) memcpy(p, r->state_reply->state.data, n);
+  fgbuff__v1__envelope__free_unpacked(r, NULL);
+  *data = p;
+  *bytes = n;
+  return FGB_OK;
+}
+
+CLI_API fgb_status fgb_state_import(fgb_client *c, uint32_t tensor_id, const void *data,
+                                    size_t bytes) {
+  if (c == NULL) return FGB_EINVAL;
+  if (data == NULL && bytes > 0) return cli_fail(c, FGB_EINVAL, "data is NULL");
+  if (bytes > FGB_WIRE_MAX_FRAME - 64)
+    return cli_fail(c, FGB_EINVAL, "state of %zu bytes does not fit one frame", bytes);
+  fgb_status s = cli_ready(c);
+  if (s) return s;
+  if (cli_tensor_find(c, tensor_id) == NULL)
+    return cli_fail(c, FGB_ENOTFOUND, "tensor id %u was not registered through this handle",
+                    tensor_id);
+  Fgbuff__V1__StateImport m = FGBUFF__V1__STATE_IMPORT__INIT;
+  m.tensor_id = tensor_id;
+  m.state.data = (uint8_t *)data;
+  m.state.len = bytes;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *r = NULL;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_STATE_IMPORT;
+  env.state_import = &m;
+  s = cli_call(c, &env, NULL, 0, FGBUFF__V1__ENVELOPE__BODY_OK, CLI_RPC_TIMEOUT_MS, &r);
+  if (r) fgbuff__v1__envelope__free_unpacked(r, NULL);
+  return s;
+}

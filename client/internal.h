@@ -1,0 +1,95 @@
+/* client/internal.h — the private state of libfgbuff_client and the helpers its files share.
+ * conn.c owns the socket, framing and the table of asynchronous results; env.c reads the launcher
+ * environment; arena.c, sync.c and admin.c implement the public calls on top of cli_call. */
+#ifndef FGB_CLIENT_INTERNAL_H
+#define FGB_CLIENT_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fgbuff.pb-c.h"
+#include "fgbuff/client.h"
+#include "wire.h"
+
+#define CLI_API __attribute__((visibility("default")))
+/* Round trips other than collectives (whose caller gives a timeout) give up after this long: a
+ * live daemon answers them in microseconds, a dead one closes the socket, and only a wedged one
+ * makes us wait this long. */
+#define CLI_RPC_TIMEOUT_MS 120000
+/* More buffered Done messages than this means the daemon is misbehaving (each names a tensor and
+ * step of ours); refuse rather than grow without bound. */
+#define CLI_MAX_DONES (1u << 20)
+#define CLI_ERR_LEN 1024
+
+typedef struct cli_done {
+  uint32_t tensor_id;
+  uint64_t step;
+  fgb_status status;
+  int seen; /* returned once by fgb_wait/fgb_test: may be pruned */
+  char *error;
+} cli_done;
+
+typedef struct cli_arena {
+  uint32_t id;
+  void *ptr;
+  size_t bytes;
+} cli_arena;
+
+typedef struct cli_tensor {
+  uint32_t id;
+  uint32_t arena;
+} cli_tensor;
+
+struct fgb_client {
+  int sock; /* -1 when not connected or after the connection was lost */
+  int connected_once;
+  char path[108];
+  wire_reader rd;
+  uint64_t next_req;
+  char err[CLI_ERR_LEN];
+
+  /* An asynchronous Error (req_id 0) or loss of the connection, reported by the next call. */
+  fgb_status pending;
+  char pending_msg[CLI_ERR_LEN];
+  fgb_status lost; /* non-zero once the connection is gone: every later call returns it */
+  char lost_msg[CLI_ERR_LEN];
+
+  int joined;
+  int32_t rank, size;
+  uint64_t coll_seq;
+
+  cli_arena *arenas;
+  size_t n_arenas, cap_arenas;
+  cli_tensor *tensors;
+  size_t n_tensors, cap_tensors;
+  cli_done *dones;
+  size_t n_dones, cap_dones;
+};
+
+/* conn.c */
+fgb_status cli_fail(fgb_client *c, fgb_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+fgb_status cli_ready(fgb_client *c);
+fgb_status cli_send(fgb_client *c, Fgbuff__V1__Envelope *env, const int *fds, int nfds);
+fgb_status cli_call(fgb_client *c, Fgbuff__V1__Envelope *env, const int *fds, int nfds,
+                    Fgbuff__V1__Envelope__BodyCase want, int timeout_ms,
+                    Fgbuff__V1__Envelope **reply);
+fgb_status cli_pump(fgb_client *c, int timeout_ms);
+fgb_status cli_take_pending(fgb_client *c);
+cli_done *cli_find_done(fgb_client *c, uint32_t tensor_id, uint64_t step);
+void cli_drop_dones(fgb_client *c, uint64_t step);
+int64_t cli_now_ms(void);
+int cli_remaining(int64_t deadline, int timeout_ms);
+fgb_status cli_code(int32_t code);
+
+/* env.c */
+fgb_status cli_default_socket(fgb_client *c, char *out, size_t outlen);
+fgb_status cli_job_defaults(fgb_client *c, const fgb_job_opts *in, const char **name,
+                            uint64_t *incarnation, int32_t *rank, int32_t *size);
+
+/* arena.c */
+const cli_tensor *cli_tensor_find(const fgb_client *c, uint32_t id);
+void cli_arenas_free(fgb_client *c);
+
+#endif

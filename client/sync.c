@@ -1,0 +1,206 @@
+/* client/sync.c — gradient synchronisation and ad-hoc collectives: submit and end-of-step only
+ * send; waits consume the Done messages conn.c buffered (one per registered tensor and step, since
+ * the daemon flushes unsubmitted tensors as zeros at EndStep). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static fgb_status cli_check_tensor(fgb_client *c, uint32_t tensor_id) {
+  if (cli_tensor_find(c, tensor_id) == NULL)
+    return cli_fail(c, FGB_ENOTFOUND, "tensor id %u was not registered through this handle",
+                    tensor_id);
+  return FGB_OK;
+}
+
+/* Read what already arrived without blocking, so asynchronous errors surface promptly and the
+ * daemon's Done messages do not pile up in the socket while the trainer only submits. */
+static fgb_status cli_drain(fgb_client *c) {
+  fgb_status s;
+  while ((s = cli_pump(c, 0)) == FGB_OK) {
+  }
+  return s == FGB_ETIMEDOUT ? FGB_OK : s;
+}
+
+CLI_API fgb_status fgb_submit(fgb_client *c, uint32_t tensor_id, uint64_t step, void *stream) {
+  if (c == NULL) return FGB_EINVAL;
+  fgb_status s = cli_ready(c);
+  if (s || (s = cli_check_tensor(c, tensor_id))) return s;
+  if ((s = cli_drain(c)) || (s = cli_take_pending(c))) return s;
+  Fgbuff__V1__Submit m = FGBUFF__V1__SUBMIT__INIT;
+  m.tensor_id = tensor_id;
+  m.step = step;
+  m.event_slot = 0; /* host arenas: the data is final when submitted; no event ring */
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_SUBMIT;
+  env.submit = &m;
+  return cli_send(c, &env, NULL, 0);
+}
+
+CLI_API fgb_status fgb_end_step(fgb_client *c, uint64_t step) {
+  if (c == NULL) return FGB_EINVAL;
+  fgb_status s = cli_ready(c);
+  if (s) return s;
+  if ((s = cli_drain(c)) || (s = cli_take_pending(c))) return s;
+  Fgbuff__V1__EndStep m = FGBUFF__V1__END_STEP__INIT;
+  m.step = step;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_END_STEP;
+  env.end_step = &m;
+  return cli_send(c, &env, NULL, 0);
+}
+
+/* Report a buffered Done: its status, with the daemon's text when it failed. */
+static fgb_status cli_done_result(fgb_client *c, const cli_done *d) {
+  if (d->status == FGB_OK) return FGB_OK;
+  return cli_fail(c, d->status, "tensor %u step %llu: %s", d->tensor_id,
+                  (unsigned long long)d->step, d->error ? d->error : fgb_strerror(d->status));
+}
+
+/* Marks (t, s) seen and forgets older, already-seen results of the same tensor, so callers that
+ * only ever use fgb_wait do not grow the table. */
+static void cli_mark_seen(fgb_client *c, cli_done *d) {
+  d->seen = 1;
+  uint32_t t = d->tensor_id;
+  uint64_t step = d->step;
+  for (size_t i = 0; i < c->n_dones;) {
+    cli_done *e = &c->dones[i];
+    if (e->tensor_id == t && e->seen && e->step < step) {
+      free(e->error);
+      *e = c->dones[--c->n_dones];
+    } else {
+      i++;
+    }
+  }
+}
+
+CLI_API fgb_status fgb_test(fgb_client *c, uint32_t tensor_id, uint64_t step) {
+  if (c == NULL) return FGB_EINVAL;
+  fgb_status s = cli_ready(c);
+  if (s || (s = cli_check_tensor(c, tensor_id))) return s;
+  cli_done *d = cli_find_done(c, tensor_id, step);
+  if (d == NULL) {
+    if ((s = cli_drain(c)) || (s = cli_take_pending(c))) return s;
+    d = cli_find_done(c, tensor_id, step);
+  }
+  if (d == NULL) return FGB_EAGAIN;
+  s = cli_done_result(c, d);
+  cli_mark_seen(c, cli_find_done(c, tensor_id, step));
+  return s;
+}
+
+CLI_API fgb_status fgb_wait(fgb_client *c, uint32_t tensor_id, uint64_t step, int timeout_ms) {
+  if (c == NULL) return FGB_EINVAL;
+  fgb_status s = cli_ready(c);
+  if (s || (s = cli_check_tensor(c, tensor_id))) return s;
+  int64_t deadline = cli_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+  cli_done *d;
+  while ((d = cli_find_done(c, tensor_id, step)) == NULL) {
+    if ((s = cli_take_pending(c))) return s;
+    s = cli_pump(c, cli_remaining(deadline, timeout_ms));
+    if (s == FGB_ETIMEDOUT)
+      return cli_fail(c, s, "tensor %u step %llu not done within %d ms", tensor_id,
+                      (unsigned long long)step, timeout_ms);
+    if (s) return s;
+  }
+  s = cli_done_result(c, d);
+  cli_mark_seen(c, d);
+  return s;
+}
+
+CLI_API fgb_status fgb_wait_on_stream(fgb_client *c, uint32_t tensor_id, uint64_t step,
+                                      void *stream, int timeout_ms) {
+  if (c == NULL) return FGB_EINVAL;
+  return cli_fail(c, FGB_ENOTSUP,
+                  "fgb_wait_on_stream: no CUDA support in this build of the client");
+}
+
+CLI_API fgb_status fgb_wait_step(fgb_client *c, uint64_t step, int timeout_ms) {
+  if (c == NULL) return FGB_EINVAL;
+  fgb_status s = cli_ready(c);
+  if (s) return s;
+  int64_t deadline = cli_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+  for (;;) {
+    size_t have = 0;
+    for (size_t i = 0; i < c->n_tensors; i++) {
+      cli_done *d = cli_find_done(c, c->tensors[i].id, step);
+      if (d == NULL) continue;
+      /* A failed tensor fails the step now: the rest may never come (peer died). */
+      if (d->status != FGB_OK) return cli_done_result(c, d);
+      have++;
+    }
+    if (have == c->n_tensors) break;
+    if ((s = cli_take_pending(c))) return s;
+    s = cli_pump(c, cli_remaining(deadline, timeout_ms));
+    if (s == FGB_ETIMEDOUT)
+      return cli_fail(c, s, "step %llu: %zu of %zu tensors done within %d ms",
+                      (unsigned long long)step, have, c->n_tensors, timeout_ms);
+    if (s) return s;
+  }
+  cli_drop_dones(c, step);
+  return FGB_OK;
+}
+
+/* ---- ad-hoc collectives -------------------------------------------------------------------- */
+static fgb_status cli_collective(fgb_client *c, Fgbuff__V1__Collective *m, int timeout_ms) {
+  fgb_status s = cli_ready(c);
+  if (s) return s;
+  if (!c->joined) return cli_fail(c, FGB_EINVAL, "join a job (fgb_join) before collectives");
+  m->seq = ++c->coll_seq;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *r = NULL;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_COLLECTIVE;
+  env.collective = m;
+  s = cli_call(c, &env, NULL, 0, FGBUFF__V1__ENVELOPE__BODY_COLLECTIVE_DONE, timeout_ms, &r);
+  if (s) return s;
+  const Fgbuff__V1__CollectiveDone *d = r->collective_done;
+  if (d->seq != m->seq) {
+    s = cli_fail(c, FGB_EPROTO, "collective %llu answered with sequence %llu",
+                 (unsigned long long)m->seq, (unsigned long long)d->seq);
+  } else if (d->status != 0) {
+    s = cli_fail(c, cli_code(d->status), "collective %llu: %s", (unsigned long long)m->seq,
+                 d->error[0] ? d->error : fgb_strerror(cli_code(d->status)));
+  }
+  fgbuff__v1__envelope__free_unpacked(r, NULL);
+  return s;
+}
+
+CLI_API fgb_status fgb_allreduce(fgb_client *c, uint32_t tensor_id, fgb_reduce_op op,
+                                 int timeout_ms) {
+  if (c == NULL) return FGB_EINVAL;
+  fgb_status s = cli_check_tensor(c, tensor_id);
+  if (s) return s;
+  if (op != FGB_OP_AVERAGE && op != FGB_OP_SUM)
+    return cli_fail(c, FGB_EINVAL, "unknown reduce op %d", (int)op);
+  Fgbuff__V1__Collective m = FGBUFF__V1__COLLECTIVE__INIT;
+  m.kind = FGBUFF__V1__COLLECTIVE_KIND__COLLECTIVE_ALLREDUCE;
+  m.tensor_id = tensor_id;
+  m.op = (Fgbuff__V1__ReduceOp)op;
+  return cli_collective(c, &m, timeout_ms);
+}
+
+CLI_API fgb_status fgb_broadcast(fgb_client *c, uint32_t tensor_id, int32_t root, int timeout_ms) {
+  if (c == NULL) return FGB_EINVAL;
+  fgb_status s = cli_check_tensor(c, tensor_id);
+  if (s) return s;
+  if (root < 0 || (c->joined && root >= c->size))
+    return cli_fail(c, FGB_EINVAL, "broadcast root %d is not a rank of the job", (int)root);
+  Fgbuff__V1__Collective m = FGBUFF__V1__COLLECTIVE__INIT;
+  m.kind = FGBUFF__V1__COLLECTIVE_KIND__COLLECTIVE_BROADCAST;
+  m.tensor_id = tensor_id;
+  m.root = root;
+  return cli_collective(c, &m, timeout_ms);
+}
+
+CLI_API fgb_status fgb_allgather(fgb_client *c, uint32_t src_tensor, uint32_t dst_tensor,
+                                 int timeout_ms) {
+  if (c == NULL) return FGB_EINVAL;
+  fgb_status s = cli_check_tensor(c, src_tensor);
+  if (s || (s = cli_check_tensor(c, dst_tensor))) return s;
+  if (src_tensor == dst_tensor)
+    return cli_fail(c, FGB_EINVAL, "allgather source and destination are the same tensor");
+  Fgbuff__V1__Collective m = FGBUFF__V1__COLLECTIVE__INIT;
+  m.kind = FGBUFF__V1__COLLECTIVE_KIND__COLLECTIVE_ALLGATHER;
+  m.tensor_id = src_tensor;
+  m.dst_tensor_id = dst_tensor;
+  return cli_collective(c, &m, timeout_ms);
+}
