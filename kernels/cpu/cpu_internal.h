@@ -1,0 +1,13 @@
+/* kernels/cpu/cpu_internal.h — helpers shared by the CPU reference kernels (not part of the API).
+ */
+#ifndef FGB_KERN_CPU_INTERNAL_H
+#define FGB_KERN_CPU_INTERNAL_H
+
+#include <stdint.h>
+
+/* Exact radix select on the magnitude keys of a[0..n) (n >= 1, 1 <= k <= n): returns the key T of
+ * the kth largest magnitude and sets *eq_take to how many entries with key == T belong to the top
+ * k (the lowest-indexed ones); all entries with key > T belong to it. Three passes over n. */
+uint32_t kern_cpu_radix_kth(const float *a, uint64_t n, uint64_t k, uint64_t *eq_take);
+
+#endif

@@ -1,0 +1,103 @@
+/* kernels/kern_util.h — scalar helpers both backends share bit for bit: the magnitude key used by
+ * every selection, fp32 <-> fp16 conversion (RNE, saturating), and the Philox4x32-10 counter-based
+ * generator that keys Random-k and the low-rank warm start. Compiles as C and as CUDA
+ * (host+device).
+ */
+#ifndef FGB_KERN_UTIL_H
+#define FGB_KERN_UTIL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__CUDACC__)
+#define KERN_HD __host__ __device__ __forceinline__
+#else
+#define KERN_HD static inline
+#endif
+
+/* Magnitude key: IEEE bits with the sign cleared. Monotone in |x| for non-NaN values; Inf is
+ * 0x7f800000 and NaNs lie above it, so non-finite values sort as the largest magnitudes. */
+KERN_HD uint32_t kern_abs_key(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return u & 0x7fffffffu;
+}
+
+/* Threshold key: |a| >= t  <=>  kern_abs_key(a) >= kern_thr_key(t). t <= 0 (or -0) selects all;
+ * a NaN threshold is treated as +Inf. */
+KERN_HD uint32_t kern_thr_key(float t) {
+  if (!(t == t)) return 0x7f800000u;
+  if (t <= 0.0f) return 0u;
+  uint32_t u;
+  memcpy(&u, &t, sizeof u);
+  return u;
+}
+
+/* fp32 -> fp16 bits, round to nearest even, finite values saturate to +-65504 (so that the error
+ * feedback a - half(a) stays finite), Inf stays Inf, NaN becomes a quiet NaN. */
+KERN_HD uint16_t kern_half_from_float(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return (uint16_t)(sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7bffu); /* rounds to >= 65520: saturate */
+  if (ax < 0x33000000u) return (uint16_t)sign;              /* below half the smallest subnormal */
+  uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u;
+  if (e < 113) { /* subnormal half: shift the 24-bit mantissa right by 126 - e */
+    uint32_t shift = 126 - e;
+    uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u))) q++;
+    return (uint16_t)(sign | q);
+  }
+  uint32_t h = ((e - 112) << 10) | ((m >> 13) & 0x3ffu);
+  uint32_t rem = m & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* carry into the exponent is correct */
+  return (uint16_t)(sign | h);
+}
+
+KERN_HD float kern_half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+  if (e == 0) {
+    if (m == 0) {
+      x = sign;
+    } else { /* subnormal: normalise */
+      e = 113;
+      while (!(m & 0x400u)) {
+        m <<= 1;
+        e--;
+      }
+      x = sign | (e << 23) | ((m & 0x3ffu) << 13);
+    }
+  } else if (e == 31) {
+    x = sign | 0x7f800000u | (m << 13);
+  } else {
+    x = sign | ((e + 112) << 23) | (m << 13);
+  }
+  float f;
+  memcpy(&f, &x, sizeof f);
+  return f;
+}
+
+/* Philox4x32-10 (Salmon et al., SC'11): counter c[4], key k[2] -> 4 random words. */
+KERN_HD void kern_philox(uint32_t c[4], uint32_t k0, uint32_t k1) {
+  for (int i = 0; i < 10; i++) {
+    uint64_t p0 = (uint64_t)0xD2511F53u * c[0], p1 = (uint64_t)0xCD9E8D57u * c[2];
+    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k1;
+    c[1] = (uint32_t)p1;
+    c[3] = (uint32_t)p0;
+    c[0] = n0;
+    c[2] = n2;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+}
+
+/* First word of Philox(counter = (a, b, c_lo, c_hi), key = seed). */
+KERN_HD uint32_t kern_philox_u32(uint64_t seed, uint32_t a, uint32_t b, uint64_t c) {
+  uint32_t ctr[4] = {a, b, (uint32_t)c, (uint32_t)(c >> 32)};
+  kern_philox(ctr, (uint32_t)seed, (uint32_t)(seed >> 32));
+  return ctr[0];
+}
+
+#endif
