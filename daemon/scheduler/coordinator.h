@@ -66,6 +66,8 @@ typedef enum coord_event_kind {
   COORD_EV_ISSUE,           /* run collective #seq of job job_key for step: tensor_keys[ntensors] */
   COORD_EV_STALL,           /* job_key/tensor_key/step ready on some ranks; missing_ranks listed */
   COORD_EV_JOB_ABORTED,     /* a rank of the job failed: failed_rank (job rank), text */
+  COORD_EV_ERROR, /* the leader rejected a request of this daemon (unknown job or tensor key, rank
+                     not in the job, READY before the job formed, ...): job, text */
 } coord_event_kind;
 
 typedef struct coord_event {

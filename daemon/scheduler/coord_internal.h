@@ -1,0 +1,97 @@
+/* daemon/scheduler/coord_internal.h — internals shared by the coordinator's files: the decoded
+ * control message, the wire codec (coord_wire.c), the leader's tables (coord_leader.c) and the
+ * per-daemon side (coordinator.c). Not a public header: only coord*.c include it.
+ */
+#ifndef FGB_COORD_INTERNAL_H
+#define FGB_COORD_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coordinator.h"
+
+#define COORD_WIRE_VERSION 1u
+#define COORD_MAX_BATCH 65536u       /* keys per READY/ISSUE message */
+#define COORD_MAX_JOB_SIZE 65536     /* ranks per job (and missing ranks per STALL) */
+#define COORD_MAX_TENSORS (1u << 20) /* tensors per job */
+#define COORD_MAX_PENDING (1u << 22) /* readiness entries pending per job */
+#define COORD_MAX_TEXT 511           /* text bytes on the wire (coord_event.text holds 512) */
+
+/* Message types. 1..15 go from a daemon to the leader, 16..31 from the leader to a daemon. */
+enum {
+  COORD_MSG_JOIN = 1,
+  COORD_MSG_LEAVE = 2,
+  COORD_MSG_META = 3,
+  COORD_MSG_READY = 4,
+  COORD_MSG_FORMED = 16,
+  COORD_MSG_REFUSED = 17,
+  COORD_MSG_TENSOR_OK = 18,
+  COORD_MSG_MISMATCH = 19,
+  COORD_MSG_ISSUE = 20,
+  COORD_MSG_STALL = 21,
+  COORD_MSG_ABORT = 22,
+  COORD_MSG_ERROR = 23,
+};
+
+/* One decoded control message; which fields are meaningful depends on `type` (see the format
+ * table at the top of coordinator.c). `keys` and `ranks` are owned (coord_msg_clear frees them). */
+typedef struct coord_msg {
+  uint8_t type;
+  coord_job_id job;
+  int32_t rank;  /* JOIN, LEAVE, META, READY, REFUSED: job rank of the sender's client */
+  int32_t size;  /* JOIN */
+  uint8_t abort; /* LEAVE */
+  uint64_t job_key, seq, step, waited_ms;
+  uint32_t tensor_key;
+  coord_tensor_meta meta; /* META: full; TENSOR_OK, MISMATCH, STALL: meta.name only */
+  uint32_t nkeys;         /* READY, ISSUE */
+  uint32_t *keys;
+  int32_t nranks; /* FORMED: job size (world ranks in job-rank order); STALL: missing ranks */
+  int32_t *ranks;
+  int32_t failed_rank; /* ABORT */
+  char text[COORD_MAX_TEXT + 1];
+} coord_msg;
+
+/* ---- coord_wire.c ---- */
+void coord_msg_init(coord_msg *m, uint8_t type);
+void coord_msg_clear(coord_msg *m);
+/* Encode into a new malloc'd buffer; FGB_ENOMEM or FGB_EINVAL (a field out of range). */
+fgb_status coord_msg_encode(const coord_msg *m, uint8_t **out, size_t *outlen);
+/* Decode strictly: every length and count bounded, no trailing bytes. FGB_EPROTO with err. */
+fgb_status coord_msg_decode(const uint8_t *p, size_t len, coord_msg *m, char *err, size_t errlen);
+const char *coord_msg_name(uint8_t type);
+const char *coord_dtype_name(fgb_dtype dt);
+size_t coord_dtype_size(fgb_dtype dt);
+/* Checks a tensor description (name, dtype, ndim); FGB_EINVAL with err naming the field. */
+fgb_status coord_meta_check(const coord_tensor_meta *meta, char *err, size_t errlen);
+/* Checks a job id (non-empty NUL-terminated name); FGB_EINVAL with err. */
+fgb_status coord_job_check(const coord_job_id *job, char *err, size_t errlen);
+/* snprintf that never warns about truncation (messages are cut at the buffer, by design). */
+void coord_fmt(char *dst, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int coord_job_eq(const coord_job_id *a, const coord_job_id *b);
+
+/* ---- coord_leader.c ---- */
+typedef struct coord_leader coord_leader;
+coord_leader *coord_leader_new(void);
+void coord_leader_free(coord_leader *l);
+/* Handle one daemon→leader message from world rank `from`. Rejected requests are answered with
+ * ERROR (or REFUSED) to the sender and return a negative status with err. */
+fgb_status coord_leader_handle(coord *c, int from, const coord_msg *m, char *err, size_t errlen);
+void coord_leader_peer_lost(coord *c, int world_rank);
+void coord_leader_tick(coord *c);
+size_t coord_leader_status(const coord *c, char *buf, size_t cap, size_t off);
+
+/* ---- coordinator.c: services the leader uses ---- */
+coord_leader *coord_get_leader(coord *c);
+const coord_config *coord_cfg(const coord *c);
+uint64_t coord_now(const coord *c);
+/* Send a leader→daemon message to world rank `to` (delivered in place when `to` is this daemon).
+ */
+fgb_status coord_send(coord *c, int to, const coord_msg *m);
+
+/* ---- JSON helpers (coordinator.c) ---- */
+size_t coord_json_putf(char *buf, size_t cap, size_t off, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+size_t coord_json_str(char *buf, size_t cap, size_t off, const char *s);
+
+#endif

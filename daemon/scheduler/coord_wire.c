@@ -1,0 +1,522 @@
+/* daemon/scheduler/coord_wire.c — the coordinator's control-message codec: compact little-endian
+ * binary, one version byte and one type byte, then the type's fields (format table at the top of
+ * coordinator.c). Decoding trusts nothing: every length and count is checked against the bytes
+ * left and against a cap before anything is allocated, and trailing bytes are an error.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord_internal.h"
+
+void coord_fmt(char *dst, size_t cap, const char *fmt, ...) {
+  if (!dst || cap == 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(dst, cap, fmt, ap);
+  va_end(ap);
+  if (n < 0) dst[0] = '\0';
+}
+
+int coord_job_eq(const coord_job_id *a, const coord_job_id *b) {
+  return a->incarnation == b->incarnation && strcmp(a->name, b->name) == 0;
+}
+
+const char *coord_dtype_name(fgb_dtype dt) {
+  switch (dt) {
+    case FGB_FLOAT32:
+      return "float32";
+    case FGB_FLOAT16:
+      return "float16";
+    case FGB_BFLOAT16:
+      return "bfloat16";
+    case FGB_FLOAT64:
+      return "float64";
+    case FGB_INT32:
+      return "int32";
+    case FGB_INT64:
+      return "int64";
+    case FGB_UINT8:
+      return "uint8";
+  }
+  return "unknown";
+}
+
+size_t coord_dtype_size(fgb_dtype dt) {
+  switch (dt) {
+    case FGB_FLOAT32:
+      return 4;
+    case FGB_FLOAT16:
+      return 2;
+    case FGB_BFLOAT16:
+      return 2;
+    case FGB_FLOAT64:
+      return 8;
+    case FGB_INT32:
+      return 4;
+    case FGB_INT64:
+      return 8;
+    case FGB_UINT8:
+      return 1;
+  }
+  return 0;
+}
+
+const char *coord_msg_name(uint8_t type) {
+  switch (type) {
+    case COORD_MSG_JOIN:
+      return "JOIN";
+    case COORD_MSG_LEAVE:
+      return "LEAVE";
+    case COORD_MSG_META:
+      return "META";
+    case COORD_MSG_READY:
+      return "READY";
+    case COORD_MSG_FORMED:
+      return "FORMED";
+    case COORD_MSG_REFUSED:
+      return "REFUSED";
+    case COORD_MSG_TENSOR_OK:
+      return "TENSOR_OK";
+    case COORD_MSG_MISMATCH:
+      return "MISMATCH";
+    case COORD_MSG_ISSUE:
+      return "ISSUE";
+    case COORD_MSG_STALL:
+      return "STALL";
+    case COORD_MSG_ABORT:
+      return "ABORT";
+    case COORD_MSG_ERROR:
+      return "ERROR";
+  }
+  return "unknown";
+}
+
+static fgb_status name_check(const char *name, const char *what, char *err, size_t errlen) {
+  size_t n = strnlen(name, COORD_MAX_NAME + 1);
+  if (n == 0 || n > COORD_MAX_NAME) {
+    coord_fmt(err, errlen, "%s: length must be 1..%d bytes", what, COORD_MAX_NAME);
+    return FGB_EINVAL;
+  }
+  return FGB_OK;
+}
+
+fgb_status coord_job_check(const coord_job_id *job, char *err, size_t errlen) {
+  if (!job) {
+    coord_fmt(err, errlen, "job: NULL");
+    return FGB_EINVAL;
+  }
+  return name_check(job->name, "job name", err, errlen);
+}
+
+fgb_status coord_meta_check(const coord_tensor_meta *meta, char *err, size_t errlen) {
+  if (!meta) {
+    coord_fmt(err, errlen, "tensor metadata: NULL");
+    return FGB_EINVAL;
+  }
+  if (name_check(meta->name, "tensor name", err, errlen)) return FGB_EINVAL;
+  if (coord_dtype_size(meta->dtype) == 0) {
+    coord_fmt(err, errlen, "tensor '%s': dtype %d unknown", meta->name, (int)meta->dtype);
+    return FGB_EINVAL;
+  }
+  if (meta->ndim > COORD_MAX_DIMS) {
+    coord_fmt(err, errlen, "tensor '%s': ndim %u exceeds %d", meta->name, meta->ndim,
+              COORD_MAX_DIMS);
+    return FGB_EINVAL;
+  }
+  return FGB_OK;
+}
+
+void coord_msg_init(coord_msg *m, uint8_t type) {
+  memset(m, 0, sizeof *m);
+  m->type = type;
+  m->failed_rank = -1;
+}
+
+void coord_msg_clear(coord_msg *m) {
+  free(m->keys);
+  free(m->ranks);
+  m->keys = NULL;
+  m->ranks = NULL;
+  m->nkeys = 0;
+  m->nranks = 0;
+}
+
+/* ---- encoding ---------------------------------------------------------------------------- */
+typedef struct wbuf {
+  uint8_t *p;
+  size_t len, cap;
+  int oom;
+} wbuf;
+
+static void w_bytes(wbuf *w, const void *src, size_t n) {
+  if (w->oom) return;
+  if (w->len + n > w->cap) {
+    size_t cap = w->cap ? w->cap : 64;
+    while (cap < w->len + n) cap *= 2;
+    uint8_t *p = realloc(w->p, cap);
+    if (!p) {
+      w->oom = 1;
+      return;
+    }
+    w->p = p;
+    w->cap = cap;
+  }
+  memcpy(w->p + w->len, src, n);
+  w->len += n;
+}
+
+static void w_u8(wbuf *w, uint8_t v) {
+  w_bytes(w, &v, 1);
+}
+
+static void w_u16(wbuf *w, uint16_t v) {
+  uint8_t b[2] = {(uint8_t)v, (uint8_t)(v >> 8)};
+  w_bytes(w, b, 2);
+}
+
+static void w_u32(wbuf *w, uint32_t v) {
+  uint8_t b[4];
+  for (int i = 0; i < 4; i++) b[i] = (uint8_t)(v >> (8 * i));
+  w_bytes(w, b, 4);
+}
+
+static void w_u64(wbuf *w, uint64_t v) {
+  uint8_t b[8];
+  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
+  w_bytes(w, b, 8);
+}
+
+static void w_name(wbuf *w, const char *s) {
+  size_t n = strnlen(s, COORD_MAX_NAME);
+  w_u8(w, (uint8_t)n);
+  w_bytes(w, s, n);
+}
+
+static void w_text(wbuf *w, const char *s) {
+  size_t n = strnlen(s, COORD_MAX_TEXT);
+  w_u16(w, (uint16_t)n);
+  w_bytes(w, s, n);
+}
+
+static void w_job(wbuf *w, const coord_job_id *j) {
+  w_name(w, j->name);
+  w_u64(w, j->incarnation);
+}
+
+fgb_status coord_msg_encode(const coord_msg *m, uint8_t **out, size_t *outlen) {
+  wbuf w = {0};
+  *out = NULL;
+  *outlen = 0;
+  w_u8(&w, COORD_WIRE_VERSION);
+  w_u8(&w, m->type);
+  w_job(&w, &m->job);
+  switch (m->type) {
+    case COORD_MSG_JOIN:
+      w_u32(&w, (uint32_t)m->rank);
+      w_u32(&w, (uint32_t)m->size);
+      break;
+    case COORD_MSG_LEAVE:
+      w_u32(&w, (uint32_t)m->rank);
+      w_u8(&w, m->abort ? 1 : 0);
+      w_text(&w, m->text);
+      break;
+    case COORD_MSG_META:
+      w_u32(&w, (uint32_t)m->rank);
+      w_name(&w, m->meta.name);
+      w_u64(&w, m->meta.count);
+      w_u8(&w, (uint8_t)m->meta.dtype);
+      w_u8(&w, (uint8_t)m->meta.ndim);
+      for (uint32_t i = 0; i < m->meta.ndim && i < COORD_MAX_DIMS; i++) w_u64(&w, m->meta.shape[i]);
+      w_u64(&w, m->meta.bytes);
+      break;
+    case COORD_MSG_READY:
+    case COORD_MSG_ISSUE:
+      if (m->type == COORD_MSG_READY) {
+        w_u32(&w, (uint32_t)m->rank);
+      } else {
+        w_u64(&w, m->job_key);
+        w_u64(&w, m->seq);
+      }
+      w_u64(&w, m->step);
+      if (m->nkeys == 0 || m->nkeys > COORD_MAX_BATCH) {
+        free(w.p);
+        return FGB_EINVAL;
+      }
+      w_u32(&w, m->nkeys);
+      for (uint32_t i = 0; i < m->nkeys; i++) w_u32(&w, m->keys[i]);
+      break;
+    case COORD_MSG_FORMED:
+      w_u64(&w, m->job_key);
+      w_u64(&w, m->seq);
+      if (m->nranks <= 0 || m->nranks > COORD_MAX_JOB_SIZE) {
+        free(w.p);
+        return FGB_EINVAL;
+      }
+      w_u32(&w, (uint32_t)m->nranks);
+      for (int32_t i = 0; i < m->nranks; i++) w_u32(&w, (uint32_t)m->ranks[i]);
+      break;
+    case COORD_MSG_REFUSED:
+      w_u32(&w, (uint32_t)m->rank);
+      w_text(&w, m->text);
+      break;
+    case COORD_MSG_TENSOR_OK:
+    case COORD_MSG_MISMATCH:
+      w_u64(&w, m->job_key);
+      w_u32(&w, m->tensor_key);
+      w_name(&w, m->meta.name);
+      if (m->type == COORD_MSG_MISMATCH) w_text(&w, m->text);
+      break;
+    case COORD_MSG_STALL:
+      w_u64(&w, m->job_key);
+      w_u64(&w, m->step);
+      w_u32(&w, m->tensor_key);
+      w_name(&w, m->meta.name);
+      w_u64(&w, m->waited_ms);
+      if (m->nranks < 0 || m->nranks > COORD_MAX_JOB_SIZE) {
+        free(w.p);
+        return FGB_EINVAL;
+      }
+      w_u32(&w, (uint32_t)m->nranks);
+      for (int32_t i = 0; i < m->nranks; i++) w_u32(&w, (uint32_t)m->ranks[i]);
+      w_text(&w, m->text);
+      break;
+    case COORD_MSG_ABORT:
+      w_u64(&w, m->job_key);
+      w_u32(&w, (uint32_t)m->failed_rank);
+      w_text(&w, m->text);
+      break;
+    case COORD_MSG_ERROR:
+      w_text(&w, m->text);
+      break;
+    default:
+      free(w.p);
+      return FGB_EINVAL;
+  }
+  if (w.oom) {
+    free(w.p);
+    return FGB_ENOMEM;
+  }
+  *out = w.p;
+  *outlen = w.len;
+  return FGB_OK;
+}
+
+/* ---- decoding ---------------------------------------------------------------------------- */
+typedef struct rbuf {
+  const uint8_t *p;
+  size_t len, off;
+  char *err;
+  size_t errlen;
+  int bad; /* set once; later reads return zeros, so one check at the end suffices */
+} rbuf;
+
+static int r_fail(rbuf *r, const char *what) {
+  if (!r->bad)
+    coord_fmt(r->err, r->errlen, "control message truncated or invalid at byte %zu: %s", r->off,
+              what);
+  r->bad = 1;
+  return 0;
+}
+
+static int r_have(rbuf *r, size_t n, const char *what) {
+  if (r->bad) return 0;
+  if (r->len - r->off < n) return r_fail(r, what);
+  return 1;
+}
+
+static uint8_t r_u8(rbuf *r, const char *what) {
+  if (!r_have(r, 1, what)) return 0;
+  return r->p[r->off++];
+}
+
+static uint16_t r_u16(rbuf *r, const char *what) {
+  if (!r_have(r, 2, what)) return 0;
+  uint16_t v = (uint16_t)(r->p[r->off] | (r->p[r->off + 1] << 8));
+  r->off += 2;
+  return v;
+}
+
+static uint32_t r_u32(rbuf *r, const char *what) {
+  if (!r_have(r, 4, what)) return 0;
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++) v |= (uint32_t)r->p[r->off + i] << (8 * i);
+  r->off += 4;
+  return v;
+}
+
+static uint64_t r_u64(rbuf *r, const char *what) {
+  if (!r_have(r, 8, what)) return 0;
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)r->p[r->off + i] << (8 * i);
+  r->off += 8;
+  return v;
+}
+
+/* A name: u8 length 1..255, bytes without NUL. */
+static void r_name(rbuf *r, char *dst, const char *what) {
+  size_t n = r_u8(r, what);
+  if (r->bad) return;
+  if (n == 0) {
+    r_fail(r, what);
+    return;
+  }
+  if (!r_have(r, n, what)) return;
+  if (memchr(r->p + r->off, 0, n)) {
+    r_fail(r, what);
+    return;
+  }
+  memcpy(dst, r->p + r->off, n);
+  dst[n] = '\0';
+  r->off += n;
+}
+
+/* A text: u16 length 0..511, bytes (a NUL inside only shortens what is shown). */
+static void r_text(rbuf *r, char *dst, const char *what) {
+  size_t n = r_u16(r, what);
+  if (r->bad) return;
+  if (n > COORD_MAX_TEXT) {
+    r_fail(r, what);
+    return;
+  }
+  if (!r_have(r, n, what)) return;
+  memcpy(dst, r->p + r->off, n);
+  dst[n] = '\0';
+  r->off += n;
+}
+
+static int32_t r_rank(rbuf *r, int32_t lo, int32_t hi, const char *what) {
+  uint32_t v = r_u32(r, what);
+  if (r->bad) return 0;
+  int32_t s = (int32_t)v;
+  if (s < lo || s > hi) {
+    r_fail(r, what);
+    return 0;
+  }
+  return s;
+}
+
+static uint32_t *r_u32_array(rbuf *r, uint32_t n, const char *what) {
+  if (r->bad) return NULL;
+  if (!r_have(r, (size_t)n * 4, what)) return NULL;
+  uint32_t *a = malloc((size_t)n * sizeof *a);
+  if (!a) {
+    r_fail(r, "out of memory");
+    return NULL;
+  }
+  for (uint32_t i = 0; i < n; i++) a[i] = r_u32(r, what);
+  return a;
+}
+
+fgb_status coord_msg_decode(const uint8_t *p, size_t len, coord_msg *m, char *err, size_t errlen) {
+  rbuf r = {p, len, 0, err, errlen, 0};
+  coord_msg_init(m, 0);
+  if (!p && len) {
+    r_fail(&r, "NULL bytes");
+    return FGB_EPROTO;
+  }
+  uint8_t ver = r_u8(&r, "version");
+  if (!r.bad && ver != COORD_WIRE_VERSION) {
+    coord_fmt(err, errlen, "control message version %u, expected %u", ver, COORD_WIRE_VERSION);
+    return FGB_EPROTO;
+  }
+  m->type = r_u8(&r, "type");
+  r_name(&r, m->job.name, "job name");
+  m->job.incarnation = r_u64(&r, "job incarnation");
+  switch (r.bad ? 0 : m->type) {
+    case 0:
+      break;
+    case COORD_MSG_JOIN:
+      m->rank = r_rank(&r, 0, COORD_MAX_JOB_SIZE - 1, "JOIN rank");
+      m->size = r_rank(&r, 1, COORD_MAX_JOB_SIZE, "JOIN size");
+      if (!r.bad && m->rank >= m->size) r_fail(&r, "JOIN rank >= size");
+      break;
+    case COORD_MSG_LEAVE:
+      m->rank = r_rank(&r, 0, COORD_MAX_JOB_SIZE - 1, "LEAVE rank");
+      m->abort = r_u8(&r, "LEAVE abort");
+      if (!r.bad && m->abort > 1) r_fail(&r, "LEAVE abort flag not 0/1");
+      r_text(&r, m->text, "LEAVE reason");
+      break;
+    case COORD_MSG_META:
+      m->rank = r_rank(&r, 0, COORD_MAX_JOB_SIZE - 1, "META rank");
+      r_name(&r, m->meta.name, "META tensor name");
+      m->meta.count = r_u64(&r, "META count");
+      m->meta.dtype = (fgb_dtype)r_u8(&r, "META dtype");
+      if (!r.bad && coord_dtype_size(m->meta.dtype) == 0) r_fail(&r, "META dtype unknown");
+      m->meta.ndim = r_u8(&r, "META ndim");
+      if (!r.bad && m->meta.ndim > COORD_MAX_DIMS) r_fail(&r, "META ndim > 8");
+      for (uint32_t i = 0; !r.bad && i < m->meta.ndim; i++)
+        m->meta.shape[i] = r_u64(&r, "META shape");
+      m->meta.bytes = r_u64(&r, "META bytes");
+      break;
+    case COORD_MSG_READY:
+    case COORD_MSG_ISSUE:
+      if (m->type == COORD_MSG_READY) {
+        m->rank = r_rank(&r, 0, COORD_MAX_JOB_SIZE - 1, "READY rank");
+      } else {
+        m->job_key = r_u64(&r, "ISSUE job key");
+        m->seq = r_u64(&r, "ISSUE seq");
+      }
+      m->step = r_u64(&r, "step");
+      m->nkeys = r_u32(&r, "key count");
+      if (!r.bad && (m->nkeys == 0 || m->nkeys > COORD_MAX_BATCH)) r_fail(&r, "key count");
+      m->keys = r_u32_array(&r, m->nkeys, "keys");
+      break;
+    case COORD_MSG_FORMED:
+      m->job_key = r_u64(&r, "FORMED job key");
+      m->seq = r_u64(&r, "FORMED seq");
+      m->nranks = r_rank(&r, 1, COORD_MAX_JOB_SIZE, "FORMED size");
+      m->ranks = (int32_t *)r_u32_array(&r, (uint32_t)m->nranks, "FORMED world ranks");
+      for (int32_t i = 0; !r.bad && i < m->nranks; i++)
+        if (m->ranks[i] < 0) r_fail(&r, "FORMED world rank negative");
+      break;
+    case COORD_MSG_REFUSED:
+      m->rank = r_rank(&r, 0, COORD_MAX_JOB_SIZE - 1, "REFUSED rank");
+      r_text(&r, m->text, "REFUSED text");
+      break;
+    case COORD_MSG_TENSOR_OK:
+    case COORD_MSG_MISMATCH:
+      m->job_key = r_u64(&r, "job key");
+      m->tensor_key = r_u32(&r, "tensor key");
+      r_name(&r, m->meta.name, "tensor name");
+      if (m->type == COORD_MSG_MISMATCH) r_text(&r, m->text, "MISMATCH text");
+      break;
+    case COORD_MSG_STALL:
+      m->job_key = r_u64(&r, "STALL job key");
+      m->step = r_u64(&r, "STALL step");
+      m->tensor_key = r_u32(&r, "STALL tensor key");
+      r_name(&r, m->meta.name, "STALL tensor name");
+      m->waited_ms = r_u64(&r, "STALL waited");
+      m->nranks = r_rank(&r, 0, COORD_MAX_JOB_SIZE, "STALL missing count");
+      if (m->nranks > 0) {
+        m->ranks = (int32_t *)r_u32_array(&r, (uint32_t)m->nranks, "STALL missing ranks");
+        for (int32_t i = 0; !r.bad && i < m->nranks; i++)
+          if (m->ranks[i] < 0) r_fail(&r, "STALL missing rank negative");
+      }
+      r_text(&r, m->text, "STALL text");
+      break;
+    case COORD_MSG_ABORT:
+      m->job_key = r_u64(&r, "ABORT job key");
+      m->failed_rank = r_rank(&r, -1, COORD_MAX_JOB_SIZE - 1, "ABORT failed rank");
+      r_text(&r, m->text, "ABORT text");
+      break;
+    case COORD_MSG_ERROR:
+      r_text(&r, m->text, "ERROR text");
+      break;
+    default:
+      coord_fmt(err, errlen, "control message type %u unknown", m->type);
+      r.bad = 1;
+      break;
+  }
+  if (!r.bad && r.off != r.len) {
+    coord_fmt(err, errlen, "control message %s has %zu trailing bytes", coord_msg_name(m->type),
+              r.len - r.off);
+    r.bad = 1;
+  }
+  if (r.bad) {
+    coord_msg_clear(m);
+    return FGB_EPROTO;
+  }
+  return FGB_OK;
+}

@@ -1,0 +1,626 @@
+/* daemon/scheduler/coordinator.c — the coordinator's per-daemon side: the local API (join, leave,
+ * register, ready), delivery of leader messages as events, the event queue and status. The
+ * leader's tables live in coord_leader.c, the codec in coord_wire.c.
+ *
+ * ---- Roles -----------------------------------------------------------------------------------
+ * Every daemon runs one instance; world rank 0's is also the leader. Local calls become messages
+ * to the leader; the leader answers with messages to the member daemons, which this file turns
+ * into events. The leader's own requests and its messages to itself are handled in place (never a
+ * SEND to itself), in the same order as they would travel, so its events keep sequence order.
+ *
+ * ---- Wire format (little-endian; all messages) ------------------------------------------------
+ *   u8 version (= 1)   u8 type   job: name (u8 len 1..255, bytes, no NUL), u64 incarnation
+ * then by type ("rank" = job rank, i32 sent as u32; text = u16 len 0..511 + bytes):
+ *   daemon -> leader
+ *   1 JOIN       rank (0..size-1), size (1..65536)
+ *   2 LEAVE      rank, u8 abort (0|1), text why
+ *   3 META       rank, name tensor, u64 count, u8 dtype (fgb_dtype 1..7), u8 ndim (0..8),
+ *                u64 shape[ndim], u64 dense bytes
+ *   4 READY      rank, u64 step, u32 n (1..65536), u32 keys[n]
+ *   leader -> daemon
+ *   16 FORMED    u64 job_key, u64 seq, u32 size (1..65536), u32 world_ranks[size] (job-rank order)
+ *   17 REFUSED   rank (the refused join's), text
+ *   18 TENSOR_OK u64 job_key, u32 tensor_key, name tensor
+ *   19 MISMATCH  u64 job_key, u32 tensor_key, name tensor, text
+ *   20 ISSUE     u64 job_key, u64 seq, u64 step, u32 n (1..65536), u32 keys[n]
+ *   21 STALL     u64 job_key, u64 step, u32 tensor_key, name tensor, u64 waited_ms,
+ *                u32 nmissing (0..65536), u32 missing_world_ranks[nmissing], text
+ *   22 ABORT     u64 job_key, i32 failed_rank (-1..65535), text
+ *   23 ERROR     text (a request of this daemon was rejected)
+ * Decoding checks every length and count against the bytes left and its cap, dtype and ndim
+ * ranges, rank ranges, no NUL in names, and no trailing bytes; a malformed message is FGB_EPROTO
+ * with a message and changes nothing. A daemon->leader type arriving at a non-leader, or a
+ * leader->daemon type from anyone but world rank 0, is FGB_EPROTO too.
+ *
+ * ---- Semantics -------------------------------------------------------------------------------
+ * Jobs are (name, incarnation). The leader forms a job when `size` distinct ranks joined from
+ * distinct daemons; it refuses (REFUSED -> COORD_EV_JOIN_REFUSED) a rank already joined elsewhere,
+ * a size differing from the first joiner's, a second join of the job from the same daemon, and
+ * a size above the world size. Formation assigns a job_key (leader counter, from 1) and a world
+ * seq, and sends FORMED to every member in job-rank order. A duplicate join on the same daemon is
+ * caught locally: coord_join returns FGB_EEXIST.
+ * Tensors: the leader keeps per job name -> key (0, 1, ... in first-registration order) with the
+ * first registrant's metadata; a registrant whose count, dtype, ndim and shape match gets
+ * TENSOR_OK; otherwise every member gets MISMATCH ("tensor 'w': count 100 on rank 0 but 200 on
+ * rank 1") and the tensor is unusable (READY naming it is rejected). META sent before the job
+ * formed is buffered at the leader and answered, in arrival order, right after FORMED.
+ * Readiness: the leader keeps per (job, step, key) the set of job ranks ready. A READY batch is
+ * validated whole first (job formed, sender hosts the rank, keys known and not mismatched) and
+ * rejected whole (ERROR to the sender) otherwise. Reports are idempotent: a rank reporting a
+ * pending (step, key) again changes nothing, and a report for a step at or below that key's last
+ * completed step, with no pending entry, is ignored as a late duplicate (so a tensor's steps are
+ * expected in increasing order on each rank). Entries completed by one READY all belong to one
+ * job and step; they are issued in the order that last READY listed them, grouped greedily up to
+ * cfg.fusion_bytes dense bytes (0: one tensor per ISSUE; a tensor larger than the limit goes
+ * alone), each group with the next world seq, sent to every member in job-rank order. The leader
+ * sends in seq order and links deliver in order, so every daemon sees FORMED/ISSUE in increasing
+ * seq (a member rejects a non-increasing seq as FGB_EPROTO).
+ * Stalls (cfg.stall_ms > 0; 0 disables): on coord_tick, an entry partially ready for longer than
+ * stall_ms is reported once: STALL to the leader's own queue and to every member daemon, naming
+ * the missing world ranks and the time waited. A completed entry is forgotten; a new one may
+ * stall again. Members keep received stalls for status until an ISSUE covers them.
+ * Aborts: LEAVE(abort) makes the leader send ABORT (failed_rank = the job rank) to every other
+ * member and forget the job (its entries are dropped; the same name and incarnation may form
+ * again). A clean LEAVE aborts the job ("... left with step s unfinished") if some pending entry
+ * lacks that rank, or later when an entry that rank can no longer complete is reported; before
+ * formation it withdraws the rank; when every rank left, the job is forgotten. The leader treats
+ * coord_peer_lost(w) as an abort of every job with a (not yet left) rank on w; a non-leader that
+ * loses world rank 0 aborts all its jobs locally ("control plane leader (world rank 0) lost") and
+ * refuses further local calls with FGB_EPEER.
+ * Rejected requests of a daemon (unknown job or key, rank not in the job, READY before FORMED)
+ * get ERROR -> COORD_EV_ERROR on that daemon; coord_on_message on the leader then also returns
+ * the error (not FGB_EPROTO: the link is fine). Only FGB_EPROTO means the bytes were malformed.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord_internal.h"
+
+typedef struct local_job {
+  coord_job_id id;
+  int rank, size, formed;
+  uint64_t job_key;
+  int *world_ranks; /* after FORMED */
+  uint32_t tensors_ok;
+  struct local_job *next;
+} local_job;
+
+/* A stall as a member heard of it (non-leaders; the leader reports from its own table). */
+typedef struct stall_rec {
+  coord_job_id job;
+  uint64_t job_key, step, waited_ms;
+  uint32_t key;
+  char name[COORD_MAX_NAME + 1];
+  int nmissing;
+  int *missing;
+  struct stall_rec *next;
+} stall_rec;
+
+struct coord {
+  coord_config cfg;
+  uint64_t now;
+  coord_event *q; /* FIFO: [qhead, qhead + qlen) */
+  size_t qhead, qlen, qcap;
+  local_job *jobs;
+  stall_rec *stalls;
+  uint64_t last_seq;
+  int leader_lost;
+  coord_leader *leader; /* world rank 0 only */
+};
+
+coord_leader *coord_get_leader(coord *c) {
+  return c->leader;
+}
+
+const coord_config *coord_cfg(const coord *c) {
+  return &c->cfg;
+}
+
+uint64_t coord_now(const coord *c) {
+  return c->now;
+}
+
+coord *coord_new(const coord_config *cfg) {
+  if (!cfg || cfg->world_size <= 0 || cfg->world_size > COORD_MAX_JOB_SIZE || cfg->world_rank < 0 ||
+      cfg->world_rank >= cfg->world_size)
+    return NULL;
+  coord *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->cfg = *cfg;
+  if (cfg->world_rank == 0) {
+    c->leader = coord_leader_new();
+    if (!c->leader) {
+      free(c);
+      return NULL;
+    }
+  }
+  return c;
+}
+
+static void stall_free(stall_rec *s) {
+  free(s->missing);
+  free(s);
+}
+
+static void local_job_free(local_job *j) {
+  free(j->world_ranks);
+  free(j);
+}
+
+void coord_free(coord *c) {
+  if (!c) return;
+  for (size_t i = 0; i < c->qlen; i++) coord_event_free(&c->q[(c->qhead + i) % c->qcap]);
+  free(c->q);
+  while (c->jobs) {
+    local_job *n = c->jobs->next;
+    local_job_free(c->jobs);
+    c->jobs = n;
+  }
+  while (c->stalls) {
+    stall_rec *n = c->stalls->next;
+    stall_free(c->stalls);
+    c->stalls = n;
+  }
+  coord_leader_free(c->leader);
+  free(c);
+}
+
+/* ---- event queue --------------------------------------------------------------------------- */
+/* Takes ownership of ev's pointers (also on failure, when they are freed). */
+static fgb_status push_event(coord *c, coord_event *ev) {
+  if (c->qlen == c->qcap) {
+    size_t cap = c->qcap ? c->qcap * 2 : 16;
+    coord_event *q = malloc(cap * sizeof *q);
+    if (!q) {
+      coord_event_free(ev);
+      return FGB_ENOMEM;
+    }
+    for (size_t i = 0; i < c->qlen; i++) q[i] = c->q[(c->qhead + i) % c->qcap];
+    free(c->q);
+    c->q = q;
+    c->qcap = cap;
+    c->qhead = 0;
+  }
+  c->q[(c->qhead + c->qlen) % c->qcap] = *ev;
+  c->qlen++;
+  return FGB_OK;
+}
+
+int coord_next_event(coord *c, coord_event *ev) {
+  if (!c || !ev || c->qlen == 0) return 0;
+  *ev = c->q[c->qhead];
+  c->qhead = (c->qhead + 1) % c->qcap;
+  c->qlen--;
+  return 1;
+}
+
+void coord_event_free(coord_event *ev) {
+  if (!ev) return;
+  free(ev->bytes);
+  free(ev->tensor_keys);
+  free(ev->world_ranks);
+  ev->bytes = NULL;
+  ev->tensor_keys = NULL;
+  ev->world_ranks = NULL;
+}
+
+static void event_init(coord_event *ev, coord_event_kind kind, const coord_msg *m) {
+  memset(ev, 0, sizeof *ev);
+  ev->kind = kind;
+  ev->peer = -1;
+  ev->failed_rank = -1;
+  if (m) {
+    ev->job = m->job;
+    ev->job_key = m->job_key;
+    ev->seq = m->seq;
+    ev->step = m->step;
+    ev->tensor_key = m->tensor_key;
+    memcpy(ev->tensor_name, m->meta.name, sizeof ev->tensor_name);
+    coord_fmt(ev->text, sizeof ev->text, "%s", m->text);
+  }
+}
+
+static int *copy_ranks(const int32_t *r, int32_t n) {
+  int *a = malloc((n > 0 ? (size_t)n : 1) * sizeof *a);
+  if (a)
+    for (int32_t i = 0; i < n; i++) a[i] = r[i];
+  return a;
+}
+
+/* ---- sending ------------------------------------------------------------------------------- */
+static fgb_status send_bytes(coord *c, int to, const coord_msg *m) {
+  coord_event ev;
+  event_init(&ev, COORD_EV_SEND, NULL);
+  ev.peer = to;
+  ev.job = m->job;
+  fgb_status st = coord_msg_encode(m, &ev.bytes, &ev.len);
+  if (st) return st;
+  return push_event(c, &ev);
+}
+
+static fgb_status member_deliver(coord *c, const coord_msg *m, char *err, size_t errlen);
+
+fgb_status coord_send(coord *c, int to, const coord_msg *m) {
+  if (to == c->cfg.world_rank) {
+    char err[256];
+    return member_deliver(c, m, err, sizeof err);
+  }
+  return send_bytes(c, to, m);
+}
+
+/* A request to the leader. On the leader itself it is handled in place; its outcome reaches this
+ * daemon as events (ERROR, REFUSED, ...), exactly as on any other daemon. */
+static fgb_status to_leader(coord *c, const coord_msg *m) {
+  if (c->leader) {
+    char err[256];
+    (void)coord_leader_handle(c, c->cfg.world_rank, m, err, sizeof err);
+    return FGB_OK;
+  }
+  return send_bytes(c, 0, m);
+}
+
+/* ---- local jobs ---------------------------------------------------------------------------- */
+static local_job *find_local(coord *c, const coord_job_id *id) {
+  for (local_job *j = c->jobs; j; j = j->next)
+    if (coord_job_eq(&j->id, id)) return j;
+  return NULL;
+}
+
+static void drop_stalls(coord *c, const coord_job_id *id) {
+  stall_rec **pp = &c->stalls;
+  while (*pp) {
+    if (coord_job_eq(&(*pp)->job, id)) {
+      stall_rec *s = *pp;
+      *pp = s->next;
+      stall_free(s);
+    } else {
+      pp = &(*pp)->next;
+    }
+  }
+}
+
+static void drop_local(coord *c, local_job *j) {
+  for (local_job **pp = &c->jobs; *pp; pp = &(*pp)->next) {
+    if (*pp == j) {
+      *pp = j->next;
+      drop_stalls(c, &j->id);
+      local_job_free(j);
+      return;
+    }
+  }
+}
+
+static fgb_status local_check(coord *c, const coord_job_id *job, local_job **out) {
+  if (!c || coord_job_check(job, NULL, 0)) return FGB_EINVAL;
+  if (c->leader_lost) return FGB_EPEER;
+  *out = find_local(c, job);
+  return *out ? FGB_OK : FGB_ENOTFOUND;
+}
+
+fgb_status coord_join(coord *c, const coord_job_id *job, int rank, int size) {
+  if (!c || coord_job_check(job, NULL, 0)) return FGB_EINVAL;
+  if (size < 1 || size > c->cfg.world_size || rank < 0 || rank >= size) return FGB_EINVAL;
+  if (c->leader_lost) return FGB_EPEER;
+  if (find_local(c, job)) return FGB_EEXIST;
+  local_job *j = calloc(1, sizeof *j);
+  if (!j) return FGB_ENOMEM;
+  j->id = *job;
+  j->rank = rank;
+  j->size = size;
+  j->next = c->jobs;
+  c->jobs = j;
+  coord_msg m;
+  coord_msg_init(&m, COORD_MSG_JOIN);
+  m.job = *job;
+  m.rank = rank;
+  m.size = size;
+  return to_leader(c, &m);
+}
+
+fgb_status coord_leave(coord *c, const coord_job_id *job, int abort, const char *why) {
+  local_job *j;
+  fgb_status st = local_check(c, job, &j);
+  if (st) return st;
+  coord_msg m;
+  coord_msg_init(&m, COORD_MSG_LEAVE);
+  m.job = *job;
+  m.rank = j->rank;
+  m.abort = abort ? 1 : 0;
+  coord_fmt(m.text, sizeof m.text, "%s", why ? why : "");
+  drop_local(c, j);
+  return to_leader(c, &m);
+}
+
+fgb_status coord_register(coord *c, const coord_job_id *job, const coord_tensor_meta *meta) {
+  local_job *j;
+  fgb_status st = local_check(c, job, &j);
+  if (st) return st;
+  if (coord_meta_check(meta, NULL, 0)) return FGB_EINVAL;
+  coord_msg m;
+  coord_msg_init(&m, COORD_MSG_META);
+  m.job = *job;
+  m.rank = j->rank;
+  m.meta = *meta;
+  for (uint32_t i = meta->ndim; i < COORD_MAX_DIMS; i++) m.meta.shape[i] = 0;
+  return to_leader(c, &m);
+}
+
+fgb_status coord_ready(coord *c, const coord_job_id *job, uint64_t step, const uint32_t *keys,
+                       uint32_t n) {
+  local_job *j;
+  fgb_status st = local_check(c, job, &j);
+  if (st) return st;
+  if (n > 0 && !keys) return FGB_EINVAL;
+  if (!j->formed) return FGB_EAGAIN;
+  /* Batches above the wire cap travel as several READY messages, in order. */
+  for (uint32_t off = 0; off < n; off += COORD_MAX_BATCH) {
+    coord_msg m;
+    coord_msg_init(&m, COORD_MSG_READY);
+    m.job = *job;
+    m.rank = j->rank;
+    m.step = step;
+    m.nkeys = n - off < COORD_MAX_BATCH ? n - off : COORD_MAX_BATCH;
+    m.keys = (uint32_t *)(keys + off); /* borrowed: not cleared */
+    st = to_leader(c, &m);
+    if (st) return st;
+  }
+  return FGB_OK;
+}
+
+void coord_peer_lost(coord *c, int world_rank) {
+  if (!c || world_rank < 0 || world_rank >= c->cfg.world_size) return;
+  if (world_rank == c->cfg.world_rank) return;
+  if (c->leader) {
+    coord_leader_peer_lost(c, world_rank);
+    return;
+  }
+  if (world_rank != 0) return; /* the leader tells us which jobs that loss aborts */
+  c->leader_lost = 1;
+  while (c->jobs) {
+    local_job *j = c->jobs;
+    coord_event ev;
+    event_init(&ev, COORD_EV_JOB_ABORTED, NULL);
+    ev.job = j->id;
+    ev.job_key = j->job_key;
+    coord_fmt(ev.text, sizeof ev.text, "control plane leader (world rank 0) lost");
+    (void)push_event(c, &ev);
+    drop_local(c, j);
+  }
+}
+
+void coord_tick(coord *c, uint64_t now_ms) {
+  if (!c) return;
+  if (now_ms > c->now) c->now = now_ms;
+  if (c->leader) coord_leader_tick(c);
+}
+
+/* ---- leader -> member delivery ------------------------------------------------------------- */
+static fgb_status check_world_ranks(coord *c, const coord_msg *m, char *err, size_t errlen) {
+  for (int32_t i = 0; i < m->nranks; i++) {
+    if (m->ranks[i] >= c->cfg.world_size) {
+      coord_fmt(err, errlen, "%s: world rank %d out of range (world size %d)",
+                coord_msg_name(m->type), m->ranks[i], c->cfg.world_size);
+      return FGB_EPROTO;
+    }
+  }
+  return FGB_OK;
+}
+
+static fgb_status check_seq(coord *c, const coord_msg *m, char *err, size_t errlen) {
+  if (m->seq <= c->last_seq) {
+    coord_fmt(err, errlen, "%s: seq %llu not above the last seq %llu", coord_msg_name(m->type),
+              (unsigned long long)m->seq, (unsigned long long)c->last_seq);
+    return FGB_EPROTO;
+  }
+  return FGB_OK;
+}
+
+static void stall_clear_issued(coord *c, const coord_msg *m) {
+  stall_rec **pp = &c->stalls;
+  while (*pp) {
+    stall_rec *s = *pp;
+    int hit = 0;
+    if (s->job_key == m->job_key && s->step == m->step)
+      for (uint32_t i = 0; i < m->nkeys && !hit; i++) hit = m->keys[i] == s->key;
+    if (hit) {
+      *pp = s->next;
+      stall_free(s);
+    } else {
+      pp = &s->next;
+    }
+  }
+}
+
+static fgb_status member_deliver(coord *c, const coord_msg *m, char *err, size_t errlen) {
+  coord_event ev;
+  local_job *j = find_local(c, &m->job);
+  fgb_status st;
+  switch (m->type) {
+    case COORD_MSG_FORMED: {
+      if ((st = check_seq(c, m, err, errlen)) || (st = check_world_ranks(c, m, err, errlen)))
+        return st;
+      if (j && !j->formed && (m->nranks != j->size || m->ranks[j->rank] != c->cfg.world_rank)) {
+        coord_fmt(err, errlen, "FORMED for job '%s': size %d / world ranks disagree with the join",
+                  m->job.name, m->nranks);
+        return FGB_EPROTO;
+      }
+      int *wr = copy_ranks(m->ranks, m->nranks);
+      int *wr2 = j && !j->formed ? copy_ranks(m->ranks, m->nranks) : NULL;
+      if (!wr || (j && !j->formed && !wr2)) {
+        free(wr);
+        free(wr2);
+        return FGB_ENOMEM;
+      }
+      c->last_seq = m->seq;
+      if (j && !j->formed) {
+        j->formed = 1;
+        j->job_key = m->job_key;
+        j->world_ranks = wr2;
+      }
+      event_init(&ev, COORD_EV_JOB_FORMED, m);
+      ev.job_size = m->nranks;
+      ev.world_ranks = wr;
+      return push_event(c, &ev);
+    }
+    case COORD_MSG_ISSUE: {
+      if ((st = check_seq(c, m, err, errlen))) return st;
+      uint32_t *keys = malloc((size_t)m->nkeys * sizeof *keys);
+      if (!keys) return FGB_ENOMEM;
+      memcpy(keys, m->keys, (size_t)m->nkeys * sizeof *keys);
+      c->last_seq = m->seq;
+      stall_clear_issued(c, m);
+      event_init(&ev, COORD_EV_ISSUE, m);
+      ev.ntensors = m->nkeys;
+      ev.tensor_keys = keys;
+      return push_event(c, &ev);
+    }
+    case COORD_MSG_REFUSED:
+      if (j && !j->formed && j->rank == m->rank) drop_local(c, j);
+      event_init(&ev, COORD_EV_JOIN_REFUSED, m);
+      return push_event(c, &ev);
+    case COORD_MSG_TENSOR_OK:
+      if (j) j->tensors_ok++;
+      event_init(&ev, COORD_EV_TENSOR_OK, m);
+      return push_event(c, &ev);
+    case COORD_MSG_MISMATCH:
+      event_init(&ev, COORD_EV_TENSOR_MISMATCH, m);
+      return push_event(c, &ev);
+    case COORD_MSG_STALL: {
+      if ((st = check_world_ranks(c, m, err, errlen))) return st;
+      stall_rec *s = NULL;
+      if (!c->leader) {
+        s = calloc(1, sizeof *s);
+        if (!s) return FGB_ENOMEM;
+        s->missing = copy_ranks(m->ranks, m->nranks);
+        if (!s->missing) {
+          free(s);
+          return FGB_ENOMEM;
+        }
+      }
+      int *miss = copy_ranks(m->ranks, m->nranks);
+      if (!miss) {
+        if (s) stall_free(s);
+        return FGB_ENOMEM;
+      }
+      if (s) {
+        s->job = m->job;
+        s->job_key = m->job_key;
+        s->step = m->step;
+        s->waited_ms = m->waited_ms;
+        s->key = m->tensor_key;
+        memcpy(s->name, m->meta.name, sizeof s->name);
+        s->nmissing = m->nranks;
+        s->next = c->stalls;
+        c->stalls = s;
+      }
+      event_init(&ev, COORD_EV_STALL, m);
+      ev.world_ranks = miss;
+      ev.nmissing = m->nranks;
+      return push_event(c, &ev);
+    }
+    case COORD_MSG_ABORT:
+      if (j) drop_local(c, j);
+      drop_stalls(c, &m->job);
+      event_init(&ev, COORD_EV_JOB_ABORTED, m);
+      ev.failed_rank = m->failed_rank;
+      return push_event(c, &ev);
+    case COORD_MSG_ERROR:
+      event_init(&ev, COORD_EV_ERROR, m);
+      return push_event(c, &ev);
+    default:
+      coord_fmt(err, errlen, "control message %s is not for a member daemon",
+                coord_msg_name(m->type));
+      return FGB_EPROTO;
+  }
+}
+
+fgb_status coord_on_message(coord *c, int from, const uint8_t *bytes, size_t len, char *err,
+                            size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  if (!c) return FGB_EINVAL;
+  if (from < 0 || from >= c->cfg.world_size || from == c->cfg.world_rank) {
+    coord_fmt(err, errlen, "control message from invalid world rank %d", from);
+    return FGB_EINVAL;
+  }
+  coord_msg m;
+  fgb_status st = coord_msg_decode(bytes, len, &m, err, errlen);
+  if (st) return st;
+  if (m.type < COORD_MSG_FORMED) {
+    if (!c->leader) {
+      coord_fmt(err, errlen, "control message %s from world rank %d: this daemon is not the leader",
+                coord_msg_name(m.type), from);
+      st = FGB_EPROTO;
+    } else {
+      st = coord_leader_handle(c, from, &m, err, errlen);
+    }
+  } else if (from != 0) {
+    coord_fmt(err, errlen, "control message %s from world rank %d: only the leader sends it",
+              coord_msg_name(m.type), from);
+    st = FGB_EPROTO;
+  } else {
+    st = member_deliver(c, &m, err, errlen);
+  }
+  coord_msg_clear(&m);
+  return st;
+}
+
+/* ---- status -------------------------------------------------------------------------------- */
+size_t coord_json_putf(char *buf, size_t cap, size_t off, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(off < cap ? buf + off : NULL, off < cap ? cap - off : 0, fmt, ap);
+  va_end(ap);
+  return n > 0 ? off + (size_t)n : off;
+}
+
+size_t coord_json_str(char *buf, size_t cap, size_t off, const char *s) {
+  off = coord_json_putf(buf, cap, off, "\"");
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\')
+      off = coord_json_putf(buf, cap, off, "\\%c", *p);
+    else if (*p < 0x20 || *p == 0x7f)
+      off = coord_json_putf(buf, cap, off, "\\u%04x", *p);
+    else
+      off = coord_json_putf(buf, cap, off, "%c", *p);
+  }
+  return coord_json_putf(buf, cap, off, "\"");
+}
+
+size_t coord_status_json(const coord *c, char *buf, size_t cap) {
+  if (buf && cap) buf[0] = '\0';
+  if (!buf) cap = 0;
+  if (!c) return coord_json_putf(buf, cap, 0, "[]");
+  if (c->leader) return coord_leader_status(c, buf, cap, 0);
+  size_t off = coord_json_putf(buf, cap, 0, "[");
+  for (const local_job *j = c->jobs; j; j = j->next) {
+    off = coord_json_putf(buf, cap, off, "%s{\"name\":", j == c->jobs ? "" : ",");
+    off = coord_json_str(buf, cap, off, j->id.name);
+    off = coord_json_putf(buf, cap, off,
+                          ",\"incarnation\":%llu,\"key\":%llu,\"size\":%d,\"rank\":%d,"
+                          "\"formed\":%s,\"tensors\":%u,\"next_seq\":%llu,\"ranks\":[",
+                          (unsigned long long)j->id.incarnation, (unsigned long long)j->job_key,
+                          j->size, j->rank, j->formed ? "true" : "false", j->tensors_ok,
+                          (unsigned long long)c->last_seq + 1);
+    for (int i = 0; j->formed && i < j->size; i++)
+      off = coord_json_putf(buf, cap, off, "%s%d", i ? "," : "", j->world_ranks[i]);
+    off = coord_json_putf(buf, cap, off, "],\"stalls\":[");
+    int first = 1;
+    for (const stall_rec *s = c->stalls; s; s = s->next) {
+      if (!coord_job_eq(&s->job, &j->id)) continue;
+      off = coord_json_putf(buf, cap, off,
+                            "%s{\"step\":%llu,\"key\":%u,\"tensor\":", first ? "" : ",",
+                            (unsigned long long)s->step, s->key);
+      off = coord_json_str(buf, cap, off, s->name);
+      off = coord_json_putf(buf, cap, off, ",\"waited_ms\":%llu,\"missing\":[",
+                            (unsigned long long)s->waited_ms);
+      for (int i = 0; i < s->nmissing; i++)
+        off = coord_json_putf(buf, cap, off, "%s%d", i ? "," : "", s->missing[i]);
+      off = coord_json_putf(buf, cap, off, "]}");
+      first = 0;
+    }
+    off = coord_json_putf(buf, cap, off, "]}");
+  }
+  return coord_json_putf(buf, cap, off, "]");
+}
