@@ -106,5 +106,57 @@ fgb_status sched_plan_decode(sched_plan *p, const uint8_t *buf, size_t len, char
  */
 int sched_compress_pays(const sched_costs *c, int nranks, uint64_t elems, uint64_t k,
                         char reason[SCHED_REASON_MAX]);
+/* The same with the dense element size (sched_compress_pays assumes 4-byte elements). The sparse
+ * payload is the compressor's fixed-capacity COO: 8-byte header + k fp32 values + k int32 indices.
+ */
+int sched_compress_pays_sz(const sched_costs *c, int nranks, uint64_t elems, uint32_t elem_size,
+                           uint64_t k, char reason[SCHED_REASON_MAX]);
+
+/* ---- agreement (plan.c) -------------------------------------------------------------------- */
+/* What one rank observed: the tensors in its own ready order, its ready times (NULL if not
+ * measured) and its own fitted costs. */
+typedef struct sched_rank_obs {
+  uint32_t ntensors;
+  const sched_tensor *tensors;
+  const double *ready; /* same order as tensors, or NULL */
+  sched_costs costs;
+} sched_rank_obs;
+
+/* Agreed inputs, owning their arrays. `in` is what every rank hands its policy. */
+typedef struct sched_agreed {
+  sched_inputs in;
+  sched_tensor *tensors_;
+  double *ready_;
+} sched_agreed;
+
+/* Runs on every rank over the observations exchanged through the control plane (obs[r] = rank r's)
+ * and gives every rank the same inputs: rank 0's order; per tensor the worst (latest) ready time
+ * over ranks, a non-finite time meaning "no gradient this step" (it stays +INFINITY); per cost
+ * parameter the worst (largest) value over ranks, since a collective ends when its slowest rank
+ * does. Ready times are kept only if every rank measured them. Tensor sets must match (same ids,
+ * counts, element sizes, compressibility, density): FGB_EMISMATCH names the tensor and rank
+ * otherwise. `options` is copied by pointer (the job's configuration, identical everywhere). */
+fgb_status sched_agree(const sched_rank_obs *obs, int nranks, const char *options,
+                       sched_agreed *out, char *err, size_t errlen);
+void sched_agreed_free(sched_agreed *a);
+
+/* ---- plan versions (plan.c) ---------------------------------------------------------------- */
+/* Give a freshly computed plan its identity: version = prev->version + 1 (1 with no prev) and
+ * first_step = agreed_step + lead, where agreed_step is the step whose measurements were agreed
+ * (the same on every rank) and lead >= 1 leaves time for every rank to have the plan. */
+void sched_plan_stamp(sched_plan *p, const sched_plan *prev, uint64_t agreed_step, uint64_t lead);
+/* Re-planning step for policies with SCHED_REPLANS, run by every rank on agreed inputs measured at
+ * agreed_step: returns 1 with *next filled and stamped when ops->should_replan says so, 0 when the
+ * current plan stays, or a negative fgb_status. */
+int sched_replan(const sched_policy_ops *ops, const sched_plan *cur, const sched_inputs *measured,
+                 uint64_t agreed_step, uint64_t lead, sched_plan *next, char *err, size_t errlen);
+/* The plan in force at `step`: the highest version whose first_step <= step, or NULL. */
+const sched_plan *sched_plan_active(const sched_plan *const *plans, size_t n, uint64_t step);
+
+/* ---- policy options (plan.c) --------------------------------------------------------------- */
+/* Value of `key` in "key=value,..." as a double within [lo, hi]; def when absent. An unparsable or
+ * out-of-range value is FGB_EINVAL naming the key. */
+fgb_status sched_opt_double(const char *options, const char *key, double def, double lo, double hi,
+                            double *out, char *err, size_t errlen);
 
 #endif

@@ -1,0 +1,45 @@
+/* daemon/scheduler/dear.c — policy "dear" (DeAR, ICDCS'23): each all-reduce is split into a
+ * reduce-scatter issued during backward and an all-gather issued before the next forward, where
+ * it overlaps with the forward of earlier layers. Buffers fuse consecutive tensors in backward
+ * order up to fusion_mb megabytes (default 25, DeAR's THRESHOLD; 0 = one tensor per buffer).
+ * Dense only: DeAR's volume argument holds for all-reduce, not for sparse payloads.
+ */
+#include <stdio.h>
+
+#include "planner.h"
+
+static fgb_status dear_plan(const sched_inputs *in, sched_plan *out, char *err, size_t errlen) {
+  double mb;
+  fgb_status st =
+      sched_opt_double(in ? in->options : NULL, "fusion_mb", 25.0, 0, 1e9, &mb, err, errlen);
+  if (st != FGB_OK) return st;
+  st = sched_plan_begin(out, in, "dear", SCHED_SPLIT, in ? in->ntensors : 0, err, errlen);
+  if (st != FGB_OK) return st;
+  double thr = mb * 1024 * 1024;
+  uint32_t i = 0;
+  while (i < in->ntensors) {
+    double bytes = (double)in->tensors[i].count * in->tensors[i].elem_size;
+    uint32_t j = i + 1;
+    while (j < in->ntensors) {
+      double b = (double)in->tensors[j].count * in->tensors[j].elem_size;
+      if (bytes + b > thr) break;
+      bytes += b;
+      j++;
+    }
+    sched_plan_push(out, in, i, j - i);
+    sched_buffer *sb = &out->buffers[out->nbuffers - 1];
+    sb->compress = 0;
+    sb->k = 0;
+    snprintf(sb->reason, SCHED_REASON_MAX, "dense: reduce-scatter/all-gather split");
+    i = j;
+  }
+  return sched_plan_finish(out, in, err, errlen);
+}
+
+const sched_policy_ops sched_dear_ops = {
+    .name = "dear",
+    .flags = SCHED_SPLIT,
+    .plan = dear_plan,
+    .compose = NULL,
+    .should_replan = NULL,
+};

@@ -1,0 +1,157 @@
+/* daemon/scheduler/fgbuff.c — policy "fgbuff": quantity-based inter-worker buffering with adaptive
+ * intra-worker buffer sizes (the FGBuff idea, re-done on measured costs; see
+ * docs/scheduling.md and the reference notes for the seed's defects this avoids).
+ *
+ * Inter-worker: a buffer is "the next N tensors in the agreed backward order", identical on every
+ * rank, with a fixed k per buffer, so every rank contributes the same payload to collective #b and
+ * nobody waits for another rank's composition. Intra-worker: buffers are sized on the timeline so
+ * that buffer b+1's backward and compression finish while buffer b is on the wire:
+ *  1. greedy pass: buffer b+1 absorbs every following tensor whose backward and compression would
+ *     complete before the link frees (hidden, so merging only saves start-ups); when the link
+ *     would idle, a tensor joins only if the merged buffer still finishes no later than sending it
+ *     separately (start-up saved >= wait added). Once communication runs past the end of backward
+ *     everything left is ready before the link frees, so the tail becomes one buffer by rule 1.
+ *  2. refinement: boundaries are moved by one tensor or removed while the simulated iteration
+ *     gets shorter (deterministic order, strict improvement, bounded passes).
+ * Compression is assumed on a side stream (the daemon's own stream), per buffer only when it pays.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner.h"
+
+#define FGBUFF_MAX_PASSES 16
+
+/* Iteration end (forward excluded) of the plan given by buffer start positions bounds[0..nb) */
+static double eval(const sched_inputs *in, const double *ready, double bwd_end,
+                   const uint32_t *bounds, uint32_t nb) {
+  sched_tl tl = {0, 0};
+  for (uint32_t b = 0; b < nb; b++) {
+    uint32_t s = bounds[b], e = b + 1 < nb ? bounds[b + 1] : in->ntensors;
+    sched_acc a;
+    sched_buffer sb;
+    sched_acc_init(&a);
+    for (uint32_t i = s; i < e; i++) sched_acc_add(&a, &in->tensors[i], ready[i]);
+    sched_acc_decide(&a, in, &sb);
+    sched_tl_commit(&tl, &in->costs, in->nranks, &sb, a.ready);
+  }
+  return tl.comm_free > bwd_end ? tl.comm_free : bwd_end;
+}
+
+static uint32_t greedy(const sched_inputs *in, const double *ready, uint32_t *bounds) {
+  const sched_costs *c = &in->costs;
+  int P = in->nranks;
+  sched_tl tl = {0, 0};
+  uint32_t nb = 0, i = 0;
+  while (i < in->ntensors) {
+    sched_acc g;
+    sched_buffer bg;
+    sched_acc_init(&g);
+    sched_acc_add(&g, &in->tensors[i], ready[i]);
+    sched_acc_decide(&g, in, &bg);
+    uint32_t j = i + 1;
+    for (; j < in->ntensors; j++) {
+      sched_acc gj = g;
+      sched_buffer bgj;
+      sched_acc_add(&gj, &in->tensors[j], ready[j]);
+      sched_acc_decide(&gj, in, &bgj);
+      int hidden = nb > 0 && sched_tl_comm_ready(&tl, c, &bgj, gj.ready) <= tl.comm_free;
+      if (!hidden) {
+        sched_tl ta = tl;
+        sched_tl_commit(&ta, c, P, &bg, g.ready);
+        sched_acc one;
+        sched_buffer bone;
+        sched_acc_init(&one);
+        sched_acc_add(&one, &in->tensors[j], ready[j]);
+        sched_acc_decide(&one, in, &bone);
+        if (sched_tl_finish(&tl, c, P, &bgj, gj.ready) >
+            sched_tl_finish(&ta, c, P, &bone, one.ready))
+          break;
+      }
+      g = gj;
+      bg = bgj;
+    }
+    bounds[nb++] = i;
+    sched_tl_commit(&tl, c, P, &bg, g.ready);
+    i = j;
+  }
+  return nb;
+}
+
+static int better(double cand, double cur) {
+  return cand < cur - 1e-12 * (cur > 0 ? cur : 0) - 1e-15;
+}
+
+static uint32_t refine(const sched_inputs *in, const double *ready, double bwd_end,
+                       uint32_t *bounds, uint32_t nb) {
+  double cur = eval(in, ready, bwd_end, bounds, nb);
+  for (int pass = 0; pass < FGBUFF_MAX_PASSES; pass++) {
+    int improved = 0;
+    for (uint32_t b = 1; b < nb; b++) {
+      uint32_t end = b + 1 < nb ? bounds[b + 1] : in->ntensors;
+      uint32_t orig = bounds[b];
+      /* move the boundary one tensor earlier or later, keeping both buffers non-empty */
+      const int moves[2] = {-1, 1};
+      for (int m = 0; m < 2; m++) {
+        uint32_t nbnd = (uint32_t)((int64_t)orig + moves[m]);
+        if (nbnd <= bounds[b - 1] || nbnd >= end) continue;
+        bounds[b] = nbnd;
+        double v = eval(in, ready, bwd_end, bounds, nb);
+        if (better(v, cur)) {
+          cur = v;
+          orig = nbnd;
+          improved = 1;
+        }
+        bounds[b] = orig;
+      }
+      /* remove the boundary (merge buffers b-1 and b) */
+      uint32_t saved = bounds[b];
+      memmove(&bounds[b], &bounds[b + 1], (nb - b - 1) * sizeof *bounds);
+      double v = eval(in, ready, bwd_end, bounds, nb - 1);
+      if (better(v, cur)) {
+        cur = v;
+        nb--;
+        improved = 1;
+        b--; /* the next boundary moved into slot b: examine it next */
+        continue;
+      }
+      memmove(&bounds[b + 1], &bounds[b], (nb - b - 1) * sizeof *bounds);
+      bounds[b] = saved;
+    }
+    if (!improved) break;
+  }
+  return nb;
+}
+
+static fgb_status fgbuff_plan(const sched_inputs *in, sched_plan *out, char *err, size_t errlen) {
+  fgb_status st = sched_plan_begin(out, in, "fgbuff", 0, in ? in->ntensors : 0, err, errlen);
+  if (st != FGB_OK) return st;
+  uint32_t n = in->ntensors;
+  double *ready = malloc((n ? n : 1) * sizeof *ready);
+  uint32_t *bounds = malloc((n ? n : 1) * sizeof *bounds);
+  if (!ready || !bounds) {
+    free(ready);
+    free(bounds);
+    sched_plan_free(out);
+    return FGB_ENOMEM;
+  }
+  double flush = sched_flush_time(in);
+  for (uint32_t i = 0; i < n; i++) ready[i] = sched_ready_at(in, i, flush);
+  uint32_t nb = n ? greedy(in, ready, bounds) : 0;
+  nb = refine(in, ready, flush, bounds, nb);
+  for (uint32_t b = 0; b < nb; b++) {
+    uint32_t e = b + 1 < nb ? bounds[b + 1] : n;
+    sched_plan_push(out, in, bounds[b], e - bounds[b]);
+  }
+  free(ready);
+  free(bounds);
+  return sched_plan_finish(out, in, err, errlen);
+}
+
+const sched_policy_ops sched_fgbuff_ops = {
+    .name = "fgbuff",
+    .flags = 0,
+    .plan = fgbuff_plan,
+    .compose = NULL,
+    .should_replan = NULL,
+};
