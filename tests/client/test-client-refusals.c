@@ -1,0 +1,51 @@
+/* test-client-refusals: the daemon refusing us — a HelloReply of another protocol version (the
+ * error names both), and a fatal asynchronous Error after which the daemon closes: the error is
+ * reported once, then every call reports the closed connection. Each case is its own fake daemon.
+ */
+#include "fgbuff/client.h"
+#include "mockd.h"
+
+static void newer_daemon(mockd *m) {
+  mockd_hello(m, 9);
+}
+
+static void fatal_later(mockd *m) {
+  mockd_hello(m, 1);
+  Fgbuff__V1__Envelope *q = mockd_expect(m, FGBUFF__V1__ENVELOPE__BODY_CONFIG_GET);
+  Fgbuff__V1__ConfigReply cr = FGBUFF__V1__CONFIG_REPLY__INIT;
+  cr.value = "1";
+  Fgbuff__V1__Envelope e = FGBUFF__V1__ENVELOPE__INIT;
+  e.req_id = q->req_id;
+  e.body_case = FGBUFF__V1__ENVELOPE__BODY_CONFIG_REPLY;
+  e.config_reply = &cr;
+  /* The fatal error comes before the reply the client is waiting for. */
+  mockd_error(m, 0, -13, "uid 1234 is not allowed by the daemon's policy", 1);
+  mockd_send(m, &e);
+  fgbuff__v1__envelope__free_unpacked(q, NULL);
+}
+
+int main(void) {
+  mockd m;
+  fgb_client *c;
+  mockd_start(&m, "d.sock", newer_daemon);
+  REQUIRE(fgb_client_new(&c) == FGB_OK);
+  CHECK(fgb_connect(c, m.path) == FGB_EPROTO);
+  const char *msg = fgb_client_error(c);
+  CHECK_MSG(strstr(msg, "9") && strstr(msg, "1"), "\"%s\" does not name both versions", msg);
+  CHECK(fgb_status_json(c, &(char *){NULL}) != FGB_OK);
+  mockd_join(&m);
+  fgb_client_free(c);
+
+  mockd_start(&m, "d.sock", fatal_later);
+  REQUIRE(fgb_client_new(&c) == FGB_OK);
+  REQUIRE(fgb_connect(c, m.path) == FGB_OK);
+  char *v = NULL;
+  CHECK(fgb_config_get(c, "log_level", &v) == FGB_EPERM);
+  CHECK(v == NULL);
+  CHECK(strstr(fgb_client_error(c), "not allowed") != NULL);
+  CHECK(fgb_config_get(c, "log_level", &v) == FGB_ECLOSED);
+  CHECK(fgb_end_step(c, 1) == FGB_ECLOSED);
+  mockd_join(&m);
+  fgb_client_free(c);
+  TEST_DONE();
+}
