@@ -1,0 +1,359 @@
+/* daemon/compress/comp_common.c — shared pieces of the compressors: option parsing, parameter
+ * checks, the versioned state blob and the COO sparsifier skeleton (see comp_common.h). */
+#include "comp_common.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+fgb_status comp_errf(char *err, size_t errlen, const char *fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return FGB_EINVAL;
+}
+
+static char *trim(char *s) {
+  while (*s == ' ' || *s == '\t') s++;
+  char *e = s + strlen(s);
+  while (e > s && (e[-1] == ' ' || e[-1] == '\t')) *--e = '\0';
+  return s;
+}
+
+static fgb_status set_opt(const char *cname, const comp_opt *o, const char *val, char *err,
+                          size_t errlen) {
+  char *end = NULL;
+  errno = 0;
+  switch (o->type) {
+    case COMP_OPT_DOUBLE: {
+      double d = strtod(val, &end);
+      if (end == val || *end || errno || !isfinite(d) || d < o->min || d > o->max)
+        return comp_errf(err, errlen, "%s: option '%s': bad value '%s' (a number in [%g, %g])",
+                         cname, o->key, val, o->min, o->max);
+      *(double *)o->dst = d;
+      return FGB_OK;
+    }
+    case COMP_OPT_INT: {
+      long long v = strtoll(val, &end, 10);
+      if (end == val || *end || errno || (double)v < o->min || (double)v > o->max)
+        return comp_errf(err, errlen,
+                         "%s: option '%s': bad value '%s' (an integer in [%.0f, %.0f])", cname,
+                         o->key, val, o->min, o->max);
+      *(int64_t *)o->dst = v;
+      return FGB_OK;
+    }
+    case COMP_OPT_BOOL:
+      if (!strcmp(val, "1") || !strcmp(val, "true") || !strcmp(val, "on")) {
+        *(int *)o->dst = 1;
+      } else if (!strcmp(val, "0") || !strcmp(val, "false") || !strcmp(val, "off")) {
+        *(int *)o->dst = 0;
+      } else {
+        return comp_errf(err, errlen, "%s: option '%s': bad value '%s' (0 or 1)", cname, o->key,
+                         val);
+      }
+      return FGB_OK;
+    case COMP_OPT_ENUM:
+      for (int i = 0; o->choices[i]; i++)
+        if (!strcmp(val, o->choices[i])) {
+          *(int *)o->dst = i;
+          return FGB_OK;
+        }
+      return comp_errf(err, errlen, "%s: option '%s': bad value '%s'", cname, o->key, val);
+  }
+  return comp_errf(err, errlen, "%s: option '%s': internal type error", cname, o->key);
+}
+
+fgb_status comp_parse_options(const char *cname, const char *options, const comp_opt *opts,
+                              int nopts, char *err, size_t errlen) {
+  if (options == NULL || !*options) return FGB_OK;
+  char buf[1024];
+  size_t len = strlen(options);
+  if (len >= sizeof buf) return comp_errf(err, errlen, "%s: options longer than 1023", cname);
+  memcpy(buf, options, len + 1);
+  uint64_t seen = 0; /* nopts <= 64 */
+  char *save = NULL;
+  for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    tok = trim(tok);
+    if (!*tok) continue;
+    char *eq = strchr(tok, '=');
+    if (eq == NULL) return comp_errf(err, errlen, "%s: option '%s' has no value", cname, tok);
+    *eq = '\0';
+    char *key = trim(tok), *val = trim(eq + 1);
+    int i = 0;
+    while (i < nopts && strcmp(opts[i].key, key)) i++;
+    if (i == nopts) return comp_errf(err, errlen, "%s: unknown option '%s'", cname, key);
+    if (seen & (1ull << i)) return comp_errf(err, errlen, "%s: option '%s' repeated", cname, key);
+    seen |= 1ull << i;
+    fgb_status s = set_opt(cname, &opts[i], val, err, errlen);
+    if (s) return s;
+  }
+  return FGB_OK;
+}
+
+fgb_status comp_check_common(const char *cname, const comp_params *p, uint64_t n,
+                             const comp_exec *ex, int sparse, char *err, size_t errlen) {
+  if (p == NULL || ex == NULL) return comp_errf(err, errlen, "%s: NULL params or exec", cname);
+  if (n == 0) return comp_errf(err, errlen, "%s: n = 0 (empty buffer)", cname);
+  if (p->nranks < 1 || p->nranks > 65536)
+    return comp_errf(err, errlen, "%s: nranks %d out of [1, 65536]", cname, p->nranks);
+  if (p->rank < 0 || p->rank >= p->nranks)
+    return comp_errf(err, errlen, "%s: rank %d out of [0, %d)", cname, p->rank, p->nranks);
+  if ((p->rows || p->cols) &&
+      (p->rows == 0 || p->cols == 0 || p->rows > UINT64_MAX / p->cols || p->rows * p->cols != n))
+    return comp_errf(err, errlen, "%s: rows x cols = %llu x %llu does not match n = %llu", cname,
+                     (unsigned long long)p->rows, (unsigned long long)p->cols,
+                     (unsigned long long)n);
+  if (sparse && n > (uint64_t)INT32_MAX)
+    return comp_errf(err, errlen, "%s: n = %llu exceeds the int32 index range", cname,
+                     (unsigned long long)n);
+  return FGB_OK;
+}
+
+fgb_status comp_density(const char *cname, const comp_params *p, double def, double *rho, char *err,
+                        size_t errlen) {
+  double d = p->density;
+  if (d != d || d < 0 || d > 1)
+    return comp_errf(err, errlen, "%s: density %g not in (0, 1]", cname, d);
+  *rho = d == 0 ? def : d;
+  return FGB_OK;
+}
+
+uint32_t comp_k(uint64_t n, double rho) {
+  double k = floor((double)n * rho);
+  if (k < 1) k = 1;
+  if (k > (double)n) k = (double)n;
+  return (uint32_t)k;
+}
+
+/* ---- state blob ------------------------------------------------------------------------------ */
+
+typedef struct blob_head {
+  char magic[4];
+  uint32_t version;
+  char name[16];
+  uint64_t n;
+  uint32_t nregions;
+  uint32_t zero;
+} blob_head;
+
+fgb_status comp_state_pack(const comp_exec *ex, const char *name, uint64_t n,
+                           const comp_region *regs, int nregs, void **buf, size_t *bytes) {
+  if (buf == NULL || bytes == NULL) return FGB_EINVAL;
+  size_t total = sizeof(blob_head);
+  for (int i = 0; i < nregs; i++) total += sizeof(uint64_t) + regs[i].bytes;
+  char *b = malloc(total), *w = b;
+  if (b == NULL) return FGB_ENOMEM;
+  blob_head h = {{'F', 'G', 'B', 'C'}, COMP_STATE_VERSION, {0}, n, (uint32_t)nregs, 0};
+  strncpy(h.name, name, sizeof h.name - 1);
+  memcpy(w, &h, sizeof h);
+  w += sizeof h;
+  for (int i = 0; i < nregs; i++) {
+    uint64_t rb = regs[i].bytes;
+    memcpy(w, &rb, sizeof rb);
+    w += sizeof rb;
+    if (rb == 0) continue;
+    fgb_status s = regs[i].on_device ? kern_to_host(ex, w, regs[i].ptr, rb)
+                                     : (memcpy(w, regs[i].ptr, rb), FGB_OK);
+    if (s) {
+      free(b);
+      return s;
+    }
+    w += rb;
+  }
+  *buf = b;
+  *bytes = total;
+  return FGB_OK;
+}
+
+fgb_status comp_state_unpack(const comp_exec *ex, const char *name, uint64_t n,
+                             const comp_region *regs, int nregs, const void *buf, size_t bytes,
+                             char *err, size_t errlen) {
+  blob_head h;
+  if (buf == NULL || bytes < sizeof h)
+    return comp_errf(err, errlen, "%s: state blob too short (%zu bytes)", name, bytes);
+  memcpy(&h, buf, sizeof h);
+  if (memcmp(h.magic, "FGBC", 4)) return comp_errf(err, errlen, "%s: state blob: bad magic", name);
+  if (h.version != COMP_STATE_VERSION)
+    return comp_errf(err, errlen, "%s: state blob version %u, this build reads %u", name, h.version,
+                     COMP_STATE_VERSION);
+  h.name[sizeof h.name - 1] = '\0';
+  if (strncmp(h.name, name, sizeof h.name - 1))
+    return comp_errf(err, errlen, "%s: state blob is from compressor '%s'", name, h.name);
+  if (h.n != n)
+    return comp_errf(err, errlen, "%s: state blob is for n = %llu, this buffer has %llu", name,
+                     (unsigned long long)h.n, (unsigned long long)n);
+  if (h.nregions != (uint32_t)nregs)
+    return comp_errf(err, errlen, "%s: state blob has %u regions, expected %d", name, h.nregions,
+                     nregs);
+  /* Validate every size first, so a bad blob leaves the state untouched. */
+  const char *r = (const char *)buf + sizeof h, *end = (const char *)buf + bytes;
+  for (int i = 0; i < nregs; i++) {
+    uint64_t rb;
+    if ((size_t)(end - r) < sizeof rb)
+      return comp_errf(err, errlen, "%s: state blob truncated at region %d", name, i);
+    memcpy(&rb, r, sizeof rb);
+    r += sizeof rb;
+    if (rb != regs[i].bytes || rb > (uint64_t)(end - r))
+      return comp_errf(err, errlen, "%s: state blob region %d has %llu bytes, expected %zu", name,
+                       i, (unsigned long long)rb, regs[i].bytes);
+    r += rb;
+  }
+  if (r != end) return comp_errf(err, errlen, "%s: state blob has trailing bytes", name);
+  r = (const char *)buf + sizeof h;
+  for (int i = 0; i < nregs; i++) {
+    r += sizeof(uint64_t);
+    if (regs[i].bytes == 0) continue;
+    if (regs[i].on_device) {
+      fgb_status s = kern_from_host(ex, regs[i].ptr, r, regs[i].bytes);
+      if (s) {
+        comp_errf(err, errlen, "%s: state import copy failed", name);
+        return s;
+      }
+    } else {
+      memcpy(regs[i].ptr, r, regs[i].bytes);
+    }
+    r += regs[i].bytes;
+  }
+  return FGB_OK;
+}
+
+/* ---- COO sparsifier skeleton ------------------------------------------------------------------
+ */
+
+int comp_sparse_opts(comp_opt *opts, int *fp16, int *ef) {
+  opts[0] = (comp_opt){"fp16_values", COMP_OPT_BOOL, fp16, 0, 1, NULL};
+  opts[1] = (comp_opt){"ef", COMP_OPT_BOOL, ef, 0, 1, NULL};
+  return 2;
+}
+
+fgb_status comp_sparse_init(comp_sparse *cs, const char *name, const comp_params *p, uint64_t n,
+                            const comp_exec *ex, uint32_t k, uint32_t cap, int fp16, int ef,
+                            char *err, size_t errlen) {
+  memset(cs, 0, sizeof *cs);
+  cs->name = name;
+  cs->ex = *ex;
+  cs->n = n;
+  cs->nranks = p->nranks;
+  cs->k = k;
+  cs->cap = cs->step_cap = cap;
+  cs->fp16 = fp16;
+  cs->ef = ef;
+  size_t pb = comp_coo_bytes(cap, fp16 ? 2 : 4);
+  if (pb > SIZE_MAX / (size_t)p->nranks)
+    return comp_errf(err, errlen, "%s: receive buffer size overflows", name);
+  fgb_status s = kern_alloc(ex, n * sizeof(float), (void **)(ef ? &cs->resid : &cs->work));
+  if (!s) s = kern_alloc(ex, pb, &cs->payload);
+  if (!s) s = kern_alloc(ex, pb * (size_t)p->nranks, &cs->recv);
+  if (!s) s = kern_alloc(ex, sizeof(kern_ctl), (void **)&cs->ctl);
+  if (!s) s = kern_ws_create(ex, n, cap, &cs->ws);
+  if (s) {
+    comp_sparse_free(cs);
+    if (err && errlen)
+      snprintf(err, errlen, "%s: out of device memory for n = %llu", name, (unsigned long long)n);
+  }
+  return s;
+}
+
+void comp_sparse_free(comp_sparse *cs) {
+  const comp_exec *ex = &cs->ex;
+  kern_free(ex, cs->resid);
+  kern_free(ex, cs->work);
+  kern_free(ex, cs->payload);
+  kern_free(ex, cs->recv);
+  kern_free(ex, cs->ctl);
+  kern_ws_destroy(ex, cs->ws);
+  cs->resid = cs->work = NULL;
+  cs->payload = cs->recv = NULL;
+  cs->ctl = NULL;
+  cs->ws = NULL;
+}
+
+fgb_status comp_sparse_compensate(comp_sparse *cs, const float *grad, float **a) {
+  if (grad == NULL) return FGB_EINVAL;
+  if (cs->ef) {
+    *a = cs->resid;
+    return kern_add(&cs->ex, cs->resid, grad, cs->n);
+  }
+  *a = cs->work;
+  return kern_memcpy(&cs->ex, cs->work, grad, cs->n * sizeof(float));
+}
+
+kern_sel comp_sparse_sel(comp_sparse *cs, float *a, float *mask) {
+  kern_sel s = {cs->payload, cs->step_cap, cs->fp16, cs->ef ? a : NULL, mask};
+  return s;
+}
+
+void comp_sparse_phase(const comp_sparse *cs, comp_phase *ph) {
+  memset(ph, 0, sizeof *ph);
+  ph->coll = COMP_COLL_ALLGATHER;
+  ph->send = cs->payload;
+  ph->recv = cs->recv;
+  ph->bytes = comp_coo_bytes(cs->step_cap, cs->fp16 ? 2 : 4);
+}
+
+fgb_status comp_sparse_decode(comp_sparse *cs, float *out, float scale) {
+  if (out == NULL) return FGB_EINVAL;
+  return kern_coo_decode(&cs->ex, cs->recv, comp_coo_bytes(cs->step_cap, cs->fp16 ? 2 : 4),
+                         cs->nranks, cs->n, cs->fp16, scale, out, cs->ctl);
+}
+
+fgb_status comp_sparse_flush(comp_sparse *cs, const float *grad, float *dense) {
+  if (grad == NULL || dense == NULL) return FGB_EINVAL;
+  return kern_flush(&cs->ex, dense, grad, cs->ef ? cs->resid : NULL, cs->n);
+}
+
+#define MAX_REGIONS 8
+
+fgb_status comp_sparse_export(comp_sparse *cs, const comp_region *extra, int nextra, void **buf,
+                              size_t *bytes) {
+  comp_region r[MAX_REGIONS];
+  int nr = 0;
+  if (nextra > MAX_REGIONS - 2) return FGB_EINVAL;
+  r[nr++] = (comp_region){cs->resid, cs->ef ? cs->n * sizeof(float) : 0, 1};
+  r[nr++] = (comp_region){cs->ctl, sizeof(kern_ctl), 1};
+  for (int i = 0; i < nextra; i++) r[nr++] = extra[i];
+  return comp_state_pack(&cs->ex, cs->name, cs->n, r, nr, buf, bytes);
+}
+
+fgb_status comp_sparse_import(comp_sparse *cs, const comp_region *extra, int nextra,
+                              const void *buf, size_t bytes, char *err, size_t errlen) {
+  comp_region r[MAX_REGIONS];
+  int nr = 0;
+  if (nextra > MAX_REGIONS - 2) return FGB_EINVAL;
+  r[nr++] = (comp_region){cs->resid, cs->ef ? cs->n * sizeof(float) : 0, 1};
+  r[nr++] = (comp_region){cs->ctl, sizeof(kern_ctl), 1};
+  for (int i = 0; i < nextra; i++) r[nr++] = extra[i];
+  return comp_state_unpack(&cs->ex, cs->name, cs->n, r, nr, buf, bytes, err, errlen);
+}
+
+void comp_sparse_op_destroy(void *st) {
+  if (st == NULL) return;
+  comp_sparse_free(st);
+  free(st);
+}
+
+fgb_status comp_sparse_op_decode(void *st, const comp_exec *ex, float *out, float scale, char *err,
+                                 size_t errlen) {
+  comp_sparse *cs = st;
+  if (out == NULL) return comp_errf(err, errlen, "%s: NULL out", cs->name);
+  return comp_sparse_decode(cs, out, scale);
+}
+
+fgb_status comp_sparse_op_flush(void *st, const comp_exec *ex, const float *grad, float *dense) {
+  return comp_sparse_flush(st, grad, dense);
+}
+
+fgb_status comp_sparse_op_export(void *st, const comp_exec *ex, void **buf, size_t *bytes) {
+  return comp_sparse_export(st, NULL, 0, buf, bytes);
+}
+
+fgb_status comp_sparse_op_import(void *st, const comp_exec *ex, const void *buf, size_t bytes,
+                                 char *err, size_t errlen) {
+  return comp_sparse_import(st, NULL, 0, buf, bytes, err, errlen);
+}

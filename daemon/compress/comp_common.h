@@ -1,0 +1,126 @@
+/* daemon/compress/comp_common.h — what the compressor files share: option parsing, parameter and
+ * density checks, the versioned state blob, and the COO sparsifier skeleton (residual, payload,
+ * allgather receive buffer, decode, dense flush) that top-k, DGC and the threshold methods reuse.
+ */
+#ifndef FGB_COMP_COMMON_H
+#define FGB_COMP_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compressor.h"
+#include "kernels.h"
+
+/* COMP_CAP_CUDA when this build has the CUDA kernels behind kernels.h. */
+#ifdef FGBUFF_HAVE_CUDA
+#define COMP_CUDA_CAP COMP_CAP_CUDA
+#else
+#define COMP_CUDA_CAP 0u
+#endif
+
+/* ---- errors and options -----------------------------------------------------------------------
+ */
+
+/* snprintf into err (if any) and return FGB_EINVAL. */
+fgb_status comp_errf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+typedef enum { COMP_OPT_DOUBLE, COMP_OPT_INT, COMP_OPT_BOOL, COMP_OPT_ENUM } comp_opt_type;
+
+typedef struct comp_opt {
+  const char *key;
+  comp_opt_type type;
+  void *dst;                  /* double *, int64_t *, int *, int * (index into choices) */
+  double min, max;            /* DOUBLE and INT: inclusive bounds */
+  const char *const *choices; /* ENUM: NULL-terminated names */
+} comp_opt;
+
+/* Parse "key=value,key=value" (NULL or "" = defaults kept). An unknown key, a repeated key, a
+ * missing or malformed value, a non-finite number or one outside [min, max] is FGB_EINVAL with a
+ * message naming the compressor, the key and the value. At most 1023 characters. */
+fgb_status comp_parse_options(const char *cname, const char *options, const comp_opt *opts,
+                              int nopts, char *err, size_t errlen);
+
+/* Checks every compressor makes: non-NULL arguments, n >= 1, 1 <= nranks <= 65536, rank in range,
+ * rows * cols == n when a 2-D view is given, n <= INT32_MAX when `sparse` (int32 indices). */
+fgb_status comp_check_common(const char *cname, const comp_params *p, uint64_t n,
+                             const comp_exec *ex, int sparse, char *err, size_t errlen);
+/* density in (0, 1], or `def` for 0; NaN, negative and > 1 are FGB_EINVAL naming "density". */
+fgb_status comp_density(const char *cname, const comp_params *p, double def, double *rho, char *err,
+                        size_t errlen);
+/* k = max(1, floor(n * rho)), at most n. */
+uint32_t comp_k(uint64_t n, double rho);
+
+/* ---- versioned state blob ---------------------------------------------------------------------
+ */
+
+/* One piece of state: device memory (copied through kern_to_host / kern_from_host) or host. */
+typedef struct comp_region {
+  void *ptr;
+  size_t bytes;
+  int on_device;
+} comp_region;
+
+#define COMP_STATE_VERSION 1u
+/* Blob: "FGBC", u32 version, char name[16], u64 n, u32 nregions, u32 0, then per region u64
+ * bytes + data. Import checks everything (name, n, region count and sizes) before copying. */
+fgb_status comp_state_pack(const comp_exec *ex, const char *name, uint64_t n,
+                           const comp_region *regs, int nregs, void **buf, size_t *bytes);
+fgb_status comp_state_unpack(const comp_exec *ex, const char *name, uint64_t n,
+                             const comp_region *regs, int nregs, const void *buf, size_t bytes,
+                             char *err, size_t errlen);
+
+/* ---- COO sparsifier skeleton ------------------------------------------------------------------
+ */
+
+typedef struct comp_sparse {
+  const char *name;
+  comp_exec ex;
+  uint64_t n;
+  int nranks;
+  uint32_t k;        /* target count */
+  uint32_t cap;      /* payload capacity (largest over the schedule) */
+  uint32_t step_cap; /* capacity laid out this step (<= cap); all ranks agree on it */
+  int fp16;          /* fp16_values */
+  int ef;            /* error feedback on */
+  float *resid;      /* n, device; NULL without EF */
+  float *work;       /* n, device; the compensated gradient without EF (grad is read-only) */
+  void *payload;     /* comp_coo_bytes(cap), device */
+  void *recv;        /* nranks * comp_coo_bytes(cap), device */
+  kern_ctl *ctl;     /* device scalars */
+  kern_ws *ws;
+} comp_sparse;
+
+/* Allocate for n elements and payload capacity cap. */
+fgb_status comp_sparse_init(comp_sparse *cs, const char *name, const comp_params *p, uint64_t n,
+                            const comp_exec *ex, uint32_t k, uint32_t cap, int fp16, int ef,
+                            char *err, size_t errlen);
+void comp_sparse_free(comp_sparse *cs);
+/* a = grad + residual, in the residual (EF) or a copy in `work` (no EF). */
+fgb_status comp_sparse_compensate(comp_sparse *cs, const float *grad, float **a);
+/* The kern_sel for this step's layout (capacity step_cap). */
+kern_sel comp_sparse_sel(comp_sparse *cs, float *a, float *mask);
+/* Phase 0: allgather of this step's payload layout. */
+void comp_sparse_phase(const comp_sparse *cs, comp_phase *ph);
+fgb_status comp_sparse_decode(comp_sparse *cs, float *out, float scale);
+fgb_status comp_sparse_flush(comp_sparse *cs, const float *grad, float *dense);
+/* Export/import residual + ctl, plus `extra` regions of the compressor's own. */
+fgb_status comp_sparse_export(comp_sparse *cs, const comp_region *extra, int nextra, void **buf,
+                              size_t *bytes);
+fgb_status comp_sparse_import(comp_sparse *cs, const comp_region *extra, int nextra,
+                              const void *buf, size_t bytes, char *err, size_t errlen);
+
+/* Ready-made ops for a state struct whose FIRST member is a comp_sparse (allocated with malloc):
+ * destroy, decode, flush_dense, state_export/import of the residual and ctl only. */
+void comp_sparse_op_destroy(void *st);
+fgb_status comp_sparse_op_decode(void *st, const comp_exec *ex, float *out, float scale, char *err,
+                                 size_t errlen);
+fgb_status comp_sparse_op_flush(void *st, const comp_exec *ex, const float *grad, float *dense);
+fgb_status comp_sparse_op_export(void *st, const comp_exec *ex, void **buf, size_t *bytes);
+fgb_status comp_sparse_op_import(void *st, const comp_exec *ex, const void *buf, size_t bytes,
+                                 char *err, size_t errlen);
+
+/* Common options of the sparsifiers: fp16_values, ef. Fills opts[0..1]; returns 2. */
+int comp_sparse_opts(comp_opt *opts, int *fp16, int *ef);
+
+#endif

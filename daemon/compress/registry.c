@@ -1,0 +1,31 @@
+/* daemon/compress/registry.c — the table of compressors by name. Adding one is a new file with its
+ * comp_ops table and one line in each list below. */
+#include <string.h>
+
+#include "compressor.h"
+
+extern const comp_ops comp_none_ops, comp_fp16_ops, comp_topk_ops;
+
+static const comp_ops *const all_ops[] = {
+    &comp_none_ops,
+    &comp_fp16_ops,
+    &comp_topk_ops,
+};
+
+static const char *const all_names[] = {
+    "none",
+    "fp16",
+    "topk",
+    NULL,
+};
+
+const comp_ops *comp_find(const char *name) {
+  if (name == NULL) return NULL;
+  for (size_t i = 0; i < sizeof all_ops / sizeof all_ops[0]; i++)
+    if (!strcmp(all_ops[i]->name, name)) return all_ops[i];
+  return NULL;
+}
+
+const char *const *comp_names(void) {
+  return all_names;
+}

@@ -1,0 +1,60 @@
+/* daemon/compress/topk.c — exact top-k with error feedback (Aji & Heafield): the k = max(1,
+ * floor(n * density)) entries of largest |g + r|, ties broken by the lower index, sent as a
+ * fixed-size COO payload by allgather; the residual keeps everything not sent. */
+#include <stdlib.h>
+
+#include "comp_common.h"
+
+typedef struct topk_state {
+  comp_sparse cs; /* first: the comp_sparse_op_* helpers cast to it */
+} topk_state;
+
+static fgb_status topk_create(const comp_params *p, uint64_t n, const comp_exec *ex, void **state,
+                              char *err, size_t errlen) {
+  fgb_status rc = comp_check_common("topk", p, n, ex, 1, err, errlen);
+  if (rc) return rc;
+  double rho;
+  if ((rc = comp_density("topk", p, 0.01, &rho, err, errlen))) return rc;
+  int fp16 = 0, ef = 1;
+  comp_opt opts[2];
+  int no = comp_sparse_opts(opts, &fp16, &ef);
+  if ((rc = comp_parse_options("topk", p->options, opts, no, err, errlen))) return rc;
+  topk_state *s = calloc(1, sizeof *s);
+  if (s == NULL) return FGB_ENOMEM;
+  uint32_t k = comp_k(n, rho);
+  if ((rc = comp_sparse_init(&s->cs, "topk", p, n, ex, k, k, fp16, ef, err, errlen))) {
+    free(s);
+    return rc;
+  }
+  *state = s;
+  return FGB_OK;
+}
+
+static fgb_status topk_encode(void *st, const comp_exec *ex, const float *grad, uint64_t step,
+                              comp_phase *ph, char *err, size_t errlen) {
+  topk_state *s = st;
+  if (ph == NULL) return comp_errf(err, errlen, "topk: NULL phase");
+  float *a;
+  fgb_status rc = comp_sparse_compensate(&s->cs, grad, &a);
+  if (rc) {
+    comp_errf(err, errlen, "topk: compensation failed (NULL grad?)");
+    return rc;
+  }
+  kern_sel sel = comp_sparse_sel(&s->cs, a, NULL);
+  if ((rc = kern_topk(ex, a, s->cs.n, s->cs.k, &sel, s->cs.ws))) return rc;
+  comp_sparse_phase(&s->cs, ph);
+  return FGB_OK;
+}
+
+const comp_ops comp_topk_ops = {
+    .name = "topk",
+    .caps = COMP_CAP_SPARSE | COMP_CAP_STATEFUL | COMP_CUDA_CAP,
+    .create = topk_create,
+    .destroy = comp_sparse_op_destroy,
+    .encode = topk_encode,
+    .advance = NULL,
+    .decode = comp_sparse_op_decode,
+    .flush_dense = comp_sparse_op_flush,
+    .state_export = comp_sparse_op_export,
+    .state_import = comp_sparse_op_import,
+};
