@@ -209,15 +209,15 @@ static fgb_status cli_read(fgb_client *c, int timeout_ms, uint64_t want,
     *reply = env;
     return FGB_OK;
   }
-  if (env->req_id == 0) {
-    if (env->body_case == FGBUFF__V1__ENVELOPE__BODY_DONE) {
-      cli_store_done(c, env->done);
-    } else if (env->body_case == FGBUFF__V1__ENVELOPE__BODY_ERROR) {
-      c->pending = cli_code(env->error->code);
-      snprintf(c->pending_msg, sizeof(c->pending_msg), "fgbuffd: %s", env->error->message);
-    }
-    /* Anything else asynchronous is from a newer daemon: ignored. */
+  if (env->body_case == FGBUFF__V1__ENVELOPE__BODY_ERROR) {
+    /* Asynchronous (req_id 0), or the refusal of a send-only message (Submit, EndStep carry
+     * their own req_id but get no reply otherwise): reported by the next call. */
+    c->pending = cli_code(env->error->code);
+    snprintf(c->pending_msg, sizeof(c->pending_msg), "fgbuffd: %s", env->error->message);
+  } else if (env->req_id == 0 && env->body_case == FGBUFF__V1__ENVELOPE__BODY_DONE) {
+    cli_store_done(c, env->done);
   }
+  /* Anything else is a late reply to a request that timed out, or from a newer daemon. */
   fgbuff__v1__envelope__free_unpacked(env, NULL);
   return c->lost ? cli_fail(c, c->lost, "%s", c->lost_msg) : FGB_OK;
 }

@@ -24,6 +24,23 @@ static void fatal_later(mockd *m) {
   fgbuff__v1__envelope__free_unpacked(q, NULL);
 }
 
+/* A send-only message refused: the Error carries the Submit's req_id, and no reply is awaited. */
+static void submit_refused(mockd *m) {
+  mockd_hello(m, 1);
+  Fgbuff__V1__Envelope *q = mockd_expect(m, FGBUFF__V1__ENVELOPE__BODY_END_STEP);
+  mockd_error(m, q->req_id, -1, "step: 3 is in the collectives' range", 0);
+  fgbuff__v1__envelope__free_unpacked(q, NULL);
+  q = mockd_expect(m, FGBUFF__V1__ENVELOPE__BODY_STATUS); /* still connected afterwards */
+  Fgbuff__V1__StatusReply sr = FGBUFF__V1__STATUS_REPLY__INIT;
+  sr.text = "ok";
+  Fgbuff__V1__Envelope e = FGBUFF__V1__ENVELOPE__INIT;
+  e.req_id = q->req_id;
+  e.body_case = FGBUFF__V1__ENVELOPE__BODY_STATUS_REPLY;
+  e.status_reply = &sr;
+  mockd_send(m, &e);
+  fgbuff__v1__envelope__free_unpacked(q, NULL);
+}
+
 int main(void) {
   mockd m;
   fgb_client *c;
@@ -45,6 +62,20 @@ int main(void) {
   CHECK(strstr(fgb_client_error(c), "not allowed") != NULL);
   CHECK(fgb_config_get(c, "log_level", &v) == FGB_ECLOSED);
   CHECK(fgb_end_step(c, 1) == FGB_ECLOSED);
+  mockd_join(&m);
+  fgb_client_free(c);
+
+  mockd_start(&m, "d.sock", submit_refused);
+  REQUIRE(fgb_client_new(&c) == FGB_OK);
+  REQUIRE(fgb_connect(c, m.path) == FGB_OK);
+  CHECK(fgb_end_step(c, 3) == FGB_OK);
+  /* The refusal arrives while the status round trip waits; it must not be taken for a stale
+   * reply and dropped, but reported by the next call. */
+  char *t = NULL;
+  CHECK(fgb_status_text(c, &t) == FGB_OK && t && strcmp(t, "ok") == 0);
+  free(t);
+  CHECK(fgb_wait_step(c, 3, 10000) == FGB_EINVAL);
+  CHECK(strstr(fgb_client_error(c), "collectives' range") != NULL);
   mockd_join(&m);
   fgb_client_free(c);
   TEST_DONE();
