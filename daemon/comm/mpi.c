@@ -1,0 +1,212 @@
+/* daemon/comm/mpi.c — the CPU transport: one MPI communicator per job (MPI_Comm_create_group over
+ * the job's world ranks) and non-blocking collectives polled with MPI_Test.
+ *
+ * Called from the engine thread only; MPI was initialised by the main thread with
+ * MPI_THREAD_SERIALIZED and MPI_ERRORS_RETURN on MPI_COMM_WORLD (inherited by the job comms). */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "transport.h"
+
+struct comm {
+  MPI_Comm c;
+  int rank, size;
+};
+
+struct comm_req {
+  MPI_Request r;
+};
+
+static void mpi_err(int rc, const char *what, char *err, size_t errlen) {
+  char s[MPI_MAX_ERROR_STRING];
+  int n = 0;
+  if (MPI_Error_string(rc, s, &n) != MPI_SUCCESS) snprintf(s, sizeof(s), "MPI error %d", rc);
+  snprintf(err, errlen, "%s: %s", what, s);
+}
+
+static fgb_status mpi_make_uid(uint8_t *uid, size_t *len, char *err, size_t errlen) {
+  (void)uid;
+  *len = 0; /* MPI needs no bootstrap id: the world communicator already connects everyone */
+  return FGB_OK;
+}
+
+static fgb_status mpi_create(const comm_job_spec *spec, comm **out, char *err, size_t errlen) {
+  int wsize = 0, wrank = -1;
+  MPI_Comm_size(MPI_COMM_WORLD, &wsize);
+  MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+  if (spec->job_size < 1 || spec->job_size > wsize || spec->job_rank < 0 ||
+      spec->job_rank >= spec->job_size) {
+    snprintf(err, errlen, "job size %d / rank %d do not fit a world of %d", spec->job_size,
+             spec->job_rank, wsize);
+    return FGB_EINVAL;
+  }
+  for (int i = 0; i < spec->job_size; i++) {
+    if (spec->world_ranks[i] < 0 || spec->world_ranks[i] >= wsize) {
+      snprintf(err, errlen, "job rank %d maps to world rank %d outside 0..%d", i,
+               spec->world_ranks[i], wsize - 1);
+      return FGB_EINVAL;
+    }
+  }
+  if (spec->world_ranks[spec->job_rank] != wrank) {
+    snprintf(err, errlen, "job rank %d is world rank %d, not this daemon (%d)", spec->job_rank,
+             spec->world_ranks[spec->job_rank], wrank);
+    return FGB_EINVAL;
+  }
+  comm *c = calloc(1, sizeof(*c));
+  if (!c) {
+    snprintf(err, errlen, "out of memory");
+    return FGB_ENOMEM;
+  }
+  MPI_Group world, group;
+  int rc = MPI_Comm_group(MPI_COMM_WORLD, &world);
+  if (rc == MPI_SUCCESS) {
+    rc = MPI_Group_incl(world, spec->job_size, (int *)spec->world_ranks, &group);
+    MPI_Group_free(&world);
+  }
+  if (rc != MPI_SUCCESS) {
+    mpi_err(rc, "MPI_Group_incl", err, errlen);
+    free(c);
+    return FGB_EIO;
+  }
+  /* The tag only separates concurrent creations; the engine creates one at a time. */
+  rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, (int)(spec->job_key & 0x7fff), &c->c);
+  MPI_Group_free(&group);
+  if (rc != MPI_SUCCESS) {
+    mpi_err(rc, "MPI_Comm_create_group", err, errlen);
+    free(c);
+    return FGB_EIO;
+  }
+  MPI_Comm_set_errhandler(c->c, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(c->c, &c->rank);
+  MPI_Comm_size(c->c, &c->size);
+  *out = c;
+  return FGB_OK;
+}
+
+static int mpi_ready(comm *c, char *err, size_t errlen) {
+  (void)c;
+  return 1; /* MPI_Comm_create_group is blocking: done when create returned */
+}
+
+static MPI_Datatype mpi_type(fgb_dtype dt) {
+  switch (dt) {
+    case FGB_FLOAT32:
+      return MPI_FLOAT;
+    case FGB_FLOAT64:
+      return MPI_DOUBLE;
+    case FGB_INT32:
+      return MPI_INT32_T;
+    case FGB_INT64:
+      return MPI_INT64_T;
+    case FGB_UINT8:
+      return MPI_UINT8_T;
+    default:
+      return MPI_DATATYPE_NULL; /* fp16/bf16: the engine sums them in fp32 */
+  }
+}
+
+static comm_req *new_req(char *err, size_t errlen) {
+  comm_req *r = malloc(sizeof(*r));
+  if (!r) snprintf(err, errlen, "out of memory");
+  return r;
+}
+
+static fgb_status mpi_allreduce(comm *c, const void *send, void *recv, size_t count, fgb_dtype dt,
+                                comm_req **req, char *err, size_t errlen) {
+  MPI_Datatype t = mpi_type(dt);
+  if (t == MPI_DATATYPE_NULL) {
+    snprintf(err, errlen, "MPI transport: dtype %d has no native sum (convert to fp32)", (int)dt);
+    return FGB_ENOTSUP;
+  }
+  if (count > (size_t)0x7fffffff) {
+    snprintf(err, errlen, "MPI transport: %zu elements exceed an int count", count);
+    return FGB_ENOTSUP;
+  }
+  comm_req *r = new_req(err, errlen);
+  if (!r) return FGB_ENOMEM;
+  int rc =
+      MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, t, MPI_SUM, c->c, &r->r);
+  if (rc != MPI_SUCCESS) {
+    mpi_err(rc, "MPI_Iallreduce", err, errlen);
+    free(r);
+    return FGB_EIO;
+  }
+  *req = r;
+  return FGB_OK;
+}
+
+static fgb_status mpi_allgather(comm *c, const void *send, void *recv, size_t bytes_per_rank,
+                                comm_req **req, char *err, size_t errlen) {
+  if (bytes_per_rank > (size_t)0x7fffffff) {
+    snprintf(err, errlen, "MPI transport: %zu bytes per rank exceed an int count", bytes_per_rank);
+    return FGB_ENOTSUP;
+  }
+  comm_req *r = new_req(err, errlen);
+  if (!r) return FGB_ENOMEM;
+  int rc = MPI_Iallgather(send, (int)bytes_per_rank, MPI_BYTE, recv, (int)bytes_per_rank, MPI_BYTE,
+                          c->c, &r->r);
+  if (rc != MPI_SUCCESS) {
+    mpi_err(rc, "MPI_Iallgather", err, errlen);
+    free(r);
+    return FGB_EIO;
+  }
+  *req = r;
+  return FGB_OK;
+}
+
+static fgb_status mpi_broadcast(comm *c, void *buf, size_t bytes, int root, comm_req **req,
+                                char *err, size_t errlen) {
+  if (bytes > (size_t)0x7fffffff || root < 0 || root >= c->size) {
+    snprintf(err, errlen, "MPI transport: broadcast of %zu bytes from root %d (size %d)", bytes,
+             root, c->size);
+    return FGB_EINVAL;
+  }
+  comm_req *r = new_req(err, errlen);
+  if (!r) return FGB_ENOMEM;
+  int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, c->c, &r->r);
+  if (rc != MPI_SUCCESS) {
+    mpi_err(rc, "MPI_Ibcast", err, errlen);
+    free(r);
+    return FGB_EIO;
+  }
+  *req = r;
+  return FGB_OK;
+}
+
+static int mpi_test(comm_req *req, char *err, size_t errlen) {
+  int flag = 0;
+  int rc = MPI_Test(&req->r, &flag, MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS) {
+    mpi_err(rc, "MPI_Test", err, errlen);
+    free(req);
+    return FGB_EIO;
+  }
+  if (!flag) return 0;
+  free(req);
+  return 1;
+}
+
+static void mpi_abort(comm *c) {
+  (void)c; /* MPI collectives cannot be aborted; the engine only starts ones every rank holds */
+}
+
+static void mpi_destroy(comm *c) {
+  if (!c) return;
+  if (c->c != MPI_COMM_NULL) MPI_Comm_free(&c->c);
+  free(c);
+}
+
+const comm_ops comm_mpi_ops = {
+    .name = "mpi",
+    .make_uid = mpi_make_uid,
+    .create = mpi_create,
+    .ready = mpi_ready,
+    .allreduce = mpi_allreduce,
+    .allgather = mpi_allgather,
+    .broadcast = mpi_broadcast,
+    .test = mpi_test,
+    .abort = mpi_abort,
+    .destroy = mpi_destroy,
+};

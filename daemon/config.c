@@ -1,0 +1,240 @@
+/* daemon/config.c — command line and live settings of fgbuffd (see config.h). Every value is
+ * checked and a bad one named; nothing here exits, main decides. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "policy.h"
+
+static const char usage[] =
+    "usage: fgbuffd --device cpu [--runtime-dir DIR] [--log-level debug|info|warn|error]\n"
+    "               [--stall-timeout-ms N] [--policy NAME] [--allow-uid UID]... [--cp-addr HOST]\n"
+    "               [--rendezvous HOST:PORT --rank R --world N]\n"
+    "CPU daemons run under a launcher: mpirun -np N fgbuffd --device cpu\n";
+
+static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
+  if (!s || !*s || *s == '-') return -1;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || *end || v > max) return -1;
+  *out = v;
+  return 0;
+}
+
+/* A policy name is checked against the scheduler's registry when it has one; "none" always is.
+ * Weak: the registry may not be linked into every build yet. */
+#pragma weak sched_names
+static int policy_known(const char *name) {
+  if (strcmp(name, "none") == 0) return 1;
+  if (!sched_names) return 0;
+  const char *const *names = sched_names();
+  for (; names && *names; names++)
+    if (strcmp(*names, name) == 0) return 1;
+  return 0;
+}
+
+int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t errlen) {
+  memset(cfg, 0, sizeof(*cfg));
+  cfg->log_level = SRV_LOG_INFO;
+  cfg->stall_timeout_ms = 10000;
+  snprintf(cfg->default_policy, sizeof(cfg->default_policy), "none");
+  cfg->rank = -1;
+  cfg->world = -1;
+  enum { O_DEVICE = 1, O_RTDIR, O_LOG, O_STALL, O_POLICY, O_ALLOW, O_RDV, O_RANK, O_WORLD, O_CP };
+  static const struct option opts[] = {{"device", required_argument, 0, O_DEVICE},
+                                       {"runtime-dir", required_argument, 0, O_RTDIR},
+                                       {"log-level", required_argument, 0, O_LOG},
+                                       {"stall-timeout-ms", required_argument, 0, O_STALL},
+                                       {"policy", required_argument, 0, O_POLICY},
+                                       {"allow-uid", required_argument, 0, O_ALLOW},
+                                       {"rendezvous", required_argument, 0, O_RDV},
+                                       {"rank", required_argument, 0, O_RANK},
+                                       {"world", required_argument, 0, O_WORLD},
+                                       {"cp-addr", required_argument, 0, O_CP},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  opterr = 0;
+  optind = 1;
+  int c;
+  uint64_t v;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+      case 'h':
+        fputs(usage, stdout);
+        return 1;
+      case O_DEVICE:
+        if (strlen(optarg) >= sizeof(cfg->device)) goto bad_value;
+        snprintf(cfg->device, sizeof(cfg->device), "%s", optarg);
+        break;
+      case O_RTDIR:
+        if (!*optarg || strlen(optarg) >= sizeof(cfg->runtime_dir)) goto bad_value;
+        snprintf(cfg->runtime_dir, sizeof(cfg->runtime_dir), "%s", optarg);
+        break;
+      case O_LOG:
+        if ((cfg->log_level = srv_log_parse_level(optarg)) < 0) goto bad_value;
+        break;
+      case O_STALL:
+        if (parse_u64(optarg, 86400000ull, &cfg->stall_timeout_ms) || !cfg->stall_timeout_ms)
+          goto bad_value;
+        break;
+      case O_POLICY:
+        if (strlen(optarg) >= sizeof(cfg->default_policy) || !policy_known(optarg)) {
+          snprintf(err, errlen, "--policy: unknown merge policy '%s'", optarg);
+          return 2;
+        }
+        snprintf(cfg->default_policy, sizeof(cfg->default_policy), "%s", optarg);
+        break;
+      case O_ALLOW:
+        if (parse_u64(optarg, 0xfffffffeu, &v)) goto bad_value;
+        if (cfg->nallow_uids == SRV_MAX_ALLOW_UIDS) {
+          snprintf(err, errlen, "--allow-uid: at most %d uids", SRV_MAX_ALLOW_UIDS);
+          return 2;
+        }
+        cfg->allow_uids[cfg->nallow_uids++] = (uid_t)v;
+        break;
+      case O_RDV:
+        if (!strchr(optarg, ':') || strlen(optarg) >= sizeof(cfg->rendezvous)) goto bad_value;
+        snprintf(cfg->rendezvous, sizeof(cfg->rendezvous), "%s", optarg);
+        break;
+      case O_RANK:
+        if (parse_u64(optarg, 65535, &v)) goto bad_value;
+        cfg->rank = (int)v;
+        break;
+      case O_WORLD:
+        if (parse_u64(optarg, 65536, &v) || v == 0) goto bad_value;
+        cfg->world = (int)v;
+        break;
+      case O_CP:
+        if (!*optarg || strlen(optarg) >= sizeof(cfg->cp_addr)) goto bad_value;
+        snprintf(cfg->cp_addr, sizeof(cfg->cp_addr), "%s", optarg);
+        break;
+      case ':':
+        snprintf(err, errlen, "%s needs a value\n%s", argv[optind - 1], usage);
+        return 2;
+      default:
+        snprintf(err, errlen, "unknown option '%s'\n%s", argv[optind - 1], usage);
+        return 2;
+    }
+    continue;
+  bad_value:
+    snprintf(err, errlen, "--%s: bad value '%s'", opts[c - 1].name, optarg);
+    return 2;
+  }
+  if (optind < argc) {
+    snprintf(err, errlen, "unexpected argument '%s'\n%s", argv[optind], usage);
+    return 2;
+  }
+  if (!cfg->device[0]) {
+    snprintf(err, errlen, "--device is required (cpu)\n%s", usage);
+    return 2;
+  }
+  if (strcmp(cfg->device, "cpu") != 0) {
+    if (strncmp(cfg->device, "cuda:", 5) == 0)
+      snprintf(err, errlen, "--device %s: this build has only the CPU data path", cfg->device);
+    else
+      snprintf(err, errlen, "--device: unknown device '%s' (cpu or cuda:<uuid|index>)",
+               cfg->device);
+    return 2;
+  }
+  if (cfg->rendezvous[0] || cfg->rank >= 0 || cfg->world >= 0) {
+    snprintf(err, errlen,
+             "--rendezvous/--rank/--world: the CPU data path runs on MPI; start CPU daemons with "
+             "mpirun; --rendezvous is for GPU worlds");
+    return 2;
+  }
+  return 0;
+}
+
+fgb_status srv_config_runtime_dir(srv_config *cfg, char *err, size_t errlen) {
+  char dir[sizeof(cfg->runtime_dir)];
+  const char *env;
+  int n;
+  if (cfg->runtime_dir[0])
+    n = snprintf(dir, sizeof(dir), "%s", cfg->runtime_dir);
+  else if ((env = getenv("FGBUFF_RUNTIME_DIR")) && *env)
+    n = snprintf(dir, sizeof(dir), "%s", env);
+  else if ((env = getenv("XDG_RUNTIME_DIR")) && *env)
+    n = snprintf(dir, sizeof(dir), "%s/fgbuff", env);
+  else
+    n = snprintf(dir, sizeof(dir), "/tmp/fgbuff-%u", (unsigned)getuid());
+  if (n < 0 || (size_t)n >= sizeof(dir)) {
+    snprintf(err, errlen, "runtime directory path too long");
+    return FGB_EINVAL;
+  }
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+    snprintf(err, errlen, "runtime directory %s: mkdir: %s", dir, strerror(errno));
+    return FGB_EIO;
+  }
+  struct stat st;
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    snprintf(err, errlen, "runtime directory %s is not a directory", dir);
+    return FGB_EIO;
+  }
+  /* Another user's directory in /tmp could redirect our socket; refuse it. */
+  if (st.st_uid != getuid()) {
+    snprintf(err, errlen, "runtime directory %s belongs to uid %u, not us (%u)", dir,
+             (unsigned)st.st_uid, (unsigned)getuid());
+    return FGB_EIO;
+  }
+  snprintf(cfg->runtime_dir, sizeof(cfg->runtime_dir), "%s", dir);
+  return FGB_OK;
+}
+
+fgb_status srv_config_get(const srv_config *cfg, const char *key, char *val, size_t vallen,
+                          char *err, size_t errlen) {
+  if (strcmp(key, "log_level") == 0)
+    snprintf(val, vallen, "%s", srv_log_level_name(srv_log_level()));
+  else if (strcmp(key, "stall_timeout_ms") == 0)
+    snprintf(val, vallen, "%llu", (unsigned long long)cfg->stall_timeout_ms);
+  else if (strcmp(key, "default_policy") == 0)
+    snprintf(val, vallen, "%s", cfg->default_policy);
+  else {
+    snprintf(err, errlen,
+             "key: unknown setting '%.64s' (log_level, stall_timeout_ms, "
+             "default_policy)",
+             key);
+    return FGB_ENOTFOUND;
+  }
+  return FGB_OK;
+}
+
+fgb_status srv_config_set(srv_config *cfg, const char *key, const char *val, char *err,
+                          size_t errlen) {
+  if (strcmp(key, "log_level") == 0) {
+    int l = srv_log_parse_level(val);
+    if (l < 0) {
+      snprintf(err, errlen, "value: log_level '%.64s' is not debug, info, warn or error", val);
+      return FGB_EINVAL;
+    }
+    cfg->log_level = l;
+    srv_log_set_level(l);
+  } else if (strcmp(key, "stall_timeout_ms") == 0) {
+    uint64_t v;
+    if (parse_u64(val, 86400000ull, &v) || v == 0) {
+      snprintf(err, errlen, "value: stall_timeout_ms '%.64s' is not in 1..86400000", val);
+      return FGB_EINVAL;
+    }
+    cfg->stall_timeout_ms = v;
+  } else if (strcmp(key, "default_policy") == 0) {
+    if (strlen(val) >= sizeof(cfg->default_policy) || !policy_known(val)) {
+      snprintf(err, errlen, "value: default_policy '%.64s' is not a known merge policy", val);
+      return FGB_EINVAL;
+    }
+    snprintf(cfg->default_policy, sizeof(cfg->default_policy), "%s", val);
+  } else {
+    snprintf(err, errlen,
+             "key: unknown setting '%.64s' (log_level, stall_timeout_ms, "
+             "default_policy)",
+             key);
+    return FGB_ENOTFOUND;
+  }
+  return FGB_OK;
+}

@@ -1,0 +1,376 @@
+/* daemon/ctrl.c — the TCP control plane between daemons (see ctrl.h). Everything runs on the loop
+ * thread. Messages to a peer that is not connected yet wait in its queue; a connection that breaks
+ * or sends a malformed frame is closed and reported with coord_peer_lost. */
+#include "ctrl.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+typedef struct ctrl_conn {
+  srv_ctrl *cp;
+  uv_tcp_t tcp;
+  int peer; /* world rank, -1 until the hello */
+  int connected, closing;
+  uint8_t *in;
+  size_t in_len, in_cap;
+  struct ctrl_conn *next;
+} ctrl_conn;
+
+typedef struct ctrl_msg {
+  struct ctrl_msg *next;
+  size_t len;
+  uint8_t data[];
+} ctrl_msg;
+
+struct srv_ctrl {
+  srv *d;
+  uv_tcp_t listener;
+  int listening;
+  ctrl_conn *conns;
+  ctrl_conn **by_rank; /* connected conn per world rank (leader: everyone; others: [0]) */
+  ctrl_msg **queue;    /* per world rank: frames waiting for the connection */
+  ctrl_msg **qtail;
+  int nhello;
+  int lost_reported;
+  uv_connect_t creq;
+};
+
+static void put32(uint8_t *p, uint32_t v) {
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
+  p[2] = (uint8_t)(v >> 16);
+  p[3] = (uint8_t)(v >> 24);
+}
+
+static uint32_t get32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void on_written(uv_write_t *w, int status) {
+  free(w->data);
+  free(w);
+}
+
+static void conn_write(ctrl_conn *c, const uint8_t *frame, size_t len) {
+  uv_write_t *w = malloc(sizeof(*w));
+  uint8_t *copy = malloc(len);
+  if (!w || !copy) {
+    free(w);
+    free(copy);
+    LOG_ERROR("control plane: out of memory; message to rank %d dropped", c->peer);
+    return;
+  }
+  memcpy(copy, frame, len);
+  w->data = copy;
+  uv_buf_t b = uv_buf_init((char *)copy, (unsigned)len);
+  if (uv_write(w, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
+    free(copy);
+    free(w);
+  }
+}
+
+static int route(srv_ctrl *cp, int peer) {
+  return cp->d->world_rank == 0 ? peer : 0; /* non-leaders reach everyone through the leader */
+}
+
+static void send_frame(srv_ctrl *cp, int peer, const uint8_t *frame, size_t len) {
+  int via = route(cp, peer);
+  ctrl_conn *c = cp->by_rank[via];
+  if (c && c->connected && !c->closing) {
+    conn_write(c, frame, len);
+    return;
+  }
+  ctrl_msg *m = malloc(sizeof(*m) + len);
+  if (!m) return;
+  m->next = NULL;
+  m->len = len;
+  memcpy(m->data, frame, len);
+  if (cp->qtail[via])
+    cp->qtail[via]->next = m;
+  else
+    cp->queue[via] = m;
+  cp->qtail[via] = m;
+}
+
+static void flush_queue(srv_ctrl *cp, int rank) {
+  ctrl_conn *c = cp->by_rank[rank];
+  while (cp->queue[rank]) {
+    ctrl_msg *m = cp->queue[rank];
+    cp->queue[rank] = m->next;
+    conn_write(c, m->data, m->len);
+    free(m);
+  }
+  cp->qtail[rank] = NULL;
+}
+
+void srv_ctrl_send(srv_ctrl *cp, int peer, const uint8_t *bytes, size_t len) {
+  srv *d = cp->d;
+  if (peer < 0 || peer >= d->world_size || len > CTRL_MAX_FRAME - 8) {
+    LOG_ERROR("control plane: message for rank %d (%zu bytes) dropped", peer, len);
+    return;
+  }
+  if (peer == d->world_rank) { /* to ourselves: no socket needed */
+    char err[256];
+    if (coord_on_message(d->coord, peer, bytes, len, err, sizeof(err)) != FGB_OK)
+      LOG_WARN("control plane: own message rejected: %s", err);
+    return;
+  }
+  uint8_t *f = malloc(len + 12);
+  if (!f) return;
+  put32(f, (uint32_t)(len + 8));
+  put32(f + 4, (uint32_t)d->world_rank);
+  put32(f + 8, (uint32_t)peer);
+  if (len) memcpy(f + 12, bytes, len);
+  send_frame(cp, peer, f, len + 12);
+  free(f);
+}
+
+static void conn_free_cb(uv_handle_t *h) {
+  ctrl_conn *c = h->data;
+  free(c->in);
+  free(c);
+}
+
+static void conn_close(ctrl_conn *c, const char *why) {
+  if (c->closing) return;
+  c->closing = 1;
+  srv_ctrl *cp = c->cp;
+  srv *d = cp->d;
+  for (ctrl_conn **p = &cp->conns; *p; p = &(*p)->next) {
+    if (*p == c) {
+      *p = c->next;
+      break;
+    }
+  }
+  uv_close((uv_handle_t *)&c->tcp, conn_free_cb);
+  if (c->peer < 0 || cp->by_rank[c->peer] != c) return;
+  cp->by_rank[c->peer] = NULL;
+  if (d->stopping) return;
+  /* Leader lost: every other rank is unreachable. Otherwise only that peer. */
+  if (c->peer == 0) {
+    LOG_ERROR("control plane: lost the leader (rank 0): %s", why);
+    for (int r = 0; r < d->world_size; r++)
+      if (r != d->world_rank) coord_peer_lost(d->coord, r);
+  } else {
+    LOG_ERROR("control plane: lost rank %d: %s", c->peer, why);
+    coord_peer_lost(d->coord, c->peer);
+  }
+  srv_coord_drain(d);
+}
+
+static void on_frame(ctrl_conn *c, const uint8_t *p, size_t len) {
+  srv_ctrl *cp = c->cp;
+  srv *d = cp->d;
+  int src = (int)get32(p), dst = (int)get32(p + 4);
+  if (c->peer < 0) { /* leader side: the hello names the rank */
+    if (dst != -1 || src <= 0 || src >= d->world_size || cp->by_rank[src]) {
+      conn_close(c, "bad hello");
+      return;
+    }
+    c->peer = src;
+    c->connected = 1;
+    cp->by_rank[src] = c;
+    cp->nhello++;
+    LOG_DEBUG("control plane: rank %d connected", src);
+    flush_queue(cp, src);
+    if (cp->nhello == d->world_size - 1)
+      LOG_INFO("control plane: all %d peers connected", d->world_size - 1);
+    return;
+  }
+  if (src < 0 || src >= d->world_size || dst < 0 || dst >= d->world_size) {
+    conn_close(c, "frame with a bad source or destination rank");
+    return;
+  }
+  if (dst != d->world_rank) {
+    if (d->world_rank == 0) send_frame(cp, dst, p - 4, len + 4); /* forward as is */
+    return;
+  }
+  char err[256];
+  if (coord_on_message(d->coord, src, p + 8, len - 8, err, sizeof(err)) != FGB_OK)
+    LOG_WARN("control plane: malformed message from rank %d: %s", src, err);
+  srv_coord_drain(d);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  ctrl_conn *c = h->data;
+  if (c->in_cap - c->in_len < 65536) {
+    size_t cap = c->in_cap ? c->in_cap * 2 : 131072;
+    uint8_t *nb = realloc(c->in, cap);
+    if (!nb) {
+      *buf = uv_buf_init(NULL, 0);
+      return;
+    }
+    c->in = nb;
+    c->in_cap = cap;
+  }
+  *buf = uv_buf_init((char *)c->in + c->in_len, (unsigned)(c->in_cap - c->in_len));
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+  ctrl_conn *c = s->data;
+  if (n < 0) {
+    conn_close(c, n == UV_EOF ? "connection closed" : uv_strerror((int)n));
+    return;
+  }
+  c->in_len += (size_t)n;
+  size_t off = 0;
+  while (!c->closing && c->in_len - off >= 4) {
+    uint32_t l = get32(c->in + off);
+    if (l < 8 || l > CTRL_MAX_FRAME) {
+      conn_close(c, "frame length out of range");
+      return;
+    }
+    if (c->in_len - off - 4 < l) break;
+    on_frame(c, c->in + off + 4, l);
+    off += 4 + (size_t)l;
+  }
+  if (c->closing) return;
+  memmove(c->in, c->in + off, c->in_len - off);
+  c->in_len -= off;
+}
+
+static ctrl_conn *conn_new(srv_ctrl *cp) {
+  ctrl_conn *c = calloc(1, sizeof(*c));
+  if (!c) return NULL;
+  c->cp = cp;
+  c->peer = -1;
+  uv_tcp_init(cp->d->loop, &c->tcp);
+  c->tcp.data = c;
+  uv_tcp_nodelay(&c->tcp, 1);
+  c->next = cp->conns;
+  cp->conns = c;
+  return c;
+}
+
+static void on_accept(uv_stream_t *server, int status) {
+  srv_ctrl *cp = server->data;
+  if (status < 0) return;
+  ctrl_conn *c = conn_new(cp);
+  if (!c) return;
+  if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
+      uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+    conn_close(c, "accept failed");
+    return;
+  }
+  /* Only the leader serves peers; a non-leader closes whatever connects to it. */
+  if (cp->d->world_rank != 0) conn_close(c, "not the leader");
+}
+
+static void on_connect(uv_connect_t *req, int status) {
+  ctrl_conn *c = req->data;
+  srv_ctrl *cp = c->cp;
+  if (status < 0) {
+    LOG_ERROR("control plane: cannot connect to the leader: %s", uv_strerror(status));
+    c->peer = 0;
+    cp->by_rank[0] = c;
+    conn_close(c, uv_strerror(status));
+    return;
+  }
+  c->peer = 0;
+  c->connected = 1;
+  cp->by_rank[0] = c;
+  uint8_t hello[12];
+  put32(hello, 8);
+  put32(hello + 4, (uint32_t)cp->d->world_rank);
+  put32(hello + 8, (uint32_t)-1);
+  conn_write(c, hello, sizeof(hello));
+  uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+  flush_queue(cp, 0);
+  LOG_INFO("control plane: connected to the leader");
+}
+
+static void advertised_host(srv *d, char *host, size_t len) {
+  if (d->cfg.cp_addr[0]) {
+    snprintf(host, len, "%.100s", d->cfg.cp_addr);
+    return;
+  }
+  snprintf(host, len, "127.0.0.1");
+  char name[256];
+  if (gethostname(name, sizeof(name)) != 0) return;
+  name[sizeof(name) - 1] = 0;
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+  if (getaddrinfo(name, NULL, &hints, &res) != 0 || !res) return;
+  struct sockaddr_in *sin = (struct sockaddr_in *)res->ai_addr;
+  inet_ntop(AF_INET, &sin->sin_addr, host, (socklen_t)len);
+  freeaddrinfo(res);
+}
+
+fgb_status srv_ctrl_listen(srv *d, char addr[CTRL_ADDR_MAX], char *err, size_t errlen) {
+  srv_ctrl *cp = calloc(1, sizeof(*cp));
+  if (!cp) return snprintf(err, errlen, "out of memory"), FGB_ENOMEM;
+  cp->d = d;
+  cp->by_rank = calloc((size_t)d->world_size, sizeof(*cp->by_rank));
+  cp->queue = calloc((size_t)d->world_size, sizeof(*cp->queue));
+  cp->qtail = calloc((size_t)d->world_size, sizeof(*cp->qtail));
+  d->cp = cp;
+  if (!cp->by_rank || !cp->queue || !cp->qtail)
+    return snprintf(err, errlen, "out of memory"), FGB_ENOMEM;
+  uv_tcp_init(d->loop, &cp->listener);
+  cp->listener.data = cp;
+  cp->listening = 1;
+  struct sockaddr_in sa;
+  uv_ip4_addr("0.0.0.0", 0, &sa);
+  int rc = uv_tcp_bind(&cp->listener, (struct sockaddr *)&sa, 0);
+  if (rc == 0) rc = uv_listen((uv_stream_t *)&cp->listener, 256, on_accept);
+  if (rc != 0) return snprintf(err, errlen, "control plane listen: %s", uv_strerror(rc)), FGB_EIO;
+  struct sockaddr_storage ss;
+  int sl = sizeof(ss);
+  uv_tcp_getsockname(&cp->listener, (struct sockaddr *)&ss, &sl);
+  char host[CTRL_ADDR_MAX - 8];
+  advertised_host(d, host, sizeof(host));
+  snprintf(addr, CTRL_ADDR_MAX, "%s:%d", host, ntohs(((struct sockaddr_in *)&ss)->sin_port));
+  return FGB_OK;
+}
+
+fgb_status srv_ctrl_connect(srv *d, const char *addrs, char *err, size_t errlen) {
+  srv_ctrl *cp = d->cp;
+  if (d->world_rank == 0) return FGB_OK;
+  char leader[CTRL_ADDR_MAX];
+  memcpy(leader, addrs, CTRL_ADDR_MAX);
+  leader[CTRL_ADDR_MAX - 1] = 0;
+  char *colon = strrchr(leader, ':');
+  if (!colon) return snprintf(err, errlen, "leader address '%s' has no port", leader), FGB_EINVAL;
+  *colon = 0;
+  struct sockaddr_in sa;
+  if (uv_ip4_addr(leader, atoi(colon + 1), &sa) != 0)
+    return snprintf(err, errlen, "leader address '%s' is not IPv4", leader), FGB_EINVAL;
+  ctrl_conn *c = conn_new(cp);
+  if (!c) return snprintf(err, errlen, "out of memory"), FGB_ENOMEM;
+  cp->creq.data = c;
+  int rc = uv_tcp_connect(&cp->creq, &c->tcp, (struct sockaddr *)&sa, on_connect);
+  if (rc != 0) return snprintf(err, errlen, "connect to the leader: %s", uv_strerror(rc)), FGB_EIO;
+  return FGB_OK;
+}
+
+int srv_ctrl_ready(const srv_ctrl *cp) {
+  if (cp->d->world_rank == 0) return cp->nhello == cp->d->world_size - 1;
+  return cp->by_rank[0] && cp->by_rank[0]->connected;
+}
+
+void srv_ctrl_close(srv *d) {
+  srv_ctrl *cp = d->cp;
+  if (!cp) return;
+  if (cp->listening) {
+    cp->listening = 0;
+    uv_close((uv_handle_t *)&cp->listener, NULL);
+  }
+  while (cp->conns) conn_close(cp->conns, "shutting down");
+  for (int r = 0; r < d->world_size; r++) {
+    while (cp->queue[r]) {
+      ctrl_msg *m = cp->queue[r];
+      cp->queue[r] = m->next;
+      free(m);
+    }
+  }
+  free(cp->by_rank);
+  free(cp->queue);
+  free(cp->qtail);
+  free(cp);
+  d->cp = NULL;
+}

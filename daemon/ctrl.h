@@ -1,0 +1,30 @@
+/* daemon/ctrl.h — the control plane between daemons: TCP on the loop thread, a star around world
+ * rank 0 (the coordinator's leader). Carries the coordinator's byte strings; a lost connection is
+ * reported to the coordinator as a lost peer.
+ *
+ * Frame: u32 LE length of what follows, i32 LE source world rank, i32 LE destination world rank,
+ * then the coordinator's bytes. The first frame of a non-leader is its hello (destination -1, no
+ * bytes). The leader forwards frames addressed to another rank, so any rank can reach any other. */
+#ifndef FGB_SRV_CTRL_H
+#define FGB_SRV_CTRL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon.h"
+
+#define CTRL_ADDR_MAX 128
+#define CTRL_MAX_FRAME (64u << 20)
+
+/* Listen on an ephemeral TCP port; *addr gets "host:port" to advertise (host: cfg->cp_addr, else
+ * the address gethostname() resolves to, else 127.0.0.1). Call before the address exchange. */
+fgb_status srv_ctrl_listen(srv *d, char addr[CTRL_ADDR_MAX], char *err, size_t errlen);
+/* With every rank's address (world_size x CTRL_ADDR_MAX bytes): non-leaders connect to rank 0. */
+fgb_status srv_ctrl_connect(srv *d, const char *addrs, char *err, size_t errlen);
+/* Queue a coordinator message for world rank `peer` (copied). */
+void srv_ctrl_send(srv_ctrl *cp, int peer, const uint8_t *bytes, size_t len);
+/* 1 once every peer this rank talks to is connected (leader: all hellos received). */
+int srv_ctrl_ready(const srv_ctrl *cp);
+void srv_ctrl_close(srv *d);
+
+#endif

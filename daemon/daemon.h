@@ -1,0 +1,214 @@
+/* daemon/daemon.h — fgbuffd's state on the loop thread: the daemon, client sessions, jobs, arenas,
+ * tensors and the per-step bookkeeping that turns submits into agreed collectives and Done replies.
+ *
+ * Everything here is owned and touched by the loop thread only; the engine thread sees copies
+ * (engine.h's eng_item) and raw arena pointers, which stay mapped while it holds work on them. */
+#ifndef FGB_SRV_DAEMON_H
+#define FGB_SRV_DAEMON_H
+
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "config.h"
+#include "coordinator.h"
+#include "fgbuff.pb-c.h"
+#include "fgbuff/client.h"
+#include "wire.h"
+
+typedef struct srv srv;
+typedef struct srv_session srv_session;
+typedef struct srv_job srv_job;
+typedef struct srv_ctrl srv_ctrl;
+typedef struct srv_engine srv_engine;
+
+#define SRV_COLL_STEP (1ull << 63) /* steps with this bit are ad-hoc collectives: bit | seq */
+#define SRV_MAX_COUNT (1ull << 40)
+#define SRV_MAX_ARENA_BYTES (1ull << 40)
+#define SRV_MAX_ARENAS 1024 /* per session */
+#define SRV_MAX_TENSORS_PER_JOB 65536
+#define SRV_MAX_INFLIGHT_STEPS 1024 /* distinct unfinished steps per job */
+#define SRV_OUT_MAX (64u << 20) /* queued reply bytes before a client that stopped reading goes */
+#define SRV_OUT_STUCK_MS 10000  /* ... or this long without progress */
+
+/* Host memory shared by a client (memfd). Refcounted: tensors keep it mapped after the client is
+ * gone until the engine has finished with them. */
+typedef struct srv_arena {
+  uint32_t id; /* per session */
+  int refs;
+  uint8_t *base;
+  size_t bytes;
+  struct srv_arena *next; /* in the session's list */
+} srv_arena;
+
+typedef struct srv_tensor {
+  uint32_t id; /* daemon-wide, never reused */
+  srv_job *job;
+  srv_arena *arena;
+  uint8_t *ptr;
+  uint64_t count;
+  fgb_dtype dtype;
+  uint32_t esize;
+  int op; /* FGB_OP_* */
+  uint32_t ndim;
+  uint64_t shape[COORD_MAX_DIMS];
+  char name[COORD_MAX_NAME + 1];
+  int key_known;
+  uint32_t key; /* job-wide key from the coordinator */
+  int has_last;
+  uint64_t last_step; /* last step submitted or flushed */
+  int poisoned;
+  char poison[512];
+} srv_tensor;
+
+/* A tensor handed to the agreement for one step; Done not sent yet. */
+typedef struct srv_pending {
+  uint32_t tensor_id;
+  uint64_t step;
+  uint8_t flushed;  /* contributes zeros (EndStep) */
+  uint8_t reported; /* coord_ready called (needs the key) */
+  uint8_t issued;   /* handed to the engine */
+} srv_pending;
+
+/* An ad-hoc collective (Collective message) waiting for agreement or the engine. */
+typedef struct srv_coll {
+  uint64_t seq, req_id;
+  int kind, op, root;
+  uint32_t tensor_id, dst_id;
+  uint8_t reported, issued;
+} srv_coll;
+
+typedef struct srv_step {
+  uint64_t step;
+  uint32_t outstanding;
+  int ended;
+  uint64_t t0_us;
+} srv_step;
+
+typedef struct srv_stall {
+  char tensor[COORD_MAX_NAME + 1];
+  uint32_t key;
+  uint64_t step;
+  int missing[16];
+  int nmissing;
+  uint64_t first_ms;
+} srv_stall;
+
+/* This daemon's rank of a job (one rank per daemon and job). */
+struct srv_job {
+  srv *d;
+  uint64_t local_id;
+  coord_job_id id;
+  uint64_t key;
+  int key_known;
+  int rank, size;
+  char policy[SRV_POLICY_MAX];
+  srv_session *session; /* NULL once the client left */
+  char client_desc[96];
+  int formed, refused, aborted, left, left_clean;
+  char refuse_text[512], abort_text[512];
+  uint64_t left_ms;
+  srv_tensor **tensors; /* job-local order of registration */
+  uint32_t ntensors, tcap;
+  srv_pending *pending;
+  uint32_t npending, pcap;
+  srv_coll *colls;
+  uint32_t ncolls, ccap;
+  srv_step *steps;
+  uint32_t nsteps, scap;
+  srv_stall *stalls;
+  uint32_t nstalls, stcap;
+  uint32_t inflight; /* engine items not completed */
+  uint64_t steps_completed, bytes_sent, bytes_received, last_step_latency_us;
+  srv_job *next;
+};
+
+struct srv_session {
+  srv *d;
+  uint64_t id;
+  int fd;
+  uv_poll_t poll;
+  int poll_events;
+  wire_reader rd;
+  int hello;
+  uint32_t pid;
+  uid_t uid;
+  char name[64];
+  srv_job *job;
+  srv_arena *arenas;
+  uint32_t narenas, next_arena_id;
+  uint8_t *out; /* queued reply bytes (frames), out_off already written */
+  size_t out_len, out_off, out_cap;
+  uint64_t out_since_ms; /* when the queue last stopped draining */
+  int closing;
+  srv_session *next;
+};
+
+struct srv {
+  srv_config cfg;
+  int world_rank, world_size, local_index;
+  uint64_t daemon_id, start_ms;
+  uv_loop_t *loop;
+  uv_pipe_t listener;
+  int listening;
+  char sock_path[PATH_MAX];
+  uv_signal_t sigterm, sigint;
+  uv_timer_t tick;
+  coord *coord;
+  int draining;
+  srv_ctrl *cp;
+  srv_engine *eng;
+  srv_session *sessions;
+  uint64_t next_session_id, next_job_id;
+  srv_job *jobs;
+  srv_tensor **tensors; /* by id - 1 */
+  uint32_t ntensors, tcap;
+  int stopping;
+};
+
+uint64_t srv_now_ms(void);
+uint64_t srv_now_us(void);
+int srv_policy_known(const char *name);
+
+/* ---- server.c: client sockets ------------------------------------------------------------ */
+fgb_status srv_server_start(srv *d, char *err, size_t errlen);
+void srv_server_stop(srv *d);
+/* Pack and queue an envelope for the client (never blocks; a client that stops reading is dropped
+ * later). */
+void srv_send(srv_session *s, Fgbuff__V1__Envelope *env);
+void srv_send_error(srv_session *s, uint64_t req_id, int code, const char *field, int fatal,
+                    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+void srv_send_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status, const char *err);
+void srv_send_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int status, const char *err);
+/* Close a session (deferred free); the job is told its client left. */
+void srv_session_close(srv_session *s, const char *why);
+/* Best-effort synchronous flush of queued replies, for shutdown. */
+void srv_session_flush(srv_session *s, int timeout_ms);
+
+/* ---- session.c: one frame from a client ------------------------------------------------- */
+void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *fds, int nfds);
+void srv_arena_unref(srv_arena *a);
+
+/* ---- steps.c: submits, agreement, engine results, failures --------------------------- */
+void srv_on_submit(srv_session *s, uint64_t req_id, const Fgbuff__V1__Submit *m);
+void srv_on_end_step(srv_session *s, uint64_t req_id, const Fgbuff__V1__EndStep *m);
+void srv_on_collective(srv_session *s, uint64_t req_id, const Fgbuff__V1__Collective *m);
+void srv_coord_drain(srv *d);
+void srv_job_client_gone(srv_job *j);
+void srv_fail_pending(srv_job *j, int code, const char *text, const srv_tensor *only);
+void srv_step_tensor_done(srv_job *j, uint64_t step);
+/* Report readiness that waited for the job's formation or a tensor's key (only: that tensor). */
+void srv_report_waiting(srv *d, srv_job *j, const srv_tensor *only);
+/* events.c: coordinator events and engine results. */
+struct eng_item;
+void srv_engine_result(void *ud, struct eng_item *it);
+/* Free the job once its client is gone and the engine holds no work on it. */
+void srv_job_maybe_release(srv *d, srv_job *j);
+void srv_jobs_tick(srv *d);
+srv_tensor *srv_tensor_get(srv *d, uint32_t id);
+
+/* ---- status.c ---------------------------------------------------------------------------- */
+/* The status document (JSON) and its text rendering; both malloc'ed. */
+fgb_status srv_status_build(srv *d, char **json, char **text);
+
+#endif

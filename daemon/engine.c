@@ -1,0 +1,506 @@
+/* daemon/engine.c — the engine thread (see engine.h): executes FORM / ISSUE / RELEASE items in the
+ * order the loop hands them over (the world sequence), keeps several collectives in flight, polls
+ * them, converts, averages and writes results back into the clients' arenas.
+ *
+ * Tensors of one ISSUE that share a working type are fused into one merge buffer (one collective);
+ * fp16/bf16 are summed in fp32 and rounded back once, so every rank computes the same bits. */
+#include "engine.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dtype.h"
+#include "log.h"
+
+#define ENG_MAX_ACTIVE 16
+#define ENG_MAX_GROUPS 6
+
+typedef struct eng_comm {
+  uint64_t job_key;
+  comm *c;
+  int size;
+  struct eng_comm *next;
+} eng_comm;
+
+/* One collective request of an ISSUE: a merge buffer (or the tensor itself, in place). */
+typedef struct eng_group {
+  fgb_dtype wdt; /* working type on the wire */
+  uint8_t *buf;  /* malloc'ed merge buffer, or NULL: in place on t[first].ptr */
+  uint64_t count;
+  uint32_t *members; /* indices into it->t */
+  uint32_t n;
+  comm_req *req;
+} eng_group;
+
+typedef struct eng_exec {
+  eng_comm *ec;
+  eng_group g[ENG_MAX_GROUPS];
+  int ng;
+  comm_req *req; /* broadcast / allgather */
+  int left;      /* requests still in flight */
+} eng_exec;
+
+struct srv_engine {
+  const comm_ops *ops;
+  pthread_t th;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  eng_item *q_head, *q_tail;
+  int stop;
+  uint64_t stop_deadline_ms;
+  int stuck, exited;
+  pthread_mutex_t out_mu;
+  eng_item *out_head, *out_tail;
+  uv_async_t async;
+  int async_open;
+  eng_done_cb cb;
+  void *ud;
+  /* engine thread only */
+  eng_comm *comms;
+  eng_item *active[ENG_MAX_ACTIVE];
+  int nactive;
+};
+
+static uint64_t mono_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+void eng_item_free(eng_item *it) {
+  if (!it) return;
+  free(it->world_ranks);
+  free(it->t);
+  free(it);
+}
+
+static void exec_free(eng_item *it) {
+  eng_exec *x = it->priv;
+  if (!x) return;
+  for (int i = 0; i < x->ng; i++) {
+    free(x->g[i].buf);
+    free(x->g[i].members);
+  }
+  free(x);
+  it->priv = NULL;
+}
+
+/* Hand a finished item to the loop thread. */
+static void deliver(srv_engine *e, eng_item *it) {
+  exec_free(it);
+  pthread_mutex_lock(&e->out_mu);
+  if (!e->async_open) {
+    pthread_mutex_unlock(&e->out_mu);
+    eng_item_free(it);
+    return;
+  }
+  it->next = NULL;
+  if (e->out_tail)
+    e->out_tail->next = it;
+  else
+    e->out_head = it;
+  e->out_tail = it;
+  uv_async_send(&e->async);
+  pthread_mutex_unlock(&e->out_mu);
+}
+
+static void on_async(uv_async_t *h) {
+  srv_engine *e = h->data;
+  pthread_mutex_lock(&e->out_mu);
+  eng_item *it = e->out_head;
+  e->out_head = e->out_tail = NULL;
+  pthread_mutex_unlock(&e->out_mu);
+  while (it) {
+    eng_item *next = it->next;
+    e->cb(e->ud, it);
+    it = next;
+  }
+}
+
+static eng_comm *find_comm(srv_engine *e, uint64_t key) {
+  for (eng_comm *c = e->comms; c; c = c->next)
+    if (c->job_key == key) return c;
+  return NULL;
+}
+
+static void run_form(srv_engine *e, eng_item *it) {
+  if (find_comm(e, it->job_key)) {
+    it->status = FGB_EEXIST;
+    snprintf(it->err, sizeof(it->err), "job %016llx already has a communicator",
+             (unsigned long long)it->job_key);
+    return;
+  }
+  comm_job_spec spec = {.job_key = it->job_key,
+                        .job_rank = it->job_rank,
+                        .job_size = it->job_size,
+                        .world_ranks = it->world_ranks};
+  comm *c = NULL;
+  it->status = e->ops->create(&spec, &c, it->err, sizeof(it->err));
+  if (it->status != FGB_OK) return;
+  int r;
+  while ((r = e->ops->ready(c, it->err, sizeof(it->err))) == 0) {
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+  if (r < 0) {
+    e->ops->destroy(c);
+    it->status = FGB_EIO;
+    return;
+  }
+  eng_comm *ec = calloc(1, sizeof(*ec));
+  if (!ec) {
+    e->ops->destroy(c);
+    it->status = FGB_ENOMEM;
+    snprintf(it->err, sizeof(it->err), "out of memory");
+    return;
+  }
+  ec->job_key = it->job_key;
+  ec->c = c;
+  ec->size = it->job_size;
+  ec->next = e->comms;
+  e->comms = ec;
+}
+
+static void run_release(srv_engine *e, eng_item *it) {
+  for (eng_comm **p = &e->comms; *p; p = &(*p)->next) {
+    if ((*p)->job_key == it->job_key) {
+      eng_comm *ec = *p;
+      *p = ec->next;
+      e->ops->destroy(ec->c);
+      free(ec);
+      return;
+    }
+  }
+}
+
+static fgb_dtype working_type(fgb_dtype dt) {
+  return (dt == FGB_FLOAT16 || dt == FGB_BFLOAT16) ? FGB_FLOAT32 : dt;
+}
+
+/* Start an ISSUE's requests. Returns 0 (started; x->left requests) or an error in it. */
+static int start_issue(srv_engine *e, eng_item *it) {
+  eng_exec *x = calloc(1, sizeof(*x));
+  if (!x) {
+    it->status = FGB_ENOMEM;
+    snprintf(it->err, sizeof(it->err), "out of memory");
+    return -1;
+  }
+  it->priv = x;
+  x->ec = find_comm(e, it->job_key);
+  if (!x->ec) {
+    it->status = FGB_EIO;
+    snprintf(it->err, sizeof(it->err), "the job's communicator was not created");
+    return -1;
+  }
+  for (uint32_t i = 0; i < it->n; i++) {
+    eng_tensor *t = &it->t[i];
+    size_t esz = dtype_size(t->dtype);
+    it->bytes_sent += t->count * esz;
+    if (t->zero_first) memset(t->ptr, 0, t->count * esz);
+  }
+  if (it->coll == ENG_BROADCAST || it->coll == ENG_ALLGATHER) {
+    eng_tensor *t = &it->t[0];
+    size_t bytes = t->count * dtype_size(t->dtype);
+    fgb_status st = it->coll == ENG_BROADCAST
+                        ? e->ops->broadcast(x->ec->c, t->ptr, bytes, it->root, &x->req, it->err,
+                                            sizeof(it->err))
+                        : e->ops->allgather(x->ec->c, t->ptr, it->dst, bytes, &x->req, it->err,
+                                            sizeof(it->err));
+    if (st != FGB_OK) {
+      it->status = st;
+      return -1;
+    }
+    it->bytes_received = it->coll == ENG_BROADCAST ? bytes : bytes * (uint64_t)x->ec->size;
+    x->left = 1;
+    return 0;
+  }
+  /* Allreduce: group tensors by working type, in ISSUE order (identical on every rank). */
+  for (uint32_t i = 0; i < it->n; i++) {
+    fgb_dtype w = working_type(it->t[i].dtype);
+    int gi = 0;
+    while (gi < x->ng && x->g[gi].wdt != w) gi++;
+    if (gi == x->ng) {
+      if (x->ng == ENG_MAX_GROUPS) goto nomem; /* cannot happen: fewer working types */
+      x->g[gi].wdt = w;
+      x->g[gi].members = calloc(it->n, sizeof(uint32_t));
+      if (!x->g[gi].members) goto nomem;
+      x->ng++;
+    }
+    x->g[gi].members[x->g[gi].n++] = i;
+    x->g[gi].count += it->t[i].count;
+  }
+  for (int gi = 0; gi < x->ng; gi++) {
+    eng_group *g = &x->g[gi];
+    eng_tensor *t0 = &it->t[g->members[0]];
+    uint8_t *buf;
+    if (g->n == 1 && t0->dtype == g->wdt) {
+      buf = t0->ptr; /* in place in the client's arena */
+    } else {
+      g->buf = malloc(g->count * dtype_size(g->wdt));
+      if (!g->buf) goto nomem;
+      uint64_t off = 0;
+      for (uint32_t m = 0; m < g->n; m++) {
+        eng_tensor *t = &it->t[g->members[m]];
+        dtype_to_working(t->dtype, t->ptr, g->buf + off * dtype_size(g->wdt), t->count);
+        off += t->count;
+      }
+      buf = g->buf;
+    }
+    fgb_status st =
+        e->ops->allreduce(x->ec->c, buf, buf, g->count, g->wdt, &g->req, it->err, sizeof(it->err));
+    if (st != FGB_OK) {
+      /* Requests already started must still complete; this cannot happen for valid dtypes. */
+      it->status = st;
+      return x->left ? 0 : -1;
+    }
+    x->left++;
+  }
+  for (uint32_t i = 0; i < it->n; i++)
+    it->bytes_received += it->t[i].count * dtype_size(it->t[i].dtype);
+  return 0;
+nomem:
+  it->status = FGB_ENOMEM;
+  snprintf(it->err, sizeof(it->err), "out of memory for a merge buffer");
+  return x->left ? 0 : -1;
+}
+
+/* Write an allreduce result back: average if asked, convert back to the tensor's type. */
+static void finish_allreduce(eng_item *it) {
+  eng_exec *x = it->priv;
+  int size = x->ec->size;
+  for (int gi = 0; gi < x->ng; gi++) {
+    eng_group *g = &x->g[gi];
+    uint64_t off = 0;
+    for (uint32_t m = 0; m < g->n; m++) {
+      eng_tensor *t = &it->t[g->members[m]];
+      int avg = t->op == FGB_OP_AVERAGE;
+      uint8_t *src = g->buf ? g->buf + off * dtype_size(g->wdt) : t->ptr;
+      if (avg) dtype_scale_div(g->wdt, src, t->count, size);
+      if (g->buf) dtype_from_working(t->dtype, src, t->ptr, t->count);
+      off += t->count;
+    }
+  }
+}
+
+/* Poll an active item; 1 when finished (status set). */
+static int poll_item(srv_engine *e, eng_item *it) {
+  eng_exec *x = it->priv;
+  char err[256];
+  if (x->req) {
+    int r = e->ops->test(x->req, err, sizeof(err));
+    if (r == 0) return 0;
+    x->req = NULL;
+    x->left--;
+    if (r < 0 && it->status == FGB_OK) {
+      it->status = FGB_EIO;
+      snprintf(it->err, sizeof(it->err), "%s", err);
+    }
+  }
+  for (int gi = 0; gi < x->ng; gi++) {
+    eng_group *g = &x->g[gi];
+    if (!g->req) continue;
+    int r = e->ops->test(g->req, err, sizeof(err));
+    if (r == 0) continue;
+    g->req = NULL;
+    x->left--;
+    if (r < 0 && it->status == FGB_OK) {
+      it->status = FGB_EIO;
+      snprintf(it->err, sizeof(it->err), "%s", err);
+    }
+  }
+  if (x->left > 0) return 0;
+  if (it->status == FGB_OK && it->coll != ENG_BROADCAST && it->coll != ENG_ALLGATHER)
+    finish_allreduce(it);
+  return 1;
+}
+
+static void start_item(srv_engine *e, eng_item *it) {
+  it->status = FGB_OK;
+  it->err[0] = 0;
+  switch (it->kind) {
+    case ENG_FORM:
+      run_form(e, it);
+      deliver(e, it);
+      return;
+    case ENG_RELEASE:
+      run_release(e, it);
+      deliver(e, it);
+      return;
+    case ENG_ISSUE:
+      if (start_issue(e, it) != 0) {
+        deliver(e, it);
+        return;
+      }
+      e->active[e->nactive++] = it;
+      return;
+  }
+  it->status = FGB_EINVAL;
+  deliver(e, it);
+}
+
+static void *eng_main(void *arg) {
+  srv_engine *e = arg;
+  unsigned backoff_us = 1;
+  for (;;) {
+    pthread_mutex_lock(&e->mu);
+    while (!e->stop && !e->q_head && e->nactive == 0) pthread_cond_wait(&e->cv, &e->mu);
+    int stop = e->stop;
+    eng_item *take = NULL, **tail = &take;
+    if (!stop) {
+      /* Start in order; with ENG_MAX_ACTIVE in flight the rest waits in the queue. */
+      int room = ENG_MAX_ACTIVE - e->nactive;
+      while (e->q_head && room > 0) {
+        eng_item *it = e->q_head;
+        e->q_head = it->next;
+        if (!e->q_head) e->q_tail = NULL;
+        it->next = NULL;
+        *tail = it;
+        tail = &it->next;
+        if (it->kind == ENG_ISSUE) room--;
+      }
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (stop && (e->nactive == 0 || mono_ms() >= e->stop_deadline_ms)) {
+      e->stuck = e->nactive > 0;
+      break;
+    }
+    int progressed = take != NULL;
+    while (take) {
+      eng_item *next = take->next;
+      start_item(e, take);
+      take = next;
+    }
+    for (int i = 0; i < e->nactive;) {
+      if (poll_item(e, e->active[i])) {
+        deliver(e, e->active[i]);
+        memmove(&e->active[i], &e->active[i + 1], (size_t)(e->nactive - i - 1) * sizeof(void *));
+        e->nactive--;
+        progressed = 1;
+      } else {
+        i++;
+      }
+    }
+    if (e->nactive > 0 && !progressed) {
+      /* MPI progresses only inside MPI_Test: poll often, but yield the (shared) cores. */
+      struct timespec ts = {0, (long)backoff_us * 1000};
+      nanosleep(&ts, NULL);
+      if (backoff_us < 200) backoff_us *= 2;
+    } else {
+      backoff_us = 1;
+    }
+  }
+  if (!e->stuck) {
+    while (e->comms) {
+      eng_comm *c = e->comms;
+      e->comms = c->next;
+      e->ops->destroy(c->c);
+      free(c);
+    }
+  }
+  pthread_mutex_lock(&e->mu);
+  e->exited = 1;
+  pthread_cond_broadcast(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+  return NULL;
+}
+
+fgb_status eng_start(uv_loop_t *loop, const comm_ops *ops, eng_done_cb cb, void *ud,
+                     srv_engine **out, char *err, size_t errlen) {
+  srv_engine *e = calloc(1, sizeof(*e));
+  if (!e) {
+    snprintf(err, errlen, "out of memory");
+    return FGB_ENOMEM;
+  }
+  e->ops = ops;
+  e->cb = cb;
+  e->ud = ud;
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_cond_init(&e->cv, NULL);
+  pthread_mutex_init(&e->out_mu, NULL);
+  if (uv_async_init(loop, &e->async, on_async) != 0) {
+    snprintf(err, errlen, "uv_async_init failed");
+    free(e);
+    return FGB_EIO;
+  }
+  e->async.data = e;
+  e->async_open = 1;
+  if (pthread_create(&e->th, NULL, eng_main, e) != 0) {
+    snprintf(err, errlen, "cannot start the engine thread");
+    e->async_open = 0;
+    uv_close((uv_handle_t *)&e->async, NULL);
+    return FGB_EIO; /* e leaks: the daemon exits */
+  }
+  *out = e;
+  return FGB_OK;
+}
+
+void eng_submit(srv_engine *e, eng_item *it) {
+  it->next = NULL;
+  it->priv = NULL;
+  pthread_mutex_lock(&e->mu);
+  if (e->stop) {
+    pthread_mutex_unlock(&e->mu);
+    eng_item_free(it);
+    return;
+  }
+  if (e->q_tail)
+    e->q_tail->next = it;
+  else
+    e->q_head = it;
+  e->q_tail = it;
+  pthread_cond_signal(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
+void eng_close_async(srv_engine *e) {
+  pthread_mutex_lock(&e->out_mu);
+  if (e->async_open) {
+    e->async_open = 0;
+    uv_close((uv_handle_t *)&e->async, NULL);
+  }
+  eng_item *it = e->out_head;
+  e->out_head = e->out_tail = NULL;
+  pthread_mutex_unlock(&e->out_mu);
+  while (it) {
+    eng_item *next = it->next;
+    eng_item_free(it);
+    it = next;
+  }
+}
+
+int eng_stop(srv_engine *e, int timeout_ms) {
+  pthread_mutex_lock(&e->mu);
+  e->stop = 1;
+  e->stop_deadline_ms = mono_ms() + (uint64_t)timeout_ms;
+  pthread_cond_signal(&e->cv);
+  while (e->q_head) {
+    eng_item *it = e->q_head;
+    e->q_head = it->next;
+    eng_item_free(it);
+  }
+  e->q_tail = NULL;
+  /* Wait a little past the engine's own deadline, then give up on a thread wedged inside MPI. */
+  struct timespec dl;
+  clock_gettime(CLOCK_REALTIME, &dl);
+  dl.tv_sec += timeout_ms / 1000 + 2;
+  while (!e->exited)
+    if (pthread_cond_timedwait(&e->cv, &e->mu, &dl) != 0) break;
+  int exited = e->exited;
+  pthread_mutex_unlock(&e->mu);
+  if (!exited) {
+    LOG_ERROR("engine thread did not stop (wedged in the transport)");
+    return -1;
+  }
+  pthread_join(e->th, NULL);
+  int stuck = e->stuck;
+  if (stuck) return -1; /* buffers may still be in the transport's hands: leave them */
+  for (int i = 0; i < e->nactive; i++) {
+    exec_free(e->active[i]);
+    eng_item_free(e->active[i]);
+  }
+  free(e);
+  return stuck ? -1 : 0;
+}

@@ -1,0 +1,75 @@
+/* daemon/engine.h — the engine thread: runs job formations and collectives strictly in the
+ * world-agreed sequence order the loop thread hands them over in, and hands results back.
+ *
+ * Two queues, one per direction: eng_submit() appends to the engine's queue (mutex + condition
+ * variable); results come back through a uv_async to a callback on the loop thread. The engine
+ * never touches sockets; all data-plane (MPI) calls happen here. */
+#ifndef FGB_SRV_ENGINE_H
+#define FGB_SRV_ENGINE_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "fgbuff/client.h"
+#include "transport.h"
+
+typedef struct srv_engine srv_engine;
+
+typedef enum eng_kind {
+  ENG_FORM = 1, /* create the job's communicator (collective over its ranks) */
+  ENG_ISSUE,    /* one agreed collective */
+  ENG_RELEASE,  /* destroy the job's communicator */
+} eng_kind;
+
+/* Collective kinds of an ISSUE (0: gradient sync, per-tensor op; others as the protocol's). */
+enum { ENG_GRAD = 0, ENG_ALLREDUCE = 1, ENG_BROADCAST = 2, ENG_ALLGATHER = 3 };
+
+typedef struct eng_tensor {
+  uint32_t tensor_id;
+  uint64_t step;
+  uint8_t *ptr; /* client arena memory, mapped until the loop sees this item's result */
+  uint64_t count;
+  fgb_dtype dtype;
+  int op;         /* FGB_OP_AVERAGE or FGB_OP_SUM (the collective's op for ENG_ALLREDUCE) */
+  int zero_first; /* flushed at end of step: contributes zeros */
+} eng_tensor;
+
+typedef struct eng_item {
+  eng_kind kind;
+  uint64_t seq; /* world sequence number (order of execution) */
+  uint64_t job_key;
+  /* FORM */
+  int job_rank, job_size;
+  int *world_ranks; /* owned */
+  /* ISSUE */
+  int coll; /* ENG_GRAD, ENG_ALLREDUCE, ENG_BROADCAST, ENG_ALLGATHER */
+  int root;
+  uint64_t coll_seq; /* the client's collective seq */
+  uint8_t *dst;      /* ALLGATHER destination (count * job_size elements) */
+  uint32_t n;
+  eng_tensor *t; /* owned */
+  /* result */
+  int status;
+  char err[256];
+  uint64_t bytes_sent, bytes_received;
+  struct eng_item *next;
+  /* engine-private execution state */
+  void *priv;
+} eng_item;
+
+typedef void (*eng_done_cb)(void *ud, eng_item *it);
+
+/* Start the engine thread with transport `ops`; results are delivered to cb on `loop`. */
+fgb_status eng_start(uv_loop_t *loop, const comm_ops *ops, eng_done_cb cb, void *ud,
+                     srv_engine **out, char *err, size_t errlen);
+/* Hand an item over (ownership passes to the engine until it comes back through cb). */
+void eng_submit(srv_engine *e, eng_item *it);
+/* Close the result channel (loop thread, during shutdown: no more callbacks after this). */
+void eng_close_async(srv_engine *e);
+/* Stop: in-flight collectives get up to timeout_ms to finish, queued ones are dropped. Joins the
+ * thread. Returns 0 when the engine stopped cleanly (MPI may be finalised), -1 when it is stuck in
+ * a collective (do not finalise). */
+int eng_stop(srv_engine *e, int timeout_ms);
+void eng_item_free(eng_item *it);
+
+#endif

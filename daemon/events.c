@@ -1,0 +1,335 @@
+/* daemon/events.c — what comes back to the loop thread: coordinator events (formation, tensor
+ * checks, agreed collectives, stalls, aborts), engine results (Done, CollectiveDone) and the
+ * release of a job whose client is gone. Split from steps.c, which handles what clients send. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctrl.h"
+#include "daemon.h"
+#include "engine.h"
+#include "log.h"
+
+static srv_job *job_find(srv *d, const coord_job_id *id, uint64_t key) {
+  for (srv_job *j = d->jobs; j; j = j->next)
+    if (j->key_known && j->key == key) return j;
+  for (srv_job *j = d->jobs; j; j = j->next) {
+    if (!j->key_known && j->id.incarnation == id->incarnation &&
+        strcmp(j->id.name, id->name) == 0) {
+      j->key = key;
+      j->key_known = 1;
+      return j;
+    }
+  }
+  return NULL;
+}
+
+static srv_tensor *tensor_by_name(srv_job *j, const char *name) {
+  for (uint32_t i = 0; i < j->ntensors; i++)
+    if (strcmp(j->tensors[i]->name, name) == 0) return j->tensors[i];
+  return NULL;
+}
+
+static srv_tensor *tensor_by_key(srv_job *j, uint32_t key) {
+  for (uint32_t i = 0; i < j->ntensors; i++)
+    if (j->tensors[i]->key_known && j->tensors[i]->key == key) return j->tensors[i];
+  return NULL;
+}
+
+static void on_formed(srv *d, coord_event *ev) {
+  srv_job *j = job_find(d, &ev->job, ev->job_key);
+  eng_item *it = calloc(1, sizeof(*it));
+  int *wr = calloc((size_t)ev->job_size, sizeof(int));
+  if (!it || !wr || ev->job_size < 1) {
+    free(it);
+    free(wr);
+    LOG_ERROR("job '%s': out of memory for its formation", ev->job.name);
+    return;
+  }
+  it->kind = ENG_FORM;
+  it->seq = ev->seq;
+  it->job_key = ev->job_key;
+  it->job_size = ev->job_size;
+  it->job_rank = -1;
+  for (int i = 0; i < ev->job_size; i++) {
+    wr[i] = ev->world_ranks[i];
+    if (wr[i] == d->world_rank) it->job_rank = i;
+  }
+  it->world_ranks = wr;
+  LOG_INFO("job '%s' formed (%d ranks, seq %llu)", ev->job.name, ev->job_size,
+           (unsigned long long)ev->seq);
+  /* Creating the communicator is collective over the job's ranks: it runs even when this rank's
+   * client is already gone, or the others would wait for us forever. */
+  if (j) {
+    j->formed = 1;
+    j->inflight++;
+  }
+  eng_submit(d->eng, it);
+  if (j) srv_report_waiting(d, j, NULL);
+  if (!j) {
+    eng_item *rel = calloc(1, sizeof(*rel));
+    if (rel) {
+      rel->kind = ENG_RELEASE;
+      rel->job_key = ev->job_key;
+      eng_submit(d->eng, rel);
+    }
+  }
+}
+
+static void on_issue(srv *d, coord_event *ev) {
+  srv_job *j = job_find(d, &ev->job, ev->job_key);
+  if (!j) {
+    LOG_ERROR("collective #%llu of an unknown job %016llx: cannot take part",
+              (unsigned long long)ev->seq, (unsigned long long)ev->job_key);
+    return;
+  }
+  eng_item *it = calloc(1, sizeof(*it));
+  eng_tensor *ts = calloc(ev->ntensors ? ev->ntensors : 1, sizeof(*ts));
+  if (!it || !ts) goto nomem;
+  it->kind = ENG_ISSUE;
+  it->seq = ev->seq;
+  it->job_key = ev->job_key;
+  it->t = ts;
+  if (ev->step & SRV_COLL_STEP) {
+    uint64_t seq = ev->step & ~SRV_COLL_STEP;
+    srv_coll *c = NULL;
+    for (uint32_t i = 0; i < j->ncolls; i++)
+      if (j->colls[i].seq == seq) c = &j->colls[i];
+    srv_tensor *t = c ? srv_tensor_get(d, c->tensor_id) : NULL;
+    if (!c || !t) {
+      LOG_ERROR("job '%s': agreed collective seq %llu is not pending here", j->id.name,
+                (unsigned long long)seq);
+      goto drop;
+    }
+    c->issued = 1;
+    it->coll = c->kind;
+    it->coll_seq = seq;
+    it->root = c->root;
+    it->n = 1;
+    ts[0] = (eng_tensor){t->id, ev->step, t->ptr, t->count, t->dtype, c->op, 0};
+    if (c->kind == ENG_ALLGATHER) {
+      srv_tensor *dst = srv_tensor_get(d, c->dst_id);
+      if (!dst) goto drop;
+      it->dst = dst->ptr;
+    }
+  } else {
+    it->coll = ENG_GRAD;
+    for (uint32_t k = 0; k < ev->ntensors; k++) {
+      srv_tensor *t = tensor_by_key(j, ev->tensor_keys[k]);
+      srv_pending *p = NULL;
+      for (uint32_t i = 0; t && i < j->npending; i++)
+        if (j->pending[i].tensor_id == t->id && j->pending[i].step == ev->step) p = &j->pending[i];
+      if (!t || !p) {
+        LOG_ERROR("job '%s': agreed tensor key %u of step %llu is not pending here", j->id.name,
+                  ev->tensor_keys[k], (unsigned long long)ev->step);
+        continue;
+      }
+      p->issued = 1;
+      ts[it->n++] = (eng_tensor){t->id, ev->step, t->ptr, t->count, t->dtype, t->op, p->flushed};
+    }
+    if (it->n == 0) goto drop;
+  }
+  j->inflight++;
+  eng_submit(d->eng, it);
+  return;
+nomem:
+  LOG_ERROR("job '%s': out of memory for collective #%llu", j->id.name,
+            (unsigned long long)ev->seq);
+drop:
+  free(ts);
+  free(it);
+}
+
+static void on_tensor_ok(srv *d, coord_event *ev) {
+  srv_job *j = job_find(d, &ev->job, ev->job_key);
+  srv_tensor *t = j ? tensor_by_name(j, ev->tensor_name) : NULL;
+  if (!t) return;
+  t->key = ev->tensor_key;
+  t->key_known = 1;
+  srv_report_waiting(d, j, t);
+}
+
+static void on_mismatch(srv *d, coord_event *ev) {
+  srv_job *j = job_find(d, &ev->job, ev->job_key);
+  srv_tensor *t = j ? tensor_by_name(j, ev->tensor_name) : NULL;
+  LOG_WARN("job '%s': %s", ev->job.name, ev->text);
+  if (!t) return;
+  t->poisoned = 1;
+  snprintf(t->poison, sizeof(t->poison), "%s", ev->text);
+  srv_fail_pending(j, FGB_EMISMATCH, t->poison, t);
+}
+
+static void on_refused(srv *d, coord_event *ev) {
+  srv_job *j = job_find(d, &ev->job, ev->job_key);
+  LOG_WARN("job '%s': join refused: %s", ev->job.name, ev->text);
+  if (!j) return;
+  j->refused = 1;
+  snprintf(j->refuse_text, sizeof(j->refuse_text), "%s", ev->text);
+  int size = strstr(ev->text, "size") != NULL;
+  if (j->session)
+    srv_send_error(j->session, 0, size ? FGB_EINVAL : FGB_EEXIST, size ? "size" : "rank", 0, "%s",
+                   ev->text);
+  srv_fail_pending(j, size ? FGB_EINVAL : FGB_EEXIST, ev->text, NULL);
+}
+
+static void on_stall(srv *d, coord_event *ev) {
+  srv_job *j = job_find(d, &ev->job, ev->job_key);
+  if (!j) return;
+  srv_stall *s = NULL;
+  for (uint32_t i = 0; i < j->nstalls; i++)
+    if (j->stalls[i].key == ev->tensor_key && j->stalls[i].step == ev->step) s = &j->stalls[i];
+  if (!s) {
+    if (j->nstalls >= 64) return; /* enough to show what is wrong */
+    if (j->nstalls == j->stcap) {
+      uint32_t cap = j->stcap ? j->stcap * 2 : 8;
+      srv_stall *ns = realloc(j->stalls, cap * sizeof(*ns));
+      if (!ns) return;
+      j->stalls = ns;
+      j->stcap = cap;
+    }
+    s = &j->stalls[j->nstalls++];
+    memset(s, 0, sizeof(*s));
+    s->key = ev->tensor_key;
+    s->step = ev->step;
+    s->first_ms = srv_now_ms();
+    srv_tensor *t = tensor_by_key(j, ev->tensor_key);
+    snprintf(s->tensor, sizeof(s->tensor), "%s",
+             t ? t->name : (ev->tensor_name[0] ? ev->tensor_name : "?"));
+    LOG_WARN("job '%s': tensor '%s' step %llu waits for %d rank(s)", j->id.name, s->tensor,
+             (unsigned long long)ev->step, ev->nmissing);
+  }
+  s->nmissing = 0;
+  for (int i = 0; i < ev->nmissing && i < 16; i++) s->missing[s->nmissing++] = ev->world_ranks[i];
+}
+
+static void on_aborted(srv *d, coord_event *ev) {
+  srv_job *j = job_find(d, &ev->job, ev->job_key);
+  LOG_WARN("job '%s' aborted: %s", ev->job.name, ev->text);
+  if (!j) return;
+  if (!j->aborted) {
+    j->aborted = 1;
+    if (ev->failed_rank >= 0)
+      snprintf(j->abort_text, sizeof(j->abort_text), "rank %d of job '%.100s' failed: %.300s",
+               ev->failed_rank, j->id.name, ev->text);
+    else
+      snprintf(j->abort_text, sizeof(j->abort_text), "job '%.100s' aborted: %.300s", j->id.name,
+               ev->text);
+  }
+  srv_fail_pending(j, FGB_EPEER, j->abort_text, NULL);
+  srv_job_maybe_release(d, j);
+}
+
+void srv_coord_drain(srv *d) {
+  if (d->draining) return; /* the outer drain loop picks up what handlers cause */
+  d->draining = 1;
+  coord_event ev;
+  while (coord_next_event(d->coord, &ev)) {
+    switch (ev.kind) {
+      case COORD_EV_SEND:
+        if (d->cp) srv_ctrl_send(d->cp, ev.peer, ev.bytes, ev.len);
+        break;
+      case COORD_EV_JOB_FORMED:
+        on_formed(d, &ev);
+        break;
+      case COORD_EV_JOIN_REFUSED:
+        on_refused(d, &ev);
+        break;
+      case COORD_EV_TENSOR_OK:
+        on_tensor_ok(d, &ev);
+        break;
+      case COORD_EV_TENSOR_MISMATCH:
+        on_mismatch(d, &ev);
+        break;
+      case COORD_EV_ISSUE:
+        on_issue(d, &ev);
+        break;
+      case COORD_EV_STALL:
+        on_stall(d, &ev);
+        break;
+      case COORD_EV_JOB_ABORTED:
+        on_aborted(d, &ev);
+        break;
+      case COORD_EV_ERROR:
+        /* A request of ours was rejected by the leader: a bug or a race with an abort/mismatch,
+         * whose own events fail what is pending. */
+        LOG_WARN("coordinator rejected a request for job '%s': %s", ev.job.name, ev.text);
+        break;
+    }
+    coord_event_free(&ev);
+  }
+  d->draining = 0;
+}
+
+/* ---- engine results -------------------------------------------------------------------- */
+void srv_engine_result(void *ud, eng_item *it) {
+  srv *d = ud;
+  srv_job *j = NULL;
+  for (srv_job *x = d->jobs; x; x = x->next)
+    if (x->key_known && x->key == it->job_key) j = x;
+  if (it->status != FGB_OK)
+    LOG_WARN("engine: %s #%llu of job %016llx failed: %s",
+             it->kind == ENG_FORM    ? "formation"
+             : it->kind == ENG_ISSUE ? "collective"
+                                     : "release",
+             (unsigned long long)it->seq, (unsigned long long)it->job_key, it->err);
+  if (!j || it->kind == ENG_RELEASE) {
+    eng_item_free(it);
+    return;
+  }
+  if (j->inflight) j->inflight--;
+  if (it->kind == ENG_FORM && it->status != FGB_OK && !j->aborted) {
+    j->aborted = 1;
+    snprintf(j->abort_text, sizeof(j->abort_text),
+             "job '%.100s': communicator creation failed: %.200s", j->id.name, it->err);
+    srv_fail_pending(j, FGB_EIO, j->abort_text, NULL);
+  }
+  if (it->kind == ENG_ISSUE) {
+    j->bytes_sent += it->bytes_sent;
+    j->bytes_received += it->bytes_received;
+    const char *err = it->status ? it->err : "";
+    if (it->coll != ENG_GRAD) {
+      for (uint32_t i = 0; i < j->ncolls; i++) {
+        if (j->colls[i].seq != it->coll_seq) continue;
+        if (j->session)
+          srv_send_coll_done(j->session, j->colls[i].req_id, it->coll_seq, it->status, err);
+        j->colls[i] = j->colls[--j->ncolls];
+        break;
+      }
+    } else {
+      for (uint32_t k = 0; k < it->n; k++) {
+        eng_tensor *t = &it->t[k];
+        for (uint32_t i = 0; i < j->npending; i++) {
+          if (j->pending[i].tensor_id != t->tensor_id || j->pending[i].step != t->step) continue;
+          j->pending[i] = j->pending[--j->npending];
+          if (j->session) srv_send_done(j->session, t->tensor_id, t->step, it->status, err);
+          srv_step_tensor_done(j, t->step);
+          break;
+        }
+      }
+    }
+  }
+  eng_item_free(it);
+  srv_job_maybe_release(d, j);
+}
+
+/* ---- client gone, release ------------------------------------------------------------- */
+void srv_job_client_gone(srv_job *j) {
+  srv *d = j->d;
+  j->session = NULL;
+  j->left = 1;
+  j->left_ms = srv_now_ms();
+  /* Clean: nothing pending and every tensor finished the last step it took part in. A close
+   * before the job formed, or in the middle of a step, aborts the job for the other ranks. */
+  int clean = j->formed && !j->aborted && j->npending == 0 && j->ncolls == 0 && j->nsteps == 0;
+  j->left_clean = clean;
+  if (!j->aborted && !j->refused) {
+    fgb_status st = coord_leave(
+        d->coord, &j->id, !clean,
+        clean ? "client closed after its last step" : "client connection closed mid-job");
+    if (st != FGB_OK) LOG_WARN("coord_leave(%s): %d", j->id.name, st);
+  }
+  LOG_INFO("job '%s' rank %d: client left (%s)", j->id.name, j->rank,
+           clean ? "clean" : "mid-job: aborting the job");
+  srv_coord_drain(d);
+  srv_job_maybe_release(d, j);
+}

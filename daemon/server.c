@@ -1,0 +1,355 @@
+/* daemon/server.c — the client side of the loop thread: the Unix socket, peer credentials, and
+ * per-connection I/O. Connections are accepted with libuv, then the fd is dup'ed out of libuv and
+ * driven with a uv_poll_t, because libuv cannot hand over the memfds that arrive with SCM_RIGHTS;
+ * proto/wire.h's reader does the recvmsg. Replies go through a per-session queue written when the
+ * socket is writable, so a client that stops reading never blocks the loop; it is dropped instead.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "log.h"
+
+static void session_poll_cb(uv_poll_t *h, int status, int events);
+
+static void session_set_events(srv_session *s) {
+  int ev = UV_READABLE | UV_DISCONNECT;
+  if (s->out_len > s->out_off) ev |= UV_WRITABLE;
+  if (ev != s->poll_events) {
+    s->poll_events = ev;
+    uv_poll_start(&s->poll, ev, session_poll_cb);
+  }
+}
+
+/* Write what the socket takes now. Returns -1 when the client must be dropped. */
+static int session_write(srv_session *s) {
+  while (s->out_off < s->out_len) {
+    ssize_t n = send(s->fd, s->out + s->out_off, s->out_len - s->out_off, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      return -1;
+    }
+    s->out_off += (size_t)n;
+    s->out_since_ms = srv_now_ms();
+  }
+  if (s->out_off == s->out_len) {
+    s->out_off = s->out_len = 0;
+  } else if (s->out_off > s->out_cap / 2) {
+    memmove(s->out, s->out + s->out_off, s->out_len - s->out_off);
+    s->out_len -= s->out_off;
+    s->out_off = 0;
+  }
+  return 0;
+}
+
+void srv_send(srv_session *s, Fgbuff__V1__Envelope *env) {
+  if (s->closing) return;
+  size_t len = fgbuff__v1__envelope__get_packed_size(env);
+  if (len == 0 || len > FGB_WIRE_MAX_FRAME) {
+    LOG_ERROR("session %llu: reply of %zu bytes does not fit a frame; dropped",
+              (unsigned long long)s->id, len);
+    return;
+  }
+  size_t pending = s->out_len - s->out_off;
+  if (pending + len + FGB_WIRE_HDR > SRV_OUT_MAX) {
+    LOG_WARN("session %llu (pid %u): client stopped reading (%zu reply bytes queued); dropping it",
+             (unsigned long long)s->id, s->pid, pending);
+    srv_session_close(s, "client stopped reading its replies");
+    return;
+  }
+  if (s->out_len + len + FGB_WIRE_HDR > s->out_cap) {
+    size_t cap = s->out_cap ? s->out_cap : 4096;
+    while (cap < s->out_len + len + FGB_WIRE_HDR) cap *= 2;
+    uint8_t *nb = realloc(s->out, cap);
+    if (!nb) {
+      srv_session_close(s, "out of memory for replies");
+      return;
+    }
+    s->out = nb;
+    s->out_cap = cap;
+  }
+  if (pending == 0) s->out_since_ms = srv_now_ms();
+  uint8_t *p = s->out + s->out_len;
+  p[0] = (uint8_t)len;
+  p[1] = (uint8_t)(len >> 8);
+  p[2] = (uint8_t)(len >> 16);
+  p[3] = (uint8_t)(len >> 24);
+  fgbuff__v1__envelope__pack(env, p + FGB_WIRE_HDR);
+  s->out_len += len + FGB_WIRE_HDR;
+  if (session_write(s) != 0) {
+    srv_session_close(s, "send failed");
+    return;
+  }
+  session_set_events(s);
+}
+
+void srv_send_error(srv_session *s, uint64_t req_id, int code, const char *field, int fatal,
+                    const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  LOG_DEBUG("session %llu: error %d (%s)%s: %s", (unsigned long long)s->id, code, field,
+            fatal ? " fatal" : "", msg);
+  Fgbuff__V1__Error e = FGBUFF__V1__ERROR__INIT;
+  e.code = code;
+  e.message = msg;
+  e.field = (char *)field;
+  e.fatal = fatal;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
+  env.req_id = req_id;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_ERROR;
+  env.error = &e;
+  srv_send(s, &env);
+  if (fatal) {
+    srv_session_flush(s, 200);
+    srv_session_close(s, msg);
+  }
+}
+
+void srv_send_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status, const char *err) {
+  Fgbuff__V1__Done d = FGBUFF__V1__DONE__INIT;
+  d.tensor_id = tensor_id;
+  d.step = step;
+  d.status = status;
+  d.error = (char *)(err ? err : "");
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_DONE;
+  env.done = &d;
+  srv_send(s, &env);
+}
+
+void srv_send_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int status,
+                        const char *err) {
+  Fgbuff__V1__CollectiveDone d = FGBUFF__V1__COLLECTIVE_DONE__INIT;
+  d.seq = seq;
+  d.status = status;
+  d.error = (char *)(err ? err : "");
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
+  env.req_id = req_id;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_COLLECTIVE_DONE;
+  env.collective_done = &d;
+  srv_send(s, &env);
+}
+
+void srv_session_flush(srv_session *s, int timeout_ms) {
+  uint64_t until = srv_now_ms() + (uint64_t)timeout_ms;
+  while (!s->closing && s->out_len > s->out_off && srv_now_ms() < until) {
+    if (session_write(s) != 0) break;
+    if (s->out_len > s->out_off) {
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+    }
+  }
+}
+
+static void session_free_cb(uv_handle_t *h) {
+  srv_session *s = h->data;
+  close(s->fd);
+  wire_reader_close(&s->rd);
+  free(s->out);
+  free(s);
+}
+
+void srv_session_close(srv_session *s, const char *why) {
+  if (s->closing) return;
+  s->closing = 1;
+  srv *d = s->d;
+  LOG_INFO("session %llu (pid %u, %s) closed: %s", (unsigned long long)s->id, s->pid,
+           s->name[0] ? s->name : "?", why);
+  for (srv_session **p = &d->sessions; *p; p = &(*p)->next) {
+    if (*p == s) {
+      *p = s->next;
+      break;
+    }
+  }
+  if (s->job) {
+    srv_job *j = s->job;
+    s->job = NULL;
+    srv_job_client_gone(j);
+  }
+  while (s->arenas) {
+    srv_arena *a = s->arenas;
+    s->arenas = a->next;
+    srv_arena_unref(a);
+  }
+  uv_poll_stop(&s->poll);
+  uv_close((uv_handle_t *)&s->poll, session_free_cb);
+}
+
+static void session_read(srv_session *s) {
+  char err[256];
+  for (;;) {
+    const uint8_t *frame;
+    uint32_t len;
+    int fds[FGB_WIRE_MAX_FDS], nfds = 0;
+    wire_status st = wire_read(&s->rd, s->fd, &frame, &len, fds, &nfds, err, sizeof(err));
+    if (st == WIRE_AGAIN) return;
+    if (st == WIRE_FRAME) {
+      srv_session_frame(s, frame, len, fds, nfds);
+      if (s->closing) return;
+      continue;
+    }
+    if (st == WIRE_EOF) {
+      srv_session_close(s, "client closed the connection");
+    } else if (st == WIRE_ERR_SIZE) {
+      srv_send_error(s, 0, FGB_EPROTO, "length", 1, "%s", err);
+    } else if (st == WIRE_ERR_FDS) {
+      srv_send_error(s, 0, FGB_EPROTO, "num_fds", 1, "%s", err);
+    } else {
+      /* A truncated frame: the peer is gone (or half-closed); nobody to answer. */
+      srv_session_close(s, err);
+    }
+    return;
+  }
+}
+
+static void session_poll_cb(uv_poll_t *h, int status, int events) {
+  srv_session *s = h->data;
+  if (s->closing) return;
+  if (status < 0) {
+    srv_session_close(s, uv_strerror(status));
+    return;
+  }
+  if (events & UV_WRITABLE) {
+    if (session_write(s) != 0) {
+      srv_session_close(s, "send failed");
+      return;
+    }
+  }
+  if (events & (UV_READABLE | UV_DISCONNECT)) session_read(s);
+  if (!s->closing) session_set_events(s);
+}
+
+static int peer_allowed(srv *d, int fd, uid_t *uid_out, pid_t *pid_out) {
+  struct ucred cr;
+  socklen_t l = sizeof(cr);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &l) != 0) return 0;
+  *uid_out = cr.uid;
+  *pid_out = cr.pid;
+  if (cr.uid == getuid() || cr.uid == 0) return 1;
+  for (int i = 0; i < d->cfg.nallow_uids; i++)
+    if (d->cfg.allow_uids[i] == cr.uid) return 1;
+  return 0;
+}
+
+static void on_connection(uv_stream_t *server, int status) {
+  srv *d = server->data;
+  if (status < 0) {
+    LOG_WARN("accept: %s", uv_strerror(status));
+    return;
+  }
+  uv_pipe_t *tmp = malloc(sizeof(*tmp));
+  if (!tmp) return;
+  uv_pipe_init(d->loop, tmp, 0);
+  if (uv_accept(server, (uv_stream_t *)tmp) != 0) {
+    uv_close((uv_handle_t *)tmp, (uv_close_cb)free);
+    return;
+  }
+  /* Take the fd out of libuv: a uv_pipe cannot receive memfds. */
+  uv_os_fd_t ufd;
+  int fd = -1;
+  if (uv_fileno((uv_handle_t *)tmp, &ufd) == 0) fd = fcntl(ufd, F_DUPFD_CLOEXEC, 3);
+  uv_close((uv_handle_t *)tmp, (uv_close_cb)free);
+  if (fd < 0) {
+    LOG_WARN("accept: cannot take the connection's fd: %s", strerror(errno));
+    return;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  srv_session *s = calloc(1, sizeof(*s));
+  if (!s) {
+    close(fd);
+    return;
+  }
+  s->d = d;
+  s->id = ++d->next_session_id;
+  s->fd = fd;
+  s->next_arena_id = 1;
+  wire_reader_init(&s->rd);
+  pid_t pid = 0;
+  int ok = peer_allowed(d, fd, &s->uid, &pid);
+  s->pid = (uint32_t)pid;
+  if (uv_poll_init(d->loop, &s->poll, fd) != 0) {
+    close(fd);
+    free(s);
+    return;
+  }
+  s->poll.data = s;
+  s->next = d->sessions;
+  d->sessions = s;
+  LOG_DEBUG("session %llu: connection from pid %d uid %u", (unsigned long long)s->id, (int)pid,
+            (unsigned)s->uid);
+  if (!ok) {
+    LOG_WARN("refused a client of uid %u (pid %d): not our uid, root or --allow-uid",
+             (unsigned)s->uid, (int)pid);
+    srv_send_error(s, 0, FGB_EPERM, "uid", 1,
+                   "uid %u is not allowed by this daemon (runs as uid %u; see --allow-uid)",
+                   (unsigned)s->uid, (unsigned)getuid());
+    return;
+  }
+  if (d->stopping) {
+    srv_send_error(s, 0, FGB_ECLOSED, "", 1, "daemon shutting down");
+    return;
+  }
+  session_set_events(s);
+}
+
+fgb_status srv_server_start(srv *d, char *err, size_t errlen) {
+  int n = snprintf(d->sock_path, sizeof(d->sock_path), "%s/cpu%d.sock", d->cfg.runtime_dir,
+                   d->local_index);
+  if (n < 0 || (size_t)n >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+    snprintf(err, errlen, "socket path %s is too long for a Unix socket", d->sock_path);
+    return FGB_EINVAL;
+  }
+  /* A socket file left by a dead daemon is removed; a live daemon's is not stolen. */
+  int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (probe >= 0) {
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, d->sock_path, strlen(d->sock_path) + 1); /* length checked above */
+    if (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+      close(probe);
+      snprintf(err, errlen, "another daemon is serving %s", d->sock_path);
+      return FGB_EEXIST;
+    }
+    close(probe);
+  }
+  unlink(d->sock_path);
+  uv_pipe_init(d->loop, &d->listener, 0);
+  d->listener.data = d;
+  /* Create the socket with the right mode from the start (no window with a wider one). */
+  mode_t old = umask(d->cfg.nallow_uids ? 0117 : 0177);
+  int rc = uv_pipe_bind(&d->listener, d->sock_path);
+  umask(old);
+  if (rc == 0) rc = uv_listen((uv_stream_t *)&d->listener, 128, on_connection);
+  if (rc != 0) {
+    snprintf(err, errlen, "listen on %s: %s", d->sock_path, uv_strerror(rc));
+    uv_close((uv_handle_t *)&d->listener, NULL);
+    return FGB_EIO;
+  }
+  chmod(d->sock_path, d->cfg.nallow_uids ? 0660 : 0600);
+  d->listening = 1;
+  return FGB_OK;
+}
+
+void srv_server_stop(srv *d) {
+  if (d->listening) {
+    d->listening = 0;
+    uv_close((uv_handle_t *)&d->listener, NULL);
+    unlink(d->sock_path);
+  }
+  while (d->sessions) {
+    srv_session *s = d->sessions;
+    srv_send_error(s, 0, FGB_ECLOSED, "", 1, "daemon shutting down");
+    if (d->sessions == s) srv_session_close(s, "daemon shutting down");
+  }
+}

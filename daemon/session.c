@@ -1,0 +1,479 @@
+/* daemon/session.c — one client frame: decode the envelope, check framing-level invariants
+ * (num_fds, Hello first, version) and dispatch. Handlers for the handshake, jobs, arenas, tensors,
+ * status and configuration live here; the per-step protocol (Submit, EndStep, Collective) is in
+ * steps.c. Every field is untrusted: a bad one gets an Error naming it, and only a connection that
+ * cannot continue is closed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "dtype.h"
+#include "log.h"
+
+void srv_arena_unref(srv_arena *a) {
+  if (--a->refs > 0) return;
+  munmap(a->base, a->bytes);
+  free(a);
+}
+
+static void close_fds(int *fds, int nfds) {
+  for (int i = 0; i < nfds; i++) close(fds[i]);
+}
+
+/* Names: 1..255 bytes, printable (no control characters), since they appear in logs and status. */
+static int name_ok(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n > COORD_MAX_NAME) return 0;
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f || s[i] == '"' || s[i] == '\\') return 0;
+  return 1;
+}
+
+static void on_hello(srv_session *s, uint64_t req_id, const Fgbuff__V1__Hello *m) {
+  srv *d = s->d;
+  if (s->hello) {
+    srv_send_error(s, req_id, FGB_EPROTO, "hello", 0, "hello: handshake already done");
+    return;
+  }
+  if (m->protocol_version != FGB_PROTOCOL_VERSION) {
+    srv_send_error(s, req_id, FGB_EPROTO, "protocol_version", 1,
+                   "protocol version %u not supported; this daemon speaks version %u",
+                   m->protocol_version, FGB_PROTOCOL_VERSION);
+    return;
+  }
+  s->hello = 1;
+  if (m->pid) s->pid = m->pid;
+  snprintf(s->name, sizeof(s->name), "%s", m->client_name ? m->client_name : "");
+  for (char *p = s->name; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == '"' || *p == '\\' || *p == 0x7f) *p = '?';
+  Fgbuff__V1__HelloReply r = FGBUFF__V1__HELLO_REPLY__INIT;
+  r.protocol_version = FGB_PROTOCOL_VERSION;
+  r.world_rank = d->world_rank;
+  r.world_size = d->world_size;
+  r.device = d->cfg.device;
+  r.daemon_id = d->daemon_id;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
+  env.req_id = req_id;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_HELLO_REPLY;
+  env.hello_reply = &r;
+  srv_send(s, &env);
+}
+
+static void on_join(srv_session *s, uint64_t req_id, const Fgbuff__V1__JoinJob *m) {
+  srv *d = s->d;
+  if (s->job) {
+    srv_send_error(s, req_id, FGB_EEXIST, "name", 0,
+                   "join: this connection already joined job '%s' (one job per connection)",
+                   s->job->id.name);
+    return;
+  }
+  if (!name_ok(m->name)) {
+    srv_send_error(s, req_id, FGB_EINVAL, "name", 0,
+                   "name: job name must be 1..255 printable bytes (got %zu bytes)",
+                   strlen(m->name));
+    return;
+  }
+  if (m->size < 1 || m->size > 65536) {
+    srv_send_error(s, req_id, FGB_EINVAL, "size", 0, "size: job size %d outside 1..65536", m->size);
+    return;
+  }
+  if (m->rank < 0 || m->rank >= m->size) {
+    srv_send_error(s, req_id, FGB_EINVAL, "rank", 0, "rank: job rank %d outside 0..%d", m->rank,
+                   m->size - 1);
+    return;
+  }
+  const char *policy = m->policy[0] ? m->policy : d->cfg.default_policy;
+  if (strlen(policy) >= SRV_POLICY_MAX || !srv_policy_known(policy)) {
+    srv_send_error(s, req_id, FGB_EINVAL, "policy", 0, "policy: unknown merge policy '%.64s'",
+                   policy);
+    return;
+  }
+  for (srv_job *j = d->jobs; j; j = j->next) {
+    if (j->id.incarnation == m->incarnation && strcmp(j->id.name, m->name) == 0) {
+      srv_send_error(s, req_id, FGB_EEXIST, "rank", 0,
+                     "rank: job '%s' incarnation %llu already has rank %d on this daemon%s",
+                     m->name, (unsigned long long)m->incarnation, j->rank,
+                     j->session ? "" : " (its client left; use a new incarnation)");
+      return;
+    }
+  }
+  srv_job *j = calloc(1, sizeof(*j));
+  if (!j) {
+    srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory");
+    return;
+  }
+  j->d = d;
+  j->local_id = ++d->next_job_id;
+  snprintf(j->id.name, sizeof(j->id.name), "%s", m->name);
+  j->id.incarnation = m->incarnation;
+  j->rank = m->rank;
+  j->size = m->size;
+  snprintf(j->policy, sizeof(j->policy), "%s", policy);
+  j->session = s;
+  snprintf(j->client_desc, sizeof(j->client_desc), "pid %u %s", s->pid, s->name);
+  fgb_status st = coord_join(d->coord, &j->id, m->rank, m->size);
+  if (st != FGB_OK) {
+    free(j);
+    srv_send_error(s, req_id, st, "rank", 0, "join: the coordinator refused job '%s' rank %d",
+                   m->name, m->rank);
+    srv_coord_drain(d);
+    return;
+  }
+  j->next = d->jobs;
+  d->jobs = j;
+  s->job = j;
+  LOG_INFO("session %llu joined job '%s' incarnation %llu as rank %d of %d (policy %s)",
+           (unsigned long long)s->id, j->id.name, (unsigned long long)j->id.incarnation, j->rank,
+           j->size, j->policy);
+  Fgbuff__V1__JoinReply r = FGBUFF__V1__JOIN_REPLY__INIT;
+  r.job_id = j->local_id;
+  r.rank = j->rank;
+  r.size = j->size;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
+  env.req_id = req_id;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_JOIN_REPLY;
+  env.join_reply = &r;
+  srv_send(s, &env);
+  srv_coord_drain(d); /* a refusal from the coordinator arrives as an Error after the reply */
+}
+
+static void on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__RegisterArena *m, int *fds,
+                     int nfds) {
+  if (m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_IPC ||
+      m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_VMM_FD) {
+    close_fds(fds, nfds);
+    srv_send_error(s, req_id, FGB_ENOTSUP, "kind", 0,
+                   "kind: CUDA arenas need a GPU daemon (--device cuda:...)");
+    return;
+  }
+  if (m->kind != FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD) {
+    close_fds(fds, nfds);
+    srv_send_error(s, req_id, FGB_EINVAL, "kind", 0, "kind: unknown arena kind %d", (int)m->kind);
+    return;
+  }
+  if (nfds != 1) {
+    close_fds(fds, nfds);
+    srv_send_error(s, req_id, FGB_EINVAL, "num_fds", 0,
+                   "num_fds: a HOST_MEMFD arena comes with exactly 1 fd (got %d)", nfds);
+    return;
+  }
+  int fd = fds[0];
+  if (m->bytes == 0 || m->bytes > SRV_MAX_ARENA_BYTES) {
+    close(fd);
+    srv_send_error(s, req_id, FGB_EINVAL, "bytes", 0, "bytes: arena size %llu outside 1..2^40",
+                   (unsigned long long)m->bytes);
+    return;
+  }
+  if (s->narenas >= SRV_MAX_ARENAS) {
+    close(fd);
+    srv_send_error(s, req_id, FGB_EINVAL, "bytes", 0, "too many arenas on one connection (%d)",
+                   SRV_MAX_ARENAS);
+    return;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    srv_send_error(s, req_id, FGB_EINVAL, "num_fds", 0,
+                   "num_fds: the arena's fd is not a memfd or regular file");
+    return;
+  }
+  if ((uint64_t)st.st_size < m->bytes) {
+    close(fd);
+    srv_send_error(s, req_id, FGB_EINVAL, "bytes", 0,
+                   "bytes: arena size %llu is larger than the memfd (%llu bytes)",
+                   (unsigned long long)m->bytes, (unsigned long long)st.st_size);
+    return;
+  }
+  void *p = mmap(NULL, m->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    srv_send_error(s, req_id, FGB_EIO, "bytes", 0, "bytes: cannot map the arena (%llu bytes)",
+                   (unsigned long long)m->bytes);
+    return;
+  }
+  srv_arena *a = calloc(1, sizeof(*a));
+  if (!a) {
+    munmap(p, m->bytes);
+    srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory");
+    return;
+  }
+  a->id = s->next_arena_id++;
+  a->refs = 1;
+  a->base = p;
+  a->bytes = m->bytes;
+  a->next = s->arenas;
+  s->arenas = a;
+  s->narenas++;
+  Fgbuff__V1__ArenaReply r = FGBUFF__V1__ARENA_REPLY__INIT;
+  r.arena_id = a->id;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
+  env.req_id = req_id;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY;
+  env.arena_reply = &r;
+  srv_send(s, &env);
+}
+
+static fgb_status tensor_check(srv_session *s, const Fgbuff__V1__RegisterTensor *m, srv_arena **ao,
+                               const char **field, char *err, size_t errlen) {
+  srv_job *j = s->job;
+  *field = "name";
+  if (!j) return snprintf(err, errlen, "register_tensor before joining a job"), FGB_EPROTO;
+  if (j->refused) return snprintf(err, errlen, "%s", j->refuse_text), FGB_EINVAL;
+  if (!name_ok(m->name))
+    return snprintf(err, errlen, "name: tensor name must be 1..255 printable bytes"), FGB_EINVAL;
+  srv_arena *a = s->arenas;
+  while (a && a->id != m->arena_id) a = a->next;
+  *field = "arena_id";
+  if (!a)
+    return snprintf(err, errlen, "arena_id: %u is not an arena of this connection", m->arena_id),
+           FGB_ENOTFOUND;
+  uint32_t esz = dtype_size((fgb_dtype)m->dtype);
+  *field = "dtype";
+  if (esz == 0) return snprintf(err, errlen, "dtype: unknown dtype %d", (int)m->dtype), FGB_EINVAL;
+  *field = "count";
+  if (m->count < 1 || m->count > SRV_MAX_COUNT)
+    return snprintf(err, errlen, "count: %llu outside 1..2^40", (unsigned long long)m->count),
+           FGB_EINVAL;
+  *field = "offset";
+  if (m->offset % esz)
+    return snprintf(err, errlen, "offset: %llu not aligned to the element size %u",
+                    (unsigned long long)m->offset, esz),
+           FGB_EINVAL;
+  if (m->offset > a->bytes || m->count * esz > a->bytes - m->offset)
+    return snprintf(err, errlen,
+                    "offset: %llu + count %llu x %u bytes lies outside arena %u (%zu bytes)",
+                    (unsigned long long)m->offset, (unsigned long long)m->count, esz, a->id,
+                    a->bytes),
+           FGB_EINVAL;
+  *field = "shape";
+  if (m->n_shape > COORD_MAX_DIMS)
+    return snprintf(err, errlen, "shape: %zu dimensions (at most %d)", m->n_shape, COORD_MAX_DIMS),
+           FGB_EINVAL;
+  if (m->n_shape > 0) {
+    uint64_t prod = 1;
+    for (size_t i = 0; i < m->n_shape; i++) {
+      if (m->shape[i] == 0 || m->shape[i] > m->count || prod > m->count / m->shape[i]) {
+        prod = 0;
+        break;
+      }
+      prod *= m->shape[i];
+    }
+    if (prod != m->count)
+      return snprintf(err, errlen, "shape: product of the dimensions is not count %llu",
+                      (unsigned long long)m->count),
+             FGB_EINVAL;
+  }
+  *field = "op";
+  if (m->op != 0 && m->op != FGBUFF__V1__REDUCE_OP__REDUCE_OP_AVERAGE &&
+      m->op != FGBUFF__V1__REDUCE_OP__REDUCE_OP_SUM)
+    return snprintf(err, errlen, "op: unknown reduce op %d", (int)m->op), FGB_EINVAL;
+  *field = "compressor";
+  if (m->compressor[0] && strcmp(m->compressor, "none") != 0)
+    return snprintf(err, errlen, "compressor: '%.64s' is not supported by this daemon yet",
+                    m->compressor),
+           FGB_ENOTSUP;
+  *field = "density";
+  if (!(m->density >= 0.0 && m->density <= 1.0))
+    return snprintf(err, errlen, "density: %g outside (0, 1] (0 = default)", m->density),
+           FGB_EINVAL;
+  *field = "name";
+  if (j->ntensors >= SRV_MAX_TENSORS_PER_JOB)
+    return snprintf(err, errlen, "name: job has the maximum of %d tensors",
+                    SRV_MAX_TENSORS_PER_JOB),
+           FGB_EINVAL;
+  for (uint32_t i = 0; i < j->ntensors; i++)
+    if (strcmp(j->tensors[i]->name, m->name) == 0)
+      return snprintf(err, errlen, "name: tensor '%s' is already registered in job '%s'", m->name,
+                      j->id.name),
+             FGB_EEXIST;
+  *ao = a;
+  return FGB_OK;
+}
+
+static void on_tensor(srv_session *s, uint64_t req_id, const Fgbuff__V1__RegisterTensor *m) {
+  srv *d = s->d;
+  srv_arena *a = NULL;
+  const char *field;
+  char err[512];
+  fgb_status st = tensor_check(s, m, &a, &field, err, sizeof(err));
+  if (st != FGB_OK) {
+    srv_send_error(s, req_id, st, field, 0, "%s", err);
+    return;
+  }
+  srv_job *j = s->job;
+  srv_tensor *t = calloc(1, sizeof(*t));
+  if (!t) goto nomem;
+  if (j->ntensors == j->tcap) {
+    uint32_t cap = j->tcap ? j->tcap * 2 : 16;
+    srv_tensor **nt = realloc(j->tensors, cap * sizeof(*nt));
+    if (!nt) goto nomem;
+    j->tensors = nt;
+    j->tcap = cap;
+  }
+  if (d->ntensors == d->tcap) {
+    uint32_t cap = d->tcap ? d->tcap * 2 : 64;
+    srv_tensor **nt = realloc(d->tensors, cap * sizeof(*nt));
+    if (!nt) goto nomem;
+    d->tensors = nt;
+    d->tcap = cap;
+  }
+  t->id = ++d->ntensors;
+  d->tensors[t->id - 1] = t;
+  j->tensors[j->ntensors++] = t;
+  t->job = j;
+  t->arena = a;
+  a->refs++;
+  t->ptr = a->base + m->offset;
+  t->count = m->count;
+  t->dtype = (fgb_dtype)m->dtype;
+  t->esize = dtype_size(t->dtype);
+  t->op = m->op == FGBUFF__V1__REDUCE_OP__REDUCE_OP_SUM ? FGB_OP_SUM : FGB_OP_AVERAGE;
+  t->ndim = (uint32_t)m->n_shape;
+  for (size_t i = 0; i < m->n_shape; i++) t->shape[i] = m->shape[i];
+  snprintf(t->name, sizeof(t->name), "%s", m->name);
+  Fgbuff__V1__TensorReply r = FGBUFF__V1__TENSOR_REPLY__INIT;
+  r.tensor_id = t->id;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
+  env.req_id = req_id;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_TENSOR_REPLY;
+  env.tensor_reply = &r;
+  srv_send(s, &env);
+  coord_tensor_meta meta;
+  memset(&meta, 0, sizeof(meta));
+  snprintf(meta.name, sizeof(meta.name), "%s", t->name);
+  meta.count = t->count;
+  meta.dtype = t->dtype;
+  meta.ndim = t->ndim;
+  for (uint32_t i = 0; i < t->ndim; i++) meta.shape[i] = t->shape[i];
+  meta.bytes = t->count * t->esize;
+  if (coord_register(d->coord, &j->id, &meta) != FGB_OK) {
+    t->poisoned = 1;
+    snprintf(t->poison, sizeof(t->poison), "tensor '%s': the coordinator refused its registration",
+             t->name);
+  }
+  srv_coord_drain(d);
+  return;
+nomem:
+  free(t);
+  srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory");
+}
+
+static void on_status(srv_session *s, uint64_t req_id) {
+  char *json = NULL, *text = NULL;
+  if (srv_status_build(s->d, &json, &text) != FGB_OK) {
+    free(json);
+    free(text);
+    srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory for the status");
+    return;
+  }
+  Fgbuff__V1__StatusReply r = FGBUFF__V1__STATUS_REPLY__INIT;
+  r.json = json;
+  r.text = text;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
+  env.req_id = req_id;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_STATUS_REPLY;
+  env.status_reply = &r;
+  srv_send(s, &env);
+  free(json);
+  free(text);
+}
+
+static void on_config(srv_session *s, uint64_t req_id, const char *key, const char *value) {
+  char val[256], err[256];
+  fgb_status st = value ? srv_config_set(&s->d->cfg, key, value, err, sizeof(err)) : FGB_OK;
+  if (st == FGB_OK) st = srv_config_get(&s->d->cfg, key, val, sizeof(val), err, sizeof(err));
+  if (st != FGB_OK) {
+    srv_send_error(s, req_id, st, strncmp(err, "value", 5) == 0 ? "value" : "key", 0, "%s", err);
+    return;
+  }
+  if (value) LOG_INFO("config: %s = %s", key, val);
+  Fgbuff__V1__ConfigReply r = FGBUFF__V1__CONFIG_REPLY__INIT;
+  r.key = (char *)key;
+  r.value = val;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
+  env.req_id = req_id;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_CONFIG_REPLY;
+  env.config_reply = &r;
+  srv_send(s, &env);
+}
+
+void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *fds, int nfds) {
+  Fgbuff__V1__Envelope *env = fgbuff__v1__envelope__unpack(NULL, len, frame);
+  if (!env) {
+    close_fds(fds, nfds);
+    srv_send_error(s, 0, FGB_EPROTO, "envelope", 1,
+                   "envelope: cannot decode a %u-byte frame as an Envelope", len);
+    return;
+  }
+  uint64_t rq = env->req_id;
+  if (env->num_fds != (uint32_t)nfds) {
+    close_fds(fds, nfds);
+    srv_send_error(s, rq, FGB_EPROTO, "num_fds", 1,
+                   "num_fds: envelope announces %u fds but %d arrived with the frame", env->num_fds,
+                   nfds);
+    goto out;
+  }
+  int takes_fds = env->body_case == FGBUFF__V1__ENVELOPE__BODY_REGISTER_ARENA;
+  if (nfds > 0 && !takes_fds) {
+    close_fds(fds, nfds);
+    srv_send_error(s, rq, FGB_EPROTO, "num_fds", 0, "num_fds: this message takes no fds (got %d)",
+                   nfds);
+    goto out;
+  }
+  if (!s->hello && env->body_case != FGBUFF__V1__ENVELOPE__BODY_HELLO) {
+    close_fds(fds, nfds);
+    srv_send_error(s, rq, FGB_EPROTO, "hello", 1, "the first message must be Hello");
+    goto out;
+  }
+  switch (env->body_case) {
+    case FGBUFF__V1__ENVELOPE__BODY_HELLO:
+      on_hello(s, rq, env->hello);
+      break;
+    case FGBUFF__V1__ENVELOPE__BODY_JOIN:
+      on_join(s, rq, env->join);
+      break;
+    case FGBUFF__V1__ENVELOPE__BODY_REGISTER_ARENA:
+      on_arena(s, rq, env->register_arena, fds, nfds);
+      break;
+    case FGBUFF__V1__ENVELOPE__BODY_REGISTER_TENSOR:
+      on_tensor(s, rq, env->register_tensor);
+      break;
+    case FGBUFF__V1__ENVELOPE__BODY_SUBMIT:
+      srv_on_submit(s, rq, env->submit);
+      break;
+    case FGBUFF__V1__ENVELOPE__BODY_END_STEP:
+      srv_on_end_step(s, rq, env->end_step);
+      break;
+    case FGBUFF__V1__ENVELOPE__BODY_COLLECTIVE:
+      srv_on_collective(s, rq, env->collective);
+      break;
+    case FGBUFF__V1__ENVELOPE__BODY_STATUS:
+      on_status(s, rq);
+      break;
+    case FGBUFF__V1__ENVELOPE__BODY_CONFIG_GET:
+      on_config(s, rq, env->config_get->key, NULL);
+      break;
+    case FGBUFF__V1__ENVELOPE__BODY_CONFIG_SET:
+      on_config(s, rq, env->config_set->key, env->config_set->value);
+      break;
+    case FGBUFF__V1__ENVELOPE__BODY_STATE_EXPORT:
+    case FGBUFF__V1__ENVELOPE__BODY_STATE_IMPORT:
+      srv_send_error(s, rq, FGB_ENOTSUP, "tensor_id", 0,
+                     "compressor state export/import is not supported by this daemon yet");
+      break;
+    case FGBUFF__V1__ENVELOPE__BODY__NOT_SET:
+      srv_send_error(s, rq, FGB_EPROTO, "body", 0,
+                     "body: envelope has no known message (unknown type from a newer client?)");
+      break;
+    default:
+      srv_send_error(s, rq, FGB_EPROTO, "body", 0,
+                     "body: message type %d is sent by daemons, not clients", (int)env->body_case);
+      break;
+  }
+out:
+  fgbuff__v1__envelope__free_unpacked(env, NULL);
+}

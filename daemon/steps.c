@@ -1,0 +1,375 @@
+/* daemon/steps.c — the per-step protocol on the loop thread: Submit / EndStep / Collective become
+ * readiness for the coordinator; agreed ISSUE and JOB_FORMED events become engine items (in the
+ * world order); engine results become Done / CollectiveDone replies; aborts fail what is pending.
+ *
+ * A job's arena memory stays mapped until the engine holds no work on it, so a dead client's
+ * tensors can still take part in collectives the other ranks already started. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "engine.h"
+#include "log.h"
+
+srv_tensor *srv_tensor_get(srv *d, uint32_t id) {
+  if (id == 0 || id > d->ntensors) return NULL;
+  return d->tensors[id - 1];
+}
+
+static int grow(void **arr, uint32_t *cap, uint32_t n, size_t elem) {
+  if (n < *cap) return 0;
+  uint32_t nc = *cap ? *cap * 2 : 16;
+  void *p = realloc(*arr, (size_t)nc * elem);
+  if (!p) return -1;
+  *arr = p;
+  *cap = nc;
+  return 0;
+}
+
+static srv_step *step_get(srv_job *j, uint64_t step, int create) {
+  for (uint32_t i = 0; i < j->nsteps; i++)
+    if (j->steps[i].step == step) return &j->steps[i];
+  if (!create || j->nsteps >= SRV_MAX_INFLIGHT_STEPS) return NULL;
+  if (grow((void **)&j->steps, &j->scap, j->nsteps, sizeof(srv_step))) return NULL;
+  srv_step *st = &j->steps[j->nsteps++];
+  memset(st, 0, sizeof(*st));
+  st->step = step;
+  st->t0_us = srv_now_us();
+  return st;
+}
+
+/* A tensor of `step` is finished (Done sent): step statistics. */
+void srv_step_tensor_done(srv_job *j, uint64_t step) {
+  for (uint32_t i = 0; i < j->nsteps; i++) {
+    srv_step *st = &j->steps[i];
+    if (st->step != step) continue;
+    if (st->outstanding) st->outstanding--;
+    int complete = st->outstanding == 0 && st->ended;
+    if (!complete && st->outstanding == 0) {
+      complete = 1; /* every tensor reached this step without an EndStep */
+      for (uint32_t k = 0; k < j->ntensors; k++)
+        if (!j->tensors[k]->has_last || j->tensors[k]->last_step < step) complete = 0;
+    }
+    if (complete) {
+      j->steps_completed++;
+      j->last_step_latency_us = srv_now_us() - st->t0_us;
+      j->steps[i] = j->steps[--j->nsteps];
+    }
+    break;
+  }
+  for (uint32_t i = 0; i < j->nstalls;) {
+    if (j->stalls[i].step == step)
+      j->stalls[i] = j->stalls[--j->nstalls];
+    else
+      i++;
+  }
+}
+
+static void pending_remove(srv_job *j, uint32_t i) {
+  j->pending[i] = j->pending[--j->npending];
+}
+
+/* Send Done with a failure for every pending tensor of the job not yet in the engine's hands (the
+ * engine's will complete: their data is on every rank). Same for waiting collectives. */
+void srv_fail_pending(srv_job *j, int code, const char *text, const srv_tensor *only) {
+  for (uint32_t i = 0; i < j->npending;) {
+    srv_pending *p = &j->pending[i];
+    if (p->issued || (only && p->tensor_id != only->id)) {
+      i++;
+      continue;
+    }
+    uint32_t tid = p->tensor_id;
+    uint64_t step = p->step;
+    pending_remove(j, i);
+    if (j->session) srv_send_done(j->session, tid, step, code, text);
+    srv_step_tensor_done(j, step);
+  }
+  for (uint32_t i = 0; i < j->ncolls;) {
+    srv_coll *c = &j->colls[i];
+    if (c->issued || (only && c->tensor_id != only->id && c->dst_id != only->id)) {
+      i++;
+      continue;
+    }
+    if (j->session) srv_send_coll_done(j->session, c->req_id, c->seq, code, text);
+    j->colls[i] = j->colls[--j->ncolls];
+  }
+}
+
+/* Report readiness of (tensor, step) once the job formed and the tensor has its job-wide key;
+ * until then it waits (srv_report_waiting). Returns 1 when reported. */
+static int report_ready(srv *d, srv_job *j, srv_tensor *t, uint64_t step) {
+  if (!t->key_known || !j->formed) return 0;
+  fgb_status st = coord_ready(d->coord, &j->id, step, &t->key, 1);
+  if (st != FGB_OK)
+    LOG_WARN("coord_ready(%s, step %llu): status %d", t->name, (unsigned long long)step, st);
+  return 1;
+}
+
+void srv_report_waiting(srv *d, srv_job *j, const srv_tensor *only) {
+  for (uint32_t i = 0; i < j->npending; i++) {
+    srv_pending *p = &j->pending[i];
+    srv_tensor *t = srv_tensor_get(d, p->tensor_id);
+    if (p->reported || !t || (only && t != only)) continue;
+    p->reported = (uint8_t)report_ready(d, j, t, p->step);
+  }
+  for (uint32_t i = 0; i < j->ncolls; i++) {
+    srv_coll *c = &j->colls[i];
+    srv_tensor *t = srv_tensor_get(d, c->tensor_id);
+    if (c->reported || !t || (only && t != only)) continue;
+    c->reported = (uint8_t)report_ready(d, j, t, SRV_COLL_STEP | c->seq);
+  }
+}
+
+/* Common checks of a tensor named by a client; sends the Error and returns NULL when bad. */
+static srv_tensor *client_tensor(srv_session *s, uint64_t req_id, uint32_t id, const char *field) {
+  srv_tensor *t = srv_tensor_get(s->d, id);
+  if (!s->job) {
+    srv_send_error(s, req_id, FGB_EPROTO, field, 0, "%s %u: no job joined on this connection",
+                   field, id);
+    return NULL;
+  }
+  if (!t) {
+    srv_send_error(s, req_id, FGB_ENOTFOUND, field, 0, "%s %u: unknown tensor", field, id);
+    return NULL;
+  }
+  if (t->job != s->job) {
+    srv_send_error(s, req_id, FGB_ENOTFOUND, field, 0, "%s %u: not a tensor of job '%s'", field, id,
+                   s->job->id.name);
+    return NULL;
+  }
+  if (s->job->refused) {
+    srv_send_error(s, req_id, FGB_EINVAL, "rank", 0, "%s", s->job->refuse_text);
+    return NULL;
+  }
+  return t;
+}
+
+static int add_pending(srv_job *j, srv_tensor *t, uint64_t step, int flushed) {
+  srv_step *st = step_get(j, step, 1);
+  if (!st || grow((void **)&j->pending, &j->pcap, j->npending, sizeof(srv_pending))) return -1;
+  srv_pending *p = &j->pending[j->npending++];
+  memset(p, 0, sizeof(*p));
+  p->tensor_id = t->id;
+  p->step = step;
+  p->flushed = (uint8_t)flushed;
+  st->outstanding++;
+  t->has_last = 1;
+  t->last_step = step;
+  return 0;
+}
+
+void srv_on_submit(srv_session *s, uint64_t req_id, const Fgbuff__V1__Submit *m) {
+  srv_tensor *t = client_tensor(s, req_id, m->tensor_id, "tensor_id");
+  if (!t) return;
+  srv_job *j = s->job;
+  if (m->step & SRV_COLL_STEP) {
+    srv_send_error(s, req_id, FGB_EINVAL, "step", 0, "step: %llu is in the collectives' range",
+                   (unsigned long long)m->step);
+    return;
+  }
+  if (t->has_last && m->step <= t->last_step) {
+    if (m->step == t->last_step)
+      srv_send_error(s, req_id, FGB_EEXIST, "step", 0,
+                     "step: tensor_id %u ('%s') was already submitted for step %llu", t->id,
+                     t->name, (unsigned long long)m->step);
+    else
+      srv_send_error(s, req_id, FGB_EINVAL, "step", 0,
+                     "step: %llu is before step %llu already submitted for tensor_id %u ('%s')",
+                     (unsigned long long)m->step, (unsigned long long)t->last_step, t->id, t->name);
+    return;
+  }
+  if (j->aborted || t->poisoned) {
+    t->has_last = 1;
+    t->last_step = m->step;
+    srv_send_done(s, t->id, m->step, j->aborted ? FGB_EPEER : FGB_EMISMATCH,
+                  j->aborted ? j->abort_text : t->poison);
+    return;
+  }
+  if (add_pending(j, t, m->step, 0) != 0) {
+    srv_send_error(s, req_id, FGB_ENOMEM, "step", 0,
+                   "step: too many unfinished steps (%d) or out of memory", SRV_MAX_INFLIGHT_STEPS);
+    return;
+  }
+  j->pending[j->npending - 1].reported = (uint8_t)report_ready(s->d, j, t, m->step);
+  srv_coord_drain(s->d);
+}
+
+void srv_on_end_step(srv_session *s, uint64_t req_id, const Fgbuff__V1__EndStep *m) {
+  srv *d = s->d;
+  srv_job *j = s->job;
+  if (!j) {
+    srv_send_error(s, req_id, FGB_EPROTO, "step", 0, "end_step: no job joined on this connection");
+    return;
+  }
+  if (j->refused) {
+    srv_send_error(s, req_id, FGB_EINVAL, "rank", 0, "%s", j->refuse_text);
+    return;
+  }
+  if (m->step & SRV_COLL_STEP) {
+    srv_send_error(s, req_id, FGB_EINVAL, "step", 0, "step: %llu is in the collectives' range",
+                   (unsigned long long)m->step);
+    return;
+  }
+  uint32_t *keys = malloc(((size_t)j->ntensors + 1) * sizeof(uint32_t)), nkeys = 0;
+  if (!keys) {
+    srv_send_error(s, req_id, FGB_ENOMEM, "step", 0, "out of memory");
+    return;
+  }
+  for (uint32_t i = 0; i < j->ntensors; i++) {
+    srv_tensor *t = j->tensors[i];
+    if (t->has_last && t->last_step >= m->step) continue; /* submitted (or moved past it) */
+    if (j->aborted || t->poisoned) {
+      t->has_last = 1;
+      t->last_step = m->step;
+      srv_send_done(s, t->id, m->step, j->aborted ? FGB_EPEER : FGB_EMISMATCH,
+                    j->aborted ? j->abort_text : t->poison);
+      continue;
+    }
+    if (add_pending(j, t, m->step, 1) != 0) {
+      srv_send_error(s, req_id, FGB_ENOMEM, "step", 0,
+                     "step: too many unfinished steps (%d) or out of memory",
+                     SRV_MAX_INFLIGHT_STEPS);
+      break;
+    }
+    if (t->key_known && j->formed) {
+      keys[nkeys++] = t->key;
+      j->pending[j->npending - 1].reported = 1;
+    }
+  }
+  srv_step *st = step_get(j, m->step, 0);
+  if (st) st->ended = 1;
+  if (nkeys) {
+    fgb_status rc = coord_ready(d->coord, &j->id, m->step, keys, nkeys);
+    if (rc != FGB_OK)
+      LOG_WARN("coord_ready(end of step %llu): %d", (unsigned long long)m->step, rc);
+  }
+  free(keys);
+  srv_coord_drain(d);
+}
+
+void srv_on_collective(srv_session *s, uint64_t req_id, const Fgbuff__V1__Collective *m) {
+  srv_tensor *t = client_tensor(s, req_id, m->tensor_id, "tensor_id");
+  if (!t) return;
+  srv_job *j = s->job;
+  srv_tensor *dst = NULL;
+  if (m->seq & SRV_COLL_STEP) {
+    srv_send_error(s, req_id, FGB_EINVAL, "seq", 0, "seq: %llu too large (below 2^63)",
+                   (unsigned long long)m->seq);
+    return;
+  }
+  for (uint32_t i = 0; i < j->ncolls; i++) {
+    if (j->colls[i].seq == m->seq) {
+      srv_send_error(s, req_id, FGB_EEXIST, "seq", 0, "seq: collective %llu is already pending",
+                     (unsigned long long)m->seq);
+      return;
+    }
+  }
+  int op = FGB_OP_SUM;
+  switch (m->kind) {
+    case FGBUFF__V1__COLLECTIVE_KIND__COLLECTIVE_ALLREDUCE:
+      if (m->op != FGBUFF__V1__REDUCE_OP__REDUCE_OP_AVERAGE &&
+          m->op != FGBUFF__V1__REDUCE_OP__REDUCE_OP_SUM) {
+        srv_send_error(s, req_id, FGB_EINVAL, "op", 0, "op: unknown reduce op %d", (int)m->op);
+        return;
+      }
+      op = m->op == FGBUFF__V1__REDUCE_OP__REDUCE_OP_AVERAGE ? FGB_OP_AVERAGE : FGB_OP_SUM;
+      break;
+    case FGBUFF__V1__COLLECTIVE_KIND__COLLECTIVE_BROADCAST:
+      if (m->root < 0 || m->root >= j->size) {
+        srv_send_error(s, req_id, FGB_EINVAL, "root", 0, "root: %d outside the job's ranks 0..%d",
+                       m->root, j->size - 1);
+        return;
+      }
+      break;
+    case FGBUFF__V1__COLLECTIVE_KIND__COLLECTIVE_ALLGATHER:
+      dst = client_tensor(s, req_id, m->dst_tensor_id, "dst_tensor_id");
+      if (!dst) return;
+      if (dst == t || dst->dtype != t->dtype || dst->count / (uint64_t)j->size != t->count ||
+          dst->count % (uint64_t)j->size != 0) {
+        srv_send_error(s, req_id, FGB_EINVAL, "dst_tensor_id", 0,
+                       "dst_tensor_id: %u must be another tensor of the same dtype with count "
+                       "%llu x job size %d",
+                       m->dst_tensor_id, (unsigned long long)t->count, j->size);
+        return;
+      }
+      break;
+    default:
+      srv_send_error(s, req_id, FGB_EINVAL, "kind", 0, "kind: unknown collective kind %d",
+                     (int)m->kind);
+      return;
+  }
+  if (j->aborted || t->poisoned || (dst && dst->poisoned)) {
+    srv_send_coll_done(s, req_id, m->seq, j->aborted ? FGB_EPEER : FGB_EMISMATCH,
+                       j->aborted    ? j->abort_text
+                       : t->poisoned ? t->poison
+                                     : dst->poison);
+    return;
+  }
+  if (grow((void **)&j->colls, &j->ccap, j->ncolls, sizeof(srv_coll))) {
+    srv_send_error(s, req_id, FGB_ENOMEM, "seq", 0, "out of memory");
+    return;
+  }
+  srv_coll *c = &j->colls[j->ncolls++];
+  memset(c, 0, sizeof(*c));
+  c->seq = m->seq;
+  c->req_id = req_id;
+  c->kind = (int)m->kind;
+  c->op = op;
+  c->root = m->root;
+  c->tensor_id = t->id;
+  c->dst_id = dst ? dst->id : 0;
+  c->reported = (uint8_t)report_ready(s->d, j, t, SRV_COLL_STEP | m->seq);
+  srv_coord_drain(s->d);
+}
+
+/* ---- release ------------------------------------------------------------------------- */
+/* After this daemon's client died, collectives the leader numbered before it processed our LEAVE
+ * may still be in transit to us (the leader sends no abort to the daemon that reported it). */
+#define RELEASE_GRACE_MS 3000
+
+void srv_job_maybe_release(srv *d, srv_job *j) {
+  if (j->session || j->inflight) return;
+  if (!j->left_clean && !j->aborted && !j->refused && srv_now_ms() - j->left_ms < RELEASE_GRACE_MS)
+    return;
+  for (srv_job **p = &d->jobs; *p; p = &(*p)->next) {
+    if (*p == j) {
+      *p = j->next;
+      break;
+    }
+  }
+  for (uint32_t i = 0; i < j->ntensors; i++) {
+    srv_tensor *t = j->tensors[i];
+    d->tensors[t->id - 1] = NULL;
+    srv_arena_unref(t->arena);
+    free(t);
+  }
+  if (j->formed && j->key_known) {
+    eng_item *rel = calloc(1, sizeof(*rel));
+    if (rel) {
+      rel->kind = ENG_RELEASE;
+      rel->job_key = j->key;
+      eng_submit(d->eng, rel);
+    }
+  }
+  LOG_INFO("job '%s' rank %d released", j->id.name, j->rank);
+  free(j->tensors);
+  free(j->pending);
+  free(j->colls);
+  free(j->steps);
+  free(j->stalls);
+  free(j);
+}
+
+void srv_jobs_tick(srv *d) {
+  for (srv_job *j = d->jobs, *next; j; j = next) {
+    next = j->next;
+    if (!j->session) srv_job_maybe_release(d, j);
+  }
+  uint64_t now = srv_now_ms();
+  for (srv_session *s = d->sessions, *next; s; s = next) {
+    next = s->next;
+    if (s->out_len > s->out_off && now - s->out_since_ms > SRV_OUT_STUCK_MS)
+      srv_session_close(s, "client stopped reading its replies");
+  }
+}
