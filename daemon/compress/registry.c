@@ -4,19 +4,19 @@
 
 #include "compressor.h"
 
-extern const comp_ops comp_none_ops, comp_fp16_ops, comp_topk_ops;
+extern const comp_ops comp_none_ops, comp_fp16_ops, comp_topk_ops, comp_randomk_ops, comp_dgc_ops,
+    comp_gaussiank_ops, comp_redsync_ops, comp_sidco_ops, comp_adtopk_ops, comp_powersgd_ops,
+    comp_acpsgd_ops;
 
 static const comp_ops *const all_ops[] = {
-    &comp_none_ops,
-    &comp_fp16_ops,
-    &comp_topk_ops,
+    &comp_none_ops,   &comp_fp16_ops,      &comp_topk_ops,    &comp_randomk_ops,
+    &comp_dgc_ops,    &comp_gaussiank_ops, &comp_redsync_ops, &comp_sidco_ops,
+    &comp_adtopk_ops, &comp_powersgd_ops,  &comp_acpsgd_ops,
 };
 
 static const char *const all_names[] = {
-    "none",
-    "fp16",
-    "topk",
-    NULL,
+    "none",    "fp16",  "topk",   "randomk",  "dgc",    "gaussiank",
+    "redsync", "sidco", "adtopk", "powersgd", "acpsgd", NULL,
 };
 
 const comp_ops *comp_find(const char *name) {

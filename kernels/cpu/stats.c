@@ -49,7 +49,7 @@ static void reset_adapt(kern_ctl *ctl) {
 }
 
 static float redsync_thr(const kern_moments *st, double s) {
-  if (st->n < 1 || s <= 0) return 0.0f;
+  if (st->n < 1 || s <= 1e-6) return 0.0f; /* s stepped down to ~0: everything passes */
   double mean = st->sum_abs / st->n;
   return (float)(mean + s * ((double)st->max_abs - mean));
 }

@@ -1,0 +1,89 @@
+/* daemon/compress/gaussiank.c — Gaussian-k (Shi et al., 2019): threshold = |mu| + z sigma of the
+ * compensated gradient, z the two-sided normal quantile of the density (P(|X| > z) = density), then
+ * a bounded correction loop on the device (accept [2k/3, 4k/3]; bracketing, so heavy tails, which
+ * make the Gaussian estimate too low, converge instead of oscillating), then one capped select.
+ * Payload capacity = ceil(capacity * k) (option, default 1.5): never more is sent. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "comp_common.h"
+
+typedef struct gaussiank_state {
+  comp_sparse cs; /* first */
+  double z;
+  int iters;
+} gaussiank_state;
+
+/* z with erfc(z / sqrt 2) = rho, by bisection (host, once at create). */
+static double two_sided_z(double rho) {
+  double lo = 0, hi = 40;
+  for (int i = 0; i < 200; i++) {
+    double mid = 0.5 * (lo + hi);
+    if (erfc(mid / sqrt(2.0)) > rho)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+static fgb_status gaussiank_create(const comp_params *p, uint64_t n, const comp_exec *ex,
+                                   void **state, char *err, size_t errlen) {
+  fgb_status rc = comp_check_common("gaussiank", p, n, ex, 1, err, errlen);
+  if (rc) return rc;
+  double rho, capf = 1.5;
+  int fp16 = 0, ef = 1;
+  int64_t iters = 8;
+  if ((rc = comp_density("gaussiank", p, 0.01, &rho, err, errlen))) return rc;
+  comp_opt opts[4];
+  int no = comp_sparse_opts(opts, &fp16, &ef);
+  opts[no++] = (comp_opt){"adapt_iters", COMP_OPT_INT, &iters, 0, 64, NULL};
+  opts[no++] = (comp_opt){"capacity", COMP_OPT_DOUBLE, &capf, 1, 16, NULL};
+  if ((rc = comp_parse_options("gaussiank", p->options, opts, no, err, errlen))) return rc;
+  gaussiank_state *s = calloc(1, sizeof *s);
+  if (s == NULL) return FGB_ENOMEM;
+  s->z = two_sided_z(rho);
+  s->iters = (int)iters;
+  uint32_t k = comp_k(n, rho);
+  double c = ceil(capf * k);
+  uint32_t cap = c > (double)n ? (uint32_t)n : (uint32_t)c;
+  if ((rc = comp_sparse_init(&s->cs, "gaussiank", p, n, ex, k, cap, fp16, ef, err, errlen))) {
+    free(s);
+    return rc;
+  }
+  *state = s;
+  return FGB_OK;
+}
+
+static fgb_status gaussiank_encode(void *st, const comp_exec *ex, const float *grad, uint64_t step,
+                                   comp_phase *ph, char *err, size_t errlen) {
+  gaussiank_state *s = st;
+  comp_sparse *cs = &s->cs;
+  if (grad == NULL || ph == NULL) return comp_errf(err, errlen, "gaussiank: NULL grad or phase");
+  float *a;
+  fgb_status rc = comp_sparse_compensate(cs, grad, &a);
+  if (!rc) rc = kern_stats(ex, a, cs->n, 0, cs->ctl);
+  if (!rc) rc = kern_thr_from_stats(ex, cs->ctl, KERN_THR_GAUSS, s->z);
+  kern_adapt ad = {KERN_ADAPT_BRACKET, cs->k, 2.0 / 3.0, 4.0 / 3.0, 0.5, 1.5, (uint32_t)s->iters};
+  for (int i = 0; !rc && i < s->iters; i++) {
+    rc = kern_count_ge(ex, a, cs->n, cs->ctl);
+    if (!rc) rc = kern_thr_adapt(ex, cs->ctl, &ad);
+  }
+  kern_sel sel = comp_sparse_sel(cs, a, NULL);
+  if (!rc) rc = kern_select_thr(ex, a, cs->n, cs->ctl, &sel, cs->ws);
+  comp_sparse_phase(cs, ph);
+  return rc;
+}
+
+const comp_ops comp_gaussiank_ops = {
+    .name = "gaussiank",
+    .caps = COMP_CAP_SPARSE | COMP_CAP_STATEFUL | COMP_CUDA_CAP,
+    .create = gaussiank_create,
+    .destroy = comp_sparse_op_destroy,
+    .encode = gaussiank_encode,
+    .advance = NULL,
+    .decode = comp_sparse_op_decode,
+    .flush_dense = comp_sparse_op_flush,
+    .state_export = comp_sparse_op_export,
+    .state_import = comp_sparse_op_import,
+};

@@ -1,0 +1,77 @@
+/* daemon/compress/redsync.c — RedSync (Fang et al., JPDC 2019): thresholds between mean and max of
+ * |a|, thr = mean + s (max - mean). mode=trim (default): s starts at 0.8 and drops by 0.2 (on the
+ * device) until at least k entries pass, then an exact top-k of the survivors: exactly k sent (the
+ * port sends every survivor). mode=bisect: binary search on s with the accept window (k, 2k) and
+ * the port's inverted branch fixed (too few lowers s), capacity 2k. */
+#include <stdlib.h>
+
+#include "comp_common.h"
+
+static const char *const redsync_modes[] = {"trim", "bisect", NULL};
+
+typedef struct redsync_state {
+  comp_sparse cs; /* first */
+  int mode;       /* 0 trim, 1 bisect */
+} redsync_state;
+
+static fgb_status redsync_create(const comp_params *p, uint64_t n, const comp_exec *ex,
+                                 void **state, char *err, size_t errlen) {
+  fgb_status rc = comp_check_common("redsync", p, n, ex, 1, err, errlen);
+  if (rc) return rc;
+  double rho;
+  int fp16 = 0, ef = 1, mode = 0;
+  if ((rc = comp_density("redsync", p, 0.01, &rho, err, errlen))) return rc;
+  comp_opt opts[3];
+  int no = comp_sparse_opts(opts, &fp16, &ef);
+  opts[no++] = (comp_opt){"mode", COMP_OPT_ENUM, &mode, 0, 0, redsync_modes};
+  if ((rc = comp_parse_options("redsync", p->options, opts, no, err, errlen))) return rc;
+  redsync_state *s = calloc(1, sizeof *s);
+  if (s == NULL) return FGB_ENOMEM;
+  s->mode = mode;
+  uint32_t k = comp_k(n, rho);
+  uint64_t cap = mode ? 2ull * k : k;
+  if (cap > n) cap = n;
+  if ((rc = comp_sparse_init(&s->cs, "redsync", p, n, ex, k, (uint32_t)cap, fp16, ef, err,
+                             errlen))) {
+    free(s);
+    return rc;
+  }
+  *state = s;
+  return FGB_OK;
+}
+
+static fgb_status redsync_encode(void *st, const comp_exec *ex, const float *grad, uint64_t step,
+                                 comp_phase *ph, char *err, size_t errlen) {
+  redsync_state *s = st;
+  comp_sparse *cs = &s->cs;
+  if (grad == NULL || ph == NULL) return comp_errf(err, errlen, "redsync: NULL grad or phase");
+  float *a;
+  fgb_status rc = comp_sparse_compensate(cs, grad, &a);
+  if (!rc) rc = kern_stats(ex, a, cs->n, 0, cs->ctl);
+  /* trim: s = 0.8, 0.6, ..., 0 (thr = 0 lets everything through): at most 5 rounds.
+   * bisect: eps = 0.2 on [0, 1] is 3 halvings. */
+  if (!rc) rc = kern_thr_from_stats(ex, cs->ctl, KERN_THR_REDSYNC, s->mode ? 0.5 : 0.8);
+  kern_adapt ad = s->mode ? (kern_adapt){KERN_ADAPT_REDSYNC_BISECT, cs->k, 1, 2, 0, 0, 3}
+                          : (kern_adapt){KERN_ADAPT_REDSYNC_TRIM, cs->k, 1, 1, 0.2, 0, 5};
+  for (uint32_t i = 0; !rc && i < ad.max_iters; i++) {
+    rc = kern_count_ge(ex, a, cs->n, cs->ctl);
+    if (!rc) rc = kern_thr_adapt(ex, cs->ctl, &ad);
+  }
+  kern_sel sel = comp_sparse_sel(cs, a, NULL);
+  if (!rc) rc = kern_select_thr(ex, a, cs->n, cs->ctl, &sel, cs->ws);
+  comp_sparse_phase(cs, ph);
+  return rc;
+}
+
+const comp_ops comp_redsync_ops = {
+    .name = "redsync",
+    .caps = COMP_CAP_SPARSE | COMP_CAP_STATEFUL | COMP_CUDA_CAP,
+    .create = redsync_create,
+    .destroy = comp_sparse_op_destroy,
+    .encode = redsync_encode,
+    .advance = NULL,
+    .decode = comp_sparse_op_decode,
+    .flush_dense = comp_sparse_op_flush,
+    .state_export = comp_sparse_op_export,
+    .state_import = comp_sparse_op_import,
+};
