@@ -1,0 +1,274 @@
+/* tests/daemon/syncclient.c — a training-like client of libfgbuff_client for the multi-daemon
+ * tests: joins a job, registers tensors of several dtypes, and per step fills them, submits them
+ * in a rank-dependent order, ends the step and waits. It checks the exact average where the
+ * values make it exact, and prints one FNV-1a hash per step of every result byte, so the test
+ * script can check that every rank got bitwise identical results.
+ *
+ * usage: syncclient --rank R --size N [--job NAME] [--steps S] [--socket PATH] [--skip K]
+ *          [--die-at STEP] [--sleep-ms MS] [--sleep-at STEP] [--expect-error CODE] [--collectives]
+ *   --skip K        tensor K is never submitted (flushed with zeros at end of step)
+ *   --die-at S      at step S, submit half the tensors, then SIGKILL ourselves
+ *   --sleep-ms MS   at step --sleep-at (default 1), sleep MS inside the step before submitting
+ *   --expect-error  a step must fail with this fgb_status (e.g. -8 = FGB_EPEER); exit 0 if it did
+ *                   within --deadline-ms (default 10000) of the wait starting
+ * Exit status: 0 ok, 1 check failed, 2 usage. */
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fgbuff/client.h"
+
+#define NT 6
+#define N 1000
+
+static const fgb_dtype types[NT] = {FGB_FLOAT32, FGB_FLOAT64,  FGB_INT32,
+                                    FGB_FLOAT16, FGB_BFLOAT16, FGB_FLOAT32};
+static const uint64_t counts[NT] = {N, N / 2, 300, 256, 128, 4097};
+
+static uint64_t now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+static size_t esize(fgb_dtype t) {
+  return t == FGB_FLOAT64 ? 8 : (t == FGB_FLOAT16 || t == FGB_BFLOAT16) ? 2 : 4;
+}
+
+/* Deterministic pseudo-random floats for tensor 5 (sums are inexact: bitwise identity matters). */
+static float rnd(uint64_t *s) {
+  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((*s >> 40) & 0xffffff) / 16777216.0f - 0.5f;
+}
+
+/* The integer-valued contribution of `rank` to element i of tensor k at step s (exact sums). */
+static double val(int k, int rank, uint64_t s, uint64_t i) {
+  if (k == 3) return (double)(i % 8 + s % 4); /* fp16: same on every rank: average exact */
+  if (k == 4) return (double)(2 * rank);      /* bf16: average = size - 1 exactly */
+  return (double)((rank + 1) * (k + 1) + (int)(i % 7) + (int)(s % 5));
+}
+
+static void fill(void *p, int k, int rank, uint64_t s, int zero) {
+  uint64_t seed = (uint64_t)rank * 1000003u + s * 7919u + 1;
+  for (uint64_t i = 0; i < counts[k]; i++) {
+    double v = zero ? 0 : val(k, rank, s, i);
+    switch (types[k]) {
+      case FGB_FLOAT32:
+        ((float *)p)[i] = k == 5 ? (zero ? 0.0f : rnd(&seed)) : (float)v;
+        break;
+      case FGB_FLOAT64:
+        ((double *)p)[i] = v;
+        break;
+      case FGB_INT32:
+        ((int32_t *)p)[i] = (int32_t)v;
+        break;
+      case FGB_FLOAT16: { /* small integers: exact in fp16 */
+        uint16_t h = v == 0 ? 0 : 0;
+        int e = 0;
+        double m = v;
+        if (v != 0) {
+          while (m >= 2) {
+            m /= 2;
+            e++;
+          }
+          h = (uint16_t)((e + 15) << 10 | (uint16_t)((m - 1) * 1024));
+        }
+        ((uint16_t *)p)[i] = h;
+        break;
+      }
+      case FGB_BFLOAT16: {
+        float f = (float)v;
+        uint32_t b;
+        memcpy(&b, &f, 4);
+        ((uint16_t *)p)[i] = (uint16_t)(b >> 16);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+}
+
+static double half_val(uint16_t h) {
+  int e = (h >> 10) & 0x1f;
+  double m = (double)(h & 0x3ff);
+  if (e == 0) return m / 1024.0 / 16384.0;
+  return (1.0 + m / 1024.0) * (double)(1 << e) / 32768.0;
+}
+
+static double get(const void *p, int k, uint64_t i) {
+  switch (types[k]) {
+    case FGB_FLOAT32:
+      return ((const float *)p)[i];
+    case FGB_FLOAT64:
+      return ((const double *)p)[i];
+    case FGB_INT32:
+      return ((const int32_t *)p)[i];
+    case FGB_FLOAT16:
+      return half_val(((const uint16_t *)p)[i]);
+    case FGB_BFLOAT16: {
+      uint32_t b = (uint32_t)((const uint16_t *)p)[i] << 16;
+      float f;
+      memcpy(&f, &b, 4);
+      return f;
+    }
+    default:
+      return 0;
+  }
+}
+
+/* Expected average of tensor k (not 5) element i at step s; skipped tensors contribute zeros. */
+static double expect(int k, int size, uint64_t s, uint64_t i, int skip) {
+  if (k == skip) return 0;
+  double sum = 0;
+  for (int r = 0; r < size; r++) sum += val(k, r, s, i);
+  if (types[k] == FGB_INT32) return (double)((int32_t)sum / size);
+  if (types[k] == FGB_FLOAT32) return (double)((float)sum / (float)size);
+  return sum / size;
+}
+
+int main(int argc, char **argv) {
+  int rank = -1, size = -1, steps = 3, skip = -1, die_at = -1, sleep_ms = 0, sleep_at = 1;
+  int expect_err = 0, deadline_ms = 10000;
+  const char *job = "synctest", *sock = NULL;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const char *a = argv[i], *v = argv[i + 1];
+    if (!strcmp(a, "--rank"))
+      rank = atoi(v);
+    else if (!strcmp(a, "--size"))
+      size = atoi(v);
+    else if (!strcmp(a, "--job"))
+      job = v;
+    else if (!strcmp(a, "--steps"))
+      steps = atoi(v);
+    else if (!strcmp(a, "--socket"))
+      sock = v;
+    else if (!strcmp(a, "--skip"))
+      skip = atoi(v);
+    else if (!strcmp(a, "--die-at"))
+      die_at = atoi(v);
+    else if (!strcmp(a, "--sleep-ms"))
+      sleep_ms = atoi(v);
+    else if (!strcmp(a, "--sleep-at"))
+      sleep_at = atoi(v);
+    else if (!strcmp(a, "--expect-error"))
+      expect_err = atoi(v);
+    else if (!strcmp(a, "--deadline-ms"))
+      deadline_ms = atoi(v);
+    else {
+      fprintf(stderr, "syncclient: unknown option %s\n", a);
+      return 2;
+    }
+  }
+  if (rank < 0 || size < 1) {
+    fprintf(stderr, "usage: syncclient --rank R --size N [...]\n");
+    return 2;
+  }
+  fgb_client *c;
+  if (fgb_client_new(&c) || fgb_connect(c, sock)) {
+    fprintf(stderr, "rank %d: connect: %s\n", rank, c ? fgb_client_error(c) : "");
+    return 1;
+  }
+  fgb_job_opts jo = FGB_JOB_OPTS_INIT;
+  jo.name = job;
+  jo.incarnation = 7;
+  jo.rank = rank;
+  jo.size = size;
+  if (fgb_join(c, &jo)) {
+    fprintf(stderr, "rank %d: join: %s\n", rank, fgb_client_error(c));
+    return 1;
+  }
+  size_t off[NT], total = 0;
+  for (int k = 0; k < NT; k++) {
+    off[k] = total;
+    total += (counts[k] * esize(types[k]) + 63) / 64 * 64;
+  }
+  fgb_arena a;
+  if (fgb_arena_alloc_host(c, total, &a)) {
+    fprintf(stderr, "rank %d: arena: %s\n", rank, fgb_client_error(c));
+    return 1;
+  }
+  uint32_t tid[NT];
+  for (int k = 0; k < NT; k++) {
+    char name[32];
+    snprintf(name, sizeof(name), "layer%d.grad", k);
+    fgb_tensor_desc td = FGB_TENSOR_DESC_INIT;
+    td.name = name;
+    td.arena = a.id;
+    td.offset = off[k];
+    td.count = counts[k];
+    td.dtype = types[k];
+    if (fgb_tensor_register(c, &td, &tid[k])) {
+      fprintf(stderr, "rank %d: register %s: %s\n", rank, name, fgb_client_error(c));
+      return 1;
+    }
+  }
+  int fails = 0;
+  for (int s = 1; s <= steps; s++) {
+    for (int k = 0; k < NT; k++) fill((char *)a.ptr + off[k], k, rank, (uint64_t)s, k == skip);
+    if (s == sleep_at && sleep_ms > 0) usleep((useconds_t)sleep_ms * 1000);
+    /* Backward order differs per rank: rotate by rank, reverse on odd ranks. */
+    int nsub = 0;
+    for (int j = 0; j < NT; j++) {
+      int k = (rank % 2) ? (NT - 1 - (j + rank) % NT) : (j + rank) % NT;
+      if (k == skip) continue;
+      if (s == die_at && nsub == NT / 2) {
+        fprintf(stderr, "rank %d: dying mid-step %d\n", rank, s);
+        fflush(stderr);
+        kill(getpid(), SIGKILL);
+      }
+      if (fgb_submit(c, tid[k], (uint64_t)s, NULL)) {
+        fprintf(stderr, "rank %d: submit: %s\n", rank, fgb_client_error(c));
+        fails++;
+      }
+      nsub++;
+    }
+    fgb_end_step(c, (uint64_t)s);
+    uint64_t t0 = now_ms();
+    fgb_status st = fgb_wait_step(c, (uint64_t)s, 120000);
+    if (expect_err) {
+      if (st == expect_err) {
+        uint64_t el = now_ms() - t0;
+        printf("rank %d: step %d failed as expected after %llu ms: %s\n", rank, s,
+               (unsigned long long)el, fgb_client_error(c));
+        fgb_client_free(c);
+        return el <= (uint64_t)deadline_ms ? 0 : 1;
+      }
+      if (st != FGB_OK) {
+        fprintf(stderr, "rank %d: step %d: status %d, expected %d: %s\n", rank, s, st, expect_err,
+                fgb_client_error(c));
+        return 1;
+      }
+      continue;
+    }
+    if (st) {
+      fprintf(stderr, "rank %d: wait step %d: %s\n", rank, s, fgb_client_error(c));
+      return 1;
+    }
+    uint64_t h = 1469598103934665603ull;
+    for (int k = 0; k < NT; k++) {
+      const unsigned char *p = (const unsigned char *)a.ptr + off[k];
+      for (size_t b = 0; b < counts[k] * esize(types[k]); b++) h = (h ^ p[b]) * 1099511628211ull;
+      if (k == 5) continue;
+      for (uint64_t i = 0; i < counts[k]; i++) {
+        double got = get(p, k, i), want = expect(k, size, (uint64_t)s, i, skip);
+        if (got != want) {
+          if (fails++ < 5)
+            fprintf(stderr, "rank %d step %d tensor %d [%llu]: got %g want %g\n", rank, s, k,
+                    (unsigned long long)i, got, want);
+        }
+      }
+    }
+    printf("step %d hash %016llx\n", s, (unsigned long long)h);
+  }
+  if (expect_err) {
+    fprintf(stderr, "rank %d: no step failed with %d\n", rank, expect_err);
+    return 1;
+  }
+  fgb_client_free(c);
+  return fails ? 1 : 0;
+}
