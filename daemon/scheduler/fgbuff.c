@@ -21,6 +21,8 @@
 #include "planner.h"
 
 #define FGBUFF_MAX_PASSES 16
+/* The DP is O(n^2): 16k tensors is ~1.3e8 cheap steps, far beyond real models (~1e3 tensors). */
+#define FGBUFF_DP_MAX 16384u
 
 /* Iteration end (forward excluded) of the plan given by buffer start positions bounds[0..nb) */
 static double eval(const sched_inputs *in, const double *ready, double bwd_end,
@@ -123,11 +125,58 @@ static uint32_t refine(const sched_inputs *in, const double *ready, double bwd_e
   return nb;
 }
 
+/* Dynamic programme over buffer boundaries: best[j] is the schedule of tensors [0, j) ending with a
+ * boundary at j whose link frees earliest (ties: side stream frees earliest, then fewer buffers).
+ * The link's free time summarises a prefix well because every later buffer starts at
+ * max(its ready time, link free); it is exact for dense plans and close for compressed ones (the
+ * side stream's state is the tie-break). O(n^2) with O(1) per candidate. */
+typedef struct dp_cell {
+  sched_tl tl;
+  uint32_t prev, nb;
+} dp_cell;
+
+static int dp_better(const dp_cell *a, const dp_cell *b) {
+  if (a->tl.comm_free != b->tl.comm_free) return a->tl.comm_free < b->tl.comm_free;
+  if (a->tl.comp_free != b->tl.comp_free) return a->tl.comp_free < b->tl.comp_free;
+  return a->nb < b->nb;
+}
+
+static fgb_status dp(const sched_inputs *in, const double *ready, uint32_t *bounds,
+                     uint32_t *nb_out) {
+  uint32_t n = in->ntensors;
+  dp_cell *best = malloc((n + 1) * sizeof *best);
+  if (!best) return FGB_ENOMEM;
+  best[0] = (dp_cell){{0, 0}, 0, 0};
+  for (uint32_t j = 1; j <= n; j++) {
+    sched_acc a;
+    sched_acc_init(&a);
+    int have = 0;
+    /* grow the last buffer backwards from tensor j-1; the acc sums are order-independent except
+     * for floating-point kf, which is why the plan is rebuilt forwards by sched_plan_push */
+    for (uint32_t i = j; i-- > 0;) {
+      sched_acc_add(&a, &in->tensors[i], ready[i]);
+      sched_buffer b;
+      sched_acc_decide(&a, in, &b);
+      dp_cell c = {best[i].tl, i, best[i].nb + 1};
+      sched_tl_commit(&c.tl, &in->costs, in->nranks, &b, a.ready);
+      if (!have || dp_better(&c, &best[j])) {
+        best[j] = c;
+        have = 1;
+      }
+    }
+  }
+  uint32_t nb = best[n].nb;
+  for (uint32_t j = n, b = nb; j > 0; j = best[j].prev) bounds[--b] = best[j].prev;
+  *nb_out = nb;
+  free(best);
+  return FGB_OK;
+}
+
 static fgb_status fgbuff_plan(const sched_inputs *in, sched_plan *out, char *err, size_t errlen) {
   fgb_status st = sched_plan_begin(out, in, "fgbuff", 0, in ? in->ntensors : 0, err, errlen);
   if (st != FGB_OK) return st;
   uint32_t n = in->ntensors;
-  double *ready = malloc((n ? n : 1) * sizeof *ready);
+  double *ready = calloc(n ? n : 1, sizeof *ready);
   uint32_t *bounds = malloc((n ? n : 1) * sizeof *bounds);
   if (!ready || !bounds) {
     free(ready);
@@ -137,8 +186,26 @@ static fgb_status fgbuff_plan(const sched_inputs *in, sched_plan *out, char *err
   }
   double flush = sched_flush_time(in);
   for (uint32_t i = 0; i < n; i++) ready[i] = sched_ready_at(in, i, flush);
+  /* Two candidates, each refined: the greedy pass (the FGBuff rules) and, for models of sane size,
+   * the boundary DP. The better simulated iteration wins; ties keep the greedy plan. */
   uint32_t nb = n ? greedy(in, ready, bounds) : 0;
   nb = refine(in, ready, flush, bounds, nb);
+  if (n > 1 && n <= FGBUFF_DP_MAX) {
+    uint32_t *alt = malloc(n * sizeof *alt), nalt = 0;
+    if (!alt || dp(in, ready, alt, &nalt) != FGB_OK) {
+      free(alt);
+      free(ready);
+      free(bounds);
+      sched_plan_free(out);
+      return FGB_ENOMEM;
+    }
+    nalt = refine(in, ready, flush, alt, nalt);
+    if (better(eval(in, ready, flush, alt, nalt), eval(in, ready, flush, bounds, nb))) {
+      memcpy(bounds, alt, nalt * sizeof *alt);
+      nb = nalt;
+    }
+    free(alt);
+  }
   for (uint32_t b = 0; b < nb; b++) {
     uint32_t e = b + 1 < nb ? bounds[b + 1] : n;
     sched_plan_push(out, in, bounds[b], e - bounds[b]);
