@@ -27,13 +27,15 @@ typedef struct opts {
 } opts;
 
 static int usage(const char *why) {
-  fprintf(stderr,
-          "c_trainer: %s\n"
-          "usage: c_trainer [--local | --no-average] [--epochs E] [--steps N] [--batch B]\n"
-          "                 [--lr LR] [--seed S] [--checksum] [--dump FILE] [--data DIR]\n"
-          "Rank and size come from the launcher environment (RANK/WORLD_SIZE, OMPI_*, ...);\n"
-          "the daemon from $FGBUFF_SOCKET or $FGBUFF_RUNTIME_DIR/cpu<local index>.sock.\n",
-          why);
+  fprintf(
+      stderr,
+      "c_trainer: %s\n"
+      "usage: c_trainer [--local | --no-average] [--epochs E] [--steps N] [--batch B]\n"
+      "                 [--lr LR] [--seed S] [--checksum] [--dump FILE] [--data DIR]\n"
+      "Rank and size come from the launcher environment (RANK/WORLD_SIZE, OMPI_*, ...);\n"
+      "the daemon from $FGBUFF_SOCKET or $FGBUFF_RUNTIME_DIR/cpu<local index>.sock.\n"
+      "--dump FILE writes the final parameters (raw float32); with several ranks FILE.<rank>.\n",
+      why);
   return 2;
 }
 
@@ -236,9 +238,14 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
   if (rc == 0 && o.dump) {
-    FILE *f = fopen(o.dump, "wb");
+    char path[4096];
+    if (size > 1)
+      snprintf(path, sizeof(path), "%s.%d", o.dump, rank); /* ranks must not share one file */
+    else
+      snprintf(path, sizeof(path), "%s", o.dump);
+    FILE *f = fopen(path, "wb");
     if (!f || fwrite(param, sizeof(float), MLP_NFLOATS, f) != MLP_NFLOATS || fclose(f) != 0) {
-      fprintf(stderr, "c_trainer: cannot write %s\n", o.dump);
+      fprintf(stderr, "c_trainer: cannot write %s\n", path);
       rc = 1;
     }
   }
