@@ -4,6 +4,7 @@
 #   source tests/lib/world.sh
 #   world_start 3 [extra fgbuffd args...]   # exports FGBUFF_RUNTIME_DIR, FGBUFF_WORLD_PID, FGBUFF_WORLD_LOG
 #   ... clients connect to $FGBUFF_RUNTIME_DIR/cpu<i>.sock (libfgbuff_client finds them itself) ...
+#   world_daemon_pid R / world_daemon_pids   # pid of world rank R / all, in rank order
 #   world_stop                               # SIGTERM, bounded wait, then SIGKILL
 #
 # Inputs: FGBUFF_BIN_DIR (build dir holding daemon/fgbuffd, or the folder holding fgbuffd itself;
@@ -57,9 +58,15 @@ world_start() {
   done
 }
 
-# world_daemon_pids: the daemons' pids, from their "fgbuffd: ready" log lines.
+# world_daemon_pids: the daemons' pids in world-rank order, from their "fgbuffd: ready" lines.
 world_daemon_pids() {
-  sed -n 's/.*fgbuffd: ready .* pid \([0-9][0-9]*\).*/\1/p' "${FGBUFF_WORLD_LOG:-/dev/null}" 2>/dev/null
+  sed -n 's/.*fgbuffd: ready rank \([0-9][0-9]*\) .* pid \([0-9][0-9]*\).*/\1 \2/p' \
+    "${FGBUFF_WORLD_LOG:-/dev/null}" 2>/dev/null | sort -n | cut -d' ' -f2
+}
+
+# world_daemon_pid R: the pid of the daemon of world rank R.
+world_daemon_pid() {
+  sed -n "s/.*fgbuffd: ready rank $1 .* pid \([0-9][0-9]*\).*/\1/p" "${FGBUFF_WORLD_LOG:-/dev/null}" 2>/dev/null
 }
 
 # world_stop: SIGTERM to every daemon (each exits 0 after telling its clients), wait up to

@@ -1,0 +1,46 @@
+#!/bin/bash
+# Issue 3: a client killed mid-step. Its peers (other ranks of the job) must get FGB_EPEER within
+# 10 s, the daemons must survive, and another job on the same daemons must still complete steps.
+set -u
+source "$(dirname "$0")/../lib/world.sh"
+bin="${FGBUFF_TEST_BIN:?}"
+world_start 3 || exit 1
+trap 'world_stop >/dev/null 2>&1' EXIT
+out="$FGBUFF_RUNTIME_DIR"
+rc=0
+# Job "bystander" is joined before the failure and keeps running after it.
+for r in 0 1 2; do
+  "$bin/syncclient" --job bystander --rank $r --size 3 --steps 2 --sleep-at 2 --sleep-ms 3000 \
+    --socket "$out/cpu$r.sock" >"$out/by$r.out" 2>&1 &
+  by[$r]=$!
+done
+"$bin/syncclient" --job victim --rank 1 --size 3 --steps 3 --die-at 2 --socket "$out/cpu1.sock" \
+  >"$out/victim1.out" 2>&1 &
+victim=$!
+for r in 0 2; do
+  "$bin/syncclient" --job victim --rank $r --size 3 --steps 3 --expect-error -8 --deadline-ms 10000 \
+    --socket "$out/cpu$r.sock" >"$out/victim$r.out" 2>&1 &
+  peer[$r]=$!
+done
+wait $victim && { echo "the victim client was expected to die"; rc=1; }
+for r in 0 2; do
+  wait "${peer[$r]}" || { echo "victim peer rank $r did not get FGB_EPEER in time:"; cat "$out/victim$r.out"; rc=1; }
+done
+grep -h "failed as expected" "$out"/victim*.out
+for r in 0 1 2; do
+  wait "${by[$r]}" || { echo "bystander rank $r failed:"; cat "$out/by$r.out"; rc=1; }
+done
+# The daemons are alive and serve a new job after the failure.
+for p in $(world_daemon_pids); do kill -0 "$p" 2>/dev/null || { echo "daemon $p died"; rc=1; }; done
+for r in 0 1 2; do
+  "$bin/syncclient" --job after --rank $r --size 3 --steps 2 --socket "$out/cpu$r.sock" \
+    >"$out/after$r.out" 2>&1 &
+  after[$r]=$!
+done
+for r in 0 1 2; do
+  wait "${after[$r]}" || { echo "job after the failure, rank $r failed:"; cat "$out/after$r.out"; rc=1; }
+done
+world_stop || { echo "world_stop failed"; rc=1; }
+trap - EXIT
+[ $rc -eq 0 ] || cat "$FGBUFF_WORLD_LOG"
+exit $rc
