@@ -46,25 +46,25 @@ static int costs_finite(const sched_costs *c) {
 
 int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint64_t elems, uint64_t bytes,
                               uint64_t k, char reason[SCHED_REASON_MAX]) {
-  char scratch[SCHED_REASON_MAX];
-  if (!reason) reason = scratch;
+  /* reason == NULL: planners' inner loops, where formatting text would dominate the cost */
+#define SAY(...) (reason ? (void)snprintf(reason, SCHED_REASON_MAX, __VA_ARGS__) : (void)0)
   if (nranks <= 1) {
-    snprintf(reason, SCHED_REASON_MAX, "dense: single rank");
+    SAY("dense: single rank");
     return 0;
   }
   if (elems == 0 || k == 0) {
-    snprintf(reason, SCHED_REASON_MAX, "dense: nothing to select");
+    SAY("dense: nothing to select");
     return 0;
   }
   /* An allgather of k (value, index) pairs moves about 2k(P-1) words against 2n(P-1)/P for a ring
    * all-reduce: sparse can only win below density 1/P, whatever the fitted costs say. */
   double density = (double)k / (double)elems;
   if ((double)k * (double)nranks >= (double)elems) {
-    snprintf(reason, SCHED_REASON_MAX, "dense: density %.3g >= 1/P", density);
+    SAY("dense: density %.3g >= 1/P", density);
     return 0;
   }
   if (!c || !costs_finite(c)) {
-    snprintf(reason, SCHED_REASON_MAX, "dense: costs unknown");
+    SAY("dense: costs unknown");
     return 0;
   }
   double dense = c->ar_alpha + c->ar_beta * (double)bytes;
@@ -72,12 +72,12 @@ int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint64_t elems, 
                   c->ag_beta * coo_bytes(k) + c->dec_alpha +
                   c->dec_beta * (double)nranks * (double)k;
   if (sparse < dense) {
-    snprintf(reason, SCHED_REASON_MAX, "compressed: saves %.3g ms", (dense - sparse) * 1e3);
+    SAY("compressed: saves %.3g ms", (dense - sparse) * 1e3);
     return 1;
   }
-  snprintf(reason, SCHED_REASON_MAX, "dense: compressing costs %.3g ms more",
-           (sparse - dense) * 1e3);
+  SAY("dense: compressing costs %.3g ms more", (sparse - dense) * 1e3);
   return 0;
+#undef SAY
 }
 
 int sched_compress_pays_sz(const sched_costs *c, int nranks, uint64_t elems, uint32_t elem_size,

@@ -24,7 +24,7 @@ static fgb_status omgs_plan(const sched_inputs *in, sched_plan *out, char *err, 
     sched_buffer bg;
     sched_acc_init(&g);
     sched_acc_add(&g, &in->tensors[i], sched_ready_at(in, i, flush) + shift);
-    sched_acc_decide(&g, in, &bg);
+    sched_acc_decide_fast(&g, in, &bg);
     uint32_t j = i + 1;
     for (; j < in->ntensors; j++) {
       double rj = sched_ready_at(in, j, flush);
@@ -36,13 +36,13 @@ static fgb_status omgs_plan(const sched_inputs *in, sched_plan *out, char *err, 
       sched_buffer bone;
       sched_acc_init(&one);
       sched_acc_add(&one, &in->tensors[j], rj + shift_a);
-      sched_acc_decide(&one, in, &bone);
+      sched_acc_decide_fast(&one, in, &bone);
       double fa = sched_tl_finish(&ta, c, P, &bone, one.ready);
       /* B: merge j into the group */
       sched_acc gj = g;
       sched_buffer bgj;
       sched_acc_add(&gj, &in->tensors[j], rj + shift);
-      sched_acc_decide(&gj, in, &bgj);
+      sched_acc_decide_fast(&gj, in, &bgj);
       double fb = sched_tl_finish(&tl, c, P, &bgj, gj.ready);
       if (fb > fa) break;
       g = gj;

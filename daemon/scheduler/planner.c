@@ -28,14 +28,15 @@ void sched_acc_add(sched_acc *a, const sched_tensor *t, double ready) {
   if (a->count == 1 || ready > a->ready) a->ready = ready;
 }
 
-void sched_acc_decide(const sched_acc *a, const sched_inputs *in, sched_buffer *b) {
+static void decide(const sched_acc *a, const sched_inputs *in, sched_buffer *b, int text) {
   b->elems = a->elems;
   b->bytes = a->bytes;
   b->k = 0;
   b->compress = 0;
   if (!a->all_comp) {
-    snprintf(b->reason, SCHED_REASON_MAX, "dense: %s not compressible",
-             a->count > 1 ? "a member is" : "tensor is");
+    if (text)
+      snprintf(b->reason, SCHED_REASON_MAX, "dense: %s not compressible",
+               a->count > 1 ? "a member is" : "tensor is");
     return;
   }
   /* Buffer-level selection would starve small tensors (biases, norms) inside a big buffer, so the
@@ -45,10 +46,19 @@ void sched_acc_decide(const sched_acc *a, const sched_inputs *in, sched_buffer *
   if (k < a->quota) k = a->quota;
   if (k < 1) k = 1;
   if (k > a->elems) k = a->elems;
-  if (sched_compress_pays_bytes(&in->costs, in->nranks, a->elems, a->bytes, k, b->reason)) {
+  if (sched_compress_pays_bytes(&in->costs, in->nranks, a->elems, a->bytes, k,
+                                text ? b->reason : NULL)) {
     b->compress = 1;
     b->k = k;
   }
+}
+
+void sched_acc_decide(const sched_acc *a, const sched_inputs *in, sched_buffer *b) {
+  decide(a, in, b, 1);
+}
+
+void sched_acc_decide_fast(const sched_acc *a, const sched_inputs *in, sched_buffer *b) {
+  decide(a, in, b, 0);
 }
 
 double sched_flush_time(const sched_inputs *in) {
@@ -98,7 +108,8 @@ fgb_status sched_inputs_check(const sched_inputs *in, char *err, size_t errlen) 
   }
   /* Sums over tensors are uint64; a count this large is no real tensor and could overflow them. */
   for (uint32_t i = 0; i < in->ntensors; i++) {
-    if (in->tensors[i].count > (UINT64_C(1) << 48) || in->tensors[i].elem_size > 64) {
+    if (in->tensors[i].count > (UINT64_C(1) << 48) || in->tensors[i].elem_size == 0 ||
+        in->tensors[i].elem_size > 64) {
       if (err && errlen)
         snprintf(err, errlen, "inputs: tensor %u count/elem_size out of range", in->tensors[i].id);
       return FGB_EINVAL;

@@ -29,6 +29,8 @@ void sched_acc_add(sched_acc *a, const sched_tensor *t, double ready);
  * rho_i * n_i), one per non-empty member), at most elems; compressed only when every member is
  * compressible and sched_compress_pays says so. */
 void sched_acc_decide(const sched_acc *a, const sched_inputs *in, sched_buffer *b);
+/* The same without the reason text (b->reason untouched): for planners' inner loops. */
+void sched_acc_decide_fast(const sched_acc *a, const sched_inputs *in, sched_buffer *b);
 
 /* Effective ready time of in->tensors[pos]: 0 when not measured; `flush` (end of backward) when
  * the time is not finite (the tensor got no gradient and is flushed at end of step). */
@@ -39,6 +41,7 @@ double sched_flush_time(const sched_inputs *in);
 /* Cost model of one buffer (seconds), from the agreed costs. */
 double sched_buf_comp_s(const sched_costs *c, const sched_buffer *b);             /* 0 when dense */
 double sched_buf_coll_s(const sched_costs *c, int nranks, const sched_buffer *b); /* + decomp. */
+/* reason may be NULL (no text) */
 int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint64_t elems, uint64_t bytes,
                               uint64_t k, char reason[SCHED_REASON_MAX]);
 
