@@ -84,7 +84,8 @@ typedef struct sched_policy_ops {
    * only fixes order and compression decisions). Allocates out->order and out->buffers. */
   fgb_status (*plan)(const sched_inputs *in, sched_plan *out, char *err, size_t errlen);
   /* Dynamic policies: group the tensors agreed ready this cycle (ids in agreed order) into buffers
-   * (first/count index into `ready`); returns the number of groups written (<= nready). */
+   * (first/count index into `ready`); returns the number of groups written (<= nready), or a
+   * negative fgb_status (an id unknown to `in`, out of memory). */
   int (*compose)(const sched_inputs *in, const uint32_t *ready, uint32_t nready,
                  sched_buffer *groups);
   /* Re-planning policies: 1 when `measured` differs enough from what `cur` was planned with. */
