@@ -206,8 +206,10 @@ static void session_read(srv_session *s) {
       srv_send_error(s, 0, FGB_EPROTO, "length", 1, "%s", err);
     } else if (st == WIRE_ERR_FDS) {
       srv_send_error(s, 0, FGB_EPROTO, "num_fds", 1, "%s", err);
+    } else if (strncmp(err, "truncated", 9) == 0) {
+      /* The peer closed (or half-closed) inside a frame; answer in case it still reads. */
+      srv_send_error(s, 0, FGB_EPROTO, "length", 1, "%s", err);
     } else {
-      /* A truncated frame: the peer is gone (or half-closed); nobody to answer. */
       srv_session_close(s, err);
     }
     return;
