@@ -49,6 +49,7 @@ typedef struct coord_msg {
   int32_t nranks; /* FORMED: job size (world ranks in job-rank order); STALL: missing ranks */
   int32_t *ranks;
   int32_t failed_rank; /* ABORT */
+  int32_t code;        /* REFUSED, ERROR: fgb_status (-255..0) */
   char text[COORD_MAX_TEXT + 1];
 } coord_msg;
 

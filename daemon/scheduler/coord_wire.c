@@ -259,6 +259,7 @@ fgb_status coord_msg_encode(const coord_msg *m, uint8_t **out, size_t *outlen) {
       break;
     case COORD_MSG_REFUSED:
       w_u32(&w, (uint32_t)m->rank);
+      w_u32(&w, (uint32_t)m->code);
       w_text(&w, m->text);
       break;
     case COORD_MSG_TENSOR_OK:
@@ -288,6 +289,7 @@ fgb_status coord_msg_encode(const coord_msg *m, uint8_t **out, size_t *outlen) {
       w_text(&w, m->text);
       break;
     case COORD_MSG_ERROR:
+      w_u32(&w, (uint32_t)m->code);
       w_text(&w, m->text);
       break;
     default:
@@ -473,6 +475,7 @@ fgb_status coord_msg_decode(const uint8_t *p, size_t len, coord_msg *m, char *er
       break;
     case COORD_MSG_REFUSED:
       m->rank = r_rank(&r, 0, COORD_MAX_JOB_SIZE - 1, "REFUSED rank");
+      m->code = r_rank(&r, -255, 0, "REFUSED code");
       r_text(&r, m->text, "REFUSED text");
       break;
     case COORD_MSG_TENSOR_OK:
@@ -502,6 +505,7 @@ fgb_status coord_msg_decode(const uint8_t *p, size_t len, coord_msg *m, char *er
       r_text(&r, m->text, "ABORT text");
       break;
     case COORD_MSG_ERROR:
+      m->code = r_rank(&r, -255, 0, "ERROR code");
       r_text(&r, m->text, "ERROR text");
       break;
     default:

@@ -19,14 +19,14 @@
  *   4 READY      rank, u64 step, u32 n (1..65536), u32 keys[n]
  *   leader -> daemon
  *   16 FORMED    u64 job_key, u64 seq, u32 size (1..65536), u32 world_ranks[size] (job-rank order)
- *   17 REFUSED   rank (the refused join's), text
+ *   17 REFUSED   rank (the refused join's), i32 code (fgb_status -255..0), text
  *   18 TENSOR_OK u64 job_key, u32 tensor_key, name tensor
  *   19 MISMATCH  u64 job_key, u32 tensor_key, name tensor, text
  *   20 ISSUE     u64 job_key, u64 seq, u64 step, u32 n (1..65536), u32 keys[n]
  *   21 STALL     u64 job_key, u64 step, u32 tensor_key, name tensor, u64 waited_ms,
  *                u32 nmissing (0..65536), u32 missing_world_ranks[nmissing], text
  *   22 ABORT     u64 job_key, i32 failed_rank (-1..65535), text
- *   23 ERROR     text (a request of this daemon was rejected)
+ *   23 ERROR     i32 code (fgb_status -255..0), text (a request of this daemon was rejected)
  * Decoding checks every length and count against the bytes left and its cap, dtype and ndim
  * ranges, rank ranges, no NUL in names, and no trailing bytes; a malformed message is FGB_EPROTO
  * with a message and changes nothing. A daemon->leader type arriving at a non-leader, or a
@@ -219,6 +219,7 @@ static void event_init(coord_event *ev, coord_event_kind kind, const coord_msg *
     ev->tensor_key = m->tensor_key;
     memcpy(ev->tensor_name, m->meta.name, sizeof ev->tensor_name);
     coord_fmt(ev->text, sizeof ev->text, "%s", m->text);
+    ev->code = m->code;
   }
 }
 

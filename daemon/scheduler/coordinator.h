@@ -88,6 +88,8 @@ typedef struct coord_event {
   int nmissing;          /* STALL */
   int failed_rank;       /* JOB_ABORTED: job rank that failed, -1 if unknown */
   char text[512];        /* human-readable reason naming what is wrong */
+  int code; /* JOIN_REFUSED, ERROR: fgb_status of the refusal (FGB_EEXIST: rank or job already
+               joined; FGB_EINVAL: size; FGB_ENOTFOUND: unknown job/key; ...) */
 } coord_event;
 
 coord *coord_new(const coord_config *cfg);

@@ -31,6 +31,7 @@ int main(void) {
   CHECK(has_text(&h, 1, COORD_EV_JOIN_REFUSED,
                  "job 'mnist' (incarnation 7): rank 1 already joined on world rank 2"));
   CHECK(h_count(&h, 2, COORD_EV_JOIN_REFUSED) == 0);
+  CHECK(h_nth(&h, 1, COORD_EV_JOIN_REFUSED, 0)->code == FGB_EEXIST);
 
   /* The refusal dropped world 1's record: it may join again, as another rank. */
   REQUIRE(coord_join(h.c[1], &mnist, 0, 3) == FGB_OK);
@@ -45,6 +46,7 @@ int main(void) {
   CHECK(h_count(&h, 0, COORD_EV_JOIN_REFUSED) == 1);
   CHECK(has_text(&h, 0, COORD_EV_JOIN_REFUSED, "size 2") &&
         has_text(&h, 0, COORD_EV_JOIN_REFUSED, "size 3"));
+  CHECK(h_nth(&h, 0, COORD_EV_JOIN_REFUSED, 0)->code == FGB_EINVAL);
   for (int d = 0; d < 3; d++) CHECK(h_count(&h, d, COORD_EV_JOB_FORMED) == 0);
 
   /* The right join forms the job on all three. */

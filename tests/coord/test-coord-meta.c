@@ -99,6 +99,8 @@ int main(void) {
   CHECK(h_count(&h, 1, COORD_EV_ERROR) == 1 && has_text(&h, 1, COORD_EV_ERROR, "fc1.weight"));
   CHECK(h_count(&h, 2, COORD_EV_ERROR) == 1 && has_text(&h, 2, COORD_EV_ERROR, "key 99"));
   CHECK(h_count(&h, 0, COORD_EV_ERROR) == 0);
+  CHECK(h_nth(&h, 1, COORD_EV_ERROR, 0)->code == FGB_EMISMATCH);
+  CHECK(h_nth(&h, 2, COORD_EV_ERROR, 0)->code == FGB_ENOTFOUND);
   /* The matching tensor still works. */
   for (int d = 0; d < ND; d++) REQUIRE(coord_ready(h.c[d], &job, 0, &good, 1) == FGB_OK);
   h_run(&h);

@@ -1,0 +1,76 @@
+/* daemon/scheduler/coord_lead.h — the leader's tables, shared by coord_leader.c (jobs, tensors,
+ * aborts) and coord_ready.c (readiness entries, numbering, stalls, status). Internal header.
+ */
+#ifndef FGB_COORD_LEAD_H
+#define FGB_COORD_LEAD_H
+
+#include "coord_internal.h"
+
+#define COORD_RECENT_DONE 8 /* completed steps remembered per tensor, to ignore late repeats */
+
+typedef struct ltensor {
+  coord_tensor_meta meta; /* the first registrant's */
+  int first_rank;
+  uint8_t bad; /* metadata mismatch seen: READY naming it is rejected */
+  uint8_t ndone, done_pos;
+  uint64_t done[COORD_RECENT_DONE]; /* steps completed last: a report for one is a late repeat */
+} ltensor;
+
+typedef struct lentry {
+  uint64_t step;
+  uint32_t key;
+  uint32_t count; /* ranks ready */
+  uint64_t first_ms;
+  uint8_t stalled;
+  uint64_t bits[]; /* job ranks ready */
+} lentry;
+
+typedef struct early_meta {
+  int rank, from;
+  coord_tensor_meta meta;
+} early_meta;
+
+typedef struct ljob {
+  coord_job_id id;
+  int size, formed, njoined, nleft;
+  uint64_t job_key;
+  int *members;  /* world rank per job rank, -1 if not joined */
+  uint8_t *left; /* job rank left cleanly */
+  ltensor *tensors;
+  uint32_t ntensors, tcap;
+  uint32_t *names; /* open addressing over tensors, UINT32_MAX empty */
+  uint32_t ncap;
+  early_meta *early; /* META received before formation, in arrival order */
+  uint32_t nearly, ecap;
+  lentry **slots; /* open addressing (linear probing) by (step, key) */
+  size_t scap, nentries;
+  struct ljob *next;
+} ljob;
+
+struct coord_leader {
+  ljob *jobs;
+  uint64_t next_seq, next_job_key;
+};
+
+static inline int coord_lead_bit(const lentry *e, int r) {
+  return (int)((e->bits[r / 64] >> (r % 64)) & 1u);
+}
+
+ljob *coord_lead_find(coord_leader *l, const coord_job_id *id);
+/* Unlinks and frees the job. */
+void coord_lead_forget(coord_leader *l, ljob *j);
+void coord_lead_send_members(coord *c, const ljob *j, const coord_msg *m, int exclude);
+/* Every member but `exclude` (the failed daemon) gets ABORT; the job is forgotten. */
+void coord_lead_abort(coord *c, ljob *j, int failed_rank, int exclude, const char *text);
+/* ERROR to `to` with text (also copied to err); returns st. */
+fgb_status coord_lead_error(coord *c, int to, const coord_job_id *job, fgb_status st,
+                            const char *text, char *err, size_t errlen);
+/* The job of a request naming a job rank, if known and that rank is hosted on `from` (else the
+ * sender got ERROR, *st is set and NULL is returned). */
+ljob *coord_lead_member_job(coord *c, int from, const coord_msg *m, fgb_status *st, char *err,
+                            size_t errlen);
+/* coord_ready.c */
+void coord_lead_free_entries(ljob *j);
+fgb_status coord_lead_on_ready(coord *c, int from, const coord_msg *m, char *err, size_t errlen);
+
+#endif
