@@ -9,6 +9,9 @@
 #include "planner.h"
 
 static fgb_status dear_plan(const sched_inputs *in, sched_plan *out, char *err, size_t errlen) {
+  static const char *const known[] = {"fusion_mb", NULL};
+  fgb_status kst = sched_opt_check(in ? in->options : NULL, known, "dear", err, errlen);
+  if (kst != FGB_OK) return kst;
   double mb;
   fgb_status st =
       sched_opt_double(in ? in->options : NULL, "fusion_mb", 25.0, 0, 1e9, &mb, err, errlen);

@@ -182,6 +182,9 @@ static fgb_status dp(const sched_inputs *in, const double *ready, uint32_t *boun
 }
 
 static fgb_status fgbuff_plan(const sched_inputs *in, sched_plan *out, char *err, size_t errlen) {
+  static const char *const known[] = {NULL};
+  fgb_status kst = sched_opt_check(in ? in->options : NULL, known, "fgbuff", err, errlen);
+  if (kst != FGB_OK) return kst;
   fgb_status st = sched_plan_begin(out, in, "fgbuff", 0, in ? in->ntensors : 0, err, errlen);
   if (st != FGB_OK) return st;
   uint32_t n = in->ntensors;

@@ -11,6 +11,9 @@
 #define FUSION_DEFAULT_BYTES (128.0 * 1024 * 1024)
 
 static fgb_status fusion_plan(const sched_inputs *in, sched_plan *out, char *err, size_t errlen) {
+  static const char *const known[] = {"fusion_bytes", "cycle_ms", NULL};
+  fgb_status kst = sched_opt_check(in ? in->options : NULL, known, "fusion", err, errlen);
+  if (kst != FGB_OK) return kst;
   double thr, cyc;
   fgb_status st = sched_opt_double(in ? in->options : NULL, "fusion_bytes", FUSION_DEFAULT_BYTES, 0,
                                    1e15, &thr, err, errlen);

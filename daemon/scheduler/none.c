@@ -7,6 +7,9 @@
 #include "planner.h"
 
 static fgb_status none_plan(const sched_inputs *in, sched_plan *out, char *err, size_t errlen) {
+  static const char *const known[] = {"cycle_ms", NULL};
+  fgb_status kst = sched_opt_check(in ? in->options : NULL, known, "none", err, errlen);
+  if (kst != FGB_OK) return kst;
   fgb_status st =
       sched_plan_begin(out, in, "none", SCHED_DYNAMIC, in ? in->ntensors : 0, err, errlen);
   if (st != FGB_OK) return st;

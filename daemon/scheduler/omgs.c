@@ -9,6 +9,9 @@
 #include "planner.h"
 
 static fgb_status omgs_plan(const sched_inputs *in, sched_plan *out, char *err, size_t errlen) {
+  static const char *const known[] = {"inline", NULL};
+  fgb_status kst = sched_opt_check(in ? in->options : NULL, known, "omgs", err, errlen);
+  if (kst != FGB_OK) return kst;
   double inl;
   fgb_status st = sched_opt_double(in ? in->options : NULL, "inline", 1, 0, 1, &inl, err, errlen);
   if (st != FGB_OK) return st;

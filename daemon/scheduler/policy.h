@@ -159,5 +159,9 @@ const sched_plan *sched_plan_active(const sched_plan *const *plans, size_t n, ui
  * out-of-range value is FGB_EINVAL naming the key. */
 fgb_status sched_opt_double(const char *options, const char *key, double def, double lo, double hi,
                             double *out, char *err, size_t errlen);
+/* Every key in options is one of `known` (NULL-terminated): a typo is FGB_EINVAL naming the key
+ * rather than a silently ignored setting. Empty entries (",,") are allowed. */
+fgb_status sched_opt_check(const char *options, const char *const *known, const char *policy,
+                           char *err, size_t errlen);
 
 #endif

@@ -73,3 +73,27 @@ fgb_status sched_opt_double(const char *options, const char *key, double def, do
   }
   return FGB_OK;
 }
+
+fgb_status sched_opt_check(const char *options, const char *const *known, const char *policy,
+                           char *err, size_t errlen) {
+  if (!options) return FGB_OK;
+  const char *p = options;
+  while (*p) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    const char *eq = memchr(p, '=', len);
+    size_t klen = eq ? (size_t)(eq - p) : len;
+    int ok = len == 0;
+    for (size_t i = 0; !ok && known && known[i]; i++)
+      ok = eq && strlen(known[i]) == klen && strncmp(known[i], p, klen) == 0;
+    if (!ok) {
+      if (err && errlen)
+        snprintf(err, errlen, "policy %s: unknown option '%.*s'%s", policy ? policy : "?",
+                 (int)(klen > 64 ? 64 : klen), p, eq ? "" : " (expected key=value)");
+      return FGB_EINVAL;
+    }
+    if (!end) break;
+    p = end + 1;
+  }
+  return FGB_OK;
+}

@@ -15,11 +15,17 @@
 extern const sched_policy_ops sched_fgbuff_ops;
 
 static fgb_status rgmerge_plan(const sched_inputs *in, sched_plan *out, char *err, size_t errlen) {
+  static const char *const known[] = {"drift", NULL};
+  if (!in) return FGB_EINVAL;
+  fgb_status kst = sched_opt_check(in ? in->options : NULL, known, "rgmerge", err, errlen);
+  if (kst != FGB_OK) return kst;
   double drift;
   fgb_status st =
       sched_opt_double(in ? in->options : NULL, "drift", 0.1, 0, 1e6, &drift, err, errlen);
   if (st != FGB_OK) return st;
-  st = sched_fgbuff_ops.plan(in, out, err, errlen);
+  sched_inputs fin = *in; /* drift is ours; fgbuff takes no options */
+  fin.options = NULL;
+  st = sched_fgbuff_ops.plan(&fin, out, err, errlen);
   if (st != FGB_OK) return st;
   snprintf(out->policy, sizeof out->policy, "rgmerge");
   out->flags = SCHED_REPLANS;

@@ -5,6 +5,9 @@
 #include "planner.h"
 
 static fgb_status syncea_plan(const sched_inputs *in, sched_plan *out, char *err, size_t errlen) {
+  static const char *const known[] = {NULL};
+  fgb_status kst = sched_opt_check(in ? in->options : NULL, known, "syncea", err, errlen);
+  if (kst != FGB_OK) return kst;
   fgb_status st = sched_plan_begin(out, in, "syncea", 0, 1, err, errlen);
   if (st != FGB_OK) return st;
   if (in->ntensors) sched_plan_push(out, in, 0, in->ntensors);

@@ -38,5 +38,25 @@ int main(void) {
   sched_plan p;
   CHECK(sched_find("dear")->plan(&in, &p, err, sizeof err) == FGB_EINVAL);
   CHECK(strstr(err, "fusion_mb") != NULL);
+  /* a typo is an error naming the key, for every policy; known keys and empty entries pass */
+  in.options = "fusion_mbb=3";
+  CHECK(sched_find("dear")->plan(&in, &p, err, sizeof err) == FGB_EINVAL);
+  CHECK(strstr(err, "unknown option 'fusion_mbb'") != NULL);
+  const char *const *all = sched_names();
+  for (size_t i = 0; all[i]; i++) {
+    in.options = "no_such_key=1";
+    CHECK(sched_find(all[i])->plan(&in, &p, err, sizeof err) == FGB_EINVAL);
+    in.options = "novalue";
+    CHECK(sched_find(all[i])->plan(&in, &p, err, sizeof err) == FGB_EINVAL);
+    in.options = ",";
+    CHECK(sched_find(all[i])->plan(&in, &p, err, sizeof err) == FGB_OK);
+    sched_plan_free(&p);
+  }
+  static const char *const known[] = {"a", "bb", NULL};
+  CHECK(sched_opt_check("a=1,,bb=2", known, "x", err, sizeof err) == FGB_OK);
+  CHECK(sched_opt_check("a=1,b=2", known, "x", err, sizeof err) == FGB_EINVAL);
+  in.options = "drift=0.2";
+  CHECK(sched_find("rgmerge")->plan(&in, &p, err, sizeof err) == FGB_OK);
+  sched_plan_free(&p);
   TEST_DONE();
 }
