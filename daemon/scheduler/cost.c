@@ -224,3 +224,30 @@ fgb_status sched_cost_online_add(sched_cost_online *m, double x, double seconds)
   refit(m);
   return FGB_OK;
 }
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+fgb_status sched_ready_median(const double *const *steps, size_t nsteps, uint32_t ntensors,
+                              double *out) {
+  if (!out || (ntensors && (!steps || !nsteps))) return FGB_EINVAL;
+  for (size_t w = 0; w < nsteps; w++)
+    if (!steps[w]) return FGB_EINVAL;
+  double *v = malloc((nsteps ? nsteps : 1) * sizeof *v);
+  if (!v) return FGB_ENOMEM;
+  for (uint32_t i = 0; i < ntensors; i++) {
+    size_t m = 0;
+    for (size_t w = 0; w < nsteps; w++)
+      if (isfinite(steps[w][i])) v[m++] = steps[w][i];
+    if (m == 0) {
+      out[i] = INFINITY;
+      continue;
+    }
+    qsort(v, m, sizeof *v, cmp_double);
+    out[i] = m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+  }
+  free(v);
+  return FGB_OK;
+}

@@ -39,4 +39,10 @@ fgb_status sched_cost_online_init(sched_cost_online *m, double alpha, double bet
                                   double x1, double seed_weight, double keep, double clip);
 fgb_status sched_cost_online_add(sched_cost_online *m, double x, double seconds);
 
+/* Per-tensor ready times from W observed steps (steps[w][i], same tensor order in every step): the
+ * median of the finite values (robust to one slow step), or +INFINITY when the tensor never got a
+ * gradient in any of them. This is what a rank contributes to sched_agree after warm-up. */
+fgb_status sched_ready_median(const double *const *steps, size_t nsteps, uint32_t ntensors,
+                              double *out);
+
 #endif
