@@ -90,7 +90,50 @@ uint64_t coord_now(const coord *c);
  */
 fgb_status coord_send(coord *c, int to, const coord_msg *m);
 
-/* ---- JSON helpers (coordinator.c) ---- */
+/* ---- coordinator.c / coord_member.c: the per-daemon side ---- */
+typedef struct local_job {
+  coord_job_id id;
+  int rank, size, formed;
+  uint64_t job_key;
+  int *world_ranks; /* after FORMED */
+  uint32_t tensors_ok;
+  struct local_job *next;
+} local_job;
+
+/* A stall as a member heard of it (non-leaders; the leader reports from its own table). */
+typedef struct stall_rec {
+  coord_job_id job;
+  uint64_t job_key, step, waited_ms;
+  uint32_t key;
+  char name[COORD_MAX_NAME + 1];
+  int nmissing;
+  int *missing;
+  struct stall_rec *next;
+} stall_rec;
+
+struct coord {
+  coord_config cfg;
+  uint64_t now;
+  coord_event *q; /* FIFO: [qhead, qhead + qlen) */
+  size_t qhead, qlen, qcap;
+  local_job *jobs;
+  stall_rec *stalls;
+  uint64_t last_seq;
+  int leader_lost;
+  coord_leader *leader; /* world rank 0 only */
+};
+
+fgb_status coord_push_event(coord *c, coord_event *ev); /* takes ev's pointers, also on failure */
+void coord_event_init(coord_event *ev, coord_event_kind kind, const coord_msg *m);
+int *coord_copy_ranks(const int32_t *r, int32_t n);
+local_job *coord_find_local(coord *c, const coord_job_id *id);
+void coord_drop_local(coord *c, local_job *j);
+void coord_drop_stalls(coord *c, const coord_job_id *id);
+void coord_stall_free(stall_rec *s);
+/* A leader->daemon message, validated before anything changes (FGB_EPROTO with err). */
+fgb_status coord_member_deliver(coord *c, const coord_msg *m, char *err, size_t errlen);
+
+/* ---- JSON helpers (coord_member.c) ---- */
 size_t coord_json_putf(char *buf, size_t cap, size_t off, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 size_t coord_json_str(char *buf, size_t cap, size_t off, const char *s);

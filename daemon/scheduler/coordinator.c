@@ -47,12 +47,13 @@
  * Readiness: the leader keeps per (job, step, key) the set of job ranks ready. A READY batch is
  * validated whole first (job formed, sender hosts the rank, keys known and not mismatched) and
  * rejected whole (ERROR to the sender) otherwise. Reports are idempotent: a rank reporting a
- * pending (step, key) again changes nothing, and a report for a step at or below that key's last
- * completed step, with no pending entry, is ignored as a late duplicate (so a tensor's steps are
- * expected in increasing order on each rank). Entries completed by one READY all belong to one
- * job and step; they are issued in the order that last READY listed them, grouped greedily up to
- * cfg.fusion_bytes dense bytes (0: one tensor per ISSUE; a tensor larger than the limit goes
- * alone), each group with the next world seq, sent to every member in job-rank order. The leader
+ * pending (step, key) again changes nothing, and a report of a (step, key) among the last 8
+ * completed steps of that key is ignored as a late repeat (a (step, key) is never legitimately
+ * reported after it was issued; steps need not increase). Entries completed by one READY all
+ * belong to one job and step; they are issued in the order that last READY listed them, grouped
+ * greedily up to cfg.fusion_bytes dense bytes (0: one tensor per ISSUE; a tensor larger than the
+ * limit goes alone), each group with the next world seq, sent to every member in job-rank order
+ * (also to members that left cleanly: they reported the entry, so they take part). The leader
  * sends in seq order and links deliver in order, so every daemon sees FORMED/ISSUE in increasing
  * seq (a member rejects a non-increasing seq as FGB_EPROTO).
  * Stalls (cfg.stall_ms > 0; 0 disables): on coord_tick, an entry partially ready for longer than
@@ -68,8 +69,21 @@
  * loses world rank 0 aborts all its jobs locally ("control plane leader (world rank 0) lost") and
  * refuses further local calls with FGB_EPEER.
  * Rejected requests of a daemon (unknown job or key, rank not in the job, READY before FORMED)
- * get ERROR -> COORD_EV_ERROR on that daemon; coord_on_message on the leader then also returns
- * the error (not FGB_EPROTO: the link is fine). Only FGB_EPROTO means the bytes were malformed.
+ * get ERROR -> COORD_EV_ERROR (code = the fgb_status) on that daemon; coord_on_message on the
+ * leader then also returns that status (not FGB_EPROTO: the link is fine). Only FGB_EPROTO means
+ * the bytes were malformed.
+ * Local calls check what this daemon knows and return at once: FGB_EINVAL (bad argument, size
+ * above the world), FGB_EEXIST (job already joined here), FGB_ENOTFOUND (job not joined here),
+ * FGB_EAGAIN (coord_ready before JOB_FORMED), FGB_EPEER (leader lost); everything decided by the
+ * leader arrives as events, identically on the leader's own daemon. coord_ready splits batches
+ * above 65536 keys into several READY messages. coord_status_json writes a NUL-terminated JSON
+ * array into buf (cut at cap) and returns the length the whole text needs, like snprintf: the
+ * leader lists its table (per job: name, incarnation, key, size, joined, formed, tensors, pending,
+ * next_seq, ranks = world rank per job rank or -1, stalls [{step, key, tensor, waited_ms,
+ * missing}]); other daemons list their own jobs (rank, tensors = TENSOR_OKs received, next_seq =
+ * last seq seen + 1, ranks once formed, and the stalls the leader reported).
+ * Caps: names 1..255 bytes, ndim <= 8, job size <= 65536 and <= world size, 65536 keys per
+ * message, 2^20 tensors and 2^22 pending entries per job, text 511 bytes.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -77,38 +91,6 @@
 #include <string.h>
 
 #include "coord_internal.h"
-
-typedef struct local_job {
-  coord_job_id id;
-  int rank, size, formed;
-  uint64_t job_key;
-  int *world_ranks; /* after FORMED */
-  uint32_t tensors_ok;
-  struct local_job *next;
-} local_job;
-
-/* A stall as a member heard of it (non-leaders; the leader reports from its own table). */
-typedef struct stall_rec {
-  coord_job_id job;
-  uint64_t job_key, step, waited_ms;
-  uint32_t key;
-  char name[COORD_MAX_NAME + 1];
-  int nmissing;
-  int *missing;
-  struct stall_rec *next;
-} stall_rec;
-
-struct coord {
-  coord_config cfg;
-  uint64_t now;
-  coord_event *q; /* FIFO: [qhead, qhead + qlen) */
-  size_t qhead, qlen, qcap;
-  local_job *jobs;
-  stall_rec *stalls;
-  uint64_t last_seq;
-  int leader_lost;
-  coord_leader *leader; /* world rank 0 only */
-};
 
 coord_leader *coord_get_leader(coord *c) {
   return c->leader;
@@ -139,7 +121,7 @@ coord *coord_new(const coord_config *cfg) {
   return c;
 }
 
-static void stall_free(stall_rec *s) {
+void coord_stall_free(stall_rec *s) {
   free(s->missing);
   free(s);
 }
@@ -160,7 +142,7 @@ void coord_free(coord *c) {
   }
   while (c->stalls) {
     stall_rec *n = c->stalls->next;
-    stall_free(c->stalls);
+    coord_stall_free(c->stalls);
     c->stalls = n;
   }
   coord_leader_free(c->leader);
@@ -169,7 +151,7 @@ void coord_free(coord *c) {
 
 /* ---- event queue --------------------------------------------------------------------------- */
 /* Takes ownership of ev's pointers (also on failure, when they are freed). */
-static fgb_status push_event(coord *c, coord_event *ev) {
+fgb_status coord_push_event(coord *c, coord_event *ev) {
   if (c->qlen == c->qcap) {
     size_t cap = c->qcap ? c->qcap * 2 : 16;
     coord_event *q = malloc(cap * sizeof *q);
@@ -206,7 +188,7 @@ void coord_event_free(coord_event *ev) {
   ev->world_ranks = NULL;
 }
 
-static void event_init(coord_event *ev, coord_event_kind kind, const coord_msg *m) {
+void coord_event_init(coord_event *ev, coord_event_kind kind, const coord_msg *m) {
   memset(ev, 0, sizeof *ev);
   ev->kind = kind;
   ev->peer = -1;
@@ -223,7 +205,7 @@ static void event_init(coord_event *ev, coord_event_kind kind, const coord_msg *
   }
 }
 
-static int *copy_ranks(const int32_t *r, int32_t n) {
+int *coord_copy_ranks(const int32_t *r, int32_t n) {
   int *a = malloc((n > 0 ? (size_t)n : 1) * sizeof *a);
   if (a)
     for (int32_t i = 0; i < n; i++) a[i] = r[i];
@@ -233,20 +215,18 @@ static int *copy_ranks(const int32_t *r, int32_t n) {
 /* ---- sending ------------------------------------------------------------------------------- */
 static fgb_status send_bytes(coord *c, int to, const coord_msg *m) {
   coord_event ev;
-  event_init(&ev, COORD_EV_SEND, NULL);
+  coord_event_init(&ev, COORD_EV_SEND, NULL);
   ev.peer = to;
   ev.job = m->job;
   fgb_status st = coord_msg_encode(m, &ev.bytes, &ev.len);
   if (st) return st;
-  return push_event(c, &ev);
+  return coord_push_event(c, &ev);
 }
-
-static fgb_status member_deliver(coord *c, const coord_msg *m, char *err, size_t errlen);
 
 fgb_status coord_send(coord *c, int to, const coord_msg *m) {
   if (to == c->cfg.world_rank) {
     char err[256];
-    return member_deliver(c, m, err, sizeof err);
+    return coord_member_deliver(c, m, err, sizeof err);
   }
   return send_bytes(c, to, m);
 }
@@ -263,30 +243,30 @@ static fgb_status to_leader(coord *c, const coord_msg *m) {
 }
 
 /* ---- local jobs ---------------------------------------------------------------------------- */
-static local_job *find_local(coord *c, const coord_job_id *id) {
+local_job *coord_find_local(coord *c, const coord_job_id *id) {
   for (local_job *j = c->jobs; j; j = j->next)
     if (coord_job_eq(&j->id, id)) return j;
   return NULL;
 }
 
-static void drop_stalls(coord *c, const coord_job_id *id) {
+void coord_drop_stalls(coord *c, const coord_job_id *id) {
   stall_rec **pp = &c->stalls;
   while (*pp) {
     if (coord_job_eq(&(*pp)->job, id)) {
       stall_rec *s = *pp;
       *pp = s->next;
-      stall_free(s);
+      coord_stall_free(s);
     } else {
       pp = &(*pp)->next;
     }
   }
 }
 
-static void drop_local(coord *c, local_job *j) {
+void coord_drop_local(coord *c, local_job *j) {
   for (local_job **pp = &c->jobs; *pp; pp = &(*pp)->next) {
     if (*pp == j) {
       *pp = j->next;
-      drop_stalls(c, &j->id);
+      coord_drop_stalls(c, &j->id);
       local_job_free(j);
       return;
     }
@@ -296,7 +276,7 @@ static void drop_local(coord *c, local_job *j) {
 static fgb_status local_check(coord *c, const coord_job_id *job, local_job **out) {
   if (!c || coord_job_check(job, NULL, 0)) return FGB_EINVAL;
   if (c->leader_lost) return FGB_EPEER;
-  *out = find_local(c, job);
+  *out = coord_find_local(c, job);
   return *out ? FGB_OK : FGB_ENOTFOUND;
 }
 
@@ -304,7 +284,7 @@ fgb_status coord_join(coord *c, const coord_job_id *job, int rank, int size) {
   if (!c || coord_job_check(job, NULL, 0)) return FGB_EINVAL;
   if (size < 1 || size > c->cfg.world_size || rank < 0 || rank >= size) return FGB_EINVAL;
   if (c->leader_lost) return FGB_EPEER;
-  if (find_local(c, job)) return FGB_EEXIST;
+  if (coord_find_local(c, job)) return FGB_EEXIST;
   local_job *j = calloc(1, sizeof *j);
   if (!j) return FGB_ENOMEM;
   j->id = *job;
@@ -330,7 +310,7 @@ fgb_status coord_leave(coord *c, const coord_job_id *job, int abort, const char 
   m.rank = j->rank;
   m.abort = abort ? 1 : 0;
   coord_fmt(m.text, sizeof m.text, "%s", why ? why : "");
-  drop_local(c, j);
+  coord_drop_local(c, j);
   return to_leader(c, &m);
 }
 
@@ -382,12 +362,12 @@ void coord_peer_lost(coord *c, int world_rank) {
   while (c->jobs) {
     local_job *j = c->jobs;
     coord_event ev;
-    event_init(&ev, COORD_EV_JOB_ABORTED, NULL);
+    coord_event_init(&ev, COORD_EV_JOB_ABORTED, NULL);
     ev.job = j->id;
     ev.job_key = j->job_key;
     coord_fmt(ev.text, sizeof ev.text, "control plane leader (world rank 0) lost");
-    (void)push_event(c, &ev);
-    drop_local(c, j);
+    (void)coord_push_event(c, &ev);
+    coord_drop_local(c, j);
   }
 }
 
@@ -395,146 +375,6 @@ void coord_tick(coord *c, uint64_t now_ms) {
   if (!c) return;
   if (now_ms > c->now) c->now = now_ms;
   if (c->leader) coord_leader_tick(c);
-}
-
-/* ---- leader -> member delivery ------------------------------------------------------------- */
-static fgb_status check_world_ranks(coord *c, const coord_msg *m, char *err, size_t errlen) {
-  for (int32_t i = 0; i < m->nranks; i++) {
-    if (m->ranks[i] >= c->cfg.world_size) {
-      coord_fmt(err, errlen, "%s: world rank %d out of range (world size %d)",
-                coord_msg_name(m->type), m->ranks[i], c->cfg.world_size);
-      return FGB_EPROTO;
-    }
-  }
-  return FGB_OK;
-}
-
-static fgb_status check_seq(coord *c, const coord_msg *m, char *err, size_t errlen) {
-  if (m->seq <= c->last_seq) {
-    coord_fmt(err, errlen, "%s: seq %llu not above the last seq %llu", coord_msg_name(m->type),
-              (unsigned long long)m->seq, (unsigned long long)c->last_seq);
-    return FGB_EPROTO;
-  }
-  return FGB_OK;
-}
-
-static void stall_clear_issued(coord *c, const coord_msg *m) {
-  stall_rec **pp = &c->stalls;
-  while (*pp) {
-    stall_rec *s = *pp;
-    int hit = 0;
-    if (s->job_key == m->job_key && s->step == m->step)
-      for (uint32_t i = 0; i < m->nkeys && !hit; i++) hit = m->keys[i] == s->key;
-    if (hit) {
-      *pp = s->next;
-      stall_free(s);
-    } else {
-      pp = &s->next;
-    }
-  }
-}
-
-static fgb_status member_deliver(coord *c, const coord_msg *m, char *err, size_t errlen) {
-  coord_event ev;
-  local_job *j = find_local(c, &m->job);
-  fgb_status st;
-  switch (m->type) {
-    case COORD_MSG_FORMED: {
-      if ((st = check_seq(c, m, err, errlen)) || (st = check_world_ranks(c, m, err, errlen)))
-        return st;
-      if (j && !j->formed && (m->nranks != j->size || m->ranks[j->rank] != c->cfg.world_rank)) {
-        coord_fmt(err, errlen, "FORMED for job '%s': size %d / world ranks disagree with the join",
-                  m->job.name, m->nranks);
-        return FGB_EPROTO;
-      }
-      int *wr = copy_ranks(m->ranks, m->nranks);
-      int *wr2 = j && !j->formed ? copy_ranks(m->ranks, m->nranks) : NULL;
-      if (!wr || (j && !j->formed && !wr2)) {
-        free(wr);
-        free(wr2);
-        return FGB_ENOMEM;
-      }
-      c->last_seq = m->seq;
-      if (j && !j->formed) {
-        j->formed = 1;
-        j->job_key = m->job_key;
-        j->world_ranks = wr2;
-      }
-      event_init(&ev, COORD_EV_JOB_FORMED, m);
-      ev.job_size = m->nranks;
-      ev.world_ranks = wr;
-      return push_event(c, &ev);
-    }
-    case COORD_MSG_ISSUE: {
-      if ((st = check_seq(c, m, err, errlen))) return st;
-      uint32_t *keys = malloc((size_t)m->nkeys * sizeof *keys);
-      if (!keys) return FGB_ENOMEM;
-      memcpy(keys, m->keys, (size_t)m->nkeys * sizeof *keys);
-      c->last_seq = m->seq;
-      stall_clear_issued(c, m);
-      event_init(&ev, COORD_EV_ISSUE, m);
-      ev.ntensors = m->nkeys;
-      ev.tensor_keys = keys;
-      return push_event(c, &ev);
-    }
-    case COORD_MSG_REFUSED:
-      if (j && !j->formed && j->rank == m->rank) drop_local(c, j);
-      event_init(&ev, COORD_EV_JOIN_REFUSED, m);
-      return push_event(c, &ev);
-    case COORD_MSG_TENSOR_OK:
-      if (j) j->tensors_ok++;
-      event_init(&ev, COORD_EV_TENSOR_OK, m);
-      return push_event(c, &ev);
-    case COORD_MSG_MISMATCH:
-      event_init(&ev, COORD_EV_TENSOR_MISMATCH, m);
-      return push_event(c, &ev);
-    case COORD_MSG_STALL: {
-      if ((st = check_world_ranks(c, m, err, errlen))) return st;
-      stall_rec *s = NULL;
-      if (!c->leader) {
-        s = calloc(1, sizeof *s);
-        if (!s) return FGB_ENOMEM;
-        s->missing = copy_ranks(m->ranks, m->nranks);
-        if (!s->missing) {
-          free(s);
-          return FGB_ENOMEM;
-        }
-      }
-      int *miss = copy_ranks(m->ranks, m->nranks);
-      if (!miss) {
-        if (s) stall_free(s);
-        return FGB_ENOMEM;
-      }
-      if (s) {
-        s->job = m->job;
-        s->job_key = m->job_key;
-        s->step = m->step;
-        s->waited_ms = m->waited_ms;
-        s->key = m->tensor_key;
-        memcpy(s->name, m->meta.name, sizeof s->name);
-        s->nmissing = m->nranks;
-        s->next = c->stalls;
-        c->stalls = s;
-      }
-      event_init(&ev, COORD_EV_STALL, m);
-      ev.world_ranks = miss;
-      ev.nmissing = m->nranks;
-      return push_event(c, &ev);
-    }
-    case COORD_MSG_ABORT:
-      if (j) drop_local(c, j);
-      drop_stalls(c, &m->job);
-      event_init(&ev, COORD_EV_JOB_ABORTED, m);
-      ev.failed_rank = m->failed_rank;
-      return push_event(c, &ev);
-    case COORD_MSG_ERROR:
-      event_init(&ev, COORD_EV_ERROR, m);
-      return push_event(c, &ev);
-    default:
-      coord_fmt(err, errlen, "control message %s is not for a member daemon",
-                coord_msg_name(m->type));
-      return FGB_EPROTO;
-  }
 }
 
 fgb_status coord_on_message(coord *c, int from, const uint8_t *bytes, size_t len, char *err,
@@ -561,67 +401,8 @@ fgb_status coord_on_message(coord *c, int from, const uint8_t *bytes, size_t len
               coord_msg_name(m.type), from);
     st = FGB_EPROTO;
   } else {
-    st = member_deliver(c, &m, err, errlen);
+    st = coord_member_deliver(c, &m, err, errlen);
   }
   coord_msg_clear(&m);
   return st;
-}
-
-/* ---- status -------------------------------------------------------------------------------- */
-size_t coord_json_putf(char *buf, size_t cap, size_t off, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(off < cap ? buf + off : NULL, off < cap ? cap - off : 0, fmt, ap);
-  va_end(ap);
-  return n > 0 ? off + (size_t)n : off;
-}
-
-size_t coord_json_str(char *buf, size_t cap, size_t off, const char *s) {
-  off = coord_json_putf(buf, cap, off, "\"");
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\')
-      off = coord_json_putf(buf, cap, off, "\\%c", *p);
-    else if (*p < 0x20 || *p == 0x7f)
-      off = coord_json_putf(buf, cap, off, "\\u%04x", *p);
-    else
-      off = coord_json_putf(buf, cap, off, "%c", *p);
-  }
-  return coord_json_putf(buf, cap, off, "\"");
-}
-
-size_t coord_status_json(const coord *c, char *buf, size_t cap) {
-  if (buf && cap) buf[0] = '\0';
-  if (!buf) cap = 0;
-  if (!c) return coord_json_putf(buf, cap, 0, "[]");
-  if (c->leader) return coord_leader_status(c, buf, cap, 0);
-  size_t off = coord_json_putf(buf, cap, 0, "[");
-  for (const local_job *j = c->jobs; j; j = j->next) {
-    off = coord_json_putf(buf, cap, off, "%s{\"name\":", j == c->jobs ? "" : ",");
-    off = coord_json_str(buf, cap, off, j->id.name);
-    off = coord_json_putf(buf, cap, off,
-                          ",\"incarnation\":%llu,\"key\":%llu,\"size\":%d,\"rank\":%d,"
-                          "\"formed\":%s,\"tensors\":%u,\"next_seq\":%llu,\"ranks\":[",
-                          (unsigned long long)j->id.incarnation, (unsigned long long)j->job_key,
-                          j->size, j->rank, j->formed ? "true" : "false", j->tensors_ok,
-                          (unsigned long long)c->last_seq + 1);
-    for (int i = 0; j->formed && i < j->size; i++)
-      off = coord_json_putf(buf, cap, off, "%s%d", i ? "," : "", j->world_ranks[i]);
-    off = coord_json_putf(buf, cap, off, "],\"stalls\":[");
-    int first = 1;
-    for (const stall_rec *s = c->stalls; s; s = s->next) {
-      if (!coord_job_eq(&s->job, &j->id)) continue;
-      off = coord_json_putf(buf, cap, off,
-                            "%s{\"step\":%llu,\"key\":%u,\"tensor\":", first ? "" : ",",
-                            (unsigned long long)s->step, s->key);
-      off = coord_json_str(buf, cap, off, s->name);
-      off = coord_json_putf(buf, cap, off, ",\"waited_ms\":%llu,\"missing\":[",
-                            (unsigned long long)s->waited_ms);
-      for (int i = 0; i < s->nmissing; i++)
-        off = coord_json_putf(buf, cap, off, "%s%d", i ? "," : "", s->missing[i]);
-      off = coord_json_putf(buf, cap, off, "]}");
-      first = 0;
-    }
-    off = coord_json_putf(buf, cap, off, "]}");
-  }
-  return coord_json_putf(buf, cap, off, "]");
 }
