@@ -13,6 +13,12 @@
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
+# Keep MPI components loaded at exit, so leak reports inside them can be attributed (and
+# suppressed by tests/lsan.supp) instead of showing "unknown module".
+export OMPI_MCA_mca_base_component_disable_dlclose=1
+# Sanitizer builds: OpenMPI's libraries have no frame pointers, so LeakSanitizer's fast unwinder
+# stops inside them and tests/lsan.supp cannot match; the slow unwinder sees libmpi frames.
+if [ -n "${ASAN_OPTIONS:-}" ]; then export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"; fi
 
 world_fgbuffd_path() {
   local d="${FGBUFF_BIN_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/build}"
