@@ -102,16 +102,26 @@ fgb_status sched_inputs_check(const sched_inputs *in, char *err, size_t errlen) 
     if (err && errlen) snprintf(err, errlen, "inputs: tensors missing");
     return FGB_EINVAL;
   }
+  if (in->ntensors > (1u << 22)) { /* the plan encoding's limit */
+    if (err && errlen) snprintf(err, errlen, "inputs: %u tensors, at most 2^22", in->ntensors);
+    return FGB_EINVAL;
+  }
   if (in->nranks < 1) {
     if (err && errlen) snprintf(err, errlen, "inputs: nranks %d < 1", in->nranks);
     return FGB_EINVAL;
   }
-  /* Sums over tensors are uint64; a count this large is no real tensor and could overflow them. */
+  /* Sums over tensors are uint64; counts this large are no real model and could overflow them. */
+  uint64_t total = 0;
   for (uint32_t i = 0; i < in->ntensors; i++) {
     if (in->tensors[i].count > (UINT64_C(1) << 48) || in->tensors[i].elem_size == 0 ||
         in->tensors[i].elem_size > 64) {
       if (err && errlen)
         snprintf(err, errlen, "inputs: tensor %u count/elem_size out of range", in->tensors[i].id);
+      return FGB_EINVAL;
+    }
+    total += in->tensors[i].count; /* <= 2^50 + 2^48 after the add: no wrap */
+    if (total > (UINT64_C(1) << 50)) {
+      if (err && errlen) snprintf(err, errlen, "inputs: more than 2^50 elements in total");
       return FGB_EINVAL;
     }
   }

@@ -30,12 +30,13 @@ const sched_policy_ops *sched_find(const char *name) {
   return NULL;
 }
 
+/* Spelled out rather than filled from policies[] at run time, so concurrent callers share a
+ * constant array with no initialisation race; test-registry checks it matches the ops tables. */
+static const char *const names[] = {"none", "fusion", "syncea",  "omgs",
+                                    "dear", "fgbuff", "rgmerge", NULL};
+_Static_assert(sizeof names / sizeof names[0] == NPOLICIES + 1, "names[] and policies[] differ");
+
 const char *const *sched_names(void) {
-  static const char *names[NPOLICIES + 1];
-  /* Filled on every call with the same constant pointers, so concurrent callers race benignly on
-   * identical values; no lazy-init flag to get wrong. */
-  for (size_t i = 0; i < NPOLICIES; i++) names[i] = policies[i]->name;
-  names[NPOLICIES] = NULL;
   return names;
 }
 

@@ -9,6 +9,10 @@ int main(void) {
   size_t n = 0;
   while (names[n]) n++;
   CHECK(n == sizeof want / sizeof want[0]);
+  for (size_t i = 0; i < n; i++) {
+    const sched_policy_ops *ops = sched_find(names[i]);
+    CHECK(ops && strcmp(ops->name, names[i]) == 0);
+  }
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     const sched_policy_ops *ops = sched_find(want[i]);
     REQUIRE(ops != NULL);
