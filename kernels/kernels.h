@@ -259,8 +259,12 @@ fgb_status kern_mm_t(const comp_exec *ex, const float *M, uint64_t rows, uint64_
 /* dst = beta dst + alpha P Q^T (dst rows x cols; beta == 0: dst is not read). R1 W1 (beta != 0). */
 fgb_status kern_outer(const comp_exec *ex, float *dst, uint64_t rows, uint64_t cols, const float *P,
                       const float *Q, uint32_t r, float alpha, float beta);
-/* Orthonormalise the r columns of P (rows x r) in place by modified Gram-Schmidt, in column order,
- * dividing by (norm + eps); a zero or non-finite column becomes zero. Cost 2 rows r^2. */
+/* Orthonormalise the r columns of P (rows x r, r <= rows) in place by modified Gram-Schmidt in
+ * column order, each column projected out TWICE (one pass leaves nearly dependent columns far from
+ * orthogonal), then divided by (norm + eps). A column that ends up zero or non-finite is replaced
+ * by the first unit vector e_t (t = j, j+1, ... mod rows) independent of the previous ones, so the
+ * factor never loses rank (an all-zero gradient would otherwise kill the warm start for good).
+ * Cost 4 rows r^2. */
 fgb_status kern_orthonormalize(const comp_exec *ex, float *P, uint64_t rows, uint32_t r, float eps);
 /* out[i] = uniform in [-1, 1), a multiple of 2^-23, from Philox (key seed, counter (i mod 2^32,
  * buffer_id, substream << 32 | i >> 32)) — exact in fp32 on both backends (ranks share warm-start

@@ -55,21 +55,31 @@ fgb_status kern_cpu_outer(float *dst, uint64_t rows, uint64_t cols, const float 
   return FGB_OK;
 }
 
-fgb_status kern_cpu_orthonormalize(float *P, uint64_t rows, uint32_t r, float eps) {
-  if (r == 0 || r > KERN_MAX_RANK || P == NULL) return FGB_EINVAL;
-  for (uint32_t j = 0; j < r; j++) {
+/* Subtract from column j its projections on columns 0..j-1, twice ("twice is enough": one pass
+ * leaves a nearly dependent column far from orthogonal); returns the remaining norm. */
+static double orth_column(float *P, uint64_t rows, uint32_t r, uint32_t j) {
+  for (int pass = 0; pass < 2; pass++)
     for (uint32_t p = 0; p < j; p++) {
       double dot = 0.0;
       for (uint64_t i = 0; i < rows; i++) dot += (double)P[i * r + p] * P[i * r + j];
       float d = (float)dot;
       for (uint64_t i = 0; i < rows; i++) P[i * r + j] -= d * P[i * r + p];
     }
-    double nrm = 0.0;
-    for (uint64_t i = 0; i < rows; i++) nrm += (double)P[i * r + j] * P[i * r + j];
-    nrm = sqrt(nrm);
-    if (nrm == 0.0 || !isfinite(nrm)) {
-      for (uint64_t i = 0; i < rows; i++) P[i * r + j] = 0.0f; /* no direction: drop it */
-      continue;
+  double nrm = 0.0;
+  for (uint64_t i = 0; i < rows; i++) nrm += (double)P[i * r + j] * P[i * r + j];
+  return sqrt(nrm);
+}
+
+fgb_status kern_cpu_orthonormalize(float *P, uint64_t rows, uint32_t r, float eps) {
+  if (r == 0 || r > KERN_MAX_RANK || r > rows || P == NULL) return FGB_EINVAL;
+  for (uint32_t j = 0; j < r; j++) {
+    double nrm = orth_column(P, rows, r, j);
+    /* A zero (or non-finite) column: take the first unit vector e_t, t = j, j+1, ..., that is
+     * independent of the previous columns, so the factor keeps its rank (an all-zero gradient
+     * would otherwise zero the warm start for good). */
+    for (uint64_t t = j; (nrm == 0.0 || !isfinite(nrm)) && t < j + rows; t++) {
+      for (uint64_t i = 0; i < rows; i++) P[i * r + j] = i == t % rows ? 1.0f : 0.0f;
+      nrm = orth_column(P, rows, r, j);
     }
     float inv = (float)(1.0 / (nrm + eps));
     for (uint64_t i = 0; i < rows; i++) P[i * r + j] *= inv;

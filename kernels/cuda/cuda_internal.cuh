@@ -1,0 +1,216 @@
+/* kernels/cuda/cuda_internal.cuh — what the CUDA kernel files share: error mapping, launch sizing,
+ * block-level scans and the radix digit decision, the workspace layout (kern_ws) and the per-stream
+ * scratch that the ws-less reductions (kern_stats, kern_count_ge) use for deterministic partials.
+ * Not part of the API; kernels.h is. */
+#ifndef FGB_KERN_CUDA_INTERNAL_CUH
+#define FGB_KERN_CUDA_INTERNAL_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "kern_util.h"
+
+#define KC_STREAM(s) ((cudaStream_t)(s))
+
+/* Map a CUDA error to an fgb_status (allocation failures are FGB_ENOMEM). */
+static inline fgb_status kc_status(cudaError_t e) {
+  if (e == cudaSuccess) return FGB_OK;
+  if (e == cudaErrorMemoryAllocation) return FGB_ENOMEM;
+  return FGB_EIO;
+}
+
+/* After a kernel launch: the launch's own error (bad configuration), not earlier async ones. */
+static inline fgb_status kc_launched(void) {
+  return kc_status(cudaPeekAtLastError());
+}
+
+/* Number of SMs of the current device (cached per device). */
+int kc_sm_count(void);
+
+/* Blocks for a grid-stride loop over `work` items with `per_block` items per block, capped. */
+static inline unsigned kc_blocks(uint64_t work, uint64_t per_block, unsigned cap) {
+  uint64_t b = (work + per_block - 1) / per_block;
+  if (b < 1) b = 1;
+  return b > cap ? cap : (unsigned)b;
+}
+
+/* ---- radix select layout (11/10/10-bit digits of the 31-bit magnitude key, as the CPU) --------
+ */
+#define KC_RADIX_BINS 2048
+__host__ __device__ static inline uint32_t kc_radix_shift(int pass) {
+  return pass == 0 ? 21u : pass == 1 ? 10u : 0u;
+}
+__host__ __device__ static inline uint32_t kc_radix_bins(int pass) {
+  return pass == 2 ? 1024u : 2048u;
+}
+
+/* Device-side state of one selection (in kern_ws). Reset by the first kernel of each selection. */
+typedef struct kc_sel_state {
+  unsigned long long ncand; /* elements with key >= L seen by the compaction (may exceed cap) */
+  unsigned long long rank;  /* remaining rank during the passes; eq_take after the last */
+  uint32_t L;               /* candidate lower bound key */
+  uint32_t full;            /* 1: select over the whole input (candidates overflowed/too few) */
+  uint32_t skip;            /* 1: no radix: take every key >= T (T = L, rank = all) */
+  uint32_t prefix, mask;    /* radix prefix decided so far */
+  uint32_t T;               /* key of the kth largest (after the passes) */
+  uint32_t done;            /* last-block-done counter of the histogram passes */
+  uint32_t err;             /* internal inconsistency seen (diagnostics for the tests) */
+  uint32_t count;           /* entries emitted */
+  uint32_t pad_;
+} kc_sel_state;
+
+/* CUDA workspace: everything a selection needs, carved from one allocation at create time. */
+#define KC_CHUNK 4096u      /* elements per chunk (block) of the compaction and emit passes */
+#define KC_SAMPLES 32768u   /* sample size of the top-k lower bound */
+#define KC_BLOCK_SELECT 1024 /* threads of the single-block selects */
+struct kern_ws {
+  uint64_t n;
+  uint32_t cap;
+  uint64_t cand_cap, nchunks;
+  void *mem;
+  kc_sel_state *st;
+  uint32_t *hist;            /* KC_RADIX_BINS, kept zero between passes */
+  float *cand_val;           /* cand_cap */
+  uint32_t *cand_idx;        /* cand_cap */
+  uint32_t *ch_off, *ch_cnt; /* per chunk: candidate slice */
+  uint32_t *ch_gt, *ch_eq;   /* per chunk: counts, then output offset / eq prefix */
+  uint32_t *samp;            /* KC_SAMPLES keys */
+};
+
+/* ---- per-stream scratch for the reductions without a workspace ------------------------------- */
+#define KC_RED_BLOCKS 264 /* fixed grid of kern_stats / kern_count_ge: reproducible results */
+typedef struct kc_partial {
+  double n, sum, sum_sq, sum_abs, sum_log;
+  float mx, mn;
+  unsigned long long nonfinite;
+} kc_partial;
+typedef struct kc_scratch {
+  uint32_t stats_done, count_done;
+  unsigned long long count_acc;
+  kc_partial part[KC_RED_BLOCKS];
+} kc_scratch;
+/* The scratch of (current device, stream), created on first use outside a stream capture (every
+ * create-time call — kern_alloc, kern_ws_create — makes sure it exists). NULL if it cannot be. */
+kc_scratch *kc_stream_scratch(cudaStream_t s);
+
+/* ---- block-level helpers (blockDim.x a multiple of 32, <= 1024) ------------------------------- */
+
+/* Exclusive prefix sum over the block in thread order; *total gets the block sum. All threads. */
+template <typename T>
+__device__ inline T kc_block_excl_scan(T v, T *total) {
+  __shared__ T warp_tot[32];
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  T x = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    T y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= (unsigned)o) x += y;
+  }
+  __syncthreads(); /* warp_tot may still be read by a previous call */
+  if (lane == 31) warp_tot[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    T w = lane < nw ? warp_tot[lane] : T(0);
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      T y = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= (unsigned)o) w += y;
+    }
+    if (lane < nw) warp_tot[lane] = w;
+  }
+  __syncthreads();
+  T before = warp ? warp_tot[warp - 1] : T(0);
+  *total = warp_tot[nw - 1];
+  return before + x - v;
+}
+
+/* Sum over the block (fixed tree: deterministic). Result valid in every thread. */
+template <typename T>
+__device__ inline T kc_block_sum(T v) {
+  T tot;
+  (void)kc_block_excl_scan<T>(v, &tot);
+  return tot;
+}
+
+/* Radix digit decision on a shared histogram: the largest bin b with sum(hist[b..]) >= *rank;
+ * *rank becomes the rank inside bin b. Returns b (0 and sets *err when the total is short). All
+ * threads call it; results are valid in every thread. */
+__device__ inline uint32_t kc_pick_digit(const uint32_t *hist, uint32_t nb,
+                                         unsigned long long *rank, uint32_t *err) {
+  __shared__ uint32_t s_b;
+  __shared__ unsigned long long s_rank;
+  __shared__ uint32_t s_found;
+  const uint32_t per = (nb + blockDim.x - 1) / blockDim.x;
+  /* Thread t owns bins [hi - per, hi) counted from the top, so a forward scan gives the count
+   * above its range. */
+  const int64_t hi = (int64_t)nb - (int64_t)threadIdx.x * per;
+  const int64_t lo = hi - (int64_t)per;
+  unsigned long long local = 0;
+  for (int64_t b = hi - 1; b >= lo && b >= 0; b--) local += hist[b];
+  if (threadIdx.x == 0) s_found = 0;
+  unsigned long long tot;
+  unsigned long long above = kc_block_excl_scan<unsigned long long>(local, &tot);
+  const unsigned long long want = *rank;
+  if (local && above < want && want <= above + local) {
+    unsigned long long cum = above;
+    for (int64_t b = hi - 1; b >= lo && b >= 0; b--) {
+      if (cum + hist[b] >= want) {
+        s_b = (uint32_t)b;
+        s_rank = want - cum;
+        s_found = 1;
+        break;
+      }
+      cum += hist[b];
+    }
+  }
+  __syncthreads();
+  uint32_t b = 0;
+  if (s_found) {
+    b = s_b;
+    *rank = s_rank;
+  } else if (err) {
+    *err = 1;
+  }
+  __syncthreads();
+  return b;
+}
+
+/* Single-block exact select over len keys given by load(i) (i < len): the key T of the kth
+ * largest (1 <= k <= len) and how many entries equal to T belong to the top k. Three histogram
+ * passes; every thread gets the result. `hist` is a shared array of KC_RADIX_BINS. */
+template <typename Load>
+__device__ inline void kc_block_select(Load load, uint64_t len, unsigned long long k,
+                                       uint32_t *hist, uint32_t *T, unsigned long long *eq_take,
+                                       uint32_t *err) {
+  uint32_t prefix = 0, mask = 0;
+  unsigned long long rank = k;
+  for (int p = 0; p < 3; p++) {
+    const uint32_t nb = kc_radix_bins(p), sh = kc_radix_shift(p);
+    for (uint32_t b = threadIdx.x; b < KC_RADIX_BINS; b += blockDim.x) hist[b] = 0;
+    __syncthreads();
+    for (uint64_t i = threadIdx.x; i < len; i += blockDim.x) {
+      uint32_t key = load(i);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> sh) & (nb - 1)], 1u);
+    }
+    __syncthreads();
+    uint32_t b = kc_pick_digit(hist, nb, &rank, err);
+    prefix |= b << sh;
+    mask |= (nb - 1) << sh;
+  }
+  *T = prefix;
+  *eq_take = rank;
+}
+
+/* ---- selection pipeline (topk.cu) ------------------------------------------------------------- */
+
+/* Where selected entries go. */
+typedef struct kc_out {
+  float *v32;
+  uint16_t *v16;
+  int32_t *idx;
+  float *resid; /* == the input (in place) or NULL */
+  float *mask;
+} kc_out;
+
+#endif

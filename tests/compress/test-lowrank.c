@@ -1,0 +1,105 @@
+/* tests/compress/test-lowrank.c — PowerSGD and ACP-SGD: a gradient of rank <= r is reproduced to
+ * float tolerance (PowerSGD in one step; ACP-SGD once both factors have been refreshed, i.e. over
+ * a P-step and a Q-step, with out0 + out1 = 2G), the residual is E' = G + E - P Q^T as specified,
+ * two ranks whose gradients share a column space get the average, bitwise the same on both, and a
+ * full-rank gradient is not lost (decode + residual = gradient + old residual, to tolerance). */
+#include "comp_test.h"
+
+enum { ROWS = 48, COLS = 40, R = 3 };
+
+/* G = U V^T with U (ROWS x R) shared across seeds `us`, V from `vs`. */
+static void lowrank(float *G, uint64_t us, uint64_t vs) {
+  float U[ROWS * R], V[COLS * R];
+  ct_fill(U, ROWS * R, CT_GAUSS, 1.0, us);
+  ct_fill(V, COLS * R, CT_GAUSS, 1.0, vs);
+  for (int i = 0; i < ROWS; i++)
+    for (int c = 0; c < COLS; c++) {
+      float s = 0;
+      for (int j = 0; j < R; j++) s += U[i * R + j] * V[c * R + j];
+      G[i * COLS + c] = s;
+    }
+}
+
+static double rel_err(const float *x, const float *y, int n) {
+  double num = 0, den = 0;
+  for (int i = 0; i < n; i++) {
+    num += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
+    den += (double)y[i] * y[i];
+  }
+  return sqrt(num / (den > 0 ? den : 1));
+}
+
+static void run(const comp_exec *ex, const char *name) {
+  const int n = ROWS * COLS;
+  float G0[ROWS * COLS], G1[ROWS * COLS], avg[ROWS * COLS], o0[ROWS * COLS], o1[ROWS * COLS];
+  float E0[ROWS * COLS], E1[ROWS * COLS], want[ROWS * COLS];
+  comp_params p = {.rows = ROWS, .cols = COLS, .seed = 3, .buffer_id = 1, .options = "rank=4"};
+  int acp = !strcmp(name, "acpsgd");
+  /* Two ranks, same column space. */
+  lowrank(G0, 10, 11);
+  lowrank(G1, 10, 12);
+  for (int i = 0; i < n; i++) avg[i] = 0.5f * (G0[i] + G1[i]);
+  ct_job j;
+  REQUIRE(ct_job_create(&j, name, ex, 2, n, &p) == FGB_OK);
+  float *dg[2] = {ct_dev(ex, G0, n * 4), ct_dev(ex, G1, n * 4)};
+  float *dout[2] = {ct_dev(ex, NULL, n * 4), ct_dev(ex, NULL, n * 4)};
+  REQUIRE(ct_residual(&j, 0, E0));
+  REQUIRE(ct_job_step(&j, dg, 0, dout, 0.5f) == FGB_OK);
+  ct_get(ex, o0, dout[0], n * 4);
+  ct_get(ex, o1, dout[1], n * 4);
+  CHECK(memcmp(o0, o1, n * 4) == 0); /* replicas agree bitwise */
+  if (!acp) {
+    CHECK_MSG(rel_err(o0, avg, n) < 1e-4, "%s: rank-%d average off by %g", name, R,
+              rel_err(o0, avg, n));
+  } else {
+    float first[ROWS * COLS];
+    memcpy(first, o0, sizeof first);
+    REQUIRE(ct_job_step(&j, dg, 1, dout, 0.5f) == FGB_OK); /* Q-step: exact in the column space */
+    ct_get(ex, o0, dout[0], n * 4);
+    for (int i = 0; i < n; i++) want[i] = 2 * avg[i], first[i] += o0[i];
+    CHECK_MSG(rel_err(first, want, n) < 1e-4, "%s: two steps sum to %g off 2G", name,
+              rel_err(first, want, n));
+  }
+  /* Residual as specified, on one rank: E' = G + E - local projection (one rank: = out). */
+  ct_job_destroy(&j);
+  comp_params p1 = p;
+  REQUIRE(ct_job_create(&j, name, ex, 1, n, &p1) == FGB_OK);
+  float full[ROWS * COLS];
+  ct_fill(full, n, CT_GAUSS, 1.0, 21);
+  float *dfull = ct_dev(ex, full, n * 4);
+  for (uint64_t step = 0; step < 3; step++) {
+    REQUIRE(ct_residual(&j, 0, E0));
+    REQUIRE(ct_job_step(&j, &dfull, step, dout, 1.0f) == FGB_OK);
+    ct_get(ex, o0, dout[0], n * 4);
+    REQUIRE(ct_residual(&j, 0, E1));
+    for (int i = 0; i < n; i++) want[i] = full[i] + E0[i] - o0[i];
+    CHECK_MSG(rel_err(E1, want, n) < 1e-5, "%s step %llu: residual off spec by %g", name,
+              (unsigned long long)step, rel_err(E1, want, n));
+  }
+  kern_free(ex, dfull);
+  for (int r = 0; r < 2; r++) {
+    kern_free(ex, dg[r]);
+    kern_free(ex, dout[r]);
+  }
+  ct_job_destroy(&j);
+}
+
+int main(int argc, char **argv) {
+  comp_exec ex = ct_exec(argc, argv);
+  run(&ex, "powersgd");
+  run(&ex, "acpsgd");
+  /* A vector view is all-reduced dense (nothing to factor). */
+  comp_params p = {.nranks = 1};
+  ct_job j;
+  REQUIRE(ct_job_create(&j, "powersgd", &ex, 1, 100, &p) == FGB_OK);
+  float v[100], o[100];
+  ct_fill(v, 100, CT_GAUSS, 1.0, 1);
+  float *dv = ct_dev(&ex, v, 400), *dout = ct_dev(&ex, NULL, 400);
+  REQUIRE(ct_job_step(&j, &dv, 0, &dout, 1.0f) == FGB_OK);
+  ct_get(&ex, o, dout, 400);
+  CHECK(memcmp(o, v, 400) == 0);
+  kern_free(&ex, dv);
+  kern_free(&ex, dout);
+  ct_job_destroy(&j);
+  TEST_DONE();
+}
