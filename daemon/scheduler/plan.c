@@ -323,6 +323,53 @@ fail:
   return st;
 }
 
+/* ---- status JSON ----------------------------------------------------------------------------- */
+
+static size_t jputf(char *buf, size_t cap, size_t off, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(off < cap ? buf + off : NULL, off < cap ? cap - off : 0, fmt, ap);
+  va_end(ap);
+  return n > 0 ? off + (size_t)n : off;
+}
+
+/* A JSON string body of at most maxlen bytes of s, escaped. */
+static size_t jstr(char *buf, size_t cap, size_t off, const char *s, size_t maxlen) {
+  for (size_t j = 0; j < maxlen && s[j]; j++) {
+    unsigned char ch = (unsigned char)s[j];
+    if (ch == '"' || ch == '\\')
+      off = jputf(buf, cap, off, "\\%c", ch);
+    else if (ch < 0x20 || ch > 0x7e)
+      off = jputf(buf, cap, off, "\\u%04x", ch);
+    else
+      off = jputf(buf, cap, off, "%c", ch);
+  }
+  return off;
+}
+
+size_t sched_plan_status_json(const sched_plan *p, char *buf, size_t cap) {
+  if (!buf) cap = 0;
+  if (cap) buf[0] = '\0';
+  if (!p) return jputf(buf, cap, 0, "null");
+  size_t off = jputf(buf, cap, 0, "{\"policy\":\"");
+  off = jstr(buf, cap, off, p->policy, sizeof p->policy);
+  off = jputf(buf, cap, off,
+              "\",\"version\":%llu,\"first_step\":%llu,\"predicted_iter_ms\":%.6g,\"buffers\":[",
+              (unsigned long long)p->version, (unsigned long long)p->first_step,
+              isfinite(p->predicted_iter_s) ? p->predicted_iter_s * 1e3 : -1.0);
+  for (uint32_t i = 0; p->buffers && i < p->nbuffers; i++) {
+    const sched_buffer *b = &p->buffers[i];
+    off = jputf(buf, cap, off,
+                "%s{\"tensors\":%u,\"elems\":%llu,\"bytes\":%llu,\"compress\":%s,\"k\":%llu,"
+                "\"reason\":\"",
+                i ? "," : "", b->count, (unsigned long long)b->elems, (unsigned long long)b->bytes,
+                b->compress ? "true" : "false", (unsigned long long)b->k);
+    off = jstr(buf, cap, off, b->reason, SCHED_REASON_MAX - 1);
+    off = jputf(buf, cap, off, "\"}");
+  }
+  return jputf(buf, cap, off, "]}");
+}
+
 /* ---- versions -------------------------------------------------------------------------------- */
 
 void sched_plan_stamp(sched_plan *p, const sched_plan *prev, uint64_t agreed_step, uint64_t lead) {

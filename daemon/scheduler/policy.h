@@ -103,6 +103,12 @@ fgb_status sched_plan_encode(const sched_plan *p, uint8_t **buf, size_t *len);
 fgb_status sched_plan_decode(sched_plan *p, const uint8_t *buf, size_t len, char *err,
                              size_t errlen);
 
+/* The plan as a JSON object for fgbuffctl status: policy, version, first_step, predicted_iter_ms,
+ * and per buffer its tensor count, elems, bytes, compress, k and reason. Writes at most cap bytes
+ * (always NUL-terminated when cap > 0) and returns the length the full text needs, like snprintf.
+ */
+size_t sched_plan_status_json(const sched_plan *p, char *buf, size_t cap);
+
 /* Whether compressing a buffer pays, from the costs (and never when density >= 1/P). Fills reason.
  */
 int sched_compress_pays(const sched_costs *c, int nranks, uint64_t elems, uint64_t k,
