@@ -29,15 +29,20 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
   return 0;
 }
 
-/* A policy name is checked against the scheduler's registry when it has one; "none" always is.
- * Weak: the registry may not be linked into every build yet. */
-#pragma weak sched_names
-static int policy_known(const char *name) {
+/* Merge policies: names come from the scheduler's registry; the daemon's data path runs the
+ * coordinator's per-tensor agreement, i.e. policy "none", so far. Returns 1 for a policy the daemon
+ * runs, 0 for an unknown name, -1 for a registered policy not wired into the daemon yet; err says
+ * which. */
+int srv_policy_check(const char *name, char *err, size_t errlen) {
   if (strcmp(name, "none") == 0) return 1;
-  if (!sched_names) return 0;
-  const char *const *names = sched_names();
-  for (; names && *names; names++)
-    if (strcmp(*names, name) == 0) return 1;
+  for (const char *const *n = sched_names(); n && *n; n++) {
+    if (strcmp(*n, name) == 0) {
+      snprintf(err, errlen,
+               "merge policy '%s' is not wired into fgbuffd yet (this daemon runs 'none')", name);
+      return -1;
+    }
+  }
+  snprintf(err, errlen, "unknown merge policy '%.32s'", name);
   return 0;
 }
 
@@ -65,6 +70,7 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
   optind = 1;
   int c;
   uint64_t v;
+  char perr[160];
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
       case 'h':
@@ -86,8 +92,8 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
           goto bad_value;
         break;
       case O_POLICY:
-        if (strlen(optarg) >= sizeof(cfg->default_policy) || !policy_known(optarg)) {
-          snprintf(err, errlen, "--policy: unknown merge policy '%s'", optarg);
+        if (srv_policy_check(optarg, perr, sizeof(perr)) != 1) {
+          snprintf(err, errlen, "--policy: %s", perr);
           return 2;
         }
         snprintf(cfg->default_policy, sizeof(cfg->default_policy), "%s", optarg);
@@ -224,9 +230,11 @@ fgb_status srv_config_set(srv_config *cfg, const char *key, const char *val, cha
     }
     cfg->stall_timeout_ms = v;
   } else if (strcmp(key, "default_policy") == 0) {
-    if (strlen(val) >= sizeof(cfg->default_policy) || !policy_known(val)) {
-      snprintf(err, errlen, "value: default_policy '%.64s' is not a known merge policy", val);
-      return FGB_EINVAL;
+    char perr[160];
+    int k = srv_policy_check(val, perr, sizeof(perr));
+    if (k != 1) {
+      snprintf(err, errlen, "value: %s", perr);
+      return k < 0 ? FGB_ENOTSUP : FGB_EINVAL;
     }
     snprintf(cfg->default_policy, sizeof(cfg->default_policy), "%s", val);
   } else {

@@ -34,6 +34,9 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
  * /tmp/fgbuff-<uid>) into cfg->runtime_dir and create it 0700 if missing. */
 fgb_status srv_config_runtime_dir(srv_config *cfg, char *err, size_t errlen);
 
+/* 1: a policy the daemon runs; 0: unknown name; -1: registered but not wired in (err says). */
+int srv_policy_check(const char *name, char *err, size_t errlen);
+
 /* Live settings: log_level, stall_timeout_ms, default_policy. Unknown key -> FGB_ENOTFOUND; a bad
  * value -> FGB_EINVAL; err names the key or value. */
 fgb_status srv_config_get(const srv_config *cfg, const char *key, char *val, size_t vallen,

@@ -168,7 +168,6 @@ struct srv {
 
 uint64_t srv_now_ms(void);
 uint64_t srv_now_us(void);
-int srv_policy_known(const char *name);
 
 /* ---- server.c: client sockets ------------------------------------------------------------ */
 fgb_status srv_server_start(srv *d, char *err, size_t errlen);

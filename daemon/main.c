@@ -14,10 +14,7 @@
 #include "daemon.h"
 #include "engine.h"
 #include "log.h"
-#include "policy.h"
 #include "transport.h"
-
-#pragma weak sched_names
 
 uint64_t srv_now_ms(void) {
   struct timespec t;
@@ -29,14 +26,6 @@ uint64_t srv_now_us(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (uint64_t)t.tv_sec * 1000000 + (uint64_t)t.tv_nsec / 1000;
-}
-
-int srv_policy_known(const char *name) {
-  if (strcmp(name, "none") == 0) return 1;
-  if (!sched_names) return 0;
-  for (const char *const *n = sched_names(); n && *n; n++)
-    if (strcmp(*n, name) == 0) return 1;
-  return 0;
 }
 
 static void on_tick(uv_timer_t *t) {

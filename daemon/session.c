@@ -87,9 +87,10 @@ static void on_join(srv_session *s, uint64_t req_id, const Fgbuff__V1__JoinJob *
     return;
   }
   const char *policy = m->policy[0] ? m->policy : d->cfg.default_policy;
-  if (strlen(policy) >= SRV_POLICY_MAX || !srv_policy_known(policy)) {
-    srv_send_error(s, req_id, FGB_EINVAL, "policy", 0, "policy: unknown merge policy '%.64s'",
-                   policy);
+  char perr[160];
+  int pk = srv_policy_check(policy, perr, sizeof(perr));
+  if (pk != 1) {
+    srv_send_error(s, req_id, pk < 0 ? FGB_ENOTSUP : FGB_EINVAL, "policy", 0, "policy: %s", perr);
     return;
   }
   for (srv_job *j = d->jobs; j; j = j->next) {

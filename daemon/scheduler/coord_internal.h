@@ -15,6 +15,7 @@
 #define COORD_MAX_JOB_SIZE 65536     /* ranks per job (and missing ranks per STALL) */
 #define COORD_MAX_TENSORS (1u << 20) /* tensors per job */
 #define COORD_MAX_PENDING (1u << 22) /* readiness entries pending per job */
+#define COORD_MAX_STALL_RECS 1024u   /* stalls a non-leader keeps for its status */
 #define COORD_MAX_TEXT 511           /* text bytes on the wire (coord_event.text holds 512) */
 
 /* Message types. 1..15 go from a daemon to the leader, 16..31 from the leader to a daemon. */
@@ -117,7 +118,8 @@ struct coord {
   coord_event *q; /* FIFO: [qhead, qhead + qlen) */
   size_t qhead, qlen, qcap;
   local_job *jobs;
-  stall_rec *stalls;
+  stall_rec *stalls; /* newest first, at most COORD_MAX_STALL_RECS */
+  uint32_t nstalls;
   uint64_t last_seq;
   int leader_lost;
   coord_leader *leader; /* world rank 0 only */

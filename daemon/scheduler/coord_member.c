@@ -40,6 +40,7 @@ static void stall_clear_issued(coord *c, const coord_msg *m) {
     if (hit) {
       *pp = s->next;
       coord_stall_free(s);
+      c->nstalls--;
     } else {
       pp = &s->next;
     }
@@ -103,7 +104,7 @@ fgb_status coord_member_deliver(coord *c, const coord_msg *m, char *err, size_t 
     case COORD_MSG_STALL: {
       if ((st = check_world_ranks(c, m, err, errlen))) return st;
       stall_rec *s = NULL;
-      if (!c->leader) {
+      if (!c->leader && c->nstalls < COORD_MAX_STALL_RECS) {
         s = calloc(1, sizeof *s);
         if (!s) return FGB_ENOMEM;
         s->missing = coord_copy_ranks(m->ranks, m->nranks);
@@ -127,6 +128,7 @@ fgb_status coord_member_deliver(coord *c, const coord_msg *m, char *err, size_t 
         s->nmissing = m->nranks;
         s->next = c->stalls;
         c->stalls = s;
+        c->nstalls++;
       }
       coord_event_init(&ev, COORD_EV_STALL, m);
       ev.world_ranks = miss;
@@ -158,15 +160,36 @@ size_t coord_json_putf(char *buf, size_t cap, size_t off, const char *fmt, ...) 
   return n > 0 ? off + (size_t)n : off;
 }
 
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 if it is not one. */
+static int utf8_len(const unsigned char *p) {
+  int n = p[0] < 0xc2 ? 0 : p[0] < 0xe0 ? 2 : p[0] < 0xf0 ? 3 : p[0] < 0xf5 ? 4 : 0;
+  for (int i = 1; i < n; i++)
+    if ((p[i] & 0xc0) != 0x80) return 0;
+  if (n == 3 && ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0))) return 0;
+  if (n == 4 && ((p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))) return 0;
+  return n;
+}
+
+/* A JSON string. Names come from clients: quotes, controls and invalid UTF-8 (as U+FFFD) are
+ * escaped so the status stays valid JSON whatever the bytes. */
 size_t coord_json_str(char *buf, size_t cap, size_t off, const char *s) {
   off = coord_json_putf(buf, cap, off, "\"");
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\')
+    if (*p == '"' || *p == '\\') {
       off = coord_json_putf(buf, cap, off, "\\%c", *p);
-    else if (*p < 0x20 || *p == 0x7f)
+    } else if (*p < 0x20 || *p == 0x7f) {
       off = coord_json_putf(buf, cap, off, "\\u%04x", *p);
-    else
+    } else if (*p < 0x80) {
       off = coord_json_putf(buf, cap, off, "%c", *p);
+    } else {
+      int n = utf8_len(p);
+      if (n == 0) {
+        off = coord_json_putf(buf, cap, off, "\\ufffd");
+      } else {
+        off = coord_json_putf(buf, cap, off, "%.*s", n, (const char *)p);
+        p += n - 1;
+      }
+    }
   }
   return coord_json_putf(buf, cap, off, "\"");
 }

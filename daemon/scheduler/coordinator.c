@@ -256,6 +256,7 @@ void coord_drop_stalls(coord *c, const coord_job_id *id) {
       stall_rec *s = *pp;
       *pp = s->next;
       coord_stall_free(s);
+      c->nstalls--;
     } else {
       pp = &(*pp)->next;
     }
