@@ -92,6 +92,19 @@ int main(void) {
       CHECK((act == NULL) == (want == NULL));
     }
   }
+  /* a plan made before ready times were measured is replaced once they are */
+  {
+    sched_inputs unmeasured = s.in;
+    unmeasured.ready = NULL;
+    unmeasured.costs = costs_slow();
+    sched_plan v0;
+    REQUIRE(rg->plan(&unmeasured, &v0, err, sizeof err) == FGB_OK);
+    sched_inputs measured = unmeasured;
+    measured.ready = s.ready;
+    CHECK(rg->should_replan(&v0, &unmeasured) == 0);
+    CHECK(rg->should_replan(&v0, &measured) == 1);
+    sched_plan_free(&v0);
+  }
   /* non-replanning policies never re-plan */
   sched_agreed a;
   REQUIRE(sched_agree(obs, R, NULL, &a, err, sizeof err) == FGB_OK);
