@@ -76,7 +76,8 @@ typedef struct kern_ws kern_ws;
 
 /* Where a selection goes (host-side descriptor of device buffers). */
 typedef struct kern_sel {
-  void *payload;     /* COO payload, compressor.h layout; the kernel writes count and capacity */
+  void *payload;     /* COO payload, compressor.h layout; the kernel writes count and capacity,
+                        and zeros past count (so the bytes depend on the input alone) */
   uint32_t capacity; /* entries the payload holds */
   int fp16;          /* values stored as IEEE half (round to nearest even, saturating at 65504) */
   float *resid; /* NULL, or == a: error feedback in place. A selected entry becomes the part not

@@ -55,10 +55,16 @@ static fgb_status check_sel(const kern_sel *out, const float *a, uint64_t n) {
   return FGB_OK;
 }
 
+/* Header, and zeros past count: the payload bytes are a function of the input alone. */
 static void finish(const kern_sel *out, uint32_t count) {
   comp_coo_header *h = out->payload;
+  size_t vb = out->fp16 ? 2 : 4;
   h->count = count;
   h->capacity = out->capacity;
+  memset((char *)kern_coo_values(out->payload) + (size_t)count * vb, 0,
+         (size_t)(out->capacity - count) * vb);
+  memset(kern_coo_indices(out->payload, out->capacity, vb) + count, 0,
+         (size_t)(out->capacity - count) * sizeof(int32_t));
 }
 
 #define PAYLOAD_PTRS(out)                             \

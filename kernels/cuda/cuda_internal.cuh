@@ -79,7 +79,7 @@ struct kern_ws {
 };
 
 /* ---- per-stream scratch for the reductions without a workspace ------------------------------- */
-#define KC_RED_BLOCKS 264 /* fixed grid of kern_stats / kern_count_ge: reproducible results */
+#define KC_RED_BLOCKS 256 /* fixed grid of kern_stats / kern_count_ge: reproducible results */
 typedef struct kc_partial {
   double n, sum, sum_sq, sum_abs, sum_log;
   float mx, mn;
