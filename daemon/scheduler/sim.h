@@ -49,7 +49,7 @@ typedef struct sim_result {
   uint32_t nbuffers;
   sim_buffer *buffers;
   double bwd_end_s;    /* end of backward, including inline compression */
-  double comm_end_s;   /* last use of the communication stream before the next forward starts */
+  double comm_end_s;   /* communication stream idle from here (SPLIT: after the all-gathers) */
   double comm_busy_s;  /* total busy time of the communication stream */
   double hidden_s;     /* busy time inside [0, bwd_end_s] */
   double hidden_share; /* hidden_s / comm_busy_s; 1 when there is no communication */
