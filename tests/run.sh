@@ -19,7 +19,7 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DFGBUFF_SANITIZE=ON 
 cmake --build build-asan -j "$jobs"
 echo "== tests under sanitizers"
 # OpenMPI's own allocations are not ours to report; leaks inside our code still fail the run.
-export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:suppressions=$PWD/tests/lsan.supp
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 (cd build-asan && ctest --output-on-failure -j "$jobs" --timeout 900 -LE no_sanitize)
