@@ -123,6 +123,7 @@ int main(int argc, char **argv) {
     uint32_t ks[] = {1, 5, 3000, 3400, 6672, 9999, (uint32_t)n};
     for (int q = 0; q < 7; q++) check_vs_sort(&ex, a, n, ks[q], "ties");
     check_property(&ex, a, n, 4321);
+    free(a);
   }
   /* Non-finite entries sort above every finite magnitude (NaN above Inf). */
   {
