@@ -16,6 +16,7 @@
 #define COORD_MAX_TENSORS (1u << 20) /* tensors per job */
 #define COORD_MAX_PENDING (1u << 22) /* readiness entries pending per job */
 #define COORD_MAX_STALL_RECS 1024u   /* stalls a non-leader keeps for its status */
+#define COORD_NO_TIME UINT64_MAX     /* an entry made before the first coord_tick */
 #define COORD_MAX_TEXT 511           /* text bytes on the wire (coord_event.text holds 512) */
 
 /* Message types. 1..15 go from a daemon to the leader, 16..31 from the leader to a daemon. */
@@ -115,6 +116,7 @@ typedef struct stall_rec {
 struct coord {
   coord_config cfg;
   uint64_t now;
+  int ticked;     /* coord_tick was called: `now` is a time */
   coord_event *q; /* FIFO: [qhead, qhead + qlen) */
   size_t qhead, qlen, qcap;
   local_job *jobs;

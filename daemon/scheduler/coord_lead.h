@@ -19,8 +19,8 @@ typedef struct ltensor {
 typedef struct lentry {
   uint64_t step;
   uint32_t key;
-  uint32_t count; /* ranks ready */
-  uint64_t first_ms;
+  uint32_t count;    /* ranks ready */
+  uint64_t first_ms; /* time of the first report, COORD_NO_TIME before any coord_tick */
   uint8_t stalled;
   uint64_t bits[]; /* job ranks ready */
 } lentry;

@@ -162,7 +162,7 @@ fgb_status coord_lead_on_ready(coord *c, int from, const coord_msg *m, char *err
       if (e) {
         e->step = m->step;
         e->key = k;
-        e->first_ms = coord_now(c);
+        e->first_ms = c->ticked ? coord_now(c) : COORD_NO_TIME;
       }
       if (!e || entry_insert(j, e)) {
         free(e);
@@ -204,7 +204,9 @@ void coord_leader_tick(coord *c) {
   for (ljob *j = coord_get_leader(c)->jobs; j; j = j->next) {
     for (size_t i = 0; i < j->scap; i++) {
       lentry *e = j->slots[i];
-      if (!e || e->stalled || now - e->first_ms <= stall_ms) continue;
+      if (!e || e->stalled) continue;
+      if (e->first_ms == COORD_NO_TIME) e->first_ms = now; /* created before the first tick */
+      if (now - e->first_ms <= stall_ms) continue;
       e->stalled = 1;
       coord_msg m;
       coord_msg_init(&m, COORD_MSG_STALL);
@@ -264,8 +266,9 @@ size_t coord_leader_status(const coord *c, char *buf, size_t cap, size_t off) {
                             "%s{\"step\":%llu,\"key\":%u,\"tensor\":", first ? "" : ",",
                             (unsigned long long)e->step, e->key);
       off = coord_json_str(buf, cap, off, j->tensors[e->key].meta.name);
-      off = coord_json_putf(buf, cap, off, ",\"waited_ms\":%llu,\"missing\":[",
-                            (unsigned long long)(now - e->first_ms));
+      off = coord_json_putf(
+          buf, cap, off, ",\"waited_ms\":%llu,\"missing\":[",
+          (unsigned long long)(e->first_ms == COORD_NO_TIME ? 0 : now - e->first_ms));
       int n = 0;
       for (int r = 0; r < j->size; r++)
         if (!coord_lead_bit(e, r))

@@ -374,7 +374,8 @@ void coord_peer_lost(coord *c, int world_rank) {
 
 void coord_tick(coord *c, uint64_t now_ms) {
   if (!c) return;
-  if (now_ms > c->now) c->now = now_ms;
+  if (now_ms > c->now || !c->ticked) c->now = now_ms;
+  c->ticked = 1;
   if (c->leader) coord_leader_tick(c);
 }
 

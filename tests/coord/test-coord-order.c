@@ -176,7 +176,37 @@ static void run(uint64_t seed, uint32_t fusion) {
   h_free(&h);
 }
 
+/* A world of one daemon: the leader is the only member; everything is handled in place. */
+static void run_single(void) {
+  coord_config cfg = {0, 1, 0, 0};
+  coord *c = coord_new(&cfg);
+  REQUIRE(c);
+  coord_job_id job = h_job("solo", 1);
+  coord_tensor_meta m = h_meta("w", 4, FGB_FLOAT32);
+  REQUIRE(coord_join(c, &job, 0, 1) == FGB_OK);
+  REQUIRE(coord_register(c, &job, &m) == FGB_OK);
+  uint32_t k = 0;
+  uint64_t last = 0;
+  int issues = 0;
+  for (uint64_t step = 0; step < 3; step++) {
+    REQUIRE(coord_ready(c, &job, step, &k, 1) == FGB_OK);
+    coord_event ev;
+    while (coord_next_event(c, &ev)) {
+      CHECK(ev.kind != COORD_EV_SEND);
+      if (ev.kind == COORD_EV_ISSUE || ev.kind == COORD_EV_JOB_FORMED) {
+        CHECK(ev.seq > last);
+        last = ev.seq;
+      }
+      if (ev.kind == COORD_EV_ISSUE) CHECK(ev.step == step && issues++ == (int)step);
+      coord_event_free(&ev);
+    }
+  }
+  CHECK(issues == 3);
+  coord_free(c);
+}
+
 int main(void) {
+  run_single();
   for (uint64_t seed = 1; seed <= 20; seed++) {
     run(seed, 0);
     run(seed, 300);

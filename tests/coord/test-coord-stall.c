@@ -87,6 +87,23 @@ int main(void) {
   CHECK(h.nproto == 0 && h.nerrors == 0);
   h_free(&h);
 
+  /* Entries made before the first tick are timed from that tick, not from time 0. */
+  h_init(&h, 2, 5, 1000, 0);
+  for (int d = 0; d < 2; d++) REQUIRE(coord_join(h.c[d], &job, d, 2) == FGB_OK);
+  for (int d = 0; d < 2; d++) REQUIRE(coord_register(h.c[d], &job, &w) == FGB_OK);
+  h_run(&h);
+  REQUIRE(coord_ready(h.c[1], &job, 0, &k, 1) == FGB_OK);
+  h_run(&h);
+  uint64_t boot = 1000000000ull; /* a monotonic clock far from zero */
+  for (int d = 0; d < 2; d++) coord_tick(h.c[d], boot);
+  h_run(&h);
+  CHECK(h_count(&h, 0, COORD_EV_STALL) == 0);
+  for (int d = 0; d < 2; d++) coord_tick(h.c[d], boot + 1001);
+  h_run(&h);
+  CHECK(h_count(&h, 0, COORD_EV_STALL) == 1 && h_count(&h, 1, COORD_EV_STALL) == 1);
+  CHECK(strstr(h_nth(&h, 1, COORD_EV_STALL, 0)->text, "waited 1001 ms") != NULL);
+  h_free(&h);
+
   /* stall_ms = 0 disables reports. */
   h_init(&h, 2, 4, 0, 0);
   for (int d = 0; d < 2; d++) REQUIRE(coord_join(h.c[d], &job, d, 2) == FGB_OK);
