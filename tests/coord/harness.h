@@ -11,7 +11,7 @@
 
 #include "coordinator.h"
 
-#define H_MAX 8
+#define H_MAX 72
 
 typedef struct h_msg {
   uint8_t *bytes;
