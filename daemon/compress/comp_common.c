@@ -100,6 +100,9 @@ fgb_status comp_check_common(const char *cname, const comp_params *p, uint64_t n
                              const comp_exec *ex, int sparse, char *err, size_t errlen) {
   if (p == NULL || ex == NULL) return comp_errf(err, errlen, "%s: NULL params or exec", cname);
   if (n == 0) return comp_errf(err, errlen, "%s: n = 0 (empty buffer)", cname);
+  if (n > COMP_MAX_N)
+    return comp_errf(err, errlen, "%s: n = %llu exceeds %llu elements", cname,
+                     (unsigned long long)n, (unsigned long long)COMP_MAX_N);
   if (p->nranks < 1 || p->nranks > 65536)
     return comp_errf(err, errlen, "%s: nranks %d out of [1, 65536]", cname, p->nranks);
   if (p->rank < 0 || p->rank >= p->nranks)

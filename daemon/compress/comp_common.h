@@ -41,8 +41,12 @@ typedef struct comp_opt {
 fgb_status comp_parse_options(const char *cname, const char *options, const comp_opt *opts,
                               int nopts, char *err, size_t errlen);
 
-/* Checks every compressor makes: non-NULL arguments, n >= 1, 1 <= nranks <= 65536, rank in range,
- * rows * cols == n when a 2-D view is given, n <= INT32_MAX when `sparse` (int32 indices). */
+/* Largest buffer a compressor accepts (2^40 elements, 4 TiB of fp32): byte sizes never overflow. */
+#define COMP_MAX_N (1ull << 40)
+
+/* Checks every compressor makes: non-NULL arguments, 1 <= n <= COMP_MAX_N, 1 <= nranks <= 65536,
+ * rank in range, rows * cols == n when a 2-D view is given, n <= INT32_MAX when `sparse` (int32
+ * indices). */
 fgb_status comp_check_common(const char *cname, const comp_params *p, uint64_t n,
                              const comp_exec *ex, int sparse, char *err, size_t errlen);
 /* density in (0, 1], or `def` for 0; NaN, negative and > 1 are FGB_EINVAL naming "density". */

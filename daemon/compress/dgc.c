@@ -25,8 +25,9 @@ typedef struct dgc_state {
   comp_sparse cs; /* first; cs.resid is the velocity v */
   float *u;       /* momentum */
   float *samples;
+  int32_t *sample_idx; /* strided=0: this step's random sample positions */
   double momentum, clip;
-  int nesterov, masking, adapt_iters;
+  int nesterov, masking, adapt_iters, strided;
   int64_t warmup_epochs, steps_per_epoch;
   uint64_t seed;
   uint32_t buffer_id;
@@ -37,7 +38,9 @@ static dgc_plan dgc_make_plan(uint64_t n, double d, double s) {
   dgc_plan p;
   double k = ceil((double)n * d);
   p.k = (uint32_t)(k < 1 ? 1 : k > (double)n ? (double)n : k);
-  uint64_t pct = (uint64_t)ceil((double)n * s), cpr = (uint64_t)ceil(2.0 / d);
+  /* cpr = ceil(2 / d) can exceed any integer for a tiny density: clamp before converting. */
+  double cprd = ceil(2.0 / d);
+  uint64_t pct = (uint64_t)ceil((double)n * s), cpr = cprd > (double)n ? n : (uint64_t)cprd;
   uint64_t target = pct > cpr ? pct : cpr;
   if (n <= cpr) {
     p.stride = 1;
@@ -56,6 +59,7 @@ static void dgc_destroy(void *st) {
   if (s == NULL) return;
   kern_free(&s->cs.ex, s->u);
   kern_free(&s->cs.ex, s->samples);
+  kern_free(&s->cs.ex, s->sample_idx);
   comp_sparse_op_destroy(s);
 }
 
@@ -64,7 +68,7 @@ static fgb_status dgc_create(const comp_params *p, uint64_t n, const comp_exec *
   fgb_status rc = comp_check_common("dgc", p, n, ex, 1, err, errlen);
   if (rc) return rc;
   double rho, sample = 0.01, momentum = 0.9, clip = 0, coeff = 0;
-  int fp16 = 0, nesterov = 0, masking = 1;
+  int fp16 = 0, nesterov = 0, masking = 1, strided = 1;
   int64_t iters = 10, wu = 0, spe = 0;
   if ((rc = comp_density("dgc", p, 0.001, &rho, err, errlen))) return rc;
   comp_opt opts[] = {
@@ -74,6 +78,7 @@ static fgb_status dgc_create(const comp_params *p, uint64_t n, const comp_exec *
       {"masking", COMP_OPT_BOOL, &masking, 0, 1, NULL},
       {"clip", COMP_OPT_DOUBLE, &clip, 0, 1e30, NULL},
       {"sample_ratio", COMP_OPT_DOUBLE, &sample, 1e-6, 1, NULL},
+      {"strided", COMP_OPT_BOOL, &strided, 0, 1, NULL},
       {"adapt_iters", COMP_OPT_INT, &iters, 0, 64, NULL},
       {"warmup_epochs", COMP_OPT_INT, &wu, 0, DGC_MAX_WARMUP, NULL},
       {"steps_per_epoch", COMP_OPT_INT, &spe, 0, 1e15, NULL},
@@ -91,6 +96,7 @@ static fgb_status dgc_create(const comp_params *p, uint64_t n, const comp_exec *
   s->nesterov = nesterov;
   s->masking = masking;
   s->adapt_iters = (int)iters;
+  s->strided = strided;
   s->warmup_epochs = wu;
   s->steps_per_epoch = spe;
   s->seed = p->seed;
@@ -110,6 +116,7 @@ static fgb_status dgc_create(const comp_params *p, uint64_t n, const comp_exec *
   }
   rc = kern_alloc(ex, n * sizeof(float), (void **)&s->u);
   if (!rc) rc = kern_alloc(ex, (size_t)mmax * sizeof(float), (void **)&s->samples);
+  if (!rc && !strided) rc = kern_alloc(ex, (size_t)mmax * sizeof(int32_t), (void **)&s->sample_idx);
   if (rc) {
     dgc_destroy(s);
     comp_errf(err, errlen, "dgc: out of device memory");
@@ -139,9 +146,16 @@ static fgb_status dgc_encode(void *st, const comp_exec *ex, const float *grad, u
   if (!rc)
     rc = kern_dgc_accumulate(ex, s->u, cs->resid, grad, n, (float)s->momentum, s->nesterov,
                              (float)s->clip, cs->ctl);
-  /* The sample's offset is a pure function of (seed, buffer, step): no device round trip. */
+  /* The sample positions are a pure function of (seed, buffer, step): no device round trip.
+   * strided: every stride-th entry from a random start; else one random entry per stratum. */
   uint64_t start = kern_philox_u32(s->seed, 0x44474331u, s->buffer_id, step) % pl->stride;
-  if (!rc) rc = kern_sample_abs(ex, cs->resid, n, start, pl->stride, pl->m, s->samples);
+  if (!rc && s->strided) {
+    rc = kern_sample_abs(ex, cs->resid, n, start, pl->stride, pl->m, s->samples);
+  } else if (!rc) {
+    rc = kern_randomk_indices(ex, n, pl->m, s->seed ^ 0x44474331u, s->buffer_id, step,
+                              s->sample_idx);
+    if (!rc) rc = kern_gather(ex, cs->resid, s->sample_idx, pl->m, s->samples, NULL);
+  }
   if (!rc) rc = kern_kth_abs(ex, s->samples, pl->m, pl->k_samp, cs->ctl, cs->ws);
   kern_adapt ad = {KERN_ADAPT_BRACKET, pl->k, 0.8, 1.3, 0.8, 1.3, (uint32_t)s->adapt_iters};
   for (int i = 0; !rc && i < s->adapt_iters; i++) {

@@ -43,6 +43,10 @@ int main(int argc, char **argv) {
     CHECK(create_rc(ops, &ex, 0, (comp_params){.nranks = 1}, err, sizeof err) == FGB_EINVAL);
     CHECK_MSG(strstr(err, "n = 0") != NULL, "%s: '%s'", nm, err);
     CHECK(create_rc(ops, &ex, 1, (comp_params){.nranks = 1}, err, sizeof err) == FGB_OK);
+    CHECK(create_rc(ops, &ex, 1ull << 62, (comp_params){.nranks = 1}, err, sizeof err) ==
+          FGB_EINVAL);
+    CHECK(create_rc(ops, &ex, 1000, (comp_params){.nranks = 1, .density = 1e-300}, err,
+                    sizeof err) == FGB_OK); /* k = 1 */
     p.nranks = 0;
     CHECK(create_rc(ops, &ex, 200, p, err, sizeof err) == FGB_EINVAL);
     p = ok;

@@ -13,7 +13,7 @@ typedef struct th_case {
 static const th_case cases[] = {
     {"gaussiank", NULL, 0},  {"redsync", NULL, 0},       {"sidco", "dist=exp", 0},
     {"sidco", "dist=gp", 0}, {"sidco", "dist=gamma", 0}, {"sidco", "dist=exp,stages=1", 0},
-    {"dgc", NULL, 1},        {"dgc", "nesterov=1", 1},
+    {"dgc", NULL, 1},        {"dgc", "nesterov=1", 1},   {"dgc", "strided=0", 1},
 };
 
 int main(int argc, char **argv) {
