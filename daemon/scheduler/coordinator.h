@@ -112,7 +112,9 @@ void coord_peer_lost(coord *c, int world_rank);
 
 /* ---- messages from peers, time ------------------------------------------------------------- */
 /* Bytes of one control-plane message from world rank `from`. Malformed bytes give FGB_EPROTO with a
- * message and change nothing. */
+ * message and change nothing. On the leader, a well-formed request it rejects (unknown job or key,
+ * rank not hosted by `from`) returns that status with a message; the sender was answered with
+ * COORD_EV_ERROR and the link may stay open. */
 fgb_status coord_on_message(coord *c, int from, const uint8_t *bytes, size_t len, char *err,
                             size_t errlen);
 /* Advance time (ms, monotonic) for stall detection. */
@@ -123,7 +125,8 @@ void coord_tick(coord *c, uint64_t now_ms);
 int coord_next_event(coord *c, coord_event *ev);
 void coord_event_free(coord_event *ev);
 
-/* Status: a JSON array describing jobs, ranks joined and current stalls, appended to buf. */
+/* Status: a JSON array describing jobs, ranks joined and current stalls, written NUL-terminated
+ * into buf (cut at cap); returns the length of the whole text, like snprintf. */
 size_t coord_status_json(const coord *c, char *buf, size_t cap);
 
 #endif
