@@ -61,8 +61,8 @@ typedef struct kc_sel_state {
 } kc_sel_state;
 
 /* CUDA workspace: everything a selection needs, carved from one allocation at create time. */
-#define KC_CHUNK 4096u      /* elements per chunk (block) of the compaction and emit passes */
-#define KC_SAMPLES 32768u   /* sample size of the top-k lower bound */
+#define KC_CHUNK 4096u       /* elements per chunk (block) of the compaction and emit passes */
+#define KC_SAMPLES 32768u    /* sample size of the top-k lower bound */
 #define KC_BLOCK_SELECT 1024 /* threads of the single-block selects */
 struct kern_ws {
   uint64_t n;
@@ -87,6 +87,7 @@ typedef struct kc_partial {
 } kc_partial;
 typedef struct kc_scratch {
   uint32_t stats_done, count_done;
+  uint32_t dec_unsorted, pad_; /* kern_coo_decode: some payload is not in ascending index order */
   unsigned long long count_acc;
   kc_partial part[KC_RED_BLOCKS];
 } kc_scratch;
@@ -94,7 +95,8 @@ typedef struct kc_scratch {
  * create-time call — kern_alloc, kern_ws_create — makes sure it exists). NULL if it cannot be. */
 kc_scratch *kc_stream_scratch(cudaStream_t s);
 
-/* ---- block-level helpers (blockDim.x a multiple of 32, <= 1024) ------------------------------- */
+/* ---- block-level helpers (blockDim.x a multiple of 32, <= 1024) -------------------------------
+ */
 
 /* Exclusive prefix sum over the block in thread order; *total gets the block sum. All threads. */
 template <typename T>
@@ -202,7 +204,8 @@ __device__ inline void kc_block_select(Load load, uint64_t len, unsigned long lo
   *eq_take = rank;
 }
 
-/* ---- selection pipeline (topk.cu) ------------------------------------------------------------- */
+/* ---- selection pipeline (topk.cu) -------------------------------------------------------------
+ */
 
 /* Where selected entries go. */
 typedef struct kc_out {
@@ -212,5 +215,23 @@ typedef struct kc_out {
   float *resid; /* == the input (in place) or NULL */
   float *mask;
 } kc_out;
+
+/* How the candidate lower bound L of a selection is found. */
+enum { KC_L_SAMPLE = 0, KC_L_CTL = 1, KC_L_FIXED = 2 };
+
+/* The selection pipeline over a[0..len) (len <= ws->n): candidates key >= L (one read of a), exact
+ * radix select of the kth largest over the candidates (or over a when they overflow or fall
+ * short), ordered emission in ascending index into o (+ idx_base on the indices; resid/mask are
+ * indexed like a). take_all: every key >= L when there are at most k of them (select_thr), else
+ * the top k. hdr: header written with the count and `capacity` (NULL: none). Enqueue only. */
+fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_base, uint32_t k,
+                     int lmode, const kern_ctl *ctl, uint32_t L_fixed, int take_all, kc_out o,
+                     comp_coo_header *hdr, uint32_t capacity, cudaStream_t s);
+/* Header {count, capacity} written on the device. */
+fgb_status kc_write_header(comp_coo_header *hdr, uint32_t count, uint32_t capacity, cudaStream_t s);
+/* Zeros past the (device-side) header count, values and indices, like the CPU's finish(). */
+fgb_status kc_zero_tail(const kern_sel *sel, cudaStream_t s);
+/* Output pointers of a kern_sel, advanced by j0 entries. */
+kc_out kc_out_of(const kern_sel *sel, uint32_t j0);
 
 #endif

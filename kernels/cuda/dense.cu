@@ -38,7 +38,8 @@ extern "C" fgb_status kern_cuda_add(float *dst, const float *src, uint64_t n, vo
   cudaStream_t s = KC_STREAM(stream);
   uint64_t n4 = aligned16(dst) && aligned16(src) ? n / 4 : 0, done = n4 * 4;
   if (n4) k_add4<<<ew_blocks(done), KC_EW_THREADS, 0, s>>>((float4 *)dst, (const float4 *)src, n4);
-  if (done < n) k_add<<<ew_blocks(n - done), KC_EW_THREADS, 0, s>>>(dst + done, src + done, n - done);
+  if (done < n)
+    k_add<<<ew_blocks(n - done), KC_EW_THREADS, 0, s>>>(dst + done, src + done, n - done);
   return kc_launched();
 }
 
@@ -66,7 +67,8 @@ extern "C" fgb_status kern_cuda_scale(float *dst, const float *src, uint64_t n, 
   if (dst == NULL || src == NULL) return FGB_EINVAL;
   cudaStream_t s = KC_STREAM(stream);
   uint64_t n4 = aligned16(dst) && aligned16(src) ? n / 4 : 0, done = n4 * 4;
-  if (n4) k_scale4<<<ew_blocks(done), KC_EW_THREADS, 0, s>>>((float4 *)dst, (const float4 *)src, n4, sc);
+  if (n4)
+    k_scale4<<<ew_blocks(done), KC_EW_THREADS, 0, s>>>((float4 *)dst, (const float4 *)src, n4, sc);
   if (done < n)
     k_scale<<<ew_blocks(n - done), KC_EW_THREADS, 0, s>>>(dst + done, src + done, n - done, sc);
   return kc_launched();
@@ -109,10 +111,10 @@ extern "C" fgb_status kern_cuda_flush(float *dense, const float *g, float *r, ui
   uint64_t n4 = al ? n / 4 : 0, done = n4 * 4;
   if (n4)
     k_flush4<<<ew_blocks(done), KC_EW_THREADS, 0, s>>>((float4 *)dense, (const float4 *)g,
-                                                        (float4 *)r, n4);
+                                                       (float4 *)r, n4);
   if (done < n)
     k_flush<<<ew_blocks(n - done), KC_EW_THREADS, 0, s>>>(dense + done, g + done,
-                                                           r ? r + done : NULL, n - done);
+                                                          r ? r + done : NULL, n - done);
   return kc_launched();
 }
 
@@ -176,10 +178,10 @@ extern "C" fgb_status kern_cuda_dgc_accumulate(float *u, float *v, const float *
   uint64_t n4 = al ? n / 4 : 0, done = n4 * 4;
   if (n4)
     k_dgc4<<<ew_blocks(done), KC_EW_THREADS, 0, s>>>((float4 *)u, (float4 *)v, (const float4 *)g,
-                                                      n4, m, nesterov, clip, ctl);
+                                                     n4, m, nesterov, clip, ctl);
   if (done < n)
     k_dgc<<<ew_blocks(n - done), KC_EW_THREADS, 0, s>>>(u + done, v + done, g + done, n - done, m,
-                                                         nesterov, clip, ctl);
+                                                        nesterov, clip, ctl);
   return kc_launched();
 }
 

@@ -1,6 +1,7 @@
 /* kernels/cuda/mem.cu — device memory for the CUDA backend: stream-ordered allocation and free,
  * async memset/copy on the exec's stream (capturable), the SYNC host copies, the selection
- * workspace (kern_ws, one allocation carved at create time) and the per-stream reduction scratch. */
+ * workspace (kern_ws, one allocation carved at create time) and the per-stream reduction scratch.
+ */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +42,8 @@ kc_scratch *kc_stream_scratch(cudaStream_t s) {
     if (g_scr[i].dev == dev && g_scr[i].s == s) found = g_scr[i].p;
   if (found == NULL && g_nscr < KC_MAX_SCRATCH) {
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    if (s != NULL && cudaStreamIsCapturing(s, &cs) != cudaSuccess) cs = cudaStreamCaptureStatusActive;
+    if (s != NULL && cudaStreamIsCapturing(s, &cs) != cudaSuccess)
+      cs = cudaStreamCaptureStatusActive;
     void *p = NULL;
     /* Synchronous allocation and zeroing: the counters must read zero before first use. */
     if (cs == cudaStreamCaptureStatusNone && cudaMalloc(&p, sizeof(kc_scratch)) == cudaSuccess) {
@@ -135,8 +137,9 @@ extern "C" fgb_status kern_cuda_ws_create(uint64_t n, uint32_t cap, kern_ws **ou
   if (ws == NULL) return FGB_ENOMEM;
   ws->n = n;
   ws->cap = cap;
-  /* Candidates of the sampled bound: about k + 4 sqrt(k n / m) + 9 n / m are expected (see topk.cu);
-   * 2 cap + 24 n / m + 4096 holds them with margin (AM-GM: 4 sqrt(k n/m) <= k + 4 n/m). */
+  /* Candidates of the sampled bound: about k + 4 sqrt(k n / m) + 9 n / m are expected (see
+   * topk.cu); 2 cap + 24 n / m + 4096 holds them with margin (AM-GM: 4 sqrt(k n/m) <= k + 4 n/m).
+   */
   uint64_t c = 2ull * cap + 24ull * (n / KC_SAMPLES + 1) + 4096;
   ws->cand_cap = c < n ? c : (n ? n : 1);
   ws->nchunks = n / KC_CHUNK + 1;

@@ -67,7 +67,8 @@ __global__ void __launch_bounds__(KC_RED_THREADS)
   const int logs = (flags & KERN_STATS_LOG) != 0;
   const uint32_t tk = above ? kern_thr_key(ctl->thr) : 0;
   acc_t acc = {0, 0, 0, 0, 0, 0.0f, INFINITY, 0};
-  const uint64_t stride = (uint64_t)gridDim.x * blockDim.x, gid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
+  const uint64_t stride = (uint64_t)gridDim.x * blockDim.x,
+                 gid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
   if (((uintptr_t)a & 15u) == 0) {
     const float4 *a4 = (const float4 *)a;
     const uint64_t n4 = n / 4;
@@ -148,7 +149,8 @@ extern "C" fgb_status kern_cuda_stats(const float *a, uint64_t n, uint32_t flags
   return kc_launched();
 }
 
-/* ---- threshold fits (one thread; the CPU's formulas) ------------------------------------------ */
+/* ---- threshold fits (one thread; the CPU's formulas) ------------------------------------------
+ */
 
 __device__ inline void reset_adapt(kern_ctl *ctl) {
   ctl->done = 0;
@@ -232,7 +234,8 @@ __global__ void __launch_bounds__(KC_RED_THREADS)
   __shared__ uint32_t s_last;
   if (ctl->done) return; /* read by every block before anyone writes: consistent */
   const uint32_t tk = kern_thr_key(ctl->thr);
-  const uint64_t stride = (uint64_t)gridDim.x * blockDim.x, gid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
+  const uint64_t stride = (uint64_t)gridDim.x * blockDim.x,
+                 gid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
   unsigned long long c = 0;
   if (((uintptr_t)a & 15u) == 0) {
     const float4 *a4 = (const float4 *)a;

@@ -1,0 +1,538 @@
+/* kernels/cuda/topk.cu — exact top-k, capped threshold select and exact kth, with the
+ * error-feedback update fused into the emission. One pipeline (kc_select), every decision on the
+ * device:
+ *   1. a lower bound L on the kth key: the exact r-th largest of 32768 stratified samples, r chosen
+ *      4 sigma above the expected rank (top-k), or the threshold itself (select_thr);
+ *   2. one read of the input: per 4096-element chunk, the entries with key >= L are compacted (in
+ *      index order) into a candidate buffer, one atomic per block reserving the chunk's slice;
+ *   3. if the candidates hold the top k (count >= k and they fit), a radix select (11/10/10-bit
+ *      digits, last block decides the digit) runs over them; otherwise over the whole input — the
+ *      same kernels read a device flag, so a bad sample costs time, never correctness;
+ *   4. per chunk counts above/at T, one single-block scan, and an ordered emission: all keys > T,
+ *      ties at T by lowest index, ascending index order, residual/mask updated at each selected
+ *      index (k scattered writes, no second pass over n).
+ * The common case thus reads n once (plus 32768 samples) and touches O(k) more; no host sync, no
+ * allocation, fixed launch sequence: capturable in a CUDA graph. */
+#include <float.h>
+
+#include "cuda_internal.cuh"
+
+#define SEL_THREADS 256
+#define SLAB (SEL_THREADS * 4) /* elements per slab: 4 per thread */
+#define ALL_TIES 0xffffffffffffffffull
+
+/* ---- loading -------------------------------------------------------------------------------- */
+
+/* Four consecutive elements from e0 (a multiple of 4); bit q of the result: element present. */
+__device__ inline uint32_t load4(const float *a, uint64_t len, int al, uint64_t e0, float v[4]) {
+  if (al && e0 + 3 < len) {
+    float4 x = *(const float4 *)(a + e0);
+    v[0] = x.x;
+    v[1] = x.y;
+    v[2] = x.z;
+    v[3] = x.w;
+    return 0xfu;
+  }
+  uint32_t pres = 0;
+#pragma unroll
+  for (int q = 0; q < 4; q++) {
+    v[q] = 0.0f;
+    if (e0 + q < len) {
+      v[q] = a[e0 + q];
+      pres |= 1u << q;
+    }
+  }
+  return pres;
+}
+
+/* The 16 elements thread t sees of chunk c: slab s, element q at chunk position s*SLAB + 4t + q,
+ * from the input (full) or from the chunk's candidate slice. Positions ascend with (s, t, q). */
+__device__ inline uint32_t load_chunk(const float *a, uint64_t len, int al, int full,
+                                      const float *cv, const uint32_t *ci, uint32_t off,
+                                      uint32_t cnt, uint64_t c, float v[16], uint32_t idx[16]) {
+  uint32_t pres = 0;
+  const uint32_t t4 = 4 * threadIdx.x;
+#pragma unroll
+  for (int s = 0; s < 4; s++) {
+    if (full) {
+      uint64_t e0 = c * KC_CHUNK + (uint64_t)s * SLAB + t4;
+      pres |= load4(a, len, al, e0, &v[4 * s]) << (4 * s);
+#pragma unroll
+      for (int q = 0; q < 4; q++) idx[4 * s + q] = (uint32_t)(e0 + q);
+    } else {
+#pragma unroll
+      for (int q = 0; q < 4; q++) {
+        uint32_t p = s * SLAB + t4 + q;
+        v[4 * s + q] = 0.0f;
+        idx[4 * s + q] = 0;
+        if (p < cnt) {
+          v[4 * s + q] = cv[off + p];
+          idx[4 * s + q] = ci[off + p];
+          pres |= 1u << (4 * s + q);
+        }
+      }
+    }
+  }
+  return pres;
+}
+
+/* Ordered positions inside a chunk for the 16-bit flag set f of each thread: returns the packed
+ * (16-bit lanes, one per slab) exclusive scan; *slab_base[s] = entries of slabs before s; *total.
+ */
+__device__ inline uint64_t chunk_scan(uint32_t f, uint32_t slab_base[4], uint32_t *total) {
+  uint64_t packed = 0;
+#pragma unroll
+  for (int s = 0; s < 4; s++) packed |= (uint64_t)__popc((f >> (4 * s)) & 0xfu) << (16 * s);
+  unsigned long long tot;
+  uint64_t ex = kc_block_excl_scan<unsigned long long>(packed, &tot);
+  uint32_t run = 0;
+#pragma unroll
+  for (int s = 0; s < 4; s++) {
+    slab_base[s] = run;
+    run += (uint32_t)((tot >> (16 * s)) & 0xffffu);
+  }
+  *total = run;
+  return ex;
+}
+
+/* Position of flagged element e (0..15) of this thread among the chunk's flagged elements. */
+__device__ inline uint32_t chunk_pos(uint32_t f, uint64_t ex, const uint32_t slab_base[4], int e) {
+  const int s = e >> 2, q = e & 3;
+  uint32_t before = __popc((f >> (4 * s)) & ((1u << q) - 1));
+  return slab_base[s] + (uint32_t)((ex >> (16 * s)) & 0xffffu) + before;
+}
+
+/* ---- kernels ----------------------------------------------------------------------------------
+ */
+
+__global__ void k_sel_init(kc_sel_state *st, int lmode, const kern_ctl *ctl, uint32_t L,
+                           uint32_t full, unsigned long long rank) {
+  kc_sel_state z;
+  memset(&z, 0, sizeof z);
+  z.L = lmode == KC_L_CTL ? kern_thr_key(ctl->thr) : L;
+  z.full = full;
+  z.rank = rank;
+  *st = z;
+}
+
+__device__ inline uint32_t mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+
+/* One key per stratum [j len / m, (j+1) len / m), at a hashed offset (no aliasing with layouts). */
+__global__ void k_sample(const float *a, uint64_t len, uint32_t m, uint32_t *samp) {
+  uint32_t j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= m) return;
+  uint64_t lo = (uint64_t)j * len / m, hi = (uint64_t)(j + 1) * len / m;
+  uint64_t off = (hi - lo > 1) ? mix32(j * 0x9e3779b9u + 0x1234567u) % (hi - lo) : 0;
+  samp[j] = kern_abs_key(a[lo + off]);
+}
+
+__global__ void __launch_bounds__(KC_BLOCK_SELECT)
+    k_sample_select(const uint32_t *samp, uint32_t m, uint32_t r, kc_sel_state *st) {
+  __shared__ uint32_t hist[KC_RADIX_BINS];
+  uint32_t T, err = 0;
+  unsigned long long eq;
+  kc_block_select([&](uint64_t i) { return samp[i]; }, m, r, hist, &T, &eq, &err);
+  if (threadIdx.x == 0) {
+    st->L = T;
+    if (err) st->err = 1;
+  }
+}
+
+__global__ void __launch_bounds__(SEL_THREADS)
+    k_compact(const float *a, uint64_t len, int al, kc_sel_state *st, float *cv, uint32_t *ci,
+              uint64_t cand_cap, uint32_t *ch_off, uint32_t *ch_cnt) {
+  __shared__ unsigned long long s_base;
+  const uint32_t L = st->L;
+  const uint64_t c = blockIdx.x;
+  float v[16];
+  uint32_t idx[16];
+  uint32_t pres = load_chunk(a, len, al, 1, NULL, NULL, 0, 0, c, v, idx);
+  uint32_t f = 0;
+#pragma unroll
+  for (int e = 0; e < 16; e++)
+    if (((pres >> e) & 1u) && kern_abs_key(v[e]) >= L) f |= 1u << e;
+  uint32_t sb[4], total;
+  uint64_t ex = chunk_scan(f, sb, &total);
+  if (threadIdx.x == 0) {
+    unsigned long long base = total ? atomicAdd(&st->ncand, (unsigned long long)total) : 0ull;
+    ch_off[c] = (uint32_t)base;
+    ch_cnt[c] = total;
+    s_base = base;
+  }
+  __syncthreads();
+  const unsigned long long base = s_base;
+  if (base + total > cand_cap) return; /* overflow: the decision falls back to the full input */
+#pragma unroll
+  for (int e = 0; e < 16; e++)
+    if ((f >> e) & 1u) {
+      uint64_t p = base + chunk_pos(f, ex, sb, e);
+      cv[p] = v[e];
+      ci[p] = idx[e];
+    }
+}
+
+__global__ void k_decide(kc_sel_state *st, uint32_t k, uint64_t cand_cap, int take_all) {
+  const unsigned long long c = st->ncand;
+  st->prefix = 0;
+  st->mask = 0;
+  st->done = 0;
+  st->skip = 0;
+  st->full = c > cand_cap;
+  st->rank = k;
+  if (take_all ? c <= k : c == k) { /* every candidate is selected: no radix */
+    st->skip = 1;
+    st->T = st->L;
+    st->rank = ALL_TIES;
+  } else if (!take_all && c < k) { /* the bound was too high: select over the input */
+    st->full = 1;
+  }
+}
+
+__global__ void __launch_bounds__(SEL_THREADS)
+    k_hist(const float *a, uint64_t len, int al, int pass, kc_sel_state *st, uint32_t *ghist,
+           const float *cv, uint64_t cand_cap) {
+  __shared__ uint32_t hist[KC_RADIX_BINS];
+  __shared__ uint32_t s_last;
+  if (st->skip) return;
+  const int full = st->full;
+  const float *src = full ? a : cv;
+  const uint64_t cnt = full ? len : (st->ncand < cand_cap ? st->ncand : cand_cap);
+  const int sal = full ? al : 1;
+  const uint32_t prefix = st->prefix, mask = st->mask;
+  const uint32_t nb = kc_radix_bins(pass), sh = kc_radix_shift(pass);
+  for (uint32_t b = threadIdx.x; b < KC_RADIX_BINS; b += blockDim.x) hist[b] = 0;
+  __syncthreads();
+  const uint64_t stride = (uint64_t)gridDim.x * blockDim.x,
+                 gid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
+  const uint64_t n4 = sal ? cnt / 4 : 0;
+  for (uint64_t i = gid; i < n4; i += stride) {
+    float4 x = ((const float4 *)src)[i];
+    float w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      uint32_t key = kern_abs_key(w[q]);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> sh) & (nb - 1)], 1u);
+    }
+  }
+  for (uint64_t i = n4 * 4 + gid; i < cnt; i += stride) {
+    uint32_t key = kern_abs_key(src[i]);
+    if ((key & mask) == prefix) atomicAdd(&hist[(key >> sh) & (nb - 1)], 1u);
+  }
+  __syncthreads();
+  for (uint32_t b = threadIdx.x; b < nb; b += blockDim.x)
+    if (hist[b]) atomicAdd(&ghist[b], hist[b]);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) s_last = atomicAdd(&st->done, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  for (uint32_t b = threadIdx.x; b < nb; b += blockDim.x) {
+    hist[b] = __ldcg(&ghist[b]);
+    ghist[b] = 0; /* ready for the next pass */
+  }
+  __syncthreads();
+  unsigned long long rank = st->rank;
+  uint32_t err = 0;
+  uint32_t b = kc_pick_digit(hist, nb, &rank, &err);
+  if (threadIdx.x == 0) {
+    st->prefix = prefix | (b << sh);
+    st->mask = mask | ((nb - 1) << sh);
+    st->rank = rank;
+    st->done = 0;
+    if (err) st->err = 1;
+    if (pass == 2) st->T = prefix | (b << sh);
+  }
+}
+
+__global__ void __launch_bounds__(SEL_THREADS)
+    k_chunk_count(const float *a, uint64_t len, int al, const kc_sel_state *st, const float *cv,
+                  const uint32_t *ci, const uint32_t *ch_off, const uint32_t *ch_cnt,
+                  uint32_t *ch_gt, uint32_t *ch_eq) {
+  const uint64_t c = blockIdx.x;
+  const uint32_t T = st->T;
+  const int full = st->full;
+  float v[16];
+  uint32_t idx[16];
+  uint32_t pres =
+      load_chunk(a, len, al, full, cv, ci, full ? 0 : ch_off[c], full ? 0 : ch_cnt[c], c, v, idx);
+  uint32_t gt = 0, eq = 0;
+#pragma unroll
+  for (int e = 0; e < 16; e++)
+    if ((pres >> e) & 1u) {
+      uint32_t key = kern_abs_key(v[e]);
+      gt += key > T;
+      eq += key == T;
+    }
+  /* gt and eq of a chunk are <= 4096: one packed sum. */
+  uint32_t both = kc_block_sum<uint32_t>(gt | (eq << 16));
+  if (threadIdx.x == 0) {
+    ch_gt[c] = both & 0xffffu;
+    ch_eq[c] = both >> 16;
+  }
+}
+
+/* Single block: chunk counts -> output offsets (ch_gt) and tie prefixes (ch_eq), in place; header.
+ */
+__global__ void __launch_bounds__(KC_BLOCK_SELECT)
+    k_chunk_scan(kc_sel_state *st, uint64_t nch, uint32_t *ch_gt, uint32_t *ch_eq,
+                 comp_coo_header *hdr, uint32_t capacity, uint32_t expect) {
+  const uint64_t per = (nch + blockDim.x - 1) / blockDim.x;
+  const uint64_t lo = threadIdx.x * per, hi = lo + per < nch ? lo + per : nch;
+  unsigned long long local = 0; /* eq << 32 | gt: both sums <= 2^31 */
+  for (uint64_t c = lo; c < hi; c++) local += ((unsigned long long)ch_eq[c] << 32) | ch_gt[c];
+  unsigned long long tot;
+  unsigned long long ex = kc_block_excl_scan<unsigned long long>(local, &tot);
+  const unsigned long long eq_take = st->rank;
+  unsigned long long gt_pre = ex & 0xffffffffull, eq_pre = ex >> 32;
+  for (uint64_t c = lo; c < hi; c++) {
+    uint32_t g = ch_gt[c], e = ch_eq[c];
+    ch_gt[c] = (uint32_t)(gt_pre + (eq_pre < eq_take ? eq_pre : eq_take));
+    ch_eq[c] = (uint32_t)eq_pre;
+    gt_pre += g;
+    eq_pre += e;
+  }
+  if (threadIdx.x == 0) {
+    unsigned long long g = tot & 0xffffffffull, e = tot >> 32;
+    uint32_t count = (uint32_t)(g + (e < eq_take ? e : eq_take));
+    st->count = count;
+    if (expect != 0xffffffffu && count != expect) st->err = 1;
+    if (hdr) {
+      hdr->count = count;
+      hdr->capacity = capacity;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(SEL_THREADS)
+    k_emit(const float *a, uint64_t len, int al, uint64_t idx_base, const kc_sel_state *st,
+           const float *cv, const uint32_t *ci, const uint32_t *ch_off, const uint32_t *ch_cnt,
+           const uint32_t *ch_out, const uint32_t *ch_eqp, kc_out o) {
+  const uint64_t c = blockIdx.x;
+  const uint32_t T = st->T;
+  const int full = st->full;
+  const unsigned long long eq_take = st->rank;
+  float v[16];
+  uint32_t idx[16];
+  uint32_t pres =
+      load_chunk(a, len, al, full, cv, ci, full ? 0 : ch_off[c], full ? 0 : ch_cnt[c], c, v, idx);
+  uint32_t fgt = 0, feq = 0;
+#pragma unroll
+  for (int e = 0; e < 16; e++)
+    if ((pres >> e) & 1u) {
+      uint32_t key = kern_abs_key(v[e]);
+      if (key > T) fgt |= 1u << e;
+      if (key == T) feq |= 1u << e;
+    }
+  uint32_t sb[4], tot;
+  uint32_t fsel = fgt;
+  const unsigned long long eq0 = ch_eqp[c];
+  if (__syncthreads_or(feq)) { /* ties: take the lowest-indexed ones, continuing across chunks */
+    uint64_t ex = chunk_scan(feq, sb, &tot);
+#pragma unroll
+    for (int e = 0; e < 16; e++)
+      if (((feq >> e) & 1u) && eq0 + chunk_pos(feq, ex, sb, e) < eq_take) fsel |= 1u << e;
+  }
+  uint64_t ex = chunk_scan(fsel, sb, &tot);
+  const uint64_t out0 = ch_out[c];
+#pragma unroll
+  for (int e = 0; e < 16; e++)
+    if ((fsel >> e) & 1u) {
+      const uint64_t j = out0 + chunk_pos(fsel, ex, sb, e);
+      const uint32_t i = idx[e];
+      const float x = v[e];
+      o.idx[j] = (int32_t)(idx_base + i);
+      if (o.v16) {
+        uint16_t h = kern_half_from_float(x);
+        o.v16[j] = h;
+        if (o.resid) o.resid[i] = isfinite(x) ? __fsub_rn(x, kern_half_to_float(h)) : 0.0f;
+      } else {
+        o.v32[j] = x;
+        if (o.resid) o.resid[i] = 0.0f;
+      }
+      if (o.mask) o.mask[i] = 0.0f;
+    }
+}
+
+__global__ void k_header(comp_coo_header *hdr, uint32_t count, uint32_t capacity) {
+  hdr->count = count;
+  hdr->capacity = capacity;
+}
+
+/* Zeros past the device-side count (values and indices), as the CPU's finish(): the payload bytes
+ * are a function of the input alone. */
+__global__ void k_zero_tail(const comp_coo_header *hdr, uint32_t capacity, uint16_t *v16,
+                            float *v32, int32_t *idx) {
+  const uint32_t count = hdr->count;
+  for (uint32_t j = count + blockIdx.x * blockDim.x + threadIdx.x; j < capacity;
+       j += gridDim.x * blockDim.x) {
+    if (v16) v16[j] = 0;
+    if (v32) v32[j] = 0.0f;
+    idx[j] = 0;
+  }
+}
+
+/* ---- host side --------------------------------------------------------------------------------
+ */
+
+fgb_status kc_write_header(comp_coo_header *hdr, uint32_t count, uint32_t capacity,
+                           cudaStream_t s) {
+  k_header<<<1, 1, 0, s>>>(hdr, count, capacity);
+  return kc_launched();
+}
+
+fgb_status kc_zero_tail(const kern_sel *sel, cudaStream_t s) {
+  if (sel->capacity == 0) return FGB_OK;
+  kc_out o = kc_out_of(sel, 0);
+  k_zero_tail<<<kc_blocks(sel->capacity, 256, 2048), 256, 0, s>>>(
+      (const comp_coo_header *)sel->payload, sel->capacity, o.v16, o.v32, o.idx);
+  return kc_launched();
+}
+
+kc_out kc_out_of(const kern_sel *sel, uint32_t j0) {
+  kc_out o;
+  void *vals = kern_coo_values(sel->payload);
+  o.v32 = sel->fp16 ? NULL : (float *)vals + j0;
+  o.v16 = sel->fp16 ? (uint16_t *)vals + j0 : NULL;
+  o.idx = kern_coo_indices(sel->payload, sel->capacity, sel->fp16 ? 2 : 4) + j0;
+  o.resid = sel->resid;
+  o.mask = sel->mask;
+  return o;
+}
+
+static unsigned hist_blocks(uint64_t len) {
+  return kc_blocks(len, SEL_THREADS * 8ull, (unsigned)kc_sm_count() * 8);
+}
+
+fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_base, uint32_t k,
+                     int lmode, const kern_ctl *ctl, uint32_t L_fixed, int take_all, kc_out o,
+                     comp_coo_header *hdr, uint32_t capacity, cudaStream_t s) {
+  if (len == 0 || len > ws->n || k == 0) return FGB_EINVAL;
+  const int al = ((uintptr_t)a & 15u) == 0;
+  const uint64_t nch = (len + KC_CHUNK - 1) / KC_CHUNK;
+  kc_sel_state *st = ws->st;
+  k_sel_init<<<1, 1, 0, s>>>(st, lmode, ctl, L_fixed, 0, 0);
+  if (lmode == KC_L_SAMPLE) {
+    uint32_t m = len < KC_SAMPLES ? (uint32_t)len : KC_SAMPLES, r;
+    if (m == len) {
+      r = k; /* the sample is the input: the bound is exact */
+    } else {
+      double mp = (double)m * k / (double)len, rr = ceil(mp + 4.0 * sqrt(mp) + 8.0);
+      r = rr > m ? m : (uint32_t)rr;
+    }
+    k_sample<<<(m + 255) / 256, 256, 0, s>>>(a, len, m, ws->samp);
+    k_sample_select<<<1, KC_BLOCK_SELECT, 0, s>>>(ws->samp, m, r, st);
+  }
+  k_compact<<<(unsigned)nch, SEL_THREADS, 0, s>>>(a, len, al, st, ws->cand_val, ws->cand_idx,
+                                                  ws->cand_cap, ws->ch_off, ws->ch_cnt);
+  k_decide<<<1, 1, 0, s>>>(st, k, ws->cand_cap, take_all);
+  const unsigned hb = hist_blocks(len);
+  for (int p = 0; p < 3; p++)
+    k_hist<<<hb, SEL_THREADS, 0, s>>>(a, len, al, p, st, ws->hist, ws->cand_val, ws->cand_cap);
+  k_chunk_count<<<(unsigned)nch, SEL_THREADS, 0, s>>>(a, len, al, st, ws->cand_val, ws->cand_idx,
+                                                      ws->ch_off, ws->ch_cnt, ws->ch_gt, ws->ch_eq);
+  k_chunk_scan<<<1, KC_BLOCK_SELECT, 0, s>>>(st, nch, ws->ch_gt, ws->ch_eq, hdr, capacity,
+                                             take_all ? 0xffffffffu : k);
+  k_emit<<<(unsigned)nch, SEL_THREADS, 0, s>>>(a, len, al, idx_base, st, ws->cand_val, ws->cand_idx,
+                                               ws->ch_off, ws->ch_cnt, ws->ch_gt, ws->ch_eq, o);
+  return kc_launched();
+}
+
+static fgb_status check_sel(const kern_sel *out, const float *a, uint64_t n, const kern_ws *ws) {
+  if (out == NULL || out->payload == NULL || (n && a == NULL)) return FGB_EINVAL;
+  if (out->resid != NULL && out->resid != a) return FGB_EINVAL;
+  if (n > (uint64_t)INT32_MAX + 1) return FGB_EINVAL;
+  if (n && (ws == NULL || n > ws->n)) return FGB_EINVAL;
+  return FGB_OK;
+}
+
+extern "C" fgb_status kern_cuda_topk(const float *a, uint64_t n, uint32_t k, const kern_sel *out,
+                                     kern_ws *ws, void *stream) {
+  fgb_status rc = check_sel(out, a, n, ws);
+  if (rc) return rc;
+  cudaStream_t s = KC_STREAM(stream);
+  if (k > out->capacity) k = out->capacity;
+  if (k > n) k = (uint32_t)n;
+  comp_coo_header *hdr = (comp_coo_header *)out->payload;
+  if (k == 0) {
+    rc = kc_write_header(hdr, 0, out->capacity, s);
+  } else {
+    kc_out o = kc_out_of(out, 0);
+    if (k == n) /* everything: key >= 0 */
+      rc = kc_select(ws, a, n, 0, k, KC_L_FIXED, NULL, 0, 1, o, hdr, out->capacity, s);
+    else
+      rc = kc_select(ws, a, n, 0, k, KC_L_SAMPLE, NULL, 0, 0, o, hdr, out->capacity, s);
+  }
+  return rc ? rc : kc_zero_tail(out, s);
+}
+
+extern "C" fgb_status kern_cuda_select_thr(const float *a, uint64_t n, const kern_ctl *ctl,
+                                           const kern_sel *out, kern_ws *ws, void *stream) {
+  fgb_status rc = check_sel(out, a, n, ws);
+  if (rc) return rc;
+  if (ctl == NULL) return FGB_EINVAL;
+  cudaStream_t s = KC_STREAM(stream);
+  comp_coo_header *hdr = (comp_coo_header *)out->payload;
+  if (n == 0 || out->capacity == 0) {
+    rc = kc_write_header(hdr, 0, out->capacity, s);
+  } else {
+    uint32_t k = out->capacity < n ? out->capacity : (uint32_t)n;
+    rc = kc_select(ws, a, n, 0, k, KC_L_CTL, ctl, 0, 1, kc_out_of(out, 0), hdr, out->capacity, s);
+  }
+  return rc ? rc : kc_zero_tail(out, s);
+}
+
+/* ---- exact kth of a short vector ---------------------------------------------------------------
+ */
+
+__device__ inline void set_thr_key(kern_ctl *ctl, uint32_t key) {
+  float thr = __uint_as_float(key);
+  if (!isfinite(thr)) thr = FLT_MAX; /* non-finite samples: adaptation can still lower it */
+  ctl->thr = thr;
+  ctl->done = 0;
+  ctl->iters = 0;
+  ctl->br_lo = 0.0f;
+  ctl->br_hi = 0.0f;
+  ctl->count = 0;
+}
+
+__global__ void __launch_bounds__(KC_BLOCK_SELECT)
+    k_kth_small(const float *x, uint32_t m, uint32_t kth, kern_ctl *ctl) {
+  __shared__ uint32_t hist[KC_RADIX_BINS];
+  uint32_t T = 0, err = 0;
+  unsigned long long eq;
+  if (m > 0)
+    kc_block_select([&](uint64_t i) { return kern_abs_key(x[i]); }, m, kth, hist, &T, &eq, &err);
+  if (threadIdx.x == 0) set_thr_key(ctl, T);
+}
+
+__global__ void k_kth_finish(const kc_sel_state *st, kern_ctl *ctl) {
+  set_thr_key(ctl, st->T);
+}
+
+extern "C" fgb_status kern_cuda_kth_abs(const float *x, uint32_t m, uint32_t kth, kern_ctl *ctl,
+                                        kern_ws *ws, void *stream) {
+  if (ctl == NULL || (m && x == NULL)) return FGB_EINVAL;
+  cudaStream_t s = KC_STREAM(stream);
+  if (kth < 1) kth = 1;
+  if (kth > m) kth = m;
+  if (m <= KC_SAMPLES || ws == NULL) {
+    k_kth_small<<<1, KC_BLOCK_SELECT, 0, s>>>(x, m, kth, ctl);
+    return kc_launched();
+  }
+  /* Device-wide: the radix passes over x itself (full mode). */
+  k_sel_init<<<1, 1, 0, s>>>(ws->st, KC_L_FIXED, NULL, 0, 1, kth);
+  const int al = ((uintptr_t)x & 15u) == 0;
+  const unsigned hb = hist_blocks(m);
+  for (int p = 0; p < 3; p++)
+    k_hist<<<hb, SEL_THREADS, 0, s>>>(x, m, al, p, ws->st, ws->hist, ws->cand_val, ws->cand_cap);
+  k_kth_finish<<<1, 1, 0, s>>>(ws->st, ctl);
+  return kc_launched();
+}
