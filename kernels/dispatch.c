@@ -118,6 +118,15 @@ fgb_status kern_thr_adapt(const comp_exec *ex, kern_ctl *ctl, const kern_adapt *
   KERN_DISPATCH(thr_adapt, ctl, ad);
 }
 
+fgb_status kern_thr_reset(const comp_exec *ex, kern_ctl *ctl, float factor) {
+  KERN_DISPATCH(thr_reset, ctl, factor);
+}
+
+fgb_status kern_coo_restore(const comp_exec *ex, const void *local, int fp16, const void *global,
+                            float *r) {
+  KERN_DISPATCH(coo_restore, local, fp16, global, r);
+}
+
 fgb_status kern_sample_abs(const comp_exec *ex, const float *a, uint64_t n, uint64_t start,
                            uint64_t stride, uint32_t m, float *out) {
   KERN_DISPATCH(sample_abs, a, n, start, stride, m, out);

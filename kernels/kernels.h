@@ -192,6 +192,9 @@ typedef struct kern_adapt {
 } kern_adapt;
 /* One adaptation round from ctl->count. No-op when ctl->done. One tiny kernel. */
 fgb_status kern_thr_adapt(const comp_exec *ex, kern_ctl *ctl, const kern_adapt *ad);
+/* Reuse last step's threshold: ctl->thr *= factor (non-finite or negative results become 0) and
+ * reset the adaptation state as kern_thr_from_stats does. One tiny kernel. */
+fgb_status kern_thr_reset(const comp_exec *ex, kern_ctl *ctl, float factor);
 
 /* out[j] = |a[start + j * stride]| for j < m (caller guarantees start + (m-1) stride < n). Cost m
  * strided reads. */
@@ -246,6 +249,14 @@ fgb_status kern_scatter(const comp_exec *ex, float *out, uint64_t n, const int32
 fgb_status kern_coo_decode(const comp_exec *ex, const void *recv, size_t stride, int nranks,
                            uint64_t n, int fp16, float scale, float *out, kern_ctl *ctl);
 
+/* Global-selection error feedback (Ok-Topk): for every entry of the local payload whose index is
+ * NOT among the global payload's indices, r[idx] += value (as sent, fp16 decoded when `fp16`):
+ * what was sent but not kept globally returns to the residual, exactly. Both payloads are the
+ * compressor's own (ascending indices, trusted; the global one has fp32 values). Cost:
+ * count_local lookups (merge walk or binary search). */
+fgb_status kern_coo_restore(const comp_exec *ex, const void *local, int fp16, const void *global,
+                            float *r);
+
 /* ---- low-rank (PowerSGD, ACP-SGD); matrices row-major, thin factors rows x r / cols x r ------ */
 
 /* Largest rank the low-rank kernels accept. */
@@ -295,6 +306,9 @@ fgb_status kern_fill_uniform(const comp_exec *ex, float *out, uint64_t count, ui
   fgb_status kern_##B##_thr_from_stats(kern_ctl *ctl, kern_thr_model model, double p0 EXTRA);      \
   fgb_status kern_##B##_count_ge(const float *a, uint64_t n, kern_ctl *ctl EXTRA);                 \
   fgb_status kern_##B##_thr_adapt(kern_ctl *ctl, const kern_adapt *ad EXTRA);                      \
+  fgb_status kern_##B##_thr_reset(kern_ctl *ctl, float factor EXTRA);                              \
+  fgb_status kern_##B##_coo_restore(const void *local, int fp16, const void *global,               \
+                                    float *r EXTRA);                                               \
   fgb_status kern_##B##_sample_abs(const float *a, uint64_t n, uint64_t start, uint64_t stride,    \
                                    uint32_t m, float *out EXTRA);                                  \
   fgb_status kern_##B##_kth_abs(const float *x, uint32_t m, uint32_t kth, kern_ctl *ctl,           \

@@ -212,3 +212,19 @@ fgb_status kern_cpu_coo_decode(const void *recv, size_t stride, int nranks, uint
   if (ctl) ctl->bad += bad;
   return FGB_OK;
 }
+
+fgb_status kern_cpu_coo_restore(const void *local, int fp16, const void *global, float *r) {
+  if (local == NULL || global == NULL || r == NULL) return FGB_EINVAL;
+  const comp_coo_header *hl = local, *hg = global;
+  size_t vb = fp16 ? 2 : 4;
+  const int32_t *il = kern_coo_indices((void *)local, hl->capacity, vb);
+  const int32_t *ig = kern_coo_indices((void *)global, hg->capacity, 4);
+  const void *vl = kern_coo_values((void *)local);
+  uint32_t g = 0;
+  for (uint32_t j = 0; j < hl->count; j++) { /* merge walk: both ascending */
+    while (g < hg->count && ig[g] < il[j]) g++;
+    if (g < hg->count && ig[g] == il[j]) continue;
+    r[il[j]] += fp16 ? kern_half_to_float(((const uint16_t *)vl)[j]) : ((const float *)vl)[j];
+  }
+  return FGB_OK;
+}

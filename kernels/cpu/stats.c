@@ -174,6 +174,14 @@ fgb_status kern_cpu_thr_adapt(kern_ctl *ctl, const kern_adapt *ad) {
   return FGB_OK;
 }
 
+fgb_status kern_cpu_thr_reset(kern_ctl *ctl, float factor) {
+  if (ctl == NULL) return FGB_EINVAL;
+  float t = ctl->thr * factor;
+  ctl->thr = isfinite(t) && t > 0.0f ? t : 0.0f;
+  reset_adapt(ctl);
+  return FGB_OK;
+}
+
 fgb_status kern_cpu_sample_abs(const float *a, uint64_t n, uint64_t start, uint64_t stride,
                                uint32_t m, float *out) {
   if (m == 0) return FGB_OK;

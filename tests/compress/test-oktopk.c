@@ -1,0 +1,104 @@
+/* tests/compress/test-oktopk.c — Ok-Topk semantics on 3 ranks: every rank decodes the same global
+ * top-k of the summed candidates (bitwise), equal to a host reference built from the payloads
+ * (rank-order sum, magnitude order, ties to the lower index); the residual keeps everything except
+ * entries that were sent AND globally selected; steps with a reused threshold stay within the
+ * payload capacity and send at least 2k/3. */
+#include "comp_test.h"
+
+enum { P = 3 };
+
+static const float *g_sum;
+
+static int by_mag(const void *x, const void *y) {
+  uint32_t i = *(const uint32_t *)x, j = *(const uint32_t *)y;
+  uint32_t ki = kern_abs_key(g_sum[i]), kj = kern_abs_key(g_sum[j]);
+  if (ki != kj) return ki > kj ? -1 : 1;
+  return i < j ? -1 : i > j;
+}
+
+int main(int argc, char **argv) {
+  comp_exec ex = ct_exec(argc, argv);
+  const uint64_t n = 20011;
+  const uint32_t k = 200;
+  comp_params p = {.density = 0.01, .options = "refresh=2"};
+  ct_job j;
+  REQUIRE(ct_job_create(&j, "oktopk", &ex, P, n, &p) == FGB_OK);
+  float *hg[P], *dg[P], *dout[P], *a[P], *res = ct_xmalloc(n * 4), *o = ct_xmalloc(n * 4);
+  float *sum = ct_xmalloc(n * 4), *o0 = ct_xmalloc(n * 4);
+  uint32_t *order = ct_xmalloc(n * 4);
+  for (int r = 0; r < P; r++) {
+    hg[r] = ct_xmalloc(n * 4);
+    a[r] = ct_xmalloc(n * 4);
+    dg[r] = ct_dev(&ex, NULL, n * 4);
+    dout[r] = ct_dev(&ex, NULL, n * 4);
+  }
+  for (uint64_t step = 0; step < 4; step++) {
+    for (int r = 0; r < P; r++) {
+      ct_fill(hg[r], n, CT_LAPLACE, 1.0, 500 + 10 * step + r);
+      REQUIRE(ct_residual(&j, r, a[r]));
+      for (uint64_t i = 0; i < n; i++) a[r][i] += hg[r][i];
+      REQUIRE(kern_from_host(&ex, dg[r], hg[r], n * 4) == FGB_OK);
+    }
+    REQUIRE(ct_job_step(&j, dg, step, dout, 1.0f / P) == FGB_OK);
+    /* Host reference from the payloads every rank sent. */
+    size_t pb = j.ph[0].bytes;
+    memset(sum, 0, n * 4);
+    uint8_t *sent[P];
+    for (int r = 0; r < P; r++) {
+      void *hp = ct_xmalloc(pb);
+      ct_get(&ex, hp, j.ph[r].send, pb);
+      comp_coo_header h;
+      memcpy(&h, hp, sizeof h);
+      CHECK_MSG(h.count >= 2 * k / 3 && h.count <= h.capacity, "step %llu rank %d: %u sent",
+                (unsigned long long)step, r, h.count);
+      const float *v = kern_coo_values(hp);
+      const int32_t *idx = kern_coo_indices(hp, h.capacity, 4);
+      sent[r] = ct_xmalloc(n);
+      for (uint32_t q = 0; q < h.count; q++) {
+        sum[idx[q]] += v[q];
+        sent[r][idx[q]] = 1;
+      }
+      free(hp);
+    }
+    for (uint64_t i = 0; i < n; i++) order[i] = (uint32_t)i;
+    g_sum = sum;
+    qsort(order, n, 4, by_mag);
+    uint8_t *global = ct_xmalloc(n);
+    for (uint32_t q = 0; q < k; q++) global[order[q]] = 1;
+    ct_get(&ex, o0, dout[0], n * 4);
+    uint64_t wrong = 0;
+    for (uint64_t i = 0; i < n; i++) {
+      float want = global[i] ? sum[i] * (1.0f / P) : 0.0f;
+      if (memcmp(&want, &o0[i], 4)) wrong++;
+    }
+    CHECK_MSG(wrong == 0, "step %llu: %llu entries differ from the global top-k reference",
+              (unsigned long long)step, (unsigned long long)wrong);
+    for (int r = 0; r < P; r++) {
+      ct_get(&ex, o, dout[r], n * 4);
+      CHECK(memcmp(o, o0, n * 4) == 0);
+      REQUIRE(ct_residual(&j, r, res));
+      uint64_t bad = 0;
+      for (uint64_t i = 0; i < n; i++) {
+        float want = sent[r][i] && global[i] ? 0.0f : a[r][i];
+        if (memcmp(&want, &res[i], 4)) bad++;
+      }
+      CHECK_MSG(bad == 0, "step %llu rank %d: %llu residual entries off the global-selection rule",
+                (unsigned long long)step, r, (unsigned long long)bad);
+      free(sent[r]);
+    }
+    free(global);
+  }
+  ct_job_destroy(&j);
+  for (int r = 0; r < P; r++) {
+    kern_free(&ex, dg[r]);
+    kern_free(&ex, dout[r]);
+    free(hg[r]);
+    free(a[r]);
+  }
+  free(res);
+  free(o);
+  free(o0);
+  free(sum);
+  free(order);
+  TEST_DONE();
+}
