@@ -149,18 +149,22 @@ static fgb_status dgc_encode(void *st, const comp_exec *ex, const float *grad, u
   /* The sample positions are a pure function of (seed, buffer, step): no device round trip.
    * strided: every stride-th entry from a random start; else one random entry per stratum. */
   uint64_t start = kern_philox_u32(s->seed, 0x44474331u, s->buffer_id, step) % pl->stride;
-  if (!rc && s->strided) {
-    rc = kern_sample_abs(ex, cs->resid, n, start, pl->stride, pl->m, s->samples);
-  } else if (!rc) {
-    rc = kern_randomk_indices(ex, n, pl->m, s->seed ^ 0x44474331u, s->buffer_id, step,
-                              s->sample_idx);
-    if (!rc) rc = kern_gather(ex, cs->resid, s->sample_idx, pl->m, s->samples, NULL);
-  }
-  if (!rc) rc = kern_kth_abs(ex, s->samples, pl->m, pl->k_samp, cs->ctl, cs->ws);
-  kern_adapt ad = {KERN_ADAPT_BRACKET, pl->k, 0.8, 1.3, 0.8, 1.3, (uint32_t)s->adapt_iters};
-  for (int i = 0; !rc && i < s->adapt_iters; i++) {
-    rc = kern_count_ge(ex, cs->resid, n, cs->ctl);
-    if (!rc) rc = kern_thr_adapt(ex, cs->ctl, &ad);
+  if (pl->k == n) { /* density 1: send everything (thr 0), no sampling estimate */
+    if (!rc) rc = kern_thr_reset(ex, cs->ctl, 0.0f);
+  } else {
+    if (!rc && s->strided) {
+      rc = kern_sample_abs(ex, cs->resid, n, start, pl->stride, pl->m, s->samples);
+    } else if (!rc) {
+      rc = kern_randomk_indices(ex, n, pl->m, s->seed ^ 0x44474331u, s->buffer_id, step,
+                                s->sample_idx);
+      if (!rc) rc = kern_gather(ex, cs->resid, s->sample_idx, pl->m, s->samples, NULL);
+    }
+    if (!rc) rc = kern_kth_abs(ex, s->samples, pl->m, pl->k_samp, cs->ctl, cs->ws);
+    kern_adapt ad = {KERN_ADAPT_BRACKET, pl->k, 0.8, 1.3, 0.8, 1.3, (uint32_t)s->adapt_iters};
+    for (int i = 0; !rc && i < s->adapt_iters; i++) {
+      rc = kern_count_ge(ex, cs->resid, n, cs->ctl);
+      if (!rc) rc = kern_thr_adapt(ex, cs->ctl, &ad);
+    }
   }
   cs->step_cap = pl->k;
   kern_sel sel = comp_sparse_sel(cs, cs->resid, s->masking ? s->u : NULL);
