@@ -23,6 +23,8 @@
  *    kern_stats.nonfinite).
  *  - Lengths are uint64_t; sparse selections address int32 indices, so they need n <= INT32_MAX
  *    (the compressors check this at create time).
+ * Where a formula or corner case (degenerate fits, adaptation steps, clamps) is not spelled out
+ * here, kernels/cpu/ is the reference the CUDA side follows step by step.
  * Costs below count passes over n fp32 elements (R = read, W = write).
  */
 #ifndef FGB_KERNELS_H
@@ -200,7 +202,8 @@ fgb_status kern_thr_reset(const comp_exec *ex, kern_ctl *ctl, float factor);
  * strided reads. */
 fgb_status kern_sample_abs(const comp_exec *ex, const float *a, uint64_t n, uint64_t start,
                            uint64_t stride, uint32_t m, float *out);
-/* ctl->thr = the kth largest |x_j| (1-based, kth clamped to [1, m]) and reset adaptation, as
+/* ctl->thr = the kth largest |x_j| (1-based, kth clamped to [1, m]; m = 0 gives 0; a non-finite
+ * kth value gives FLT_MAX so adaptation can still lower it) and reset adaptation, as
  * kern_thr_from_stats. Exact (radix select). Cost a few passes over m. */
 fgb_status kern_kth_abs(const comp_exec *ex, const float *x, uint32_t m, uint32_t kth,
                         kern_ctl *ctl, kern_ws *ws);
