@@ -61,7 +61,7 @@ typedef struct kern_moments {
  * allocation (kern_alloc(sizeof(kern_ctl))) per compressor instance; zero is a valid start. */
 typedef struct kern_ctl {
   kern_moments st;  /* last kern_stats result */
-  float thr;        /* current threshold on |a| (>= 0, finite or +Inf) */
+  float thr;        /* current threshold on |a|, in [0, FLT_MAX] (kernels clamp, never Inf) */
   float s;          /* RedSync: position of thr between mean and max, thr = mean + s (max - mean) */
   float s_lo, s_hi; /* RedSync bisection bracket on s */
   float br_lo;      /* bracketing adapter: largest thr seen with too many (0 = none) */
@@ -194,7 +194,7 @@ typedef struct kern_adapt {
 } kern_adapt;
 /* One adaptation round from ctl->count. No-op when ctl->done. One tiny kernel. */
 fgb_status kern_thr_adapt(const comp_exec *ex, kern_ctl *ctl, const kern_adapt *ad);
-/* Reuse last step's threshold: ctl->thr *= factor (non-finite or negative results become 0) and
+/* Reuse last step's threshold: ctl->thr *= factor (clamped to [0, FLT_MAX]; NaN gives 0) and
  * reset the adaptation state as kern_thr_from_stats does. One tiny kernel. */
 fgb_status kern_thr_reset(const comp_exec *ex, kern_ctl *ctl, float factor);
 

@@ -40,6 +40,14 @@ fgb_status kern_cpu_stats(const float *a, uint64_t n, uint32_t flags, kern_ctl *
   return FGB_OK;
 }
 
+/* A threshold as stored: in [0, FLT_MAX], converted without the undefined behaviour of an
+ * out-of-range double -> float cast. */
+static float to_thr(double t) {
+  if (!(t > 0)) return 0.0f; /* negative, zero or NaN: select by magnitude */
+  if (t >= FLT_MAX) return FLT_MAX;
+  return (float)t;
+}
+
 static void reset_adapt(kern_ctl *ctl) {
   ctl->done = 0;
   ctl->iters = 0;
@@ -51,7 +59,7 @@ static void reset_adapt(kern_ctl *ctl) {
 static float redsync_thr(const kern_moments *st, double s) {
   if (st->n < 1 || s <= 1e-6) return 0.0f; /* s stepped down to ~0: everything passes */
   double mean = st->sum_abs / st->n;
-  return (float)(mean + s * ((double)st->max_abs - mean));
+  return to_thr(mean + s * ((double)st->max_abs - mean));
 }
 
 fgb_status kern_cpu_thr_from_stats(kern_ctl *ctl, kern_thr_model model, double p0) {
@@ -102,8 +110,8 @@ fgb_status kern_cpu_thr_from_stats(kern_ctl *ctl, kern_thr_model model, double p
         return FGB_EINVAL;
     }
   }
-  if (!(thr > 0) || !isfinite(thr)) thr = 0.0; /* degenerate fit: select by magnitude (capped) */
-  ctl->thr = (float)thr;
+  /* A degenerate fit (NaN, <= 0) gives 0: select by magnitude, capped. */
+  ctl->thr = isnan(thr) ? 0.0f : to_thr(thr);
   ctl->s = (float)p0;
   ctl->s_lo = 0.0f;
   ctl->s_hi = 1.0f;
@@ -128,23 +136,23 @@ fgb_status kern_cpu_thr_adapt(kern_ctl *ctl, const kern_adapt *ad) {
   ctl->iters++;
   switch (ad->mode) {
     case KERN_ADAPT_BRACKET: {
-      float t = ctl->thr;
+      double t = ctl->thr;
       if (c >= ad->lo * k && c <= ad->hi * k) {
         ctl->done = 1;
         return FGB_OK;
       }
       if (c < ad->lo * k) { /* too few: threshold too high */
-        if (ctl->br_hi == 0.0f || t < ctl->br_hi) ctl->br_hi = t;
-        t = ctl->br_lo > 0.0f ? sqrtf(ctl->br_lo) * sqrtf(ctl->br_hi) : (float)(t * ad->down);
+        if (ctl->br_hi == 0.0f || t < ctl->br_hi) ctl->br_hi = (float)t;
+        t = ctl->br_lo > 0.0f ? sqrt((double)ctl->br_lo * ctl->br_hi) : t * ad->down;
       } else { /* too many */
-        if (t > ctl->br_lo) ctl->br_lo = t;
-        if (t <= 0.0f) {
-          t = ctl->st.n >= 1 ? (float)(ctl->st.sum_abs / ctl->st.n) : 0.0f;
+        if (t > ctl->br_lo) ctl->br_lo = (float)t;
+        if (t <= 0.0) {
+          t = ctl->st.n >= 1 ? ctl->st.sum_abs / ctl->st.n : 0.0;
         } else {
-          t = ctl->br_hi > 0.0f ? sqrtf(ctl->br_lo) * sqrtf(ctl->br_hi) : (float)(t * ad->up);
+          t = ctl->br_hi > 0.0f ? sqrt((double)ctl->br_lo * ctl->br_hi) : t * ad->up;
         }
       }
-      ctl->thr = isfinite(t) && t > 0.0f ? t : 0.0f;
+      ctl->thr = to_thr(t);
       break;
     }
     case KERN_ADAPT_REDSYNC_TRIM:
@@ -176,8 +184,7 @@ fgb_status kern_cpu_thr_adapt(kern_ctl *ctl, const kern_adapt *ad) {
 
 fgb_status kern_cpu_thr_reset(kern_ctl *ctl, float factor) {
   if (ctl == NULL) return FGB_EINVAL;
-  float t = ctl->thr * factor;
-  ctl->thr = isfinite(t) && t > 0.0f ? t : 0.0f;
+  ctl->thr = to_thr((double)ctl->thr * factor);
   reset_adapt(ctl);
   return FGB_OK;
 }

@@ -4,9 +4,11 @@
  * zeroing and the stratified Random-k index generator (Philox, identical to the CPU's).
  * The 1/P scale is folded into the last rank that touches each index (found by binary search in
  * the later, index-sorted payloads; P <= 8), so the common decode is one memset plus P small
- * scatters; unsorted (foreign) payloads, P > 8 or a negative/non-finite scale fall back to a dense
- * scaling pass, decided on the device. Payload bytes are untrusted: headers and indices are checked
- * and bad entries counted in ctl->bad, loads never assume alignment the peer did not give. */
+ * scatters. Payloads that are not strictly ascending (repeated indices: foreign bytes) are summed
+ * by one thread per rank in payload order, still exactly the CPU's result; they, P > 8 and a
+ * negative or non-finite scale use a dense scaling pass. Every choice is made on the device.
+ * Payload bytes are untrusted: headers and indices are checked and bad entries counted in ctl->bad,
+ * loads never assume alignment the peer did not give. */
 #include "cuda_internal.cuh"
 
 #define DEC_THREADS 256
@@ -73,13 +75,13 @@ __global__ void k_dec_check(const char *recv, uint64_t stride, uint32_t vb, kc_s
 __global__ void __launch_bounds__(DEC_THREADS)
     k_dec_scatter(const char *recv, uint64_t stride, int r, int nranks, uint32_t vb, uint64_t n,
                   float scale, int fuse, const kc_scratch *scr, float *out, kern_ctl *ctl) {
+  if (scr->dec_unsorted) return; /* k_dec_serial's job */
   coo_view v;
   if (!coo_open(recv, stride, r, vb, &v)) {
     if (ctl && blockIdx.x == 0 && threadIdx.x == 0)
       atomicAdd((unsigned long long *)&ctl->bad, 1ull);
     return;
   }
-  fuse = fuse && !scr->dec_unsorted;
   coo_view later[DEC_FUSE_MAX_RANKS];
   bool later_ok[DEC_FUSE_MAX_RANKS];
   if (fuse)
@@ -103,6 +105,30 @@ __global__ void __launch_bounds__(DEC_THREADS)
       if (last) acc = __fmul_rn(acc, scale);
     }
     out[i] = acc;
+  }
+  if (ctl && bad) atomicAdd((unsigned long long *)&ctl->bad, bad);
+}
+
+/* Payloads with repeated or unordered indices (foreign bytes, or a test's hand-made ones): one
+ * thread per rank, entries in payload order — exactly the CPU's sum, just slow. */
+__global__ void k_dec_serial(const char *recv, uint64_t stride, int r, uint32_t vb, uint64_t n,
+                             const kc_scratch *scr, float *out, kern_ctl *ctl) {
+  if (!scr->dec_unsorted) return;
+  coo_view v;
+  unsigned long long bad = 0;
+  if (!coo_open(recv, stride, r, vb, &v)) {
+    bad = 1;
+  } else {
+    for (uint32_t j = 0; j < v.count; j++) {
+      int32_t i = (int32_t)ld_u32(v.idx + 4ull * j);
+      if (i < 0 || (uint64_t)i >= n) {
+        bad++;
+        continue;
+      }
+      float x = vb == 2 ? kern_half_to_float(ld_u16(v.vals + 2ull * j))
+                        : __uint_as_float(ld_u32(v.vals + 4ull * j));
+      out[i] = __fadd_rn(out[i], x);
+    }
   }
   if (ctl && bad) atomicAdd((unsigned long long *)&ctl->bad, bad);
 }
@@ -134,17 +160,18 @@ extern "C" fgb_status kern_cuda_coo_decode(const void *recv, size_t stride, int 
   if (stride < sizeof(comp_coo_header)) {
     if (ctl && nranks) k_add_bad<<<1, 1, 0, s>>>(ctl, (unsigned long long)nranks);
   } else if (nranks) {
-    if (fuse) {
-      e = cudaMemsetAsync(&scr->dec_unsorted, 0, sizeof scr->dec_unsorted, s);
-      if (e != cudaSuccess) return kc_status(e);
-      k_dec_check<<<nranks, DEC_THREADS, 0, s>>>((const char *)recv, stride, vb, scr);
-    }
+    /* Strictly ascending payloads (every encoder's) take the parallel path; others the serial. */
+    e = cudaMemsetAsync(&scr->dec_unsorted, 0, sizeof scr->dec_unsorted, s);
+    if (e != cudaSuccess) return kc_status(e);
+    k_dec_check<<<nranks, DEC_THREADS, 0, s>>>((const char *)recv, stride, vb, scr);
     /* Entries a payload can hold given the stride bound the grid; the count is on the device. */
     const uint64_t maxe = (stride - sizeof(comp_coo_header)) / (vb + 4);
     const unsigned blocks = kc_blocks(maxe, DEC_THREADS, (unsigned)kc_sm_count() * 8);
-    for (int r = 0; r < nranks; r++)
+    for (int r = 0; r < nranks; r++) {
       k_dec_scatter<<<blocks, DEC_THREADS, 0, s>>>((const char *)recv, stride, r, nranks, vb, n,
                                                    scale, fuse, scr, out, ctl);
+      k_dec_serial<<<1, 1, 0, s>>>((const char *)recv, stride, r, vb, n, scr, out, ctl);
+    }
   }
   if (scale != 1.0f && n)
     k_dec_scale<<<kc_blocks(n, DEC_THREADS * 4ull, (unsigned)kc_sm_count() * 16), DEC_THREADS, 0,
@@ -208,5 +235,36 @@ extern "C" fgb_status kern_cuda_randomk_indices(uint64_t n, uint32_t k, uint64_t
   if (idx == NULL || k > n || n > (uint64_t)INT32_MAX + 1) return FGB_EINVAL;
   k_randomk<<<kc_blocks(k, 256, 8192), 256, 0, KC_STREAM(stream)>>>(n, k, seed, buffer_id, step,
                                                                     idx);
+  return kc_launched();
+}
+
+/* ---- Ok-Topk's global-selection error feedback ----------------------------------------------- */
+
+/* Local entries whose index is not in the global selection go back to the residual. Both payloads
+ * are the compressor's own (ascending, distinct): one thread per local entry, binary search in the
+ * global indices, no two threads touch the same r[i]. */
+__global__ void k_coo_restore(const char *local, uint32_t vb, const char *global, float *r) {
+  const uint32_t lcount = ld_u32(local), lcap = ld_u32(local + 4);
+  const uint32_t gcap = ld_u32(global + 4);
+  coo_view g;
+  g.count = ld_u32(global);
+  g.vals = global + 8;
+  g.idx = global + coo_bytes(gcap, 4) - (uint64_t)gcap * 4;
+  const char *lidx = local + coo_bytes(lcap, vb) - (uint64_t)lcap * 4, *lvals = local + 8;
+  for (uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < lcount;
+       j += gridDim.x * blockDim.x) {
+    int32_t i = (int32_t)ld_u32(lidx + 4ull * j);
+    if (coo_has(&g, i)) continue;
+    float x = vb == 2 ? kern_half_to_float(ld_u16(lvals + 2ull * j))
+                      : __uint_as_float(ld_u32(lvals + 4ull * j));
+    r[i] = __fadd_rn(r[i], x);
+  }
+}
+
+extern "C" fgb_status kern_cuda_coo_restore(const void *local, int fp16, const void *global,
+                                            float *r, void *stream) {
+  if (local == NULL || global == NULL || r == NULL) return FGB_EINVAL;
+  k_coo_restore<<<(unsigned)kc_sm_count() * 4, 256, 0, KC_STREAM(stream)>>>(
+      (const char *)local, fp16 ? 2 : 4, (const char *)global, r);
   return kc_launched();
 }

@@ -341,3 +341,15 @@ extern "C" fgb_status kern_cuda_sample_abs(const float *a, uint64_t n, uint64_t 
   k_sample_abs<<<kc_blocks(m, 256, 4096), 256, 0, KC_STREAM(stream)>>>(a, start, stride, m, out);
   return kc_launched();
 }
+
+__global__ void k_thr_reset(kern_ctl *ctl, float factor) {
+  float t = __fmul_rn(ctl->thr, factor);
+  ctl->thr = isfinite(t) && t > 0.0f ? t : 0.0f;
+  reset_adapt(ctl);
+}
+
+extern "C" fgb_status kern_cuda_thr_reset(kern_ctl *ctl, float factor, void *stream) {
+  if (ctl == NULL) return FGB_EINVAL;
+  k_thr_reset<<<1, 1, 0, KC_STREAM(stream)>>>(ctl, factor);
+  return kc_launched();
+}
