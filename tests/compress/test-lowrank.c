@@ -2,7 +2,8 @@
  * float tolerance (PowerSGD in one step; ACP-SGD once both factors have been refreshed, i.e. over
  * a P-step and a Q-step, with out0 + out1 = 2G), the residual is E' = G + E - P Q^T as specified,
  * two ranks whose gradients share a column space get the average, bitwise the same on both, and a
- * full-rank gradient is not lost (decode + residual = gradient + old residual, to tolerance). */
+ * full-rank gradient is not lost (decode + residual = gradient + old residual, to tolerance);
+ * flush_dense sends gradient + residual exactly and clears the residual. */
 #include "comp_test.h"
 
 enum { ROWS = 48, COLS = 40, R = 3 };
@@ -76,6 +77,17 @@ static void run(const comp_exec *ex, const char *name) {
     CHECK_MSG(rel_err(E1, want, n) < 1e-5, "%s step %llu: residual off spec by %g", name,
               (unsigned long long)step, rel_err(E1, want, n));
   }
+  /* flush_dense: dense = g + E, then E = 0. */
+  REQUIRE(ct_residual(&j, 0, E0));
+  REQUIRE(j.ops->flush_dense(j.st[0], ex, dfull, dout[0]) == FGB_OK);
+  ct_get(ex, o0, dout[0], n * 4);
+  REQUIRE(ct_residual(&j, 0, E1));
+  int flush_bad = 0;
+  for (int i = 0; i < n; i++) {
+    float w = full[i] + E0[i];
+    flush_bad += memcmp(&w, &o0[i], 4) != 0 || E1[i] != 0;
+  }
+  CHECK_MSG(flush_bad == 0, "%s: flush_dense off by %d entries", name, flush_bad);
   kern_free(ex, dfull);
   for (int r = 0; r < 2; r++) {
     kern_free(ex, dg[r]);
