@@ -15,6 +15,7 @@
 #define COORD_MAX_JOB_SIZE 65536     /* ranks per job (and missing ranks per STALL) */
 #define COORD_MAX_TENSORS (1u << 20) /* tensors per job */
 #define COORD_MAX_PENDING (1u << 22) /* readiness entries pending per job */
+#define COORD_MAX_JOBS 65536u        /* jobs the leader tracks at once */
 #define COORD_MAX_STALL_RECS 1024u   /* stalls a non-leader keeps for its status */
 #define COORD_NO_TIME UINT64_MAX     /* an entry made before the first coord_tick */
 #define COORD_MAX_TEXT 511           /* text bytes on the wire (coord_event.text holds 512) */

@@ -49,6 +49,7 @@ typedef struct ljob {
 
 struct coord_leader {
   ljob *jobs;
+  uint32_t njobs; /* at most COORD_MAX_JOBS */
   uint64_t next_seq, next_job_key;
 };
 

@@ -44,6 +44,7 @@ void coord_lead_forget(coord_leader *l, ljob *j) {
     if (*pp == j) {
       *pp = j->next;
       job_free(j);
+      l->njobs--;
       return;
     }
   }
@@ -194,6 +195,11 @@ static fgb_status on_join(coord *c, int from, const coord_msg *m, char *err, siz
       return refuse(c, from, m, FGB_EEXIST, t, err, errlen);
     }
   } else {
+    if (l->njobs >= COORD_MAX_JOBS) {
+      coord_fmt(t, sizeof t, "job '%s' (incarnation %llu): the leader already tracks %u jobs", jn,
+                inc, COORD_MAX_JOBS);
+      return refuse(c, from, m, FGB_ENOMEM, t, err, errlen);
+    }
     j = calloc(1, sizeof *j);
     if (j) {
       j->members = malloc((size_t)m->size * sizeof *j->members);
@@ -208,6 +214,7 @@ static fgb_status on_join(coord *c, int from, const coord_msg *m, char *err, siz
     for (int r = 0; r < j->size; r++) j->members[r] = -1;
     j->next = l->jobs;
     l->jobs = j;
+    l->njobs++;
   }
   j->members[m->rank] = from;
   j->njoined++;

@@ -83,7 +83,8 @@
  * missing}]); other daemons list their own jobs (rank, tensors = TENSOR_OKs received, next_seq =
  * last seq seen + 1, ranks once formed, and the stalls the leader reported).
  * Caps: names 1..255 bytes, ndim <= 8, job size <= 65536 and <= world size, 65536 keys per
- * message, 2^20 tensors and 2^22 pending entries per job, text 511 bytes.
+ * message, 2^20 tensors and 2^22 pending entries per job, 65536 jobs at the leader, 1024 stall
+ * records per member, text 511 bytes.
  */
 #include <stdarg.h>
 #include <stdio.h>
