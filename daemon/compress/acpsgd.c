@@ -46,7 +46,10 @@ static fgb_status acpsgd_create(const comp_params *p, uint64_t n, const comp_exe
   };
   if ((rc = comp_parse_options("acpsgd", p->options, opts, 3, err, errlen))) return rc;
   acpsgd_state *s = calloc(1, sizeof *s);
-  if (s == NULL) return FGB_ENOMEM;
+  if (s == NULL) {
+    comp_alloc_err("acpsgd", FGB_ENOMEM, err, errlen);
+    return FGB_ENOMEM;
+  }
   s->ex = *ex;
   s->n = n;
   s->rows = p->rows ? p->rows : 1;
@@ -73,7 +76,7 @@ static fgb_status acpsgd_create(const comp_params *p, uint64_t n, const comp_exe
   }
   if (rc) {
     acpsgd_destroy(s);
-    comp_errf(err, errlen, "acpsgd: out of device memory");
+    comp_alloc_err("acpsgd", rc, err, errlen);
     return rc;
   }
   *state = s;

@@ -39,7 +39,10 @@ static fgb_status adtopk_create(const comp_params *p, uint64_t n, const comp_exe
   opts[no++] = (comp_opt){"dense_below", COMP_OPT_INT, &dense_below, 0, 1e15, NULL};
   if ((rc = comp_parse_options("adtopk", p->options, opts, no, err, errlen))) return rc;
   adtopk_state *s = calloc(1, sizeof *s);
-  if (s == NULL) return FGB_ENOMEM;
+  if (s == NULL) {
+    comp_alloc_err("adtopk", FGB_ENOMEM, err, errlen);
+    return FGB_ENOMEM;
+  }
   s->rows = p->rows ? p->rows : 1;
   s->cols = p->rows ? p->cols : n;
   s->k1 = comp_k(s->cols, rho);
@@ -57,7 +60,7 @@ static fgb_status adtopk_create(const comp_params *p, uint64_t n, const comp_exe
     if (!rc) rc = kern_alloc(ex, n * sizeof(float), (void **)&s->recv);
     if (rc) {
       adtopk_destroy(s);
-      comp_errf(err, errlen, "adtopk: out of device memory");
+      comp_alloc_err("adtopk", rc, err, errlen);
       return rc;
     }
   }

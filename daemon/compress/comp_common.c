@@ -134,6 +134,16 @@ uint32_t comp_k(uint64_t n, double rho) {
   return (uint32_t)k;
 }
 
+void comp_alloc_err(const char *cname, fgb_status rc, char *err, size_t errlen) {
+  if (err == NULL || errlen == 0) return;
+  if (rc == FGB_ENOTSUP)
+    snprintf(err, errlen, "%s: this build has no CUDA kernels (on_gpu exec)", cname);
+  else if (rc == FGB_ENOMEM)
+    snprintf(err, errlen, "%s: out of device memory", cname);
+  else
+    snprintf(err, errlen, "%s: device setup failed (status %d)", cname, rc);
+}
+
 /* ---- state blob ------------------------------------------------------------------------------ */
 
 typedef struct blob_head {
@@ -257,8 +267,7 @@ fgb_status comp_sparse_init(comp_sparse *cs, const char *name, const comp_params
   if (!s) s = kern_ws_create(ex, n, cap, &cs->ws);
   if (s) {
     comp_sparse_free(cs);
-    if (err && errlen)
-      snprintf(err, errlen, "%s: out of device memory for n = %llu", name, (unsigned long long)n);
+    comp_alloc_err(name, s, err, errlen);
   }
   return s;
 }

@@ -25,6 +25,10 @@
 fgb_status comp_errf(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Message for a failed device allocation or setup (rc from kern_*: ENOMEM, or ENOTSUP for an
+ * on_gpu exec in a build without CUDA). The caller returns rc itself. */
+void comp_alloc_err(const char *cname, fgb_status rc, char *err, size_t errlen);
+
 typedef enum { COMP_OPT_DOUBLE, COMP_OPT_INT, COMP_OPT_BOOL, COMP_OPT_ENUM } comp_opt_type;
 
 typedef struct comp_opt {

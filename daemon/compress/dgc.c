@@ -90,7 +90,10 @@ static fgb_status dgc_create(const comp_params *p, uint64_t n, const comp_exec *
     return comp_errf(err, errlen, "dgc: warmup_epochs=%lld needs steps_per_epoch > 0",
                      (long long)wu);
   dgc_state *s = calloc(1, sizeof *s);
-  if (s == NULL) return FGB_ENOMEM;
+  if (s == NULL) {
+    comp_alloc_err("dgc", FGB_ENOMEM, err, errlen);
+    return FGB_ENOMEM;
+  }
   s->momentum = momentum;
   s->clip = clip / sqrt((double)p->nranks); /* paper: local clip threshold scaled by N^-1/2 */
   s->nesterov = nesterov;
@@ -119,7 +122,7 @@ static fgb_status dgc_create(const comp_params *p, uint64_t n, const comp_exec *
   if (!rc && !strided) rc = kern_alloc(ex, (size_t)mmax * sizeof(int32_t), (void **)&s->sample_idx);
   if (rc) {
     dgc_destroy(s);
-    comp_errf(err, errlen, "dgc: out of device memory");
+    comp_alloc_err("dgc", rc, err, errlen);
     return rc;
   }
   *state = s;

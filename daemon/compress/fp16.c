@@ -34,7 +34,10 @@ static fgb_status fp16_create(const comp_params *p, uint64_t n, const comp_exec 
   comp_opt opts[] = {{"ef", COMP_OPT_BOOL, &ef, 0, 1, NULL}};
   if ((rc = comp_parse_options("fp16", p->options, opts, 1, err, errlen))) return rc;
   fp16_state *s = calloc(1, sizeof *s);
-  if (s == NULL) return FGB_ENOMEM;
+  if (s == NULL) {
+    comp_alloc_err("fp16", FGB_ENOMEM, err, errlen);
+    return FGB_ENOMEM;
+  }
   s->ex = *ex;
   s->n = n;
   s->ef = ef;
@@ -43,7 +46,7 @@ static fgb_status fp16_create(const comp_params *p, uint64_t n, const comp_exec 
   if (!rc) rc = kern_alloc(ex, n * sizeof(uint16_t), (void **)&s->recv);
   if (rc) {
     fp16_destroy(s);
-    comp_errf(err, errlen, "fp16: out of device memory");
+    comp_alloc_err("fp16", rc, err, errlen);
     return rc;
   }
   *state = s;

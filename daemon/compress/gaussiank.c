@@ -41,7 +41,10 @@ static fgb_status gaussiank_create(const comp_params *p, uint64_t n, const comp_
   opts[no++] = (comp_opt){"capacity", COMP_OPT_DOUBLE, &capf, 1, 16, NULL};
   if ((rc = comp_parse_options("gaussiank", p->options, opts, no, err, errlen))) return rc;
   gaussiank_state *s = calloc(1, sizeof *s);
-  if (s == NULL) return FGB_ENOMEM;
+  if (s == NULL) {
+    comp_alloc_err("gaussiank", FGB_ENOMEM, err, errlen);
+    return FGB_ENOMEM;
+  }
   s->z = two_sided_z(rho);
   s->iters = (int)iters;
   uint32_t k = comp_k(n, rho);

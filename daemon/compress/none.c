@@ -27,14 +27,17 @@ static fgb_status none_create(const comp_params *p, uint64_t n, const comp_exec 
   if ((rc = comp_density("none", p, 1.0, &rho, err, errlen))) return rc;
   if ((rc = comp_parse_options("none", p->options, NULL, 0, err, errlen))) return rc;
   none_state *s = calloc(1, sizeof *s);
-  if (s == NULL) return FGB_ENOMEM;
+  if (s == NULL) {
+    comp_alloc_err("none", FGB_ENOMEM, err, errlen);
+    return FGB_ENOMEM;
+  }
   s->ex = *ex;
   s->n = n;
   rc = kern_alloc(ex, n * sizeof(float), (void **)&s->send);
   if (!rc) rc = kern_alloc(ex, n * sizeof(float), (void **)&s->recv);
   if (rc) {
     none_destroy(s);
-    comp_errf(err, errlen, "none: out of device memory");
+    comp_alloc_err("none", rc, err, errlen);
     return rc;
   }
   *state = s;

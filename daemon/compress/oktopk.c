@@ -44,7 +44,10 @@ static fgb_status oktopk_create(const comp_params *p, uint64_t n, const comp_exe
   opts[no++] = (comp_opt){"capacity", COMP_OPT_DOUBLE, &capf, 1, 16, NULL};
   if ((rc = comp_parse_options("oktopk", p->options, opts, no, err, errlen))) return rc;
   oktopk_state *s = calloc(1, sizeof *s);
-  if (s == NULL) return FGB_ENOMEM;
+  if (s == NULL) {
+    comp_alloc_err("oktopk", FGB_ENOMEM, err, errlen);
+    return FGB_ENOMEM;
+  }
   s->refresh = refresh;
   s->iters = (int)iters;
   uint32_t k = comp_k(n, rho);
@@ -56,7 +59,7 @@ static fgb_status oktopk_create(const comp_params *p, uint64_t n, const comp_exe
   }
   if ((rc = kern_alloc(ex, comp_coo_bytes(k, 4), &s->gpayload))) {
     oktopk_destroy(s);
-    comp_errf(err, errlen, "oktopk: out of device memory");
+    comp_alloc_err("oktopk", rc, err, errlen);
     return rc;
   }
   *state = s;

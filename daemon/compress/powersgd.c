@@ -46,7 +46,10 @@ static fgb_status powersgd_create(const comp_params *p, uint64_t n, const comp_e
   };
   if ((rc = comp_parse_options("powersgd", p->options, opts, 3, err, errlen))) return rc;
   powersgd_state *s = calloc(1, sizeof *s);
-  if (s == NULL) return FGB_ENOMEM;
+  if (s == NULL) {
+    comp_alloc_err("powersgd", FGB_ENOMEM, err, errlen);
+    return FGB_ENOMEM;
+  }
   s->ex = *ex;
   s->n = n;
   s->rows = p->rows ? p->rows : 1;
@@ -72,7 +75,7 @@ static fgb_status powersgd_create(const comp_params *p, uint64_t n, const comp_e
   }
   if (rc) {
     powersgd_destroy(s);
-    comp_errf(err, errlen, "powersgd: out of device memory");
+    comp_alloc_err("powersgd", rc, err, errlen);
     return rc;
   }
   *state = s;

@@ -38,7 +38,10 @@ static fgb_status randomk_create(const comp_params *p, uint64_t n, const comp_ex
   comp_opt opts[] = {{"ef", COMP_OPT_BOOL, &ef, 0, 1, NULL}};
   if ((rc = comp_parse_options("randomk", p->options, opts, 1, err, errlen))) return rc;
   randomk_state *s = calloc(1, sizeof *s);
-  if (s == NULL) return FGB_ENOMEM;
+  if (s == NULL) {
+    comp_alloc_err("randomk", FGB_ENOMEM, err, errlen);
+    return FGB_ENOMEM;
+  }
   s->ex = *ex;
   s->n = n;
   s->seed = p->seed;
@@ -51,7 +54,7 @@ static fgb_status randomk_create(const comp_params *p, uint64_t n, const comp_ex
   if (!rc) rc = kern_alloc(ex, s->k * sizeof(float), (void **)&s->recv);
   if (rc) {
     randomk_destroy(s);
-    comp_errf(err, errlen, "randomk: out of device memory");
+    comp_alloc_err("randomk", rc, err, errlen);
     return rc;
   }
   *state = s;

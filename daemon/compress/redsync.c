@@ -26,7 +26,10 @@ static fgb_status redsync_create(const comp_params *p, uint64_t n, const comp_ex
   opts[no++] = (comp_opt){"mode", COMP_OPT_ENUM, &mode, 0, 0, redsync_modes};
   if ((rc = comp_parse_options("redsync", p->options, opts, no, err, errlen))) return rc;
   redsync_state *s = calloc(1, sizeof *s);
-  if (s == NULL) return FGB_ENOMEM;
+  if (s == NULL) {
+    comp_alloc_err("redsync", FGB_ENOMEM, err, errlen);
+    return FGB_ENOMEM;
+  }
   s->mode = mode;
   uint32_t k = comp_k(n, rho);
   uint64_t cap = mode ? 2ull * k : k;

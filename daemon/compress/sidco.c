@@ -35,7 +35,10 @@ static fgb_status sidco_create(const comp_params *p, uint64_t n, const comp_exec
   opts[no++] = (comp_opt){"capacity", COMP_OPT_DOUBLE, &capf, 1, 16, NULL};
   if ((rc = comp_parse_options("sidco", p->options, opts, no, err, errlen))) return rc;
   sidco_state *s = calloc(1, sizeof *s);
-  if (s == NULL) return FGB_ENOMEM;
+  if (s == NULL) {
+    comp_alloc_err("sidco", FGB_ENOMEM, err, errlen);
+    return FGB_ENOMEM;
+  }
   s->dist = dist;
   s->stages = rho >= fr ? 1 : (int)stages; /* a density above the first stage needs one fit */
   s->iters = (int)iters;

@@ -20,7 +20,10 @@ static fgb_status topk_create(const comp_params *p, uint64_t n, const comp_exec 
   int no = comp_sparse_opts(opts, &fp16, &ef);
   if ((rc = comp_parse_options("topk", p->options, opts, no, err, errlen))) return rc;
   topk_state *s = calloc(1, sizeof *s);
-  if (s == NULL) return FGB_ENOMEM;
+  if (s == NULL) {
+    comp_alloc_err("topk", FGB_ENOMEM, err, errlen);
+    return FGB_ENOMEM;
+  }
   uint32_t k = comp_k(n, rho);
   if ((rc = comp_sparse_init(&s->cs, "topk", p, n, ex, k, k, fp16, ef, err, errlen))) {
     free(s);

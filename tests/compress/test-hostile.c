@@ -70,6 +70,15 @@ int main(int argc, char **argv) {
     CHECK(create_rc(ops, &ex, 200, ok, err, sizeof err) == FGB_OK);
     CHECK(ops->create(NULL, 200, &ex, (void **)&p, err, sizeof err) == FGB_EINVAL);
   }
+#ifndef FGBUFF_HAVE_CUDA
+  /* A GPU exec in a build without CUDA: FGB_ENOTSUP with a message, for every compressor. */
+  comp_exec gpu = {1, NULL};
+  for (int i = 0; names[i]; i++) {
+    int rc =
+        create_rc(comp_find(names[i]), &gpu, 1000, (comp_params){.nranks = 1}, err, sizeof err);
+    CHECK_MSG(rc == FGB_ENOTSUP && strstr(err, "CUDA"), "%s on_gpu: rc %d '%s'", names[i], rc, err);
+  }
+#endif
   /* Bad option values name the key. */
   const char *bad_opts[][2] = {
       {"topk", "ef=2"},         {"topk", "fp16_values=yes"},   {"dgc", "momentum=1.5"},
