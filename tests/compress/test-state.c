@@ -2,7 +2,7 @@
  * every stateful compressor, a fresh instance that imports the state of one that ran three steps
  * produces, on step four, the same payload bytes, the same decode and the same exported state.
  * Blobs of another compressor, another size, truncated, extended or with a bad magic or version
- * are refused with FGB_EINVAL and leave the state unchanged. */
+ * are refused with FGB_EINVAL and leave the state unchanged; random corruptions never crash. */
 #include "comp_test.h"
 
 typedef struct st_case {
@@ -91,6 +91,19 @@ int main(int argc, char **argv) {
     CHECK(other.ops->state_import(other.st[0], &ex, sa, sb, err, sizeof err) == FGB_EINVAL);
     CHECK(strstr(err, "n =") != NULL);
     ct_job_destroy(&other);
+    /* Client bytes are untrusted: random corruptions either import or are refused, and the next
+     * step runs either way (ASan watches). */
+    ct_rng fr = {c + 1};
+    char *fz = ct_xmalloc(sb);
+    for (int it = 0; it < 200; it++) {
+      memcpy(fz, sa, sb);
+      for (int m = 0; m < 4; m++) fz[ct_next(&fr) % sb] = (char)ct_next(&fr);
+      size_t len = it % 7 == 0 ? ct_next(&fr) % (sb + 1) : sb;
+      int rc = b.ops->state_import(b.st[0], &ex, fz, len, err, sizeof err);
+      CHECK(rc == FGB_OK || rc == FGB_EINVAL);
+      if (it % 20 == 0) CHECK(ct_job_step(&b, &dg, 10 + (uint64_t)it, &dout, 1.0f) == FGB_OK);
+    }
+    free(fz);
     free(sbl);
     free(sa);
     free(blob);
