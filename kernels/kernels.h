@@ -20,7 +20,7 @@
  *    +-0 are equal, Inf is above every finite value and NaN is above Inf. Non-finite entries are
  *    therefore always selected first (they reach the aggregate, where the trainer sees them, and
  *    leave the residual instead of poisoning it forever); statistics skip them (counted in
- *    kern_stats.nonfinite).
+ *    ctl->st.nonfinite).
  *  - Lengths are uint64_t; sparse selections address int32 indices, so they need n <= INT32_MAX
  *    (the compressors check this at create time).
  * Where a formula or corner case (degenerate fits, adaptation steps, clamps) is not spelled out
@@ -40,8 +40,7 @@
 extern "C" {
 #endif
 
-/* ---- device-side scalars ----------------------------------------------------------------------
- */
+/* ---- device-side scalars --------------------------------------------------------------------- */
 
 /* Statistics of |a| written by kern_stats (double accumulation, fixed order). */
 typedef struct kern_moments {
@@ -97,8 +96,7 @@ static inline int32_t *kern_coo_indices(void *payload, size_t capacity, size_t v
                      capacity * sizeof(int32_t));
 }
 
-/* ---- memory (on the exec's device) ------------------------------------------------------------
- */
+/* ---- memory (on the exec's device) ----------------------------------------------------------- */
 
 /* Allocate `bytes` (> 0) zero-filled bytes. FGB_ENOMEM on failure. */
 fgb_status kern_alloc(const comp_exec *ex, size_t bytes, void **out);
@@ -117,8 +115,7 @@ fgb_status kern_sync(const comp_exec *ex);
 fgb_status kern_ws_create(const comp_exec *ex, uint64_t n, uint32_t cap, kern_ws **out);
 void kern_ws_destroy(const comp_exec *ex, kern_ws *ws);
 
-/* ---- dense helpers ----------------------------------------------------------------------------
- */
+/* ---- dense helpers --------------------------------------------------------------------------- */
 
 /* dst += src (error-feedback compensation, a = r + g kept in the residual). Cost R2 W1. */
 fgb_status kern_add(const comp_exec *ex, float *dst, const float *src, uint64_t n);
