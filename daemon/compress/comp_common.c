@@ -236,8 +236,7 @@ fgb_status comp_state_unpack(const comp_exec *ex, const char *name, uint64_t n,
   return FGB_OK;
 }
 
-/* ---- COO sparsifier skeleton ------------------------------------------------------------------
- */
+/* ---- COO sparsifier skeleton ----------------------------------------------------------------- */
 
 int comp_sparse_opts(comp_opt *opts, int *fp16, int *ef) {
   opts[0] = (comp_opt){"fp16_values", COMP_OPT_BOOL, fp16, 0, 1, NULL};

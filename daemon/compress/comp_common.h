@@ -18,8 +18,7 @@
 #define COMP_CUDA_CAP 0u
 #endif
 
-/* ---- errors and options -----------------------------------------------------------------------
- */
+/* ---- errors and options ---------------------------------------------------------------------- */
 
 /* snprintf into err (if any) and return FGB_EINVAL. */
 fgb_status comp_errf(char *err, size_t errlen, const char *fmt, ...)
@@ -59,8 +58,7 @@ fgb_status comp_density(const char *cname, const comp_params *p, double def, dou
 /* k = max(1, floor(n * rho)), at most n. */
 uint32_t comp_k(uint64_t n, double rho);
 
-/* ---- versioned state blob ---------------------------------------------------------------------
- */
+/* ---- versioned state blob -------------------------------------------------------------------- */
 
 /* One piece of state: device memory (copied through kern_to_host / kern_from_host) or host. */
 typedef struct comp_region {
@@ -78,8 +76,7 @@ fgb_status comp_state_unpack(const comp_exec *ex, const char *name, uint64_t n,
                              const comp_region *regs, int nregs, const void *buf, size_t bytes,
                              char *err, size_t errlen);
 
-/* ---- COO sparsifier skeleton ------------------------------------------------------------------
- */
+/* ---- COO sparsifier skeleton ----------------------------------------------------------------- */
 
 typedef struct comp_sparse {
   const char *name;

@@ -15,8 +15,7 @@
 #include "kern_util.h"
 #include "test.h"
 
-/* ---- exec -------------------------------------------------------------------------------------
- */
+/* ---- exec ------------------------------------------------------------------------------------ */
 
 static inline comp_exec ct_exec(int argc, char **argv) {
   comp_exec ex = {0, NULL};
@@ -37,8 +36,7 @@ static inline uint64_t ct_arg_n(int argc, char **argv, uint64_t def) {
   return def;
 }
 
-/* ---- buffers ----------------------------------------------------------------------------------
- */
+/* ---- buffers --------------------------------------------------------------------------------- */
 
 static inline void *ct_dev(const comp_exec *ex, const void *host, size_t bytes) {
   void *d = NULL;
@@ -57,8 +55,7 @@ static inline void *ct_xmalloc(size_t bytes) {
   return p;
 }
 
-/* ---- inputs -----------------------------------------------------------------------------------
- */
+/* ---- inputs ---------------------------------------------------------------------------------- */
 
 typedef struct ct_rng {
   uint64_t s;
@@ -106,8 +103,7 @@ static inline void ct_fill(float *x, uint64_t n, ct_dist d, double scale, uint64
   }
 }
 
-/* ---- a simulated job of P ranks ---------------------------------------------------------------
- */
+/* ---- a simulated job of P ranks -------------------------------------------------------------- */
 
 #define CT_MAXP 8
 
@@ -221,8 +217,7 @@ static inline comp_coo_header ct_header(ct_job *j, int r) {
   return h;
 }
 
-/* ---- state blobs ------------------------------------------------------------------------------
- */
+/* ---- state blobs ----------------------------------------------------------------------------- */
 
 /* Region i of an exported state (layout of comp_state_pack): pointer into blob and its size. */
 static inline const void *ct_region(const void *blob, size_t bytes, int i, size_t *len) {
