@@ -9,6 +9,7 @@
  *   --skip K        tensor K is never submitted (flushed with zeros at end of step)
  *   --die-at S      at step S, submit half the tensors, then SIGKILL ourselves
  *   --sleep-ms MS   at step --sleep-at (default 1), sleep MS inside the step before submitting
+ *   --pipeline 1    several steps in flight: each tensor waits for its previous step only
  *   --expect-error  a step must fail with this fgb_status (e.g. -8 = FGB_EPEER; 1 = any error);
  *                   exit 0 if it did within --deadline-ms (default 10000) of the wait starting
  * Exit status: 0 ok, 1 check failed, 2 usage. */
@@ -131,9 +132,38 @@ static double expect(int k, int size, uint64_t s, uint64_t i, int skip) {
   return sum / size;
 }
 
+static int fails;
+
+/* Backward order differs per rank: rotate by rank, reverse on odd ranks. */
+static int order(int rank, int j) {
+  return (rank % 2) ? (NT - 1 - (j + rank) % NT) : (j + rank) % NT;
+}
+
+/* Check tensor k's result for step s (exact where the values make it exact); its FNV-1a hash. */
+static uint64_t check_tensor(const void *base, int k, int rank, int size, int s, int skip) {
+  const unsigned char *p = base;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t b = 0; b < counts[k] * esize(types[k]); b++) h = (h ^ p[b]) * 1099511628211ull;
+  if (k == 5) return h;
+  for (uint64_t i = 0; i < counts[k]; i++) {
+    double got = get(p, k, i), want = expect(k, size, (uint64_t)s, i, skip);
+    if (got != want && fails++ < 5)
+      fprintf(stderr, "rank %d step %d tensor %d [%llu]: got %g want %g\n", rank, s, k,
+              (unsigned long long)i, got, want);
+  }
+  return h;
+}
+
+static void print_hash(int s, const uint64_t *hk) {
+  uint64_t h = 0;
+  for (int k = 0; k < NT; k++) h = h * 31 + hk[k];
+  printf("step %d hash %016llx\n", s, (unsigned long long)h);
+  fflush(stdout);
+}
+
 int main(int argc, char **argv) {
   int rank = -1, size = -1, steps = 3, skip = -1, die_at = -1, sleep_ms = 0, sleep_at = 1;
-  int expect_err = 0, deadline_ms = 10000;
+  int expect_err = 0, deadline_ms = 10000, pipeline = 0;
   const char *job = "synctest", *sock = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *a = argv[i], *v = argv[i + 1];
@@ -159,6 +189,8 @@ int main(int argc, char **argv) {
       expect_err = atoi(v);
     else if (!strcmp(a, "--deadline-ms"))
       deadline_ms = atoi(v);
+    else if (!strcmp(a, "--pipeline"))
+      pipeline = atoi(v);
     else {
       fprintf(stderr, "syncclient: unknown option %s\n", a);
       return 2;
@@ -207,14 +239,44 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
-  int fails = 0;
+  uint64_t hk[NT];
   for (int s = 1; s <= steps; s++) {
+    if (pipeline) {
+      /* Several steps in flight: each tensor waits only for its own previous step, so step s's
+       * submits overlap step s-1's collectives. */
+      for (int j = 0; j < NT; j++) {
+        int k = order(rank, j);
+        if (s > 1) {
+          if (fgb_wait(c, tid[k], (uint64_t)s - 1, 120000)) {
+            fprintf(stderr, "rank %d: wait tensor %d step %d: %s\n", rank, k, s - 1,
+                    fgb_client_error(c));
+            return 1;
+          }
+          hk[k] = check_tensor((char *)a.ptr + off[k], k, rank, size, s - 1, skip);
+        }
+        fill((char *)a.ptr + off[k], k, rank, (uint64_t)s, k == skip);
+        if (k != skip && fgb_submit(c, tid[k], (uint64_t)s, NULL)) {
+          fprintf(stderr, "rank %d: submit: %s\n", rank, fgb_client_error(c));
+          fails++;
+        }
+      }
+      if (s > 1) print_hash(s - 1, hk);
+      fgb_end_step(c, (uint64_t)s);
+      if (s < steps) continue;
+      if (fgb_wait_step(c, (uint64_t)s, 120000)) {
+        fprintf(stderr, "rank %d: wait step %d: %s\n", rank, s, fgb_client_error(c));
+        return 1;
+      }
+      for (int k = 0; k < NT; k++)
+        hk[k] = check_tensor((char *)a.ptr + off[k], k, rank, size, s, skip);
+      print_hash(s, hk);
+      continue;
+    }
     for (int k = 0; k < NT; k++) fill((char *)a.ptr + off[k], k, rank, (uint64_t)s, k == skip);
     if (s == sleep_at && sleep_ms > 0) usleep((useconds_t)sleep_ms * 1000);
-    /* Backward order differs per rank: rotate by rank, reverse on odd ranks. */
     int nsub = 0;
     for (int j = 0; j < NT; j++) {
-      int k = (rank % 2) ? (NT - 1 - (j + rank) % NT) : (j + rank) % NT;
+      int k = order(rank, j);
       if (k == skip) continue;
       if (s == die_at && nsub == NT / 2) {
         fprintf(stderr, "rank %d: dying mid-step %d\n", rank, s);
@@ -250,22 +312,9 @@ int main(int argc, char **argv) {
       fprintf(stderr, "rank %d: wait step %d: %s\n", rank, s, fgb_client_error(c));
       return 1;
     }
-    uint64_t h = 1469598103934665603ull;
-    for (int k = 0; k < NT; k++) {
-      const unsigned char *p = (const unsigned char *)a.ptr + off[k];
-      for (size_t b = 0; b < counts[k] * esize(types[k]); b++) h = (h ^ p[b]) * 1099511628211ull;
-      if (k == 5) continue;
-      for (uint64_t i = 0; i < counts[k]; i++) {
-        double got = get(p, k, i), want = expect(k, size, (uint64_t)s, i, skip);
-        if (got != want) {
-          if (fails++ < 5)
-            fprintf(stderr, "rank %d step %d tensor %d [%llu]: got %g want %g\n", rank, s, k,
-                    (unsigned long long)i, got, want);
-        }
-      }
-    }
-    printf("step %d hash %016llx\n", s, (unsigned long long)h);
-    fflush(stdout);
+    for (int k = 0; k < NT; k++)
+      hk[k] = check_tensor((char *)a.ptr + off[k], k, rank, size, s, skip);
+    print_hash(s, hk);
   }
   if (expect_err) {
     fprintf(stderr, "rank %d: no step failed with %d\n", rank, expect_err);
