@@ -3,7 +3,8 @@
  * a P-step and a Q-step, with out0 + out1 = 2G), the residual is E' = G + E - P Q^T as specified,
  * two ranks whose gradients share a column space get the average, bitwise the same on both, and a
  * full-rank gradient is not lost (decode + residual = gradient + old residual, to tolerance);
- * flush_dense sends gradient + residual exactly and clears the residual. */
+ * flush_dense sends gradient + residual exactly and clears the residual; with a warm start,
+ * repeated steps on one matrix converge to the optimal rank-r error (subspace iteration). */
 #include "comp_test.h"
 
 enum { ROWS = 48, COLS = 40, R = 3 };
@@ -96,10 +97,69 @@ static void run(const comp_exec *ex, const char *name) {
   ct_job_destroy(&j);
 }
 
+/* Host Gram-Schmidt of the m columns of X (rows x m, row-major). */
+static void host_orth(float *X, int rows, int m) {
+  for (int j = 0; j < m; j++) {
+    for (int pass = 0; pass < 2; pass++)
+      for (int p = 0; p < j; p++) {
+        double d = 0;
+        for (int i = 0; i < rows; i++) d += (double)X[i * m + p] * X[i * m + j];
+        for (int i = 0; i < rows; i++) X[i * m + j] -= (float)d * X[i * m + p];
+      }
+    double nr = 0;
+    for (int i = 0; i < rows; i++) nr += (double)X[i * m + j] * X[i * m + j];
+    for (int i = 0; i < rows; i++) X[i * m + j] /= (float)sqrt(nr);
+  }
+}
+
+/* Warm start: the same matrix every step (no EF), so PowerSGD runs subspace iteration: its error
+ * must fall to the optimal rank-2 error sqrt(sum of the other squared singular values). Without a
+ * warm start it would stay at a random projection's error. */
+static void warm_start(const comp_exec *ex) {
+  enum { M = 6 };
+  const float sig[M] = {10, 8, 5, 4, 3, 2};
+  float U[ROWS * M], V[COLS * M], G[ROWS * COLS], o[ROWS * COLS];
+  ct_fill(U, ROWS * M, CT_GAUSS, 1.0, 31);
+  ct_fill(V, COLS * M, CT_GAUSS, 1.0, 32);
+  host_orth(U, ROWS, M);
+  host_orth(V, COLS, M);
+  for (int i = 0; i < ROWS; i++)
+    for (int c = 0; c < COLS; c++) {
+      double s = 0;
+      for (int j = 0; j < M; j++) s += (double)sig[j] * U[i * M + j] * V[c * M + j];
+      G[i * COLS + c] = (float)s;
+    }
+  double best = 0, first = 0, last = 0;
+  for (int j = 2; j < M; j++) best += (double)sig[j] * sig[j];
+  best = sqrt(best);
+  comp_params p = {.nranks = 1, .rows = ROWS, .cols = COLS, .seed = 4, .options = "rank=2,ef=0"};
+  ct_job j;
+  REQUIRE(ct_job_create(&j, "powersgd", ex, 1, ROWS * COLS, &p) == FGB_OK);
+  float *dg = ct_dev(ex, G, sizeof G), *dout = ct_dev(ex, NULL, sizeof o);
+  for (uint64_t step = 0; step < 30; step++) {
+    REQUIRE(ct_job_step(&j, &dg, step, &dout, 1.0f) == FGB_OK);
+    ct_get(ex, o, dout, sizeof o);
+    double e = 0;
+    for (int i = 0; i < ROWS * COLS; i++) e += ((double)o[i] - G[i]) * ((double)o[i] - G[i]);
+    if (step == 0) first = sqrt(e);
+    last = sqrt(e);
+  }
+  if (getenv("CT_VERBOSE"))
+    fprintf(stderr, "warm start: first %g last %g best %g\n", first, last, best);
+  CHECK_MSG(fabs(last - best) < 0.01 * best, "warm start: error %g after 30 steps, optimal %g",
+            last, best);
+  CHECK_MSG(first > 1.05 * best, "warm start: first-step error %g already optimal (%g)?", first,
+            best);
+  kern_free(ex, dg);
+  kern_free(ex, dout);
+  ct_job_destroy(&j);
+}
+
 int main(int argc, char **argv) {
   comp_exec ex = ct_exec(argc, argv);
   run(&ex, "powersgd");
   run(&ex, "acpsgd");
+  warm_start(&ex);
   /* A vector view is all-reduced dense (nothing to factor). */
   comp_params p = {.nranks = 1};
   ct_job j;
