@@ -103,7 +103,7 @@ static void issue(coord *c, ljob *j, uint64_t step, uint32_t *keys, uint32_t n) 
   for (uint32_t i = 0; i < n;) {
     uint32_t start = i;
     uint64_t total = tensor_bytes(&j->tensors[keys[i++]]);
-    while (limit && i < n) {
+    while (limit && i < n && i - start < COORD_MAX_BATCH) {
       uint64_t b = tensor_bytes(&j->tensors[keys[i]]);
       if (b > limit || total + b > limit) break;
       total += b;

@@ -299,7 +299,9 @@ fgb_status coord_join(coord *c, const coord_job_id *job, int rank, int size) {
   m.job = *job;
   m.rank = rank;
   m.size = size;
-  return to_leader(c, &m);
+  fgb_status st = to_leader(c, &m);
+  if (st) coord_drop_local(c, j); /* not sent: as if never joined */
+  return st;
 }
 
 fgb_status coord_leave(coord *c, const coord_job_id *job, int abort, const char *why) {
@@ -338,13 +340,13 @@ fgb_status coord_ready(coord *c, const coord_job_id *job, uint64_t step, const u
   if (n > 0 && !keys) return FGB_EINVAL;
   if (!j->formed) return FGB_EAGAIN;
   /* Batches above the wire cap travel as several READY messages, in order. */
-  for (uint32_t off = 0; off < n; off += COORD_MAX_BATCH) {
+  for (uint64_t off = 0; off < n; off += COORD_MAX_BATCH) {
     coord_msg m;
     coord_msg_init(&m, COORD_MSG_READY);
     m.job = *job;
     m.rank = j->rank;
     m.step = step;
-    m.nkeys = n - off < COORD_MAX_BATCH ? n - off : COORD_MAX_BATCH;
+    m.nkeys = n - off < COORD_MAX_BATCH ? (uint32_t)(n - off) : COORD_MAX_BATCH;
     m.keys = (uint32_t *)(keys + off); /* borrowed: not cleared */
     st = to_leader(c, &m);
     if (st) return st;
