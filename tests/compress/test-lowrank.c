@@ -112,10 +112,11 @@ static void host_orth(float *X, int rows, int m) {
   }
 }
 
-/* Warm start: the same matrix every step (no EF), so PowerSGD runs subspace iteration: its error
+/* Warm start: the same matrix every step (no EF), so PowerSGD (and ACP-SGD, alternating) run
+ * subspace iteration: the error
  * must fall to the optimal rank-2 error sqrt(sum of the other squared singular values). Without a
  * warm start it would stay at a random projection's error. */
-static void warm_start(const comp_exec *ex) {
+static void warm_start(const comp_exec *ex, const char *name) {
   enum { M = 6 };
   const float sig[M] = {10, 8, 5, 4, 3, 2};
   float U[ROWS * M], V[COLS * M], G[ROWS * COLS], o[ROWS * COLS];
@@ -134,7 +135,7 @@ static void warm_start(const comp_exec *ex) {
   best = sqrt(best);
   comp_params p = {.nranks = 1, .rows = ROWS, .cols = COLS, .seed = 4, .options = "rank=2,ef=0"};
   ct_job j;
-  REQUIRE(ct_job_create(&j, "powersgd", ex, 1, ROWS * COLS, &p) == FGB_OK);
+  REQUIRE(ct_job_create(&j, name, ex, 1, ROWS * COLS, &p) == FGB_OK);
   float *dg = ct_dev(ex, G, sizeof G), *dout = ct_dev(ex, NULL, sizeof o);
   for (uint64_t step = 0; step < 30; step++) {
     REQUIRE(ct_job_step(&j, &dg, step, &dout, 1.0f) == FGB_OK);
@@ -145,11 +146,11 @@ static void warm_start(const comp_exec *ex) {
     last = sqrt(e);
   }
   if (getenv("CT_VERBOSE"))
-    fprintf(stderr, "warm start: first %g last %g best %g\n", first, last, best);
-  CHECK_MSG(fabs(last - best) < 0.01 * best, "warm start: error %g after 30 steps, optimal %g",
-            last, best);
-  CHECK_MSG(first > 1.05 * best, "warm start: first-step error %g already optimal (%g)?", first,
-            best);
+    fprintf(stderr, "%s warm start: first %g last %g best %g\n", name, first, last, best);
+  CHECK_MSG(fabs(last - best) < 0.01 * best, "%s warm start: error %g after 30 steps, optimal %g",
+            name, last, best);
+  CHECK_MSG(first > 1.05 * best, "%s warm start: first-step error %g already optimal (%g)?", name,
+            first, best);
   kern_free(ex, dg);
   kern_free(ex, dout);
   ct_job_destroy(&j);
@@ -159,7 +160,8 @@ int main(int argc, char **argv) {
   comp_exec ex = ct_exec(argc, argv);
   run(&ex, "powersgd");
   run(&ex, "acpsgd");
-  warm_start(&ex);
+  warm_start(&ex, "powersgd");
+  warm_start(&ex, "acpsgd");
   /* A vector view is all-reduced dense (nothing to factor). */
   comp_params p = {.nranks = 1};
   ct_job j;
