@@ -113,9 +113,8 @@ static void host_orth(float *X, int rows, int m) {
 }
 
 /* Warm start: the same matrix every step (no EF), so PowerSGD (and ACP-SGD, alternating) run
- * subspace iteration: the error
- * must fall to the optimal rank-2 error sqrt(sum of the other squared singular values). Without a
- * warm start it would stay at a random projection's error. */
+ * subspace iteration: the error must fall to the optimal rank-2 error, sqrt(sum of the other
+ * squared singular values). Without a warm start it would stay at a random projection's error. */
 static void warm_start(const comp_exec *ex, const char *name) {
   enum { M = 6 };
   const float sig[M] = {10, 8, 5, 4, 3, 2};
