@@ -209,21 +209,27 @@ __global__ void __launch_bounds__(SEL_THREADS)
   const uint32_t nb = kc_radix_bins(pass), sh = kc_radix_shift(pass);
   for (uint32_t b = threadIdx.x; b < KC_RADIX_BINS; b += blockDim.x) hist[b] = 0;
   __syncthreads();
-  const uint64_t stride = (uint64_t)gridDim.x * blockDim.x,
-                 gid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
-  const uint64_t n4 = sal ? cnt / 4 : 0;
-  for (uint64_t i = gid; i < n4; i += stride) {
-    float4 x = ((const float4 *)src)[i];
-    float w[4] = {x.x, x.y, x.z, x.w};
+  /* Only as many blocks as the (device-side) count needs take part: a few hundred thousand
+   * candidates must not cost a thousand blocks' histogram flushes. The others just check in. */
+  const uint64_t per_blk = (uint64_t)blockDim.x * 16, want = (cnt + per_blk - 1) / per_blk;
+  const uint32_t active = want < 1 ? 1 : want < gridDim.x ? (uint32_t)want : gridDim.x;
+  if (blockIdx.x < active) {
+    const uint64_t stride = (uint64_t)active * blockDim.x,
+                   gid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
+    const uint64_t n4 = sal ? cnt / 4 : 0;
+    for (uint64_t i = gid; i < n4; i += stride) {
+      float4 x = ((const float4 *)src)[i];
+      float w[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
-    for (int q = 0; q < 4; q++) {
-      uint32_t key = kern_abs_key(w[q]);
+      for (int q = 0; q < 4; q++) {
+        uint32_t key = kern_abs_key(w[q]);
+        if ((key & mask) == prefix) atomicAdd(&hist[(key >> sh) & (nb - 1)], 1u);
+      }
+    }
+    for (uint64_t i = n4 * 4 + gid; i < cnt; i += stride) {
+      uint32_t key = kern_abs_key(src[i]);
       if ((key & mask) == prefix) atomicAdd(&hist[(key >> sh) & (nb - 1)], 1u);
     }
-  }
-  for (uint64_t i = n4 * 4 + gid; i < cnt; i += stride) {
-    uint32_t key = kern_abs_key(src[i]);
-    if ((key & mask) == prefix) atomicAdd(&hist[(key >> sh) & (nb - 1)], 1u);
   }
   __syncthreads();
   for (uint32_t b = threadIdx.x; b < nb; b += blockDim.x)
