@@ -147,7 +147,7 @@ static void run_case(const gt_case *c, cudaStream_t s) {
         CHECK_MSG(d <= 0.02 * k + 2, "%s(%s) step %llu rank %d: %u selected on GPU, %u on CPU",
                   c->name, gt_opts(c), (unsigned long long)st, r, cnt_g[r], cnt_c[r]);
         double e = gt_rel_l2(og, hoc[r], N);
-        CHECK_MSG(e < 0.05, "%s(%s) step %llu: GPU vs CPU relative L2 %.3g", c->name, gt_opts(c),
+        CHECK_MSG(e < 0.25, "%s(%s) step %llu: GPU vs CPU relative L2 %.3g", c->name, gt_opts(c),
                   (unsigned long long)st, e);
       } else {
         double e = gt_rel_l2(og, hoc[r], N);
