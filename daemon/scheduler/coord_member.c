@@ -136,6 +136,10 @@ fgb_status coord_member_deliver(coord *c, const coord_msg *m, char *err, size_t 
       return coord_push_event(c, &ev);
     }
     case COORD_MSG_ABORT:
+      /* Links are FIFO, so an ABORT for this daemon's record carries the key its FORMED gave (0
+       * before formation). Another key means the record is a later join of the same id, made
+       * after this daemon left the aborted one: not ours to abort. */
+      if (j && (j->formed ? j->job_key : 0) != m->job_key) return FGB_OK;
       if (j) coord_drop_local(c, j);
       coord_drop_stalls(c, &m->job);
       coord_event_init(&ev, COORD_EV_JOB_ABORTED, m);

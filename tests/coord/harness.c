@@ -118,6 +118,28 @@ int h_step(harness *h) {
   return 0;
 }
 
+int h_deliver(harness *h, int src, int dst) {
+  for (int d = 0; d < h->n; d++)
+    if (!h->dead[d]) h_drain(h, d);
+  h_fifo *f = &h->link[src][dst];
+  if (f->len == 0) return 0;
+  h_msg m = f->m[f->head];
+  f->head = (f->head + 1) % f->cap;
+  f->len--;
+  char err[256] = "";
+  fgb_status st = coord_on_message(h->c[dst], src, m.bytes, m.len, err, sizeof err);
+  free(m.bytes);
+  if (st == FGB_EPROTO) {
+    fprintf(stderr, "harness: link %d->%d: FGB_EPROTO: %s\n", src, dst, err);
+    h->nproto++;
+  } else if (st) {
+    h->nerrors++;
+    snprintf(h->last_err, sizeof h->last_err, "%s", err);
+  }
+  h_drain(h, dst);
+  return 1;
+}
+
 void h_run(harness *h) {
   while (h_step(h)) {
   }

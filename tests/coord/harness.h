@@ -43,6 +43,8 @@ uint64_t h_rand(harness *h);
 void h_drain(harness *h, int d);
 /* Drains everything, then delivers one message from a random non-empty link: 1, or 0 if none. */
 int h_step(harness *h);
+/* Delivers the oldest message on link src->dst (after draining): 1, or 0 if the link is empty. */
+int h_deliver(harness *h, int src, int dst);
 /* Runs until no message is in flight. */
 void h_run(harness *h);
 /* Marks d lost: its links are dropped and every other daemon gets coord_peer_lost(d). */

@@ -146,5 +146,26 @@ int main(void) {
   h_run(&h);
   CHECK(h.nproto == 0);
   h_free(&h);
+
+  /* 7. A stale ABORT does not hit a later join of the same id: world 1 leaves and rejoins while
+   * the ABORT caused by world 2's failure is still on its way. */
+  h_init(&h, ND, 7, 0, 0);
+  coord_job_id two = h_job("two", 1);
+  REQUIRE(coord_join(h.c[1], &two, 0, 2) == FGB_OK);
+  REQUIRE(coord_join(h.c[2], &two, 1, 2) == FGB_OK);
+  h_run(&h);
+  REQUIRE(coord_leave(h.c[2], &two, 1, "crash") == FGB_OK);
+  REQUIRE(coord_leave(h.c[1], &two, 1, "restart") == FGB_OK);
+  REQUIRE(coord_join(h.c[1], &two, 0, 2) == FGB_OK);
+  REQUIRE(h_deliver(&h, 2, 0)); /* the leader aborts: ABORT queued for world 1 */
+  REQUIRE(h_deliver(&h, 1, 0) && h_deliver(&h, 1, 0)); /* world 1's LEAVE, then its new JOIN */
+  REQUIRE(h_deliver(&h, 0, 1));                        /* the stale ABORT */
+  CHECK(h_count(&h, 1, COORD_EV_JOB_ABORTED) == 0);
+  REQUIRE(coord_join(h.c[2], &two, 1, 2) == FGB_OK);
+  h_run(&h);
+  CHECK(h_count(&h, 1, COORD_EV_JOB_FORMED) == 2);
+  CHECK(coord_ready(h.c[1], &two, 0, &k, 0) == FGB_OK); /* the record is there, formed */
+  CHECK(h.nproto == 0);
+  h_free(&h);
   TEST_DONE();
 }
