@@ -63,13 +63,18 @@ __device__ inline bool coo_has(const coo_view *v, int32_t i) {
   return false;
 }
 
-/* One block per rank: flags a payload whose indices are not strictly ascending. */
-__global__ void k_dec_check(const char *recv, uint64_t stride, uint32_t vb, kc_scratch *scr) {
-  coo_view v;
-  if (!coo_open(recv, stride, blockIdx.x, vb, &v)) return; /* skipped by the scatters anyway */
-  for (uint32_t j = threadIdx.x; j + 1 < v.count; j += blockDim.x)
-    if ((int32_t)ld_u32(v.idx + 4ull * j) >= (int32_t)ld_u32(v.idx + 4ull * (j + 1)))
-      scr->dec_unsorted = 1;
+/* Flags a payload whose indices are not strictly ascending. grid.y strides over the ranks, grid.x
+ * over the entries of one payload. */
+__global__ void k_dec_check(const char *recv, uint64_t stride, int nranks, uint32_t vb,
+                            kc_scratch *scr) {
+  for (int r = blockIdx.y; r < nranks; r += gridDim.y) {
+    coo_view v;
+    if (!coo_open(recv, stride, r, vb, &v)) continue; /* skipped by the scatters anyway */
+    for (uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j + 1 < v.count;
+         j += gridDim.x * blockDim.x)
+      if ((int32_t)ld_u32(v.idx + 4ull * j) >= (int32_t)ld_u32(v.idx + 4ull * (j + 1)))
+        scr->dec_unsorted = 1;
+  }
 }
 
 __global__ void __launch_bounds__(DEC_THREADS)
@@ -163,10 +168,12 @@ extern "C" fgb_status kern_cuda_coo_decode(const void *recv, size_t stride, int 
     /* Strictly ascending payloads (every encoder's) take the parallel path; others the serial. */
     e = cudaMemsetAsync(&scr->dec_unsorted, 0, sizeof scr->dec_unsorted, s);
     if (e != cudaSuccess) return kc_status(e);
-    k_dec_check<<<nranks, DEC_THREADS, 0, s>>>((const char *)recv, stride, vb, scr);
-    /* Entries a payload can hold given the stride bound the grid; the count is on the device. */
+    /* Entries a payload can hold given the stride bound the grids; the count is on the device. */
     const uint64_t maxe = (stride - sizeof(comp_coo_header)) / (vb + 4);
     const unsigned blocks = kc_blocks(maxe, DEC_THREADS, (unsigned)kc_sm_count() * 8);
+    const unsigned cb = kc_blocks(maxe, DEC_THREADS * 8ull, (unsigned)kc_sm_count() * 4);
+    dim3 cgrid(cb, nranks < 65535 ? (unsigned)nranks : 65535u);
+    k_dec_check<<<cgrid, DEC_THREADS, 0, s>>>((const char *)recv, stride, nranks, vb, scr);
     for (int r = 0; r < nranks; r++) {
       k_dec_scatter<<<blocks, DEC_THREADS, 0, s>>>((const char *)recv, stride, r, nranks, vb, n,
                                                    scale, fuse, scr, out, ctl);
