@@ -20,20 +20,25 @@ int main(int argc, char **argv) {
   comp_exec ex = ct_exec(argc, argv);
   uint64_t n = ct_arg_n(argc, argv, 1u << 20);
   const double rho = 0.01;
-  int only = -1; /* "-d 0|1|2": one distribution (ctest splits the 25M run in three) */
-  for (int i = 1; i + 1 < argc; i++)
+  int only = -1;      /* "-d 0|1|2": one distribution (ctest splits the 25M run in three) */
+  uint64_t steps = 2; /* "-s 1": first step only (the 25M runs) */
+  for (int i = 1; i + 1 < argc; i++) {
     if (!strcmp(argv[i], "-d")) only = atoi(argv[i + 1]);
-  float *g[2] = {ct_xmalloc(n * 4), ct_xmalloc(n * 4)};
+    if (!strcmp(argv[i], "-s")) steps = strtoull(argv[i + 1], NULL, 10);
+  }
+  if (steps < 1 || steps > 2) steps = 2;
+  float *g[2] = {ct_xmalloc(n * 4), NULL};
   float *dg = ct_dev(&ex, NULL, n * 4);
   for (int d = 0; d < 3; d++) {
     if (only >= 0 && d != only) continue;
-    for (int s = 0; s < 2; s++) ct_fill(g[s], n, (ct_dist)d, 1e-3, 77 + 10 * s + d);
+    if (steps > 1 && g[1] == NULL) g[1] = ct_xmalloc(n * 4);
+    for (uint64_t s = 0; s < steps; s++) ct_fill(g[s], n, (ct_dist)d, 1e-3, 77 + 10 * s + d);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
       comp_params p = {.density = rho, .nranks = 1, .seed = 1, .options = cases[c].options};
       ct_job j;
       REQUIRE(ct_job_create(&j, cases[c].name, &ex, 1, n, &p) == FGB_OK);
       double k = cases[c].dgc ? ceil((double)n * rho) : floor((double)n * rho);
-      for (uint64_t step = 0; step < 2; step++) {
+      for (uint64_t step = 0; step < steps; step++) {
         REQUIRE(kern_from_host(&ex, dg, g[step], n * 4) == FGB_OK);
         REQUIRE(ct_job_step(&j, &dg, step, NULL, 1.0f) == FGB_OK);
         comp_coo_header h = ct_header(&j, 0);
