@@ -30,6 +30,9 @@ grep -h "failed as expected" "$out"/victim*.out
 for r in 0 1 2; do
   wait "${by[$r]}" || { echo "bystander rank $r failed:"; cat "$out/by$r.out"; rc=1; }
 done
+# The dead client's job is released on its daemon once the engine holds no work on it.
+for _ in $(seq 1 100); do grep -q "job 'victim' rank 1 released" "$FGBUFF_WORLD_LOG" && break; sleep 0.1; done
+grep -q "job 'victim' rank 1 released" "$FGBUFF_WORLD_LOG" || { echo "the dead client's job was not released"; rc=1; }
 # The daemons are alive and serve a new job after the failure.
 for p in $(world_daemon_pids); do kill -0 "$p" 2>/dev/null || { echo "daemon $p died"; rc=1; }; done
 for r in 0 1 2; do

@@ -1,0 +1,187 @@
+/* tests/daemon/test-engine.c — the engine thread (daemon/engine.c) against a fake transport that
+ * behaves like `size` ranks contributing identical data: an ISSUE fusing tensors of several dtypes
+ * (grouped by working type into merge buffers, fp16 summed in fp32), a flushed tensor contributing
+ * zeros, SUM vs AVERAGE, broadcast and allgather, requests that need several polls, and results
+ * delivered to the loop thread in order. */
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "dtype.h"
+#include "engine.h"
+#include "test.h"
+
+#define SIZE 4
+
+struct comm {
+  int size;
+};
+struct comm_req {
+  int polls_left;
+};
+
+static int nreq, ncreate, ndestroy;
+
+static fgb_status f_make_uid(uint8_t *uid, size_t *len, char *err, size_t errlen) {
+  *len = 0;
+  return FGB_OK;
+}
+static fgb_status f_create(const comm_job_spec *s, comm **out, char *err, size_t errlen) {
+  *out = calloc(1, sizeof(comm));
+  (*out)->size = s->job_size;
+  ncreate++;
+  return FGB_OK;
+}
+static int f_ready(comm *c, char *err, size_t errlen) {
+  return 1;
+}
+static comm_req *req(void) {
+  comm_req *r = malloc(sizeof(*r));
+  r->polls_left = 3;
+  nreq++;
+  return r;
+}
+/* Every rank contributed the same values: the sum is size x value. */
+static fgb_status f_allreduce(comm *c, const void *send, void *recv, size_t count, fgb_dtype dt,
+                              comm_req **r, char *err, size_t errlen) {
+  if (send != recv) memcpy(recv, send, count * dtype_size(dt));
+  for (size_t i = 0; i < count; i++) {
+    if (dt == FGB_FLOAT32)
+      ((float *)recv)[i] *= (float)c->size;
+    else if (dt == FGB_FLOAT64)
+      ((double *)recv)[i] *= c->size;
+    else if (dt == FGB_INT32)
+      ((int32_t *)recv)[i] *= c->size;
+    else
+      return FGB_ENOTSUP; /* fp16/bf16 must arrive converted */
+  }
+  *r = req();
+  return FGB_OK;
+}
+static fgb_status f_allgather(comm *c, const void *send, void *recv, size_t bytes, comm_req **r,
+                              char *err, size_t errlen) {
+  for (int k = 0; k < c->size; k++) memcpy((char *)recv + (size_t)k * bytes, send, bytes);
+  *r = req();
+  return FGB_OK;
+}
+static fgb_status f_broadcast(comm *c, void *buf, size_t bytes, int root, comm_req **r, char *err,
+                              size_t errlen) {
+  memset(buf, 0x5a, bytes); /* "root's data" */
+  *r = req();
+  return FGB_OK;
+}
+static int f_test(comm_req *r, char *err, size_t errlen) {
+  if (--r->polls_left > 0) return 0;
+  free(r);
+  return 1;
+}
+static void f_abort(comm *c) {}
+static void f_destroy(comm *c) {
+  ndestroy++;
+  free(c);
+}
+static const comm_ops fake = {"fake",      f_make_uid,  f_create, f_ready, f_allreduce,
+                              f_allgather, f_broadcast, f_test,   f_abort, f_destroy};
+
+static eng_item *results[8];
+static int nresults;
+static void on_done(void *ud, eng_item *it) {
+  results[nresults++] = it;
+  if (nresults == 4) uv_stop((uv_loop_t *)ud);
+}
+
+int main(void) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  srv_engine *e;
+  char err[256];
+  REQUIRE(eng_start(&loop, &fake, on_done, &loop, &e, err, sizeof(err)) == FGB_OK);
+  static int wr[SIZE] = {0, 1, 2, 3};
+  eng_item *form = calloc(1, sizeof(*form));
+  form->kind = ENG_FORM;
+  form->seq = 1;
+  form->job_key = 42;
+  form->job_size = SIZE;
+  form->world_ranks = malloc(sizeof(wr));
+  memcpy(form->world_ranks, wr, sizeof(wr));
+  eng_submit(e, form);
+
+  /* One gradient ISSUE fusing: fp32 (avg), fp16 (avg), int32 (sum), fp32 (sum), fp64 flushed. */
+  float a[5] = {1, 2, 3, 4, 5}, d[3] = {0.5f, -1, 7};
+  uint16_t h[4];
+  for (int i = 0; i < 4; i++) h[i] = dtype_float_to_half((float)(i + 1) * 0.25f);
+  int32_t b[3] = {3, -5, 7};
+  double z[2] = {9, 9};
+  eng_item *is = calloc(1, sizeof(*is));
+  is->kind = ENG_ISSUE;
+  is->seq = 2;
+  is->job_key = 42;
+  is->coll = ENG_GRAD;
+  is->n = 5;
+  is->t = calloc(5, sizeof(eng_tensor));
+  is->t[0] = (eng_tensor){1, 7, (uint8_t *)a, 5, FGB_FLOAT32, FGB_OP_AVERAGE, 0};
+  is->t[1] = (eng_tensor){2, 7, (uint8_t *)h, 4, FGB_FLOAT16, FGB_OP_AVERAGE, 0};
+  is->t[2] = (eng_tensor){3, 7, (uint8_t *)b, 3, FGB_INT32, FGB_OP_SUM, 0};
+  is->t[3] = (eng_tensor){4, 7, (uint8_t *)d, 3, FGB_FLOAT32, FGB_OP_SUM, 0};
+  is->t[4] = (eng_tensor){5, 7, (uint8_t *)z, 2, FGB_FLOAT64, FGB_OP_AVERAGE, 1};
+  eng_submit(e, is);
+
+  uint8_t bc[6] = {0};
+  eng_item *bi = calloc(1, sizeof(*bi));
+  bi->kind = ENG_ISSUE;
+  bi->seq = 3;
+  bi->job_key = 42;
+  bi->coll = ENG_BROADCAST;
+  bi->root = 1;
+  bi->n = 1;
+  bi->t = calloc(1, sizeof(eng_tensor));
+  bi->t[0] = (eng_tensor){6, 1, bc, 6, FGB_UINT8, FGB_OP_SUM, 0};
+  eng_submit(e, bi);
+
+  int32_t src[2] = {11, 22}, dst[2 * SIZE] = {0};
+  eng_item *gi = calloc(1, sizeof(*gi));
+  gi->kind = ENG_ISSUE;
+  gi->seq = 4;
+  gi->job_key = 42;
+  gi->coll = ENG_ALLGATHER;
+  gi->dst = (uint8_t *)dst;
+  gi->n = 1;
+  gi->t = calloc(1, sizeof(eng_tensor));
+  gi->t[0] = (eng_tensor){7, 2, (uint8_t *)src, 2, FGB_INT32, FGB_OP_SUM, 0};
+  eng_submit(e, gi);
+
+  uv_run(&loop, UV_RUN_DEFAULT);
+  REQUIRE(nresults == 4);
+  for (int i = 0; i < 4; i++) {
+    CHECK_MSG(results[i]->seq == (uint64_t)i + 1, "result %d has seq %llu", i,
+              (unsigned long long)results[i]->seq);
+    CHECK_MSG(results[i]->status == FGB_OK, "seq %d: %s", i + 1, results[i]->err);
+  }
+  CHECK(ncreate == 1);
+  /* Grouped by working type: fp32 (a, fp16 h, d) and int32 and fp64: 3 requests + bcast + gather.
+   */
+  CHECK_MSG(nreq == 5, "%d requests", nreq);
+  for (int i = 0; i < 5; i++) CHECK(a[i] == (float)(i + 1)); /* average of identical values */
+  for (int i = 0; i < 4; i++) CHECK(dtype_half_to_float(h[i]) == (float)(i + 1) * 0.25f);
+  CHECK(b[0] == 3 * SIZE && b[1] == -5 * SIZE && b[2] == 7 * SIZE);
+  CHECK(d[0] == 0.5f * SIZE && d[1] == -1.0f * SIZE && d[2] == 7.0f * SIZE);
+  CHECK(z[0] == 0 && z[1] == 0); /* flushed: zeros in, zeros out */
+  for (int i = 0; i < 6; i++) CHECK(bc[i] == 0x5a);
+  for (int k = 0; k < SIZE; k++) CHECK(dst[2 * k] == 11 && dst[2 * k + 1] == 22);
+  CHECK(results[1]->bytes_sent == 5 * 4 + 4 * 2 + 3 * 4 + 3 * 4 + 2 * 8);
+  for (int i = 0; i < 4; i++) eng_item_free(results[i]);
+
+  eng_item *rel = calloc(1, sizeof(*rel));
+  rel->kind = ENG_RELEASE;
+  rel->job_key = 42;
+  eng_submit(e, rel);
+  nresults = 3; /* stop after this one */
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK(ndestroy == 1);
+  eng_item_free(results[3]);
+  eng_close_async(e);
+  CHECK(eng_stop(e, 1000) == 0);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  TEST_DONE();
+}
