@@ -69,6 +69,15 @@ int main(int argc, char **argv) {
     CHECK(create_rc(ops, &ex, 200, p, err, sizeof err) == FGB_EINVAL && strstr(err, "novalue"));
     CHECK(create_rc(ops, &ex, 200, ok, err, sizeof err) == FGB_OK);
     CHECK(ops->create(NULL, 200, &ex, (void **)&p, err, sizeof err) == FGB_EINVAL);
+    /* NULL buffers at the ops boundary are errors, not crashes. */
+    void *st = NULL;
+    comp_phase ph;
+    REQUIRE(ops->create(&ok, 200, &ex, &st, err, sizeof err) == FGB_OK);
+    CHECK(ops->encode(st, &ex, NULL, 0, &ph, err, sizeof err) == FGB_EINVAL);
+    CHECK(ops->decode(st, &ex, NULL, 1.0f, err, sizeof err) == FGB_EINVAL);
+    if (ops->flush_dense) CHECK(ops->flush_dense(st, &ex, NULL, NULL) == FGB_EINVAL);
+    ops->destroy(st);
+    ops->destroy(NULL);
   }
 #ifndef FGBUFF_HAVE_CUDA
   /* A GPU exec in a build without CUDA: FGB_ENOTSUP with a message, for every compressor. */
