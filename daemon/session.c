@@ -81,6 +81,12 @@ static void on_join(srv_session *s, uint64_t req_id, const Fgbuff__V1__JoinJob *
     srv_send_error(s, req_id, FGB_EINVAL, "size", 0, "size: job size %d outside 1..65536", m->size);
     return;
   }
+  if (m->size > d->world_size) {
+    srv_send_error(s, req_id, FGB_EINVAL, "size", 0,
+                   "size: job size %d exceeds the world of %d daemons (one rank per daemon)",
+                   m->size, d->world_size);
+    return;
+  }
   if (m->rank < 0 || m->rank >= m->size) {
     srv_send_error(s, req_id, FGB_EINVAL, "rank", 0, "rank: job rank %d outside 0..%d", m->rank,
                    m->size - 1);

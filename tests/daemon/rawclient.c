@@ -123,6 +123,15 @@ int raw_wait_closed(raw *r, int timeout_ms) {
   return 0;
 }
 
+int raw_wait_hangup(raw *r, int timeout_ms) {
+  struct pollfd p = {r->fd, POLLRDHUP, 0};
+  for (int waited = 0; waited < timeout_ms; waited += 100) {
+    p.revents = 0;
+    if (poll(&p, 1, 100) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) return 1;
+  }
+  return 0;
+}
+
 int raw_hello(raw *r) {
   Fgbuff__V1__Hello h = FGBUFF__V1__HELLO__INIT;
   h.protocol_version = 1;

@@ -30,6 +30,9 @@ Fgbuff__V1__Envelope *raw_recv(raw *r, int timeout_ms);
 void raw_free(Fgbuff__V1__Envelope *e);
 /* 1 when the daemon closed the connection within timeout_ms (replies before EOF are skipped). */
 int raw_wait_closed(raw *r, int timeout_ms);
+/* 1 when the daemon closed its end within timeout_ms, without reading anything (for a client that
+ * must look like it stopped reading). */
+int raw_wait_hangup(raw *r, int timeout_ms);
 /* Hello v1 + HelloReply. 0 or -1. */
 int raw_hello(raw *r);
 /* JoinJob round trip; returns the reply (JoinReply or Error) or NULL. */

@@ -251,6 +251,10 @@ static void job_cases(void) {
   e = raw_join(&r, "j", 0, 70000);
   CHECK(e && e->body_case == FGBUFF__V1__ENVELOPE__BODY_ERROR && !strcmp(e->error->field, "size"));
   raw_free(e);
+  e = raw_join(&r, "j", 0, 3); /* the world has 2 daemons */
+  CHECK(e && e->body_case == FGBUFF__V1__ENVELOPE__BODY_ERROR && !strcmp(e->error->field, "size") &&
+        strstr(e->error->message, "world"));
+  raw_free(e);
   /* Register before joining. */
   uint64_t req = send_tensor(&r, "w", 1, 0, 4, 1, NULL, 0, "", 0);
   expect_error(&r, req, "name", FGB_EPROTO, 0, "register_tensor before join");
@@ -381,6 +385,23 @@ static void mismatch_case(void) {
   check_alive("mismatch");
 }
 
+/* A client that stops reading its replies is dropped (after 10 s without progress) and never
+ * blocks the daemon: a second connection is served meanwhile. */
+static void slow_reader_case(void) {
+  raw r;
+  uint32_t arena = setup(&r, "noreader", 0, 1, sock0);
+  uint32_t t = tensor_ok(&r, "w", arena, 4);
+  /* Each submit of this 1-rank job produces a Done we never read, until the socket is full. */
+  int sent = 0;
+  for (uint64_t step = 1; step <= 40000; step++, sent++)
+    if (send_submit(&r, t, step) == 0) break; /* the daemon dropped us */
+  check_alive("a client that does not read its replies");
+  CHECK_MSG(raw_wait_hangup(&r, 60000), "a client that never reads was not dropped");
+  printf("ok  %-40s -> dropped after %d submits\n", "client that stops reading", sent);
+  raw_close(&r);
+  check_alive("slow reader dropped");
+}
+
 int main(void) {
   const char *dir = getenv("FGBUFF_RUNTIME_DIR");
   if (!dir) TEST_SKIP("FGBUFF_RUNTIME_DIR not set (run through test-badinput.sh)");
@@ -391,5 +412,6 @@ int main(void) {
   job_cases();
   tensor_cases();
   mismatch_case();
+  slow_reader_case();
   TEST_DONE();
 }
