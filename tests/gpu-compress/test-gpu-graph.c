@@ -4,7 +4,7 @@
  * gradients and new step numbers (the step is a kernel argument, so step 2 re-captures and updates
  * the instantiated graph with cudaGraphExecUpdate, re-instantiating only if the update is refused).
  * Each replay must equal, bitwise, the same job run eagerly on the GPU, and match the CPU reference
- * as its class allows (gpu_test.h). Ok-Topk is exempt (its phases are still being written). */
+ * as its class allows (gpu_test.h), Ok-Topk included. */
 #include "gpu_test.h"
 
 enum { P = 2, ROWS = 512, COLS = 520, NSTEPS = 3, SLOTS = 6 };
