@@ -30,9 +30,9 @@ typedef struct gt_case {
 } gt_case;
 
 /* DGC has no statistics in its path (clip = 0): its samples, kth, counts and adaptation are exact,
- * so it is held to bitwise agreement too. Ok-Topk is included although the brief allows exempting
- * it: its phases only enqueue work; a step whose kernel sequence differs (threshold refresh) makes
- * the graph update fail and the test re-instantiate. */
+ * so it is held to bitwise agreement too. Ok-Topk's phases also only enqueue work; a step whose
+ * kernel sequence differs (threshold refresh) makes the graph update fail and the test
+ * re-instantiate. */
 static const gt_case gt_cases[] = {
     {"none", NULL, 0, GT_EXACT},
     {"fp16", NULL, 0, GT_EXACT},
