@@ -72,20 +72,20 @@ __global__ void __launch_bounds__(KC_RED_THREADS)
   if (((uintptr_t)a & 15u) == 0) {
     const float4 *a4 = (const float4 *)a;
     const uint64_t n4 = n / 4;
-    for (uint64_t i = gid; i < n4; i += 2 * stride) {
-      float4 v = a4[i], w = make_float4(0, 0, 0, 0);
-      const int two = i + stride < n4;
-      if (two) w = a4[i + stride];
-      acc_one(&acc, v.x, above, tk, logs);
-      acc_one(&acc, v.y, above, tk, logs);
-      acc_one(&acc, v.z, above, tk, logs);
-      acc_one(&acc, v.w, above, tk, logs);
-      if (two) {
-        acc_one(&acc, w.x, above, tk, logs);
-        acc_one(&acc, w.y, above, tk, logs);
-        acc_one(&acc, w.z, above, tk, logs);
-        acc_one(&acc, w.w, above, tk, logs);
-      }
+    /* Four independent 16-byte loads in flight per thread before any use (fixed order). */
+    for (uint64_t i = gid; i < n4; i += 4 * stride) {
+      float4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+        v[u] = i + u * stride < n4 ? a4[i + u * stride] : make_float4(0, 0, 0, 0);
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+        if (i + u * stride < n4) {
+          acc_one(&acc, v[u].x, above, tk, logs);
+          acc_one(&acc, v[u].y, above, tk, logs);
+          acc_one(&acc, v[u].z, above, tk, logs);
+          acc_one(&acc, v[u].w, above, tk, logs);
+        }
     }
     for (uint64_t i = n4 * 4 + gid; i < n; i += stride) acc_one(&acc, a[i], above, tk, logs);
   } else {
@@ -240,10 +240,16 @@ __global__ void __launch_bounds__(KC_RED_THREADS)
   if (((uintptr_t)a & 15u) == 0) {
     const float4 *a4 = (const float4 *)a;
     const uint64_t n4 = n / 4;
-    for (uint64_t i = gid; i < n4; i += stride) {
-      float4 v = a4[i];
-      c += (kern_abs_key(v.x) >= tk) + (kern_abs_key(v.y) >= tk) + (kern_abs_key(v.z) >= tk) +
-           (kern_abs_key(v.w) >= tk);
+    for (uint64_t i = gid; i < n4; i += 4 * stride) {
+      float4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+        v[u] = i + u * stride < n4 ? a4[i + u * stride] : make_float4(0, 0, 0, 0);
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+        if (i + u * stride < n4)
+          c += (kern_abs_key(v[u].x) >= tk) + (kern_abs_key(v[u].y) >= tk) +
+               (kern_abs_key(v[u].z) >= tk) + (kern_abs_key(v[u].w) >= tk);
     }
     for (uint64_t i = n4 * 4 + gid; i < n; i += stride) c += kern_abs_key(a[i]) >= tk;
   } else {
