@@ -53,6 +53,8 @@ typedef struct coord_msg {
   int32_t *ranks;
   int32_t failed_rank; /* ABORT */
   int32_t code;        /* REFUSED, ERROR: fgb_status (-255..0) */
+  uint32_t gen;        /* JOIN, REFUSED, ABORT: the sender's join generation (see coordinator.c) */
+  uint32_t *gens;      /* FORMED: join generation per job rank (nranks; owned) */
   char text[COORD_MAX_TEXT + 1];
 } coord_msg;
 
@@ -99,6 +101,7 @@ typedef struct local_job {
   int rank, size, formed;
   uint64_t job_key;
   int *world_ranks; /* after FORMED */
+  uint32_t gen;     /* this join's generation: tells its FORMED/REFUSED/ABORT from stale ones */
   uint32_t tensors_ok;
   struct local_job *next;
 } local_job;
@@ -124,6 +127,7 @@ struct coord {
   stall_rec *stalls; /* newest first, at most COORD_MAX_STALL_RECS */
   uint32_t nstalls;
   uint64_t last_seq;
+  uint32_t next_gen;
   int leader_lost;
   coord_leader *leader; /* world rank 0 only */
 };

@@ -34,8 +34,9 @@ typedef struct ljob {
   coord_job_id id;
   int size, formed, njoined, nleft;
   uint64_t job_key;
-  int *members;  /* world rank per job rank, -1 if not joined */
-  uint8_t *left; /* job rank left cleanly */
+  int *members;   /* world rank per job rank, -1 if not joined */
+  uint32_t *gens; /* join generation per job rank (echoed in FORMED and ABORT) */
+  uint8_t *left;  /* job rank left cleanly */
   ltensor *tensors;
   uint32_t ntensors, tcap;
   uint32_t *names; /* open addressing over tensors, UINT32_MAX empty */

@@ -16,6 +16,7 @@ coord_leader *coord_leader_new(void) {
 static void job_free(ljob *j) {
   coord_lead_free_entries(j);
   free(j->members);
+  free(j->gens);
   free(j->left);
   free(j->tensors);
   free(j->names);
@@ -123,7 +124,11 @@ void coord_lead_abort(coord *c, ljob *j, int failed_rank, int exclude, const cha
   m.job_key = j->job_key;
   m.failed_rank = failed_rank;
   coord_fmt(m.text, sizeof m.text, "%s", text);
-  coord_lead_send_members(c, j, &m, exclude);
+  for (int r = 0; r < j->size; r++) {
+    if (j->members[r] < 0 || j->members[r] == exclude) continue;
+    m.gen = j->gens[r]; /* the member matches it with its join */
+    (void)coord_send(c, j->members[r], &m);
+  }
   coord_lead_forget(coord_get_leader(c), j);
 }
 
@@ -134,6 +139,7 @@ static fgb_status refuse(coord *c, int to, const coord_msg *req, fgb_status st, 
   coord_msg_init(&m, COORD_MSG_REFUSED);
   m.job = req->job;
   m.rank = req->rank;
+  m.gen = req->gen;
   m.code = st;
   coord_fmt(m.text, sizeof m.text, "%s", text);
   coord_fmt(err, errlen, "%s", text);
@@ -152,6 +158,7 @@ static fgb_status form_job(coord *c, ljob *j) {
   m.seq = l->next_seq++;
   m.nranks = j->size;
   m.ranks = j->members; /* borrowed */
+  m.gens = j->gens;     /* borrowed */
   j->formed = 1;
   coord_lead_send_members(c, j, &m, -1);
   for (uint32_t i = 0; i < j->nearly; i++)
@@ -204,8 +211,9 @@ static fgb_status on_join(coord *c, int from, const coord_msg *m, char *err, siz
     if (j) {
       j->members = malloc((size_t)m->size * sizeof *j->members);
       j->left = calloc((size_t)m->size, 1);
+      j->gens = calloc((size_t)m->size, sizeof *j->gens);
     }
-    if (!j || !j->members || !j->left) {
+    if (!j || !j->members || !j->left || !j->gens) {
       if (j) job_free(j);
       return refuse(c, from, m, FGB_ENOMEM, "leader out of memory", err, errlen);
     }
@@ -217,6 +225,7 @@ static fgb_status on_join(coord *c, int from, const coord_msg *m, char *err, siz
     l->njobs++;
   }
   j->members[m->rank] = from;
+  j->gens[m->rank] = m->gen;
   j->njoined++;
   return j->njoined == j->size ? form_job(c, j) : FGB_OK;
 }

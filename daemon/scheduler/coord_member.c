@@ -55,20 +55,25 @@ fgb_status coord_member_deliver(coord *c, const coord_msg *m, char *err, size_t 
     case COORD_MSG_FORMED: {
       if ((st = check_seq(c, m, err, errlen)) || (st = check_world_ranks(c, m, err, errlen)))
         return st;
-      if (j && !j->formed && (m->nranks != j->size || m->ranks[j->rank] != c->cfg.world_rank)) {
-        coord_fmt(err, errlen, "FORMED for job '%s': size %d / world ranks disagree with the join",
-                  m->job.name, m->nranks);
+      /* Ours if it names this daemon at our rank with our join's generation; else it is the
+       * formation of an earlier join of the same id (still delivered: creating the communicator
+       * is collective, the daemon takes part even for a client that is gone). */
+      int mine = j && j->rank < m->nranks && m->ranks[j->rank] == c->cfg.world_rank &&
+                 m->gens[j->rank] == j->gen;
+      if (mine && (j->formed || m->nranks != j->size)) {
+        coord_fmt(err, errlen, "FORMED for job '%s': %s", m->job.name,
+                  j->formed ? "formed twice" : "size disagrees with the join");
         return FGB_EPROTO;
       }
       int *wr = coord_copy_ranks(m->ranks, m->nranks);
-      int *wr2 = j && !j->formed ? coord_copy_ranks(m->ranks, m->nranks) : NULL;
-      if (!wr || (j && !j->formed && !wr2)) {
+      int *wr2 = mine ? coord_copy_ranks(m->ranks, m->nranks) : NULL;
+      if (!wr || (mine && !wr2)) {
         free(wr);
         free(wr2);
         return FGB_ENOMEM;
       }
       c->last_seq = m->seq;
-      if (j && !j->formed) {
+      if (mine) {
         j->formed = 1;
         j->job_key = m->job_key;
         j->world_ranks = wr2;
@@ -91,7 +96,8 @@ fgb_status coord_member_deliver(coord *c, const coord_msg *m, char *err, size_t 
       return coord_push_event(c, &ev);
     }
     case COORD_MSG_REFUSED:
-      if (j && !j->formed && j->rank == m->rank) coord_drop_local(c, j);
+      if (j && j->gen != m->gen) return FGB_OK; /* about an earlier join of this id */
+      if (j) coord_drop_local(c, j);
       coord_event_init(&ev, COORD_EV_JOIN_REFUSED, m);
       return coord_push_event(c, &ev);
     case COORD_MSG_TENSOR_OK:
@@ -136,10 +142,9 @@ fgb_status coord_member_deliver(coord *c, const coord_msg *m, char *err, size_t 
       return coord_push_event(c, &ev);
     }
     case COORD_MSG_ABORT:
-      /* Links are FIFO, so an ABORT for this daemon's record carries the key its FORMED gave (0
-       * before formation). Another key means the record is a later join of the same id, made
-       * after this daemon left the aborted one: not ours to abort. */
-      if (j && (j->formed ? j->job_key : 0) != m->job_key) return FGB_OK;
+      /* Another generation: the record is a later join of the same id, made after this daemon
+       * left the aborted one; not ours to abort. */
+      if (j && j->gen != m->gen) return FGB_OK;
       if (j) coord_drop_local(c, j);
       coord_drop_stalls(c, &m->job);
       coord_event_init(&ev, COORD_EV_JOB_ABORTED, m);

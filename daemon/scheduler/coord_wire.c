@@ -137,8 +137,10 @@ void coord_msg_init(coord_msg *m, uint8_t type) {
 void coord_msg_clear(coord_msg *m) {
   free(m->keys);
   free(m->ranks);
+  free(m->gens);
   m->keys = NULL;
   m->ranks = NULL;
+  m->gens = NULL;
   m->nkeys = 0;
   m->nranks = 0;
 }
@@ -216,6 +218,7 @@ fgb_status coord_msg_encode(const coord_msg *m, uint8_t **out, size_t *outlen) {
     case COORD_MSG_JOIN:
       w_u32(&w, (uint32_t)m->rank);
       w_u32(&w, (uint32_t)m->size);
+      w_u32(&w, m->gen);
       break;
     case COORD_MSG_LEAVE:
       w_u32(&w, (uint32_t)m->rank);
@@ -250,15 +253,17 @@ fgb_status coord_msg_encode(const coord_msg *m, uint8_t **out, size_t *outlen) {
     case COORD_MSG_FORMED:
       w_u64(&w, m->job_key);
       w_u64(&w, m->seq);
-      if (m->nranks <= 0 || m->nranks > COORD_MAX_JOB_SIZE) {
+      if (m->nranks <= 0 || m->nranks > COORD_MAX_JOB_SIZE || !m->gens) {
         free(w.p);
         return FGB_EINVAL;
       }
       w_u32(&w, (uint32_t)m->nranks);
       for (int32_t i = 0; i < m->nranks; i++) w_u32(&w, (uint32_t)m->ranks[i]);
+      for (int32_t i = 0; i < m->nranks; i++) w_u32(&w, m->gens[i]);
       break;
     case COORD_MSG_REFUSED:
       w_u32(&w, (uint32_t)m->rank);
+      w_u32(&w, m->gen);
       w_u32(&w, (uint32_t)m->code);
       w_text(&w, m->text);
       break;
@@ -285,6 +290,7 @@ fgb_status coord_msg_encode(const coord_msg *m, uint8_t **out, size_t *outlen) {
       break;
     case COORD_MSG_ABORT:
       w_u64(&w, m->job_key);
+      w_u32(&w, m->gen);
       w_u32(&w, (uint32_t)m->failed_rank);
       w_text(&w, m->text);
       break;
@@ -433,6 +439,7 @@ fgb_status coord_msg_decode(const uint8_t *p, size_t len, coord_msg *m, char *er
       m->rank = r_rank(&r, 0, COORD_MAX_JOB_SIZE - 1, "JOIN rank");
       m->size = r_rank(&r, 1, COORD_MAX_JOB_SIZE, "JOIN size");
       if (!r.bad && m->rank >= m->size) r_fail(&r, "JOIN rank >= size");
+      m->gen = r_u32(&r, "JOIN generation");
       break;
     case COORD_MSG_LEAVE:
       m->rank = r_rank(&r, 0, COORD_MAX_JOB_SIZE - 1, "LEAVE rank");
@@ -472,9 +479,11 @@ fgb_status coord_msg_decode(const uint8_t *p, size_t len, coord_msg *m, char *er
       m->ranks = (int32_t *)r_u32_array(&r, (uint32_t)m->nranks, "FORMED world ranks");
       for (int32_t i = 0; !r.bad && i < m->nranks; i++)
         if (m->ranks[i] < 0) r_fail(&r, "FORMED world rank negative");
+      m->gens = r_u32_array(&r, (uint32_t)m->nranks, "FORMED join generations");
       break;
     case COORD_MSG_REFUSED:
       m->rank = r_rank(&r, 0, COORD_MAX_JOB_SIZE - 1, "REFUSED rank");
+      m->gen = r_u32(&r, "REFUSED generation");
       m->code = r_rank(&r, -255, 0, "REFUSED code");
       r_text(&r, m->text, "REFUSED text");
       break;
@@ -501,6 +510,7 @@ fgb_status coord_msg_decode(const uint8_t *p, size_t len, coord_msg *m, char *er
       break;
     case COORD_MSG_ABORT:
       m->job_key = r_u64(&r, "ABORT job key");
+      m->gen = r_u32(&r, "ABORT generation");
       m->failed_rank = r_rank(&r, -1, COORD_MAX_JOB_SIZE - 1, "ABORT failed rank");
       r_text(&r, m->text, "ABORT text");
       break;

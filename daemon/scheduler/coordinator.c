@@ -12,20 +12,21 @@
  *   u8 version (= 1)   u8 type   job: name (u8 len 1..255, bytes, no NUL), u64 incarnation
  * then by type ("rank" = job rank, i32 sent as u32; text = u16 len 0..511 + bytes):
  *   daemon -> leader
- *   1 JOIN       rank (0..size-1), size (1..65536)
+ *   1 JOIN       rank (0..size-1), size (1..65536), u32 gen
  *   2 LEAVE      rank, u8 abort (0|1), text why
  *   3 META       rank, name tensor, u64 count, u8 dtype (fgb_dtype 1..7), u8 ndim (0..8),
  *                u64 shape[ndim], u64 dense bytes
  *   4 READY      rank, u64 step, u32 n (1..65536), u32 keys[n]
  *   leader -> daemon
- *   16 FORMED    u64 job_key, u64 seq, u32 size (1..65536), u32 world_ranks[size] (job-rank order)
- *   17 REFUSED   rank (the refused join's), i32 code (fgb_status -255..0), text
+ *   16 FORMED    u64 job_key, u64 seq, u32 size (1..65536), u32 world_ranks[size] (job-rank
+ *                order), u32 gens[size] (each rank's join generation)
+ *   17 REFUSED   rank, u32 gen (the refused join's), i32 code (fgb_status -255..0), text
  *   18 TENSOR_OK u64 job_key, u32 tensor_key, name tensor
  *   19 MISMATCH  u64 job_key, u32 tensor_key, name tensor, text
  *   20 ISSUE     u64 job_key, u64 seq, u64 step, u32 n (1..65536), u32 keys[n]
  *   21 STALL     u64 job_key, u64 step, u32 tensor_key, name tensor, u64 waited_ms,
  *                u32 nmissing (0..65536), u32 missing_world_ranks[nmissing], text
- *   22 ABORT     u64 job_key, i32 failed_rank (-1..65535), text
+ *   22 ABORT     u64 job_key, u32 gen (the receiver's join), i32 failed_rank (-1..65535), text
  *   23 ERROR     i32 code (fgb_status -255..0), text (a request of this daemon was rejected)
  * Decoding checks every length and count against the bytes left and its cap, dtype and ndim
  * ranges, rank ranges, no NUL in names, and no trailing bytes; a malformed message is FGB_EPROTO
@@ -38,7 +39,11 @@
  * a size differing from the first joiner's, a second join of the job from the same daemon, and
  * a size above the world size. Formation assigns a job_key (leader counter, from 1) and a world
  * seq, and sends FORMED to every member in job-rank order. A duplicate join on the same daemon is
- * caught locally: coord_join returns FGB_EEXIST.
+ * caught locally: coord_join returns FGB_EEXIST. Each local join gets a generation (a per-daemon
+ * counter) that the leader echoes in FORMED, REFUSED and ABORT: a daemon whose client left and
+ * rejoined the same id applies only its current join's answers (stale ones still come out as
+ * JOB_FORMED events, since creating a communicator is collective, but do not form the new join;
+ * stale REFUSED/ABORT are dropped).
  * Tensors: the leader keeps per job name -> key (0, 1, ... in first-registration order) with the
  * first registrant's metadata; a registrant whose count, dtype, ndim and shape match gets
  * TENSOR_OK; otherwise every member gets MISMATCH ("tensor 'w': count 100 on rank 0 but 200 on
@@ -292,6 +297,7 @@ fgb_status coord_join(coord *c, const coord_job_id *job, int rank, int size) {
   j->id = *job;
   j->rank = rank;
   j->size = size;
+  j->gen = ++c->next_gen;
   j->next = c->jobs;
   c->jobs = j;
   coord_msg m;
@@ -299,6 +305,7 @@ fgb_status coord_join(coord *c, const coord_job_id *job, int rank, int size) {
   m.job = *job;
   m.rank = rank;
   m.size = size;
+  m.gen = j->gen;
   fgb_status st = to_leader(c, &m);
   if (st) coord_drop_local(c, j); /* not sent: as if never joined */
   return st;

@@ -167,5 +167,26 @@ int main(void) {
   CHECK(coord_ready(h.c[1], &two, 0, &k, 0) == FGB_OK); /* the record is there, formed */
   CHECK(h.nproto == 0);
   h_free(&h);
+
+  /* 8. A stale FORMED does not form a later join of the same id: world 1 leaves and rejoins
+   * while the formation of its first join is still on its way. */
+  h_init(&h, ND, 8, 0, 0);
+  REQUIRE(coord_join(h.c[2], &two, 1, 2) == FGB_OK);
+  REQUIRE(h_deliver(&h, 2, 0));
+  REQUIRE(coord_join(h.c[1], &two, 0, 2) == FGB_OK);
+  REQUIRE(h_deliver(&h, 1, 0)); /* formed: FORMED queued for worlds 1 and 2 */
+  REQUIRE(coord_leave(h.c[1], &two, 1, "restart") == FGB_OK);
+  REQUIRE(coord_join(h.c[1], &two, 0, 2) == FGB_OK);
+  REQUIRE(h_deliver(&h, 0, 1));                    /* the old FORMED reaches the new join */
+  CHECK(h_count(&h, 1, COORD_EV_JOB_FORMED) == 1); /* still delivered: the daemon takes part */
+  CHECK(coord_ready(h.c[1], &two, 0, &k, 0) == FGB_EAGAIN); /* but the new join is not formed */
+  h_run(&h); /* the leader aborts the old job (world 2 learns it), then keeps the new join */
+  CHECK(h_count(&h, 2, COORD_EV_JOB_ABORTED) == 1 && h_count(&h, 1, COORD_EV_JOB_ABORTED) == 0);
+  REQUIRE(coord_join(h.c[2], &two, 1, 2) == FGB_OK);
+  h_run(&h);
+  CHECK(h_count(&h, 1, COORD_EV_JOB_FORMED) == 2);
+  CHECK(coord_ready(h.c[1], &two, 0, &k, 0) == FGB_OK);
+  CHECK(h.nproto == 0);
+  h_free(&h);
   TEST_DONE();
 }

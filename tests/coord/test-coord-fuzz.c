@@ -29,6 +29,7 @@ static void add(corpus *c, coord_msg *m) {
 static void build_corpus(corpus *c) {
   static uint32_t keys[3] = {0, 1, 2};
   static int32_t ranks[3] = {0, 1, 2};
+  static uint32_t gens[3] = {1, 1, 1};
   coord_job_id job = h_job("mnist", 7);
   coord_msg m;
   memset(c, 0, sizeof *c);
@@ -50,6 +51,8 @@ static void build_corpus(corpus *c) {
     m.keys = keys;
     m.nkeys = 3;
     m.ranks = ranks;
+    m.gens = gens;
+    m.gen = 1;
     m.nranks = t == COORD_MSG_STALL ? 1 : 3;
     add(c, &m);
   }
