@@ -15,6 +15,7 @@ source "$src/tests/lib/world.sh"
 out="$(mktemp -d)"
 trap 'world_stop >/dev/null 2>&1 || true; rm -rf "$out"' EXIT
 
+load0="$(cut -d' ' -f1-3 /proc/loadavg)"
 world_start "$N"
 pids=()
 for ((r = 0; r < N; r++)); do
@@ -30,6 +31,7 @@ mpirun --oversubscribe -np "$N" "$build/bench/bench-allreduce-mpi" "$@" >"$out/m
 
 cpu="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
 echo "machine: $cpu, $(nproc) cores; $N ranks (fgbuff: $N daemons + $N clients; MPI: $N processes)"
+echo "load average before the run: $load0 (other work on the machine skews both columns)"
 printf "%10s %8s %14s %14s %8s\n" bytes iters fgbuff_us mpi_us ratio
 join <(sort -k1,1 "$out/fgb.0") <(sort -k1,1 "$out/mpi") | sort -n |
   awk '{ printf "%10d %8d %14.1f %14.1f %8.2f\n", $1, $3, $2, $4, ($4 > 0 ? $2 / $4 : 0) }'

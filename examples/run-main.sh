@@ -35,25 +35,29 @@ echo "== training: $N ranks, batch ${BATCH:-32} per rank, ${EPOCHS:-2} epochs"
 # One trainer per daemon: rank r talks to cpu<r>.sock. The job's name and incarnation make this
 # run distinct from any other job on the same daemons.
 export FGBUFF_JOB="fashion-mnist-mlp" FGBUFF_INCARNATION="$$"
-for ((r = 1; r < N; r++)); do
+for ((r = 0; r < N; r++)); do
+  extra=()
+  [ "$r" -eq 0 ] && extra=(--status) # rank 0 also prints its daemon's view of the job at the end
   RANK=$r WORLD_SIZE=$N FGBUFF_LOCAL_INDEX=$r build/examples/c_trainer --epochs "${EPOCHS:-2}" \
-    --batch "${BATCH:-32}" >"$logs/rank$r.log" 2>&1 &
+    --batch "${BATCH:-32}" "${extra[@]}" >"$logs/rank$r.log" 2>&1 &
   pids+=($!)
 done
+tail -n +1 -f --pid="${pids[0]}" "$logs/rank0.log" & # rank 0's progress, live
+tailpid=$!
+# Once the first epoch is reported the job is running: show a daemon's status with it.
+while kill -0 "${pids[0]}" 2>/dev/null && ! grep -q '^epoch 1 ' "$logs/rank0.log"; do sleep 0.2; done
 rc=0
-RANK=0 WORLD_SIZE=$N FGBUFF_LOCAL_INDEX=0 build/examples/c_trainer --epochs "${EPOCHS:-2}" \
-  --batch "${BATCH:-32}" || rc=$?
-for ((r = 1; r < N; r++)); do
-  if ! wait "${pids[$((r - 1))]}"; then
+echo "== fgbuffctl status (daemon 0, while training)"
+build/client/fgbuffctl --index 0 status || rc=$?
+for ((r = 0; r < N; r++)); do
+  if ! wait "${pids[$r]}"; then
     echo "rank $r failed:"
-    cat "$logs/rank$r.log"
+    tail -20 "$logs/rank$r.log"
     rc=1
   fi
 done
 pids=()
-
-echo "== fgbuffctl status (daemon 0)"
-build/client/fgbuffctl --index 0 status || rc=$?
+wait "$tailpid" # not a bare wait: that would wait for the world (mpirun) too
 echo "== stopping the world"
 world_stop || { echo "world_stop: daemons did not exit cleanly"; rc=1; }
 trap 'rm -rf "$logs"' EXIT

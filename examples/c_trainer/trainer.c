@@ -17,7 +17,7 @@
 #include "mlp.h"
 
 typedef struct opts {
-  int local, no_average, checksum;
+  int local, no_average, checksum, status;
   int epochs;
   long steps; /* 0: no limit */
   int batch;
@@ -31,10 +31,11 @@ static int usage(const char *why) {
       stderr,
       "c_trainer: %s\n"
       "usage: c_trainer [--local | --no-average] [--epochs E] [--steps N] [--batch B]\n"
-      "                 [--lr LR] [--seed S] [--checksum] [--dump FILE] [--data DIR]\n"
+      "                 [--lr LR] [--seed S] [--checksum] [--dump FILE] [--data DIR] [--status]\n"
       "Rank and size come from the launcher environment (RANK/WORLD_SIZE, OMPI_*, ...);\n"
       "the daemon from $FGBUFF_SOCKET or $FGBUFF_RUNTIME_DIR/cpu<local index>.sock.\n"
-      "--dump FILE writes the final parameters (raw float32); with several ranks FILE.<rank>.\n",
+      "--dump FILE writes the final parameters (raw float32); with several ranks FILE.<rank>.\n"
+      "--status: rank 0 prints its daemon's status (with this job) before disconnecting.\n",
       why);
   return 2;
 }
@@ -49,7 +50,7 @@ static int parse_long(const char *s, long lo, long hi, long *out) {
 }
 
 static int parse_opts(int argc, char **argv, opts *o) {
-  *o = (opts){0, 0, 0, 1, 0, 32, 0.1f, 42, "/usr/share/datasets/fashion-mnist", NULL};
+  *o = (opts){0, 0, 0, 0, 1, 0, 32, 0.1f, 42, "/usr/share/datasets/fashion-mnist", NULL};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     long x;
@@ -59,6 +60,8 @@ static int parse_opts(int argc, char **argv, opts *o) {
       o->no_average = 1;
     } else if (!strcmp(a, "--checksum")) {
       o->checksum = 1;
+    } else if (!strcmp(a, "--status")) {
+      o->status = 1;
     } else if (v == NULL) {
       return usage("unknown option or missing value");
     } else if (!strcmp(a, "--epochs") && !parse_long(v, 1, 1000, &x)) {
@@ -248,6 +251,14 @@ int main(int argc, char **argv) {
       fprintf(stderr, "c_trainer: cannot write %s\n", path);
       rc = 1;
     }
+  }
+  if (rc == 0 && o.status && !o.local && rank == 0) {
+    char *txt = NULL;
+    if (fgb_status_text(sx.c, &txt) == FGB_OK)
+      printf("daemon status at the end of training:\n%s\n", txt);
+    else
+      fprintf(stderr, "c_trainer: status: %s\n", fgb_client_error(sx.c));
+    free(txt);
   }
   if (!o.local)
     fgb_client_free(sx.c);
