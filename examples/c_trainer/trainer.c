@@ -35,7 +35,9 @@ static int usage(const char *why) {
       "Rank and size come from the launcher environment (RANK/WORLD_SIZE, OMPI_*, ...);\n"
       "the daemon from $FGBUFF_SOCKET or $FGBUFF_RUNTIME_DIR/cpu<local index>.sock.\n"
       "--dump FILE writes the final parameters (raw float32); with several ranks FILE.<rank>.\n"
-      "--status: rank 0 prints its daemon's status (with this job) before disconnecting.\n",
+      "--status: rank 0 prints its daemon's status (with this job) before disconnecting.\n"
+      "Per epoch (rank 0): mean loss over its samples, test accuracy, and the gradient bytes it\n"
+      "handed to its daemon (counted by the trainer; the daemon's counters: --status).\n",
       why);
   return 2;
 }
