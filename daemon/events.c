@@ -10,16 +10,20 @@
 #include "engine.h"
 #include "log.h"
 
+/* The job an event is about: by job key once known (keys start at 1; events before formation,
+ * such as a refused join, carry key 0), else by name and incarnation. */
 static srv_job *job_find(srv *d, const coord_job_id *id, uint64_t key) {
-  for (srv_job *j = d->jobs; j; j = j->next)
-    if (j->key_known && j->key == key) return j;
+  if (key)
+    for (srv_job *j = d->jobs; j; j = j->next)
+      if (j->key_known && j->key == key) return j;
   for (srv_job *j = d->jobs; j; j = j->next) {
-    if (!j->key_known && j->id.incarnation == id->incarnation &&
-        strcmp(j->id.name, id->name) == 0) {
+    if (j->id.incarnation != id->incarnation || strcmp(j->id.name, id->name) != 0) continue;
+    if (j->key_known && key && j->key != key) continue;
+    if (key && !j->key_known) {
       j->key = key;
       j->key_known = 1;
-      return j;
     }
+    return j;
   }
   return NULL;
 }
@@ -165,7 +169,10 @@ static void on_refused(srv *d, coord_event *ev) {
   if (!j) return;
   j->refused = 1;
   snprintf(j->refuse_text, sizeof(j->refuse_text), "%s", ev->text);
-  int size = strstr(ev->text, "size") != NULL;
+  /* The event has no field: the leader's text says "...): rank R gives size S but ..." or
+   * "...): rank R already joined ...". Look after the job name, which may contain anything. */
+  const char *why = strstr(ev->text, "): ");
+  int size = strstr(why ? why : ev->text, "size") != NULL;
   if (j->session)
     srv_send_error(j->session, 0, size ? FGB_EINVAL : FGB_EEXIST, size ? "size" : "rank", 0, "%s",
                    ev->text);

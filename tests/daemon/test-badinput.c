@@ -402,6 +402,36 @@ static void slow_reader_case(void) {
   check_alive("slow reader dropped");
 }
 
+/* Cross-rank join checks come from the coordinator as Error{req_id 0}: a rank taken on another
+ * daemon (field rank), a size differing from the first joiner's (field size). */
+static void refused_join_case(void) {
+  raw a, b, c;
+  REQUIRE(raw_connect(&a, sock0) == 0 && raw_hello(&a) == 0);
+  REQUIRE(raw_connect(&b, sock1) == 0 && raw_hello(&b) == 0);
+  Env *e = raw_join(&a, "sizes-differ", 0, 2);
+  REQUIRE(e && e->body_case == FGBUFF__V1__ENVELOPE__BODY_JOIN_REPLY);
+  raw_free(e);
+  e = raw_join(&b, "sizes-differ", 0, 2); /* rank 0 again, on the other daemon */
+  REQUIRE(e && e->body_case == FGBUFF__V1__ENVELOPE__BODY_JOIN_REPLY);
+  raw_free(e);
+  expect_error(&b, 0, "rank", FGB_EEXIST, 0, "rank taken on another daemon");
+  raw a2;
+  REQUIRE(raw_connect(&a2, sock0) == 0 && raw_hello(&a2) == 0);
+  e = raw_join(&a2, "sizes-differ2", 0, 2);
+  REQUIRE(e && e->body_case == FGBUFF__V1__ENVELOPE__BODY_JOIN_REPLY);
+  raw_free(e);
+  REQUIRE(raw_connect(&c, sock1) == 0 && raw_hello(&c) == 0);
+  e = raw_join(&c, "sizes-differ2", 0, 1);
+  REQUIRE(e && e->body_case == FGBUFF__V1__ENVELOPE__BODY_JOIN_REPLY);
+  raw_free(e);
+  expect_error(&c, 0, "size", FGB_EINVAL, 0, "size differing from the first joiner");
+  raw_close(&a);
+  raw_close(&a2);
+  raw_close(&b);
+  raw_close(&c);
+  check_alive("refused joins");
+}
+
 int main(void) {
   const char *dir = getenv("FGBUFF_RUNTIME_DIR");
   if (!dir) TEST_SKIP("FGBUFF_RUNTIME_DIR not set (run through test-badinput.sh)");
@@ -412,6 +442,7 @@ int main(void) {
   job_cases();
   tensor_cases();
   mismatch_case();
+  refused_join_case();
   slow_reader_case();
   TEST_DONE();
 }
