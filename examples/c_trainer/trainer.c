@@ -117,20 +117,25 @@ typedef struct sync_ctx {
   uint32_t tid[MLP_NPARAM];
 } sync_ctx;
 
-#define FAIL(c, what)                                                                        \
-  do {                                                                                       \
-    fprintf(stderr, "c_trainer: %s: %s\n", what, c ? fgb_client_error(c) : "out of memory"); \
-    return -1;                                                                               \
+/* Run an fgb_ call; on failure print the status name and the handle's message, return -1. */
+#define TRY(c, call, what)                                                \
+  do {                                                                    \
+    fgb_status st_ = (call);                                              \
+    if (st_ != FGB_OK) {                                                  \
+      fprintf(stderr, "c_trainer: %s: %s: %s\n", what, fgb_strerror(st_), \
+              c ? fgb_client_error(c) : "");                              \
+      return -1;                                                          \
+    }                                                                     \
   } while (0)
 
 static int sync_setup(sync_ctx *sx, int32_t *rank, int32_t *size) {
-  if (fgb_client_new(&sx->c) != FGB_OK) FAIL(NULL, "client");
-  if (fgb_connect(sx->c, NULL) != FGB_OK) FAIL(sx->c, "connect");
+  TRY((fgb_client *)NULL, fgb_client_new(&sx->c), "client");
+  TRY(sx->c, fgb_connect(sx->c, NULL), "connect");
   fgb_job_opts jo = FGB_JOB_OPTS_INIT;
-  if (fgb_join(sx->c, &jo) != FGB_OK) FAIL(sx->c, "join");
-  if (fgb_job_rank(sx->c, rank, size) != FGB_OK) FAIL(sx->c, "job rank");
-  if (fgb_arena_alloc_host(sx->c, MLP_NFLOATS * sizeof(float), &sx->arena) != FGB_OK)
-    FAIL(sx->c, "gradient arena");
+  TRY(sx->c, fgb_join(sx->c, &jo), "join");
+  TRY(sx->c, fgb_job_rank(sx->c, rank, size), "job rank");
+  TRY(sx->c, fgb_arena_alloc_host(sx->c, MLP_NFLOATS * sizeof(float), &sx->arena),
+      "gradient arena");
   for (int i = 0; i < MLP_NPARAM; i++) {
     const mlp_param *mp = &mlp_params[i];
     fgb_tensor_desc td = FGB_TENSOR_DESC_INIT;
@@ -141,7 +146,7 @@ static int sync_setup(sync_ctx *sx, int32_t *rank, int32_t *size) {
     td.ndim = mp->ndim;
     td.shape[0] = mp->shape[0];
     td.shape[1] = mp->shape[1];
-    if (fgb_tensor_register(sx->c, &td, &sx->tid[i]) != FGB_OK) FAIL(sx->c, mp->name);
+    TRY(sx->c, fgb_tensor_register(sx->c, &td, &sx->tid[i]), mp->name);
   }
   return 0;
 }
@@ -150,10 +155,10 @@ static int sync_setup(sync_ctx *sx, int32_t *rank, int32_t *size) {
 static int sync_step(sync_ctx *sx, uint64_t step) {
   static const int backward_order[MLP_NPARAM] = {MLP_B2, MLP_W2, MLP_B1, MLP_W1};
   for (int i = 0; i < MLP_NPARAM; i++)
-    if (fgb_submit(sx->c, sx->tid[backward_order[i]], step, NULL) != FGB_OK) FAIL(sx->c, "submit");
-  if (fgb_end_step(sx->c, step) != FGB_OK) FAIL(sx->c, "end step");
+    TRY(sx->c, fgb_submit(sx->c, sx->tid[backward_order[i]], step, NULL), "submit");
+  TRY(sx->c, fgb_end_step(sx->c, step), "end step");
   /* Generous: a peer rank may still be loading data; a dead daemon or peer ends the wait early. */
-  if (fgb_wait_step(sx->c, step, 600000) != FGB_OK) FAIL(sx->c, "wait step");
+  TRY(sx->c, fgb_wait_step(sx->c, step, 600000), "wait step");
   return 0;
 }
 
