@@ -384,7 +384,11 @@ static void on_status(srv_session *s, uint64_t req_id) {
   env.req_id = req_id;
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_STATUS_REPLY;
   env.status_reply = &r;
-  srv_send(s, &env);
+  if (fgbuff__v1__envelope__get_packed_size(&env) > FGB_WIRE_MAX_FRAME)
+    srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "status document larger than a frame (%zu bytes)",
+                   strlen(json) + strlen(text));
+  else
+    srv_send(s, &env);
   free(json);
   free(text);
 }
