@@ -195,7 +195,7 @@ void srv_on_collective(srv_session *s, uint64_t req_id, const Fgbuff__V1__Collec
 void srv_coord_drain(srv *d);
 void srv_job_client_gone(srv_job *j);
 void srv_fail_pending(srv_job *j, int code, const char *text, const srv_tensor *only);
-void srv_step_tensor_done(srv_job *j, uint64_t step);
+void srv_step_tensor_done(srv_job *j, uint32_t tensor_id, uint64_t step);
 /* Report readiness that waited for the job's formation or a tensor's key (only: that tensor). */
 void srv_report_waiting(srv *d, srv_job *j, const srv_tensor *only);
 /* events.c: coordinator events and engine results. */

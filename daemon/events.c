@@ -309,7 +309,7 @@ void srv_engine_result(void *ud, eng_item *it) {
           if (j->pending[i].tensor_id != t->tensor_id || j->pending[i].step != t->step) continue;
           j->pending[i] = j->pending[--j->npending];
           if (j->session) srv_send_done(j->session, t->tensor_id, t->step, it->status, err);
-          srv_step_tensor_done(j, t->step);
+          srv_step_tensor_done(j, t->tensor_id, t->step);
           break;
         }
       }

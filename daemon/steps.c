@@ -39,8 +39,8 @@ static srv_step *step_get(srv_job *j, uint64_t step, int create) {
   return st;
 }
 
-/* A tensor of `step` is finished (Done sent): step statistics. */
-void srv_step_tensor_done(srv_job *j, uint64_t step) {
+/* Tensor `tensor_id` of `step` is finished (Done sent): step statistics, its stall forgotten. */
+void srv_step_tensor_done(srv_job *j, uint32_t tensor_id, uint64_t step) {
   for (uint32_t i = 0; i < j->nsteps; i++) {
     srv_step *st = &j->steps[i];
     if (st->step != step) continue;
@@ -58,8 +58,9 @@ void srv_step_tensor_done(srv_job *j, uint64_t step) {
     }
     break;
   }
+  srv_tensor *t = srv_tensor_get(j->d, tensor_id);
   for (uint32_t i = 0; i < j->nstalls;) {
-    if (j->stalls[i].step == step)
+    if (j->stalls[i].step == step && t && t->key_known && j->stalls[i].key == t->key)
       j->stalls[i] = j->stalls[--j->nstalls];
     else
       i++;
@@ -83,7 +84,7 @@ void srv_fail_pending(srv_job *j, int code, const char *text, const srv_tensor *
     uint64_t step = p->step;
     pending_remove(j, i);
     if (j->session) srv_send_done(j->session, tid, step, code, text);
-    srv_step_tensor_done(j, step);
+    srv_step_tensor_done(j, tid, step);
   }
   for (uint32_t i = 0; i < j->ncolls;) {
     srv_coll *c = &j->colls[i];
