@@ -1,0 +1,96 @@
+/* test-client-world: one rank of a 2-rank job against real daemons (test-client-world.sh starts a
+ * world and two of these). Checks, with exact values: gradient averaging of a submitted tensor;
+ * end-of-step flushing — a tensor only rank 1 submits averages with rank 0's zeros; per-tensor
+ * fgb_wait/fgb_test; ad-hoc all-reduce (sum, average), broadcast and all-gather; a refused
+ * collective (bad root) reported as an error; the daemon's status JSON naming the job. */
+#include <unistd.h>
+
+#include "fgbuff/client.h"
+#include "../test.h"
+
+#define TO 120000 /* ms: generous on a loaded machine; a dead peer ends waits much earlier */
+
+static int all_eq(const float *x, int n, float v) {
+  for (int i = 0; i < n; i++)
+    if (x[i] != v) return 0;
+  return 1;
+}
+
+int main(void) {
+  fgb_client *c;
+  REQUIRE(fgb_client_new(&c) == FGB_OK);
+  REQUIRE(fgb_connect(c, NULL) == FGB_OK);
+  fgb_job_opts jo = FGB_JOB_OPTS_INIT;
+  fgb_status s = fgb_join(c, &jo);
+  REQUIRE(s == FGB_OK);
+  int32_t rank, size;
+  REQUIRE(fgb_job_rank(c, &rank, &size) == FGB_OK);
+  REQUIRE(size == 2);
+  fgb_arena a;
+  REQUIRE(fgb_arena_alloc_host(c, 4096, &a) == FGB_OK);
+  float *mem = a.ptr;
+  /* Tensors: g (16 floats at 0), u (8 at 64), src (4 at 128), dst (8 at 160). */
+  const struct {
+    const char *name;
+    uint64_t off, count;
+  } spec[4] = {{"g", 0, 16}, {"u", 64, 8}, {"src", 128, 4}, {"dst", 160, 8}};
+  uint32_t id[4];
+  for (int i = 0; i < 4; i++) {
+    fgb_tensor_desc td = FGB_TENSOR_DESC_INIT;
+    td.name = spec[i].name;
+    td.arena = a.id;
+    td.offset = spec[i].off * sizeof(float);
+    td.count = spec[i].count;
+    s = fgb_tensor_register(c, &td, &id[i]);
+    CHECK_MSG(s == FGB_OK, "register %s: %s", spec[i].name, fgb_client_error(c));
+  }
+  float *g = mem, *u = mem + 64, *src = mem + 128, *dst = mem + 160;
+
+  /* Step 0: g averaged; u submitted by rank 1 only (8.0) -> (0 + 8) / 2 everywhere. */
+  for (int i = 0; i < 16; i++) g[i] = (float)(rank + 1) * (float)i;
+  for (int i = 0; i < 8; i++) u[i] = 8.0f;
+  CHECK(fgb_submit(c, id[0], 0, NULL) == FGB_OK);
+  if (rank == 1) CHECK(fgb_submit(c, id[1], 0, NULL) == FGB_OK);
+  CHECK(fgb_end_step(c, 0) == FGB_OK);
+  s = fgb_wait(c, id[0], 0, TO);
+  CHECK_MSG(s == FGB_OK, "wait g: %s", fgb_client_error(c));
+  s = fgb_wait_step(c, 0, TO);
+  CHECK_MSG(s == FGB_OK, "wait step 0: %s", fgb_client_error(c));
+  int ok = 1;
+  for (int i = 0; i < 16; i++) ok &= g[i] == 1.5f * (float)i;
+  CHECK_MSG(ok, "g is not the average of both ranks");
+  CHECK_MSG(all_eq(u, 8, 4.0f), "u = %g, want 4 (rank 0 flushed zeros)", (double)u[0]);
+
+  /* Step 1: nobody submits; fgb_test eventually reports every tensor done. */
+  CHECK(fgb_end_step(c, 1) == FGB_OK);
+  for (int i = 0; i < 4; i++) {
+    int tries = 0;
+    while ((s = fgb_test(c, id[i], 1)) == FGB_EAGAIN && tries++ < 12000) usleep(10000);
+    CHECK_MSG(s == FGB_OK, "test %s step 1: %d %s", spec[i].name, s, fgb_client_error(c));
+  }
+  CHECK(fgb_wait_step(c, 1, TO) == FGB_OK);
+  CHECK(all_eq(u, 8, 0.0f));
+
+  /* Ad-hoc collectives. */
+  for (int i = 0; i < 4; i++) src[i] = (float)(rank + 1);
+  s = fgb_allreduce(c, id[2], FGB_OP_SUM, TO);
+  CHECK_MSG(s == FGB_OK && all_eq(src, 4, 3.0f), "allreduce sum: %s", fgb_client_error(c));
+  s = fgb_allreduce(c, id[2], FGB_OP_AVERAGE, TO);
+  CHECK_MSG(s == FGB_OK && all_eq(src, 4, 3.0f), "allreduce average: %s", fgb_client_error(c));
+  for (int i = 0; i < 4; i++) src[i] = (float)(10 * rank + i);
+  s = fgb_broadcast(c, id[2], 1, TO);
+  CHECK_MSG(s == FGB_OK, "broadcast: %s", fgb_client_error(c));
+  for (int i = 0; i < 4; i++) CHECK(src[i] == (float)(10 + i));
+  for (int i = 0; i < 4; i++) src[i] = (float)(100 * rank + i);
+  s = fgb_allgather(c, id[2], id[3], TO);
+  CHECK_MSG(s == FGB_OK, "allgather: %s", fgb_client_error(c));
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < 4; i++) CHECK(dst[4 * r + i] == (float)(100 * r + i));
+  CHECK(fgb_broadcast(c, id[2], 2, TO) == FGB_EINVAL); /* refused locally: root >= size */
+
+  char *js = NULL;
+  CHECK(fgb_status_json(c, &js) == FGB_OK && js && strstr(js, "client-world") != NULL);
+  free(js);
+  fgb_client_free(c);
+  TEST_DONE();
+}
