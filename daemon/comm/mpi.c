@@ -1,6 +1,10 @@
 /* daemon/comm/mpi.c — the CPU transport: one MPI communicator per job (MPI_Comm_create_group over
  * the job's world ranks) and non-blocking collectives polled with MPI_Test.
  *
+ * MPI counts are ints: an allreduce or broadcast above FGBUFF_MPI_MAX_COUNT elements (default and
+ * maximum 2^30; smaller values only exist to test the path) is split into several collectives of
+ * one request, started in order on every rank. Allgather uses a contiguous block type instead.
+ *
  * Called from the engine thread only; MPI was initialised by the main thread with
  * MPI_THREAD_SERIALIZED and MPI_ERRORS_RETURN on MPI_COMM_WORLD (inherited by the job comms). */
 #include <mpi.h>
@@ -15,9 +19,24 @@ struct comm {
   int rank, size;
 };
 
+#define MPI_MAX_CHUNK (1 << 30)
+#define MPI_MAX_REQS 64
+
 struct comm_req {
-  MPI_Request r;
+  int n;
+  MPI_Request r[MPI_MAX_REQS];
+  MPI_Datatype block; /* allgather's block type, or MPI_DATATYPE_NULL */
 };
+
+static size_t max_count(void) {
+  static size_t v;
+  if (!v) { /* engine thread only */
+    const char *e = getenv("FGBUFF_MPI_MAX_COUNT");
+    long long x = e ? atoll(e) : 0;
+    v = (x > 0 && x < MPI_MAX_CHUNK) ? (size_t)x : MPI_MAX_CHUNK;
+  }
+  return v;
+}
 
 static void mpi_err(int rc, const char *what, char *err, size_t errlen) {
   char s[MPI_MAX_ERROR_STRING];
@@ -108,9 +127,29 @@ static MPI_Datatype mpi_type(fgb_dtype dt) {
 }
 
 static comm_req *new_req(char *err, size_t errlen) {
-  comm_req *r = malloc(sizeof(*r));
+  comm_req *r = calloc(1, sizeof(*r));
   if (!r) snprintf(err, errlen, "out of memory");
+  if (r) r->block = MPI_DATATYPE_NULL;
   return r;
+}
+
+/* Chunks of at most max_count() elements; FGB_ENOTSUP when more than MPI_MAX_REQS are needed. */
+static fgb_status chunks(size_t count, size_t *per, int *n, char *err, size_t errlen) {
+  *per = max_count();
+  size_t k = count ? (count + *per - 1) / *per : 1;
+  if (k > MPI_MAX_REQS) {
+    snprintf(err, errlen, "MPI transport: %zu elements need more than %d collectives", count,
+             MPI_MAX_REQS);
+    return FGB_ENOTSUP;
+  }
+  *n = (int)k;
+  return FGB_OK;
+}
+
+/* Requests started before a failure must still complete (every rank started them). */
+static void req_fail(comm_req *r) {
+  if (r->n) MPI_Waitall(r->n, r->r, MPI_STATUSES_IGNORE);
+  free(r);
 }
 
 static fgb_status mpi_allreduce(comm *c, const void *send, void *recv, size_t count, fgb_dtype dt,
@@ -120,18 +159,25 @@ static fgb_status mpi_allreduce(comm *c, const void *send, void *recv, size_t co
     snprintf(err, errlen, "MPI transport: dtype %d has no native sum (convert to fp32)", (int)dt);
     return FGB_ENOTSUP;
   }
-  if (count > (size_t)0x7fffffff) {
-    snprintf(err, errlen, "MPI transport: %zu elements exceed an int count", count);
-    return FGB_ENOTSUP;
-  }
+  size_t per;
+  int n;
+  fgb_status st = chunks(count, &per, &n, err, errlen);
+  if (st != FGB_OK) return st;
   comm_req *r = new_req(err, errlen);
   if (!r) return FGB_ENOMEM;
-  int rc =
-      MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, t, MPI_SUM, c->c, &r->r);
-  if (rc != MPI_SUCCESS) {
-    mpi_err(rc, "MPI_Iallreduce", err, errlen);
-    free(r);
-    return FGB_EIO;
+  int esz;
+  MPI_Type_size(t, &esz);
+  for (int i = 0; i < n; i++) {
+    size_t off = (size_t)i * per, len = count - off < per ? count - off : per;
+    char *rp = (char *)recv + off * (size_t)esz;
+    const void *sp = send == recv ? MPI_IN_PLACE : (const char *)send + off * (size_t)esz;
+    int rc = MPI_Iallreduce(sp, rp, (int)len, t, MPI_SUM, c->c, &r->r[i]);
+    if (rc != MPI_SUCCESS) {
+      mpi_err(rc, "MPI_Iallreduce", err, errlen);
+      req_fail(r);
+      return FGB_EIO;
+    }
+    r->n++;
   }
   *req = r;
   return FGB_OK;
@@ -139,37 +185,55 @@ static fgb_status mpi_allreduce(comm *c, const void *send, void *recv, size_t co
 
 static fgb_status mpi_allgather(comm *c, const void *send, void *recv, size_t bytes_per_rank,
                                 comm_req **req, char *err, size_t errlen) {
-  if (bytes_per_rank > (size_t)0x7fffffff) {
+  /* The largest power-of-two block (up to 1 MiB) dividing the size keeps the count an int. */
+  size_t block = (size_t)1 << 20;
+  while (block > 1 && bytes_per_rank % block) block >>= 1;
+  if (bytes_per_rank / block > (size_t)0x7fffffff) {
     snprintf(err, errlen, "MPI transport: %zu bytes per rank exceed an int count", bytes_per_rank);
     return FGB_ENOTSUP;
   }
   comm_req *r = new_req(err, errlen);
   if (!r) return FGB_ENOMEM;
-  int rc = MPI_Iallgather(send, (int)bytes_per_rank, MPI_BYTE, recv, (int)bytes_per_rank, MPI_BYTE,
-                          c->c, &r->r);
+  MPI_Datatype bt = MPI_BYTE;
+  if (block > 1) {
+    MPI_Type_contiguous((int)block, MPI_BYTE, &r->block);
+    MPI_Type_commit(&r->block);
+    bt = r->block;
+  }
+  int cnt = (int)(bytes_per_rank / block);
+  int rc = MPI_Iallgather(send, cnt, bt, recv, cnt, bt, c->c, &r->r[0]);
   if (rc != MPI_SUCCESS) {
     mpi_err(rc, "MPI_Iallgather", err, errlen);
+    if (r->block != MPI_DATATYPE_NULL) MPI_Type_free(&r->block);
     free(r);
     return FGB_EIO;
   }
+  r->n = 1;
   *req = r;
   return FGB_OK;
 }
 
 static fgb_status mpi_broadcast(comm *c, void *buf, size_t bytes, int root, comm_req **req,
                                 char *err, size_t errlen) {
-  if (bytes > (size_t)0x7fffffff || root < 0 || root >= c->size) {
-    snprintf(err, errlen, "MPI transport: broadcast of %zu bytes from root %d (size %d)", bytes,
-             root, c->size);
+  if (root < 0 || root >= c->size) {
+    snprintf(err, errlen, "MPI transport: broadcast root %d outside 0..%d", root, c->size - 1);
     return FGB_EINVAL;
   }
+  size_t per;
+  int n;
+  fgb_status st = chunks(bytes, &per, &n, err, errlen);
+  if (st != FGB_OK) return st;
   comm_req *r = new_req(err, errlen);
   if (!r) return FGB_ENOMEM;
-  int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, c->c, &r->r);
-  if (rc != MPI_SUCCESS) {
-    mpi_err(rc, "MPI_Ibcast", err, errlen);
-    free(r);
-    return FGB_EIO;
+  for (int i = 0; i < n; i++) {
+    size_t off = (size_t)i * per, len = bytes - off < per ? bytes - off : per;
+    int rc = MPI_Ibcast((char *)buf + off, (int)len, MPI_BYTE, root, c->c, &r->r[i]);
+    if (rc != MPI_SUCCESS) {
+      mpi_err(rc, "MPI_Ibcast", err, errlen);
+      req_fail(r);
+      return FGB_EIO;
+    }
+    r->n++;
   }
   *req = r;
   return FGB_OK;
@@ -177,14 +241,14 @@ static fgb_status mpi_broadcast(comm *c, void *buf, size_t bytes, int root, comm
 
 static int mpi_test(comm_req *req, char *err, size_t errlen) {
   int flag = 0;
-  int rc = MPI_Test(&req->r, &flag, MPI_STATUS_IGNORE);
+  int rc = MPI_Testall(req->n, req->r, &flag, MPI_STATUSES_IGNORE);
+  if (rc == MPI_SUCCESS && !flag) return 0;
+  if (req->block != MPI_DATATYPE_NULL) MPI_Type_free(&req->block);
+  free(req);
   if (rc != MPI_SUCCESS) {
-    mpi_err(rc, "MPI_Test", err, errlen);
-    free(req);
+    mpi_err(rc, "MPI_Testall", err, errlen);
     return FGB_EIO;
   }
-  if (!flag) return 0;
-  free(req);
   return 1;
 }
 
