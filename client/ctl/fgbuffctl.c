@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "fgbuff/client.h"
 
@@ -32,7 +31,6 @@ static int parse_index(const char *s, long *out) {
 
 int main(int argc, char **argv) {
   const char *sock = NULL;
-  char pathbuf[4200];
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -43,15 +41,12 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[i], "--index") == 0 && i + 1 < argc) {
       long idx;
       if (parse_index(argv[++i], &idx) < 0) return usage("--index wants a non-negative integer");
-      /* Same directory rule as the library; only the index differs from the default. */
-      const char *d = getenv("FGBUFF_RUNTIME_DIR"), *x = getenv("XDG_RUNTIME_DIR");
-      if (d && *d)
-        snprintf(pathbuf, sizeof(pathbuf), "%s/cpu%ld.sock", d, idx);
-      else if (x && *x)
-        snprintf(pathbuf, sizeof(pathbuf), "%s/fgbuff/cpu%ld.sock", x, idx);
-      else
-        snprintf(pathbuf, sizeof(pathbuf), "/tmp/fgbuff-%u/cpu%ld.sock", (unsigned)getuid(), idx);
-      sock = pathbuf;
+      /* Let the library apply its own default-path rule with this index (client.h). */
+      char v[32];
+      snprintf(v, sizeof(v), "%ld", idx);
+      setenv("FGBUFF_LOCAL_INDEX", v, 1);
+      unsetenv("FGBUFF_SOCKET");
+      sock = NULL;
     } else {
       return usage("unknown option");
     }
