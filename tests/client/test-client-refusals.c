@@ -17,6 +17,26 @@ static void fatal_later(mockd *m) {
   fgbuff__v1__envelope__free_unpacked(q, NULL);
 }
 
+/* A daemon that sends garbage in place of the status reply: an undecodable frame, or a frame
+ * header announcing more than the frame limit. */
+static void reply_garbage(mockd *m, int oversized) {
+  mockd_hello(m, 1);
+  Fgbuff__V1__Envelope *q = mockd_expect(m, FGBUFF__V1__ENVELOPE__BODY_STATUS);
+  fgbuff__v1__envelope__free_unpacked(q, NULL);
+  const uint8_t junk[7] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x99};
+  const uint8_t big[4] = {0xff, 0xff, 0xff, 0x7f};
+  if (oversized)
+    REQUIRE(write(m->sock, big, sizeof(big)) == 4);
+  else
+    REQUIRE(wire_send(m->sock, junk, sizeof(junk), NULL, 0) == 0);
+}
+static void undecodable(mockd *m) {
+  reply_garbage(m, 0);
+}
+static void oversized(mockd *m) {
+  reply_garbage(m, 1);
+}
+
 /* A send-only message refused: the Error carries the Submit's req_id, and no reply is awaited. */
 static void submit_refused(mockd *m) {
   mockd_hello(m, 1);
@@ -57,6 +77,20 @@ int main(void) {
   CHECK(fgb_end_step(c, 1) == FGB_ECLOSED);
   mockd_join(&m);
   fgb_client_free(c);
+
+  void (*bad[2])(mockd *) = {undecodable, oversized};
+  const char *why[2] = {"undecodable", "frame length"};
+  for (int i = 0; i < 2; i++) {
+    mockd_start(&m, "d.sock", bad[i]);
+    REQUIRE(fgb_client_new(&c) == FGB_OK);
+    REQUIRE(fgb_connect(c, m.path) == FGB_OK);
+    char *txt = NULL;
+    CHECK(fgb_status_text(c, &txt) == FGB_EPROTO && txt == NULL);
+    CHECK_MSG(strstr(fgb_client_error(c), why[i]) != NULL, "\"%s\"", fgb_client_error(c));
+    CHECK(fgb_status_text(c, &txt) == FGB_EPROTO); /* the connection stays unusable */
+    mockd_join(&m);
+    fgb_client_free(c);
+  }
 
   mockd_start(&m, "d.sock", submit_refused);
   REQUIRE(fgb_client_new(&c) == FGB_OK);
