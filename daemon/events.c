@@ -215,7 +215,12 @@ static void on_aborted(srv *d, coord_event *ev) {
   if (!j) return;
   if (!j->aborted) {
     j->aborted = 1;
-    if (ev->failed_rank >= 0)
+    /* The leader's text already names the job and the failed rank when it knows them. */
+    char rank_s[32];
+    snprintf(rank_s, sizeof(rank_s), "rank %d", ev->failed_rank);
+    if (ev->text[0] && (ev->failed_rank < 0 || strstr(ev->text, rank_s)))
+      snprintf(j->abort_text, sizeof(j->abort_text), "%s", ev->text);
+    else if (ev->failed_rank >= 0)
       snprintf(j->abort_text, sizeof(j->abort_text), "rank %d of job '%.100s' failed: %.300s",
                ev->failed_rank, j->id.name, ev->text);
     else
