@@ -105,6 +105,21 @@ fgb_status kern_stats(const comp_exec *ex, const float *a, uint64_t n, uint32_t 
   KERN_DISPATCH(stats, a, n, flags, ctl);
 }
 
+fgb_status kern_add_stats(const comp_exec *ex, float *a, const float *g, uint64_t n, uint32_t flags,
+                          kern_ctl *ctl) {
+  KERN_DISPATCH(add_stats, a, g, n, flags, ctl);
+}
+
+fgb_status kern_topk_add(const comp_exec *ex, float *a, const float *g, uint64_t n, uint32_t k,
+                         const kern_sel *out, kern_ws *ws) {
+  KERN_DISPATCH(topk_add, a, g, n, k, out, ws);
+}
+
+fgb_status kern_add_cast_f16(const comp_exec *ex, float *r, const float *g, uint16_t *h,
+                             uint64_t n) {
+  KERN_DISPATCH(add_cast_f16, r, g, h, n);
+}
+
 fgb_status kern_thr_from_stats(const comp_exec *ex, kern_ctl *ctl, kern_thr_model model,
                                double p0) {
   KERN_DISPATCH(thr_from_stats, ctl, model, p0);

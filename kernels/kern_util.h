@@ -33,6 +33,19 @@ KERN_HD uint32_t kern_thr_key(float t) {
   return u;
 }
 
+/* Canonical NaN for every NaN an element-wise kernel computes and stores. IEEE 754 leaves the
+ * payload and sign of a NaN result to the hardware (x86 SSE keeps an operand's payload, or makes
+ * the negative "indefinite" 0xffc00000 for Inf - Inf; NVIDIA GPUs make 0x7fffffff), so both
+ * backends store a computed NaN as 0x7fc00000 and agree bit for bit. Values only copied (the
+ * selections' payload values) keep their bits. */
+KERN_HD float kern_nan_canon(float x) {
+  if (x != x) {
+    const uint32_t q = 0x7fc00000u;
+    memcpy(&x, &q, sizeof x);
+  }
+  return x;
+}
+
 /* fp32 -> fp16 bits, round to nearest even, finite values saturate to +-65504 (so that the error
  * feedback a - half(a) stays finite), Inf stays Inf, NaN becomes a quiet NaN. */
 KERN_HD uint16_t kern_half_from_float(float f) {

@@ -137,6 +137,19 @@ fgb_status kern_cast_f16(const comp_exec *ex, const float *a, uint16_t *h, float
 fgb_status kern_f16_to_f32(const comp_exec *ex, const uint16_t *h, float *out, uint64_t n,
                            float scale);
 
+/* ---- error-feedback compensation fused into an op's first pass ------------------------------- */
+/* Each is exactly kern_add(a, g, n) followed by the named op on a (CPU: literally that); the GPU
+ * does the compensation in the op's own first read of a, so an encode costs one pass less. */
+/* kern_add(a, g) + kern_stats(a). Cost R2 W1. */
+fgb_status kern_add_stats(const comp_exec *ex, float *a, const float *g, uint64_t n, uint32_t flags,
+                          kern_ctl *ctl);
+/* kern_add(a, g) + kern_topk(a, ...) (out->resid NULL or a). Cost R2 W1 + the selection's O(k). */
+fgb_status kern_topk_add(const comp_exec *ex, float *a, const float *g, uint64_t n, uint32_t k,
+                         const kern_sel *out, kern_ws *ws);
+/* kern_add(r, g) + kern_cast_f16(r, h, r): fp16 with error feedback. Cost R2 W1.5. */
+fgb_status kern_add_cast_f16(const comp_exec *ex, float *r, const float *g, uint16_t *h,
+                             uint64_t n);
+
 /* ---- statistics and thresholds (all on the device) ------------------------------------------- */
 
 enum {
@@ -303,6 +316,11 @@ fgb_status kern_fill_uniform(const comp_exec *ex, float *out, uint64_t count, ui
   fgb_status kern_##B##_cast_f16(const float *a, uint16_t *h, float *r, uint64_t n EXTRA);         \
   fgb_status kern_##B##_f16_to_f32(const uint16_t *h, float *out, uint64_t n, float scale EXTRA);  \
   fgb_status kern_##B##_stats(const float *a, uint64_t n, uint32_t flags, kern_ctl *ctl EXTRA);    \
+  fgb_status kern_##B##_add_stats(float *a, const float *g, uint64_t n, uint32_t flags,            \
+                                  kern_ctl *ctl EXTRA);                                            \
+  fgb_status kern_##B##_topk_add(float *a, const float *g, uint64_t n, uint32_t k,                 \
+                                 const kern_sel *out, kern_ws *ws EXTRA);                          \
+  fgb_status kern_##B##_add_cast_f16(float *r, const float *g, uint16_t *h, uint64_t n EXTRA);     \
   fgb_status kern_##B##_thr_from_stats(kern_ctl *ctl, kern_thr_model model, double p0 EXTRA);      \
   fgb_status kern_##B##_count_ge(const float *a, uint64_t n, kern_ctl *ctl EXTRA);                 \
   fgb_status kern_##B##_thr_adapt(kern_ctl *ctl, const kern_adapt *ad EXTRA);                      \

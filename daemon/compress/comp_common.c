@@ -295,6 +295,17 @@ fgb_status comp_sparse_compensate(comp_sparse *cs, const float *grad, float **a)
   return kern_memcpy(&cs->ex, cs->work, grad, cs->n * sizeof(float));
 }
 
+fgb_status comp_sparse_compensate_stats(comp_sparse *cs, const float *grad, uint32_t flags,
+                                        float **a) {
+  if (grad == NULL) return FGB_EINVAL;
+  if (cs->ef) {
+    *a = cs->resid;
+    return kern_add_stats(&cs->ex, cs->resid, grad, cs->n, flags, cs->ctl);
+  }
+  fgb_status rc = comp_sparse_compensate(cs, grad, a);
+  return rc ? rc : kern_stats(&cs->ex, *a, cs->n, flags, cs->ctl);
+}
+
 kern_sel comp_sparse_sel(comp_sparse *cs, float *a, float *mask) {
   kern_sel s = {cs->payload, cs->step_cap, cs->fp16, cs->ef ? a : NULL, mask};
   return s;

@@ -104,6 +104,10 @@ void comp_sparse_free(comp_sparse *cs);
 /* a = grad + residual, in the residual (EF) or a copy in `work` (no EF). */
 fgb_status comp_sparse_compensate(comp_sparse *cs, const float *grad, float **a);
 /* The kern_sel for this step's layout (capacity step_cap). */
+/* comp_sparse_compensate, then kern_stats(*a, flags) into cs->ctl; with EF one fused pass
+ * (kern_add_stats). */
+fgb_status comp_sparse_compensate_stats(comp_sparse *cs, const float *grad, uint32_t flags,
+                                        float **a);
 kern_sel comp_sparse_sel(comp_sparse *cs, float *a, float *mask);
 /* Phase 0: allgather of this step's payload layout. */
 void comp_sparse_phase(const comp_sparse *cs, comp_phase *ph);

@@ -11,7 +11,7 @@ typedef struct fp16_state {
   comp_exec ex;
   uint64_t n;
   int ef;
-  float *resid; /* EF: the rounding error; without EF a scratch copy of grad */
+  float *resid; /* EF: the rounding error (unused without EF: the cast reads grad) */
   uint16_t *send, *recv;
 } fp16_state;
 
@@ -57,9 +57,9 @@ static fgb_status fp16_encode(void *st, const comp_exec *ex, const float *grad, 
                               comp_phase *ph, char *err, size_t errlen) {
   fp16_state *s = st;
   if (grad == NULL || ph == NULL) return comp_errf(err, errlen, "fp16: NULL grad or phase");
-  fgb_status rc = s->ef ? kern_add(ex, s->resid, grad, s->n)
-                        : kern_memcpy(ex, s->resid, grad, s->n * sizeof(float));
-  if (!rc) rc = kern_cast_f16(ex, s->resid, s->send, s->ef ? s->resid : NULL, s->n);
+  /* one pass: r + g cast, its rounding error kept in r (EF); without EF straight from grad */
+  fgb_status rc = s->ef ? kern_add_cast_f16(ex, s->resid, grad, s->send, s->n)
+                        : kern_cast_f16(ex, grad, s->send, NULL, s->n);
   memset(ph, 0, sizeof *ph);
   ph->coll = COMP_COLL_ALLREDUCE;
   ph->send = s->send;

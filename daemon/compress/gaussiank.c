@@ -64,8 +64,7 @@ static fgb_status gaussiank_encode(void *st, const comp_exec *ex, const float *g
   comp_sparse *cs = &s->cs;
   if (grad == NULL || ph == NULL) return comp_errf(err, errlen, "gaussiank: NULL grad or phase");
   float *a;
-  fgb_status rc = comp_sparse_compensate(cs, grad, &a);
-  if (!rc) rc = kern_stats(ex, a, cs->n, 0, cs->ctl);
+  fgb_status rc = comp_sparse_compensate_stats(cs, grad, 0, &a); /* one fused pass */
   if (!rc) rc = kern_thr_from_stats(ex, cs->ctl, KERN_THR_GAUSS, s->z);
   kern_adapt ad = {KERN_ADAPT_BRACKET, cs->k, 2.0 / 3.0, 4.0 / 3.0, 0.5, 1.5, (uint32_t)s->iters};
   for (int i = 0; !rc && i < s->iters; i++) {

@@ -49,8 +49,7 @@ static fgb_status redsync_encode(void *st, const comp_exec *ex, const float *gra
   comp_sparse *cs = &s->cs;
   if (grad == NULL || ph == NULL) return comp_errf(err, errlen, "redsync: NULL grad or phase");
   float *a;
-  fgb_status rc = comp_sparse_compensate(cs, grad, &a);
-  if (!rc) rc = kern_stats(ex, a, cs->n, 0, cs->ctl);
+  fgb_status rc = comp_sparse_compensate_stats(cs, grad, 0, &a); /* one fused pass */
   /* trim: s = 0.8, 0.6, ..., 0 (thr = 0 lets everything through): at most 5 rounds.
    * bisect: eps = 0.2 on [0, 1] is 3 halvings. */
   if (!rc) rc = kern_thr_from_stats(ex, cs->ctl, KERN_THR_REDSYNC, s->mode ? 0.5 : 0.8);

@@ -63,10 +63,10 @@ static fgb_status sidco_encode(void *st, const comp_exec *ex, const float *grad,
   static const kern_thr_model first[] = {KERN_THR_EXP, KERN_THR_GPARETO, KERN_THR_GAMMA};
   static const kern_thr_model later[] = {KERN_THR_EXP, KERN_THR_GPARETO, KERN_THR_GPARETO};
   float *a;
-  fgb_status rc = comp_sparse_compensate(cs, grad, &a);
   double d1 = s->stages > 1 ? s->first_ratio : s->rho;
   double q = s->stages > 1 ? pow(s->rho / s->first_ratio, 1.0 / (s->stages - 1)) : 1.0;
-  if (!rc) rc = kern_stats(ex, a, cs->n, s->dist == 2 ? KERN_STATS_LOG : 0, cs->ctl);
+  /* compensation and the first statistics in one fused pass */
+  fgb_status rc = comp_sparse_compensate_stats(cs, grad, s->dist == 2 ? KERN_STATS_LOG : 0, &a);
   if (!rc) rc = kern_thr_from_stats(ex, cs->ctl, first[s->dist], d1);
   for (int i = 1; !rc && i < s->stages; i++) {
     rc = kern_stats(ex, a, cs->n, KERN_STATS_ABOVE_THR, cs->ctl);

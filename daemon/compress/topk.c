@@ -37,14 +37,21 @@ static fgb_status topk_encode(void *st, const comp_exec *ex, const float *grad, 
                               comp_phase *ph, char *err, size_t errlen) {
   topk_state *s = st;
   if (ph == NULL) return comp_errf(err, errlen, "topk: NULL phase");
-  float *a;
-  fgb_status rc = comp_sparse_compensate(&s->cs, grad, &a);
-  if (rc) {
-    comp_errf(err, errlen, "topk: compensation failed (NULL grad?)");
-    return rc;
+  if (grad == NULL) return comp_errf(err, errlen, "topk: NULL grad");
+  fgb_status rc;
+  if (s->cs.ef) { /* compensation a = r + g fused into the selection's one read (kern_topk_add) */
+    kern_sel sel = comp_sparse_sel(&s->cs, s->cs.resid, NULL);
+    rc = kern_topk_add(ex, s->cs.resid, grad, s->cs.n, s->cs.k, &sel, s->cs.ws);
+  } else {
+    float *a;
+    if ((rc = comp_sparse_compensate(&s->cs, grad, &a))) {
+      comp_errf(err, errlen, "topk: compensation failed");
+      return rc;
+    }
+    kern_sel sel = comp_sparse_sel(&s->cs, a, NULL);
+    rc = kern_topk(ex, a, s->cs.n, s->cs.k, &sel, s->cs.ws);
   }
-  kern_sel sel = comp_sparse_sel(&s->cs, a, NULL);
-  if ((rc = kern_topk(ex, a, s->cs.n, s->cs.k, &sel, s->cs.ws))) return rc;
+  if (rc) return rc;
   comp_sparse_phase(&s->cs, ph);
   return FGB_OK;
 }

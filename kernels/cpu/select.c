@@ -163,7 +163,7 @@ fgb_status kern_cpu_scatter(float *out, uint64_t n, const int32_t *idx, const fl
   if (k && (idx == NULL || vals == NULL)) return FGB_EINVAL;
   memset(out, 0, n * sizeof *out);
   for (uint32_t j = 0; j < k; j++)
-    if (idx[j] >= 0 && (uint64_t)idx[j] < n) out[idx[j]] = scale * vals[j];
+    if (idx[j] >= 0 && (uint64_t)idx[j] < n) out[idx[j]] = kern_nan_canon(scale * vals[j]);
   return FGB_OK;
 }
 
@@ -204,11 +204,11 @@ fgb_status kern_cpu_coo_decode(const void *recv, size_t stride, int nranks, uint
       } else {
         memcpy(&v, (const float *)vals + j, sizeof v);
       }
-      out[i] += v;
+      out[i] = kern_nan_canon(out[i] + v);
     }
   }
   if (scale != 1.0f)
-    for (uint64_t i = 0; i < n; i++) out[i] *= scale;
+    for (uint64_t i = 0; i < n; i++) out[i] = kern_nan_canon(out[i] * scale);
   if (ctl) ctl->bad += bad;
   return FGB_OK;
 }
@@ -224,7 +224,8 @@ fgb_status kern_cpu_coo_restore(const void *local, int fp16, const void *global,
   for (uint32_t j = 0; j < hl->count; j++) { /* merge walk: both ascending */
     while (g < hg->count && ig[g] < il[j]) g++;
     if (g < hg->count && ig[g] == il[j]) continue;
-    r[il[j]] += fp16 ? kern_half_to_float(((const uint16_t *)vl)[j]) : ((const float *)vl)[j];
+    float x = fp16 ? kern_half_to_float(((const uint16_t *)vl)[j]) : ((const float *)vl)[j];
+    r[il[j]] = kern_nan_canon(r[il[j]] + x);
   }
   return FGB_OK;
 }

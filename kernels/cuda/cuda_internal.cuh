@@ -223,10 +223,13 @@ enum { KC_L_SAMPLE = 0, KC_L_CTL = 1, KC_L_FIXED = 2 };
  * radix select of the kth largest over the candidates (or over a when they overflow or fall
  * short), ordered emission in ascending index into o (+ idx_base on the indices; resid/mask are
  * indexed like a). take_all: every key >= L when there are at most k of them (select_thr), else
- * the top k. hdr: header written with the count and `capacity` (NULL: none). Enqueue only. */
+ * the top k. hdr: header written with the count and `capacity` (NULL: none). g: the error-feedback
+ * compensation a += g is fused into the sampling and the one read of a (a is then written; the
+ * caller owns it). Enqueue only. */
 fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_base, uint32_t k,
                      int lmode, const kern_ctl *ctl, uint32_t L_fixed, int take_all, kc_out o,
-                     comp_coo_header *hdr, uint32_t capacity, cudaStream_t s);
+                     comp_coo_header *hdr, uint32_t capacity, cudaStream_t s,
+                     const float *g = NULL);
 /* Header {count, capacity} written on the device. */
 fgb_status kc_write_header(comp_coo_header *hdr, uint32_t count, uint32_t capacity, cudaStream_t s);
 /* Zeros past the (device-side) header count, values and indices, like the CPU's finish(). */

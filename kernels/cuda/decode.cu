@@ -102,12 +102,12 @@ __global__ void __launch_bounds__(DEC_THREADS)
     }
     float x = vb == 2 ? kern_half_to_float(ld_u16(v.vals + 2ull * j))
                       : __uint_as_float(ld_u32(v.vals + 4ull * j));
-    float acc = __fadd_rn(out[i], x); /* out starts at +0: 0 + x, as the CPU */
+    float acc = kern_nan_canon(__fadd_rn(out[i], x)); /* out starts at +0: 0 + x, as the CPU */
     if (fuse) {
       bool last = true;
       for (int q = 0; q < nranks - r - 1 && last; q++)
         if (later_ok[q] && coo_has(&later[q], i)) last = false;
-      if (last) acc = __fmul_rn(acc, scale);
+      if (last) acc = kern_nan_canon(__fmul_rn(acc, scale));
     }
     out[i] = acc;
   }
@@ -132,7 +132,7 @@ __global__ void k_dec_serial(const char *recv, uint64_t stride, int r, uint32_t 
       }
       float x = vb == 2 ? kern_half_to_float(ld_u16(v.vals + 2ull * j))
                         : __uint_as_float(ld_u32(v.vals + 4ull * j));
-      out[i] = __fadd_rn(out[i], x);
+      out[i] = kern_nan_canon(__fadd_rn(out[i], x));
     }
   }
   if (ctl && bad) atomicAdd((unsigned long long *)&ctl->bad, bad);
@@ -143,7 +143,7 @@ __global__ void k_dec_scale(float *out, uint64_t n, float scale, int fuse, const
   if (fuse && !scr->dec_unsorted) return;
   for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
        i += (uint64_t)gridDim.x * blockDim.x)
-    out[i] = __fmul_rn(out[i], scale);
+    out[i] = kern_nan_canon(__fmul_rn(out[i], scale));
 }
 
 __global__ void k_add_bad(kern_ctl *ctl, unsigned long long b) {
@@ -193,7 +193,7 @@ __global__ void k_scatter(float *out, uint64_t n, const int32_t *idx, const floa
                           float scale) {
   for (uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < k; j += gridDim.x * blockDim.x) {
     int32_t i = idx[j];
-    if (i >= 0 && (uint64_t)i < n) out[i] = __fmul_rn(scale, vals[j]);
+    if (i >= 0 && (uint64_t)i < n) out[i] = kern_nan_canon(__fmul_rn(scale, vals[j]));
   }
 }
 
@@ -264,7 +264,7 @@ __global__ void k_coo_restore(const char *local, uint32_t vb, const char *global
     if (coo_has(&g, i)) continue;
     float x = vb == 2 ? kern_half_to_float(ld_u16(lvals + 2ull * j))
                       : __uint_as_float(ld_u32(lvals + 4ull * j));
-    r[i] = __fadd_rn(r[i], x);
+    r[i] = kern_nan_canon(__fadd_rn(r[i], x));
   }
 }
 

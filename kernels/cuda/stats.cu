@@ -60,8 +60,19 @@ __device__ inline void block_reduce_acc(acc_t *a) {
   a->mn = block_min(a->mn);
 }
 
+/* a[i], compensated in place first when g. */
+__device__ inline float comp_one(float *a, const float *g, uint64_t i) {
+  float x = a[i];
+  if (g) {
+    x = kern_nan_canon(__fadd_rn(x, g[i]));
+    a[i] = x;
+  }
+  return x;
+}
+
 __global__ void __launch_bounds__(KC_RED_THREADS)
-    k_stats(const float *a, uint64_t n, uint32_t flags, kern_ctl *ctl, kc_scratch *scr) {
+    k_stats(const float *a, const float *g, uint64_t n, uint32_t flags, kern_ctl *ctl,
+            kc_scratch *scr) {
   __shared__ uint32_t s_last;
   const uint32_t above = (flags & KERN_STATS_ABOVE_THR) != 0;
   const int logs = (flags & KERN_STATS_LOG) != 0;
@@ -69,15 +80,30 @@ __global__ void __launch_bounds__(KC_RED_THREADS)
   acc_t acc = {0, 0, 0, 0, 0, 0.0f, INFINITY, 0};
   const uint64_t stride = (uint64_t)gridDim.x * blockDim.x,
                  gid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
-  if (((uintptr_t)a & 15u) == 0) {
-    const float4 *a4 = (const float4 *)a;
+  float *aw = (float *)a; /* written only with g: the fused compensation a += g */
+  if (((uintptr_t)a & 15u) == 0 && ((uintptr_t)g & 15u) == 0) {
+    const float4 *a4 = (const float4 *)a, *g4 = (const float4 *)g;
     const uint64_t n4 = n / 4;
     /* Four independent 16-byte loads in flight per thread before any use (fixed order). */
     for (uint64_t i = gid; i < n4; i += 4 * stride) {
-      float4 v[4];
+      float4 v[4], w[4];
 #pragma unroll
       for (int u = 0; u < 4; u++)
         v[u] = i + u * stride < n4 ? a4[i + u * stride] : make_float4(0, 0, 0, 0);
+      if (g) {
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+          w[u] = i + u * stride < n4 ? g4[i + u * stride] : make_float4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+          if (i + u * stride < n4) {
+            v[u].x = kern_nan_canon(__fadd_rn(v[u].x, w[u].x));
+            v[u].y = kern_nan_canon(__fadd_rn(v[u].y, w[u].y));
+            v[u].z = kern_nan_canon(__fadd_rn(v[u].z, w[u].z));
+            v[u].w = kern_nan_canon(__fadd_rn(v[u].w, w[u].w));
+            ((float4 *)aw)[i + u * stride] = v[u];
+          }
+      }
 #pragma unroll
       for (int u = 0; u < 4; u++)
         if (i + u * stride < n4) {
@@ -87,9 +113,10 @@ __global__ void __launch_bounds__(KC_RED_THREADS)
           acc_one(&acc, v[u].w, above, tk, logs);
         }
     }
-    for (uint64_t i = n4 * 4 + gid; i < n; i += stride) acc_one(&acc, a[i], above, tk, logs);
+    for (uint64_t i = n4 * 4 + gid; i < n; i += stride)
+      acc_one(&acc, comp_one(aw, g, i), above, tk, logs);
   } else {
-    for (uint64_t i = gid; i < n; i += stride) acc_one(&acc, a[i], above, tk, logs);
+    for (uint64_t i = gid; i < n; i += stride) acc_one(&acc, comp_one(aw, g, i), above, tk, logs);
   }
   block_reduce_acc(&acc);
   if (threadIdx.x == 0) {
@@ -145,7 +172,17 @@ extern "C" fgb_status kern_cuda_stats(const float *a, uint64_t n, uint32_t flags
   cudaStream_t s = KC_STREAM(stream);
   kc_scratch *scr = kc_stream_scratch(s);
   if (scr == NULL) return FGB_ENOMEM;
-  k_stats<<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, n, flags, ctl, scr);
+  k_stats<<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, NULL, n, flags, ctl, scr);
+  return kc_launched();
+}
+
+extern "C" fgb_status kern_cuda_add_stats(float *a, const float *g, uint64_t n, uint32_t flags,
+                                          kern_ctl *ctl, void *stream) {
+  if (ctl == NULL || (n && (a == NULL || g == NULL))) return FGB_EINVAL;
+  cudaStream_t s = KC_STREAM(stream);
+  kc_scratch *scr = kc_stream_scratch(s);
+  if (scr == NULL) return FGB_ENOMEM;
+  k_stats<<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, g, n, flags, ctl, scr);
   return kc_launched();
 }
 

@@ -125,12 +125,14 @@ __device__ inline uint32_t mix32(uint32_t x) {
 }
 
 /* One key per stratum [j len / m, (j+1) len / m), at a hashed offset (no aliasing with layouts). */
-__global__ void k_sample(const float *a, uint64_t len, uint32_t m, uint32_t *samp) {
+__global__ void k_sample(const float *a, const float *g, uint64_t len, uint32_t m, uint32_t *samp) {
   uint32_t j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= m) return;
   uint64_t lo = (uint64_t)j * len / m, hi = (uint64_t)(j + 1) * len / m;
   uint64_t off = (hi - lo > 1) ? mix32(j * 0x9e3779b9u + 0x1234567u) % (hi - lo) : 0;
-  samp[j] = kern_abs_key(a[lo + off]);
+  float x = a[lo + off];
+  if (g) x = kern_nan_canon(__fadd_rn(x, g[lo + off])); /* the compensated value k_compact makes */
+  samp[j] = kern_abs_key(x);
 }
 
 __global__ void __launch_bounds__(KC_BLOCK_SELECT)
@@ -145,15 +147,36 @@ __global__ void __launch_bounds__(KC_BLOCK_SELECT)
   }
 }
 
+/* g != NULL: the error-feedback compensation a += g happens here, in the one read of a (al then
+ * covers g's alignment too); a is written back whole, the selection sees the sums. */
 __global__ void __launch_bounds__(SEL_THREADS)
-    k_compact(const float *a, uint64_t len, int al, kc_sel_state *st, float *cv, uint32_t *ci,
-              uint64_t cand_cap, uint32_t *ch_off, uint32_t *ch_cnt) {
+    k_compact(const float *a, const float *g, uint64_t len, int al, kc_sel_state *st, float *cv,
+              uint32_t *ci, uint64_t cand_cap, uint32_t *ch_off, uint32_t *ch_cnt) {
   __shared__ unsigned long long s_base;
   const uint32_t L = st->L;
   const uint64_t c = blockIdx.x;
   float v[16];
   uint32_t idx[16];
   uint32_t pres = load_chunk(a, len, al, 1, NULL, NULL, 0, 0, c, v, idx);
+  if (g) {
+    float w[16];
+    (void)load_chunk(g, len, al, 1, NULL, NULL, 0, 0, c, w, idx);
+    float *aw = (float *)a;
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+#pragma unroll
+      for (int q = 0; q < 4; q++)
+        v[4 * s + q] = kern_nan_canon(__fadd_rn(v[4 * s + q], w[4 * s + q]));
+      const uint64_t e0 = c * KC_CHUNK + (uint64_t)s * SLAB + 4 * threadIdx.x;
+      if (al && ((pres >> (4 * s)) & 0xfu) == 0xfu) {
+        *(float4 *)(aw + e0) = make_float4(v[4 * s], v[4 * s + 1], v[4 * s + 2], v[4 * s + 3]);
+      } else {
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+          if ((pres >> (4 * s + q)) & 1u) aw[e0 + q] = v[4 * s + q];
+      }
+    }
+  }
   uint32_t f = 0;
 #pragma unroll
   for (int e = 0; e < 16; e++)
@@ -419,9 +442,10 @@ static unsigned hist_blocks(uint64_t len) {
 
 fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_base, uint32_t k,
                      int lmode, const kern_ctl *ctl, uint32_t L_fixed, int take_all, kc_out o,
-                     comp_coo_header *hdr, uint32_t capacity, cudaStream_t s) {
+                     comp_coo_header *hdr, uint32_t capacity, cudaStream_t s, const float *g) {
   if (len == 0 || len > ws->n || k == 0) return FGB_EINVAL;
   const int al = ((uintptr_t)a & 15u) == 0;
+  const int alg = al && (g == NULL || ((uintptr_t)g & 15u) == 0);
   const uint64_t nch = (len + KC_CHUNK - 1) / KC_CHUNK;
   kc_sel_state *st = ws->st;
   k_sel_init<<<1, 1, 0, s>>>(st, lmode, ctl, L_fixed, 0, 0);
@@ -433,10 +457,10 @@ fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_bas
       double mp = (double)m * k / (double)len, rr = ceil(mp + 4.0 * sqrt(mp) + 8.0);
       r = rr > m ? m : (uint32_t)rr;
     }
-    k_sample<<<(m + 255) / 256, 256, 0, s>>>(a, len, m, ws->samp);
+    k_sample<<<(m + 255) / 256, 256, 0, s>>>(a, g, len, m, ws->samp);
     k_sample_select<<<1, KC_BLOCK_SELECT, 0, s>>>(ws->samp, m, r, st);
   }
-  k_compact<<<(unsigned)nch, SEL_THREADS, 0, s>>>(a, len, al, st, ws->cand_val, ws->cand_idx,
+  k_compact<<<(unsigned)nch, SEL_THREADS, 0, s>>>(a, g, len, alg, st, ws->cand_val, ws->cand_idx,
                                                   ws->cand_cap, ws->ch_off, ws->ch_cnt);
   k_decide<<<1, 1, 0, s>>>(st, k, ws->cand_cap, take_all);
   const unsigned hb = hist_blocks(len);
@@ -459,24 +483,36 @@ static fgb_status check_sel(const kern_sel *out, const float *a, uint64_t n, con
   return FGB_OK;
 }
 
-extern "C" fgb_status kern_cuda_topk(const float *a, uint64_t n, uint32_t k, const kern_sel *out,
-                                     kern_ws *ws, void *stream) {
+/* Top-k of a, after a += g when g (the fused compensation). */
+static fgb_status topk_impl(float *aw, const float *a, const float *g, uint64_t n, uint32_t k,
+                            const kern_sel *out, kern_ws *ws, cudaStream_t s) {
   fgb_status rc = check_sel(out, a, n, ws);
   if (rc) return rc;
-  cudaStream_t s = KC_STREAM(stream);
   if (k > out->capacity) k = out->capacity;
   if (k > n) k = (uint32_t)n;
   comp_coo_header *hdr = (comp_coo_header *)out->payload;
   if (k == 0) {
-    rc = kc_write_header(hdr, 0, out->capacity, s);
+    rc = g ? kern_cuda_add(aw, g, n, s) : FGB_OK; /* nothing selected: still compensated */
+    if (!rc) rc = kc_write_header(hdr, 0, out->capacity, s);
   } else {
     kc_out o = kc_out_of(out, 0);
     if (k == n) /* everything: key >= 0 */
-      rc = kc_select(ws, a, n, 0, k, KC_L_FIXED, NULL, 0, 1, o, hdr, out->capacity, s);
+      rc = kc_select(ws, a, n, 0, k, KC_L_FIXED, NULL, 0, 1, o, hdr, out->capacity, s, g);
     else
-      rc = kc_select(ws, a, n, 0, k, KC_L_SAMPLE, NULL, 0, 0, o, hdr, out->capacity, s);
+      rc = kc_select(ws, a, n, 0, k, KC_L_SAMPLE, NULL, 0, 0, o, hdr, out->capacity, s, g);
   }
   return rc ? rc : kc_zero_tail(out, s);
+}
+
+extern "C" fgb_status kern_cuda_topk(const float *a, uint64_t n, uint32_t k, const kern_sel *out,
+                                     kern_ws *ws, void *stream) {
+  return topk_impl(NULL, a, NULL, n, k, out, ws, KC_STREAM(stream));
+}
+
+extern "C" fgb_status kern_cuda_topk_add(float *a, const float *g, uint64_t n, uint32_t k,
+                                         const kern_sel *out, kern_ws *ws, void *stream) {
+  if (n && g == NULL) return FGB_EINVAL;
+  return topk_impl(a, a, g, n, k, out, ws, KC_STREAM(stream));
 }
 
 extern "C" fgb_status kern_cuda_select_thr(const float *a, uint64_t n, const kern_ctl *ctl,
@@ -490,7 +526,8 @@ extern "C" fgb_status kern_cuda_select_thr(const float *a, uint64_t n, const ker
     rc = kc_write_header(hdr, 0, out->capacity, s);
   } else {
     uint32_t k = out->capacity < n ? out->capacity : (uint32_t)n;
-    rc = kc_select(ws, a, n, 0, k, KC_L_CTL, ctl, 0, 1, kc_out_of(out, 0), hdr, out->capacity, s);
+    rc = kc_select(ws, a, n, 0, k, KC_L_CTL, ctl, 0, 1, kc_out_of(out, 0), hdr, out->capacity, s,
+                   NULL);
   }
   return rc ? rc : kc_zero_tail(out, s);
 }
