@@ -53,6 +53,10 @@ static void on_signal(uv_signal_t *h, int signum) {
   uv_close((uv_handle_t *)&d->tick, NULL);
   uv_close((uv_handle_t *)&d->sigterm, NULL);
   uv_close((uv_handle_t *)&d->sigint, NULL);
+  /* Closing the handles restores the default action: a second SIGTERM (systemd, world_stop) must
+   * not kill us in the middle of the orderly stop. */
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
   eng_close_async(d->eng);
 }
 
@@ -161,7 +165,13 @@ int main(int argc, char **argv) {
   uv_run(d.loop, UV_RUN_DEFAULT);
 
   int clean = eng_stop(d.eng, 5000) == 0;
-  while (d.jobs) { /* no client left: free what remains */
+  d.eng = NULL;
+  if (!clean) {
+    /* The engine may still read and write arenas: leave them mapped and MPI alone. */
+    LOG_WARN("engine stuck in a collective; exiting without MPI_Finalize");
+    return 0;
+  }
+  while (d.jobs) { /* no client left and the engine stopped: free what remains */
     srv_job *j = d.jobs;
     j->inflight = 0;
     j->aborted = 1;
@@ -170,10 +180,6 @@ int main(int argc, char **argv) {
   coord_free(d.coord);
   free(d.tensors);
   uv_loop_close(d.loop);
-  if (!clean) {
-    LOG_WARN("engine stuck in a collective; exiting without MPI_Finalize");
-    return 0;
-  }
   pthread_t wd;
   if (pthread_create(&wd, NULL, finalize_watchdog, NULL) == 0) pthread_detach(wd);
   MPI_Finalize();

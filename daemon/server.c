@@ -220,7 +220,9 @@ static void session_poll_cb(uv_poll_t *h, int status, int events) {
   srv_session *s = h->data;
   if (s->closing) return;
   if (status < 0) {
-    srv_session_close(s, uv_strerror(status));
+    /* libuv reports POLLERR as UV_EBADF: the client went away with replies in flight. */
+    srv_session_close(s,
+                      status == UV_EBADF ? "connection error (client gone)" : uv_strerror(status));
     return;
   }
   if (events & UV_WRITABLE) {

@@ -1,6 +1,7 @@
 #!/bin/bash
 # SIGTERM to a daemon while its client waits inside a step (its peer never comes): the client gets
-# an error (FGB_ECLOSED "daemon shutting down"), not a hang, and the daemon exits.
+# an error (FGB_ECLOSED "daemon shutting down"), not a hang, and the daemon exits. Then SIGTERM to
+# every daemon right after a client died mid-step: a clean stop all the same.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
 bin="${FGBUFF_TEST_BIN:?}"
@@ -20,6 +21,22 @@ wait $client || { echo "client did not get an error in time:"; cat "$out/c0.out"
 cat "$out/c0.out"
 grep -q "daemon shutting down\|closed" "$out/c0.out" || { echo "error text does not say why"; rc=1; }
 world_stop >/dev/null 2>&1
+# SIGTERM right after a client died mid-step: its job is still held (the engine may have work on
+# it), and the daemons must still stop cleanly (exit 0, nothing leaked or used after free).
+world_start 2 || exit 1
+out="$FGBUFF_RUNTIME_DIR"
+# Rank 0 sleeps before its submits so that rank 1 has joined (the job formed) when it dies.
+"$bin/syncclient" --job gone --rank 0 --size 2 --steps 2 --die-at 1 --sleep-at 1 --sleep-ms 1500 \
+  --socket "$out/cpu0.sock" >"$out/g0.out" 2>&1 &
+g0=$!
+"$bin/syncclient" --job gone --rank 1 --size 2 --steps 2 --expect-error 1 --deadline-ms 30000 \
+  --socket "$out/cpu1.sock" >"$out/g1.out" 2>&1 &
+g1=$!
+wait $g0
+grep -q "job 'gone' formed" "$FGBUFF_WORLD_LOG" || echo "note: rank 1 joined late; the job never formed"
+for p in $(world_daemon_pids); do kill -TERM "$p"; done
+wait $g1 || { echo "rank 1's client did not get an error:"; cat "$out/g1.out"; rc=1; }
+world_stop || { echo "daemons did not stop cleanly after a client death"; rc=1; }
 trap - EXIT
 [ $rc -eq 0 ] || cat "$FGBUFF_WORLD_LOG"
 exit $rc

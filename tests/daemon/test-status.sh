@@ -13,11 +13,15 @@ rc=0
 # Rank 0 submits step 1 and waits; rank 1 joins and registers but sleeps before submitting.
 "$bin/syncclient" --job stalled --rank 0 --size 2 --steps 1 --socket "$out/cpu0.sock" >"$out/c0.out" 2>&1 &
 p0=$!
-"$bin/syncclient" --job stalled --rank 1 --size 2 --steps 1 --sleep-at 1 --sleep-ms 4000 \
+"$bin/syncclient" --job stalled --rank 1 --size 2 --steps 1 --sleep-at 1 --sleep-ms 8000 \
   --socket "$out/cpu1.sock" >"$out/c1.out" 2>&1 &
 p1=$!
-sleep 2.5
-"$ctl" --socket "$out/cpu0.sock" status --json >"$out/status.json" || { echo "status --json failed"; rc=1; }
+# Poll until the stall shows (rank 0 submitted more than 500 ms ago), while rank 1 still sleeps.
+for _ in $(seq 1 14); do
+  sleep 0.5
+  "$ctl" --socket "$out/cpu0.sock" status --json >"$out/status.json" || { echo "status --json failed"; rc=1; break; }
+  grep -q '"missing_ranks"' "$out/status.json" && break
+done
 "$ctl" --socket "$out/cpu0.sock" status >"$out/status.txt" || { echo "status failed"; rc=1; }
 python3 - "$out/status.json" <<'PY' || rc=1
 import json, sys
