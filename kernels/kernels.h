@@ -254,9 +254,9 @@ fgb_status kern_scatter(const comp_exec *ex, float *out, uint64_t n, const int32
 /* COO decode of P payloads laid out `stride` bytes apart (an allgather's receive buffer): out = 0,
  * then for rank 0..P-1 in order, for each entry in payload order out[idx] += value, then out *=
  * scale. Duplicates across ranks accumulate in rank order, so every rank computes bitwise the same
- * result with no float atomics (GPU: one launch per rank, race-free since an encoder's indices are
- * distinct; a hostile payload with repeated indices gives an unspecified but memory-safe sum on
- * GPU). Untrusted input: entries with an index outside [0, n) and counts above the capacity (or the
+ * result with no float atomics (GPU: each output tile written once, ranks summed in order in shared
+ * memory; a payload with repeated indices takes a slow one-block path with the same result).
+ * Untrusted input: entries with an index outside [0, n) and counts above the capacity (or the
  * stride) are skipped and counted in ctl->bad (ctl may be NULL). Cost W1 + P*count scattered RMW
  * + R1W1 scale. */
 fgb_status kern_coo_decode(const comp_exec *ex, const void *recv, size_t stride, int nranks,

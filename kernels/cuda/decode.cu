@@ -1,18 +1,15 @@
-/* kernels/cuda/decode.cu — the receive side and Random-k: COO decode of P payloads (zero fill, then
- * one scatter-add launch per rank in rank order: race-free since an encoder's indices are distinct,
- * bitwise the CPU's sum order, no float atomics), the dense scatter, the gather with residual
- * zeroing and the stratified Random-k index generator (Philox, identical to the CPU's).
- * The 1/P scale is folded into the last rank that touches each index (found by binary search in
- * the later, index-sorted payloads; P <= 8), so the common decode is one memset plus P small
- * scatters. Payloads that are not strictly ascending (repeated indices: foreign bytes) are summed
- * by one thread per rank in payload order, still exactly the CPU's result; they, P > 8 and a
- * negative or non-finite scale use a dense scaling pass. Every choice is made on the device.
- * Payload bytes are untrusted: headers and indices are checked and bad entries counted in ctl->bad,
- * loads never assume alignment the peer did not give. */
+/* kernels/cuda/decode.cu — the receive side and Random-k: COO decode of P payloads, the dense
+ * scatter, the gather with residual zeroing and the stratified Random-k index generator (Philox,
+ * identical to the CPU's). The decode writes each output tile once: a block finds every payload's
+ * entries inside its tile (payloads are index-sorted), sums them rank by rank in shared memory
+ * (the CPU's order, no float atomics), scales and stores the tile — one pass over n, no zero fill.
+ * Payloads that are not strictly ascending (repeated indices: foreign bytes) and P > 64 take a
+ * one-block path that sums in payload order, still exactly the CPU's result. Every choice is made
+ * on the device. Payload bytes are untrusted: headers and indices are checked and bad entries
+ * counted in ctl->bad, loads never assume alignment the peer did not give. */
 #include "cuda_internal.cuh"
 
 #define DEC_THREADS 256
-#define DEC_FUSE_MAX_RANKS 8
 
 /* ---- untrusted byte access ---------------------------------------------------------------------
  */
@@ -77,73 +74,144 @@ __global__ void k_dec_check(const char *recv, uint64_t stride, int nranks, uint3
   }
 }
 
-__global__ void __launch_bounds__(DEC_THREADS)
-    k_dec_scatter(const char *recv, uint64_t stride, int r, int nranks, uint32_t vb, uint64_t n,
-                  float scale, int fuse, const kc_scratch *scr, float *out, kern_ctl *ctl) {
-  if (scr->dec_unsorted) return; /* k_dec_serial's job */
-  coo_view v;
-  if (!coo_open(recv, stride, r, vb, &v)) {
-    if (ctl && blockIdx.x == 0 && threadIdx.x == 0)
-      atomicAdd((unsigned long long *)&ctl->bad, 1ull);
-    return;
+/* ---- the tiled decode (sorted payloads, the common case) ---------------------------------------
+ * One block per TILE outputs: the block finds each payload's entries inside its tile (a 32-ary
+ * warp search: 4 dependent loads for 2^20 entries), sums them into a shared-memory tile rank after
+ * rank (entries of one rank are distinct: no races, the CPU's order), scales the tile and writes
+ * it once, coalesced. So out is written exactly once: no zero fill, no read-modify-write pass. */
+#define DEC_TILE 4096
+#define DEC_TILE_MAX_RANKS 64
+
+/* First position in [0, count) whose index is >= x (payload strictly ascending). Whole warp. */
+__device__ inline uint32_t warp_lower_bound(const coo_view *v, int64_t x) {
+  const unsigned lane = threadIdx.x & 31u;
+  uint32_t lo = 0, hi = v->count; /* answer in [lo, hi] */
+  while (hi - lo > 32) {
+    const uint32_t step = (hi - lo + 31) / 32;
+    const uint32_t p = lo + (lane + 1) * step - 1;
+    const bool below = p < hi && (int64_t)(int32_t)ld_u32(v->idx + 4ull * p) < x;
+    const uint32_t nt = __popc(__ballot_sync(0xffffffffu, below));
+    const uint32_t nlo = lo + nt * step;
+    if (nt < 32) hi = min(hi, lo + (nt + 1) * step - 1);
+    lo = min(nlo, hi);
   }
-  coo_view later[DEC_FUSE_MAX_RANKS];
-  bool later_ok[DEC_FUSE_MAX_RANKS];
-  if (fuse)
-    for (int q = r + 1; q < nranks; q++)
-      later_ok[q - r - 1] = coo_open(recv, stride, q, vb, &later[q - r - 1]);
-  unsigned long long bad = 0;
-  for (uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < v.count;
-       j += gridDim.x * blockDim.x) {
-    int32_t i = (int32_t)ld_u32(v.idx + 4ull * j);
-    if (i < 0 || (uint64_t)i >= n) {
-      bad++;
-      continue;
-    }
-    float x = vb == 2 ? kern_half_to_float(ld_u16(v.vals + 2ull * j))
-                      : __uint_as_float(ld_u32(v.vals + 4ull * j));
-    float acc = kern_nan_canon(__fadd_rn(out[i], x)); /* out starts at +0: 0 + x, as the CPU */
-    if (fuse) {
-      bool last = true;
-      for (int q = 0; q < nranks - r - 1 && last; q++)
-        if (later_ok[q] && coo_has(&later[q], i)) last = false;
-      if (last) acc = kern_nan_canon(__fmul_rn(acc, scale));
-    }
-    out[i] = acc;
-  }
-  if (ctl && bad) atomicAdd((unsigned long long *)&ctl->bad, bad);
+  const bool below = lo + lane < hi && (int64_t)(int32_t)ld_u32(v->idx + 4ull * (lo + lane)) < x;
+  return lo + __popc(__ballot_sync(0xffffffffu, below));
 }
 
-/* Payloads with repeated or unordered indices (foreign bytes, or a test's hand-made ones): one
- * thread per rank, entries in payload order — exactly the CPU's sum, just slow. */
-__global__ void k_dec_serial(const char *recv, uint64_t stride, int r, uint32_t vb, uint64_t n,
-                             const kc_scratch *scr, float *out, kern_ctl *ctl) {
-  if (!scr->dec_unsorted) return;
-  coo_view v;
-  unsigned long long bad = 0;
-  if (!coo_open(recv, stride, r, vb, &v)) {
-    bad = 1;
+/* Sequential lower bound (one thread; for the bad-entry count). */
+__device__ inline uint32_t seq_lower_bound(const coo_view *v, int64_t x) {
+  uint32_t lo = 0, hi = v->count;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if ((int64_t)(int32_t)ld_u32(v->idx + 4ull * mid) < x)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+__global__ void __launch_bounds__(DEC_THREADS)
+    k_dec_tile(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n, float scale,
+               const kc_scratch *scr, float *out, kern_ctl *ctl) {
+  __shared__ float tile[DEC_TILE];
+  __shared__ uint32_t s_lo[DEC_TILE_MAX_RANKS], s_hi[DEC_TILE_MAX_RANKS];
+  if (scr->dec_unsorted) return; /* k_dec_fallback's job */
+  const uint64_t t0 = (uint64_t)blockIdx.x * DEC_TILE;
+  const uint32_t len = (uint32_t)min((uint64_t)DEC_TILE, n - t0);
+  const unsigned warp = threadIdx.x >> 5, nw = DEC_THREADS / 32;
+  for (int r = warp; r < nranks; r += nw) {
+    coo_view v;
+    uint32_t lo = 0, hi = 0;
+    if (coo_open(recv, stride, r, vb, &v)) {
+      lo = warp_lower_bound(&v, (int64_t)t0);
+      hi = warp_lower_bound(&v, (int64_t)(t0 + len));
+    }
+    if ((threadIdx.x & 31u) == 0) {
+      s_lo[r] = lo;
+      s_hi[r] = hi;
+    }
+  }
+  for (uint32_t e = threadIdx.x; e < DEC_TILE; e += DEC_THREADS) tile[e] = 0.0f;
+  __syncthreads();
+  for (int r = 0; r < nranks; r++) {
+    coo_view v;
+    if (s_lo[r] < s_hi[r] && coo_open(recv, stride, r, vb, &v)) {
+      for (uint32_t j = s_lo[r] + threadIdx.x; j < s_hi[r]; j += DEC_THREADS) {
+        const uint32_t e = (uint32_t)((int32_t)ld_u32(v.idx + 4ull * j) - (int64_t)t0);
+        const float x = vb == 2 ? kern_half_to_float(ld_u16(v.vals + 2ull * j))
+                                : __uint_as_float(ld_u32(v.vals + 4ull * j));
+        tile[e] = kern_nan_canon(__fadd_rn(tile[e], x)); /* from +0: 0 + x, as the CPU */
+      }
+    }
+    __syncthreads();
+  }
+  const bool sc = scale != 1.0f;
+  float *o = out + t0;
+  if (len == DEC_TILE && ((uintptr_t)o & 15u) == 0) {
+    for (uint32_t e = 4 * threadIdx.x; e < DEC_TILE; e += 4 * DEC_THREADS) {
+      float4 x = make_float4(tile[e], tile[e + 1], tile[e + 2], tile[e + 3]);
+      if (sc) {
+        x.x = kern_nan_canon(__fmul_rn(x.x, scale));
+        x.y = kern_nan_canon(__fmul_rn(x.y, scale));
+        x.z = kern_nan_canon(__fmul_rn(x.z, scale));
+        x.w = kern_nan_canon(__fmul_rn(x.w, scale));
+      }
+      *(float4 *)(o + e) = x;
+    }
   } else {
-    for (uint32_t j = 0; j < v.count; j++) {
-      int32_t i = (int32_t)ld_u32(v.idx + 4ull * j);
-      if (i < 0 || (uint64_t)i >= n) {
+    for (uint32_t e = threadIdx.x; e < len; e += DEC_THREADS)
+      o[e] = sc ? kern_nan_canon(__fmul_rn(tile[e], scale)) : tile[e];
+  }
+  /* Block 0 counts what no tile takes: bad headers, indices below 0 or from n on. */
+  if (ctl && blockIdx.x == 0 && threadIdx.x < 32) {
+    unsigned long long bad = 0;
+    for (int r = threadIdx.x; r < nranks; r += 32) {
+      coo_view v;
+      if (!coo_open(recv, stride, r, vb, &v))
+        bad++;
+      else
+        bad += seq_lower_bound(&v, 0) + (v.count - seq_lower_bound(&v, (int64_t)n));
+    }
+    if (bad) atomicAdd((unsigned long long *)&ctl->bad, bad);
+  }
+}
+
+/* Unsorted payloads (repeated indices: foreign bytes, or a test's hand-made ones) or more ranks
+ * than the tile path takes: one block zero-fills out, one thread sums rank by rank in payload
+ * order (exactly the CPU's result, just slow), then the block scales. */
+__global__ void __launch_bounds__(1024)
+    k_dec_fallback(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n,
+                   float scale, int always, const kc_scratch *scr, float *out, kern_ctl *ctl) {
+  if (!always && !scr->dec_unsorted) return;
+  for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = 0.0f;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long bad = 0;
+    for (int r = 0; r < nranks; r++) {
+      coo_view v;
+      if (stride < 8 || !coo_open(recv, stride, r, vb, &v)) {
         bad++;
         continue;
       }
-      float x = vb == 2 ? kern_half_to_float(ld_u16(v.vals + 2ull * j))
-                        : __uint_as_float(ld_u32(v.vals + 4ull * j));
-      out[i] = kern_nan_canon(__fadd_rn(out[i], x));
+      for (uint32_t j = 0; j < v.count; j++) {
+        int32_t i = (int32_t)ld_u32(v.idx + 4ull * j);
+        if (i < 0 || (uint64_t)i >= n) {
+          bad++;
+          continue;
+        }
+        float x = vb == 2 ? kern_half_to_float(ld_u16(v.vals + 2ull * j))
+                          : __uint_as_float(ld_u32(v.vals + 4ull * j));
+        out[i] = kern_nan_canon(__fadd_rn(out[i], x));
+      }
     }
+    if (ctl && bad) atomicAdd((unsigned long long *)&ctl->bad, bad);
   }
-  if (ctl && bad) atomicAdd((unsigned long long *)&ctl->bad, bad);
-}
-
-/* Dense scaling: always when !fuse, else only if a payload turned out unsorted. */
-__global__ void k_dec_scale(float *out, uint64_t n, float scale, int fuse, const kc_scratch *scr) {
-  if (fuse && !scr->dec_unsorted) return;
-  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
-       i += (uint64_t)gridDim.x * blockDim.x)
-    out[i] = kern_nan_canon(__fmul_rn(out[i], scale));
+  __syncthreads();
+  if (scale != 1.0f)
+    for (uint64_t i = threadIdx.x; i < n; i += blockDim.x)
+      out[i] = kern_nan_canon(__fmul_rn(out[i], scale));
 }
 
 __global__ void k_add_bad(kern_ctl *ctl, unsigned long long b) {
@@ -158,31 +226,33 @@ extern "C" fgb_status kern_cuda_coo_decode(const void *recv, size_t stride, int 
   kc_scratch *scr = kc_stream_scratch(s);
   if (scr == NULL) return FGB_ENOMEM;
   const uint32_t vb = fp16 ? 2 : 4;
-  cudaError_t e = n ? cudaMemsetAsync(out, 0, n * sizeof(float), s) : cudaSuccess;
+  const char *rb = (const char *)recv;
+  cudaError_t e = cudaMemsetAsync(&scr->dec_unsorted, 0, sizeof scr->dec_unsorted, s);
   if (e != cudaSuccess) return kc_status(e);
-  const int fuse = scale != 1.0f && isfinite(scale) && !signbit(scale) &&
-                   nranks <= DEC_FUSE_MAX_RANKS && stride >= sizeof(comp_coo_header);
-  if (stride < sizeof(comp_coo_header)) {
-    if (ctl && nranks) k_add_bad<<<1, 1, 0, s>>>(ctl, (unsigned long long)nranks);
-  } else if (nranks) {
-    /* Strictly ascending payloads (every encoder's) take the parallel path; others the serial. */
-    e = cudaMemsetAsync(&scr->dec_unsorted, 0, sizeof scr->dec_unsorted, s);
-    if (e != cudaSuccess) return kc_status(e);
-    /* Entries a payload can hold given the stride bound the grids; the count is on the device. */
-    const uint64_t maxe = (stride - sizeof(comp_coo_header)) / (vb + 4);
-    const unsigned blocks = kc_blocks(maxe, DEC_THREADS, (unsigned)kc_sm_count() * 8);
-    const unsigned cb = kc_blocks(maxe, DEC_THREADS * 8ull, (unsigned)kc_sm_count() * 4);
-    dim3 cgrid(cb, nranks < 65535 ? (unsigned)nranks : 65535u);
-    k_dec_check<<<cgrid, DEC_THREADS, 0, s>>>((const char *)recv, stride, nranks, vb, scr);
-    for (int r = 0; r < nranks; r++) {
-      k_dec_scatter<<<blocks, DEC_THREADS, 0, s>>>((const char *)recv, stride, r, nranks, vb, n,
-                                                   scale, fuse, scr, out, ctl);
-      k_dec_serial<<<1, 1, 0, s>>>((const char *)recv, stride, r, vb, n, scr, out, ctl);
-    }
+  if (stride < sizeof(comp_coo_header) || nranks > DEC_TILE_MAX_RANKS) {
+    /* Every header unreadable, or many ranks: the one-block path, unconditionally. */
+    if (stride < sizeof(comp_coo_header) && ctl && nranks)
+      k_add_bad<<<1, 1, 0, s>>>(ctl, (unsigned long long)nranks);
+    k_dec_fallback<<<1, 1024, 0, s>>>(rb, stride, stride < sizeof(comp_coo_header) ? 0 : nranks, vb,
+                                      n, scale, 1, scr, out, ctl);
+    return kc_launched();
   }
-  if (scale != 1.0f && n)
-    k_dec_scale<<<kc_blocks(n, DEC_THREADS * 4ull, (unsigned)kc_sm_count() * 16), DEC_THREADS, 0,
-                  s>>>(out, n, scale, fuse, scr);
+  if (nranks) {
+    /* Entries a payload can hold given the stride bound the grid; the count is on the device. */
+    const uint64_t maxe = (stride - sizeof(comp_coo_header)) / (vb + 4);
+    const unsigned cb = kc_blocks(maxe, DEC_THREADS * 8ull, (unsigned)kc_sm_count() * 4);
+    dim3 cgrid(cb, (unsigned)nranks);
+    k_dec_check<<<cgrid, DEC_THREADS, 0, s>>>(rb, stride, nranks, vb, scr);
+  }
+  if (n) {
+    const uint64_t tiles = (n + DEC_TILE - 1) / DEC_TILE;
+    k_dec_tile<<<(unsigned)tiles, DEC_THREADS, 0, s>>>(rb, stride, nranks, vb, n, scale, scr, out,
+                                                       ctl);
+  } else if (ctl && nranks) { /* no tile to count the bad entries: every entry is out of range */
+    k_dec_fallback<<<1, 32, 0, s>>>(rb, stride, nranks, vb, 0, scale, 1, scr, out, ctl);
+  }
+  if (nranks && n)
+    k_dec_fallback<<<1, 1024, 0, s>>>(rb, stride, nranks, vb, n, scale, 0, scr, out, ctl);
   return kc_launched();
 }
 

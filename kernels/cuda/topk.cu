@@ -124,23 +124,64 @@ __device__ inline uint32_t mix32(uint32_t x) {
   return x;
 }
 
-/* One key per stratum [j len / m, (j+1) len / m), at a hashed offset (no aliasing with layouts). */
-__global__ void k_sample(const float *a, const float *g, uint64_t len, uint32_t m, uint32_t *samp) {
-  uint32_t j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= m) return;
-  uint64_t lo = (uint64_t)j * len / m, hi = (uint64_t)(j + 1) * len / m;
-  uint64_t off = (hi - lo > 1) ? mix32(j * 0x9e3779b9u + 0x1234567u) % (hi - lo) : 0;
-  float x = a[lo + off];
-  if (g) x = kern_nan_canon(__fadd_rn(x, g[lo + off])); /* the compensated value k_compact makes */
-  samp[j] = kern_abs_key(x);
+/* Single-block exact select over m <= KC_SAMPLES keys held in registers (SS_PER a thread, all
+ * loads in flight at once: the keys come from scattered global reads, and re-reading them on every
+ * radix pass used to leave the block waiting on memory latency). Histogram adds are aggregated per
+ * warp over equal bins (the top digit of a sample concentrates in a few bins). Every thread gets
+ * T (the kth largest key) and eq (how many keys equal to T are in the top k). */
+#define SS_PER (KC_SAMPLES / KC_BLOCK_SELECT)
+#define NO_KEY 0xffffffffu /* above every real key (bit 31 is clear in those) */
+template <typename Key>
+__device__ inline void reg_select(Key keyf, uint32_t m, unsigned long long k, uint32_t *hist,
+                                  uint32_t *T, unsigned long long *eq, uint32_t *err) {
+  uint32_t key[SS_PER];
+#pragma unroll
+  for (int u = 0; u < SS_PER; u++) {
+    const uint32_t j = u * KC_BLOCK_SELECT + threadIdx.x;
+    key[u] = j < m ? keyf(j) : NO_KEY;
+  }
+  const unsigned lane = threadIdx.x & 31u;
+  uint32_t prefix = 0, mask = 0;
+  unsigned long long rank = k;
+  for (int p = 0; p < 3; p++) {
+    const uint32_t nb = kc_radix_bins(p), sh = kc_radix_shift(p);
+    for (uint32_t b = threadIdx.x; b < KC_RADIX_BINS; b += blockDim.x) hist[b] = 0;
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < SS_PER; u++) {
+      const bool ok = key[u] != NO_KEY && (key[u] & mask) == prefix;
+      const uint32_t bin = ok ? (key[u] >> sh) & (nb - 1) : NO_KEY;
+      const unsigned peers = __match_any_sync(0xffffffffu, bin);
+      if (ok && (unsigned)(__ffs(peers) - 1) == lane)
+        atomicAdd(&hist[bin], (uint32_t)__popc(peers));
+    }
+    __syncthreads();
+    uint32_t b = kc_pick_digit(hist, nb, &rank, err);
+    prefix |= b << sh;
+    mask |= (nb - 1) << sh;
+  }
+  *T = prefix;
+  *eq = rank;
 }
 
+/* The sampled lower bound: one key per stratum [j len / m, (j+1) len / m), at a hashed offset (no
+ * aliasing with layouts), compensated by g when given (the value k_compact will make); st->L = the
+ * exact r-th largest sample key. One block of KC_BLOCK_SELECT threads. */
 __global__ void __launch_bounds__(KC_BLOCK_SELECT)
-    k_sample_select(const uint32_t *samp, uint32_t m, uint32_t r, kc_sel_state *st) {
+    k_sample_select(const float *a, const float *g, uint64_t len, uint32_t m, uint32_t r,
+                    kc_sel_state *st) {
   __shared__ uint32_t hist[KC_RADIX_BINS];
   uint32_t T, err = 0;
   unsigned long long eq;
-  kc_block_select([&](uint64_t i) { return samp[i]; }, m, r, hist, &T, &eq, &err);
+  reg_select(
+      [&](uint32_t j) {
+        uint64_t lo = (uint64_t)j * len / m, hi = (uint64_t)(j + 1) * len / m;
+        uint64_t off = (hi - lo > 1) ? mix32(j * 0x9e3779b9u + 0x1234567u) % (hi - lo) : 0;
+        float x = a[lo + off];
+        if (g) x = kern_nan_canon(__fadd_rn(x, g[lo + off]));
+        return kern_abs_key(x);
+      },
+      m, r, hist, &T, &eq, &err);
   if (threadIdx.x == 0) {
     st->L = T;
     if (err) st->err = 1;
@@ -285,13 +326,28 @@ __global__ void __launch_bounds__(SEL_THREADS)
     k_chunk_count(const float *a, uint64_t len, int al, const kc_sel_state *st, const float *cv,
                   const uint32_t *ci, const uint32_t *ch_off, const uint32_t *ch_cnt,
                   uint32_t *ch_gt, uint32_t *ch_eq) {
-  const uint64_t c = blockIdx.x;
   const uint32_t T = st->T;
   const int full = st->full;
+  if (!full) { /* candidates: a warp per chunk (a chunk holds few), most blocks exit at once */
+    const uint64_t c = (uint64_t)blockIdx.x * (SEL_THREADS / 32) + (threadIdx.x >> 5);
+    if (c >= gridDim.x) return;
+    const uint32_t off = ch_off[c], cnt = ch_cnt[c];
+    uint32_t both = 0;
+    for (uint32_t p = threadIdx.x & 31u; p < cnt; p += 32) {
+      const uint32_t key = kern_abs_key(cv[off + p]);
+      both += (key > T) | ((uint32_t)(key == T) << 16);
+    }
+    for (int o = 16; o > 0; o >>= 1) both += __shfl_xor_sync(0xffffffffu, both, o);
+    if ((threadIdx.x & 31u) == 0) {
+      ch_gt[c] = both & 0xffffu;
+      ch_eq[c] = both >> 16;
+    }
+    return;
+  }
+  const uint64_t c = blockIdx.x;
   float v[16];
   uint32_t idx[16];
-  uint32_t pres =
-      load_chunk(a, len, al, full, cv, ci, full ? 0 : ch_off[c], full ? 0 : ch_cnt[c], c, v, idx);
+  uint32_t pres = load_chunk(a, len, al, 1, cv, ci, 0, 0, c, v, idx);
   uint32_t gt = 0, eq = 0;
 #pragma unroll
   for (int e = 0; e < 16; e++)
@@ -340,18 +396,54 @@ __global__ void __launch_bounds__(KC_BLOCK_SELECT)
   }
 }
 
+/* Output entry j: input index i (+ idx_base), value x; the residual and mask updates at i. */
+__device__ inline void emit_one(const kc_out &o, uint64_t j, uint64_t idx_base, uint32_t i,
+                                float x) {
+  o.idx[j] = (int32_t)(idx_base + i);
+  if (o.v16) {
+    uint16_t h = kern_half_from_float(x);
+    o.v16[j] = h;
+    if (o.resid) o.resid[i] = isfinite(x) ? __fsub_rn(x, kern_half_to_float(h)) : 0.0f;
+  } else {
+    o.v32[j] = x;
+    if (o.resid) o.resid[i] = 0.0f;
+  }
+  if (o.mask) o.mask[i] = 0.0f;
+}
+
 __global__ void __launch_bounds__(SEL_THREADS)
     k_emit(const float *a, uint64_t len, int al, uint64_t idx_base, const kc_sel_state *st,
            const float *cv, const uint32_t *ci, const uint32_t *ch_off, const uint32_t *ch_cnt,
            const uint32_t *ch_out, const uint32_t *ch_eqp, kc_out o) {
-  const uint64_t c = blockIdx.x;
   const uint32_t T = st->T;
   const int full = st->full;
   const unsigned long long eq_take = st->rank;
+  if (!full) { /* candidates: a warp per chunk, ballots give the ordered positions */
+    const uint64_t c = (uint64_t)blockIdx.x * (SEL_THREADS / 32) + (threadIdx.x >> 5);
+    if (c >= gridDim.x) return;
+    const uint32_t off = ch_off[c], cnt = ch_cnt[c], lane = threadIdx.x & 31u;
+    const uint32_t lt = (1u << lane) - 1u;
+    unsigned long long eq_run = ch_eqp[c];
+    uint64_t out_run = ch_out[c];
+    for (uint32_t base = 0; base < cnt; base += 32) {
+      const uint32_t p = base + lane;
+      const bool in = p < cnt;
+      const float x = in ? cv[off + p] : 0.0f;
+      const uint32_t key = kern_abs_key(x);
+      const bool gt = in && key > T, eq = in && key == T;
+      const unsigned beq = __ballot_sync(0xffffffffu, eq);
+      const bool sel = gt || (eq && eq_run + __popc(beq & lt) < eq_take);
+      const unsigned bsel = __ballot_sync(0xffffffffu, sel);
+      if (sel) emit_one(o, out_run + __popc(bsel & lt), idx_base, ci[off + p], x);
+      eq_run += __popc(beq);
+      out_run += __popc(bsel);
+    }
+    return;
+  }
+  const uint64_t c = blockIdx.x;
   float v[16];
   uint32_t idx[16];
-  uint32_t pres =
-      load_chunk(a, len, al, full, cv, ci, full ? 0 : ch_off[c], full ? 0 : ch_cnt[c], c, v, idx);
+  uint32_t pres = load_chunk(a, len, al, 1, cv, ci, 0, 0, c, v, idx);
   uint32_t fgt = 0, feq = 0;
 #pragma unroll
   for (int e = 0; e < 16; e++)
@@ -373,21 +465,7 @@ __global__ void __launch_bounds__(SEL_THREADS)
   const uint64_t out0 = ch_out[c];
 #pragma unroll
   for (int e = 0; e < 16; e++)
-    if ((fsel >> e) & 1u) {
-      const uint64_t j = out0 + chunk_pos(fsel, ex, sb, e);
-      const uint32_t i = idx[e];
-      const float x = v[e];
-      o.idx[j] = (int32_t)(idx_base + i);
-      if (o.v16) {
-        uint16_t h = kern_half_from_float(x);
-        o.v16[j] = h;
-        if (o.resid) o.resid[i] = isfinite(x) ? __fsub_rn(x, kern_half_to_float(h)) : 0.0f;
-      } else {
-        o.v32[j] = x;
-        if (o.resid) o.resid[i] = 0.0f;
-      }
-      if (o.mask) o.mask[i] = 0.0f;
-    }
+    if ((fsel >> e) & 1u) emit_one(o, out0 + chunk_pos(fsel, ex, sb, e), idx_base, idx[e], v[e]);
 }
 
 __global__ void k_header(comp_coo_header *hdr, uint32_t count, uint32_t capacity) {
@@ -457,8 +535,7 @@ fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_bas
       double mp = (double)m * k / (double)len, rr = ceil(mp + 4.0 * sqrt(mp) + 8.0);
       r = rr > m ? m : (uint32_t)rr;
     }
-    k_sample<<<(m + 255) / 256, 256, 0, s>>>(a, g, len, m, ws->samp);
-    k_sample_select<<<1, KC_BLOCK_SELECT, 0, s>>>(ws->samp, m, r, st);
+    k_sample_select<<<1, KC_BLOCK_SELECT, 0, s>>>(a, g, len, m, r, st);
   }
   k_compact<<<(unsigned)nch, SEL_THREADS, 0, s>>>(a, g, len, alg, st, ws->cand_val, ws->cand_idx,
                                                   ws->cand_cap, ws->ch_off, ws->ch_cnt);
@@ -552,7 +629,7 @@ __global__ void __launch_bounds__(KC_BLOCK_SELECT)
   uint32_t T = 0, err = 0;
   unsigned long long eq;
   if (m > 0)
-    kc_block_select([&](uint64_t i) { return kern_abs_key(x[i]); }, m, kth, hist, &T, &eq, &err);
+    reg_select([&](uint32_t i) { return kern_abs_key(x[i]); }, m, kth, hist, &T, &eq, &err);
   if (threadIdx.x == 0) set_thr_key(ctl, T);
 }
 
