@@ -7,6 +7,8 @@
 #include "engine.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,8 @@
 
 #define ENG_MAX_ACTIVE 16
 #define ENG_MAX_GROUPS 6
+#define ENG_POLL_SPINS 1000 /* polls with sched_yield before sleeping (measured: bench/) */
+#define ENG_POLL_MAX_US 64
 
 typedef struct eng_comm {
   uint64_t job_key;
@@ -343,7 +347,9 @@ static void start_item(srv_engine *e, eng_item *it) {
 
 static void *eng_main(void *arg) {
   srv_engine *e = arg;
-  unsigned backoff_us = 1;
+  /* The default 50 us timer slack would turn the short polling sleeps below into long ones. */
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+  unsigned spins = 0, sleep_us = 1;
   for (;;) {
     pthread_mutex_lock(&e->mu);
     while (!e->stop && !e->q_head && e->nactive == 0) pthread_cond_wait(&e->cv, &e->mu);
@@ -384,12 +390,19 @@ static void *eng_main(void *arg) {
       }
     }
     if (e->nactive > 0 && !progressed) {
-      /* MPI progresses only inside MPI_Test: poll often, but yield the (shared) cores. */
-      struct timespec ts = {0, (long)backoff_us * 1000};
-      nanosleep(&ts, NULL);
-      if (backoff_us < 200) backoff_us *= 2;
+      /* MPI progresses only inside MPI_Test: spin for a while, yielding the (shared) cores, then
+       * sleep with growing pauses so a long wait on a slow peer costs little CPU. */
+      if (spins < ENG_POLL_SPINS) {
+        sched_yield();
+        spins++;
+      } else {
+        struct timespec ts = {0, (long)sleep_us * 1000};
+        nanosleep(&ts, NULL);
+        if (sleep_us < ENG_POLL_MAX_US) sleep_us *= 2;
+      }
     } else {
-      backoff_us = 1;
+      spins = 0;
+      sleep_us = 1;
     }
   }
   if (!e->stuck) {
