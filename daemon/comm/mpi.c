@@ -5,6 +5,12 @@
  * maximum 2^30; smaller values only exist to test the path) is split into several collectives of
  * one request, started in order on every rank. Allgather uses a contiguous block type instead.
  *
+ * Allreduces of at least FGBUFF_MPI_BLOCKING_MIN bytes (default 8 MiB) use blocking MPI_Allreduce:
+ * OpenMPI's non-blocking collectives (libnbc) lack the tuned large-message algorithms (measured
+ * with bench/bench-allreduce.sh, 2 ranks: 64 MiB through the daemon 2.3x raw MPI
+ * non-blocking, 1.35x blocking). It holds the engine thread for the call, which is bandwidth-bound
+ * anyway; earlier non-blocking requests keep progressing inside it.
+ *
  * Called from the engine thread only; MPI was initialised by the main thread with
  * MPI_THREAD_SERIALIZED and MPI_ERRORS_RETURN on MPI_COMM_WORLD (inherited by the job comms). */
 #include <mpi.h>
@@ -126,6 +132,16 @@ static MPI_Datatype mpi_type(fgb_dtype dt) {
   }
 }
 
+static size_t blocking_min(void) {
+  static size_t v;
+  if (!v) {
+    const char *e = getenv("FGBUFF_MPI_BLOCKING_MIN");
+    long long x = e ? atoll(e) : 0;
+    v = x > 0 ? (size_t)x : ((size_t)8 << 20);
+  }
+  return v;
+}
+
 static comm_req *new_req(char *err, size_t errlen) {
   comm_req *r = calloc(1, sizeof(*r));
   if (!r) snprintf(err, errlen, "out of memory");
@@ -171,7 +187,13 @@ static fgb_status mpi_allreduce(comm *c, const void *send, void *recv, size_t co
     size_t off = (size_t)i * per, len = count - off < per ? count - off : per;
     char *rp = (char *)recv + off * (size_t)esz;
     const void *sp = send == recv ? MPI_IN_PLACE : (const char *)send + off * (size_t)esz;
-    int rc = MPI_Iallreduce(sp, rp, (int)len, t, MPI_SUM, c->c, &r->r[i]);
+    int rc;
+    if (len * (size_t)esz >= blocking_min()) {
+      rc = MPI_Allreduce(sp, rp, (int)len, t, MPI_SUM, c->c);
+      r->r[i] = MPI_REQUEST_NULL;
+    } else {
+      rc = MPI_Iallreduce(sp, rp, (int)len, t, MPI_SUM, c->c, &r->r[i]);
+    }
     if (rc != MPI_SUCCESS) {
       mpi_err(rc, "MPI_Iallreduce", err, errlen);
       req_fail(r);
