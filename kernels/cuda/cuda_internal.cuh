@@ -61,8 +61,9 @@ typedef struct kc_sel_state {
 } kc_sel_state;
 
 /* CUDA workspace: everything a selection needs, carved from one allocation at create time. */
-#define KC_CHUNK 4096u       /* elements per chunk (block) of the compaction and emit passes */
-#define KC_SAMPLES 32768u    /* sample size of the top-k lower bound */
+#define KC_CHUNK 4096u   /* elements per chunk (block) of the compaction and emit passes */
+#define KC_SAMPLES 8192u /* sample size of the top-k lower bound */
+#define KC_SAMPLES_LOG2 13
 #define KC_BLOCK_SELECT 1024 /* threads of the single-block selects */
 struct kern_ws {
   uint64_t n;

@@ -121,17 +121,14 @@ __global__ void __launch_bounds__(DEC_THREADS)
   const uint64_t t0 = (uint64_t)blockIdx.x * DEC_TILE;
   const uint32_t len = (uint32_t)min((uint64_t)DEC_TILE, n - t0);
   const unsigned warp = threadIdx.x >> 5, nw = DEC_THREADS / 32;
-  for (int r = warp; r < nranks; r += nw) {
+  /* Warp 2q + e finds bound e (tile start or end) of rank q: both searches run at once. */
+  for (int w = warp; w < 2 * nranks; w += nw) {
+    const int r = w >> 1;
     coo_view v;
-    uint32_t lo = 0, hi = 0;
-    if (coo_open(recv, stride, r, vb, &v)) {
-      lo = warp_lower_bound(&v, (int64_t)t0);
-      hi = warp_lower_bound(&v, (int64_t)(t0 + len));
-    }
-    if ((threadIdx.x & 31u) == 0) {
-      s_lo[r] = lo;
-      s_hi[r] = hi;
-    }
+    uint32_t pos = 0;
+    if (coo_open(recv, stride, r, vb, &v))
+      pos = warp_lower_bound(&v, (int64_t)t0 + (w & 1 ? len : 0));
+    if ((threadIdx.x & 31u) == 0) (w & 1 ? s_hi : s_lo)[r] = pos;
   }
   for (uint32_t e = threadIdx.x; e < DEC_TILE; e += DEC_THREADS) tile[e] = 0.0f;
   __syncthreads();

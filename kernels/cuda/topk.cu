@@ -1,7 +1,7 @@
 /* kernels/cuda/topk.cu — exact top-k, capped threshold select and exact kth, with the
  * error-feedback update fused into the emission. One pipeline (kc_select), every decision on the
  * device:
- *   1. a lower bound L on the kth key: the exact r-th largest of 32768 stratified samples, r chosen
+ *   1. a lower bound L on the kth key: the exact r-th largest of 8192 stratified samples, r chosen
  *      4 sigma above the expected rank (top-k), or the threshold itself (select_thr);
  *   2. one read of the input: per 4096-element chunk, the entries with key >= L are compacted (in
  *      index order) into a candidate buffer, one atomic per block reserving the chunk's slice;
@@ -11,7 +11,7 @@
  *   4. per chunk counts above/at T, one single-block scan, and an ordered emission: all keys > T,
  *      ties at T by lowest index, ascending index order, residual/mask updated at each selected
  *      index (k scattered writes, no second pass over n).
- * The common case thus reads n once (plus 32768 samples) and touches O(k) more; no host sync, no
+ * The common case thus reads n once (plus 8192 samples) and touches O(k) more; no host sync, no
  * allocation, fixed launch sequence: capturable in a CUDA graph. */
 #include <float.h>
 
@@ -140,7 +140,6 @@ __device__ inline void reg_select(Key keyf, uint32_t m, unsigned long long k, ui
     const uint32_t j = u * KC_BLOCK_SELECT + threadIdx.x;
     key[u] = j < m ? keyf(j) : NO_KEY;
   }
-  const unsigned lane = threadIdx.x & 31u;
   uint32_t prefix = 0, mask = 0;
   unsigned long long rank = k;
   for (int p = 0; p < 3; p++) {
@@ -151,9 +150,7 @@ __device__ inline void reg_select(Key keyf, uint32_t m, unsigned long long k, ui
     for (int u = 0; u < SS_PER; u++) {
       const bool ok = key[u] != NO_KEY && (key[u] & mask) == prefix;
       const uint32_t bin = ok ? (key[u] >> sh) & (nb - 1) : NO_KEY;
-      const unsigned peers = __match_any_sync(0xffffffffu, bin);
-      if (ok && (unsigned)(__ffs(peers) - 1) == lane)
-        atomicAdd(&hist[bin], (uint32_t)__popc(peers));
+      if (ok) atomicAdd(&hist[bin], 1u);
     }
     __syncthreads();
     uint32_t b = kc_pick_digit(hist, nb, &rank, err);
@@ -175,10 +172,16 @@ __global__ void __launch_bounds__(KC_BLOCK_SELECT)
   unsigned long long eq;
   reg_select(
       [&](uint32_t j) {
-        uint64_t lo = (uint64_t)j * len / m, hi = (uint64_t)(j + 1) * len / m;
-        uint64_t off = (hi - lo > 1) ? mix32(j * 0x9e3779b9u + 0x1234567u) % (hi - lo) : 0;
-        float x = a[lo + off];
-        if (g) x = kern_nan_canon(__fadd_rn(x, g[lo + off]));
+        /* m == len (every element) or m == KC_SAMPLES, a power of two: no 64-bit division (one
+         * block computes all the positions; divisions made this kernel the selection's slowest) */
+        uint64_t i = j;
+        if (m != len) {
+          const uint64_t lo = ((uint64_t)j * len) >> KC_SAMPLES_LOG2,
+                         hi = ((uint64_t)(j + 1) * len) >> KC_SAMPLES_LOG2;
+          i = lo + (((uint64_t)mix32(j * 0x9e3779b9u + 0x1234567u) * (hi - lo)) >> 32);
+        }
+        float x = a[i];
+        if (g) x = kern_nan_canon(__fadd_rn(x, g[i]));
         return kern_abs_key(x);
       },
       m, r, hist, &T, &eq, &err);
@@ -259,6 +262,19 @@ __global__ void k_decide(kc_sel_state *st, uint32_t k, uint64_t cand_cap, int ta
   }
 }
 
+/* Shared histogram add of bin (NO_KEY: none), aggregated over the lanes of the warp that are here
+ * with the same bin: candidates share a few top-digit bins, and same-address atomics serialise. */
+__device__ inline void hist_add(uint32_t *hist, uint32_t bin, int full) {
+  if (full) { /* the whole input: keys spread, plain adds are cheaper than matching */
+    if (bin != NO_KEY) atomicAdd(&hist[bin], 1u);
+    return;
+  }
+  const unsigned act = __activemask();
+  const unsigned peers = __match_any_sync(act, bin);
+  if (bin != NO_KEY && (unsigned)(__ffs(peers) - 1) == (threadIdx.x & 31u))
+    atomicAdd(&hist[bin], (uint32_t)__popc(peers));
+}
+
 __global__ void __launch_bounds__(SEL_THREADS)
     k_hist(const float *a, uint64_t len, int al, int pass, kc_sel_state *st, uint32_t *ghist,
            const float *cv, uint64_t cand_cap) {
@@ -287,12 +303,12 @@ __global__ void __launch_bounds__(SEL_THREADS)
 #pragma unroll
       for (int q = 0; q < 4; q++) {
         uint32_t key = kern_abs_key(w[q]);
-        if ((key & mask) == prefix) atomicAdd(&hist[(key >> sh) & (nb - 1)], 1u);
+        hist_add(hist, (key & mask) == prefix ? (key >> sh) & (nb - 1) : NO_KEY, full);
       }
     }
     for (uint64_t i = n4 * 4 + gid; i < cnt; i += stride) {
       uint32_t key = kern_abs_key(src[i]);
-      if ((key & mask) == prefix) atomicAdd(&hist[(key >> sh) & (nb - 1)], 1u);
+      hist_add(hist, (key & mask) == prefix ? (key >> sh) & (nb - 1) : NO_KEY, full);
     }
   }
   __syncthreads();
@@ -514,6 +530,8 @@ kc_out kc_out_of(const kern_sel *sel, uint32_t j0) {
   return o;
 }
 
+/* Enough blocks for the candidates (a few hundred thousand) without hundreds of idle blocks
+ * checking in on every pass; the rare full-input fallback loops. */
 static unsigned hist_blocks(uint64_t len) {
   return kc_blocks(len, SEL_THREADS * 8ull, (unsigned)kc_sm_count() * 8);
 }
@@ -628,7 +646,9 @@ __global__ void __launch_bounds__(KC_BLOCK_SELECT)
   __shared__ uint32_t hist[KC_RADIX_BINS];
   uint32_t T = 0, err = 0;
   unsigned long long eq;
-  if (m > 0)
+  if (m > KC_SAMPLES) /* (no workspace given) keys re-read per pass */
+    kc_block_select([&](uint64_t i) { return kern_abs_key(x[i]); }, m, kth, hist, &T, &eq, &err);
+  else if (m > 0)
     reg_select([&](uint32_t i) { return kern_abs_key(x[i]); }, m, kth, hist, &T, &eq, &err);
   if (threadIdx.x == 0) set_thr_key(ctl, T);
 }
