@@ -4,7 +4,9 @@
  * 0.01 and 0.001; plus the bare selection kernels (kern_topk without and with the fused residual
  * update, kern_select_thr, kern_coo_decode). cudaEvent timing, warm-up, median of -i calls (>= 20).
  * Prints numbers and ratios to the copy, never pass/fail. Usage:
- *   bench-compress [-n N] [-d density] [-i iters] [-c compressor]
+ *   bench-compress [-n N] [-d density] [-i iters] [-c compressor] [-k 0|1]
+ * (-k 0: skip the bare kernels; the copy baseline still runs: a profiler then sees the compressor's
+ * kernels first)
  * Low-rank and ADTopk need a rows x cols view: they run on floor(sqrt n) x (n / rows) (printed),
  * within 0.1% of n. */
 #include <cuda_runtime_api.h>
@@ -131,6 +133,21 @@ static void fill_normal(float *d, uint64_t n, uint64_t seed) {
 }
 
 static double g_copy_ms;
+
+/* The copy baseline alone (-k 0): n fp32 between two scratch buffers. */
+static void op_copy_n(void *c) {
+  static float *x, *y;
+  static uint64_t cap;
+  uint64_t n = *(uint64_t *)c;
+  if (cap < n) {
+    if (x) CK(cudaFree(x));
+    if (y) CK(cudaFree(y));
+    CK(cudaMalloc((void **)&x, n * 4));
+    CK(cudaMalloc((void **)&y, n * 4));
+    cap = n;
+  }
+  CK(cudaMemcpyAsync(y, x, n * 4, cudaMemcpyDeviceToDevice, g_s));
+}
 
 static void row(uint64_t n, double d, const char *what, double ms) {
   printf("%-11llu %-7g %-34s %10.4f %8.2f\n", (unsigned long long)n, d, what, ms, ms / g_copy_ms);
@@ -283,6 +300,7 @@ int main(int argc, char **argv) {
   double dens[2] = {0.01, 0.001};
   int nsizes = 2, ndens = 2;
   const char *only = NULL;
+  int with_kernels = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "-n")) {
       sizes[0] = strtoull(argv[i + 1], NULL, 10);
@@ -294,8 +312,10 @@ int main(int argc, char **argv) {
       g_iters = atoi(argv[i + 1]);
     } else if (!strcmp(argv[i], "-c")) {
       only = argv[i + 1];
+    } else if (!strcmp(argv[i], "-k")) {
+      with_kernels = atoi(argv[i + 1]);
     } else {
-      DIE("usage: %s [-n N] [-d density] [-i iters >= 20] [-c compressor]", argv[0]);
+      DIE("usage: %s [-n N] [-d density] [-i iters >= 20] [-c compressor] [-k 0|1]", argv[0]);
     }
   }
   if (g_iters < 20) g_iters = 20;
@@ -330,7 +350,12 @@ int main(int argc, char **argv) {
     fill_normal(g1, n, 2);
     for (int di = 0; di < ndens; di++) {
       double d = dens[di];
-      bench_kernels(g, n, d);
+      if (with_kernels) {
+        bench_kernels(g, n, d);
+      } else {
+        g_copy_ms = time_op(op_copy_n, &n);
+        row(n, d, "copy (cudaMemcpyAsync D2D)", g_copy_ms);
+      }
       for (size_t c = 0; c < sizeof comps / sizeof comps[0]; c++) {
         if (only && strcmp(only, comps[c].name)) continue;
         if ((!strcmp(comps[c].name, "none") || !strcmp(comps[c].name, "fp16") ||
