@@ -345,7 +345,7 @@ void srv_job_maybe_release(srv *d, srv_job *j) {
     srv_arena_unref(t->arena);
     free(t);
   }
-  if (j->formed && j->key_known) {
+  if (j->formed && j->key_known && d->eng) { /* d->eng is NULL once the engine stopped */
     eng_item *rel = calloc(1, sizeof(*rel));
     if (rel) {
       rel->kind = ENG_RELEASE;
