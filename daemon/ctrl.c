@@ -37,6 +37,7 @@ struct srv_ctrl {
   ctrl_msg **queue;    /* per world rank: frames waiting for the connection */
   ctrl_msg **qtail;
   int nhello;
+  uint8_t token[CTRL_TOKEN];
   int lost_reported;
   uv_connect_t creq;
 };
@@ -169,7 +170,12 @@ static void on_frame(ctrl_conn *c, const uint8_t *p, size_t len) {
   srv *d = cp->d;
   int src = (int)get32(p), dst = (int)get32(p + 4);
   if (c->peer < 0) { /* leader side: the hello names the rank */
-    if (dst != -1 || src <= 0 || src >= d->world_size || cp->by_rank[src]) {
+    /* Constant-time comparison of the secret. */
+    uint8_t diff = len == 8 + CTRL_TOKEN ? 0 : 1;
+    for (int i = 0; i < CTRL_TOKEN && !diff; i++) diff |= p[8 + i] ^ cp->token[i];
+    if (dst != -1 || src <= 0 || src >= d->world_size || cp->by_rank[src] || diff) {
+      LOG_WARN("control plane: refused a connection (%s)",
+               diff ? "wrong secret: not a daemon of this world" : "bad hello");
       conn_close(c, "bad hello");
       return;
     }
@@ -275,10 +281,11 @@ static void on_connect(uv_connect_t *req, int status) {
   c->peer = 0;
   c->connected = 1;
   cp->by_rank[0] = c;
-  uint8_t hello[12];
-  put32(hello, 8);
+  uint8_t hello[12 + CTRL_TOKEN];
+  put32(hello, 8 + CTRL_TOKEN);
   put32(hello + 4, (uint32_t)cp->d->world_rank);
   put32(hello + 8, (uint32_t)-1);
+  memcpy(hello + 12, cp->token, CTRL_TOKEN);
   conn_write(c, hello, sizeof(hello));
   uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
   flush_queue(cp, 0);
@@ -328,8 +335,10 @@ fgb_status srv_ctrl_listen(srv *d, char addr[CTRL_ADDR_MAX], char *err, size_t e
   return FGB_OK;
 }
 
-fgb_status srv_ctrl_connect(srv *d, const char *addrs, char *err, size_t errlen) {
+fgb_status srv_ctrl_connect(srv *d, const char *addrs, const uint8_t token[CTRL_TOKEN], char *err,
+                            size_t errlen) {
   srv_ctrl *cp = d->cp;
+  memcpy(cp->token, token, CTRL_TOKEN);
   if (d->world_rank == 0) return FGB_OK;
   char leader[CTRL_ADDR_MAX];
   memcpy(leader, addrs, CTRL_ADDR_MAX);

@@ -3,8 +3,10 @@
  * reported to the coordinator as a lost peer.
  *
  * Frame: u32 LE length of what follows, i32 LE source world rank, i32 LE destination world rank,
- * then the coordinator's bytes. The first frame of a non-leader is its hello (destination -1, no
- * bytes). The leader forwards frames addressed to another rank, so any rank can reach any other. */
+ * then the coordinator's bytes. The first frame of a non-leader is its hello (destination -1, the
+ * world's CTRL_TOKEN-byte secret as bytes): the port listens on every interface, and the secret
+ * (made by rank 0, sent over MPI at bootstrap) keeps other processes from posing as a daemon. The
+ * leader forwards frames addressed to another rank, so any rank can reach any other. */
 #ifndef FGB_SRV_CTRL_H
 #define FGB_SRV_CTRL_H
 
@@ -15,12 +17,15 @@
 
 #define CTRL_ADDR_MAX 128
 #define CTRL_MAX_FRAME (64u << 20)
+#define CTRL_TOKEN 16
 
 /* Listen on an ephemeral TCP port; *addr gets "host:port" to advertise (host: cfg->cp_addr, else
  * the address gethostname() resolves to, else 127.0.0.1). Call before the address exchange. */
 fgb_status srv_ctrl_listen(srv *d, char addr[CTRL_ADDR_MAX], char *err, size_t errlen);
-/* With every rank's address (world_size x CTRL_ADDR_MAX bytes): non-leaders connect to rank 0. */
-fgb_status srv_ctrl_connect(srv *d, const char *addrs, char *err, size_t errlen);
+/* With every rank's address (world_size x CTRL_ADDR_MAX bytes) and the world's secret: non-leaders
+ * connect to rank 0. */
+fgb_status srv_ctrl_connect(srv *d, const char *addrs, const uint8_t token[CTRL_TOKEN], char *err,
+                            size_t errlen);
 /* Queue a coordinator message for world rank `peer` (copied). */
 void srv_ctrl_send(srv_ctrl *cp, int peer, const uint8_t *bytes, size_t len);
 /* 1 once every peer this rank talks to is connected (leader: all hellos received). */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "ctrl.h"
@@ -131,6 +132,18 @@ int main(int argc, char **argv) {
     MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }
+  /* The control plane's secret: random on rank 0, known to the world through MPI only. */
+  uint8_t token[CTRL_TOKEN] = {0};
+  if (d.world_rank == 0 && getrandom(token, sizeof(token), 0) != (ssize_t)sizeof(token)) {
+    LOG_ERROR("getrandom failed");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+  if (MPI_Bcast(token, CTRL_TOKEN, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    LOG_ERROR("control plane bootstrap failed: MPI_Bcast");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
   coord_config cc = {.world_rank = d.world_rank,
                      .world_size = d.world_size,
                      .stall_ms = d.cfg.stall_timeout_ms,
@@ -142,7 +155,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (srv_server_start(&d, err, sizeof(err)) != FGB_OK ||
-      srv_ctrl_connect(&d, addrs, err, sizeof(err)) != FGB_OK ||
+      srv_ctrl_connect(&d, addrs, token, err, sizeof(err)) != FGB_OK ||
       eng_start(d.loop, &comm_mpi_ops, srv_engine_result, &d, &d.eng, err, sizeof(err)) != FGB_OK) {
     LOG_ERROR("%s", err);
     MPI_Abort(MPI_COMM_WORLD, 1);
