@@ -133,6 +133,11 @@ fgb_status kern_thr_adapt(const comp_exec *ex, kern_ctl *ctl, const kern_adapt *
   KERN_DISPATCH(thr_adapt, ctl, ad);
 }
 
+fgb_status kern_count_adapt(const comp_exec *ex, const float *a, uint64_t n, kern_ctl *ctl,
+                            const kern_adapt *ad) {
+  KERN_DISPATCH(count_adapt, a, n, ctl, ad);
+}
+
 fgb_status kern_thr_reset(const comp_exec *ex, kern_ctl *ctl, float factor) {
   KERN_DISPATCH(thr_reset, ctl, factor);
 }

@@ -204,6 +204,9 @@ typedef struct kern_adapt {
 } kern_adapt;
 /* One adaptation round from ctl->count. No-op when ctl->done. One tiny kernel. */
 fgb_status kern_thr_adapt(const comp_exec *ex, kern_ctl *ctl, const kern_adapt *ad);
+/* kern_count_ge then kern_thr_adapt, in one launch on GPU (the adaptation loops' round). */
+fgb_status kern_count_adapt(const comp_exec *ex, const float *a, uint64_t n, kern_ctl *ctl,
+                            const kern_adapt *ad);
 /* Reuse last step's threshold: ctl->thr *= factor (clamped to [0, FLT_MAX]; NaN gives 0) and
  * reset the adaptation state as kern_thr_from_stats does. One tiny kernel. */
 fgb_status kern_thr_reset(const comp_exec *ex, kern_ctl *ctl, float factor);
@@ -324,6 +327,8 @@ fgb_status kern_fill_uniform(const comp_exec *ex, float *out, uint64_t count, ui
   fgb_status kern_##B##_thr_from_stats(kern_ctl *ctl, kern_thr_model model, double p0 EXTRA);      \
   fgb_status kern_##B##_count_ge(const float *a, uint64_t n, kern_ctl *ctl EXTRA);                 \
   fgb_status kern_##B##_thr_adapt(kern_ctl *ctl, const kern_adapt *ad EXTRA);                      \
+  fgb_status kern_##B##_count_adapt(const float *a, uint64_t n, kern_ctl *ctl,                     \
+                                    const kern_adapt *ad EXTRA);                                   \
   fgb_status kern_##B##_thr_reset(kern_ctl *ctl, float factor EXTRA);                              \
   fgb_status kern_##B##_coo_restore(const void *local, int fp16, const void *global,               \
                                     float *r EXTRA);                                               \

@@ -165,8 +165,7 @@ static fgb_status dgc_encode(void *st, const comp_exec *ex, const float *grad, u
     if (!rc) rc = kern_kth_abs(ex, s->samples, pl->m, pl->k_samp, cs->ctl, cs->ws);
     kern_adapt ad = {KERN_ADAPT_BRACKET, pl->k, 0.8, 1.3, 0.8, 1.3, (uint32_t)s->adapt_iters};
     for (int i = 0; !rc && i < s->adapt_iters; i++) {
-      rc = kern_count_ge(ex, cs->resid, n, cs->ctl);
-      if (!rc) rc = kern_thr_adapt(ex, cs->ctl, &ad);
+      rc = kern_count_adapt(ex, cs->resid, n, cs->ctl, &ad); /* count + round, one launch */
     }
   }
   cs->step_cap = pl->k;

@@ -80,8 +80,7 @@ static fgb_status oktopk_encode(void *st, const comp_exec *ex, const float *grad
     kern_adapt ad = {KERN_ADAPT_BRACKET, cs->k, 2.0 / 3.0,         5.0 / 4.0,
                      1.0 / 1.012,        1.012, (uint32_t)s->iters};
     for (int i = 0; !rc && i < s->iters; i++) {
-      rc = kern_count_ge(ex, a, cs->n, cs->ctl);
-      if (!rc) rc = kern_thr_adapt(ex, cs->ctl, &ad);
+      rc = kern_count_adapt(ex, a, cs->n, cs->ctl, &ad); /* count + round, one launch */
     }
   }
   kern_sel sel = comp_sparse_sel(cs, a, NULL);

@@ -56,8 +56,7 @@ static fgb_status redsync_encode(void *st, const comp_exec *ex, const float *gra
   kern_adapt ad = s->mode ? (kern_adapt){KERN_ADAPT_REDSYNC_BISECT, cs->k, 1, 2, 0, 0, 3}
                           : (kern_adapt){KERN_ADAPT_REDSYNC_TRIM, cs->k, 1, 1, 0.2, 0, 5};
   for (uint32_t i = 0; !rc && i < ad.max_iters; i++) {
-    rc = kern_count_ge(ex, a, cs->n, cs->ctl);
-    if (!rc) rc = kern_thr_adapt(ex, cs->ctl, &ad);
+    rc = kern_count_adapt(ex, a, cs->n, cs->ctl, &ad); /* count + round, one launch */
   }
   kern_sel sel = comp_sparse_sel(cs, a, NULL);
   if (!rc) rc = kern_select_thr(ex, a, cs->n, cs->ctl, &sel, cs->ws);

@@ -214,3 +214,10 @@ fgb_status kern_cpu_kth_abs(const float *x, uint32_t m, uint32_t kth, kern_ctl *
   reset_adapt(ctl);
   return FGB_OK;
 }
+
+fgb_status kern_cpu_count_adapt(const float *a, uint64_t n, kern_ctl *ctl, const kern_adapt *ad) {
+  if (ad == NULL || ad->mode < KERN_ADAPT_BRACKET || ad->mode > KERN_ADAPT_REDSYNC_BISECT)
+    return FGB_EINVAL; /* as the CUDA side: nothing runs on a bad mode */
+  fgb_status rc = kern_cpu_count_ge(a, n, ctl);
+  return rc ? rc : kern_cpu_thr_adapt(ctl, ad);
+}

@@ -80,7 +80,9 @@ struct kern_ws {
 };
 
 /* ---- per-stream scratch for the reductions without a workspace ------------------------------- */
-#define KC_RED_BLOCKS 256 /* fixed grid of kern_stats / kern_count_ge: reproducible results */
+/* Fixed grid of kern_stats / kern_count_ge (reproducible results): enough blocks to keep HBM busy
+ * (256 left a plain kern_stats at half the copy bandwidth). */
+#define KC_RED_BLOCKS 1024
 typedef struct kc_partial {
   double n, sum, sum_sq, sum_abs, sum_log;
   float mx, mn;

@@ -266,8 +266,13 @@ extern "C" fgb_status kern_cuda_thr_from_stats(kern_ctl *ctl, kern_thr_model mod
 /* ---- count and adaptation ---------------------------------------------------------------------
  */
 
+__device__ inline void adapt_step(kern_ctl *ctl, const kern_adapt &ad);
+
+/* with_adapt: the last block runs the adaptation round right after the count (kern_count_adapt):
+ * every block read thr and done before it checked in, so the update races with nobody. */
 __global__ void __launch_bounds__(KC_RED_THREADS)
-    k_count_ge(const float *a, uint64_t n, kern_ctl *ctl, kc_scratch *scr) {
+    k_count_ge(const float *a, uint64_t n, kern_ctl *ctl, kc_scratch *scr, int with_adapt,
+               kern_adapt ad) {
   __shared__ uint32_t s_last;
   if (ctl->done) return; /* read by every block before anyone writes: consistent */
   const uint32_t tk = kern_thr_key(ctl->thr);
@@ -301,6 +306,7 @@ __global__ void __launch_bounds__(KC_RED_THREADS)
       __threadfence();
       ctl->count = atomicExch(&scr->count_acc, 0ull);
       scr->count_done = 0;
+      if (with_adapt) adapt_step(ctl, ad);
     }
   }
 }
@@ -310,11 +316,25 @@ extern "C" fgb_status kern_cuda_count_ge(const float *a, uint64_t n, kern_ctl *c
   cudaStream_t s = KC_STREAM(stream);
   kc_scratch *scr = kc_stream_scratch(s);
   if (scr == NULL) return FGB_ENOMEM;
-  k_count_ge<<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, n, ctl, scr);
+  kern_adapt none;
+  memset(&none, 0, sizeof none);
+  k_count_ge<<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, n, ctl, scr, 0, none);
   return kc_launched();
 }
 
-__global__ void k_thr_adapt(kern_ctl *ctl, kern_adapt ad) {
+extern "C" fgb_status kern_cuda_count_adapt(const float *a, uint64_t n, kern_ctl *ctl,
+                                            const kern_adapt *ad, void *stream) {
+  if (ctl == NULL || ad == NULL || (n && a == NULL)) return FGB_EINVAL;
+  if (ad->mode < KERN_ADAPT_BRACKET || ad->mode > KERN_ADAPT_REDSYNC_BISECT) return FGB_EINVAL;
+  cudaStream_t s = KC_STREAM(stream);
+  kc_scratch *scr = kc_stream_scratch(s);
+  if (scr == NULL) return FGB_ENOMEM;
+  k_count_ge<<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, n, ctl, scr, 1, *ad);
+  return kc_launched();
+}
+
+/* One adaptation round from ctl->count (the CPU reference's arithmetic). */
+__device__ inline void adapt_step(kern_ctl *ctl, const kern_adapt &ad) {
   if (ctl->done) return;
   double c = (double)ctl->count, k = (double)ad.k;
   ctl->iters++;
@@ -361,6 +381,10 @@ __global__ void k_thr_adapt(kern_ctl *ctl, kern_adapt ad) {
       break;
   }
   if (ctl->iters >= ad.max_iters) ctl->done = 1;
+}
+
+__global__ void k_thr_adapt(kern_ctl *ctl, kern_adapt ad) {
+  adapt_step(ctl, ad);
 }
 
 extern "C" fgb_status kern_cuda_thr_adapt(kern_ctl *ctl, const kern_adapt *ad, void *stream) {

@@ -1,9 +1,9 @@
 /* tests/gpu-compress/test-gpu-fused.c — the compensation-fused primitives (kern_add_stats,
- * kern_topk_add, kern_add_cast_f16) on CUDA equal the CPU reference, which is literally kern_add
- * followed by the op: compensated buffer, payload bytes, halves and residual bitwise (NaN inputs
- * included: computed NaNs are canonical on both backends), statistics within summation rounding.
- * Sizes cover the chunk and sample boundaries, lengths not a multiple of 4 and an unaligned base;
- * -n N sets the large size (default 2^22 + 3). */
+ * kern_topk_add, kern_add_cast_f16) and kern_count_adapt on CUDA equal the CPU reference, which is
+ * literally the two ops in sequence: compensated buffer, payload bytes, halves and residual bitwise
+ * (NaN inputs included: computed NaNs are canonical on both backends), statistics within summation
+ * rounding. Sizes cover the chunk and sample boundaries, lengths not a multiple of 4 and an
+ * unaligned base; -n N sets the large size (default 2^22 + 3). */
 #include "gpu_test.h"
 
 static const comp_exec CPU = {0, NULL};
@@ -102,6 +102,32 @@ static void fused_dense(uint64_t n, int off) {
             close_rel(gc.st.sum_log, hc.st.sum_log, 1e-9),
         "add_stats n=%llu flags=%u: sums differ beyond rounding", (unsigned long long)n, flags);
   }
+  /* count + adaptation round in one launch, from the same ctl (statistics included): exact */
+  static const kern_adapt ads[] = {
+      {KERN_ADAPT_BRACKET, 1000, 2.0 / 3, 4.0 / 3, 0.5, 1.5, 8},
+      {KERN_ADAPT_REDSYNC_TRIM, 1000, 1, 1, 0.2, 0, 5},
+      {KERN_ADAPT_REDSYNC_BISECT, 1000, 0.8, 1.25, 0, 0, 8},
+  };
+  for (int m = 0; m < 3; m++) {
+    REQUIRE(kern_thr_from_stats(
+                &CPU, &hc, ads[m].mode == KERN_ADAPT_BRACKET ? KERN_THR_GAUSS : KERN_THR_REDSYNC,
+                ads[m].mode == KERN_ADAPT_BRACKET ? 2.5 : 0.7) == FGB_OK);
+    REQUIRE(kern_from_host(&GPU, dc, &hc, sizeof hc) == FGB_OK);
+    for (int round = 0; round < 4; round++) {
+      REQUIRE(kern_count_adapt(&CPU, hr, n, &hc, &ads[m]) == FGB_OK);
+      REQUIRE(kern_count_adapt(&GPU, dr, n, dc, &ads[m]) == FGB_OK);
+      ct_get(&GPU, &gc, dc, sizeof gc);
+      CHECK_MSG(gc.count == hc.count && !memcmp(&gc.thr, &hc.thr, 4) && gc.done == hc.done &&
+                    gc.iters == hc.iters && !memcmp(&gc.s, &hc.s, 4),
+                "count_adapt n=%llu mode %d round %d: gpu %llu %g %u cpu %llu %g %u",
+                (unsigned long long)n, (int)ads[m].mode, round, (unsigned long long)gc.count,
+                (double)gc.thr, gc.done, (unsigned long long)hc.count, (double)hc.thr, hc.done);
+    }
+  }
+  kern_adapt bad = ads[0];
+  bad.mode = (kern_adapt_mode)9;
+  CHECK(kern_count_adapt(&CPU, hr, n, &hc, &bad) == FGB_EINVAL);
+  CHECK(kern_count_adapt(&GPU, dr, n, dc, &bad) == FGB_EINVAL);
   kern_free(&GPU, dc);
   kern_free(&GPU, dh0);
   kern_free(&GPU, dr0);
