@@ -79,7 +79,8 @@ __global__ void k_dec_check(const char *recv, uint64_t stride, int nranks, uint3
  * warp search: 4 dependent loads for 2^20 entries), sums them into a shared-memory tile rank after
  * rank (entries of one rank are distinct: no races, the CPU's order), scales the tile and writes
  * it once, coalesced. So out is written exactly once: no zero fill, no read-modify-write pass. */
-#define DEC_TILE 4096
+#define DEC_TILE 8192 /* outputs per block (32 KB of shared memory) */
+#define DEC_TILE_THREADS 512
 #define DEC_TILE_MAX_RANKS 64
 
 /* First position in [0, count) whose index is >= x (payload strictly ascending). Whole warp. */
@@ -112,7 +113,7 @@ __device__ inline uint32_t seq_lower_bound(const coo_view *v, int64_t x) {
   return lo;
 }
 
-__global__ void __launch_bounds__(DEC_THREADS)
+__global__ void __launch_bounds__(DEC_TILE_THREADS)
     k_dec_tile(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n, float scale,
                const kc_scratch *scr, float *out, kern_ctl *ctl) {
   __shared__ float tile[DEC_TILE];
@@ -120,7 +121,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
   if (scr->dec_unsorted) return; /* k_dec_fallback's job */
   const uint64_t t0 = (uint64_t)blockIdx.x * DEC_TILE;
   const uint32_t len = (uint32_t)min((uint64_t)DEC_TILE, n - t0);
-  const unsigned warp = threadIdx.x >> 5, nw = DEC_THREADS / 32;
+  const unsigned warp = threadIdx.x >> 5, nw = DEC_TILE_THREADS / 32;
   /* Warp 2q + e finds bound e (tile start or end) of rank q: both searches run at once. */
   for (int w = warp; w < 2 * nranks; w += nw) {
     const int r = w >> 1;
@@ -130,12 +131,12 @@ __global__ void __launch_bounds__(DEC_THREADS)
       pos = warp_lower_bound(&v, (int64_t)t0 + (w & 1 ? len : 0));
     if ((threadIdx.x & 31u) == 0) (w & 1 ? s_hi : s_lo)[r] = pos;
   }
-  for (uint32_t e = threadIdx.x; e < DEC_TILE; e += DEC_THREADS) tile[e] = 0.0f;
+  for (uint32_t e = threadIdx.x; e < DEC_TILE; e += DEC_TILE_THREADS) tile[e] = 0.0f;
   __syncthreads();
   for (int r = 0; r < nranks; r++) {
     coo_view v;
     if (s_lo[r] < s_hi[r] && coo_open(recv, stride, r, vb, &v)) {
-      for (uint32_t j = s_lo[r] + threadIdx.x; j < s_hi[r]; j += DEC_THREADS) {
+      for (uint32_t j = s_lo[r] + threadIdx.x; j < s_hi[r]; j += DEC_TILE_THREADS) {
         const uint32_t e = (uint32_t)((int32_t)ld_u32(v.idx + 4ull * j) - (int64_t)t0);
         const float x = vb == 2 ? kern_half_to_float(ld_u16(v.vals + 2ull * j))
                                 : __uint_as_float(ld_u32(v.vals + 4ull * j));
@@ -147,7 +148,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
   const bool sc = scale != 1.0f;
   float *o = out + t0;
   if (len == DEC_TILE && ((uintptr_t)o & 15u) == 0) {
-    for (uint32_t e = 4 * threadIdx.x; e < DEC_TILE; e += 4 * DEC_THREADS) {
+    for (uint32_t e = 4 * threadIdx.x; e < DEC_TILE; e += 4 * DEC_TILE_THREADS) {
       float4 x = make_float4(tile[e], tile[e + 1], tile[e + 2], tile[e + 3]);
       if (sc) {
         x.x = kern_nan_canon(__fmul_rn(x.x, scale));
@@ -158,7 +159,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
       *(float4 *)(o + e) = x;
     }
   } else {
-    for (uint32_t e = threadIdx.x; e < len; e += DEC_THREADS)
+    for (uint32_t e = threadIdx.x; e < len; e += DEC_TILE_THREADS)
       o[e] = sc ? kern_nan_canon(__fmul_rn(tile[e], scale)) : tile[e];
   }
   /* Block 0 counts what no tile takes: bad headers, indices below 0 or from n on. */
@@ -180,8 +181,9 @@ __global__ void __launch_bounds__(DEC_THREADS)
  * order (exactly the CPU's result, just slow), then the block scales. */
 __global__ void __launch_bounds__(1024)
     k_dec_fallback(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n,
-                   float scale, int always, const kc_scratch *scr, float *out, kern_ctl *ctl) {
+                   float scale, int always, kc_scratch *scr, float *out, kern_ctl *ctl) {
   if (!always && !scr->dec_unsorted) return;
+  __syncthreads(); /* every thread has read the flag before thread 0 clears it below */
   for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = 0.0f;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -204,6 +206,7 @@ __global__ void __launch_bounds__(1024)
       }
     }
     if (ctl && bad) atomicAdd((unsigned long long *)&ctl->bad, bad);
+    scr->dec_unsorted = 0; /* clear for the next decode (see kern_cuda_coo_decode) */
   }
   __syncthreads();
   if (scale != 1.0f)
@@ -224,16 +227,17 @@ extern "C" fgb_status kern_cuda_coo_decode(const void *recv, size_t stride, int 
   if (scr == NULL) return FGB_ENOMEM;
   const uint32_t vb = fp16 ? 2 : 4;
   const char *rb = (const char *)recv;
-  cudaError_t e = cudaMemsetAsync(&scr->dec_unsorted, 0, sizeof scr->dec_unsorted, s);
-  if (e != cudaSuccess) return kc_status(e);
-  if (stride < sizeof(comp_coo_header) || nranks > DEC_TILE_MAX_RANKS) {
-    /* Every header unreadable, or many ranks: the one-block path, unconditionally. */
+  /* The unsorted flag is clear on entry: every decode that may set it (k_dec_check) ends with a
+   * k_dec_fallback, which clears it; the scratch starts zeroed. No reset launch needed. */
+  if (stride < sizeof(comp_coo_header) || nranks > DEC_TILE_MAX_RANKS || (n == 0 && nranks)) {
+    /* Unreadable headers, many ranks, or nothing to write but bad entries to count: one block. */
     if (stride < sizeof(comp_coo_header) && ctl && nranks)
       k_add_bad<<<1, 1, 0, s>>>(ctl, (unsigned long long)nranks);
     k_dec_fallback<<<1, 1024, 0, s>>>(rb, stride, stride < sizeof(comp_coo_header) ? 0 : nranks, vb,
                                       n, scale, 1, scr, out, ctl);
     return kc_launched();
   }
+  if (n == 0) return FGB_OK;
   if (nranks) {
     /* Entries a payload can hold given the stride bound the grid; the count is on the device. */
     const uint64_t maxe = (stride - sizeof(comp_coo_header)) / (vb + 4);
@@ -241,15 +245,10 @@ extern "C" fgb_status kern_cuda_coo_decode(const void *recv, size_t stride, int 
     dim3 cgrid(cb, (unsigned)nranks);
     k_dec_check<<<cgrid, DEC_THREADS, 0, s>>>(rb, stride, nranks, vb, scr);
   }
-  if (n) {
-    const uint64_t tiles = (n + DEC_TILE - 1) / DEC_TILE;
-    k_dec_tile<<<(unsigned)tiles, DEC_THREADS, 0, s>>>(rb, stride, nranks, vb, n, scale, scr, out,
-                                                       ctl);
-  } else if (ctl && nranks) { /* no tile to count the bad entries: every entry is out of range */
-    k_dec_fallback<<<1, 32, 0, s>>>(rb, stride, nranks, vb, 0, scale, 1, scr, out, ctl);
-  }
-  if (nranks && n)
-    k_dec_fallback<<<1, 1024, 0, s>>>(rb, stride, nranks, vb, n, scale, 0, scr, out, ctl);
+  const uint64_t tiles = (n + DEC_TILE - 1) / DEC_TILE;
+  k_dec_tile<<<(unsigned)tiles, DEC_TILE_THREADS, 0, s>>>(rb, stride, nranks, vb, n, scale, scr,
+                                                          out, ctl);
+  if (nranks) k_dec_fallback<<<1, 1024, 0, s>>>(rb, stride, nranks, vb, n, scale, 0, scr, out, ctl);
   return kc_launched();
 }
 

@@ -291,19 +291,29 @@ __global__ void __launch_bounds__(SEL_THREADS)
   __syncthreads();
   /* Only as many blocks as the (device-side) count needs take part: a few hundred thousand
    * candidates must not cost a thousand blocks' histogram flushes. The others just check in. */
-  const uint64_t per_blk = (uint64_t)blockDim.x * 16, want = (cnt + per_blk - 1) / per_blk;
+  const uint64_t per_blk = (uint64_t)blockDim.x * 32, want = (cnt + per_blk - 1) / per_blk;
   const uint32_t active = want < 1 ? 1 : want < gridDim.x ? (uint32_t)want : gridDim.x;
   if (blockIdx.x < active) {
     const uint64_t stride = (uint64_t)active * blockDim.x,
                    gid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
     const uint64_t n4 = sal ? cnt / 4 : 0;
-    for (uint64_t i = gid; i < n4; i += stride) {
-      float4 x = ((const float4 *)src)[i];
-      float w[4] = {x.x, x.y, x.z, x.w};
+    /* Four 16-byte loads in flight per thread before any use (the candidates are L2 hits: the
+     * passes are latency-bound, not bandwidth-bound). */
+    for (uint64_t i = gid; i < n4; i += 4 * stride) {
+      float4 x[4];
 #pragma unroll
-      for (int q = 0; q < 4; q++) {
-        uint32_t key = kern_abs_key(w[q]);
-        hist_add(hist, (key & mask) == prefix ? (key >> sh) & (nb - 1) : NO_KEY, full);
+      for (int u = 0; u < 4; u++)
+        x[u] = i + u * stride < n4 ? ((const float4 *)src)[i + u * stride]
+                                   : make_float4(NAN, NAN, NAN, NAN);
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        const bool in = i + u * stride < n4;
+        const float w[4] = {x[u].x, x[u].y, x[u].z, x[u].w};
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+          uint32_t key = kern_abs_key(w[q]);
+          hist_add(hist, in && (key & mask) == prefix ? (key >> sh) & (nb - 1) : NO_KEY, full);
+        }
       }
     }
     for (uint64_t i = n4 * 4 + gid; i < cnt; i += stride) {
@@ -381,24 +391,37 @@ __global__ void __launch_bounds__(SEL_THREADS)
 }
 
 /* Single block: chunk counts -> output offsets (ch_gt) and tie prefixes (ch_eq), in place; header.
- */
+ * Warp w owns a contiguous run of chunks and its lanes read consecutive chunks (coalesced, many
+ * loads in flight: the thread-per-range layout was a chain of dependent strided loads). */
 __global__ void __launch_bounds__(KC_BLOCK_SELECT)
     k_chunk_scan(kc_sel_state *st, uint64_t nch, uint32_t *ch_gt, uint32_t *ch_eq,
                  comp_coo_header *hdr, uint32_t capacity, uint32_t expect) {
-  const uint64_t per = (nch + blockDim.x - 1) / blockDim.x;
-  const uint64_t lo = threadIdx.x * per, hi = lo + per < nch ? lo + per : nch;
-  unsigned long long local = 0; /* eq << 32 | gt: both sums <= 2^31 */
-  for (uint64_t c = lo; c < hi; c++) local += ((unsigned long long)ch_eq[c] << 32) | ch_gt[c];
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const uint64_t seg = (((nch + nw - 1) / nw) + 31) & ~(uint64_t)31;
+  const uint64_t lo = warp * seg, hi = lo + seg < nch ? lo + seg : nch;
+  unsigned long long wsum = 0; /* eq << 32 | gt: both sums <= 2^31 */
+  for (uint64_t c = lo + lane; c < hi; c += 32)
+    wsum += ((unsigned long long)ch_eq[c] << 32) | ch_gt[c];
+  for (int o = 16; o > 0; o >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, o);
   unsigned long long tot;
-  unsigned long long ex = kc_block_excl_scan<unsigned long long>(local, &tot);
+  unsigned long long run = kc_block_excl_scan<unsigned long long>(lane == 0 ? wsum : 0ull, &tot);
+  run = __shfl_sync(0xffffffffu, run, 0); /* what the warps before this one hold */
   const unsigned long long eq_take = st->rank;
-  unsigned long long gt_pre = ex & 0xffffffffull, eq_pre = ex >> 32;
-  for (uint64_t c = lo; c < hi; c++) {
-    uint32_t g = ch_gt[c], e = ch_eq[c];
-    ch_gt[c] = (uint32_t)(gt_pre + (eq_pre < eq_take ? eq_pre : eq_take));
-    ch_eq[c] = (uint32_t)eq_pre;
-    gt_pre += g;
-    eq_pre += e;
+  for (uint64_t base = lo; base < hi; base += 32) {
+    const uint64_t c = base + lane;
+    const unsigned long long v = c < hi ? ((unsigned long long)ch_eq[c] << 32) | ch_gt[c] : 0ull;
+    unsigned long long inc = v;
+    for (int o = 1; o < 32; o <<= 1) {
+      unsigned long long y = __shfl_up_sync(0xffffffffu, inc, o);
+      if (lane >= (unsigned)o) inc += y;
+    }
+    const unsigned long long ex = run + inc - v;
+    if (c < hi) {
+      const unsigned long long gt_pre = ex & 0xffffffffull, eq_pre = ex >> 32;
+      ch_gt[c] = (uint32_t)(gt_pre + (eq_pre < eq_take ? eq_pre : eq_take));
+      ch_eq[c] = (uint32_t)eq_pre;
+    }
+    run += __shfl_sync(0xffffffffu, inc, 31);
   }
   if (threadIdx.x == 0) {
     unsigned long long g = tot & 0xffffffffull, e = tot >> 32;
