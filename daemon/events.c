@@ -110,7 +110,12 @@ static void on_issue(srv *d, coord_event *ev) {
     it->coll_seq = seq;
     it->root = c->root;
     it->n = 1;
-    ts[0] = (eng_tensor){t->id, ev->step, t->ptr, t->count, t->dtype, c->op, 0};
+    ts[0] = (eng_tensor){.tensor_id = t->id,
+                         .step = ev->step,
+                         .ptr = t->ptr,
+                         .count = t->count,
+                         .dtype = t->dtype,
+                         .op = c->op};
     if (c->kind == ENG_ALLGATHER) {
       srv_tensor *dst = srv_tensor_get(d, c->dst_id);
       if (!dst) goto drop;
@@ -129,7 +134,13 @@ static void on_issue(srv *d, coord_event *ev) {
         continue;
       }
       p->issued = 1;
-      ts[it->n++] = (eng_tensor){t->id, ev->step, t->ptr, t->count, t->dtype, t->op, p->flushed};
+      ts[it->n++] = (eng_tensor){.tensor_id = t->id,
+                                 .step = ev->step,
+                                 .ptr = t->ptr,
+                                 .count = t->count,
+                                 .dtype = t->dtype,
+                                 .op = t->op,
+                                 .zero_first = p->flushed};
     }
     if (it->n == 0) goto drop;
   }

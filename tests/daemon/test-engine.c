@@ -119,11 +119,41 @@ int main(void) {
   is->coll = ENG_GRAD;
   is->n = 5;
   is->t = calloc(5, sizeof(eng_tensor));
-  is->t[0] = (eng_tensor){1, 7, (uint8_t *)a, 5, FGB_FLOAT32, FGB_OP_AVERAGE, 0};
-  is->t[1] = (eng_tensor){2, 7, (uint8_t *)h, 4, FGB_FLOAT16, FGB_OP_AVERAGE, 0};
-  is->t[2] = (eng_tensor){3, 7, (uint8_t *)b, 3, FGB_INT32, FGB_OP_SUM, 0};
-  is->t[3] = (eng_tensor){4, 7, (uint8_t *)d, 3, FGB_FLOAT32, FGB_OP_SUM, 0};
-  is->t[4] = (eng_tensor){5, 7, (uint8_t *)z, 2, FGB_FLOAT64, FGB_OP_AVERAGE, 1};
+  is->t[0] = (eng_tensor){.tensor_id = 1,
+                          .step = 7,
+                          .ptr = (uint8_t *)a,
+                          .count = 5,
+                          .dtype = FGB_FLOAT32,
+                          .op = FGB_OP_AVERAGE,
+                          .zero_first = 0};
+  is->t[1] = (eng_tensor){.tensor_id = 2,
+                          .step = 7,
+                          .ptr = (uint8_t *)h,
+                          .count = 4,
+                          .dtype = FGB_FLOAT16,
+                          .op = FGB_OP_AVERAGE,
+                          .zero_first = 0};
+  is->t[2] = (eng_tensor){.tensor_id = 3,
+                          .step = 7,
+                          .ptr = (uint8_t *)b,
+                          .count = 3,
+                          .dtype = FGB_INT32,
+                          .op = FGB_OP_SUM,
+                          .zero_first = 0};
+  is->t[3] = (eng_tensor){.tensor_id = 4,
+                          .step = 7,
+                          .ptr = (uint8_t *)d,
+                          .count = 3,
+                          .dtype = FGB_FLOAT32,
+                          .op = FGB_OP_SUM,
+                          .zero_first = 0};
+  is->t[4] = (eng_tensor){.tensor_id = 5,
+                          .step = 7,
+                          .ptr = (uint8_t *)z,
+                          .count = 2,
+                          .dtype = FGB_FLOAT64,
+                          .op = FGB_OP_AVERAGE,
+                          .zero_first = 1};
   eng_submit(e, is);
 
   uint8_t bc[6] = {0};
@@ -135,7 +165,13 @@ int main(void) {
   bi->root = 1;
   bi->n = 1;
   bi->t = calloc(1, sizeof(eng_tensor));
-  bi->t[0] = (eng_tensor){6, 1, bc, 6, FGB_UINT8, FGB_OP_SUM, 0};
+  bi->t[0] = (eng_tensor){.tensor_id = 6,
+                          .step = 1,
+                          .ptr = bc,
+                          .count = 6,
+                          .dtype = FGB_UINT8,
+                          .op = FGB_OP_SUM,
+                          .zero_first = 0};
   eng_submit(e, bi);
 
   int32_t src[2] = {11, 22}, dst[2 * SIZE] = {0};
@@ -147,7 +183,13 @@ int main(void) {
   gi->dst = (uint8_t *)dst;
   gi->n = 1;
   gi->t = calloc(1, sizeof(eng_tensor));
-  gi->t[0] = (eng_tensor){7, 2, (uint8_t *)src, 2, FGB_INT32, FGB_OP_SUM, 0};
+  gi->t[0] = (eng_tensor){.tensor_id = 7,
+                          .step = 2,
+                          .ptr = (uint8_t *)src,
+                          .count = 2,
+                          .dtype = FGB_INT32,
+                          .op = FGB_OP_SUM,
+                          .zero_first = 0};
   eng_submit(e, gi);
 
   uv_run(&loop, UV_RUN_DEFAULT);
