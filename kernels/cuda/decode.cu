@@ -79,8 +79,8 @@ __global__ void k_dec_check(const char *recv, uint64_t stride, int nranks, uint3
  * warp search: 4 dependent loads for 2^20 entries), sums them into a shared-memory tile rank after
  * rank (entries of one rank are distinct: no races, the CPU's order), scales the tile and writes
  * it once, coalesced. So out is written exactly once: no zero fill, no read-modify-write pass. */
-#define DEC_TILE 8192 /* outputs per block (32 KB of shared memory) */
-#define DEC_TILE_THREADS 512
+#define DEC_TILE 4096 /* outputs per block (16 KB of shared memory) */
+#define DEC_TILE_THREADS 256
 #define DEC_TILE_MAX_RANKS 64
 
 /* First position in [0, count) whose index is >= x (payload strictly ascending). Whole warp. */

@@ -197,10 +197,20 @@ __device__ inline void reset_adapt(kern_ctl *ctl) {
   ctl->count = 0;
 }
 
+/* A threshold as stored, as the CPU's to_thr: [0, FLT_MAX], NaN and <= 0 give 0. */
+__device__ inline float to_thr(double t) {
+  if (!(t > 0)) return 0.0f;
+  if (t >= FLT_MAX) return FLT_MAX;
+  return __double2float_rn(t);
+}
+
+/* The adaptation arithmetic uses explicitly rounded double operations: nvcc would otherwise
+ * contract a + s * b into one DFMA, which the CPU reference does not do, and the thresholds (hence
+ * the selections) would differ in the last bit. */
 __device__ inline float redsync_thr(const kern_moments *st, double s) {
   if (st->n < 1 || s <= 1e-6) return 0.0f;
-  double mean = st->sum_abs / st->n;
-  return (float)(mean + s * ((double)st->max_abs - mean));
+  double mean = __ddiv_rn(st->sum_abs, st->n);
+  return to_thr(__dadd_rn(mean, __dmul_rn(s, __dsub_rn((double)st->max_abs, mean))));
 }
 
 __global__ void k_thr_from_stats(kern_ctl *ctl, int model, double p0) {
@@ -247,8 +257,7 @@ __global__ void k_thr_from_stats(kern_ctl *ctl, int model, double p0) {
         break;
     }
   }
-  if (!(thr > 0) || !isfinite(thr)) thr = 0.0;
-  ctl->thr = (float)thr;
+  ctl->thr = isnan(thr) ? 0.0f : to_thr(thr); /* the CPU's clamp (Inf gives FLT_MAX) */
   ctl->s = (float)p0;
   ctl->s_lo = 0.0f;
   ctl->s_hi = 1.0f;
@@ -339,24 +348,27 @@ __device__ inline void adapt_step(kern_ctl *ctl, const kern_adapt &ad) {
   double c = (double)ctl->count, k = (double)ad.k;
   ctl->iters++;
   switch (ad.mode) {
-    case KERN_ADAPT_BRACKET: {
-      float t = ctl->thr;
-      if (c >= ad.lo * k && c <= ad.hi * k) {
+    case KERN_ADAPT_BRACKET: { /* step by step the CPU's double arithmetic */
+      double t = ctl->thr;
+      const double lok = __dmul_rn(ad.lo, k), hik = __dmul_rn(ad.hi, k);
+      if (c >= lok && c <= hik) {
         ctl->done = 1;
         return;
       }
-      if (c < ad.lo * k) {
-        if (ctl->br_hi == 0.0f || t < ctl->br_hi) ctl->br_hi = t;
-        t = ctl->br_lo > 0.0f ? sqrtf(ctl->br_lo) * sqrtf(ctl->br_hi) : (float)(t * ad.down);
+      if (c < lok) {
+        if (ctl->br_hi == 0.0f || t < ctl->br_hi) ctl->br_hi = __double2float_rn(t);
+        t = ctl->br_lo > 0.0f ? __dsqrt_rn(__dmul_rn((double)ctl->br_lo, (double)ctl->br_hi))
+                              : __dmul_rn(t, ad.down);
       } else {
-        if (t > ctl->br_lo) ctl->br_lo = t;
-        if (t <= 0.0f) {
-          t = ctl->st.n >= 1 ? (float)(ctl->st.sum_abs / ctl->st.n) : 0.0f;
+        if (t > ctl->br_lo) ctl->br_lo = __double2float_rn(t);
+        if (t <= 0.0) {
+          t = ctl->st.n >= 1 ? __ddiv_rn(ctl->st.sum_abs, ctl->st.n) : 0.0;
         } else {
-          t = ctl->br_hi > 0.0f ? sqrtf(ctl->br_lo) * sqrtf(ctl->br_hi) : (float)(t * ad.up);
+          t = ctl->br_hi > 0.0f ? __dsqrt_rn(__dmul_rn((double)ctl->br_lo, (double)ctl->br_hi))
+                                : __dmul_rn(t, ad.up);
         }
       }
-      ctl->thr = isfinite(t) && t > 0.0f ? t : 0.0f;
+      ctl->thr = to_thr(t);
       break;
     }
     case KERN_ADAPT_REDSYNC_TRIM:
@@ -364,19 +376,19 @@ __device__ inline void adapt_step(kern_ctl *ctl, const kern_adapt &ad) {
         ctl->done = 1;
         return;
       }
-      ctl->s = (float)(ctl->s - ad.down);
+      ctl->s = __double2float_rn(__dsub_rn((double)ctl->s, ad.down));
       ctl->thr = redsync_thr(&ctl->st, ctl->s);
       break;
     default: /* KERN_ADAPT_REDSYNC_BISECT */
-      if (c > ad.lo * k && c < ad.hi * k) {
+      if (c > __dmul_rn(ad.lo, k) && c < __dmul_rn(ad.hi, k)) {
         ctl->done = 1;
         return;
       }
-      if (c <= ad.lo * k)
+      if (c <= __dmul_rn(ad.lo, k))
         ctl->s_hi = ctl->s;
       else
         ctl->s_lo = ctl->s;
-      ctl->s = 0.5f * (ctl->s_lo + ctl->s_hi);
+      ctl->s = __fmul_rn(0.5f, __fadd_rn(ctl->s_lo, ctl->s_hi));
       ctl->thr = redsync_thr(&ctl->st, ctl->s);
       break;
   }
@@ -410,8 +422,7 @@ extern "C" fgb_status kern_cuda_sample_abs(const float *a, uint64_t n, uint64_t 
 }
 
 __global__ void k_thr_reset(kern_ctl *ctl, float factor) {
-  float t = __fmul_rn(ctl->thr, factor);
-  ctl->thr = isfinite(t) && t > 0.0f ? t : 0.0f;
+  ctl->thr = to_thr(__dmul_rn((double)ctl->thr, (double)factor)); /* as the CPU (Inf: FLT_MAX) */
   reset_adapt(ctl);
 }
 
