@@ -59,6 +59,8 @@ typedef struct srv_tensor {
   uint64_t last_step; /* last step submitted or flushed */
   int poisoned;
   char poison[512];
+  const struct comp_ops *comp; /* NULL: dense (compressor "none") */
+  double density;
 } srv_tensor;
 
 /* A tensor handed to the agreement for one step; Done not sent yet. */
@@ -205,6 +207,19 @@ void srv_engine_result(void *ud, struct eng_item *it);
 void srv_job_maybe_release(srv *d, srv_job *j);
 void srv_jobs_tick(srv *d);
 srv_tensor *srv_tensor_get(srv *d, uint32_t id);
+
+/* ---- comp_rpc.c: compressors at registration, state export/import ----------------------- */
+struct comp_ops;
+struct eng_tensor;
+/* Check RegisterTensor's compressor and density (creating a trial instance); *ops NULL: dense. */
+fgb_status srv_comp_check(srv_job *j, const Fgbuff__V1__RegisterTensor *m,
+                          const struct comp_ops **ops, char *err, size_t errlen);
+/* Fill an engine tensor's compressor fields from the registered tensor. */
+void srv_comp_fill(const srv_tensor *t, struct eng_tensor *et);
+void srv_on_state_export(srv_session *s, uint64_t req_id, const Fgbuff__V1__StateExport *m);
+void srv_on_state_import(srv_session *s, uint64_t req_id, const Fgbuff__V1__StateImport *m);
+/* The engine finished an ENG_STATE item: reply to the client. */
+void srv_state_result(srv_job *j, struct eng_item *it);
 
 /* ---- status.c ---------------------------------------------------------------------------- */
 /* The status document (JSON) and its text rendering; both malloc'ed. */

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "compress_path.h"
 #include "dtype.h"
 #include "log.h"
 
@@ -25,7 +26,7 @@
 typedef struct eng_comm {
   uint64_t job_key;
   comm *c;
-  int size;
+  int rank, size;
   struct eng_comm *next;
 } eng_comm;
 
@@ -64,6 +65,7 @@ struct srv_engine {
   void *ud;
   /* engine thread only */
   eng_comm *comms;
+  cp_store *cps; /* compressor instances (compress_path.c) */
   eng_item *active[ENG_MAX_ACTIVE];
   int nactive;
 };
@@ -78,6 +80,7 @@ void eng_item_free(eng_item *it) {
   if (!it) return;
   free(it->world_ranks);
   free(it->t);
+  free(it->state);
   free(it);
 }
 
@@ -163,12 +166,14 @@ static void run_form(srv_engine *e, eng_item *it) {
   }
   ec->job_key = it->job_key;
   ec->c = c;
+  ec->rank = it->job_rank;
   ec->size = it->job_size;
   ec->next = e->comms;
   e->comms = ec;
 }
 
 static void run_release(srv_engine *e, eng_item *it) {
+  cp_release_job(e->cps, it->job_key);
   for (eng_comm **p = &e->comms; *p; p = &(*p)->next) {
     if ((*p)->job_key == it->job_key) {
       eng_comm *ec = *p;
@@ -177,6 +182,40 @@ static void run_release(srv_engine *e, eng_item *it) {
       free(ec);
       return;
     }
+  }
+}
+
+/* Nonzero once the engine is stopping and its deadline passed (compress_path's cancel hook). */
+static int stop_due(void *ud) {
+  srv_engine *e = ud;
+  pthread_mutex_lock(&e->mu);
+  int due = e->stop && mono_ms() >= e->stop_deadline_ms;
+  pthread_mutex_unlock(&e->mu);
+  return due;
+}
+
+static cp_job cp_job_of(srv_engine *e, eng_comm *ec) {
+  return (cp_job){ec->job_key, ec->rank, ec->size, e->ops, ec->c, stop_due, e};
+}
+
+/* Export or import one tensor's compressor state (after every earlier item of the queue). */
+static void run_state(srv_engine *e, eng_item *it) {
+  eng_comm *ec = find_comm(e, it->job_key);
+  if (!ec || it->n != 1) {
+    it->status = FGB_EINVAL;
+    snprintf(it->err, sizeof(it->err), "the job's communicator was not created");
+    return;
+  }
+  cp_job job = cp_job_of(e, ec);
+  if (it->state_import) {
+    it->status = cp_state_import(e->cps, &job, &it->t[0], it->state, it->state_bytes, it->err,
+                                 sizeof(it->err));
+  } else {
+    free(it->state);
+    it->state = NULL;
+    it->state_bytes = 0;
+    it->status = cp_state_export(e->cps, &job, &it->t[0], &it->state, &it->state_bytes, it->err,
+                                 sizeof(it->err));
   }
 }
 
@@ -202,8 +241,18 @@ static int start_issue(srv_engine *e, eng_item *it) {
   for (uint32_t i = 0; i < it->n; i++) {
     eng_tensor *t = &it->t[i];
     size_t esz = dtype_size(t->dtype);
-    it->bytes_sent += t->count * esz;
+    if (!t->comp) it->bytes_sent += t->count * esz;
     if (t->zero_first) memset(t->ptr, 0, t->count * esz);
+  }
+  if (it->coll == ENG_GRAD) {
+    /* Compressed tensors first, each to completion (compress_path.c says why), in ISSUE order. */
+    cp_job job = cp_job_of(e, x->ec);
+    for (uint32_t i = 0; i < it->n; i++) {
+      if (!it->t[i].comp) continue;
+      fgb_status st = cp_sync(e->cps, &job, &it->t[i], &it->bytes_sent, &it->bytes_received,
+                              it->err, sizeof(it->err));
+      if (st != FGB_OK && it->status == FGB_OK) it->status = st;
+    }
   }
   if (it->coll == ENG_BROADCAST || it->coll == ENG_ALLGATHER) {
     eng_tensor *t = &it->t[0];
@@ -223,6 +272,7 @@ static int start_issue(srv_engine *e, eng_item *it) {
   }
   /* Allreduce: group tensors by working type, in ISSUE order (identical on every rank). */
   for (uint32_t i = 0; i < it->n; i++) {
+    if (it->t[i].comp) continue;
     fgb_dtype w = working_type(it->t[i].dtype);
     int gi = 0;
     while (gi < x->ng && x->g[gi].wdt != w) gi++;
@@ -263,7 +313,7 @@ static int start_issue(srv_engine *e, eng_item *it) {
     x->left++;
   }
   for (uint32_t i = 0; i < it->n; i++)
-    it->bytes_received += it->t[i].count * dtype_size(it->t[i].dtype);
+    if (!it->t[i].comp) it->bytes_received += it->t[i].count * dtype_size(it->t[i].dtype);
   return 0;
 nomem:
   it->status = FGB_ENOMEM;
@@ -331,6 +381,10 @@ static void start_item(srv_engine *e, eng_item *it) {
       return;
     case ENG_RELEASE:
       run_release(e, it);
+      deliver(e, it);
+      return;
+    case ENG_STATE:
+      run_state(e, it);
       deliver(e, it);
       return;
     case ENG_ISSUE:
@@ -406,6 +460,8 @@ static void *eng_main(void *arg) {
     }
   }
   if (!e->stuck) {
+    cp_store_free(e->cps);
+    e->cps = NULL;
     while (e->comms) {
       eng_comm *c = e->comms;
       e->comms = c->next;
@@ -428,6 +484,12 @@ fgb_status eng_start(uv_loop_t *loop, const comm_ops *ops, eng_done_cb cb, void 
     return FGB_ENOMEM;
   }
   e->ops = ops;
+  e->cps = cp_store_new();
+  if (!e->cps) {
+    free(e);
+    snprintf(err, errlen, "out of memory");
+    return FGB_ENOMEM;
+  }
   e->cb = cb;
   e->ud = ud;
   pthread_mutex_init(&e->mu, NULL);

@@ -19,10 +19,13 @@ typedef enum eng_kind {
   ENG_FORM = 1, /* create the job's communicator (collective over its ranks) */
   ENG_ISSUE,    /* one agreed collective */
   ENG_RELEASE,  /* destroy the job's communicator */
+  ENG_STATE,    /* export or import one tensor's compressor state (compress_path.h); local */
 } eng_kind;
 
 /* Collective kinds of an ISSUE (0: gradient sync, per-tensor op; others as the protocol's). */
 enum { ENG_GRAD = 0, ENG_ALLREDUCE = 1, ENG_BROADCAST = 2, ENG_ALLGATHER = 3 };
+
+struct comp_ops;
 
 typedef struct eng_tensor {
   uint32_t tensor_id;
@@ -32,6 +35,11 @@ typedef struct eng_tensor {
   fgb_dtype dtype;
   int op;         /* FGB_OP_AVERAGE or FGB_OP_SUM (the collective's op for ENG_ALLREDUCE) */
   int zero_first; /* flushed at end of step: contributes zeros */
+  /* Compressed sync (compress_path.c); comp NULL: dense. */
+  const struct comp_ops *comp;
+  double density;
+  uint64_t rows, cols; /* the shape's 2-D view */
+  uint32_t key;        /* job-wide tensor key: the compressor's buffer_id */
 } eng_tensor;
 
 typedef struct eng_item {
@@ -46,6 +54,11 @@ typedef struct eng_item {
   int root;
   uint64_t coll_seq; /* the client's collective seq */
   uint8_t *dst;      /* ALLGATHER destination (count * job_size elements) */
+  /* STATE: t[0] is the tensor; import reads state, export fills it (malloc'ed, owned) */
+  int state_import;
+  uint64_t req_id;
+  void *state;
+  size_t state_bytes;
   uint32_t n;
   eng_tensor *t; /* owned */
   /* result */

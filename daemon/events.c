@@ -134,13 +134,14 @@ static void on_issue(srv *d, coord_event *ev) {
         continue;
       }
       p->issued = 1;
-      ts[it->n++] = (eng_tensor){.tensor_id = t->id,
-                                 .step = ev->step,
-                                 .ptr = t->ptr,
-                                 .count = t->count,
-                                 .dtype = t->dtype,
-                                 .op = t->op,
-                                 .zero_first = p->flushed};
+      ts[it->n] = (eng_tensor){.tensor_id = t->id,
+                               .step = ev->step,
+                               .ptr = t->ptr,
+                               .count = t->count,
+                               .dtype = t->dtype,
+                               .op = t->op,
+                               .zero_first = p->flushed};
+      srv_comp_fill(t, &ts[it->n++]);
     }
     if (it->n == 0) goto drop;
   }
@@ -300,6 +301,7 @@ void srv_engine_result(void *ud, eng_item *it) {
     return;
   }
   if (j->inflight) j->inflight--;
+  if (it->kind == ENG_STATE) srv_state_result(j, it);
   if (it->kind == ENG_FORM && it->status != FGB_OK && !j->aborted) {
     j->aborted = 1;
     snprintf(j->abort_text, sizeof(j->abort_text),

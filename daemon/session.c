@@ -278,11 +278,6 @@ static fgb_status tensor_check(srv_session *s, const Fgbuff__V1__RegisterTensor 
   if (m->op != 0 && m->op != FGBUFF__V1__REDUCE_OP__REDUCE_OP_AVERAGE &&
       m->op != FGBUFF__V1__REDUCE_OP__REDUCE_OP_SUM)
     return snprintf(err, errlen, "op: unknown reduce op %d", (int)m->op), FGB_EINVAL;
-  *field = "compressor";
-  if (m->compressor[0] && strcmp(m->compressor, "none") != 0)
-    return snprintf(err, errlen, "compressor: '%.64s' is not supported by this daemon yet",
-                    m->compressor),
-           FGB_ENOTSUP;
   *field = "density";
   if (!(m->density >= 0.0 && m->density <= 1.0))
     return snprintf(err, errlen, "density: %g outside (0, 1] (0 = default)", m->density),
@@ -307,6 +302,9 @@ static void on_tensor(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
   const char *field;
   char err[512];
   fgb_status st = tensor_check(s, m, &a, &field, err, sizeof(err));
+  const struct comp_ops *cops = NULL;
+  if (st == FGB_OK && (st = srv_comp_check(s->job, m, &cops, err, sizeof(err))) != FGB_OK)
+    field = strncmp(err, "density", 7) == 0 ? "density" : "compressor";
   if (st != FGB_OK) {
     srv_send_error(s, req_id, st, field, 0, "%s", err);
     return;
@@ -339,6 +337,8 @@ static void on_tensor(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
   t->dtype = (fgb_dtype)m->dtype;
   t->esize = dtype_size(t->dtype);
   t->op = m->op == FGBUFF__V1__REDUCE_OP__REDUCE_OP_SUM ? FGB_OP_SUM : FGB_OP_AVERAGE;
+  t->comp = cops;
+  t->density = m->density;
   t->ndim = (uint32_t)m->n_shape;
   for (size_t i = 0; i < m->n_shape; i++) t->shape[i] = m->shape[i];
   snprintf(t->name, sizeof(t->name), "%s", m->name);
@@ -472,9 +472,10 @@ void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *
       on_config(s, rq, env->config_set->key, env->config_set->value);
       break;
     case FGBUFF__V1__ENVELOPE__BODY_STATE_EXPORT:
+      srv_on_state_export(s, rq, env->state_export);
+      break;
     case FGBUFF__V1__ENVELOPE__BODY_STATE_IMPORT:
-      srv_send_error(s, rq, FGB_ENOTSUP, "tensor_id", 0,
-                     "compressor state export/import is not supported by this daemon yet");
+      srv_on_state_import(s, rq, env->state_import);
       break;
     case FGBUFF__V1__ENVELOPE__BODY__NOT_SET:
       srv_send_error(s, rq, FGB_EPROTO, "body", 0,

@@ -1,0 +1,177 @@
+/* daemon/comp_rpc.c — the loop-thread side of compression: RegisterTensor's compressor check,
+ * the compressor fields of the engine's tensors, and StateExport / StateImport, which run as
+ * ENG_STATE items on the engine thread (it owns the instances, see compress_path.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compress_path.h"
+#include "compressor.h"
+#include "daemon.h"
+#include "engine.h"
+
+/* "a, b, c" of the registered compressors. */
+static void names_list(char *out, size_t len) {
+  size_t off = 0;
+  out[0] = 0;
+  for (const char *const *n = comp_names(); *n && off < len; n++) {
+    int w = snprintf(out + off, len - off, "%s%s", off ? ", " : "", *n);
+    if (w < 0) break;
+    off += (size_t)w;
+  }
+}
+
+/* The 2-D view a low-rank compressor works on: first dimension x the rest (1 x n for vectors). */
+static void view_2d(uint32_t ndim, const uint64_t *shape, uint64_t count, uint64_t *rows,
+                    uint64_t *cols) {
+  if (ndim >= 2 && shape[0] > 0 && count % shape[0] == 0) {
+    *rows = shape[0];
+    *cols = count / shape[0];
+  } else {
+    *rows = 1;
+    *cols = count;
+  }
+}
+
+fgb_status srv_comp_check(srv_job *j, const Fgbuff__V1__RegisterTensor *m,
+                          const struct comp_ops **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (!m->compressor[0] || strcmp(m->compressor, "none") == 0) return FGB_OK;
+  const comp_ops *ops = comp_find(m->compressor);
+  if (!ops) {
+    char names[512];
+    names_list(names, sizeof(names));
+    snprintf(err, errlen, "compressor: unknown compressor '%.64s' (known: %s)", m->compressor,
+             names);
+    return FGB_EINVAL;
+  }
+  fgb_dtype dt = (fgb_dtype)m->dtype;
+  if (dt != FGB_FLOAT32 && dt != FGB_FLOAT16 && dt != FGB_BFLOAT16) {
+    snprintf(err, errlen, "compressor: '%s' needs a floating-point tensor (fp32, fp16, bf16)",
+             ops->name);
+    return FGB_EINVAL;
+  }
+  /* A trial instance validates density and shape with the compressor's own checks and words. */
+  uint64_t shape[COORD_MAX_DIMS] = {0};
+  for (size_t i = 0; i < m->n_shape && i < COORD_MAX_DIMS; i++) shape[i] = m->shape[i];
+  comp_params p = {
+      .density = m->density, .nranks = j->size, .rank = j->rank, .seed = 1, .buffer_id = 0};
+  view_2d((uint32_t)m->n_shape, shape, m->count, &p.rows, &p.cols);
+  comp_exec ex = {0, NULL};
+  void *st = NULL;
+  char cerr[384];
+  cerr[0] = 0;
+  fgb_status rc = ops->create(&p, m->count, &ex, &st, cerr, sizeof(cerr));
+  if (rc != FGB_OK) {
+    snprintf(err, errlen, "%s: compressor '%s': %s",
+             strstr(cerr, "density") ? "density" : "compressor", ops->name, cerr);
+    return rc == FGB_ENOMEM ? FGB_ENOMEM : FGB_EINVAL;
+  }
+  ops->destroy(st);
+  *out = ops;
+  return FGB_OK;
+}
+
+void srv_comp_fill(const srv_tensor *t, eng_tensor *et) {
+  et->comp = t->comp;
+  if (!t->comp) return;
+  et->density = t->density;
+  et->key = t->key;
+  view_2d(t->ndim, t->shape, t->count, &et->rows, &et->cols);
+}
+
+/* The tensor a state request names, or an error sent to the client. */
+static srv_tensor *state_tensor(srv_session *s, uint64_t req_id, uint32_t tensor_id) {
+  srv_job *j = s->job;
+  if (!j) {
+    srv_send_error(s, req_id, FGB_EPROTO, "tensor_id", 0, "state export/import before joining");
+    return NULL;
+  }
+  srv_tensor *t = srv_tensor_get(s->d, tensor_id);
+  if (!t || t->job != j) {
+    srv_send_error(s, req_id, FGB_ENOTFOUND, "tensor_id", 0,
+                   "tensor_id: %u is not a tensor of this job", tensor_id);
+    return NULL;
+  }
+  if (!t->comp) {
+    srv_send_error(s, req_id, FGB_EINVAL, "tensor_id", 0,
+                   "tensor_id: tensor '%s' has no compressor (dense): no state", t->name);
+    return NULL;
+  }
+  if (j->aborted || !j->formed || !t->key_known) {
+    srv_send_error(
+        s, req_id, j->aborted ? FGB_EPEER : FGB_EAGAIN, "tensor_id", 0,
+        "tensor_id: tensor '%s': %s", t->name,
+        j->aborted ? j->abort_text : "the job has not formed or the tensor is not agreed yet");
+    return NULL;
+  }
+  return t;
+}
+
+static void state_submit(srv_session *s, uint64_t req_id, srv_tensor *t, int import,
+                         const uint8_t *data, size_t len) {
+  srv_job *j = s->job;
+  eng_item *it = calloc(1, sizeof(*it));
+  eng_tensor *et = calloc(1, sizeof(*et));
+  void *copy = import && len ? malloc(len) : NULL;
+  if (!it || !et || (import && len && !copy)) {
+    free(it);
+    free(et);
+    free(copy);
+    srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory");
+    return;
+  }
+  if (copy) memcpy(copy, data, len);
+  *et = (eng_tensor){
+      .tensor_id = t->id, .ptr = t->ptr, .count = t->count, .dtype = t->dtype, .op = t->op};
+  srv_comp_fill(t, et);
+  it->kind = ENG_STATE;
+  it->job_key = j->key;
+  it->state_import = import;
+  it->req_id = req_id;
+  it->state = copy;
+  it->state_bytes = len;
+  it->n = 1;
+  it->t = et;
+  j->inflight++;
+  eng_submit(s->d->eng, it);
+}
+
+void srv_on_state_export(srv_session *s, uint64_t req_id, const Fgbuff__V1__StateExport *m) {
+  srv_tensor *t = state_tensor(s, req_id, m->tensor_id);
+  if (t) state_submit(s, req_id, t, 0, NULL, 0);
+}
+
+void srv_on_state_import(srv_session *s, uint64_t req_id, const Fgbuff__V1__StateImport *m) {
+  srv_tensor *t = state_tensor(s, req_id, m->tensor_id);
+  if (t) state_submit(s, req_id, t, 1, m->state.data, m->state.len);
+}
+
+void srv_state_result(srv_job *j, eng_item *it) {
+  srv_session *s = j->session;
+  if (!s) return;
+  if (it->status != FGB_OK) {
+    srv_send_error(s, it->req_id, it->status, "state", 0, "state: %s", it->err);
+    return;
+  }
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
+  env.req_id = it->req_id;
+  if (it->state_import) {
+    Fgbuff__V1__Ok ok = FGBUFF__V1__OK__INIT;
+    env.body_case = FGBUFF__V1__ENVELOPE__BODY_OK;
+    env.ok = &ok;
+    srv_send(s, &env);
+    return;
+  }
+  Fgbuff__V1__StateReply r = FGBUFF__V1__STATE_REPLY__INIT;
+  r.state.data = it->state;
+  r.state.len = it->state_bytes;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY;
+  env.state_reply = &r;
+  if (fgbuff__v1__envelope__get_packed_size(&env) > FGB_WIRE_MAX_FRAME)
+    srv_send_error(s, it->req_id, FGB_ENOTSUP, "tensor_id", 0,
+                   "tensor_id: state of %zu bytes is larger than a frame (%u bytes)",
+                   it->state_bytes, FGB_WIRE_MAX_FRAME);
+  else
+    srv_send(s, &env);
+}

@@ -1,0 +1,258 @@
+/* daemon/compress_path.c — compressed gradient sync on the engine thread (see compress_path.h):
+ * keeps one compressor instance per (job, tensor), runs encode / collectives / decode on the host
+ * and writes the average back into the client's arena.
+ *
+ * A compressed tensor runs all its phases before the engine starts the next item: a multi-phase
+ * compressor's later collective must not race another item's start, or ranks would start the job's
+ * collectives in different orders on one communicator. */
+#include "compress_path.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dtype.h"
+
+#define CP_POLL_SPINS 1000
+#define CP_POLL_MAX_US 64
+
+typedef struct cp_inst {
+  uint64_t job_key;
+  uint32_t tensor_id;
+  const comp_ops *ops;
+  void *st;
+  uint64_t n;
+  float *work; /* n fp32: the working copy of the gradient, then the decoded result */
+  int wedged;  /* a collective on its buffers never completed: never freed */
+  struct cp_inst *next;
+} cp_inst;
+
+struct cp_store {
+  cp_inst *head;
+};
+
+static const comp_exec cp_host = {0, NULL};
+
+uint64_t cp_job_seed(uint64_t job_key) {
+  /* splitmix64: every rank derives the same, well-mixed seed from the agreed job key. */
+  uint64_t z = job_key + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+cp_store *cp_store_new(void) {
+  return calloc(1, sizeof(cp_store));
+}
+
+static void inst_free(cp_inst *i) {
+  if (i->wedged) return; /* the transport may still write into its payload */
+  i->ops->destroy(i->st);
+  free(i->work);
+  free(i);
+}
+
+void cp_store_free(cp_store *s) {
+  if (!s) return;
+  while (s->head) {
+    cp_inst *i = s->head;
+    s->head = i->next;
+    inst_free(i);
+  }
+  free(s);
+}
+
+void cp_release_job(cp_store *s, uint64_t job_key) {
+  for (cp_inst **p = &s->head; *p;) {
+    if ((*p)->job_key == job_key) {
+      cp_inst *i = *p;
+      *p = i->next;
+      inst_free(i);
+    } else {
+      p = &(*p)->next;
+    }
+  }
+}
+
+/* The tensor's instance, created on first use with parameters identical on every rank. */
+static fgb_status inst_get(cp_store *s, const cp_job *job, const eng_tensor *t, cp_inst **out,
+                           char *err, size_t errlen) {
+  for (cp_inst *i = s->head; i; i = i->next)
+    if (i->job_key == job->job_key && i->tensor_id == t->tensor_id) {
+      if (i->wedged) {
+        snprintf(err, errlen, "compressor of tensor %u is unusable after a stuck collective",
+                 t->tensor_id);
+        return FGB_EIO;
+      }
+      *out = i;
+      return FGB_OK;
+    }
+  if (!t->comp) {
+    snprintf(err, errlen, "tensor %u has no compressor", t->tensor_id);
+    return FGB_EINVAL;
+  }
+  cp_inst *i = calloc(1, sizeof(*i));
+  float *work = malloc(t->count * sizeof(float));
+  if (!i || !work) {
+    free(i);
+    free(work);
+    snprintf(err, errlen, "out of memory for the compressor of tensor %u", t->tensor_id);
+    return FGB_ENOMEM;
+  }
+  comp_params p = {.density = t->density,
+                   .nranks = job->size,
+                   .rank = job->rank,
+                   .seed = cp_job_seed(job->job_key),
+                   .buffer_id = t->key,
+                   .rows = t->rows,
+                   .cols = t->cols};
+  fgb_status st = t->comp->create(&p, t->count, &cp_host, &i->st, err, errlen);
+  if (st != FGB_OK) {
+    free(i);
+    free(work);
+    return st;
+  }
+  i->job_key = job->job_key;
+  i->tensor_id = t->tensor_id;
+  i->ops = t->comp;
+  i->n = t->count;
+  i->work = work;
+  i->next = s->head;
+  s->head = i;
+  *out = i;
+  return FGB_OK;
+}
+
+static fgb_status wait_req(const cp_job *job, cp_inst *i, comm_req *req, char *err, size_t errlen);
+
+/* A 16-bit all-reduce (fp16 payloads): the MPI transport has no native half sum, so it is summed
+ * in fp32 and rounded once, which every rank does identically. The wire carries fp32. */
+static fgb_status allreduce_half(const cp_job *job, cp_inst *i, const comp_phase *ph,
+                                 uint64_t *sent, uint64_t *recv, char *err, size_t errlen) {
+  float *w = malloc((ph->count ? ph->count : 1) * sizeof(float));
+  if (!w) {
+    snprintf(err, errlen, "out of memory for a %zu-element fp16 all-reduce", ph->count);
+    return FGB_ENOMEM;
+  }
+  dtype_to_working(ph->dtype, ph->send, w, ph->count);
+  comm_req *req = NULL;
+  fgb_status st = job->ops->allreduce(job->c, w, w, ph->count, FGB_FLOAT32, &req, err, errlen);
+  if (st == FGB_OK) st = wait_req(job, i, req, err, errlen);
+  if (st == FGB_OK) {
+    dtype_from_working(ph->dtype, w, ph->recv, ph->count);
+    *sent += ph->count * sizeof(float);
+    *recv += ph->count * sizeof(float);
+  }
+  if (!i->wedged) free(w);
+  return st;
+}
+
+/* Run one phase's collective to completion. */
+static fgb_status run_phase(const cp_job *job, cp_inst *i, const comp_phase *ph, uint64_t *sent,
+                            uint64_t *recv, char *err, size_t errlen) {
+  comm_req *req = NULL;
+  fgb_status st;
+  if (ph->coll == COMP_COLL_NONE) return FGB_OK;
+  if (ph->coll == COMP_COLL_ALLREDUCE && (ph->dtype == FGB_FLOAT16 || ph->dtype == FGB_BFLOAT16))
+    return allreduce_half(job, i, ph, sent, recv, err, errlen);
+  if (ph->coll == COMP_COLL_ALLGATHER) {
+    st = job->ops->allgather(job->c, ph->send, ph->recv, ph->bytes, &req, err, errlen);
+    if (st == FGB_OK) {
+      *sent += ph->bytes;
+      *recv += ph->bytes * (uint64_t)job->size;
+    }
+  } else if (ph->coll == COMP_COLL_ALLREDUCE) {
+    st = job->ops->allreduce(job->c, ph->send, ph->recv, ph->count, ph->dtype, &req, err, errlen);
+    if (st == FGB_OK) {
+      *sent += ph->count * dtype_size(ph->dtype);
+      *recv += ph->count * dtype_size(ph->dtype);
+    }
+  } else {
+    snprintf(err, errlen, "compressor %s asked for unknown collective %d", i->ops->name,
+             (int)ph->coll);
+    return FGB_EINVAL;
+  }
+  if (st != FGB_OK) return st;
+  return wait_req(job, i, req, err, errlen);
+}
+
+static fgb_status wait_req(const cp_job *job, cp_inst *i, comm_req *req, char *err, size_t errlen) {
+  unsigned spins = 0, sleep_us = 1;
+  for (;;) {
+    int r = job->ops->test(req, err, errlen);
+    if (r > 0) return FGB_OK;
+    if (r < 0) return FGB_EIO;
+    if (job->cancel && job->cancel(job->cancel_ud)) {
+      i->wedged = 1;
+      snprintf(err, errlen, "engine stopped during a compressed collective");
+      return FGB_EIO;
+    }
+    /* MPI progresses only inside MPI_Test: yield the shared cores, then sleep a little. */
+    if (spins < CP_POLL_SPINS) {
+      sched_yield();
+      spins++;
+    } else {
+      struct timespec ts = {0, (long)sleep_us * 1000};
+      nanosleep(&ts, NULL);
+      if (sleep_us < CP_POLL_MAX_US) sleep_us *= 2;
+    }
+  }
+}
+
+fgb_status cp_sync(cp_store *s, const cp_job *job, const eng_tensor *t, uint64_t *sent,
+                   uint64_t *recv, char *err, size_t errlen) {
+  cp_inst *i = NULL;
+  fgb_status st = inst_get(s, job, t, &i, err, errlen);
+  if (st != FGB_OK) return st;
+  if (t->count != i->n) {
+    snprintf(err, errlen, "tensor %u: count changed under its compressor", t->tensor_id);
+    return FGB_EINVAL;
+  }
+  /* A flushed tensor was zeroed by the engine: it goes through the same compressor, so its
+   * residual still takes part and every rank runs the same phases. */
+  dtype_to_working(t->dtype, t->ptr, i->work, t->count);
+  comp_phase ph;
+  memset(&ph, 0, sizeof(ph));
+  st = i->ops->encode(i->st, &cp_host, i->work, t->step, &ph, err, errlen);
+  for (int phase = 1; st == FGB_OK; phase++) {
+    st = run_phase(job, i, &ph, sent, recv, err, errlen);
+    if (st != FGB_OK || !i->ops->advance) break;
+    int r = i->ops->advance(i->st, &cp_host, phase, &ph, err, errlen);
+    if (r < 0) st = (fgb_status)r;
+    if (r != COMP_MORE) break;
+  }
+  if (st != FGB_OK) return st;
+  float scale = t->op == FGB_OP_AVERAGE ? 1.0f / (float)job->size : 1.0f;
+  st = i->ops->decode(i->st, &cp_host, i->work, scale, err, errlen);
+  if (st != FGB_OK) return st;
+  dtype_from_working(t->dtype, i->work, t->ptr, t->count);
+  return FGB_OK;
+}
+
+fgb_status cp_state_export(cp_store *s, const cp_job *job, const eng_tensor *t, void **buf,
+                           size_t *bytes, char *err, size_t errlen) {
+  cp_inst *i = NULL;
+  fgb_status st = inst_get(s, job, t, &i, err, errlen);
+  if (st != FGB_OK) return st;
+  if (!i->ops->state_export) {
+    snprintf(err, errlen, "compressor %s has no state to export", i->ops->name);
+    return FGB_ENOTSUP;
+  }
+  st = i->ops->state_export(i->st, &cp_host, buf, bytes);
+  if (st != FGB_OK) snprintf(err, errlen, "compressor %s: state export failed", i->ops->name);
+  return st;
+}
+
+fgb_status cp_state_import(cp_store *s, const cp_job *job, const eng_tensor *t, const void *buf,
+                           size_t bytes, char *err, size_t errlen) {
+  cp_inst *i = NULL;
+  fgb_status st = inst_get(s, job, t, &i, err, errlen);
+  if (st != FGB_OK) return st;
+  if (!i->ops->state_import) {
+    snprintf(err, errlen, "compressor %s has no state to import", i->ops->name);
+    return FGB_ENOTSUP;
+  }
+  return i->ops->state_import(i->st, &cp_host, buf, bytes, err, errlen);
+}

@@ -1,0 +1,52 @@
+/* daemon/compress_path.h — the engine-side compression pipeline: one compressor instance per
+ * (job, tensor) with its error-feedback state, driven through the job's transport, plus the
+ * engine half of compressor state export/import. Engine thread only (see docs/compressors.md,
+ * "Compression and plans in the daemon"). */
+#ifndef FGB_SRV_COMPRESS_PATH_H
+#define FGB_SRV_COMPRESS_PATH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compressor.h"
+#include "engine.h"
+#include "transport.h"
+
+typedef struct cp_store cp_store;
+
+/* What the engine knows about the job a tensor belongs to. */
+typedef struct cp_job {
+  uint64_t job_key;
+  int rank, size;
+  const comm_ops *ops;
+  comm *c;
+  /* Polled while a phase's collective is in flight: nonzero gives up (engine stopping past its
+   * deadline); the instance is then left alone, since the transport may still hold its buffers. */
+  int (*cancel)(void *ud);
+  void *cancel_ud;
+} cp_job;
+
+cp_store *cp_store_new(void);
+/* Destroy every instance (engine exit; none may be in a transport's hands). */
+void cp_store_free(cp_store *s);
+/* Drop the instances of a job (its release). */
+void cp_release_job(cp_store *s, uint64_t job_key);
+
+/* Synchronise one ENG_GRAD tensor through its compressor, to completion: fp32 working copy,
+ * encode(step), each phase's collective, decode (1/P for AVERAGE), write back in the tensor's
+ * dtype. Runs every phase before returning so that every rank starts the job's collectives in the
+ * same order (later items wait). Adds the payload bytes to *sent / *recv. */
+fgb_status cp_sync(cp_store *s, const cp_job *job, const eng_tensor *t, uint64_t *sent,
+                   uint64_t *recv, char *err, size_t errlen);
+
+/* Export (malloc'ed *buf) or import the state of a tensor's instance, creating the instance first
+ * if the tensor has not been synchronised yet. */
+fgb_status cp_state_export(cp_store *s, const cp_job *job, const eng_tensor *t, void **buf,
+                           size_t *bytes, char *err, size_t errlen);
+fgb_status cp_state_import(cp_store *s, const cp_job *job, const eng_tensor *t, const void *buf,
+                           size_t bytes, char *err, size_t errlen);
+
+/* The seed every rank of a job derives from its key (Random-k, sampling, PowerSGD's start). */
+uint64_t cp_job_seed(uint64_t job_key);
+
+#endif
