@@ -4,7 +4,9 @@
  * backward order, ends the step, waits for the averaged result and applies SGD. Rank r of N at
  * batch b takes samples [s*N*b + r*b, +b) of the epoch's permutation, so N ranks at batch b see
  * exactly the samples one process sees at batch N*b (--local is that single process, no daemon).
- * --no-average is the negative control: joined, but gradients are never synchronised. */
+ * --no-average is the negative control: joined, but gradients are never synchronised.
+ * --compressor NAME [--density D]: the daemon compresses the weight matrices (error feedback in
+ * the daemon); biases stay dense. --policy NAME: the job's merge policy. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -24,6 +26,8 @@ typedef struct opts {
   float lr;
   uint64_t seed;
   const char *data, *dump;
+  const char *compressor, *policy; /* NULL: dense / the daemon's default policy */
+  double density;
 } opts;
 
 static int usage(const char *why) {
@@ -32,12 +36,15 @@ static int usage(const char *why) {
       "c_trainer: %s\n"
       "usage: c_trainer [--local | --no-average] [--epochs E] [--steps N] [--batch B]\n"
       "                 [--lr LR] [--seed S] [--checksum] [--dump FILE] [--data DIR] [--status]\n"
+      "                 [--compressor NAME [--density D]] [--policy NAME]\n"
       "Rank and size come from the launcher environment (RANK/WORLD_SIZE, OMPI_*, ...);\n"
       "the daemon from $FGBUFF_SOCKET or $FGBUFF_RUNTIME_DIR/cpu<local index>.sock.\n"
       "--dump FILE writes the final parameters (raw float32); with several ranks FILE.<rank>.\n"
       "--status: rank 0 prints its daemon's status (with this job) before disconnecting.\n"
       "Per epoch (rank 0): mean loss over its samples, test accuracy, and the gradient bytes it\n"
-      "handed to its daemon (counted by the trainer; the daemon's counters: --status).\n",
+      "handed to its daemon (counted by the trainer; the daemon's counters: --status).\n"
+      "--compressor: the daemon compresses the weight matrices with NAME (topk, dgc, ...) at\n"
+      "density D (0: the compressor's default); biases stay dense.\n",
       why);
   return 2;
 }
@@ -52,7 +59,8 @@ static int parse_long(const char *s, long lo, long hi, long *out) {
 }
 
 static int parse_opts(int argc, char **argv, opts *o) {
-  *o = (opts){0, 0, 0, 0, 1, 0, 32, 0.1f, 42, "/usr/share/datasets/fashion-mnist", NULL};
+  *o = (opts){0,    0,    0,    0,  1, 0, 32, 0.1f, 42, "/usr/share/datasets/fashion-mnist",
+              NULL, NULL, NULL, 0.0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     long x;
@@ -83,6 +91,16 @@ static int parse_opts(int argc, char **argv, opts *o) {
       o->dump = v, i++;
     } else if (!strcmp(a, "--data")) {
       o->data = v, i++;
+    } else if (!strcmp(a, "--compressor")) {
+      o->compressor = v, i++;
+    } else if (!strcmp(a, "--policy")) {
+      o->policy = v, i++;
+    } else if (!strcmp(a, "--density")) {
+      char *end;
+      o->density = strtod(v, &end);
+      if (end == v || *end || !(o->density >= 0.0 && o->density <= 1.0))
+        return usage("bad --density (0..1)");
+      i++;
     } else {
       return usage("unknown option or bad value");
     }
@@ -128,10 +146,11 @@ typedef struct sync_ctx {
     }                                                                     \
   } while (0)
 
-static int sync_setup(sync_ctx *sx, int32_t *rank, int32_t *size) {
+static int sync_setup(sync_ctx *sx, const opts *o, int32_t *rank, int32_t *size) {
   TRY((fgb_client *)NULL, fgb_client_new(&sx->c), "client");
   TRY(sx->c, fgb_connect(sx->c, NULL), "connect");
   fgb_job_opts jo = FGB_JOB_OPTS_INIT;
+  jo.policy = o->policy;
   TRY(sx->c, fgb_join(sx->c, &jo), "join");
   TRY(sx->c, fgb_job_rank(sx->c, rank, size), "job rank");
   TRY(sx->c, fgb_arena_alloc_host(sx->c, MLP_NFLOATS * sizeof(float), &sx->arena),
@@ -146,6 +165,10 @@ static int sync_setup(sync_ctx *sx, int32_t *rank, int32_t *size) {
     td.ndim = mp->ndim;
     td.shape[0] = mp->shape[0];
     td.shape[1] = mp->shape[1];
+    if (mp->ndim == 2 && o->compressor) { /* weight matrices; biases stay dense */
+      td.compressor = o->compressor;
+      td.density = o->density;
+    }
     TRY(sx->c, fgb_tensor_register(sx->c, &td, &sx->tid[i]), mp->name);
   }
   return 0;
@@ -169,7 +192,7 @@ int main(int argc, char **argv) {
   int32_t rank = 0, size = 1;
   float *grad;
   if (!o.local) {
-    if (sync_setup(&sx, &rank, &size) < 0) {
+    if (sync_setup(&sx, &o, &rank, &size) < 0) {
       fgb_client_free(sx.c);
       return 1;
     }
@@ -206,6 +229,9 @@ int main(int argc, char **argv) {
            o.local        ? "local"
            : o.no_average ? "no-average"
                           : "fgbuff");
+  if (rank == 0 && !o.local && o.compressor)
+    printf("c_trainer: weight matrices compressed with %s at density %g\n", o.compressor,
+           o.density);
   uint64_t step = 0, submitted = 0;
   int rc = 0, done = 0;
   for (int ep = 0; ep < o.epochs && !done && rc == 0; ep++) {
