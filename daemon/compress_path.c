@@ -29,9 +29,26 @@ typedef struct cp_inst {
   struct cp_inst *next;
 } cp_inst;
 
+/* A tensor whose compressor settings were compared across the job's ranks. */
+typedef struct cp_agreed {
+  uint64_t job_key;
+  uint32_t tensor_id;
+  fgb_status status; /* FGB_EMISMATCH: every rank saw the same difference */
+  char err[200];
+  struct cp_agreed *next;
+} cp_agreed;
+
 struct cp_store {
   cp_inst *head;
+  cp_agreed *agreed;
 };
+
+/* What each rank contributes to the agreement of a tensor's settings (fixed size, no padding). */
+typedef struct cp_desc {
+  char magic[8]; /* "FGBCDSC1" */
+  char comp[16]; /* compressor name, "none" for dense */
+  double density;
+} cp_desc;
 
 static const comp_exec cp_host = {0, NULL};
 
@@ -56,6 +73,11 @@ static void inst_free(cp_inst *i) {
 
 void cp_store_free(cp_store *s) {
   if (!s) return;
+  while (s->agreed) {
+    cp_agreed *a = s->agreed;
+    s->agreed = a->next;
+    free(a);
+  }
   while (s->head) {
     cp_inst *i = s->head;
     s->head = i->next;
@@ -65,6 +87,15 @@ void cp_store_free(cp_store *s) {
 }
 
 void cp_release_job(cp_store *s, uint64_t job_key) {
+  for (cp_agreed **p = &s->agreed; *p;) {
+    if ((*p)->job_key == job_key) {
+      cp_agreed *a = *p;
+      *p = a->next;
+      free(a);
+    } else {
+      p = &(*p)->next;
+    }
+  }
   for (cp_inst **p = &s->head; *p;) {
     if ((*p)->job_key == job_key) {
       cp_inst *i = *p;
@@ -255,4 +286,53 @@ fgb_status cp_state_import(cp_store *s, const cp_job *job, const eng_tensor *t, 
     return FGB_ENOTSUP;
   }
   return i->ops->state_import(i->st, &cp_host, buf, bytes, err, errlen);
+}
+
+fgb_status cp_agree(cp_store *s, const cp_job *job, const eng_tensor *t, char *err, size_t errlen) {
+  for (cp_agreed *a = s->agreed; a; a = a->next)
+    if (a->job_key == job->job_key && a->tensor_id == t->tensor_id) {
+      if (a->status != FGB_OK) snprintf(err, errlen, "%s", a->err);
+      return a->status;
+    }
+  cp_agreed *a = calloc(1, sizeof(*a));
+  cp_desc *all = calloc((size_t)job->size + 1, sizeof(cp_desc)); /* + this rank's */
+  if (!a || !all) {
+    free(a);
+    free(all);
+    snprintf(err, errlen, "out of memory for the compressor agreement");
+    return FGB_ENOMEM;
+  }
+  cp_desc *mine = &all[job->size];
+  memcpy(mine->magic, "FGBCDSC1", 8);
+  snprintf(mine->comp, sizeof(mine->comp), "%s", t->comp ? t->comp->name : "none");
+  mine->density = t->comp ? t->density : 0.0;
+  comm_req *req = NULL;
+  cp_inst probe = {0}; /* wait_req marks it wedged on a cancel: `all` then stays allocated */
+  fgb_status st = job->ops->allgather(job->c, mine, all, sizeof(*mine), &req, err, errlen);
+  if (st == FGB_OK) st = wait_req(job, &probe, req, err, errlen);
+  if (st != FGB_OK) {
+    if (!probe.wedged) free(all);
+    free(a);
+    return st;
+  }
+  a->job_key = job->job_key;
+  a->tensor_id = t->tensor_id;
+  for (int r = 1; r < job->size && a->status == FGB_OK; r++) {
+    cp_desc *d = &all[r];
+    d->comp[sizeof(d->comp) - 1] = 0; /* peer bytes: bounded before printing */
+    all[0].comp[sizeof(all[0].comp) - 1] = 0;
+    if (memcmp(d->magic, all[0].magic, 8) != 0 || strcmp(d->comp, all[0].comp) != 0 ||
+        memcmp(&d->density, &all[0].density, sizeof(double)) != 0) {
+      a->status = FGB_EMISMATCH;
+      snprintf(a->err, sizeof(a->err),
+               "compressor settings differ across the job's ranks: rank 0 has %s density %g, "
+               "rank %d has %s density %g",
+               all[0].comp, all[0].density, r, d->comp, d->density);
+    }
+  }
+  free(all);
+  a->next = s->agreed;
+  s->agreed = a;
+  if (a->status != FGB_OK) snprintf(err, errlen, "%s", a->err);
+  return a->status;
 }

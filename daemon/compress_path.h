@@ -39,6 +39,12 @@ void cp_release_job(cp_store *s, uint64_t job_key);
 fgb_status cp_sync(cp_store *s, const cp_job *job, const eng_tensor *t, uint64_t *sent,
                    uint64_t *recv, char *err, size_t errlen);
 
+/* Before a tensor's first sync, every rank gathers every rank's compressor name and density for
+ * it (one small allgather, dense tensors included): a difference would make the ranks run
+ * different collectives. FGB_EMISMATCH with a message naming the ranks, identical on every rank
+ * (then and for every later step), so they all skip the tensor's collectives alike. */
+fgb_status cp_agree(cp_store *s, const cp_job *job, const eng_tensor *t, char *err, size_t errlen);
+
 /* Export (malloc'ed *buf) or import the state of a tensor's instance, creating the instance first
  * if the tensor has not been synchronised yet. */
 fgb_status cp_state_export(cp_store *s, const cp_job *job, const eng_tensor *t, void **buf,

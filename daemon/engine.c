@@ -245,8 +245,12 @@ static int start_issue(srv_engine *e, eng_item *it) {
     if (t->zero_first) memset(t->ptr, 0, t->count * esz);
   }
   if (it->coll == ENG_GRAD) {
-    /* Compressed tensors first, each to completion (compress_path.c says why), in ISSUE order. */
+    /* Compressor settings agreed across ranks (once per tensor; the same verdict everywhere),
+     * then compressed tensors, each to completion (compress_path.c says why), in ISSUE order. */
     cp_job job = cp_job_of(e, x->ec);
+    for (uint32_t i = 0; i < it->n; i++)
+      if ((it->status = cp_agree(e->cps, &job, &it->t[i], it->err, sizeof(it->err))) != FGB_OK)
+        return -1;
     for (uint32_t i = 0; i < it->n; i++) {
       if (!it->t[i].comp) continue;
       fgb_status st = cp_sync(e->cps, &job, &it->t[i], &it->bytes_sent, &it->bytes_received,

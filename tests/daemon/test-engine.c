@@ -200,9 +200,9 @@ int main(void) {
     CHECK_MSG(results[i]->status == FGB_OK, "seq %d: %s", i + 1, results[i]->err);
   }
   CHECK(ncreate == 1);
-  /* Grouped by working type: fp32 (a, fp16 h, d) and int32 and fp64: 3 requests + bcast + gather.
-   */
-  CHECK_MSG(nreq == 5, "%d requests", nreq);
+  /* Grouped by working type: fp32 (a, fp16 h, d) and int32 and fp64: 3 requests + bcast + gather,
+   * plus one compressor-settings agreement (allgather) per gradient tensor on its first sync. */
+  CHECK_MSG(nreq == 5 + 5, "%d requests", nreq);
   for (int i = 0; i < 5; i++) CHECK(a[i] == (float)(i + 1)); /* average of identical values */
   for (int i = 0; i < 4; i++) CHECK(dtype_half_to_float(h[i]) == (float)(i + 1) * 0.25f);
   CHECK(b[0] == 3 * SIZE && b[1] == -5 * SIZE && b[2] == 7 * SIZE);

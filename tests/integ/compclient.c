@@ -7,7 +7,9 @@
  * largest |g + r|. Prints one FNV-1a hash per step of the result for the cross-rank comparison.
  *
  * usage: compclient --rank R --size P --socket PATH --compressor NAME [--density D] [--steps S]
- *          [--job NAME] [--policy NAME] [--check-errors 1]
+ *          [--job NAME] [--policy NAME] [--check-errors 1] [--expect-mismatch 1]
+ *   --expect-mismatch 1: the ranks were given different compressors; the first step must fail
+ *                        with FGB_EMISMATCH naming the difference (exit 0 if it does)
  * Exit status: 0 ok, 1 check failed, 2 usage or setup failure. */
 #include <math.h>
 #include <stdint.h>
@@ -87,7 +89,7 @@ static void check_errors(fgb_client *c, uint32_t arena) {
 }
 
 int main(int argc, char **argv) {
-  int rank = -1, size = -1, steps = 4, check_err = 0;
+  int rank = -1, size = -1, steps = 4, check_err = 0, mismatch = 0;
   double density = 0.05;
   const char *job = "comptest", *sock = NULL, *comp = NULL, *policy = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -108,6 +110,8 @@ int main(int argc, char **argv) {
       comp = v;
     else if (!strcmp(a, "--policy"))
       policy = v;
+    else if (!strcmp(a, "--expect-mismatch"))
+      mismatch = atoi(v);
     else if (!strcmp(a, "--check-errors"))
       check_err = atoi(v);
     else
@@ -160,6 +164,14 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N; i++) g[i] = w[i] = rnd(&seed) * (1.0f + (float)(i % 13));
     must(c, fgb_submit(c, tw, (uint64_t)s, NULL), "submit");
     must(c, fgb_end_step(c, (uint64_t)s), "end_step");
+    if (mismatch) {
+      fgb_status st = fgb_wait(c, tw, (uint64_t)s, 60000);
+      const char *e = fgb_client_error(c);
+      int ok = st == FGB_EMISMATCH && strstr(e, "differ") && strstr(e, "rank");
+      fprintf(ok ? stdout : stderr, "mismatch: %s: %s\n", fgb_strerror(st), e);
+      fgb_client_free(c);
+      return ok ? 0 : 1;
+    }
     /* The whole step: "sent" and "gathered" are flushed (zeroed) at its end too. */
     must(c, fgb_wait_step(c, (uint64_t)s, 60000), "wait");
     must(c, fgb_state_export(c, tw, &nw, &new_b), "state export");

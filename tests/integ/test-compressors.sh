@@ -2,7 +2,8 @@
 # Three daemons, one job per compressor (topk, randomk, dgc, gaussiank, powersgd, fp16), three
 # clients each: every step's result equals the average of what each rank's compressor sent
 # (derived from the exported error-feedback state; top-k also checks its selection), and every
-# rank's results are bitwise identical. Rank 0 also checks the registration errors.
+# rank's results are bitwise identical. Rank 0 also checks the registration errors. Then ranks
+# that disagree on the compressor: each gets FGB_EMISMATCH, none hangs.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
 bin="${FGBUFF_TEST_BIN:?}"
@@ -26,6 +27,18 @@ for comp in topk randomk dgc gaussiank powersgd fp16; do
       { echo "$comp: rank $r results differ from rank 0"; rc=1; }
   done
   [ "$(grep -c hash "$out/$comp.0.out")" -eq 4 ] || { echo "$comp: missing steps"; rc=1; }
+done
+# Ranks that disagree on a tensor's compressor: every rank's step fails with FGB_EMISMATCH.
+pids=()
+for r in 0 1 2; do
+  comp=randomk
+  [ $r -eq 1 ] && comp=topk
+  "$bin/compclient" --rank $r --size 3 --compressor $comp --job c-mismatch --expect-mismatch 1 \
+    --socket "$out/cpu$r.sock" >"$out/mismatch.$r.out" 2>&1 &
+  pids+=($!)
+done
+for r in 0 1 2; do
+  wait "${pids[$r]}" || { echo "mismatch: client $r:"; cat "$out/mismatch.$r.out"; rc=1; }
 done
 world_stop || { echo "world_stop failed"; rc=1; }
 trap - EXIT
