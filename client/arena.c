@@ -69,13 +69,21 @@ CLI_API fgb_status fgb_job_rank(const fgb_client *c, int32_t *rank, int32_t *siz
 }
 
 void cli_arenas_free(fgb_client *c) {
-  for (size_t i = 0; i < c->n_arenas; i++) munmap(c->arenas[i].ptr, c->arenas[i].bytes);
+  for (size_t i = 0; i < c->n_arenas; i++) {
+#ifdef FGBUFF_HAVE_CUDA
+    if (c->arenas[i].cuda) {
+      cli_cuda_arena_free(&c->arenas[i]); /* device memory stays the caller's */
+      continue;
+    }
+#endif
+    munmap(c->arenas[i].ptr, c->arenas[i].bytes);
+  }
   free(c->arenas);
   c->arenas = NULL;
   c->n_arenas = c->cap_arenas = 0;
 }
 
-static int cli_grow(void **arr, size_t *cap, size_t n, size_t elem) {
+int cli_grow(void **arr, size_t *cap, size_t n, size_t elem) {
   if (n < *cap) return 0;
   size_t nc = *cap ? *cap * 2 : 8;
   void *p = realloc(*arr, nc * elem);
@@ -125,7 +133,7 @@ CLI_API fgb_status fgb_arena_alloc_host(fgb_client *c, size_t bytes, fgb_arena *
   }
   uint32_t id = r->arena_reply->arena_id;
   fgbuff__v1__envelope__free_unpacked(r, NULL);
-  c->arenas[c->n_arenas++] = (cli_arena){id, p, bytes};
+  c->arenas[c->n_arenas++] = (cli_arena){id, p, bytes, NULL};
   out->id = id;
   out->ptr = p;
   out->bytes = bytes;
@@ -135,7 +143,11 @@ CLI_API fgb_status fgb_arena_alloc_host(fgb_client *c, size_t bytes, fgb_arena *
 CLI_API fgb_status fgb_arena_register_cuda(fgb_client *c, void *dev_ptr, size_t bytes,
                                            fgb_arena *out) {
   if (c == NULL) return FGB_EINVAL;
+#ifdef FGBUFF_HAVE_CUDA
+  return cli_cuda_register(c, dev_ptr, bytes, out);
+#else
   return cli_fail(c, FGB_ENOTSUP, "device arenas are not supported by this build of the client");
+#endif
 }
 
 const cli_tensor *cli_tensor_find(const fgb_client *c, uint32_t id) {
@@ -144,7 +156,7 @@ const cli_tensor *cli_tensor_find(const fgb_client *c, uint32_t id) {
   return NULL;
 }
 
-static const cli_arena *cli_arena_find(const fgb_client *c, uint32_t id) {
+const cli_arena *cli_arena_find(const fgb_client *c, uint32_t id) {
   for (size_t i = 0; i < c->n_arenas; i++)
     if (c->arenas[i].id == id) return &c->arenas[i];
   return NULL;

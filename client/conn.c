@@ -148,6 +148,7 @@ static void cli_store_done(fgb_client *c, const Fgbuff__V1__Done *d) {
   e->error = st ? strdup(txt) : NULL;
   e->status = st;
   e->seen = 0;
+  e->event_slot = d->event_slot;
 }
 
 cli_done *cli_find_done(fgb_client *c, uint32_t tensor_id, uint64_t step) {

@@ -64,6 +64,9 @@ fgb_status cli_default_socket(fgb_client *c, char *out, size_t outlen) {
     snprintf(dir, sizeof(dir), "%s/fgbuff", x);
   else
     snprintf(dir, sizeof(dir), "/tmp/fgbuff-%u", (unsigned)getuid());
+#ifdef FGBUFF_HAVE_CUDA
+  if (!found && cli_cuda_socket(dir, out, outlen)) return FGB_OK; /* the daemon of our GPU */
+#endif
   int n = snprintf(out, outlen, "%s/cpu%lld.sock", dir, idx);
   if (n < 0 || (size_t)n >= outlen)
     return cli_fail(c, FGB_EINVAL, "daemon socket path under \"%s\" is too long", dir);

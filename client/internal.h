@@ -27,6 +27,7 @@ typedef struct cli_done {
   uint64_t step;
   fgb_status status;
   int seen; /* returned once by fgb_wait/fgb_test: may be pruned */
+  uint32_t event_slot; /* GPU: slot of the daemon's done event */
   char *error;
 } cli_done;
 
@@ -34,6 +35,7 @@ typedef struct cli_arena {
   uint32_t id;
   void *ptr;
   size_t bytes;
+  void *cuda; /* cuda.c's event rings of a device arena; NULL for host memory */
 } cli_arena;
 
 typedef struct cli_tensor {
@@ -87,6 +89,16 @@ fgb_status cli_code(int32_t code);
 fgb_status cli_default_socket(fgb_client *c, char *out, size_t outlen);
 fgb_status cli_job_defaults(fgb_client *c, const fgb_job_opts *in, const char **name,
                             uint64_t *incarnation, int32_t *rank, int32_t *size);
+
+/* cuda.c (builds with CUDA): device arenas, events on submit, stream waits, GPU socket. */
+fgb_status cli_cuda_register(fgb_client *c, void *dev_ptr, size_t bytes, fgb_arena *out);
+fgb_status cli_cuda_submit(fgb_client *c, uint32_t tensor_id, void *stream, uint32_t *slot);
+fgb_status cli_cuda_wait_stream(fgb_client *c, uint32_t tensor_id, uint32_t slot, void *stream);
+void cli_cuda_arena_free(cli_arena *a);
+/* 1 and the socket path when the calling thread has a current CUDA context (its GPU's daemon). */
+int cli_cuda_socket(const char *dir, char *out, size_t outlen);
+int cli_grow(void **arr, size_t *cap, size_t n, size_t elem);
+const cli_arena *cli_arena_find(const fgb_client *c, uint32_t id);
 
 /* arena.c */
 const cli_tensor *cli_tensor_find(const fgb_client *c, uint32_t id);

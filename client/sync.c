@@ -31,6 +31,9 @@ CLI_API fgb_status fgb_submit(fgb_client *c, uint32_t tensor_id, uint64_t step, 
   m.tensor_id = tensor_id;
   m.step = step;
   m.event_slot = 0; /* host arenas: the data is final when submitted; no event ring */
+#ifdef FGBUFF_HAVE_CUDA
+  if ((s = cli_cuda_submit(c, tensor_id, stream, &m.event_slot))) return s; /* device arenas */
+#endif
   Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_SUBMIT;
   env.submit = &m;
@@ -111,8 +114,15 @@ CLI_API fgb_status fgb_wait(fgb_client *c, uint32_t tensor_id, uint64_t step, in
 CLI_API fgb_status fgb_wait_on_stream(fgb_client *c, uint32_t tensor_id, uint64_t step,
                                       void *stream, int timeout_ms) {
   if (c == NULL) return FGB_EINVAL;
+#ifdef FGBUFF_HAVE_CUDA
+  fgb_status s = fgb_wait(c, tensor_id, step, timeout_ms);
+  if (s) return s;
+  const cli_done *d = cli_find_done(c, tensor_id, step);
+  return cli_cuda_wait_stream(c, tensor_id, d ? d->event_slot : 0, stream);
+#else
   return cli_fail(c, FGB_ENOTSUP,
                   "fgb_wait_on_stream: no CUDA support in this build of the client");
+#endif
 }
 
 CLI_API fgb_status fgb_wait_step(fgb_client *c, uint64_t step, int timeout_ms) {

@@ -142,6 +142,9 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
     snprintf(err, errlen, "--device is required (cpu)\n%s", usage);
     return 2;
   }
+#ifdef FGBUFF_HAVE_CUDA
+  if (strncmp(cfg->device, "cuda:", 5) == 0 && cfg->device[5]) return 0; /* bound in main */
+#endif
   if (strcmp(cfg->device, "cpu") != 0) {
     if (strncmp(cfg->device, "cuda:", 5) == 0)
       snprintf(err, errlen, "--device %s: this build has only the CPU data path", cfg->device);

@@ -38,6 +38,7 @@ typedef struct srv_arena {
   int refs;
   uint8_t *base;
   size_t bytes;
+  void *gpu;              /* CUDA arena (daemon/gpu/), NULL for host memory */
   struct srv_arena *next; /* in the session's list */
 } srv_arena;
 
@@ -59,6 +60,7 @@ typedef struct srv_tensor {
   uint64_t last_step; /* last step submitted or flushed */
   int poisoned;
   char poison[512];
+  uint32_t gpu_slot; /* CUDA arenas: event slot of the last submit (named in Done) */
   const struct comp_ops *comp; /* NULL: dense (compressor "none") */
   double density;
 } srv_tensor;
@@ -70,6 +72,7 @@ typedef struct srv_pending {
   uint8_t flushed;  /* contributes zeros (EndStep) */
   uint8_t reported; /* coord_ready called (needs the key) */
   uint8_t issued;   /* handed to the engine */
+  uint8_t observing; /* GPU: waiting for the observer stream to pass the client's event */
 } srv_pending;
 
 /* An ad-hoc collective (Collective message) waiting for agreement or the engine. */
@@ -166,6 +169,7 @@ struct srv {
   srv_tensor **tensors; /* by id - 1 */
   uint32_t ntensors, tcap;
   int stopping;
+  int gpu; /* a GPU daemon (--device cuda:...): daemon/gpu/ */
 };
 
 uint64_t srv_now_ms(void);

@@ -41,6 +41,7 @@ typedef struct eng_group {
 } eng_group;
 
 typedef struct eng_exec {
+  const eng_gpu_ops *gpu; /* first member; GPU items keep their own state behind it */
   eng_comm *ec;
   eng_group g[ENG_MAX_GROUPS];
   int ng;
@@ -50,6 +51,7 @@ typedef struct eng_exec {
 
 struct srv_engine {
   const comm_ops *ops;
+  const eng_gpu_ops *gpu; /* NULL: host data path */
   pthread_t th;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -85,6 +87,10 @@ void eng_item_free(eng_item *it) {
 }
 
 static void exec_free(eng_item *it) {
+  if (it->priv && it->kind == ENG_ISSUE && ((eng_exec *)it->priv)->gpu) {
+    ((eng_exec *)it->priv)->gpu->free(it);
+    return;
+  }
   eng_exec *x = it->priv;
   if (!x) return;
   for (int i = 0; i < x->ng; i++) {
@@ -143,6 +149,9 @@ static void run_form(srv_engine *e, eng_item *it) {
   comm_job_spec spec = {.job_key = it->job_key,
                         .job_rank = it->job_rank,
                         .job_size = it->job_size,
+                        .uid = it->uid,
+                        .uid_len = it->uid_len,
+                        .stream = e->gpu ? e->gpu->stream : NULL,
                         .world_ranks = it->world_ranks};
   comm *c = NULL;
   it->status = e->ops->create(&spec, &c, it->err, sizeof(it->err));
@@ -375,9 +384,27 @@ static int poll_item(srv_engine *e, eng_item *it) {
   return 1;
 }
 
+/* GPU ISSUE: it->priv's first member is the hooks (exec_free dispatches on it). */
+static int start_gpu_issue(srv_engine *e, eng_item *it) {
+  eng_comm *ec = find_comm(e, it->job_key);
+  if (!ec) {
+    it->status = FGB_EIO;
+    snprintf(it->err, sizeof(it->err), "the job's communicator was not created");
+    return -1;
+  }
+  return e->gpu->start(ec->c, ec->size, it);
+}
+
 static void start_item(srv_engine *e, eng_item *it) {
   it->status = FGB_OK;
   it->err[0] = 0;
+  if (e->gpu && it->kind == ENG_ISSUE) {
+    if (start_gpu_issue(e, it) != 0)
+      deliver(e, it);
+    else
+      e->active[e->nactive++] = it;
+    return;
+  }
   switch (it->kind) {
     case ENG_FORM:
       run_form(e, it);
@@ -407,6 +434,7 @@ static void *eng_main(void *arg) {
   srv_engine *e = arg;
   /* The default 50 us timer slack would turn the short polling sleeps below into long ones. */
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+  if (e->gpu && e->gpu->thread_init) e->gpu->thread_init();
   unsigned spins = 0, sleep_us = 1;
   for (;;) {
     pthread_mutex_lock(&e->mu);
@@ -438,7 +466,7 @@ static void *eng_main(void *arg) {
       take = next;
     }
     for (int i = 0; i < e->nactive;) {
-      if (poll_item(e, e->active[i])) {
+      if (e->gpu ? e->gpu->poll(e->active[i]) : poll_item(e, e->active[i])) {
         deliver(e, e->active[i]);
         memmove(&e->active[i], &e->active[i + 1], (size_t)(e->nactive - i - 1) * sizeof(void *));
         e->nactive--;
@@ -482,12 +510,18 @@ static void *eng_main(void *arg) {
 
 fgb_status eng_start(uv_loop_t *loop, const comm_ops *ops, eng_done_cb cb, void *ud,
                      srv_engine **out, char *err, size_t errlen) {
+  return eng_start_gpu(loop, ops, NULL, cb, ud, out, err, errlen);
+}
+
+fgb_status eng_start_gpu(uv_loop_t *loop, const comm_ops *ops, const eng_gpu_ops *gpu,
+                         eng_done_cb cb, void *ud, srv_engine **out, char *err, size_t errlen) {
   srv_engine *e = calloc(1, sizeof(*e));
   if (!e) {
     snprintf(err, errlen, "out of memory");
     return FGB_ENOMEM;
   }
   e->ops = ops;
+  e->gpu = gpu;
   e->cps = cp_store_new();
   if (!e->cps) {
     free(e);

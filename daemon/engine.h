@@ -35,6 +35,7 @@ typedef struct eng_tensor {
   fgb_dtype dtype;
   int op;         /* FGB_OP_AVERAGE or FGB_OP_SUM (the collective's op for ENG_ALLREDUCE) */
   int zero_first; /* flushed at end of step: contributes zeros */
+  void *done_ev;  /* GPU: the daemon's interprocess done event recorded after write-back, or NULL */
   /* Compressed sync (compress_path.c); comp NULL: dense. */
   const struct comp_ops *comp;
   double density;
@@ -49,6 +50,8 @@ typedef struct eng_item {
   /* FORM */
   int job_rank, job_size;
   int *world_ranks; /* owned */
+  uint8_t uid[COMM_MAX_UID]; /* FORM: transport bootstrap id from the leader (NCCL unique id) */
+  size_t uid_len;
   /* ISSUE */
   int coll; /* ENG_GRAD, ENG_ALLREDUCE, ENG_BROADCAST, ENG_ALLGATHER */
   int root;
@@ -72,9 +75,23 @@ typedef struct eng_item {
 
 typedef void (*eng_done_cb)(void *ud, eng_item *it);
 
+/* GPU daemons (daemon/gpu/): the ISSUE data path on device memory replaces the host one. Hooks run
+ * on the engine thread. start: 0 started (poll until 1) or -1 failed (it->status/err set); poll:
+ * 1 when finished; free: release it->priv. stream: where communicators enqueue. */
+typedef struct eng_gpu_ops {
+  void *stream;
+  void (*thread_init)(void);
+  int (*start)(comm *c, int job_size, eng_item *it);
+  int (*poll)(eng_item *it);
+  void (*free)(eng_item *it);
+} eng_gpu_ops;
+
 /* Start the engine thread with transport `ops`; results are delivered to cb on `loop`. */
 fgb_status eng_start(uv_loop_t *loop, const comm_ops *ops, eng_done_cb cb, void *ud,
                      srv_engine **out, char *err, size_t errlen);
+/* Same, with the GPU data path (gpu NULL: as eng_start). */
+fgb_status eng_start_gpu(uv_loop_t *loop, const comm_ops *ops, const eng_gpu_ops *gpu,
+                         eng_done_cb cb, void *ud, srv_engine **out, char *err, size_t errlen);
 /* Hand an item over (ownership passes to the engine until it comes back through cb). */
 void eng_submit(srv_engine *e, eng_item *it);
 /* Close the result channel (loop thread, during shutdown: no more callbacks after this). */

@@ -9,6 +9,9 @@
 #include "daemon.h"
 #include "engine.h"
 #include "log.h"
+#ifdef FGBUFF_HAVE_CUDA
+#include "gpu_srv.h"
+#endif
 
 /* The job an event is about: by job key once known (keys start at 1; events before formation,
  * such as a refused join, carry key 0), else by name and incarnation. */
@@ -60,6 +63,8 @@ static void on_formed(srv *d, coord_event *ev) {
     if (wr[i] == d->world_rank) it->job_rank = i;
   }
   it->world_ranks = wr;
+  it->uid_len = ev->uid_len <= sizeof(it->uid) ? ev->uid_len : 0;
+  memcpy(it->uid, ev->uid, it->uid_len);
   LOG_INFO("job '%s' formed (%d ranks, seq %llu)", ev->job.name, ev->job_size,
            (unsigned long long)ev->seq);
   /* Creating the communicator is collective over the job's ranks: it runs even when this rank's
@@ -141,6 +146,9 @@ static void on_issue(srv *d, coord_event *ev) {
                                .dtype = t->dtype,
                                .op = t->op,
                                .zero_first = p->flushed};
+#ifdef FGBUFF_HAVE_CUDA
+      ts[it->n].done_ev = srv_gpu_done_event(t);
+#endif
       srv_comp_fill(t, &ts[it->n++]);
     }
     if (it->n == 0) goto drop;
@@ -271,6 +279,9 @@ void srv_coord_drain(srv *d) {
         on_stall(d, &ev);
         break;
       case COORD_EV_JOB_ABORTED:
+#ifdef FGBUFF_HAVE_CUDA
+        if (d->gpu) gpu_job_aborted(ev.job_key); /* the engine aborts its communicator */
+#endif
         on_aborted(d, &ev);
         break;
       case COORD_EV_ERROR:

@@ -16,6 +16,9 @@
 #include "engine.h"
 #include "log.h"
 #include "transport.h"
+#ifdef FGBUFF_HAVE_CUDA
+#include "gpu_srv.h"
+#endif
 
 uint64_t srv_now_ms(void) {
   struct timespec t;
@@ -50,6 +53,9 @@ static void on_signal(uv_signal_t *h, int signum) {
   d->stopping = 1;
   srv_server_stop(d); /* every client gets Error FGB_ECLOSED "daemon shutting down" */
   srv_ctrl_close(d);
+#ifdef FGBUFF_HAVE_CUDA
+  if (d->gpu) srv_gpu_stop(d);
+#endif
   uv_timer_stop(&d->tick);
   uv_close((uv_handle_t *)&d->tick, NULL);
   uv_close((uv_handle_t *)&d->sigterm, NULL);
@@ -149,6 +155,14 @@ int main(int argc, char **argv) {
                      .stall_ms = d.cfg.stall_timeout_ms,
                      .fusion_bytes = 0};
   d.coord = coord_new(&cc);
+#ifdef FGBUFF_HAVE_CUDA
+  if (d.coord && strncmp(d.cfg.device, "cuda:", 5) == 0 &&
+      srv_gpu_start(&d, d.coord, err, sizeof(err)) != FGB_OK) {
+    LOG_ERROR("%s", err);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+#endif
   if (!d.coord) {
     LOG_ERROR("cannot create the coordinator");
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -156,7 +170,13 @@ int main(int argc, char **argv) {
   }
   if (srv_server_start(&d, err, sizeof(err)) != FGB_OK ||
       srv_ctrl_connect(&d, addrs, token, err, sizeof(err)) != FGB_OK ||
-      eng_start(d.loop, &comm_mpi_ops, srv_engine_result, &d, &d.eng, err, sizeof(err)) != FGB_OK) {
+#ifdef FGBUFF_HAVE_CUDA
+      (d.gpu ? srv_gpu_engine_start(&d, err, sizeof(err)) :
+#else
+      (
+#endif
+               eng_start(d.loop, &comm_mpi_ops, srv_engine_result, &d, &d.eng, err, sizeof(err))) !=
+          FGB_OK) {
     LOG_ERROR("%s", err);
     MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
@@ -166,6 +186,9 @@ int main(int argc, char **argv) {
       "leader %s",
       d.world_rank, d.world_size, d.local_index, d.cfg.device, d.sock_path, addr, addrs);
   free(addrs);
+#ifdef FGBUFF_HAVE_CUDA
+  if (d.gpu) srv_gpu_announce(&d);
+#endif
   uv_timer_init(d.loop, &d.tick);
   d.tick.data = &d;
   uv_timer_start(&d.tick, on_tick, 100, 100);

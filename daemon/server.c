@@ -16,6 +16,9 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#ifdef FGBUFF_HAVE_CUDA
+#include "gpu_srv.h"
+#endif
 #include "log.h"
 
 static void session_poll_cb(uv_poll_t *h, int status, int events);
@@ -125,6 +128,8 @@ void srv_send_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status
   d.error = (char *)(err ? err : "");
   Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_DONE;
+  srv_tensor *t = srv_tensor_get(s->d, tensor_id);
+  if (t && t->arena && t->arena->gpu) d.event_slot = t->gpu_slot; /* GPU: the done event's slot */
   env.done = &d;
   srv_send(s, &env);
 }
@@ -311,6 +316,9 @@ static void on_connection(uv_stream_t *server, int status) {
 fgb_status srv_server_start(srv *d, char *err, size_t errlen) {
   int n = snprintf(d->sock_path, sizeof(d->sock_path), "%s/cpu%d.sock", d->cfg.runtime_dir,
                    d->local_index);
+#ifdef FGBUFF_HAVE_CUDA
+  if (d->gpu) n = srv_gpu_sock_name(d, d->sock_path, sizeof(d->sock_path));
+#endif
   if (n < 0 || (size_t)n >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
     snprintf(err, errlen, "socket path %s is too long for a Unix socket", d->sock_path);
     return FGB_EINVAL;

@@ -11,6 +11,9 @@
 #include "daemon.h"
 #include "engine.h"
 #include "log.h"
+#ifdef FGBUFF_HAVE_CUDA
+#include "gpu_srv.h"
+#endif
 
 srv_tensor *srv_tensor_get(srv *d, uint32_t id) {
   if (id == 0 || id > d->ntensors) return NULL;
@@ -107,11 +110,27 @@ static int report_ready(srv *d, srv_job *j, srv_tensor *t, uint64_t step) {
   return 1;
 }
 
+#ifdef FGBUFF_HAVE_CUDA
+/* The observer stream passed the client's event of (tensor, step): report it ready. */
+void srv_gpu_observed(srv *d, uint32_t tensor_id, uint64_t step) {
+  srv_tensor *t = srv_tensor_get(d, tensor_id);
+  srv_job *j = t ? t->job : NULL;
+  for (uint32_t i = 0; j && i < j->npending; i++) {
+    srv_pending *p = &j->pending[i];
+    if (p->tensor_id != tensor_id || p->step != step || !p->observing) continue;
+    p->observing = 0;
+    p->reported = (uint8_t)report_ready(d, j, t, step);
+    srv_coord_drain(d);
+    return;
+  }
+}
+#endif
+
 void srv_report_waiting(srv *d, srv_job *j, const srv_tensor *only) {
   for (uint32_t i = 0; i < j->npending; i++) {
     srv_pending *p = &j->pending[i];
     srv_tensor *t = srv_tensor_get(d, p->tensor_id);
-    if (p->reported || !t || (only && t != only)) continue;
+    if (p->reported || p->observing || !t || (only && t != only)) continue;
     p->reported = (uint8_t)report_ready(d, j, t, p->step);
   }
   for (uint32_t i = 0; i < j->ncolls; i++) {
@@ -187,11 +206,28 @@ void srv_on_submit(srv_session *s, uint64_t req_id, const Fgbuff__V1__Submit *m)
                   j->aborted ? j->abort_text : t->poison);
     return;
   }
+#ifdef FGBUFF_HAVE_CUDA
+  char gerr[256];
+  if (t->arena->gpu && srv_gpu_slot_check(t, m->event_slot, gerr, sizeof(gerr)) != 0) {
+    srv_send_error(s, req_id, FGB_EINVAL, "event_slot", 0, "%s", gerr);
+    return;
+  }
+#endif
   if (add_pending(j, t, m->step, 0) != 0) {
     srv_send_error(s, req_id, FGB_ENOMEM, "step", 0,
                    "step: too many unfinished steps (%d) or out of memory", SRV_MAX_INFLIGHT_STEPS);
     return;
   }
+#ifdef FGBUFF_HAVE_CUDA
+  if (t->arena->gpu) { /* ready once the observer stream passed the client's event */
+    fgb_status gst = srv_gpu_observe(t, m->event_slot, m->step, gerr, sizeof(gerr));
+    if (gst == FGB_OK) {
+      j->pending[j->npending - 1].observing = 1;
+      return;
+    }
+    LOG_WARN("tensor '%s' step %llu: %s", t->name, (unsigned long long)m->step, gerr);
+  }
+#endif
   j->pending[j->npending - 1].reported = (uint8_t)report_ready(s->d, j, t, m->step);
   srv_coord_drain(s->d);
 }

@@ -55,6 +55,8 @@ typedef struct coord_msg {
   int32_t code;        /* REFUSED, ERROR: fgb_status (-255..0) */
   uint32_t gen;        /* JOIN, REFUSED, ABORT: the sender's join generation (see coordinator.c) */
   uint32_t *gens;      /* FORMED: join generation per job rank (nranks; owned) */
+  uint32_t uid_len;    /* FORMED: transport bootstrap id (0..COORD_MAX_UID bytes) */
+  uint8_t uid[COORD_MAX_UID];
   char text[COORD_MAX_TEXT + 1];
 } coord_msg;
 
@@ -119,6 +121,8 @@ typedef struct stall_rec {
 
 struct coord {
   coord_config cfg;
+  fgb_status (*make_uid)(void *ud, uint8_t *uid, size_t *len); /* coord_set_uid_maker */
+  void *uid_ud;
   uint64_t now;
   int ticked;     /* coord_tick was called: `now` is a time */
   coord_event *q; /* FIFO: [qhead, qhead + qlen) */

@@ -159,6 +159,11 @@ static fgb_status form_job(coord *c, ljob *j) {
   m.nranks = j->size;
   m.ranks = j->members; /* borrowed */
   m.gens = j->gens;     /* borrowed */
+  if (c->make_uid) {
+    size_t ul = COORD_MAX_UID;
+    if (c->make_uid(c->uid_ud, m.uid, &ul) == FGB_OK && ul <= COORD_MAX_UID)
+      m.uid_len = (uint32_t)ul; /* else 0: every rank's communicator creation fails, named */
+  }
   j->formed = 1;
   coord_lead_send_members(c, j, &m, -1);
   for (uint32_t i = 0; i < j->nearly; i++)

@@ -81,6 +81,8 @@ fgb_status coord_member_deliver(coord *c, const coord_msg *m, char *err, size_t 
       coord_event_init(&ev, COORD_EV_JOB_FORMED, m);
       ev.job_size = m->nranks;
       ev.world_ranks = wr;
+      ev.uid_len = m->uid_len;
+      memcpy(ev.uid, m->uid, m->uid_len);
       return coord_push_event(c, &ev);
     }
     case COORD_MSG_ISSUE: {

@@ -260,6 +260,8 @@ fgb_status coord_msg_encode(const coord_msg *m, uint8_t **out, size_t *outlen) {
       w_u32(&w, (uint32_t)m->nranks);
       for (int32_t i = 0; i < m->nranks; i++) w_u32(&w, (uint32_t)m->ranks[i]);
       for (int32_t i = 0; i < m->nranks; i++) w_u32(&w, m->gens[i]);
+      w_u32(&w, m->uid_len > COORD_MAX_UID ? 0 : m->uid_len);
+      if (m->uid_len <= COORD_MAX_UID) w_bytes(&w, m->uid, m->uid_len);
       break;
     case COORD_MSG_REFUSED:
       w_u32(&w, (uint32_t)m->rank);
@@ -480,6 +482,12 @@ fgb_status coord_msg_decode(const uint8_t *p, size_t len, coord_msg *m, char *er
       for (int32_t i = 0; !r.bad && i < m->nranks; i++)
         if (m->ranks[i] < 0) r_fail(&r, "FORMED world rank negative");
       m->gens = r_u32_array(&r, (uint32_t)m->nranks, "FORMED join generations");
+      m->uid_len = r_u32(&r, "FORMED uid length");
+      if (!r.bad && m->uid_len > COORD_MAX_UID) r_fail(&r, "FORMED uid length");
+      if (!r.bad && r_have(&r, m->uid_len, "FORMED uid")) {
+        memcpy(m->uid, r.p + r.off, m->uid_len);
+        r.off += m->uid_len;
+      }
       break;
     case COORD_MSG_REFUSED:
       m->rank = r_rank(&r, 0, COORD_MAX_JOB_SIZE - 1, "REFUSED rank");

@@ -19,7 +19,8 @@
  *   4 READY      rank, u64 step, u32 n (1..65536), u32 keys[n]
  *   leader -> daemon
  *   16 FORMED    u64 job_key, u64 seq, u32 size (1..65536), u32 world_ranks[size] (job-rank
- *                order), u32 gens[size] (each rank's join generation)
+ *                order), u32 gens[size] (each rank's join generation), u32 uid_len (0..256),
+ *                uid bytes (transport bootstrap id from coord_config.make_uid; 0 bytes on CPU)
  *   17 REFUSED   rank, u32 gen (the refused join's), i32 code (fgb_status -255..0), text
  *   18 TENSOR_OK u64 job_key, u32 tensor_key, name tensor
  *   19 MISMATCH  u64 job_key, u32 tensor_key, name tensor, text
@@ -108,6 +109,12 @@ const coord_config *coord_cfg(const coord *c) {
 
 uint64_t coord_now(const coord *c) {
   return c->now;
+}
+
+void coord_set_uid_maker(coord *c, fgb_status (*make_uid)(void *ud, uint8_t *uid, size_t *len),
+                         void *ud) {
+  c->make_uid = make_uid;
+  c->uid_ud = ud;
 }
 
 coord *coord_new(const coord_config *cfg) {

@@ -27,6 +27,7 @@
 
 #define COORD_MAX_NAME 255
 #define COORD_MAX_DIMS 8
+#define COORD_MAX_UID 256 /* transport bootstrap id carried in FORMED (NCCL unique id) */
 
 typedef struct coord coord;
 
@@ -85,6 +86,8 @@ typedef struct coord_event {
   uint32_t *tensor_keys; /* ISSUE (owned by the event) */
   int job_size;          /* JOB_FORMED */
   int *world_ranks;      /* JOB_FORMED: job_size entries; STALL: missing world ranks (owned) */
+  uint8_t uid[COORD_MAX_UID]; /* JOB_FORMED: transport bootstrap id from the leader (uid_len) */
+  uint32_t uid_len;
   int nmissing;          /* STALL */
   int failed_rank;       /* JOB_ABORTED: job rank that failed, -1 if unknown */
   char text[512];        /* human-readable reason naming what is wrong */
@@ -94,6 +97,10 @@ typedef struct coord_event {
 
 coord *coord_new(const coord_config *cfg);
 void coord_free(coord *c);
+/* Optional (GPU worlds): the leader calls make_uid once per formation for the job's transport
+ * bootstrap id (ncclGetUniqueId), which FORMED carries to every rank (JOB_FORMED's uid). */
+void coord_set_uid_maker(coord *c, fgb_status (*make_uid)(void *ud, uint8_t *uid, size_t *len),
+                         void *ud);
 
 /* ---- local events (this daemon's clients) -------------------------------------------------- */
 /* A client joined a job on this daemon as job rank `rank` of `size`. */

@@ -1,0 +1,228 @@
+/* client/cuda.c — the client's GPU side (builds with CUDA): registering the base of a cudaMalloc
+ * allocation as a device arena (legacy CUDA IPC handle + a ring of interprocess events), recording
+ * the ring's event on the caller's stream at submit, making a stream wait on the daemon's done
+ * event, and finding the daemon of the GPU the calling thread's CUDA context uses.
+ *
+ * Slots are handed out round robin per arena; a slot is reused after GPU_SLOTS submits, which is
+ * safe while fewer submits of one arena are outstanding (the daemon waits on the latest record). */
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define CLI_GPU_SLOTS 64
+#define CLI_EV_HANDLE 64
+
+typedef struct cli_cuda {
+  uint32_t nslots, next;
+  cudaEvent_t ev[CLI_GPU_SLOTS];   /* ours, interprocess: recorded at submit */
+  cudaEvent_t done[CLI_GPU_SLOTS]; /* the daemon's, opened from the ArenaReply */
+} cli_cuda;
+
+/* Driver calls through dlopen: linking libcuda would make every program that links the client
+ * need the driver at link time (CI builds without one); at run time it is present with a GPU. */
+typedef struct drv {
+  int ok;
+  CUresult (*ctx_current)(CUcontext *);
+  CUresult (*ctx_device)(CUdevice *);
+  CUresult (*uuid)(CUuuid *, CUdevice);
+  CUresult (*range)(CUdeviceptr *, size_t *, CUdeviceptr);
+} drv;
+
+static const drv *driver(void) {
+  static drv d;
+  static int tried;
+  if (tried) return d.ok ? &d : NULL;
+  tried = 1;
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) return NULL;
+  *(void **)&d.ctx_current = dlsym(h, "cuCtxGetCurrent");
+  *(void **)&d.ctx_device = dlsym(h, "cuCtxGetDevice");
+  *(void **)&d.uuid = dlsym(h, "cuDeviceGetUuid_v2");
+  if (!d.uuid) *(void **)&d.uuid = dlsym(h, "cuDeviceGetUuid");
+  *(void **)&d.range = dlsym(h, "cuMemGetAddressRange_v2");
+  d.ok = d.ctx_current && d.ctx_device && d.uuid && d.range;
+  return d.ok ? &d : NULL;
+}
+
+static void uuid_text(const unsigned char *b, char *out, size_t cap) {
+  snprintf(out, cap, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+           b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+           b[14], b[15]);
+}
+
+static void ring_free(cli_cuda *r) {
+  for (uint32_t i = 0; i < CLI_GPU_SLOTS; i++) {
+    if (r->ev[i]) cudaEventDestroy(r->ev[i]);
+    if (r->done[i]) cudaEventDestroy(r->done[i]);
+  }
+  free(r);
+}
+
+void cli_cuda_arena_free(cli_arena *a) {
+  if (a->cuda) ring_free(a->cuda);
+  a->cuda = NULL;
+}
+
+fgb_status cli_cuda_register(fgb_client *c, void *dev_ptr, size_t bytes, fgb_arena *out) {
+  if (dev_ptr == NULL || out == NULL || bytes == 0)
+    return cli_fail(c, FGB_EINVAL, "fgb_arena_register_cuda: dev_ptr/out NULL or bytes 0");
+  fgb_status s = cli_ready(c);
+  if (s) return s;
+  struct cudaPointerAttributes pa;
+  cudaError_t ce = cudaPointerGetAttributes(&pa, dev_ptr);
+  if (ce != cudaSuccess || pa.type != cudaMemoryTypeDevice) {
+    (void)cudaGetLastError();
+    return cli_fail(c, FGB_EINVAL, "dev_ptr %p is not device memory (%s)", dev_ptr,
+                    ce != cudaSuccess ? cudaGetErrorString(ce) : "host or managed memory");
+  }
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  const drv *dv = driver();
+  if (!dv || dv->range(&base, &size, (CUdeviceptr)(uintptr_t)dev_ptr) != CUDA_SUCCESS)
+    return cli_fail(c, FGB_EINVAL, "dev_ptr %p: cannot query its allocation", dev_ptr);
+  if ((uintptr_t)base != (uintptr_t)dev_ptr)
+    return cli_fail(c, FGB_EINVAL,
+                    "dev_ptr %p is inside an allocation based at %p: register the base once and "
+                    "name tensors by offset",
+                    dev_ptr, (void *)(uintptr_t)base);
+  if (bytes > size)
+    return cli_fail(c, FGB_EINVAL, "bytes %zu exceed the allocation at %p (%zu bytes)", bytes,
+                    dev_ptr, size);
+  struct cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, pa.device) != cudaSuccess)
+    return cli_fail(c, FGB_EIO, "cudaGetDeviceProperties(%d) failed", pa.device);
+  char uuid[48];
+  uuid_text((const unsigned char *)prop.uuid.bytes, uuid, sizeof uuid);
+  cudaIpcMemHandle_t mh;
+  if ((ce = cudaIpcGetMemHandle(&mh, dev_ptr)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cli_fail(c, FGB_ENOTSUP,
+                    "cudaIpcGetMemHandle: %s (cuMem/VMM memory such as PyTorch's expandable "
+                    "segments cannot be shared by legacy IPC; FD arenas are not supported yet)",
+                    cudaGetErrorString(ce));
+  }
+  cli_cuda *r = calloc(1, sizeof *r);
+  uint8_t *eh = calloc(CLI_GPU_SLOTS, CLI_EV_HANDLE);
+  if (!r || !eh || cli_grow((void **)&c->arenas, &c->cap_arenas, c->n_arenas, sizeof(cli_arena))) {
+    free(r);
+    free(eh);
+    return cli_fail(c, FGB_ENOMEM, "out of memory");
+  }
+  r->nslots = CLI_GPU_SLOTS;
+  int dev_now = 0;
+  cudaGetDevice(&dev_now);
+  cudaSetDevice(pa.device); /* events belong to the memory's device */
+  for (uint32_t i = 0; i < CLI_GPU_SLOTS; i++) {
+    cudaIpcEventHandle_t h;
+    if ((ce = cudaEventCreateWithFlags(
+             &r->ev[i], cudaEventDisableTiming | cudaEventInterprocess)) != cudaSuccess ||
+        (ce = cudaIpcGetEventHandle(&h, r->ev[i])) != cudaSuccess) {
+      cudaSetDevice(dev_now);
+      ring_free(r);
+      free(eh);
+      return cli_fail(c, FGB_EIO, "creating interprocess events: %s", cudaGetErrorString(ce));
+    }
+    memcpy(eh + (size_t)i * CLI_EV_HANDLE, &h, CLI_EV_HANDLE);
+  }
+  Fgbuff__V1__RegisterArena ra = FGBUFF__V1__REGISTER_ARENA__INIT;
+  ra.kind = FGBUFF__V1__ARENA_KIND__ARENA_CUDA_IPC;
+  ra.bytes = bytes;
+  ra.cuda_ipc_handle.data = (uint8_t *)&mh;
+  ra.cuda_ipc_handle.len = sizeof mh;
+  ra.device_uuid = uuid;
+  ra.event_handles.data = eh;
+  ra.event_handles.len = (size_t)CLI_GPU_SLOTS * CLI_EV_HANDLE;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *rep = NULL;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_REGISTER_ARENA;
+  env.register_arena = &ra;
+  s = cli_call(c, &env, NULL, 0, FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY, CLI_RPC_TIMEOUT_MS, &rep);
+  free(eh);
+  if (s) {
+    cudaSetDevice(dev_now);
+    ring_free(r);
+    return s;
+  }
+  const Fgbuff__V1__ArenaReply *ar = rep->arena_reply;
+  if (ar->event_handles.len != (size_t)CLI_GPU_SLOTS * CLI_EV_HANDLE) {
+    size_t got = ar->event_handles.len;
+    fgbuff__v1__envelope__free_unpacked(rep, NULL);
+    cudaSetDevice(dev_now);
+    ring_free(r);
+    return cli_fail(c, FGB_EPROTO, "the daemon answered %zu bytes of done events, expected %d", got,
+                    CLI_GPU_SLOTS * CLI_EV_HANDLE);
+  }
+  for (uint32_t i = 0; i < CLI_GPU_SLOTS; i++) {
+    cudaIpcEventHandle_t h;
+    memcpy(&h, ar->event_handles.data + (size_t)i * CLI_EV_HANDLE, CLI_EV_HANDLE);
+    if ((ce = cudaIpcOpenEventHandle(&r->done[i], h)) != cudaSuccess) {
+      r->done[i] = NULL;
+      fgbuff__v1__envelope__free_unpacked(rep, NULL);
+      cudaSetDevice(dev_now);
+      ring_free(r);
+      return cli_fail(c, FGB_EPROTO, "opening the daemon's done event %u: %s", i,
+                      cudaGetErrorString(ce));
+    }
+  }
+  cudaSetDevice(dev_now);
+  uint32_t id = ar->arena_id;
+  fgbuff__v1__envelope__free_unpacked(rep, NULL);
+  c->arenas[c->n_arenas++] = (cli_arena){id, dev_ptr, bytes, r};
+  out->id = id;
+  out->ptr = dev_ptr;
+  out->bytes = bytes;
+  return FGB_OK;
+}
+
+static cli_cuda *ring_of(fgb_client *c, uint32_t tensor_id) {
+  const cli_tensor *t = cli_tensor_find(c, tensor_id);
+  const cli_arena *a = t ? cli_arena_find(c, t->arena) : NULL;
+  return a ? a->cuda : NULL;
+}
+
+fgb_status cli_cuda_submit(fgb_client *c, uint32_t tensor_id, void *stream, uint32_t *slot) {
+  cli_cuda *r = ring_of(c, tensor_id);
+  if (!r) return FGB_OK; /* host arena */
+  uint32_t k = r->next++ % r->nslots;
+  cudaError_t ce = cudaEventRecord(r->ev[k], (cudaStream_t)stream);
+  if (ce != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cli_fail(c, FGB_EIO, "recording the submit event on the stream: %s",
+                    cudaGetErrorString(ce));
+  }
+  *slot = k;
+  return FGB_OK;
+}
+
+fgb_status cli_cuda_wait_stream(fgb_client *c, uint32_t tensor_id, uint32_t slot, void *stream) {
+  cli_cuda *r = ring_of(c, tensor_id);
+  if (!r)
+    return cli_fail(c, FGB_ENOTSUP, "fgb_wait_on_stream: tensor %u is in a host arena", tensor_id);
+  if (slot >= r->nslots)
+    return cli_fail(c, FGB_EPROTO, "the daemon named done event slot %u of %u", slot, r->nslots);
+  cudaError_t ce = cudaStreamWaitEvent((cudaStream_t)stream, r->done[slot], 0);
+  if (ce != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cli_fail(c, FGB_EIO, "cudaStreamWaitEvent: %s", cudaGetErrorString(ce));
+  }
+  return FGB_OK;
+}
+
+int cli_cuda_socket(const char *dir, char *out, size_t outlen) {
+  CUcontext ctx = NULL;
+  CUdevice dev;
+  CUuuid u;
+  const drv *dv = driver();
+  if (!dv || dv->ctx_current(&ctx) != CUDA_SUCCESS || ctx == NULL) return 0; /* no CUDA in use */
+  if (dv->ctx_device(&dev) != CUDA_SUCCESS || dv->uuid(&u, dev) != CUDA_SUCCESS) return 0;
+  char uuid[48];
+  uuid_text((const unsigned char *)u.bytes, uuid, sizeof uuid);
+  int n = snprintf(out, outlen, "%s/gpu-%s.sock", dir, uuid + 4);
+  if (n < 0 || (size_t)n >= outlen || access(out, F_OK) != 0) return 0;
+  return 1;
+}

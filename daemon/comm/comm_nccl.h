@@ -1,0 +1,18 @@
+/* daemon/comm/comm_nccl.h — what the GPU data path (daemon/gpu/issue.c) needs of an NCCL
+ * communicator beyond comm_ops: the raw handle, to put several collectives and kernels on one
+ * stream. */
+#ifndef FGB_COMM_NCCL_H
+#define FGB_COMM_NCCL_H
+
+#include <nccl.h>
+
+#include "transport.h"
+
+ncclComm_t comm_nccl_handle(comm *c);
+/* Wait (bounded, spinning) until the communicator has no call in progress after a non-blocking
+ * enqueue; FGB_OK, or FGB_EIO with NCCL's error text. */
+fgb_status comm_nccl_settle(comm *c, char *err, size_t errlen);
+/* 0 healthy, negative after an asynchronous error (err says which). */
+int comm_nccl_check(comm *c, char *err, size_t errlen);
+
+#endif

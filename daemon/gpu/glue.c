@@ -1,0 +1,202 @@
+/* daemon/gpu/glue.c — the GPU data plane's side of the loop thread: start-up of a GPU daemon
+ * (bind, MPS check, engine stream, NCCL transport, the coordinator's unique-id hook), CUDA arena
+ * registration, and readiness: a submit of a tensor in a CUDA arena is reported to the coordinator
+ * only once the arena's observer stream has passed the client's event (polled from a uv_idle
+ * handle while observations are outstanding, so an idle daemon does not spin). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "gpu.h"
+#include "gpu_srv.h"
+#include "log.h"
+
+typedef struct watch {
+  uint32_t tensor_id;
+  uint64_t step;
+  uint32_t slot;
+  srv_arena *a; /* ref held while watched */
+} watch;
+
+static watch *g_w;
+static uint32_t g_nw, g_wcap;
+static uv_idle_t g_idle;
+static int g_idle_on;
+static srv *g_d;
+
+fgb_status srv_gpu_start(srv *d, coord *c, char *err, size_t errlen) {
+  fgb_status st = gpu_bind(d->cfg.device, err, errlen);
+  if (st != FGB_OK) return st;
+  d->gpu = 1;
+  g_d = d;
+  if ((st = gpu_engine_init(err, errlen)) != FGB_OK) return st;
+  coord_set_uid_maker(c, gpu_make_uid, d);
+  return FGB_OK;
+}
+
+void srv_gpu_announce(srv *d) {
+  LOG_INFO("GPU %s (%s, PCI %s, CUDA index %d), MPS %s", gpu_uuid(), gpu_name(), gpu_pci(),
+           gpu_index(), gpu_mps() ? "on" : "off");
+  if (!gpu_mps())
+    LOG_WARN(
+        "not running under an MPS server: the daemon's kernels time-slice with the "
+        "trainer's (start nvidia-cuda-mps-control -d as the jobs' user)");
+  uv_idle_init(d->loop, &g_idle);
+}
+
+fgb_status srv_gpu_engine_start(srv *d, char *err, size_t errlen) {
+  return eng_start_gpu(d->loop, &comm_nccl_ops, &gpu_engine_ops, srv_engine_result, d, &d->eng, err,
+                       errlen);
+}
+
+int srv_gpu_sock_name(srv *d, char *out, size_t cap) {
+  return snprintf(out, cap, "%s/gpu-%s.sock", d->cfg.runtime_dir, gpu_uuid() + 4);
+}
+
+void srv_gpu_arena_close(srv_arena *a) {
+  gpu_arena_close(a->gpu);
+}
+
+void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__RegisterArena *m, int *fds,
+                      int nfds) {
+  for (int i = 0; i < nfds; i++) close(fds[i]);
+  if (m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_VMM_FD) {
+    srv_send_error(s, req_id, FGB_ENOTSUP, "kind", 0,
+                   "kind: cuMem/VMM file-descriptor arenas are not supported by this daemon yet; "
+                   "register cudaMalloc memory (CUDA IPC)");
+    return;
+  }
+  if (nfds != 0) {
+    srv_send_error(s, req_id, FGB_EINVAL, "num_fds", 0,
+                   "num_fds: a CUDA_IPC arena comes without file descriptors (got %d)", nfds);
+    return;
+  }
+  if (s->narenas >= SRV_MAX_ARENAS) {
+    srv_send_error(s, req_id, FGB_EINVAL, "bytes", 0, "too many arenas on one connection (%d)",
+                   SRV_MAX_ARENAS);
+    return;
+  }
+  gpu_arena *ga = NULL;
+  void *base = NULL;
+  uint8_t *dh = NULL;
+  size_t dlen = 0;
+  const char *field = "";
+  char err[512];
+  fgb_status st = gpu_arena_open(m->cuda_ipc_handle.data, m->cuda_ipc_handle.len, m->device_uuid,
+                                 m->bytes, m->event_handles.data, m->event_handles.len, &ga, &base,
+                                 &dh, &dlen, &field, err, sizeof err);
+  if (st != FGB_OK) {
+    LOG_WARN("client pid %u: CUDA arena refused: %s", s->pid, err);
+    srv_send_error(s, req_id, st, field, 0, "%s", err);
+    return;
+  }
+  srv_arena *a = calloc(1, sizeof(*a));
+  if (!a) {
+    gpu_arena_close(ga);
+    free(dh);
+    srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory");
+    return;
+  }
+  a->id = s->next_arena_id++;
+  a->refs = 1;
+  a->base = base;
+  a->bytes = m->bytes;
+  a->gpu = ga;
+  a->next = s->arenas;
+  s->arenas = a;
+  s->narenas++;
+  LOG_DEBUG("client pid %u: CUDA arena %u, %llu bytes, %u event slots", s->pid, a->id,
+            (unsigned long long)m->bytes, gpu_arena_slots(ga));
+  Fgbuff__V1__ArenaReply r = FGBUFF__V1__ARENA_REPLY__INIT;
+  r.arena_id = a->id;
+  r.event_handles.data = dh;
+  r.event_handles.len = dlen;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
+  env.req_id = req_id;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY;
+  env.arena_reply = &r;
+  srv_send(s, &env);
+  free(dh);
+}
+
+int srv_gpu_slot_check(srv_tensor *t, uint32_t slot, char *err, size_t errlen) {
+  uint32_t n = gpu_arena_slots(t->arena->gpu);
+  if (slot >= n) {
+    snprintf(err, errlen, "event_slot: %u outside the arena's ring of %u events", slot, n);
+    return -1;
+  }
+  return 0;
+}
+
+static void drop_watch(uint32_t i) {
+  srv_arena_unref(g_w[i].a);
+  g_w[i] = g_w[--g_nw];
+}
+
+static void on_idle(uv_idle_t *h) {
+  (void)h;
+  for (uint32_t i = 0; i < g_nw;) {
+    watch *w = &g_w[i];
+    srv_tensor *t = srv_tensor_get(g_d, w->tensor_id);
+    int r = gpu_arena_observed(w->a->gpu, w->slot);
+    if (!t || !t->job || t->job->aborted) { /* nothing to report to any more */
+      drop_watch(i);
+      continue;
+    }
+    if (r == 0) {
+      i++;
+      continue;
+    }
+    uint32_t tid = w->tensor_id;
+    uint64_t step = w->step;
+    drop_watch(i);
+    if (r < 0)
+      LOG_WARN("tensor %u step %llu: observer event failed", tid, (unsigned long long)step);
+    srv_gpu_observed(g_d, tid, step);
+  }
+  if (g_nw == 0 && g_idle_on) {
+    uv_idle_stop(&g_idle);
+    g_idle_on = 0;
+  }
+}
+
+fgb_status srv_gpu_observe(srv_tensor *t, uint32_t slot, uint64_t step, char *err, size_t errlen) {
+  if (g_nw == g_wcap) {
+    uint32_t cap = g_wcap ? g_wcap * 2 : 64;
+    watch *n = realloc(g_w, cap * sizeof *n);
+    if (!n) {
+      snprintf(err, errlen, "out of memory");
+      return FGB_ENOMEM;
+    }
+    g_w = n;
+    g_wcap = cap;
+  }
+  fgb_status st = gpu_arena_observe(t->arena->gpu, slot, err, errlen);
+  if (st != FGB_OK) return st;
+  t->gpu_slot = slot;
+  t->arena->refs++;
+  g_w[g_nw++] = (watch){t->id, step, slot, t->arena};
+  if (!g_idle_on) {
+    uv_idle_start(&g_idle, on_idle);
+    g_idle_on = 1;
+  }
+  return FGB_OK;
+}
+
+void *srv_gpu_done_event(const srv_tensor *t) {
+  return t->arena && t->arena->gpu ? gpu_arena_done_event(t->arena->gpu, t->gpu_slot) : NULL;
+}
+
+void srv_gpu_stop(srv *d) {
+  (void)d;
+  while (g_nw) drop_watch(g_nw - 1);
+  if (g_idle_on) uv_idle_stop(&g_idle);
+  g_idle_on = 0;
+  if (!uv_is_closing((uv_handle_t *)&g_idle)) uv_close((uv_handle_t *)&g_idle, NULL);
+}
+
+size_t srv_gpu_status_json(char *buf, size_t cap) {
+  return gpu_status_json(buf, cap);
+}

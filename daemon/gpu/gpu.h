@@ -1,0 +1,68 @@
+/* daemon/gpu/gpu.h — fgbuffd's GPU data plane (built with FGBUFF_HAVE_CUDA): the bound device,
+ * CUDA IPC arenas with their event rings, the per-arena observer stream that turns a client's
+ * interprocess event into readiness, and the engine's ISSUE path on device memory (NCCL).
+ *
+ * Threads: gpu_bind and everything named gpu_arena_* / gpu_observe* run on the loop thread;
+ * gpu_engine_ops' hooks run on the engine thread. Both bind the device first (cudaSetDevice). */
+#ifndef FGB_SRV_GPU_H
+#define FGB_SRV_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "fgbuff/client.h"
+
+#define GPU_RING_MAX 1024   /* event slots per arena */
+#define GPU_EVENT_HANDLE 64 /* sizeof(cudaIpcEventHandle_t) == sizeof(cudaIpcMemHandle_t) */
+
+typedef struct gpu_arena gpu_arena;
+struct srv;
+
+/* ---- device.c -------------------------------------------------------------------------------- */
+/* Bind "cuda:<index|UUID>" (UUID as nvidia-smi prints it, "GPU-..." prefix optional). */
+fgb_status gpu_bind(const char *spec, char *err, size_t errlen);
+/* cudaSetDevice to the bound device on the calling thread. */
+void gpu_thread_bind(void);
+const char *gpu_uuid(void); /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
+const char *gpu_pci(void);  /* "0000:19:00.0" */
+const char *gpu_name(void);
+int gpu_index(void);
+/* 1 when this process runs as a client of an MPS server (detected at bind). */
+int gpu_mps(void);
+/* Bytes of device memory the daemon allocated itself (gauge). */
+void gpu_mem_add(int64_t bytes);
+int64_t gpu_mem_used(void);
+/* JSON object (no braces' surroundings needed) describing the GPU for status; cut at cap. */
+size_t gpu_status_json(char *buf, size_t cap);
+/* The coordinator's make_uid (ncclGetUniqueId), on the leader. */
+fgb_status gpu_make_uid(void *ud, uint8_t *uid, size_t *len);
+
+/* ---- arena.c --------------------------------------------------------------------------------- */
+/* Import a client's CUDA IPC allocation (handle: 64 bytes) of `bytes`, on `device_uuid`, with its
+ * ring of interprocess events (ev_handles: nslots x 64 bytes). Writes the daemon's ring of done
+ * events (nslots x 64 bytes) into done_handles. *field names the bad field on error. */
+fgb_status gpu_arena_open(const uint8_t *handle, size_t hlen, const char *device_uuid,
+                          uint64_t bytes, const uint8_t *ev_handles, size_t ev_len, gpu_arena **out,
+                          void **base, uint8_t **done_handles, size_t *done_len, const char **field,
+                          char *err, size_t errlen);
+/* Close the mapping and the events (after every engine item on it finished). */
+void gpu_arena_close(gpu_arena *a);
+uint32_t gpu_arena_slots(const gpu_arena *a);
+/* The daemon's interprocess done event of `slot` (a cudaEvent_t). */
+void *gpu_arena_done_event(gpu_arena *a, uint32_t slot);
+/* Enqueue on the arena's observer stream: wait for the client's event[slot], record the daemon's
+ * own event[slot]. gpu_arena_observed: 1 once the GPU passed it, 0 not yet, <0 error. */
+fgb_status gpu_arena_observe(gpu_arena *a, uint32_t slot, char *err, size_t errlen);
+int gpu_arena_observed(gpu_arena *a, uint32_t slot);
+
+/* ---- issue.c: the engine's hooks --------------------------------------------------------------
+ */
+extern eng_gpu_ops gpu_engine_ops; /* .stream is set by gpu_engine_init */
+fgb_status gpu_engine_init(char *err, size_t errlen);
+
+/* ---- kernels.cu ------------------------------------------------------------------------------ */
+/* x /= div in place on `stream` (fp32, fp64, fp16, bf16). */
+fgb_status gpu_scale_div(fgb_dtype dt, void *x, uint64_t n, int div, void *stream);
+
+#endif

@@ -1,0 +1,31 @@
+/* daemon/gpu/gpu_srv.h — the hooks the daemon's loop-thread files call on a GPU daemon (d->gpu);
+ * each is one line at its call site, under #ifdef FGBUFF_HAVE_CUDA. Implemented in glue.c. */
+#ifndef FGB_SRV_GPU_SRV_H
+#define FGB_SRV_GPU_SRV_H
+
+#include "daemon.h"
+
+/* main.c: bind cfg.device, create the engine stream, give the coordinator the uid hook. */
+fgb_status srv_gpu_start(srv *d, coord *c, char *err, size_t errlen);
+/* main.c, after the loop exists: log the GPU and the MPS state (a warning without MPS). */
+void srv_gpu_announce(srv *d);
+fgb_status srv_gpu_engine_start(srv *d, char *err, size_t errlen);
+void srv_gpu_stop(srv *d);
+/* server.c: the socket is named after the GPU's UUID. */
+int srv_gpu_sock_name(srv *d, char *out, size_t cap);
+/* session.c: RegisterArena of a CUDA kind; srv_arena_unref of a CUDA arena. */
+void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__RegisterArena *m, int *fds,
+                      int nfds);
+void srv_gpu_arena_close(srv_arena *a);
+/* steps.c: a submit of a tensor in a CUDA arena: check the slot, then observe the client's event;
+ * the submit is reported ready by srv_gpu_observed (steps.c) once the GPU passed it. */
+int srv_gpu_slot_check(srv_tensor *t, uint32_t slot, char *err, size_t errlen);
+fgb_status srv_gpu_observe(srv_tensor *t, uint32_t slot, uint64_t step, char *err, size_t errlen);
+void srv_gpu_observed(srv *d, uint32_t tensor_id, uint64_t step);
+/* events.c: the done event of the tensor's current slot for the engine; a job's abort. */
+void *srv_gpu_done_event(const srv_tensor *t);
+void gpu_job_aborted(uint64_t job_key);
+/* status.c */
+size_t srv_gpu_status_json(char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,176 @@
+/* daemon/gpu/issue.c — the engine's ISSUE path on device memory (eng_gpu_ops): zero-fill of
+ * flushed tensors, the NCCL collectives in place on the clients' mapped memory (one group per
+ * ISSUE), averaging by a scale kernel, then the daemon's interprocess done event of each tensor's
+ * slot, all on the one engine stream in world order. Completion is an event the engine polls; no
+ * host synchronisation. A job the loop marked aborted has its communicator aborted here (the
+ * engine thread owns it), so a collective whose peer died cannot wedge the engine. */
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtype.h"
+#include "gpu.h"
+#include "comm_nccl.h"
+
+typedef struct gpu_exec {
+  const eng_gpu_ops *gpu; /* first member (engine.c's exec_free dispatches on it) */
+  comm *c;
+  cudaEvent_t fin;
+} gpu_exec;
+
+static cudaStream_t g_stream;
+
+/* Jobs aborted by the loop thread, for the engine thread to abort their communicators. */
+#define GPU_MAX_ABORTS 64
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_aborted[GPU_MAX_ABORTS];
+static unsigned g_naborted;
+
+void gpu_job_aborted(uint64_t job_key) {
+  pthread_mutex_lock(&g_mu);
+  g_aborted[g_naborted++ % GPU_MAX_ABORTS] = job_key;
+  pthread_mutex_unlock(&g_mu);
+}
+
+static int job_is_aborted(uint64_t key) {
+  int r = 0;
+  pthread_mutex_lock(&g_mu);
+  unsigned n = g_naborted < GPU_MAX_ABORTS ? g_naborted : GPU_MAX_ABORTS;
+  for (unsigned i = 0; i < n && !r; i++) r = g_aborted[i] == key;
+  pthread_mutex_unlock(&g_mu);
+  return r;
+}
+
+static ncclDataType_t ntype(fgb_dtype dt) {
+  switch (dt) {
+    case FGB_FLOAT32:
+      return ncclFloat32;
+    case FGB_FLOAT16:
+      return ncclFloat16;
+    case FGB_BFLOAT16:
+      return ncclBfloat16;
+    case FGB_FLOAT64:
+      return ncclFloat64;
+    case FGB_INT32:
+      return ncclInt32;
+    case FGB_INT64:
+      return ncclInt64;
+    default:
+      return ncclUint8;
+  }
+}
+
+static int fail(eng_item *it, fgb_status st, const char *what, const char *detail) {
+  if (it->status == FGB_OK) {
+    it->status = st;
+    snprintf(it->err, sizeof(it->err), "%s%s%s", what, detail ? ": " : "", detail ? detail : "");
+  }
+  return -1;
+}
+
+static int g_start(comm *c, int size, eng_item *it) {
+  gpu_exec *x = calloc(1, sizeof *x);
+  if (!x) return fail(it, FGB_ENOMEM, "out of memory", NULL);
+  x->gpu = &gpu_engine_ops;
+  x->c = c;
+  it->priv = x;
+  ncclComm_t nc = comm_nccl_handle(c);
+  if (!nc) return fail(it, FGB_EPEER, "the job's communicator was aborted", NULL);
+  cudaStream_t s = g_stream;
+  cudaError_t ce;
+  for (uint32_t i = 0; i < it->n; i++) {
+    eng_tensor *t = &it->t[i];
+    if (t->comp)
+      return fail(it, FGB_ENOTSUP, "compressed sync is not wired into the GPU data path yet", NULL);
+    if (t->zero_first &&
+        (ce = cudaMemsetAsync(t->ptr, 0, t->count * dtype_size(t->dtype), s)) != cudaSuccess)
+      return fail(it, FGB_EIO, "cudaMemsetAsync", cudaGetErrorString(ce));
+  }
+  ncclResult_t r = ncclSuccess;
+  eng_tensor *t0 = &it->t[0];
+  if (it->coll == ENG_BROADCAST) {
+    size_t bytes = t0->count * dtype_size(t0->dtype);
+    r = ncclBroadcast(t0->ptr, t0->ptr, bytes, ncclUint8, it->root, nc, s);
+    it->bytes_sent += bytes;
+    it->bytes_received += bytes;
+  } else if (it->coll == ENG_ALLGATHER) {
+    size_t bytes = t0->count * dtype_size(t0->dtype);
+    r = ncclAllGather(t0->ptr, it->dst, bytes, ncclUint8, nc, s);
+    it->bytes_sent += bytes;
+    it->bytes_received += bytes * (uint64_t)size;
+  } else {
+    ncclGroupStart();
+    for (uint32_t i = 0; i < it->n && (r == ncclSuccess || r == ncclInProgress); i++) {
+      eng_tensor *t = &it->t[i];
+      r = ncclAllReduce(t->ptr, t->ptr, t->count, ntype(t->dtype), ncclSum, nc, s);
+      it->bytes_sent += t->count * dtype_size(t->dtype);
+      it->bytes_received += t->count * dtype_size(t->dtype);
+    }
+    ncclResult_t g = ncclGroupEnd();
+    if (r == ncclSuccess || r == ncclInProgress) r = g;
+  }
+  if (r != ncclSuccess && r != ncclInProgress)
+    return fail(it, FGB_EIO, "NCCL", ncclGetErrorString(r));
+  char err[256];
+  if (comm_nccl_settle(c, err, sizeof err) != FGB_OK) return fail(it, FGB_EIO, err, NULL);
+  if (it->coll != ENG_BROADCAST && it->coll != ENG_ALLGATHER)
+    for (uint32_t i = 0; i < it->n; i++)
+      if (it->t[i].op == FGB_OP_AVERAGE &&
+          gpu_scale_div(it->t[i].dtype, it->t[i].ptr, it->t[i].count, size, s) != FGB_OK)
+        return fail(it, FGB_EIO, "the averaging kernel failed to launch", NULL);
+  for (uint32_t i = 0; i < it->n; i++)
+    if (it->t[i].done_ev && (ce = cudaEventRecord((cudaEvent_t)it->t[i].done_ev, s)) != cudaSuccess)
+      return fail(it, FGB_EIO, "recording a done event", cudaGetErrorString(ce));
+  if ((ce = cudaEventCreateWithFlags(&x->fin, cudaEventDisableTiming)) != cudaSuccess ||
+      (ce = cudaEventRecord(x->fin, s)) != cudaSuccess)
+    return fail(it, FGB_EIO, "recording the completion event", cudaGetErrorString(ce));
+  return 0;
+}
+
+static int g_poll(eng_item *it) {
+  gpu_exec *x = it->priv;
+  cudaError_t ce = cudaEventQuery(x->fin);
+  if (ce == cudaSuccess) return 1;
+  if (ce != cudaErrorNotReady) {
+    fail(it, FGB_EIO, "CUDA", cudaGetErrorString(ce));
+    return 1;
+  }
+  char err[256];
+  if (comm_nccl_check(x->c, err, sizeof err) < 0 || job_is_aborted(it->job_key)) {
+    /* The collective cannot finish: abort the communicator (its kernels end), fail the item. */
+    int peer = job_is_aborted(it->job_key);
+    comm_nccl_ops.abort(x->c);
+    fail(it, peer ? FGB_EPEER : FGB_EIO, peer ? "a rank of the job failed" : err, NULL);
+    return 1;
+  }
+  return 0;
+}
+
+static void g_free(eng_item *it) {
+  gpu_exec *x = it->priv;
+  if (!x) return;
+  if (x->fin) cudaEventDestroy(x->fin);
+  free(x);
+  it->priv = NULL;
+}
+
+eng_gpu_ops gpu_engine_ops = {
+    .stream = NULL,
+    .thread_init = gpu_thread_bind,
+    .start = g_start,
+    .poll = g_poll,
+    .free = g_free,
+};
+
+fgb_status gpu_engine_init(char *err, size_t errlen) {
+  gpu_thread_bind();
+  cudaError_t ce = cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking);
+  if (ce != cudaSuccess) {
+    snprintf(err, errlen, "cannot create the engine stream: %s", cudaGetErrorString(ce));
+    return FGB_EIO;
+  }
+  gpu_engine_ops.stream = g_stream;
+  return FGB_OK;
+}

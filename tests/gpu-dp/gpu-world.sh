@@ -1,0 +1,49 @@
+# tests/gpu-dp/gpu-world.sh — sourceable: start and stop a world of GPU daemons under mpirun, one
+# per GPU (world rank r binds cuda:r), for the GPU data-plane tests.
+#   gpu_world_start N    exports FGBUFF_RUNTIME_DIR, GPU_WORLD_PID, GPU_WORLD_LOG, GPU_SOCK_<r>
+#   gpu_world_stop
+# gpu_need N: exit 77 unless N GPUs are visible.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export NCCL_NVLS_ENABLE=0
+
+gpu_need() {
+  local n
+  n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  [ "${n:-0}" -ge "$1" ] || { echo "SKIP: needs $1 GPUs (have ${n:-0})"; exit 77; }
+}
+
+gpu_world_start() {
+  local n="$1" d="${FGBUFF_BIN_DIR:?}/daemon/fgbuffd"
+  FGBUFF_RUNTIME_DIR="$(mktemp -d "${TMPDIR:-/tmp}/fgbuff-gpu.XXXXXX")"
+  chmod 700 "$FGBUFF_RUNTIME_DIR"
+  export FGBUFF_RUNTIME_DIR GPU_WORLD_LOG="$FGBUFF_RUNTIME_DIR/world.log"
+  mpirun --oversubscribe -np "$n" bash -c "exec $d --device cuda:\$OMPI_COMM_WORLD_RANK \
+    --runtime-dir $FGBUFF_RUNTIME_DIR" >"$GPU_WORLD_LOG" 2>&1 &
+  GPU_WORLD_PID=$!
+  local deadline=$((SECONDS + 90))
+  while [ "$(grep -c 'fgbuffd: ready' "$GPU_WORLD_LOG" 2>/dev/null)" -lt "$n" ]; do
+    if ! kill -0 "$GPU_WORLD_PID" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+      echo "gpu_world_start failed; log:"; cat "$GPU_WORLD_LOG"; return 1
+    fi
+    sleep 0.2
+  done
+  local r
+  for ((r = 0; r < n; r++)); do
+    eval "export GPU_SOCK_$r=$(sed -n "s/.*fgbuffd: ready rank $r .* socket \([^ ]*\) pid.*/\1/p" "$GPU_WORLD_LOG")"
+  done
+}
+
+gpu_world_pid() { sed -n "s/.*fgbuffd: ready rank $1 .* pid \([0-9]*\).*/\1/p" "$GPU_WORLD_LOG"; }
+
+gpu_world_stop() {
+  [ -n "${GPU_WORLD_PID:-}" ] || return 0
+  local p
+  for p in $(sed -n 's/.*fgbuffd: ready rank [0-9]* .* pid \([0-9]*\).*/\1/p' "$GPU_WORLD_LOG"); do
+    kill -TERM "$p" 2>/dev/null
+  done
+  local deadline=$((SECONDS + 30))
+  while kill -0 "$GPU_WORLD_PID" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+  kill -KILL "$GPU_WORLD_PID" 2>/dev/null
+  wait "$GPU_WORLD_PID" 2>/dev/null
+  unset GPU_WORLD_PID
+}

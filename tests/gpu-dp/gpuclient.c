@@ -1,0 +1,226 @@
+/* tests/gpu-dp/gpuclient.c — one rank of a GPU data-plane test: a client on one GPU registering
+ * two cudaMalloc arenas, tensors at odd offsets in fp32 and fp16, filled on a stream that is held
+ * back by a host callback (so only the interprocess event tells the daemon the data is ready),
+ * synchronised for several steps; every result is compared with a CPU reference computed from the
+ * inputs of all ranks, and a hash of the result bytes is printed per step (identical on all GPUs).
+ *
+ *   gpuclient --rank R --size N --device D [--socket PATH] [--job NAME] [--steps S]
+ *             [--die-at STEP]   (this rank records its event behind a 60 s host callback at STEP,
+ *                                submits, then kills itself: the peers must get FGB_EPEER)
+ * Exit 0 all results right, 1 wrong or error, 77 fewer GPUs than needed. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fgbuff/client.h"
+
+#define NT 4
+
+typedef struct spec {
+  const char *name;
+  int arena;
+  uint64_t offset, count;
+  fgb_dtype dt;
+  int on_stream; /* 1: fgb_wait_on_stream, 0: fgb_wait */
+} spec;
+
+static const spec T[NT] = {
+    {"w0", 0, 0, 1000, FGB_FLOAT32, 1},
+    {"h1", 0, 4098, 777, FGB_FLOAT16, 0},
+    {"w2", 0, 65536 + 12, 100003, FGB_FLOAT32, 1},
+    {"w3", 1, 20, 5000, FGB_FLOAT32, 0},
+};
+
+static uint16_t f2h(float f) { /* round to nearest even; inputs are normal and small */
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000, e = (x >> 23) & 0xff, m = x & 0x7fffff;
+  if (e == 0 && m == 0) return (uint16_t)sign;
+  int he = (int)e - 127 + 15;
+  if (he <= 0) return (uint16_t)sign; /* not produced by these inputs */
+  uint32_t hm = m >> 13, rest = m & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (hm & 1))) hm++;
+  if (hm == 0x400) {
+    hm = 0;
+    he++;
+  }
+  return (uint16_t)(sign | ((uint32_t)he << 10) | hm);
+}
+
+static float h2f(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  if (e == 0 && m == 0) {
+    float z;
+    memcpy(&z, &sign, 4);
+    return z;
+  }
+  uint32_t x = sign | ((e - 15 + 127) << 23) | (m << 13);
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+static float input(int rank, uint64_t step, int t, uint64_t i) {
+  uint64_t h = (i * 2654435761u + (uint64_t)t * 40503u + step * 977u + (uint64_t)rank * 7919u);
+  return (float)((int)(h % 2001) - 1000) / 256.0f; /* exact in fp16 too */
+}
+
+static uint64_t fnv(const void *p, size_t n, uint64_t h) {
+  const uint8_t *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+static void CUDART_CB hold(void *arg) {
+  usleep((useconds_t)(uintptr_t)arg);
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+#define DIE(...)                        \
+  do {                                  \
+    fprintf(stderr, "rank %d: ", rank); \
+    fprintf(stderr, __VA_ARGS__);       \
+    fprintf(stderr, "\n");              \
+    return 1;                           \
+  } while (0)
+
+int main(int argc, char **argv) {
+  int rank = 0, size = 2, dev = 0, steps = 3;
+  long die_at = -1;
+  const char *sock = NULL, *job = "gpu-dp";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--rank"))
+      rank = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--size"))
+      size = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--device"))
+      dev = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--steps"))
+      steps = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--socket"))
+      sock = argv[i + 1];
+    else if (!strcmp(argv[i], "--job"))
+      job = argv[i + 1];
+    else if (!strcmp(argv[i], "--die-at"))
+      die_at = atol(argv[i + 1]);
+  }
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= dev) return 77;
+  if (cudaSetDevice(dev) != cudaSuccess || cudaFree(0) != cudaSuccess)
+    DIE("cannot use GPU %d", dev);
+  fgb_client *c;
+  if (fgb_client_new(&c) || fgb_connect(c, sock)) DIE("connect: %s", fgb_client_error(c));
+  fgb_job_opts jo = FGB_JOB_OPTS_INIT;
+  jo.name = job;
+  jo.rank = rank;
+  jo.size = size;
+  if (fgb_join(c, &jo)) DIE("join: %s", fgb_client_error(c));
+  size_t abytes[2] = {(size_t)1 << 20, 65536};
+  void *dmem[2];
+  fgb_arena ar[2];
+  for (int a = 0; a < 2; a++) {
+    if (cudaMalloc(&dmem[a], abytes[a]) != cudaSuccess) DIE("cudaMalloc");
+    if (fgb_arena_register_cuda(c, dmem[a], abytes[a], &ar[a]))
+      DIE("register arena %d: %s", a, fgb_client_error(c));
+  }
+  uint32_t tid[NT];
+  size_t maxb = 0;
+  for (int t = 0; t < NT; t++) {
+    fgb_tensor_desc d = FGB_TENSOR_DESC_INIT;
+    d.name = T[t].name;
+    d.arena = ar[T[t].arena].id;
+    d.offset = T[t].offset;
+    d.count = T[t].count;
+    d.dtype = T[t].dt;
+    if (fgb_tensor_register(c, &d, &tid[t])) DIE("register %s: %s", d.name, fgb_client_error(c));
+    size_t b = T[t].count * fgb_dtype_size(T[t].dt);
+    if (b > maxb) maxb = b;
+  }
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  void *host[NT], *back = malloc(maxb);
+  for (int t = 0; t < NT; t++)
+    if (cudaMallocHost(&host[t], maxb) != cudaSuccess) DIE("cudaMallocHost");
+  int bad = 0;
+  for (long step = 0; step < steps; step++) {
+    /* The stream is held 200 ms before the inputs land: a daemon that did not wait for the
+     * event would reduce the previous contents. */
+    cudaLaunchHostFunc(s, hold, (void *)(uintptr_t)(step == die_at ? 60000000 : 200000));
+    for (int t = 0; t < NT; t++) {
+      for (uint64_t i = 0; i < T[t].count; i++) {
+        float v = input(rank, (uint64_t)step, t, i);
+        if (T[t].dt == FGB_FLOAT16)
+          ((uint16_t *)host[t])[i] = f2h(v);
+        else
+          ((float *)host[t])[i] = v;
+      }
+      size_t b = T[t].count * fgb_dtype_size(T[t].dt);
+      cudaMemcpyAsync((char *)dmem[T[t].arena] + T[t].offset, host[t], b, cudaMemcpyHostToDevice,
+                      s);
+      if (fgb_submit(c, tid[t], (uint64_t)step, s))
+        DIE("submit %s: %s", T[t].name, fgb_client_error(c));
+    }
+    if (step == die_at) {
+      printf("rank %d dying at step %ld\n", rank, step);
+      fflush(stdout);
+      usleep(300000);
+      raise(SIGKILL);
+    }
+    double t0 = now_s();
+    uint64_t hash = 1469598103934665603ull;
+    for (int t = 0; t < NT; t++) {
+      fgb_status st = T[t].on_stream ? fgb_wait_on_stream(c, tid[t], (uint64_t)step, s, 60000)
+                                     : fgb_wait(c, tid[t], (uint64_t)step, 60000);
+      if (st) {
+        printf("rank %d step %ld tensor %s: status %d (%s) after %.2f s: %s\n", rank, step,
+               T[t].name, st, fgb_strerror(st), now_s() - t0, fgb_client_error(c));
+        fflush(stdout);
+        return st == FGB_EPEER ? 3 : 1;
+      }
+      size_t b = T[t].count * fgb_dtype_size(T[t].dt);
+      /* Read back on the stream that waited (fgb_wait_on_stream) or any stream (fgb_wait). */
+      cudaMemcpyAsync(back, (char *)dmem[T[t].arena] + T[t].offset, b, cudaMemcpyDeviceToHost, s);
+      cudaStreamSynchronize(s);
+      hash = fnv(back, b, hash);
+      uint64_t wrong = 0;
+      for (uint64_t i = 0; i < T[t].count; i++) {
+        float sum = 0;
+        if (T[t].dt == FGB_FLOAT16) {
+          for (int r = 0; r < size; r++) sum = h2f(f2h(sum + h2f(f2h(input(r, step, t, i)))));
+          uint16_t want = f2h(h2f(f2h(sum)) / (float)size), got = ((uint16_t *)back)[i];
+          if (want != got) wrong++;
+        } else {
+          for (int r = 0; r < size; r++) sum += input(r, step, t, i);
+          float want = sum / (float)size, got = ((float *)back)[i];
+          if (memcmp(&want, &got, 4) != 0) wrong++;
+          if (wrong == 1 && memcmp(&want, &got, 4) != 0)
+            printf("rank %d step %ld %s[%llu]: got %.9g want %.9g\n", rank, step, T[t].name,
+                   (unsigned long long)i, got, want);
+        }
+      }
+      if (wrong) {
+        printf("rank %d step %ld tensor %s: %llu of %llu elements differ from the CPU reference\n",
+               rank, step, T[t].name, (unsigned long long)wrong, (unsigned long long)T[t].count);
+        bad = 1;
+      }
+    }
+    printf("step %ld hash %016llx\n", step, (unsigned long long)hash);
+  }
+  char *js = NULL;
+  if (fgb_status_json(c, &js) == FGB_OK) {
+    printf("status %s\n", js);
+    free(js);
+  }
+  fgb_client_free(c);
+  return bad;
+}
