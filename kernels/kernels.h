@@ -260,8 +260,8 @@ fgb_status kern_scatter(const comp_exec *ex, float *out, uint64_t n, const int32
  * result with no float atomics (GPU: each output tile written once, ranks summed in order in shared
  * memory; a payload with repeated indices takes a slow one-block path with the same result).
  * Untrusted input: entries with an index outside [0, n) and counts above the capacity (or the
- * stride) are skipped and counted in ctl->bad (ctl may be NULL). Cost W1 + P*count scattered RMW
- * + R1W1 scale. */
+ * stride) are skipped and counted in ctl->bad (ctl may be NULL). Cost W1 + P*count reads (GPU: no
+ * zero fill or read-modify-write pass). */
 fgb_status kern_coo_decode(const comp_exec *ex, const void *recv, size_t stride, int nranks,
                            uint64_t n, int fp16, float scale, float *out, kern_ctl *ctl);
 

@@ -207,6 +207,42 @@ __device__ inline void kc_block_select(Load load, uint64_t len, unsigned long lo
   *eq_take = rank;
 }
 
+/* Single-block exact select over m <= KC_SAMPLES keys held in registers (KC_SS_PER a thread, all
+ * loads in flight at once: the keys come from scattered global reads, and re-reading them on every
+ * radix pass used to leave the block waiting on memory latency). Every thread gets
+ * T (the kth largest key) and eq (how many keys equal to T are in the top k). */
+#define KC_SS_PER (KC_SAMPLES / KC_BLOCK_SELECT)
+#define KC_NO_KEY 0xffffffffu /* above every real key (bit 31 is clear in those) */
+template <typename Key>
+__device__ inline void kc_reg_select(Key keyf, uint32_t m, unsigned long long k, uint32_t *hist,
+                                     uint32_t *T, unsigned long long *eq, uint32_t *err) {
+  uint32_t key[KC_SS_PER];
+#pragma unroll
+  for (int u = 0; u < KC_SS_PER; u++) {
+    const uint32_t j = u * KC_BLOCK_SELECT + threadIdx.x;
+    key[u] = j < m ? keyf(j) : KC_NO_KEY;
+  }
+  uint32_t prefix = 0, mask = 0;
+  unsigned long long rank = k;
+  for (int p = 0; p < 3; p++) {
+    const uint32_t nb = kc_radix_bins(p), sh = kc_radix_shift(p);
+    for (uint32_t b = threadIdx.x; b < KC_RADIX_BINS; b += blockDim.x) hist[b] = 0;
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < KC_SS_PER; u++) {
+      const bool ok = key[u] != KC_NO_KEY && (key[u] & mask) == prefix;
+      const uint32_t bin = ok ? (key[u] >> sh) & (nb - 1) : KC_NO_KEY;
+      if (ok) atomicAdd(&hist[bin], 1u);
+    }
+    __syncthreads();
+    uint32_t b = kc_pick_digit(hist, nb, &rank, err);
+    prefix |= b << sh;
+    mask |= (nb - 1) << sh;
+  }
+  *T = prefix;
+  *eq = rank;
+}
+
 /* ---- selection pipeline (topk.cu) -------------------------------------------------------------
  */
 
@@ -233,6 +269,8 @@ fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_bas
                      int lmode, const kern_ctl *ctl, uint32_t L_fixed, int take_all, kc_out o,
                      comp_coo_header *hdr, uint32_t capacity, cudaStream_t s,
                      const float *g = NULL);
+/* The radix passes over x itself (full mode): ws->st->T = key of the kth largest |x[0..m)|. */
+fgb_status kc_radix_full(kern_ws *ws, const float *x, uint64_t m, uint32_t kth, cudaStream_t s);
 /* Header {count, capacity} written on the device. */
 fgb_status kc_write_header(comp_coo_header *hdr, uint32_t count, uint32_t capacity, cudaStream_t s);
 /* Zeros past the (device-side) header count, values and indices, like the CPU's finish(). */

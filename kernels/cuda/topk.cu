@@ -124,43 +124,6 @@ __device__ inline uint32_t mix32(uint32_t x) {
   return x;
 }
 
-/* Single-block exact select over m <= KC_SAMPLES keys held in registers (SS_PER a thread, all
- * loads in flight at once: the keys come from scattered global reads, and re-reading them on every
- * radix pass used to leave the block waiting on memory latency). Histogram adds are aggregated per
- * warp over equal bins (the top digit of a sample concentrates in a few bins). Every thread gets
- * T (the kth largest key) and eq (how many keys equal to T are in the top k). */
-#define SS_PER (KC_SAMPLES / KC_BLOCK_SELECT)
-#define NO_KEY 0xffffffffu /* above every real key (bit 31 is clear in those) */
-template <typename Key>
-__device__ inline void reg_select(Key keyf, uint32_t m, unsigned long long k, uint32_t *hist,
-                                  uint32_t *T, unsigned long long *eq, uint32_t *err) {
-  uint32_t key[SS_PER];
-#pragma unroll
-  for (int u = 0; u < SS_PER; u++) {
-    const uint32_t j = u * KC_BLOCK_SELECT + threadIdx.x;
-    key[u] = j < m ? keyf(j) : NO_KEY;
-  }
-  uint32_t prefix = 0, mask = 0;
-  unsigned long long rank = k;
-  for (int p = 0; p < 3; p++) {
-    const uint32_t nb = kc_radix_bins(p), sh = kc_radix_shift(p);
-    for (uint32_t b = threadIdx.x; b < KC_RADIX_BINS; b += blockDim.x) hist[b] = 0;
-    __syncthreads();
-#pragma unroll
-    for (int u = 0; u < SS_PER; u++) {
-      const bool ok = key[u] != NO_KEY && (key[u] & mask) == prefix;
-      const uint32_t bin = ok ? (key[u] >> sh) & (nb - 1) : NO_KEY;
-      if (ok) atomicAdd(&hist[bin], 1u);
-    }
-    __syncthreads();
-    uint32_t b = kc_pick_digit(hist, nb, &rank, err);
-    prefix |= b << sh;
-    mask |= (nb - 1) << sh;
-  }
-  *T = prefix;
-  *eq = rank;
-}
-
 /* The sampled lower bound: one key per stratum [j len / m, (j+1) len / m), at a hashed offset (no
  * aliasing with layouts), compensated by g when given (the value k_compact will make); st->L = the
  * exact r-th largest sample key. One block of KC_BLOCK_SELECT threads. */
@@ -170,7 +133,7 @@ __global__ void __launch_bounds__(KC_BLOCK_SELECT)
   __shared__ uint32_t hist[KC_RADIX_BINS];
   uint32_t T, err = 0;
   unsigned long long eq;
-  reg_select(
+  kc_reg_select(
       [&](uint32_t j) {
         /* m == len (every element) or m == KC_SAMPLES, a power of two: no 64-bit division (one
          * block computes all the positions; divisions made this kernel the selection's slowest) */
@@ -262,16 +225,17 @@ __global__ void k_decide(kc_sel_state *st, uint32_t k, uint64_t cand_cap, int ta
   }
 }
 
-/* Shared histogram add of bin (NO_KEY: none), aggregated over the lanes of the warp that are here
- * with the same bin: candidates share a few top-digit bins, and same-address atomics serialise. */
+/* Shared histogram add of bin (KC_NO_KEY: none), aggregated over the lanes of the warp that are
+ * here with the same bin: candidates share a few top-digit bins, and same-address atomics
+ * serialise. */
 __device__ inline void hist_add(uint32_t *hist, uint32_t bin, int full) {
   if (full) { /* the whole input: keys spread, plain adds are cheaper than matching */
-    if (bin != NO_KEY) atomicAdd(&hist[bin], 1u);
+    if (bin != KC_NO_KEY) atomicAdd(&hist[bin], 1u);
     return;
   }
   const unsigned act = __activemask();
   const unsigned peers = __match_any_sync(act, bin);
-  if (bin != NO_KEY && (unsigned)(__ffs(peers) - 1) == (threadIdx.x & 31u))
+  if (bin != KC_NO_KEY && (unsigned)(__ffs(peers) - 1) == (threadIdx.x & 31u))
     atomicAdd(&hist[bin], (uint32_t)__popc(peers));
 }
 
@@ -312,13 +276,13 @@ __global__ void __launch_bounds__(SEL_THREADS)
 #pragma unroll
         for (int q = 0; q < 4; q++) {
           uint32_t key = kern_abs_key(w[q]);
-          hist_add(hist, in && (key & mask) == prefix ? (key >> sh) & (nb - 1) : NO_KEY, full);
+          hist_add(hist, in && (key & mask) == prefix ? (key >> sh) & (nb - 1) : KC_NO_KEY, full);
         }
       }
     }
     for (uint64_t i = n4 * 4 + gid; i < cnt; i += stride) {
       uint32_t key = kern_abs_key(src[i]);
-      hist_add(hist, (key & mask) == prefix ? (key >> sh) & (nb - 1) : NO_KEY, full);
+      hist_add(hist, (key & mask) == prefix ? (key >> sh) & (nb - 1) : KC_NO_KEY, full);
     }
   }
   __syncthreads();
@@ -650,52 +614,13 @@ extern "C" fgb_status kern_cuda_select_thr(const float *a, uint64_t n, const ker
   return rc ? rc : kc_zero_tail(out, s);
 }
 
-/* ---- exact kth of a short vector ---------------------------------------------------------------
- */
-
-__device__ inline void set_thr_key(kern_ctl *ctl, uint32_t key) {
-  float thr = __uint_as_float(key);
-  if (!isfinite(thr)) thr = FLT_MAX; /* non-finite samples: adaptation can still lower it */
-  ctl->thr = thr;
-  ctl->done = 0;
-  ctl->iters = 0;
-  ctl->br_lo = 0.0f;
-  ctl->br_hi = 0.0f;
-  ctl->count = 0;
-}
-
-__global__ void __launch_bounds__(KC_BLOCK_SELECT)
-    k_kth_small(const float *x, uint32_t m, uint32_t kth, kern_ctl *ctl) {
-  __shared__ uint32_t hist[KC_RADIX_BINS];
-  uint32_t T = 0, err = 0;
-  unsigned long long eq;
-  if (m > KC_SAMPLES) /* (no workspace given) keys re-read per pass */
-    kc_block_select([&](uint64_t i) { return kern_abs_key(x[i]); }, m, kth, hist, &T, &eq, &err);
-  else if (m > 0)
-    reg_select([&](uint32_t i) { return kern_abs_key(x[i]); }, m, kth, hist, &T, &eq, &err);
-  if (threadIdx.x == 0) set_thr_key(ctl, T);
-}
-
-__global__ void k_kth_finish(const kc_sel_state *st, kern_ctl *ctl) {
-  set_thr_key(ctl, st->T);
-}
-
-extern "C" fgb_status kern_cuda_kth_abs(const float *x, uint32_t m, uint32_t kth, kern_ctl *ctl,
-                                        kern_ws *ws, void *stream) {
-  if (ctl == NULL || (m && x == NULL)) return FGB_EINVAL;
-  cudaStream_t s = KC_STREAM(stream);
-  if (kth < 1) kth = 1;
-  if (kth > m) kth = m;
-  if (m <= KC_SAMPLES || ws == NULL) {
-    k_kth_small<<<1, KC_BLOCK_SELECT, 0, s>>>(x, m, kth, ctl);
-    return kc_launched();
-  }
-  /* Device-wide: the radix passes over x itself (full mode). */
+/* The exact radix select run over x itself (full mode): ws->st->T = key of the kth largest of
+ * |x[0..m)| (1 <= kth <= m <= ws->n). Enqueue only (kern_cuda_kth_abs's device-wide path). */
+fgb_status kc_radix_full(kern_ws *ws, const float *x, uint64_t m, uint32_t kth, cudaStream_t s) {
   k_sel_init<<<1, 1, 0, s>>>(ws->st, KC_L_FIXED, NULL, 0, 1, kth);
   const int al = ((uintptr_t)x & 15u) == 0;
   const unsigned hb = hist_blocks(m);
   for (int p = 0; p < 3; p++)
     k_hist<<<hb, SEL_THREADS, 0, s>>>(x, m, al, p, ws->st, ws->hist, ws->cand_val, ws->cand_cap);
-  k_kth_finish<<<1, 1, 0, s>>>(ws->st, ctl);
   return kc_launched();
 }
