@@ -112,6 +112,8 @@ struct srv_job {
   char client_desc[96];
   int formed, refused, aborted, left, left_clean;
   char refuse_text[512], abort_text[512];
+  int refuse_code;          /* the refusal's code and field, repeated to every later call */
+  const char *refuse_field; /* "rank" or "size" (static) */
   uint64_t left_ms;
   srv_tensor **tensors; /* job-local order of registration */
   uint32_t ntensors, tcap;
@@ -146,6 +148,9 @@ struct srv_session {
   size_t out_len, out_off, out_cap;
   uint64_t out_since_ms; /* when the queue last stopped draining */
   int closing;
+  /* Set by srv_send instead of closing at once: its callers hold job pointers that the close
+   * could free (client gone -> job released); srv_jobs_tick closes the session. */
+  const char *close_why;
   srv_session *next;
 };
 

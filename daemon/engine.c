@@ -440,8 +440,11 @@ static void *eng_main(void *arg) {
     pthread_mutex_lock(&e->mu);
     while (!e->stop && !e->q_head && e->nactive == 0) pthread_cond_wait(&e->cv, &e->mu);
     int stop = e->stop;
+    int late = stop && mono_ms() >= e->stop_deadline_ms;
     eng_item *take = NULL, **tail = &take;
-    if (!stop) {
+    /* Stopping still starts what is queued until the deadline: the items are numbered in the
+     * world sequence, and the other ranks (which run them) would wait for ours forever. */
+    if (!late) {
       /* Start in order; with ENG_MAX_ACTIVE in flight the rest waits in the queue. */
       int room = ENG_MAX_ACTIVE - e->nactive;
       while (e->q_head && room > 0) {
@@ -454,8 +457,9 @@ static void *eng_main(void *arg) {
         if (it->kind == ENG_ISSUE) room--;
       }
     }
+    int queued = e->q_head != NULL;
     pthread_mutex_unlock(&e->mu);
-    if (stop && (e->nactive == 0 || mono_ms() >= e->stop_deadline_ms)) {
+    if (stop && ((e->nactive == 0 && !take && !queued) || late)) {
       e->stuck = e->nactive > 0;
       break;
     }
@@ -589,12 +593,6 @@ int eng_stop(srv_engine *e, int timeout_ms) {
   e->stop = 1;
   e->stop_deadline_ms = mono_ms() + (uint64_t)timeout_ms;
   pthread_cond_signal(&e->cv);
-  while (e->q_head) {
-    eng_item *it = e->q_head;
-    e->q_head = it->next;
-    eng_item_free(it);
-  }
-  e->q_tail = NULL;
   /* Wait a little past the engine's own deadline, then give up on a thread wedged inside MPI. */
   struct timespec dl;
   clock_gettime(CLOCK_REALTIME, &dl);
@@ -608,6 +606,12 @@ int eng_stop(srv_engine *e, int timeout_ms) {
     return -1;
   }
   pthread_join(e->th, NULL);
+  while (e->q_head) { /* not started by the deadline */
+    eng_item *it = e->q_head;
+    e->q_head = it->next;
+    eng_item_free(it);
+  }
+  e->q_tail = NULL;
   int stuck = e->stuck;
   if (stuck) return -1; /* buffers may still be in the transport's hands: leave them */
   for (int i = 0; i < e->nactive; i++) {

@@ -193,6 +193,8 @@ static void on_refused(srv *d, coord_event *ev) {
    * "...): rank R already joined ...". Look after the job name, which may contain anything. */
   const char *why = strstr(ev->text, "): ");
   int size = strstr(why ? why : ev->text, "size") != NULL;
+  j->refuse_code = size ? FGB_EINVAL : FGB_EEXIST;
+  j->refuse_field = size ? "size" : "rank";
   if (j->session)
     srv_send_error(j->session, 0, size ? FGB_EINVAL : FGB_EEXIST, size ? "size" : "rank", 0, "%s",
                    ev->text);

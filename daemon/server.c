@@ -55,7 +55,7 @@ static int session_write(srv_session *s) {
 }
 
 void srv_send(srv_session *s, Fgbuff__V1__Envelope *env) {
-  if (s->closing) return;
+  if (s->closing || s->close_why) return;
   size_t len = fgbuff__v1__envelope__get_packed_size(env);
   if (len == 0 || len > FGB_WIRE_MAX_FRAME) {
     LOG_ERROR("session %llu: reply of %zu bytes does not fit a frame; dropped",
@@ -66,7 +66,7 @@ void srv_send(srv_session *s, Fgbuff__V1__Envelope *env) {
   if (pending + len + FGB_WIRE_HDR > SRV_OUT_MAX) {
     LOG_WARN("session %llu (pid %u): client stopped reading (%zu reply bytes queued); dropping it",
              (unsigned long long)s->id, s->pid, pending);
-    srv_session_close(s, "client stopped reading its replies");
+    s->close_why = "client stopped reading its replies";
     return;
   }
   if (s->out_len + len + FGB_WIRE_HDR > s->out_cap) {
@@ -74,7 +74,7 @@ void srv_send(srv_session *s, Fgbuff__V1__Envelope *env) {
     while (cap < s->out_len + len + FGB_WIRE_HDR) cap *= 2;
     uint8_t *nb = realloc(s->out, cap);
     if (!nb) {
-      srv_session_close(s, "out of memory for replies");
+      s->close_why = "out of memory for replies";
       return;
     }
     s->out = nb;
@@ -89,7 +89,7 @@ void srv_send(srv_session *s, Fgbuff__V1__Envelope *env) {
   fgbuff__v1__envelope__pack(env, p + FGB_WIRE_HDR);
   s->out_len += len + FGB_WIRE_HDR;
   if (session_write(s) != 0) {
-    srv_session_close(s, "send failed");
+    s->close_why = "send failed";
     return;
   }
   session_set_events(s);
@@ -202,7 +202,7 @@ static void session_read(srv_session *s) {
     if (st == WIRE_AGAIN) return;
     if (st == WIRE_FRAME) {
       srv_session_frame(s, frame, len, fds, nfds);
-      if (s->closing) return;
+      if (s->closing || s->close_why) return; /* a doomed session is closed by the poll callback */
       continue;
     }
     if (st == WIRE_EOF) {
@@ -224,6 +224,10 @@ static void session_read(srv_session *s) {
 static void session_poll_cb(uv_poll_t *h, int status, int events) {
   srv_session *s = h->data;
   if (s->closing) return;
+  if (s->close_why) { /* a send failed under a caller: close here, on a clean stack */
+    srv_session_close(s, s->close_why);
+    return;
+  }
   if (status < 0) {
     /* libuv reports POLLERR as UV_EBADF: the client went away with replies in flight. */
     srv_session_close(s,

@@ -246,7 +246,10 @@ static fgb_status tensor_check(srv_session *s, const Fgbuff__V1__RegisterTensor 
   srv_job *j = s->job;
   *field = "name";
   if (!j) return snprintf(err, errlen, "register_tensor before joining a job"), FGB_EPROTO;
-  if (j->refused) return snprintf(err, errlen, "%s", j->refuse_text), FGB_EINVAL;
+  if (j->refused) {
+    *field = j->refuse_field;
+    return snprintf(err, errlen, "%s", j->refuse_text), j->refuse_code;
+  }
   if (!name_ok(m->name))
     return snprintf(err, errlen, "name: tensor name must be 1..255 printable bytes"), FGB_EINVAL;
   srv_arena *a = s->arenas;

@@ -159,7 +159,8 @@ static srv_tensor *client_tensor(srv_session *s, uint64_t req_id, uint32_t id, c
     return NULL;
   }
   if (s->job->refused) {
-    srv_send_error(s, req_id, FGB_EINVAL, "rank", 0, "%s", s->job->refuse_text);
+    srv_send_error(s, req_id, s->job->refuse_code, s->job->refuse_field, 0, "%s",
+                   s->job->refuse_text);
     return NULL;
   }
   return t;
@@ -240,7 +241,7 @@ void srv_on_end_step(srv_session *s, uint64_t req_id, const Fgbuff__V1__EndStep 
     return;
   }
   if (j->refused) {
-    srv_send_error(s, req_id, FGB_EINVAL, "rank", 0, "%s", j->refuse_text);
+    srv_send_error(s, req_id, j->refuse_code, j->refuse_field, 0, "%s", j->refuse_text);
     return;
   }
   if (m->step & SRV_COLL_STEP) {
@@ -406,7 +407,9 @@ void srv_jobs_tick(srv *d) {
   uint64_t now = srv_now_ms();
   for (srv_session *s = d->sessions, *next; s; s = next) {
     next = s->next;
-    if (s->out_len > s->out_off && now - s->out_since_ms > SRV_OUT_STUCK_MS)
+    if (s->close_why)
+      srv_session_close(s, s->close_why);
+    else if (s->out_len > s->out_off && now - s->out_since_ms > SRV_OUT_STUCK_MS)
       srv_session_close(s, "client stopped reading its replies");
   }
 }

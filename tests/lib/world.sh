@@ -99,6 +99,10 @@ world_stop() {
     wait "$pid" 2>/dev/null
     rc=$?
   fi
+  if [ "$rc" -ne 0 ]; then
+    echo "world_stop: mpirun exited with status $rc; end of the world log:" >&2
+    tail -40 "${FGBUFF_WORLD_LOG:-/dev/null}" >&2
+  fi
   unset FGBUFF_WORLD_PID
   return "$rc"
 }
