@@ -53,6 +53,19 @@ grep -h "failed as expected" "$out"/v0.*.out
 for r in 1 2; do
   grep -q "rank 0 of job 'victim0'" "$out/v0.$r.out" || { echo "rank $r's error does not name the failed rank"; rc=1; }
 done
+# The failed jobs' state is released everywhere: no daemon's status (jobs, and the leader's
+# coordinator tables) still shows them once their clients are gone.
+ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
+for r in 0 1 2; do
+  for _ in $(seq 1 100); do
+    "$ctl" --socket "$out/cpu$r.sock" status --json >"$out/status$r.json" 2>&1 || break
+    grep -Eq '"name":"victim0?"' "$out/status$r.json" || break
+    sleep 0.1
+  done
+  grep -q '"rank"' "$out/status$r.json" || { echo "daemon $r: no status:"; cat "$out/status$r.json"; rc=1; }
+  grep -Eq '"name":"victim0?"' "$out/status$r.json" &&
+    { echo "daemon $r still holds a failed job:"; cat "$out/status$r.json"; rc=1; }
+done
 # The daemons are alive and serve a new job after the failure.
 for p in $(world_daemon_pids); do kill -0 "$p" 2>/dev/null || { echo "daemon $p died"; rc=1; }; done
 for r in 0 1 2; do
