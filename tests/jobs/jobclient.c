@@ -17,6 +17,8 @@
  *                        with --sleeper 1 this rank also sleeps --window-ms inside each step and
  *                        prints "mark solo|slow START_US END_US" for both windows, then one
  *                        last idle window, so slow windows are surrounded by idle ones
+ *   --spin 1             busy-wait instead of sleeping inside the step (a negative control for
+ *                        the slow-job measurement: it costs the other job CPU time)
  * Exit status: 0 ok, 1 failure, 2 usage. */
 #include <stdint.h>
 #include <stdio.h>
@@ -41,7 +43,7 @@ static void sleep_ms(int ms) {
 
 typedef struct opts {
   const char *job, *sock, *stop_file, *hold_file;
-  int rank, size, steps, sleep_at, sleep_ms, expect, times, windows, window_ms, sleeper;
+  int rank, size, steps, sleep_at, sleep_ms, expect, times, windows, window_ms, sleeper, spin;
   uint64_t incarnation, count;
 } opts;
 
@@ -78,7 +80,11 @@ static int step(const opts *o, state *s, uint64_t k, int inner_sleep_ms) {
     for (int i = 0; i < 60000 && access(o->hold_file, F_OK) != 0; i++) sleep_ms(10);
   } else if (inner_sleep_ms > 0) {
     uint64_t t0 = now_us();
-    sleep_ms(inner_sleep_ms);
+    if (o->spin)
+      while (now_us() - t0 < (uint64_t)inner_sleep_ms * 1000) {
+      }
+    else
+      sleep_ms(inner_sleep_ms);
     if (o->windows)
       printf("mark slow %llu %llu\n", (unsigned long long)t0, (unsigned long long)now_us());
   }
@@ -145,6 +151,8 @@ static int parse(int argc, char **argv, opts *o) {
       o->windows = atoi(v);
     else if (!strcmp(a, "--window-ms"))
       o->window_ms = atoi(v);
+    else if (!strcmp(a, "--spin"))
+      o->spin = atoi(v);
     else if (!strcmp(a, "--sleeper"))
       o->sleeper = atoi(v);
     else if (!strcmp(a, "--incarnation"))

@@ -6,7 +6,8 @@
 # windows where A sleeps inside a step alternate with windows where A has nothing in the daemons;
 # B's median step time in the former must stay within 10% of the latter (stepstats.c: per slow
 # window against its neighbouring solo windows, median of the ratios). A's steps then complete
-# with exact results and no error, and so do all of B's.
+# with exact results and no error, and so do all of B's. Negative control (by hand):
+# FGBUFF_JOB_SPIN=1 makes A busy-wait instead of sleeping, which costs B CPU time and must fail.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
 bin="${FGBUFF_TEST_BIN:?}"
@@ -27,7 +28,7 @@ done
 for _ in $(seq 1 600); do [ "$(grep -c ' hash ' "$out/B.0.out" 2>/dev/null)" -ge 50 ] && break; sleep 0.1; done
 for r in 0 1; do
   spawn "A.$r" "$bin/jobclient" --job slow --rank $r --size 2 --windows "$windows" \
-    --window-ms "$win_ms" --sleeper $r --socket "$out/cpu$r.sock"
+    --window-ms "$win_ms" --sleeper $r --spin "${FGBUFF_JOB_SPIN:-0}" --socket "$out/cpu$r.sock"
 done
 reap A.0 A.1
 touch "$out/stop"
