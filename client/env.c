@@ -67,6 +67,11 @@ fgb_status cli_default_socket(fgb_client *c, char *out, size_t outlen) {
 #ifdef FGBUFF_HAVE_CUDA
   if (!found && cli_cuda_socket(dir, out, outlen)) return FGB_OK; /* the daemon of our GPU */
 #endif
+#ifdef FGBUFF_HAVE_CUDA
+  /* A thread with a current CUDA context talks to its GPU's daemon (launchers' local ranks and
+   * FGBUFF_LOCAL_INDEX name CPU daemons). */
+  if (cli_cuda_socket(dir, out, outlen)) return FGB_OK;
+#endif
   int n = snprintf(out, outlen, "%s/cpu%lld.sock", dir, idx);
   if (n < 0 || (size_t)n >= outlen)
     return cli_fail(c, FGB_EINVAL, "daemon socket path under \"%s\" is too long", dir);

@@ -1,9 +1,15 @@
 /* daemon/gpu/arena.c — a client's device memory as the daemon sees it: the legacy CUDA IPC
  * mapping of the client's base allocation (opened once per registration, cached until the arena
- * goes), the client's ring of interprocess events, the daemon's ring of interprocess done events,
- * and the arena's observer stream. The observer stream is the only stream that ever waits on a
- * client's event: NCCL's stream never does (an IPC event whose exporter died is undefined, and a
- * wedged NCCL stream cannot be freed by ncclCommAbort). */
+ * goes), the client's ring of interprocess events and the daemon's ring of interprocess done
+ * events.
+ *
+ * Readiness is observed from the host: the loop polls cudaEventQuery on the client's event. No
+ * daemon stream ever waits on a client's event. The first design (an observer stream doing
+ * cudaStreamWaitEvent on the client's event, recording a daemon event the loop polled) was
+ * measured on 2x H200 to wedge the daemon: a client killed before its GPU reached the recorded
+ * event leaves that stream waiting forever, and the next unmapping of any arena (which
+ * synchronises the device) then blocked the loop thread, so the daemon ignored SIGTERM. A host
+ * query of an event whose exporter died just stays "not ready" until the job's abort drops it. */
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -17,10 +23,9 @@ struct gpu_arena {
   void *base;
   size_t bytes;
   uint32_t nslots;
-  cudaEvent_t *client_ev; /* opened from the client's handles */
-  cudaEvent_t *obs_ev;    /* daemon-private, recorded on obs after waiting on client_ev */
+  cudaEvent_t *client_ev; /* opened from the client's handles; only ever queried */
   cudaEvent_t *done_ev;   /* daemon-owned, interprocess: recorded after write-back */
-  cudaStream_t obs;
+  cudaStream_t init;      /* records each done event once at creation */
 };
 
 static int uuid_eq(const char *a, const char *b) {
@@ -34,13 +39,11 @@ void gpu_arena_close(gpu_arena *a) {
   gpu_thread_bind();
   for (uint32_t i = 0; i < a->nslots; i++) {
     if (a->client_ev && a->client_ev[i]) cudaEventDestroy(a->client_ev[i]);
-    if (a->obs_ev && a->obs_ev[i]) cudaEventDestroy(a->obs_ev[i]);
     if (a->done_ev && a->done_ev[i]) cudaEventDestroy(a->done_ev[i]);
   }
-  if (a->obs) cudaStreamDestroy(a->obs);
+  if (a->init) cudaStreamDestroy(a->init);
   if (a->base) cudaIpcCloseMemHandle(a->base);
   free(a->client_ev);
-  free(a->obs_ev);
   free(a->done_ev);
   free(a);
 }
@@ -83,10 +86,9 @@ fgb_status gpu_arena_open(const uint8_t *handle, size_t hlen, const char *device
   if (!a) FAIL("", FGB_ENOMEM, "out of memory");
   a->nslots = (uint32_t)(ev_len / GPU_EVENT_HANDLE);
   a->client_ev = calloc(a->nslots, sizeof(cudaEvent_t));
-  a->obs_ev = calloc(a->nslots, sizeof(cudaEvent_t));
   a->done_ev = calloc(a->nslots, sizeof(cudaEvent_t));
   dh = calloc(a->nslots, GPU_EVENT_HANDLE);
-  if (!a->client_ev || !a->obs_ev || !a->done_ev || !dh) FAIL("", FGB_ENOMEM, "out of memory");
+  if (!a->client_ev || !a->done_ev || !dh) FAIL("", FGB_ENOMEM, "out of memory");
   cudaIpcMemHandle_t mh;
   memcpy(&mh, handle, sizeof mh);
   if ((ce = cudaIpcOpenMemHandle(&a->base, mh, cudaIpcMemLazyEnablePeerAccess)) != cudaSuccess) {
@@ -108,8 +110,8 @@ fgb_status gpu_arena_open(const uint8_t *handle, size_t hlen, const char *device
     FAIL("bytes", FGB_EINVAL, "bytes: %llu is larger than the shared allocation (%zu bytes)",
          (unsigned long long)bytes, psize);
   a->bytes = bytes;
-  if ((ce = cudaStreamCreateWithFlags(&a->obs, cudaStreamNonBlocking)) != cudaSuccess)
-    FAIL("", FGB_EIO, "cannot create the observer stream: %s", cudaGetErrorString(ce));
+  if ((ce = cudaStreamCreateWithFlags(&a->init, cudaStreamNonBlocking)) != cudaSuccess)
+    FAIL("", FGB_EIO, "cannot create a stream: %s", cudaGetErrorString(ce));
   for (uint32_t i = 0; i < a->nslots; i++) {
     cudaIpcEventHandle_t eh;
     memcpy(&eh, ev_handles + (size_t)i * GPU_EVENT_HANDLE, sizeof eh);
@@ -118,17 +120,13 @@ fgb_status gpu_arena_open(const uint8_t *handle, size_t hlen, const char *device
       FAIL("event_handles", FGB_EINVAL, "event_handles: cannot open event handle %u: %s", i,
            cudaGetErrorString(ce));
     }
-    if ((ce = cudaEventCreateWithFlags(&a->obs_ev[i], cudaEventDisableTiming)) != cudaSuccess) {
-      a->obs_ev[i] = NULL;
-      FAIL("", FGB_EIO, "cannot create events: %s", cudaGetErrorString(ce));
-    }
     if ((ce = cudaEventCreateWithFlags(
              &a->done_ev[i], cudaEventDisableTiming | cudaEventInterprocess)) != cudaSuccess) {
       a->done_ev[i] = NULL;
       FAIL("", FGB_EIO, "cannot create events: %s", cudaGetErrorString(ce));
     }
     /* Recorded once so a waiter on a slot never used yet sees a completed event. */
-    cudaEventRecord(a->done_ev[i], a->obs);
+    cudaEventRecord(a->done_ev[i], a->init);
     cudaIpcEventHandle_t oh;
     if ((ce = cudaIpcGetEventHandle(&oh, a->done_ev[i])) != cudaSuccess)
       FAIL("", FGB_EIO, "cannot export done events: %s", cudaGetErrorString(ce));
@@ -154,20 +152,13 @@ fgb_status gpu_arena_observe(gpu_arena *a, uint32_t slot, char *err, size_t errl
     snprintf(err, errlen, "event_slot: %u outside the arena's ring of %u events", slot, a->nslots);
     return FGB_EINVAL;
   }
-  gpu_thread_bind();
-  cudaError_t ce = cudaStreamWaitEvent(a->obs, a->client_ev[slot], 0);
-  if (ce == cudaSuccess) ce = cudaEventRecord(a->obs_ev[slot], a->obs);
-  if (ce != cudaSuccess) {
-    snprintf(err, errlen, "event_slot: cannot observe the client's event %u: %s", slot,
-             cudaGetErrorString(ce));
-    return FGB_EIO;
-  }
-  return FGB_OK;
+  return FGB_OK; /* the client recorded the event before sending Submit: queries see that record */
 }
 
 int gpu_arena_observed(gpu_arena *a, uint32_t slot) {
   if (slot >= a->nslots) return -1;
-  cudaError_t ce = cudaEventQuery(a->obs_ev[slot]);
+  gpu_thread_bind();
+  cudaError_t ce = cudaEventQuery(a->client_ev[slot]);
   if (ce == cudaSuccess) return 1;
   if (ce == cudaErrorNotReady) return 0;
   (void)cudaGetLastError();

@@ -191,6 +191,7 @@ void *srv_gpu_done_event(const srv_tensor *t) {
 
 void srv_gpu_stop(srv *d) {
   (void)d;
+  LOG_INFO("GPU: releasing %u observed submits and their arenas", g_nw);
   while (g_nw) drop_watch(g_nw - 1);
   if (g_idle_on) uv_idle_stop(&g_idle);
   g_idle_on = 0;

@@ -1,6 +1,6 @@
 /* daemon/gpu/gpu.h — fgbuffd's GPU data plane (built with FGBUFF_HAVE_CUDA): the bound device,
- * CUDA IPC arenas with their event rings, the per-arena observer stream that turns a client's
- * interprocess event into readiness, and the engine's ISSUE path on device memory (NCCL).
+ * CUDA IPC arenas with their event rings, the observer that turns a client's interprocess event
+ * into readiness (polled from the loop), and the engine's ISSUE path on device memory (NCCL).
  *
  * Threads: gpu_bind and everything named gpu_arena_* / gpu_observe* run on the loop thread;
  * gpu_engine_ops' hooks run on the engine thread. Both bind the device first (cudaSetDevice). */
@@ -51,8 +51,9 @@ void gpu_arena_close(gpu_arena *a);
 uint32_t gpu_arena_slots(const gpu_arena *a);
 /* The daemon's interprocess done event of `slot` (a cudaEvent_t). */
 void *gpu_arena_done_event(gpu_arena *a, uint32_t slot);
-/* Enqueue on the arena's observer stream: wait for the client's event[slot], record the daemon's
- * own event[slot]. gpu_arena_observed: 1 once the GPU passed it, 0 not yet, <0 error. */
+/* Start observing the client's event[slot] (checks the slot); gpu_arena_observed: 1 once the
+ * client's GPU passed it (host query, see arena.c for why no stream waits on it), 0 not yet,
+ * <0 error. */
 fgb_status gpu_arena_observe(gpu_arena *a, uint32_t slot, char *err, size_t errlen);
 int gpu_arena_observed(gpu_arena *a, uint32_t slot);
 

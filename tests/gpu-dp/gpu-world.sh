@@ -17,7 +17,7 @@ gpu_world_start() {
   FGBUFF_RUNTIME_DIR="$(mktemp -d "${TMPDIR:-/tmp}/fgbuff-gpu.XXXXXX")"
   chmod 700 "$FGBUFF_RUNTIME_DIR"
   export FGBUFF_RUNTIME_DIR GPU_WORLD_LOG="$FGBUFF_RUNTIME_DIR/world.log"
-  mpirun --oversubscribe -np "$n" bash -c "exec $d --device cuda:\$OMPI_COMM_WORLD_RANK \
+  mpirun --oversubscribe --bind-to none -np "$n" bash -c "exec $d --device cuda:\$OMPI_COMM_WORLD_RANK \
     --runtime-dir $FGBUFF_RUNTIME_DIR" >"$GPU_WORLD_LOG" 2>&1 &
   GPU_WORLD_PID=$!
   local deadline=$((SECONDS + 90))

@@ -31,5 +31,13 @@ q0=$!
 "$bin/gpuclient" --job after --rank 1 --size 2 --device 1 --steps 2 --socket "$GPU_SOCK_1" \
   >"$out/a1.out" 2>&1 || { echo "next job rank 1 failed"; cat "$out/a1.out"; rc=1; }
 wait $q0 || { echo "next job rank 0 failed"; cat "$out/a0.out"; rc=1; }
+# SIGTERM still stops both daemons (one of them has an observer stream waiting forever on the dead
+# client's event).
+t0=$SECONDS
+gpu_world_stop
+trap - EXIT
+echo "world stopped in $((SECONDS - t0)) s"
+[ "$(grep -c 'stopped' "$GPU_WORLD_LOG")" -ge 2 ] || { echo "a daemon did not stop cleanly"; rc=1; }
+[ $((SECONDS - t0)) -lt 20 ] || { echo "SIGTERM took $((SECONDS - t0)) s"; rc=1; }
 [ $rc -eq 0 ] || cat "$GPU_WORLD_LOG"
 exit $rc

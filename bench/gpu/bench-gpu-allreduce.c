@@ -1,0 +1,152 @@
+/* bench/gpu/bench-gpu-allreduce.c — one rank (under mpirun, rank r on GPU r) of the GPU data-plane
+ * benchmark: raw NCCL all-reduce (average) against the same all-reduce through fgbuffd (the GPU
+ * daemons of this host must be running), same GPUs, same run, same barrier: every iteration is
+ * enqueued and then waited for until the caller's stream has the result (fgb_wait_on_stream +
+ * cudaStreamSynchronize; raw: ncclAllReduce + cudaStreamSynchronize). MPI is used for the raw
+ * communicator's unique id and for barriers only. Rank 0 prints one line per size:
+ *   bytes  raw_busbw_GBs  daemon_busbw_GBs  ratio  raw_p50_us  daemon_p50_us  raw_p99_us
+ * daemon_p99_us Sizes: 4 bytes, then --min..--max (powers of 4). */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fgbuff/client.h"
+
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double pct(double *v, int n, double p) {
+  qsort(v, (size_t)n, sizeof *v, cmp);
+  int i = (int)ceil(p * n) - 1;
+  return v[i < 0 ? 0 : i];
+}
+
+static int iters_for(size_t bytes, double scale) {
+  int n = bytes <= (1 << 20) ? 300 : bytes <= (64 << 20) ? 40 : 8;
+  n = (int)(n * scale);
+  return n < 3 ? 3 : n;
+}
+
+#define CK(x)                                                                \
+  do {                                                                       \
+    if (!(x)) {                                                              \
+      fprintf(stderr, "rank %d: %s failed (line %d)\n", rank, #x, __LINE__); \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
+    }                                                                        \
+  } while (0)
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int rank, size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  size_t minb = 64 << 10, maxb = (size_t)1 << 30;
+  double scale = 1.0;
+  const char *label = "";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--min")) minb = strtoull(argv[i + 1], NULL, 0);
+    if (!strcmp(argv[i], "--max")) maxb = strtoull(argv[i + 1], NULL, 0);
+    if (!strcmp(argv[i], "--iters-scale")) scale = atof(argv[i + 1]);
+    if (!strcmp(argv[i], "--label")) label = argv[i + 1];
+  }
+  CK(cudaSetDevice(rank) == cudaSuccess);
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  ncclUniqueId id;
+  if (rank == 0) CK(ncclGetUniqueId(&id) == ncclSuccess);
+  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclComm_t nc;
+  CK(ncclCommInitRank(&nc, size, id, rank) == ncclSuccess);
+  fgb_client *c;
+  CK(fgb_client_new(&c) == FGB_OK);
+  if (fgb_connect(c, NULL) != FGB_OK) {
+    fprintf(stderr, "rank %d: %s\n", rank, fgb_client_error(c));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (rank == 0)
+    printf(
+        "# %s%s2 ranks; busbw = 2(n-1)/n * bytes / t; per-iteration wait until the stream has "
+        "the result\n# %12s %10s %10s %6s %9s %9s %9s %9s\n",
+        label, label[0] ? ": " : "", "bytes", "raw_GB/s", "fgb_GB/s", "ratio", "raw_p50", "fgb_p50",
+        "raw_p99", "fgb_p99");
+  uint64_t step = 1;
+  for (size_t bytes = 4; bytes <= maxb; bytes = bytes == 4 ? minb : bytes * 4) {
+    size_t count = bytes / 4;
+    void *buf;
+    CK(cudaMalloc(&buf, bytes) == cudaSuccess);
+    CK(cudaMemset(buf, 0, bytes) == cudaSuccess);
+    int n = iters_for(bytes, scale), warm = 3;
+    double *tr = malloc(sizeof(double) * (size_t)n), *tf = malloc(sizeof(double) * (size_t)n);
+    /* raw NCCL */
+    for (int i = -warm; i < n; i++) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      double t0 = now_us();
+      CK(ncclAllReduce(buf, buf, count, ncclFloat32, ncclAvg, nc, s) == ncclSuccess);
+      CK(cudaStreamSynchronize(s) == cudaSuccess);
+      if (i >= 0) tr[i] = now_us() - t0;
+    }
+    /* through fgbuffd: a job per size, one tensor, its own arena (the daemon maps it once) */
+    char job[64];
+    snprintf(job, sizeof job, "bench-%s-%zu", label, bytes);
+    fgb_client *cj;
+    CK(fgb_client_new(&cj) == FGB_OK && fgb_connect(cj, NULL) == FGB_OK);
+    fgb_job_opts jo = FGB_JOB_OPTS_INIT;
+    jo.name = job;
+    jo.rank = rank;
+    jo.size = size;
+    CK(fgb_join(cj, &jo) == FGB_OK);
+    fgb_arena a;
+    CK(fgb_arena_register_cuda(cj, buf, bytes, &a) == FGB_OK);
+    fgb_tensor_desc d = FGB_TENSOR_DESC_INIT;
+    d.name = "g";
+    d.arena = a.id;
+    d.count = count;
+    uint32_t t;
+    CK(fgb_tensor_register(cj, &d, &t) == FGB_OK);
+    for (int i = -warm; i < n; i++, step++) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      double t0 = now_us();
+      fgb_status st = fgb_submit(cj, t, step, s);
+      if (st == FGB_OK) st = fgb_end_step(cj, step);
+      if (st == FGB_OK) st = fgb_wait_on_stream(cj, t, step, s, 120000);
+      if (st != FGB_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, fgb_client_error(cj));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+      CK(cudaStreamSynchronize(s) == cudaSuccess);
+      if (i >= 0) tf[i] = now_us() - t0;
+    }
+    fgb_client_free(cj);
+    double sr = 0, sf = 0;
+    for (int i = 0; i < n; i++) sr += tr[i], sf += tf[i];
+    double factor = 2.0 * (size - 1) / size * (double)bytes / 1e3; /* GB/s from us */
+    double bwr = factor / (sr / n), bwf = factor / (sf / n);
+    double r50 = pct(tr, n, 0.5), r99 = pct(tr, n, 0.99), f50 = pct(tf, n, 0.5),
+           f99 = pct(tf, n, 0.99);
+    if (rank == 0) {
+      printf("  %12zu %10.2f %10.2f %6.3f %9.1f %9.1f %9.1f %9.1f\n", bytes, bwr, bwf, bwf / bwr,
+             r50, f50, r99, f99);
+      fflush(stdout);
+    }
+    free(tr);
+    free(tf);
+    cudaFree(buf);
+  }
+  fgb_client_free(c);
+  ncclCommDestroy(nc);
+  MPI_Finalize();
+  return 0;
+}
