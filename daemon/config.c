@@ -29,20 +29,26 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
   return 0;
 }
 
-/* Merge policies: names come from the scheduler's registry; the daemon's data path runs the
- * coordinator's per-tensor agreement, i.e. policy "none", so far. Returns 1 for a policy the daemon
- * runs, 0 for an unknown name, -1 for a registered policy not wired into the daemon yet; err says
- * which. */
+/* Merge policies: names come from the scheduler's registry; the daemon runs the dynamic ones
+ * ("none", "fusion": plan_exec.h). Returns 1 for a policy the daemon runs, 0 for an unknown name,
+ * -1 for a registered policy not wired into the daemon yet; err says which. */
 int srv_policy_check(const char *name, char *err, size_t errlen) {
-  if (strcmp(name, "none") == 0) return 1;
+  if (strcmp(name, "none") == 0 || strcmp(name, "fusion") == 0) return 1;
+  char known[256];
+  size_t off = 0;
+  known[0] = 0;
   for (const char *const *n = sched_names(); n && *n; n++) {
     if (strcmp(*n, name) == 0) {
       snprintf(err, errlen,
-               "merge policy '%s' is not wired into fgbuffd yet (this daemon runs 'none')", name);
+               "merge policy '%s' is not wired into fgbuffd yet (this daemon runs 'none' and "
+               "'fusion')",
+               name);
       return -1;
     }
+    int w = snprintf(known + off, sizeof(known) - off, "%s%s", off ? ", " : "", *n);
+    if (w > 0 && (size_t)w < sizeof(known) - off) off += (size_t)w;
   }
-  snprintf(err, errlen, "unknown merge policy '%.32s'", name);
+  snprintf(err, errlen, "unknown merge policy '%.32s' (known: %s)", name, known);
   return 0;
 }
 

@@ -15,6 +15,7 @@
 #include "daemon.h"
 #include "engine.h"
 #include "log.h"
+#include "plan_exec.h"
 #include "transport.h"
 #ifdef FGBUFF_HAVE_CUDA
 #include "gpu_srv.h"
@@ -153,7 +154,7 @@ int main(int argc, char **argv) {
   coord_config cc = {.world_rank = d.world_rank,
                      .world_size = d.world_size,
                      .stall_ms = d.cfg.stall_timeout_ms,
-                     .fusion_bytes = 0};
+                     .fusion_bytes = SRV_FUSION_BYTES}; /* "fusion" jobs; see plan_exec.h */
   d.coord = coord_new(&cc);
 #ifdef FGBUFF_HAVE_CUDA
   if (d.coord && strncmp(d.cfg.device, "cuda:", 5) == 0 &&

@@ -13,6 +13,7 @@
 #include "daemon.h"
 #include "dtype.h"
 #include "log.h"
+#include "plan_exec.h"
 #ifdef FGBUFF_HAVE_CUDA
 #include "gpu_srv.h"
 #endif
@@ -376,7 +377,7 @@ static void on_tensor(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
   meta.dtype = t->dtype;
   meta.ndim = t->ndim;
   for (uint32_t i = 0; i < t->ndim; i++) meta.shape[i] = t->shape[i];
-  meta.bytes = t->count * t->esize;
+  meta.bytes = srv_policy_group_bytes(j, t);
   if (coord_register(d->coord, &j->id, &meta) != FGB_OK) {
     t->poisoned = 1;
     snprintf(t->poison, sizeof(t->poison), "tensor '%s': the coordinator refused its registration",

@@ -1,0 +1,49 @@
+#!/bin/bash
+# Merge policies in fgbuffd: three daemons whose default policy is "fusion" (the leader fuses dense
+# tensors that become ready together into one ISSUE): syncclient's exact averages of six dtypes
+# (one tensor flushed, several steps in flight) and bitwise-identical results on every rank; top-k
+# compressed tensors keep their error-feedback invariant under "fusion" and under an explicit
+# "none"; a static policy not wired yet is refused with FGB_ENOTSUP, an unknown one with the list
+# of known policies.
+set -u
+source "$(dirname "$0")/../lib/world.sh"
+bin="${FGBUFF_TEST_BIN:?}"
+sync="${FGBUFF_SYNC_BIN:?}"
+world_start 3 --policy fusion || exit 1
+trap 'world_stop >/dev/null 2>&1' EXIT
+out="$FGBUFF_RUNTIME_DIR"
+rc=0
+run3() { # TAG CMD...: three ranks, rank r on daemon r
+  local tag="$1" r pids=()
+  shift
+  for r in 0 1 2; do
+    "$@" --rank $r --size 3 --socket "$out/cpu$r.sock" >"$out/$tag.$r.out" 2>&1 &
+    pids+=($!)
+  done
+  for r in 0 1 2; do
+    wait "${pids[$r]}" || { echo "$tag: rank $r failed:"; cat "$out/$tag.$r.out"; rc=1; }
+  done
+  for r in 1 2; do
+    diff <(grep hash "$out/$tag.0.out") <(grep hash "$out/$tag.$r.out") >/dev/null ||
+      { echo "$tag: rank $r results differ from rank 0"; rc=1; }
+  done
+}
+run3 fused "$sync" --job fused --steps 4 --skip 2
+[ "$(grep -c hash "$out/fused.0.out")" -eq 4 ] || { echo "fused: missing steps"; rc=1; }
+run3 fusedpipe "$sync" --job fusedpipe --steps 6 --skip 4 --pipeline 1
+[ "$(grep -c hash "$out/fusedpipe.0.out")" -eq 6 ] || { echo "fusedpipe: missing steps"; rc=1; }
+run3 topk-fusion "$bin/compclient" --job topk-fusion --compressor topk --density 0.05
+run3 topk-none "$bin/compclient" --job topk-none --compressor topk --density 0.05 --policy none
+# Refusals at join (compclient exits 2 with the daemon's message).
+"$bin/compclient" --rank 0 --size 1 --socket "$out/cpu0.sock" --compressor topk --job p1 \
+  --policy fgbuff >"$out/p1.out" 2>&1
+[ $? -eq 2 ] && grep -q "FGB_ENOTSUP" "$out/p1.out" && grep -q "fgbuff" "$out/p1.out" ||
+  { echo "policy fgbuff not refused as not wired:"; cat "$out/p1.out"; rc=1; }
+"$bin/compclient" --rank 0 --size 1 --socket "$out/cpu0.sock" --compressor topk --job p2 \
+  --policy nosuch >"$out/p2.out" 2>&1
+[ $? -eq 2 ] && grep -q "FGB_EINVAL" "$out/p2.out" && grep -q "known:.*rgmerge" "$out/p2.out" ||
+  { echo "unknown policy not refused with the known ones:"; cat "$out/p2.out"; rc=1; }
+world_stop || { echo "world_stop failed"; rc=1; }
+trap - EXIT
+[ $rc -eq 0 ] || cat "$FGBUFF_WORLD_LOG"
+exit $rc
