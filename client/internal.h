@@ -26,7 +26,7 @@ typedef struct cli_done {
   uint32_t tensor_id;
   uint64_t step;
   fgb_status status;
-  int seen; /* returned once by fgb_wait/fgb_test: may be pruned */
+  int seen;            /* returned once by fgb_wait/fgb_test: may be pruned */
   uint32_t event_slot; /* GPU: slot of the daemon's done event */
   char *error;
 } cli_done;

@@ -60,7 +60,7 @@ typedef struct srv_tensor {
   uint64_t last_step; /* last step submitted or flushed */
   int poisoned;
   char poison[512];
-  uint32_t gpu_slot; /* CUDA arenas: event slot of the last submit (named in Done) */
+  uint32_t gpu_slot;           /* CUDA arenas: event slot of the last submit (named in Done) */
   const struct comp_ops *comp; /* NULL: dense (compressor "none") */
   double density;
 } srv_tensor;
@@ -69,9 +69,9 @@ typedef struct srv_tensor {
 typedef struct srv_pending {
   uint32_t tensor_id;
   uint64_t step;
-  uint8_t flushed;  /* contributes zeros (EndStep) */
-  uint8_t reported; /* coord_ready called (needs the key) */
-  uint8_t issued;   /* handed to the engine */
+  uint8_t flushed;   /* contributes zeros (EndStep) */
+  uint8_t reported;  /* coord_ready called (needs the key) */
+  uint8_t issued;    /* handed to the engine */
   uint8_t observing; /* GPU: waiting for the observer stream to pass the client's event */
 } srv_pending;
 

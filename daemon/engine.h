@@ -49,7 +49,7 @@ typedef struct eng_item {
   uint64_t job_key;
   /* FORM */
   int job_rank, job_size;
-  int *world_ranks; /* owned */
+  int *world_ranks;          /* owned */
   uint8_t uid[COMM_MAX_UID]; /* FORM: transport bootstrap id from the leader (NCCL unique id) */
   size_t uid_len;
   /* ISSUE */

@@ -176,7 +176,7 @@ int main(int argc, char **argv) {
 #else
       (
 #endif
-               eng_start(d.loop, &comm_mpi_ops, srv_engine_result, &d, &d.eng, err, sizeof(err))) !=
+             eng_start(d.loop, &comm_mpi_ops, srv_engine_result, &d, &d.eng, err, sizeof(err))) !=
           FGB_OK) {
     LOG_ERROR("%s", err);
     MPI_Abort(MPI_COMM_WORLD, 1);

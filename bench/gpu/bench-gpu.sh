@@ -19,7 +19,10 @@ run() {
     -x NCCL_IB_DISABLE -x NCCL_SOCKET_IFNAME -x NCCL_NVLS_ENABLE \
     "$build/bench/gpu/bench-gpu-allreduce" --label "$label" "$@"
   gpu_world_stop
+  # FGBUFF_GPU_TRACE=1: the daemons' per-collective timings of the 4-byte runs
+  [ -z "${FGBUFF_GPU_TRACE:-}" ] || grep gtrace "$GPU_WORLD_LOG" | tail -12
 }
 run nvlink "$@"
+[ -z "${BENCH_FAST_ONLY:-}" ] || exit 0
 export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo
 run loopback-sockets --max 268435456 --iters-scale 0.3 "$@"

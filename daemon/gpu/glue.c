@@ -14,6 +14,7 @@
 #include "log.h"
 
 typedef struct watch {
+  uint64_t t_us; /* when the submit arrived (FGBUFF_GPU_TRACE) */
   uint32_t tensor_id;
   uint64_t step;
   uint32_t slot;
@@ -27,6 +28,9 @@ static int g_idle_on;
 static srv *g_d;
 
 fgb_status srv_gpu_start(srv *d, coord *c, char *err, size_t errlen) {
+  /* All connections at communicator creation (on the init thread), none lazily inside a
+   * collective call on the engine thread, where a peer that died could block it. */
+  setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   fgb_status st = gpu_bind(d->cfg.device, err, errlen);
   if (st != FGB_OK) return st;
   d->gpu = 1;
@@ -151,6 +155,9 @@ static void on_idle(uv_idle_t *h) {
     }
     uint32_t tid = w->tensor_id;
     uint64_t step = w->step;
+    if (getenv("FGBUFF_GPU_TRACE") && t->count == 1)
+      LOG_INFO("gtrace submit step %llu at %llu observed +%llu us", (unsigned long long)step,
+               (unsigned long long)w->t_us, (unsigned long long)(srv_now_us() - w->t_us));
     drop_watch(i);
     if (r < 0)
       LOG_WARN("tensor %u step %llu: observer event failed", tid, (unsigned long long)step);
@@ -177,7 +184,7 @@ fgb_status srv_gpu_observe(srv_tensor *t, uint32_t slot, uint64_t step, char *er
   if (st != FGB_OK) return st;
   t->gpu_slot = slot;
   t->arena->refs++;
-  g_w[g_nw++] = (watch){t->id, step, slot, t->arena};
+  g_w[g_nw++] = (watch){srv_now_us(), t->id, step, slot, t->arena};
   if (!g_idle_on) {
     uv_idle_start(&g_idle, on_idle);
     g_idle_on = 1;

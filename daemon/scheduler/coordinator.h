@@ -82,15 +82,15 @@ typedef struct coord_event {
   uint64_t step;       /* ISSUE, STALL */
   uint32_t tensor_key; /* TENSOR_OK, TENSOR_MISMATCH, STALL */
   char tensor_name[COORD_MAX_NAME + 1];
-  uint32_t ntensors;     /* ISSUE */
-  uint32_t *tensor_keys; /* ISSUE (owned by the event) */
-  int job_size;          /* JOB_FORMED */
-  int *world_ranks;      /* JOB_FORMED: job_size entries; STALL: missing world ranks (owned) */
+  uint32_t ntensors;          /* ISSUE */
+  uint32_t *tensor_keys;      /* ISSUE (owned by the event) */
+  int job_size;               /* JOB_FORMED */
+  int *world_ranks;           /* JOB_FORMED: job_size entries; STALL: missing world ranks (owned) */
   uint8_t uid[COORD_MAX_UID]; /* JOB_FORMED: transport bootstrap id from the leader (uid_len) */
   uint32_t uid_len;
-  int nmissing;          /* STALL */
-  int failed_rank;       /* JOB_ABORTED: job rank that failed, -1 if unknown */
-  char text[512];        /* human-readable reason naming what is wrong */
+  int nmissing;    /* STALL */
+  int failed_rank; /* JOB_ABORTED: job rank that failed, -1 if unknown */
+  char text[512];  /* human-readable reason naming what is wrong */
   int code; /* JOIN_REFUSED, ERROR: fgb_status of the refusal (FGB_EEXIST: rank or job already
                joined; FGB_EINVAL: size; FGB_ENOTFOUND: unknown job/key; ...) */
 } coord_event;
