@@ -13,9 +13,6 @@
 #include "daemon.h"
 #include "dtype.h"
 #include "log.h"
-#ifdef FGBUFF_HAVE_CUDA
-#include "gpu_srv.h"
-#endif
 #include "plan_exec.h"
 #ifdef FGBUFF_HAVE_CUDA
 #include "gpu_srv.h"
