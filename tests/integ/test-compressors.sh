@@ -2,7 +2,9 @@
 # Three daemons, one job per compressor (topk, randomk, dgc, gaussiank, powersgd, fp16), three
 # clients each: every step's result equals the average of what each rank's compressor sent
 # (derived from the exported error-feedback state; top-k also checks its selection), and every
-# rank's results are bitwise identical. Rank 0 also checks the registration errors. Then ranks
+# rank's results are bitwise identical; importing the state from before the last step and
+# repeating its input reproduces its result bitwise (step-independent compressors); a damaged
+# blob is refused. Rank 0 also checks the registration errors. Then ranks
 # that disagree on the compressor: each gets FGB_EMISMATCH, none hangs.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
