@@ -45,6 +45,11 @@ fgb_status srv_comp_check(srv_job *j, const Fgbuff__V1__RegisterTensor *m,
              names);
     return FGB_EINVAL;
   }
+  if (strncmp(j->d->cfg.device, "cuda:", 5) == 0) {
+    /* compress_path.c runs the host kernels on host memory; the GPU data path has its own. */
+    snprintf(err, errlen, "compressor: '%s' is not wired into the GPU data path yet", ops->name);
+    return FGB_ENOTSUP;
+  }
   fgb_dtype dt = (fgb_dtype)m->dtype;
   if (dt != FGB_FLOAT32 && dt != FGB_FLOAT16 && dt != FGB_BFLOAT16) {
     snprintf(err, errlen, "compressor: '%s' needs a floating-point tensor (fp32, fp16, bf16)",
