@@ -65,9 +65,6 @@ fgb_status cli_default_socket(fgb_client *c, char *out, size_t outlen) {
   else
     snprintf(dir, sizeof(dir), "/tmp/fgbuff-%u", (unsigned)getuid());
 #ifdef FGBUFF_HAVE_CUDA
-  if (!found && cli_cuda_socket(dir, out, outlen)) return FGB_OK; /* the daemon of our GPU */
-#endif
-#ifdef FGBUFF_HAVE_CUDA
   /* A thread with a current CUDA context talks to its GPU's daemon (launchers' local ranks and
    * FGBUFF_LOCAL_INDEX name CPU daemons). */
   if (cli_cuda_socket(dir, out, outlen)) return FGB_OK;

@@ -125,5 +125,10 @@ int main(int argc, char **argv) {
     printf("job B was slower while job A slept inside a step\n");
     fail = 1;
   }
+  for (int i = 0; i < nw; i++) free(w[i].d);
+  free(all[0]);
+  free(all[1]);
+  fclose(fm);
+  fclose(ft);
   return fail;
 }

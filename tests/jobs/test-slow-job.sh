@@ -13,7 +13,6 @@ source "$(dirname "$0")/../lib/world.sh"
 bin="${FGBUFF_TEST_BIN:?}"
 total="${FGBUFF_JOB_SLOW_MS:-10000}"
 windows="${FGBUFF_JOB_WINDOWS:-50}"
-win_ms=$((total / windows))
 # A short stall timeout: the daemons report A's stalled steps while B runs (that path must not
 # cost B either).
 world_start 2 --stall-timeout-ms 100 || exit 1
@@ -24,8 +23,15 @@ for r in 0 1; do
   spawn "B.$r" "$bin/jobclient" --job fast --rank $r --size 2 --stop-file "$out/stop" --times \
     --socket "$out/cpu$r.sock"
 done
-# B is running before A starts.
+# B is running before A starts. Its solo median step time sets the windows' length: at least 25 of
+# B's steps per window (a loaded machine or a sanitizer build makes B slow), at least 20 windows.
 for _ in $(seq 1 600); do [ "$(grep -c ' hash ' "$out/B.0.out" 2>/dev/null)" -ge 50 ] && break; sleep 0.1; done
+step_us=$(awk '$1 == "t" { print $4 - $3 }' "$out/B.0.out" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] + 0 }')
+win_ms=$((total / windows))
+[ "$win_ms" -ge $((step_us * 25 / 1000)) ] || win_ms=$((step_us * 25 / 1000))
+windows=$((total / win_ms))
+[ "$windows" -ge 20 ] || windows=20
+echo "job B alone: median step ${step_us} us; job A: $windows windows of ${win_ms} ms"
 for r in 0 1; do
   spawn "A.$r" "$bin/jobclient" --job slow --rank $r --size 2 --windows "$windows" \
     --window-ms "$win_ms" --sleeper $r --spin "${FGBUFF_JOB_SPIN:-0}" --socket "$out/cpu$r.sock"
