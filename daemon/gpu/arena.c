@@ -12,6 +12,7 @@
  * query of an event whose exporter died just stays "not ready" until the job's abort drops it. */
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,18 @@ struct gpu_arena {
   cudaEvent_t *done_ev;   /* daemon-owned, interprocess: recorded after write-back */
   cudaStream_t init;      /* records each done event once at creation */
 };
+
+/* cuMemGetAddressRange through dlopen: fgbuffd does not link the driver (see CMakeLists.txt). */
+static CUresult mem_range(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
+  static CUresult (*fn)(CUdeviceptr *, size_t *, CUdeviceptr);
+  static int tried;
+  if (!tried) {
+    tried = 1;
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (h) *(void **)&fn = dlsym(h, "cuMemGetAddressRange_v2");
+  }
+  return fn ? fn(base, size, p) : CUDA_ERROR_NOT_INITIALIZED;
+}
 
 static int uuid_eq(const char *a, const char *b) {
   if (strncasecmp(a, "GPU-", 4) == 0) a += 4;
@@ -104,7 +117,7 @@ fgb_status gpu_arena_open(const uint8_t *handle, size_t hlen, const char *device
          gpu_uuid());
   CUdeviceptr pbase = 0;
   size_t psize = 0;
-  if (cuMemGetAddressRange(&pbase, &psize, (CUdeviceptr)(uintptr_t)a->base) != CUDA_SUCCESS)
+  if (mem_range(&pbase, &psize, (CUdeviceptr)(uintptr_t)a->base) != CUDA_SUCCESS)
     FAIL("cuda_ipc_handle", FGB_EINVAL, "cuda_ipc_handle: cannot query the allocation's size");
   if (bytes > psize - ((uintptr_t)a->base - (uintptr_t)pbase))
     FAIL("bytes", FGB_EINVAL, "bytes: %llu is larger than the shared allocation (%zu bytes)",

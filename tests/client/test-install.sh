@@ -35,6 +35,7 @@ LD_LIBRARY_PATH="$libdir" "$tmp/train" | grep -q FGB_EPEER
 readelf -d "$tmp/train" | grep -q 'libfgbuff_client.so' || { echo "not linked to the shared library"; exit 1; }
 # shellcheck disable=SC2046
 $cc $extra "$tmp/train.c" -o "$tmp/train-static" $(pkg-config --cflags fgbuff-client) \
-  "$libdir/libfgbuff_client.a" $(pkg-config --libs --static libprotobuf-c)
+  "$libdir/libfgbuff_client.a" $(pkg-config --libs --static libprotobuf-c) \
+  $(pkg-config --libs --static fgbuff-client | sed 's/-lfgbuff_client//')
 "$tmp/train-static" | grep -q FGB_EPEER
 echo "install + pkg-config ok"
