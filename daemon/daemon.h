@@ -72,7 +72,7 @@ typedef struct srv_pending {
   uint8_t flushed;   /* contributes zeros (EndStep) */
   uint8_t reported;  /* coord_ready called (needs the key) */
   uint8_t issued;    /* handed to the engine */
-  uint8_t observing; /* GPU: waiting for the observer stream to pass the client's event */
+  uint8_t observing; /* GPU: waiting until the client's event is seen complete */
 } srv_pending;
 
 /* An ad-hoc collective (Collective message) waiting for agreement or the engine. */

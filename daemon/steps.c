@@ -111,7 +111,7 @@ static int report_ready(srv *d, srv_job *j, srv_tensor *t, uint64_t step) {
 }
 
 #ifdef FGBUFF_HAVE_CUDA
-/* The observer stream passed the client's event of (tensor, step): report it ready. */
+/* The client's event of (tensor, step) is seen complete: report it ready. */
 void srv_gpu_observed(srv *d, uint32_t tensor_id, uint64_t step) {
   srv_tensor *t = srv_tensor_get(d, tensor_id);
   srv_job *j = t ? t->job : NULL;
@@ -220,7 +220,7 @@ void srv_on_submit(srv_session *s, uint64_t req_id, const Fgbuff__V1__Submit *m)
     return;
   }
 #ifdef FGBUFF_HAVE_CUDA
-  if (t->arena->gpu) { /* ready once the observer stream passed the client's event */
+  if (t->arena->gpu) { /* ready once the client's event is seen complete */
     fgb_status gst = srv_gpu_observe(t, m->event_slot, m->step, gerr, sizeof(gerr));
     if (gst == FGB_OK) {
       j->pending[j->npending - 1].observing = 1;

@@ -1,8 +1,10 @@
 /* daemon/gpu/glue.c — the GPU data plane's side of the loop thread: start-up of a GPU daemon
  * (bind, MPS check, engine stream, NCCL transport, the coordinator's unique-id hook), CUDA arena
  * registration, and readiness: a submit of a tensor in a CUDA arena is reported to the coordinator
- * only once the arena's observer stream has passed the client's event (polled from a uv_idle
- * handle while observations are outstanding, so an idle daemon does not spin). */
+ * only once the client's interprocess event is seen complete (cudaEventQuery from a uv_idle
+ * handle while observations are outstanding, so an idle daemon does not spin; see arena.c for why
+ * no stream waits on a client's event). The idle handle spins the loop thread while a submit
+ * waits for the client's GPU: a backoff to a timer is still to do. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,7 +162,8 @@ static void on_idle(uv_idle_t *h) {
                (unsigned long long)w->t_us, (unsigned long long)(srv_now_us() - w->t_us));
     drop_watch(i);
     if (r < 0)
-      LOG_WARN("tensor %u step %llu: observer event failed", tid, (unsigned long long)step);
+      LOG_WARN("tensor %u step %llu: querying the client's event failed", tid,
+               (unsigned long long)step);
     srv_gpu_observed(g_d, tid, step);
   }
   if (g_nw == 0 && g_idle_on) {

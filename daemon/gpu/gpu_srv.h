@@ -17,8 +17,8 @@ int srv_gpu_sock_name(srv *d, char *out, size_t cap);
 void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__RegisterArena *m, int *fds,
                       int nfds);
 void srv_gpu_arena_close(srv_arena *a);
-/* steps.c: a submit of a tensor in a CUDA arena: check the slot, then observe the client's event;
- * the submit is reported ready by srv_gpu_observed (steps.c) once the GPU passed it. */
+/* steps.c: a submit of a tensor in a CUDA arena: check the slot, then watch the client's event;
+ * the submit is reported ready by srv_gpu_observed (steps.c) once the client's GPU passed it. */
 int srv_gpu_slot_check(srv_tensor *t, uint32_t slot, char *err, size_t errlen);
 fgb_status srv_gpu_observe(srv_tensor *t, uint32_t slot, uint64_t step, char *err, size_t errlen);
 void srv_gpu_observed(srv *d, uint32_t tensor_id, uint64_t step);
