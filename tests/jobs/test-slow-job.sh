@@ -4,8 +4,8 @@
 # windows interleave well with the load of a shared machine) while job B runs steps
 # without pause on the same two daemons. A's ranks are idle between steps for as long again, so
 # windows where A sleeps inside a step alternate with windows where A has nothing in the daemons;
-# B's median step time in the former must stay within 10% of the latter (stepstats.c: per slow
-# window against its neighbouring solo windows, median of the ratios). A's steps then complete
+# B's median step time over all the former must stay within 10% of its median over all the latter
+# (stepstats.c; it also prints each slow window against its neighbours). A's steps then complete
 # with exact results and no error, and so do all of B's. Negative control (by hand):
 # FGBUFF_JOB_SPIN=1 makes A busy-wait instead of sleeping, which costs B CPU time and must fail.
 set -u
