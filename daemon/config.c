@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "plan_exec.h"
 #include "policy.h"
 
 static const char usage[] =
@@ -30,10 +31,11 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
 }
 
 /* Merge policies: names come from the scheduler's registry; the daemon runs the dynamic ones
- * ("none", "fusion": plan_exec.h). Returns 1 for a policy the daemon runs, 0 for an unknown name,
- * -1 for a registered policy not wired into the daemon yet; err says which. */
+ * ("none", "fusion") and the static ones with a plan() (plan_exec.h). Returns 1 for a policy the
+ * daemon runs, 0 for an unknown name, -1 for a registered policy not wired into the daemon yet; err
+ * says which. */
 int srv_policy_check(const char *name, char *err, size_t errlen) {
-  if (strcmp(name, "none") == 0 || strcmp(name, "fusion") == 0) return 1;
+  if (strcmp(name, "none") == 0 || strcmp(name, "fusion") == 0 || srv_plan_policy(name)) return 1;
   char known[256];
   size_t off = 0;
   known[0] = 0;

@@ -127,6 +127,7 @@ struct srv_job {
   uint32_t nstalls, stcap;
   uint32_t inflight; /* engine items not completed */
   uint64_t steps_completed, bytes_sent, bytes_received, last_step_latency_us;
+  struct srv_plan *plan; /* static merge policies (plan_exec.c); NULL until the first ISSUE */
   srv_job *next;
 };
 

@@ -9,6 +9,7 @@
 #include "daemon.h"
 #include "engine.h"
 #include "log.h"
+#include "plan_exec.h"
 #ifdef FGBUFF_HAVE_CUDA
 #include "gpu_srv.h"
 #endif
@@ -92,6 +93,8 @@ static void on_issue(srv *d, coord_event *ev) {
               (unsigned long long)ev->seq, (unsigned long long)ev->job_key);
     return;
   }
+  /* Static plans hold a buffer's ISSUEs until its last member is agreed (plan_exec.c). */
+  if (!(ev->step & SRV_COLL_STEP) && srv_plan_on_issue(j, ev)) return;
   eng_item *it = calloc(1, sizeof(*it));
   eng_tensor *ts = calloc(ev->ntensors ? ev->ntensors : 1, sizeof(*ts));
   if (!it || !ts) goto nomem;

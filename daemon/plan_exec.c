@@ -1,17 +1,278 @@
-/* daemon/plan_exec.c — how a job's merge policy shapes what the coordinator issues (see
- * plan_exec.h). The leader fuses greedily by the bytes each tensor announced at registration
- * (coord_tensor_meta.bytes, taken from the first rank that registered it, so every rank receives
- * the same groups); a tensor announcing more than the cap is never fused. */
+/* daemon/plan_exec.c — how a job's merge policy shapes what the coordinator issues and what the
+ * engine runs (see plan_exec.h). Dynamic policies: the leader fuses greedily by the bytes each
+ * tensor announced at registration (coord_tensor_meta.bytes, taken from the first rank that
+ * registered it, so every rank receives the same groups); a tensor announcing more than the cap is
+ * never fused. Static policies: every tensor travels alone through the coordinator; the plan is a
+ * function of the job's ISSUE stream, which every rank receives identically and in the same
+ * order, so every rank computes the same plan and holds/releases the same buffers at the same
+ * point of the world sequence (docs/scheduling.md, "Static plans in fgbuffd"). */
 #include "plan_exec.h"
 
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "daemon.h"
+#include "log.h"
+#include "policy.h"
 
 #define SRV_UNFUSED (1ull << 62) /* above any cap, and total + bytes cannot wrap in the leader */
+
+/* A plan buffer of one step whose members are partly agreed: ISSUEs held back. */
+typedef struct plan_hold {
+  uint64_t step;
+  uint32_t buf;
+  uint32_t n; /* members agreed so far */
+} plan_hold;
+
+typedef struct srv_plan {
+  const sched_policy_ops *ops;
+  int started;
+  uint64_t s0;    /* step of the job's first ISSUE */
+  uint32_t *seen; /* keys issued before the plan's agreed step, first-seen order */
+  uint32_t nseen, seencap;
+  uint32_t *last; /* keys issued for the last warm-up step, in ISSUE order */
+  uint32_t nlast, lastcap;
+  int state; /* 0: warm-up; 1: planned; -1: planning failed (per-tensor from then on) */
+  sched_plan plan;
+  uint32_t *buf_of; /* key -> buffer index + 1 (0: not in the plan) */
+  uint32_t nbuf_of;
+  plan_hold *holds;
+  uint32_t nholds, hcap;
+} srv_plan;
 
 uint64_t srv_policy_group_bytes(const srv_job *j, const srv_tensor *t) {
   /* Compressed tensors keep their own compressor instance and travel alone. */
   if (strcmp(j->policy, "fusion") != 0 || t->comp) return SRV_UNFUSED;
   return t->count * t->esize;
+}
+
+int srv_plan_policy(const char *name) {
+  const sched_policy_ops *ops = sched_find(name);
+  return ops && ops->plan && !(ops->flags & SCHED_DYNAMIC);
+}
+
+static int push_key(uint32_t **arr, uint32_t *n, uint32_t *cap, uint32_t key) {
+  for (uint32_t i = 0; i < *n; i++)
+    if ((*arr)[i] == key) return 0;
+  if (*n == *cap) {
+    uint32_t nc = *cap ? *cap * 2 : 64;
+    uint32_t *p = realloc(*arr, nc * sizeof(*p));
+    if (!p) return -1;
+    *arr = p;
+    *cap = nc;
+  }
+  (*arr)[(*n)++] = key;
+  return 0;
+}
+
+static const srv_tensor *tensor_by_key(const srv_job *j, uint32_t key) {
+  for (uint32_t i = 0; i < j->ntensors; i++)
+    if (j->tensors[i]->key_known && j->tensors[i]->key == key) return j->tensors[i];
+  return NULL;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Costs used until measured costs are exchanged (not yet): a CPU world over TCP. Every rank uses
+ * the same constants, so the plan stays a function of agreed inputs. */
+static const sched_costs plan_costs = {.ar_alpha = 100e-6,
+                                       .ar_beta = 1e-9,
+                                       .ag_alpha = 100e-6,
+                                       .ag_beta = 1e-9,
+                                       .comp_alpha = 10e-6,
+                                       .comp_beta = 5e-9,
+                                       .dec_alpha = 10e-6,
+                                       .dec_beta = 2e-9};
+
+/* Plan from the observed stream: the last warm-up step's ISSUE order (the agreed ready order),
+ * then tensors seen only earlier in ascending key. */
+static fgb_status build_plan(srv_job *j, srv_plan *pl, char *err, size_t errlen) {
+  uint32_t n = 0;
+  sched_tensor *ts = calloc(pl->nseen ? pl->nseen : 1, sizeof(*ts));
+  uint32_t *rest = calloc(pl->nseen ? pl->nseen : 1, sizeof(*rest));
+  fgb_status st = FGB_OK;
+  if (!ts || !rest) {
+    st = FGB_ENOMEM;
+    snprintf(err, errlen, "out of memory");
+    goto out;
+  }
+  uint32_t nrest = 0;
+  for (uint32_t i = 0; i < pl->nseen; i++) {
+    int in_last = 0;
+    for (uint32_t k = 0; k < pl->nlast && !in_last; k++) in_last = pl->last[k] == pl->seen[i];
+    if (!in_last) rest[nrest++] = pl->seen[i];
+  }
+  qsort(rest, nrest, sizeof(*rest), cmp_u32);
+  for (uint32_t i = 0; i < pl->nlast + nrest; i++) {
+    uint32_t key = i < pl->nlast ? pl->last[i] : rest[i - pl->nlast];
+    const srv_tensor *t = tensor_by_key(j, key);
+    if (!t) continue; /* cannot happen: an agreed key is registered here */
+    ts[n++] = (sched_tensor){.id = key,
+                             .count = t->count,
+                             .elem_size = t->esize,
+                             .compressible = t->comp != NULL,
+                             .density = t->comp ? t->density : 1.0};
+  }
+  sched_inputs in = {.ntensors = n,
+                     .tensors = ts,
+                     .ready = NULL,
+                     .costs = plan_costs,
+                     .nranks = j->size,
+                     .options = NULL};
+  if ((st = pl->ops->plan(&in, &pl->plan, err, errlen)) != FGB_OK) goto out;
+  sched_plan_stamp(&pl->plan, NULL, pl->s0 + SRV_PLAN_WARMUP_STEPS, SRV_PLAN_LEAD);
+  uint32_t maxkey = 0;
+  for (uint32_t i = 0; i < pl->plan.ntensors; i++)
+    if (pl->plan.order[i] > maxkey) maxkey = pl->plan.order[i];
+  pl->nbuf_of = maxkey + 1;
+  pl->buf_of = calloc(pl->nbuf_of, sizeof(*pl->buf_of));
+  if (!pl->buf_of) {
+    sched_plan_free(&pl->plan);
+    st = FGB_ENOMEM;
+    snprintf(err, errlen, "out of memory");
+    goto out;
+  }
+  for (uint32_t b = 0; b < pl->plan.nbuffers; b++) {
+    const sched_buffer *sb = &pl->plan.buffers[b];
+    for (uint32_t m = 0; m < sb->count; m++) pl->buf_of[pl->plan.order[sb->first + m]] = b + 1;
+  }
+out:
+  free(ts);
+  free(rest);
+  return st;
+}
+
+/* Take the buffer's members in plan order in place of the event's single key. */
+static int rewrite_issue(srv_plan *pl, coord_event *ev, uint32_t b) {
+  const sched_buffer *sb = &pl->plan.buffers[b];
+  uint32_t *keys = malloc(sb->count * sizeof(*keys));
+  if (!keys) return -1;
+  memcpy(keys, &pl->plan.order[sb->first], sb->count * sizeof(*keys));
+  free(ev->tensor_keys);
+  ev->tensor_keys = keys;
+  ev->ntensors = sb->count;
+  return 0;
+}
+
+int srv_plan_on_issue(srv_job *j, coord_event *ev) {
+  if (!srv_plan_policy(j->policy) || ev->ntensors != 1) return 0;
+  srv_plan *pl = j->plan;
+  if (!pl) {
+    if (!(pl = j->plan = calloc(1, sizeof(*pl)))) return 0;
+    pl->ops = sched_find(j->policy);
+  }
+  uint32_t key = ev->tensor_keys[0];
+  if (!pl->started) {
+    pl->started = 1;
+    pl->s0 = ev->step;
+  }
+  if (pl->state == 0) {
+    uint64_t agreed = pl->s0 + SRV_PLAN_WARMUP_STEPS;
+    if (ev->step < agreed) {
+      if (push_key(&pl->seen, &pl->nseen, &pl->seencap, key) != 0 ||
+          (ev->step + 1 == agreed && push_key(&pl->last, &pl->nlast, &pl->lastcap, key) != 0))
+        pl->state = -1; /* the same on every rank only by luck: logged loudly */
+      if (pl->state < 0) LOG_ERROR("job '%s': out of memory observing the plan", j->id.name);
+      return 0;
+    }
+    char err[256];
+    fgb_status st = build_plan(j, pl, err, sizeof(err));
+    pl->state = st == FGB_OK ? 1 : -1;
+    if (st != FGB_OK)
+      LOG_ERROR("job '%s': policy %s could not plan (%s): tensors travel alone", j->id.name,
+                j->policy, err);
+    else
+      LOG_INFO("job '%s': %s plan v%llu, %u buffers for %u tensors, from step %llu", j->id.name,
+               j->policy, (unsigned long long)pl->plan.version, pl->plan.nbuffers,
+               pl->plan.ntensors, (unsigned long long)pl->plan.first_step);
+  }
+  if (pl->state != 1 || ev->step < pl->plan.first_step || key >= pl->nbuf_of || !pl->buf_of[key])
+    return 0;
+  uint32_t b = pl->buf_of[key] - 1;
+  plan_hold *h = NULL;
+  uint32_t hi = 0;
+  for (; hi < pl->nholds && !h; hi++)
+    if (pl->holds[hi].step == ev->step && pl->holds[hi].buf == b) h = &pl->holds[hi];
+  if (!h) {
+    if (pl->nholds == pl->hcap) {
+      uint32_t nc = pl->hcap ? pl->hcap * 2 : 16;
+      plan_hold *p = realloc(pl->holds, nc * sizeof(*p));
+      if (!p) goto nomem;
+      pl->holds = p;
+      pl->hcap = nc;
+    }
+    hi = pl->nholds++;
+    h = &pl->holds[hi];
+    *h = (plan_hold){.step = ev->step, .buf = b, .n = 0};
+  } else {
+    hi--;
+  }
+  if (++h->n < pl->plan.buffers[b].count) return 1;
+  pl->holds[hi] = pl->holds[--pl->nholds];
+  if (rewrite_issue(pl, ev, b) != 0) goto nomem;
+  return 0;
+nomem:
+  /* Every rank would have to fail alike; a daemon out of memory cannot promise that. */
+  LOG_ERROR("job '%s': out of memory holding plan buffer %u of step %llu", j->id.name, b,
+            (unsigned long long)ev->step);
+  return 0;
+}
+
+size_t srv_plan_status_json(const srv_job *j, char *buf, size_t cap) {
+  const srv_plan *pl = j->plan;
+  return sched_plan_status_json(pl && pl->state == 1 ? &pl->plan : NULL, buf, cap);
+}
+
+void srv_plan_free(srv_job *j) {
+  srv_plan *pl = j->plan;
+  if (!pl) return;
+  if (pl->state == 1) sched_plan_free(&pl->plan);
+  free(pl->seen);
+  free(pl->last);
+  free(pl->buf_of);
+  free(pl->holds);
+  free(pl);
+  j->plan = NULL;
+}
+
+/* Appends like snprintf at *off (counting what does not fit). */
+static void tput(char *buf, size_t cap, size_t *off, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void tput(char *buf, size_t cap, size_t *off, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int w = vsnprintf(*off < cap ? buf + *off : NULL, *off < cap ? cap - *off : 0, fmt, ap);
+  va_end(ap);
+  if (w > 0) *off += (size_t)w;
+}
+
+size_t srv_plan_status_text(const srv_job *j, char *buf, size_t cap) {
+  size_t off = 0;
+  if (cap) buf[0] = 0;
+  const srv_plan *pl = j->plan;
+  if (!srv_plan_policy(j->policy)) return 0;
+  if (!pl || pl->state == 0) {
+    tput(buf, cap, &off, "    plan: warming up (%d steps as 'none')\n", SRV_PLAN_WARMUP_STEPS);
+    return off;
+  }
+  if (pl->state < 0) {
+    tput(buf, cap, &off, "    plan: planning failed, tensors travel alone (see the log)\n");
+    return off;
+  }
+  const sched_plan *p = &pl->plan;
+  tput(buf, cap, &off, "    plan v%llu (%s) from step %llu: %u buffers, %u tensors\n",
+       (unsigned long long)p->version, p->policy, (unsigned long long)p->first_step, p->nbuffers,
+       p->ntensors);
+  for (uint32_t b = 0; b < p->nbuffers; b++) {
+    const sched_buffer *sb = &p->buffers[b];
+    tput(buf, cap, &off, "      buffer %u: %u tensors, %llu elems, %llu B, %s k=%llu (%s)\n", b,
+         sb->count, (unsigned long long)sb->elems, (unsigned long long)sb->bytes,
+         sb->compress ? "compress" : "dense", (unsigned long long)sb->k, sb->reason);
+  }
+  return off;
 }

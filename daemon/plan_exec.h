@@ -1,7 +1,9 @@
 /* daemon/plan_exec.h — merge policies in fgbuffd. The dynamic ones run through the coordinator:
  * "none" issues every tensor alone, "fusion" lets the leader fuse the dense tensors that become
  * ready together into one ISSUE (one merge buffer in the engine) up to SRV_FUSION_BYTES. Static
- * policies (plans) are not wired yet: joining with one is FGB_ENOTSUP. */
+ * policies (fgbuff, rgmerge, syncea, omgs, dear) plan from the job's agreed ISSUE stream and hold
+ * a plan buffer's ISSUEs until all its members are agreed, then hand the engine one merge buffer
+ * (docs/scheduling.md, "Static plans in fgbuffd"). */
 #ifndef FGB_SRV_PLAN_EXEC_H
 #define FGB_SRV_PLAN_EXEC_H
 
@@ -10,12 +12,36 @@
 
 /* The leader's fusion cap (coord_config.fusion_bytes): the fusion policy's default threshold. */
 #define SRV_FUSION_BYTES (128u << 20)
+/* Steps a static-policy job runs as "none" while its order is observed. */
+#define SRV_PLAN_WARMUP_STEPS 5
+/* Steps between the agreed step and the plan's first step. */
+#define SRV_PLAN_LEAD 2
 
 struct srv_job;
 struct srv_tensor;
+struct coord_event;
 
 /* The bytes a tensor announces to the coordinator for grouping: its dense bytes in a "fusion" job
  * (dense tensors only), else a size above any cap, so it travels alone. */
 uint64_t srv_policy_group_bytes(const struct srv_job *j, const struct srv_tensor *t);
+
+/* 1 when `name` is a static policy (one with plan()) that fgbuffd runs. */
+int srv_plan_policy(const char *name);
+
+/* An agreed gradient ISSUE of a job (loop thread, in world-sequence order): observes it and, once
+ * a plan is in force for its step, holds it. Returns 1 when the ISSUE is held (the caller submits
+ * nothing), 0 when the caller submits `ev` as it now is: unchanged, or rewritten to carry every
+ * member of the plan buffer it completed (tensor_keys in plan order, the event's seq). A job
+ * whose plan fails is logged and falls back to per-tensor ISSUEs on every rank alike. */
+int srv_plan_on_issue(struct srv_job *j, struct coord_event *ev);
+
+/* The job's plan as sched_plan_status_json renders it, or "null"; like snprintf. */
+size_t srv_plan_status_json(const struct srv_job *j, char *buf, size_t cap);
+
+/* The same as text lines for fgbuffctl status (empty for dynamic policies); like snprintf. */
+size_t srv_plan_status_text(const struct srv_job *j, char *buf, size_t cap);
+
+/* Free the job's plan state (job release). */
+void srv_plan_free(struct srv_job *j);
 
 #endif

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "plan_exec.h"
 #ifdef FGBUFF_HAVE_CUDA
 #include "gpu_srv.h"
 #endif
@@ -82,7 +83,12 @@ static void job_json(sbuf *b, const srv *d, const srv_job *j) {
     for (int k = 0; k < s->nmissing; k++) sb_printf(b, "%s%d", k ? "," : "", s->missing[k]);
     sb_printf(b, "],\"waited_ms\":%llu}", (unsigned long long)waited_ms(d, s));
   }
-  sb_printf(b, "]}");
+  sb_printf(b, "],\"plan\":");
+  size_t plen = srv_plan_status_json(j, NULL, 0);
+  char *plan = malloc(plen + 1);
+  if (plan) srv_plan_status_json(j, plan, plen + 1);
+  sb_printf(b, "%s}", plan ? plan : "null");
+  free(plan);
 }
 
 static void job_text(sbuf *b, const srv *d, const srv_job *j) {
@@ -108,6 +114,13 @@ static void job_text(sbuf *b, const srv *d, const srv_job *j) {
     for (int k = 0; k < s->nmissing; k++) sb_printf(b, " %d", s->missing[k]);
     sb_printf(b, "\n");
   }
+  size_t plen = srv_plan_status_text(j, NULL, 0);
+  char *plan = plen ? malloc(plen + 1) : NULL;
+  if (plan) {
+    srv_plan_status_text(j, plan, plen + 1);
+    sb_printf(b, "%s", plan);
+  }
+  free(plan);
 }
 
 fgb_status srv_status_build(srv *d, char **json, char **text) {

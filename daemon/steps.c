@@ -11,6 +11,7 @@
 #include "daemon.h"
 #include "engine.h"
 #include "log.h"
+#include "plan_exec.h"
 #ifdef FGBUFF_HAVE_CUDA
 #include "gpu_srv.h"
 #endif
@@ -396,6 +397,7 @@ void srv_job_maybe_release(srv *d, srv_job *j) {
   free(j->colls);
   free(j->steps);
   free(j->stalls);
+  srv_plan_free(j);
   free(j);
 }
 

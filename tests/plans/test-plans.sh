@@ -1,0 +1,79 @@
+#!/bin/bash
+# Static merge plans in fgbuffd, one policy per run (argument: fgbuff, rgmerge, syncea, omgs or
+# dear): three daemons with that default policy. syncclient (six tensors of six dtypes, tensor 2
+# never submitted, 12 steps: warm-up, plan agreed, buffers from the plan's first step on) checks
+# the exact averages itself; every rank's results must be bitwise identical. While its last step
+# sleeps, every daemon's status must show the job's plan (version >= 1, buffers covering the six
+# tensors) and the three plans must be identical. compclient then runs a top-k (density 0.01)
+# tensor with the policy for 12 steps, checking every step against its exported error-feedback
+# state (so across the switch to the plan), with identical results on every rank.
+set -u
+policy="${1:?policy}"
+source "$(dirname "$0")/../lib/world.sh"
+bin="${FGBUFF_TEST_BIN:?}"
+sync="${FGBUFF_SYNC_BIN:?}"
+comp="${FGBUFF_COMP_BIN:?}"
+ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
+world_start 3 --policy "$policy" || exit 1
+trap 'world_stop >/dev/null 2>&1' EXIT
+out="$FGBUFF_RUNTIME_DIR"
+rc=0
+start3() { # TAG CMD...: three ranks in the background, rank r on daemon r
+  local tag="$1" r
+  shift
+  pids=()
+  for r in 0 1 2; do
+    "$@" --rank $r --size 3 --socket "$out/cpu$r.sock" >"$out/$tag.$r.out" 2>&1 &
+    pids+=($!)
+  done
+}
+wait3() { # TAG STEPS: wait, then every rank printed STEPS hashes identical to rank 0's
+  local tag="$1" steps="$2" r
+  for r in 0 1 2; do
+    wait "${pids[$r]}" || { echo "$tag: rank $r failed:"; cat "$out/$tag.$r.out"; rc=1; }
+  done
+  [ "$(grep -c hash "$out/$tag.0.out")" -eq "$steps" ] || { echo "$tag: missing steps"; rc=1; }
+  for r in 1 2; do
+    diff <(grep hash "$out/$tag.0.out") <(grep hash "$out/$tag.$r.out") >/dev/null ||
+      { echo "$tag: rank $r results differ from rank 0"; rc=1; }
+  done
+}
+job="dense-$policy"
+start3 "$job" "$sync" --job "$job" --steps 12 --skip 2 --sleep-at 12 --sleep-ms 6000
+# Poll every daemon's status until all three show the plan (adopted from step 8; the clients
+# sleep 6 s inside step 12, so the job is still there).
+for _ in $(seq 1 60); do
+  sleep 0.25
+  n=0
+  for r in 0 1 2; do
+    "$ctl" --socket "$out/cpu$r.sock" status --json >"$out/status.$r.json" 2>/dev/null &&
+      grep -q '"version"' "$out/status.$r.json" && n=$((n + 1))
+  done
+  [ $n -eq 3 ] && break
+done
+"$ctl" --socket "$out/cpu0.sock" status >"$out/status.0.txt" || { echo "status failed"; rc=1; }
+python3 - "$job" "$policy" "$out"/status.{0,1,2}.json <<'PY' || rc=1
+import json, sys
+job, policy = sys.argv[1], sys.argv[2]
+plans = []
+for f in sys.argv[3:]:
+    js = [j for j in json.load(open(f))["jobs"] if j["name"] == job]
+    assert js, f"{f}: job {job} not in status"
+    p = js[0]["plan"]
+    assert p is not None, f"{f}: no plan in status: {js[0]}"
+    plans.append(p)
+p = plans[0]
+assert p["policy"] == policy and p["version"] >= 1 and p["buffers"], p
+assert sum(b["tensors"] for b in p["buffers"]) == 6, p
+for q in plans[1:]:
+    assert q == p, f"plans differ across ranks: {p} vs {q}"
+PY
+grep -q "plan v[0-9]* ($policy)" "$out/status.0.txt" || { echo "status text lacks the plan:"; cat "$out/status.0.txt"; rc=1; }
+wait3 "$job" 12
+job="topk-$policy"
+start3 "$job" "$comp" --job "$job" --compressor topk --density 0.01 --steps 12 --policy "$policy"
+wait3 "$job" 12
+world_stop || { echo "world_stop failed"; rc=1; }
+trap - EXIT
+[ $rc -eq 0 ] || cat "$FGBUFF_WORLD_LOG"
+exit $rc
