@@ -6,7 +6,8 @@
 # sleeps, every daemon's status must show the job's plan (version >= 1, buffers covering the six
 # tensors) and the three plans must be identical. compclient then runs a top-k (density 0.01)
 # tensor with the policy for 12 steps, checking every step against its exported error-feedback
-# state (so across the switch to the plan), with identical results on every rank.
+# state (so across the switch to the plan), with identical results on every rank. A pipelined
+# syncclient run (several steps in flight, another tensor never submitted) is checked likewise.
 set -u
 policy="${1:?policy}"
 source "$(dirname "$0")/../lib/world.sh"
@@ -70,6 +71,11 @@ for q in plans[1:]:
 PY
 grep -q "plan v[0-9]* ($policy)" "$out/status.0.txt" || { echo "status text lacks the plan:"; cat "$out/status.0.txt"; rc=1; }
 wait3 "$job" 12
+# Several steps in flight (each tensor waits only for its own previous step): buffers of
+# different steps are held at the same time.
+job="pipe-$policy"
+start3 "$job" "$sync" --job "$job" --steps 14 --skip 4 --pipeline 1
+wait3 "$job" 14
 job="topk-$policy"
 start3 "$job" "$comp" --job "$job" --compressor topk --density 0.01 --steps 12 --policy "$policy"
 wait3 "$job" 12
