@@ -26,18 +26,25 @@ typedef struct plan_hold {
   uint32_t n; /* members agreed so far */
 } plan_hold;
 
+/* One adopted plan version and its key -> buffer map. */
+typedef struct plan_ver {
+  sched_plan plan;
+  uint32_t *buf_of; /* key -> buffer index + 1 (0: not in the plan) */
+  uint32_t nbuf_of;
+} plan_ver;
+
 typedef struct srv_plan {
   const sched_policy_ops *ops;
   int started;
   uint64_t s0;    /* step of the job's first ISSUE */
-  uint32_t *seen; /* keys issued before the plan's agreed step, first-seen order */
+  uint32_t *seen; /* keys issued during warm-up, first-seen order */
   uint32_t nseen, seencap;
-  uint32_t *last; /* keys issued for the last warm-up step, in ISSUE order */
+  uint32_t *last; /* keys issued for the observed step (warm-up's last, or before a re-plan) */
   uint32_t nlast, lastcap;
-  int state; /* 0: warm-up; 1: planned; -1: planning failed (per-tensor from then on) */
-  sched_plan plan;
-  uint32_t *buf_of; /* key -> buffer index + 1 (0: not in the plan) */
-  uint32_t nbuf_of;
+  int state;     /* 0: warm-up; 1: planned; -1: planning failed (per-tensor from then on) */
+  plan_ver v[2]; /* nv adopted versions kept, newest last (the previous one finishes its steps) */
+  int nv;
+  uint64_t next_check; /* re-planning policies: the next step at which to re-plan */
   plan_hold *holds;
   uint32_t nholds, hcap;
 } srv_plan;
@@ -89,13 +96,21 @@ static const sched_costs plan_costs = {.ar_alpha = 100e-6,
                                        .dec_alpha = 10e-6,
                                        .dec_beta = 2e-9};
 
-/* Plan from the observed stream: the last warm-up step's ISSUE order (the agreed ready order),
- * then tensors seen only earlier in ascending key. */
-static fgb_status build_plan(srv_job *j, srv_plan *pl, char *err, size_t errlen) {
-  uint32_t n = 0;
-  sched_tensor *ts = calloc(pl->nseen ? pl->nseen : 1, sizeof(*ts));
-  uint32_t *rest = calloc(pl->nseen ? pl->nseen : 1, sizeof(*rest));
+static void ver_free(plan_ver *v) {
+  sched_plan_free(&v->plan);
+  free(v->buf_of);
+  memset(v, 0, sizeof(*v));
+}
+
+/* Plan from the observed stream: the observed step's ISSUE order (the agreed ready order), then
+ * tensors seen only during warm-up in ascending key. Stamped after `prev` (NULL: version 1). */
+static fgb_status build_plan(srv_job *j, srv_plan *pl, const sched_plan *prev, uint64_t agreed,
+                             plan_ver *out, char *err, size_t errlen) {
+  uint32_t n = 0, cap = pl->nseen + pl->nlast;
+  sched_tensor *ts = calloc(cap ? cap : 1, sizeof(*ts));
+  uint32_t *rest = calloc(cap ? cap : 1, sizeof(*rest));
   fgb_status st = FGB_OK;
+  memset(out, 0, sizeof(*out));
   if (!ts || !rest) {
     st = FGB_ENOMEM;
     snprintf(err, errlen, "out of memory");
@@ -124,22 +139,22 @@ static fgb_status build_plan(srv_job *j, srv_plan *pl, char *err, size_t errlen)
                      .costs = plan_costs,
                      .nranks = j->size,
                      .options = NULL};
-  if ((st = pl->ops->plan(&in, &pl->plan, err, errlen)) != FGB_OK) goto out;
-  sched_plan_stamp(&pl->plan, NULL, pl->s0 + SRV_PLAN_WARMUP_STEPS, SRV_PLAN_LEAD);
+  if ((st = pl->ops->plan(&in, &out->plan, err, errlen)) != FGB_OK) goto out;
+  sched_plan_stamp(&out->plan, prev, agreed, SRV_PLAN_LEAD);
   uint32_t maxkey = 0;
-  for (uint32_t i = 0; i < pl->plan.ntensors; i++)
-    if (pl->plan.order[i] > maxkey) maxkey = pl->plan.order[i];
-  pl->nbuf_of = maxkey + 1;
-  pl->buf_of = calloc(pl->nbuf_of, sizeof(*pl->buf_of));
-  if (!pl->buf_of) {
-    sched_plan_free(&pl->plan);
+  for (uint32_t i = 0; i < out->plan.ntensors; i++)
+    if (out->plan.order[i] > maxkey) maxkey = out->plan.order[i];
+  out->nbuf_of = maxkey + 1;
+  out->buf_of = calloc(out->nbuf_of, sizeof(*out->buf_of));
+  if (!out->buf_of) {
+    ver_free(out);
     st = FGB_ENOMEM;
     snprintf(err, errlen, "out of memory");
     goto out;
   }
-  for (uint32_t b = 0; b < pl->plan.nbuffers; b++) {
-    const sched_buffer *sb = &pl->plan.buffers[b];
-    for (uint32_t m = 0; m < sb->count; m++) pl->buf_of[pl->plan.order[sb->first + m]] = b + 1;
+  for (uint32_t b = 0; b < out->plan.nbuffers; b++) {
+    const sched_buffer *sb = &out->plan.buffers[b];
+    for (uint32_t m = 0; m < sb->count; m++) out->buf_of[out->plan.order[sb->first + m]] = b + 1;
   }
 out:
   free(ts);
@@ -147,12 +162,54 @@ out:
   return st;
 }
 
+/* Same grouping and order (the identity fields aside)? */
+static int same_plan(const sched_plan *a, const sched_plan *b) {
+  if (a->ntensors != b->ntensors || a->nbuffers != b->nbuffers) return 0;
+  if (memcmp(a->order, b->order, a->ntensors * sizeof(*a->order)) != 0) return 0;
+  for (uint32_t i = 0; i < a->nbuffers; i++)
+    if (a->buffers[i].first != b->buffers[i].first || a->buffers[i].count != b->buffers[i].count ||
+        a->buffers[i].compress != b->buffers[i].compress || a->buffers[i].k != b->buffers[i].k)
+      return 0;
+  return 1;
+}
+
+/* Re-planning policies, at the first ISSUE of step next_check: plan again from the ISSUE order
+ * of step next_check - 1; a different plan becomes the next version, adopted from next_check +
+ * lead. The ISSUE stream is the same on every rank, so all adopt it at the same step. */
+static void replan(srv_job *j, srv_plan *pl) {
+  char err[256];
+  plan_ver nv;
+  uint64_t at = pl->next_check;
+  pl->next_check += SRV_PLAN_REPLAN_STEPS;
+  plan_ver *cur = &pl->v[pl->nv - 1];
+  fgb_status st = build_plan(j, pl, &cur->plan, at, &nv, err, sizeof(err));
+  pl->nlast = 0;
+  if (st != FGB_OK) {
+    LOG_WARN("job '%s': re-planning failed (%s): plan v%llu stays", j->id.name, err,
+             (unsigned long long)cur->plan.version);
+    return;
+  }
+  if (same_plan(&nv.plan, &cur->plan)) {
+    ver_free(&nv);
+    return;
+  }
+  if (pl->nv == 2) {
+    ver_free(&pl->v[0]);
+    pl->v[0] = pl->v[1];
+    pl->nv = 1;
+  }
+  pl->v[pl->nv++] = nv;
+  LOG_INFO("job '%s': %s re-planned at step %llu: plan v%llu, %u buffers, from step %llu",
+           j->id.name, j->policy, (unsigned long long)at, (unsigned long long)nv.plan.version,
+           nv.plan.nbuffers, (unsigned long long)nv.plan.first_step);
+}
+
 /* Take the buffer's members in plan order in place of the event's single key. */
-static int rewrite_issue(srv_plan *pl, coord_event *ev, uint32_t b) {
-  const sched_buffer *sb = &pl->plan.buffers[b];
+static int rewrite_issue(const sched_plan *p, coord_event *ev, uint32_t b) {
+  const sched_buffer *sb = &p->buffers[b];
   uint32_t *keys = malloc(sb->count * sizeof(*keys));
   if (!keys) return -1;
-  memcpy(keys, &pl->plan.order[sb->first], sb->count * sizeof(*keys));
+  memcpy(keys, &p->order[sb->first], sb->count * sizeof(*keys));
   free(ev->tensor_keys);
   ev->tensor_keys = keys;
   ev->ntensors = sb->count;
@@ -175,25 +232,38 @@ int srv_plan_on_issue(srv_job *j, coord_event *ev) {
     uint64_t agreed = pl->s0 + SRV_PLAN_WARMUP_STEPS;
     if (ev->step < agreed) {
       if (push_key(&pl->seen, &pl->nseen, &pl->seencap, key) != 0 ||
-          (ev->step + 1 == agreed && push_key(&pl->last, &pl->nlast, &pl->lastcap, key) != 0))
+          (ev->step + 1 == agreed && push_key(&pl->last, &pl->nlast, &pl->lastcap, key) != 0)) {
         pl->state = -1; /* the same on every rank only by luck: logged loudly */
-      if (pl->state < 0) LOG_ERROR("job '%s': out of memory observing the plan", j->id.name);
+        LOG_ERROR("job '%s': out of memory observing the plan", j->id.name);
+      }
       return 0;
     }
     char err[256];
-    fgb_status st = build_plan(j, pl, err, sizeof(err));
+    fgb_status st = build_plan(j, pl, NULL, agreed, &pl->v[0], err, sizeof(err));
     pl->state = st == FGB_OK ? 1 : -1;
-    if (st != FGB_OK)
+    pl->nlast = 0;
+    if (st != FGB_OK) {
       LOG_ERROR("job '%s': policy %s could not plan (%s): tensors travel alone", j->id.name,
                 j->policy, err);
-    else
+    } else {
+      pl->nv = 1;
+      if (pl->ops->flags & SCHED_REPLANS) pl->next_check = agreed + SRV_PLAN_REPLAN_STEPS;
       LOG_INFO("job '%s': %s plan v%llu, %u buffers for %u tensors, from step %llu", j->id.name,
-               j->policy, (unsigned long long)pl->plan.version, pl->plan.nbuffers,
-               pl->plan.ntensors, (unsigned long long)pl->plan.first_step);
+               j->policy, (unsigned long long)pl->v[0].plan.version, pl->v[0].plan.nbuffers,
+               pl->v[0].plan.ntensors, (unsigned long long)pl->v[0].plan.first_step);
+    }
   }
-  if (pl->state != 1 || ev->step < pl->plan.first_step || key >= pl->nbuf_of || !pl->buf_of[key])
-    return 0;
-  uint32_t b = pl->buf_of[key] - 1;
+  if (pl->state != 1) return 0;
+  if (pl->next_check) {
+    if (ev->step + 1 == pl->next_check && push_key(&pl->last, &pl->nlast, &pl->lastcap, key) != 0)
+      pl->nlast = 0; /* out of memory: this re-plan sees fewer tensors, on this rank only */
+    if (ev->step >= pl->next_check) replan(j, pl);
+  }
+  const plan_ver *v = NULL;
+  for (int i = pl->nv - 1; i >= 0 && !v; i--)
+    if (ev->step >= pl->v[i].plan.first_step) v = &pl->v[i];
+  if (!v || key >= v->nbuf_of || !v->buf_of[key]) return 0;
+  uint32_t b = v->buf_of[key] - 1;
   plan_hold *h = NULL;
   uint32_t hi = 0;
   for (; hi < pl->nholds && !h; hi++)
@@ -212,9 +282,9 @@ int srv_plan_on_issue(srv_job *j, coord_event *ev) {
   } else {
     hi--;
   }
-  if (++h->n < pl->plan.buffers[b].count) return 1;
+  if (++h->n < v->plan.buffers[b].count) return 1;
   pl->holds[hi] = pl->holds[--pl->nholds];
-  if (rewrite_issue(pl, ev, b) != 0) goto nomem;
+  if (rewrite_issue(&v->plan, ev, b) != 0) goto nomem;
   return 0;
 nomem:
   /* Every rank would have to fail alike; a daemon out of memory cannot promise that. */
@@ -225,16 +295,15 @@ nomem:
 
 size_t srv_plan_status_json(const srv_job *j, char *buf, size_t cap) {
   const srv_plan *pl = j->plan;
-  return sched_plan_status_json(pl && pl->state == 1 ? &pl->plan : NULL, buf, cap);
+  return sched_plan_status_json(pl && pl->state == 1 ? &pl->v[pl->nv - 1].plan : NULL, buf, cap);
 }
 
 void srv_plan_free(srv_job *j) {
   srv_plan *pl = j->plan;
   if (!pl) return;
-  if (pl->state == 1) sched_plan_free(&pl->plan);
+  for (int i = 0; i < pl->nv; i++) ver_free(&pl->v[i]);
   free(pl->seen);
   free(pl->last);
-  free(pl->buf_of);
   free(pl->holds);
   free(pl);
   j->plan = NULL;
@@ -264,7 +333,7 @@ size_t srv_plan_status_text(const srv_job *j, char *buf, size_t cap) {
     tput(buf, cap, &off, "    plan: planning failed, tensors travel alone (see the log)\n");
     return off;
   }
-  const sched_plan *p = &pl->plan;
+  const sched_plan *p = &pl->v[pl->nv - 1].plan;
   tput(buf, cap, &off, "    plan v%llu (%s) from step %llu: %u buffers, %u tensors\n",
        (unsigned long long)p->version, p->policy, (unsigned long long)p->first_step, p->nbuffers,
        p->ntensors);

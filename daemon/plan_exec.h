@@ -14,6 +14,8 @@
 #define SRV_FUSION_BYTES (128u << 20)
 /* Steps a static-policy job runs as "none" while its order is observed. */
 #define SRV_PLAN_WARMUP_STEPS 5
+/* Re-planning policies (rgmerge): steps between re-plans. */
+#define SRV_PLAN_REPLAN_STEPS 50
 /* Steps between the agreed step and the plan's first step. */
 #define SRV_PLAN_LEAD 2
 

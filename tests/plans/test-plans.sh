@@ -7,7 +7,8 @@
 # tensors) and the three plans must be identical. compclient then runs a top-k (density 0.01)
 # tensor with the policy for 12 steps, checking every step against its exported error-feedback
 # state (so across the switch to the plan), with identical results on every rank. A pipelined
-# syncclient run (several steps in flight, another tensor never submitted) is checked likewise.
+# syncclient run (several steps in flight, another tensor never submitted) and a model-like
+# planclient run (twelve fp32 tensors of varied sizes) are checked likewise.
 set -u
 policy="${1:?policy}"
 source "$(dirname "$0")/../lib/world.sh"
@@ -76,6 +77,10 @@ wait3 "$job" 12
 job="pipe-$policy"
 start3 "$job" "$sync" --job "$job" --steps 14 --skip 4 --pipeline 1
 wait3 "$job" 14
+# Twelve fp32 tensors of varied sizes (planclient: exact averages, tensor 3 never submitted).
+job="model-$policy"
+start3 "$job" "$bin/planclient" --job "$job" --steps 12 --skip 3
+wait3 "$job" 12
 job="topk-$policy"
 start3 "$job" "$comp" --job "$job" --compressor topk --density 0.01 --steps 12 --policy "$policy"
 wait3 "$job" 12

@@ -1,0 +1,119 @@
+/* tests/plans/planclient.c — a model-like client for the static-plan tests: twelve fp32 tensors
+ * of varied sizes, submitted per step in one order shared by every rank (forward; reversed from
+ * step --reverse-at on, to make the backward order drift), --gap-ms between submits so that the
+ * agreed order follows it. Values are small integers, so the average is exact: every result
+ * element must equal (float)sum / (float)size bitwise; tensor --skip is never submitted (flushed
+ * zeros: its result must be 0). Prints one FNV-1a hash per step of every result byte; sleeps
+ * --sleep-ms inside the last step (before submitting) so a test can read the daemons' status.
+ *
+ * usage: planclient --rank R --size N --socket PATH [--job NAME] [--steps S] [--reverse-at D]
+ *          [--gap-ms G] [--skip K] [--sleep-ms MS]
+ * Exit status: 0 ok, 1 check failed, 2 usage. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fgbuff/client.h"
+
+#define NT 12
+static const uint64_t counts[NT] = {1000, 10, 50000, 300, 4097, 7, 20000, 128, 1, 3000, 65536, 512};
+
+static float value(int k, int rank, int step, uint64_t e) {
+  return (float)((rank + 1) * (k + 1) + (int)(e % 7) + step % 5);
+}
+
+int main(int argc, char **argv) {
+  int rank = -1, size = -1, steps = 12, reverse_at = -1, gap_ms = 0, skip = -1, sleep_ms = 0;
+  const char *job = "plantest", *sock = NULL;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const char *a = argv[i], *v = argv[i + 1];
+    if (!strcmp(a, "--rank"))
+      rank = atoi(v);
+    else if (!strcmp(a, "--size"))
+      size = atoi(v);
+    else if (!strcmp(a, "--job"))
+      job = v;
+    else if (!strcmp(a, "--steps"))
+      steps = atoi(v);
+    else if (!strcmp(a, "--socket"))
+      sock = v;
+    else if (!strcmp(a, "--reverse-at"))
+      reverse_at = atoi(v);
+    else if (!strcmp(a, "--gap-ms"))
+      gap_ms = atoi(v);
+    else if (!strcmp(a, "--skip"))
+      skip = atoi(v);
+    else if (!strcmp(a, "--sleep-ms"))
+      sleep_ms = atoi(v);
+    else
+      return fprintf(stderr, "planclient: unknown option %s\n", a), 2;
+  }
+  if (rank < 0 || size < 1 || steps < 1) return fprintf(stderr, "usage: planclient ...\n"), 2;
+  fgb_client *c;
+  if (fgb_client_new(&c) || fgb_connect(c, sock))
+    return fprintf(stderr, "rank %d: connect: %s\n", rank, c ? fgb_client_error(c) : ""), 1;
+  fgb_job_opts jo = FGB_JOB_OPTS_INIT;
+  jo.name = job;
+  jo.incarnation = 3;
+  jo.rank = rank;
+  jo.size = size;
+  if (fgb_join(c, &jo)) return fprintf(stderr, "rank %d: join: %s\n", rank, fgb_client_error(c)), 1;
+  size_t off[NT], total = 0;
+  for (int k = 0; k < NT; k++) {
+    off[k] = total;
+    total += (counts[k] * 4 + 63) / 64 * 64;
+  }
+  fgb_arena a;
+  if (fgb_arena_alloc_host(c, total, &a))
+    return fprintf(stderr, "rank %d: arena: %s\n", rank, fgb_client_error(c)), 1;
+  uint32_t tid[NT];
+  for (int k = 0; k < NT; k++) {
+    char name[32];
+    snprintf(name, sizeof(name), "layer%d.grad", k);
+    fgb_tensor_desc td = FGB_TENSOR_DESC_INIT;
+    td.name = name;
+    td.arena = a.id;
+    td.offset = off[k];
+    td.count = counts[k];
+    td.dtype = FGB_FLOAT32;
+    if (fgb_tensor_register(c, &td, &tid[k]))
+      return fprintf(stderr, "rank %d: register: %s\n", rank, fgb_client_error(c)), 1;
+  }
+  int fails = 0;
+  for (int s = 1; s <= steps; s++) {
+    for (int k = 0; k < NT; k++) {
+      float *p = (float *)((char *)a.ptr + off[k]);
+      for (uint64_t e = 0; e < counts[k]; e++) p[e] = value(k, rank, s, e);
+    }
+    if (s == steps && sleep_ms > 0) usleep((useconds_t)sleep_ms * 1000);
+    for (int j = 0; j < NT; j++) {
+      int k = (reverse_at > 0 && s >= reverse_at) ? NT - 1 - j : j;
+      if (k == skip) continue;
+      if (fgb_submit(c, tid[k], (uint64_t)s, NULL))
+        return fprintf(stderr, "rank %d: submit: %s\n", rank, fgb_client_error(c)), 1;
+      if (gap_ms > 0) usleep((useconds_t)gap_ms * 1000);
+    }
+    if (fgb_end_step(c, (uint64_t)s) || fgb_wait_step(c, (uint64_t)s, 120000))
+      return fprintf(stderr, "rank %d: step %d: %s\n", rank, s, fgb_client_error(c)), 1;
+    uint64_t h = 1469598103934665603ull;
+    for (int k = 0; k < NT; k++) {
+      const float *p = (const float *)((char *)a.ptr + off[k]);
+      for (uint64_t e = 0; e < counts[k]; e++) {
+        float sum = 0;
+        for (int r = 0; r < size; r++) sum += value(k, r, s, e);
+        float want = k == skip ? 0.0f : sum / (float)size;
+        if (memcmp(&p[e], &want, sizeof(want)) != 0 && fails++ < 5)
+          fprintf(stderr, "rank %d step %d tensor %d elem %llu: %g, want %g\n", rank, s, k,
+                  (unsigned long long)e, (double)p[e], (double)want);
+      }
+      const unsigned char *b = (const unsigned char *)p;
+      for (uint64_t i = 0; i < counts[k] * 4; i++) h = (h ^ b[i]) * 1099511628211ull;
+    }
+    printf("step %d hash %016llx\n", s, (unsigned long long)h);
+    fflush(stdout);
+  }
+  fgb_client_free(c);
+  return fails ? 1 : 0;
+}
