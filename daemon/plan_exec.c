@@ -337,6 +337,9 @@ size_t srv_plan_status_text(const srv_job *j, char *buf, size_t cap) {
   tput(buf, cap, &off, "    plan v%llu (%s) from step %llu: %u buffers, %u tensors\n",
        (unsigned long long)p->version, p->policy, (unsigned long long)p->first_step, p->nbuffers,
        p->ntensors);
+  tput(buf, cap, &off,
+       "      (buffers run as merge buffers; members with a compressor are compressed per tensor "
+       "inside them: the plan's compress/k is not executed yet)\n");
   for (uint32_t b = 0; b < p->nbuffers; b++) {
     const sched_buffer *sb = &p->buffers[b];
     tput(buf, cap, &off, "      buffer %u: %u tensors, %llu elems, %llu B, %s k=%llu (%s)\n", b,
