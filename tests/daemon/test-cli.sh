@@ -25,7 +25,6 @@ check "--log-level: bad value 'loud'" --device cpu --log-level loud
 check "--stall-timeout-ms: bad value '-1'" --device cpu --stall-timeout-ms -1
 check "--allow-uid: bad value 'bob'" --device cpu --allow-uid bob
 check "unknown merge policy 'nosuch'" --device cpu --policy nosuch
-check "not wired into fgbuffd yet" --device cpu --policy fgbuff
 check "unexpected argument 'extra'" --device cpu extra
 "$bin" --help >/dev/null 2>&1 || { echo "FAIL: --help"; rc=1; }
 exit $rc
