@@ -47,6 +47,7 @@ typedef struct srv_plan {
   uint64_t next_check; /* re-planning policies: the next step at which to re-plan */
   plan_hold *holds;
   uint32_t nholds, hcap;
+  uint64_t issued; /* plan buffers handed to the engine as one item (for status and tests) */
 } srv_plan;
 
 uint64_t srv_policy_group_bytes(const srv_job *j, const srv_tensor *t) {
@@ -285,12 +286,17 @@ int srv_plan_on_issue(srv_job *j, coord_event *ev) {
   if (++h->n < v->plan.buffers[b].count) return 1;
   pl->holds[hi] = pl->holds[--pl->nholds];
   if (rewrite_issue(&v->plan, ev, b) != 0) goto nomem;
+  pl->issued++;
   return 0;
 nomem:
   /* Every rank would have to fail alike; a daemon out of memory cannot promise that. */
   LOG_ERROR("job '%s': out of memory holding plan buffer %u of step %llu", j->id.name, b,
             (unsigned long long)ev->step);
   return 0;
+}
+
+uint64_t srv_plan_buffers_issued(const srv_job *j) {
+  return j->plan ? j->plan->issued : 0;
 }
 
 size_t srv_plan_status_json(const srv_job *j, char *buf, size_t cap) {
@@ -334,9 +340,10 @@ size_t srv_plan_status_text(const srv_job *j, char *buf, size_t cap) {
     return off;
   }
   const sched_plan *p = &pl->v[pl->nv - 1].plan;
-  tput(buf, cap, &off, "    plan v%llu (%s) from step %llu: %u buffers, %u tensors\n",
+  tput(buf, cap, &off,
+       "    plan v%llu (%s) from step %llu: %u buffers, %u tensors; %llu buffers issued\n",
        (unsigned long long)p->version, p->policy, (unsigned long long)p->first_step, p->nbuffers,
-       p->ntensors);
+       p->ntensors, (unsigned long long)pl->issued);
   tput(buf, cap, &off,
        "      (buffers run as merge buffers; members with a compressor are compressed per tensor "
        "inside them: the plan's compress/k is not executed yet)\n");

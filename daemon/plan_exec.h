@@ -37,6 +37,9 @@ int srv_plan_policy(const char *name);
  * whose plan fails is logged and falls back to per-tensor ISSUEs on every rank alike. */
 int srv_plan_on_issue(struct srv_job *j, struct coord_event *ev);
 
+/* Plan buffers of the job handed to the engine as one item so far. */
+uint64_t srv_plan_buffers_issued(const struct srv_job *j);
+
 /* The job's plan as sched_plan_status_json renders it, or "null"; like snprintf. */
 size_t srv_plan_status_json(const struct srv_job *j, char *buf, size_t cap);
 

@@ -87,7 +87,8 @@ static void job_json(sbuf *b, const srv *d, const srv_job *j) {
   size_t plen = srv_plan_status_json(j, NULL, 0);
   char *plan = malloc(plen + 1);
   if (plan) srv_plan_status_json(j, plan, plen + 1);
-  sb_printf(b, "%s}", plan ? plan : "null");
+  sb_printf(b, "%s,\"plan_buffers_issued\":%llu}", plan ? plan : "null",
+            (unsigned long long)srv_plan_buffers_issued(j));
   free(plan);
 }
 

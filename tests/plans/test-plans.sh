@@ -63,6 +63,8 @@ for f in sys.argv[3:]:
     assert js, f"{f}: job {job} not in status"
     p = js[0]["plan"]
     assert p is not None, f"{f}: no plan in status: {js[0]}"
+    # Steps from the plan's first step to the sleeping last one ran as plan buffers.
+    assert js[0]["plan_buffers_issued"] >= len(p["buffers"]), f"{f}: no buffer issued: {js[0]}"
     plans.append(p)
 p = plans[0]
 assert p["policy"] == policy and p["version"] >= 1 and p["buffers"], p
