@@ -363,13 +363,16 @@ void srv_on_collective(srv_session *s, uint64_t req_id, const Fgbuff__V1__Collec
 }
 
 /* ---- release ------------------------------------------------------------------------- */
-/* After this daemon's client died, collectives the leader numbered before it processed our LEAVE
- * may still be in transit to us (the leader sends no abort to the daemon that reported it). */
-#define RELEASE_GRACE_MS 3000
+/* After this daemon's client left mid-job, ISSUEs the leader numbered before it handled our
+ * LEAVE may still be in transit; the leader answers the LEAVE with an ABORT to us too, after them
+ * (links are ordered), so the job is kept until that ABORT (j->aborted). A lost leader sends none:
+ * release then. The long timer is only a safety net (a LEAVE the leader rejected). */
+#define RELEASE_SAFETY_MS 600000
 
 void srv_job_maybe_release(srv *d, srv_job *j) {
   if (j->session || j->inflight) return;
-  if (!j->left_clean && !j->aborted && !j->refused && srv_now_ms() - j->left_ms < RELEASE_GRACE_MS)
+  if (!j->left_clean && !j->aborted && !j->refused && !coord_leader_gone(d->coord) &&
+      srv_now_ms() - j->left_ms < RELEASE_SAFETY_MS)
     return;
   for (srv_job **p = &d->jobs; *p; p = &(*p)->next) {
     if (*p == j) {

@@ -62,7 +62,7 @@ ljob *coord_lead_find(coord_leader *l, const coord_job_id *id);
 /* Unlinks and frees the job. */
 void coord_lead_forget(coord_leader *l, ljob *j);
 void coord_lead_send_members(coord *c, const ljob *j, const coord_msg *m, int exclude);
-/* Every member but `exclude` (the failed daemon) gets ABORT; the job is forgotten. */
+/* Every member but `exclude` (a lost daemon; -1: none) gets ABORT; the job is forgotten. */
 void coord_lead_abort(coord *c, ljob *j, int failed_rank, int exclude, const char *text);
 /* ERROR to `to` with text (also copied to err); returns st. */
 fgb_status coord_lead_error(coord *c, int to, const coord_job_id *job, fgb_status st,

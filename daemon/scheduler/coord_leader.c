@@ -264,7 +264,7 @@ static fgb_status on_leave(coord *c, int from, const coord_msg *m, char *err, si
   if (m->abort) {
     coord_fmt(t, sizeof t, "rank %d of job '%s' failed: %s", m->rank, j->id.name,
               m->text[0] ? m->text : "client left");
-    coord_lead_abort(c, j, m->rank, from, t);
+    coord_lead_abort(c, j, m->rank, -1, t); /* the reporter too: after every ISSUE numbered */
     return FGB_OK;
   }
   if (!j->formed) { /* withdraw before formation: another client may take the rank */
@@ -289,7 +289,7 @@ static fgb_status on_leave(coord *c, int from, const coord_msg *m, char *err, si
   if (found) {
     coord_fmt(t, sizeof t, "rank %d of job '%s' left with step %llu unfinished", m->rank,
               j->id.name, (unsigned long long)step);
-    coord_lead_abort(c, j, m->rank, from, t);
+    coord_lead_abort(c, j, m->rank, -1, t);
     return FGB_OK;
   }
   j->left[m->rank] = 1;

@@ -189,7 +189,7 @@ fgb_status coord_lead_on_ready(coord *c, int from, const coord_msg *m, char *err
       if (j->left[r] && !coord_lead_bit(j->slots[idx], r)) {
         coord_fmt(t, sizeof t, "rank %d of job '%s' left with step %llu unfinished", r, j->id.name,
                   (unsigned long long)m->step);
-        coord_lead_abort(c, j, r, j->members[r], t);
+        coord_lead_abort(c, j, r, -1, t); /* the leaver's daemon too */
         return st;
       }
     }

@@ -368,6 +368,10 @@ fgb_status coord_ready(coord *c, const coord_job_id *job, uint64_t step, const u
   return FGB_OK;
 }
 
+int coord_leader_gone(const coord *c) {
+  return c && !c->leader && c->leader_lost;
+}
+
 void coord_peer_lost(coord *c, int world_rank) {
   if (!c || world_rank < 0 || world_rank >= c->cfg.world_size) return;
   if (world_rank == c->cfg.world_rank) return;

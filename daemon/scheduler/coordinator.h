@@ -116,6 +116,8 @@ fgb_status coord_ready(coord *c, const coord_job_id *job, uint64_t step, const u
                        uint32_t n);
 /* A peer daemon is gone (control-plane connection lost): every job with a rank there aborts. */
 void coord_peer_lost(coord *c, int world_rank);
+/* 1 once this (non-leader) daemon lost the leader (world rank 0): no ABORT can come any more. */
+int coord_leader_gone(const coord *c);
 
 /* ---- messages from peers, time ------------------------------------------------------------- */
 /* Bytes of one control-plane message from world rank `from`. Malformed bytes give FGB_EPROTO with a
