@@ -371,6 +371,10 @@ void srv_job_client_gone(srv_job *j) {
   }
   LOG_INFO("job '%s' rank %d: client left (%s)", j->id.name, j->rank,
            clean ? "clean" : "mid-job: aborting the job");
+  /* On the leader the job's ABORT to this daemon comes out of this drain, and on_aborted may
+   * release j: hold it (as an engine item would) until the drain is done. */
+  j->inflight++;
   srv_coord_drain(d);
+  j->inflight--;
   srv_job_maybe_release(d, j);
 }
