@@ -66,14 +66,20 @@
  * stall_ms is reported once: STALL to the leader's own queue and to every member daemon, naming
  * the missing world ranks and the time waited. A completed entry is forgotten; a new one may
  * stall again. Members keep received stalls for status until an ISSUE covers them.
- * Aborts: LEAVE(abort) makes the leader send ABORT (failed_rank = the job rank) to every other
- * member and forget the job (its entries are dropped; the same name and incarnation may form
- * again). A clean LEAVE aborts the job ("... left with step s unfinished") if some pending entry
- * lacks that rank, or later when an entry that rank can no longer complete is reported; before
- * formation it withdraws the rank; when every rank left, the job is forgotten. The leader treats
- * coord_peer_lost(w) as an abort of every job with a (not yet left) rank on w; a non-leader that
- * loses world rank 0 aborts all its jobs locally ("control plane leader (world rank 0) lost") and
- * refuses further local calls with FGB_EPEER.
+ * Aborts: LEAVE(abort) makes the leader send ABORT (failed_rank = the job rank) to every member,
+ * the leaver's daemon included, and forget the job (its entries are dropped; the same name and
+ * incarnation may form again). A clean LEAVE aborts the job ("... left with step s unfinished")
+ * if some pending entry lacks that rank, or later when an entry that rank can no longer complete
+ * is reported (ABORT to every member, the leaver's daemon included); before formation it
+ * withdraws the rank; when every rank left, the job is forgotten. The leaver's ABORT follows
+ * every ISSUE of the job the leader numbered before (same link, in order): once it arrives no
+ * ISSUE of that job will, so that daemon may keep a departed client's job until then (its local
+ * record is already gone: the ABORT comes out as JOB_ABORTED with no local effect; one of an
+ * earlier generation of a rejoined id is dropped as stale). The leader treats coord_peer_lost(w)
+ * as an abort of every job with a (not yet left) rank on w (ABORT to every member but w); a
+ * non-leader that loses world rank 0 aborts all its jobs locally ("control plane leader (world
+ * rank 0) lost"), refuses further local calls with FGB_EPEER, and coord_leader_gone says so
+ * (jobs it already left get no ABORT any more).
  * Rejected requests of a daemon (unknown job or key, rank not in the job, READY before FORMED)
  * get ERROR -> COORD_EV_ERROR (code = the fgb_status) on that daemon; coord_on_message on the
  * leader then also returns that status (not FGB_EPROTO: the link is fine). Only FGB_EPROTO means
