@@ -9,6 +9,8 @@
 #include "transport.h"
 
 ncclComm_t comm_nccl_handle(comm *c);
+/* NCCL's element type for a dtype, or ncclNumTypes for an unknown one. */
+ncclDataType_t comm_nccl_type(fgb_dtype dt);
 /* Wait (bounded, spinning) until the communicator has no call in progress after a non-blocking
  * enqueue; FGB_OK, or FGB_EIO with NCCL's error text. */
 fgb_status comm_nccl_settle(comm *c, char *err, size_t errlen);

@@ -173,7 +173,7 @@ ncclComm_t comm_nccl_handle(comm *c) {
   return c->nc;
 }
 
-static ncclDataType_t nccl_type(fgb_dtype dt) {
+ncclDataType_t comm_nccl_type(fgb_dtype dt) {
   switch (dt) {
     case FGB_FLOAT32:
       return ncclFloat32;
@@ -221,7 +221,7 @@ static fgb_status finish_enqueue(comm *c, ncclResult_t r, comm_req **req, char *
 
 static fgb_status nccl_allreduce(comm *c, const void *send, void *recv, size_t count, fgb_dtype dt,
                                  comm_req **req, char *err, size_t errlen) {
-  ncclDataType_t t = nccl_type(dt);
+  ncclDataType_t t = comm_nccl_type(dt);
   if (t == ncclNumTypes) {
     snprintf(err, errlen, "dtype %d has no NCCL type", (int)dt);
     return FGB_EINVAL;

@@ -55,25 +55,6 @@ static int job_is_aborted(uint64_t key) {
   return r;
 }
 
-static ncclDataType_t ntype(fgb_dtype dt) {
-  switch (dt) {
-    case FGB_FLOAT32:
-      return ncclFloat32;
-    case FGB_FLOAT16:
-      return ncclFloat16;
-    case FGB_BFLOAT16:
-      return ncclBfloat16;
-    case FGB_FLOAT64:
-      return ncclFloat64;
-    case FGB_INT32:
-      return ncclInt32;
-    case FGB_INT64:
-      return ncclInt64;
-    default:
-      return ncclUint8;
-  }
-}
-
 /* Averages of floating-point tensors are NCCL's own ncclAvg (fused into the collective: measured
  * at 1 GiB on H200, a separate scale pass cost ~0.5 ms); integers sum, then truncate like the host
  * path in a scale kernel. */
@@ -130,8 +111,8 @@ static int g_start(comm *c, int size, eng_item *it) {
     ncclGroupStart();
     for (uint32_t i = 0; i < it->n && (r == ncclSuccess || r == ncclInProgress); i++) {
       eng_tensor *t = &it->t[i];
-      r = ncclAllReduce(t->ptr, t->ptr, t->count, ntype(t->dtype), fused_avg(t) ? ncclAvg : ncclSum,
-                        nc, s);
+      r = ncclAllReduce(t->ptr, t->ptr, t->count, comm_nccl_type(t->dtype),
+                        fused_avg(t) ? ncclAvg : ncclSum, nc, s);
       it->bytes_sent += t->count * dtype_size(t->dtype);
       it->bytes_received += t->count * dtype_size(t->dtype);
     }
