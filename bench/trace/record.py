@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+"""bench/trace/record.py — records a gradient ready-time trace from a real PyTorch backward pass
+(ResNet-50 or BERT-base, defined here in plain torch.nn so torchvision/transformers are not
+needed), for bench/trace/replay.c. `--synthetic` writes a clearly labelled SYNTHETIC trace of the
+same parameters without torch (for developing the replay on a machine without a GPU).
+
+Trace format (text, version 1). Lines starting with '#' are header lines "# key: value":
+  # fgbuff-trace: 1
+  # model: resnet50 | bert-base
+  # source: measured | SYNTHETIC (not measured: ...)
+  # gpu: <torch.cuda.get_device_name> (or "none")
+  # torch: <version>            # precision: fp32 | amp-bf16 ...   # batch: ...
+  # iterations: N (median of N timed passes after W warm-up)
+  # tensors: <count>            # elements: <sum of numel>
+  # forward_us: <median forward time>   # backward_us: <median time to the last gradient>
+  # columns: index,name,numel,dtype,shape,ready_us
+then one row per parameter, in the order its gradient became ready (ascending ready_us):
+  index   0.. in that order
+  name    the parameter's name (no commas)
+  numel   elements
+  dtype   float32 | float16 | bfloat16 (the gradient's dtype)
+  shape   dims joined by 'x' (e.g. 64x3x7x7)
+  ready_us  median over the timed passes of (CUDA event recorded in the parameter's
+            post-accumulate-grad hook) - (CUDA event recorded just before loss.backward()), in us
+
+Usage: record.py --model resnet50|bert-base [--out FILE] [--iters 10] [--warmup 3] [--amp]
+       record.py --model ... --synthetic --out FILE
+"""
+import argparse
+import statistics
+import sys
+
+# ---- parameter lists, torch-free (the torch models are checked against them) -----------------
+
+
+def resnet50_params():
+    """(name, shape) of torchvision's resnet50 in registration order: 161 tensors, 25,557,032."""
+    p = [("conv1.weight", (64, 3, 7, 7)), ("bn1.weight", (64,)), ("bn1.bias", (64,))]
+    inplanes = 64
+    for li, (planes, blocks) in enumerate([(64, 3), (128, 4), (256, 6), (512, 3)]):
+        for b in range(blocks):
+            pre = "layer%d.%d." % (li + 1, b)
+            cin = inplanes if b == 0 else planes * 4
+            p += [(pre + "conv1.weight", (planes, cin, 1, 1)), (pre + "bn1.weight", (planes,)),
+                  (pre + "bn1.bias", (planes,)), (pre + "conv2.weight", (planes, planes, 3, 3)),
+                  (pre + "bn2.weight", (planes,)), (pre + "bn2.bias", (planes,)),
+                  (pre + "conv3.weight", (planes * 4, planes, 1, 1)),
+                  (pre + "bn3.weight", (planes * 4,)), (pre + "bn3.bias", (planes * 4,))]
+            if b == 0:
+                p += [(pre + "downsample.0.weight", (planes * 4, cin, 1, 1)),
+                      (pre + "downsample.1.weight", (planes * 4,)),
+                      (pre + "downsample.1.bias", (planes * 4,))]
+        inplanes = planes * 4
+    p += [("fc.weight", (1000, 2048)), ("fc.bias", (1000,))]
+    return p
+
+
+def bert_params(layers=12, hidden=768, inter=3072, vocab=30522, maxpos=512, labels=2):
+    """(name, shape) of BERT-base for sequence classification (HF names): 201 tensors."""
+    h = hidden
+    p = [("embeddings.word_embeddings.weight", (vocab, h)),
+         ("embeddings.position_embeddings.weight", (maxpos, h)),
+         ("embeddings.token_type_embeddings.weight", (2, h)),
+         ("embeddings.LayerNorm.weight", (h,)), ("embeddings.LayerNorm.bias", (h,))]
+    for i in range(layers):
+        pre = "encoder.layer.%d." % i
+        for n in ("query", "key", "value"):
+            p += [(pre + "attention.self.%s.weight" % n, (h, h)),
+                  (pre + "attention.self.%s.bias" % n, (h,))]
+        p += [(pre + "attention.output.dense.weight", (h, h)),
+              (pre + "attention.output.dense.bias", (h,)),
+              (pre + "attention.output.LayerNorm.weight", (h,)),
+              (pre + "attention.output.LayerNorm.bias", (h,)),
+              (pre + "intermediate.dense.weight", (inter, h)),
+              (pre + "intermediate.dense.bias", (inter,)),
+              (pre + "output.dense.weight", (h, inter)), (pre + "output.dense.bias", (h,)),
+              (pre + "output.LayerNorm.weight", (h,)), (pre + "output.LayerNorm.bias", (h,))]
+    p += [("pooler.dense.weight", (h, h)), ("pooler.dense.bias", (h,)),
+          ("classifier.weight", (labels, h)), ("classifier.bias", (labels,))]
+    return p
+
+
+EXPECT = {"resnet50": (161, 25557032), "bert-base": (201, 109483778)}
+SPECS = {"resnet50": resnet50_params, "bert-base": bert_params}
+
+
+def numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+# ---- the torch models (plain torch.nn) ---------------------------------------------------------
+
+
+def build_torch_model(name, torch):
+    nn = torch.nn
+    F = torch.nn.functional
+    if name == "resnet50":
+
+        class Bottleneck(nn.Module):
+            def __init__(self, cin, planes, stride, down):
+                super().__init__()
+                self.conv1 = nn.Conv2d(cin, planes, 1, bias=False)
+                self.bn1 = nn.BatchNorm2d(planes)
+                self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
+                self.bn2 = nn.BatchNorm2d(planes)
+                self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
+                self.bn3 = nn.BatchNorm2d(planes * 4)
+                self.downsample = None
+                if down:
+                    self.downsample = nn.Sequential(
+                        nn.Conv2d(cin, planes * 4, 1, stride, bias=False), nn.BatchNorm2d(planes * 4))
+
+            def forward(self, x):
+                y = F.relu(self.bn1(self.conv1(x)))
+                y = F.relu(self.bn2(self.conv2(y)))
+                y = self.bn3(self.conv3(y))
+                return F.relu(y + (self.downsample(x) if self.downsample is not None else x))
+
+        class ResNet50(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+                self.bn1 = nn.BatchNorm2d(64)
+                cin = 64
+                for li, (planes, blocks, stride) in enumerate([(64, 3, 1), (128, 4, 2), (256, 6, 2),
+                                                               (512, 3, 2)]):
+                    mods = []
+                    for b in range(blocks):
+                        mods.append(Bottleneck(cin, planes, stride if b == 0 else 1, b == 0))
+                        cin = planes * 4
+                    setattr(self, "layer%d" % (li + 1), nn.Sequential(*mods))
+                self.fc = nn.Linear(2048, 1000)
+
+            def forward(self, x):
+                x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, 2, 1)
+                for i in range(1, 5):
+                    x = getattr(self, "layer%d" % i)(x)
+                return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+        return ResNet50()
+
+    class Layer(nn.Module):
+        def __init__(self, h=768, inter=3072, heads=12):
+            super().__init__()
+            self.heads = heads
+            self.attention = nn.Module()
+            self.attention.self = nn.Module()
+            self.attention.self.query = nn.Linear(h, h)
+            self.attention.self.key = nn.Linear(h, h)
+            self.attention.self.value = nn.Linear(h, h)
+            self.attention.output = nn.Module()
+            self.attention.output.dense = nn.Linear(h, h)
+            self.attention.output.LayerNorm = nn.LayerNorm(h, eps=1e-12)
+            self.intermediate = nn.Module()
+            self.intermediate.dense = nn.Linear(h, inter)
+            self.output = nn.Module()
+            self.output.dense = nn.Linear(inter, h)
+            self.output.LayerNorm = nn.LayerNorm(h, eps=1e-12)
+
+        def forward(self, x, mask):
+            b, s, h = x.shape
+            sa = self.attention.self
+
+            def split(t):
+                return t.view(b, s, self.heads, h // self.heads).transpose(1, 2)
+
+            a = F.scaled_dot_product_attention(split(sa.query(x)), split(sa.key(x)),
+                                               split(sa.value(x)), attn_mask=mask, dropout_p=0.1)
+            a = a.transpose(1, 2).reshape(b, s, h)
+            ao = self.attention.output
+            x = ao.LayerNorm(x + F.dropout(ao.dense(a), 0.1))
+            y = self.output.dense(F.gelu(self.intermediate.dense(x)))
+            return self.output.LayerNorm(x + F.dropout(y, 0.1))
+
+    class Bert(nn.Module):
+        def __init__(self, h=768):
+            super().__init__()
+            self.embeddings = nn.Module()
+            e = self.embeddings
+            e.word_embeddings = nn.Embedding(30522, h)
+            e.position_embeddings = nn.Embedding(512, h)
+            e.token_type_embeddings = nn.Embedding(2, h)
+            e.LayerNorm = nn.LayerNorm(h, eps=1e-12)
+            self.encoder = nn.Module()
+            self.encoder.layer = nn.ModuleList([Layer() for _ in range(12)])
+            self.pooler = nn.Module()
+            self.pooler.dense = nn.Linear(h, h)
+            self.classifier = nn.Linear(h, 2)
+
+        def forward(self, ids, types, mask):
+            e = self.embeddings
+            pos = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
+            x = e.word_embeddings(ids) + e.position_embeddings(pos) + e.token_type_embeddings(types)
+            x = F.dropout(e.LayerNorm(x), 0.1)
+            for layer in self.encoder.layer:
+                x = layer(x, mask)
+            return self.classifier(F.dropout(torch.tanh(self.pooler.dense(x[:, 0])), 0.1))
+
+    return Bert()
+
+
+def check_params(model_name, named):
+    """The torch model must have exactly the torch-free list's names and shapes."""
+    want = SPECS[model_name]()
+    got = [(n, tuple(p.shape)) for n, p in named]
+    if sorted(got) != sorted(want):
+        missing = set(want) - set(got)
+        extra = set(got) - set(want)
+        sys.exit("record.py: %s parameters differ from the spec: missing %s, extra %s" %
+                 (model_name, sorted(missing)[:5], sorted(extra)[:5]))
+    n, tot = len(got), sum(numel(s) for _, s in got)
+    if (n, tot) != EXPECT[model_name]:
+        sys.exit("record.py: %s has %d tensors / %d elements, expected %s" %
+                 (model_name, n, tot, EXPECT[model_name]))
+    print("%s: %d parameter tensors, %d elements (checked)" % (model_name, n, tot), file=sys.stderr)
+
+
+def record(args):
+    import torch
+    if not torch.cuda.is_available():
+        sys.exit("record.py: no CUDA device (use --synthetic for a labelled synthetic trace)")
+    dev = torch.device("cuda", 0)
+    torch.manual_seed(0)
+    model = build_torch_model(args.model, torch).to(dev).train()
+    named = list(model.named_parameters())
+    check_params(args.model, named)
+    if args.model == "resnet50":
+        bs = args.batch or 64
+        x = torch.randn(bs, 3, 224, 224, device=dev)
+        y = torch.randint(0, 1000, (bs,), device=dev)
+        inputs, batch = (x,), "%dx3x224x224 images, 1000 classes" % bs
+    else:
+        bs = args.batch or 32
+        ids = torch.randint(0, 30522, (bs, 128), device=dev)
+        types = torch.zeros(bs, 128, dtype=torch.long, device=dev)
+        mask = torch.ones(bs, 1, 1, 128, dtype=torch.bool, device=dev)
+        y = torch.randint(0, 2, (bs,), device=dev)
+        inputs, batch = (ids, types, mask), "%d sequences x 128 tokens, 2 labels" % bs
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    cur = {}
+    for n, p in named:
+        def hook(param, name=n):
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            cur[name] = ev
+        p.register_post_accumulate_grad_hook(hook)
+    ready = {n: [] for n, _ in named}
+    fwd, bwd = [], []
+    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp)
+    for it in range(args.warmup + args.iters):
+        opt.zero_grad(set_to_none=True)
+        cur.clear()
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        with amp:
+            loss = torch.nn.functional.cross_entropy(model(*inputs), y)
+        e1.record()
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        if len(cur) != len(named):
+            sys.exit("record.py: %d of %d gradients seen in pass %d" % (len(cur), len(named), it))
+        if it < args.warmup:
+            continue
+        fwd.append(e0.elapsed_time(e1) * 1e3)
+        times = {n: e1.elapsed_time(ev) * 1e3 for n, ev in cur.items()}
+        for n in times:
+            ready[n].append(times[n])
+        bwd.append(max(times.values()))
+    dtypes = {n: str(p.grad.dtype).replace("torch.", "") for n, p in named}
+    rows = [(statistics.median(ready[n]), n, p) for n, p in named]
+    prec = ("amp-bf16 (autocast; fp32 master weights and gradients)" if args.amp else
+            "fp32 (torch defaults: cudnn.allow_tf32=%s, matmul.allow_tf32=%s)" %
+            (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
+    head = {
+        "source": "measured",
+        "gpu": torch.cuda.get_device_name(dev),
+        "torch": torch.__version__,
+        "precision": prec,
+        "batch": batch,
+        "iterations": "%d (median of %d timed passes after %d warm-up)" % (args.iters, args.iters,
+                                                                         args.warmup),
+        "forward_us": "%.1f" % statistics.median(fwd),
+        "backward_us": "%.1f" % statistics.median(bwd),
+    }
+    write(args, head, [(t, n, tuple(p.shape), dtypes[n]) for t, n, p in rows])
+
+
+def synthetic(args):
+    """Reverse registration order, ready times from a made-up cost per tensor: NOT MEASURED."""
+    spec = SPECS[args.model]()
+    bwd_us = 60000.0 if args.model == "resnet50" else 140000.0
+    tot = sum(numel(s) for _, s in spec)
+    t, rows = 0.0, []
+    for n, s in reversed(spec):
+        t += 0.5 * bwd_us / len(spec) + 0.5 * bwd_us * numel(s) / tot
+        rows.append((t, n, s, "float32"))
+    head = {
+        "source": "SYNTHETIC (not measured: reverse registration order, ready time = cumulative "
+                  "half per-tensor constant + half proportional to numel, backward %.0f us)" % bwd_us,
+        "gpu": "none", "torch": "none", "precision": "fp32 (assumed)", "batch": "none",
+        "iterations": "0 (synthetic)", "forward_us": "%.1f" % (bwd_us / 2), "backward_us": "%.1f" % t,
+    }
+    write(args, head, rows)
+
+
+def write(args, head, rows):
+    rows = sorted(rows, key=lambda r: r[0])
+    out = open(args.out, "w") if args.out else sys.stdout
+    out.write("# fgbuff-trace: 1\n# model: %s\n" % args.model)
+    for k in ("source", "gpu", "torch", "precision", "batch", "iterations"):
+        out.write("# %s: %s\n" % (k, head[k]))
+    out.write("# tensors: %d\n# elements: %d\n" % (len(rows), sum(numel(r[2]) for r in rows)))
+    out.write("# forward_us: %s\n# backward_us: %s\n" % (head["forward_us"], head["backward_us"]))
+    out.write("# columns: index,name,numel,dtype,shape,ready_us\n")
+    for i, (t, n, s, dt) in enumerate(rows):
+        out.write("%d,%s,%d,%s,%s,%.1f\n" % (i, n, numel(s), dt, "x".join(map(str, s)) or "1", t))
+    if args.out:
+        out.close()
+        print("wrote %s: %s, %d tensors, %d elements, backward %s us, source %s" %
+              (args.out, args.model, len(rows), sum(numel(r[2]) for r in rows),
+               head["backward_us"], head["source"].split(" ")[0]))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", choices=sorted(SPECS), required=True)
+    ap.add_argument("--out")
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=0)
+    ap.add_argument("--amp", action="store_true", help="bf16 autocast (default fp32)")
+    ap.add_argument("--synthetic", action="store_true")
+    args = ap.parse_args()
+    spec = SPECS[args.model]()
+    if (len(spec), sum(numel(s) for _, s in spec)) != EXPECT[args.model]:
+        sys.exit("record.py: internal spec of %s is wrong" % args.model)
+    synthetic(args) if args.synthetic else record(args)
+
+
+if __name__ == "__main__":
+    main()
