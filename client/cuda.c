@@ -1,7 +1,8 @@
-/* client/cuda.c — the client's GPU side (builds with CUDA): registering the base of a cudaMalloc
- * allocation as a device arena (legacy CUDA IPC handle + a ring of interprocess events), recording
- * the ring's event on the caller's stream at submit, making a stream wait on the daemon's done
- * event, and finding the daemon of the GPU the calling thread's CUDA context uses.
+/* client/cuda.c — the client's GPU side (builds with CUDA): registering device memory as an arena
+ * (the base of a cudaMalloc allocation by legacy CUDA IPC handle, or a range of cuMem/VMM memory by
+ * the POSIX fds of its 1..4 physical allocations; either with a ring of interprocess events),
+ * recording the ring's event on the caller's stream at submit, making a stream wait on the daemon's
+ * done event, and finding the daemon of the GPU the calling thread's CUDA context uses.
  *
  * Slots are handed out round robin per arena; a slot is reused after GPU_SLOTS submits, which is
  * safe while fewer submits of one arena are outstanding (the daemon waits on the latest record). */
@@ -32,6 +33,15 @@ typedef struct drv {
   CUresult (*ctx_device)(CUdevice *);
   CUresult (*uuid)(CUuuid *, CUdevice);
   CUresult (*range)(CUdeviceptr *, size_t *, CUdeviceptr);
+  /* cuMem/VMM export (vmm set when all resolved) */
+  int vmm;
+  CUresult (*attr)(void *, CUpointer_attribute, CUdeviceptr);
+  CUresult (*retain)(CUmemGenericAllocationHandle *, void *);
+  CUresult (*props)(CUmemAllocationProp *, CUmemGenericAllocationHandle);
+  CUresult (*export_fd)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                        unsigned long long);
+  CUresult (*release)(CUmemGenericAllocationHandle);
+  CUresult (*errstr)(CUresult, const char **);
 } drv;
 
 static const drv *driver(void) {
@@ -47,6 +57,13 @@ static const drv *driver(void) {
   if (!d.uuid) *(void **)&d.uuid = dlsym(h, "cuDeviceGetUuid");
   *(void **)&d.range = dlsym(h, "cuMemGetAddressRange_v2");
   d.ok = d.ctx_current && d.ctx_device && d.uuid && d.range;
+  *(void **)&d.attr = dlsym(h, "cuPointerGetAttribute");
+  *(void **)&d.retain = dlsym(h, "cuMemRetainAllocationHandle");
+  *(void **)&d.props = dlsym(h, "cuMemGetAllocationPropertiesFromHandle");
+  *(void **)&d.export_fd = dlsym(h, "cuMemExportToShareableHandle");
+  *(void **)&d.release = dlsym(h, "cuMemRelease");
+  *(void **)&d.errstr = dlsym(h, "cuGetErrorString");
+  d.vmm = d.attr && d.retain && d.props && d.export_fd && d.release && d.errstr;
   return d.ok ? &d : NULL;
 }
 
@@ -69,44 +86,97 @@ void cli_cuda_arena_free(cli_arena *a) {
   a->cuda = NULL;
 }
 
-fgb_status cli_cuda_register(fgb_client *c, void *dev_ptr, size_t bytes, fgb_arena *out) {
-  if (dev_ptr == NULL || out == NULL || bytes == 0)
-    return cli_fail(c, FGB_EINVAL, "fgb_arena_register_cuda: dev_ptr/out NULL or bytes 0");
-  fgb_status s = cli_ready(c);
-  if (s) return s;
-  struct cudaPointerAttributes pa;
-  cudaError_t ce = cudaPointerGetAttributes(&pa, dev_ptr);
-  if (ce != cudaSuccess || pa.type != cudaMemoryTypeDevice) {
-    (void)cudaGetLastError();
-    return cli_fail(c, FGB_EINVAL, "dev_ptr %p is not device memory (%s)", dev_ptr,
-                    ce != cudaSuccess ? cudaGetErrorString(ce) : "host or managed memory");
+static const char *cu_err(const drv *dv, CUresult r) {
+  const char *s = NULL;
+  if (!dv->errstr || dv->errstr(r, &s) != CUDA_SUCCESS || !s) return "unknown driver error";
+  return s;
+}
+
+/* A cuMem/VMM range as it travels: one exported POSIX fd per physical allocation backing it, in
+ * address order, each with the size of its mapping, and where the range starts in the first. */
+#define CLI_VMM_MAX 4 /* FGB_WIRE_MAX_FDS: all of an arena's fds ride with its one frame */
+typedef struct vmm_export {
+  int n;
+  int fd[CLI_VMM_MAX];
+  uint64_t chunk[CLI_VMM_MAX];
+  uint64_t offset;
+} vmm_export;
+
+static void vmm_export_close(vmm_export *x) {
+  for (int i = 0; i < x->n; i++) close(x->fd[i]);
+  x->n = 0;
+}
+
+/* Walks [dev_ptr, dev_ptr + bytes) mapping by mapping (an expandable segment grows by chunks, each
+ * its own allocation): the fds exported so far are in x even on error (the caller closes them). */
+static fgb_status vmm_export_range(fgb_client *c, const drv *dv, void *dev_ptr, size_t bytes,
+                                   int device, vmm_export *x) {
+  uintptr_t p = (uintptr_t)dev_ptr, end;
+  if (__builtin_add_overflow(p, bytes, &end))
+    return cli_fail(c, FGB_EINVAL, "dev_ptr %p + bytes %zu overflows", dev_ptr, bytes);
+  while (p < end) {
+    CUdeviceptr b = 0;
+    size_t sz = 0;
+    if (dv->range(&b, &sz, (CUdeviceptr)p) != CUDA_SUCCESS || sz == 0 || b > p || p - b >= sz)
+      return cli_fail(c, FGB_EINVAL,
+                      "bytes %zu: the range from dev_ptr %p reaches %p, which is not mapped device "
+                      "memory",
+                      bytes, dev_ptr, (void *)p);
+    if (x->n == CLI_VMM_MAX)
+      return cli_fail(
+          c, FGB_ENOTSUP,
+          "dev_ptr %p + %zu bytes spans more than %d physical cuMem allocations (one fd "
+          "each, at most %d per registration): register smaller ranges",
+          dev_ptr, bytes, CLI_VMM_MAX, CLI_VMM_MAX);
+    CUmemGenericAllocationHandle h;
+    CUresult r = dv->retain(&h, (void *)p);
+    if (r != CUDA_SUCCESS)
+      return cli_fail(c, FGB_EINVAL,
+                      "dev_ptr %p: %p is neither a cudaMalloc allocation (legacy CUDA IPC) nor "
+                      "cuMem/VMM memory (stream-ordered pool memory cannot be shared): %s",
+                      dev_ptr, (void *)p, cu_err(dv, r));
+    CUmemAllocationProp pr;
+    memset(&pr, 0, sizeof pr);
+    if ((r = dv->props(&pr, h)) != CUDA_SUCCESS) {
+      dv->release(h);
+      return cli_fail(c, FGB_EIO, "cuMemGetAllocationPropertiesFromHandle(%p): %s", (void *)p,
+                      cu_err(dv, r));
+    }
+    if (!(pr.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+      dv->release(h);
+      return cli_fail(c, FGB_EINVAL,
+                      "dev_ptr %p: the cuMem allocation at %p was created without "
+                      "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR in requestedHandleTypes, so it "
+                      "cannot be shared with fgbuffd (create it with that handle type)",
+                      dev_ptr, (void *)(uintptr_t)b);
+    }
+    if (pr.location.type != CU_MEM_LOCATION_TYPE_DEVICE || pr.location.id != device) {
+      dv->release(h);
+      return cli_fail(c, FGB_EINVAL,
+                      "dev_ptr %p: the range mixes memory of device %d and device %d (location "
+                      "type %d)",
+                      dev_ptr, device, pr.location.id, (int)pr.location.type);
+    }
+    int fd = -1;
+    r = dv->export_fd(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    dv->release(h); /* the exported fd keeps the allocation alive until the daemon imported it */
+    if (r != CUDA_SUCCESS || fd < 0)
+      return cli_fail(c, FGB_EIO, "cuMemExportToShareableHandle(POSIX fd) of %p: %s",
+                      (void *)(uintptr_t)b, cu_err(dv, r));
+    if (x->n == 0) x->offset = p - b;
+    x->fd[x->n] = fd;
+    x->chunk[x->n] = sz;
+    x->n++;
+    p = b + sz;
   }
-  CUdeviceptr base = 0;
-  size_t size = 0;
-  const drv *dv = driver();
-  if (!dv || dv->range(&base, &size, (CUdeviceptr)(uintptr_t)dev_ptr) != CUDA_SUCCESS)
-    return cli_fail(c, FGB_EINVAL, "dev_ptr %p: cannot query its allocation", dev_ptr);
-  if ((uintptr_t)base != (uintptr_t)dev_ptr)
-    return cli_fail(c, FGB_EINVAL,
-                    "dev_ptr %p is inside an allocation based at %p: register the base once and "
-                    "name tensors by offset",
-                    dev_ptr, (void *)(uintptr_t)base);
-  if (bytes > size)
-    return cli_fail(c, FGB_EINVAL, "bytes %zu exceed the allocation at %p (%zu bytes)", bytes,
-                    dev_ptr, size);
-  struct cudaDeviceProp prop;
-  if (cudaGetDeviceProperties(&prop, pa.device) != cudaSuccess)
-    return cli_fail(c, FGB_EIO, "cudaGetDeviceProperties(%d) failed", pa.device);
-  char uuid[48];
-  uuid_text((const unsigned char *)prop.uuid.bytes, uuid, sizeof uuid);
-  cudaIpcMemHandle_t mh;
-  if ((ce = cudaIpcGetMemHandle(&mh, dev_ptr)) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return cli_fail(c, FGB_ENOTSUP,
-                    "cudaIpcGetMemHandle: %s (cuMem/VMM memory such as PyTorch's expandable "
-                    "segments cannot be shared by legacy IPC; FD arenas are not supported yet)",
-                    cudaGetErrorString(ce));
-  }
+  return FGB_OK;
+}
+
+/* Both kinds from here: our event ring, the round trip (with the fds), the daemon's done events. */
+static fgb_status ring_register(fgb_client *c, Fgbuff__V1__RegisterArena *ra, const int *fds,
+                                int nfds, int device, void *dev_ptr, size_t bytes, fgb_arena *out) {
+  cudaError_t ce;
+  fgb_status s;
   cli_cuda *r = calloc(1, sizeof *r);
   uint8_t *eh = calloc(CLI_GPU_SLOTS, CLI_EV_HANDLE);
   if (!r || !eh || cli_grow((void **)&c->arenas, &c->cap_arenas, c->n_arenas, sizeof(cli_arena))) {
@@ -117,7 +187,7 @@ fgb_status cli_cuda_register(fgb_client *c, void *dev_ptr, size_t bytes, fgb_are
   r->nslots = CLI_GPU_SLOTS;
   int dev_now = 0;
   cudaGetDevice(&dev_now);
-  cudaSetDevice(pa.device); /* events belong to the memory's device */
+  cudaSetDevice(device); /* events belong to the memory's device */
   for (uint32_t i = 0; i < CLI_GPU_SLOTS; i++) {
     cudaIpcEventHandle_t h;
     if ((ce = cudaEventCreateWithFlags(
@@ -130,18 +200,13 @@ fgb_status cli_cuda_register(fgb_client *c, void *dev_ptr, size_t bytes, fgb_are
     }
     memcpy(eh + (size_t)i * CLI_EV_HANDLE, &h, CLI_EV_HANDLE);
   }
-  Fgbuff__V1__RegisterArena ra = FGBUFF__V1__REGISTER_ARENA__INIT;
-  ra.kind = FGBUFF__V1__ARENA_KIND__ARENA_CUDA_IPC;
-  ra.bytes = bytes;
-  ra.cuda_ipc_handle.data = (uint8_t *)&mh;
-  ra.cuda_ipc_handle.len = sizeof mh;
-  ra.device_uuid = uuid;
-  ra.event_handles.data = eh;
-  ra.event_handles.len = (size_t)CLI_GPU_SLOTS * CLI_EV_HANDLE;
+  ra->event_handles.data = eh;
+  ra->event_handles.len = (size_t)CLI_GPU_SLOTS * CLI_EV_HANDLE;
   Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *rep = NULL;
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_REGISTER_ARENA;
-  env.register_arena = &ra;
-  s = cli_call(c, &env, NULL, 0, FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY, CLI_RPC_TIMEOUT_MS, &rep);
+  env.register_arena = ra;
+  s = cli_call(c, &env, fds, nfds, FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY, CLI_RPC_TIMEOUT_MS,
+               &rep);
   free(eh);
   if (s) {
     cudaSetDevice(dev_now);
@@ -179,6 +244,72 @@ fgb_status cli_cuda_register(fgb_client *c, void *dev_ptr, size_t bytes, fgb_are
   return FGB_OK;
 }
 
+fgb_status cli_cuda_register(fgb_client *c, void *dev_ptr, size_t bytes, fgb_arena *out) {
+  if (dev_ptr == NULL || out == NULL || bytes == 0)
+    return cli_fail(c, FGB_EINVAL, "fgb_arena_register_cuda: dev_ptr/out NULL or bytes 0");
+  fgb_status s = cli_ready(c);
+  if (s) return s;
+  struct cudaPointerAttributes pa;
+  cudaError_t ce = cudaPointerGetAttributes(&pa, dev_ptr);
+  if (ce != cudaSuccess || pa.type != cudaMemoryTypeDevice) {
+    (void)cudaGetLastError();
+    return cli_fail(c, FGB_EINVAL, "dev_ptr %p is not device memory (%s)", dev_ptr,
+                    ce != cudaSuccess ? cudaGetErrorString(ce) : "host or managed memory");
+  }
+  const drv *dv = driver();
+  if (!dv) return cli_fail(c, FGB_EIO, "dev_ptr %p: cannot load the CUDA driver", dev_ptr);
+  /* cudaMalloc memory goes by legacy IPC; anything else (cuMem/VMM, e.g. PyTorch's expandable
+   * segments, on which cudaIpcGetMemHandle fails) by POSIX fds. */
+  int legacy = 1, v = 0; /* v: the driver may write a bool (1 byte) or an int */
+  if (dv->vmm && dv->attr(&v, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                          (CUdeviceptr)(uintptr_t)dev_ptr) == CUDA_SUCCESS)
+    legacy = v != 0; /* on failure let cudaIpcGetMemHandle say */
+  struct cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, pa.device) != cudaSuccess)
+    return cli_fail(c, FGB_EIO, "cudaGetDeviceProperties(%d) failed", pa.device);
+  char uuid[48];
+  uuid_text((const unsigned char *)prop.uuid.bytes, uuid, sizeof uuid);
+  Fgbuff__V1__RegisterArena ra = FGBUFF__V1__REGISTER_ARENA__INIT;
+  ra.bytes = bytes;
+  ra.device_uuid = uuid;
+  if (!legacy) {
+    if (!dv->vmm)
+      return cli_fail(c, FGB_ENOTSUP, "dev_ptr %p: the driver lacks the cuMem export calls",
+                      dev_ptr);
+    vmm_export x = {0};
+    s = vmm_export_range(c, dv, dev_ptr, bytes, pa.device, &x);
+    if (s == FGB_OK) {
+      ra.kind = FGBUFF__V1__ARENA_KIND__ARENA_CUDA_VMM_FD;
+      ra.n_vmm_chunk_bytes = (size_t)x.n;
+      ra.vmm_chunk_bytes = x.chunk;
+      ra.vmm_offset = x.offset;
+      s = ring_register(c, &ra, x.fd, x.n, pa.device, dev_ptr, bytes, out);
+    }
+    vmm_export_close(&x); /* sent (the daemon holds its own references) or failed */
+    return s;
+  }
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (dv->range(&base, &size, (CUdeviceptr)(uintptr_t)dev_ptr) != CUDA_SUCCESS)
+    return cli_fail(c, FGB_EINVAL, "dev_ptr %p: cannot query its allocation", dev_ptr);
+  if ((uintptr_t)base != (uintptr_t)dev_ptr)
+    return cli_fail(c, FGB_EINVAL,
+                    "dev_ptr %p is inside an allocation based at %p: register the base once and "
+                    "name tensors by offset",
+                    dev_ptr, (void *)(uintptr_t)base);
+  if (bytes > size)
+    return cli_fail(c, FGB_EINVAL, "bytes %zu exceed the allocation at %p (%zu bytes)", bytes,
+                    dev_ptr, size);
+  cudaIpcMemHandle_t mh;
+  if ((ce = cudaIpcGetMemHandle(&mh, dev_ptr)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cli_fail(c, FGB_ENOTSUP, "cudaIpcGetMemHandle: %s", cudaGetErrorString(ce));
+  }
+  ra.kind = FGBUFF__V1__ARENA_KIND__ARENA_CUDA_IPC;
+  ra.cuda_ipc_handle.data = (uint8_t *)&mh;
+  ra.cuda_ipc_handle.len = sizeof mh;
+  return ring_register(c, &ra, NULL, 0, pa.device, dev_ptr, bytes, out);
+}
 static cli_cuda *ring_of(fgb_client *c, uint32_t tensor_id) {
   const cli_tensor *t = cli_tensor_find(c, tensor_id);
   const cli_arena *a = t ? cli_arena_find(c, t->arena) : NULL;

@@ -1,7 +1,8 @@
 /* daemon/gpu/arena.c — a client's device memory as the daemon sees it: the legacy CUDA IPC
- * mapping of the client's base allocation (opened once per registration, cached until the arena
- * goes), the client's ring of interprocess events and the daemon's ring of interprocess done
- * events.
+ * mapping of the client's base allocation, or the cuMem/VMM allocations (1..4 physical chunks)
+ * whose POSIX fds the client sent, imported and mapped contiguously into a VA range of ours (each
+ * opened once per registration, cached until the arena goes); the client's ring of interprocess
+ * events and the daemon's ring of interprocess done events.
  *
  * Readiness is observed from the host: the loop polls cudaEventQuery on the client's event. No
  * daemon stream ever waits on a client's event. The first design (an observer stream doing
@@ -19,6 +20,7 @@
 #include <strings.h>
 
 #include "gpu.h"
+#include "vmm.h"
 
 struct gpu_arena {
   void *base;
@@ -27,7 +29,56 @@ struct gpu_arena {
   cudaEvent_t *client_ev; /* opened from the client's handles; only ever queried */
   cudaEvent_t *done_ev;   /* daemon-owned, interprocess: recorded after write-back */
   cudaStream_t init;      /* records each done event once at creation */
+  /* cuMem/VMM arenas: our reservation and the imported chunks mapped into it in order. */
+  CUdeviceptr va;
+  size_t va_size;
+  int nchunks, nmapped;
+  CUmemGenericAllocationHandle chunk[GPU_VMM_MAX_CHUNKS];
+  size_t chunk_bytes[GPU_VMM_MAX_CHUNKS];
 };
+
+/* The driver's VMM calls through dlopen, like mem_range below (fgbuffd does not link libcuda). */
+typedef struct vmm_drv {
+  int ok;
+  CUresult (*import)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
+  CUresult (*props)(CUmemAllocationProp *, CUmemGenericAllocationHandle);
+  CUresult (*gran)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
+  CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+  CUresult (*addr_free)(CUdeviceptr, size_t);
+  CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+  CUresult (*unmap)(CUdeviceptr, size_t);
+  CUresult (*access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+  CUresult (*release)(CUmemGenericAllocationHandle);
+  CUresult (*errstr)(CUresult, const char **);
+} vmm_drv;
+
+static const vmm_drv *vmm_driver(void) {
+  static vmm_drv d;
+  static int tried;
+  if (tried) return d.ok ? &d : NULL;
+  tried = 1;
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) return NULL;
+  *(void **)&d.import = dlsym(h, "cuMemImportFromShareableHandle");
+  *(void **)&d.props = dlsym(h, "cuMemGetAllocationPropertiesFromHandle");
+  *(void **)&d.gran = dlsym(h, "cuMemGetAllocationGranularity");
+  *(void **)&d.reserve = dlsym(h, "cuMemAddressReserve");
+  *(void **)&d.addr_free = dlsym(h, "cuMemAddressFree");
+  *(void **)&d.map = dlsym(h, "cuMemMap");
+  *(void **)&d.unmap = dlsym(h, "cuMemUnmap");
+  *(void **)&d.access = dlsym(h, "cuMemSetAccess");
+  *(void **)&d.release = dlsym(h, "cuMemRelease");
+  *(void **)&d.errstr = dlsym(h, "cuGetErrorString");
+  d.ok = d.import && d.props && d.gran && d.reserve && d.addr_free && d.map && d.unmap &&
+         d.access && d.release && d.errstr;
+  return d.ok ? &d : NULL;
+}
+
+static const char *cu_err(const vmm_drv *dv, CUresult r) {
+  const char *s = NULL;
+  if (!dv || dv->errstr(r, &s) != CUDA_SUCCESS || !s) return "unknown driver error";
+  return s;
+}
 
 /* cuMemGetAddressRange through dlopen: fgbuffd does not link the driver (see CMakeLists.txt). */
 static CUresult mem_range(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
@@ -55,7 +106,21 @@ void gpu_arena_close(gpu_arena *a) {
     if (a->done_ev && a->done_ev[i]) cudaEventDestroy(a->done_ev[i]);
   }
   if (a->init) cudaStreamDestroy(a->init);
-  if (a->base) cudaIpcCloseMemHandle(a->base);
+  if (a->va) { /* a VMM arena: base points into our reservation */
+    const vmm_drv *dv = vmm_driver();
+    size_t off = 0;
+    for (int i = 0; i < a->nmapped; i++) {
+      dv->unmap(a->va + off, a->chunk_bytes[i]);
+      off += a->chunk_bytes[i];
+    }
+    dv->addr_free(a->va, a->va_size);
+  } else if (a->base) {
+    cudaIpcCloseMemHandle(a->base);
+  }
+  if (a->nchunks) {
+    const vmm_drv *dv = vmm_driver();
+    for (int i = 0; i < a->nchunks; i++) dv->release(a->chunk[i]);
+  }
   free(a->client_ev);
   free(a->done_ev);
   free(a);
@@ -71,13 +136,12 @@ void gpu_arena_close(gpu_arena *a) {
     return code;                        \
   } while (0)
 
-fgb_status gpu_arena_open(const uint8_t *handle, size_t hlen, const char *device_uuid,
-                          uint64_t bytes, const uint8_t *ev_handles, size_t ev_len, gpu_arena **out,
-                          void **base, uint8_t **done_handles, size_t *done_len, const char **field,
-                          char *err, size_t errlen) {
+/* The checks and allocations both arena kinds share: the GPU named, the event ring's size. On
+ * success *ap and *dhp are allocated (and freed by the caller's FAIL). */
+static fgb_status arena_new(const char *device_uuid, size_t ev_len, gpu_arena **ap, uint8_t **dhp,
+                            const char **field, char *err, size_t errlen) {
   gpu_arena *a = NULL;
   uint8_t *dh = NULL;
-  cudaError_t ce;
   if (!device_uuid || !device_uuid[0])
     FAIL("device_uuid", FGB_EINVAL, "device_uuid: a CUDA arena names the GPU its memory is on");
   if (!uuid_eq(device_uuid, gpu_uuid()))
@@ -85,11 +149,6 @@ fgb_status gpu_arena_open(const uint8_t *handle, size_t hlen, const char *device
          "device_uuid: the memory is on GPU %.64s, this daemon owns %s (connect to that GPU's "
          "daemon)",
          device_uuid, gpu_uuid());
-  if (hlen != sizeof(cudaIpcMemHandle_t))
-    FAIL("cuda_ipc_handle", FGB_EINVAL, "cuda_ipc_handle: %zu bytes, expected %zu", hlen,
-         sizeof(cudaIpcMemHandle_t));
-  if (bytes == 0 || bytes > (1ull << 40))
-    FAIL("bytes", FGB_EINVAL, "bytes: arena size %llu outside 1..2^40", (unsigned long long)bytes);
   if (ev_len == 0 || ev_len % GPU_EVENT_HANDLE != 0 || ev_len / GPU_EVENT_HANDLE > GPU_RING_MAX)
     FAIL("event_handles", FGB_EINVAL,
          "event_handles: %zu bytes; expected 1..%d interprocess event handles of %d bytes", ev_len,
@@ -102,6 +161,64 @@ fgb_status gpu_arena_open(const uint8_t *handle, size_t hlen, const char *device
   a->done_ev = calloc(a->nslots, sizeof(cudaEvent_t));
   dh = calloc(a->nslots, GPU_EVENT_HANDLE);
   if (!a->client_ev || !a->done_ev || !dh) FAIL("", FGB_ENOMEM, "out of memory");
+  *ap = a;
+  *dhp = dh;
+  return FGB_OK;
+}
+
+/* Open the client's events and create ours (exported into dh). On error the caller closes a. */
+static fgb_status ring_open(gpu_arena *a, const uint8_t *ev_handles, uint8_t *dh,
+                            const char **field, char *err, size_t errlen) {
+  cudaError_t ce;
+  if ((ce = cudaStreamCreateWithFlags(&a->init, cudaStreamNonBlocking)) != cudaSuccess) {
+    *field = "";
+    snprintf(err, errlen, "cannot create a stream: %s", cudaGetErrorString(ce));
+    return FGB_EIO;
+  }
+  for (uint32_t i = 0; i < a->nslots; i++) {
+    cudaIpcEventHandle_t eh;
+    memcpy(&eh, ev_handles + (size_t)i * GPU_EVENT_HANDLE, sizeof eh);
+    if ((ce = cudaIpcOpenEventHandle(&a->client_ev[i], eh)) != cudaSuccess) {
+      a->client_ev[i] = NULL;
+      *field = "event_handles";
+      snprintf(err, errlen, "event_handles: cannot open event handle %u: %s", i,
+               cudaGetErrorString(ce));
+      return FGB_EINVAL;
+    }
+    if ((ce = cudaEventCreateWithFlags(
+             &a->done_ev[i], cudaEventDisableTiming | cudaEventInterprocess)) != cudaSuccess) {
+      a->done_ev[i] = NULL;
+      *field = "";
+      snprintf(err, errlen, "cannot create events: %s", cudaGetErrorString(ce));
+      return FGB_EIO;
+    }
+    /* Recorded once so a waiter on a slot never used yet sees a completed event. */
+    cudaEventRecord(a->done_ev[i], a->init);
+    cudaIpcEventHandle_t oh;
+    if ((ce = cudaIpcGetEventHandle(&oh, a->done_ev[i])) != cudaSuccess) {
+      *field = "";
+      snprintf(err, errlen, "cannot export done events: %s", cudaGetErrorString(ce));
+      return FGB_EIO;
+    }
+    memcpy(dh + (size_t)i * GPU_EVENT_HANDLE, &oh, GPU_EVENT_HANDLE);
+  }
+  return FGB_OK;
+}
+
+fgb_status gpu_arena_open(const uint8_t *handle, size_t hlen, const char *device_uuid,
+                          uint64_t bytes, const uint8_t *ev_handles, size_t ev_len, gpu_arena **out,
+                          void **base, uint8_t **done_handles, size_t *done_len, const char **field,
+                          char *err, size_t errlen) {
+  gpu_arena *a = NULL;
+  uint8_t *dh = NULL;
+  cudaError_t ce;
+  fgb_status st;
+  if (hlen != sizeof(cudaIpcMemHandle_t))
+    FAIL("cuda_ipc_handle", FGB_EINVAL, "cuda_ipc_handle: %zu bytes, expected %zu", hlen,
+         sizeof(cudaIpcMemHandle_t));
+  if (bytes == 0 || bytes > (1ull << 40))
+    FAIL("bytes", FGB_EINVAL, "bytes: arena size %llu outside 1..2^40", (unsigned long long)bytes);
+  if ((st = arena_new(device_uuid, ev_len, &a, &dh, field, err, errlen)) != FGB_OK) return st;
   cudaIpcMemHandle_t mh;
   memcpy(&mh, handle, sizeof mh);
   if ((ce = cudaIpcOpenMemHandle(&a->base, mh, cudaIpcMemLazyEnablePeerAccess)) != cudaSuccess) {
@@ -123,27 +240,103 @@ fgb_status gpu_arena_open(const uint8_t *handle, size_t hlen, const char *device
     FAIL("bytes", FGB_EINVAL, "bytes: %llu is larger than the shared allocation (%zu bytes)",
          (unsigned long long)bytes, psize);
   a->bytes = bytes;
-  if ((ce = cudaStreamCreateWithFlags(&a->init, cudaStreamNonBlocking)) != cudaSuccess)
-    FAIL("", FGB_EIO, "cannot create a stream: %s", cudaGetErrorString(ce));
-  for (uint32_t i = 0; i < a->nslots; i++) {
-    cudaIpcEventHandle_t eh;
-    memcpy(&eh, ev_handles + (size_t)i * GPU_EVENT_HANDLE, sizeof eh);
-    if ((ce = cudaIpcOpenEventHandle(&a->client_ev[i], eh)) != cudaSuccess) {
-      a->client_ev[i] = NULL;
-      FAIL("event_handles", FGB_EINVAL, "event_handles: cannot open event handle %u: %s", i,
-           cudaGetErrorString(ce));
-    }
-    if ((ce = cudaEventCreateWithFlags(
-             &a->done_ev[i], cudaEventDisableTiming | cudaEventInterprocess)) != cudaSuccess) {
-      a->done_ev[i] = NULL;
-      FAIL("", FGB_EIO, "cannot create events: %s", cudaGetErrorString(ce));
-    }
-    /* Recorded once so a waiter on a slot never used yet sees a completed event. */
-    cudaEventRecord(a->done_ev[i], a->init);
-    cudaIpcEventHandle_t oh;
-    if ((ce = cudaIpcGetEventHandle(&oh, a->done_ev[i])) != cudaSuccess)
-      FAIL("", FGB_EIO, "cannot export done events: %s", cudaGetErrorString(ce));
-    memcpy(dh + (size_t)i * GPU_EVENT_HANDLE, &oh, GPU_EVENT_HANDLE);
+  if ((st = ring_open(a, ev_handles, dh, field, err, errlen)) != FGB_OK) {
+    (void)cudaGetLastError();
+    gpu_arena_close(a);
+    free(dh);
+    return st;
+  }
+  *out = a;
+  *base = a->base;
+  *done_handles = dh;
+  *done_len = (size_t)a->nslots * GPU_EVENT_HANDLE;
+  return FGB_OK;
+}
+
+fgb_status gpu_arena_open_vmm(const int *fds, int nfds, const uint64_t *chunk, size_t nchunk,
+                              uint64_t vmm_offset, const char *device_uuid, uint64_t bytes,
+                              const uint8_t *ev_handles, size_t ev_len, gpu_arena **out,
+                              void **base, uint8_t **done_handles, size_t *done_len,
+                              const char **field, char *err, size_t errlen) {
+  gpu_arena *a = NULL;
+  uint8_t *dh = NULL;
+  fgb_status st;
+  CUresult r;
+  /* Layout first (no granularity yet: that needs the imported allocation's properties). */
+  if ((st = gpu_vmm_check(bytes, chunk, nchunk, vmm_offset, nfds, 0, field, err, errlen)))
+    return st;
+  const vmm_drv *dv = vmm_driver();
+  if (!dv) {
+    *field = "kind";
+    snprintf(err, errlen, "kind: the CUDA driver's VMM calls are not available to this daemon");
+    return FGB_ENOTSUP;
+  }
+  if ((st = arena_new(device_uuid, ev_len, &a, &dh, field, err, errlen)) != FGB_OK) return st;
+  size_t gran = 0;
+  for (int i = 0; i < nfds; i++) {
+    r = dv->import(&a->chunk[i], (void *)(uintptr_t)fds[i],
+                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (r != CUDA_SUCCESS)
+      FAIL("num_fds", FGB_EINVAL,
+           "num_fds: fd %d is not a cuMem allocation exported as a POSIX fd (import: %s)", i,
+           cu_err(dv, r));
+    a->nchunks = i + 1;
+    CUmemAllocationProp p;
+    memset(&p, 0, sizeof p);
+    if ((r = dv->props(&p, a->chunk[i])) != CUDA_SUCCESS)
+      FAIL("num_fds", FGB_EINVAL, "num_fds: fd %d: cannot query the allocation: %s", i,
+           cu_err(dv, r));
+    /* Another GPU's memory would map as a peer mapping over NVLink: refuse it, whatever the
+     * device_uuid field said. */
+    if (p.location.type != CU_MEM_LOCATION_TYPE_DEVICE || p.location.id != gpu_index())
+      FAIL("device_uuid", FGB_EINVAL,
+           "device_uuid: chunk %d is memory of device %d (location type %d), not of this daemon's "
+           "GPU %s (device %d)",
+           i, p.location.id, (int)p.location.type, gpu_uuid(), gpu_index());
+    size_t g = 0;
+    if ((r = dv->gran(&g, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM)) != CUDA_SUCCESS || g == 0)
+      FAIL("num_fds", FGB_EINVAL, "num_fds: fd %d: cannot query the allocation granularity: %s", i,
+           cu_err(dv, r));
+    if (g > gran) gran = g;
+  }
+  if ((st = gpu_vmm_check(bytes, chunk, nchunk, vmm_offset, nfds, gran, field, err, errlen))) {
+    gpu_arena_close(a);
+    free(dh);
+    return st;
+  }
+  uint64_t total = 0;
+  for (size_t i = 0; i < nchunk; i++) total += chunk[i];
+  if ((r = dv->reserve(&a->va, total, 0, 0, 0)) != CUDA_SUCCESS) {
+    a->va = 0;
+    FAIL("bytes", FGB_ENOMEM, "bytes: cannot reserve %llu bytes of address space: %s",
+         (unsigned long long)total, cu_err(dv, r));
+  }
+  a->va_size = total;
+  uint64_t off = 0;
+  for (int i = 0; i < nfds; i++) {
+    /* A size larger than the allocation (or not its whole mapping) fails here. */
+    if ((r = dv->map(a->va + off, chunk[i], 0, a->chunk[i], 0)) != CUDA_SUCCESS)
+      FAIL("vmm_chunk_bytes", FGB_EINVAL,
+           "vmm_chunk_bytes[%d]: cannot map %llu bytes of that allocation (is it smaller?): %s", i,
+           (unsigned long long)chunk[i], cu_err(dv, r));
+    a->chunk_bytes[i] = chunk[i];
+    a->nmapped = i + 1;
+    off += chunk[i];
+  }
+  CUmemAccessDesc acc;
+  memset(&acc, 0, sizeof acc);
+  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  acc.location.id = gpu_index();
+  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  if ((r = dv->access(a->va, total, &acc, 1)) != CUDA_SUCCESS)
+    FAIL("", FGB_EIO, "cannot enable access to the mapped arena: %s", cu_err(dv, r));
+  a->base = (void *)(uintptr_t)(a->va + vmm_offset);
+  a->bytes = bytes;
+  if ((st = ring_open(a, ev_handles, dh, field, err, errlen)) != FGB_OK) {
+    (void)cudaGetLastError();
+    gpu_arena_close(a);
+    free(dh);
+    return st;
   }
   *out = a;
   *base = a->base;

@@ -1,10 +1,10 @@
 /* daemon/gpu/glue.c — the GPU data plane's side of the loop thread: start-up of a GPU daemon
  * (bind, MPS check, engine stream, NCCL transport, the coordinator's unique-id hook), CUDA arena
- * registration, and readiness: a submit of a tensor in a CUDA arena is reported to the coordinator
- * only once the client's interprocess event is seen complete (cudaEventQuery from a uv_idle
- * handle while observations are outstanding, so an idle daemon does not spin; see arena.c for why
- * no stream waits on a client's event). The idle handle spins the loop thread while a submit
- * waits for the client's GPU: a backoff to a timer is still to do. */
+ * registration (legacy IPC and cuMem/VMM fd arenas), and readiness: a submit of a tensor in a CUDA
+ * arena is reported to the coordinator only once the client's interprocess event is seen complete
+ * (cudaEventQuery from a uv_idle handle while observations are outstanding, so an idle daemon does
+ * not spin; see arena.c for why no stream waits on a client's event). The idle handle spins the
+ * loop thread while a submit waits for the client's GPU: a backoff to a timer is still to do. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,19 +67,15 @@ void srv_gpu_arena_close(srv_arena *a) {
 
 void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__RegisterArena *m, int *fds,
                       int nfds) {
-  for (int i = 0; i < nfds; i++) close(fds[i]);
-  if (m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_VMM_FD) {
-    srv_send_error(s, req_id, FGB_ENOTSUP, "kind", 0,
-                   "kind: cuMem/VMM file-descriptor arenas are not supported by this daemon yet; "
-                   "register cudaMalloc memory (CUDA IPC)");
-    return;
-  }
-  if (nfds != 0) {
+  int vmm = m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_VMM_FD;
+  if (!vmm && nfds != 0) {
+    for (int i = 0; i < nfds; i++) close(fds[i]);
     srv_send_error(s, req_id, FGB_EINVAL, "num_fds", 0,
                    "num_fds: a CUDA_IPC arena comes without file descriptors (got %d)", nfds);
     return;
   }
   if (s->narenas >= SRV_MAX_ARENAS) {
+    for (int i = 0; i < nfds; i++) close(fds[i]);
     srv_send_error(s, req_id, FGB_EINVAL, "bytes", 0, "too many arenas on one connection (%d)",
                    SRV_MAX_ARENAS);
     return;
@@ -90,11 +86,19 @@ void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
   size_t dlen = 0;
   const char *field = "";
   char err[512];
-  fgb_status st = gpu_arena_open(m->cuda_ipc_handle.data, m->cuda_ipc_handle.len, m->device_uuid,
-                                 m->bytes, m->event_handles.data, m->event_handles.len, &ga, &base,
-                                 &dh, &dlen, &field, err, sizeof err);
+  fgb_status st;
+  if (vmm)
+    st = gpu_arena_open_vmm(fds, nfds, m->vmm_chunk_bytes, m->n_vmm_chunk_bytes, m->vmm_offset,
+                            m->device_uuid, m->bytes, m->event_handles.data, m->event_handles.len,
+                            &ga, &base, &dh, &dlen, &field, err, sizeof err);
+  else
+    st = gpu_arena_open(m->cuda_ipc_handle.data, m->cuda_ipc_handle.len, m->device_uuid, m->bytes,
+                        m->event_handles.data, m->event_handles.len, &ga, &base, &dh, &dlen, &field,
+                        err, sizeof err);
+  /* The imported allocations hold the memory now; the fds are not needed either way. */
+  for (int i = 0; i < nfds; i++) close(fds[i]);
   if (st != FGB_OK) {
-    LOG_WARN("client pid %u: CUDA arena refused: %s", s->pid, err);
+    LOG_WARN("client pid %u: CUDA %s arena refused: %s", s->pid, vmm ? "VMM" : "IPC", err);
     srv_send_error(s, req_id, st, field, 0, "%s", err);
     return;
   }
@@ -113,8 +117,8 @@ void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
   a->next = s->arenas;
   s->arenas = a;
   s->narenas++;
-  LOG_DEBUG("client pid %u: CUDA arena %u, %llu bytes, %u event slots", s->pid, a->id,
-            (unsigned long long)m->bytes, gpu_arena_slots(ga));
+  LOG_DEBUG("client pid %u: CUDA %s arena %u, %llu bytes, %u event slots", s->pid,
+            vmm ? "VMM" : "IPC", a->id, (unsigned long long)m->bytes, gpu_arena_slots(ga));
   Fgbuff__V1__ArenaReply r = FGBUFF__V1__ARENA_REPLY__INIT;
   r.arena_id = a->id;
   r.event_handles.data = dh;

@@ -46,6 +46,14 @@ fgb_status gpu_arena_open(const uint8_t *handle, size_t hlen, const char *device
                           uint64_t bytes, const uint8_t *ev_handles, size_t ev_len, gpu_arena **out,
                           void **base, uint8_t **done_handles, size_t *done_len, const char **field,
                           char *err, size_t errlen);
+/* Import a client's cuMem/VMM allocations (fds[i]: POSIX fds of RegisterArena kind
+ * ARENA_CUDA_VMM_FD, chunk[i] bytes each, mapped in order into one VA range of ours; the arena
+ * starts vmm_offset bytes in). The fds stay the caller's. Otherwise as gpu_arena_open. */
+fgb_status gpu_arena_open_vmm(const int *fds, int nfds, const uint64_t *chunk, size_t nchunk,
+                              uint64_t vmm_offset, const char *device_uuid, uint64_t bytes,
+                              const uint8_t *ev_handles, size_t ev_len, gpu_arena **out,
+                              void **base, uint8_t **done_handles, size_t *done_len,
+                              const char **field, char *err, size_t errlen);
 /* Close the mapping and the events (after every engine item on it finished). */
 void gpu_arena_close(gpu_arena *a);
 uint32_t gpu_arena_slots(const gpu_arena *a);
