@@ -45,9 +45,9 @@ fgb_status srv_comp_check(srv_job *j, const Fgbuff__V1__RegisterTensor *m,
              names);
     return FGB_EINVAL;
   }
-  if (strncmp(j->d->cfg.device, "cuda:", 5) == 0) {
-    /* compress_path.c runs the host kernels on host memory; the GPU data path has its own. */
-    snprintf(err, errlen, "compressor: '%s' is not wired into the GPU data path yet", ops->name);
+  if (strncmp(j->d->cfg.device, "cuda:", 5) == 0 && !(ops->caps & COMP_CAP_CUDA)) {
+    /* GPU daemons run compressors on the device (daemon/gpu/sparse.c): CUDA kernels needed. */
+    snprintf(err, errlen, "compressor: '%s' has no CUDA implementation in this build", ops->name);
     return FGB_ENOTSUP;
   }
   fgb_dtype dt = (fgb_dtype)m->dtype;

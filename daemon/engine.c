@@ -183,6 +183,7 @@ static void run_form(srv_engine *e, eng_item *it) {
 
 static void run_release(srv_engine *e, eng_item *it) {
   cp_release_job(e->cps, it->job_key);
+  if (e->gpu && e->gpu->release) e->gpu->release(it->job_key);
   for (eng_comm **p = &e->comms; *p; p = &(*p)->next) {
     if ((*p)->job_key == it->job_key) {
       eng_comm *ec = *p;
@@ -213,6 +214,10 @@ static void run_state(srv_engine *e, eng_item *it) {
   if (!ec || it->n != 1) {
     it->status = FGB_EINVAL;
     snprintf(it->err, sizeof(it->err), "the job's communicator was not created");
+    return;
+  }
+  if (e->gpu && e->gpu->state) { /* GPU daemons keep compressor state on the device */
+    e->gpu->state(ec->c, ec->size, it);
     return;
   }
   cp_job job = cp_job_of(e, ec);

@@ -84,6 +84,11 @@ typedef struct eng_gpu_ops {
   int (*start)(comm *c, int job_size, eng_item *it);
   int (*poll)(eng_item *it);
   void (*free)(eng_item *it);
+  /* Optional (NULL: none). release: the job's communicator is about to be destroyed
+   * (ENG_RELEASE), free what the GPU path keeps per job (compressor instances). state: run an
+   * ENG_STATE item on device-resident compressor state (sets it->status/err). */
+  void (*release)(uint64_t job_key);
+  void (*state)(comm *c, int job_size, eng_item *it);
 } eng_gpu_ops;
 
 /* Start the engine thread with transport `ops`; results are delivered to cb on `loop`. */

@@ -146,6 +146,8 @@ fgb_status srv_status_build(srv *d, char **json, char **text) {
     j.len -= 8; /* "jobs":[ */
     sb_printf(&j, "\"gpu\":%s,\"jobs\":[", g);
     sb_printf(&t, "GPU %s\n", g);
+    srv_gpu_mem_text(g, sizeof(g));
+    sb_printf(&t, "%s", g);
   }
 #endif
   sb_printf(&t, "fgbuffd rank %d of %d (local %d), device %s, pid %d, up %llu s, protocol v%u\n",

@@ -142,6 +142,16 @@ fgb_status kern_thr_reset(const comp_exec *ex, kern_ctl *ctl, float factor) {
   KERN_DISPATCH(thr_reset, ctl, factor);
 }
 
+fgb_status kern_add_stats_hist(const comp_exec *ex, float *a, const float *g, uint64_t n,
+                               uint32_t flags, kern_ctl *ctl, uint32_t *hist) {
+  KERN_DISPATCH(add_stats_hist, a, g, n, flags, ctl, hist);
+}
+
+fgb_status kern_thr_replay(const comp_exec *ex, const uint32_t *hist, kern_ctl *ctl,
+                           const kern_replay *rp) {
+  KERN_DISPATCH(thr_replay, hist, ctl, rp);
+}
+
 fgb_status kern_coo_restore(const comp_exec *ex, const void *local, int fp16, const void *global,
                             float *r) {
   KERN_DISPATCH(coo_restore, local, fp16, global, r);

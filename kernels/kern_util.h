@@ -6,8 +6,11 @@
 #ifndef FGB_KERN_UTIL_H
 #define FGB_KERN_UTIL_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "kernels.h"
 
 #if defined(__CUDACC__)
 #define KERN_HD __host__ __device__ __forceinline__
@@ -31,6 +34,31 @@ KERN_HD uint32_t kern_thr_key(float t) {
   uint32_t u;
   memcpy(&u, &t, sizeof u);
   return u;
+}
+
+/* Magnitude histogram (kernels.h, KERN_HIST_*). Lower edge of bin b as a double: the float whose
+ * key is b << KERN_HIST_SHIFT; the edge of the first non-finite bin is 2^128 (the top finite bin
+ * ends there). */
+KERN_HD double kern_hist_edge(uint32_t b) {
+  if (b >= KERN_HIST_NONFINITE) return 3.4028236692093846346e38; /* 2^128 */
+  uint32_t u = b << KERN_HIST_SHIFT;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return (double)f;
+}
+
+/* Estimated #{i : |a_i| >= t} from a histogram: `above` elements in the bins above t's bin b, and
+ * the share of bin b's h elements that lies above t, assuming they spread uniformly over the bin
+ * (exact when t is the bin's lower edge). Both backends compute it bit for bit alike. */
+KERN_HD uint64_t kern_hist_count_at(uint64_t above, uint32_t h, float t) {
+  const uint32_t b = kern_thr_key(t) >> KERN_HIST_SHIFT;
+  if (b >= KERN_HIST_NONFINITE) return above;
+  const double lo = kern_hist_edge(b), hi = kern_hist_edge(b + 1), tt = t > 0.0f ? (double)t : 0.0;
+  double frac = (hi - tt) / (hi - lo);
+  if (!(frac > 0.0)) frac = 0.0;
+  if (frac > 1.0) frac = 1.0;
+  const double share = floor((double)h * frac);
+  return above + (uint64_t)share;
 }
 
 /* Canonical NaN for every NaN an element-wise kernel computes and stores. IEEE 754 leaves the

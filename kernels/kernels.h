@@ -211,6 +211,39 @@ fgb_status kern_count_adapt(const comp_exec *ex, const float *a, uint64_t n, ker
  * reset the adaptation state as kern_thr_from_stats does. One tiny kernel. */
 fgb_status kern_thr_reset(const comp_exec *ex, kern_ctl *ctl, float factor);
 
+/* ---- one-pass threshold search: magnitude histogram + on-device replay ---------------------- */
+/* Histogram of the magnitude key: bin b holds the elements with kern_abs_key(a) >> KERN_HIST_SHIFT
+ * == b, i.e. 32 bins per binade of |a| (each bin spans 1/32 of its binade, under 2.2% of its lower
+ * edge); bins >= KERN_HIST_NONFINITE hold Inf and NaN. Counts are exact integers, so both
+ * backends produce the same histogram of the same input. Needs n < 2^32. */
+#define KERN_HIST_SHIFT 18u
+#define KERN_HIST_BINS (1u << (31u - KERN_HIST_SHIFT)) /* 8192 */
+#define KERN_HIST_NONFINITE (0x7f800000u >> KERN_HIST_SHIFT)
+/* kern_add_stats(a, g) (g NULL: kern_stats(a), a only read) and, in the same pass, hist[0..
+ * KERN_HIST_BINS) = the histogram above of the compensated a (every element, whatever the flags).
+ * hist is a device buffer of KERN_HIST_BINS uint32 (fully written). Cost R2 W1 (g NULL: R1). */
+fgb_status kern_add_stats_hist(const comp_exec *ex, float *a, const float *g, uint64_t n,
+                               uint32_t flags, kern_ctl *ctl, uint32_t *hist);
+
+/* A threshold method's whole search, replayed from the histogram in one tiny launch: the first fit
+ * `model`/p0 from ctl->st (kern_thr_from_stats); then for `stages` - 1 later stages, ctl->st =
+ * moments of the binned tail above ctl->thr (st.above = 1, min_abs = thr) and the fit `later`/q;
+ * then up to ad.max_iters adaptation rounds (kern_thr_adapt) where each round's count is read off
+ * the histogram instead of a pass over n. Counts at a threshold t inside bin b are the bins above
+ * plus the share of bin b above t assuming a uniform spread inside the bin (exact when t is a bin
+ * edge); the tail moments take each bin's uniform-spread moments. ad.max_iters = 0: fits only.
+ * Afterwards ctl->count = the histogram's estimate at the final ctl->thr. One block, no pass. */
+typedef struct kern_replay {
+  kern_thr_model model;
+  double p0;
+  uint32_t stages; /* >= 1 */
+  kern_thr_model later;
+  double q;
+  kern_adapt ad;
+} kern_replay;
+fgb_status kern_thr_replay(const comp_exec *ex, const uint32_t *hist, kern_ctl *ctl,
+                           const kern_replay *rp);
+
 /* out[j] = |a[start + j * stride]| for j < m (caller guarantees start + (m-1) stride < n). Cost m
  * strided reads. */
 fgb_status kern_sample_abs(const comp_exec *ex, const float *a, uint64_t n, uint64_t start,
@@ -330,6 +363,10 @@ fgb_status kern_fill_uniform(const comp_exec *ex, float *out, uint64_t count, ui
   fgb_status kern_##B##_count_adapt(const float *a, uint64_t n, kern_ctl *ctl,                     \
                                     const kern_adapt *ad EXTRA);                                   \
   fgb_status kern_##B##_thr_reset(kern_ctl *ctl, float factor EXTRA);                              \
+  fgb_status kern_##B##_add_stats_hist(float *a, const float *g, uint64_t n, uint32_t flags,       \
+                                       kern_ctl *ctl, uint32_t *hist EXTRA);                       \
+  fgb_status kern_##B##_thr_replay(const uint32_t *hist, kern_ctl *ctl,                            \
+                                   const kern_replay *rp EXTRA);                                   \
   fgb_status kern_##B##_coo_restore(const void *local, int fp16, const void *global,               \
                                     float *r EXTRA);                                               \
   fgb_status kern_##B##_sample_abs(const float *a, uint64_t n, uint64_t start, uint64_t stride,    \

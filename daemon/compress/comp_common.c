@@ -264,6 +264,7 @@ fgb_status comp_sparse_init(comp_sparse *cs, const char *name, const comp_params
   if (!s) s = kern_alloc(ex, pb * (size_t)p->nranks, &cs->recv);
   if (!s) s = kern_alloc(ex, sizeof(kern_ctl), (void **)&cs->ctl);
   if (!s) s = kern_ws_create(ex, n, cap, &cs->ws);
+  if (!s) s = kern_alloc(ex, KERN_HIST_BINS * sizeof(uint32_t), (void **)&cs->hist);
   if (s) {
     comp_sparse_free(cs);
     comp_alloc_err(name, s, err, errlen);
@@ -279,6 +280,8 @@ void comp_sparse_free(comp_sparse *cs) {
   kern_free(ex, cs->recv);
   kern_free(ex, cs->ctl);
   kern_ws_destroy(ex, cs->ws);
+  kern_free(ex, cs->hist);
+  cs->hist = NULL;
   cs->resid = cs->work = NULL;
   cs->payload = cs->recv = NULL;
   cs->ctl = NULL;
@@ -304,6 +307,17 @@ fgb_status comp_sparse_compensate_stats(comp_sparse *cs, const float *grad, uint
   }
   fgb_status rc = comp_sparse_compensate(cs, grad, a);
   return rc ? rc : kern_stats(&cs->ex, *a, cs->n, flags, cs->ctl);
+}
+
+fgb_status comp_sparse_compensate_stats_hist(comp_sparse *cs, const float *grad, uint32_t flags,
+                                             float **a) {
+  if (grad == NULL) return FGB_EINVAL;
+  if (cs->ef) {
+    *a = cs->resid;
+    return kern_add_stats_hist(&cs->ex, cs->resid, grad, cs->n, flags, cs->ctl, cs->hist);
+  }
+  fgb_status rc = comp_sparse_compensate(cs, grad, a);
+  return rc ? rc : kern_add_stats_hist(&cs->ex, *a, NULL, cs->n, flags, cs->ctl, cs->hist);
 }
 
 kern_sel comp_sparse_sel(comp_sparse *cs, float *a, float *mask) {

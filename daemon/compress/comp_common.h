@@ -94,6 +94,7 @@ typedef struct comp_sparse {
   void *recv;        /* nranks * comp_coo_bytes(cap), device */
   kern_ctl *ctl;     /* device scalars */
   kern_ws *ws;
+  uint32_t *hist; /* KERN_HIST_BINS, device: the threshold methods' magnitude histogram */
 } comp_sparse;
 
 /* Allocate for n elements and payload capacity cap. */
@@ -108,6 +109,10 @@ fgb_status comp_sparse_compensate(comp_sparse *cs, const float *grad, float **a)
  * (kern_add_stats). */
 fgb_status comp_sparse_compensate_stats(comp_sparse *cs, const float *grad, uint32_t flags,
                                         float **a);
+/* The same, with the magnitude histogram of *a taken in the same pass into cs->hist
+ * (kern_add_stats_hist), for the threshold methods' kern_thr_replay. */
+fgb_status comp_sparse_compensate_stats_hist(comp_sparse *cs, const float *grad, uint32_t flags,
+                                             float **a);
 kern_sel comp_sparse_sel(comp_sparse *cs, float *a, float *mask);
 /* Phase 0: allgather of this step's payload layout. */
 void comp_sparse_phase(const comp_sparse *cs, comp_phase *ph);

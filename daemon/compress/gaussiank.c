@@ -64,12 +64,12 @@ static fgb_status gaussiank_encode(void *st, const comp_exec *ex, const float *g
   comp_sparse *cs = &s->cs;
   if (grad == NULL || ph == NULL) return comp_errf(err, errlen, "gaussiank: NULL grad or phase");
   float *a;
-  fgb_status rc = comp_sparse_compensate_stats(cs, grad, 0, &a); /* one fused pass */
-  if (!rc) rc = kern_thr_from_stats(ex, cs->ctl, KERN_THR_GAUSS, s->z);
+  /* One pass: compensation, statistics and the magnitude histogram; then the fit and every
+   * adaptation round replayed from the histogram in one tiny launch (no count pass per round). */
+  fgb_status rc = comp_sparse_compensate_stats_hist(cs, grad, 0, &a);
   kern_adapt ad = {KERN_ADAPT_BRACKET, cs->k, 2.0 / 3.0, 4.0 / 3.0, 0.5, 1.5, (uint32_t)s->iters};
-  for (int i = 0; !rc && i < s->iters; i++) {
-    rc = kern_count_adapt(ex, a, cs->n, cs->ctl, &ad); /* count + round, one launch */
-  }
+  kern_replay rp = {KERN_THR_GAUSS, s->z, 1, KERN_THR_GAUSS, 0.0, ad};
+  if (!rc) rc = kern_thr_replay(ex, cs->hist, cs->ctl, &rp);
   kern_sel sel = comp_sparse_sel(cs, a, NULL);
   if (!rc) rc = kern_select_thr(ex, a, cs->n, cs->ctl, &sel, cs->ws);
   comp_sparse_phase(cs, ph);

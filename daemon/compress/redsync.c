@@ -49,15 +49,15 @@ static fgb_status redsync_encode(void *st, const comp_exec *ex, const float *gra
   comp_sparse *cs = &s->cs;
   if (grad == NULL || ph == NULL) return comp_errf(err, errlen, "redsync: NULL grad or phase");
   float *a;
-  fgb_status rc = comp_sparse_compensate_stats(cs, grad, 0, &a); /* one fused pass */
-  /* trim: s = 0.8, 0.6, ..., 0 (thr = 0 lets everything through): at most 5 rounds.
+  /* One pass: compensation, statistics and the magnitude histogram; the rounds on s are replayed
+   * from the histogram in one tiny launch.
+   * trim: s = 0.8, 0.6, ..., 0 (thr = 0 lets everything through): at most 5 rounds.
    * bisect: eps = 0.2 on [0, 1] is 3 halvings. */
-  if (!rc) rc = kern_thr_from_stats(ex, cs->ctl, KERN_THR_REDSYNC, s->mode ? 0.5 : 0.8);
+  fgb_status rc = comp_sparse_compensate_stats_hist(cs, grad, 0, &a);
   kern_adapt ad = s->mode ? (kern_adapt){KERN_ADAPT_REDSYNC_BISECT, cs->k, 1, 2, 0, 0, 3}
                           : (kern_adapt){KERN_ADAPT_REDSYNC_TRIM, cs->k, 1, 1, 0.2, 0, 5};
-  for (uint32_t i = 0; !rc && i < ad.max_iters; i++) {
-    rc = kern_count_adapt(ex, a, cs->n, cs->ctl, &ad); /* count + round, one launch */
-  }
+  kern_replay rp = {KERN_THR_REDSYNC, s->mode ? 0.5 : 0.8, 1, KERN_THR_REDSYNC, 0.0, ad};
+  if (!rc) rc = kern_thr_replay(ex, cs->hist, cs->ctl, &rp);
   kern_sel sel = comp_sparse_sel(cs, a, NULL);
   if (!rc) rc = kern_select_thr(ex, a, cs->n, cs->ctl, &sel, cs->ws);
   comp_sparse_phase(cs, ph);

@@ -65,17 +65,14 @@ static fgb_status sidco_encode(void *st, const comp_exec *ex, const float *grad,
   float *a;
   double d1 = s->stages > 1 ? s->first_ratio : s->rho;
   double q = s->stages > 1 ? pow(s->rho / s->first_ratio, 1.0 / (s->stages - 1)) : 1.0;
-  /* compensation and the first statistics in one fused pass */
-  fgb_status rc = comp_sparse_compensate_stats(cs, grad, s->dist == 2 ? KERN_STATS_LOG : 0, &a);
-  if (!rc) rc = kern_thr_from_stats(ex, cs->ctl, first[s->dist], d1);
-  for (int i = 1; !rc && i < s->stages; i++) {
-    rc = kern_stats(ex, a, cs->n, KERN_STATS_ABOVE_THR, cs->ctl);
-    if (!rc) rc = kern_thr_from_stats(ex, cs->ctl, later[s->dist], q);
-  }
+  /* One pass: compensation, the first statistics (exact) and the magnitude histogram; the later
+   * stages fit the binned tail and the correction rounds read their counts off the histogram, all
+   * in one tiny launch (kern_thr_replay): no pass over n between the first and the select. */
+  fgb_status rc =
+      comp_sparse_compensate_stats_hist(cs, grad, s->dist == 2 ? KERN_STATS_LOG : 0, &a);
   kern_adapt ad = {KERN_ADAPT_BRACKET, cs->k, 2.0 / 3.0, 4.0 / 3.0, 0.8, 1.25, (uint32_t)s->iters};
-  for (int i = 0; !rc && i < s->iters; i++) {
-    rc = kern_count_adapt(ex, a, cs->n, cs->ctl, &ad); /* count + round, one launch */
-  }
+  kern_replay rp = {first[s->dist], d1, (uint32_t)s->stages, later[s->dist], q, ad};
+  if (!rc) rc = kern_thr_replay(ex, cs->hist, cs->ctl, &rp);
   kern_sel sel = comp_sparse_sel(cs, a, NULL);
   if (!rc) rc = kern_select_thr(ex, a, cs->n, cs->ctl, &sel, cs->ws);
   comp_sparse_phase(cs, ph);

@@ -1,6 +1,7 @@
 /* daemon/gpu/device.c — which GPU this daemon owns: binding by index or UUID (ordinals are
  * renumbered by CUDA_VISIBLE_DEVICES and Slurm, so logs and status name the UUID and PCI bus id),
- * MPS detection, the daemon's own device-memory gauge, and the NCCL unique id for the leader. */
+ * MPS detection, the daemon's own device-memory gauges (all, compressor state, the non-state
+ * bound), and the NCCL unique id for the leader. */
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdatomic.h>
@@ -10,11 +11,13 @@
 #include <strings.h>
 
 #include "gpu.h"
+#include "gpu_srv.h"
 
 static int g_index = -1;
 static char g_uuid[48], g_pci[32], g_name[256];
 static int g_mps;
-static _Atomic int64_t g_mem;
+static _Atomic int64_t g_mem, g_mem_state;
+static _Atomic uint64_t g_largest;
 
 static void uuid_text(const cudaUUID_t *u, char *out, size_t cap) {
   const unsigned char *b = (const unsigned char *)u->bytes;
@@ -100,16 +103,48 @@ void gpu_mem_add(int64_t bytes) {
 int64_t gpu_mem_used(void) {
   return atomic_load(&g_mem);
 }
+void gpu_mem_state_add(int64_t bytes) {
+  atomic_fetch_add(&g_mem_state, bytes);
+}
+int64_t gpu_mem_state(void) {
+  return atomic_load(&g_mem_state);
+}
+void gpu_mem_note_buffer(uint64_t bytes) {
+  uint64_t cur = atomic_load(&g_largest);
+  while (bytes > cur && !atomic_compare_exchange_weak(&g_largest, &cur, bytes)) {
+  }
+}
+uint64_t gpu_mem_largest_buffer(void) {
+  return atomic_load(&g_largest);
+}
+
+long long gpu_mem_other_bound(void) {
+  return GPU_MEM_OTHER_BASE + 2 * (long long)gpu_mem_largest_buffer();
+}
+
+size_t srv_gpu_mem_text(char *buf, size_t cap) {
+  long long all = (long long)gpu_mem_used(), st = (long long)gpu_mem_state();
+  int n = snprintf(buf, cap,
+                   "GPU memory of the daemon: %.1f MiB, compressor state %.1f MiB, other %.1f MiB "
+                   "(bound 256 MiB + 2 x largest merge buffer = %.1f MiB)\n",
+                   all / 1048576.0, st / 1048576.0, (all - st) / 1048576.0,
+                   gpu_mem_other_bound() / 1048576.0);
+  return n < 0 ? 0 : (size_t)n;
+}
 
 size_t gpu_status_json(char *buf, size_t cap) {
   size_t free_b = 0, total_b = 0;
   cudaMemGetInfo(&free_b, &total_b);
-  int n = snprintf(buf, cap,
-                   "{\"uuid\":\"%s\",\"pci_bus_id\":\"%s\",\"name\":\"%s\",\"index\":%d,"
-                   "\"mps\":%s,\"daemon_mem_bytes\":%lld,\"device_free_bytes\":%zu,"
-                   "\"device_total_bytes\":%zu}",
-                   g_uuid, g_pci, g_name, g_index, g_mps ? "true" : "false",
-                   (long long)gpu_mem_used(), free_b, total_b);
+  int n = snprintf(
+      buf, cap,
+      "{\"uuid\":\"%s\",\"pci_bus_id\":\"%s\",\"name\":\"%s\",\"index\":%d,"
+      "\"mps\":%s,\"daemon_mem_bytes\":%lld,\"comp_state_bytes\":%lld,"
+      "\"other_mem_bytes\":%lld,\"largest_buffer_bytes\":%llu,"
+      "\"other_mem_bound_bytes\":%lld,\"device_free_bytes\":%zu,"
+      "\"device_total_bytes\":%zu}",
+      g_uuid, g_pci, g_name, g_index, g_mps ? "true" : "false", (long long)gpu_mem_used(),
+      (long long)gpu_mem_state(), (long long)(gpu_mem_used() - gpu_mem_state()),
+      (unsigned long long)gpu_mem_largest_buffer(), gpu_mem_other_bound(), free_b, total_b);
   return n < 0 ? 0 : (size_t)n;
 }
 

@@ -30,9 +30,18 @@ const char *gpu_name(void);
 int gpu_index(void);
 /* 1 when this process runs as a client of an MPS server (detected at bind). */
 int gpu_mps(void);
-/* Bytes of device memory the daemon allocated itself (gauge). */
+/* Bytes of device memory the daemon allocated itself (gauge): everything, and the part that is
+ * compressor state (residuals, momenta, low-rank factors; sparse.c says how it is measured). */
 void gpu_mem_add(int64_t bytes);
 int64_t gpu_mem_used(void);
+void gpu_mem_state_add(int64_t bytes);
+int64_t gpu_mem_state(void);
+/* The largest merge buffer (bytes of one ISSUE's tensors) the engine ran: the non-state memory's
+ * bound is GPU_MEM_OTHER_BASE + 2x this. */
+#define GPU_MEM_OTHER_BASE (256ll << 20)
+void gpu_mem_note_buffer(uint64_t bytes);
+uint64_t gpu_mem_largest_buffer(void);
+long long gpu_mem_other_bound(void);
 /* JSON object (no braces' surroundings needed) describing the GPU for status; cut at cap. */
 size_t gpu_status_json(char *buf, size_t cap);
 /* The coordinator's make_uid (ncclGetUniqueId), on the leader. */
@@ -73,5 +82,8 @@ fgb_status gpu_engine_init(char *err, size_t errlen);
 /* ---- kernels.cu ------------------------------------------------------------------------------ */
 /* x /= div in place on `stream` (fp32, fp64, fp16, bf16). */
 fgb_status gpu_scale_div(fgb_dtype dt, void *x, uint64_t n, int div, void *stream);
+/* fp16/bf16 -> fp32 and back (round to nearest even) on `stream`; other dtypes are FGB_EINVAL. */
+fgb_status gpu_to_f32(fgb_dtype dt, const void *src, float *dst, uint64_t n, void *stream);
+fgb_status gpu_from_f32(fgb_dtype dt, const float *src, void *dst, uint64_t n, void *stream);
 
 #endif

@@ -27,5 +27,7 @@ void *srv_gpu_done_event(const srv_tensor *t);
 void gpu_job_aborted(uint64_t job_key);
 /* status.c */
 size_t srv_gpu_status_json(char *buf, size_t cap);
+/* status.c, text form: one line on the GPU memory (compressor state vs the rest, bound). */
+size_t srv_gpu_mem_text(char *buf, size_t cap);
 
 #endif

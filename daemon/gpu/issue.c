@@ -1,7 +1,8 @@
 /* daemon/gpu/issue.c — the engine's ISSUE path on device memory (eng_gpu_ops): zero-fill of
- * flushed tensors, the NCCL collectives in place on the clients' mapped memory (one group per
- * ISSUE), averaging by a scale kernel, then the daemon's interprocess done event of each tensor's
- * slot, all on the one engine stream in world order. Completion is an event the engine polls; no
+ * flushed tensors, the NCCL collectives in place on the clients' mapped memory (one group per run
+ * of dense members), compressed members through sparse.c, averaging by a scale kernel, then the
+ * daemon's interprocess done event of each tensor's slot, all on the one engine stream in world
+ * order. Completion is an event the engine polls; no
  * host synchronisation. A job the loop marked aborted has its communicator aborted here (the
  * engine thread owns it), so a collective whose peer died cannot wedge the engine. */
 #include <cuda_runtime.h>
@@ -16,6 +17,7 @@
 #include "dtype.h"
 #include "gpu.h"
 #include "comm_nccl.h"
+#include "sparse.h"
 
 typedef struct gpu_exec {
   const eng_gpu_ops *gpu; /* first member (engine.c's exec_free dispatches on it) */
@@ -46,7 +48,7 @@ void gpu_job_aborted(uint64_t job_key) {
   pthread_mutex_unlock(&g_mu);
 }
 
-static int job_is_aborted(uint64_t key) {
+int gpu_job_is_aborted(uint64_t key) {
   int r = 0;
   pthread_mutex_lock(&g_mu);
   unsigned n = g_naborted < GPU_MAX_ABORTS ? g_naborted : GPU_MAX_ABORTS;
@@ -71,6 +73,22 @@ static int fail(eng_item *it, fgb_status st, const char *what, const char *detai
   return -1;
 }
 
+/* A failure after work was enqueued: the item still completes through its event (the stream may
+ * be reading or writing the clients' memory until then), with the error as its status. */
+static int fail_late(gpu_exec *x, eng_item *it, fgb_status st, const char *what,
+                     const char *detail) {
+  fail(it, st, what, detail);
+  if (cudaEventCreateWithFlags(&x->fin, cudaEventDisableTiming) != cudaSuccess ||
+      cudaEventRecord(x->fin, g_stream) != cudaSuccess)
+    return -1;
+  return 0;
+}
+
+/* A gradient-sync member that goes through its compressor (sparse.c). */
+static int compressed(const eng_item *it, uint32_t i) {
+  return it->coll == ENG_GRAD && it->t[i].comp != NULL;
+}
+
 static int g_start(comm *c, int size, eng_item *it) {
   gpu_exec *x = calloc(1, sizeof *x);
   if (!x) return fail(it, FGB_ENOMEM, "out of memory", NULL);
@@ -78,22 +96,32 @@ static int g_start(comm *c, int size, eng_item *it) {
   x->c = c;
   it->priv = x;
   if (g_trace < 0) g_trace = getenv("FGBUFF_GPU_TRACE") != NULL;
+  ncclComm_t nc = comm_nccl_handle(c);
+  if (!nc) return fail(it, FGB_EPEER, "the job's communicator was aborted", NULL);
+  int rank = 0;
+  ncclCommUserRank(nc, &rank);
+  cudaStream_t s = g_stream;
+  sp_job job = {it->job_key, rank, size, c, s};
+  char err[256];
+  if (it->coll == ENG_GRAD) {
+    /* Compressor settings agreed across ranks once per tensor (the same verdict everywhere). */
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < it->n; i++) total += it->t[i].count * dtype_size(it->t[i].dtype);
+    gpu_mem_note_buffer(total);
+    fgb_status st = sp_agree(&job, it, err, sizeof err);
+    if (st != FGB_OK) return fail(it, st, err, NULL);
+  }
   if (g_trace) {
     x->t_start = mono_us();
     for (int k = 0; k < 4; k++) cudaEventCreate(&x->tev[k]);
     cudaEventRecord(x->tev[0], g_stream);
   }
-  ncclComm_t nc = comm_nccl_handle(c);
-  if (!nc) return fail(it, FGB_EPEER, "the job's communicator was aborted", NULL);
-  cudaStream_t s = g_stream;
   cudaError_t ce;
   for (uint32_t i = 0; i < it->n; i++) {
     eng_tensor *t = &it->t[i];
-    if (t->comp)
-      return fail(it, FGB_ENOTSUP, "compressed sync is not wired into the GPU data path yet", NULL);
     if (t->zero_first &&
         (ce = cudaMemsetAsync(t->ptr, 0, t->count * dtype_size(t->dtype), s)) != cudaSuccess)
-      return fail(it, FGB_EIO, "cudaMemsetAsync", cudaGetErrorString(ce));
+      return fail_late(x, it, FGB_EIO, "cudaMemsetAsync", cudaGetErrorString(ce));
   }
   ncclResult_t r = ncclSuccess;
   eng_tensor *t0 = &it->t[0];
@@ -108,34 +136,48 @@ static int g_start(comm *c, int size, eng_item *it) {
     it->bytes_sent += bytes;
     it->bytes_received += bytes * (uint64_t)size;
   } else {
-    ncclGroupStart();
-    for (uint32_t i = 0; i < it->n && (r == ncclSuccess || r == ncclInProgress); i++) {
-      eng_tensor *t = &it->t[i];
-      r = ncclAllReduce(t->ptr, t->ptr, t->count, comm_nccl_type(t->dtype),
-                        fused_avg(t) ? ncclAvg : ncclSum, nc, s);
-      it->bytes_sent += t->count * dtype_size(t->dtype);
-      it->bytes_received += t->count * dtype_size(t->dtype);
+    /* In the item's order: each run of dense members is one NCCL group, each compressed member
+     * its own encode / collectives / decode, all on the one stream (identical on every rank). */
+    uint32_t i = 0;
+    while (i < it->n) {
+      if (compressed(it, i)) {
+        fgb_status st =
+            sp_sync(&job, &it->t[i], &it->bytes_sent, &it->bytes_received, err, sizeof err);
+        if (st != FGB_OK) return fail_late(x, it, st, err, NULL);
+        i++;
+        continue;
+      }
+      ncclGroupStart();
+      for (; i < it->n && !compressed(it, i) && (r == ncclSuccess || r == ncclInProgress); i++) {
+        eng_tensor *t = &it->t[i];
+        r = ncclAllReduce(t->ptr, t->ptr, t->count, comm_nccl_type(t->dtype),
+                          fused_avg(t) ? ncclAvg : ncclSum, nc, s);
+        it->bytes_sent += t->count * dtype_size(t->dtype);
+        it->bytes_received += t->count * dtype_size(t->dtype);
+      }
+      ncclResult_t g = ncclGroupEnd();
+      if (r == ncclSuccess || r == ncclInProgress) r = g;
+      if (r != ncclSuccess && r != ncclInProgress) break;
+      if (comm_nccl_settle(c, err, sizeof err) != FGB_OK)
+        return fail_late(x, it, FGB_EIO, err, NULL);
     }
-    ncclResult_t g = ncclGroupEnd();
-    if (r == ncclSuccess || r == ncclInProgress) r = g;
   }
   if (r != ncclSuccess && r != ncclInProgress)
-    return fail(it, FGB_EIO, "NCCL", ncclGetErrorString(r));
-  char err[256];
-  if (comm_nccl_settle(c, err, sizeof err) != FGB_OK) return fail(it, FGB_EIO, err, NULL);
+    return fail_late(x, it, FGB_EIO, "NCCL", ncclGetErrorString(r));
+  if (comm_nccl_settle(c, err, sizeof err) != FGB_OK) return fail_late(x, it, FGB_EIO, err, NULL);
   if (g_trace) {
     x->t_enq = mono_us();
     cudaEventRecord(x->tev[1], s);
   }
   if (it->coll != ENG_BROADCAST && it->coll != ENG_ALLGATHER)
     for (uint32_t i = 0; i < it->n; i++)
-      if (it->t[i].op == FGB_OP_AVERAGE && !fused_avg(&it->t[i]) &&
+      if (!compressed(it, i) && it->t[i].op == FGB_OP_AVERAGE && !fused_avg(&it->t[i]) &&
           gpu_scale_div(it->t[i].dtype, it->t[i].ptr, it->t[i].count, size, s) != FGB_OK)
-        return fail(it, FGB_EIO, "the averaging kernel failed to launch", NULL);
+        return fail_late(x, it, FGB_EIO, "the averaging kernel failed to launch", NULL);
   if (g_trace) cudaEventRecord(x->tev[2], s);
   for (uint32_t i = 0; i < it->n; i++)
     if (it->t[i].done_ev && (ce = cudaEventRecord((cudaEvent_t)it->t[i].done_ev, s)) != cudaSuccess)
-      return fail(it, FGB_EIO, "recording a done event", cudaGetErrorString(ce));
+      return fail_late(x, it, FGB_EIO, "recording a done event", cudaGetErrorString(ce));
   if (g_trace) cudaEventRecord(x->tev[3], s);
   if ((ce = cudaEventCreateWithFlags(&x->fin, cudaEventDisableTiming)) != cudaSuccess ||
       (ce = cudaEventRecord(x->fin, s)) != cudaSuccess)
@@ -164,9 +206,9 @@ static int g_poll(eng_item *it) {
     return 1;
   }
   char err[256];
-  if (comm_nccl_check(x->c, err, sizeof err) < 0 || job_is_aborted(it->job_key)) {
+  if (comm_nccl_check(x->c, err, sizeof err) < 0 || gpu_job_is_aborted(it->job_key)) {
     /* The collective cannot finish: abort the communicator (its kernels end), fail the item. */
-    int peer = job_is_aborted(it->job_key);
+    int peer = gpu_job_is_aborted(it->job_key);
     comm_nccl_ops.abort(x->c);
     fail(it, peer ? FGB_EPEER : FGB_EIO, peer ? "a rank of the job failed" : err, NULL);
     return 1;
@@ -184,12 +226,27 @@ static void g_free(eng_item *it) {
   it->priv = NULL;
 }
 
+static void g_state(comm *c, int size, eng_item *it) {
+  int rank = 0;
+  ncclComm_t nc = comm_nccl_handle(c);
+  if (nc) ncclCommUserRank(nc, &rank);
+  sp_job job = {it->job_key, rank, size, c, g_stream};
+  if (it->n != 1) {
+    it->status = FGB_EINVAL;
+    snprintf(it->err, sizeof(it->err), "a state item names one tensor (got %u)", it->n);
+    return;
+  }
+  it->status = sp_state(&job, it, it->err, sizeof(it->err));
+}
+
 eng_gpu_ops gpu_engine_ops = {
     .stream = NULL,
     .thread_init = gpu_thread_bind,
     .start = g_start,
     .poll = g_poll,
     .free = g_free,
+    .release = sp_release,
+    .state = g_state,
 };
 
 fgb_status gpu_engine_init(char *err, size_t errlen) {

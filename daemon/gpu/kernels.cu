@@ -1,6 +1,7 @@
-/* daemon/gpu/kernels.cu — the dense path's only kernel: averaging in place after the all-reduce
- * (x / job size, the same division the host path does; fp16/bf16 divided in fp32 and rounded once,
- * so every rank computes the same bits). One grid-stride pass, R1 W1. */
+/* daemon/gpu/kernels.cu — the daemon's own small kernels: averaging in place after a dense
+ * all-reduce (x / job size, the same division the host path does; fp16/bf16 divided in fp32 and
+ * rounded once, so every rank computes the same bits), and the sparse path's fp16/bf16 <-> fp32
+ * working copies. Each is one grid-stride pass, R1 W1. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -58,5 +59,62 @@ extern "C" fgb_status gpu_scale_div(fgb_dtype dt, void *x, uint64_t n, int div, 
     default:
       return FGB_EINVAL;
   }
+  return cudaGetLastError() == cudaSuccess ? FGB_OK : FGB_EIO;
+}
+
+/* ---- the sparse path's working copies (sparse.c): fp16/bf16 <-> fp32, one pass each way -------
+ * Widening is exact; narrowing rounds to nearest even, as the host path's dtype_from_working. */
+__global__ void to_f32_h(const __half *x, float *y, uint64_t n) {
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+       i += (uint64_t)gridDim.x * blockDim.x)
+    y[i] = __half2float(x[i]);
+}
+
+__global__ void to_f32_b(const __nv_bfloat16 *x, float *y, uint64_t n) {
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+       i += (uint64_t)gridDim.x * blockDim.x)
+    y[i] = __bfloat162float(x[i]);
+}
+
+__global__ void from_f32_h(const float *x, __half *y, uint64_t n) {
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+       i += (uint64_t)gridDim.x * blockDim.x)
+    y[i] = __float2half_rn(x[i]);
+}
+
+__global__ void from_f32_b(const float *x, __nv_bfloat16 *y, uint64_t n) {
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+       i += (uint64_t)gridDim.x * blockDim.x)
+    y[i] = __float2bfloat16_rn(x[i]);
+}
+
+static unsigned ew_blocks(uint64_t n) {
+  uint64_t want = (n + 255) / 256;
+  return (unsigned)(want < 4096 ? want : 4096);
+}
+
+extern "C" fgb_status gpu_to_f32(fgb_dtype dt, const void *src, float *dst, uint64_t n,
+                                 void *stream) {
+  if (n == 0) return FGB_OK;
+  cudaStream_t s = (cudaStream_t)stream;
+  if (dt == FGB_FLOAT16)
+    to_f32_h<<<ew_blocks(n), 256, 0, s>>>((const __half *)src, dst, n);
+  else if (dt == FGB_BFLOAT16)
+    to_f32_b<<<ew_blocks(n), 256, 0, s>>>((const __nv_bfloat16 *)src, dst, n);
+  else
+    return FGB_EINVAL;
+  return cudaGetLastError() == cudaSuccess ? FGB_OK : FGB_EIO;
+}
+
+extern "C" fgb_status gpu_from_f32(fgb_dtype dt, const float *src, void *dst, uint64_t n,
+                                   void *stream) {
+  if (n == 0) return FGB_OK;
+  cudaStream_t s = (cudaStream_t)stream;
+  if (dt == FGB_FLOAT16)
+    from_f32_h<<<ew_blocks(n), 256, 0, s>>>(src, (__half *)dst, n);
+  else if (dt == FGB_BFLOAT16)
+    from_f32_b<<<ew_blocks(n), 256, 0, s>>>(src, (__nv_bfloat16 *)dst, n);
+  else
+    return FGB_EINVAL;
   return cudaGetLastError() == cudaSuccess ? FGB_OK : FGB_EIO;
 }

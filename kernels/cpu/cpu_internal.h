@@ -5,9 +5,15 @@
 
 #include <stdint.h>
 
+#include "kernels.h"
+
 /* Exact radix select on the magnitude keys of a[0..n) (n >= 1, 1 <= k <= n): returns the key T of
  * the kth largest magnitude and sets *eq_take to how many entries with key == T belong to the top
  * k (the lowest-indexed ones); all entries with key > T belong to it. Three passes over n. */
 uint32_t kern_cpu_radix_kth(const float *a, uint64_t n, uint64_t k, uint64_t *eq_take);
+
+/* Parameter checks of kern_thr_replay (hist.c), shared with the CUDA side. */
+struct kern_replay;
+fgb_status kern_replay_check(const struct kern_replay *rp);
 
 #endif

@@ -93,6 +93,7 @@ typedef struct kc_scratch {
   uint32_t dec_unsorted, pad_; /* kern_coo_decode: some payload is not in ascending index order */
   unsigned long long count_acc;
   kc_partial part[KC_RED_BLOCKS];
+  uint32_t hist_acc[KERN_HIST_BINS]; /* kern_add_stats_hist's running histogram, kept zero */
 } kc_scratch;
 /* The scratch of (current device, stream), created on first use outside a stream capture (every
  * create-time call — kern_alloc, kern_ws_create — makes sure it exists). NULL if it cannot be. */

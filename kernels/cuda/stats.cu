@@ -7,6 +7,7 @@
 #include <float.h>
 
 #include "cuda_internal.cuh"
+#include "thr_dev.cuh"
 
 #define KC_RED_THREADS 256
 #define KEY_INF 0x7f800000u
@@ -70,10 +71,19 @@ __device__ inline float comp_one(float *a, const float *g, uint64_t i) {
   return x;
 }
 
+/* HIST: the magnitude histogram of kern_add_stats_hist in the same pass — a shared histogram per
+ * block, its non-zero bins added to scr->hist_acc (integers: order-independent), and the last block
+ * moves the total to hist_out and leaves hist_acc zero for the next call. */
+template <bool HIST>
 __global__ void __launch_bounds__(KC_RED_THREADS)
     k_stats(const float *a, const float *g, uint64_t n, uint32_t flags, kern_ctl *ctl,
-            kc_scratch *scr) {
+            kc_scratch *scr, uint32_t *hist_out) {
   __shared__ uint32_t s_last;
+  __shared__ uint32_t sh_hist[HIST ? KERN_HIST_BINS : 1];
+  if (HIST) {
+    for (uint32_t b = threadIdx.x; b < KERN_HIST_BINS; b += blockDim.x) sh_hist[b] = 0;
+    __syncthreads();
+  }
   const uint32_t above = (flags & KERN_STATS_ABOVE_THR) != 0;
   const int logs = (flags & KERN_STATS_LOG) != 0;
   const uint32_t tk = above ? kern_thr_key(ctl->thr) : 0;
@@ -111,12 +121,31 @@ __global__ void __launch_bounds__(KC_RED_THREADS)
           acc_one(&acc, v[u].y, above, tk, logs);
           acc_one(&acc, v[u].z, above, tk, logs);
           acc_one(&acc, v[u].w, above, tk, logs);
+          if (HIST) {
+            atomicAdd(&sh_hist[kern_abs_key(v[u].x) >> KERN_HIST_SHIFT], 1u);
+            atomicAdd(&sh_hist[kern_abs_key(v[u].y) >> KERN_HIST_SHIFT], 1u);
+            atomicAdd(&sh_hist[kern_abs_key(v[u].z) >> KERN_HIST_SHIFT], 1u);
+            atomicAdd(&sh_hist[kern_abs_key(v[u].w) >> KERN_HIST_SHIFT], 1u);
+          }
         }
     }
-    for (uint64_t i = n4 * 4 + gid; i < n; i += stride)
-      acc_one(&acc, comp_one(aw, g, i), above, tk, logs);
+    for (uint64_t i = n4 * 4 + gid; i < n; i += stride) {
+      const float x = comp_one(aw, g, i);
+      acc_one(&acc, x, above, tk, logs);
+      if (HIST) atomicAdd(&sh_hist[kern_abs_key(x) >> KERN_HIST_SHIFT], 1u);
+    }
   } else {
-    for (uint64_t i = gid; i < n; i += stride) acc_one(&acc, comp_one(aw, g, i), above, tk, logs);
+    for (uint64_t i = gid; i < n; i += stride) {
+      const float x = comp_one(aw, g, i);
+      acc_one(&acc, x, above, tk, logs);
+      if (HIST) atomicAdd(&sh_hist[kern_abs_key(x) >> KERN_HIST_SHIFT], 1u);
+    }
+  }
+  if (HIST) {
+    __syncthreads();
+    for (uint32_t b = threadIdx.x; b < KERN_HIST_BINS; b += blockDim.x)
+      if (sh_hist[b]) atomicAdd(&scr->hist_acc[b], sh_hist[b]);
+    __threadfence(); /* every thread's adds are visible before the block checks in */
   }
   block_reduce_acc(&acc);
   if (threadIdx.x == 0) {
@@ -164,6 +193,9 @@ __global__ void __launch_bounds__(KC_RED_THREADS)
     ctl->st = st;
     scr->stats_done = 0;
   }
+  if (HIST)
+    for (uint32_t b = threadIdx.x; b < KERN_HIST_BINS; b += blockDim.x)
+      hist_out[b] = atomicExch(&scr->hist_acc[b], 0u);
 }
 
 extern "C" fgb_status kern_cuda_stats(const float *a, uint64_t n, uint32_t flags, kern_ctl *ctl,
@@ -172,7 +204,7 @@ extern "C" fgb_status kern_cuda_stats(const float *a, uint64_t n, uint32_t flags
   cudaStream_t s = KC_STREAM(stream);
   kc_scratch *scr = kc_stream_scratch(s);
   if (scr == NULL) return FGB_ENOMEM;
-  k_stats<<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, NULL, n, flags, ctl, scr);
+  k_stats<false><<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, NULL, n, flags, ctl, scr, NULL);
   return kc_launched();
 }
 
@@ -182,86 +214,26 @@ extern "C" fgb_status kern_cuda_add_stats(float *a, const float *g, uint64_t n, 
   cudaStream_t s = KC_STREAM(stream);
   kc_scratch *scr = kc_stream_scratch(s);
   if (scr == NULL) return FGB_ENOMEM;
-  k_stats<<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, g, n, flags, ctl, scr);
+  k_stats<false><<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, g, n, flags, ctl, scr, NULL);
+  return kc_launched();
+}
+
+extern "C" fgb_status kern_cuda_add_stats_hist(float *a, const float *g, uint64_t n, uint32_t flags,
+                                               kern_ctl *ctl, uint32_t *hist, void *stream) {
+  if (ctl == NULL || hist == NULL || (n && a == NULL)) return FGB_EINVAL;
+  if (n > UINT32_MAX) return FGB_EINVAL; /* uint32 bin counts */
+  cudaStream_t s = KC_STREAM(stream);
+  kc_scratch *scr = kc_stream_scratch(s);
+  if (scr == NULL) return FGB_ENOMEM;
+  k_stats<true><<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, g, n, flags, ctl, scr, hist);
   return kc_launched();
 }
 
 /* ---- threshold fits (one thread; the CPU's formulas) ------------------------------------------
  */
 
-__device__ inline void reset_adapt(kern_ctl *ctl) {
-  ctl->done = 0;
-  ctl->iters = 0;
-  ctl->br_lo = 0.0f;
-  ctl->br_hi = 0.0f;
-  ctl->count = 0;
-}
-
-/* A threshold as stored, as the CPU's to_thr: [0, FLT_MAX], NaN and <= 0 give 0. */
-__device__ inline float to_thr(double t) {
-  if (!(t > 0)) return 0.0f;
-  if (t >= FLT_MAX) return FLT_MAX;
-  return __double2float_rn(t);
-}
-
-/* The adaptation arithmetic uses explicitly rounded double operations: nvcc would otherwise
- * contract a + s * b into one DFMA, which the CPU reference does not do, and the thresholds (hence
- * the selections) would differ in the last bit. */
-__device__ inline float redsync_thr(const kern_moments *st, double s) {
-  if (st->n < 1 || s <= 1e-6) return 0.0f;
-  double mean = __ddiv_rn(st->sum_abs, st->n);
-  return to_thr(__dadd_rn(mean, __dmul_rn(s, __dsub_rn((double)st->max_abs, mean))));
-}
-
 __global__ void k_thr_from_stats(kern_ctl *ctl, int model, double p0) {
-  const kern_moments *st = &ctl->st;
-  double thr = 0.0, n = st->n;
-  if (n >= 1) {
-    double mean_abs = st->sum_abs / n;
-    double var_abs = st->sum_sq / n - mean_abs * mean_abs;
-    double t0 = st->above ? st->min_abs : 0.0;
-    double m = mean_abs - t0;
-    double ld = log(p0 > 0 && p0 < 1 ? p0 : 0.5);
-    switch (model) {
-      case KERN_THR_GAUSS: {
-        double mu = st->sum / n, var = st->sum_sq / n - mu * mu;
-        thr = fabs(mu) + p0 * sqrt(var > 0 ? var : 0);
-        break;
-      }
-      case KERN_THR_EXP:
-        thr = t0 - m * ld;
-        break;
-      case KERN_THR_GPARETO: {
-        double kappa = 0.0, sigma = m;
-        if (var_abs > 0 && m > 0) {
-          double r = m * m / var_abs;
-          sigma = 0.5 * m * (r + 1);
-          kappa = 0.5 * (r - 1);
-        }
-        thr = fabs(kappa) < 1e-6 ? t0 - sigma * ld : t0 + sigma * (1 - exp(kappa * ld)) / kappa;
-        break;
-      }
-      case KERN_THR_GAMMA: {
-        double s = log(mean_abs > 0 ? mean_abs : 1e-30) - st->sum_log / n;
-        if (s > 1e-12 && mean_abs > 0) {
-          double alpha = (3 - s + sqrt((s - 3) * (s - 3) + 24 * s)) / (12 * s);
-          double beta = mean_abs / alpha;
-          thr = -beta * (ld + lgamma(alpha));
-        } else {
-          thr = -mean_abs * ld;
-        }
-        break;
-      }
-      default: /* KERN_THR_REDSYNC (the host checked the model) */
-        thr = redsync_thr(st, p0);
-        break;
-    }
-  }
-  ctl->thr = isnan(thr) ? 0.0f : to_thr(thr); /* the CPU's clamp (Inf gives FLT_MAX) */
-  ctl->s = (float)p0;
-  ctl->s_lo = 0.0f;
-  ctl->s_hi = 1.0f;
-  reset_adapt(ctl);
+  thr_fit(ctl, model, p0);
 }
 
 extern "C" fgb_status kern_cuda_thr_from_stats(kern_ctl *ctl, kern_thr_model model, double p0,
@@ -274,8 +246,6 @@ extern "C" fgb_status kern_cuda_thr_from_stats(kern_ctl *ctl, kern_thr_model mod
 
 /* ---- count and adaptation ---------------------------------------------------------------------
  */
-
-__device__ inline void adapt_step(kern_ctl *ctl, const kern_adapt &ad);
 
 /* with_adapt: the last block runs the adaptation round right after the count (kern_count_adapt):
  * every block read thr and done before it checked in, so the update races with nobody. */
@@ -340,59 +310,6 @@ extern "C" fgb_status kern_cuda_count_adapt(const float *a, uint64_t n, kern_ctl
   if (scr == NULL) return FGB_ENOMEM;
   k_count_ge<<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, n, ctl, scr, 1, *ad);
   return kc_launched();
-}
-
-/* One adaptation round from ctl->count (the CPU reference's arithmetic). */
-__device__ inline void adapt_step(kern_ctl *ctl, const kern_adapt &ad) {
-  if (ctl->done) return;
-  double c = (double)ctl->count, k = (double)ad.k;
-  ctl->iters++;
-  switch (ad.mode) {
-    case KERN_ADAPT_BRACKET: { /* step by step the CPU's double arithmetic */
-      double t = ctl->thr;
-      const double lok = __dmul_rn(ad.lo, k), hik = __dmul_rn(ad.hi, k);
-      if (c >= lok && c <= hik) {
-        ctl->done = 1;
-        return;
-      }
-      if (c < lok) {
-        if (ctl->br_hi == 0.0f || t < ctl->br_hi) ctl->br_hi = __double2float_rn(t);
-        t = ctl->br_lo > 0.0f ? __dsqrt_rn(__dmul_rn((double)ctl->br_lo, (double)ctl->br_hi))
-                              : __dmul_rn(t, ad.down);
-      } else {
-        if (t > ctl->br_lo) ctl->br_lo = __double2float_rn(t);
-        if (t <= 0.0) {
-          t = ctl->st.n >= 1 ? __ddiv_rn(ctl->st.sum_abs, ctl->st.n) : 0.0;
-        } else {
-          t = ctl->br_hi > 0.0f ? __dsqrt_rn(__dmul_rn((double)ctl->br_lo, (double)ctl->br_hi))
-                                : __dmul_rn(t, ad.up);
-        }
-      }
-      ctl->thr = to_thr(t);
-      break;
-    }
-    case KERN_ADAPT_REDSYNC_TRIM:
-      if (c >= k) {
-        ctl->done = 1;
-        return;
-      }
-      ctl->s = __double2float_rn(__dsub_rn((double)ctl->s, ad.down));
-      ctl->thr = redsync_thr(&ctl->st, ctl->s);
-      break;
-    default: /* KERN_ADAPT_REDSYNC_BISECT */
-      if (c > __dmul_rn(ad.lo, k) && c < __dmul_rn(ad.hi, k)) {
-        ctl->done = 1;
-        return;
-      }
-      if (c <= __dmul_rn(ad.lo, k))
-        ctl->s_hi = ctl->s;
-      else
-        ctl->s_lo = ctl->s;
-      ctl->s = __fmul_rn(0.5f, __fadd_rn(ctl->s_lo, ctl->s_hi));
-      ctl->thr = redsync_thr(&ctl->st, ctl->s);
-      break;
-  }
-  if (ctl->iters >= ad.max_iters) ctl->done = 1;
 }
 
 __global__ void k_thr_adapt(kern_ctl *ctl, kern_adapt ad) {

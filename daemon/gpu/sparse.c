@@ -1,0 +1,450 @@
+/* daemon/gpu/sparse.c — compressed gradient sync on device memory (see sparse.h). One compressor
+ * instance per (job, tensor) on the daemon's GPU (on_gpu, the engine stream), created at the
+ * tensor's first sync; every later step only enqueues: [fp16/bf16 -> fp32] -> encode -> per phase
+ * the NCCL collective the compressor names -> advance ... -> decode (rank-order scatter-add, times
+ * 1/P) -> [fp32 -> fp16/bf16] into the client's memory. Ordering with the dense members of the
+ * same item and with other items is the stream's; completion is issue.c's event.
+ *
+ * Memory: an instance's device memory is measured as the growth of the stream-ordered pool's
+ * used bytes across create (the kernels allocate with cudaMallocAsync); of that, the bytes its
+ * state export carries (residual, momenta, factors) are compressor state, the rest (payload,
+ * receive buffer, selection workspace) is not. fp16/bf16 tensors share one grow-only fp32 working
+ * buffer (the stream serialises its users), fp32 ones are encoded and decoded in place. */
+#include "sparse.h"
+
+#include <cuda_runtime.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "compress_path.h"
+#include "compressor.h"
+#include "dtype.h"
+#include "gpu.h"
+#include "log.h"
+
+#define SP_AGREE_TIMEOUT_MS 120000 /* peers reach the same item soon: ISSUEs are agreed */
+
+typedef struct sp_inst {
+  uint64_t job_key;
+  uint32_t tensor_id;
+  const comp_ops *ops;
+  void *st;
+  uint64_t n;
+  int64_t state_bytes, other_bytes; /* accounted in device.c's gauges */
+  struct sp_inst *next;
+} sp_inst;
+
+typedef struct sp_agreed {
+  uint64_t job_key;
+  uint32_t tensor_id;
+  fgb_status status;
+  char err[200];
+  struct sp_agreed *next;
+} sp_agreed;
+
+/* What each rank contributes per tensor to the agreement (fixed size, no padding). */
+typedef struct sp_desc {
+  char magic[8]; /* "FGBGDSC1" */
+  char comp[16]; /* compressor name, "none" for dense */
+  double density;
+} sp_desc;
+
+/* Engine thread only. */
+static sp_inst *g_insts;
+static sp_agreed *g_agreed;
+static float *g_work; /* shared fp32 working buffer (fp16/bf16 tensors) */
+static uint64_t g_work_n;
+static sp_desc *g_desc_h; /* pinned: agreement descriptors, this rank's m then all P x m */
+static void *g_desc_d;
+static size_t g_desc_cap; /* descriptors each buffer holds */
+
+static uint64_t mono_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+static fgb_status cuda_err(cudaError_t ce, const char *what, char *err, size_t errlen) {
+  snprintf(err, errlen, "%s: %s", what, cudaGetErrorString(ce));
+  return ce == cudaErrorMemoryAllocation ? FGB_ENOMEM : FGB_EIO;
+}
+
+static fgb_status nccl_done(const sp_job *job, ncclResult_t r, const char *what, char *err,
+                            size_t errlen) {
+  if (r != ncclSuccess && r != ncclInProgress) {
+    snprintf(err, errlen, "NCCL %s: %s", what, ncclGetErrorString(r));
+    return FGB_EIO;
+  }
+  return comm_nccl_settle(job->c, err, errlen);
+}
+
+/* ---- agreement ------------------------------------------------------------------------------- */
+
+static sp_agreed *agreed_find(uint64_t job_key, uint32_t tensor_id) {
+  for (sp_agreed *a = g_agreed; a; a = a->next)
+    if (a->job_key == job_key && a->tensor_id == tensor_id) return a;
+  return NULL;
+}
+
+static fgb_status desc_reserve(size_t count, char *err, size_t errlen) {
+  if (count <= g_desc_cap) return FGB_OK;
+  size_t cap = count < 64 ? 64 : count;
+  sp_desc *h = NULL;
+  void *d = NULL;
+  cudaError_t ce = cudaMallocHost((void **)&h, cap * sizeof(sp_desc));
+  if (ce == cudaSuccess) ce = cudaMalloc(&d, cap * sizeof(sp_desc));
+  if (ce != cudaSuccess) {
+    if (h) cudaFreeHost(h);
+    return cuda_err(ce, "agreement buffers", err, errlen);
+  }
+  /* Replaced only between agreements, which end with the stream past every use. */
+  if (g_desc_h) cudaFreeHost(g_desc_h);
+  if (g_desc_d) cudaFree(g_desc_d);
+  gpu_mem_add((int64_t)((cap - g_desc_cap) * sizeof(sp_desc)));
+  g_desc_h = h;
+  g_desc_d = d;
+  g_desc_cap = cap;
+  return FGB_OK;
+}
+
+/* Wait for `ev` without blocking on a dead peer: the job's abort and NCCL's asynchronous error
+ * end the wait (the communicator is then aborted, so the collective's kernel ends too). */
+static fgb_status wait_event(const sp_job *job, cudaEvent_t ev, char *err, size_t errlen) {
+  uint64_t t0 = mono_ms();
+  for (unsigned spins = 0;; spins++) {
+    cudaError_t ce = cudaEventQuery(ev);
+    if (ce == cudaSuccess) return FGB_OK;
+    if (ce != cudaErrorNotReady) return cuda_err(ce, "compressor agreement", err, errlen);
+    int aborted = gpu_job_is_aborted(job->job_key);
+    if (aborted || comm_nccl_check(job->c, err, errlen) < 0 ||
+        mono_ms() - t0 > SP_AGREE_TIMEOUT_MS) {
+      if (aborted)
+        snprintf(err, errlen, "a rank of the job failed during the compressor agreement");
+      else if (mono_ms() - t0 > SP_AGREE_TIMEOUT_MS)
+        snprintf(err, errlen, "compressor agreement: no answer from the job's ranks in %d s",
+                 SP_AGREE_TIMEOUT_MS / 1000);
+      comm_nccl_ops.abort(job->c);
+      return aborted ? FGB_EPEER : FGB_EIO;
+    }
+    if (spins < 1000) {
+      sched_yield();
+    } else {
+      struct timespec ts = {0, 50000};
+      nanosleep(&ts, NULL);
+    }
+  }
+}
+
+static void desc_of(const eng_tensor *t, sp_desc *d) {
+  memset(d, 0, sizeof *d);
+  memcpy(d->magic, "FGBGDSC1", 8);
+  snprintf(d->comp, sizeof d->comp, "%s", t->comp ? t->comp->name : "none");
+  d->density = t->comp ? t->density : 0.0;
+}
+
+fgb_status sp_agree(const sp_job *job, const eng_item *it, char *err, size_t errlen) {
+  uint32_t m = 0;
+  for (uint32_t i = 0; i < it->n; i++)
+    if (!agreed_find(job->job_key, it->t[i].tensor_id)) m++;
+  if (m > 0) {
+    size_t p = (size_t)job->size;
+    fgb_status st = desc_reserve((size_t)m * (p + 1), err, errlen);
+    if (st != FGB_OK) return st;
+    sp_desc *mine = g_desc_h, *all = g_desc_h + m;
+    char *dmine = g_desc_d, *dall = (char *)g_desc_d + (size_t)m * sizeof(sp_desc);
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < it->n; i++)
+      if (!agreed_find(job->job_key, it->t[i].tensor_id)) desc_of(&it->t[i], &mine[k++]);
+    cudaStream_t s = job->stream;
+    size_t bytes = (size_t)m * sizeof(sp_desc);
+    cudaEvent_t ev = NULL;
+    cudaError_t ce = cudaMemcpyAsync(dmine, mine, bytes, cudaMemcpyHostToDevice, s);
+    if (ce != cudaSuccess) return cuda_err(ce, "compressor agreement", err, errlen);
+    st = nccl_done(job, ncclAllGather(dmine, dall, bytes, ncclUint8, comm_nccl_handle(job->c), s),
+                   "compressor agreement", err, errlen);
+    if (st != FGB_OK) return st;
+    if ((ce = cudaMemcpyAsync(all, dall, bytes * p, cudaMemcpyDeviceToHost, s)) != cudaSuccess ||
+        (ce = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess ||
+        (ce = cudaEventRecord(ev, s)) != cudaSuccess) {
+      if (ev) cudaEventDestroy(ev);
+      return cuda_err(ce, "compressor agreement", err, errlen);
+    }
+    st = wait_event(job, ev, err, errlen);
+    cudaEventDestroy(ev);
+    if (st != FGB_OK) return st; /* no verdict recorded: the job is failing anyway */
+    k = 0;
+    for (uint32_t i = 0; i < it->n; i++) {
+      const eng_tensor *t = &it->t[i];
+      if (agreed_find(job->job_key, t->tensor_id)) continue;
+      sp_agreed *a = calloc(1, sizeof *a);
+      if (!a) {
+        snprintf(err, errlen, "out of memory for the compressor agreement");
+        return FGB_ENOMEM;
+      }
+      a->job_key = job->job_key;
+      a->tensor_id = t->tensor_id;
+      sp_desc *d0 = &all[k];
+      d0->comp[sizeof d0->comp - 1] = 0; /* peer bytes: bounded before printing */
+      for (size_t r = 1; r < p && a->status == FGB_OK; r++) {
+        sp_desc *d = &all[r * m + k];
+        d->comp[sizeof d->comp - 1] = 0;
+        if (memcmp(d->magic, d0->magic, 8) != 0 || strcmp(d->comp, d0->comp) != 0 ||
+            memcmp(&d->density, &d0->density, sizeof(double)) != 0) {
+          a->status = FGB_EMISMATCH;
+          snprintf(a->err, sizeof a->err,
+                   "compressor settings differ across the job's ranks: rank 0 has %s density %g, "
+                   "rank %zu has %s density %g",
+                   d0->comp, d0->density, r, d->comp, d->density);
+        }
+      }
+      a->next = g_agreed;
+      g_agreed = a;
+      k++;
+    }
+  }
+  for (uint32_t i = 0; i < it->n; i++) {
+    sp_agreed *a = agreed_find(job->job_key, it->t[i].tensor_id);
+    if (a && a->status != FGB_OK) {
+      snprintf(err, errlen, "%s", a->err);
+      return a->status;
+    }
+  }
+  return FGB_OK;
+}
+
+/* ---- instances ------------------------------------------------------------------------------- */
+
+static uint64_t pool_used(void) {
+  int dev = 0;
+  cudaMemPool_t pool;
+  uint64_t used = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetMemPool(&pool, dev) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used) != cudaSuccess)
+    return 0;
+  return used;
+}
+
+/* Bytes of state regions in an export blob ("FGBC", u32 version, name[16], u64 n, u32 nregions,
+ * u32 0, then per region u64 bytes + data). */
+static int64_t blob_state_bytes(const uint8_t *b, size_t bytes) {
+  int64_t sum = 0;
+  size_t off = 40;
+  while (off + 8 <= bytes) {
+    uint64_t rb;
+    memcpy(&rb, b + off, 8);
+    off += 8;
+    if (rb > bytes - off) break;
+    sum += (int64_t)rb;
+    off += rb;
+  }
+  return sum;
+}
+
+static void inst_free(sp_inst *i) {
+  i->ops->destroy(i->st); /* stream-ordered frees: after every enqueued use */
+  gpu_mem_add(-(i->state_bytes + i->other_bytes));
+  gpu_mem_state_add(-i->state_bytes);
+  free(i);
+}
+
+static fgb_status inst_get(const sp_job *job, const eng_tensor *t, sp_inst **out, char *err,
+                           size_t errlen) {
+  for (sp_inst *i = g_insts; i; i = i->next)
+    if (i->job_key == job->job_key && i->tensor_id == t->tensor_id) {
+      if (i->n != t->count) {
+        snprintf(err, errlen, "tensor %u: count changed under its compressor", t->tensor_id);
+        return FGB_EINVAL;
+      }
+      *out = i;
+      return FGB_OK;
+    }
+  if (!(t->comp->caps & COMP_CAP_CUDA)) {
+    snprintf(err, errlen, "compressor %s has no CUDA implementation in this build", t->comp->name);
+    return FGB_ENOTSUP;
+  }
+  sp_inst *i = calloc(1, sizeof *i);
+  if (!i) {
+    snprintf(err, errlen, "out of memory for the compressor of tensor %u", t->tensor_id);
+    return FGB_ENOMEM;
+  }
+  comp_params p = {.density = t->density,
+                   .nranks = job->size,
+                   .rank = job->rank,
+                   .seed = cp_job_seed(job->job_key),
+                   .buffer_id = t->key,
+                   .rows = t->rows,
+                   .cols = t->cols};
+  comp_exec ex = {1, job->stream};
+  uint64_t before = pool_used();
+  fgb_status st = t->comp->create(&p, t->count, &ex, &i->st, err, errlen);
+  if (st != FGB_OK) {
+    free(i);
+    return st;
+  }
+  uint64_t after = pool_used();
+  int64_t total = after > before ? (int64_t)(after - before) : 0;
+  if (t->comp->state_export) { /* create-time copy of the (zero) state: sizes its regions */
+    void *blob = NULL;
+    size_t bytes = 0;
+    if (t->comp->state_export(i->st, &ex, &blob, &bytes) == FGB_OK && blob)
+      i->state_bytes = blob_state_bytes(blob, bytes);
+    free(blob);
+  }
+  if (i->state_bytes > total) total = i->state_bytes;
+  i->other_bytes = total - i->state_bytes;
+  gpu_mem_add(total);
+  gpu_mem_state_add(i->state_bytes);
+  i->job_key = job->job_key;
+  i->tensor_id = t->tensor_id;
+  i->ops = t->comp;
+  i->n = t->count;
+  i->next = g_insts;
+  g_insts = i;
+  LOG_DEBUG(
+      "GPU compressor %s for job %016llx tensor %u (key %u, n %llu, rank %d of %d): "
+      "state %lld bytes, payload and workspace %lld bytes",
+      t->comp->name, (unsigned long long)job->job_key, t->tensor_id, t->key,
+      (unsigned long long)t->count, job->rank, job->size, (long long)i->state_bytes,
+      (long long)i->other_bytes);
+  *out = i;
+  return FGB_OK;
+}
+
+void sp_release(uint64_t job_key) {
+  for (sp_agreed **p = &g_agreed; *p;) {
+    if ((*p)->job_key == job_key) {
+      sp_agreed *a = *p;
+      *p = a->next;
+      free(a);
+    } else {
+      p = &(*p)->next;
+    }
+  }
+  for (sp_inst **p = &g_insts; *p;) {
+    if ((*p)->job_key == job_key) {
+      sp_inst *i = *p;
+      *p = i->next;
+      inst_free(i);
+    } else {
+      p = &(*p)->next;
+    }
+  }
+}
+
+/* The shared fp32 working buffer holds n elements (grow-only; stream-ordered replace). */
+static fgb_status work_reserve(uint64_t n, cudaStream_t s, char *err, size_t errlen) {
+  if (n <= g_work_n) return FGB_OK;
+  float *w = NULL;
+  cudaError_t ce = cudaMallocAsync((void **)&w, n * sizeof(float), s);
+  if (ce != cudaSuccess) return cuda_err(ce, "the fp32 working buffer", err, errlen);
+  if (g_work) cudaFreeAsync(g_work, s);
+  gpu_mem_add((int64_t)((n - g_work_n) * sizeof(float)));
+  g_work = w;
+  g_work_n = n;
+  return FGB_OK;
+}
+
+/* Run one phase's collective on the engine stream. */
+static fgb_status run_phase(const sp_job *job, const sp_inst *i, const comp_phase *ph,
+                            uint64_t *sent, uint64_t *recv, char *err, size_t errlen) {
+  ncclComm_t nc = comm_nccl_handle(job->c);
+  cudaStream_t s = job->stream;
+  if (ph->coll == COMP_COLL_NONE) return FGB_OK;
+  if (!nc) {
+    snprintf(err, errlen, "the job's communicator was aborted");
+    return FGB_EPEER;
+  }
+  if (ph->coll == COMP_COLL_ALLGATHER) {
+    *sent += ph->bytes;
+    *recv += ph->bytes * (uint64_t)job->size;
+    return nccl_done(job, ncclAllGather(ph->send, ph->recv, ph->bytes, ncclUint8, nc, s),
+                     i->ops->name, err, errlen);
+  }
+  if (ph->coll == COMP_COLL_ALLREDUCE) {
+    ncclDataType_t nt = comm_nccl_type(ph->dtype);
+    if (nt == ncclNumTypes || (ph->dtype != FGB_FLOAT32 && ph->dtype != FGB_FLOAT16)) {
+      snprintf(err, errlen, "compressor %s asked for an all-reduce of dtype %d", i->ops->name,
+               (int)ph->dtype);
+      return FGB_EINVAL;
+    }
+    *sent += ph->count * dtype_size(ph->dtype);
+    *recv += ph->count * dtype_size(ph->dtype);
+    return nccl_done(job, ncclAllReduce(ph->send, ph->recv, ph->count, nt, ncclSum, nc, s),
+                     i->ops->name, err, errlen);
+  }
+  snprintf(err, errlen, "compressor %s asked for unknown collective %d", i->ops->name,
+           (int)ph->coll);
+  return FGB_EINVAL;
+}
+
+fgb_status sp_sync(const sp_job *job, const eng_tensor *t, uint64_t *sent, uint64_t *recv,
+                   char *err, size_t errlen) {
+  sp_inst *i = NULL;
+  fgb_status st = inst_get(job, t, &i, err, errlen);
+  if (st != FGB_OK) return st;
+  cudaStream_t s = job->stream;
+  comp_exec ex = {1, s};
+  /* fp32 is read and written in place in the client's memory (the kernels take any 4-byte
+   * alignment); fp16/bf16 go through the shared working buffer. A flushed tensor was zeroed by
+   * issue.c: it still runs its compressor, so its residual takes part and the phases match. */
+  float *w = (float *)t->ptr;
+  if (t->dtype != FGB_FLOAT32) {
+    if ((st = work_reserve(t->count, s, err, errlen)) != FGB_OK) return st;
+    w = g_work;
+    if (gpu_to_f32(t->dtype, t->ptr, w, t->count, s) != FGB_OK) {
+      snprintf(err, errlen, "tensor %u: dtype %d cannot be compressed on the GPU", t->tensor_id,
+               (int)t->dtype);
+      return FGB_EINVAL;
+    }
+  }
+  comp_phase ph;
+  memset(&ph, 0, sizeof ph);
+  st = i->ops->encode(i->st, &ex, w, t->step, &ph, err, errlen);
+  for (int phase = 1; st == FGB_OK; phase++) {
+    st = run_phase(job, i, &ph, sent, recv, err, errlen);
+    if (st != FGB_OK || !i->ops->advance) break;
+    int r = i->ops->advance(i->st, &ex, phase, &ph, err, errlen);
+    if (r < 0) st = (fgb_status)r;
+    if (r != COMP_MORE) break;
+  }
+  if (st != FGB_OK) return st;
+  float scale = t->op == FGB_OP_AVERAGE ? 1.0f / (float)job->size : 1.0f;
+  if ((st = i->ops->decode(i->st, &ex, w, scale, err, errlen)) != FGB_OK) return st;
+  if (t->dtype != FGB_FLOAT32 && gpu_from_f32(t->dtype, w, t->ptr, t->count, s) != FGB_OK) {
+    snprintf(err, errlen, "tensor %u: writing the result back failed", t->tensor_id);
+    return FGB_EIO;
+  }
+  return FGB_OK;
+}
+
+fgb_status sp_state(const sp_job *job, eng_item *it, char *err, size_t errlen) {
+  const eng_tensor *t = &it->t[0];
+  if (!t->comp) {
+    snprintf(err, errlen, "tensor %u has no compressor", t->tensor_id);
+    return FGB_EINVAL;
+  }
+  sp_inst *i = NULL;
+  fgb_status st = inst_get(job, t, &i, err, errlen);
+  if (st != FGB_OK) return st;
+  comp_exec ex = {1, job->stream};
+  if (it->state_import) {
+    if (!i->ops->state_import) {
+      snprintf(err, errlen, "compressor %s has no state to import", i->ops->name);
+      return FGB_ENOTSUP;
+    }
+    return i->ops->state_import(i->st, &ex, it->state, it->state_bytes, err, errlen);
+  }
+  free(it->state);
+  it->state = NULL;
+  it->state_bytes = 0;
+  if (!i->ops->state_export) {
+    snprintf(err, errlen, "compressor %s has no state to export", i->ops->name);
+    return FGB_ENOTSUP;
+  }
+  st = i->ops->state_export(i->st, &ex, &it->state, &it->state_bytes);
+  if (st != FGB_OK) snprintf(err, errlen, "compressor %s: state export failed", i->ops->name);
+  return st;
+}

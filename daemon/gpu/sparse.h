@@ -1,0 +1,40 @@
+/* daemon/gpu/sparse.h — compressed gradient sync on the GPU data path (issue.c calls it on the
+ * engine thread): per-(job, tensor) compressor instances on the device, driven entirely by work
+ * enqueued on the engine stream (encode -> NCCL collective per phase -> decode -> write-back), and
+ * the once-per-tensor agreement of compressor settings across the job's ranks. */
+#ifndef FGB_SRV_GPU_SPARSE_H
+#define FGB_SRV_GPU_SPARSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm_nccl.h"
+#include "engine.h"
+
+/* The job an item runs in, as the sparse path needs it. */
+typedef struct sp_job {
+  uint64_t job_key;
+  int rank, size;
+  comm *c;
+  void *stream; /* cudaStream_t: the engine stream */
+} sp_job;
+
+/* Compare every not yet agreed ENG_GRAD tensor of `it` (compressor name and density; dense ones
+ * as "none") across the job's ranks: one small NCCL allgather for the item and one host wait, at
+ * a tensor's first sync only. A difference fails those tensors on every rank alike
+ * (FGB_EMISMATCH naming the ranks), now and at every later step. */
+fgb_status sp_agree(const sp_job *job, const eng_item *it, char *err, size_t errlen);
+/* Enqueue one compressed tensor's whole sync on the engine stream; no host synchronisation except
+ * when its instance is created (first use). bytes counters are incremented by the phases' bytes. */
+fgb_status sp_sync(const sp_job *job, const eng_tensor *t, uint64_t *sent, uint64_t *recv,
+                   char *err, size_t errlen);
+/* ENG_STATE: export (it->state malloc'ed) or import one tensor's compressor state; copies to or
+ * from the host, so it synchronises the engine stream. */
+fgb_status sp_state(const sp_job *job, eng_item *it, char *err, size_t errlen);
+/* The job was released: free its instances and agreements (stream-ordered frees). */
+void sp_release(uint64_t job_key);
+
+/* issue.c: nonzero once the loop marked the job aborted. */
+int gpu_job_is_aborted(uint64_t job_key);
+
+#endif

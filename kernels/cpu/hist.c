@@ -1,0 +1,102 @@
+/* kernels/cpu/hist.c — reference of the one-pass threshold search: the magnitude histogram taken in
+ * the compensation/statistics pass, and the replay of a threshold method's fits and adaptation
+ * rounds from it (kernels.h, kern_add_stats_hist / kern_thr_replay). The CUDA side (hist.cu)
+ * follows it step by step; the histogram and every count read off it are the same on both. */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "kern_util.h"
+
+fgb_status kern_cpu_add_stats_hist(float *a, const float *g, uint64_t n, uint32_t flags,
+                                   kern_ctl *ctl, uint32_t *hist) {
+  if (ctl == NULL || hist == NULL || (n && a == NULL)) return FGB_EINVAL;
+  if (n > UINT32_MAX) return FGB_EINVAL; /* uint32 bin counts */
+  fgb_status rc = g ? kern_cpu_add_stats(a, g, n, flags, ctl) : kern_cpu_stats(a, n, flags, ctl);
+  if (rc) return rc;
+  memset(hist, 0, KERN_HIST_BINS * sizeof *hist);
+  for (uint64_t i = 0; i < n; i++) hist[kern_abs_key(a[i]) >> KERN_HIST_SHIFT]++;
+  return FGB_OK;
+}
+
+/* Elements in the bins above b. */
+static uint64_t above_bin(const uint32_t *hist, uint32_t b) {
+  uint64_t c = 0;
+  for (uint32_t j = b + 1; j < KERN_HIST_BINS; j++) c += hist[j];
+  return c;
+}
+
+static uint64_t count_at(const uint32_t *hist, float t) {
+  uint32_t b = kern_thr_key(t) >> KERN_HIST_SHIFT;
+  if (b >= KERN_HIST_NONFINITE) return above_bin(hist, KERN_HIST_NONFINITE - 1);
+  return kern_hist_count_at(above_bin(hist, b), hist[b], t);
+}
+
+/* ctl->st = moments of the finite binned tail above ctl->thr: bin b of t contributes the share
+ * above t, spread uniformly over (t, hi); every finite bin above contributes its count spread
+ * uniformly over the bin. max_abs and nonfinite stay exact (the max from the full pass). */
+static void tail_moments(const uint32_t *hist, kern_ctl *ctl) {
+  const float t = ctl->thr;
+  const uint32_t b0 = kern_thr_key(t) >> KERN_HIST_SHIFT;
+  double n = 0, s1 = 0, s2 = 0;
+  uint64_t nonfinite = 0;
+  for (uint32_t b = b0; b < KERN_HIST_BINS; b++) {
+    if (b >= KERN_HIST_NONFINITE) {
+      nonfinite += hist[b];
+      continue;
+    }
+    if (hist[b] == 0) continue;
+    double lo = kern_hist_edge(b), hi = kern_hist_edge(b + 1), c = hist[b];
+    if (b == b0) {
+      double tt = t > 0.0f ? (double)t : 0.0;
+      c = c * ((hi - tt) / (hi - lo));
+      lo = tt;
+    }
+    double m1 = 0.5 * (lo + hi), m2 = (lo * lo + lo * hi + hi * hi) / 3.0;
+    n += c;
+    s1 += c * m1;
+    s2 += c * m2;
+  }
+  kern_moments st;
+  memset(&st, 0, sizeof st);
+  st.n = n;
+  st.sum = s1; /* the sign is not binned: the fits of the tail read |a| only */
+  st.sum_abs = s1;
+  st.sum_sq = s2;
+  st.max_abs = ctl->st.max_abs;
+  st.min_abs = n > 0 ? t : 0.0f;
+  st.nonfinite = nonfinite;
+  st.above = 1;
+  ctl->st = st;
+}
+
+/* Check a replay's parameters (the CUDA side runs the same checks before launching). */
+fgb_status kern_replay_check(const kern_replay *rp) {
+  if (rp == NULL || rp->stages < 1 || rp->stages > 64) return FGB_EINVAL;
+  if (rp->model < KERN_THR_GAUSS || rp->model > KERN_THR_REDSYNC) return FGB_EINVAL;
+  if (rp->stages > 1 && (rp->later < KERN_THR_GAUSS || rp->later > KERN_THR_REDSYNC))
+    return FGB_EINVAL;
+  if (rp->ad.max_iters > 0 &&
+      (rp->ad.mode < KERN_ADAPT_BRACKET || rp->ad.mode > KERN_ADAPT_REDSYNC_BISECT))
+    return FGB_EINVAL;
+  if (rp->ad.max_iters > 1024) return FGB_EINVAL;
+  return FGB_OK;
+}
+
+fgb_status kern_cpu_thr_replay(const uint32_t *hist, kern_ctl *ctl, const kern_replay *rp) {
+  if (hist == NULL || ctl == NULL) return FGB_EINVAL;
+  fgb_status rc = kern_replay_check(rp);
+  if (rc) return rc;
+  rc = kern_cpu_thr_from_stats(ctl, rp->model, rp->p0);
+  for (uint32_t i = 1; !rc && i < rp->stages; i++) {
+    tail_moments(hist, ctl);
+    rc = kern_cpu_thr_from_stats(ctl, rp->later, rp->q);
+  }
+  for (uint32_t i = 0; !rc && i < rp->ad.max_iters && !ctl->done; i++) {
+    ctl->count = count_at(hist, ctl->thr);
+    rc = kern_cpu_thr_adapt(ctl, &rp->ad);
+  }
+  if (!rc) ctl->count = count_at(hist, ctl->thr);
+  return rc;
+}

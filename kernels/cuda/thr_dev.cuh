@@ -1,0 +1,139 @@
+/* kernels/cuda/thr_dev.cuh — the threshold fits and the adaptation round as device functions (the
+ * CPU reference's arithmetic, kernels/cpu/stats.c), shared by the one-thread kernels of stats.cu
+ * and the histogram replay of hist.cu. Not part of the API. */
+#ifndef FGB_KERN_THR_DEV_CUH
+#define FGB_KERN_THR_DEV_CUH
+
+#include <float.h>
+
+#include "cuda_internal.cuh"
+
+__device__ inline void reset_adapt(kern_ctl *ctl) {
+  ctl->done = 0;
+  ctl->iters = 0;
+  ctl->br_lo = 0.0f;
+  ctl->br_hi = 0.0f;
+  ctl->count = 0;
+}
+
+/* A threshold as stored, as the CPU's to_thr: [0, FLT_MAX], NaN and <= 0 give 0. */
+__device__ inline float to_thr(double t) {
+  if (!(t > 0)) return 0.0f;
+  if (t >= FLT_MAX) return FLT_MAX;
+  return __double2float_rn(t);
+}
+
+/* The adaptation arithmetic uses explicitly rounded double operations: nvcc would otherwise
+ * contract a + s * b into one DFMA, which the CPU reference does not do, and the thresholds (hence
+ * the selections) would differ in the last bit. */
+__device__ inline float redsync_thr(const kern_moments *st, double s) {
+  if (st->n < 1 || s <= 1e-6) return 0.0f;
+  double mean = __ddiv_rn(st->sum_abs, st->n);
+  return to_thr(__dadd_rn(mean, __dmul_rn(s, __dsub_rn((double)st->max_abs, mean))));
+}
+
+__device__ inline void thr_fit(kern_ctl *ctl, int model, double p0) {
+  const kern_moments *st = &ctl->st;
+  double thr = 0.0, n = st->n;
+  if (n >= 1) {
+    double mean_abs = st->sum_abs / n;
+    double var_abs = st->sum_sq / n - mean_abs * mean_abs;
+    double t0 = st->above ? st->min_abs : 0.0;
+    double m = mean_abs - t0;
+    double ld = log(p0 > 0 && p0 < 1 ? p0 : 0.5);
+    switch (model) {
+      case KERN_THR_GAUSS: {
+        double mu = st->sum / n, var = st->sum_sq / n - mu * mu;
+        thr = fabs(mu) + p0 * sqrt(var > 0 ? var : 0);
+        break;
+      }
+      case KERN_THR_EXP:
+        thr = t0 - m * ld;
+        break;
+      case KERN_THR_GPARETO: {
+        double kappa = 0.0, sigma = m;
+        if (var_abs > 0 && m > 0) {
+          double r = m * m / var_abs;
+          sigma = 0.5 * m * (r + 1);
+          kappa = 0.5 * (r - 1);
+        }
+        thr = fabs(kappa) < 1e-6 ? t0 - sigma * ld : t0 + sigma * (1 - exp(kappa * ld)) / kappa;
+        break;
+      }
+      case KERN_THR_GAMMA: {
+        double s = log(mean_abs > 0 ? mean_abs : 1e-30) - st->sum_log / n;
+        if (s > 1e-12 && mean_abs > 0) {
+          double alpha = (3 - s + sqrt((s - 3) * (s - 3) + 24 * s)) / (12 * s);
+          double beta = mean_abs / alpha;
+          thr = -beta * (ld + lgamma(alpha));
+        } else {
+          thr = -mean_abs * ld;
+        }
+        break;
+      }
+      default: /* KERN_THR_REDSYNC (the host checked the model) */
+        thr = redsync_thr(st, p0);
+        break;
+    }
+  }
+  ctl->thr = isnan(thr) ? 0.0f : to_thr(thr); /* the CPU's clamp (Inf gives FLT_MAX) */
+  ctl->s = (float)p0;
+  ctl->s_lo = 0.0f;
+  ctl->s_hi = 1.0f;
+  reset_adapt(ctl);
+}
+
+/* One adaptation round from ctl->count (the CPU reference's arithmetic). */
+__device__ inline void adapt_step(kern_ctl *ctl, const kern_adapt &ad) {
+  if (ctl->done) return;
+  double c = (double)ctl->count, k = (double)ad.k;
+  ctl->iters++;
+  switch (ad.mode) {
+    case KERN_ADAPT_BRACKET: { /* step by step the CPU's double arithmetic */
+      double t = ctl->thr;
+      const double lok = __dmul_rn(ad.lo, k), hik = __dmul_rn(ad.hi, k);
+      if (c >= lok && c <= hik) {
+        ctl->done = 1;
+        return;
+      }
+      if (c < lok) {
+        if (ctl->br_hi == 0.0f || t < ctl->br_hi) ctl->br_hi = __double2float_rn(t);
+        t = ctl->br_lo > 0.0f ? __dsqrt_rn(__dmul_rn((double)ctl->br_lo, (double)ctl->br_hi))
+                              : __dmul_rn(t, ad.down);
+      } else {
+        if (t > ctl->br_lo) ctl->br_lo = __double2float_rn(t);
+        if (t <= 0.0) {
+          t = ctl->st.n >= 1 ? __ddiv_rn(ctl->st.sum_abs, ctl->st.n) : 0.0;
+        } else {
+          t = ctl->br_hi > 0.0f ? __dsqrt_rn(__dmul_rn((double)ctl->br_lo, (double)ctl->br_hi))
+                                : __dmul_rn(t, ad.up);
+        }
+      }
+      ctl->thr = to_thr(t);
+      break;
+    }
+    case KERN_ADAPT_REDSYNC_TRIM:
+      if (c >= k) {
+        ctl->done = 1;
+        return;
+      }
+      ctl->s = __double2float_rn(__dsub_rn((double)ctl->s, ad.down));
+      ctl->thr = redsync_thr(&ctl->st, ctl->s);
+      break;
+    default: /* KERN_ADAPT_REDSYNC_BISECT */
+      if (c > __dmul_rn(ad.lo, k) && c < __dmul_rn(ad.hi, k)) {
+        ctl->done = 1;
+        return;
+      }
+      if (c <= __dmul_rn(ad.lo, k))
+        ctl->s_hi = ctl->s;
+      else
+        ctl->s_lo = ctl->s;
+      ctl->s = __fmul_rn(0.5f, __fadd_rn(ctl->s_lo, ctl->s_hi));
+      ctl->thr = redsync_thr(&ctl->st, ctl->s);
+      break;
+  }
+  if (ctl->iters >= ad.max_iters) ctl->done = 1;
+}
+
+#endif

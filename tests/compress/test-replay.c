@@ -1,0 +1,165 @@
+/* tests/compress/test-replay.c — the one-pass threshold search (kern_add_stats_hist +
+ * kern_thr_replay): the fused pass equals kern_add_stats and its histogram is the exact bin count
+ * of the compensated buffer; counts read off the histogram are exact at bin edges and within the
+ * bin's count inside it; the binned tail moments track the exact ones; the replayed bracket lands
+ * the true count (kern_count_ge) in the accept window; bad parameters are refused. Runs on the CPU
+ * reference, or with --gpu on CUDA. */
+#include "comp_test.h"
+
+static uint32_t *host_hist(const float *a, uint64_t n) {
+  uint32_t *h = ct_xmalloc(KERN_HIST_BINS * sizeof *h);
+  for (uint64_t i = 0; i < n; i++) h[kern_abs_key(a[i]) >> KERN_HIST_SHIFT]++;
+  return h;
+}
+
+static uint64_t host_count_ge(const float *a, uint64_t n, float t) {
+  uint64_t c = 0;
+  for (uint64_t i = 0; i < n; i++) c += kern_abs_key(a[i]) >= kern_thr_key(t);
+  return c;
+}
+
+static uint64_t above_bin(const uint32_t *h, uint32_t b) {
+  uint64_t c = 0;
+  for (uint32_t j = b + 1; j < KERN_HIST_BINS; j++) c += h[j];
+  return c;
+}
+
+/* Counts off the histogram: exact at bin edges, within the bin's count inside the bin. */
+static void check_count_at(const float *a, uint64_t n, const uint32_t *h) {
+  ct_rng r = {99};
+  for (int i = 0; i < 40; i++) {
+    float x = a[ct_next(&r) % n];
+    uint32_t key = kern_abs_key(x);
+    if (key >= 0x7f800000u) continue;
+    uint32_t b = key >> KERN_HIST_SHIFT, ek = b << KERN_HIST_SHIFT;
+    float edge, t = fabsf(x);
+    memcpy(&edge, &ek, sizeof edge);
+    uint64_t est = kern_hist_count_at(above_bin(h, b), h[b], edge);
+    CHECK_MSG(est == host_count_ge(a, n, edge), "count at bin edge %g: %llu, exact %llu",
+              (double)edge, (unsigned long long)est, (unsigned long long)host_count_ge(a, n, edge));
+    est = kern_hist_count_at(above_bin(h, b), h[b], t);
+    uint64_t ex = host_count_ge(a, n, t);
+    CHECK_MSG(est <= ex + h[b] && ex <= est + h[b], "count at %g: %llu, exact %llu, bin %u",
+              (double)t, (unsigned long long)est, (unsigned long long)ex, h[b]);
+  }
+}
+
+static void one(const comp_exec *ex, uint64_t n, ct_dist d) {
+  float *g = ct_xmalloc(n * 4), *r = ct_xmalloc(n * 4), *a = ct_xmalloc(n * 4);
+  ct_fill(g, n, d, 1e-3, 500 + d);
+  ct_fill(r, n, d, 3e-4, 600 + d);
+  g[7] = NAN;
+  g[n / 2] = INFINITY;
+  r[11] = 0.0f;
+  g[11] = -0.0f;
+  float *d1 = ct_dev(ex, r, n * 4), *d2 = ct_dev(ex, r, n * 4), *dg = ct_dev(ex, g, n * 4);
+  kern_ctl *c1 = ct_dev(ex, NULL, sizeof(kern_ctl)), *c2 = ct_dev(ex, NULL, sizeof(kern_ctl));
+  uint32_t *dh = ct_dev(ex, NULL, KERN_HIST_BINS * 4), *hh = ct_xmalloc(KERN_HIST_BINS * 4);
+  kern_ctl h1, h2;
+  for (uint32_t flags = 0; flags <= KERN_STATS_LOG; flags++) {
+    REQUIRE(kern_add_stats(ex, d1, dg, n, flags, c1) == FGB_OK);
+    REQUIRE(kern_add_stats_hist(ex, d2, dg, n, flags, c2, dh) == FGB_OK);
+    ct_get(ex, &h1, c1, sizeof h1);
+    ct_get(ex, &h2, c2, sizeof h2);
+    CHECK_MSG(!memcmp(&h1.st, &h2.st, sizeof h1.st),
+              "%s flags %u: stats differ from kern_add_stats", ct_dist_name(d), flags);
+  }
+  ct_get(ex, a, d2, n * 4);
+  float *a1 = ct_xmalloc(n * 4);
+  ct_get(ex, a1, d1, n * 4);
+  CHECK_MSG(!memcmp(a, a1, n * 4), "%s: compensated buffers differ", ct_dist_name(d));
+  free(a1);
+  uint32_t *ref = host_hist(a, n);
+  ct_get(ex, hh, dh, KERN_HIST_BINS * 4);
+  CHECK_MSG(!memcmp(hh, ref, KERN_HIST_BINS * 4), "%s: histogram differs from the bin count",
+            ct_dist_name(d));
+  /* Without g: a is only read, the histogram is the same. */
+  REQUIRE(kern_add_stats_hist(ex, d2, NULL, n, 0, c2, dh) == FGB_OK);
+  ct_get(ex, hh, dh, KERN_HIST_BINS * 4);
+  CHECK_MSG(!memcmp(hh, ref, KERN_HIST_BINS * 4), "%s: histogram (no g) differs", ct_dist_name(d));
+  check_count_at(a, n, ref);
+
+  /* Fits only: the same threshold as kern_thr_from_stats. */
+  kern_adapt none = {KERN_ADAPT_BRACKET, 1, 0, 0, 0, 0, 0};
+  kern_replay rp = {KERN_THR_GAUSS, 2.5758, 1, KERN_THR_GAUSS, 0, none};
+  REQUIRE(kern_add_stats_hist(ex, d2, NULL, n, 0, c2, dh) == FGB_OK);
+  REQUIRE(kern_stats(ex, d1, n, 0, c1) == FGB_OK);
+  REQUIRE(kern_thr_from_stats(ex, c1, KERN_THR_GAUSS, 2.5758) == FGB_OK);
+  REQUIRE(kern_thr_replay(ex, dh, c2, &rp) == FGB_OK);
+  ct_get(ex, &h1, c1, sizeof h1);
+  ct_get(ex, &h2, c2, sizeof h2);
+  CHECK_MSG(h1.thr == h2.thr && h1.thr > 0, "%s: replay fit %g, kern_thr_from_stats %g",
+            ct_dist_name(d), (double)h2.thr, (double)h1.thr);
+
+  /* Binned tail moments against the exact ones above the first exponential fit. */
+  rp = (kern_replay){KERN_THR_EXP, 0.25, 2, KERN_THR_EXP, 0.2, none};
+  REQUIRE(kern_stats(ex, d1, n, 0, c1) == FGB_OK);
+  REQUIRE(kern_thr_from_stats(ex, c1, KERN_THR_EXP, 0.25) == FGB_OK);
+  REQUIRE(kern_stats(ex, d1, n, KERN_STATS_ABOVE_THR, c1) == FGB_OK);
+  REQUIRE(kern_thr_replay(ex, dh, c2, &rp) == FGB_OK);
+  ct_get(ex, &h1, c1, sizeof h1);
+  ct_get(ex, &h2, c2, sizeof h2);
+  double m1 = h1.st.sum_abs / h1.st.n, m2 = h2.st.sum_abs / h2.st.n;
+  CHECK_MSG(fabs(h2.st.n - h1.st.n) <= 0.005 * h1.st.n && fabs(m2 - m1) <= 0.005 * m1 &&
+                h2.st.above == 1 && h2.st.nonfinite == h1.st.nonfinite,
+            "%s: binned tail n %.0f mean %g, exact n %.0f mean %g", ct_dist_name(d), h2.st.n, m2,
+            h1.st.n, m1);
+
+  /* The replayed bracket (Gaussian-k's rule) lands the true count in [2k/3, 4k/3]. */
+  uint64_t k = n / 100;
+  kern_adapt ad = {KERN_ADAPT_BRACKET, k, 2.0 / 3.0, 4.0 / 3.0, 0.5, 1.5, 16};
+  rp = (kern_replay){KERN_THR_GAUSS, 2.5758, 1, KERN_THR_GAUSS, 0, ad};
+  REQUIRE(kern_thr_replay(ex, dh, c2, &rp) == FGB_OK);
+  REQUIRE(kern_count_ge(ex, d2, n, c2) == FGB_OK); /* no-op: done */
+  ct_get(ex, &h2, c2, sizeof h2);
+  uint64_t exact = host_count_ge(a, n, h2.thr);
+  CHECK_MSG(h2.done == 1 && exact >= 0.64 * k && exact <= 1.36 * k,
+            "%s: replayed bracket thr %g after %u rounds: %llu selected (estimate %llu), k %llu",
+            ct_dist_name(d), (double)h2.thr, h2.iters, (unsigned long long)exact,
+            (unsigned long long)h2.count, (unsigned long long)k);
+  CHECK_MSG(fabs((double)h2.count - (double)exact) <= 0.03 * k, "%s: estimate %llu, exact %llu",
+            ct_dist_name(d), (unsigned long long)h2.count, (unsigned long long)exact);
+  /* RedSync trim: at least k pass (estimate) and the truth agrees within a bin. */
+  kern_adapt tr = {KERN_ADAPT_REDSYNC_TRIM, k, 1, 1, 0.2, 0, 5};
+  rp = (kern_replay){KERN_THR_REDSYNC, 0.8, 1, KERN_THR_REDSYNC, 0, tr};
+  REQUIRE(kern_add_stats_hist(ex, d2, NULL, n, 0, c2, dh) == FGB_OK);
+  REQUIRE(kern_thr_replay(ex, dh, c2, &rp) == FGB_OK);
+  ct_get(ex, &h2, c2, sizeof h2);
+  exact = host_count_ge(a, n, h2.thr);
+  CHECK_MSG(h2.count >= k && exact >= 0.97 * k, "%s: redsync trim %llu (estimate %llu), k %llu",
+            ct_dist_name(d), (unsigned long long)exact, (unsigned long long)h2.count,
+            (unsigned long long)k);
+
+  /* Bad parameters: refused, nothing runs. */
+  rp.stages = 0;
+  CHECK(kern_thr_replay(ex, dh, c2, &rp) == FGB_EINVAL);
+  rp.stages = 1;
+  rp.ad.mode = (kern_adapt_mode)9;
+  CHECK(kern_thr_replay(ex, dh, c2, &rp) == FGB_EINVAL);
+  rp.ad.mode = KERN_ADAPT_BRACKET;
+  rp.model = (kern_thr_model)0;
+  CHECK(kern_thr_replay(ex, dh, c2, &rp) == FGB_EINVAL);
+  rp.model = KERN_THR_GAUSS;
+  CHECK(kern_thr_replay(ex, NULL, c2, &rp) == FGB_EINVAL);
+  CHECK(kern_add_stats_hist(ex, d2, dg, n, 0, c2, NULL) == FGB_EINVAL);
+
+  free(ref);
+  free(hh);
+  free(g);
+  free(r);
+  free(a);
+  kern_free(ex, d1);
+  kern_free(ex, d2);
+  kern_free(ex, dg);
+  kern_free(ex, c1);
+  kern_free(ex, c2);
+  kern_free(ex, dh);
+}
+
+int main(int argc, char **argv) {
+  comp_exec ex = ct_exec(argc, argv);
+  uint64_t n = ct_arg_n(argc, argv, 1000003);
+  for (int d = 0; d < 3; d++) one(&ex, n, (ct_dist)d);
+  if (ex.on_gpu) REQUIRE(kern_sync(&ex) == FGB_OK);
+  TEST_DONE();
+}
