@@ -1,0 +1,111 @@
+#!/bin/bash
+# bench/interference/bench-interference.sh — how much fgbuffd's gradient sync slows a trainer that
+# shares its GPU: a bf16 GEMM loop (gemm-trainer) on GPU 0, alone and while a second process syncs
+# a 25,557,032-element fp32 gradient every 30 ms through fgbuffd (a world of 2 daemons, GPUs 0 and
+# 1; dense, and top-k 0.01 when the daemon runs compressors on the GPU: FGB_ENOTSUP is reported and
+# skipped), without MPS and under MPS (an MPS control daemon with its own pipe/log dirs, started
+# before the daemons and clients, stopped after). Prints ms per GEMM and slowdowns, and the GPU.
+#
+#   bench-interference.sh BUILD_DIR [--seconds S] [--out DIR] [--no-mps]
+# Exit 77 with fewer than 2 GPUs. A benchmark: it reports, it does not judge (goal: <= 5% under MPS).
+set -u
+here="$(cd "$(dirname "$0")" && pwd)"
+build="$(cd "${1:?usage: bench-interference.sh BUILD_DIR [--seconds S] [--out DIR]}" && pwd)"
+shift
+secs=5 out="" use_mps=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --seconds) secs="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --no-mps) use_mps=0; shift ;;
+    *) echo "unknown argument $1"; exit 2 ;;
+  esac
+done
+export FGBUFF_BIN_DIR="$build"
+source "$here/../../tests/gpu-dp/gpu-world.sh"
+gpu_need 2
+trainer="$build/bench/interference/gemm-trainer"
+sc="$build/bench/interference/interference-syncclient"
+[ -x "$trainer" ] && [ -x "$sc" ] || { echo "build gemm-trainer and interference-syncclient first"; exit 2; }
+out="${out:-$(mktemp -d /tmp/fgb-interf.XXXXXX)}"
+mkdir -p "$out"
+steps=$(((secs + 3) * 1000 / 30)) # the sync outlasts the trainer's timed loop
+declare -A res
+
+trainer_ms() { # label: runs the trainer, records its median ms per GEMM
+  "$trainer" --device 0 --seconds "$secs" >"$out/trainer-$1.log" 2>&1
+  res[$1]=$(sed -n 's/.*ms_per_call median \([0-9.]*\).*/\1/p' "$out/trainer-$1.log")
+  [ -n "${res[$1]}" ] || { echo "trainer failed ($1):"; cat "$out/trainer-$1.log"; }
+}
+
+with_sync() { # label compressor("" = dense)
+  local label="$1" comp="$2" extra=() p0 p1
+  [ -n "$comp" ] && extra=(--compressor "$comp" --density 0.01)
+  "$sc" --rank 0 --size 2 --device 0 --socket "$GPU_SOCK_0" --job "$label" --steps "$steps" \
+    "${extra[@]}" >"$out/sync-$label.0" 2>&1 &
+  p0=$!
+  "$sc" --rank 1 --size 2 --device 1 --socket "$GPU_SOCK_1" --job "$label" --steps "$steps" \
+    "${extra[@]}" >"$out/sync-$label.1" 2>&1 &
+  p1=$!
+  while ! { grep -q syncing "$out/sync-$label.0" && grep -q syncing "$out/sync-$label.1"; }; do
+    kill -0 $p0 2>/dev/null && kill -0 $p1 2>/dev/null || break
+    sleep 0.05
+  done
+  if grep -q syncing "$out/sync-$label.0" && grep -q syncing "$out/sync-$label.1"; then
+    trainer_ms "$label"
+  fi
+  wait $p0 $p1
+  if grep -q "^unsupported" "$out/sync-$label.0"; then
+    res[$label]="unsupported"
+    echo "($label: $(head -1 "$out/sync-$label.0"))"
+  elif ! grep -q "^sync " "$out/sync-$label.0"; then
+    echo "sync clients failed ($label):"; cat "$out/sync-$label.0" "$out/sync-$label.1"
+  else
+    echo "($label: $(grep '^sync ' "$out/sync-$label.0"))"
+  fi
+}
+
+run_mode() { # suffix
+  trainer_ms "alone$1"
+  gpu_world_start 2 || { echo "daemons did not start"; return 1; }
+  grep -h "MPS" "$GPU_WORLD_LOG" | head -2
+  with_sync "dense$1" ""
+  with_sync "topk$1" topk
+  gpu_world_stop >/dev/null 2>&1
+}
+
+echo "== without MPS"
+run_mode ""
+if [ $use_mps = 1 ]; then
+  echo "== under MPS"
+  mps="$(mktemp -d /tmp/fgb-mps.XXXXXX)" # short: the pipe directory holds a socket
+  export CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" CUDA_MPS_LOG_DIRECTORY="$out/mps-log"
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d; then
+    run_mode "_mps"
+    echo quit | nvidia-cuda-mps-control
+    sleep 1
+  else
+    echo "cannot start nvidia-cuda-mps-control -d: no MPS numbers"
+  fi
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  rm -rf "$mps"
+fi
+
+slow() { # ms base -> "+x.x%"
+  awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || a == "unsupported") print "-";
+                                   else printf "%+.1f%%", (a / b - 1) * 100 }'
+}
+echo
+echo "GPU: $(sed -n 's/^gpu [0-9]* //p' "$out/trainer-alone.log")"
+echo "trainer: bf16 GEMM 8192^3 (cublasGemmEx) on GPU 0, ${secs} s per row; sync: 25,557,032 fp32"
+echo "elements every 30 ms, 2 daemons on GPUs 0 and 1 (median ms per GEMM; slowdown vs alone)"
+printf "%-24s %10s %14s %16s\n" case ms/GEMM "vs alone" "vs alone no-MPS"
+for k in alone dense topk alone_mps dense_mps topk_mps; do
+  [ -n "${res[$k]+x}" ] || continue
+  base="${res[alone]:-}"
+  case $k in *_mps) mb="${res[alone_mps]:-}" ;; *) mb="$base" ;; esac
+  printf "%-24s %10s %14s %16s\n" "$k" "${res[$k]}" "$(slow "${res[$k]}" "$mb")" \
+    "$(slow "${res[$k]}" "$base")"
+done
+echo "logs: $out"

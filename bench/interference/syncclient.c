@@ -1,0 +1,127 @@
+/* bench/interference/syncclient.c — the gradient side of the interference benchmark: one rank of
+ * a job that syncs one 25,557,032-element fp32 gradient (ResNet-50's size) through fgbuffd every
+ * period (30 ms), dense or with a compressor (top-k 0.01), on cudaMalloc memory of its GPU. It
+ * prints "syncing" once the first step completed (the trainer starts then) and, at the end, the
+ * sync latency (submit -> done). A compressor the daemon refuses with FGB_ENOTSUP is reported
+ * ("unsupported") with exit 3, so the driver script reports dense only.
+ *
+ *   syncclient --rank R --size N --device D --socket PATH --job NAME --steps S
+ *              [--period-ms 30] [--count 25557032] [--compressor topk --density 0.01] */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fgbuff/client.h"
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+  int rank = 0, size = 2, dev = 0, steps = 300, period_ms = 30;
+  unsigned long long count = 25557032ull;
+  const char *sock = NULL, *job = "interference", *comp = "";
+  double density = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--rank"))
+      rank = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--size"))
+      size = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--device"))
+      dev = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--steps"))
+      steps = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--period-ms"))
+      period_ms = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--count"))
+      count = strtoull(argv[i + 1], NULL, 10);
+    else if (!strcmp(argv[i], "--socket"))
+      sock = argv[i + 1];
+    else if (!strcmp(argv[i], "--job"))
+      job = argv[i + 1];
+    else if (!strcmp(argv[i], "--compressor"))
+      comp = argv[i + 1];
+    else if (!strcmp(argv[i], "--density"))
+      density = atof(argv[i + 1]);
+  }
+  if (steps < 1 || period_ms < 0 || count == 0 || count > (1ull << 32)) {
+    fprintf(stderr, "syncclient: bad arguments\n");
+    return 2;
+  }
+  if (cudaSetDevice(dev) != cudaSuccess || cudaFree(0) != cudaSuccess) return 77;
+  size_t bytes = (size_t)count * 4;
+  float *g;
+  if (cudaMalloc((void **)&g, bytes) != cudaSuccess) return 1;
+  float *h = malloc(bytes);
+  if (!h) return 1;
+  for (size_t i = 0; i < count; i++) h[i] = (float)((int)((i * 2654435761u + rank) % 2001) - 1000);
+  cudaMemcpy(g, h, bytes, cudaMemcpyHostToDevice);
+  fgb_client *c;
+  fgb_job_opts jo = FGB_JOB_OPTS_INIT;
+  jo.name = job;
+  jo.rank = rank;
+  jo.size = size;
+  fgb_arena ar;
+  if (fgb_client_new(&c) || fgb_connect(c, sock) || fgb_join(c, &jo) ||
+      fgb_arena_register_cuda(c, g, bytes, &ar)) {
+    fprintf(stderr, "syncclient rank %d: %s\n", rank, fgb_client_error(c));
+    return 1;
+  }
+  fgb_tensor_desc d = FGB_TENSOR_DESC_INIT;
+  d.name = "grad";
+  d.arena = ar.id;
+  d.count = count;
+  d.dtype = FGB_FLOAT32;
+  d.compressor = comp;
+  d.density = density;
+  uint32_t t;
+  fgb_status st = fgb_tensor_register(c, &d, &t);
+  if (st == FGB_ENOTSUP) {
+    printf("unsupported compressor '%s': %s\n", comp, fgb_client_error(c));
+    return 3;
+  }
+  if (st) {
+    fprintf(stderr, "syncclient rank %d: register: %s\n", rank, fgb_client_error(c));
+    return 1;
+  }
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  double *lat = malloc((size_t)steps * sizeof *lat);
+  double next = now_s(), t_first = 0;
+  for (int k = 0; k < steps; k++) {
+    double t0 = now_s();
+    if ((st = fgb_submit(c, t, (uint64_t)k, s)) == FGB_OK) st = fgb_wait(c, t, (uint64_t)k, 60000);
+    if (st) {
+      fprintf(stderr, "syncclient rank %d step %d: %s\n", rank, k, fgb_client_error(c));
+      return 1;
+    }
+    lat[k] = (now_s() - t0) * 1e3;
+    if (k == 0) {
+      t_first = now_s();
+      printf("syncing\n");
+      fflush(stdout);
+    }
+    next += period_ms * 1e-3;
+    double w = next - now_s();
+    if (w > 0) usleep((useconds_t)(w * 1e6));
+  }
+  double span = now_s() - t_first, sum = 0;
+  for (int k = 0; k < steps; k++) sum += lat[k];
+  qsort(lat, (size_t)steps, sizeof *lat, cmp);
+  printf("sync %s%s%.3g steps %d mean_ms %.3f p50_ms %.3f p99_ms %.3f period_ms %.1f achieved\n",
+         comp[0] ? comp : "dense", comp[0] ? " density " : "", comp[0] ? density : 0.0, steps,
+         sum / steps, lat[steps / 2], lat[(steps * 99) / 100],
+         steps > 1 ? span / (steps - 1) * 1e3 : 0.0);
+  fgb_client_free(c);
+  return 0;
+}
