@@ -299,7 +299,7 @@ int main(int argc, char **argv) {
   uint64_t sizes[2] = {25557032ull, 336000000ull};
   double dens[2] = {0.01, 0.001};
   int nsizes = 2, ndens = 2;
-  const char *only = NULL;
+  const char *only = NULL, *opts = NULL; /* -o: options instead of the table's (with -c) */
   int with_kernels = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "-n")) {
@@ -312,10 +312,13 @@ int main(int argc, char **argv) {
       g_iters = atoi(argv[i + 1]);
     } else if (!strcmp(argv[i], "-c")) {
       only = argv[i + 1];
+    } else if (!strcmp(argv[i], "-o")) {
+      opts = argv[i + 1];
     } else if (!strcmp(argv[i], "-k")) {
       with_kernels = atoi(argv[i + 1]);
     } else {
-      DIE("usage: %s [-n N] [-d density] [-i iters >= 20] [-c compressor] [-k 0|1]", argv[0]);
+      DIE("usage: %s [-n N] [-d density] [-i iters >= 20] [-c compressor] [-o options] [-k 0|1]",
+          argv[0]);
     }
   }
   if (g_iters < 20) g_iters = 20;
@@ -362,7 +365,7 @@ int main(int argc, char **argv) {
              !strcmp(comps[c].name, "powersgd") || !strcmp(comps[c].name, "acpsgd")) &&
             di > 0)
           continue; /* density-independent: once per size */
-        bench_compressor(comps[c].name, comps[c].opts, g, g1, n, d, comps[c].matrix);
+        bench_compressor(comps[c].name, opts ? opts : comps[c].opts, g, g1, n, d, comps[c].matrix);
       }
     }
     kern_free(&g_ex, g);

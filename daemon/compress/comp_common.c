@@ -320,6 +320,27 @@ fgb_status comp_sparse_compensate_stats_hist(comp_sparse *cs, const float *grad,
   return rc ? rc : kern_add_stats_hist(&cs->ex, *a, NULL, cs->n, flags, cs->ctl, cs->hist);
 }
 
+const char *const comp_search_names[] = {"hist", "count", NULL};
+
+fgb_status comp_sparse_thr_search(comp_sparse *cs, const float *grad, uint32_t flags, int search,
+                                  const kern_replay *rp, float **a) {
+  const comp_exec *ex = &cs->ex;
+  if (search == COMP_SEARCH_HIST) {
+    fgb_status rc = comp_sparse_compensate_stats_hist(cs, grad, flags, a);
+    return rc ? rc : kern_thr_replay(ex, cs->hist, cs->ctl, rp);
+  }
+  /* COMP_SEARCH_COUNT: the same fits and rounds with exact statistics and counts, a pass each. */
+  fgb_status rc = comp_sparse_compensate_stats(cs, grad, flags, a);
+  if (!rc) rc = kern_thr_from_stats(ex, cs->ctl, rp->model, rp->p0);
+  for (uint32_t i = 1; !rc && i < rp->stages; i++) {
+    rc = kern_stats(ex, *a, cs->n, KERN_STATS_ABOVE_THR, cs->ctl);
+    if (!rc) rc = kern_thr_from_stats(ex, cs->ctl, rp->later, rp->q);
+  }
+  for (uint32_t i = 0; !rc && i < rp->ad.max_iters; i++)
+    rc = kern_count_adapt(ex, *a, cs->n, cs->ctl, &rp->ad); /* count + round, one launch */
+  return rc;
+}
+
 kern_sel comp_sparse_sel(comp_sparse *cs, float *a, float *mask) {
   kern_sel s = {cs->payload, cs->step_cap, cs->fp16, cs->ef ? a : NULL, mask};
   return s;

@@ -113,6 +113,17 @@ fgb_status comp_sparse_compensate_stats(comp_sparse *cs, const float *grad, uint
  * (kern_add_stats_hist), for the threshold methods' kern_thr_replay. */
 fgb_status comp_sparse_compensate_stats_hist(comp_sparse *cs, const float *grad, uint32_t flags,
                                              float **a);
+/* How the threshold methods search (option "search", names in comp_search_names):
+ * HIST: one pass (compensation, statistics, magnitude histogram), then the fits and every
+ *   adaptation round replayed from the histogram in one tiny launch (kern_thr_replay); counts
+ *   inside a histogram bin are interpolated (docs/compressors.md).
+ * COUNT: the same fits and rounds with exact statistics and counts: one pass per later stage and
+ *   one per adaptation round (the previous behaviour). */
+enum { COMP_SEARCH_HIST = 0, COMP_SEARCH_COUNT = 1 };
+extern const char *const comp_search_names[];
+/* Compensate grad into *a and leave the threshold of rp's method in cs->ctl. */
+fgb_status comp_sparse_thr_search(comp_sparse *cs, const float *grad, uint32_t flags, int search,
+                                  const kern_replay *rp, float **a);
 kern_sel comp_sparse_sel(comp_sparse *cs, float *a, float *mask);
 /* Phase 0: allgather of this step's payload layout. */
 void comp_sparse_phase(const comp_sparse *cs, comp_phase *ph);

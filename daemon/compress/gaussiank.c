@@ -10,6 +10,7 @@
 
 typedef struct gaussiank_state {
   comp_sparse cs; /* first */
+  int search;     /* COMP_SEARCH_* */
   double z;
   int iters;
 } gaussiank_state;
@@ -32,19 +33,21 @@ static fgb_status gaussiank_create(const comp_params *p, uint64_t n, const comp_
   fgb_status rc = comp_check_common("gaussiank", p, n, ex, 1, err, errlen);
   if (rc) return rc;
   double rho, capf = 1.5;
-  int fp16 = 0, ef = 1;
+  int fp16 = 0, ef = 1, search = 0;
   int64_t iters = 8;
   if ((rc = comp_density("gaussiank", p, 0.01, &rho, err, errlen))) return rc;
-  comp_opt opts[4];
+  comp_opt opts[5];
   int no = comp_sparse_opts(opts, &fp16, &ef);
   opts[no++] = (comp_opt){"adapt_iters", COMP_OPT_INT, &iters, 0, 64, NULL};
   opts[no++] = (comp_opt){"capacity", COMP_OPT_DOUBLE, &capf, 1, 16, NULL};
+  opts[no++] = (comp_opt){"search", COMP_OPT_ENUM, &search, 0, 0, comp_search_names};
   if ((rc = comp_parse_options("gaussiank", p->options, opts, no, err, errlen))) return rc;
   gaussiank_state *s = calloc(1, sizeof *s);
   if (s == NULL) {
     comp_alloc_err("gaussiank", FGB_ENOMEM, err, errlen);
     return FGB_ENOMEM;
   }
+  s->search = search;
   s->z = two_sided_z(rho);
   s->iters = (int)iters;
   uint32_t k = comp_k(n, rho);
@@ -66,10 +69,9 @@ static fgb_status gaussiank_encode(void *st, const comp_exec *ex, const float *g
   float *a;
   /* One pass: compensation, statistics and the magnitude histogram; then the fit and every
    * adaptation round replayed from the histogram in one tiny launch (no count pass per round). */
-  fgb_status rc = comp_sparse_compensate_stats_hist(cs, grad, 0, &a);
   kern_adapt ad = {KERN_ADAPT_BRACKET, cs->k, 2.0 / 3.0, 4.0 / 3.0, 0.5, 1.5, (uint32_t)s->iters};
   kern_replay rp = {KERN_THR_GAUSS, s->z, 1, KERN_THR_GAUSS, 0.0, ad};
-  if (!rc) rc = kern_thr_replay(ex, cs->hist, cs->ctl, &rp);
+  fgb_status rc = comp_sparse_thr_search(cs, grad, 0, s->search, &rp, &a);
   kern_sel sel = comp_sparse_sel(cs, a, NULL);
   if (!rc) rc = kern_select_thr(ex, a, cs->n, cs->ctl, &sel, cs->ws);
   comp_sparse_phase(cs, ph);

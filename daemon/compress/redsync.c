@@ -11,6 +11,7 @@ static const char *const redsync_modes[] = {"trim", "bisect", NULL};
 
 typedef struct redsync_state {
   comp_sparse cs; /* first */
+  int search;     /* COMP_SEARCH_* */
   int mode;       /* 0 trim, 1 bisect */
 } redsync_state;
 
@@ -19,17 +20,19 @@ static fgb_status redsync_create(const comp_params *p, uint64_t n, const comp_ex
   fgb_status rc = comp_check_common("redsync", p, n, ex, 1, err, errlen);
   if (rc) return rc;
   double rho;
-  int fp16 = 0, ef = 1, mode = 0;
+  int fp16 = 0, ef = 1, search = 0, mode = 0;
   if ((rc = comp_density("redsync", p, 0.01, &rho, err, errlen))) return rc;
-  comp_opt opts[3];
+  comp_opt opts[4];
   int no = comp_sparse_opts(opts, &fp16, &ef);
   opts[no++] = (comp_opt){"mode", COMP_OPT_ENUM, &mode, 0, 0, redsync_modes};
+  opts[no++] = (comp_opt){"search", COMP_OPT_ENUM, &search, 0, 0, comp_search_names};
   if ((rc = comp_parse_options("redsync", p->options, opts, no, err, errlen))) return rc;
   redsync_state *s = calloc(1, sizeof *s);
   if (s == NULL) {
     comp_alloc_err("redsync", FGB_ENOMEM, err, errlen);
     return FGB_ENOMEM;
   }
+  s->search = search;
   s->mode = mode;
   uint32_t k = comp_k(n, rho);
   uint64_t cap = mode ? 2ull * k : k;
@@ -53,11 +56,10 @@ static fgb_status redsync_encode(void *st, const comp_exec *ex, const float *gra
    * from the histogram in one tiny launch.
    * trim: s = 0.8, 0.6, ..., 0 (thr = 0 lets everything through): at most 5 rounds.
    * bisect: eps = 0.2 on [0, 1] is 3 halvings. */
-  fgb_status rc = comp_sparse_compensate_stats_hist(cs, grad, 0, &a);
   kern_adapt ad = s->mode ? (kern_adapt){KERN_ADAPT_REDSYNC_BISECT, cs->k, 1, 2, 0, 0, 3}
                           : (kern_adapt){KERN_ADAPT_REDSYNC_TRIM, cs->k, 1, 1, 0.2, 0, 5};
   kern_replay rp = {KERN_THR_REDSYNC, s->mode ? 0.5 : 0.8, 1, KERN_THR_REDSYNC, 0.0, ad};
-  if (!rc) rc = kern_thr_replay(ex, cs->hist, cs->ctl, &rp);
+  fgb_status rc = comp_sparse_thr_search(cs, grad, 0, s->search, &rp, &a);
   kern_sel sel = comp_sparse_sel(cs, a, NULL);
   if (!rc) rc = kern_select_thr(ex, a, cs->n, cs->ctl, &sel, cs->ws);
   comp_sparse_phase(cs, ph);

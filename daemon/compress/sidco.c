@@ -14,6 +14,7 @@ static const char *const sidco_dists[] = {"exp", "gp", "gamma", NULL};
 
 typedef struct sidco_state {
   comp_sparse cs; /* first */
+  int search;     /* COMP_SEARCH_* */
   int dist, stages, iters;
   double rho, first_ratio;
 } sidco_state;
@@ -23,22 +24,24 @@ static fgb_status sidco_create(const comp_params *p, uint64_t n, const comp_exec
   fgb_status rc = comp_check_common("sidco", p, n, ex, 1, err, errlen);
   if (rc) return rc;
   double rho, capf = 1.5, fr = 0.25;
-  int fp16 = 0, ef = 1, dist = 0;
+  int fp16 = 0, ef = 1, dist = 0, search = 0;
   int64_t stages = 3, iters = 4;
   if ((rc = comp_density("sidco", p, 0.01, &rho, err, errlen))) return rc;
-  comp_opt opts[7];
+  comp_opt opts[8];
   int no = comp_sparse_opts(opts, &fp16, &ef);
   opts[no++] = (comp_opt){"dist", COMP_OPT_ENUM, &dist, 0, 0, sidco_dists};
   opts[no++] = (comp_opt){"stages", COMP_OPT_INT, &stages, 1, 8, NULL};
   opts[no++] = (comp_opt){"first_ratio", COMP_OPT_DOUBLE, &fr, 0.01, 0.5, NULL};
   opts[no++] = (comp_opt){"adapt_iters", COMP_OPT_INT, &iters, 0, 64, NULL};
   opts[no++] = (comp_opt){"capacity", COMP_OPT_DOUBLE, &capf, 1, 16, NULL};
+  opts[no++] = (comp_opt){"search", COMP_OPT_ENUM, &search, 0, 0, comp_search_names};
   if ((rc = comp_parse_options("sidco", p->options, opts, no, err, errlen))) return rc;
   sidco_state *s = calloc(1, sizeof *s);
   if (s == NULL) {
     comp_alloc_err("sidco", FGB_ENOMEM, err, errlen);
     return FGB_ENOMEM;
   }
+  s->search = search;
   s->dist = dist;
   s->stages = rho >= fr ? 1 : (int)stages; /* a density above the first stage needs one fit */
   s->iters = (int)iters;
@@ -68,11 +71,10 @@ static fgb_status sidco_encode(void *st, const comp_exec *ex, const float *grad,
   /* One pass: compensation, the first statistics (exact) and the magnitude histogram; the later
    * stages fit the binned tail and the correction rounds read their counts off the histogram, all
    * in one tiny launch (kern_thr_replay): no pass over n between the first and the select. */
-  fgb_status rc =
-      comp_sparse_compensate_stats_hist(cs, grad, s->dist == 2 ? KERN_STATS_LOG : 0, &a);
   kern_adapt ad = {KERN_ADAPT_BRACKET, cs->k, 2.0 / 3.0, 4.0 / 3.0, 0.8, 1.25, (uint32_t)s->iters};
   kern_replay rp = {first[s->dist], d1, (uint32_t)s->stages, later[s->dist], q, ad};
-  if (!rc) rc = kern_thr_replay(ex, cs->hist, cs->ctl, &rp);
+  fgb_status rc =
+      comp_sparse_thr_search(cs, grad, s->dist == 2 ? KERN_STATS_LOG : 0, s->search, &rp, &a);
   kern_sel sel = comp_sparse_sel(cs, a, NULL);
   if (!rc) rc = kern_select_thr(ex, a, cs->n, cs->ctl, &sel, cs->ws);
   comp_sparse_phase(cs, ph);

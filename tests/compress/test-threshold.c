@@ -1,8 +1,8 @@
 /* tests/compress/test-threshold.c — the threshold sparsifiers land near k on Gaussian, Laplacian
  * and Student-t(3) gradients: gaussiank, redsync and sidco (exp, gp, gamma) send between 0.5k and
- * 1.5k; dgc never more than k = ceil(n density) (hard cap) and at least 0.8k. Two steps each, the
- * second with the residual of the first. Size: -n N (default 1M; ctest also runs 25M per
- * distribution, -d 0|1|2, labelled "long"). */
+ * 1.5k (with the default histogram search and with search=count); dgc never more than k = ceil(n
+ * density) (hard cap) and at least 0.8k. Two steps each, the second with the residual of the first.
+ * Size: -n N (default 1M; ctest also runs 25M per distribution, -d 0|1|2, labelled "long"). */
 #include "comp_test.h"
 
 typedef struct th_case {
@@ -11,9 +11,19 @@ typedef struct th_case {
 } th_case;
 
 static const th_case cases[] = {
-    {"gaussiank", NULL, 0},  {"redsync", NULL, 0},       {"sidco", "dist=exp", 0},
-    {"sidco", "dist=gp", 0}, {"sidco", "dist=gamma", 0}, {"sidco", "dist=exp,stages=1", 0},
-    {"dgc", NULL, 1},        {"dgc", "nesterov=1", 1},   {"dgc", "strided=0", 1},
+    {"gaussiank", NULL, 0},
+    {"redsync", NULL, 0},
+    {"sidco", "dist=exp", 0},
+    {"sidco", "dist=gp", 0},
+    {"sidco", "dist=gamma", 0},
+    {"sidco", "dist=exp,stages=1", 0},
+    {"dgc", NULL, 1},
+    {"dgc", "nesterov=1", 1},
+    {"dgc", "strided=0", 1},
+    /* the exact search (a pass per round) as well as the default histogram replay */
+    {"gaussiank", "search=count", 0},
+    {"redsync", "search=count", 0},
+    {"sidco", "dist=gp,search=count", 0},
 };
 
 int main(int argc, char **argv) {
