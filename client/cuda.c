@@ -42,6 +42,7 @@ typedef struct drv {
                         unsigned long long);
   CUresult (*release)(CUmemGenericAllocationHandle);
   CUresult (*errstr)(CUresult, const char **);
+  CUresult (*gran)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
 } drv;
 
 static const drv *driver(void) {
@@ -63,7 +64,8 @@ static const drv *driver(void) {
   *(void **)&d.export_fd = dlsym(h, "cuMemExportToShareableHandle");
   *(void **)&d.release = dlsym(h, "cuMemRelease");
   *(void **)&d.errstr = dlsym(h, "cuGetErrorString");
-  d.vmm = d.attr && d.retain && d.props && d.export_fd && d.release && d.errstr;
+  *(void **)&d.gran = dlsym(h, "cuMemGetAllocationGranularity");
+  d.vmm = d.attr && d.retain && d.props && d.export_fd && d.release && d.errstr && d.gran;
   return d.ok ? &d : NULL;
 }
 
@@ -107,6 +109,38 @@ static void vmm_export_close(vmm_export *x) {
   x->n = 0;
 }
 
+/* 1 when address a is mapped from the allocation h (the driver guarantees that
+ * cuMemRetainAllocationHandle returns the very handle value the memory was mapped with). */
+static int same_alloc(const drv *dv, CUdeviceptr a, CUmemGenericAllocationHandle h) {
+  CUmemGenericAllocationHandle o;
+  if (dv->retain(&o, (void *)(uintptr_t)a) != CUDA_SUCCESS) return 0;
+  dv->release(o);
+  return o == h;
+}
+
+/* The mapping of allocation h around p, [*b, *b + *sz): what cuMemGetAddressRange says when the
+ * handles at both of its ends are h (it reports one cuMem mapping), else found granule by granule
+ * (mappings are aligned to the allocation granularity). 0 or -1. */
+static int chunk_bounds(const drv *dv, uintptr_t p, CUmemGenericAllocationHandle h,
+                        const CUmemAllocationProp *pr, CUdeviceptr *b, size_t *sz) {
+  CUdeviceptr rb = 0;
+  size_t rs = 0;
+  if (dv->range(&rb, &rs, (CUdeviceptr)p) == CUDA_SUCCESS && rs > 0 && rb <= p && p - rb < rs &&
+      same_alloc(dv, rb, h) && same_alloc(dv, rb + rs - 1, h)) {
+    *b = rb;
+    *sz = rs;
+    return 0;
+  }
+  size_t g = 0;
+  if (dv->gran(&g, pr, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || g == 0) return -1;
+  CUdeviceptr lo = (CUdeviceptr)p / g * g, hi = lo + g;
+  while (lo >= g && same_alloc(dv, lo - g, h)) lo -= g;
+  while (same_alloc(dv, hi, h)) hi += g;
+  *b = lo;
+  *sz = (size_t)(hi - lo);
+  return 0;
+}
+
 /* Walks [dev_ptr, dev_ptr + bytes) mapping by mapping (an expandable segment grows by chunks, each
  * its own allocation): the fds exported so far are in x even on error (the caller closes them). */
 static fgb_status vmm_export_range(fgb_client *c, const drv *dv, void *dev_ptr, size_t bytes,
@@ -115,13 +149,6 @@ static fgb_status vmm_export_range(fgb_client *c, const drv *dv, void *dev_ptr, 
   if (__builtin_add_overflow(p, bytes, &end))
     return cli_fail(c, FGB_EINVAL, "dev_ptr %p + bytes %zu overflows", dev_ptr, bytes);
   while (p < end) {
-    CUdeviceptr b = 0;
-    size_t sz = 0;
-    if (dv->range(&b, &sz, (CUdeviceptr)p) != CUDA_SUCCESS || sz == 0 || b > p || p - b >= sz)
-      return cli_fail(c, FGB_EINVAL,
-                      "bytes %zu: the range from dev_ptr %p reaches %p, which is not mapped device "
-                      "memory",
-                      bytes, dev_ptr, (void *)p);
     if (x->n == CLI_VMM_MAX)
       return cli_fail(
           c, FGB_ENOTSUP,
@@ -132,9 +159,10 @@ static fgb_status vmm_export_range(fgb_client *c, const drv *dv, void *dev_ptr, 
     CUresult r = dv->retain(&h, (void *)p);
     if (r != CUDA_SUCCESS)
       return cli_fail(c, FGB_EINVAL,
-                      "dev_ptr %p: %p is neither a cudaMalloc allocation (legacy CUDA IPC) nor "
-                      "cuMem/VMM memory (stream-ordered pool memory cannot be shared): %s",
-                      dev_ptr, (void *)p, cu_err(dv, r));
+                      "dev_ptr %p: %p (of the %zu bytes) is neither a cudaMalloc allocation "
+                      "(legacy CUDA IPC) nor mapped cuMem/VMM memory (stream-ordered pool "
+                      "memory cannot be shared): %s",
+                      dev_ptr, (void *)p, bytes, cu_err(dv, r));
     CUmemAllocationProp pr;
     memset(&pr, 0, sizeof pr);
     if ((r = dv->props(&pr, h)) != CUDA_SUCCESS) {
@@ -148,7 +176,7 @@ static fgb_status vmm_export_range(fgb_client *c, const drv *dv, void *dev_ptr, 
                       "dev_ptr %p: the cuMem allocation at %p was created without "
                       "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR in requestedHandleTypes, so it "
                       "cannot be shared with fgbuffd (create it with that handle type)",
-                      dev_ptr, (void *)(uintptr_t)b);
+                      dev_ptr, (void *)p);
     }
     if (pr.location.type != CU_MEM_LOCATION_TYPE_DEVICE || pr.location.id != device) {
       dv->release(h);
@@ -156,6 +184,13 @@ static fgb_status vmm_export_range(fgb_client *c, const drv *dv, void *dev_ptr, 
                       "dev_ptr %p: the range mixes memory of device %d and device %d (location "
                       "type %d)",
                       dev_ptr, device, pr.location.id, (int)pr.location.type);
+    }
+    CUdeviceptr b = 0;
+    size_t sz = 0;
+    if (chunk_bounds(dv, p, h, &pr, &b, &sz) != 0) {
+      dv->release(h);
+      return cli_fail(c, FGB_EIO, "dev_ptr %p: cannot find the bounds of the mapping at %p",
+                      dev_ptr, (void *)p);
     }
     int fd = -1;
     r = dv->export_fd(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);

@@ -328,8 +328,10 @@ fgb_status gpu_arena_open_vmm(const int *fds, int nfds, const uint64_t *chunk, s
   acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   acc.location.id = gpu_index();
   acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  if ((r = dv->access(a->va, total, &acc, 1)) != CUDA_SUCCESS)
-    FAIL("", FGB_EIO, "cannot enable access to the mapped arena: %s", cu_err(dv, r));
+  off = 0;
+  for (int i = 0; i < nfds; off += chunk[i], i++) /* per mapping, as each was mapped */
+    if ((r = dv->access(a->va + off, chunk[i], &acc, 1)) != CUDA_SUCCESS)
+      FAIL("", FGB_EIO, "cannot enable access to chunk %d of the arena: %s", i, cu_err(dv, r));
   a->base = (void *)(uintptr_t)(a->va + vmm_offset);
   a->bytes = bytes;
   if ((st = ring_open(a, ev_handles, dh, field, err, errlen)) != FGB_OK) {
