@@ -1,0 +1,368 @@
+/* tests/gpu-dp/sparseclient.c — one rank of the GPU sparse-path test: compressed tensors (top-k,
+ * Random-k, DGC, PowerSGD in fp32, top-k in fp16, and a dense member) in one cudaMalloc arena,
+ * synchronised through the GPU daemon for several steps. Every rank replays the whole job on the
+ * host with the CPU compressors (fgb_compress, one instance per rank, the collectives simulated)
+ * from the same inputs: top-k, Random-k, fp16 top-k and the dense tensor must match bitwise, DGC
+ * and PowerSGD (statistics / GEMMs agree with the CPU within rounding) within a tolerance. One
+ * FNV-1a hash per step of all results is printed for the cross-GPU comparison. With --mem-check,
+ * the daemon's status must show compressor state at least the residuals' size and non-state GPU
+ * memory within 256 MiB + 2 x the largest merge buffer.
+ *
+ *   sparseclient --rank R --size P --device D [--socket PATH] [--job NAME] [--steps S]
+ *                [--mem-check BYTES]  (BYTES: largest merge buffer of every job on the daemon)
+ *                [--mismatch 1]       (rank 1 registers top-k with another density: the first
+ *                                      sync must fail with FGB_EMISMATCH naming the ranks)
+ *                [--hold PATH]        (at the end, with the job alive: create PATH.ready, wait up
+ *                                      to 60 s for PATH.go, so the script can query the daemon)
+ * Exit 0 all right, 1 wrong, 2 setup error, 77 fewer GPUs than needed. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "compressor.h"
+#include "fgbuff/client.h"
+
+#define NT 6
+#define MAXP 8
+
+typedef struct spec {
+  const char *name, *comp;
+  double density;
+  uint64_t offset, count, rows; /* rows > 1: registered as rows x (count / rows) */
+  fgb_dtype dt;
+  double tol; /* 0: bitwise; else relative L2 error bound */
+} spec;
+
+static const spec T[NT] = {
+    {"topk", "topk", 0.01, 0, 200003, 0, FGB_FLOAT32, 0},
+    {"randk", "randomk", 0.01, 1 << 20, 100000, 0, FGB_FLOAT32, 0},
+    {"dgc", "dgc", 0.01, 2 << 20, 150000, 0, FGB_FLOAT32, 2e-2},
+    {"psgd", "powersgd", 0, 3 << 20, 60000, 200, FGB_FLOAT32, 1e-3},
+    {"topkh", "topk", 0.01, (4 << 20) + 6, 50001, 0, FGB_FLOAT16, 0},
+    {"dense", "none", 0, (5 << 20) + 4, 3001, 0, FGB_FLOAT32, 0},
+};
+#define ARENA_BYTES (6u << 20)
+
+static int rank_;
+
+#define DIE(...)                         \
+  do {                                   \
+    fprintf(stderr, "rank %d: ", rank_); \
+    fprintf(stderr, __VA_ARGS__);        \
+    fprintf(stderr, "\n");               \
+    exit(2);                             \
+  } while (0)
+
+static uint16_t f2h(float f) {
+  _Float16 h = (_Float16)f; /* round to nearest even, subnormals included */
+  uint16_t b;
+  memcpy(&b, &h, 2);
+  return b;
+}
+
+static float h2f(uint16_t b) {
+  _Float16 h;
+  memcpy(&h, &b, 2);
+  return (float)h;
+}
+
+/* Input element i of tensor t at step s on rank r: heavy-tailed, all distinct magnitudes. */
+static float input(int r, uint64_t s, int t, uint64_t i) {
+  uint64_t z = i * 0x9e3779b97f4a7c15ull ^ ((uint64_t)t << 56) ^ (s << 40) ^ ((uint64_t)r << 32);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  double u = ((double)(z >> 11) + 0.5) / 9007199254740992.0; /* (0, 1) */
+  double v = (u - 0.5) / (0.51 - fabs(u - 0.5));             /* heavy tails */
+  float f = (float)(v * (1.0 + (double)(i % 7)));
+  return T[t].dt == FGB_FLOAT16 ? h2f(f2h(f)) : f;
+}
+
+static uint64_t fnv(const void *p, size_t n, uint64_t h) {
+  const uint8_t *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+static uint64_t splitmix(uint64_t z) { /* the daemon's per-job seed (compress_path.c) */
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* Value of the integer field `key` after `"name":"<job>"` in the status JSON, or -1. */
+static long long json_after(const char *js, const char *anchor, const char *key) {
+  const char *p = anchor ? strstr(js, anchor) : js;
+  if (!p) return -1;
+  p = strstr(p, key);
+  return p ? strtoll(p + strlen(key), NULL, 10) : -1;
+}
+
+/* ---- the host replay of one compressed tensor over all ranks ----------------------------------
+ */
+
+typedef struct ref {
+  const comp_ops *ops;
+  void *st[MAXP];
+  float *g[MAXP]; /* each rank's input, then (decode in place, as the daemon) the result */
+} ref;
+
+static const comp_exec HOST = {0, NULL};
+
+static void ref_init(ref *rf, int t, int P, uint64_t seed, uint32_t key) {
+  rf->ops = comp_find(T[t].comp);
+  if (!rf->ops) DIE("no compressor %s", T[t].comp);
+  uint64_t n = T[t].count;
+  for (int r = 0; r < P; r++) {
+    comp_params p = {.density = T[t].density,
+                     .nranks = P,
+                     .rank = r,
+                     .seed = seed,
+                     .buffer_id = key,
+                     .rows = T[t].rows > 1 ? T[t].rows : 1,
+                     .cols = T[t].rows > 1 ? n / T[t].rows : n};
+    char err[256];
+    if (rf->ops->create(&p, n, &HOST, &rf->st[r], err, sizeof err)) DIE("ref create: %s", err);
+    rf->g[r] = malloc(n * sizeof(float));
+    if (!rf->g[r]) DIE("out of memory");
+  }
+}
+
+/* One step: every rank's encode, the collectives, decode; rf->g[0] is the expected average. */
+static void ref_step(ref *rf, int t, int P, uint64_t step) {
+  uint64_t n = T[t].count;
+  comp_phase ph[MAXP];
+  char err[256];
+  for (int r = 0; r < P; r++) {
+    for (uint64_t i = 0; i < n; i++) rf->g[r][i] = input(r, step, t, i);
+    memset(&ph[r], 0, sizeof ph[r]);
+    if (rf->ops->encode(rf->st[r], &HOST, rf->g[r], step, &ph[r], err, sizeof err))
+      DIE("ref encode %s: %s", T[t].name, err);
+  }
+  for (int phase = 1;; phase++) {
+    if (ph[0].coll == COMP_COLL_ALLGATHER) {
+      for (int r = 0; r < P; r++)
+        for (int q = 0; q < P; q++)
+          memcpy((char *)ph[r].recv + (size_t)q * ph[q].bytes, ph[q].send, ph[q].bytes);
+    } else if (ph[0].coll == COMP_COLL_ALLREDUCE) {
+      size_t c = ph[0].count;
+      float *sum = calloc(c ? c : 1, sizeof(float));
+      if (!sum) DIE("out of memory");
+      for (int q = 0; q < P; q++)
+        for (size_t i = 0; i < c; i++)
+          sum[i] += ph[0].dtype == FGB_FLOAT16 ? h2f(((const uint16_t *)ph[q].send)[i])
+                                               : ((const float *)ph[q].send)[i];
+      for (int r = 0; r < P; r++)
+        for (size_t i = 0; i < c; i++) {
+          if (ph[0].dtype == FGB_FLOAT16)
+            ((uint16_t *)ph[r].recv)[i] = f2h(sum[i]);
+          else
+            ((float *)ph[r].recv)[i] = sum[i];
+        }
+      free(sum);
+    }
+    if (!rf->ops->advance) break;
+    int more = 0;
+    for (int r = 0; r < P; r++) {
+      int rc = rf->ops->advance(rf->st[r], &HOST, phase, &ph[r], err, sizeof err);
+      if (rc < 0) DIE("ref advance: %s", err);
+      more = rc == COMP_MORE;
+    }
+    if (!more) break;
+  }
+  for (int r = 0; r < P; r++)
+    if (rf->ops->decode(rf->st[r], &HOST, rf->g[r], 1.0f / (float)P, err, sizeof err))
+      DIE("ref decode: %s", err);
+}
+
+/* ---- main -------------------------------------------------------------------------------------
+ */
+
+int main(int argc, char **argv) {
+  int size = 2, dev = 0, steps = 4, mismatch = 0;
+  long long mem_check = -1;
+  const char *sock = NULL, *job = "gpu-sparse", *hold = NULL;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--rank"))
+      rank_ = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--size"))
+      size = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--device"))
+      dev = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--steps"))
+      steps = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--socket"))
+      sock = argv[i + 1];
+    else if (!strcmp(argv[i], "--job"))
+      job = argv[i + 1];
+    else if (!strcmp(argv[i], "--mem-check"))
+      mem_check = atoll(argv[i + 1]);
+    else if (!strcmp(argv[i], "--mismatch"))
+      mismatch = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--hold"))
+      hold = argv[i + 1];
+    else
+      DIE("unknown argument %s", argv[i]);
+  }
+  if (size < 1 || size > MAXP) DIE("--size in [1, %d]", MAXP);
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= dev) return 77;
+  if (cudaSetDevice(dev) != cudaSuccess || cudaFree(0) != cudaSuccess) DIE("GPU %d", dev);
+  fgb_client *c;
+  if (fgb_client_new(&c) || fgb_connect(c, sock)) DIE("connect: %s", fgb_client_error(c));
+  fgb_job_opts jo = FGB_JOB_OPTS_INIT;
+  jo.name = job;
+  jo.rank = rank_;
+  jo.size = size;
+  if (fgb_join(c, &jo)) DIE("join: %s", fgb_client_error(c));
+  void *dmem;
+  fgb_arena ar;
+  if (cudaMalloc(&dmem, ARENA_BYTES) != cudaSuccess) DIE("cudaMalloc");
+  if (fgb_arena_register_cuda(c, dmem, ARENA_BYTES, &ar)) DIE("arena: %s", fgb_client_error(c));
+  int nt = mismatch ? 1 : NT;
+  uint32_t tid[NT];
+  for (int t = 0; t < nt; t++) { /* keys are the registration order (the same on every rank) */
+    fgb_tensor_desc d = FGB_TENSOR_DESC_INIT;
+    d.name = T[t].name;
+    d.arena = ar.id;
+    d.offset = T[t].offset;
+    d.count = T[t].count;
+    d.dtype = T[t].dt;
+    d.compressor = T[t].comp;
+    d.density = mismatch && rank_ == 1 ? 0.02 : T[t].density;
+    if (T[t].rows > 1) {
+      d.ndim = 2;
+      d.shape[0] = T[t].rows;
+      d.shape[1] = T[t].count / T[t].rows;
+    }
+    if (fgb_tensor_register(c, &d, &tid[t])) DIE("register %s: %s", d.name, fgb_client_error(c));
+  }
+  /* The job key seeds Random-k, DGC's sampling and PowerSGD's Q: read it from the status. */
+  char anchor[160];
+  snprintf(anchor, sizeof anchor, "\"name\":\"%s\"", job);
+  long long key = -1;
+  for (int tries = 0; tries < 100 && key <= 0; tries++) {
+    char *js = NULL;
+    if (fgb_status_json(c, &js) == FGB_OK) {
+      key = json_after(js, anchor, "\"key\":");
+      free(js);
+    }
+    if (key <= 0) usleep(50000);
+  }
+  if (key <= 0) DIE("job key not found in the status");
+  ref rf[NT];
+  memset(rf, 0, sizeof rf);
+  for (int t = 0; t < nt; t++)
+    if (strcmp(T[t].comp, "none") != 0) ref_init(&rf[t], t, size, splitmix((uint64_t)key), t);
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  size_t maxb = 0;
+  for (int t = 0; t < nt; t++)
+    if (T[t].count * 4 > maxb) maxb = T[t].count * 4;
+  void *host, *back;
+  if (cudaMallocHost(&host, maxb) != cudaSuccess || !(back = malloc(maxb))) DIE("host memory");
+  float *want = malloc(maxb);
+  int bad = 0;
+  for (long step = 0; step < steps; step++) {
+    for (int t = 0; t < nt; t++) {
+      for (uint64_t i = 0; i < T[t].count; i++) {
+        float v = input(rank_, (uint64_t)step, t, i);
+        if (T[t].dt == FGB_FLOAT16)
+          ((uint16_t *)host)[i] = f2h(v);
+        else
+          ((float *)host)[i] = v;
+      }
+      size_t b = T[t].count * fgb_dtype_size(T[t].dt);
+      cudaMemcpyAsync((char *)dmem + T[t].offset, host, b, cudaMemcpyHostToDevice, s);
+      cudaStreamSynchronize(s); /* `host` is refilled for the next tensor */
+      if (fgb_submit(c, tid[t], (uint64_t)step, s)) DIE("submit: %s", fgb_client_error(c));
+    }
+    uint64_t hash = 1469598103934665603ull;
+    for (int t = 0; t < nt; t++) {
+      fgb_status st = fgb_wait_on_stream(c, tid[t], (uint64_t)step, s, 60000);
+      if (mismatch) {
+        const char *e = fgb_client_error(c);
+        int named = strstr(e, "rank 0") && strstr(e, "rank 1");
+        printf("rank %d mismatch: status %d (%s): %s\n", rank_, st, fgb_strerror(st), e);
+        return st == FGB_EMISMATCH && named ? 0 : 1;
+      }
+      if (st) {
+        printf("rank %d step %ld %s: status %d: %s\n", rank_, step, T[t].name, st,
+               fgb_client_error(c));
+        return 1;
+      }
+      size_t b = T[t].count * fgb_dtype_size(T[t].dt);
+      cudaMemcpyAsync(back, (char *)dmem + T[t].offset, b, cudaMemcpyDeviceToHost, s);
+      cudaStreamSynchronize(s);
+      hash = fnv(back, b, hash);
+      /* Expected result, as the element type's bits. */
+      uint64_t n = T[t].count;
+      if (rf[t].ops) {
+        ref_step(&rf[t], t, size, (uint64_t)step);
+        for (int r = 1; r < size; r++)
+          if (memcmp(rf[t].g[r], rf[t].g[0], n * 4) != 0) DIE("reference ranks differ");
+        memcpy(want, rf[t].g[0], n * 4);
+      } else {
+        for (uint64_t i = 0; i < n; i++) {
+          float sum = 0;
+          for (int r = 0; r < size; r++) sum += input(r, (uint64_t)step, t, i);
+          want[i] = sum / (float)size;
+        }
+      }
+      uint64_t differ = 0, first = n;
+      double e2 = 0, w2 = 0;
+      for (uint64_t i = 0; i < n; i++) {
+        float got = T[t].dt == FGB_FLOAT16 ? h2f(((uint16_t *)back)[i]) : ((float *)back)[i];
+        int same = T[t].dt == FGB_FLOAT16 ? ((uint16_t *)back)[i] == f2h(want[i])
+                                          : memcmp(&got, &want[i], 4) == 0;
+        if (!same && differ++ == 0) first = i;
+        e2 += ((double)got - want[i]) * ((double)got - want[i]);
+        w2 += (double)want[i] * want[i];
+      }
+      double rel = w2 > 0 ? sqrt(e2 / w2) : sqrt(e2);
+      int ok = T[t].tol == 0 ? differ == 0 : rel <= T[t].tol && w2 > 0;
+      printf("rank %d step %ld %-6s %-8s n %-7llu differing %llu, rel L2 error %.3g%s\n", rank_,
+             step, T[t].name, T[t].comp, (unsigned long long)n, (unsigned long long)differ, rel,
+             ok ? "" : "  FAIL");
+      if (!ok && first < n)
+        printf("  first difference at %llu: got %.9g want %.9g\n", (unsigned long long)first,
+               T[t].dt == FGB_FLOAT16 ? h2f(((uint16_t *)back)[first]) : ((float *)back)[first],
+               want[first]);
+      if (!ok) bad = 1;
+    }
+    printf("step %ld hash %016llx\n", step, (unsigned long long)hash);
+    fflush(stdout);
+  }
+  if (mem_check >= 0) {
+    char *js = NULL;
+    if (fgb_status_json(c, &js) != FGB_OK) DIE("status: %s", fgb_client_error(c));
+    long long state = json_after(js, NULL, "\"comp_state_bytes\":");
+    long long other = json_after(js, NULL, "\"other_mem_bytes\":");
+    long long bound = (256ll << 20) + 2 * mem_check;
+    long long resid = 0; /* residuals alone: top-k x2, Random-k, DGC u and v, PowerSGD's M */
+    resid = 4 * (long long)(T[0].count + T[1].count + 2 * T[2].count + T[3].count + T[4].count);
+    printf(
+        "rank %d GPU memory: compressor state %lld, other %lld bytes (bound %lld, residuals "
+        "%lld)\n",
+        rank_, state, other, bound, resid);
+    if (state < resid || other < 0 || other > bound) {
+      printf("rank %d GPU memory accounting out of bounds\n", rank_);
+      bad = 1;
+    }
+    free(js);
+  }
+  if (hold) {
+    char path[512];
+    snprintf(path, sizeof path, "%s.ready", hold);
+    FILE *f = fopen(path, "w");
+    if (f) fclose(f);
+    snprintf(path, sizeof path, "%s.go", hold);
+    for (int i = 0; i < 600 && access(path, F_OK) != 0; i++) usleep(100000);
+  }
+  fgb_client_free(c);
+  return bad;
+}

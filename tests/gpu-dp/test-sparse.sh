@@ -1,0 +1,69 @@
+#!/bin/bash
+# The GPU sparse path: 2 GPUs, 2 daemons under mpirun, two jobs at once with a client per GPU each:
+# a dense job (gpuclient: exact averages) and a compressed one (sparseclient: top-k 0.01, Random-k,
+# DGC, PowerSGD, fp16 top-k and a dense member, checked against a host replay with the CPU
+# compressors, several steps so error feedback takes part). Results bitwise identical on both GPUs
+# (per-step hashes); the daemon's non-state GPU memory within 256 MiB + 2 x the largest merge
+# buffer, compressor state reported (JSON and fgbuffctl's text). Then a job whose ranks disagree
+# on a tensor's density fails on both ranks with FGB_EMISMATCH naming the ranks.
+set -u
+here="$(dirname "$0")"
+source "$here/gpu-world.sh"
+gpu_need 2
+bin="${FGBUFF_TEST_BIN:?}"
+ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
+gpu_world_start 2 || exit 1
+trap 'gpu_world_stop >/dev/null 2>&1' EXIT
+out="$FGBUFF_RUNTIME_DIR"
+# Largest merge buffer on the daemons: sparseclient's top-k tensor, 200003 fp32 (policy none: one
+# tensor per ISSUE; gpuclient's largest is 100003 fp32).
+largest=$((200003 * 4))
+declare -A pid
+sock() { [ "$1" = 0 ] && echo "" || echo "--socket $GPU_SOCK_1"; }
+for r in 0 1; do
+  "$bin/gpuclient" --job dense --rank $r --size 2 --device $r --steps 4 $(sock $r) \
+    >"$out/dense.$r.out" 2>&1 &
+  pid[dense.$r]=$!
+  "$bin/sparseclient" --job sparse --rank $r --size 2 --device $r --steps 5 \
+    --mem-check $largest --hold "$out/hold$r" $(sock $r) >"$out/sparse.$r.out" 2>&1 &
+  pid[sparse.$r]=$!
+done
+rc=0
+# While the compressed job is alive: fgbuffctl's text shows the compressor state.
+for i in $(seq 600); do
+  [ -e "$out/hold1.ready" ] && [ -e "$out/hold0.ready" ] && break
+  kill -0 "${pid[sparse.0]}" 2>/dev/null && kill -0 "${pid[sparse.1]}" 2>/dev/null || break
+  sleep 0.2
+done
+text=$("$ctl" --socket "$GPU_SOCK_1" status 2>&1)
+echo "$text" | grep "GPU memory" || { echo "fgbuffctl status text lacks the GPU memory line"; rc=1; }
+echo "$text" | grep -q "compressor state [1-9]" || { echo "no compressor state in the text"; rc=1; }
+touch "$out/hold0.go" "$out/hold1.go"
+for k in dense.0 dense.1 sparse.0 sparse.1; do
+  wait "${pid[$k]}" || { echo "client $k failed:"; cat "$out/$k.out"; rc=1; }
+done
+for j in dense sparse; do
+  n=$([ $j = dense ] && echo 4 || echo 5)
+  [ "$(grep -c hash "$out/$j.0.out")" -eq $n ] || { echo "$j: missing steps"; rc=1; }
+  diff <(grep hash "$out/$j.0.out") <(grep hash "$out/$j.1.out") || { echo "$j: GPUs differ"; rc=1; }
+done
+grep -h "step 4 \|GPU memory" "$out/sparse.0.out"
+# The job released: its compressors' state is freed (the release hook).
+for i in $(seq 100); do
+  js=$("$ctl" --socket "$GPU_SOCK_1" status --json 2>&1)
+  echo "$js" | grep -q '"comp_state_bytes":0,' && break
+  sleep 0.2
+done
+echo "$js" | grep -q '"comp_state_bytes":0,' || { echo "compressor state not freed with the job"; rc=1; }
+# Disagreeing ranks: both fail alike, the message names the ranks.
+for r in 0 1; do
+  "$bin/sparseclient" --job mismatch --rank $r --size 2 --device $r --steps 1 --mismatch 1 \
+    $(sock $r) >"$out/mismatch.$r.out" 2>&1 &
+  pid[m.$r]=$!
+done
+for r in 0 1; do
+  wait "${pid[m.$r]}" || { echo "mismatch rank $r:"; cat "$out/mismatch.$r.out"; rc=1; }
+done
+cat "$out/mismatch.0.out"
+[ $rc -eq 0 ] || tail -60 "$GPU_WORLD_LOG"
+exit $rc
