@@ -57,7 +57,7 @@ typedef struct kc_sel_state {
   uint32_t done;            /* last-block-done counter of the histogram passes */
   uint32_t err;             /* internal inconsistency seen (diagnostics for the tests) */
   uint32_t count;           /* entries emitted */
-  uint32_t pad_;
+  uint32_t cdone;           /* last-block-done counter of the compaction (which then decides) */
 } kc_sel_state;
 
 /* CUDA workspace: everything a selection needs, carved from one allocation at create time. */

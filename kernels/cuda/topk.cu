@@ -4,7 +4,9 @@
  *   1. a lower bound L on the kth key: the exact r-th largest of 8192 stratified samples, r chosen
  *      4 sigma above the expected rank (top-k), or the threshold itself (select_thr);
  *   2. one read of the input: per 4096-element chunk, the entries with key >= L are compacted (in
- *      index order) into a candidate buffer, one atomic per block reserving the chunk's slice;
+ *      index order) into a candidate buffer, one atomic per block reserving the chunk's slice; the
+ *      chunk's counts above/at L are kept (a threshold select that takes every candidate needs no
+ *      other count), and the last block decides step 3 (no separate launch);
  *   3. if the candidates hold the top k (count >= k and they fit), a radix select (11/10/10-bit
  *      digits, last block decides the digit) runs over them; otherwise over the whole input — the
  *      same kernels read a device flag, so a bad sample costs time, never correctness;
@@ -154,11 +156,30 @@ __global__ void __launch_bounds__(KC_BLOCK_SELECT)
   }
 }
 
+/* After the compaction (its last block): where the radix passes run, or that none is needed. */
+__device__ inline void sel_decide(kc_sel_state *st, uint32_t k, uint64_t cand_cap, int take_all) {
+  const unsigned long long c = *(volatile unsigned long long *)&st->ncand; /* atomics: L2 */
+  st->prefix = 0;
+  st->mask = 0;
+  st->done = 0;
+  st->skip = 0;
+  st->full = c > cand_cap;
+  st->rank = k;
+  if (take_all ? c <= k : c == k) { /* every candidate is selected: no radix */
+    st->skip = 1;
+    st->T = st->L;
+    st->rank = ALL_TIES;
+  } else if (!take_all && c < k) { /* the bound was too high: select over the input */
+    st->full = 1;
+  }
+}
+
 /* g != NULL: the error-feedback compensation a += g happens here, in the one read of a (al then
  * covers g's alignment too); a is written back whole, the selection sees the sums. */
 __global__ void __launch_bounds__(SEL_THREADS)
     k_compact(const float *a, const float *g, uint64_t len, int al, kc_sel_state *st, float *cv,
-              uint32_t *ci, uint64_t cand_cap, uint32_t *ch_off, uint32_t *ch_cnt) {
+              uint32_t *ci, uint64_t cand_cap, uint32_t *ch_off, uint32_t *ch_cnt, uint32_t *ch_gt,
+              uint32_t *ch_eq, uint32_t k, int take_all) {
   __shared__ unsigned long long s_base;
   const uint32_t L = st->L;
   const uint64_t c = blockIdx.x;
@@ -184,17 +205,32 @@ __global__ void __launch_bounds__(SEL_THREADS)
       }
     }
   }
-  uint32_t f = 0;
+  uint32_t f = 0, neq = 0;
 #pragma unroll
   for (int e = 0; e < 16; e++)
-    if (((pres >> e) & 1u) && kern_abs_key(v[e]) >= L) f |= 1u << e;
+    if ((pres >> e) & 1u) {
+      const uint32_t key = kern_abs_key(v[e]);
+      if (key >= L) f |= 1u << e;
+      neq += key == L;
+    }
   uint32_t sb[4], total;
   uint64_t ex = chunk_scan(f, sb, &total);
+  /* The chunk's counts above / at L: when every candidate is taken (T = L, the usual threshold
+   * select), these are k_chunk_count's result, which then does not run. */
+  neq = kc_block_sum<uint32_t>(neq);
   if (threadIdx.x == 0) {
     unsigned long long base = total ? atomicAdd(&st->ncand, (unsigned long long)total) : 0ull;
     ch_off[c] = (uint32_t)base;
     ch_cnt[c] = total;
+    ch_gt[c] = total - neq;
+    ch_eq[c] = neq;
     s_base = base;
+    __threadfence();
+    if (atomicAdd(&st->cdone, 1u) == gridDim.x - 1) { /* every block's ncand is in */
+      __threadfence();
+      st->cdone = 0;
+      sel_decide(st, k, cand_cap, take_all);
+    }
   }
   __syncthreads();
   const unsigned long long base = s_base;
@@ -206,23 +242,6 @@ __global__ void __launch_bounds__(SEL_THREADS)
       cv[p] = v[e];
       ci[p] = idx[e];
     }
-}
-
-__global__ void k_decide(kc_sel_state *st, uint32_t k, uint64_t cand_cap, int take_all) {
-  const unsigned long long c = st->ncand;
-  st->prefix = 0;
-  st->mask = 0;
-  st->done = 0;
-  st->skip = 0;
-  st->full = c > cand_cap;
-  st->rank = k;
-  if (take_all ? c <= k : c == k) { /* every candidate is selected: no radix */
-    st->skip = 1;
-    st->T = st->L;
-    st->rank = ALL_TIES;
-  } else if (!take_all && c < k) { /* the bound was too high: select over the input */
-    st->full = 1;
-  }
 }
 
 /* Shared histogram add of bin (KC_NO_KEY: none), aggregated over the lanes of the warp that are
@@ -316,6 +335,7 @@ __global__ void __launch_bounds__(SEL_THREADS)
     k_chunk_count(const float *a, uint64_t len, int al, const kc_sel_state *st, const float *cv,
                   const uint32_t *ci, const uint32_t *ch_off, const uint32_t *ch_cnt,
                   uint32_t *ch_gt, uint32_t *ch_eq) {
+  if (st->skip) return; /* T = L: the compaction wrote these counts */
   const uint32_t T = st->T;
   const int full = st->full;
   if (!full) { /* candidates: a warp per chunk (a chunk holds few), most blocks exit at once */
@@ -543,8 +563,8 @@ fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_bas
     k_sample_select<<<1, KC_BLOCK_SELECT, 0, s>>>(a, g, len, m, r, st);
   }
   k_compact<<<(unsigned)nch, SEL_THREADS, 0, s>>>(a, g, len, alg, st, ws->cand_val, ws->cand_idx,
-                                                  ws->cand_cap, ws->ch_off, ws->ch_cnt);
-  k_decide<<<1, 1, 0, s>>>(st, k, ws->cand_cap, take_all);
+                                                  ws->cand_cap, ws->ch_off, ws->ch_cnt, ws->ch_gt,
+                                                  ws->ch_eq, k, take_all);
   const unsigned hb = hist_blocks(len);
   for (int p = 0; p < 3; p++)
     k_hist<<<hb, SEL_THREADS, 0, s>>>(a, len, al, p, st, ws->hist, ws->cand_val, ws->cand_cap);
