@@ -48,6 +48,40 @@ void gpu_job_aborted(uint64_t job_key) {
   pthread_mutex_unlock(&g_mu);
 }
 
+/* Communicators the engine enqueued on, by job (engine thread only): a host wait on the stream
+ * (sparse.c: agreement, compressor creation) aborts those of jobs the loop marked aborted, since a
+ * wedged collective of another job ahead on the stream would otherwise block it forever. */
+#define GPU_MAX_COMMS 256
+static struct {
+  uint64_t key;
+  comm *c;
+} g_comms[GPU_MAX_COMMS];
+static int g_ncomms;
+
+static void comm_note(uint64_t key, comm *c) {
+  for (int i = 0; i < g_ncomms; i++)
+    if (g_comms[i].key == key) {
+      g_comms[i].c = c;
+      return;
+    }
+  if (g_ncomms < GPU_MAX_COMMS) {
+    g_comms[g_ncomms].key = key;
+    g_comms[g_ncomms++].c = c;
+  }
+}
+
+void gpu_abort_marked(void) {
+  for (int i = 0; i < g_ncomms; i++)
+    if (gpu_job_is_aborted(g_comms[i].key)) comm_nccl_ops.abort(g_comms[i].c);
+}
+
+/* ENG_RELEASE: the communicator is destroyed after this; so are the job's compressors. */
+static void g_release(uint64_t key) {
+  for (int i = 0; i < g_ncomms; i++)
+    if (g_comms[i].key == key) g_comms[i] = g_comms[--g_ncomms];
+  sp_release(key);
+}
+
 int gpu_job_is_aborted(uint64_t key) {
   int r = 0;
   pthread_mutex_lock(&g_mu);
@@ -100,6 +134,7 @@ static int g_start(comm *c, int size, eng_item *it) {
   if (!nc) return fail(it, FGB_EPEER, "the job's communicator was aborted", NULL);
   int rank = 0;
   ncclCommUserRank(nc, &rank);
+  comm_note(it->job_key, c);
   cudaStream_t s = g_stream;
   sp_job job = {it->job_key, rank, size, c, s};
   char err[256];
@@ -147,6 +182,8 @@ static int g_start(comm *c, int size, eng_item *it) {
         i++;
         continue;
       }
+      if (!(nc = comm_nccl_handle(c))) /* aborted during a compressed member's host wait */
+        return fail_late(x, it, FGB_EPEER, "a rank of the job failed", NULL);
       ncclGroupStart();
       for (; i < it->n && !compressed(it, i) && (r == ncclSuccess || r == ncclInProgress); i++) {
         eng_tensor *t = &it->t[i];
@@ -188,6 +225,11 @@ static int g_start(comm *c, int size, eng_item *it) {
 static int g_poll(eng_item *it) {
   gpu_exec *x = it->priv;
   cudaError_t ce = cudaEventQuery(x->fin);
+  if (ce == cudaSuccess && !comm_nccl_handle(x->c)) {
+    /* Aborted while a host wait elsewhere drained the stream: its collectives did not finish. */
+    fail(it, FGB_EPEER, "a rank of the job failed", NULL);
+    return 1;
+  }
   if (ce == cudaSuccess) {
     if (g_trace && it->n == 1 && it->t[0].count == 1) {
       float ms[3] = {0, 0, 0};
@@ -245,7 +287,7 @@ eng_gpu_ops gpu_engine_ops = {
     .start = g_start,
     .poll = g_poll,
     .free = g_free,
-    .release = sp_release,
+    .release = g_release,
     .state = g_state,
 };
 

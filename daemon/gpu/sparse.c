@@ -89,20 +89,22 @@ static sp_agreed *agreed_find(uint64_t job_key, uint32_t tensor_id) {
   return NULL;
 }
 
-static fgb_status desc_reserve(size_t count, char *err, size_t errlen) {
+/* Sized for 4096 descriptors at first (128 KiB), so that the growth path, whose cudaFreeHost may
+ * synchronise the device, is taken only by items of more tensors than that. */
+static fgb_status desc_reserve(size_t count, cudaStream_t s, char *err, size_t errlen) {
   if (count <= g_desc_cap) return FGB_OK;
-  size_t cap = count < 64 ? 64 : count;
+  size_t cap = count < 4096 ? 4096 : count;
   sp_desc *h = NULL;
   void *d = NULL;
   cudaError_t ce = cudaMallocHost((void **)&h, cap * sizeof(sp_desc));
-  if (ce == cudaSuccess) ce = cudaMalloc(&d, cap * sizeof(sp_desc));
+  if (ce == cudaSuccess) ce = cudaMallocAsync(&d, cap * sizeof(sp_desc), s);
   if (ce != cudaSuccess) {
     if (h) cudaFreeHost(h);
     return cuda_err(ce, "agreement buffers", err, errlen);
   }
   /* Replaced only between agreements, which end with the stream past every use. */
   if (g_desc_h) cudaFreeHost(g_desc_h);
-  if (g_desc_d) cudaFree(g_desc_d);
+  if (g_desc_d) cudaFreeAsync(g_desc_d, s);
   gpu_mem_add((int64_t)((cap - g_desc_cap) * sizeof(sp_desc)));
   g_desc_h = h;
   g_desc_d = d;
@@ -112,19 +114,21 @@ static fgb_status desc_reserve(size_t count, char *err, size_t errlen) {
 
 /* Wait for `ev` without blocking on a dead peer: the job's abort and NCCL's asynchronous error
  * end the wait (the communicator is then aborted, so the collective's kernel ends too). */
-static fgb_status wait_event(const sp_job *job, cudaEvent_t ev, char *err, size_t errlen) {
+static fgb_status wait_event(const sp_job *job, cudaEvent_t ev, const char *what, char *err,
+                             size_t errlen) {
   uint64_t t0 = mono_ms();
   for (unsigned spins = 0;; spins++) {
     cudaError_t ce = cudaEventQuery(ev);
     if (ce == cudaSuccess) return FGB_OK;
-    if (ce != cudaErrorNotReady) return cuda_err(ce, "compressor agreement", err, errlen);
+    if (ce != cudaErrorNotReady) return cuda_err(ce, what, err, errlen);
+    if (spins % 64 == 0) gpu_abort_marked(); /* other jobs' collectives ahead on the stream */
     int aborted = gpu_job_is_aborted(job->job_key);
     if (aborted || comm_nccl_check(job->c, err, errlen) < 0 ||
         mono_ms() - t0 > SP_AGREE_TIMEOUT_MS) {
       if (aborted)
-        snprintf(err, errlen, "a rank of the job failed during the compressor agreement");
+        snprintf(err, errlen, "a rank of the job failed during the %s", what);
       else if (mono_ms() - t0 > SP_AGREE_TIMEOUT_MS)
-        snprintf(err, errlen, "compressor agreement: no answer from the job's ranks in %d s",
+        snprintf(err, errlen, "%s: no answer from the job's ranks in %d s", what,
                  SP_AGREE_TIMEOUT_MS / 1000);
       comm_nccl_ops.abort(job->c);
       return aborted ? FGB_EPEER : FGB_EIO;
@@ -136,6 +140,21 @@ static fgb_status wait_event(const sp_job *job, cudaEvent_t ev, char *err, size_
       nanosleep(&ts, NULL);
     }
   }
+}
+
+/* Host wait until the stream has run everything enqueued so far (abort-aware, see wait_event). */
+static fgb_status drain(const sp_job *job, char *err, size_t errlen) {
+  cudaEvent_t ev = NULL;
+  cudaError_t ce = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  if (ce == cudaSuccess) ce = cudaEventRecord(ev, job->stream);
+  if (ce != cudaSuccess) {
+    if (ev) cudaEventDestroy(ev);
+    return cuda_err(ce, "draining the engine stream", err, errlen);
+  }
+  fgb_status st =
+      wait_event(job, ev, "wait for the stream before creating a compressor", err, errlen);
+  cudaEventDestroy(ev);
+  return st;
 }
 
 static void desc_of(const eng_tensor *t, sp_desc *d) {
@@ -151,7 +170,7 @@ fgb_status sp_agree(const sp_job *job, const eng_item *it, char *err, size_t err
     if (!agreed_find(job->job_key, it->t[i].tensor_id)) m++;
   if (m > 0) {
     size_t p = (size_t)job->size;
-    fgb_status st = desc_reserve((size_t)m * (p + 1), err, errlen);
+    fgb_status st = desc_reserve((size_t)m * (p + 1), job->stream, err, errlen);
     if (st != FGB_OK) return st;
     sp_desc *mine = g_desc_h, *all = g_desc_h + m;
     char *dmine = g_desc_d, *dall = (char *)g_desc_d + (size_t)m * sizeof(sp_desc);
@@ -172,7 +191,7 @@ fgb_status sp_agree(const sp_job *job, const eng_item *it, char *err, size_t err
       if (ev) cudaEventDestroy(ev);
       return cuda_err(ce, "compressor agreement", err, errlen);
     }
-    st = wait_event(job, ev, err, errlen);
+    st = wait_event(job, ev, "compressor agreement", err, errlen);
     cudaEventDestroy(ev);
     if (st != FGB_OK) return st; /* no verdict recorded: the job is failing anyway */
     k = 0;
@@ -278,8 +297,15 @@ static fgb_status inst_get(const sp_job *job, const eng_tensor *t, sp_inst **out
                    .rows = t->rows,
                    .cols = t->cols};
   comp_exec ex = {1, job->stream};
+  /* create synchronises the stream (zeroed allocations): first let it drain with a wait that a
+   * dead peer cannot hang, and so that earlier stream-ordered frees do not blur the measure. */
+  fgb_status st = drain(job, err, errlen);
+  if (st != FGB_OK) {
+    free(i);
+    return st;
+  }
   uint64_t before = pool_used();
-  fgb_status st = t->comp->create(&p, t->count, &ex, &i->st, err, errlen);
+  st = t->comp->create(&p, t->count, &ex, &i->st, err, errlen);
   if (st != FGB_OK) {
     free(i);
     return st;

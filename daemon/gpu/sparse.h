@@ -34,7 +34,9 @@ fgb_status sp_state(const sp_job *job, eng_item *it, char *err, size_t errlen);
 /* The job was released: free its instances and agreements (stream-ordered frees). */
 void sp_release(uint64_t job_key);
 
-/* issue.c: nonzero once the loop marked the job aborted. */
+/* issue.c: nonzero once the loop marked the job aborted; abort the communicators of every job
+ * so marked (their collectives end, so a host wait on the stream cannot hang on them). */
 int gpu_job_is_aborted(uint64_t job_key);
+void gpu_abort_marked(void);
 
 #endif
