@@ -47,7 +47,8 @@ for j in dense sparse; do
   [ "$(grep -c hash "$out/$j.0.out")" -eq $n ] || { echo "$j: missing steps"; rc=1; }
   diff <(grep hash "$out/$j.0.out") <(grep hash "$out/$j.1.out") || { echo "$j: GPUs differ"; rc=1; }
 done
-grep -h "step 4 \|GPU memory" "$out/sparse.0.out"
+cat "$out/sparse.0.out"
+grep -h "GPU compressor" "$GPU_WORLD_LOG" | head -12
 # The job released: its compressors' state is freed (the release hook).
 for i in $(seq 100); do
   js=$("$ctl" --socket "$GPU_SOCK_1" status --json 2>&1)
