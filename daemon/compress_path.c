@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "dtype.h"
+#include "eng_plan.h"
 
 #define CP_POLL_SPINS 1000
 #define CP_POLL_MAX_US 64
@@ -246,9 +247,18 @@ fgb_status cp_sync(cp_store *s, const cp_job *job, const eng_tensor *t, uint64_t
   dtype_to_working(t->dtype, t->ptr, i->work, t->count);
   comp_phase ph;
   memset(&ph, 0, sizeof(ph));
+  /* Timed for measured planning: encode per element, each all-gather per byte and rank, decode
+   * per gathered element (P * k, k from the COO payload: 8-byte header, 8 bytes per element). */
+  double t0 = eng_now_s(), gathered = 0;
   st = i->ops->encode(i->st, &cp_host, i->work, t->step, &ph, err, errlen);
+  if (st == FGB_OK) eng_stats_add(job->stats, EPS_ENCODE, (double)t->count, eng_now_s() - t0);
   for (int phase = 1; st == FGB_OK; phase++) {
+    t0 = eng_now_s();
     st = run_phase(job, i, &ph, sent, recv, err, errlen);
+    if (st == FGB_OK && ph.coll == COMP_COLL_ALLGATHER) {
+      eng_stats_add(job->stats, EPS_ALLGATHER, (double)ph.bytes, eng_now_s() - t0);
+      if (ph.bytes > 8) gathered += (double)(ph.bytes - 8) / 8.0 * job->size;
+    }
     if (st != FGB_OK || !i->ops->advance) break;
     int r = i->ops->advance(i->st, &cp_host, phase, &ph, err, errlen);
     if (r < 0) st = (fgb_status)r;
@@ -256,8 +266,10 @@ fgb_status cp_sync(cp_store *s, const cp_job *job, const eng_tensor *t, uint64_t
   }
   if (st != FGB_OK) return st;
   float scale = t->op == FGB_OP_AVERAGE ? 1.0f / (float)job->size : 1.0f;
+  t0 = eng_now_s();
   st = i->ops->decode(i->st, &cp_host, i->work, scale, err, errlen);
   if (st != FGB_OK) return st;
+  if (gathered > 0) eng_stats_add(job->stats, EPS_DECODE, gathered, eng_now_s() - t0);
   dtype_from_working(t->dtype, i->work, t->ptr, t->count);
   return FGB_OK;
 }

@@ -24,6 +24,7 @@ typedef struct cp_job {
    * deadline); the instance is then left alone, since the transport may still hold its buffers. */
   int (*cancel)(void *ud);
   void *cancel_ud;
+  struct eng_stats *stats; /* timed encode / all-gather / decode for measured planning, or NULL */
 } cp_job;
 
 cp_store *cp_store_new(void);

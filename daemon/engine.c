@@ -16,17 +16,28 @@
 
 #include "compress_path.h"
 #include "dtype.h"
+#include "eng_plan.h"
 #include "log.h"
 
 #define ENG_MAX_ACTIVE 16
 #define ENG_MAX_GROUPS 6
 #define ENG_POLL_SPINS 1000 /* polls with sched_yield before sleeping (measured: bench/) */
 #define ENG_POLL_MAX_US 64
+/* GPU daemons (FGBUFF_HOT_US > 0, the default there): poll in-flight collectives without sleeping
+ * for this long after the last progress (a 1 GiB all-reduce takes ~3.3 ms on H200; a 64 us sleep
+ * would show in its bus bandwidth), and stay awake FGBUFF_HOT_US after the last item instead of
+ * waiting on the condition variable (a futex wake-up costs tens of us on an idle host). */
+#define ENG_GPU_SPIN_US 100000
+#define ENG_HOT_US_GPU 2000
+
+/* trace_us[] of an item (FGBUFF_GPU_TRACE) */
+enum { TR_QUEUED, TR_TAKEN, TR_STARTED, TR_FIN, TR_DELIVERED };
 
 typedef struct eng_comm {
   uint64_t job_key;
   comm *c;
   int rank, size;
+  eng_stats *stats; /* timed collectives and compressor calls of the job (measured planning) */
   struct eng_comm *next;
 } eng_comm;
 
@@ -38,6 +49,7 @@ typedef struct eng_group {
   uint32_t *members; /* indices into it->t */
   uint32_t n;
   comm_req *req;
+  double t0; /* start (eng_now_s), for the job's cost samples */
 } eng_group;
 
 typedef struct eng_exec {
@@ -46,6 +58,7 @@ typedef struct eng_exec {
   eng_group g[ENG_MAX_GROUPS];
   int ng;
   comm_req *req; /* broadcast / allgather */
+  double t0;     /* its start */
   int left;      /* requests still in flight */
 } eng_exec;
 
@@ -70,6 +83,8 @@ struct srv_engine {
   cp_store *cps; /* compressor instances (compress_path.c) */
   eng_item *active[ENG_MAX_ACTIVE];
   int nactive;
+  uint64_t hot_us; /* 0: sleep when idle, poll with the CPU back-off (see ENG_GPU_SPIN_US) */
+  int trace;       /* FGBUFF_GPU_TRACE */
 };
 
 static uint64_t mono_ms(void) {
@@ -78,11 +93,30 @@ static uint64_t mono_ms(void) {
   return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
+static uint64_t mono_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000 + (uint64_t)t.tv_nsec / 1000;
+}
+
+/* Items whose path the trace follows: one-element gradient syncs (the latency benchmark's). */
+static int traced(const srv_engine *e, const eng_item *it) {
+  return e->trace && it->kind == ENG_ISSUE && it->n == 1 && it->t[0].count == 1;
+}
+
+static void stamp(const srv_engine *e, eng_item *it, int k) {
+  if (e->trace) it->trace_us[k] = mono_us();
+}
+
 void eng_item_free(eng_item *it) {
   if (!it) return;
   free(it->world_ranks);
   free(it->t);
   free(it->state);
+  if (it->xchg) {
+    if (it->xchg->destroy) it->xchg->destroy(it->xchg->ud);
+    free(it->xchg);
+  }
   free(it);
 }
 
@@ -103,7 +137,9 @@ static void exec_free(eng_item *it) {
 
 /* Hand a finished item to the loop thread. */
 static void deliver(srv_engine *e, eng_item *it) {
+  stamp(e, it, TR_FIN);
   exec_free(it);
+  stamp(e, it, TR_DELIVERED);
   pthread_mutex_lock(&e->out_mu);
   if (!e->async_open) {
     pthread_mutex_unlock(&e->out_mu);
@@ -128,7 +164,25 @@ static void on_async(uv_async_t *h) {
   pthread_mutex_unlock(&e->out_mu);
   while (it) {
     eng_item *next = it->next;
-    e->cb(e->ud, it);
+    if (traced(e, it)) {
+      /* Copied first: the callback frees the item. Logged after the Done went out. */
+      uint64_t tr[5], step = it->t[0].step, t_loop = mono_us();
+      memcpy(tr, it->trace_us, sizeof tr);
+      e->cb(e->ud, it);
+      uint64_t t_sent = mono_us();
+      LOG_INFO(
+          "gtrace loop step %llu queued %llu: taken +%llu started +%llu fin +%llu delivered "
+          "+%llu loop +%llu done-sent +%llu us",
+          (unsigned long long)step, (unsigned long long)tr[TR_QUEUED],
+          (unsigned long long)(tr[TR_TAKEN] - tr[TR_QUEUED]),
+          (unsigned long long)(tr[TR_STARTED] - tr[TR_QUEUED]),
+          (unsigned long long)(tr[TR_FIN] - tr[TR_QUEUED]),
+          (unsigned long long)(tr[TR_DELIVERED] - tr[TR_QUEUED]),
+          (unsigned long long)(t_loop - tr[TR_QUEUED]),
+          (unsigned long long)(t_sent - tr[TR_QUEUED]));
+    } else {
+      e->cb(e->ud, it);
+    }
     it = next;
   }
 }
@@ -177,6 +231,7 @@ static void run_form(srv_engine *e, eng_item *it) {
   ec->c = c;
   ec->rank = it->job_rank;
   ec->size = it->job_size;
+  ec->stats = eng_stats_new(); /* NULL (out of memory): the job plans from default costs */
   ec->next = e->comms;
   e->comms = ec;
 }
@@ -189,6 +244,7 @@ static void run_release(srv_engine *e, eng_item *it) {
       eng_comm *ec = *p;
       *p = ec->next;
       e->ops->destroy(ec->c);
+      eng_stats_free(ec->stats);
       free(ec);
       return;
     }
@@ -205,7 +261,7 @@ static int stop_due(void *ud) {
 }
 
 static cp_job cp_job_of(srv_engine *e, eng_comm *ec) {
-  return (cp_job){ec->job_key, ec->rank, ec->size, e->ops, ec->c, stop_due, e};
+  return (cp_job){ec->job_key, ec->rank, ec->size, e->ops, ec->c, stop_due, e, ec->stats};
 }
 
 /* Export or import one tensor's compressor state (after every earlier item of the queue). */
@@ -284,6 +340,7 @@ static int start_issue(srv_engine *e, eng_item *it) {
       it->status = st;
       return -1;
     }
+    x->t0 = eng_now_s();
     it->bytes_received = it->coll == ENG_BROADCAST ? bytes : bytes * (uint64_t)x->ec->size;
     x->left = 1;
     return 0;
@@ -321,6 +378,7 @@ static int start_issue(srv_engine *e, eng_item *it) {
       }
       buf = g->buf;
     }
+    g->t0 = eng_now_s();
     fgb_status st =
         e->ops->allreduce(x->ec->c, buf, buf, g->count, g->wdt, &g->req, it->err, sizeof(it->err));
     if (st != FGB_OK) {
@@ -366,6 +424,9 @@ static int poll_item(srv_engine *e, eng_item *it) {
     if (r == 0) return 0;
     x->req = NULL;
     x->left--;
+    if (r > 0 && it->coll == ENG_ALLGATHER)
+      eng_stats_add(x->ec->stats, EPS_ALLGATHER,
+                    (double)(it->t[0].count * dtype_size(it->t[0].dtype)), eng_now_s() - x->t0);
     if (r < 0 && it->status == FGB_OK) {
       it->status = FGB_EIO;
       snprintf(it->err, sizeof(it->err), "%s", err);
@@ -378,6 +439,9 @@ static int poll_item(srv_engine *e, eng_item *it) {
     if (r == 0) continue;
     g->req = NULL;
     x->left--;
+    if (r > 0)
+      eng_stats_add(x->ec->stats, EPS_ALLREDUCE, (double)(g->count * dtype_size(g->wdt)),
+                    eng_now_s() - g->t0);
     if (r < 0 && it->status == FGB_OK) {
       it->status = FGB_EIO;
       snprintf(it->err, sizeof(it->err), "%s", err);
@@ -403,8 +467,11 @@ static int start_gpu_issue(srv_engine *e, eng_item *it) {
 static void start_item(srv_engine *e, eng_item *it) {
   it->status = FGB_OK;
   it->err[0] = 0;
+  stamp(e, it, TR_TAKEN);
   if (e->gpu && it->kind == ENG_ISSUE) {
-    if (start_gpu_issue(e, it) != 0)
+    int r = start_gpu_issue(e, it);
+    stamp(e, it, TR_STARTED);
+    if (r != 0)
       deliver(e, it);
     else
       e->active[e->nactive++] = it;
@@ -423,6 +490,17 @@ static void start_item(srv_engine *e, eng_item *it) {
       run_state(e, it);
       deliver(e, it);
       return;
+    case ENG_XCHG: {
+      eng_comm *ec = find_comm(e, it->job_key);
+      if (ec) {
+        eng_run_xchg(e->ops, ec->c, ec->size, ec->stats, it, stop_due, e);
+      } else {
+        it->status = FGB_EIO;
+        snprintf(it->err, sizeof(it->err), "the job's communicator was not created");
+      }
+      deliver(e, it);
+      return;
+    }
     case ENG_ISSUE:
       if (start_issue(e, it) != 0) {
         deliver(e, it);
@@ -441,9 +519,19 @@ static void *eng_main(void *arg) {
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   if (e->gpu && e->gpu->thread_init) e->gpu->thread_init();
   unsigned spins = 0, sleep_us = 1;
+  uint64_t last_progress = mono_us();
   for (;;) {
     pthread_mutex_lock(&e->mu);
-    while (!e->stop && !e->q_head && e->nactive == 0) pthread_cond_wait(&e->cv, &e->mu);
+    while (!e->stop && !e->q_head && e->nactive == 0) {
+      if (e->hot_us && mono_us() - last_progress < e->hot_us) {
+        /* Hot window: the next ISSUE of a step usually comes within it (see ENG_HOT_US_GPU). */
+        pthread_mutex_unlock(&e->mu);
+        sched_yield();
+        pthread_mutex_lock(&e->mu);
+        continue;
+      }
+      pthread_cond_wait(&e->cv, &e->mu);
+    }
     int stop = e->stop;
     int late = stop && mono_ms() >= e->stop_deadline_ms;
     eng_item *take = NULL, **tail = &take;
@@ -486,8 +574,9 @@ static void *eng_main(void *arg) {
     }
     if (e->nactive > 0 && !progressed) {
       /* MPI progresses only inside MPI_Test: spin for a while, yielding the (shared) cores, then
-       * sleep with growing pauses so a long wait on a slow peer costs little CPU. */
-      if (spins < ENG_POLL_SPINS) {
+       * sleep with growing pauses so a long wait on a slow peer costs little CPU. GPU daemons
+       * spin for ENG_GPU_SPIN_US (the GPU finishes on its own; only our seeing it is late). */
+      if (spins < ENG_POLL_SPINS || (e->hot_us && mono_us() - last_progress < ENG_GPU_SPIN_US)) {
         sched_yield();
         spins++;
       } else {
@@ -498,6 +587,7 @@ static void *eng_main(void *arg) {
     } else {
       spins = 0;
       sleep_us = 1;
+      if (progressed && e->hot_us) last_progress = mono_us();
     }
   }
   if (!e->stuck) {
@@ -507,6 +597,7 @@ static void *eng_main(void *arg) {
       eng_comm *c = e->comms;
       e->comms = c->next;
       e->ops->destroy(c->c);
+      eng_stats_free(c->stats);
       free(c);
     }
   }
@@ -531,6 +622,13 @@ fgb_status eng_start_gpu(uv_loop_t *loop, const comm_ops *ops, const eng_gpu_ops
   }
   e->ops = ops;
   e->gpu = gpu;
+  e->trace = getenv("FGBUFF_GPU_TRACE") != NULL;
+  /* The loop's window (server.c) and this one are set together by FGBUFF_HOT_US. */
+  const char *hot = getenv("FGBUFF_HOT_US");
+  char *end = NULL;
+  long hv = hot && *hot ? strtol(hot, &end, 10) : -1;
+  if (hot && *hot && (*end || hv < 0 || hv > 1000000)) hv = -1; /* server.c warns */
+  e->hot_us = hv >= 0 ? (uint64_t)hv : gpu ? ENG_HOT_US_GPU : 0;
   e->cps = cp_store_new();
   if (!e->cps) {
     free(e);
@@ -562,6 +660,7 @@ fgb_status eng_start_gpu(uv_loop_t *loop, const comm_ops *ops, const eng_gpu_ops
 void eng_submit(srv_engine *e, eng_item *it) {
   it->next = NULL;
   it->priv = NULL;
+  stamp(e, it, TR_QUEUED);
   pthread_mutex_lock(&e->mu);
   if (e->stop) {
     pthread_mutex_unlock(&e->mu);

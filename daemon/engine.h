@@ -20,12 +20,29 @@ typedef enum eng_kind {
   ENG_ISSUE,    /* one agreed collective */
   ENG_RELEASE,  /* destroy the job's communicator */
   ENG_STATE,    /* export or import one tensor's compressor state (compress_path.h); local */
+  ENG_XCHG,     /* exchange planning inputs across the job's ranks (eng_plan.h, plan_exec.c) */
 } eng_kind;
 
 /* Collective kinds of an ISSUE (0: gradient sync, per-tensor op; others as the protocol's). */
 enum { ENG_GRAD = 0, ENG_ALLREDUCE = 1, ENG_BROADCAST = 2, ENG_ALLGATHER = 3 };
 
 struct comp_ops;
+struct sched_costs;
+
+/* ENG_XCHG: the loop's planning exchange. Runs on the engine thread at the item's place in the
+ * world order: fill() writes this rank's contribution (`bytes`, the same on every rank) given the
+ * engine's measured costs of the job (`have`: bit per eng_plan.h kind measured); the engine
+ * allgathers them; agree() reads every rank's (rank order) and returns a digest of its verdict,
+ * which the engine allgathers too: digest_equal = 1 when every rank's digest is the same. ud is
+ * owned by the item: destroy(ud) runs in eng_item_free. */
+typedef struct eng_xchg {
+  size_t bytes;
+  void (*fill)(void *ud, const struct sched_costs *measured, uint32_t have, uint8_t *mine);
+  uint64_t (*agree)(void *ud, const uint8_t *all, int size);
+  void (*destroy)(void *ud);
+  void *ud;
+  int digest_equal; /* result */
+} eng_xchg;
 
 typedef struct eng_tensor {
   uint32_t tensor_id;
@@ -63,7 +80,8 @@ typedef struct eng_item {
   void *state;
   size_t state_bytes;
   uint32_t n;
-  eng_tensor *t; /* owned */
+  eng_tensor *t;  /* owned */
+  eng_xchg *xchg; /* XCHG (owned) */
   /* result */
   int status;
   char err[256];
@@ -71,6 +89,9 @@ typedef struct eng_item {
   struct eng_item *next;
   /* engine-private execution state */
   void *priv;
+  /* FGBUFF_GPU_TRACE (engine.c): CLOCK_MONOTONIC us when queued, taken, started, finished,
+   * delivered */
+  uint64_t trace_us[5];
 } eng_item;
 
 typedef void (*eng_done_cb)(void *ud, eng_item *it);

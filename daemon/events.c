@@ -93,6 +93,13 @@ static void on_issue(srv *d, coord_event *ev) {
               (unsigned long long)ev->seq, (unsigned long long)ev->job_key);
     return;
   }
+  /* A planning exchange in flight decides how this step's ISSUEs run: they (and everything of
+   * the job after them) wait for it, in order (plan_exec.c). */
+  if (srv_plan_defer(j, ev)) return;
+  srv_issue_event(d, j, ev);
+}
+
+void srv_issue_event(srv *d, srv_job *j, coord_event *ev) {
   /* Static plans hold a buffer's ISSUEs until its last member is agreed (plan_exec.c). */
   if (!(ev->step & SRV_COLL_STEP) && srv_plan_on_issue(j, ev)) return;
   eng_item *it = calloc(1, sizeof(*it));
@@ -310,6 +317,7 @@ void srv_engine_result(void *ud, eng_item *it) {
     LOG_WARN("engine: %s #%llu of job %016llx failed: %s",
              it->kind == ENG_FORM    ? "formation"
              : it->kind == ENG_ISSUE ? "collective"
+             : it->kind == ENG_XCHG  ? "planning exchange"
                                      : "release",
              (unsigned long long)it->seq, (unsigned long long)it->job_key, it->err);
   if (!j || it->kind == ENG_RELEASE) {
@@ -318,6 +326,7 @@ void srv_engine_result(void *ud, eng_item *it) {
   }
   if (j->inflight) j->inflight--;
   if (it->kind == ENG_STATE) srv_state_result(j, it);
+  if (it->kind == ENG_XCHG) srv_plan_xchg_done(j, it);
   if (it->kind == ENG_FORM && it->status != FGB_OK && !j->aborted) {
     j->aborted = 1;
     snprintf(j->abort_text, sizeof(j->abort_text),

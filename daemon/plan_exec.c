@@ -8,16 +8,30 @@
  * point of the world sequence (docs/scheduling.md, "Static plans in fgbuffd"). */
 #include "plan_exec.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cost.h"
 #include "daemon.h"
+#include "engine.h"
 #include "log.h"
+#include "plan_xchg.h"
 #include "policy.h"
 
 #define SRV_UNFUSED (1ull << 62) /* above any cap, and total + bytes cannot wrap in the leader */
+#define RT_SLOTS 16              /* steps of ready times kept (pipelined clients run ahead) */
+#define RT_WINDOW 8              /* at most this many steps feed a median */
+#define RT_MAX_KEY (1u << 20)    /* keys above are not timed (the coordinator numbers from 0) */
+
+/* One step's local ready times, by tensor key (seconds, NaN: not ready / flushed). */
+typedef struct rt_slot {
+  uint64_t step;
+  int used;
+  double *t;
+} rt_slot;
 
 /* A plan buffer of one step whose members are partly agreed: ISSUEs held back. */
 typedef struct plan_hold {
@@ -47,7 +61,23 @@ typedef struct srv_plan {
   uint64_t next_check; /* re-planning policies: the next step at which to re-plan */
   plan_hold *holds;
   uint32_t nholds, hcap;
-  uint64_t issued; /* plan buffers handed to the engine as one item (for status and tests) */
+  uint64_t issued;        /* plan buffers handed to the engine as one item (for status and tests) */
+  uint32_t warmup, every; /* warm-up steps and re-plan period */
+  rt_slot rt[RT_SLOTS];
+  uint32_t rtcap; /* entries of every rt[].t */
+  int xpending;   /* a planning exchange is in the engine: ISSUEs of steps >= xfrom wait */
+  uint64_t xfrom;
+  coord_event *defer; /* waiting ISSUEs, in world order (and everything after the first) */
+  uint32_t ndefer, dcap;
+  uint64_t fail_from; /* the exchange failed: per-tensor from this step on (0: no) */
+  /* The last agreed inputs, for status. */
+  int has_in;
+  uint64_t in_step;
+  sched_costs in_costs;
+  uint32_t in_have, in_n;
+  uint32_t *in_ids;
+  double *in_ready; /* NULL: ready times not measured on every rank */
+  char in_why[96];
 } srv_plan;
 
 uint64_t srv_policy_group_bytes(const srv_job *j, const srv_tensor *t) {
@@ -97,25 +127,51 @@ static const sched_costs plan_costs = {.ar_alpha = 100e-6,
                                        .dec_alpha = 10e-6,
                                        .dec_beta = 2e-9};
 
+/* The job's plan state, created on first use (static policies only). */
+static srv_plan *plan_get(srv_job *j) {
+  if (j->plan) return j->plan;
+  if (!srv_plan_policy(j->policy)) return NULL;
+  srv_plan *pl = calloc(1, sizeof(*pl));
+  if (!pl) return NULL;
+  pl->ops = sched_find(j->policy);
+  pl->warmup = SRV_PLAN_WARMUP_STEPS;
+  pl->every = SRV_PLAN_REPLAN_STEPS;
+  return j->plan = pl;
+}
+
+/* FGBUFF_PLAN_COMP_COST_SCALE (daemon environment): multiplies the compressor costs this rank
+ * contributes, to force dense (large) or compressed (small) decisions in tests and experiments.
+ * Anything but a finite number in [1e-9, 1e9] is ignored with a warning. */
+double srv_plan_env_scale(void) {
+  const char *v = getenv("FGBUFF_PLAN_COMP_COST_SCALE");
+  if (!v || !*v) return 1.0;
+  char *end = NULL;
+  double x = strtod(v, &end);
+  if (!end || *end || !isfinite(x) || x < 1e-9 || x > 1e9) {
+    LOG_WARN("FGBUFF_PLAN_COMP_COST_SCALE=%.40s: not a number in [1e-9, 1e9], ignored", v);
+    return 1.0;
+  }
+  return x;
+}
+
 static void ver_free(plan_ver *v) {
   sched_plan_free(&v->plan);
   free(v->buf_of);
   memset(v, 0, sizeof(*v));
 }
 
-/* Plan from the observed stream: the observed step's ISSUE order (the agreed ready order), then
- * tensors seen only during warm-up in ascending key. Stamped after `prev` (NULL: version 1). */
-static fgb_status build_plan(srv_job *j, srv_plan *pl, const sched_plan *prev, uint64_t agreed,
-                             plan_ver *out, char *err, size_t errlen) {
+/* The plan's tensor list from the observed stream: the observed step's ISSUE order (the agreed
+ * ready order), then tensors seen only during warm-up in ascending key. */
+static fgb_status build_list(srv_job *j, srv_plan *pl, sched_tensor **out, uint32_t *nout,
+                             char *err, size_t errlen) {
   uint32_t n = 0, cap = pl->nseen + pl->nlast;
   sched_tensor *ts = calloc(cap ? cap : 1, sizeof(*ts));
   uint32_t *rest = calloc(cap ? cap : 1, sizeof(*rest));
-  fgb_status st = FGB_OK;
-  memset(out, 0, sizeof(*out));
   if (!ts || !rest) {
-    st = FGB_ENOMEM;
+    free(ts);
+    free(rest);
     snprintf(err, errlen, "out of memory");
-    goto out;
+    return FGB_ENOMEM;
   }
   uint32_t nrest = 0;
   for (uint32_t i = 0; i < pl->nseen; i++) {
@@ -134,14 +190,17 @@ static fgb_status build_plan(srv_job *j, srv_plan *pl, const sched_plan *prev, u
                              .compressible = t->comp != NULL,
                              .density = t->comp ? t->density : 1.0};
   }
-  sched_inputs in = {.ntensors = n,
-                     .tensors = ts,
-                     .ready = NULL,
-                     .costs = plan_costs,
-                     .nranks = j->size,
-                     .options = NULL};
-  if ((st = pl->ops->plan(&in, &out->plan, err, errlen)) != FGB_OK) goto out;
-  sched_plan_stamp(&out->plan, prev, agreed, SRV_PLAN_LEAD);
+  free(rest);
+  *out = ts;
+  *nout = n;
+  return FGB_OK;
+}
+
+/* A plan version with its key -> buffer map; takes p over (freed on error). */
+static fgb_status ver_make(sched_plan *p, plan_ver *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof(*out));
+  out->plan = *p;
+  memset(p, 0, sizeof(*p));
   uint32_t maxkey = 0;
   for (uint32_t i = 0; i < out->plan.ntensors; i++)
     if (out->plan.order[i] > maxkey) maxkey = out->plan.order[i];
@@ -149,18 +208,37 @@ static fgb_status build_plan(srv_job *j, srv_plan *pl, const sched_plan *prev, u
   out->buf_of = calloc(out->nbuf_of, sizeof(*out->buf_of));
   if (!out->buf_of) {
     ver_free(out);
-    st = FGB_ENOMEM;
     snprintf(err, errlen, "out of memory");
-    goto out;
+    return FGB_ENOMEM;
   }
   for (uint32_t b = 0; b < out->plan.nbuffers; b++) {
     const sched_buffer *sb = &out->plan.buffers[b];
     for (uint32_t m = 0; m < sb->count; m++) out->buf_of[out->plan.order[sb->first + m]] = b + 1;
   }
-out:
+  return FGB_OK;
+}
+
+/* GPU daemons (no host-memory exchange on NCCL yet): plan locally from the stream with the default
+ * costs and no ready times, as every rank does alike. Stamped after `prev` (NULL: version 1). */
+static fgb_status build_plan(srv_job *j, srv_plan *pl, const sched_plan *prev, uint64_t agreed,
+                             plan_ver *out, char *err, size_t errlen) {
+  sched_tensor *ts = NULL;
+  uint32_t n = 0;
+  memset(out, 0, sizeof(*out));
+  fgb_status st = build_list(j, pl, &ts, &n, err, errlen);
+  if (st != FGB_OK) return st;
+  sched_inputs in = {.ntensors = n,
+                     .tensors = ts,
+                     .ready = NULL,
+                     .costs = plan_costs,
+                     .nranks = j->size,
+                     .options = NULL};
+  sched_plan p;
+  st = pl->ops->plan(&in, &p, err, errlen);
   free(ts);
-  free(rest);
-  return st;
+  if (st != FGB_OK) return st;
+  sched_plan_stamp(&p, prev, agreed, SRV_PLAN_LEAD);
+  return ver_make(&p, out, err, errlen);
 }
 
 /* Same grouping and order (the identity fields aside)? */
@@ -174,15 +252,222 @@ static int same_plan(const sched_plan *a, const sched_plan *b) {
   return 1;
 }
 
+static void adopt(srv_job *j, srv_plan *pl, plan_ver *nv, uint64_t at, const char *why) {
+  if (pl->nv == 2) {
+    ver_free(&pl->v[0]);
+    pl->v[0] = pl->v[1];
+    pl->nv = 1;
+  }
+  pl->v[pl->nv++] = *nv;
+  LOG_INFO(
+      "job '%s': %s %s at step %llu: plan v%llu, %u buffers for %u tensors, from step %llu "
+      "(%s)",
+      j->id.name, j->policy, nv->plan.version > 1 ? "re-planned" : "planned",
+      (unsigned long long)at, (unsigned long long)nv->plan.version, nv->plan.nbuffers,
+      nv->plan.ntensors, (unsigned long long)nv->plan.first_step, why);
+}
+
+/* ---- measured ready times ------------------------------------------------------------------ */
+
+void srv_plan_on_ready(srv_job *j, const srv_tensor *t, uint64_t step, uint64_t now_us) {
+  srv_plan *pl = plan_get(j);
+  if (!pl || !t->key_known || t->key >= RT_MAX_KEY || (step & SRV_COLL_STEP)) return;
+  if (t->key >= pl->rtcap) {
+    uint32_t nc = pl->rtcap ? pl->rtcap : 64;
+    while (nc <= t->key) nc *= 2;
+    for (int s = 0; s < RT_SLOTS; s++) {
+      double *p = realloc(pl->rt[s].t, nc * sizeof(*p));
+      if (!p) return; /* this sample is lost; the median has the others */
+      for (uint32_t i = pl->rtcap; i < nc; i++) p[i] = NAN;
+      pl->rt[s].t = p;
+    }
+    pl->rtcap = nc;
+  }
+  rt_slot *sl = &pl->rt[step % RT_SLOTS];
+  if (!sl->used || sl->step != step) {
+    for (uint32_t i = 0; i < pl->rtcap; i++) sl->t[i] = NAN;
+    sl->used = 1;
+    sl->step = step;
+  }
+  sl->t[t->key] = (double)now_us * 1e-6;
+}
+
+/* This rank's median ready times of the steps before `at` (relative to each step's first ready)
+ * for the tensor list, or NULL when no such step was timed. */
+static double *ready_medians(const srv_plan *pl, uint64_t at, const sched_tensor *ts, uint32_t n) {
+  uint32_t win = pl->warmup > 1 ? pl->warmup - 1 : 1;
+  if (win > RT_WINDOW) win = RT_WINDOW;
+  double *rows[RT_WINDOW];
+  size_t nrows = 0;
+  double *out = malloc((n ? n : 1) * sizeof(double));
+  for (int s = 0; out && s < RT_SLOTS; s++) {
+    const rt_slot *sl = &pl->rt[s];
+    if (!sl->used || sl->step >= at || sl->step + win < at || nrows == RT_WINDOW) continue;
+    double first = INFINITY;
+    for (uint32_t i = 0; i < pl->rtcap; i++)
+      if (isfinite(sl->t[i]) && sl->t[i] < first) first = sl->t[i];
+    if (!isfinite(first) || !(rows[nrows] = malloc((n ? n : 1) * sizeof(double)))) continue;
+    for (uint32_t i = 0; i < n; i++) {
+      uint32_t key = ts[i].id;
+      rows[nrows][i] = key < pl->rtcap && isfinite(sl->t[key]) ? sl->t[key] - first : NAN;
+    }
+    nrows++;
+  }
+  if (out &&
+      (nrows == 0 || sched_ready_median((const double *const *)rows, nrows, n, out) != FGB_OK)) {
+    free(out);
+    out = NULL;
+  }
+  for (size_t r = 0; r < nrows; r++) free(rows[r]);
+  return out;
+}
+
+/* ---- the planning exchange ------------------------------------------------------------------ */
+
+/* Hand the engine the exchange for step `at` (first plan, or a re-plan of `cur`). 0: in flight. */
+static int start_xchg(srv_job *j, srv_plan *pl, uint64_t at, const sched_plan *cur) {
+  char err[256];
+  px_ctx *c = calloc(1, sizeof(*c));
+  eng_item *it = calloc(1, sizeof(*it));
+  if (!c || !it) goto nomem;
+  c->ops = pl->ops;
+  c->step = at;
+  c->lead = SRV_PLAN_LEAD;
+  c->comp_scale = srv_plan_env_scale();
+  c->deflt = plan_costs;
+  if (build_list(j, pl, &c->ts, &c->n, err, sizeof(err)) != FGB_OK) goto nomem;
+  c->ready = ready_medians(pl, at, c->ts, c->n);
+  if (cur) {
+    if (sched_plan_copy(&c->cur, cur) != FGB_OK) goto nomem;
+    c->has_cur = 1;
+  }
+  it->kind = ENG_XCHG;
+  it->job_key = j->key;
+  if (!(it->xchg = px_item(c))) {
+    c = NULL;
+    goto nomem;
+  }
+  pl->nlast = 0;
+  pl->xpending = 1;
+  pl->xfrom = at + SRV_PLAN_LEAD;
+  j->inflight++;
+  eng_submit(j->d->eng, it);
+  return 0;
+nomem:
+  px_free(c);
+  free(it);
+  pl->nlast = 0;
+  return -1;
+}
+
+static void defer_free(srv_plan *pl) {
+  for (uint32_t i = 0; i < pl->ndefer; i++) free(pl->defer[i].tensor_keys);
+  free(pl->defer);
+  pl->defer = NULL;
+  pl->ndefer = pl->dcap = 0;
+}
+
+int srv_plan_defer(srv_job *j, const coord_event *ev) {
+  srv_plan *pl = j->plan;
+  if (!pl ||
+      !(pl->ndefer || (pl->xpending && !(ev->step & SRV_COLL_STEP) && ev->step >= pl->xfrom)))
+    return 0;
+  if (pl->ndefer == pl->dcap) {
+    uint32_t nc = pl->dcap ? pl->dcap * 2 : 16;
+    coord_event *p = realloc(pl->defer, nc * sizeof(*p));
+    if (!p) goto nomem;
+    pl->defer = p;
+    pl->dcap = nc;
+  }
+  coord_event *c = &pl->defer[pl->ndefer];
+  memset(c, 0, sizeof(*c));
+  c->kind = ev->kind;
+  c->job_key = ev->job_key;
+  c->job = ev->job;
+  c->seq = ev->seq;
+  c->step = ev->step;
+  c->ntensors = ev->ntensors;
+  c->tensor_keys = malloc((ev->ntensors ? ev->ntensors : 1) * sizeof(uint32_t));
+  if (!c->tensor_keys) goto nomem;
+  if (ev->ntensors) memcpy(c->tensor_keys, ev->tensor_keys, ev->ntensors * sizeof(uint32_t));
+  pl->ndefer++;
+  return 1;
+nomem:
+  LOG_ERROR("job '%s': out of memory deferring collective #%llu until its plan is agreed",
+            j->id.name, (unsigned long long)ev->seq);
+  return 0;
+}
+
+void srv_plan_xchg_done(srv_job *j, eng_item *it) {
+  srv_plan *pl = j->plan;
+  px_ctx *c = it->xchg ? it->xchg->ud : NULL;
+  if (!pl || !c) return;
+  pl->xpending = 0;
+  char err[256];
+  const char *fail = it->status != FGB_OK      ? it->err
+                     : !it->xchg->digest_equal ? "the ranks' plans differ (digest mismatch)"
+                     : c->status != FGB_OK     ? c->err
+                                               : NULL;
+  plan_ver nv;
+  memset(&nv, 0, sizeof(nv));
+  if (!fail && c->changed) {
+    if (ver_make(&c->plan, &nv, err, sizeof(err)) != FGB_OK) fail = err; /* c->plan freed */
+    c->changed = 0;
+  }
+  if (fail) {
+    uint64_t from = c->step + c->lead;
+    LOG_ERROR(
+        "job '%s': planning at step %llu failed (%s): tensors travel alone from step %llu "
+        "on every rank",
+        j->id.name, (unsigned long long)c->step, fail, (unsigned long long)from);
+    if (pl->nv == 0)
+      pl->state = -1;
+    else if (!pl->fail_from)
+      pl->fail_from = from;
+  } else {
+    pl->state = 1;
+    pl->has_in = 1;
+    pl->in_step = c->step;
+    pl->in_costs = c->costs;
+    pl->in_have = c->have;
+    free(pl->in_ids);
+    free(pl->in_ready);
+    pl->in_ids = malloc((c->n ? c->n : 1) * sizeof(uint32_t));
+    pl->in_ready = c->aready;
+    c->aready = NULL;
+    pl->in_n = pl->in_ids ? c->n : 0;
+    for (uint32_t i = 0; i < pl->in_n; i++) pl->in_ids[i] = c->ts[i].id;
+    snprintf(pl->in_why, sizeof(pl->in_why), "%s", nv.plan.version ? c->why : "plan kept");
+    if (nv.plan.version) adopt(j, pl, &nv, c->step, c->why);
+  }
+  /* ISSUEs that waited for this verdict, in order (some may wait again for a newer exchange). */
+  coord_event *q = pl->defer;
+  uint32_t n = pl->ndefer;
+  pl->defer = NULL;
+  pl->ndefer = pl->dcap = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    if (!srv_plan_defer(j, &q[i])) srv_issue_event(j->d, j, &q[i]);
+    free(q[i].tensor_keys);
+  }
+  free(q);
+}
+
 /* Re-planning policies, at the first ISSUE of step next_check: plan again from the ISSUE order
- * of step next_check - 1; a different plan becomes the next version, adopted from next_check +
- * lead. The ISSUE stream is the same on every rank, so all adopt it at the same step. */
+ * of step next_check - 1 and the measurements since the last plan; a changed plan becomes the
+ * next version, adopted from next_check + lead. CPU: through the exchange (the same verdict on
+ * every rank); GPU: locally from the stream alone. */
 static void replan(srv_job *j, srv_plan *pl) {
   char err[256];
   plan_ver nv;
   uint64_t at = pl->next_check;
-  pl->next_check += SRV_PLAN_REPLAN_STEPS;
+  pl->next_check += pl->every;
   plan_ver *cur = &pl->v[pl->nv - 1];
+  if (!j->d->gpu) {
+    if (pl->xpending || start_xchg(j, pl, at, &cur->plan) != 0)
+      LOG_WARN("job '%s': re-planning at step %llu skipped (%s) on this rank", j->id.name,
+               (unsigned long long)at, pl->xpending ? "previous exchange" : "out of memory");
+    return;
+  }
   fgb_status st = build_plan(j, pl, &cur->plan, at, &nv, err, sizeof(err));
   pl->nlast = 0;
   if (st != FGB_OK) {
@@ -194,15 +479,7 @@ static void replan(srv_job *j, srv_plan *pl) {
     ver_free(&nv);
     return;
   }
-  if (pl->nv == 2) {
-    ver_free(&pl->v[0]);
-    pl->v[0] = pl->v[1];
-    pl->nv = 1;
-  }
-  pl->v[pl->nv++] = nv;
-  LOG_INFO("job '%s': %s re-planned at step %llu: plan v%llu, %u buffers, from step %llu",
-           j->id.name, j->policy, (unsigned long long)at, (unsigned long long)nv.plan.version,
-           nv.plan.nbuffers, (unsigned long long)nv.plan.first_step);
+  adopt(j, pl, &nv, at, "backward order drifted");
 }
 
 /* Take the buffer's members in plan order in place of the event's single key. */
@@ -219,18 +496,15 @@ static int rewrite_issue(const sched_plan *p, coord_event *ev, uint32_t b) {
 
 int srv_plan_on_issue(srv_job *j, coord_event *ev) {
   if (!srv_plan_policy(j->policy) || ev->ntensors != 1) return 0;
-  srv_plan *pl = j->plan;
-  if (!pl) {
-    if (!(pl = j->plan = calloc(1, sizeof(*pl)))) return 0;
-    pl->ops = sched_find(j->policy);
-  }
+  srv_plan *pl = plan_get(j);
+  if (!pl) return 0;
   uint32_t key = ev->tensor_keys[0];
   if (!pl->started) {
     pl->started = 1;
     pl->s0 = ev->step;
   }
-  if (pl->state == 0) {
-    uint64_t agreed = pl->s0 + SRV_PLAN_WARMUP_STEPS;
+  if (pl->state == 0 && !pl->xpending) {
+    uint64_t agreed = pl->s0 + pl->warmup;
     if (ev->step < agreed) {
       if (push_key(&pl->seen, &pl->nseen, &pl->seencap, key) != 0 ||
           (ev->step + 1 == agreed && push_key(&pl->last, &pl->nlast, &pl->lastcap, key) != 0)) {
@@ -239,27 +513,33 @@ int srv_plan_on_issue(srv_job *j, coord_event *ev) {
       }
       return 0;
     }
+    if (pl->ops->flags & SCHED_REPLANS) pl->next_check = agreed + pl->every;
+    if (!j->d->gpu) {
+      if (start_xchg(j, pl, agreed, NULL) != 0) {
+        pl->state = -1;
+        LOG_ERROR("job '%s': out of memory starting the planning exchange: tensors travel alone",
+                  j->id.name);
+      }
+      return 0; /* this step runs as "none"; the plan starts at agreed + lead */
+    }
     char err[256];
-    fgb_status st = build_plan(j, pl, NULL, agreed, &pl->v[0], err, sizeof(err));
+    plan_ver nv;
+    fgb_status st = build_plan(j, pl, NULL, agreed, &nv, err, sizeof(err));
     pl->state = st == FGB_OK ? 1 : -1;
     pl->nlast = 0;
-    if (st != FGB_OK) {
+    if (st != FGB_OK)
       LOG_ERROR("job '%s': policy %s could not plan (%s): tensors travel alone", j->id.name,
                 j->policy, err);
-    } else {
-      pl->nv = 1;
-      if (pl->ops->flags & SCHED_REPLANS) pl->next_check = agreed + SRV_PLAN_REPLAN_STEPS;
-      LOG_INFO("job '%s': %s plan v%llu, %u buffers for %u tensors, from step %llu", j->id.name,
-               j->policy, (unsigned long long)pl->v[0].plan.version, pl->v[0].plan.nbuffers,
-               pl->v[0].plan.ntensors, (unsigned long long)pl->v[0].plan.first_step);
-    }
+    else
+      adopt(j, pl, &nv, agreed, "first plan, default costs");
   }
-  if (pl->state != 1) return 0;
-  if (pl->next_check) {
+  if (pl->state != 1 && !pl->xpending) return 0;
+  if (pl->next_check && pl->nv > 0) {
     if (ev->step + 1 == pl->next_check && push_key(&pl->last, &pl->nlast, &pl->lastcap, key) != 0)
       pl->nlast = 0; /* out of memory: this re-plan sees fewer tensors, on this rank only */
     if (ev->step >= pl->next_check) replan(j, pl);
   }
+  if (pl->fail_from && ev->step >= pl->fail_from) return 0;
   const plan_ver *v = NULL;
   for (int i = pl->nv - 1; i >= 0 && !v; i--)
     if (ev->step >= pl->v[i].plan.first_step) v = &pl->v[i];
@@ -299,11 +579,6 @@ uint64_t srv_plan_buffers_issued(const srv_job *j) {
   return j->plan ? j->plan->issued : 0;
 }
 
-size_t srv_plan_status_json(const srv_job *j, char *buf, size_t cap) {
-  const srv_plan *pl = j->plan;
-  return sched_plan_status_json(pl && pl->state == 1 ? &pl->v[pl->nv - 1].plan : NULL, buf, cap);
-}
-
 void srv_plan_free(srv_job *j) {
   srv_plan *pl = j->plan;
   if (!pl) return;
@@ -311,6 +586,10 @@ void srv_plan_free(srv_job *j) {
   free(pl->seen);
   free(pl->last);
   free(pl->holds);
+  for (int s = 0; s < RT_SLOTS; s++) free(pl->rt[s].t);
+  defer_free(pl);
+  free(pl->in_ids);
+  free(pl->in_ready);
   free(pl);
   j->plan = NULL;
 }
@@ -324,6 +603,59 @@ static void tput(char *buf, size_t cap, size_t *off, const char *fmt, ...) {
   int w = vsnprintf(*off < cap ? buf + *off : NULL, *off < cap ? cap - *off : 0, fmt, ap);
   va_end(ap);
   if (w > 0) *off += (size_t)w;
+}
+
+static const char *const cost_names[] = {"allreduce", "allgather", "encode", "decode"};
+
+/* The agreed inputs as a JSON object (appended like tput). Numbers print with 17 digits: the
+ * agreed doubles are the same bits on every rank, so the text is too. */
+static void inputs_json(const srv_plan *pl, char *buf, size_t cap, size_t *off) {
+  const sched_costs *c = &pl->in_costs;
+  tput(buf, cap, off, "{\"step\":%llu,\"why\":\"%s\",\"measured\":[",
+       (unsigned long long)pl->in_step, pl->in_why);
+  for (int k = 0, n = 0; k < 4; k++)
+    if (pl->in_have & (1u << k)) tput(buf, cap, off, "%s\"%s\"", n++ ? "," : "", cost_names[k]);
+  tput(buf, cap, off,
+       "],\"costs\":{\"ar_alpha\":%.17g,\"ar_beta\":%.17g,\"ag_alpha\":%.17g,\"ag_beta\":%.17g,"
+       "\"comp_alpha\":%.17g,\"comp_beta\":%.17g,\"dec_alpha\":%.17g,\"dec_beta\":%.17g},"
+       "\"ready_s\":",
+       c->ar_alpha, c->ar_beta, c->ag_alpha, c->ag_beta, c->comp_alpha, c->comp_beta, c->dec_alpha,
+       c->dec_beta);
+  if (!pl->in_ready) {
+    tput(buf, cap, off, "null}");
+    return;
+  }
+  tput(buf, cap, off, "{");
+  for (uint32_t i = 0; i < pl->in_n; i++) {
+    double r = pl->in_ready[i];
+    if (isfinite(r))
+      tput(buf, cap, off, "%s\"%u\":%.17g", i ? "," : "", pl->in_ids[i], r);
+    else
+      tput(buf, cap, off, "%s\"%u\":null", i ? "," : "", pl->in_ids[i]);
+  }
+  tput(buf, cap, off, "}}");
+}
+
+size_t srv_plan_status_json(const srv_job *j, char *buf, size_t cap) {
+  const srv_plan *pl = j->plan;
+  const sched_plan *p = pl && pl->state == 1 && pl->nv > 0 ? &pl->v[pl->nv - 1].plan : NULL;
+  size_t need = sched_plan_status_json(p, NULL, 0);
+  if (!p) return sched_plan_status_json(NULL, buf, cap);
+  char *plan = malloc(need + 1);
+  if (!plan) return sched_plan_status_json(NULL, buf, cap);
+  sched_plan_status_json(p, plan, need + 1);
+  size_t off = 0;
+  if (cap) buf[0] = 0;
+  /* The plan object, less its closing brace, then the inputs it was planned from. */
+  tput(buf, cap, &off, "%.*s,\"fallback_from_step\":%llu,\"inputs\":", (int)(need - 1), plan,
+       (unsigned long long)pl->fail_from);
+  if (pl->has_in)
+    inputs_json(pl, buf, cap, &off);
+  else
+    tput(buf, cap, &off, "null");
+  tput(buf, cap, &off, "}");
+  free(plan);
+  return off;
 }
 
 size_t srv_plan_status_text(const srv_job *j, char *buf, size_t cap) {
@@ -344,6 +676,24 @@ size_t srv_plan_status_text(const srv_job *j, char *buf, size_t cap) {
        "    plan v%llu (%s) from step %llu: %u buffers, %u tensors; %llu buffers issued\n",
        (unsigned long long)p->version, p->policy, (unsigned long long)p->first_step, p->nbuffers,
        p->ntensors, (unsigned long long)pl->issued);
+  if (pl->fail_from)
+    tput(buf, cap, &off,
+         "      planning failed: tensors travel alone from step %llu (see the log)\n",
+         (unsigned long long)pl->fail_from);
+  if (pl->has_in) {
+    const sched_costs *c = &pl->in_costs;
+    const double ab[4][2] = {{c->ar_alpha, c->ar_beta},
+                             {c->ag_alpha, c->ag_beta},
+                             {c->comp_alpha, c->comp_beta},
+                             {c->dec_alpha, c->dec_beta}};
+    tput(buf, cap, &off, "      inputs agreed at step %llu (%s), ready times %s:\n",
+         (unsigned long long)pl->in_step, pl->in_why,
+         pl->in_ready ? "measured (worst rank)" : "not measured on every rank");
+    for (int k = 0; k < 4; k++)
+      tput(buf, cap, &off, "        %-9s %.2f us + %.4g ns per %s (%s)\n", cost_names[k],
+           ab[k][0] * 1e6, ab[k][1] * 1e9, k < 2 ? "byte" : "element",
+           pl->in_have & (1u << k) ? "measured, worst rank" : "default");
+  }
   tput(buf, cap, &off,
        "      (buffers run as merge buffers; members with a compressor are compressed per tensor "
        "inside them: the plan's compress/k is not executed yet)\n");

@@ -19,6 +19,7 @@
 /* Steps between the agreed step and the plan's first step. */
 #define SRV_PLAN_LEAD 2
 
+struct srv;
 struct srv_job;
 struct srv_tensor;
 struct coord_event;
@@ -36,6 +37,21 @@ int srv_plan_policy(const char *name);
  * member of the plan buffer it completed (tensor_keys in plan order, the event's seq). A job
  * whose plan fails is logged and falls back to per-tensor ISSUEs on every rank alike. */
 int srv_plan_on_issue(struct srv_job *j, struct coord_event *ev);
+
+/* A tensor of the job became ready locally for `step` (submit on CPU, the client's event seen
+ * complete on GPU): its time feeds the ready times this rank contributes to the next plan. */
+void srv_plan_on_ready(struct srv_job *j, const struct srv_tensor *t, uint64_t step,
+                       uint64_t now_us);
+
+/* Called for every agreed ISSUE before anything else: 1 when it must wait (a planning exchange
+ * decides the plan of its step, or an earlier ISSUE of the job waits): it is copied and replayed
+ * through srv_issue_event, in order, once the exchange is back. */
+int srv_plan_defer(struct srv_job *j, const struct coord_event *ev);
+/* events.c: run an agreed ISSUE of the job (plan holds, then the engine). */
+void srv_issue_event(struct srv *d, struct srv_job *j, struct coord_event *ev);
+/* The engine finished the job's ENG_XCHG item: adopt its verdict, replay deferred ISSUEs. */
+struct eng_item;
+void srv_plan_xchg_done(struct srv_job *j, struct eng_item *it);
 
 /* Plan buffers of the job handed to the engine as one item so far. */
 uint64_t srv_plan_buffers_issued(const struct srv_job *j);

@@ -104,6 +104,7 @@ void srv_fail_pending(srv_job *j, int code, const char *text, const srv_tensor *
 /* Report readiness of (tensor, step) once the job formed and the tensor has its job-wide key;
  * until then it waits (srv_report_waiting). Returns 1 when reported. */
 static int report_ready(srv *d, srv_job *j, srv_tensor *t, uint64_t step) {
+  srv_plan_on_ready(j, t, step, srv_now_us()); /* measured ready time (static policies) */
   if (!t->key_known || !j->formed) return 0;
   fgb_status st = coord_ready(d->coord, &j->id, step, &t->key, 1);
   if (st != FGB_OK)

@@ -1,0 +1,150 @@
+/* daemon/eng_plan.c — timed samples of what the engine ran (per job), their fit, and the planning
+ * exchange item (see eng_plan.h). The samples come from the engine's own clock around the calls it
+ * makes, so they include the polling delay a real buffer sees. */
+#include "eng_plan.h"
+
+#include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cost.h"
+
+#define EPS_KEEP                                                                   \
+  128 /* most recent samples kept per kind: the fit follows the job's recent state \
+       */
+
+struct eng_stats {
+  sched_sample s[EPS_KINDS][EPS_KEEP];
+  uint32_t n[EPS_KINDS], next[EPS_KINDS];
+};
+
+double eng_now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+eng_stats *eng_stats_new(void) {
+  return calloc(1, sizeof(eng_stats));
+}
+
+void eng_stats_free(eng_stats *s) {
+  free(s);
+}
+
+void eng_stats_add(eng_stats *s, int kind, double x, double seconds) {
+  if (!s || kind < 0 || kind >= EPS_KINDS || !(x > 0) || !isfinite(x) || !(seconds >= 0) ||
+      !isfinite(seconds))
+    return;
+  s->s[kind][s->next[kind]] = (sched_sample){x, seconds};
+  s->next[kind] = (s->next[kind] + 1) % EPS_KEEP;
+  if (s->n[kind] < EPS_KEEP) s->n[kind]++;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* One size only: no slope can be fitted; cost per unit through the origin (median). */
+static void fit_one_size(const sched_sample *v, uint32_t n, double *alpha, double *beta) {
+  double r[EPS_KEEP];
+  for (uint32_t i = 0; i < n; i++) r[i] = v[i].seconds / v[i].x;
+  qsort(r, n, sizeof(double), cmp_d);
+  *alpha = 0;
+  *beta = n % 2 ? r[n / 2] : 0.5 * (r[n / 2 - 1] + r[n / 2]);
+}
+
+uint32_t eng_stats_fit(const eng_stats *s, sched_costs *c) {
+  uint32_t have = 0;
+  if (!s) return 0;
+  double *ab[EPS_KINDS][2] = {{&c->ar_alpha, &c->ar_beta},
+                              {&c->ag_alpha, &c->ag_beta},
+                              {&c->comp_alpha, &c->comp_beta},
+                              {&c->dec_alpha, &c->dec_beta}};
+  for (int k = 0; k < EPS_KINDS; k++) {
+    uint32_t n = s->n[k];
+    if (n == 0) continue;
+    double a, b;
+    char err[128];
+    if (sched_fit_linear(s->s[k], n, &a, &b, err, sizeof(err)) != FGB_OK)
+      fit_one_size(s->s[k], n, &a, &b);
+    if (!isfinite(a) || !isfinite(b) || a < 0 || b < 0) continue;
+    *ab[k][0] = a;
+    *ab[k][1] = b;
+    have |= 1u << k;
+  }
+  return have;
+}
+
+/* Allgather `bytes` per rank to completion (host memory). */
+static fgb_status gather(const comm_ops *ops, comm *c, const void *mine, void *all, size_t bytes,
+                         int (*cancel)(void *), void *cancel_ud, int *wedged, char *err,
+                         size_t errlen) {
+  comm_req *req = NULL;
+  fgb_status st = ops->allgather(c, mine, all, bytes, &req, err, errlen);
+  if (st != FGB_OK) return st;
+  unsigned spins = 0, sleep_us = 1;
+  for (;;) {
+    int r = ops->test(req, err, errlen);
+    if (r > 0) return FGB_OK;
+    if (r < 0) return FGB_EIO;
+    if (cancel && cancel(cancel_ud)) {
+      *wedged = 1; /* the transport may still write into `all`: never freed */
+      snprintf(err, errlen, "engine stopped during the planning exchange");
+      return FGB_EIO;
+    }
+    if (spins < 1000) {
+      sched_yield();
+      spins++;
+    } else {
+      struct timespec ts = {0, (long)sleep_us * 1000};
+      nanosleep(&ts, NULL);
+      if (sleep_us < 64) sleep_us *= 2;
+    }
+  }
+}
+
+void eng_run_xchg(const comm_ops *ops, comm *c, int size, eng_stats *stats, eng_item *it,
+                  int (*cancel)(void *), void *cancel_ud) {
+  eng_xchg *x = it->xchg;
+  if (!x || !x->fill || !x->agree || x->bytes == 0 || x->bytes > (64u << 20) || size < 1) {
+    it->status = FGB_EINVAL;
+    snprintf(it->err, sizeof(it->err), "planning exchange: bad item");
+    return;
+  }
+  sched_costs m;
+  memset(&m, 0, sizeof(m));
+  uint32_t have = eng_stats_fit(stats, &m);
+  uint8_t *mine = calloc(1, x->bytes);
+  uint8_t *all = calloc((size_t)size, x->bytes);
+  uint64_t *digests = calloc((size_t)size + 1, sizeof(uint64_t));
+  int wedged = 0;
+  if (!mine || !all || !digests) {
+    it->status = FGB_ENOMEM;
+    snprintf(it->err, sizeof(it->err), "out of memory for the planning exchange");
+    goto out;
+  }
+  x->fill(x->ud, &m, have, mine);
+  it->status =
+      gather(ops, c, mine, all, x->bytes, cancel, cancel_ud, &wedged, it->err, sizeof(it->err));
+  if (it->status != FGB_OK) goto out;
+  it->bytes_sent += x->bytes;
+  it->bytes_received += x->bytes * (uint64_t)size;
+  digests[size] = x->agree(x->ud, all, size);
+  it->status = gather(ops, c, &digests[size], digests, sizeof(uint64_t), cancel, cancel_ud, &wedged,
+                      it->err, sizeof(it->err));
+  if (it->status != FGB_OK) goto out;
+  x->digest_equal = 1;
+  for (int r = 1; r < size; r++)
+    if (digests[r] != digests[0]) x->digest_equal = 0;
+out:
+  if (!wedged) {
+    free(mine);
+    free(all);
+    free(digests);
+  }
+}

@@ -1,0 +1,36 @@
+/* daemon/eng_plan.h — the engine's half of measured planning: per job, timed samples of the
+ * collectives and compressor calls the engine ran (fitted to alpha + beta * x on demand), and the
+ * ENG_XCHG item that exchanges planning inputs across the job's ranks in the world order and runs
+ * the loop's agreement on them (docs/scheduling.md, "Measured planning inputs"). Engine thread. */
+#ifndef FGB_SRV_ENG_PLAN_H
+#define FGB_SRV_ENG_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "policy.h"
+#include "transport.h"
+
+/* What a sample times (also the bits of eng_fit's `have` mask). */
+enum { EPS_ALLREDUCE = 0, EPS_ALLGATHER, EPS_ENCODE, EPS_DECODE, EPS_KINDS };
+
+typedef struct eng_stats eng_stats;
+
+eng_stats *eng_stats_new(void);
+void eng_stats_free(eng_stats *s);
+/* Record one timed call: x = bytes per rank (collectives) or elements (encode; decode: P * k). */
+void eng_stats_add(eng_stats *s, int kind, double x, double seconds);
+/* Fit every kind with samples (the most recent EPS_KEEP per kind): sched_fit_linear when two
+ * sizes were seen, else alpha = 0 and beta = the median seconds per unit. Kinds without samples
+ * keep what *c holds; bit k of the result says kind k was measured. */
+uint32_t eng_stats_fit(const eng_stats *s, sched_costs *c);
+
+/* Seconds on a monotonic clock (engine timings). */
+double eng_now_s(void);
+
+/* Run an ENG_XCHG item on the job's communicator (host memory; see engine.h's eng_xchg). */
+void eng_run_xchg(const comm_ops *ops, comm *c, int size, eng_stats *stats, eng_item *it,
+                  int (*cancel)(void *), void *cancel_ud);
+
+#endif
