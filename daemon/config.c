@@ -17,7 +17,7 @@
 static const char usage[] =
     "usage: fgbuffd --device cpu [--runtime-dir DIR] [--log-level debug|info|warn|error]\n"
     "               [--stall-timeout-ms N] [--policy NAME] [--allow-uid UID]... [--cp-addr HOST]\n"
-    "               [--rendezvous HOST:PORT --rank R --world N]\n"
+    "               [--rendezvous HOST:PORT --rank R --world N [--secret-file F]]\n"
     "CPU daemons run under a launcher: mpirun -np N fgbuffd --device cpu\n";
 
 static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
@@ -54,6 +54,35 @@ int srv_policy_check(const char *name, char *err, size_t errlen) {
   return 0;
 }
 
+#ifdef FGBUFF_HAVE_CUDA
+/* A GPU world formed by --rendezvous needs a rank and a world size that fit; the shared secret file
+ * comes from the flag or $FGBUFF_WORLD_SECRET_FILE (read in main, so a bad file is named there). */
+static int rendezvous_check(srv_config *cfg, char *err, size_t errlen) {
+  const char *env = getenv("FGBUFF_WORLD_SECRET_FILE");
+  if (!cfg->rendezvous[0]) {
+    if (cfg->rank < 0 && cfg->world < 0 && !cfg->secret_file[0]) return 0;
+    snprintf(err, errlen, "--rank/--world/--secret-file need --rendezvous HOST:PORT (or mpirun)");
+    return 2;
+  }
+  if (cfg->rank < 0 || cfg->world < 1) {
+    snprintf(err, errlen, "--rendezvous needs --rank R and --world N");
+    return 2;
+  }
+  if (cfg->rank >= cfg->world) {
+    snprintf(err, errlen, "--rank %d: not below --world %d", cfg->rank, cfg->world);
+    return 2;
+  }
+  if (!cfg->secret_file[0] && env && *env) {
+    if (strlen(env) >= sizeof(cfg->secret_file)) {
+      snprintf(err, errlen, "FGBUFF_WORLD_SECRET_FILE: path too long");
+      return 2;
+    }
+    snprintf(cfg->secret_file, sizeof(cfg->secret_file), "%s", env);
+  }
+  return 0;
+}
+#endif
+
 int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t errlen) {
   memset(cfg, 0, sizeof(*cfg));
   cfg->log_level = SRV_LOG_INFO;
@@ -61,7 +90,21 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
   snprintf(cfg->default_policy, sizeof(cfg->default_policy), "none");
   cfg->rank = -1;
   cfg->world = -1;
-  enum { O_DEVICE = 1, O_RTDIR, O_LOG, O_STALL, O_POLICY, O_ALLOW, O_RDV, O_RANK, O_WORLD, O_CP };
+  cfg->plan_warmup_steps = SRV_PLAN_WARMUP_STEPS;
+  cfg->replan_steps = SRV_PLAN_REPLAN_STEPS;
+  enum {
+    O_DEVICE = 1,
+    O_RTDIR,
+    O_LOG,
+    O_STALL,
+    O_POLICY,
+    O_ALLOW,
+    O_RDV,
+    O_RANK,
+    O_WORLD,
+    O_CP,
+    O_SECRET
+  };
   static const struct option opts[] = {{"device", required_argument, 0, O_DEVICE},
                                        {"runtime-dir", required_argument, 0, O_RTDIR},
                                        {"log-level", required_argument, 0, O_LOG},
@@ -72,6 +115,7 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
                                        {"rank", required_argument, 0, O_RANK},
                                        {"world", required_argument, 0, O_WORLD},
                                        {"cp-addr", required_argument, 0, O_CP},
+                                       {"secret-file", required_argument, 0, O_SECRET},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   opterr = 0;
@@ -130,6 +174,10 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
         if (!*optarg || strlen(optarg) >= sizeof(cfg->cp_addr)) goto bad_value;
         snprintf(cfg->cp_addr, sizeof(cfg->cp_addr), "%s", optarg);
         break;
+      case O_SECRET:
+        if (!*optarg || strlen(optarg) >= sizeof(cfg->secret_file)) goto bad_value;
+        snprintf(cfg->secret_file, sizeof(cfg->secret_file), "%s", optarg);
+        break;
       case ':':
         snprintf(err, errlen, "%s needs a value\n%s", argv[optind - 1], usage);
         return 2;
@@ -151,7 +199,8 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
     return 2;
   }
 #ifdef FGBUFF_HAVE_CUDA
-  if (strncmp(cfg->device, "cuda:", 5) == 0 && cfg->device[5]) return 0; /* bound in main */
+  if (strncmp(cfg->device, "cuda:", 5) == 0 && cfg->device[5]) /* bound in main */
+    return rendezvous_check(cfg, err, errlen);
 #endif
   if (strcmp(cfg->device, "cpu") != 0) {
     if (strncmp(cfg->device, "cuda:", 5) == 0)
@@ -161,10 +210,10 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
                cfg->device);
     return 2;
   }
-  if (cfg->rendezvous[0] || cfg->rank >= 0 || cfg->world >= 0) {
+  if (cfg->rendezvous[0] || cfg->rank >= 0 || cfg->world >= 0 || cfg->secret_file[0]) {
     snprintf(err, errlen,
-             "--rendezvous/--rank/--world: the CPU data path runs on MPI; start CPU daemons with "
-             "mpirun; --rendezvous is for GPU worlds");
+             "--rendezvous/--rank/--world/--secret-file: the CPU data path runs on MPI; start CPU "
+             "daemons with mpirun; --rendezvous is for GPU worlds");
     return 2;
   }
   return 0;
@@ -213,10 +262,14 @@ fgb_status srv_config_get(const srv_config *cfg, const char *key, char *val, siz
     snprintf(val, vallen, "%llu", (unsigned long long)cfg->stall_timeout_ms);
   else if (strcmp(key, "default_policy") == 0)
     snprintf(val, vallen, "%s", cfg->default_policy);
+  else if (strcmp(key, "plan_warmup_steps") == 0)
+    snprintf(val, vallen, "%u", cfg->plan_warmup_steps);
+  else if (strcmp(key, "replan_steps") == 0)
+    snprintf(val, vallen, "%u", cfg->replan_steps);
   else {
     snprintf(err, errlen,
              "key: unknown setting '%.64s' (log_level, stall_timeout_ms, "
-             "default_policy)",
+             "default_policy, plan_warmup_steps, replan_steps)",
              key);
     return FGB_ENOTFOUND;
   }
@@ -248,10 +301,24 @@ fgb_status srv_config_set(srv_config *cfg, const char *key, const char *val, cha
       return k < 0 ? FGB_ENOTSUP : FGB_EINVAL;
     }
     snprintf(cfg->default_policy, sizeof(cfg->default_policy), "%s", val);
+  } else if (strcmp(key, "plan_warmup_steps") == 0 || strcmp(key, "replan_steps") == 0) {
+    /* Static-policy jobs agree these across their ranks (plan_exec.c): every rank's value goes
+     * into the job's planning exchange and the largest is applied at the agreed step. */
+    int warm = key[0] == 'p';
+    uint64_t v, lo = warm ? SRV_PLAN_MIN_WARMUP : SRV_PLAN_MIN_REPLAN;
+    if (parse_u64(val, SRV_PLAN_MAX_STEPS, &v) || v < lo) {
+      snprintf(err, errlen, "value: %s '%.64s' is not in %llu..%u", key, val,
+               (unsigned long long)lo, SRV_PLAN_MAX_STEPS);
+      return FGB_EINVAL;
+    }
+    if (warm)
+      cfg->plan_warmup_steps = (uint32_t)v;
+    else
+      cfg->replan_steps = (uint32_t)v;
   } else {
     snprintf(err, errlen,
              "key: unknown setting '%.64s' (log_level, stall_timeout_ms, "
-             "default_policy)",
+             "default_policy, plan_warmup_steps, replan_steps)",
              key);
     return FGB_ENOTFOUND;
   }

@@ -1,6 +1,7 @@
-/* daemon/main.c — fgbuffd: command line, MPI bootstrap (world, local index, control-plane
- * addresses), the loop thread (this thread after bootstrap) and the engine thread, signals and an
- * orderly shutdown. See docs/architecture.md for the design and docs/protocol.md for the wire. */
+/* daemon/main.c — fgbuffd: command line, bootstrap (world, local index, control-plane addresses
+ * and secret: by MPI under a launcher, or by --rendezvous without MPI for GPU daemons), the loop
+ * thread (this thread after bootstrap) and the engine thread, signals and an orderly shutdown.
+ * See docs/architecture.md for the design and docs/protocol.md for the wire. */
 #include <mpi.h>
 #include <pthread.h>
 #include <signal.h>
@@ -16,10 +17,14 @@
 #include "engine.h"
 #include "log.h"
 #include "plan_exec.h"
+#include "rendezvous.h"
 #include "transport.h"
 #ifdef FGBUFF_HAVE_CUDA
 #include "gpu_srv.h"
 #endif
+
+/* How long a rendezvous daemon waits for its world (systemd restarts it after a failure). */
+#define SRV_RDV_TIMEOUT_MS 300000
 
 uint64_t srv_now_ms(void) {
   struct timespec t;
@@ -77,20 +82,39 @@ static void *finalize_watchdog(void *arg) {
   return NULL;
 }
 
-static int mpi_bootstrap(srv *d) {
+/* What either bootstrap gives the rest of main: the world (in srv), the control-plane addresses
+ * and the world's secret. MPI worlds abort through MPI on error; rendezvous worlds just exit. */
+typedef struct boot {
+  int mpi; /* 1: MPI was initialised (MPI_Abort on errors, MPI_Finalize at exit) */
+  char addr[CTRL_ADDR_MAX];
+  char *addrs; /* world_size x CTRL_ADDR_MAX */
+  uint8_t token[CTRL_TOKEN];
+} boot;
+
+/* A bootstrap failure: the whole MPI world goes down with us; a rendezvous daemon exits 1 (its
+ * peers see the control plane close) without the CUDA runtime's exit-time teardown (see below). */
+static int fail(const boot *b) {
+  if (b->mpi) MPI_Abort(MPI_COMM_WORLD, 1);
+  fflush(NULL);
+  _exit(1);
+}
+
+/* Under a launcher: world and local index from MPI, addresses by MPI_Allgather, the secret (random
+ * on rank 0) by MPI_Bcast. */
+static int boot_mpi(srv *d, boot *b, char *err, size_t errlen) {
   int provided = 0;
   if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
-    fprintf(stderr, "fgbuffd: MPI_Init_thread failed (start CPU daemons with mpirun)\n");
+    snprintf(err, errlen, "MPI_Init_thread failed (start CPU daemons with mpirun)");
     return -1;
   }
   if (provided < MPI_THREAD_SERIALIZED) {
-    fprintf(stderr,
-            "fgbuffd: this MPI provides thread level %d; fgbuffd needs "
-            "MPI_THREAD_SERIALIZED (%d)\n",
-            provided, MPI_THREAD_SERIALIZED);
+    snprintf(err, errlen,
+             "this MPI provides thread level %d; fgbuffd needs MPI_THREAD_SERIALIZED (%d)",
+             provided, MPI_THREAD_SERIALIZED);
     MPI_Finalize();
     return -1;
   }
+  b->mpi = 1;
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &d->world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &d->world_size);
@@ -101,7 +125,49 @@ static int mpi_bootstrap(srv *d) {
     MPI_Comm_rank(node, &d->local_index);
     MPI_Comm_free(&node);
   }
+  /* Control-plane addresses are exchanged on this thread before the engine takes over MPI. */
+  b->addrs = calloc((size_t)d->world_size, CTRL_ADDR_MAX);
+  if (!b->addrs) return snprintf(err, errlen, "out of memory"), -1;
+  if (srv_ctrl_listen(d, b->addr, err, errlen) != FGB_OK) return -1;
+  if (MPI_Allgather(b->addr, CTRL_ADDR_MAX, MPI_CHAR, b->addrs, CTRL_ADDR_MAX, MPI_CHAR,
+                    MPI_COMM_WORLD) != MPI_SUCCESS)
+    return snprintf(err, errlen, "control plane bootstrap failed: MPI_Allgather"), -1;
+  if (d->world_rank == 0 && getrandom(b->token, CTRL_TOKEN, 0) != (ssize_t)CTRL_TOKEN)
+    return snprintf(err, errlen, "getrandom failed"), -1;
+  if (MPI_Bcast(b->token, CTRL_TOKEN, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+    return snprintf(err, errlen, "control plane bootstrap failed: MPI_Bcast"), -1;
   return 0;
+}
+
+/* systemd-style (GPU daemons, no MPI at all): world from the flags, addresses, hostnames and the
+ * secret through the rendezvous; the local index is our position among the ranks on our host. */
+static int boot_rdv(srv *d, boot *b, char *err, size_t errlen) {
+  uint8_t key[RDV_KEY];
+  char host[RDV_HOST_MAX], kerr[256];
+  if (d->cfg.secret_file[0] &&
+      srv_rdv_read_key(d->cfg.secret_file, key, kerr, sizeof(kerr)) != FGB_OK)
+    return snprintf(err, errlen, "--secret-file: %s", kerr), -1;
+  d->world_rank = d->cfg.rank;
+  d->world_size = d->cfg.world;
+  if (gethostname(host, sizeof(host)) != 0) snprintf(host, sizeof(host), "localhost");
+  host[sizeof(host) - 1] = 0;
+  b->addrs = calloc((size_t)d->world_size, CTRL_ADDR_MAX);
+  char *hosts = calloc((size_t)d->world_size, RDV_HOST_MAX);
+  if (!b->addrs || !hosts) return free(hosts), snprintf(err, errlen, "out of memory"), -1;
+  if (srv_ctrl_listen(d, b->addr, err, errlen) != FGB_OK) return free(hosts), -1;
+  LOG_INFO("rendezvous: rank %d of %d at %s%s, waiting up to %d s", d->world_rank, d->world_size,
+           d->cfg.rendezvous, d->cfg.secret_file[0] ? " (keyed)" : "", SRV_RDV_TIMEOUT_MS / 1000);
+  srv_rdv_args a = {.hostport = d->cfg.rendezvous,
+                    .rank = d->world_rank,
+                    .world = d->world_size,
+                    .addr = b->addr,
+                    .host = host,
+                    .key = d->cfg.secret_file[0] ? key : NULL,
+                    .timeout_ms = SRV_RDV_TIMEOUT_MS};
+  fgb_status st = srv_rdv_exchange(&a, b->addrs, hosts, b->token, err, errlen);
+  if (st == FGB_OK) d->local_index = srv_rdv_local_index(hosts, d->world_size, d->world_rank);
+  free(hosts);
+  return st == FGB_OK ? 0 : -1;
 }
 
 int main(int argc, char **argv) {
@@ -119,38 +185,18 @@ int main(int argc, char **argv) {
     return 1;
   }
   signal(SIGPIPE, SIG_IGN);
-  if (mpi_bootstrap(&d) != 0) return 1;
+  d.loop = uv_default_loop();
+  boot b = {0};
+  if ((d.cfg.rendezvous[0] ? boot_rdv : boot_mpi)(&d, &b, err, sizeof(err)) != 0) {
+    LOG_ERROR("%s", err);
+    return fail(&b);
+  }
   srv_log_set_rank(d.world_rank);
   d.start_ms = srv_now_ms();
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   d.daemon_id = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16) ^
                 (uint64_t)d.world_rank;
-  d.loop = uv_default_loop();
-
-  /* Control-plane addresses are exchanged on this thread before the engine takes over MPI. */
-  char addr[CTRL_ADDR_MAX];
-  memset(addr, 0, sizeof(addr));
-  char *addrs = calloc((size_t)d.world_size, CTRL_ADDR_MAX);
-  if (!addrs || srv_ctrl_listen(&d, addr, err, sizeof(err)) != FGB_OK ||
-      MPI_Allgather(addr, CTRL_ADDR_MAX, MPI_CHAR, addrs, CTRL_ADDR_MAX, MPI_CHAR,
-                    MPI_COMM_WORLD) != MPI_SUCCESS) {
-    LOG_ERROR("control plane bootstrap failed: %s", addrs ? err : "out of memory");
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
-  }
-  /* The control plane's secret: random on rank 0, known to the world through MPI only. */
-  uint8_t token[CTRL_TOKEN] = {0};
-  if (d.world_rank == 0 && getrandom(token, sizeof(token), 0) != (ssize_t)sizeof(token)) {
-    LOG_ERROR("getrandom failed");
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
-  }
-  if (MPI_Bcast(token, CTRL_TOKEN, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
-    LOG_ERROR("control plane bootstrap failed: MPI_Bcast");
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
-  }
   coord_config cc = {.world_rank = d.world_rank,
                      .world_size = d.world_size,
                      .stall_ms = d.cfg.stall_timeout_ms,
@@ -160,17 +206,15 @@ int main(int argc, char **argv) {
   if (d.coord && strncmp(d.cfg.device, "cuda:", 5) == 0 &&
       srv_gpu_start(&d, d.coord, err, sizeof(err)) != FGB_OK) {
     LOG_ERROR("%s", err);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
+    return fail(&b);
   }
 #endif
   if (!d.coord) {
     LOG_ERROR("cannot create the coordinator");
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
+    return fail(&b);
   }
   if (srv_server_start(&d, err, sizeof(err)) != FGB_OK ||
-      srv_ctrl_connect(&d, addrs, token, err, sizeof(err)) != FGB_OK ||
+      srv_ctrl_connect(&d, b.addrs, b.token, err, sizeof(err)) != FGB_OK ||
 #ifdef FGBUFF_HAVE_CUDA
       (d.gpu ? srv_gpu_engine_start(&d, err, sizeof(err)) :
 #else
@@ -179,14 +223,13 @@ int main(int argc, char **argv) {
              eng_start(d.loop, &comm_mpi_ops, srv_engine_result, &d, &d.eng, err, sizeof(err))) !=
           FGB_OK) {
     LOG_ERROR("%s", err);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
+    return fail(&b);
   }
   LOG_INFO(
       "world rank %d of %d, local index %d, device %s, socket %s, control plane %s, "
       "leader %s",
-      d.world_rank, d.world_size, d.local_index, d.cfg.device, d.sock_path, addr, addrs);
-  free(addrs);
+      d.world_rank, d.world_size, d.local_index, d.cfg.device, d.sock_path, b.addr, b.addrs);
+  free(b.addrs);
 #ifdef FGBUFF_HAVE_CUDA
   if (d.gpu) srv_gpu_announce(&d);
 #endif
@@ -217,9 +260,11 @@ int main(int argc, char **argv) {
   coord_free(d.coord);
   free(d.tensors);
   uv_loop_close(d.loop);
-  pthread_t wd;
-  if (pthread_create(&wd, NULL, finalize_watchdog, NULL) == 0) pthread_detach(wd);
-  MPI_Finalize();
+  if (b.mpi) {
+    pthread_t wd;
+    if (pthread_create(&wd, NULL, finalize_watchdog, NULL) == 0) pthread_detach(wd);
+    MPI_Finalize();
+  }
   LOG_INFO("stopped");
 #ifdef FGBUFF_HAVE_CUDA
   /* The CUDA runtime's exit-time teardown can wait on an observer stream that waits forever on a

@@ -1,6 +1,7 @@
 #!/bin/bash
 # fgbuffd's command line: bad flags exit 2 with a message naming the problem (no MPI needed, the
-# checks come before MPI_Init); --help exits 0.
+# checks come before MPI_Init); a CPU daemon refuses --rendezvous (its data path is MPI); --help
+# exits 0.
 set -u
 bin="${FGBUFF_BIN_DIR:?}/daemon/fgbuffd"
 rc=0
@@ -21,6 +22,16 @@ check "--device is required"
 check "unknown option '--bogus'" --device cpu --bogus
 check "unknown device 'tpu'" --device tpu
 check "--rendezvous is for GPU worlds" --device cpu --rendezvous host:1234 --rank 0 --world 2
+check "--rendezvous is for GPU worlds" --device cpu --secret-file /dev/null
+check "--rendezvous: bad value 'nocolon'" --device cpu --rendezvous nocolon
+check "--rank: bad value 'x'" --device cpu --rank x
+check "--world: bad value '0'" --device cpu --world 0
+# A CUDA build checks a GPU world's flags before touching the GPU (a CPU-only build refuses cuda:).
+if ! "$bin" --device cuda:0 --rank 0 2>&1 | grep -q "only the CPU data path"; then
+  check "need --rendezvous HOST:PORT" --device cuda:0 --rank 0
+  check "--rendezvous needs --rank R and --world N" --device cuda:0 --rendezvous h:1 --world 2
+  check "--rank 2: not below --world 2" --device cuda:0 --rendezvous h:1 --rank 2 --world 2
+fi
 check "--log-level: bad value 'loud'" --device cpu --log-level loud
 check "--stall-timeout-ms: bad value '-1'" --device cpu --stall-timeout-ms -1
 check "--allow-uid: bad value 'bob'" --device cpu --allow-uid bob
