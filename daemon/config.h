@@ -1,0 +1,49 @@
+/* daemon/config.h — fgbuffd's settings: command line, environment defaults, the runtime directory,
+ * and the live-settable keys (ConfigGet/ConfigSet). */
+#ifndef FGB_SRV_CONFIG_H
+#define FGB_SRV_CONFIG_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "fgbuff/client.h"
+
+#define SRV_MAX_ALLOW_UIDS 16
+#define SRV_POLICY_MAX 32
+
+typedef struct srv_config {
+  char device[64]; /* "cpu" (the only data path so far) or "cuda:..." */
+  char runtime_dir[PATH_MAX - 32];
+  int log_level;
+  uint64_t stall_timeout_ms;
+  char default_policy[SRV_POLICY_MAX];
+  uid_t allow_uids[SRV_MAX_ALLOW_UIDS];
+  int nallow_uids;
+  char rendezvous[256]; /* HOST:PORT, GPU worlds only */
+  int rank, world;      /* with --rendezvous */
+  char cp_addr[128];    /* advertised control-plane host, "" = from gethostname() */
+  /* --secret-file or $FGBUFF_WORLD_SECRET_FILE ("" = none): the key of a --rendezvous world */
+  char secret_file[PATH_MAX / 4];
+} srv_config;
+
+/* Parse argv into cfg (defaults first). Returns 0, or 2 with a message in err for a bad command
+ * line (the caller prints it and exits 2), or 1 when --help was printed. */
+int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t errlen);
+
+/* Resolve the runtime directory (flag, $FGBUFF_RUNTIME_DIR, $XDG_RUNTIME_DIR/fgbuff,
+ * /tmp/fgbuff-<uid>) into cfg->runtime_dir and create it 0700 if missing. */
+fgb_status srv_config_runtime_dir(srv_config *cfg, char *err, size_t errlen);
+
+/* 1: a policy the daemon runs; 0: unknown name; -1: registered but not wired in (err says). */
+int srv_policy_check(const char *name, char *err, size_t errlen);
+
+/* Live settings: log_level, stall_timeout_ms, default_policy. Unknown key -> FGB_ENOTFOUND; a bad
+ * value -> FGB_EINVAL; err names the key or value. */
+fgb_status srv_config_get(const srv_config *cfg, const char *key, char *val, size_t vallen,
+                          char *err, size_t errlen);
+fgb_status srv_config_set(srv_config *cfg, const char *key, const char *val, char *err,
+                          size_t errlen);
+
+#endif
