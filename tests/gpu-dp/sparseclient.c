@@ -94,12 +94,23 @@ static uint64_t splitmix(uint64_t z) { /* the daemon's per-job seed (compress_pa
   return z ^ (z >> 31);
 }
 
-/* Value of the integer field `key` after `"name":"<job>"` in the status JSON, or -1. */
-static long long json_after(const char *js, const char *anchor, const char *key) {
-  const char *p = anchor ? strstr(js, anchor) : js;
-  if (!p) return -1;
-  p = strstr(p, key);
+/* Value of the integer field `key` anywhere in the status JSON (the first occurrence), or -1. */
+static long long json_after(const char *js, const char *key) {
+  const char *p = strstr(js, key);
   return p ? strtoll(p + strlen(key), NULL, 10) : -1;
+}
+
+/* The job key from the coordinator's part of the status: the entry that reads
+ * "name":"<job>","incarnation":N,"key":K (the daemon's own job entry has no key). */
+static long long job_key_of(const char *js, const char *job) {
+  char anchor[160];
+  snprintf(anchor, sizeof anchor, "\"name\":\"%s\",\"incarnation\":", job);
+  for (const char *p = strstr(js, anchor); p; p = strstr(p + 1, anchor)) {
+    char *end;
+    strtoull(p + strlen(anchor), &end, 10);
+    if (strncmp(end, ",\"key\":", 7) == 0) return strtoll(end + 7, NULL, 10);
+  }
+  return -1;
 }
 
 /* ---- the host replay of one compressed tensor over all ranks ----------------------------------
@@ -242,18 +253,17 @@ int main(int argc, char **argv) {
     if (fgb_tensor_register(c, &d, &tid[t])) DIE("register %s: %s", d.name, fgb_client_error(c));
   }
   /* The job key seeds Random-k, DGC's sampling and PowerSGD's Q: read it from the status. */
-  char anchor[160];
-  snprintf(anchor, sizeof anchor, "\"name\":\"%s\"", job);
   long long key = -1;
   for (int tries = 0; tries < 100 && key <= 0; tries++) {
     char *js = NULL;
     if (fgb_status_json(c, &js) == FGB_OK) {
-      key = json_after(js, anchor, "\"key\":");
+      key = job_key_of(js, job);
       free(js);
     }
     if (key <= 0) usleep(50000);
   }
   if (key <= 0) DIE("job key not found in the status");
+  printf("rank %d job %s key %lld\n", rank_, job, key);
   ref rf[NT];
   memset(rf, 0, sizeof rf);
   for (int t = 0; t < nt; t++)
@@ -340,8 +350,8 @@ int main(int argc, char **argv) {
   if (mem_check >= 0) {
     char *js = NULL;
     if (fgb_status_json(c, &js) != FGB_OK) DIE("status: %s", fgb_client_error(c));
-    long long state = json_after(js, NULL, "\"comp_state_bytes\":");
-    long long other = json_after(js, NULL, "\"other_mem_bytes\":");
+    long long state = json_after(js, "\"comp_state_bytes\":");
+    long long other = json_after(js, "\"other_mem_bytes\":");
     long long bound = (256ll << 20) + 2 * mem_check;
     long long resid = 0; /* residuals alone: top-k x2, Random-k, DGC u and v, PowerSGD's M */
     resid = 4 * (long long)(T[0].count + T[1].count + 2 * T[2].count + T[3].count + T[4].count);
