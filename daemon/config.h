@@ -21,11 +21,12 @@ typedef struct srv_config {
   char default_policy[SRV_POLICY_MAX];
   uid_t allow_uids[SRV_MAX_ALLOW_UIDS];
   int nallow_uids;
-  char rendezvous[256]; /* HOST:PORT, GPU worlds only */
-  int rank, world;      /* with --rendezvous */
-  char cp_addr[128];    /* advertised control-plane host, "" = from gethostname() */
-  /* --secret-file or $FGBUFF_WORLD_SECRET_FILE ("" = none): the key of a --rendezvous world */
-  char secret_file[PATH_MAX / 4];
+  char rendezvous[256];           /* HOST:PORT, GPU worlds only */
+  int rank, world;                /* with --rendezvous */
+  char secret_file[PATH_MAX / 4]; /* --secret-file / $FGBUFF_WORLD_SECRET_FILE, "" = none */
+  char cp_addr[128];              /* advertised control-plane host, "" = from gethostname() */
+  uint32_t plan_warmup_steps;     /* static policies: steps as "none" before the first plan */
+  uint32_t replan_steps;          /* re-planning policies: steps between re-plan checks */
 } srv_config;
 
 /* Parse argv into cfg (defaults first). Returns 0, or 2 with a message in err for a bad command
@@ -39,8 +40,8 @@ fgb_status srv_config_runtime_dir(srv_config *cfg, char *err, size_t errlen);
 /* 1: a policy the daemon runs; 0: unknown name; -1: registered but not wired in (err says). */
 int srv_policy_check(const char *name, char *err, size_t errlen);
 
-/* Live settings: log_level, stall_timeout_ms, default_policy. Unknown key -> FGB_ENOTFOUND; a bad
- * value -> FGB_EINVAL; err names the key or value. */
+/* Live settings: log_level, stall_timeout_ms, default_policy, plan_warmup_steps, replan_steps.
+ * Unknown key -> FGB_ENOTFOUND; a bad value -> FGB_EINVAL; err names the key or value. */
 fgb_status srv_config_get(const srv_config *cfg, const char *key, char *val, size_t vallen,
                           char *err, size_t errlen);
 fgb_status srv_config_set(srv_config *cfg, const char *key, const char *val, char *err,
