@@ -6,7 +6,8 @@
  * and PowerSGD (statistics / GEMMs agree with the CPU within rounding) within a tolerance. One
  * FNV-1a hash per step of all results is printed for the cross-GPU comparison. With --mem-check,
  * the daemon's status must show compressor state at least the residuals' size and non-state GPU
- * memory within 256 MiB + 2 x the largest merge buffer.
+ * memory within 256 MiB + 2 x the largest merge buffer. At the end, the exactly selecting
+ * compressors' state, exported from the daemon's GPU, must equal the replay's residual bitwise.
  *
  *   sparseclient --rank R --size P --device D [--socket PATH] [--job NAME] [--steps S]
  *                [--mem-check BYTES]  (BYTES: largest merge buffer of every job on the daemon)
@@ -190,6 +191,33 @@ static void ref_step(ref *rf, int t, int P, uint64_t step) {
       DIE("ref decode: %s", err);
 }
 
+/* Region 0 of a state blob ("FGBC", u32 version, name[16], u64 n, u32 nregions, u32 0, then per
+ * region u64 bytes + data): the residual of the sparsifiers. */
+static const uint8_t *region0(const void *blob, size_t bytes, uint64_t *len) {
+  if (bytes < 48 || memcmp(blob, "FGBC", 4) != 0) return NULL;
+  memcpy(len, (const uint8_t *)blob + 40, 8);
+  return *len <= bytes - 48 ? (const uint8_t *)blob + 48 : NULL;
+}
+
+/* ENG_STATE on the GPU: this rank's exported residual equals the host replay's, bitwise. */
+static int check_state(fgb_client *c, uint32_t tid, const ref *rf, int t) {
+  void *gb = NULL, *hb = NULL;
+  size_t gn = 0, hn = 0;
+  if (fgb_state_export(c, tid, &gb, &gn) != FGB_OK) {
+    printf("rank %d %s: state export failed: %s\n", rank_, T[t].name, fgb_client_error(c));
+    return 1;
+  }
+  if (rf->ops->state_export(rf->st[rank_], &HOST, &hb, &hn) != FGB_OK) DIE("ref export");
+  uint64_t gl = 0, hl = 0;
+  const uint8_t *g = region0(gb, gn, &gl), *h = region0(hb, hn, &hl);
+  int ok = g && h && gl == hl && memcmp(g, h, gl) == 0;
+  printf("rank %d %-6s state export: %zu bytes, residual %s the host replay's\n", rank_, T[t].name,
+         gn, ok ? "equals" : "DIFFERS FROM");
+  free(gb);
+  free(hb);
+  return !ok;
+}
+
 /* ---- main -------------------------------------------------------------------------------------
  */
 
@@ -347,6 +375,8 @@ int main(int argc, char **argv) {
     printf("step %ld hash %016llx\n", step, (unsigned long long)hash);
     fflush(stdout);
   }
+  for (int t = 0; t < nt; t++) /* exact selections: top-k fp32/fp16, Random-k */
+    if (T[t].tol == 0 && rf[t].ops && check_state(c, tid[t], &rf[t], t)) bad = 1;
   if (mem_check >= 0) {
     char *js = NULL;
     if (fgb_status_json(c, &js) != FGB_OK) DIE("status: %s", fgb_client_error(c));

@@ -4,7 +4,8 @@
 # DGC, PowerSGD, fp16 top-k and a dense member, checked against a host replay with the CPU
 # compressors, several steps so error feedback takes part). Results bitwise identical on both GPUs
 # (per-step hashes); the daemon's non-state GPU memory within 256 MiB + 2 x the largest merge
-# buffer, compressor state reported (JSON and fgbuffctl's text). Then a job whose ranks disagree
+# buffer, compressor state reported (JSON and fgbuffctl's text), exported state (ENG_STATE on the
+# GPU) equal to the replay's residual, freed with the job. Then a job whose ranks disagree
 # on a tensor's density fails on both ranks with FGB_EMISMATCH naming the ranks.
 set -u
 here="$(dirname "$0")"
