@@ -31,6 +31,16 @@ out="${out:-$(mktemp -d /tmp/fgb-interf.XXXXXX)}"
 mkdir -p "$out"
 steps=$(((secs + 3) * 1000 / 30)) # the sync outlasts the trainer's timed loop
 declare -A res
+mps=""
+cleanup() { # also when cut short: no daemons or MPS server left behind
+  gpu_world_stop >/dev/null 2>&1
+  if [ -n "$mps" ]; then
+    echo quit | CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" timeout 10 nvidia-cuda-mps-control
+    rm -rf "$mps"
+  fi
+}
+trap cleanup EXIT
+trap 'exit 1' TERM INT
 
 trainer_ms() { # label: runs the trainer, records its median ms per GEMM
   "$trainer" --device 0 --seconds "$secs" >"$out/trainer-$1.log" 2>&1
@@ -90,6 +100,7 @@ if [ $use_mps = 1 ]; then
   fi
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
   rm -rf "$mps"
+  mps=""
 fi
 
 slow() { # ms base -> "+x.x%"
