@@ -249,13 +249,12 @@ def record(args):
         p.register_post_accumulate_grad_hook(hook)
     ready = {n: [] for n, _ in named}
     fwd, bwd = [], []
-    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp)
     for it in range(args.warmup + args.iters):
         opt.zero_grad(set_to_none=True)
         cur.clear()
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         e0.record()
-        with amp:
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp):
             loss = torch.nn.functional.cross_entropy(model(*inputs), y)
         e1.record()
         loss.backward()
@@ -272,9 +271,13 @@ def record(args):
         bwd.append(max(times.values()))
     dtypes = {n: str(p.grad.dtype).replace("torch.", "") for n, p in named}
     rows = [(statistics.median(ready[n]), n, p) for n, p in named]
-    prec = ("amp-bf16 (autocast; fp32 master weights and gradients)" if args.amp else
-            "fp32 (torch defaults: cudnn.allow_tf32=%s, matmul.allow_tf32=%s)" %
-            (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
+    try:
+        tf32 = "cudnn.allow_tf32=%s, matmul.allow_tf32=%s" % (
+            torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+    except Exception:  # the flags moved in newer torch; the trace still says fp32
+        tf32 = "TF32 flags unknown"
+    prec = ("amp-bf16 (autocast; fp32 weights and gradients)" if args.amp else
+            "fp32 (torch defaults: %s)" % tf32)
     head = {
         "source": "measured",
         "gpu": torch.cuda.get_device_name(dev),

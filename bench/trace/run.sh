@@ -54,7 +54,9 @@ else
   stop_world() { gpu_world_stop; }
   machine="GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -2 | paste -sd, -)"
 fi
+# A killed run (timeout) must not leave daemons on the GPUs: stop them on TERM/INT too.
 trap 'stop_world; rm -rf "$out"' EXIT
+trap 'exit 143' TERM INT
 
 # One replay of trace $1 under policy $2, compression $3 on network $4: 2 ranks, rank 0's lines
 # go to $out/res.<key>; a missing RESULT line becomes a "not supported"/"failed" row.

@@ -111,7 +111,7 @@ static fgb_status row(trc_trace *tr, char *l, const char *path, long line, char 
   int nf = 0;
   for (char *p = l; nf < 6; nf++) {
     f[nf] = p;
-    char *c = strchr(p, ',');
+    char *c = nf < 5 ? strchr(p, ',') : NULL; /* the last field keeps any extra comma */
     if (!c) {
       nf++;
       break;
