@@ -293,12 +293,21 @@ fgb_status cli_cuda_register(fgb_client *c, void *dev_ptr, size_t bytes, fgb_are
   }
   const drv *dv = driver();
   if (!dv) return cli_fail(c, FGB_EIO, "dev_ptr %p: cannot load the CUDA driver", dev_ptr);
-  /* cudaMalloc memory goes by legacy IPC; anything else (cuMem/VMM, e.g. PyTorch's expandable
-   * segments, on which cudaIpcGetMemHandle fails) by POSIX fds. */
+  /* cuMem/VMM memory (e.g. PyTorch's expandable segments, on which cudaIpcGetMemHandle fails) is
+   * not legacy-IPC capable and is mapped from an allocation handle: it goes by POSIX fds. The rest
+   * (cudaMalloc memory, or memory neither call recognises) goes to cudaIpcGetMemHandle, which then
+   * says what is wrong. */
   int legacy = 1, v = 0; /* v: the driver may write a bool (1 byte) or an int */
-  if (dv->vmm && dv->attr(&v, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
-                          (CUdeviceptr)(uintptr_t)dev_ptr) == CUDA_SUCCESS)
-    legacy = v != 0; /* on failure let cudaIpcGetMemHandle say */
+  if (dv->vmm &&
+      dv->attr(&v, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+               (CUdeviceptr)(uintptr_t)dev_ptr) == CUDA_SUCCESS &&
+      v == 0) {
+    CUmemGenericAllocationHandle h;
+    if (dv->retain(&h, dev_ptr) == CUDA_SUCCESS) {
+      dv->release(h);
+      legacy = 0;
+    }
+  }
   struct cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, pa.device) != cudaSuccess)
     return cli_fail(c, FGB_EIO, "cudaGetDeviceProperties(%d) failed", pa.device);
@@ -308,9 +317,6 @@ fgb_status cli_cuda_register(fgb_client *c, void *dev_ptr, size_t bytes, fgb_are
   ra.bytes = bytes;
   ra.device_uuid = uuid;
   if (!legacy) {
-    if (!dv->vmm)
-      return cli_fail(c, FGB_ENOTSUP, "dev_ptr %p: the driver lacks the cuMem export calls",
-                      dev_ptr);
     vmm_export x = {0};
     s = vmm_export_range(c, dv, dev_ptr, bytes, pa.device, &x);
     if (s == FGB_OK) {
@@ -338,7 +344,10 @@ fgb_status cli_cuda_register(fgb_client *c, void *dev_ptr, size_t bytes, fgb_are
   cudaIpcMemHandle_t mh;
   if ((ce = cudaIpcGetMemHandle(&mh, dev_ptr)) != cudaSuccess) {
     (void)cudaGetLastError();
-    return cli_fail(c, FGB_ENOTSUP, "cudaIpcGetMemHandle: %s", cudaGetErrorString(ce));
+    return cli_fail(c, FGB_ENOTSUP,
+                    "cudaIpcGetMemHandle: %s (dev_ptr %p is neither a cudaMalloc allocation nor "
+                    "mapped cuMem/VMM memory; stream-ordered pool memory cannot be shared)",
+                    cudaGetErrorString(ce), dev_ptr);
   }
   ra.kind = FGBUFF__V1__ARENA_KIND__ARENA_CUDA_IPC;
   ra.cuda_ipc_handle.data = (uint8_t *)&mh;
