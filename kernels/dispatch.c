@@ -152,6 +152,12 @@ fgb_status kern_thr_replay(const comp_exec *ex, const uint32_t *hist, kern_ctl *
   KERN_DISPATCH(thr_replay, hist, ctl, rp);
 }
 
+fgb_status kern_dgc_accumulate_hist(const comp_exec *ex, float *u, float *v, const float *g,
+                                    uint64_t n, float m, int nesterov, float clip,
+                                    const kern_ctl *ctl, uint32_t *hist) {
+  KERN_DISPATCH(dgc_accumulate_hist, u, v, g, n, m, nesterov, clip, ctl, hist);
+}
+
 fgb_status kern_coo_restore(const comp_exec *ex, const void *local, int fp16, const void *global,
                             float *r) {
   KERN_DISPATCH(coo_restore, local, fp16, global, r);

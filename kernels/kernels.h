@@ -173,6 +173,9 @@ typedef enum kern_thr_model {
   KERN_THR_GAMMA = 4,
   /* RedSync: thr = mean|a| + p0 * (max|a| - mean|a|); ctl->s = p0. */
   KERN_THR_REDSYNC = 5,
+  /* kern_thr_replay only: keep ctl->thr as it is (e.g. from kern_kth_abs), reset the adaptation
+   * state (kern_thr_from_stats refuses it). */
+  KERN_THR_KEEP = 6,
 } kern_thr_model;
 /* ctl->thr from ctl->st by `model` (a degenerate fit gives thr = 0: select by magnitude); also
  * resets the adaptation state (done = 0, iters = 0, brackets). One tiny kernel. */
@@ -243,6 +246,11 @@ typedef struct kern_replay {
 } kern_replay;
 fgb_status kern_thr_replay(const comp_exec *ex, const uint32_t *hist, kern_ctl *ctl,
                            const kern_replay *rp);
+/* kern_dgc_accumulate and, in the same pass, hist = the magnitude histogram of the new v (as
+ * kern_add_stats_hist's). Cost R3 W2. */
+fgb_status kern_dgc_accumulate_hist(const comp_exec *ex, float *u, float *v, const float *g,
+                                    uint64_t n, float m, int nesterov, float clip,
+                                    const kern_ctl *ctl, uint32_t *hist);
 
 /* out[j] = |a[start + j * stride]| for j < m (caller guarantees start + (m-1) stride < n). Cost m
  * strided reads. */
@@ -367,6 +375,9 @@ fgb_status kern_fill_uniform(const comp_exec *ex, float *out, uint64_t count, ui
                                        kern_ctl *ctl, uint32_t *hist EXTRA);                       \
   fgb_status kern_##B##_thr_replay(const uint32_t *hist, kern_ctl *ctl,                            \
                                    const kern_replay *rp EXTRA);                                   \
+  fgb_status kern_##B##_dgc_accumulate_hist(float *u, float *v, const float *g, uint64_t n,        \
+                                            float m, int nesterov, float clip,                     \
+                                            const kern_ctl *ctl, uint32_t *hist EXTRA);            \
   fgb_status kern_##B##_coo_restore(const void *local, int fp16, const void *global,               \
                                     float *r EXTRA);                                               \
   fgb_status kern_##B##_sample_abs(const float *a, uint64_t n, uint64_t start, uint64_t stride,    \

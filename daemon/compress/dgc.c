@@ -1,7 +1,8 @@
 /* daemon/compress/dgc.c — Deep Gradient Compression (Lin et al., ICLR 2018). Momentum correction
  * (u = m u + g; v += u, or Nesterov) with momentum-factor masking, optional local gradient
  * clipping, a threshold from the exact top of a strided ~1% sample, a bounded adaptation loop on
- * the device (accept [0.8k, 1.3k]), and a hard cap at k = ceil(n density) that keeps the LARGEST
+ * the device (accept [0.8k, 1.3k]; its counts read off the histogram the momentum pass takes, or
+ * with search=count a pass each), and a hard cap at k = ceil(n density) that keeps the LARGEST
  * entries (the public code truncates by index, which favours low indices). Warm-up densities per
  * epoch. The optimizer must not apply its own momentum to these tensors (the gradient is
  * momentum-corrected). */
@@ -28,6 +29,7 @@ typedef struct dgc_state {
   int32_t *sample_idx; /* strided=0: this step's random sample positions */
   double momentum, clip;
   int nesterov, masking, adapt_iters, strided;
+  int search; /* COMP_SEARCH_*: adaptation counts from the histogram of v, or a pass per round */
   int64_t warmup_epochs, steps_per_epoch;
   uint64_t seed;
   uint32_t buffer_id;
@@ -68,7 +70,7 @@ static fgb_status dgc_create(const comp_params *p, uint64_t n, const comp_exec *
   fgb_status rc = comp_check_common("dgc", p, n, ex, 1, err, errlen);
   if (rc) return rc;
   double rho, sample = 0.01, momentum = 0.9, clip = 0, coeff = 0;
-  int fp16 = 0, nesterov = 0, masking = 1, strided = 1;
+  int fp16 = 0, nesterov = 0, masking = 1, strided = 1, search = 0;
   int64_t iters = 10, wu = 0, spe = 0;
   if ((rc = comp_density("dgc", p, 0.001, &rho, err, errlen))) return rc;
   comp_opt opts[] = {
@@ -83,6 +85,7 @@ static fgb_status dgc_create(const comp_params *p, uint64_t n, const comp_exec *
       {"warmup_epochs", COMP_OPT_INT, &wu, 0, DGC_MAX_WARMUP, NULL},
       {"steps_per_epoch", COMP_OPT_INT, &spe, 0, 1e15, NULL},
       {"warmup_coeff", COMP_OPT_DOUBLE, &coeff, 0, 1, NULL},
+      {"search", COMP_OPT_ENUM, &search, 0, 0, comp_search_names},
   };
   if ((rc = comp_parse_options("dgc", p->options, opts, sizeof opts / sizeof opts[0], err, errlen)))
     return rc;
@@ -100,6 +103,7 @@ static fgb_status dgc_create(const comp_params *p, uint64_t n, const comp_exec *
   s->masking = masking;
   s->adapt_iters = (int)iters;
   s->strided = strided;
+  s->search = search;
   s->warmup_epochs = wu;
   s->steps_per_epoch = spe;
   s->seed = p->seed;
@@ -146,7 +150,12 @@ static fgb_status dgc_encode(void *st, const comp_exec *ex, const float *grad, u
   uint64_t n = cs->n;
   fgb_status rc = FGB_OK;
   if (s->clip > 0) rc = kern_stats(ex, grad, n, 0, cs->ctl);
-  if (!rc)
+  /* hist: the momentum pass also takes the magnitude histogram of v, so the adaptation rounds
+   * below read their counts off it (one tiny launch) instead of a pass over v each. */
+  if (!rc && s->search == COMP_SEARCH_HIST)
+    rc = kern_dgc_accumulate_hist(ex, s->u, cs->resid, grad, n, (float)s->momentum, s->nesterov,
+                                  (float)s->clip, cs->ctl, cs->hist);
+  else if (!rc)
     rc = kern_dgc_accumulate(ex, s->u, cs->resid, grad, n, (float)s->momentum, s->nesterov,
                              (float)s->clip, cs->ctl);
   /* The sample positions are a pure function of (seed, buffer, step): no device round trip.
@@ -164,8 +173,13 @@ static fgb_status dgc_encode(void *st, const comp_exec *ex, const float *grad, u
     }
     if (!rc) rc = kern_kth_abs(ex, s->samples, pl->m, pl->k_samp, cs->ctl, cs->ws);
     kern_adapt ad = {KERN_ADAPT_BRACKET, pl->k, 0.8, 1.3, 0.8, 1.3, (uint32_t)s->adapt_iters};
-    for (int i = 0; !rc && i < s->adapt_iters; i++) {
-      rc = kern_count_adapt(ex, cs->resid, n, cs->ctl, &ad); /* count + round, one launch */
+    if (s->search == COMP_SEARCH_HIST) {
+      kern_replay rp = {KERN_THR_KEEP, 0.0, 1, KERN_THR_KEEP, 0.0, ad}; /* thr: the sample's */
+      if (!rc) rc = kern_thr_replay(ex, cs->hist, cs->ctl, &rp);
+    } else {
+      for (int i = 0; !rc && i < s->adapt_iters; i++) {
+        rc = kern_count_adapt(ex, cs->resid, n, cs->ctl, &ad); /* count + round, one launch */
+      }
     }
   }
   cs->step_cap = pl->k;

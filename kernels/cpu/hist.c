@@ -20,6 +20,17 @@ fgb_status kern_cpu_add_stats_hist(float *a, const float *g, uint64_t n, uint32_
   return FGB_OK;
 }
 
+fgb_status kern_cpu_dgc_accumulate_hist(float *u, float *v, const float *g, uint64_t n, float m,
+                                        int nesterov, float clip, const kern_ctl *ctl,
+                                        uint32_t *hist) {
+  if (hist == NULL || n > UINT32_MAX) return FGB_EINVAL;
+  fgb_status rc = kern_cpu_dgc_accumulate(u, v, g, n, m, nesterov, clip, ctl);
+  if (rc) return rc;
+  memset(hist, 0, KERN_HIST_BINS * sizeof *hist);
+  for (uint64_t i = 0; i < n; i++) hist[kern_abs_key(v[i]) >> KERN_HIST_SHIFT]++;
+  return FGB_OK;
+}
+
 /* Elements in the bins above b. */
 static uint64_t above_bin(const uint32_t *hist, uint32_t b) {
   uint64_t c = 0;
@@ -74,7 +85,7 @@ static void tail_moments(const uint32_t *hist, kern_ctl *ctl) {
 /* Check a replay's parameters (the CUDA side runs the same checks before launching). */
 fgb_status kern_replay_check(const kern_replay *rp) {
   if (rp == NULL || rp->stages < 1 || rp->stages > 64) return FGB_EINVAL;
-  if (rp->model < KERN_THR_GAUSS || rp->model > KERN_THR_REDSYNC) return FGB_EINVAL;
+  if (rp->model < KERN_THR_GAUSS || rp->model > KERN_THR_KEEP) return FGB_EINVAL;
   if (rp->stages > 1 && (rp->later < KERN_THR_GAUSS || rp->later > KERN_THR_REDSYNC))
     return FGB_EINVAL;
   if (rp->ad.max_iters > 0 &&
@@ -88,7 +99,8 @@ fgb_status kern_cpu_thr_replay(const uint32_t *hist, kern_ctl *ctl, const kern_r
   if (hist == NULL || ctl == NULL) return FGB_EINVAL;
   fgb_status rc = kern_replay_check(rp);
   if (rc) return rc;
-  rc = kern_cpu_thr_from_stats(ctl, rp->model, rp->p0);
+  rc = rp->model == KERN_THR_KEEP ? kern_cpu_thr_reset(ctl, 1.0f)
+                                  : kern_cpu_thr_from_stats(ctl, rp->model, rp->p0);
   for (uint32_t i = 1; !rc && i < rp->stages; i++) {
     tail_moments(hist, ctl);
     rc = kern_cpu_thr_from_stats(ctl, rp->later, rp->q);

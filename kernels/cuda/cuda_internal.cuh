@@ -94,7 +94,8 @@ typedef struct kc_scratch {
   uint32_t dec_done;     /* kern_coo_decode: last-block-done counter of the tile kernel */
   unsigned long long count_acc;
   kc_partial part[KC_RED_BLOCKS];
-  uint32_t hist_acc[KERN_HIST_BINS]; /* kern_add_stats_hist's running histogram, kept zero */
+  uint32_t hist_acc[KERN_HIST_BINS]; /* the *_hist kernels' running histogram, kept zero */
+  uint32_t hist_done, pad2_;         /* last-block-done counter of kern_dgc_accumulate_hist */
 } kc_scratch;
 /* The scratch of (current device, stream), created on first use outside a stream capture (every
  * create-time call — kern_alloc, kern_ws_create — makes sure it exists). NULL if it cannot be. */
@@ -243,6 +244,30 @@ __device__ inline void kc_reg_select(Key keyf, uint32_t m, unsigned long long k,
   }
   *T = prefix;
   *eq = rank;
+}
+
+/* ---- DGC momentum correction, one element (dense.cu, hist.cu) ------------------------------- */
+
+/* c = min(1, clip / ||g||) from the statistics kern_stats left in ctl (as the CPU). */
+__device__ inline float dgc_coef(float clip, const kern_ctl *ctl) {
+  float c = 1.0f;
+  if (clip > 0.0f) {
+    double norm = sqrt(ctl->st.sum_sq);
+    if (norm > (double)clip) c = (float)((double)clip / norm);
+  }
+  return c;
+}
+
+__device__ inline void dgc_one(float *u, float *v, float g, float m, int nesterov) {
+  if (nesterov) {
+    float un = kern_nan_canon(__fmul_rn(m, __fadd_rn(*u, g)));
+    *u = un;
+    *v = kern_nan_canon(__fadd_rn(*v, __fadd_rn(un, g)));
+  } else {
+    float un = kern_nan_canon(__fadd_rn(__fmul_rn(m, *u), g));
+    *u = un;
+    *v = kern_nan_canon(__fadd_rn(*v, un));
+  }
 }
 
 /* ---- selection pipeline (topk.cu) -------------------------------------------------------------

@@ -120,28 +120,7 @@ extern "C" fgb_status kern_cuda_flush(float *dense, const float *g, float *r, ui
   return kc_launched();
 }
 
-/* c = min(1, clip / ||g||) from the statistics kern_stats left in ctl (as the CPU). */
-__device__ inline float dgc_coef(float clip, const kern_ctl *ctl) {
-  float c = 1.0f;
-  if (clip > 0.0f) {
-    double norm = sqrt(ctl->st.sum_sq);
-    if (norm > (double)clip) c = (float)((double)clip / norm);
-  }
-  return c;
-}
-
-__device__ inline void dgc_one(float *u, float *v, float g, float m, int nesterov) {
-  if (nesterov) {
-    float un = kern_nan_canon(__fmul_rn(m, __fadd_rn(*u, g)));
-    *u = un;
-    *v = kern_nan_canon(__fadd_rn(*v, __fadd_rn(un, g)));
-  } else {
-    float un = kern_nan_canon(__fadd_rn(__fmul_rn(m, *u), g));
-    *u = un;
-    *v = kern_nan_canon(__fadd_rn(*v, un));
-  }
-}
-
+/* dgc_coef, dgc_one: cuda_internal.cuh (shared with the histogram variant in hist.cu). */
 __global__ void k_dgc(float *u, float *v, const float *g, uint64_t n, float m, int nesterov,
                       float clip, const kern_ctl *ctl) {
   float c = dgc_coef(clip, ctl);

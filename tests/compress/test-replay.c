@@ -2,7 +2,8 @@
  * kern_thr_replay): the fused pass equals kern_add_stats and its histogram is the exact bin count
  * of the compensated buffer; counts read off the histogram are exact at bin edges and within the
  * bin's count inside it; the binned tail moments track the exact ones; the replayed bracket lands
- * the true count (kern_count_ge) in the accept window; bad parameters are refused. Runs on the CPU
+ * the true count (kern_count_ge) in the accept window; bad parameters are refused; the DGC momentum
+ * pass with the histogram (kern_dgc_accumulate_hist) equals kern_dgc_accumulate. Runs on the CPU
  * reference, or with --gpu on CUDA. */
 #include "comp_test.h"
 
@@ -156,10 +157,51 @@ static void one(const comp_exec *ex, uint64_t n, ct_dist d) {
   kern_free(ex, dh);
 }
 
+/* kern_dgc_accumulate_hist: u and v bitwise those of kern_dgc_accumulate, hist = bins of v. */
+static void dgc_hist(const comp_exec *ex, uint64_t n) {
+  float *g = ct_xmalloc(n * 4), *u = ct_xmalloc(n * 4), *v = ct_xmalloc(n * 4);
+  float *u1 = ct_xmalloc(n * 4), *v1 = ct_xmalloc(n * 4);
+  ct_fill(g, n, CT_STUDENT3, 1e-3, 41);
+  ct_fill(u, n, CT_GAUSS, 1e-3, 42);
+  ct_fill(v, n, CT_LAPLACE, 1e-3, 43);
+  g[3] = NAN;
+  float *du = ct_dev(ex, u, n * 4), *dv = ct_dev(ex, v, n * 4), *dg = ct_dev(ex, g, n * 4);
+  float *du2 = ct_dev(ex, u, n * 4), *dv2 = ct_dev(ex, v, n * 4);
+  uint32_t *dh = ct_dev(ex, NULL, KERN_HIST_BINS * 4), *hh = ct_xmalloc(KERN_HIST_BINS * 4);
+  for (int nest = 0; nest < 2; nest++) {
+    REQUIRE(kern_dgc_accumulate(ex, du, dv, dg, n, 0.9f, nest, 0.0f, NULL) == FGB_OK);
+    REQUIRE(kern_dgc_accumulate_hist(ex, du2, dv2, dg, n, 0.9f, nest, 0.0f, NULL, dh) == FGB_OK);
+    ct_get(ex, u, du, n * 4);
+    ct_get(ex, v, dv, n * 4);
+    ct_get(ex, u1, du2, n * 4);
+    ct_get(ex, v1, dv2, n * 4);
+    CHECK_MSG(!memcmp(u, u1, n * 4) && !memcmp(v, v1, n * 4),
+              "dgc_accumulate_hist (nesterov %d): u or v differ from kern_dgc_accumulate", nest);
+    uint32_t *ref = host_hist(v1, n);
+    ct_get(ex, hh, dh, KERN_HIST_BINS * 4);
+    CHECK_MSG(!memcmp(hh, ref, KERN_HIST_BINS * 4), "dgc_accumulate_hist: histogram of v differs");
+    free(ref);
+  }
+  CHECK(kern_dgc_accumulate_hist(ex, du2, dv2, dg, n, 0.9f, 0, 0.0f, NULL, NULL) == FGB_EINVAL);
+  free(g);
+  free(u);
+  free(v);
+  free(u1);
+  free(v1);
+  free(hh);
+  kern_free(ex, du);
+  kern_free(ex, dv);
+  kern_free(ex, dg);
+  kern_free(ex, du2);
+  kern_free(ex, dv2);
+  kern_free(ex, dh);
+}
+
 int main(int argc, char **argv) {
   comp_exec ex = ct_exec(argc, argv);
   uint64_t n = ct_arg_n(argc, argv, 1000003);
   for (int d = 0; d < 3; d++) one(&ex, n, (ct_dist)d);
+  dgc_hist(&ex, n);
   if (ex.on_gpu) REQUIRE(kern_sync(&ex) == FGB_OK);
   TEST_DONE();
 }

@@ -24,6 +24,7 @@ static const th_case cases[] = {
     {"gaussiank", "search=count", 0},
     {"redsync", "search=count", 0},
     {"sidco", "dist=gp,search=count", 0},
+    {"dgc", "search=count", 1},
 };
 
 int main(int argc, char **argv) {
