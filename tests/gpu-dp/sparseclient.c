@@ -13,6 +13,9 @@
  *                [--mem-check BYTES]  (BYTES: largest merge buffer of every job on the daemon)
  *                [--mismatch 1]       (rank 1 registers top-k with another density: the first
  *                                      sync must fail with FGB_EMISMATCH naming the ranks)
+ *                [--policy NAME]      (merge policy; a static one (fgbuff) plans merge buffers
+ *                                      with dense and compressed members after its warm-up: at
+ *                                      the end the job must have issued plan buffers)
  *                [--hold PATH]        (at the end, with the job alive: create PATH.ready, wait up
  *                                      to 60 s for PATH.go, so the script can query the daemon)
  * Exit 0 all right, 1 wrong, 2 setup error, 77 fewer GPUs than needed. */
@@ -224,7 +227,7 @@ static int check_state(fgb_client *c, uint32_t tid, const ref *rf, int t) {
 int main(int argc, char **argv) {
   int size = 2, dev = 0, steps = 4, mismatch = 0;
   long long mem_check = -1;
-  const char *sock = NULL, *job = "gpu-sparse", *hold = NULL;
+  const char *sock = NULL, *job = "gpu-sparse", *hold = NULL, *policy = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--rank"))
       rank_ = atoi(argv[i + 1]);
@@ -244,6 +247,8 @@ int main(int argc, char **argv) {
       mismatch = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--hold"))
       hold = argv[i + 1];
+    else if (!strcmp(argv[i], "--policy"))
+      policy = argv[i + 1];
     else
       DIE("unknown argument %s", argv[i]);
   }
@@ -257,6 +262,7 @@ int main(int argc, char **argv) {
   jo.name = job;
   jo.rank = rank_;
   jo.size = size;
+  jo.policy = policy;
   if (fgb_join(c, &jo)) DIE("join: %s", fgb_client_error(c));
   void *dmem;
   fgb_arena ar;
@@ -377,6 +383,17 @@ int main(int argc, char **argv) {
   }
   for (int t = 0; t < nt; t++) /* exact selections: top-k fp32/fp16, Random-k */
     if (T[t].tol == 0 && rf[t].ops && check_state(c, tid[t], &rf[t], t)) bad = 1;
+  if (policy && strcmp(policy, "none") != 0) { /* the daemon's own job entry: buffers issued */
+    char *js = NULL, anchor[160];
+    if (fgb_status_json(c, &js) != FGB_OK) DIE("status: %s", fgb_client_error(c));
+    snprintf(anchor, sizeof anchor, "\"name\":\"%s\",\"incarnation\":", job);
+    const char *p = strstr(js, anchor), *plan = p ? strstr(p, "\"plan\":") : NULL;
+    long long issued = p ? json_after(p, "\"plan_buffers_issued\":") : -1;
+    printf("rank %d policy %s: plan buffers issued %lld; %.300s\n", rank_, policy, issued,
+           plan ? plan : "(no plan)");
+    if (issued < 1) bad = 1;
+    free(js);
+  }
   if (mem_check >= 0) {
     char *js = NULL;
     if (fgb_status_json(c, &js) != FGB_OK) DIE("status: %s", fgb_client_error(c));

@@ -7,7 +7,10 @@
 # buffer, compressor state reported (JSON and fgbuffctl's text), exported state (ENG_STATE on the
 # GPU) equal to the replay's residual, freed with the job. Then a job whose ranks disagree
 # on a tensor's density fails on both ranks with FGB_EMISMATCH naming the ranks.
+#   test-sparse.sh mixed: instead, the compressed job alone with the static policy fgbuff (merge
+#   buffers of dense and compressed members after its warm-up), 9 steps, same checks.
 set -u
+mode="${1:-}"
 here="$(dirname "$0")"
 source "$here/gpu-world.sh"
 gpu_need 2
@@ -21,6 +24,22 @@ out="$FGBUFF_RUNTIME_DIR"
 largest=$((200003 * 4))
 declare -A pid
 sock() { [ "$1" = 0 ] && echo "" || echo "--socket $GPU_SOCK_1"; }
+if [ "$mode" = mixed ]; then
+  # Merge buffers hold several tensors: bound the memory by all of them together.
+  all=$(((200003 + 100000 + 150000 + 60000 + 3001) * 4 + 50001 * 2))
+  for r in 0 1; do
+    "$bin/sparseclient" --job mixed --rank $r --size 2 --device $r --steps 9 --policy fgbuff \
+      --mem-check $all $(sock $r) >"$out/mixed.$r.out" 2>&1 &
+    pid[$r]=$!
+  done
+  rc=0
+  for r in 0 1; do wait "${pid[$r]}" || { echo "client $r failed"; rc=1; }; done
+  cat "$out/mixed.0.out"
+  [ "$(grep -c hash "$out/mixed.0.out")" -eq 9 ] || { echo "missing steps"; rc=1; }
+  diff <(grep hash "$out/mixed.0.out") <(grep hash "$out/mixed.1.out") || { echo "GPUs differ"; rc=1; }
+  [ $rc -eq 0 ] || { cat "$out/mixed.1.out"; tail -60 "$GPU_WORLD_LOG"; }
+  exit $rc
+fi
 for r in 0 1; do
   "$bin/gpuclient" --job dense --rank $r --size 2 --device $r --steps 4 $(sock $r) \
     >"$out/dense.$r.out" 2>&1 &
