@@ -65,6 +65,7 @@ typedef struct srv_plan {
   uint32_t warmup, every; /* warm-up steps and re-plan period */
   rt_slot rt[RT_SLOTS];
   uint32_t rtcap; /* entries of every rt[].t */
+  int planning;   /* warm-up over: the first plan is being (or was) made */
   int xpending;   /* a planning exchange is in the engine: ISSUEs of steps >= xfrom wait */
   uint64_t xfrom;
   coord_event *defer; /* waiting ISSUEs, in world order (and everything after the first) */
@@ -134,8 +135,8 @@ static srv_plan *plan_get(srv_job *j) {
   srv_plan *pl = calloc(1, sizeof(*pl));
   if (!pl) return NULL;
   pl->ops = sched_find(j->policy);
-  pl->warmup = SRV_PLAN_WARMUP_STEPS;
-  pl->every = SRV_PLAN_REPLAN_STEPS;
+  pl->warmup = j->d->cfg.plan_warmup_steps; /* CPU jobs replace both by the agreed values */
+  pl->every = j->d->cfg.replan_steps;
   return j->plan = pl;
 }
 
@@ -324,8 +325,10 @@ static double *ready_medians(const srv_plan *pl, uint64_t at, const sched_tensor
 
 /* ---- the planning exchange ------------------------------------------------------------------ */
 
-/* Hand the engine the exchange for step `at` (first plan, or a re-plan of `cur`). 0: in flight. */
-static int start_xchg(srv_job *j, srv_plan *pl, uint64_t at, const sched_plan *cur) {
+/* Hand the engine the exchange for step `at`: the job's settings only (config_only), its first
+ * plan, or a re-plan of `cur`. 0: in flight. */
+static int start_xchg(srv_job *j, srv_plan *pl, uint64_t at, const sched_plan *cur,
+                      int config_only) {
   char err[256];
   px_ctx *c = calloc(1, sizeof(*c));
   eng_item *it = calloc(1, sizeof(*it));
@@ -335,8 +338,16 @@ static int start_xchg(srv_job *j, srv_plan *pl, uint64_t at, const sched_plan *c
   c->lead = SRV_PLAN_LEAD;
   c->comp_scale = srv_plan_env_scale();
   c->deflt = plan_costs;
-  if (build_list(j, pl, &c->ts, &c->n, err, sizeof(err)) != FGB_OK) goto nomem;
-  c->ready = ready_medians(pl, at, c->ts, c->n);
+  c->config_only = config_only;
+  c->warmup = j->d->cfg.plan_warmup_steps;
+  c->every = j->d->cfg.replan_steps;
+  c->lo_warmup = SRV_PLAN_MIN_WARMUP;
+  c->lo_every = SRV_PLAN_MIN_REPLAN;
+  c->hi_steps = SRV_PLAN_MAX_STEPS;
+  if (!config_only) {
+    if (build_list(j, pl, &c->ts, &c->n, err, sizeof(err)) != FGB_OK) goto nomem;
+    c->ready = ready_medians(pl, at, c->ts, c->n);
+  }
   if (cur) {
     if (sched_plan_copy(&c->cur, cur) != FGB_OK) goto nomem;
     c->has_cur = 1;
@@ -347,9 +358,9 @@ static int start_xchg(srv_job *j, srv_plan *pl, uint64_t at, const sched_plan *c
     c = NULL;
     goto nomem;
   }
-  pl->nlast = 0;
+  if (!config_only) pl->nlast = 0;
   pl->xpending = 1;
-  pl->xfrom = at + SRV_PLAN_LEAD;
+  pl->xfrom = at + (config_only ? 1 : SRV_PLAN_LEAD);
   j->inflight++;
   eng_submit(j->d->eng, it);
   return 0;
@@ -414,7 +425,12 @@ void srv_plan_xchg_done(srv_job *j, eng_item *it) {
     if (ver_make(&c->plan, &nv, err, sizeof(err)) != FGB_OK) fail = err; /* c->plan freed */
     c->changed = 0;
   }
-  if (fail) {
+  if (!fail && c->config_only) {
+    pl->warmup = c->a_warmup;
+    pl->every = c->a_every;
+    LOG_INFO("job '%s': plan_warmup_steps %u, replan_steps %u (agreed: largest over ranks)",
+             j->id.name, pl->warmup, pl->every);
+  } else if (fail) {
     uint64_t from = c->step + c->lead;
     LOG_ERROR(
         "job '%s': planning at step %llu failed (%s): tensors travel alone from step %llu "
@@ -426,6 +442,8 @@ void srv_plan_xchg_done(srv_job *j, eng_item *it) {
       pl->fail_from = from;
   } else {
     pl->state = 1;
+    pl->every = c->a_every; /* a changed replan_steps applies from this verdict */
+    if (pl->ops->flags & SCHED_REPLANS) pl->next_check = c->step + pl->every;
     pl->has_in = 1;
     pl->in_step = c->step;
     pl->in_costs = c->costs;
@@ -460,14 +478,15 @@ static void replan(srv_job *j, srv_plan *pl) {
   char err[256];
   plan_ver nv;
   uint64_t at = pl->next_check;
-  pl->next_check += pl->every;
   plan_ver *cur = &pl->v[pl->nv - 1];
   if (!j->d->gpu) {
-    if (pl->xpending || start_xchg(j, pl, at, &cur->plan) != 0)
+    pl->next_check = 0; /* the verdict sets the next check (with the agreed period) */
+    if (pl->xpending || start_xchg(j, pl, at, &cur->plan, 0) != 0)
       LOG_WARN("job '%s': re-planning at step %llu skipped (%s) on this rank", j->id.name,
                (unsigned long long)at, pl->xpending ? "previous exchange" : "out of memory");
     return;
   }
+  pl->next_check += pl->every;
   fgb_status st = build_plan(j, pl, &cur->plan, at, &nv, err, sizeof(err));
   pl->nlast = 0;
   if (st != FGB_OK) {
@@ -502,8 +521,15 @@ int srv_plan_on_issue(srv_job *j, coord_event *ev) {
   if (!pl->started) {
     pl->started = 1;
     pl->s0 = ev->step;
+    /* CPU: the job's ranks agree plan_warmup_steps and replan_steps first (ISSUEs of later steps
+     * wait for it), so the warm-up ends at the same step everywhere. */
+    if (!j->d->gpu && start_xchg(j, pl, ev->step, NULL, 1) != 0) {
+      pl->state = -1;
+      LOG_ERROR("job '%s': out of memory starting the planning exchange: tensors travel alone",
+                j->id.name);
+    }
   }
-  if (pl->state == 0 && !pl->xpending) {
+  if (pl->state == 0 && !pl->planning) {
     uint64_t agreed = pl->s0 + pl->warmup;
     if (ev->step < agreed) {
       if (push_key(&pl->seen, &pl->nseen, &pl->seencap, key) != 0 ||
@@ -513,15 +539,16 @@ int srv_plan_on_issue(srv_job *j, coord_event *ev) {
       }
       return 0;
     }
-    if (pl->ops->flags & SCHED_REPLANS) pl->next_check = agreed + pl->every;
+    pl->planning = 1;
     if (!j->d->gpu) {
-      if (start_xchg(j, pl, agreed, NULL) != 0) {
+      if (start_xchg(j, pl, agreed, NULL, 0) != 0) {
         pl->state = -1;
         LOG_ERROR("job '%s': out of memory starting the planning exchange: tensors travel alone",
                   j->id.name);
       }
       return 0; /* this step runs as "none"; the plan starts at agreed + lead */
     }
+    if (pl->ops->flags & SCHED_REPLANS) pl->next_check = agreed + pl->every;
     char err[256];
     plan_ver nv;
     fgb_status st = build_plan(j, pl, NULL, agreed, &nv, err, sizeof(err));
@@ -664,7 +691,8 @@ size_t srv_plan_status_text(const srv_job *j, char *buf, size_t cap) {
   const srv_plan *pl = j->plan;
   if (!srv_plan_policy(j->policy)) return 0;
   if (!pl || pl->state == 0) {
-    tput(buf, cap, &off, "    plan: warming up (%d steps as 'none')\n", SRV_PLAN_WARMUP_STEPS);
+    tput(buf, cap, &off, "    plan: warming up (%u steps as 'none')\n",
+         pl ? pl->warmup : j->d->cfg.plan_warmup_steps);
     return off;
   }
   if (pl->state < 0) {

@@ -56,7 +56,8 @@ static void px_fill(void *ud, const sched_costs *measured, uint32_t have, uint8_
   memcpy(mine + 32, &have, 4);
   memcpy(mine + 36, &pad, 4);
   for (int i = 0; i < 8; i++) memcpy(mine + 40 + 8 * i, cost_at(&m, i), 8);
-  memset(mine + 104, 0, PX_HDR - 104);
+  memcpy(mine + 104, &c->warmup, 4);
+  memcpy(mine + 108, &c->every, 4);
   for (uint32_t i = 0; i < c->n; i++) {
     double v = c->ready ? c->ready[i] : 0.0;
     memcpy(mine + PX_HDR + 8 * (size_t)i, &v, 8);
@@ -90,17 +91,21 @@ static void decide(px_ctx *c, const uint8_t *all, int size) {
   for (int r = 0; r < size; r++) {
     const uint8_t *b = all + (size_t)r * px_bytes(c->n);
     uint64_t step, h;
-    uint32_t n, flags, have;
+    uint32_t n, flags, have, warm, every;
     memcpy(&step, b + 8, 8);
     memcpy(&h, b + 16, 8);
     memcpy(&n, b + 24, 4);
     memcpy(&flags, b + 28, 4);
     memcpy(&have, b + 32, 4);
-    const char *bad = memcmp(b, PX_MAGIC, 8) != 0 ? "magic"
-                      : step != c->step           ? "step"
-                      : h != lh || n != c->n      ? "tensor list"
-                      : flags > 1                 ? "flags"
-                                                  : NULL;
+    memcpy(&warm, b + 104, 4);
+    memcpy(&every, b + 108, 4);
+    const char *bad = memcmp(b, PX_MAGIC, 8) != 0                  ? "magic"
+                      : step != c->step                            ? "step"
+                      : h != lh || n != c->n                       ? "tensor list"
+                      : flags > 1                                  ? "flags"
+                      : warm < c->lo_warmup || warm > c->hi_steps  ? "plan_warmup_steps"
+                      : every < c->lo_every || every > c->hi_steps ? "replan_steps"
+                                                                   : NULL;
     for (int i = 0; i < 8 && !bad; i++) {
       double v;
       memcpy(&v, b + 40 + 8 * i, 8);
@@ -114,6 +119,8 @@ static void decide(px_ctx *c, const uint8_t *all, int size) {
       goto out;
     }
     c->have &= have;
+    if (warm > c->a_warmup) c->a_warmup = warm;
+    if (every > c->a_every) c->a_every = every;
     obs[r].ntensors = c->n;
     obs[r].tensors = c->ts;
     if (flags & 1u) {
@@ -124,6 +131,10 @@ static void decide(px_ctx *c, const uint8_t *all, int size) {
       }
       obs[r].ready = v;
     }
+  }
+  if (c->config_only) {
+    c->status = FGB_OK;
+    goto out;
   }
   c->status = sched_agree(obs, size, NULL, &ag, c->err, sizeof(c->err));
   if (c->status != FGB_OK) goto out;
@@ -170,6 +181,8 @@ static uint64_t px_agree(void *ud, const uint8_t *all, int size) {
   h = px_hash(h, &st, sizeof(st));
   h = px_hash(h, c->err, strlen(c->err));
   h = px_hash(h, &c->changed, sizeof(c->changed));
+  h = px_hash(h, &c->a_warmup, sizeof(c->a_warmup));
+  h = px_hash(h, &c->a_every, sizeof(c->a_every));
   if (c->status == FGB_OK && c->changed) {
     uint8_t *enc = NULL;
     size_t len = 0;

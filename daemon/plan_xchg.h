@@ -22,6 +22,10 @@ typedef struct px_ctx {
   sched_costs deflt; /* costs used for what the engine has not measured */
   int has_cur;       /* re-planning: the plan in force */
   sched_plan cur;
+  int config_only;              /* agree the settings below only (a job's first ISSUE) */
+  uint32_t warmup, every;       /* this daemon's plan_warmup_steps and replan_steps */
+  uint32_t lo_warmup, lo_every; /* their lower bounds; the upper one is hi_steps */
+  uint32_t hi_steps;
   /* verdict (agree) */
   fgb_status status;
   char err[256];
@@ -31,7 +35,8 @@ typedef struct px_ctx {
   sched_costs costs; /* agreed */
   uint32_t have;     /* cost kinds measured on every rank (eng_plan.h bits) */
   int has_ready;
-  double *aready; /* agreed ready times, in ts order (has_ready) */
+  double *aready;             /* agreed ready times, in ts order (has_ready) */
+  uint32_t a_warmup, a_every; /* agreed settings: the largest over ranks */
 } px_ctx;
 
 /* An ENG_XCHG descriptor that owns ctx (freed with the item). NULL when out of memory (ctx is then
