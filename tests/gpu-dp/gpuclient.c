@@ -7,6 +7,8 @@
  *   gpuclient --rank R --size N --device D [--socket PATH] [--job NAME] [--steps S]
  *             [--die-at STEP]   (this rank records its event behind a 60 s host callback at STEP,
  *                                submits, then kills itself: the peers must get FGB_EPEER)
+ *             [--sleep-at STEP --sleep-ms MS]   (at STEP, sleep MS after submitting the first
+ *                                tensor, before the others: a slow rank inside a step)
  * Exit 0 all results right, 1 wrong or error, 77 fewer GPUs than needed. */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -96,7 +98,7 @@ static double now_s(void) {
 
 int main(int argc, char **argv) {
   int rank = 0, size = 2, dev = 0, steps = 3;
-  long die_at = -1;
+  long die_at = -1, sleep_at = -1, sleep_ms = 0;
   const char *sock = NULL, *job = "gpu-dp";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--rank"))
@@ -113,6 +115,10 @@ int main(int argc, char **argv) {
       job = argv[i + 1];
     else if (!strcmp(argv[i], "--die-at"))
       die_at = atol(argv[i + 1]);
+    else if (!strcmp(argv[i], "--sleep-at"))
+      sleep_at = atol(argv[i + 1]);
+    else if (!strcmp(argv[i], "--sleep-ms"))
+      sleep_ms = atol(argv[i + 1]);
   }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= dev) return 77;
@@ -169,6 +175,12 @@ int main(int argc, char **argv) {
                       s);
       if (fgb_submit(c, tid[t], (uint64_t)step, s))
         DIE("submit %s: %s", T[t].name, fgb_client_error(c));
+      if (step == sleep_at && t == 0 && sleep_ms > 0) {
+        printf("rank %d sleeping %ld ms in step %ld\n", rank, sleep_ms, step);
+        fflush(stdout);
+        struct timespec ts = {sleep_ms / 1000, (sleep_ms % 1000) * 1000000};
+        while (nanosleep(&ts, &ts) != 0) continue; /* resumes after a signal */
+      }
     }
     if (step == die_at) {
       printf("rank %d dying at step %ld\n", rank, step);
