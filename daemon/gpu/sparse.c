@@ -323,6 +323,15 @@ static fgb_status inst_get(const sp_job *job, const eng_tensor *t, sp_inst **out
   i->other_bytes = total - i->state_bytes;
   gpu_mem_add(total);
   gpu_mem_state_add(i->state_bytes);
+  static int warned;
+  long long other = (long long)(gpu_mem_used() - gpu_mem_state());
+  if (other > gpu_mem_other_bound() && !warned) {
+    warned = 1; /* payloads and selection workspaces are per instance (the compressors' own) */
+    LOG_WARN(
+        "GPU memory of the daemon beyond compressor state is %.1f MiB, above its bound "
+        "(256 MiB + 2 x the largest merge buffer = %.1f MiB)",
+        other / 1048576.0, gpu_mem_other_bound() / 1048576.0);
+  }
   i->job_key = job->job_key;
   i->tensor_id = t->tensor_id;
   i->ops = t->comp;
