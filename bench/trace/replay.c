@@ -6,6 +6,7 @@
  *   replay --trace FILE [--policy none|fusion|syncea|omgs|dear|fgbuff|rgmerge]
  *          [--compressor topk --density 0.01] [--iters 10] [--warmup 8] [--comm-iters 3]
  *          [--scale X] [--gpu N | --cpu] [--job NAME] [--label TEXT]
+ *   replay --trace FILE --gpu N --raw-nccl ID_FILE ...   the raw NCCL baseline (raw.h), no daemon
  * Rank and size come from RANK/WORLD_SIZE (or the launcher's variables, see fgbuff/client.h).
  * Exit 0 done, 1 error, 2 usage, 3 the daemon does not support the configuration (FGB_ENOTSUP). */
 #include <errno.h>
@@ -21,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include "delay.h"
+#include "raw.h"
 #endif
 
 /* The client's event ring has 64 slots per arena (client/cuda.c): the host runs at most this many
@@ -31,6 +33,7 @@
 
 typedef struct rp_opts {
   const char *trace, *policy, *compressor, *job, *label;
+  const char *raw_id; /* --raw-nccl FILE: the raw NCCL baseline instead of fgbuffd */
   double density, scale;
   int iters, warmup, comm_iters, gpu; /* gpu < 0: host arena */
 } rp_opts;
@@ -74,7 +77,7 @@ static int usage(const char *why) {
   fprintf(stderr,
           "replay: %s\nusage: replay --trace FILE [--policy P] [--compressor topk --density D] "
           "[--iters N] [--warmup W] [--comm-iters K] [--scale X] [--gpu N | --cpu] [--job NAME] "
-          "[--label TEXT]\n",
+          "[--label TEXT] [--raw-nccl ID_FILE]\n",
           why);
   return 2;
 }
@@ -89,7 +92,7 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
 }
 
 static int parse_opts(int argc, char **argv, rp_opts *o) {
-  *o = (rp_opts){NULL, "none", NULL, NULL, "", 0.0, 1.0, 10, 8, 3, -1};
+  *o = (rp_opts){NULL, "none", NULL, NULL, "", NULL, 0.0, 1.0, 10, 8, 3, -1};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     char *end;
@@ -107,6 +110,8 @@ static int parse_opts(int argc, char **argv, rp_opts *o) {
       o->compressor = v;
     } else if (!strcmp(a, "--job")) {
       o->job = v;
+    } else if (!strcmp(a, "--raw-nccl")) {
+      o->raw_id = v;
     } else if (!strcmp(a, "--label")) {
       o->label = v;
     } else if (!strcmp(a, "--density")) {
@@ -128,6 +133,12 @@ static int parse_opts(int argc, char **argv, rp_opts *o) {
     }
   }
   if (!o->trace) return usage("--trace is required");
+#ifdef FGBUFF_HAVE_CUDA
+  if (o->raw_id && (o->gpu < 0 || o->compressor))
+    return usage("--raw-nccl needs --gpu N and no --compressor");
+#else
+  if (o->raw_id) return usage("--raw-nccl needs a CUDA build");
+#endif
   return 0;
 }
 
@@ -335,6 +346,15 @@ static void apply_scale(trc_trace *tr, double scale) {
   }
 }
 
+#ifdef FGBUFF_HAVE_CUDA
+/* Rank and size for the raw baseline (no daemon to ask): RANK / WORLD_SIZE, default 0 / 2. */
+static int env_int(const char *name, int dflt) {
+  const char *v = getenv(name);
+  int x;
+  return v && parse_int(v, 0, 65536, &x) == 0 ? x : dflt;
+}
+#endif
+
 int main(int argc, char **argv) {
   rp_opts o;
   int rc = parse_opts(argc, argv, &o);
@@ -349,22 +369,29 @@ int main(int argc, char **argv) {
   char job[200];
   snprintf(job, sizeof job, "%s", o.job ? o.job : "replay");
   rp_run r = {.tr = &tr, .gpu = o.gpu};
-  if ((rc = setup(&r, &o, job))) goto out;
-  int total = o.warmup + o.iters + o.comm_iters;
   double *traced = calloc((size_t)o.iters + 1, sizeof(double));
   double *comm = calloc((size_t)o.comm_iters + 1, sizeof(double));
   if (!traced || !comm) {
     rc = 1;
-    free(traced);
-    free(comm);
     goto out;
   }
-  for (int s = 0; s < total && rc == 0; s++) {
-    int measured = s >= o.warmup && s < o.warmup + o.iters, comm_only = s >= o.warmup + o.iters;
-    double t = 0;
-    rc = run_step(&r, (uint64_t)s, !comm_only, &t);
-    if (measured) traced[s - o.warmup] = t;
-    if (comm_only) comm[s - o.warmup - o.iters] = t;
+  if (o.raw_id) {
+#ifdef FGBUFF_HAVE_CUDA
+    r.rank = env_int("RANK", 0);
+    r.size = env_int("WORLD_SIZE", 2);
+    rc = raw_nccl_run(&tr, o.gpu, r.rank, r.size, o.raw_id, o.warmup, o.iters, o.comm_iters, traced,
+                      comm);
+    o.policy = "raw-nccl";
+#endif
+  } else if ((rc = setup(&r, &o, job)) == 0) {
+    int total = o.warmup + o.iters + o.comm_iters;
+    for (int s = 0; s < total && rc == 0; s++) {
+      int measured = s >= o.warmup && s < o.warmup + o.iters, comm_only = s >= o.warmup + o.iters;
+      double t = 0;
+      rc = run_step(&r, (uint64_t)s, !comm_only, &t);
+      if (measured) traced[s - o.warmup] = t;
+      if (comm_only) comm[s - o.warmup - o.iters] = t;
+    }
   }
   if (rc == 0 && r.rank == 0) {
     double bwd = tr.backward_us * 1e-3, end = median(traced, o.iters) * 1e3;
@@ -378,11 +405,14 @@ int main(int argc, char **argv) {
         o.label[0] ? o.label : "-", o.policy, o.compressor ? o.compressor : "dense", r.size, tr.n,
         (unsigned long long)tr.elements, o.iters, bwd, end, exposed, comm_ms, hidden * 100,
         tr.forward_us * 1e-3, tr.forward_us * 1e-3 + (end > bwd ? end : bwd));
-    print_plan(&r, job, o.policy);
+    if (o.raw_id)
+      printf("PLAN raw NCCL: one ncclAllReduce per tensor at its ready time, no daemon\n");
+    else
+      print_plan(&r, job, o.policy);
   }
+out:
   free(traced);
   free(comm);
-out:
   fflush(stdout);
   fgb_client_free(r.c);
   free(r.tid);

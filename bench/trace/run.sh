@@ -5,7 +5,10 @@
 # sockets), and prints one table per trace against the same-run baseline (policy none, dense).
 # Numbers, never pass/fail.
 #
-# Usage: bench/trace/run.sh BUILD_DIR TRACE [TRACE...] [--cpu] [--policies "none fusion ..."]
+# Policy "raw" (GPU only, dense only) is the baseline without fgbuffd: one ncclAllReduce per tensor
+# at its ready time (trace-replay --raw-nccl).
+#
+# Usage: bench/trace/run.sh BUILD_DIR TRACE [TRACE...] [--cpu] [--policies "none raw fusion ..."]
 #          [--comps "dense topk"] [--nets "nvlink slow"] [--iters N] [--warmup W]
 #          [--comm-iters K] [--scale X] [--density D] [--timeout S]
 #   --cpu      CPU daemons and host arenas (for testing without a GPU; network label "cpu")
@@ -16,7 +19,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 src="$(cd "$here/../.." && pwd)"
 build="$(cd "${1:?usage: run.sh BUILD_DIR TRACE [TRACE...] [options]}" && pwd)"
 shift
-traces=() cpu=0 policies="none fusion syncea omgs dear fgbuff rgmerge" comps="dense topk"
+traces=() cpu=0 policies="none raw fusion syncea omgs dear fgbuff rgmerge" comps="dense topk"
 nets="nvlink slow" iters=10 warmup=8 comm_iters=3 scale=1 density=0.01 tmo=90
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -40,7 +43,10 @@ replay="$build/bench/trace/trace-replay"
 [ -x "$replay" ] || { echo "run.sh: $replay not built" >&2; exit 1; }
 export FGBUFF_BIN_DIR="$build"
 out="$(mktemp -d "${TMPDIR:-/tmp}/fgb-trace.XXXXXX")"
-[ "$cpu" = 1 ] && nets="cpu"
+if [ "$cpu" = 1 ]; then
+  nets="cpu"
+  policies="$(sed 's/\braw\b//g' <<<"$policies")"
+fi
 
 if [ "$cpu" = 1 ]; then
   source "$src/tests/lib/world.sh"
@@ -65,6 +71,11 @@ replay_one() {
   local args=(--trace "$trace" --policy "$pol" --iters "$iters" --warmup "$warmup"
     --comm-iters "$comm_iters" --scale "$scale" --job "trace-$key" --label "$net")
   [ "$comp" = dense ] || args+=(--compressor "$comp" --density "$density")
+  if [ "$pol" = raw ]; then
+    [ "$comp" = dense ] || return 0
+    rm -f "$out/ncclid.$key"
+    args+=(--raw-nccl "$out/ncclid.$key")
+  fi
   for r in 0 1; do
     if [ "$cpu" = 1 ]; then
       FGBUFF_INCARNATION=$$ RANK=$r WORLD_SIZE=2 FGBUFF_LOCAL_INDEX=$r \
