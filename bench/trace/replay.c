@@ -27,7 +27,7 @@
 
 /* The client's event ring has 64 slots per arena (client/cuda.c): the host runs at most this many
  * submits ahead of the traced ready times, so a slot is never re-recorded before it fired. */
-#define RP_RUN_AHEAD 48
+#define RP_RUN_AHEAD 32
 #define RP_ALIGN 256
 #define RP_WAIT_MS 600000
 

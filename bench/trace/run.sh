@@ -105,6 +105,7 @@ replay_one() {
 
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
+runtimes=""
 echo "machine: $machine"
 echo "policies: $policies; compression: $comps (top-k density $density); iters $iters after" \
   "$warmup warm-up (static plans start after 5 + 2 steps), comm-only iters $comm_iters, scale $scale"
@@ -113,13 +114,21 @@ for net in $nets; do
   slow) export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo ;;
   *) unset NCCL_P2P_DISABLE NCCL_SHM_DISABLE NCCL_IB_DISABLE NCCL_SOCKET_IFNAME ;;
   esac
-  if ! start_world; then
+  t0=$SECONDS
+  start_world
+  ok=$?
+  runtimes+="start-$net:$((SECONDS - t0))s "
+  if [ $ok != 0 ]; then
     echo "network $net: daemons did not start"
     continue
   fi
   for ti in "${!traces[@]}"; do
     for pol in $policies; do
-      for comp in $comps; do replay_one "${traces[$ti]}" "$pol" "$comp" "$net" "$ti-$pol-$comp-$net"; done
+      for comp in $comps; do
+        t0=$SECONDS
+        replay_one "${traces[$ti]}" "$pol" "$comp" "$net" "$ti-$pol-$comp-$net"
+        runtimes+="$ti-$pol-$comp-$net:$((SECONDS - t0))s "
+      done
     done
   done
   stop_world
@@ -165,3 +174,5 @@ for ti in "${!traces[@]}"; do
     done
   done
 done
+echo
+echo "wall seconds per replay run: $runtimes"
