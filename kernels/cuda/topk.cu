@@ -334,13 +334,13 @@ __global__ void __launch_bounds__(SEL_THREADS)
 __global__ void __launch_bounds__(SEL_THREADS)
     k_chunk_count(const float *a, uint64_t len, int al, const kc_sel_state *st, const float *cv,
                   const uint32_t *ci, const uint32_t *ch_off, const uint32_t *ch_cnt,
-                  uint32_t *ch_gt, uint32_t *ch_eq) {
+                  uint32_t *ch_gt, uint32_t *ch_eq, uint64_t nch) {
   if (st->skip) return; /* T = L: the compaction wrote these counts */
   const uint32_t T = st->T;
   const int full = st->full;
-  if (!full) { /* candidates: a warp per chunk (a chunk holds few), most blocks exit at once */
+  if (!full) { /* candidates: a warp per chunk (a chunk holds few) */
     const uint64_t c = (uint64_t)blockIdx.x * (SEL_THREADS / 32) + (threadIdx.x >> 5);
-    if (c >= gridDim.x) return;
+    if (c >= nch) return;
     const uint32_t off = ch_off[c], cnt = ch_cnt[c];
     uint32_t both = 0;
     for (uint32_t p = threadIdx.x & 31u; p < cnt; p += 32) {
@@ -354,23 +354,26 @@ __global__ void __launch_bounds__(SEL_THREADS)
     }
     return;
   }
-  const uint64_t c = blockIdx.x;
-  float v[16];
-  uint32_t idx[16];
-  uint32_t pres = load_chunk(a, len, al, 1, cv, ci, 0, 0, c, v, idx);
-  uint32_t gt = 0, eq = 0;
+  /* The whole input (rare fallback): a block per chunk in turn (the grid is sized for the
+   * candidates' warp per chunk). */
+  for (uint64_t c = blockIdx.x; c < nch; c += gridDim.x) {
+    float v[16];
+    uint32_t idx[16];
+    uint32_t pres = load_chunk(a, len, al, 1, cv, ci, 0, 0, c, v, idx);
+    uint32_t gt = 0, eq = 0;
 #pragma unroll
-  for (int e = 0; e < 16; e++)
-    if ((pres >> e) & 1u) {
-      uint32_t key = kern_abs_key(v[e]);
-      gt += key > T;
-      eq += key == T;
+    for (int e = 0; e < 16; e++)
+      if ((pres >> e) & 1u) {
+        uint32_t key = kern_abs_key(v[e]);
+        gt += key > T;
+        eq += key == T;
+      }
+    /* gt and eq of a chunk are <= 4096: one packed sum. */
+    uint32_t both = kc_block_sum<uint32_t>(gt | (eq << 16));
+    if (threadIdx.x == 0) {
+      ch_gt[c] = both & 0xffffu;
+      ch_eq[c] = both >> 16;
     }
-  /* gt and eq of a chunk are <= 4096: one packed sum. */
-  uint32_t both = kc_block_sum<uint32_t>(gt | (eq << 16));
-  if (threadIdx.x == 0) {
-    ch_gt[c] = both & 0xffffu;
-    ch_eq[c] = both >> 16;
   }
 }
 
@@ -437,13 +440,13 @@ __device__ inline void emit_one(const kc_out &o, uint64_t j, uint64_t idx_base, 
 __global__ void __launch_bounds__(SEL_THREADS)
     k_emit(const float *a, uint64_t len, int al, uint64_t idx_base, const kc_sel_state *st,
            const float *cv, const uint32_t *ci, const uint32_t *ch_off, const uint32_t *ch_cnt,
-           const uint32_t *ch_out, const uint32_t *ch_eqp, kc_out o) {
+           const uint32_t *ch_out, const uint32_t *ch_eqp, kc_out o, uint64_t nch) {
   const uint32_t T = st->T;
   const int full = st->full;
   const unsigned long long eq_take = st->rank;
   if (!full) { /* candidates: a warp per chunk, ballots give the ordered positions */
     const uint64_t c = (uint64_t)blockIdx.x * (SEL_THREADS / 32) + (threadIdx.x >> 5);
-    if (c >= gridDim.x) return;
+    if (c >= nch) return;
     const uint32_t off = ch_off[c], cnt = ch_cnt[c], lane = threadIdx.x & 31u;
     const uint32_t lt = (1u << lane) - 1u;
     unsigned long long eq_run = ch_eqp[c];
@@ -463,32 +466,33 @@ __global__ void __launch_bounds__(SEL_THREADS)
     }
     return;
   }
-  const uint64_t c = blockIdx.x;
-  float v[16];
-  uint32_t idx[16];
-  uint32_t pres = load_chunk(a, len, al, 1, cv, ci, 0, 0, c, v, idx);
-  uint32_t fgt = 0, feq = 0;
-#pragma unroll
-  for (int e = 0; e < 16; e++)
-    if ((pres >> e) & 1u) {
-      uint32_t key = kern_abs_key(v[e]);
-      if (key > T) fgt |= 1u << e;
-      if (key == T) feq |= 1u << e;
-    }
-  uint32_t sb[4], tot;
-  uint32_t fsel = fgt;
-  const unsigned long long eq0 = ch_eqp[c];
-  if (__syncthreads_or(feq)) { /* ties: take the lowest-indexed ones, continuing across chunks */
-    uint64_t ex = chunk_scan(feq, sb, &tot);
+  for (uint64_t c = blockIdx.x; c < nch; c += gridDim.x) { /* the whole input: as k_chunk_count */
+    float v[16];
+    uint32_t idx[16];
+    uint32_t pres = load_chunk(a, len, al, 1, cv, ci, 0, 0, c, v, idx);
+    uint32_t fgt = 0, feq = 0;
 #pragma unroll
     for (int e = 0; e < 16; e++)
-      if (((feq >> e) & 1u) && eq0 + chunk_pos(feq, ex, sb, e) < eq_take) fsel |= 1u << e;
-  }
-  uint64_t ex = chunk_scan(fsel, sb, &tot);
-  const uint64_t out0 = ch_out[c];
+      if ((pres >> e) & 1u) {
+        uint32_t key = kern_abs_key(v[e]);
+        if (key > T) fgt |= 1u << e;
+        if (key == T) feq |= 1u << e;
+      }
+    uint32_t sb[4], tot;
+    uint32_t fsel = fgt;
+    const unsigned long long eq0 = ch_eqp[c];
+    if (__syncthreads_or(feq)) { /* ties: take the lowest-indexed ones, continuing across chunks */
+      uint64_t ex = chunk_scan(feq, sb, &tot);
 #pragma unroll
-  for (int e = 0; e < 16; e++)
-    if ((fsel >> e) & 1u) emit_one(o, out0 + chunk_pos(fsel, ex, sb, e), idx_base, idx[e], v[e]);
+      for (int e = 0; e < 16; e++)
+        if (((feq >> e) & 1u) && eq0 + chunk_pos(feq, ex, sb, e) < eq_take) fsel |= 1u << e;
+    }
+    uint64_t ex = chunk_scan(fsel, sb, &tot);
+    const uint64_t out0 = ch_out[c];
+#pragma unroll
+    for (int e = 0; e < 16; e++)
+      if ((fsel >> e) & 1u) emit_one(o, out0 + chunk_pos(fsel, ex, sb, e), idx_base, idx[e], v[e]);
+  }
 }
 
 __global__ void k_header(comp_coo_header *hdr, uint32_t count, uint32_t capacity) {
@@ -565,15 +569,18 @@ fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_bas
   k_compact<<<(unsigned)nch, SEL_THREADS, 0, s>>>(a, g, len, alg, st, ws->cand_val, ws->cand_idx,
                                                   ws->cand_cap, ws->ch_off, ws->ch_cnt, ws->ch_gt,
                                                   ws->ch_eq, k, take_all);
-  const unsigned hb = hist_blocks(len);
+  /* Sized for the candidates, the common case: idle blocks cost every pass a zeroed histogram
+   * and a check-in; the rare full-input fallback loops over the input with the same grid. */
+  const unsigned hb = hist_blocks(len < ws->cand_cap ? len : ws->cand_cap);
   for (int p = 0; p < 3; p++)
     k_hist<<<hb, SEL_THREADS, 0, s>>>(a, len, al, p, st, ws->hist, ws->cand_val, ws->cand_cap);
-  k_chunk_count<<<(unsigned)nch, SEL_THREADS, 0, s>>>(a, len, al, st, ws->cand_val, ws->cand_idx,
-                                                      ws->ch_off, ws->ch_cnt, ws->ch_gt, ws->ch_eq);
+  const unsigned wgrid = (unsigned)((nch + SEL_THREADS / 32 - 1) / (SEL_THREADS / 32));
+  k_chunk_count<<<wgrid, SEL_THREADS, 0, s>>>(a, len, al, st, ws->cand_val, ws->cand_idx,
+                                              ws->ch_off, ws->ch_cnt, ws->ch_gt, ws->ch_eq, nch);
   k_chunk_scan<<<1, KC_BLOCK_SELECT, 0, s>>>(st, nch, ws->ch_gt, ws->ch_eq, hdr, capacity,
                                              take_all ? 0xffffffffu : k);
-  k_emit<<<(unsigned)nch, SEL_THREADS, 0, s>>>(a, len, al, idx_base, st, ws->cand_val, ws->cand_idx,
-                                               ws->ch_off, ws->ch_cnt, ws->ch_gt, ws->ch_eq, o);
+  k_emit<<<wgrid, SEL_THREADS, 0, s>>>(a, len, al, idx_base, st, ws->cand_val, ws->cand_idx,
+                                       ws->ch_off, ws->ch_cnt, ws->ch_gt, ws->ch_eq, o, nch);
   return kc_launched();
 }
 
