@@ -26,7 +26,7 @@ typedef struct outcome {
   int st;
   char err[256];
   uint8_t token[RDV_TOKEN];
-  char addrs[W * RDV_ADDR_MAX], hosts[W * RDV_HOST_MAX];
+  char addrs[(W + 1) * RDV_ADDR_MAX], hosts[(W + 1) * RDV_HOST_MAX]; /* W + 1: a bad world size */
 } outcome;
 
 static int free_port(void) {
