@@ -289,7 +289,8 @@ enum { KC_L_SAMPLE = 0, KC_L_CTL = 1, KC_L_FIXED = 2 };
  * radix select of the kth largest over the candidates (or over a when they overflow or fall
  * short), ordered emission in ascending index into o (+ idx_base on the indices; resid/mask are
  * indexed like a). take_all: every key >= L when there are at most k of them (select_thr), else
- * the top k. hdr: header written with the count and `capacity` (NULL: none). g: the error-feedback
+ * the top k. hdr: header written with the count and `capacity`, and o's entries [count, capacity)
+ * zeroed (NULL: neither; o then need not start at entry 0). g: the error-feedback
  * compensation a += g is fused into the sampling and the one read of a (a is then written; the
  * caller owns it). Enqueue only. */
 fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_base, uint32_t k,

@@ -440,7 +440,16 @@ __device__ inline void emit_one(const kc_out &o, uint64_t j, uint64_t idx_base, 
 __global__ void __launch_bounds__(SEL_THREADS)
     k_emit(const float *a, uint64_t len, int al, uint64_t idx_base, const kc_sel_state *st,
            const float *cv, const uint32_t *ci, const uint32_t *ch_off, const uint32_t *ch_cnt,
-           const uint32_t *ch_out, const uint32_t *ch_eqp, kc_out o, uint64_t nch) {
+           const uint32_t *ch_out, const uint32_t *ch_eqp, kc_out o, uint64_t nch,
+           uint32_t zero_cap) {
+  /* Entries [count, zero_cap) of the payload are zeroed here (kc_zero_tail's job, one launch
+   * less): the bytes are a function of the input alone. */
+  for (uint64_t j = st->count + blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; j < zero_cap;
+       j += (uint64_t)gridDim.x * blockDim.x) {
+    if (o.v16) o.v16[j] = 0;
+    if (o.v32) o.v32[j] = 0.0f;
+    o.idx[j] = 0;
+  }
   const uint32_t T = st->T;
   const int full = st->full;
   const unsigned long long eq_take = st->rank;
@@ -580,7 +589,8 @@ fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_bas
   k_chunk_scan<<<1, KC_BLOCK_SELECT, 0, s>>>(st, nch, ws->ch_gt, ws->ch_eq, hdr, capacity,
                                              take_all ? 0xffffffffu : k);
   k_emit<<<wgrid, SEL_THREADS, 0, s>>>(a, len, al, idx_base, st, ws->cand_val, ws->cand_idx,
-                                       ws->ch_off, ws->ch_cnt, ws->ch_gt, ws->ch_eq, o, nch);
+                                       ws->ch_off, ws->ch_cnt, ws->ch_gt, ws->ch_eq, o, nch,
+                                       hdr ? capacity : 0u);
   return kc_launched();
 }
 
@@ -603,14 +613,12 @@ static fgb_status topk_impl(float *aw, const float *a, const float *g, uint64_t 
   if (k == 0) {
     rc = g ? kern_cuda_add(aw, g, n, s) : FGB_OK; /* nothing selected: still compensated */
     if (!rc) rc = kc_write_header(hdr, 0, out->capacity, s);
-  } else {
-    kc_out o = kc_out_of(out, 0);
-    if (k == n) /* everything: key >= 0 */
-      rc = kc_select(ws, a, n, 0, k, KC_L_FIXED, NULL, 0, 1, o, hdr, out->capacity, s, g);
-    else
-      rc = kc_select(ws, a, n, 0, k, KC_L_SAMPLE, NULL, 0, 0, o, hdr, out->capacity, s, g);
+    return rc ? rc : kc_zero_tail(out, s);
   }
-  return rc ? rc : kc_zero_tail(out, s);
+  kc_out o = kc_out_of(out, 0); /* kc_select zeroes the tail (hdr given) */
+  if (k == n)                   /* everything: key >= 0 */
+    return kc_select(ws, a, n, 0, k, KC_L_FIXED, NULL, 0, 1, o, hdr, out->capacity, s, g);
+  return kc_select(ws, a, n, 0, k, KC_L_SAMPLE, NULL, 0, 0, o, hdr, out->capacity, s, g);
 }
 
 extern "C" fgb_status kern_cuda_topk(const float *a, uint64_t n, uint32_t k, const kern_sel *out,
@@ -633,12 +641,11 @@ extern "C" fgb_status kern_cuda_select_thr(const float *a, uint64_t n, const ker
   comp_coo_header *hdr = (comp_coo_header *)out->payload;
   if (n == 0 || out->capacity == 0) {
     rc = kc_write_header(hdr, 0, out->capacity, s);
-  } else {
-    uint32_t k = out->capacity < n ? out->capacity : (uint32_t)n;
-    rc = kc_select(ws, a, n, 0, k, KC_L_CTL, ctl, 0, 1, kc_out_of(out, 0), hdr, out->capacity, s,
-                   NULL);
+    return rc ? rc : kc_zero_tail(out, s);
   }
-  return rc ? rc : kc_zero_tail(out, s);
+  uint32_t k = out->capacity < n ? out->capacity : (uint32_t)n; /* kc_select zeroes the tail */
+  return kc_select(ws, a, n, 0, k, KC_L_CTL, ctl, 0, 1, kc_out_of(out, 0), hdr, out->capacity, s,
+                   NULL);
 }
 
 /* The exact radix select run over x itself (full mode): ws->st->T = key of the kth largest of
