@@ -253,6 +253,27 @@ static int same_plan(const sched_plan *a, const sched_plan *b) {
   return 1;
 }
 
+/* One line on what the plan compresses and why not, for the log (tests read it). */
+static void log_decisions(const srv_job *j, const sched_plan *p) {
+  uint32_t comp = 0, by_cost = 0, other = 0;
+  const char *why = "";
+  for (uint32_t b = 0; b < p->nbuffers; b++) {
+    const sched_buffer *sb = &p->buffers[b];
+    if (sb->compress) {
+      comp++;
+    } else if (strncmp(sb->reason, "dense: compressing costs", 24) == 0) {
+      if (!by_cost++) why = sb->reason;
+    } else {
+      other++;
+    }
+  }
+  LOG_INFO(
+      "job '%s': plan v%llu: %u buffers compressed, %u dense by cost%s%s%s, %u dense "
+      "(not compressible or density >= 1/P)",
+      j->id.name, (unsigned long long)p->version, comp, by_cost, by_cost ? " (" : "", why,
+      by_cost ? ")" : "", other);
+}
+
 static void adopt(srv_job *j, srv_plan *pl, plan_ver *nv, uint64_t at, const char *why) {
   if (pl->nv == 2) {
     ver_free(&pl->v[0]);
@@ -266,6 +287,7 @@ static void adopt(srv_job *j, srv_plan *pl, plan_ver *nv, uint64_t at, const cha
       j->id.name, j->policy, nv->plan.version > 1 ? "re-planned" : "planned",
       (unsigned long long)at, (unsigned long long)nv->plan.version, nv->plan.nbuffers,
       nv->plan.ntensors, (unsigned long long)nv->plan.first_step, why);
+  log_decisions(j, &nv->plan);
 }
 
 /* ---- measured ready times ------------------------------------------------------------------ */

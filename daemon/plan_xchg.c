@@ -109,7 +109,7 @@ static void decide(px_ctx *c, const uint8_t *all, int size) {
     for (int i = 0; i < 8 && !bad; i++) {
       double v;
       memcpy(&v, b + 40 + 8 * i, 8);
-      if (!isfinite(v) || v < 0 || v > 1e3) bad = "costs";
+      if (!isfinite(v) || v < 0 || v > 1e15) bad = "costs";
       *cost_at(&obs[r].costs, i) = v;
     }
     if (bad) {

@@ -5,9 +5,14 @@
  * element must equal (float)sum / (float)size bitwise; tensor --skip is never submitted (flushed
  * zeros: its result must be 0). Prints one FNV-1a hash per step of every result byte; sleeps
  * --sleep-ms inside the last step (before submitting) so a test can read the daemons' status.
+ * From step --slow-at on, it pauses --slow-ms half-way through each step's submits: a backward
+ * that got slower, so the measured ready times drift (the re-planning test). --topk D registers
+ * every tensor with top-k at density D: results are then not exact averages and are only compared
+ * across ranks by hash (the measured-inputs test reads the plan's compression decisions).
  *
  * usage: planclient --rank R --size N --socket PATH [--job NAME] [--steps S] [--reverse-at D]
  *          [--gap-ms G] [--skip K] [--sleep-ms MS]
+ *          [--slow-at D --slow-ms MS] [--topk D]
  * Exit status: 0 ok, 1 check failed, 2 usage. */
 #include <stdint.h>
 #include <stdio.h>
@@ -26,6 +31,8 @@ static float value(int k, int rank, int step, uint64_t e) {
 
 int main(int argc, char **argv) {
   int rank = -1, size = -1, steps = 12, reverse_at = -1, gap_ms = 0, skip = -1, sleep_ms = 0;
+  int slow_at = -1, slow_ms = 0;
+  double topk = 0;
   const char *job = "plantest", *sock = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *a = argv[i], *v = argv[i + 1];
@@ -47,6 +54,12 @@ int main(int argc, char **argv) {
       skip = atoi(v);
     else if (!strcmp(a, "--sleep-ms"))
       sleep_ms = atoi(v);
+    else if (!strcmp(a, "--slow-at"))
+      slow_at = atoi(v);
+    else if (!strcmp(a, "--slow-ms"))
+      slow_ms = atoi(v);
+    else if (!strcmp(a, "--topk"))
+      topk = atof(v);
     else
       return fprintf(stderr, "planclient: unknown option %s\n", a), 2;
   }
@@ -78,6 +91,10 @@ int main(int argc, char **argv) {
     td.offset = off[k];
     td.count = counts[k];
     td.dtype = FGB_FLOAT32;
+    if (topk > 0) {
+      td.compressor = "topk";
+      td.density = topk;
+    }
     if (fgb_tensor_register(c, &td, &tid[k]))
       return fprintf(stderr, "rank %d: register: %s\n", rank, fgb_client_error(c)), 1;
   }
@@ -90,6 +107,8 @@ int main(int argc, char **argv) {
     if (s == steps && sleep_ms > 0) usleep((useconds_t)sleep_ms * 1000);
     for (int j = 0; j < NT; j++) {
       int k = (reverse_at > 0 && s >= reverse_at) ? NT - 1 - j : j;
+      if (slow_at > 0 && s >= slow_at && j == NT / 2 && slow_ms > 0)
+        usleep((useconds_t)slow_ms * 1000);
       if (k == skip) continue;
       if (fgb_submit(c, tid[k], (uint64_t)s, NULL))
         return fprintf(stderr, "rank %d: submit: %s\n", rank, fgb_client_error(c)), 1;
@@ -104,7 +123,7 @@ int main(int argc, char **argv) {
         float sum = 0;
         for (int r = 0; r < size; r++) sum += value(k, r, s, e);
         float want = k == skip ? 0.0f : sum / (float)size;
-        if (memcmp(&p[e], &want, sizeof(want)) != 0 && fails++ < 5)
+        if (topk == 0 && memcmp(&p[e], &want, sizeof(want)) != 0 && fails++ < 5)
           fprintf(stderr, "rank %d step %d tensor %d elem %llu: %g, want %g\n", rank, s, k,
                   (unsigned long long)e, (double)p[e], (double)want);
       }
