@@ -14,13 +14,14 @@
 #   --cpu      CPU daemons and host arenas (for testing without a GPU; network label "cpu")
 #   --scale X  replay every tensor with X times its elements (ready times unchanged)
 #   --timeout  seconds per replay run (default 90); a run over it is reported as "timeout"
+#   --keep DIR copy every run's output, errors and the daemons' logs into DIR
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
 src="$(cd "$here/../.." && pwd)"
 build="$(cd "${1:?usage: run.sh BUILD_DIR TRACE [TRACE...] [options]}" && pwd)"
 shift
 traces=() cpu=0 policies="none raw fusion syncea omgs dear fgbuff rgmerge" comps="dense topk"
-nets="nvlink slow" iters=10 warmup=8 comm_iters=3 scale=1 density=0.01 tmo=90
+nets="nvlink slow" iters=10 warmup=8 comm_iters=3 scale=1 density=0.01 tmo=90 keep=""
 while [ $# -gt 0 ]; do
   case "$1" in
   --cpu) cpu=1 ;;
@@ -33,6 +34,7 @@ while [ $# -gt 0 ]; do
   --scale) scale="$2"; shift ;;
   --density) density="$2"; shift ;;
   --timeout) tmo="$2"; shift ;;
+  --keep) keep="$2"; shift ;;
   -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   *) traces+=("$(cd "$(dirname "$1")" && pwd)/$(basename "$1")") ;;
   esac
@@ -61,8 +63,66 @@ else
   machine="GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -2 | paste -sd, -)"
 fi
 # A killed run (timeout) must not leave daemons on the GPUs: stop them on TERM/INT too.
-trap 'stop_world; rm -rf "$out"' EXIT
-trap 'exit 143' TERM INT
+trap 'stop_world; save_logs; [ -z "$keep" ] || { mkdir -p "$keep" && cp -r "$out"/. "$keep"/; }; rm -rf "$out"' EXIT
+# The daemons' log of the current network, into $out (kept with --keep).
+save_logs() {
+  local l="${GPU_WORLD_LOG:-${FGBUFF_WORLD_LOG:-}}"
+  [ -n "$l" ] && [ -f "$l" ] && cp "$l" "$out/daemons-${net:-none}.log"
+  case "${FGBUFF_RUNTIME_DIR:-}" in # the stopped world's own mktemp folder
+  */fgbuff-world.* | */fgbuff-gpu.*) rm -rf "$FGBUFF_RUNTIME_DIR" ;;
+  esac
+  return 0
+}
+trap 'echo "run.sh: interrupted; results so far:"; print_tables; exit 143' TERM INT
+
+# The tables, from the result files written so far (also on TERM: a run cut short by a timeout
+# still reports what it measured).
+print_tables() {
+  [ -z "${tables_done:-}" ] || return 0
+  tables_done=1
+  for ti in "${!traces[@]}"; do
+    t="${traces[$ti]}"
+    echo
+    echo "== trace $(basename "$t"): $(sed -n 's/^# model: //p' "$t"), $(sed -n 's/^# tensors: //p' "$t") tensors," \
+      "$(sed -n 's/^# elements: //p' "$t") elements; recorded on $(sed -n 's/^# gpu: //p' "$t")," \
+      "$(sed -n 's/^# precision: //p' "$t")"
+    echo "   source: $(sed -n 's/^# source: //p' "$t")"
+    echo "   replayed on $machine; iter = traced forward + time to the last Done; exposed = last Done" \
+      "- end of backward; comm = all tensors submitted at once; hidden = 1 - exposed/comm"
+    printf "%-7s %-8s %-6s %9s %6s %8s %9s %9s %8s %7s  %s\n" net policy comp iter_ms vs_base bwd_ms \
+      sync_end exposed comm_ms hidden plan
+    for net in $nets; do
+      base=""
+      [ -f "$out/res.$ti-none-dense-$net" ] && base="$(field iter_ms "$(grep '^RESULT' "$out/res.$ti-none-dense-$net")")"
+      for pol in $policies; do
+        for comp in $comps; do
+          f="$out/res.$ti-$pol-$comp-$net"
+          [ -f "$f" ] || continue
+          res="$(grep -h '^RESULT' "$f")"
+          if [ -z "$res" ]; then
+            case "$(cat "$f")" in
+            NOTSUP*) printf "%-7s %-8s %-6s %s\n" "$net" "$pol" "$comp" "not supported: $(cut -c8-160 "$f")" ;;
+            *) printf "%-7s %-8s %-6s %s\n" "$net" "$pol" "$comp" "$(cut -c1-200 "$f")" ;;
+            esac
+            continue
+          fi
+          plan="$(grep -h '^PLAN' "$f" | sed 's/^PLAN //')"
+          case "$plan" in
+          policy=*) plan="v$(field version " $plan") from step $(field first_step " $plan"): $(field buffers " $plan") buffers ($(field compressed " $plan") compressed), tensors per buffer $(field tensors_per_buffer " $plan" | cut -c1-60)" ;;
+          esac
+          it="$(field iter_ms "$res")"
+          ratio="-"
+          [ -n "$base" ] && ratio="$(awk -v a="$it" -v b="$base" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')"
+          printf "%-7s %-8s %-6s %9s %6s %8s %9s %9s %8s %6s%%  %s\n" "$net" "$pol" "$comp" "$it" "$ratio" \
+            "$(field bwd_ms "$res")" "$(field sync_end_ms "$res")" "$(field exposed_ms "$res")" \
+            "$(field comm_ms "$res")" "$(field hidden_pct "$res")" "$plan"
+        done
+      done
+    done
+  done
+  echo
+  echo "wall seconds per replay run: $runtimes"
+}
 
 # One replay of trace $1 under policy $2, compression $3 on network $4: 2 ranks, rank 0's lines
 # go to $out/res.<key>; a missing RESULT line becomes a "not supported"/"failed" row.
@@ -132,47 +192,7 @@ for net in $nets; do
     done
   done
   stop_world
+  save_logs
 done
 
-for ti in "${!traces[@]}"; do
-  t="${traces[$ti]}"
-  echo
-  echo "== trace $(basename "$t"): $(sed -n 's/^# model: //p' "$t"), $(sed -n 's/^# tensors: //p' "$t") tensors," \
-    "$(sed -n 's/^# elements: //p' "$t") elements; recorded on $(sed -n 's/^# gpu: //p' "$t")," \
-    "$(sed -n 's/^# precision: //p' "$t")"
-  echo "   source: $(sed -n 's/^# source: //p' "$t")"
-  echo "   replayed on $machine; iter = traced forward + time to the last Done; exposed = last Done" \
-    "- end of backward; comm = all tensors submitted at once; hidden = 1 - exposed/comm"
-  printf "%-7s %-8s %-6s %9s %6s %8s %9s %9s %8s %7s  %s\n" net policy comp iter_ms vs_base bwd_ms \
-    sync_end exposed comm_ms hidden plan
-  for net in $nets; do
-    base=""
-    [ -f "$out/res.$ti-none-dense-$net" ] && base="$(field iter_ms "$(grep '^RESULT' "$out/res.$ti-none-dense-$net")")"
-    for pol in $policies; do
-      for comp in $comps; do
-        f="$out/res.$ti-$pol-$comp-$net"
-        [ -f "$f" ] || continue
-        res="$(grep -h '^RESULT' "$f")"
-        if [ -z "$res" ]; then
-          case "$(cat "$f")" in
-          NOTSUP*) printf "%-7s %-8s %-6s %s\n" "$net" "$pol" "$comp" "not supported: $(cut -c8-160 "$f")" ;;
-          *) printf "%-7s %-8s %-6s %s\n" "$net" "$pol" "$comp" "$(cut -c1-200 "$f")" ;;
-          esac
-          continue
-        fi
-        plan="$(grep -h '^PLAN' "$f" | sed 's/^PLAN //')"
-        case "$plan" in
-        policy=*) plan="v$(field version " $plan") from step $(field first_step " $plan"): $(field buffers " $plan") buffers ($(field compressed " $plan") compressed), tensors per buffer $(field tensors_per_buffer " $plan" | cut -c1-60)" ;;
-        esac
-        it="$(field iter_ms "$res")"
-        ratio="-"
-        [ -n "$base" ] && ratio="$(awk -v a="$it" -v b="$base" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')"
-        printf "%-7s %-8s %-6s %9s %6s %8s %9s %9s %8s %6s%%  %s\n" "$net" "$pol" "$comp" "$it" "$ratio" \
-          "$(field bwd_ms "$res")" "$(field sync_end_ms "$res")" "$(field exposed_ms "$res")" \
-          "$(field comm_ms "$res")" "$(field hidden_pct "$res")" "$plan"
-      done
-    done
-  done
-done
-echo
-echo "wall seconds per replay run: $runtimes"
+print_tables
