@@ -319,7 +319,7 @@ static fgb_status leader(leader_st *L, const char *host, const char *port, int64
     if (pf[0].revents) {
       int c = accept4(ls, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (c >= 0 && npend == RDV_PEND_MAX) {
-        refuse(c, "too many connections at once");
+        refuse(c, "busy: too many connections at once");
         close(c);
       } else if (c >= 0) {
         pd[npend] = (pend){.fd = c, .dl = now + RDV_HELLO_MS < dl ? now + RDV_HELLO_MS : dl};
@@ -390,6 +390,7 @@ static int member_try(const srv_rdv_args *a, const struct addrinfo *ai, char *ad
     io_all(c, why, sizeof(why), 0, now_ms() + 2000);
     why[RDV_REASON - 1] = 0;
     close(c);
+    if (strncmp(why, "busy:", 5) == 0) return 1; /* rank 0 is swamped: try again */
     return snprintf(err, errlen, "rendezvous: rank 0 refused rank %d: %s", a->rank, why),
            FGB_EPROTO;
   }
