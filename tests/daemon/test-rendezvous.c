@@ -251,9 +251,9 @@ static void test_timeout(void) {
   int port = free_port(), r2;
   char hp[64], err[256], addrs[W * RDV_ADDR_MAX], hosts[W * RDV_HOST_MAX];
   snprintf(hp, sizeof(hp), "127.0.0.1:%d", port);
-  pid_t p2 = party(hp, 2, W, addr_of(2), "h", NULL, 4000, &r2);
+  pid_t p2 = party(hp, 2, W, addr_of(2), "h", NULL, 8000, &r2);
   uint8_t tok[RDV_TOKEN];
-  srv_rdv_args a = {hp, 0, W, addr_of(0), "h", NULL, 2000};
+  srv_rdv_args a = {hp, 0, W, addr_of(0), "h", NULL, 5000};
   fgb_status st = srv_rdv_exchange(&a, addrs, hosts, tok, err, sizeof(err));
   CHECK_MSG(st == FGB_ETIMEDOUT && strstr(err, "rank(s) 1 3") != NULL, "missing ranks: %d '%s'", st,
             err);
