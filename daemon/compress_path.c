@@ -274,6 +274,30 @@ fgb_status cp_sync(cp_store *s, const cp_job *job, const eng_tensor *t, uint64_t
   return FGB_OK;
 }
 
+fgb_status cp_flush(cp_store *s, const cp_job *job, const eng_tensor *t, char *err, size_t errlen) {
+  cp_inst *i = NULL;
+  fgb_status st = inst_get(s, job, t, &i, err, errlen);
+  if (st != FGB_OK) return st;
+  if (t->count != i->n) {
+    snprintf(err, errlen, "tensor %u: count changed under its compressor", t->tensor_id);
+    return FGB_EINVAL;
+  }
+  if (!i->ops->flush_dense) return FGB_OK; /* stateless: the gradient is what is sent */
+  float *dense = malloc((t->count ? t->count : 1) * sizeof(float));
+  if (!dense) {
+    snprintf(err, errlen, "out of memory flushing tensor %u dense", t->tensor_id);
+    return FGB_ENOMEM;
+  }
+  dtype_to_working(t->dtype, t->ptr, i->work, t->count);
+  st = i->ops->flush_dense(i->st, &cp_host, i->work, dense);
+  if (st == FGB_OK)
+    dtype_from_working(t->dtype, dense, t->ptr, t->count);
+  else
+    snprintf(err, errlen, "compressor %s: flush_dense failed", i->ops->name);
+  free(dense);
+  return st;
+}
+
 fgb_status cp_state_export(cp_store *s, const cp_job *job, const eng_tensor *t, void **buf,
                            size_t *bytes, char *err, size_t errlen) {
   cp_inst *i = NULL;

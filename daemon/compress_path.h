@@ -40,6 +40,11 @@ void cp_release_job(cp_store *s, uint64_t job_key);
 fgb_status cp_sync(cp_store *s, const cp_job *job, const eng_tensor *t, uint64_t *sent,
                    uint64_t *recv, char *err, size_t errlen);
 
+/* The plan decided the tensor's buffer is sent dense this step: dense = gradient + residual is
+ * written back into the tensor (its dtype) and the residual cleared (the compressor's flush_dense),
+ * so error feedback stays consistent; the caller then all-reduces it like a dense tensor. */
+fgb_status cp_flush(cp_store *s, const cp_job *job, const eng_tensor *t, char *err, size_t errlen);
+
 /* Before a tensor's first sync, every rank gathers every rank's compressor name and density for
  * it (one small allgather, dense tensors included): a difference would make the ranks run
  * different collectives. FGB_EMISMATCH with a message naming the ranks, identical on every rank

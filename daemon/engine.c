@@ -311,7 +311,7 @@ static int start_issue(srv_engine *e, eng_item *it) {
   for (uint32_t i = 0; i < it->n; i++) {
     eng_tensor *t = &it->t[i];
     size_t esz = dtype_size(t->dtype);
-    if (!t->comp) it->bytes_sent += t->count * esz;
+    if (!t->comp || t->flush_dense) it->bytes_sent += t->count * esz;
     if (t->zero_first) memset(t->ptr, 0, t->count * esz);
   }
   if (it->coll == ENG_GRAD) {
@@ -321,6 +321,13 @@ static int start_issue(srv_engine *e, eng_item *it) {
     for (uint32_t i = 0; i < it->n; i++)
       if ((it->status = cp_agree(e->cps, &job, &it->t[i], it->err, sizeof(it->err))) != FGB_OK)
         return -1;
+    /* Plan buffers sent dense: fold residuals in, then they are dense tensors of this item. */
+    for (uint32_t i = 0; i < it->n; i++) {
+      if (!it->t[i].comp || !it->t[i].flush_dense) continue;
+      if ((it->status = cp_flush(e->cps, &job, &it->t[i], it->err, sizeof(it->err))) != FGB_OK)
+        return -1;
+      it->t[i].comp = NULL;
+    }
     for (uint32_t i = 0; i < it->n; i++) {
       if (!it->t[i].comp) continue;
       fgb_status st = cp_sync(e->cps, &job, &it->t[i], &it->bytes_sent, &it->bytes_received,

@@ -58,6 +58,9 @@ typedef struct eng_tensor {
   double density;
   uint64_t rows, cols; /* the shape's 2-D view */
   uint32_t key;        /* job-wide tensor key: the compressor's buffer_id */
+  /* The plan sends this compressed tensor's buffer dense this step: its residual is folded into
+   * what is sent and cleared (cp_flush), then it joins the dense all-reduce. */
+  uint8_t flush_dense;
 } eng_tensor;
 
 typedef struct eng_item {

@@ -101,7 +101,8 @@ static void on_issue(srv *d, coord_event *ev) {
 
 void srv_issue_event(srv *d, srv_job *j, coord_event *ev) {
   /* Static plans hold a buffer's ISSUEs until its last member is agreed (plan_exec.c). */
-  if (!(ev->step & SRV_COLL_STEP) && srv_plan_on_issue(j, ev)) return;
+  int plan = ev->step & SRV_COLL_STEP ? 0 : srv_plan_on_issue(j, ev);
+  if (plan == 1) return;
   eng_item *it = calloc(1, sizeof(*it));
   eng_tensor *ts = calloc(ev->ntensors ? ev->ntensors : 1, sizeof(*ts));
   if (!it || !ts) goto nomem;
@@ -159,7 +160,8 @@ void srv_issue_event(srv *d, srv_job *j, coord_event *ev) {
 #ifdef FGBUFF_HAVE_CUDA
       ts[it->n].done_ev = srv_gpu_done_event(t);
 #endif
-      srv_comp_fill(t, &ts[it->n++]);
+      srv_comp_fill(t, &ts[it->n]);
+      ts[it->n++].flush_dense = plan == 2 && t->comp; /* the plan sends this buffer dense */
     }
     if (it->n == 0) goto drop;
   }

@@ -523,6 +523,19 @@ static void replan(srv_job *j, srv_plan *pl) {
   adopt(j, pl, &nv, at, "backward order drifted");
 }
 
+/* Whether every member of buffer b has a compressor: then the plan's decision for the buffer is
+ * executed (dense: residuals folded in and sent dense). A mixed buffer is dense by construction
+ * ("a member is not compressible"); its compressed members keep "sparsify per tensor, then
+ * fuse". */
+static int all_compressible(const srv_job *j, const sched_plan *p, uint32_t b) {
+  const sched_buffer *sb = &p->buffers[b];
+  for (uint32_t m = 0; m < sb->count; m++) {
+    const srv_tensor *t = tensor_by_key(j, p->order[sb->first + m]);
+    if (!t || !t->comp) return 0;
+  }
+  return 1;
+}
+
 /* Take the buffer's members in plan order in place of the event's single key. */
 static int rewrite_issue(const sched_plan *p, coord_event *ev, uint32_t b) {
   const sched_buffer *sb = &p->buffers[b];
@@ -616,7 +629,7 @@ int srv_plan_on_issue(srv_job *j, coord_event *ev) {
   pl->holds[hi] = pl->holds[--pl->nholds];
   if (rewrite_issue(&v->plan, ev, b) != 0) goto nomem;
   pl->issued++;
-  return 0;
+  return all_compressible(j, &v->plan, b) && !v->plan.buffers[b].compress ? 2 : 0;
 nomem:
   /* Every rank would have to fail alike; a daemon out of memory cannot promise that. */
   LOG_ERROR("job '%s': out of memory holding plan buffer %u of step %llu", j->id.name, b,
@@ -745,8 +758,9 @@ size_t srv_plan_status_text(const srv_job *j, char *buf, size_t cap) {
            pl->in_have & (1u << k) ? "measured, worst rank" : "default");
   }
   tput(buf, cap, &off,
-       "      (buffers run as merge buffers; members with a compressor are compressed per tensor "
-       "inside them: the plan's compress/k is not executed yet)\n");
+       "      (buffers run as merge buffers. All members with a compressor: 'dense' folds their "
+       "residuals in and all-reduces them, 'compress' sparsifies per tensor then fuses; mixed "
+       "buffers sparsify their compressed members per tensor)\n");
   for (uint32_t b = 0; b < p->nbuffers; b++) {
     const sched_buffer *sb = &p->buffers[b];
     tput(buf, cap, &off, "      buffer %u: %u tensors, %llu elems, %llu B, %s k=%llu (%s)\n", b,

@@ -39,8 +39,10 @@ int srv_plan_policy(const char *name);
 /* An agreed gradient ISSUE of a job (loop thread, in world-sequence order): observes it and, once
  * a plan is in force for its step, holds it. Returns 1 when the ISSUE is held (the caller submits
  * nothing), 0 when the caller submits `ev` as it now is: unchanged, or rewritten to carry every
- * member of the plan buffer it completed (tensor_keys in plan order, the event's seq). A job
- * whose plan fails is logged and falls back to per-tensor ISSUEs on every rank alike. */
+ * member of the plan buffer it completed (tensor_keys in plan order, the event's seq), and 2 for
+ * such a buffer that the plan sends dense although every member has a compressor (the caller
+ * marks them flush_dense). A job whose plan fails is logged and falls back to per-tensor ISSUEs
+ * on every rank alike. */
 int srv_plan_on_issue(struct srv_job *j, struct coord_event *ev);
 
 /* A tensor of the job became ready locally for `step` (submit on CPU, the client's event seen

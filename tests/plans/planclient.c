@@ -7,13 +7,16 @@
  * --sleep-ms inside the last step (before submitting) so a test can read the daemons' status.
  * From step --slow-at on, it pauses --slow-ms half-way through each step's submits: a backward
  * that got slower, so the measured ready times drift (the re-planning test). --topk D registers
- * every tensor with top-k at density D: results are then not exact averages and are only compared
- * across ranks by hash (the measured-inputs test reads the plan's compression decisions).
+ * every tensor with top-k at density D and the same gradients on every rank; each step then checks
+ * the error-feedback invariant against the exported state (result = gradient + old residual - new
+ * residual, the average of identical contributions) and counts the steps in which every residual
+ * is zero after the step (the plan sent every buffer dense: "ef dense-steps N sparse-steps M").
  *
  * usage: planclient --rank R --size N --socket PATH [--job NAME] [--steps S] [--reverse-at D]
  *          [--gap-ms G] [--skip K] [--sleep-ms MS]
  *          [--slow-at D --slow-ms MS] [--topk D]
  * Exit status: 0 ok, 1 check failed, 2 usage. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,14 +28,41 @@
 #define NT 12
 static const uint64_t counts[NT] = {1000, 10, 50000, 300, 4097, 7, 20000, 128, 1, 3000, 65536, 512};
 
+static double topk; /* --topk density; 0: dense tensors */
+
 static float value(int k, int rank, int step, uint64_t e) {
+  if (topk > 0) /* the same on every rank, varied so the selection has few ties */
+    return (float)(k + 1) + (float)((e * 2654435761u + (uint64_t)step * 977u) % 1000) / 64.0f;
   return (float)((rank + 1) * (k + 1) + (int)(e % 7) + step % 5);
+}
+
+/* The residual (region 0) of a state blob of n floats: header "FGBC"..., then u64 size + bytes
+ * per region (see tests/integ/compclient.c). NULL when absent. */
+static const float *residual(const void *blob, size_t bytes, uint64_t n) {
+  const uint8_t *p = blob;
+  uint64_t rb;
+  if (bytes < 48 || memcmp(p, "FGBC", 4) != 0) return NULL;
+  memcpy(&rb, p + 40, 8);
+  return rb == n * 4 && rb <= bytes - 48 ? (const float *)(p + 48) : NULL;
+}
+
+/* Snapshot every tensor's residual into r[k] (n floats each). */
+static int residuals(fgb_client *c, const uint32_t *tid, float **r) {
+  for (int k = 0; k < NT; k++) {
+    void *b = NULL;
+    size_t nb = 0;
+    if (fgb_state_export(c, tid[k], &b, &nb)) return -1;
+    const float *x = residual(b, nb, counts[k]);
+    if (x) memcpy(r[k], x, counts[k] * 4);
+    free(b);
+    if (!x) return -1;
+  }
+  return 0;
 }
 
 int main(int argc, char **argv) {
   int rank = -1, size = -1, steps = 12, reverse_at = -1, gap_ms = 0, skip = -1, sleep_ms = 0;
   int slow_at = -1, slow_ms = 0;
-  double topk = 0;
   const char *job = "plantest", *sock = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *a = argv[i], *v = argv[i + 1];
@@ -98,7 +128,13 @@ int main(int argc, char **argv) {
     if (fgb_tensor_register(c, &td, &tid[k]))
       return fprintf(stderr, "rank %d: register: %s\n", rank, fgb_client_error(c)), 1;
   }
-  int fails = 0;
+  int fails = 0, dense_steps = 0, sparse_steps = 0;
+  float *r0[NT], *r1[NT]; /* residuals before (zero before the first step) and after a step */
+  for (int k = 0; k < NT; k++) {
+    r0[k] = calloc(counts[k], 4);
+    r1[k] = calloc(counts[k], 4);
+    if (!r0[k] || !r1[k]) return fprintf(stderr, "out of memory\n"), 1;
+  }
   for (int s = 1; s <= steps; s++) {
     for (int k = 0; k < NT; k++) {
       float *p = (float *)((char *)a.ptr + off[k]);
@@ -116,6 +152,29 @@ int main(int argc, char **argv) {
     }
     if (fgb_end_step(c, (uint64_t)s) || fgb_wait_step(c, (uint64_t)s, 120000))
       return fprintf(stderr, "rank %d: step %d: %s\n", rank, s, fgb_client_error(c)), 1;
+    if (topk > 0) {
+      if (residuals(c, tid, r1))
+        return fprintf(stderr, "rank %d: state export: %s\n", rank, fgb_client_error(c)), 1;
+      int zero = 1;
+      for (int k = 0; k < NT; k++) {
+        const float *p = (const float *)((char *)a.ptr + off[k]);
+        for (uint64_t e = 0; e < counts[k]; e++) {
+          float g = k == skip ? 0.0f : value(k, rank, s, e);
+          float want = g + r0[k][e] - r1[k][e];
+          zero &= r1[k][e] == 0.0f;
+          if (!(fabsf(p[e] - want) <= 1e-5f * (1.0f + fabsf(want))) && fails++ < 5)
+            fprintf(stderr, "rank %d step %d tensor %d elem %llu: %g, want g + r0 - r1 = %g\n",
+                    rank, s, k, (unsigned long long)e, (double)p[e], (double)want);
+        }
+      }
+      dense_steps += zero;
+      sparse_steps += !zero;
+      for (int k = 0; k < NT; k++) { /* this step's residual is the next one's old residual */
+        float *t = r0[k];
+        r0[k] = r1[k];
+        r1[k] = t;
+      }
+    }
     uint64_t h = 1469598103934665603ull;
     for (int k = 0; k < NT; k++) {
       const float *p = (const float *)((char *)a.ptr + off[k]);
@@ -132,6 +191,11 @@ int main(int argc, char **argv) {
     }
     printf("step %d hash %016llx\n", s, (unsigned long long)h);
     fflush(stdout);
+  }
+  if (topk > 0) printf("ef dense-steps %d sparse-steps %d\n", dense_steps, sparse_steps);
+  for (int k = 0; k < NT; k++) {
+    free(r0[k]);
+    free(r1[k]);
   }
   fgb_client_free(c);
   return fails ? 1 : 0;
