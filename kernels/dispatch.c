@@ -152,6 +152,12 @@ fgb_status kern_thr_replay(const comp_exec *ex, const uint32_t *hist, kern_ctl *
   KERN_DISPATCH(thr_replay, hist, ctl, rp);
 }
 
+fgb_status kern_add_stats_replay(const comp_exec *ex, float *a, const float *g, uint64_t n,
+                                 uint32_t flags, kern_ctl *ctl, uint32_t *hist,
+                                 const kern_replay *rp) {
+  KERN_DISPATCH(add_stats_replay, a, g, n, flags, ctl, hist, rp);
+}
+
 fgb_status kern_dgc_accumulate_hist(const comp_exec *ex, float *u, float *v, const float *g,
                                     uint64_t n, float m, int nesterov, float clip,
                                     const kern_ctl *ctl, uint32_t *hist) {

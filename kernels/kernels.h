@@ -246,6 +246,11 @@ typedef struct kern_replay {
 } kern_replay;
 fgb_status kern_thr_replay(const comp_exec *ex, const uint32_t *hist, kern_ctl *ctl,
                            const kern_replay *rp);
+/* kern_add_stats_hist, then kern_thr_replay(hist, ctl, rp): on GPU in one launch (the pass's last
+ * block replays). Cost R2 W1 (g NULL: R1). */
+fgb_status kern_add_stats_replay(const comp_exec *ex, float *a, const float *g, uint64_t n,
+                                 uint32_t flags, kern_ctl *ctl, uint32_t *hist,
+                                 const kern_replay *rp);
 /* kern_dgc_accumulate and, in the same pass, hist = the magnitude histogram of the new v (as
  * kern_add_stats_hist's). Cost R3 W2. */
 fgb_status kern_dgc_accumulate_hist(const comp_exec *ex, float *u, float *v, const float *g,
@@ -375,6 +380,9 @@ fgb_status kern_fill_uniform(const comp_exec *ex, float *out, uint64_t count, ui
                                        kern_ctl *ctl, uint32_t *hist EXTRA);                       \
   fgb_status kern_##B##_thr_replay(const uint32_t *hist, kern_ctl *ctl,                            \
                                    const kern_replay *rp EXTRA);                                   \
+  fgb_status kern_##B##_add_stats_replay(float *a, const float *g, uint64_t n, uint32_t flags,     \
+                                         kern_ctl *ctl, uint32_t *hist,                            \
+                                         const kern_replay *rp EXTRA);                             \
   fgb_status kern_##B##_dgc_accumulate_hist(float *u, float *v, const float *g, uint64_t n,        \
                                             float m, int nesterov, float clip,                     \
                                             const kern_ctl *ctl, uint32_t *hist EXTRA);            \

@@ -325,9 +325,13 @@ const char *const comp_search_names[] = {"hist", "count", NULL};
 fgb_status comp_sparse_thr_search(comp_sparse *cs, const float *grad, uint32_t flags, int search,
                                   const kern_replay *rp, float **a) {
   const comp_exec *ex = &cs->ex;
-  if (search == COMP_SEARCH_HIST) {
-    fgb_status rc = comp_sparse_compensate_stats_hist(cs, grad, flags, a);
-    return rc ? rc : kern_thr_replay(ex, cs->hist, cs->ctl, rp);
+  if (search == COMP_SEARCH_HIST) { /* one launch on GPU: the pass's last block replays */
+    if (cs->ef) {
+      *a = cs->resid;
+      return kern_add_stats_replay(ex, cs->resid, grad, cs->n, flags, cs->ctl, cs->hist, rp);
+    }
+    fgb_status rc = comp_sparse_compensate(cs, grad, a);
+    return rc ? rc : kern_add_stats_replay(ex, *a, NULL, cs->n, flags, cs->ctl, cs->hist, rp);
   }
   /* COMP_SEARCH_COUNT: the same fits and rounds with exact statistics and counts, a pass each. */
   fgb_status rc = comp_sparse_compensate_stats(cs, grad, flags, a);

@@ -112,3 +112,10 @@ fgb_status kern_cpu_thr_replay(const uint32_t *hist, kern_ctl *ctl, const kern_r
   if (!rc) ctl->count = count_at(hist, ctl->thr);
   return rc;
 }
+
+fgb_status kern_cpu_add_stats_replay(float *a, const float *g, uint64_t n, uint32_t flags,
+                                     kern_ctl *ctl, uint32_t *hist, const kern_replay *rp) {
+  fgb_status rc = kern_replay_check(rp); /* nothing runs on bad parameters, as on the GPU */
+  if (!rc) rc = kern_cpu_add_stats_hist(a, g, n, flags, ctl, hist);
+  return rc ? rc : kern_cpu_thr_replay(hist, ctl, rp);
+}

@@ -77,7 +77,7 @@ __device__ inline float comp_one(float *a, const float *g, uint64_t i) {
 template <bool HIST>
 __global__ void __launch_bounds__(KC_RED_THREADS)
     k_stats(const float *a, const float *g, uint64_t n, uint32_t flags, kern_ctl *ctl,
-            kc_scratch *scr, uint32_t *hist_out) {
+            kc_scratch *scr, uint32_t *hist_out, int do_replay, kern_replay rp) {
   __shared__ uint32_t s_last;
   __shared__ uint32_t sh_hist[HIST ? KERN_HIST_BINS : 1];
   if (HIST) {
@@ -193,9 +193,14 @@ __global__ void __launch_bounds__(KC_RED_THREADS)
     ctl->st = st;
     scr->stats_done = 0;
   }
-  if (HIST)
+  if (HIST) {
     for (uint32_t b = threadIdx.x; b < KERN_HIST_BINS; b += blockDim.x)
       hist_out[b] = atomicExch(&scr->hist_acc[b], 0u);
+    if (do_replay) { /* kern_add_stats_replay: the search right here, no launch of its own */
+      __syncthreads();
+      kc_replay_block<KC_RED_THREADS>(hist_out, ctl, rp, sh_hist);
+    }
+  }
 }
 
 extern "C" fgb_status kern_cuda_stats(const float *a, uint64_t n, uint32_t flags, kern_ctl *ctl,
@@ -204,7 +209,8 @@ extern "C" fgb_status kern_cuda_stats(const float *a, uint64_t n, uint32_t flags
   cudaStream_t s = KC_STREAM(stream);
   kc_scratch *scr = kc_stream_scratch(s);
   if (scr == NULL) return FGB_ENOMEM;
-  k_stats<false><<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, NULL, n, flags, ctl, scr, NULL);
+  k_stats<false><<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, NULL, n, flags, ctl, scr, NULL, 0,
+                                                          kern_replay{});
   return kc_launched();
 }
 
@@ -214,7 +220,8 @@ extern "C" fgb_status kern_cuda_add_stats(float *a, const float *g, uint64_t n, 
   cudaStream_t s = KC_STREAM(stream);
   kc_scratch *scr = kc_stream_scratch(s);
   if (scr == NULL) return FGB_ENOMEM;
-  k_stats<false><<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, g, n, flags, ctl, scr, NULL);
+  k_stats<false>
+      <<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, g, n, flags, ctl, scr, NULL, 0, kern_replay{});
   return kc_launched();
 }
 
@@ -225,7 +232,24 @@ extern "C" fgb_status kern_cuda_add_stats_hist(float *a, const float *g, uint64_
   cudaStream_t s = KC_STREAM(stream);
   kc_scratch *scr = kc_stream_scratch(s);
   if (scr == NULL) return FGB_ENOMEM;
-  k_stats<true><<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, g, n, flags, ctl, scr, hist);
+  k_stats<true>
+      <<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, g, n, flags, ctl, scr, hist, 0, kern_replay{});
+  return kc_launched();
+}
+
+extern "C" fgb_status kern_replay_check(const kern_replay *rp); /* kernels/cpu/hist.c */
+
+extern "C" fgb_status kern_cuda_add_stats_replay(float *a, const float *g, uint64_t n,
+                                                 uint32_t flags, kern_ctl *ctl, uint32_t *hist,
+                                                 const kern_replay *rp, void *stream) {
+  if (ctl == NULL || hist == NULL || (n && a == NULL)) return FGB_EINVAL;
+  if (n > UINT32_MAX) return FGB_EINVAL;
+  fgb_status rc = kern_replay_check(rp);
+  if (rc) return rc;
+  cudaStream_t s = KC_STREAM(stream);
+  kc_scratch *scr = kc_stream_scratch(s);
+  if (scr == NULL) return FGB_ENOMEM;
+  k_stats<true><<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, g, n, flags, ctl, scr, hist, 1, *rp);
   return kc_launched();
 }
 

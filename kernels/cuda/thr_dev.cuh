@@ -136,4 +136,97 @@ __device__ inline void adapt_step(kern_ctl *ctl, const kern_adapt &ad) {
   if (ctl->iters >= ad.max_iters) ctl->done = 1;
 }
 
+/* Bin b's share above t (b the bin of t) and its moments, as the CPU's tail_moments. */
+__device__ inline void kc_tail_bin(uint32_t b, uint32_t b0, uint32_t h, float t, double *n,
+                                   double *s1, double *s2) {
+  if (h == 0 || b < b0 || b >= KERN_HIST_NONFINITE) return;
+  double lo = kern_hist_edge(b), hi = kern_hist_edge(b + 1), c = h;
+  if (b == b0) {
+    const double tt = t > 0.0f ? (double)t : 0.0;
+    c = __dmul_rn(c, __ddiv_rn(__dsub_rn(hi, tt), __dsub_rn(hi, lo)));
+    lo = tt;
+  }
+  const double m1 = __dmul_rn(0.5, __dadd_rn(lo, hi));
+  const double m2 =
+      __ddiv_rn(__dadd_rn(__dadd_rn(__dmul_rn(lo, lo), __dmul_rn(lo, hi)), __dmul_rn(hi, hi)), 3.0);
+  *n = __dadd_rn(*n, c);
+  *s1 = __dadd_rn(*s1, __dmul_rn(c, m1));
+  *s2 = __dadd_rn(*s2, __dmul_rn(c, m2));
+}
+
+/* kern_thr_replay by one block of NT threads (all of them call it): hist is read (global), sup is
+ * shared scratch of KERN_HIST_BINS entries (sup[b] = elements in bins >= b; b + 1 never reaches
+ * the end: thresholds are finite). Used by k_thr_replay and by the last block of the fused
+ * statistics pass (stats.cu). */
+template <int NT>
+__device__ inline void kc_replay_block(const uint32_t *hist, kern_ctl *ctl, const kern_replay &rp,
+                                       uint32_t *sup) {
+  constexpr int KH_PER = KERN_HIST_BINS / NT;
+  __shared__ float s_thr;
+  const uint32_t b_first = threadIdx.x * KH_PER;
+  uint32_t h[KH_PER];
+  unsigned long long local = 0;
+#pragma unroll
+  for (int j = 0; j < KH_PER; j++) {
+    h[j] = hist[b_first + j];
+    local += h[j];
+  }
+  unsigned long long tot;
+  const unsigned long long before = kc_block_excl_scan<unsigned long long>(local, &tot);
+  unsigned long long run = tot - before - local; /* elements in the bins of higher threads */
+#pragma unroll
+  for (int j = KH_PER - 1; j >= 0; j--) {
+    run += h[j];
+    sup[b_first + j] = (uint32_t)run;
+  }
+  __syncthreads(); /* sup complete */
+  if (threadIdx.x == 0) {
+    if (rp.model == KERN_THR_KEEP)
+      reset_adapt(ctl);
+    else
+      thr_fit(ctl, (int)rp.model, rp.p0);
+    s_thr = ctl->thr;
+  }
+  __syncthreads();
+  for (uint32_t stage = 1; stage < rp.stages; stage++) {
+    const float t = s_thr;
+    const uint32_t b0 = kern_thr_key(t) >> KERN_HIST_SHIFT;
+    double n = 0, s1 = 0, s2 = 0;
+#pragma unroll
+    for (int j = 0; j < KH_PER; j++) kc_tail_bin(b_first + j, b0, h[j], t, &n, &s1, &s2);
+    n = kc_block_sum<double>(n);
+    s1 = kc_block_sum<double>(s1);
+    s2 = kc_block_sum<double>(s2);
+    if (threadIdx.x == 0) {
+      kern_moments st;
+      memset(&st, 0, sizeof st);
+      st.n = n;
+      st.sum = s1;
+      st.sum_abs = s1;
+      st.sum_sq = s2;
+      st.max_abs = ctl->st.max_abs;
+      st.min_abs = n > 0 ? t : 0.0f;
+      st.nonfinite = sup[KERN_HIST_NONFINITE];
+      st.above = 1;
+      ctl->st = st;
+      thr_fit(ctl, (int)rp.later, rp.q);
+      s_thr = ctl->thr;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  /* The adaptation rounds: each count is two shared loads instead of a pass over n. */
+  for (uint32_t i = 0; i < rp.ad.max_iters && !ctl->done; i++) {
+    const float t = ctl->thr;
+    const uint32_t b = kern_thr_key(t) >> KERN_HIST_SHIFT;
+    ctl->count = b >= KERN_HIST_NONFINITE ? sup[KERN_HIST_NONFINITE]
+                                          : kern_hist_count_at(sup[b + 1], sup[b] - sup[b + 1], t);
+    adapt_step(ctl, rp.ad);
+  }
+  const float t = ctl->thr;
+  const uint32_t b = kern_thr_key(t) >> KERN_HIST_SHIFT;
+  ctl->count = b >= KERN_HIST_NONFINITE ? sup[KERN_HIST_NONFINITE]
+                                        : kern_hist_count_at(sup[b + 1], sup[b] - sup[b + 1], t);
+}
+
 #endif

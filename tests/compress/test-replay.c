@@ -2,7 +2,8 @@
  * kern_thr_replay): the fused pass equals kern_add_stats and its histogram is the exact bin count
  * of the compensated buffer; counts read off the histogram are exact at bin edges and within the
  * bin's count inside it; the binned tail moments track the exact ones; the replayed bracket lands
- * the true count (kern_count_ge) in the accept window; bad parameters are refused; the DGC momentum
+ * the true count (kern_count_ge) in the accept window; the fused kern_add_stats_replay equals the
+ * two calls; bad parameters are refused; the DGC momentum
  * pass with the histogram (kern_dgc_accumulate_hist) equals kern_dgc_accumulate. Runs on the CPU
  * reference, or with --gpu on CUDA. */
 #include "comp_test.h"
@@ -120,6 +121,30 @@ static void one(const comp_exec *ex, uint64_t n, ct_dist d) {
             (unsigned long long)h2.count, (unsigned long long)k);
   CHECK_MSG(fabs((double)h2.count - (double)exact) <= 0.03 * k, "%s: estimate %llu, exact %llu",
             ct_dist_name(d), (unsigned long long)h2.count, (unsigned long long)exact);
+  /* The fused form (kern_add_stats_replay, one launch on GPU) leaves the same ctl, hist and a. */
+  {
+    float *d3 = ct_dev(ex, r, n * 4), *d4 = ct_dev(ex, r, n * 4);
+    uint32_t *dh2 = ct_dev(ex, NULL, KERN_HIST_BINS * 4);
+    kern_replay sp = {KERN_THR_EXP, 0.25, 3, KERN_THR_EXP, 0.2, ad};
+    REQUIRE(kern_add_stats_hist(ex, d3, dg, n, 0, c1, dh) == FGB_OK);
+    REQUIRE(kern_thr_replay(ex, dh, c1, &sp) == FGB_OK);
+    REQUIRE(kern_add_stats_replay(ex, d4, dg, n, 0, c2, dh2, &sp) == FGB_OK);
+    ct_get(ex, &h1, c1, sizeof h1);
+    ct_get(ex, &h2, c2, sizeof h2);
+    CHECK_MSG(!memcmp(&h1, &h2, sizeof h1), "%s: kern_add_stats_replay differs (thr %g vs %g)",
+              ct_dist_name(d), (double)h2.thr, (double)h1.thr);
+    uint32_t *hh2 = ct_xmalloc(KERN_HIST_BINS * 4);
+    ct_get(ex, hh, dh, KERN_HIST_BINS * 4);
+    ct_get(ex, hh2, dh2, KERN_HIST_BINS * 4);
+    CHECK(!memcmp(hh, hh2, KERN_HIST_BINS * 4));
+    sp.stages = 0;
+    CHECK(kern_add_stats_replay(ex, d4, dg, n, 0, c2, dh2, &sp) == FGB_EINVAL);
+    free(hh2);
+    kern_free(ex, d3);
+    kern_free(ex, d4);
+    kern_free(ex, dh2);
+    REQUIRE(kern_add_stats_hist(ex, d2, NULL, n, 0, c2, dh) == FGB_OK); /* restore dh */
+  }
   /* RedSync trim: at least k pass (estimate) and the truth agrees within a bin. */
   kern_adapt tr = {KERN_ADAPT_REDSYNC_TRIM, k, 1, 1, 0.2, 0, 5};
   rp = (kern_replay){KERN_THR_REDSYNC, 0.8, 1, KERN_THR_REDSYNC, 0, tr};
