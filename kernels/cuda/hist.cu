@@ -1,14 +1,15 @@
 /* kernels/cuda/hist.cu — kern_thr_replay on the device: a threshold method's fits and adaptation
  * rounds replayed from the magnitude histogram (taken by kern_add_stats_hist, stats.cu) in one
- * block, so the search costs no pass over n and no host sync. Follows kernels/cpu/hist.c step by
+ * block (kc_replay_block, thr_dev.cuh), so the search costs no pass over n and no host sync; and
+ * DGC's momentum pass with the histogram. Follows kernels/cpu/hist.c step by
  * step; counts read off the histogram are bitwise the CPU's (kern_hist_count_at). */
 #include "cuda_internal.cuh"
 #include "thr_dev.cuh"
 
 extern "C" fgb_status kern_replay_check(const kern_replay *rp); /* kernels/cpu/hist.c */
 
-#define KH_THREADS \
-  256 /* as the fused form (stats.cu, KC_RED_THREADS): the same sums, bit for bit */
+/* As the fused form (stats.cu, KC_RED_THREADS): the same block sums, bit for bit. */
+#define KH_THREADS 256
 
 __global__ void __launch_bounds__(KH_THREADS)
     k_thr_replay(const uint32_t *hist, kern_ctl *ctl, kern_replay rp) {
