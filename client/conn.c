@@ -1,6 +1,7 @@
 /* client/conn.c — the connection of libfgbuff_client: handle lifetime, socket and handshake,
- * request/reply matching, and the table that buffers asynchronous Done messages and Errors that
- * arrive while the caller waits for something else (fgb_wait* find them later). */
+ * request/reply matching, the table that buffers asynchronous Done messages and Errors that
+ * arrive while the caller waits for something else (fgb_wait* find them later), and how a wait
+ * reads the socket (spinning first on handles with GPU memory: cli_spin_us). */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <sys/un.h>
 #include <time.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -26,6 +28,36 @@ int64_t cli_now_ms(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+int64_t cli_now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
+/* A wait on a GPU step reads the socket without sleeping for this long before it blocks in poll:
+ * the Done of a small tensor comes ~100-400 us after the submit, and the wake-up from poll on an
+ * idle core costs tens of us of that (docs/performance.md). A trainer thread that waits for its
+ * gradients has nothing else to do; host-memory (CPU) handles do not spin by default, since they
+ * run on machines where the daemon needs the cores. FGBUFF_WAIT_SPIN_US=<us> sets it for every
+ * handle (0: never spin). */
+#define CLI_SPIN_US_GPU 2000
+#define CLI_SPIN_US_MAX 1000000
+
+int64_t cli_spin_us(const fgb_client *c) {
+  static _Atomic long long env_us = -2; /* -2: not read yet, -1: unset or invalid */
+  long long e = env_us;
+  if (e == -2) {
+    const char *v = getenv("FGBUFF_WAIT_SPIN_US");
+    char *end = NULL;
+    long long n = v && *v ? strtoll(v, &end, 10) : -1;
+    env_us = e = (v && *v && !*end && n >= 0 && n <= CLI_SPIN_US_MAX) ? n : -1;
+  }
+  if (e >= 0) return e;
+  for (size_t i = 0; i < c->n_arenas; i++)
+    if (c->arenas[i].cuda) return CLI_SPIN_US_GPU;
+  return 0;
 }
 
 int cli_remaining(int64_t deadline, int timeout_ms) {
@@ -149,6 +181,7 @@ static void cli_store_done(fgb_client *c, const Fgbuff__V1__Done *d) {
   e->status = st;
   e->seen = 0;
   e->event_slot = d->event_slot;
+  e->rx_us = cli_now_us();
 }
 
 cli_done *cli_find_done(fgb_client *c, uint32_t tensor_id, uint64_t step) {
@@ -225,6 +258,16 @@ static fgb_status cli_read(fgb_client *c, int timeout_ms, uint64_t want,
 
 fgb_status cli_pump(fgb_client *c, int timeout_ms) {
   return cli_read(c, timeout_ms, 0, NULL);
+}
+
+fgb_status cli_pump_wait(fgb_client *c, int64_t spin_until, int64_t deadline, int timeout_ms) {
+  while (cli_now_us() < spin_until) {
+    fgb_status s = cli_read(c, 0, 0, NULL);
+    if (s != FGB_ETIMEDOUT) return s;
+    if (timeout_ms >= 0 && cli_remaining(deadline, timeout_ms) == 0) return FGB_ETIMEDOUT;
+    sched_yield(); /* immediate on an idle core; hands an oversubscribed one to the daemon */
+  }
+  return cli_read(c, cli_remaining(deadline, timeout_ms), 0, NULL);
 }
 
 fgb_status cli_call(fgb_client *c, Fgbuff__V1__Envelope *env, const int *fds, int nfds,

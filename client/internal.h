@@ -29,6 +29,7 @@ typedef struct cli_done {
   int seen;            /* returned once by fgb_wait/fgb_test: may be pruned */
   uint32_t event_slot; /* GPU: slot of the daemon's done event */
   char *error;
+  int64_t rx_us; /* CLOCK_MONOTONIC us when the Done was read (FGBUFF_CLIENT_TRACE) */
 } cli_done;
 
 typedef struct cli_arena {
@@ -67,6 +68,10 @@ struct fgb_client {
   size_t n_tensors, cap_tensors;
   cli_done *dones;
   size_t n_dones, cap_dones;
+  /* FGBUFF_CLIENT_TRACE: the last submit (sync.c) */
+  uint32_t tr_tensor;
+  uint64_t tr_step;
+  int64_t tr_submit_us, tr_sent_us;
 };
 
 /* conn.c */
@@ -82,7 +87,13 @@ fgb_status cli_take_pending(fgb_client *c);
 cli_done *cli_find_done(fgb_client *c, uint32_t tensor_id, uint64_t step);
 void cli_drop_dones(fgb_client *c, uint64_t step);
 int64_t cli_now_ms(void);
+int64_t cli_now_us(void);
 int cli_remaining(int64_t deadline, int timeout_ms);
+/* The spin budget of a wait for Done messages, in us (conn.c says when it is not 0). */
+int64_t cli_spin_us(const fgb_client *c);
+/* cli_pump that reads without sleeping until CLOCK_MONOTONIC us spin_until, then blocks for what
+ * is left of timeout_ms (deadline: cli_now_ms() + timeout_ms at the start of the wait). */
+fgb_status cli_pump_wait(fgb_client *c, int64_t spin_until, int64_t deadline, int timeout_ms);
 fgb_status cli_code(int32_t code);
 
 /* env.c */

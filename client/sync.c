@@ -1,8 +1,12 @@
 /* client/sync.c — gradient synchronisation and ad-hoc collectives: submit and end-of-step only
  * send; waits consume the Done messages conn.c buffered (one per registered tensor and step, since
- * the daemon flushes unsubmitted tensors as zeros at EndStep). */
+ * the daemon flushes unsubmitted tensors as zeros at EndStep). FGBUFF_CLIENT_TRACE=1 prints, per
+ * fgb_wait_on_stream, when its tensor was submitted, sent, its Done read and the wait returned
+ * (CLOCK_MONOTONIC us, comparable with the daemon's FGBUFF_GPU_TRACE lines on the same host). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -26,6 +30,7 @@ CLI_API fgb_status fgb_submit(fgb_client *c, uint32_t tensor_id, uint64_t step, 
   if (c == NULL) return FGB_EINVAL;
   fgb_status s = cli_ready(c);
   if (s || (s = cli_check_tensor(c, tensor_id))) return s;
+  int64_t t0 = cli_now_us();
   if ((s = cli_drain(c)) || (s = cli_take_pending(c))) return s;
   Fgbuff__V1__Submit m = FGBUFF__V1__SUBMIT__INIT;
   m.tensor_id = tensor_id;
@@ -37,7 +42,12 @@ CLI_API fgb_status fgb_submit(fgb_client *c, uint32_t tensor_id, uint64_t step, 
   Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_SUBMIT;
   env.submit = &m;
-  return cli_send(c, &env, NULL, 0);
+  s = cli_send(c, &env, NULL, 0);
+  c->tr_tensor = tensor_id;
+  c->tr_step = step;
+  c->tr_submit_us = t0;
+  c->tr_sent_us = cli_now_us();
+  return s;
 }
 
 CLI_API fgb_status fgb_end_step(fgb_client *c, uint64_t step) {
@@ -97,10 +107,11 @@ CLI_API fgb_status fgb_wait(fgb_client *c, uint32_t tensor_id, uint64_t step, in
   fgb_status s = cli_ready(c);
   if (s || (s = cli_check_tensor(c, tensor_id))) return s;
   int64_t deadline = cli_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+  int64_t spin_until = cli_now_us() + cli_spin_us(c);
   cli_done *d;
   while ((d = cli_find_done(c, tensor_id, step)) == NULL) {
     if ((s = cli_take_pending(c))) return s;
-    s = cli_pump(c, cli_remaining(deadline, timeout_ms));
+    s = cli_pump_wait(c, spin_until, deadline, timeout_ms);
     if (s == FGB_ETIMEDOUT)
       return cli_fail(c, s, "tensor %u step %llu not done within %d ms", tensor_id,
                       (unsigned long long)step, timeout_ms);
@@ -118,7 +129,18 @@ CLI_API fgb_status fgb_wait_on_stream(fgb_client *c, uint32_t tensor_id, uint64_
   fgb_status s = fgb_wait(c, tensor_id, step, timeout_ms);
   if (s) return s;
   const cli_done *d = cli_find_done(c, tensor_id, step);
-  return cli_cuda_wait_stream(c, tensor_id, d ? d->event_slot : 0, stream);
+  s = cli_cuda_wait_stream(c, tensor_id, d ? d->event_slot : 0, stream);
+  static _Atomic int trace = -1;
+  if (trace < 0) trace = getenv("FGBUFF_CLIENT_TRACE") != NULL;
+  if (trace && d && c->tr_tensor == tensor_id && c->tr_step == step) {
+    int64_t t = cli_now_us(), t0 = c->tr_submit_us;
+    fprintf(stderr,
+            "ctrace pid %d rank %d tensor %u step %llu submit %lld: sent +%lld done-read +%lld "
+            "stream-waits +%lld us\n",
+            (int)getpid(), (int)c->rank, tensor_id, (unsigned long long)step, (long long)t0,
+            (long long)(c->tr_sent_us - t0), (long long)(d->rx_us - t0), (long long)(t - t0));
+  }
+  return s;
 #else
   return cli_fail(c, FGB_ENOTSUP,
                   "fgb_wait_on_stream: no CUDA support in this build of the client");
@@ -130,6 +152,7 @@ CLI_API fgb_status fgb_wait_step(fgb_client *c, uint64_t step, int timeout_ms) {
   fgb_status s = cli_ready(c);
   if (s) return s;
   int64_t deadline = cli_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+  int64_t spin_until = cli_now_us() + cli_spin_us(c);
   for (;;) {
     size_t have = 0;
     for (size_t i = 0; i < c->n_tensors; i++) {
@@ -141,7 +164,7 @@ CLI_API fgb_status fgb_wait_step(fgb_client *c, uint64_t step, int timeout_ms) {
     }
     if (have == c->n_tensors) break;
     if ((s = cli_take_pending(c))) return s;
-    s = cli_pump(c, cli_remaining(deadline, timeout_ms));
+    s = cli_pump_wait(c, spin_until, deadline, timeout_ms);
     if (s == FGB_ETIMEDOUT)
       return cli_fail(c, s, "step %llu: %zu of %zu tensors done within %d ms",
                       (unsigned long long)step, have, c->n_tensors, timeout_ms);

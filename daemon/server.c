@@ -3,9 +3,12 @@
  * driven with a uv_poll_t, because libuv cannot hand over the memfds that arrive with SCM_RIGHTS;
  * proto/wire.h's reader does the recvmsg. Replies go through a per-session queue written when the
  * socket is writable, so a client that stops reading never blocks the loop; it is dropped instead.
- */
+ * GPU daemons keep the loop hot (polling without sleeping) for a short window after client traffic,
+ * so the hops of a step (uv_async from the engine, the leader's ISSUE, the next Submit) cost no
+ * wake-up from epoll; see hot_touch. */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +25,56 @@
 #include "log.h"
 
 static void session_poll_cb(uv_poll_t *h, int status, int events);
+
+/* ---- hot window --------------------------------------------------------------------------------
+ * While an idle handle is active libuv polls with a zero timeout, so the loop thread never sleeps
+ * in epoll_wait: each event of a step is seen as soon as it is posted instead of after a wake-up
+ * (measured tens of us per hop on an idle 16-core GPU host; see docs/performance.md). The window
+ * is armed by client traffic and closes SRV_HOT_US after the last of it, so an idle daemon sleeps.
+ * GPU daemons only by default (a CPU daemon on a loaded 2-core machine would take a core from the
+ * trainer); FGBUFF_HOT_US=<us> sets the window, 0 turns it off, on any daemon. */
+#define SRV_HOT_US_GPU 2000
+
+static uv_idle_t g_hot;
+static int g_hot_init, g_hot_on;
+static uint64_t g_hot_us, g_hot_until;
+
+static void hot_cb(uv_idle_t *h) {
+  if (srv_now_us() < g_hot_until) {
+    sched_yield(); /* immediate on an idle core; hands an oversubscribed one to who needs it */
+    return;
+  }
+  uv_idle_stop(h);
+  g_hot_on = 0;
+}
+
+static void hot_setup(srv *d) {
+  const char *env = getenv("FGBUFF_HOT_US");
+  char *end = NULL;
+  long v = env && *env ? strtol(env, &end, 10) : -1;
+  if (env && *env && (*end || v < 0 || v > 1000000)) {
+    LOG_WARN("FGBUFF_HOT_US=%s is not a number of microseconds in 0..1000000; ignored", env);
+    v = -1;
+  }
+  g_hot_us = v >= 0 ? (uint64_t)v : d->gpu ? SRV_HOT_US_GPU : 0;
+  if (g_hot_us == 0 || uv_idle_init(d->loop, &g_hot) != 0) return;
+  g_hot_init = 1;
+  LOG_INFO("loop polls without sleeping for %llu us after client traffic (FGBUFF_HOT_US)",
+           (unsigned long long)g_hot_us);
+}
+
+static void hot_touch(void) {
+  if (!g_hot_init) return;
+  g_hot_until = srv_now_us() + g_hot_us;
+  if (!g_hot_on && uv_idle_start(&g_hot, hot_cb) == 0) g_hot_on = 1;
+}
+
+static void hot_close(void) {
+  if (!g_hot_init) return;
+  g_hot_init = g_hot_on = 0;
+  uv_idle_stop(&g_hot);
+  uv_close((uv_handle_t *)&g_hot, NULL);
+}
 
 static void session_set_events(srv_session *s) {
   int ev = UV_READABLE | UV_DISCONNECT;
@@ -132,6 +185,7 @@ void srv_send_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status
   if (t && t->arena && t->arena->gpu) d.event_slot = t->gpu_slot; /* GPU: the done event's slot */
   env.done = &d;
   srv_send(s, &env);
+  hot_touch(); /* the client's next Submit usually follows within the window */
 }
 
 void srv_send_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int status,
@@ -194,6 +248,7 @@ void srv_session_close(srv_session *s, const char *why) {
 
 static void session_read(srv_session *s) {
   char err[256];
+  hot_touch(); /* a Submit starts a step's round trips (readiness, ISSUE, engine, Done) */
   for (;;) {
     const uint8_t *frame;
     uint32_t len;
@@ -354,10 +409,12 @@ fgb_status srv_server_start(srv *d, char *err, size_t errlen) {
   }
   chmod(d->sock_path, d->cfg.nallow_uids ? 0660 : 0600);
   d->listening = 1;
+  hot_setup(d);
   return FGB_OK;
 }
 
 void srv_server_stop(srv *d) {
+  hot_close();
   if (d->listening) {
     d->listening = 0;
     uv_close((uv_handle_t *)&d->listener, NULL);
