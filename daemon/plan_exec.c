@@ -2,14 +2,14 @@
  * engine runs (see plan_exec.h). Dynamic policies: the leader fuses greedily by the bytes each
  * tensor announced at registration (coord_tensor_meta.bytes, taken from the first rank that
  * registered it, so every rank receives the same groups); a tensor announcing more than the cap is
- * never fused. Static policies: every tensor travels alone through the coordinator; the plan is a
- * function of the job's ISSUE stream, which every rank receives identically and in the same
- * order, so every rank computes the same plan and holds/releases the same buffers at the same
- * point of the world sequence (docs/scheduling.md, "Static plans in fgbuffd"). */
+ * never fused. Static policies: every tensor travels alone through the coordinator; the plan is
+ * computed from the job's ISSUE stream (order, tensor list: identical on every rank) and the
+ * inputs its ranks agreed in a planning exchange at an agreed place of that stream (plan_xchg.c),
+ * so every rank computes the same plan and holds/releases the same buffers at the same point of
+ * the world sequence (docs/scheduling.md, "Static plans in fgbuffd"). Status: plan_status.c. */
 #include "plan_exec.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,68 +18,11 @@
 #include "daemon.h"
 #include "engine.h"
 #include "log.h"
+#include "plan_internal.h"
 #include "plan_xchg.h"
 #include "policy.h"
 
 #define SRV_UNFUSED (1ull << 62) /* above any cap, and total + bytes cannot wrap in the leader */
-#define RT_SLOTS 16              /* steps of ready times kept (pipelined clients run ahead) */
-#define RT_WINDOW 8              /* at most this many steps feed a median */
-#define RT_MAX_KEY (1u << 20)    /* keys above are not timed (the coordinator numbers from 0) */
-
-/* One step's local ready times, by tensor key (seconds, NaN: not ready / flushed). */
-typedef struct rt_slot {
-  uint64_t step;
-  int used;
-  double *t;
-} rt_slot;
-
-/* A plan buffer of one step whose members are partly agreed: ISSUEs held back. */
-typedef struct plan_hold {
-  uint64_t step;
-  uint32_t buf;
-  uint32_t n; /* members agreed so far */
-} plan_hold;
-
-/* One adopted plan version and its key -> buffer map. */
-typedef struct plan_ver {
-  sched_plan plan;
-  uint32_t *buf_of; /* key -> buffer index + 1 (0: not in the plan) */
-  uint32_t nbuf_of;
-} plan_ver;
-
-typedef struct srv_plan {
-  const sched_policy_ops *ops;
-  int started;
-  uint64_t s0;    /* step of the job's first ISSUE */
-  uint32_t *seen; /* keys issued during warm-up, first-seen order */
-  uint32_t nseen, seencap;
-  uint32_t *last; /* keys issued for the observed step (warm-up's last, or before a re-plan) */
-  uint32_t nlast, lastcap;
-  int state;     /* 0: warm-up; 1: planned; -1: planning failed (per-tensor from then on) */
-  plan_ver v[2]; /* nv adopted versions kept, newest last (the previous one finishes its steps) */
-  int nv;
-  uint64_t next_check; /* re-planning policies: the next step at which to re-plan */
-  plan_hold *holds;
-  uint32_t nholds, hcap;
-  uint64_t issued;        /* plan buffers handed to the engine as one item (for status and tests) */
-  uint32_t warmup, every; /* warm-up steps and re-plan period */
-  rt_slot rt[RT_SLOTS];
-  uint32_t rtcap; /* entries of every rt[].t */
-  int planning;   /* warm-up over: the first plan is being (or was) made */
-  int xpending;   /* a planning exchange is in the engine: ISSUEs of steps >= xfrom wait */
-  uint64_t xfrom;
-  coord_event *defer; /* waiting ISSUEs, in world order (and everything after the first) */
-  uint32_t ndefer, dcap;
-  uint64_t fail_from; /* the exchange failed: per-tensor from this step on (0: no) */
-  /* The last agreed inputs, for status. */
-  int has_in;
-  uint64_t in_step;
-  sched_costs in_costs;
-  uint32_t in_have, in_n;
-  uint32_t *in_ids;
-  double *in_ready; /* NULL: ready times not measured on every rank */
-  char in_why[96];
-} srv_plan;
 
 uint64_t srv_policy_group_bytes(const srv_job *j, const srv_tensor *t) {
   /* Compressed tensors keep their own compressor instance and travel alone. */
@@ -654,118 +597,4 @@ void srv_plan_free(srv_job *j) {
   free(pl->in_ready);
   free(pl);
   j->plan = NULL;
-}
-
-/* Appends like snprintf at *off (counting what does not fit). */
-static void tput(char *buf, size_t cap, size_t *off, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void tput(char *buf, size_t cap, size_t *off, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int w = vsnprintf(*off < cap ? buf + *off : NULL, *off < cap ? cap - *off : 0, fmt, ap);
-  va_end(ap);
-  if (w > 0) *off += (size_t)w;
-}
-
-static const char *const cost_names[] = {"allreduce", "allgather", "encode", "decode"};
-
-/* The agreed inputs as a JSON object (appended like tput). Numbers print with 17 digits: the
- * agreed doubles are the same bits on every rank, so the text is too. */
-static void inputs_json(const srv_plan *pl, char *buf, size_t cap, size_t *off) {
-  const sched_costs *c = &pl->in_costs;
-  tput(buf, cap, off, "{\"step\":%llu,\"why\":\"%s\",\"measured\":[",
-       (unsigned long long)pl->in_step, pl->in_why);
-  for (int k = 0, n = 0; k < 4; k++)
-    if (pl->in_have & (1u << k)) tput(buf, cap, off, "%s\"%s\"", n++ ? "," : "", cost_names[k]);
-  tput(buf, cap, off,
-       "],\"costs\":{\"ar_alpha\":%.17g,\"ar_beta\":%.17g,\"ag_alpha\":%.17g,\"ag_beta\":%.17g,"
-       "\"comp_alpha\":%.17g,\"comp_beta\":%.17g,\"dec_alpha\":%.17g,\"dec_beta\":%.17g},"
-       "\"ready_s\":",
-       c->ar_alpha, c->ar_beta, c->ag_alpha, c->ag_beta, c->comp_alpha, c->comp_beta, c->dec_alpha,
-       c->dec_beta);
-  if (!pl->in_ready) {
-    tput(buf, cap, off, "null}");
-    return;
-  }
-  tput(buf, cap, off, "{");
-  for (uint32_t i = 0; i < pl->in_n; i++) {
-    double r = pl->in_ready[i];
-    if (isfinite(r))
-      tput(buf, cap, off, "%s\"%u\":%.17g", i ? "," : "", pl->in_ids[i], r);
-    else
-      tput(buf, cap, off, "%s\"%u\":null", i ? "," : "", pl->in_ids[i]);
-  }
-  tput(buf, cap, off, "}}");
-}
-
-size_t srv_plan_status_json(const srv_job *j, char *buf, size_t cap) {
-  const srv_plan *pl = j->plan;
-  const sched_plan *p = pl && pl->state == 1 && pl->nv > 0 ? &pl->v[pl->nv - 1].plan : NULL;
-  size_t need = sched_plan_status_json(p, NULL, 0);
-  if (!p) return sched_plan_status_json(NULL, buf, cap);
-  char *plan = malloc(need + 1);
-  if (!plan) return sched_plan_status_json(NULL, buf, cap);
-  sched_plan_status_json(p, plan, need + 1);
-  size_t off = 0;
-  if (cap) buf[0] = 0;
-  /* The plan object, less its closing brace, then the inputs it was planned from. */
-  tput(buf, cap, &off, "%.*s,\"fallback_from_step\":%llu,\"inputs\":", (int)(need - 1), plan,
-       (unsigned long long)pl->fail_from);
-  if (pl->has_in)
-    inputs_json(pl, buf, cap, &off);
-  else
-    tput(buf, cap, &off, "null");
-  tput(buf, cap, &off, "}");
-  free(plan);
-  return off;
-}
-
-size_t srv_plan_status_text(const srv_job *j, char *buf, size_t cap) {
-  size_t off = 0;
-  if (cap) buf[0] = 0;
-  const srv_plan *pl = j->plan;
-  if (!srv_plan_policy(j->policy)) return 0;
-  if (!pl || pl->state == 0) {
-    tput(buf, cap, &off, "    plan: warming up (%u steps as 'none')\n",
-         pl ? pl->warmup : j->d->cfg.plan_warmup_steps);
-    return off;
-  }
-  if (pl->state < 0) {
-    tput(buf, cap, &off, "    plan: planning failed, tensors travel alone (see the log)\n");
-    return off;
-  }
-  const sched_plan *p = &pl->v[pl->nv - 1].plan;
-  tput(buf, cap, &off,
-       "    plan v%llu (%s) from step %llu: %u buffers, %u tensors; %llu buffers issued\n",
-       (unsigned long long)p->version, p->policy, (unsigned long long)p->first_step, p->nbuffers,
-       p->ntensors, (unsigned long long)pl->issued);
-  if (pl->fail_from)
-    tput(buf, cap, &off,
-         "      planning failed: tensors travel alone from step %llu (see the log)\n",
-         (unsigned long long)pl->fail_from);
-  if (pl->has_in) {
-    const sched_costs *c = &pl->in_costs;
-    const double ab[4][2] = {{c->ar_alpha, c->ar_beta},
-                             {c->ag_alpha, c->ag_beta},
-                             {c->comp_alpha, c->comp_beta},
-                             {c->dec_alpha, c->dec_beta}};
-    tput(buf, cap, &off, "      inputs agreed at step %llu (%s), ready times %s:\n",
-         (unsigned long long)pl->in_step, pl->in_why,
-         pl->in_ready ? "measured (worst rank)" : "not measured on every rank");
-    for (int k = 0; k < 4; k++)
-      tput(buf, cap, &off, "        %-9s %.2f us + %.4g ns per %s (%s)\n", cost_names[k],
-           ab[k][0] * 1e6, ab[k][1] * 1e9, k < 2 ? "byte" : "element",
-           pl->in_have & (1u << k) ? "measured, worst rank" : "default");
-  }
-  tput(buf, cap, &off,
-       "      (buffers run as merge buffers. All members with a compressor: 'dense' folds their "
-       "residuals in and all-reduces them, 'compress' sparsifies per tensor then fuses; mixed "
-       "buffers sparsify their compressed members per tensor)\n");
-  for (uint32_t b = 0; b < p->nbuffers; b++) {
-    const sched_buffer *sb = &p->buffers[b];
-    tput(buf, cap, &off, "      buffer %u: %u tensors, %llu elems, %llu B, %s k=%llu (%s)\n", b,
-         sb->count, (unsigned long long)sb->elems, (unsigned long long)sb->bytes,
-         sb->compress ? "compress" : "dense", (unsigned long long)sb->k, sb->reason);
-  }
-  return off;
 }

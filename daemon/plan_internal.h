@@ -1,0 +1,70 @@
+/* daemon/plan_internal.h — the per-job state of static merge plans in fgbuffd, shared by
+ * plan_exec.c (observing, exchanging, holding) and plan_status.c (fgbuffctl status). Loop thread
+ * only. */
+#ifndef FGB_SRV_PLAN_INTERNAL_H
+#define FGB_SRV_PLAN_INTERNAL_H
+
+#include <stdint.h>
+
+#include "policy.h"
+
+#define RT_SLOTS 16           /* steps of ready times kept (pipelined clients run ahead) */
+#define RT_WINDOW 8           /* at most this many steps feed a median */
+#define RT_MAX_KEY (1u << 20) /* keys above are not timed (the coordinator numbers from 0) */
+
+/* One step's local ready times, by tensor key (seconds, NaN: not ready / flushed). */
+typedef struct rt_slot {
+  uint64_t step;
+  int used;
+  double *t;
+} rt_slot;
+
+/* A plan buffer of one step whose members are partly agreed: ISSUEs held back. */
+typedef struct plan_hold {
+  uint64_t step;
+  uint32_t buf;
+  uint32_t n; /* members agreed so far */
+} plan_hold;
+
+/* One adopted plan version and its key -> buffer map. */
+typedef struct plan_ver {
+  sched_plan plan;
+  uint32_t *buf_of; /* key -> buffer index + 1 (0: not in the plan) */
+  uint32_t nbuf_of;
+} plan_ver;
+
+typedef struct srv_plan {
+  const sched_policy_ops *ops;
+  int started;
+  uint64_t s0;    /* step of the job's first ISSUE */
+  uint32_t *seen; /* keys issued during warm-up, first-seen order */
+  uint32_t nseen, seencap;
+  uint32_t *last; /* keys issued for the observed step (warm-up's last, or before a re-plan) */
+  uint32_t nlast, lastcap;
+  int state;     /* 0: warm-up; 1: planned; -1: planning failed (per-tensor from then on) */
+  plan_ver v[2]; /* nv adopted versions kept, newest last (the previous one finishes its steps) */
+  int nv;
+  uint64_t next_check; /* re-planning policies: the next step at which to re-plan */
+  plan_hold *holds;
+  uint32_t nholds, hcap;
+  uint64_t issued;        /* plan buffers handed to the engine as one item (for status and tests) */
+  uint32_t warmup, every; /* warm-up steps and re-plan period */
+  rt_slot rt[RT_SLOTS];
+  uint32_t rtcap; /* entries of every rt[].t */
+  int planning;   /* warm-up over: the first plan is being (or was) made */
+  int xpending;   /* a planning exchange is in the engine: ISSUEs of steps >= xfrom wait */
+  uint64_t xfrom;
+  coord_event *defer; /* waiting ISSUEs, in world order (and everything after the first) */
+  uint32_t ndefer, dcap;
+  uint64_t fail_from; /* the exchange failed: per-tensor from this step on (0: no) */
+  /* The last agreed inputs, for status. */
+  int has_in;
+  uint64_t in_step;
+  sched_costs in_costs;
+  uint32_t in_have, in_n;
+  uint32_t *in_ids;
+  double *in_ready; /* NULL: ready times not measured on every rank */
+  char in_why[96];
+} srv_plan;
+
+#endif

@@ -1,0 +1,213 @@
+/* test-xchg: the planning exchange's agreement (daemon/plan_xchg.c) on simulated ranks: every rank
+ * fills its contribution, all run the agreement on the same gathered bytes, and must reach the same
+ * verdict and digest — a plan from the worst rank's costs and ready times, a bad or different
+ * contribution refused alike, settings agreed as the largest, a re-plan only on time or order
+ * drift, and a different plan giving a different digest (what the engine's digest check catches).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../test.h"
+#include "eng_plan.h"
+#include "plan_xchg.h"
+
+#define R 3
+#define NT 8
+
+static const sched_costs base = {.ar_alpha = 50e-6,
+                                 .ar_beta = 2e-9,
+                                 .ag_alpha = 60e-6,
+                                 .ag_beta = 2e-9,
+                                 .comp_alpha = 5e-6,
+                                 .comp_beta = 1e-9,
+                                 .dec_alpha = 5e-6,
+                                 .dec_beta = 1e-9};
+
+/* Rank r's context: the same tensor list everywhere, its own ready times (scaled by `slow`). */
+static px_ctx *ctx(int r, double slow, const char *policy, const sched_plan *cur) {
+  px_ctx *c = calloc(1, sizeof(*c));
+  REQUIRE(c);
+  c->ops = sched_find(policy);
+  REQUIRE(c->ops);
+  c->step = 40;
+  c->lead = 2;
+  c->n = NT;
+  c->ts = calloc(NT, sizeof(sched_tensor));
+  c->ready = calloc(NT, sizeof(double));
+  REQUIRE(c->ts && c->ready);
+  for (uint32_t i = 0; i < NT; i++) {
+    c->ts[i] = (sched_tensor){.id = 10 + i,
+                              .count = 1000u << (i % 5),
+                              .elem_size = 4,
+                              .compressible = i % 2,
+                              .density = i % 2 ? 0.01 : 1.0};
+    c->ready[i] = (i * 1e-3 + r * 1e-4) * slow;
+  }
+  c->comp_scale = 1.0;
+  c->deflt = base;
+  c->warmup = 5 + (uint32_t)r;
+  c->every = 50;
+  c->lo_warmup = 2;
+  c->lo_every = 3;
+  c->hi_steps = 100000;
+  if (cur) {
+    REQUIRE(sched_plan_copy(&c->cur, cur) == FGB_OK);
+    c->has_cur = 1;
+  }
+  return c;
+}
+
+typedef struct world {
+  px_ctx *c[R];
+  eng_xchg *x[R];
+  uint8_t *all;
+  uint64_t dig[R];
+} world;
+
+/* fill on every rank (rank r measured allreduce costs r times the base), gather, agree. */
+static void run(world *w, void (*corrupt)(uint8_t *all, size_t per)) {
+  size_t per = w->x[0]->bytes;
+  w->all = calloc(R, per);
+  REQUIRE(w->all);
+  for (int r = 0; r < R; r++) {
+    REQUIRE(w->x[r]->bytes == per);
+    sched_costs m = base;
+    m.ar_alpha *= r + 1;
+    w->x[r]->fill(w->x[r]->ud, &m, 1u << EPS_ALLREDUCE, w->all + (size_t)r * per);
+  }
+  if (corrupt) corrupt(w->all, per);
+  for (int r = 0; r < R; r++) w->dig[r] = w->x[r]->agree(w->x[r]->ud, w->all, R);
+}
+
+static void make(world *w, double slow1, const char *policy, const sched_plan *cur) {
+  memset(w, 0, sizeof(*w));
+  for (int r = 0; r < R; r++) {
+    w->c[r] = ctx(r, r == 1 ? slow1 : 1.0, policy, cur);
+    w->x[r] = px_item(w->c[r]);
+    REQUIRE(w->x[r]);
+  }
+}
+
+static void drop(world *w) {
+  for (int r = 0; r < R; r++) {
+    w->x[r]->destroy(w->x[r]->ud);
+    free(w->x[r]);
+  }
+  free(w->all);
+}
+
+static void same_verdict(const world *w) {
+  for (int r = 1; r < R; r++) {
+    CHECK(w->dig[r] == w->dig[0]);
+    CHECK(w->c[r]->status == w->c[0]->status);
+    CHECK(strcmp(w->c[r]->err, w->c[0]->err) == 0);
+  }
+}
+
+static void first_plan(sched_plan *keep) {
+  world w;
+  make(&w, 1.0, "rgmerge", NULL);
+  run(&w, NULL);
+  same_verdict(&w);
+  px_ctx *c = w.c[0];
+  CHECK_MSG(c->status == FGB_OK, "%s", c->err);
+  CHECK(c->changed && c->plan.version == 1 && c->plan.first_step == 42);
+  CHECK(c->a_warmup == 5 + R - 1 && c->a_every == 50); /* the largest */
+  CHECK(c->have == 1u << EPS_ALLREDUCE);
+  CHECK(c->costs.ar_alpha == base.ar_alpha * R); /* the worst rank's */
+  CHECK(c->has_ready && c->aready[NT - 1] == ((NT - 1) * 1e-3 + (R - 1) * 1e-4));
+  for (int r = 1; r < R; r++) {
+    uint8_t *a = NULL, *b = NULL;
+    size_t la = 0, lb = 0;
+    REQUIRE(sched_plan_encode(&c->plan, &a, &la) == FGB_OK);
+    REQUIRE(sched_plan_encode(&w.c[r]->plan, &b, &lb) == FGB_OK);
+    CHECK(la == lb && memcmp(a, b, la) == 0);
+    free(a);
+    free(b);
+  }
+  REQUIRE(sched_plan_copy(keep, &c->plan) == FGB_OK);
+  drop(&w);
+}
+
+static void bad_magic(uint8_t *all, size_t per) {
+  all[per + 1] ^= 1;
+}
+static void nan_cost(uint8_t *all, size_t per) {
+  double v = NAN;
+  memcpy(all + 2 * per + 40, &v, 8);
+}
+static void bad_warmup(uint8_t *all, size_t per) {
+  uint32_t v = 1;
+  memcpy(all + 104, &v, 4);
+  (void)per;
+}
+static void other_list(uint8_t *all, size_t per) {
+  all[per + 16] ^= 0x40;
+}
+
+static void refused_alike(void) {
+  void (*bad[])(uint8_t *, size_t) = {bad_magic, nan_cost, bad_warmup, other_list};
+  const char *name[] = {"magic", "costs", "plan_warmup_steps", "tensor list"};
+  for (int i = 0; i < 4; i++) {
+    world w;
+    make(&w, 1.0, "fgbuff", NULL);
+    run(&w, bad[i]);
+    same_verdict(&w);
+    CHECK_MSG(w.c[0]->status == FGB_EMISMATCH && strstr(w.c[0]->err, name[i]), "%d: %s", i,
+              w.c[0]->err);
+    drop(&w);
+  }
+}
+
+static void replan_on_drift(const sched_plan *cur) {
+  world w;
+  make(&w, 1.0, "rgmerge", cur); /* the same measurements: no drift, no new version */
+  run(&w, NULL);
+  same_verdict(&w);
+  CHECK_MSG(w.c[0]->status == FGB_OK && !w.c[0]->changed, "%s", w.c[0]->err);
+  drop(&w);
+  make(&w, 8.0, "rgmerge", cur); /* rank 1's backward got 8x slower: the worst rank drifts */
+  run(&w, NULL);
+  same_verdict(&w);
+  CHECK_MSG(w.c[0]->status == FGB_OK && w.c[0]->changed, "%s", w.c[0]->err);
+  CHECK(w.c[0]->plan.version == cur->version + 1 && w.c[0]->plan.first_step == 42);
+  CHECK(strstr(w.c[0]->why, "time drifted") != NULL);
+  drop(&w);
+}
+
+static void digest_sees_plans(void) {
+  /* One rank planning with another policy stands for a rank whose arithmetic differs: the
+   * digests differ, which the engine turns into digest_equal = 0 (per-tensor on every rank). */
+  world w;
+  memset(&w, 0, sizeof(w));
+  for (int r = 0; r < R; r++) {
+    w.c[r] = ctx(r, 1.0, r == 2 ? "syncea" : "fgbuff", NULL);
+    w.x[r] = px_item(w.c[r]);
+    REQUIRE(w.x[r]);
+  }
+  run(&w, NULL);
+  CHECK(w.dig[0] == w.dig[1] && w.dig[2] != w.dig[0]);
+  drop(&w);
+}
+
+static void config_only(void) {
+  world w;
+  make(&w, 1.0, "fgbuff", NULL);
+  for (int r = 0; r < R; r++) w.c[r]->config_only = 1;
+  run(&w, NULL);
+  same_verdict(&w);
+  CHECK(w.c[0]->status == FGB_OK && !w.c[0]->changed && w.c[0]->a_warmup == 5 + R - 1);
+  drop(&w);
+}
+
+int main(void) {
+  sched_plan p;
+  first_plan(&p);
+  refused_alike();
+  replan_on_drift(&p);
+  sched_plan_free(&p);
+  digest_sees_plans();
+  config_only();
+  TEST_DONE();
+}
