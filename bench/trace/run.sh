@@ -14,6 +14,7 @@
 #   --cpu      CPU daemons and host arenas (for testing without a GPU; network label "cpu")
 #   --scale X  replay every tensor with X times its elements (ready times unchanged)
 #   --timeout  seconds per replay run (default 90); a run over it is reported as "timeout"
+#   --dyn-warmup W  warm-up steps of the policies without a plan (none raw fusion; default 3)
 #   --keep DIR copy every run's output, errors and the daemons' logs into DIR
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -21,7 +22,7 @@ src="$(cd "$here/../.." && pwd)"
 build="$(cd "${1:?usage: run.sh BUILD_DIR TRACE [TRACE...] [options]}" && pwd)"
 shift
 traces=() cpu=0 policies="none raw fusion syncea omgs dear fgbuff rgmerge" comps="dense topk"
-nets="nvlink slow" iters=10 warmup=8 comm_iters=3 scale=1 density=0.01 tmo=90 keep=""
+nets="nvlink slow" iters=10 warmup=8 comm_iters=3 scale=1 density=0.01 tmo=90 keep="" dyn_warmup=3
 while [ $# -gt 0 ]; do
   case "$1" in
   --cpu) cpu=1 ;;
@@ -30,6 +31,7 @@ while [ $# -gt 0 ]; do
   --nets) nets="$2"; shift ;;
   --iters) iters="$2"; shift ;;
   --warmup) warmup="$2"; shift ;;
+  --dyn-warmup) dyn_warmup="$2"; shift ;;
   --comm-iters) comm_iters="$2"; shift ;;
   --scale) scale="$2"; shift ;;
   --density) density="$2"; shift ;;
@@ -128,7 +130,9 @@ print_tables() {
 # go to $out/res.<key>; a missing RESULT line becomes a "not supported"/"failed" row.
 replay_one() {
   local trace="$1" pol="$2" comp="$3" net="$4" key="$5" r pids=() rcs=()
-  local args=(--trace "$trace" --policy "$pol" --iters "$iters" --warmup "$warmup"
+  local w="$warmup"
+  case "$pol" in none | raw | fusion) [ "$dyn_warmup" -lt "$w" ] && w="$dyn_warmup" ;; esac
+  local args=(--trace "$trace" --policy "$pol" --iters "$iters" --warmup "$w"
     --comm-iters "$comm_iters" --scale "$scale" --job "trace-$key" --label "$net")
   [ "$comp" = dense ] || args+=(--compressor "$comp" --density "$density")
   if [ "$pol" = raw ]; then
@@ -168,7 +172,8 @@ field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 runtimes=""
 echo "machine: $machine"
 echo "policies: $policies; compression: $comps (top-k density $density); iters $iters after" \
-  "$warmup warm-up (static plans start after 5 + 2 steps), comm-only iters $comm_iters, scale $scale"
+  "$warmup warm-up (static plans start after 5 + 2 steps; none/raw/fusion: $dyn_warmup), comm-only" \
+  "iters $comm_iters, scale $scale"
 for net in $nets; do
   case "$net" in
   slow) export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo ;;
