@@ -90,8 +90,7 @@ typedef struct kc_partial {
 } kc_partial;
 typedef struct kc_scratch {
   uint32_t stats_done, count_done;
-  uint32_t dec_unsorted; /* kern_coo_decode: some payload is not in ascending index order */
-  uint32_t dec_done;     /* kern_coo_decode: last-block-done counter of the tile kernel */
+  uint32_t dec_unsorted, pad_; /* kern_coo_decode: some payload is not in ascending index order */
   unsigned long long count_acc;
   kc_partial part[KC_RED_BLOCKS];
   uint32_t hist_acc[KERN_HIST_BINS]; /* the *_hist kernels' running histogram, kept zero */

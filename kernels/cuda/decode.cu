@@ -5,9 +5,11 @@
  * (the CPU's order, no float atomics), scales and stores the tile — one pass over n, no zero fill.
  * Payloads that are not strictly ascending (repeated indices: foreign bytes) and P > 64 take a
  * one-block path that sums in payload order, still exactly the CPU's result. Every choice is made
- * on the device, in one launch. Payload bytes are untrusted: headers and indices are checked and
- * bad entries counted in ctl->bad, loads never assume alignment the peer did not give. */
+ * on the device. Payload bytes are untrusted: headers and indices are checked and bad entries
+ * counted in ctl->bad, loads never assume alignment the peer did not give. */
 #include "cuda_internal.cuh"
+
+#define DEC_THREADS 256
 
 /* ---- untrusted byte access ---------------------------------------------------------------------
  */
@@ -58,6 +60,20 @@ __device__ inline bool coo_has(const coo_view *v, int32_t i) {
   return false;
 }
 
+/* Flags a payload whose indices are not strictly ascending. grid.y strides over the ranks, grid.x
+ * over the entries of one payload. */
+__global__ void k_dec_check(const char *recv, uint64_t stride, int nranks, uint32_t vb,
+                            kc_scratch *scr) {
+  for (int r = blockIdx.y; r < nranks; r += gridDim.y) {
+    coo_view v;
+    if (!coo_open(recv, stride, r, vb, &v)) continue; /* skipped by the scatters anyway */
+    for (uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j + 1 < v.count;
+         j += gridDim.x * blockDim.x)
+      if ((int32_t)ld_u32(v.idx + 4ull * j) >= (int32_t)ld_u32(v.idx + 4ull * (j + 1)))
+        scr->dec_unsorted = 1;
+  }
+}
+
 /* ---- the tiled decode (sorted payloads, the common case) ---------------------------------------
  * One block per TILE outputs: the block finds each payload's entries inside its tile (a 32-ary
  * warp search: 4 dependent loads for 2^20 entries), sums them into a shared-memory tile rank after
@@ -97,62 +113,12 @@ __device__ inline uint32_t seq_lower_bound(const coo_view *v, int64_t x) {
   return lo;
 }
 
-/* Unsorted payloads (repeated indices: foreign bytes, or a test's hand-made ones) or more ranks
- * than the tile path takes: one block zero-fills out, one thread sums rank by rank in payload
- * order (exactly the CPU's result, just slow), then the block scales; bad entries are counted. */
-__device__ void dec_serial(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n,
-                           float scale, float *out, kern_ctl *ctl) {
-  for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = 0.0f;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned long long bad = 0;
-    for (int r = 0; r < nranks; r++) {
-      coo_view v;
-      if (stride < 8 || !coo_open(recv, stride, r, vb, &v)) {
-        bad++;
-        continue;
-      }
-      for (uint32_t j = 0; j < v.count; j++) {
-        int32_t i = (int32_t)ld_u32(v.idx + 4ull * j);
-        if (i < 0 || (uint64_t)i >= n) {
-          bad++;
-          continue;
-        }
-        float x = vb == 2 ? kern_half_to_float(ld_u16(v.vals + 2ull * j))
-                          : __uint_as_float(ld_u32(v.vals + 4ull * j));
-        out[i] = kern_nan_canon(__fadd_rn(out[i], x));
-      }
-    }
-    if (ctl && bad) atomicAdd((unsigned long long *)&ctl->bad, bad);
-  }
-  __syncthreads();
-  if (scale != 1.0f)
-    for (uint64_t i = threadIdx.x; i < n; i += blockDim.x)
-      out[i] = kern_nan_canon(__fmul_rn(out[i], scale));
-}
-
-__global__ void __launch_bounds__(1024)
-    k_dec_fallback(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n,
-                   float scale, float *out, kern_ctl *ctl) {
-  dec_serial(recv, stride, nranks, vb, n, scale, out, ctl);
-}
-
 __global__ void __launch_bounds__(DEC_TILE_THREADS)
     k_dec_tile(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n, float scale,
-               kc_scratch *scr, float *out, kern_ctl *ctl) {
+               const kc_scratch *scr, float *out, kern_ctl *ctl) {
   __shared__ float tile[DEC_TILE];
   __shared__ uint32_t s_lo[DEC_TILE_MAX_RANKS], s_hi[DEC_TILE_MAX_RANKS];
-  __shared__ uint32_t s_last;
-  /* Each block also checks its share of every payload for strict ascending order; an unsorted
-   * payload makes the tiles meaningless, and the last block then redoes everything serially. */
-  for (int r = 0; r < nranks; r++) {
-    coo_view v;
-    if (!coo_open(recv, stride, r, vb, &v) || v.count < 2) continue;
-    const uint32_t per = (v.count - 1 + gridDim.x - 1) / gridDim.x, j0 = blockIdx.x * per;
-    for (uint32_t j = j0 + threadIdx.x; j < j0 + per && j + 1 < v.count; j += blockDim.x)
-      if ((int32_t)ld_u32(v.idx + 4ull * j) >= (int32_t)ld_u32(v.idx + 4ull * (j + 1)))
-        scr->dec_unsorted = 1;
-  }
+  if (scr->dec_unsorted) return; /* k_dec_fallback's job */
   const uint64_t t0 = (uint64_t)blockIdx.x * DEC_TILE;
   const uint32_t len = (uint32_t)min((uint64_t)DEC_TILE, n - t0);
   const unsigned warp = threadIdx.x >> 5, nw = DEC_TILE_THREADS / 32;
@@ -172,7 +138,6 @@ __global__ void __launch_bounds__(DEC_TILE_THREADS)
     if (s_lo[r] < s_hi[r] && coo_open(recv, stride, r, vb, &v)) {
       for (uint32_t j = s_lo[r] + threadIdx.x; j < s_hi[r]; j += DEC_TILE_THREADS) {
         const uint32_t e = (uint32_t)((int32_t)ld_u32(v.idx + 4ull * j) - (int64_t)t0);
-        if (e >= len) continue; /* only with unsorted bytes (redone serially below) */
         const float x = vb == 2 ? kern_half_to_float(ld_u16(v.vals + 2ull * j))
                                 : __uint_as_float(ld_u32(v.vals + 4ull * j));
         tile[e] = kern_nan_canon(__fadd_rn(tile[e], x)); /* from +0: 0 + x, as the CPU */
@@ -197,25 +162,8 @@ __global__ void __launch_bounds__(DEC_TILE_THREADS)
     for (uint32_t e = threadIdx.x; e < len; e += DEC_TILE_THREADS)
       o[e] = sc ? kern_nan_canon(__fmul_rn(tile[e], scale)) : tile[e];
   }
-  /* The last block to finish: serial redo if some payload was unsorted, else count what no tile
-   * takes (bad headers, indices below 0 or from n on). */
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) s_last = atomicAdd(&scr->dec_done, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
-  const uint32_t unsorted = *(volatile uint32_t *)&scr->dec_unsorted;
-  __syncthreads(); /* every thread has read the flag before thread 0 clears it */
-  if (threadIdx.x == 0) {
-    scr->dec_done = 0;
-    scr->dec_unsorted = 0;
-  }
-  if (unsorted) {
-    dec_serial(recv, stride, nranks, vb, n, scale, out, ctl);
-    return;
-  }
-  if (ctl && threadIdx.x < 32) {
+  /* Block 0 counts what no tile takes: bad headers, indices below 0 or from n on. */
+  if (ctl && blockIdx.x == 0 && threadIdx.x < 32) {
     unsigned long long bad = 0;
     for (int r = threadIdx.x; r < nranks; r += 32) {
       coo_view v;
@@ -226,6 +174,44 @@ __global__ void __launch_bounds__(DEC_TILE_THREADS)
     }
     if (bad) atomicAdd((unsigned long long *)&ctl->bad, bad);
   }
+}
+
+/* Unsorted payloads (repeated indices: foreign bytes, or a test's hand-made ones) or more ranks
+ * than the tile path takes: one block zero-fills out, one thread sums rank by rank in payload
+ * order (exactly the CPU's result, just slow), then the block scales. */
+__global__ void __launch_bounds__(1024)
+    k_dec_fallback(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n,
+                   float scale, int always, kc_scratch *scr, float *out, kern_ctl *ctl) {
+  if (!always && !scr->dec_unsorted) return;
+  __syncthreads(); /* every thread has read the flag before thread 0 clears it below */
+  for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = 0.0f;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long bad = 0;
+    for (int r = 0; r < nranks; r++) {
+      coo_view v;
+      if (stride < 8 || !coo_open(recv, stride, r, vb, &v)) {
+        bad++;
+        continue;
+      }
+      for (uint32_t j = 0; j < v.count; j++) {
+        int32_t i = (int32_t)ld_u32(v.idx + 4ull * j);
+        if (i < 0 || (uint64_t)i >= n) {
+          bad++;
+          continue;
+        }
+        float x = vb == 2 ? kern_half_to_float(ld_u16(v.vals + 2ull * j))
+                          : __uint_as_float(ld_u32(v.vals + 4ull * j));
+        out[i] = kern_nan_canon(__fadd_rn(out[i], x));
+      }
+    }
+    if (ctl && bad) atomicAdd((unsigned long long *)&ctl->bad, bad);
+    scr->dec_unsorted = 0; /* clear for the next decode (see kern_cuda_coo_decode) */
+  }
+  __syncthreads();
+  if (scale != 1.0f)
+    for (uint64_t i = threadIdx.x; i < n; i += blockDim.x)
+      out[i] = kern_nan_canon(__fmul_rn(out[i], scale));
 }
 
 __global__ void k_add_bad(kern_ctl *ctl, unsigned long long b) {
@@ -241,21 +227,28 @@ extern "C" fgb_status kern_cuda_coo_decode(const void *recv, size_t stride, int 
   if (scr == NULL) return FGB_ENOMEM;
   const uint32_t vb = fp16 ? 2 : 4;
   const char *rb = (const char *)recv;
-  /* The unsorted flag and the done counter are clear on entry: the tile kernel's last block
-   * clears them; the scratch starts zeroed. No reset launch needed. */
+  /* The unsorted flag is clear on entry: every decode that may set it (k_dec_check) ends with a
+   * k_dec_fallback, which clears it; the scratch starts zeroed. No reset launch needed. */
   if (stride < sizeof(comp_coo_header) || nranks > DEC_TILE_MAX_RANKS || (n == 0 && nranks)) {
     /* Unreadable headers, many ranks, or nothing to write but bad entries to count: one block. */
     if (stride < sizeof(comp_coo_header) && ctl && nranks)
       k_add_bad<<<1, 1, 0, s>>>(ctl, (unsigned long long)nranks);
     k_dec_fallback<<<1, 1024, 0, s>>>(rb, stride, stride < sizeof(comp_coo_header) ? 0 : nranks, vb,
-                                      n, scale, out, ctl);
+                                      n, scale, 1, scr, out, ctl);
     return kc_launched();
   }
   if (n == 0) return FGB_OK;
-  /* One launch: the tiles, the order check and (last block) the bad count or the serial redo. */
+  if (nranks) {
+    /* Entries a payload can hold given the stride bound the grid; the count is on the device. */
+    const uint64_t maxe = (stride - sizeof(comp_coo_header)) / (vb + 4);
+    const unsigned cb = kc_blocks(maxe, DEC_THREADS * 8ull, (unsigned)kc_sm_count() * 4);
+    dim3 cgrid(cb, (unsigned)nranks);
+    k_dec_check<<<cgrid, DEC_THREADS, 0, s>>>(rb, stride, nranks, vb, scr);
+  }
   const uint64_t tiles = (n + DEC_TILE - 1) / DEC_TILE;
   k_dec_tile<<<(unsigned)tiles, DEC_TILE_THREADS, 0, s>>>(rb, stride, nranks, vb, n, scale, scr,
                                                           out, ctl);
+  if (nranks) k_dec_fallback<<<1, 1024, 0, s>>>(rb, stride, nranks, vb, n, scale, 0, scr, out, ctl);
   return kc_launched();
 }
 
