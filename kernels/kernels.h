@@ -246,8 +246,9 @@ typedef struct kern_replay {
 } kern_replay;
 fgb_status kern_thr_replay(const comp_exec *ex, const uint32_t *hist, kern_ctl *ctl,
                            const kern_replay *rp);
-/* kern_add_stats_hist, then kern_thr_replay(hist, ctl, rp): on GPU in one launch (the pass's last
- * block replays). Cost R2 W1 (g NULL: R1). */
+/* kern_add_stats_hist, then kern_thr_replay(hist, ctl, rp) (checked before anything runs). On GPU
+ * two launches: replaying inside the pass's last block made the pass itself register-bound.
+ * Cost R2 W1 (g NULL: R1). */
 fgb_status kern_add_stats_replay(const comp_exec *ex, float *a, const float *g, uint64_t n,
                                  uint32_t flags, kern_ctl *ctl, uint32_t *hist,
                                  const kern_replay *rp);

@@ -325,7 +325,7 @@ const char *const comp_search_names[] = {"hist", "count", NULL};
 fgb_status comp_sparse_thr_search(comp_sparse *cs, const float *grad, uint32_t flags, int search,
                                   const kern_replay *rp, float **a) {
   const comp_exec *ex = &cs->ex;
-  if (search == COMP_SEARCH_HIST) { /* one launch on GPU: the pass's last block replays */
+  if (search == COMP_SEARCH_HIST) { /* the pass, then one tiny replay launch */
     if (cs->ef) {
       *a = cs->resid;
       return kern_add_stats_replay(ex, cs->resid, grad, cs->n, flags, cs->ctl, cs->hist, rp);
