@@ -110,7 +110,7 @@ print_tables() {
           fi
           plan="$(grep -h '^PLAN' "$f" | sed 's/^PLAN //')"
           case "$plan" in
-          policy=*) plan="v$(field version " $plan") from step $(field first_step " $plan"): $(field buffers " $plan") buffers ($(field compressed " $plan") compressed), tensors per buffer $(field tensors_per_buffer " $plan" | cut -c1-60)" ;;
+          policy=*) plan="v$(field version " $plan") from step $(field first_step " $plan"): $(field buffers " $plan") buffers ($(field compressed " $plan") compressed, $(field plan_buffers_issued " $plan") issued), predicted $(field predicted_ms " $plan") ms, tensors per buffer $(field tensors_per_buffer " $plan" | cut -c1-50)" ;;
           esac
           it="$(field iter_ms "$res")"
           ratio="-"
