@@ -1,9 +1,9 @@
 /* tests/gpu-dp/sparseclient.c — one rank of the GPU sparse-path test: compressed tensors (top-k,
- * Random-k, DGC, PowerSGD in fp32, top-k in fp16, and a dense member) in one cudaMalloc arena,
- * synchronised through the GPU daemon for several steps. Every rank replays the whole job on the
- * host with the CPU compressors (fgb_compress, one instance per rank, the collectives simulated)
- * from the same inputs: top-k, Random-k, fp16 top-k and the dense tensor must match bitwise, DGC
- * and PowerSGD (statistics / GEMMs agree with the CPU within rounding) within a tolerance. One
+ * Random-k, DGC, PowerSGD in fp32, top-k in fp16 and bf16, and a dense member) in one cudaMalloc
+ * arena, synchronised through the GPU daemon for several steps. Every rank replays the whole job on
+ * the host with the CPU compressors (fgb_compress, one instance per rank, the collectives
+ * simulated) from the same inputs: top-k, Random-k, fp16/bf16 top-k and the dense tensor bitwise,
+ * DGC and PowerSGD (statistics / GEMMs agree with the CPU within rounding) within a tolerance. One
  * FNV-1a hash per step of all results is printed for the cross-GPU comparison. With --mem-check,
  * the daemon's status must show compressor state at least the residuals' size and non-state GPU
  * memory within 256 MiB + 2 x the largest merge buffer. At the end, the exactly selecting
@@ -29,7 +29,7 @@
 #include "compressor.h"
 #include "fgbuff/client.h"
 
-#define NT 6
+#define NT 7
 #define MAXP 8
 
 typedef struct spec {
@@ -47,6 +47,7 @@ static const spec T[NT] = {
     {"psgd", "powersgd", 0, 3 << 20, 60000, 200, FGB_FLOAT32, 1e-3},
     {"topkh", "topk", 0.01, (4 << 20) + 6, 50001, 0, FGB_FLOAT16, 0},
     {"dense", "none", 0, (5 << 20) + 4, 3001, 0, FGB_FLOAT32, 0},
+    {"topkb", "topk", 0.01, (5 << 20) + 16386, 40001, 0, FGB_BFLOAT16, 0},
 };
 #define ARENA_BYTES (6u << 20)
 
@@ -73,6 +74,30 @@ static float h2f(uint16_t b) {
   return (float)h;
 }
 
+static uint16_t f2b(float f) { /* round to nearest even (inputs and results are finite) */
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+static float b2f(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static int is16(fgb_dtype dt) {
+  return dt == FGB_FLOAT16 || dt == FGB_BFLOAT16;
+}
+static uint16_t narrow(fgb_dtype dt, float f) {
+  return dt == FGB_BFLOAT16 ? f2b(f) : f2h(f);
+}
+static float widen(fgb_dtype dt, uint16_t b) {
+  return dt == FGB_BFLOAT16 ? b2f(b) : h2f(b);
+}
+
 /* Input element i of tensor t at step s on rank r: heavy-tailed, all distinct magnitudes. */
 static float input(int r, uint64_t s, int t, uint64_t i) {
   uint64_t z = i * 0x9e3779b97f4a7c15ull ^ ((uint64_t)t << 56) ^ (s << 40) ^ ((uint64_t)r << 32);
@@ -82,7 +107,7 @@ static float input(int r, uint64_t s, int t, uint64_t i) {
   double u = ((double)(z >> 11) + 0.5) / 9007199254740992.0; /* (0, 1) */
   double v = (u - 0.5) / (0.51 - fabs(u - 0.5));             /* heavy tails */
   float f = (float)(v * (1.0 + (double)(i % 7)));
-  return T[t].dt == FGB_FLOAT16 ? h2f(f2h(f)) : f;
+  return is16(T[t].dt) ? widen(T[t].dt, narrow(T[t].dt, f)) : f;
 }
 
 static uint64_t fnv(const void *p, size_t n, uint64_t h) {
@@ -216,6 +241,16 @@ static int check_state(fgb_client *c, uint32_t tid, const ref *rf, int t) {
   int ok = g && h && gl == hl && memcmp(g, h, gl) == 0;
   printf("rank %d %-6s state export: %zu bytes, residual %s the host replay's\n", rank_, T[t].name,
          gn, ok ? "equals" : "DIFFERS FROM");
+  /* Import it back onto the device, export again: the same bytes. */
+  void *gb2 = NULL;
+  size_t gn2 = 0;
+  if (fgb_state_import(c, tid, gb, gn) != FGB_OK ||
+      fgb_state_export(c, tid, &gb2, &gn2) != FGB_OK || gn2 != gn || memcmp(gb, gb2, gn) != 0) {
+    printf("rank %d %-6s state import/export round trip failed: %s\n", rank_, T[t].name,
+           fgb_client_error(c));
+    ok = 0;
+  }
+  free(gb2);
   free(gb);
   free(hb);
   return !ok;
@@ -315,8 +350,8 @@ int main(int argc, char **argv) {
     for (int t = 0; t < nt; t++) {
       for (uint64_t i = 0; i < T[t].count; i++) {
         float v = input(rank_, (uint64_t)step, t, i);
-        if (T[t].dt == FGB_FLOAT16)
-          ((uint16_t *)host)[i] = f2h(v);
+        if (is16(T[t].dt))
+          ((uint16_t *)host)[i] = narrow(T[t].dt, v);
         else
           ((float *)host)[i] = v;
       }
@@ -360,9 +395,10 @@ int main(int argc, char **argv) {
       uint64_t differ = 0, first = n;
       double e2 = 0, w2 = 0;
       for (uint64_t i = 0; i < n; i++) {
-        float got = T[t].dt == FGB_FLOAT16 ? h2f(((uint16_t *)back)[i]) : ((float *)back)[i];
-        int same = T[t].dt == FGB_FLOAT16 ? ((uint16_t *)back)[i] == f2h(want[i])
-                                          : memcmp(&got, &want[i], 4) == 0;
+        fgb_dtype dt = T[t].dt;
+        float got = is16(dt) ? widen(dt, ((uint16_t *)back)[i]) : ((float *)back)[i];
+        int same = is16(dt) ? ((uint16_t *)back)[i] == narrow(dt, want[i])
+                            : memcmp(&got, &want[i], 4) == 0;
         if (!same && differ++ == 0) first = i;
         e2 += ((double)got - want[i]) * ((double)got - want[i]);
         w2 += (double)want[i] * want[i];
@@ -374,7 +410,7 @@ int main(int argc, char **argv) {
              ok ? "" : "  FAIL");
       if (!ok && first < n)
         printf("  first difference at %llu: got %.9g want %.9g\n", (unsigned long long)first,
-               T[t].dt == FGB_FLOAT16 ? h2f(((uint16_t *)back)[first]) : ((float *)back)[first],
+               is16(T[t].dt) ? widen(T[t].dt, ((uint16_t *)back)[first]) : ((float *)back)[first],
                want[first]);
       if (!ok) bad = 1;
     }
@@ -401,7 +437,8 @@ int main(int argc, char **argv) {
     long long other = json_after(js, "\"other_mem_bytes\":");
     long long bound = (256ll << 20) + 2 * mem_check;
     long long resid = 0; /* residuals alone: top-k x2, Random-k, DGC u and v, PowerSGD's M */
-    resid = 4 * (long long)(T[0].count + T[1].count + 2 * T[2].count + T[3].count + T[4].count);
+    resid = 4 * (long long)(T[0].count + T[1].count + 2 * T[2].count + T[3].count + T[4].count +
+                            T[6].count);
     printf(
         "rank %d GPU memory: compressor state %lld, other %lld bytes (bound %lld, residuals "
         "%lld)\n",

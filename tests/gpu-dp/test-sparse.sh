@@ -1,7 +1,7 @@
 #!/bin/bash
 # The GPU sparse path: 2 GPUs, 2 daemons under mpirun, two jobs at once with a client per GPU each:
 # a dense job (gpuclient: exact averages) and a compressed one (sparseclient: top-k 0.01, Random-k,
-# DGC, PowerSGD, fp16 top-k and a dense member, checked against a host replay with the CPU
+# DGC, PowerSGD, fp16 and bf16 top-k and a dense member, checked against a host replay with the CPU
 # compressors, several steps so error feedback takes part). Results bitwise identical on both GPUs
 # (per-step hashes); the daemon's non-state GPU memory within 256 MiB + 2 x the largest merge
 # buffer, compressor state reported (JSON and fgbuffctl's text), exported state (ENG_STATE on the
@@ -26,7 +26,7 @@ declare -A pid
 sock() { [ "$1" = 0 ] && echo "" || echo "--socket $GPU_SOCK_1"; }
 if [ "$mode" = mixed ]; then
   # Merge buffers hold several tensors: bound the memory by all of them together.
-  all=$(((200003 + 100000 + 150000 + 60000 + 3001) * 4 + 50001 * 2))
+  all=$(((200003 + 100000 + 150000 + 60000 + 3001) * 4 + (50001 + 40001) * 2))
   for r in 0 1; do
     "$bin/sparseclient" --job mixed --rank $r --size 2 --device $r --steps 9 --policy fgbuff \
       --mem-check $all $(sock $r) >"$out/mixed.$r.out" 2>&1 &
