@@ -227,6 +227,7 @@ int main(int argc, char **argv) {
       }
     }
     printf("step %ld hash %016llx\n", step, (unsigned long long)hash);
+    fflush(stdout); /* scripts follow the steps while the client runs */
   }
   char *js = NULL;
   if (fgb_status_json(c, &js) == FGB_OK) {

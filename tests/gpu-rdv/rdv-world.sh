@@ -25,7 +25,7 @@ rdv_world_start() {
     eval "export RDV_PID_$r=$!"
     [ "$r" -gt 0 ] && sleep 0.5 # rank 0 comes last: the others retry until it listens
   done
-  local deadline=$((SECONDS + 90)) log pid
+  local deadline=$((SECONDS + 40)) log pid
   for ((r = 0; r < n; r++)); do
     log="$FGBUFF_RUNTIME_DIR/daemon$r.log"
     pid="$(eval echo "\$RDV_PID_$r")"
@@ -39,6 +39,7 @@ rdv_world_start() {
     done
     eval "export RDV_SOCK_$r=$(sed -n 's/.*fgbuffd: ready rank [0-9]* .* socket \([^ ]*\) pid.*/\1/p' "$log")"
   done
+  echo "rdv_world_start: $n daemons ready after $((SECONDS + 40 - deadline)) s in $FGBUFF_RUNTIME_DIR"
 }
 
 rdv_world_stop() {
