@@ -80,6 +80,10 @@ uint32_t eng_stats_fit(const eng_stats *s, sched_costs *c) {
   return have;
 }
 
+/* Wait for req (polling, like the compressed path). */
+static fgb_status wait_req(const comm_ops *ops, comm_req *req, int (*cancel)(void *),
+                           void *cancel_ud, int *wedged, char *err, size_t errlen);
+
 /* Allgather `bytes` per rank to completion (host memory). */
 static fgb_status gather(const comm_ops *ops, comm *c, const void *mine, void *all, size_t bytes,
                          int (*cancel)(void *), void *cancel_ud, int *wedged, char *err,
@@ -87,6 +91,53 @@ static fgb_status gather(const comm_ops *ops, comm *c, const void *mine, void *a
   comm_req *req = NULL;
   fgb_status st = ops->allgather(c, mine, all, bytes, &req, err, errlen);
   if (st != FGB_OK) return st;
+  return wait_req(ops, req, cancel, cancel_ud, wedged, err, errlen);
+}
+
+/* Start-up fit: the job's first exchange times a few all-reduces and all-gathers of three sizes
+ * on its communicator (every rank at the same place of the world order), so the first plan has
+ * both collectives measured even when the warm-up ran only one kind. About 30 small collectives. */
+#define CAL_REPEATS 3
+static fgb_status calibrate(const comm_ops *ops, comm *c, int size, eng_stats *stats,
+                            int (*cancel)(void *), void *cancel_ud, int *wedged, char *err,
+                            size_t errlen) {
+  static const size_t ar_elems[] = {1024, 16384, 262144}; /* fp32: 4 KiB .. 1 MiB */
+  static const size_t ag_bytes[] = {512, 8192, 131072};   /* per rank: sparse payloads */
+  size_t cap = 262144 * sizeof(float);
+  if ((size_t)size * 131072 > cap) cap = (size_t)size * 131072;
+  uint8_t *a = calloc(1, cap), *b = calloc(1, cap);
+  fgb_status st = FGB_OK;
+  if (!a || !b) {
+    free(a);
+    free(b);
+    snprintf(err, errlen, "out of memory for the cost calibration");
+    return FGB_ENOMEM;
+  }
+  for (int i = 0; i < 3 && st == FGB_OK; i++) {
+    for (int r = 0; r < CAL_REPEATS && st == FGB_OK; r++) {
+      comm_req *req = NULL;
+      double t0 = eng_now_s();
+      st = ops->allreduce(c, a, a, ar_elems[i], FGB_FLOAT32, &req, err, errlen);
+      if (st == FGB_OK) st = wait_req(ops, req, cancel, cancel_ud, wedged, err, errlen);
+      if (st == FGB_OK)
+        eng_stats_add(stats, EPS_ALLREDUCE, (double)(ar_elems[i] * sizeof(float)),
+                      eng_now_s() - t0);
+      memset(a, 0, ar_elems[i] * sizeof(float)); /* keep the values finite */
+      if (st != FGB_OK) break;
+      t0 = eng_now_s();
+      st = gather(ops, c, a, b, ag_bytes[i], cancel, cancel_ud, wedged, err, errlen);
+      if (st == FGB_OK) eng_stats_add(stats, EPS_ALLGATHER, (double)ag_bytes[i], eng_now_s() - t0);
+    }
+  }
+  if (!*wedged) {
+    free(a);
+    free(b);
+  }
+  return st;
+}
+
+static fgb_status wait_req(const comm_ops *ops, comm_req *req, int (*cancel)(void *),
+                           void *cancel_ud, int *wedged, char *err, size_t errlen) {
   unsigned spins = 0, sleep_us = 1;
   for (;;) {
     int r = ops->test(req, err, errlen);
@@ -116,13 +167,18 @@ void eng_run_xchg(const comm_ops *ops, comm *c, int size, eng_stats *stats, eng_
     snprintf(it->err, sizeof(it->err), "planning exchange: bad item");
     return;
   }
+  int wedged = 0;
+  if (x->calibrate) { /* on every rank, measured or not: the collectives must match */
+    it->status =
+        calibrate(ops, c, size, stats, cancel, cancel_ud, &wedged, it->err, sizeof(it->err));
+    if (it->status != FGB_OK) return;
+  }
   sched_costs m;
   memset(&m, 0, sizeof(m));
   uint32_t have = eng_stats_fit(stats, &m);
   uint8_t *mine = calloc(1, x->bytes);
   uint8_t *all = calloc((size_t)size, x->bytes);
   uint64_t *digests = calloc((size_t)size + 1, sizeof(uint64_t));
-  int wedged = 0;
   if (!mine || !all || !digests) {
     it->status = FGB_ENOMEM;
     snprintf(it->err, sizeof(it->err), "out of memory for the planning exchange");

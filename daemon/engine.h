@@ -41,6 +41,7 @@ typedef struct eng_xchg {
   uint64_t (*agree)(void *ud, const uint8_t *all, int size);
   void (*destroy)(void *ud);
   void *ud;
+  int calibrate;    /* first: time all-reduces and all-gathers of a few sizes (eng_plan.c) */
   int digest_equal; /* result */
 } eng_xchg;
 

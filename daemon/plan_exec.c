@@ -323,6 +323,7 @@ static int start_xchg(srv_job *j, srv_plan *pl, uint64_t at, const sched_plan *c
     c = NULL;
     goto nomem;
   }
+  it->xchg->calibrate = config_only; /* the job's first exchange: start-up cost fit */
   if (!config_only) pl->nlast = 0;
   pl->xpending = 1;
   pl->xfrom = at + (config_only ? 1 : SRV_PLAN_LEAD);

@@ -7,7 +7,7 @@
 # never submitted, exact averages checked by the client) then runs; while its last step sleeps,
 # every daemon's status must show the same plan and the same agreed inputs: ready times measured
 # (increasing with the submit order, null for the tensor that never got a gradient), allreduce
-# costs measured, first step = first step + 4 (warm-up) + 2 (lead). Then planclient with every
+# and allgather costs measured (the job's start-up calibration), first step = first step + 4 (warm-up) + 2 (lead). Then planclient with every
 # tensor top-k 0.01 and the same gradients on every rank: its plan must have no compressed buffer
 # and at least one dense by cost (the scaled compressor cost), identically on all three daemons;
 # every step must keep the error-feedback invariant (result = gradient + old residual - new
@@ -68,7 +68,9 @@ inp = p["inputs"]
 assert inp and inp["why"] == "first plan", inp
 assert p["version"] == 1 and p["first_step"] == inp["step"] + 2, p
 assert inp["step"] == 1 + 4, f"agreed warm-up is not 4 (the largest): {inp['step']}"
-assert "allreduce" in inp["measured"], inp
+# allreduce from the warm-up and the start-up calibration; allgather only from the calibration
+# (this job has no compressed tensor and no ad-hoc all-gather).
+assert "allreduce" in inp["measured"] and "allgather" in inp["measured"], inp
 assert inp["costs"]["ar_alpha"] + inp["costs"]["ar_beta"] > 0, inp
 r = inp["ready_s"]
 assert r is not None and len(r) == 12, f"ready times: {r}"
