@@ -3,6 +3,7 @@
  * verdict and digest — a plan from the worst rank's costs and ready times, a bad or different
  * contribution refused alike, settings agreed as the largest, a re-plan only on time or order
  * drift, and a different plan giving a different digest (what the engine's digest check catches).
+ * Also the engine's cost fit from timed samples (eng_plan.c).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -201,7 +202,32 @@ static void config_only(void) {
   drop(&w);
 }
 
+static void stats_fit(void) {
+  eng_stats *s = eng_stats_new();
+  REQUIRE(s);
+  sched_costs c = base;
+  CHECK(eng_stats_fit(s, &c) == 0 && c.ar_alpha == base.ar_alpha); /* nothing measured */
+  /* One size only: through the origin at the median seconds per byte (an outlier ignored). */
+  eng_stats_add(s, EPS_ALLGATHER, 1000, 2e-6);
+  eng_stats_add(s, EPS_ALLGATHER, 1000, 3e-6);
+  eng_stats_add(s, EPS_ALLGATHER, 1000, 900e-6);
+  eng_stats_add(s, EPS_ALLGATHER, -5, 1.0); /* not a size: dropped */
+  eng_stats_add(s, EPS_ALLGATHER, 10, NAN); /* not a time: dropped */
+  eng_stats_add(s, EPS_KINDS, 1000, 1.0);   /* not a kind: dropped */
+  CHECK(eng_stats_fit(s, &c) == 1u << EPS_ALLGATHER);
+  CHECK_MSG(c.ag_alpha == 0 && fabs(c.ag_beta - 3e-9) < 1e-15, "%g %g", c.ag_alpha, c.ag_beta);
+  /* Two sizes: alpha + beta * x; the oldest samples age out past 128 per kind. */
+  for (int i = 0; i < 200; i++)
+    eng_stats_add(s, EPS_ALLREDUCE, i % 2 ? 1e6 : 1e3,
+                  i < 60 ? 1 : (i % 2 ? 1e-3 + 1e-3 : 1e-3 + 1e-6));
+  CHECK(eng_stats_fit(s, &c) == ((1u << EPS_ALLGATHER) | (1u << EPS_ALLREDUCE)));
+  CHECK_MSG(fabs(c.ar_alpha - 1e-3) < 1e-9 && fabs(c.ar_beta - 1e-9) < 1e-15, "%g %g", c.ar_alpha,
+            c.ar_beta);
+  eng_stats_free(s);
+}
+
 int main(void) {
+  stats_fit();
   sched_plan p;
   first_plan(&p);
   refused_alike();
