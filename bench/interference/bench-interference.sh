@@ -30,7 +30,7 @@ sc="$build/bench/interference/interference-syncclient"
 out="${out:-$(mktemp -d /tmp/fgb-interf.XXXXXX)}"
 mkdir -p "$out"
 steps=$(((secs + 3) * 1000 / 30)) # the sync outlasts the trainer's timed loop
-declare -A res
+declare -A res syncin
 mps=""
 cleanup() { # also when cut short: no daemons or MPS server left behind
   gpu_world_stop >/dev/null 2>&1
@@ -52,7 +52,7 @@ with_sync() { # label compressor("" = dense)
   local label="$1" comp="$2" extra=() p0 p1
   [ -n "$comp" ] && extra=(--compressor "$comp" --density 0.01)
   "$sc" --rank 0 --size 2 --device 0 --socket "$GPU_SOCK_0" --job "$label" --steps "$steps" \
-    "${extra[@]}" >"$out/sync-$label.0" 2>&1 &
+    --trace "$out/steps-$label.0" "${extra[@]}" >"$out/sync-$label.0" 2>&1 &
   p0=$!
   "$sc" --rank 1 --size 2 --device 1 --socket "$GPU_SOCK_1" --job "$label" --steps "$steps" \
     "${extra[@]}" >"$out/sync-$label.1" 2>&1 &
@@ -72,6 +72,13 @@ with_sync() { # label compressor("" = dense)
     echo "sync clients failed ($label):"; cat "$out/sync-$label.0" "$out/sync-$label.1"
   else
     echo "($label: $(grep '^sync ' "$out/sync-$label.0"))"
+    # GPU 0's sync latency over the steps submitted while the trainer's timed loop ran
+    local w
+    w=$(sed -n 's/^window //p' "$out/trainer-$label.log")
+    [ -n "$w" ] && syncin[$label]=$(awk -v w0="${w% *}" -v w1="${w#* }" \
+      '$1 >= w0 && $1 <= w1 { print $2 }' "$out/steps-$label.0" | sort -g |
+      awk '{ v[n++] = $1 } END { if (n == 0) { print "-"; exit }
+            printf "%.2f/%.2f (%d)", v[int(n / 2)], v[int(n * 0.99)], n }')
   fi
 }
 
@@ -111,12 +118,13 @@ echo
 echo "GPU: $(sed -n 's/^gpu [0-9]* //p' "$out/trainer-alone.log")"
 echo "trainer: bf16 GEMM 8192^3 (cublasGemmEx) on GPU 0, ${secs} s per row; sync: 25,557,032 fp32"
 echo "elements every 30 ms, 2 daemons on GPUs 0 and 1 (median ms per GEMM; slowdown vs alone)"
-printf "%-24s %10s %14s %16s\n" case ms/GEMM "vs alone" "vs alone no-MPS"
+echo "sync p50/p99 ms (steps): GPU 0's submit -> done latency of the steps inside the GEMM loop"
+printf "%-12s %10s %10s %16s %24s\n" case ms/GEMM "vs alone" "vs alone no-MPS" "sync p50/p99 ms (steps)"
 for k in alone dense topk alone_mps dense_mps topk_mps; do
   [ -n "${res[$k]+x}" ] || continue
   base="${res[alone]:-}"
   case $k in *_mps) mb="${res[alone_mps]:-}" ;; *) mb="$base" ;; esac
-  printf "%-24s %10s %14s %16s\n" "$k" "${res[$k]}" "$(slow "${res[$k]}" "$mb")" \
-    "$(slow "${res[$k]}" "$base")"
+  printf "%-12s %10s %10s %16s %24s\n" "$k" "${res[$k]}" "$(slow "${res[$k]}" "$mb")" \
+    "$(slow "${res[$k]}" "$base")" "${syncin[$k]:--}"
 done
 echo "logs: $out"

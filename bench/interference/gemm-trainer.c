@@ -4,7 +4,8 @@
  * without MPS) shows up as a longer time per GEMM.
  *
  *   gemm-trainer [--device D] [--n N] [--seconds S] [--batch B]
- * Prints the GPU's name and "gemm n=N ms_per_call median M mean A batches K tflops T". */
+ * Prints the GPU's name, "gemm n=N ms_per_call median M mean A batches K tflops T" and the timed
+ * window "window T0 T1" (CLOCK_MONOTONIC seconds). */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -86,6 +87,7 @@ int main(int argc, char **argv) {
     cudaEventElapsedTime(&f, e0, e1);
     ms[k++] = f / batch;
   }
+  double t_end = now_s();
   if (cudaGetLastError() != cudaSuccess || k == 0) {
     fprintf(stderr, "gemm-trainer: CUDA error or no batch\n");
     return 1;
@@ -96,6 +98,8 @@ int main(int argc, char **argv) {
   double med = ms[k / 2], mean = sum / k;
   printf("gemm n=%d ms_per_call median %.4f mean %.4f batches %zu tflops %.1f\n", n, med, mean, k,
          2.0 * n * n * (double)n / (med * 1e-3) / 1e12);
+  /* CLOCK_MONOTONIC is system-wide: the driver script picks the sync steps inside this window. */
+  printf("window %.6f %.6f\n", t0, t_end);
   free(ms);
   cublasDestroy(h);
   return 0;

@@ -6,7 +6,8 @@
  * ("unsupported") with exit 3, so the driver script reports dense only.
  *
  *   syncclient --rank R --size N --device D --socket PATH --job NAME --steps S
- *              [--period-ms 30] [--count 25557032] [--compressor topk --density 0.01] */
+ *              [--period-ms 30] [--count 25557032] [--compressor topk --density 0.01]
+ *              [--trace FILE]  (one line per step: CLOCK_MONOTONIC submit time in s, latency ms) */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +31,7 @@ static int cmp(const void *a, const void *b) {
 int main(int argc, char **argv) {
   int rank = 0, size = 2, dev = 0, steps = 300, period_ms = 30;
   unsigned long long count = 25557032ull;
-  const char *sock = NULL, *job = "interference", *comp = "";
+  const char *sock = NULL, *job = "interference", *comp = "", *trace = NULL;
   double density = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--rank"))
@@ -53,6 +54,8 @@ int main(int argc, char **argv) {
       comp = argv[i + 1];
     else if (!strcmp(argv[i], "--density"))
       density = atof(argv[i + 1]);
+    else if (!strcmp(argv[i], "--trace"))
+      trace = argv[i + 1];
   }
   if (steps < 1 || period_ms < 0 || count == 0 || count > (1ull << 32)) {
     fprintf(stderr, "syncclient: bad arguments\n");
@@ -96,10 +99,12 @@ int main(int argc, char **argv) {
   }
   cudaStream_t s;
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-  double *lat = malloc((size_t)steps * sizeof *lat);
+  double *lat = malloc((size_t)steps * sizeof *lat), *t_sub = malloc((size_t)steps * sizeof *t_sub);
+  if (!lat || !t_sub) return 1;
   double next = now_s(), t_first = 0;
   for (int k = 0; k < steps; k++) {
     double t0 = now_s();
+    t_sub[k] = t0;
     if ((st = fgb_submit(c, t, (uint64_t)k, s)) == FGB_OK) st = fgb_wait(c, t, (uint64_t)k, 60000);
     if (st) {
       fprintf(stderr, "syncclient rank %d step %d: %s\n", rank, k, fgb_client_error(c));
@@ -114,6 +119,11 @@ int main(int argc, char **argv) {
     next += period_ms * 1e-3;
     double w = next - now_s();
     if (w > 0) usleep((useconds_t)(w * 1e6));
+  }
+  if (trace) {
+    FILE *f = fopen(trace, "w");
+    for (int k = 0; f && k < steps; k++) fprintf(f, "%.6f %.4f\n", t_sub[k], lat[k]);
+    if (f) fclose(f);
   }
   double span = now_s() - t_first, sum = 0;
   for (int k = 0; k < steps; k++) sum += lat[k];
