@@ -12,9 +12,9 @@
 
 /* The leader's fusion cap (coord_config.fusion_bytes): the fusion policy's default threshold. */
 #define SRV_FUSION_BYTES (128u << 20)
-/* Steps a static-policy job runs as "none" while its order is observed. */
+/* Defaults of the live keys plan_warmup_steps (steps a static-policy job runs as "none" while its
+ * order and ready times are observed) and replan_steps (rgmerge: steps between re-plan checks). */
 #define SRV_PLAN_WARMUP_STEPS 5
-/* Re-planning policies (rgmerge): steps between re-plans. */
 #define SRV_PLAN_REPLAN_STEPS 50
 /* Steps between the agreed step and the plan's first step. */
 #define SRV_PLAN_LEAD 2
