@@ -213,7 +213,9 @@ static void print_plan(rp_run *r, const char *job, const char *policy) {
   } else if (!strncmp(plan, "null", 4)) {
     printf("PLAN none (policy %s: no static plan in status)\n", policy);
   } else {
-    const char *end = strstr(plan, "]}"), *iss = jfind(plan, "plan_buffers_issued");
+    /* Buffer objects hold no brackets: the array ends at the first ']' after it opens. */
+    const char *arr = strstr(plan, "\"buffers\":["), *end = arr ? strchr(arr, ']') : NULL;
+    const char *iss = jfind(plan, "plan_buffers_issued");
     unsigned long long version = 0, first = 0, issued = iss ? strtoull(iss, NULL, 10) : 0;
     double pred = -1;
     const char *p;
@@ -223,7 +225,7 @@ static void print_plan(rp_run *r, const char *job, const char *policy) {
     char sizes[2048] = "";
     size_t off = 0;
     int nb = 0, ncomp = 0;
-    for (p = strstr(plan, "{\"tensors\":"); p && (!end || p < end);
+    for (p = arr ? strstr(arr, "{\"tensors\":") : NULL; p && end && p < end;
          p = strstr(p + 1, "{\"tensors\":")) {
       unsigned long n = strtoul(p + 11, NULL, 10);
       const char *c = jfind(p, "compress");
