@@ -7,6 +7,8 @@
 # before the daemons and clients, stopped after). Prints ms per GEMM and slowdowns, and the GPU.
 #
 #   bench-interference.sh BUILD_DIR [--seconds S] [--out DIR] [--no-mps]
+# NCCL_* variables in the environment reach the daemons (e.g. the slow-network setting:
+# NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo) and are printed.
 # Exit 77 with fewer than 2 GPUs. A benchmark: it reports, it does not judge (goal: <= 5% under MPS).
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -118,6 +120,8 @@ echo
 echo "GPU: $(sed -n 's/^gpu [0-9]* //p' "$out/trainer-alone.log")"
 echo "trainer: bf16 GEMM 8192^3 (cublasGemmEx) on GPU 0, ${secs} s per row; sync: 25,557,032 fp32"
 echo "elements every 30 ms, 2 daemons on GPUs 0 and 1 (median ms per GEMM; slowdown vs alone)"
+env | grep '^NCCL_' | sort | tr '\n' ' ' | sed 's/^./NCCL settings: &/; s/ $/\n/'
+
 echo "sync p50/p99 ms (steps): GPU 0's submit -> done latency of the steps inside the GEMM loop"
 printf "%-12s %10s %10s %16s %24s\n" case ms/GEMM "vs alone" "vs alone no-MPS" "sync p50/p99 ms (steps)"
 for k in alone dense topk alone_mps dense_mps topk_mps; do

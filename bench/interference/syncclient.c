@@ -128,9 +128,13 @@ int main(int argc, char **argv) {
   double span = now_s() - t_first, sum = 0;
   for (int k = 0; k < steps; k++) sum += lat[k];
   qsort(lat, (size_t)steps, sizeof *lat, cmp);
-  printf("sync %s%s%.3g steps %d mean_ms %.3f p50_ms %.3f p99_ms %.3f period_ms %.1f achieved\n",
-         comp[0] ? comp : "dense", comp[0] ? " density " : "", comp[0] ? density : 0.0, steps,
-         sum / steps, lat[steps / 2], lat[(steps * 99) / 100],
+  char what[96];
+  if (comp[0])
+    snprintf(what, sizeof what, "%s density %g", comp, density);
+  else
+    snprintf(what, sizeof what, "dense");
+  printf("sync %s steps %d mean_ms %.3f p50_ms %.3f p99_ms %.3f period_ms %.1f achieved\n", what,
+         steps, sum / steps, lat[steps / 2], lat[(steps * 99) / 100],
          steps > 1 ? span / (steps - 1) * 1e3 : 0.0);
   fgb_client_free(c);
   return 0;
