@@ -21,6 +21,15 @@ run() {
   local rc=$?
   gpu_world_stop
   [ $rc -eq 0 ] || tail -30 "$GPU_WORLD_LOG"
+  # FGBUFF_GPU_TRACE=1: the daemons' GPU time of the compressed syncs (median per compressor, both
+  # daemons; the first 3 steps of each, with the creation, left out)
+  [ -z "${FGBUFF_GPU_TRACE:-}" ] && return
+  local c
+  for c in $(sed -n 's/.*gtrace sparse \([a-z0-9]*\) step.*/\1/p' "$GPU_WORLD_LOG" | sort -u); do
+    grep "gtrace sparse $c " "$GPU_WORLD_LOG" | tail -n +7 | sed -n 's/.*GPU \([0-9.]*\) us.*/\1/p' |
+      sort -n | awk -v c="$c" '{ a[NR] = $1 } END { if (NR) printf("# GPU time of %s sync '\
+'(encode, collectives, decode), both daemons: median %.1f us of %d\n", c, a[int((NR + 1) / 2)], NR) }'
+  done
 }
 run nvlink "$@"
 [ -z "${BENCH_FAST_ONLY:-}" ] || exit 0

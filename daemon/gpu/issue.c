@@ -17,6 +17,7 @@
 #include "dtype.h"
 #include "gpu.h"
 #include "comm_nccl.h"
+#include "compressor.h"
 #include "sparse.h"
 
 typedef struct gpu_exec {
@@ -240,6 +241,22 @@ static int g_poll(eng_item *it) {
           (unsigned long long)it->t[0].step, (unsigned long long)x->t_start,
           (unsigned long long)(x->t_enq - x->t_start), (unsigned long long)(mono_us() - x->t_start),
           ms[0] * 1e3, ms[1] * 1e3, ms[2] * 1e3);
+    } else if (g_trace && it->coll == ENG_GRAD && it->status == FGB_OK) {
+      uint32_t nc = 0; /* compressed members: the sparse path's GPU time, apart from control */
+      uint64_t elems = 0;
+      const char *name = "";
+      for (uint32_t i = 0; i < it->n; i++)
+        if (compressed(it, i)) {
+          if (!nc++) name = it->t[i].comp->name;
+          elems += it->t[i].count;
+        }
+      float ms = 0;
+      if (nc && cudaEventElapsedTime(&ms, x->tev[0], x->tev[1]) == cudaSuccess)
+        LOG_INFO(
+            "gtrace sparse %s step %llu: %u of %u members compressed (%llu elements), GPU "
+            "%.1f us (convert, encode, collectives, decode), enqueued in %llu us",
+            name, (unsigned long long)it->t[0].step, nc, it->n, (unsigned long long)elems, ms * 1e3,
+            (unsigned long long)(x->t_enq - x->t_start));
     }
     return 1;
   }
