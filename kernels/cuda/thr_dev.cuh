@@ -180,12 +180,16 @@ __device__ inline void kc_replay_block(const uint32_t *hist, kern_ctl *ctl, cons
     sup[b_first + j] = (uint32_t)run;
   }
   __syncthreads(); /* sup complete */
+  /* Thread 0 works on a copy in registers: the fits and rounds are chains of dependent reads and
+   * writes of the scalars, each an L2 round trip on the global ctl (measured 17 us a replay). */
+  kern_ctl c;
   if (threadIdx.x == 0) {
+    c = *ctl;
     if (rp.model == KERN_THR_KEEP)
-      reset_adapt(ctl);
+      reset_adapt(&c);
     else
-      thr_fit(ctl, (int)rp.model, rp.p0);
-    s_thr = ctl->thr;
+      thr_fit(&c, (int)rp.model, rp.p0);
+    s_thr = c.thr;
   }
   __syncthreads();
   for (uint32_t stage = 1; stage < rp.stages; stage++) {
@@ -204,29 +208,30 @@ __device__ inline void kc_replay_block(const uint32_t *hist, kern_ctl *ctl, cons
       st.sum = s1;
       st.sum_abs = s1;
       st.sum_sq = s2;
-      st.max_abs = ctl->st.max_abs;
+      st.max_abs = c.st.max_abs;
       st.min_abs = n > 0 ? t : 0.0f;
       st.nonfinite = sup[KERN_HIST_NONFINITE];
       st.above = 1;
-      ctl->st = st;
-      thr_fit(ctl, (int)rp.later, rp.q);
-      s_thr = ctl->thr;
+      c.st = st;
+      thr_fit(&c, (int)rp.later, rp.q);
+      s_thr = c.thr;
     }
     __syncthreads();
   }
   if (threadIdx.x != 0) return;
   /* The adaptation rounds: each count is two shared loads instead of a pass over n. */
-  for (uint32_t i = 0; i < rp.ad.max_iters && !ctl->done; i++) {
-    const float t = ctl->thr;
+  for (uint32_t i = 0; i < rp.ad.max_iters && !c.done; i++) {
+    const float t = c.thr;
     const uint32_t b = kern_thr_key(t) >> KERN_HIST_SHIFT;
-    ctl->count = b >= KERN_HIST_NONFINITE ? sup[KERN_HIST_NONFINITE]
-                                          : kern_hist_count_at(sup[b + 1], sup[b] - sup[b + 1], t);
-    adapt_step(ctl, rp.ad);
+    c.count = b >= KERN_HIST_NONFINITE ? sup[KERN_HIST_NONFINITE]
+                                       : kern_hist_count_at(sup[b + 1], sup[b] - sup[b + 1], t);
+    adapt_step(&c, rp.ad);
   }
-  const float t = ctl->thr;
+  const float t = c.thr;
   const uint32_t b = kern_thr_key(t) >> KERN_HIST_SHIFT;
-  ctl->count = b >= KERN_HIST_NONFINITE ? sup[KERN_HIST_NONFINITE]
-                                        : kern_hist_count_at(sup[b + 1], sup[b] - sup[b + 1], t);
+  c.count = b >= KERN_HIST_NONFINITE ? sup[KERN_HIST_NONFINITE]
+                                     : kern_hist_count_at(sup[b + 1], sup[b] - sup[b + 1], t);
+  *ctl = c;
 }
 
 #endif
