@@ -98,11 +98,12 @@ static fgb_status gather(const comm_ops *ops, comm *c, const void *mine, void *a
  * on its communicator (every rank at the same place of the world order), so the first plan has
  * both collectives measured even when the warm-up ran only one kind. About 30 small collectives. */
 #define CAL_REPEATS 3
+static const size_t ar_elems[] = {1024, 16384, 262144}; /* fp32: 4 KiB .. 1 MiB */
+static const size_t ag_bytes[] = {512, 8192, 131072};   /* per rank: sparse payloads */
+
 static fgb_status calibrate(const comm_ops *ops, comm *c, int size, eng_stats *stats,
                             int (*cancel)(void *), void *cancel_ud, int *wedged, char *err,
                             size_t errlen) {
-  static const size_t ar_elems[] = {1024, 16384, 262144}; /* fp32: 4 KiB .. 1 MiB */
-  static const size_t ag_bytes[] = {512, 8192, 131072};   /* per rank: sparse payloads */
   size_t cap = 262144 * sizeof(float);
   if ((size_t)size * 131072 > cap) cap = (size_t)size * 131072;
   uint8_t *a = calloc(1, cap), *b = calloc(1, cap);
@@ -159,18 +160,71 @@ static fgb_status wait_req(const comm_ops *ops, comm_req *req, int (*cancel)(voi
   }
 }
 
+/* Where the exchange's collectives run: the host transport, or a GPU path's hooks. */
+typedef struct xfer {
+  const comm_ops *ops;
+  const eng_gpu_ops *gpu; /* non-NULL: device memory (ops unused) */
+  comm *c;
+  uint64_t job_key;
+  int (*cancel)(void *);
+  void *cancel_ud;
+  int wedged; /* host path: the transport may still write the buffers (never freed) */
+} xfer;
+
+static fgb_status x_gather(xfer *t, const void *mine, void *all, size_t bytes, char *err,
+                           size_t errlen) {
+  if (t->gpu) return t->gpu->xchg(t->c, t->job_key, mine, all, bytes, err, errlen);
+  return gather(t->ops, t->c, mine, all, bytes, t->cancel, t->cancel_ud, &t->wedged, err, errlen);
+}
+
+/* The start-up fit on a GPU daemon: the same sizes and repeats, timed on the device (the GPU
+ * path's samples are GPU times too, issue.c). */
+static fgb_status calibrate_gpu(xfer *t, eng_stats *stats, char *err, size_t errlen) {
+  for (int i = 0; i < 3; i++) {
+    for (int r = 0; r < CAL_REPEATS; r++) {
+      double sec = 0;
+      size_t ar = ar_elems[i] * sizeof(float);
+      fgb_status st = t->gpu->timed(t->c, t->job_key, EPS_ALLREDUCE, ar, &sec, err, errlen);
+      if (st != FGB_OK) return st;
+      eng_stats_add(stats, EPS_ALLREDUCE, (double)ar, sec);
+      st = t->gpu->timed(t->c, t->job_key, EPS_ALLGATHER, ag_bytes[i], &sec, err, errlen);
+      if (st != FGB_OK) return st;
+      eng_stats_add(stats, EPS_ALLGATHER, (double)ag_bytes[i], sec);
+    }
+  }
+  return FGB_OK;
+}
+
+static void run_xchg(xfer *t, int size, eng_stats *stats, eng_item *it);
+
 void eng_run_xchg(const comm_ops *ops, comm *c, int size, eng_stats *stats, eng_item *it,
                   int (*cancel)(void *), void *cancel_ud) {
+  xfer t = {.ops = ops, .c = c, .cancel = cancel, .cancel_ud = cancel_ud};
+  run_xchg(&t, size, stats, it);
+}
+
+void eng_run_xchg_gpu(const eng_gpu_ops *gpu, comm *c, uint64_t job_key, int size, eng_stats *stats,
+                      eng_item *it) {
+  if (!gpu || !gpu->xchg || !gpu->timed) {
+    it->status = FGB_ENOTSUP;
+    snprintf(it->err, sizeof(it->err), "planning exchange: not supported by this GPU data path");
+    return;
+  }
+  xfer t = {.gpu = gpu, .c = c, .job_key = job_key};
+  run_xchg(&t, size, stats, it);
+}
+
+static void run_xchg(xfer *t, int size, eng_stats *stats, eng_item *it) {
   eng_xchg *x = it->xchg;
   if (!x || !x->fill || !x->agree || x->bytes == 0 || x->bytes > (64u << 20) || size < 1) {
     it->status = FGB_EINVAL;
     snprintf(it->err, sizeof(it->err), "planning exchange: bad item");
     return;
   }
-  int wedged = 0;
   if (x->calibrate) { /* on every rank, measured or not: the collectives must match */
-    it->status =
-        calibrate(ops, c, size, stats, cancel, cancel_ud, &wedged, it->err, sizeof(it->err));
+    it->status = t->gpu ? calibrate_gpu(t, stats, it->err, sizeof(it->err))
+                        : calibrate(t->ops, t->c, size, stats, t->cancel, t->cancel_ud, &t->wedged,
+                                    it->err, sizeof(it->err));
     if (it->status != FGB_OK) return;
   }
   sched_costs m;
@@ -185,20 +239,18 @@ void eng_run_xchg(const comm_ops *ops, comm *c, int size, eng_stats *stats, eng_
     goto out;
   }
   x->fill(x->ud, &m, have, mine);
-  it->status =
-      gather(ops, c, mine, all, x->bytes, cancel, cancel_ud, &wedged, it->err, sizeof(it->err));
+  it->status = x_gather(t, mine, all, x->bytes, it->err, sizeof(it->err));
   if (it->status != FGB_OK) goto out;
   it->bytes_sent += x->bytes;
   it->bytes_received += x->bytes * (uint64_t)size;
   digests[size] = x->agree(x->ud, all, size);
-  it->status = gather(ops, c, &digests[size], digests, sizeof(uint64_t), cancel, cancel_ud, &wedged,
-                      it->err, sizeof(it->err));
+  it->status = x_gather(t, &digests[size], digests, sizeof(uint64_t), it->err, sizeof(it->err));
   if (it->status != FGB_OK) goto out;
   x->digest_equal = 1;
   for (int r = 1; r < size; r++)
     if (digests[r] != digests[0]) x->digest_equal = 0;
 out:
-  if (!wedged) {
+  if (!t->wedged) {
     free(mine);
     free(all);
     free(digests);

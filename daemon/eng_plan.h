@@ -32,5 +32,9 @@ double eng_now_s(void);
 /* Run an ENG_XCHG item on the job's communicator (host memory; see engine.h's eng_xchg). */
 void eng_run_xchg(const comm_ops *ops, comm *c, int size, eng_stats *stats, eng_item *it,
                   int (*cancel)(void *), void *cancel_ud);
+/* The same on a GPU daemon: the exchange and the calibration through gpu's xchg / timed hooks
+ * (device memory); FGB_ENOTSUP in it->status when the path has none. */
+void eng_run_xchg_gpu(const eng_gpu_ops *gpu, comm *c, uint64_t job_key, int size, eng_stats *stats,
+                      eng_item *it);
 
 #endif

@@ -468,6 +468,7 @@ static int start_gpu_issue(srv_engine *e, eng_item *it) {
     snprintf(it->err, sizeof(it->err), "the job's communicator was not created");
     return -1;
   }
+  it->stats = ec->stats; /* the path times its collectives (issue.c) */
   return e->gpu->start(ec->c, ec->size, it);
 }
 
@@ -499,7 +500,9 @@ static void start_item(srv_engine *e, eng_item *it) {
       return;
     case ENG_XCHG: {
       eng_comm *ec = find_comm(e, it->job_key);
-      if (ec) {
+      if (ec && e->gpu) { /* NCCL: device buffers (daemon/gpu/xchg.c) */
+        eng_run_xchg_gpu(e->gpu, ec->c, ec->job_key, ec->size, ec->stats, it);
+      } else if (ec) {
         eng_run_xchg(e->ops, ec->c, ec->size, ec->stats, it, stop_due, e);
       } else {
         it->status = FGB_EIO;
@@ -662,6 +665,10 @@ fgb_status eng_start_gpu(uv_loop_t *loop, const comm_ops *ops, const eng_gpu_ops
   }
   *out = e;
   return FGB_OK;
+}
+
+int eng_can_xchg(const srv_engine *e) {
+  return !e->gpu || (e->gpu->xchg && e->gpu->timed);
 }
 
 void eng_submit(srv_engine *e, eng_item *it) {

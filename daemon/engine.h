@@ -93,6 +93,7 @@ typedef struct eng_item {
   struct eng_item *next;
   /* engine-private execution state */
   void *priv;
+  struct eng_stats *stats; /* GPU ISSUE: the job's samples (the path records collective times) */
   /* FGBUFF_GPU_TRACE (engine.c): CLOCK_MONOTONIC us when queued, taken, started, finished,
    * delivered */
   uint64_t trace_us[5];
@@ -114,6 +115,15 @@ typedef struct eng_gpu_ops {
    * ENG_STATE item on device-resident compressor state (sets it->status/err). */
   void (*release)(uint64_t job_key);
   void (*state)(comm *c, int job_size, eng_item *it);
+  /* Optional, both or neither (NULL: the job plans locally from default costs). ENG_XCHG on
+   * device memory (daemon/gpu/xchg.c): xchg allgathers `bytes` of host memory per rank (recv:
+   * size x bytes, rank order) to completion; timed runs one collective on device scratch memory
+   * (EPS_ALLREDUCE: fp32 all-reduce of `bytes`; EPS_ALLGATHER: `bytes` per rank) and returns its
+   * GPU time. Both wait on the host, ended by the job's abort, NCCL's error or a deadline. */
+  fgb_status (*xchg)(comm *c, uint64_t job_key, const void *send, void *recv, size_t bytes,
+                     char *err, size_t errlen);
+  fgb_status (*timed)(comm *c, uint64_t job_key, int kind, size_t bytes, double *seconds, char *err,
+                      size_t errlen);
 } eng_gpu_ops;
 
 /* Start the engine thread with transport `ops`; results are delivered to cb on `loop`. */
@@ -122,6 +132,8 @@ fgb_status eng_start(uv_loop_t *loop, const comm_ops *ops, eng_done_cb cb, void 
 /* Same, with the GPU data path (gpu NULL: as eng_start). */
 fgb_status eng_start_gpu(uv_loop_t *loop, const comm_ops *ops, const eng_gpu_ops *gpu,
                          eng_done_cb cb, void *ud, srv_engine **out, char *err, size_t errlen);
+/* 1 when the engine runs ENG_XCHG items (host data path, or a GPU path with the xchg hooks). */
+int eng_can_xchg(const srv_engine *e);
 /* Hand an item over (ownership passes to the engine until it comes back through cb). */
 void eng_submit(srv_engine *e, eng_item *it);
 /* Close the result channel (loop thread, during shutdown: no more callbacks after this). */

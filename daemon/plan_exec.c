@@ -439,13 +439,14 @@ void srv_plan_xchg_done(srv_job *j, eng_item *it) {
 /* Re-planning policies, at the first ISSUE of step next_check: plan again from the ISSUE order
  * of step next_check - 1 and the measurements since the last plan; a changed plan becomes the
  * next version, adopted from next_check + lead. CPU: through the exchange (the same verdict on
- * every rank); GPU: locally from the stream alone. */
+ * every rank; GPU daemons too, daemon/gpu/xchg.c); a GPU path without the exchange hooks:
+ * locally from the stream alone. */
 static void replan(srv_job *j, srv_plan *pl) {
   char err[256];
   plan_ver nv;
   uint64_t at = pl->next_check;
   plan_ver *cur = &pl->v[pl->nv - 1];
-  if (!j->d->gpu) {
+  if (eng_can_xchg(j->d->eng)) {
     pl->next_check = 0; /* the verdict sets the next check (with the agreed period) */
     if (pl->xpending || start_xchg(j, pl, at, &cur->plan, 0) != 0)
       LOG_WARN("job '%s': re-planning at step %llu skipped (%s) on this rank", j->id.name,
@@ -502,7 +503,7 @@ int srv_plan_on_issue(srv_job *j, coord_event *ev) {
     pl->s0 = ev->step;
     /* CPU: the job's ranks agree plan_warmup_steps and replan_steps first (ISSUEs of later steps
      * wait for it), so the warm-up ends at the same step everywhere. */
-    if (!j->d->gpu && start_xchg(j, pl, ev->step, NULL, 1) != 0) {
+    if (eng_can_xchg(j->d->eng) && start_xchg(j, pl, ev->step, NULL, 1) != 0) {
       pl->state = -1;
       LOG_ERROR("job '%s': out of memory starting the planning exchange: tensors travel alone",
                 j->id.name);
@@ -519,7 +520,7 @@ int srv_plan_on_issue(srv_job *j, coord_event *ev) {
       return 0;
     }
     pl->planning = 1;
-    if (!j->d->gpu) {
+    if (eng_can_xchg(j->d->eng)) {
       if (start_xchg(j, pl, agreed, NULL, 0) != 0) {
         pl->state = -1;
         LOG_ERROR("job '%s': out of memory starting the planning exchange: tensors travel alone",

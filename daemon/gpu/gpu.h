@@ -79,6 +79,12 @@ int gpu_arena_observed(gpu_arena *a, uint32_t slot);
 extern eng_gpu_ops gpu_engine_ops; /* .stream is set by gpu_engine_init */
 fgb_status gpu_engine_init(char *err, size_t errlen);
 
+/* ---- xchg.c: the planning exchange on device memory (eng_gpu_ops.xchg / .timed) -------------- */
+fgb_status gpu_xchg(comm *c, uint64_t job_key, const void *send, void *recv, size_t bytes,
+                    char *err, size_t errlen);
+fgb_status gpu_timed(comm *c, uint64_t job_key, int kind, size_t bytes, double *seconds, char *err,
+                     size_t errlen);
+
 /* ---- kernels.cu ------------------------------------------------------------------------------ */
 /* x /= div in place on `stream` (fp32, fp64, fp16, bf16). */
 fgb_status gpu_scale_div(fgb_dtype dt, void *x, uint64_t n, int div, void *stream);

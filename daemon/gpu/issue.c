@@ -18,6 +18,7 @@
 #include "gpu.h"
 #include "comm_nccl.h"
 #include "compressor.h"
+#include "eng_plan.h"
 #include "sparse.h"
 
 typedef struct gpu_exec {
@@ -26,7 +27,30 @@ typedef struct gpu_exec {
   cudaEvent_t fin;
   uint64_t t_start, t_enq; /* FGBUFF_GPU_TRACE: one-element collectives are timed in the log */
   cudaEvent_t tev[4]; /* ... and on the GPU: before, after the collective, after scaling, end */
+  /* Measured planning: the GPU time of the item's first dense collective (one NCCL group of
+   * all-reduces, or the all-gather), read in g_poll once complete into the job's eng_stats. */
+  cudaEvent_t cev[2];
+  int ckind;  /* EPS_ALLREDUCE or EPS_ALLGATHER; -1: nothing timed */
+  int cended; /* cev[1] recorded */
+  uint64_t cbytes;
 } gpu_exec;
+
+/* Start timing a collective of `bytes` (per rank) on the stream; failures only lose the sample. */
+static void time_begin(gpu_exec *x, eng_item *it, int kind, uint64_t bytes, cudaStream_t s) {
+  if (!it->stats || x->ckind >= 0 || bytes == 0) return;
+  if (cudaEventCreate(&x->cev[0]) != cudaSuccess || cudaEventCreate(&x->cev[1]) != cudaSuccess ||
+      cudaEventRecord(x->cev[0], s) != cudaSuccess)
+    return;
+  x->ckind = kind;
+  x->cbytes = bytes;
+}
+
+/* After the collective was enqueued (settled: a nonblocking communicator's launch is done). */
+static void time_end(gpu_exec *x, cudaStream_t s) {
+  if (x->ckind < 0 || x->cended) return;
+  x->cended = 1;
+  if (cudaEventRecord(x->cev[1], s) != cudaSuccess) x->ckind = -1;
+}
 
 static int g_trace = -1;
 static uint64_t mono_us(void) {
@@ -129,6 +153,7 @@ static int g_start(comm *c, int size, eng_item *it) {
   if (!x) return fail(it, FGB_ENOMEM, "out of memory", NULL);
   x->gpu = &gpu_engine_ops;
   x->c = c;
+  x->ckind = -1;
   it->priv = x;
   if (g_trace < 0) g_trace = getenv("FGBUFF_GPU_TRACE") != NULL;
   ncclComm_t nc = comm_nccl_handle(c);
@@ -159,6 +184,14 @@ static int g_start(comm *c, int size, eng_item *it) {
         (ce = cudaMemsetAsync(t->ptr, 0, t->count * dtype_size(t->dtype), s)) != cudaSuccess)
       return fail_late(x, it, FGB_EIO, "cudaMemsetAsync", cudaGetErrorString(ce));
   }
+  /* Plan buffers sent dense: residuals folded in (after the zero-fill, as on the host path), then
+   * they are dense members of this item. */
+  for (uint32_t i = 0; it->coll == ENG_GRAD && i < it->n; i++) {
+    if (!it->t[i].comp || !it->t[i].flush_dense) continue;
+    fgb_status st = sp_flush(&job, &it->t[i], err, sizeof err);
+    if (st != FGB_OK) return fail_late(x, it, st, err, NULL);
+    it->t[i].comp = NULL;
+  }
   ncclResult_t r = ncclSuccess;
   eng_tensor *t0 = &it->t[0];
   if (it->coll == ENG_BROADCAST) {
@@ -168,6 +201,7 @@ static int g_start(comm *c, int size, eng_item *it) {
     it->bytes_received += bytes;
   } else if (it->coll == ENG_ALLGATHER) {
     size_t bytes = t0->count * dtype_size(t0->dtype);
+    time_begin(x, it, EPS_ALLGATHER, bytes, s);
     r = ncclAllGather(t0->ptr, it->dst, bytes, ncclUint8, nc, s);
     it->bytes_sent += bytes;
     it->bytes_received += bytes * (uint64_t)size;
@@ -185,6 +219,10 @@ static int g_start(comm *c, int size, eng_item *it) {
       }
       if (!(nc = comm_nccl_handle(c))) /* aborted during a compressed member's host wait */
         return fail_late(x, it, FGB_EPEER, "a rank of the job failed", NULL);
+      uint64_t gbytes = 0; /* the group's bytes: one sample of alpha + beta * bytes */
+      for (uint32_t k = i; k < it->n && !compressed(it, k); k++)
+        gbytes += it->t[k].count * dtype_size(it->t[k].dtype);
+      time_begin(x, it, EPS_ALLREDUCE, gbytes, s);
       ncclGroupStart();
       for (; i < it->n && !compressed(it, i) && (r == ncclSuccess || r == ncclInProgress); i++) {
         eng_tensor *t = &it->t[i];
@@ -198,11 +236,13 @@ static int g_start(comm *c, int size, eng_item *it) {
       if (r != ncclSuccess && r != ncclInProgress) break;
       if (comm_nccl_settle(c, err, sizeof err) != FGB_OK)
         return fail_late(x, it, FGB_EIO, err, NULL);
+      time_end(x, s);
     }
   }
   if (r != ncclSuccess && r != ncclInProgress)
     return fail_late(x, it, FGB_EIO, "NCCL", ncclGetErrorString(r));
   if (comm_nccl_settle(c, err, sizeof err) != FGB_OK) return fail_late(x, it, FGB_EIO, err, NULL);
+  time_end(x, s);
   if (g_trace) {
     x->t_enq = mono_us();
     cudaEventRecord(x->tev[1], s);
@@ -232,6 +272,10 @@ static int g_poll(eng_item *it) {
     return 1;
   }
   if (ce == cudaSuccess) {
+    float cms = 0;
+    if (x->ckind >= 0 && x->cended && it->status == FGB_OK &&
+        cudaEventElapsedTime(&cms, x->cev[0], x->cev[1]) == cudaSuccess)
+      eng_stats_add(it->stats, x->ckind, (double)x->cbytes, (double)cms * 1e-3);
     if (g_trace && it->n == 1 && it->t[0].count == 1) {
       float ms[3] = {0, 0, 0};
       for (int k = 0; k < 3; k++) cudaEventElapsedTime(&ms[k], x->tev[k], x->tev[k + 1]);
@@ -281,6 +325,8 @@ static void g_free(eng_item *it) {
   if (x->fin) cudaEventDestroy(x->fin);
   for (int k = 0; k < 4; k++)
     if (x->tev[k]) cudaEventDestroy(x->tev[k]);
+  for (int k = 0; k < 2; k++)
+    if (x->cev[k]) cudaEventDestroy(x->cev[k]);
   free(x);
   it->priv = NULL;
 }
@@ -306,6 +352,8 @@ eng_gpu_ops gpu_engine_ops = {
     .free = g_free,
     .release = g_release,
     .state = g_state,
+    .xchg = gpu_xchg,
+    .timed = gpu_timed,
 };
 
 fgb_status gpu_engine_init(char *err, size_t errlen) {

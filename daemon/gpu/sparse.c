@@ -455,6 +455,36 @@ fgb_status sp_sync(const sp_job *job, const eng_tensor *t, uint64_t *sent, uint6
   return FGB_OK;
 }
 
+fgb_status sp_flush(const sp_job *job, const eng_tensor *t, char *err, size_t errlen) {
+  sp_inst *i = NULL;
+  fgb_status st = inst_get(job, t, &i, err, errlen);
+  if (st != FGB_OK) return st;
+  if (!i->ops->flush_dense) return FGB_OK; /* stateless: the gradient is what is sent */
+  cudaStream_t s = job->stream;
+  comp_exec ex = {1, s};
+  /* In place: every flush_dense is elementwise (dense = grad + residual), as in sp_sync. */
+  float *w = (float *)t->ptr;
+  if (t->dtype != FGB_FLOAT32) {
+    if ((st = work_reserve(t->count, s, err, errlen)) != FGB_OK) return st;
+    w = g_work;
+    if (gpu_to_f32(t->dtype, t->ptr, w, t->count, s) != FGB_OK) {
+      snprintf(err, errlen, "tensor %u: dtype %d cannot be compressed on the GPU", t->tensor_id,
+               (int)t->dtype);
+      return FGB_EINVAL;
+    }
+  }
+  if ((st = i->ops->flush_dense(i->st, &ex, w, w)) != FGB_OK) {
+    snprintf(err, errlen, "compressor %s: flush_dense failed for tensor %u", i->ops->name,
+             t->tensor_id);
+    return st;
+  }
+  if (t->dtype != FGB_FLOAT32 && gpu_from_f32(t->dtype, w, t->ptr, t->count, s) != FGB_OK) {
+    snprintf(err, errlen, "tensor %u: writing the flushed gradient back failed", t->tensor_id);
+    return FGB_EIO;
+  }
+  return FGB_OK;
+}
+
 fgb_status sp_state(const sp_job *job, eng_item *it, char *err, size_t errlen) {
   const eng_tensor *t = &it->t[0];
   if (!t->comp) {

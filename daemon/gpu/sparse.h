@@ -28,6 +28,10 @@ fgb_status sp_agree(const sp_job *job, const eng_item *it, char *err, size_t err
  * when its instance is created (first use). bytes counters are incremented by the phases' bytes. */
 fgb_status sp_sync(const sp_job *job, const eng_tensor *t, uint64_t *sent, uint64_t *recv,
                    char *err, size_t errlen);
+/* The plan sends this compressed tensor dense this step (t->flush_dense): fold its residual into
+ * the gradient in the client's memory and clear it (the compressor's flush_dense), enqueued on the
+ * engine stream; the caller then all-reduces it with the dense members. */
+fgb_status sp_flush(const sp_job *job, const eng_tensor *t, char *err, size_t errlen);
 /* ENG_STATE: export (it->state malloc'ed) or import one tensor's compressor state; copies to or
  * from the host, so it synchronises the engine stream. */
 fgb_status sp_state(const sp_job *job, eng_item *it, char *err, size_t errlen);
