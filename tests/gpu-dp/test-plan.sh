@@ -11,6 +11,9 @@ source "$here/gpu-world.sh"
 gpu_need 2
 bin="${FGBUFF_TEST_BIN:?}"
 ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
+# The host replay does not model a buffer the plan sends dense (residual flushed): compressor
+# costs scaled to nothing keep every all-compressible buffer compressed, so the replay holds.
+export FGBUFF_PLAN_COMP_COST_SCALE=1e-9
 gpu_world_start 2 || exit 1
 trap 'gpu_world_stop >/dev/null 2>&1' EXIT
 out="$FGBUFF_RUNTIME_DIR"
