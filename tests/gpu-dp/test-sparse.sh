@@ -20,9 +20,6 @@ ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
 # GPUs it sends these small buffers dense (residual flushed), which the host replay does not model:
 # compressor costs scaled to nothing keep every all-compressible buffer compressed (as gpu-dp-plan).
 [ "$mode" = mixed ] && export FGBUFF_PLAN_COMP_COST_SCALE=1e-9
-# mixed: the host replay does not model a buffer the plan sends dense (residual flushed, as GPU
-# daemons now do from measured costs): compressor costs scaled to nothing keep buffers compressed.
-[ "$mode" = mixed ] && export FGBUFF_PLAN_COMP_COST_SCALE=1e-9
 gpu_world_start 2 || exit 1
 trap 'gpu_world_stop >/dev/null 2>&1' EXIT
 out="$FGBUFF_RUNTIME_DIR"
