@@ -33,6 +33,9 @@ typedef struct gpu_exec {
   int ckind;  /* EPS_ALLREDUCE or EPS_ALLGATHER; -1: nothing timed */
   int cended; /* cev[1] recorded */
   uint64_t cbytes;
+  /* ... and the encode / decode GPU times of its compressed members (sparse.c's event pool). */
+  sp_timing *tm;
+  uint32_t ntm, ntm_cap;
 } gpu_exec;
 
 /* Start timing a collective of `bytes` (per rank) on the stream; failures only lose the sample. */
@@ -209,10 +212,14 @@ static int g_start(comm *c, int size, eng_item *it) {
     /* In the item's order: each run of dense members is one NCCL group, each compressed member
      * its own encode / collectives / decode, all on the one stream (identical on every rank). */
     uint32_t i = 0;
+    for (uint32_t k = 0; it->stats && k < it->n; k++) x->ntm_cap += compressed(it, k);
+    if (x->ntm_cap && !(x->tm = calloc(x->ntm_cap, sizeof *x->tm)))
+      x->ntm_cap = 0; /* out of memory: no samples, the sync goes on */
     while (i < it->n) {
       if (compressed(it, i)) {
-        fgb_status st =
-            sp_sync(&job, &it->t[i], &it->bytes_sent, &it->bytes_received, err, sizeof err);
+        sp_timing *tm = x->ntm < x->ntm_cap ? &x->tm[x->ntm++] : NULL;
+        fgb_status st = sp_sync_timed(&job, &it->t[i], tm, &it->bytes_sent, &it->bytes_received,
+                                      err, sizeof err);
         if (st != FGB_OK) return fail_late(x, it, st, err, NULL);
         i++;
         continue;
@@ -276,6 +283,8 @@ static int g_poll(eng_item *it) {
     if (x->ckind >= 0 && x->cended && it->status == FGB_OK &&
         cudaEventElapsedTime(&cms, x->cev[0], x->cev[1]) == cudaSuccess)
       eng_stats_add(it->stats, x->ckind, (double)x->cbytes, (double)cms * 1e-3);
+    for (uint32_t k = 0; k < x->ntm; k++) /* the stream is past every member's events */
+      sp_timing_done(&x->tm[k], it->status == FGB_OK ? it->stats : NULL);
     if (g_trace && it->n == 1 && it->t[0].count == 1) {
       float ms[3] = {0, 0, 0};
       for (int k = 0; k < 3; k++) cudaEventElapsedTime(&ms[k], x->tev[k], x->tev[k + 1]);
@@ -327,6 +336,8 @@ static void g_free(eng_item *it) {
     if (x->tev[k]) cudaEventDestroy(x->tev[k]);
   for (int k = 0; k < 2; k++)
     if (x->cev[k]) cudaEventDestroy(x->cev[k]);
+  for (uint32_t k = 0; k < x->ntm; k++) sp_timing_done(&x->tm[k], NULL); /* slots not yet read */
+  free(x->tm);
   free(x);
   it->priv = NULL;
 }

@@ -22,6 +22,7 @@
 #include "compress_path.h"
 #include "compressor.h"
 #include "dtype.h"
+#include "eng_plan.h"
 #include "gpu.h"
 #include "log.h"
 
@@ -382,6 +383,43 @@ static fgb_status work_reserve(uint64_t n, cudaStream_t s, char *err, size_t err
   return FGB_OK;
 }
 
+/* ---- measured encode / decode times ---------------------------------------------------------- */
+
+/* Timing events, 4 per slot (encode start, end; decode start, end), created at a slot's first use
+ * and reused for the daemon's life: creating and destroying events per item costs host time on
+ * every step. A slot is busy from sp_sync_timed to sp_timing_done. Engine thread only. */
+#define SP_TIMERS 256
+static cudaEvent_t g_tev[SP_TIMERS][4];
+static unsigned char g_tbusy[SP_TIMERS];
+
+static int timer_take(void) {
+  for (int i = 0; i < SP_TIMERS; i++) {
+    if (g_tbusy[i]) continue;
+    for (int k = 0; k < 4; k++) {
+      if (g_tev[i][k]) continue;
+      if (cudaEventCreate(&g_tev[i][k]) != cudaSuccess) {
+        g_tev[i][k] = NULL;
+        return -1; /* the ones created stay for a later try */
+      }
+    }
+    g_tbusy[i] = 1;
+    return i;
+  }
+  return -1;
+}
+
+void sp_timing_done(sp_timing *tm, struct eng_stats *stats) {
+  if (!tm || tm->slot < 0 || tm->slot >= SP_TIMERS) return;
+  cudaEvent_t *ev = g_tev[tm->slot];
+  float ms = 0;
+  if (stats && tm->enc_ok && cudaEventElapsedTime(&ms, ev[0], ev[1]) == cudaSuccess)
+    eng_stats_add(stats, EPS_ENCODE, tm->enc_x, (double)ms * 1e-3);
+  if (stats && tm->dec_ok && cudaEventElapsedTime(&ms, ev[2], ev[3]) == cudaSuccess)
+    eng_stats_add(stats, EPS_DECODE, tm->dec_x, (double)ms * 1e-3);
+  g_tbusy[tm->slot] = 0;
+  tm->slot = -1;
+}
+
 /* Run one phase's collective on the engine stream. */
 static fgb_status run_phase(const sp_job *job, const sp_inst *i, const comp_phase *ph,
                             uint64_t *sent, uint64_t *recv, char *err, size_t errlen) {
@@ -417,6 +455,15 @@ static fgb_status run_phase(const sp_job *job, const sp_inst *i, const comp_phas
 
 fgb_status sp_sync(const sp_job *job, const eng_tensor *t, uint64_t *sent, uint64_t *recv,
                    char *err, size_t errlen) {
+  return sp_sync_timed(job, t, NULL, sent, recv, err, errlen);
+}
+
+fgb_status sp_sync_timed(const sp_job *job, const eng_tensor *t, sp_timing *tm, uint64_t *sent,
+                         uint64_t *recv, char *err, size_t errlen) {
+  if (tm) {
+    memset(tm, 0, sizeof *tm);
+    tm->slot = -1;
+  }
   sp_inst *i = NULL;
   fgb_status st = inst_get(job, t, &i, err, errlen);
   if (st != FGB_OK) return st;
@@ -435,11 +482,24 @@ fgb_status sp_sync(const sp_job *job, const eng_tensor *t, uint64_t *sent, uint6
       return FGB_EINVAL;
     }
   }
+  /* Measured planning, as the host path times it (compress_path.c's cp_sync): encode per element,
+   * decode per gathered element (P * k, k from the COO payload: 8-byte header, 8 bytes per
+   * element), here as GPU time between events around the kernels, read once the item completed. */
+  if (tm) tm->slot = timer_take();
+  cudaEvent_t *ev = tm && tm->slot >= 0 ? g_tev[tm->slot] : NULL;
+  double gathered = 0;
   comp_phase ph;
   memset(&ph, 0, sizeof ph);
+  int rec = ev && cudaEventRecord(ev[0], s) == cudaSuccess;
   st = i->ops->encode(i->st, &ex, w, t->step, &ph, err, errlen);
+  if (st == FGB_OK && rec && cudaEventRecord(ev[1], s) == cudaSuccess) {
+    tm->enc_ok = 1;
+    tm->enc_x = (double)t->count;
+  }
   for (int phase = 1; st == FGB_OK; phase++) {
     st = run_phase(job, i, &ph, sent, recv, err, errlen);
+    if (st == FGB_OK && ph.coll == COMP_COLL_ALLGATHER && ph.bytes > 8)
+      gathered += (double)(ph.bytes - 8) / 8.0 * job->size;
     if (st != FGB_OK || !i->ops->advance) break;
     int r = i->ops->advance(i->st, &ex, phase, &ph, err, errlen);
     if (r < 0) st = (fgb_status)r;
@@ -447,7 +507,12 @@ fgb_status sp_sync(const sp_job *job, const eng_tensor *t, uint64_t *sent, uint6
   }
   if (st != FGB_OK) return st;
   float scale = t->op == FGB_OP_AVERAGE ? 1.0f / (float)job->size : 1.0f;
+  rec = ev && gathered > 0 && cudaEventRecord(ev[2], s) == cudaSuccess;
   if ((st = i->ops->decode(i->st, &ex, w, scale, err, errlen)) != FGB_OK) return st;
+  if (rec && cudaEventRecord(ev[3], s) == cudaSuccess) {
+    tm->dec_ok = 1;
+    tm->dec_x = gathered;
+  }
   if (t->dtype != FGB_FLOAT32 && gpu_from_f32(t->dtype, w, t->ptr, t->count, s) != FGB_OK) {
     snprintf(err, errlen, "tensor %u: writing the result back failed", t->tensor_id);
     return FGB_EIO;

@@ -28,6 +28,21 @@ fgb_status sp_agree(const sp_job *job, const eng_item *it, char *err, size_t err
  * when its instance is created (first use). bytes counters are incremented by the phases' bytes. */
 fgb_status sp_sync(const sp_job *job, const eng_tensor *t, uint64_t *sent, uint64_t *recv,
                    char *err, size_t errlen);
+/* Measured planning: GPU-event times of one compressed member's encode (compensation and
+ * selection, up to its first collective) and decode (scatter-add and scale), on events of a small
+ * pool in sparse.c reused across items (none created per item; pool exhausted: no sample). */
+typedef struct sp_timing {
+  int slot;            /* pool slot, -1: none */
+  int enc_ok, dec_ok;  /* recorded in this use */
+  double enc_x, dec_x; /* elements encoded; gathered elements decoded (P * k) */
+} sp_timing;
+/* sp_sync, timed into *tm (NULL: untimed, as sp_sync). */
+fgb_status sp_sync_timed(const sp_job *job, const eng_tensor *t, sp_timing *tm, uint64_t *sent,
+                         uint64_t *recv, char *err, size_t errlen);
+/* Once the stream passed tm's events (the item's completion event): add its encode / decode
+ * samples (seconds per element) to stats, then give the slot back. stats NULL: give it back only.
+ */
+void sp_timing_done(sp_timing *tm, struct eng_stats *stats);
 /* The plan sends this compressed tensor dense this step (t->flush_dense): fold its residual into
  * the gradient in the client's memory and clear it (the compressor's flush_dense), enqueued on the
  * engine stream; the caller then all-reduces it with the dense members. */

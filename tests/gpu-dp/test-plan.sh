@@ -4,7 +4,9 @@
 # with the static policy fgbuff. After its warm-up the plan comes from the planning exchange over
 # NCCL: on both daemons the status JSON's jobs[].plan (buffers and inputs) is byte-equal, and the
 # inputs name measured all-reduce and all-gather costs (start-up calibration on device buffers,
-# GPU-timed collectives). Results still match the host replay and are identical on both GPUs.
+# GPU-timed collectives) and measured compressor encode and decode costs (GPU events around the
+# compressed members' kernels, sparse.c), positive on both daemons alike. Results still match the
+# host replay and are identical on both GPUs.
 set -u
 here="$(dirname "$0")"
 source "$here/gpu-world.sh"
@@ -53,6 +55,15 @@ assert inp, "the plan has no agreed inputs (planned locally from default costs?)
 assert "allreduce" in inp["measured"] and "allgather" in inp["measured"], inp
 c = inp["costs"]
 assert c["ar_alpha"] + c["ar_beta"] > 0 and c["ag_alpha"] + c["ag_beta"] > 0, c
+# Compressor costs measured on the GPU (every rank; FGBUFF_PLAN_COMP_COST_SCALE still scales them
+# down, but not to zero) and agreed: the same bits on both daemons (the JSON compared above).
+assert "encode" in inp["measured"] and "decode" in inp["measured"], \
+    f"compressor costs not measured on the GPU daemons: {inp['measured']}"
+assert c["comp_alpha"] + c["comp_beta"] > 0 and c["dec_alpha"] + c["dec_beta"] > 0, c
+for p in plans:
+    q = p["inputs"]["costs"]
+    assert (q["comp_alpha"], q["comp_beta"], q["dec_alpha"], q["dec_beta"]) == \
+        (c["comp_alpha"], c["comp_beta"], c["dec_alpha"], c["dec_beta"]), (q, c)
 assert inp["ready_s"] is not None, inp
 PY
 [ $rc -eq 0 ] || { cat "$out/gplan.0.out"; tail -60 "$GPU_WORLD_LOG"; }
