@@ -18,6 +18,9 @@
  *                                      the end the job must have issued plan buffers)
  *                [--hold PATH]        (at the end, with the job alive: create PATH.ready, wait up
  *                                      to 60 s for PATH.go, so the script can query the daemon)
+ *                [--flush-check 1]    (only the fp32 top-k and Random-k tensors, with --policy
+ *                                      fgbuff on daemons that find compression never pays: see
+ *                                      "The dense flush check" below)
  * Exit 0 all right, 1 wrong, 2 setup error, 77 fewer GPUs than needed. */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -256,11 +259,70 @@ static int check_state(fgb_client *c, uint32_t tid, const ref *rf, int t) {
   return !ok;
 }
 
+/* ---- the dense flush check (--flush-check) -----------------------------------------------------
+ * A plan buffer whose compression does not pay is sent dense: each member's residual is folded
+ * into what is sent and cleared (sp_flush). Before every step each rank exports its residuals
+ * (r_old, from the daemon's GPU) and reads the job's plan from the status. While no plan is in
+ * force (warm-up and lead), the usual replay. From the plan's first_step on, the result must equal
+ * the exact average over ranks of (g + r_old), bitwise: this rank's r_old as exported (it must
+ * equal the replay's), the other ranks' from the replay (their inputs are deterministic, so the
+ * replay of their compressors is exact); then the exported residual must be all zeros, and the
+ * replay's states are flushed the same way (flush_dense on the host) to stay in step. */
+
+/* Region 0 of this rank's state exported from the daemon, as n floats, into out. */
+static int daemon_resid(fgb_client *c, uint32_t tid, uint64_t n, float *out) {
+  void *b = NULL;
+  size_t nb = 0;
+  uint64_t len = 0;
+  if (fgb_state_export(c, tid, &b, &nb) != FGB_OK) {
+    printf("rank %d: state export failed: %s\n", rank_, fgb_client_error(c));
+    return 1;
+  }
+  const uint8_t *r = region0(b, nb, &len);
+  int ok = r && len == n * 4;
+  if (ok)
+    memcpy(out, r, len);
+  else
+    printf("rank %d: exported state of tensor %u has no residual of %llu floats\n", rank_, tid,
+           (unsigned long long)n);
+  free(b);
+  return !ok;
+}
+
+/* Region 0 of the replay's state of rank r, as n floats, into out. */
+static void replay_resid(const ref *rf, int r, uint64_t n, float *out) {
+  void *b = NULL;
+  size_t nb = 0;
+  uint64_t len = 0;
+  if (rf->ops->state_export(rf->st[r], &HOST, &b, &nb) != FGB_OK) DIE("ref export");
+  const uint8_t *x = region0(b, nb, &len);
+  if (!x || len != n * 4) DIE("ref state has no residual of %llu floats", (unsigned long long)n);
+  memcpy(out, x, len);
+  free(b);
+}
+
+/* The first_step of the plan in the daemon's entry of the job, or -1 while it has none. */
+static long long plan_first_step(fgb_client *c, const char *job) {
+  char *js = NULL, anchor[160];
+  if (fgb_status_json(c, &js) != FGB_OK) DIE("status: %s", fgb_client_error(c));
+  snprintf(anchor, sizeof anchor, "\"name\":\"%s\",\"incarnation\":", job);
+  long long first = -1;
+  for (const char *p = strstr(js, anchor); p; p = strstr(p + 1, anchor)) {
+    const char *pl = strstr(p, "\"plan\":"), *next = strstr(p + 1, anchor);
+    if (pl && (!next || pl < next) && pl[7] == '{') {
+      first = json_after(pl, "\"first_step\":");
+      break;
+    }
+  }
+  free(js);
+  return first;
+}
+
 /* ---- main -------------------------------------------------------------------------------------
  */
 
 int main(int argc, char **argv) {
-  int size = 2, dev = 0, steps = 4, mismatch = 0;
+  int size = 2, dev = 0, steps = 4, mismatch = 0, flush = 0;
   long long mem_check = -1;
   const char *sock = NULL, *job = "gpu-sparse", *hold = NULL, *policy = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -284,6 +346,8 @@ int main(int argc, char **argv) {
       hold = argv[i + 1];
     else if (!strcmp(argv[i], "--policy"))
       policy = argv[i + 1];
+    else if (!strcmp(argv[i], "--flush-check"))
+      flush = atoi(argv[i + 1]);
     else
       DIE("unknown argument %s", argv[i]);
   }
@@ -303,7 +367,9 @@ int main(int argc, char **argv) {
   fgb_arena ar;
   if (cudaMalloc(&dmem, ARENA_BYTES) != cudaSuccess) DIE("cudaMalloc");
   if (fgb_arena_register_cuda(c, dmem, ARENA_BYTES, &ar)) DIE("arena: %s", fgb_client_error(c));
-  int nt = mismatch ? 1 : NT;
+  /* --flush-check: T[0] and T[1] (fp32 top-k, Random-k) alone, so every plan buffer has only
+   * compressible members and the plan's cost decision applies to it. */
+  int nt = mismatch ? 1 : flush ? 2 : NT;
   uint32_t tid[NT];
   for (int t = 0; t < nt; t++) { /* keys are the registration order (the same on every rank) */
     fgb_tensor_desc d = FGB_TENSOR_DESC_INIT;
@@ -345,8 +411,39 @@ int main(int argc, char **argv) {
   void *host, *back;
   if (cudaMallocHost(&host, maxb) != cudaSuccess || !(back = malloc(maxb))) DIE("host memory");
   float *want = malloc(maxb);
-  int bad = 0;
+  float *old[2][MAXP], *dns = malloc(maxb); /* --flush-check: r_old per tensor and rank */
+  if (!want || !dns) DIE("host memory");
+  for (int t = 0; flush && t < 2; t++)
+    for (int r = 0; r < size; r++)
+      if (!(old[t][r] = malloc(maxb))) DIE("host memory");
+  int bad = 0, dense_steps = 0, replay_steps = 0, folded = 0;
   for (long step = 0; step < steps; step++) {
+    int dense = 0; /* --flush-check: the plan is in force at this step */
+    if (flush) {
+      long long first = plan_first_step(c, job);
+      dense = first >= 0 && step >= first;
+      dense_steps += dense;
+      replay_steps += !dense;
+      for (int t = 0; t < nt; t++) {
+        replay_resid(&rf[t], rank_, T[t].count, dns);
+        /* Before the first step the tensor is not agreed yet (the export is refused with
+         * FGB_EAGAIN) and has no residual: the replay's zeros. */
+        if (step == 0)
+          memcpy(old[t][rank_], dns, T[t].count * 4);
+        else if (daemon_resid(c, tid[t], T[t].count, old[t][rank_]))
+          return 1;
+        if (memcmp(dns, old[t][rank_], T[t].count * 4) != 0) {
+          printf("rank %d step %ld %s: exported residual differs from the replay's\n", rank_, step,
+                 T[t].name);
+          bad = 1;
+        }
+        for (int r = 0; r < size; r++)
+          if (r != rank_) replay_resid(&rf[t], r, T[t].count, old[t][r]);
+        for (uint64_t i = 0; dense && i < T[t].count; i++) folded += old[t][rank_][i] != 0.0f;
+      }
+      printf("rank %d step %ld: plan first_step %lld, %s\n", rank_, step, first,
+             dense ? "in force: dense check" : "not in force: replay");
+    }
     for (int t = 0; t < nt; t++) {
       for (uint64_t i = 0; i < T[t].count; i++) {
         float v = input(rank_, (uint64_t)step, t, i);
@@ -380,7 +477,18 @@ int main(int argc, char **argv) {
       hash = fnv(back, b, hash);
       /* Expected result, as the element type's bits. */
       uint64_t n = T[t].count;
-      if (rf[t].ops) {
+      if (dense) { /* exact average of (g + r_old), computed here, not by the compressor */
+        for (uint64_t i = 0; i < n; i++) {
+          float sum = 0;
+          for (int r = 0; r < size; r++) sum += input(r, (uint64_t)step, t, i) + old[t][r][i];
+          want[i] = sum / (float)size;
+        }
+        for (int r = 0; r < size; r++) { /* the replay's states flushed as the daemon's */
+          for (uint64_t i = 0; i < n; i++) rf[t].g[r][i] = input(r, (uint64_t)step, t, i);
+          if (rf[t].ops->flush_dense(rf[t].st[r], &HOST, rf[t].g[r], dns) != FGB_OK)
+            DIE("ref flush_dense %s", T[t].name);
+        }
+      } else if (rf[t].ops) {
         ref_step(&rf[t], t, size, (uint64_t)step);
         for (int r = 1; r < size; r++)
           if (memcmp(rf[t].g[r], rf[t].g[0], n * 4) != 0) DIE("reference ranks differ");
@@ -414,8 +522,21 @@ int main(int argc, char **argv) {
                want[first]);
       if (!ok) bad = 1;
     }
+    for (int t = 0; dense && t < nt; t++) { /* the residual was folded in and cleared */
+      if (daemon_resid(c, tid[t], T[t].count, dns)) return 1;
+      uint64_t nz = 0;
+      for (uint64_t i = 0; i < T[t].count; i++) nz += dns[i] != 0.0f;
+      printf("rank %d step %ld %-6s residual after the dense step: %llu non-zero%s\n", rank_, step,
+             T[t].name, (unsigned long long)nz, nz ? "  FAIL" : "");
+      if (nz) bad = 1;
+    }
     printf("step %ld hash %016llx\n", step, (unsigned long long)hash);
     fflush(stdout);
+  }
+  if (flush) { /* both regimes seen, and the first dense step had residuals to fold */
+    printf("rank %d flush dense-steps %d replay-steps %d, residual elements folded %d\n", rank_,
+           dense_steps, replay_steps, folded);
+    if (dense_steps < 1 || replay_steps < 1 || folded < 1) bad = 1;
   }
   for (int t = 0; t < nt; t++) /* exact selections: top-k fp32/fp16, Random-k */
     if (T[t].tol == 0 && rf[t].ops && check_state(c, tid[t], &rf[t], t)) bad = 1;
