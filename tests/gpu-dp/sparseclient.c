@@ -20,7 +20,8 @@
  *                                      to 60 s for PATH.go, so the script can query the daemon)
  *                [--flush-check 1]    (only the fp32 top-k and Random-k tensors, with --policy
  *                                      fgbuff on daemons that find compression never pays: see
- *                                      "The dense flush check" below)
+ *                                      "The dense flush check" below; 2: a negative control that
+ *                                      leaves r_old out of the expectation, so it must fail)
  * Exit 0 all right, 1 wrong, 2 setup error, 77 fewer GPUs than needed. */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -480,7 +481,8 @@ int main(int argc, char **argv) {
       if (dense) { /* exact average of (g + r_old), computed here, not by the compressor */
         for (uint64_t i = 0; i < n; i++) {
           float sum = 0;
-          for (int r = 0; r < size; r++) sum += input(r, (uint64_t)step, t, i) + old[t][r][i];
+          for (int r = 0; r < size; r++)
+            sum += input(r, (uint64_t)step, t, i) + (flush == 2 ? 0.0f : old[t][r][i]);
           want[i] = sum / (float)size;
         }
         for (int r = 0; r < size; r++) { /* the replay's states flushed as the daemon's */
