@@ -412,7 +412,8 @@ int main(int argc, char **argv) {
   void *host, *back;
   if (cudaMallocHost(&host, maxb) != cudaSuccess || !(back = malloc(maxb))) DIE("host memory");
   float *want = malloc(maxb);
-  float *old[2][MAXP], *dns = malloc(maxb); /* --flush-check: r_old per tensor and rank */
+  float *old[2][MAXP] = {{NULL}},
+        *dns = malloc(maxb); /* --flush-check: r_old per tensor and rank */
   if (!want || !dns) DIE("host memory");
   for (int t = 0; flush && t < 2; t++)
     for (int r = 0; r < size; r++)
