@@ -399,7 +399,8 @@ static int timer_take(void) {
       if (g_tev[i][k]) continue;
       if (cudaEventCreate(&g_tev[i][k]) != cudaSuccess) {
         g_tev[i][k] = NULL;
-        return -1; /* the ones created stay for a later try */
+        (void)cudaGetLastError(); /* not left for kernels.cu's launch checks to find */
+        return -1;                /* the ones created stay for a later try */
       }
     }
     g_tbusy[i] = 1;
@@ -412,12 +413,22 @@ void sp_timing_done(sp_timing *tm, struct eng_stats *stats) {
   if (!tm || tm->slot < 0 || tm->slot >= SP_TIMERS) return;
   cudaEvent_t *ev = g_tev[tm->slot];
   float ms = 0;
-  if (stats && tm->enc_ok && cudaEventElapsedTime(&ms, ev[0], ev[1]) == cudaSuccess)
+  cudaError_t ce = cudaSuccess;
+  if (stats && tm->enc_ok && (ce = cudaEventElapsedTime(&ms, ev[0], ev[1])) == cudaSuccess)
     eng_stats_add(stats, EPS_ENCODE, tm->enc_x, (double)ms * 1e-3);
-  if (stats && tm->dec_ok && cudaEventElapsedTime(&ms, ev[2], ev[3]) == cudaSuccess)
+  if (ce == cudaSuccess && stats && tm->dec_ok &&
+      (ce = cudaEventElapsedTime(&ms, ev[2], ev[3])) == cudaSuccess)
     eng_stats_add(stats, EPS_DECODE, tm->dec_x, (double)ms * 1e-3);
+  if (ce != cudaSuccess) (void)cudaGetLastError(); /* only the samples are lost (see timer_take) */
   g_tbusy[tm->slot] = 0;
   tm->slot = -1;
+}
+
+/* Record a timing event; a failure only loses the sample (error cleared, see timer_take). */
+static int timer_mark(cudaEvent_t ev, cudaStream_t s) {
+  if (cudaEventRecord(ev, s) == cudaSuccess) return 1;
+  (void)cudaGetLastError();
+  return 0;
 }
 
 /* Run one phase's collective on the engine stream. */
@@ -490,9 +501,9 @@ fgb_status sp_sync_timed(const sp_job *job, const eng_tensor *t, sp_timing *tm, 
   double gathered = 0;
   comp_phase ph;
   memset(&ph, 0, sizeof ph);
-  int rec = ev && cudaEventRecord(ev[0], s) == cudaSuccess;
+  int rec = ev && timer_mark(ev[0], s);
   st = i->ops->encode(i->st, &ex, w, t->step, &ph, err, errlen);
-  if (st == FGB_OK && rec && cudaEventRecord(ev[1], s) == cudaSuccess) {
+  if (st == FGB_OK && rec && timer_mark(ev[1], s)) {
     tm->enc_ok = 1;
     tm->enc_x = (double)t->count;
   }
@@ -507,9 +518,9 @@ fgb_status sp_sync_timed(const sp_job *job, const eng_tensor *t, sp_timing *tm, 
   }
   if (st != FGB_OK) return st;
   float scale = t->op == FGB_OP_AVERAGE ? 1.0f / (float)job->size : 1.0f;
-  rec = ev && gathered > 0 && cudaEventRecord(ev[2], s) == cudaSuccess;
+  rec = ev && gathered > 0 && timer_mark(ev[2], s);
   if ((st = i->ops->decode(i->st, &ex, w, scale, err, errlen)) != FGB_OK) return st;
-  if (rec && cudaEventRecord(ev[3], s) == cudaSuccess) {
+  if (rec && timer_mark(ev[3], s)) {
     tm->dec_ok = 1;
     tm->dec_x = gathered;
   }
