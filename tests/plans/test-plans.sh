@@ -42,14 +42,26 @@ wait3() { # TAG STEPS: wait, then every rank printed STEPS hashes identical to r
 }
 job="dense-$policy"
 start3 "$job" "$sync" --job "$job" --steps 12 --skip 2 --sleep-at 12 --sleep-ms 6000
-# Poll every daemon's status until all three show the plan (adopted from step 8; the clients
-# sleep 6 s inside step 12, so the job is still there).
-for _ in $(seq 1 60); do
+# Poll every daemon's status until all three show the plan and as many plan buffers issued as it
+# has buffers (the plan's first step depends on when its exchange completed; the clients sleep 6 s
+# inside step 12, so the job is still there).
+issued() { # FILE: 0 when the job's plan exists and at least one step ran as plan buffers
+  python3 - "$1" "$job" <<'PY'
+import json, sys
+try:
+    js = [j for j in json.load(open(sys.argv[1]))["jobs"] if j["name"] == sys.argv[2]]
+    p = js[0]["plan"]
+    sys.exit(0 if p and js[0]["plan_buffers_issued"] >= len(p["buffers"]) else 1)
+except Exception:
+    sys.exit(1)
+PY
+}
+for _ in $(seq 1 80); do
   sleep 0.25
   n=0
   for r in 0 1 2; do
     "$ctl" --socket "$out/cpu$r.sock" status --json >"$out/status.$r.json" 2>/dev/null &&
-      grep -q '"version"' "$out/status.$r.json" && n=$((n + 1))
+      issued "$out/status.$r.json" && n=$((n + 1))
   done
   [ $n -eq 3 ] && break
 done
