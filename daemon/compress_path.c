@@ -61,6 +61,17 @@ uint64_t cp_job_seed(uint64_t job_key) {
   return z ^ (z >> 31);
 }
 
+comp_params cp_tensor_params(const eng_tensor *t, uint64_t job_key, int rank, int size) {
+  comp_params p = {.density = t->density,
+                   .nranks = size,
+                   .rank = rank,
+                   .seed = cp_job_seed(job_key),
+                   .buffer_id = t->key,
+                   .rows = t->rows,
+                   .cols = t->cols};
+  return p;
+}
+
 cp_store *cp_store_new(void) {
   return calloc(1, sizeof(cp_store));
 }
@@ -133,13 +144,7 @@ static fgb_status inst_get(cp_store *s, const cp_job *job, const eng_tensor *t, 
     snprintf(err, errlen, "out of memory for the compressor of tensor %u", t->tensor_id);
     return FGB_ENOMEM;
   }
-  comp_params p = {.density = t->density,
-                   .nranks = job->size,
-                   .rank = job->rank,
-                   .seed = cp_job_seed(job->job_key),
-                   .buffer_id = t->key,
-                   .rows = t->rows,
-                   .cols = t->cols};
+  comp_params p = cp_tensor_params(t, job->job_key, job->rank, job->size);
   fgb_status st = t->comp->create(&p, t->count, &cp_host, &i->st, err, errlen);
   if (st != FGB_OK) {
     free(i);

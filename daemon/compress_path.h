@@ -60,5 +60,7 @@ fgb_status cp_state_import(cp_store *s, const cp_job *job, const eng_tensor *t, 
 
 /* The seed every rank of a job derives from its key (Random-k, sampling, PowerSGD's start). */
 uint64_t cp_job_seed(uint64_t job_key);
+/* A tensor's compressor parameters for one rank of its job: the same on the host and GPU paths. */
+comp_params cp_tensor_params(const eng_tensor *t, uint64_t job_key, int rank, int size);
 
 #endif

@@ -205,6 +205,24 @@ static fgb_status ring_open(gpu_arena *a, const uint8_t *ev_handles, uint8_t *dh
   return FGB_OK;
 }
 
+/* The memory is mapped: open the event rings and hand the arena out (closed on failure). */
+static fgb_status arena_publish(gpu_arena *a, uint8_t *dh, const uint8_t *ev_handles,
+                                gpu_arena **out, void **base, uint8_t **done_handles,
+                                size_t *done_len, const char **field, char *err, size_t errlen) {
+  fgb_status st = ring_open(a, ev_handles, dh, field, err, errlen);
+  if (st != FGB_OK) {
+    (void)cudaGetLastError();
+    gpu_arena_close(a);
+    free(dh);
+    return st;
+  }
+  *out = a;
+  *base = a->base;
+  *done_handles = dh;
+  *done_len = (size_t)a->nslots * GPU_EVENT_HANDLE;
+  return FGB_OK;
+}
+
 fgb_status gpu_arena_open(const uint8_t *handle, size_t hlen, const char *device_uuid,
                           uint64_t bytes, const uint8_t *ev_handles, size_t ev_len, gpu_arena **out,
                           void **base, uint8_t **done_handles, size_t *done_len, const char **field,
@@ -240,17 +258,7 @@ fgb_status gpu_arena_open(const uint8_t *handle, size_t hlen, const char *device
     FAIL("bytes", FGB_EINVAL, "bytes: %llu is larger than the shared allocation (%zu bytes)",
          (unsigned long long)bytes, psize);
   a->bytes = bytes;
-  if ((st = ring_open(a, ev_handles, dh, field, err, errlen)) != FGB_OK) {
-    (void)cudaGetLastError();
-    gpu_arena_close(a);
-    free(dh);
-    return st;
-  }
-  *out = a;
-  *base = a->base;
-  *done_handles = dh;
-  *done_len = (size_t)a->nslots * GPU_EVENT_HANDLE;
-  return FGB_OK;
+  return arena_publish(a, dh, ev_handles, out, base, done_handles, done_len, field, err, errlen);
 }
 
 fgb_status gpu_arena_open_vmm(const int *fds, int nfds, const uint64_t *chunk, size_t nchunk,
@@ -334,17 +342,7 @@ fgb_status gpu_arena_open_vmm(const int *fds, int nfds, const uint64_t *chunk, s
       FAIL("", FGB_EIO, "cannot enable access to chunk %d of the arena: %s", i, cu_err(dv, r));
   a->base = (void *)(uintptr_t)(a->va + vmm_offset);
   a->bytes = bytes;
-  if ((st = ring_open(a, ev_handles, dh, field, err, errlen)) != FGB_OK) {
-    (void)cudaGetLastError();
-    gpu_arena_close(a);
-    free(dh);
-    return st;
-  }
-  *out = a;
-  *base = a->base;
-  *done_handles = dh;
-  *done_len = (size_t)a->nslots * GPU_EVENT_HANDLE;
-  return FGB_OK;
+  return arena_publish(a, dh, ev_handles, out, base, done_handles, done_len, field, err, errlen);
 }
 
 uint32_t gpu_arena_slots(const gpu_arena *a) {

@@ -113,25 +113,23 @@ static fgb_status desc_reserve(size_t count, cudaStream_t s, char *err, size_t e
   return FGB_OK;
 }
 
-/* Wait for `ev` without blocking on a dead peer: the job's abort and NCCL's asynchronous error
- * end the wait (the communicator is then aborted, so the collective's kernel ends too). */
-static fgb_status wait_event(const sp_job *job, cudaEvent_t ev, const char *what, char *err,
-                             size_t errlen) {
+fgb_status gpu_wait_event(comm *c, uint64_t job_key, void *ev, const char *what, int timeout_ms,
+                          char *err, size_t errlen) {
   uint64_t t0 = mono_ms();
   for (unsigned spins = 0;; spins++) {
-    cudaError_t ce = cudaEventQuery(ev);
+    cudaError_t ce = cudaEventQuery((cudaEvent_t)ev);
     if (ce == cudaSuccess) return FGB_OK;
     if (ce != cudaErrorNotReady) return cuda_err(ce, what, err, errlen);
     if (spins % 64 == 0) gpu_abort_marked(); /* other jobs' collectives ahead on the stream */
-    int aborted = gpu_job_is_aborted(job->job_key);
-    if (aborted || comm_nccl_check(job->c, err, errlen) < 0 ||
-        mono_ms() - t0 > SP_AGREE_TIMEOUT_MS) {
+    int aborted = gpu_job_is_aborted(job_key);
+    int late = mono_ms() - t0 > (uint64_t)timeout_ms;
+    if (aborted || comm_nccl_check(c, err, errlen) < 0 || late) {
       if (aborted)
         snprintf(err, errlen, "a rank of the job failed during the %s", what);
-      else if (mono_ms() - t0 > SP_AGREE_TIMEOUT_MS)
+      else if (late)
         snprintf(err, errlen, "%s: no answer from the job's ranks in %d s", what,
-                 SP_AGREE_TIMEOUT_MS / 1000);
-      comm_nccl_ops.abort(job->c);
+                 timeout_ms / 1000);
+      comm_nccl_ops.abort(c); /* the collective's kernel ends: the stream moves on */
       return aborted ? FGB_EPEER : FGB_EIO;
     }
     if (spins < 1000) {
@@ -153,7 +151,8 @@ static fgb_status drain(const sp_job *job, char *err, size_t errlen) {
     return cuda_err(ce, "draining the engine stream", err, errlen);
   }
   fgb_status st =
-      wait_event(job, ev, "wait for the stream before creating a compressor", err, errlen);
+      gpu_wait_event(job->c, job->job_key, ev, "wait for the stream before creating a compressor",
+                     SP_AGREE_TIMEOUT_MS, err, errlen);
   cudaEventDestroy(ev);
   return st;
 }
@@ -192,7 +191,8 @@ fgb_status sp_agree(const sp_job *job, const eng_item *it, char *err, size_t err
       if (ev) cudaEventDestroy(ev);
       return cuda_err(ce, "compressor agreement", err, errlen);
     }
-    st = wait_event(job, ev, "compressor agreement", err, errlen);
+    st = gpu_wait_event(job->c, job->job_key, ev, "compressor agreement", SP_AGREE_TIMEOUT_MS, err,
+                        errlen);
     cudaEventDestroy(ev);
     if (st != FGB_OK) return st; /* no verdict recorded: the job is failing anyway */
     k = 0;
@@ -290,13 +290,7 @@ static fgb_status inst_get(const sp_job *job, const eng_tensor *t, sp_inst **out
     snprintf(err, errlen, "out of memory for the compressor of tensor %u", t->tensor_id);
     return FGB_ENOMEM;
   }
-  comp_params p = {.density = t->density,
-                   .nranks = job->size,
-                   .rank = job->rank,
-                   .seed = cp_job_seed(job->job_key),
-                   .buffer_id = t->key,
-                   .rows = t->rows,
-                   .cols = t->cols};
+  comp_params p = cp_tensor_params(t, job->job_key, job->rank, job->size);
   comp_exec ex = {1, job->stream};
   /* create synchronises the stream (zeroed allocations): first let it drain with a wait that a
    * dead peer cannot hang, and so that earlier stream-ordered frees do not blur the measure. */
@@ -469,6 +463,23 @@ fgb_status sp_sync(const sp_job *job, const eng_tensor *t, uint64_t *sent, uint6
   return sp_sync_timed(job, t, NULL, sent, recv, err, errlen);
 }
 
+/* The fp32 values the compressor works on: the client's memory itself for fp32 (the kernels take
+ * any 4-byte alignment), else the shared working buffer filled from the fp16/bf16 tensor. */
+static fgb_status work_in(const eng_tensor *t, cudaStream_t s, float **w, char *err,
+                          size_t errlen) {
+  *w = (float *)t->ptr;
+  if (t->dtype == FGB_FLOAT32) return FGB_OK;
+  fgb_status st = work_reserve(t->count, s, err, errlen);
+  if (st != FGB_OK) return st;
+  *w = g_work;
+  if (gpu_to_f32(t->dtype, t->ptr, *w, t->count, s) != FGB_OK) {
+    snprintf(err, errlen, "tensor %u: dtype %d cannot be compressed on the GPU", t->tensor_id,
+             (int)t->dtype);
+    return FGB_EINVAL;
+  }
+  return FGB_OK;
+}
+
 fgb_status sp_sync_timed(const sp_job *job, const eng_tensor *t, sp_timing *tm, uint64_t *sent,
                          uint64_t *recv, char *err, size_t errlen) {
   if (tm) {
@@ -480,19 +491,10 @@ fgb_status sp_sync_timed(const sp_job *job, const eng_tensor *t, sp_timing *tm, 
   if (st != FGB_OK) return st;
   cudaStream_t s = job->stream;
   comp_exec ex = {1, s};
-  /* fp32 is read and written in place in the client's memory (the kernels take any 4-byte
-   * alignment); fp16/bf16 go through the shared working buffer. A flushed tensor was zeroed by
-   * issue.c: it still runs its compressor, so its residual takes part and the phases match. */
-  float *w = (float *)t->ptr;
-  if (t->dtype != FGB_FLOAT32) {
-    if ((st = work_reserve(t->count, s, err, errlen)) != FGB_OK) return st;
-    w = g_work;
-    if (gpu_to_f32(t->dtype, t->ptr, w, t->count, s) != FGB_OK) {
-      snprintf(err, errlen, "tensor %u: dtype %d cannot be compressed on the GPU", t->tensor_id,
-               (int)t->dtype);
-      return FGB_EINVAL;
-    }
-  }
+  /* A flushed tensor was zeroed by issue.c: it still runs its compressor, so its residual takes
+   * part and the phases match. */
+  float *w = NULL;
+  if ((st = work_in(t, s, &w, err, errlen)) != FGB_OK) return st;
   /* Measured planning, as the host path times it (compress_path.c's cp_sync): encode per element,
    * decode per gathered element (P * k, k from the COO payload: 8-byte header, 8 bytes per
    * element), here as GPU time between events around the kernels, read once the item completed. */
@@ -539,16 +541,8 @@ fgb_status sp_flush(const sp_job *job, const eng_tensor *t, char *err, size_t er
   cudaStream_t s = job->stream;
   comp_exec ex = {1, s};
   /* In place: every flush_dense is elementwise (dense = grad + residual), as in sp_sync. */
-  float *w = (float *)t->ptr;
-  if (t->dtype != FGB_FLOAT32) {
-    if ((st = work_reserve(t->count, s, err, errlen)) != FGB_OK) return st;
-    w = g_work;
-    if (gpu_to_f32(t->dtype, t->ptr, w, t->count, s) != FGB_OK) {
-      snprintf(err, errlen, "tensor %u: dtype %d cannot be compressed on the GPU", t->tensor_id,
-               (int)t->dtype);
-      return FGB_EINVAL;
-    }
-  }
+  float *w = NULL;
+  if ((st = work_in(t, s, &w, err, errlen)) != FGB_OK) return st;
   if ((st = i->ops->flush_dense(i->st, &ex, w, w)) != FGB_OK) {
     snprintf(err, errlen, "compressor %s: flush_dense failed for tensor %u", i->ops->name,
              t->tensor_id);

@@ -56,6 +56,12 @@ void sp_release(uint64_t job_key);
 /* issue.c: nonzero once the loop marked the job aborted; abort the communicators of every job
  * so marked (their collectives end, so a host wait on the stream cannot hang on them). */
 int gpu_job_is_aborted(uint64_t job_key);
+/* A host wait for `ev` (a cudaEvent_t recorded on the engine stream) that a dead peer cannot hang:
+ * the job's abort, NCCL's asynchronous error or timeout_ms end it, and the job's communicator is
+ * then aborted (its collective's kernel ends, so the stream moves on). `what` names the wait in
+ * err. */
+fgb_status gpu_wait_event(comm *c, uint64_t job_key, void *ev, const char *what, int timeout_ms,
+                          char *err, size_t errlen);
 void gpu_abort_marked(void);
 
 #endif

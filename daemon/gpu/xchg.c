@@ -5,10 +5,8 @@
  * (the job's abort, NCCL's asynchronous error, a deadline), so a dead peer cannot hang the engine.
  * Engine thread only. */
 #include <cuda_runtime.h>
-#include <sched.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "comm_nccl.h"
 #include "eng_plan.h"
@@ -21,12 +19,6 @@
 static void *g_dev;    /* device scratch (stream-ordered allocation) */
 static uint8_t *g_pin; /* pinned host staging: copies never synchronise the stream */
 static size_t g_cap;   /* bytes of each */
-
-static uint64_t mono_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
 
 static fgb_status cuda_fail(cudaError_t ce, const char *what, char *err, size_t errlen) {
   snprintf(err, errlen, "planning exchange: %s: %s", what, cudaGetErrorString(ce));
@@ -60,36 +52,12 @@ static fgb_status reserve(size_t bytes, cudaStream_t s, char *err, size_t errlen
 
 /* Wait for `ev` (recorded on the engine stream after the collective). */
 static fgb_status wait_ev(comm *c, uint64_t job_key, cudaEvent_t ev, char *err, size_t errlen) {
-  uint64_t t0 = mono_ms();
-  for (unsigned spins = 0;; spins++) {
-    cudaError_t ce = cudaEventQuery(ev);
-    if (ce == cudaSuccess) {
-      if (!comm_nccl_handle(c)) { /* aborted meanwhile: the collective did not finish */
-        snprintf(err, errlen, "planning exchange: a rank of the job failed");
-        return FGB_EPEER;
-      }
-      return FGB_OK;
-    }
-    if (ce != cudaErrorNotReady) return cuda_fail(ce, "waiting for the collective", err, errlen);
-    if (spins % 64 == 0) gpu_abort_marked(); /* other jobs' collectives ahead on the stream */
-    int aborted = gpu_job_is_aborted(job_key);
-    int late = mono_ms() - t0 > XG_TIMEOUT_MS;
-    if (aborted || late || comm_nccl_check(c, err, errlen) < 0) {
-      if (aborted)
-        snprintf(err, errlen, "planning exchange: a rank of the job failed");
-      else if (late)
-        snprintf(err, errlen, "planning exchange: no answer from the job's ranks in %d s",
-                 XG_TIMEOUT_MS / 1000);
-      comm_nccl_ops.abort(c); /* the collective's kernel ends: the stream moves on */
-      return aborted ? FGB_EPEER : FGB_EIO;
-    }
-    if (spins < 1000) {
-      sched_yield();
-    } else {
-      struct timespec ts = {0, 50000};
-      nanosleep(&ts, NULL);
-    }
+  fgb_status st = gpu_wait_event(c, job_key, ev, "planning exchange", XG_TIMEOUT_MS, err, errlen);
+  if (st == FGB_OK && !comm_nccl_handle(c)) { /* aborted meanwhile: the collective did not finish */
+    snprintf(err, errlen, "planning exchange: a rank of the job failed");
+    return FGB_EPEER;
   }
+  return st;
 }
 
 /* Record `ev` on the stream and wait for it. */
