@@ -83,8 +83,11 @@ static srv_plan *plan_get(srv_job *j) {
   return j->plan = pl;
 }
 
-/* FGBUFF_PLAN_COMP_COST_SCALE (daemon environment): multiplies the compressor costs this rank
- * contributes, to force dense (large) or compressed (small) decisions in tests and experiments.
+/* FGBUFF_PLAN_COMP_COST_SCALE (daemon environment): multiplies the costs of the compressed path
+ * this rank contributes (sparse all-gather, encode, decode), to force dense (large) or compressed
+ * (small) decisions in tests and experiments: with measured collective costs, scaling the
+ * compressor alone cannot force compression where the all-gather's latency exceeds the
+ * all-reduce's (small buffers on NVLink).
  * Anything but a finite number in [1e-9, 1e9] is ignored with a warning. */
 double srv_plan_env_scale(void) {
   const char *v = getenv("FGBUFF_PLAN_COMP_COST_SCALE");

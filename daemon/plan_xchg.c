@@ -45,7 +45,8 @@ static void px_fill(void *ud, const sched_costs *measured, uint32_t have, uint8_
     *cost_at(&m, 2 * k) = *cost_at((sched_costs *)measured, 2 * k);
     *cost_at(&m, 2 * k + 1) = *cost_at((sched_costs *)measured, 2 * k + 1);
   }
-  for (int i = 4; i < 8; i++) *cost_at(&m, i) *= c->comp_scale; /* encode and decode */
+  /* The compressed path's costs: sparse all-gather, encode and decode (all-reduce stays). */
+  for (int i = 2; i < 8; i++) *cost_at(&m, i) *= c->comp_scale;
   uint64_t lh = list_hash(c);
   uint32_t flags = c->ready ? 1u : 0u, pad = 0;
   memcpy(mine, PX_MAGIC, 8);

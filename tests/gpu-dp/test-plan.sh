@@ -55,8 +55,8 @@ assert inp, "the plan has no agreed inputs (planned locally from default costs?)
 assert "allreduce" in inp["measured"] and "allgather" in inp["measured"], inp
 c = inp["costs"]
 assert c["ar_alpha"] + c["ar_beta"] > 0 and c["ag_alpha"] + c["ag_beta"] > 0, c
-# Compressor costs measured on the GPU (every rank; FGBUFF_PLAN_COMP_COST_SCALE still scales them
-# down, but not to zero) and agreed: the same bits on both daemons (the JSON compared above).
+# Compressor costs measured on the GPU (every rank; FGBUFF_PLAN_COMP_COST_SCALE scales them and the
+# all-gather's down, but not to zero) and agreed: the same bits on both daemons (the JSON compared above).
 assert "encode" in inp["measured"] and "decode" in inp["measured"], \
     f"compressor costs not measured on the GPU daemons: {inp['measured']}"
 assert c["comp_alpha"] + c["comp_beta"] > 0 and c["dec_alpha"] + c["dec_beta"] > 0, c
