@@ -12,16 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "fgbuff/client.h"
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
+#include "gpu_client_util.h"
 
 static int cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -29,39 +23,40 @@ static int cmp(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-  int rank = 0, size = 2, dev = 0, steps = 300, period_ms = 30;
+  int period_ms = 30;
   unsigned long long count = 25557032ull;
-  const char *sock = NULL, *job = "interference", *comp = "", *trace = NULL;
+  const char *comp = "", *trace = NULL;
   double density = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--rank"))
-      rank = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--size"))
-      size = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--device"))
-      dev = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--steps"))
-      steps = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--period-ms"))
+  gcu_args ga = {0, 2, 0, 300, NULL, "interference"};
+  for (int i = 1; i < argc; i++) {
+    if (gcu_arg(argc, argv, &i, &ga)) continue;
+    if (i + 1 >= argc) {
+      fprintf(stderr, "syncclient: %s needs a value\n", argv[i]);
+      return 2;
+    }
+    if (!strcmp(argv[i], "--period-ms"))
       period_ms = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--count"))
       count = strtoull(argv[i + 1], NULL, 10);
-    else if (!strcmp(argv[i], "--socket"))
-      sock = argv[i + 1];
-    else if (!strcmp(argv[i], "--job"))
-      job = argv[i + 1];
     else if (!strcmp(argv[i], "--compressor"))
       comp = argv[i + 1];
     else if (!strcmp(argv[i], "--density"))
       density = atof(argv[i + 1]);
     else if (!strcmp(argv[i], "--trace"))
       trace = argv[i + 1];
+    else {
+      fprintf(stderr, "syncclient: unknown argument %s\n", argv[i]);
+      return 2;
+    }
+    i++;
   }
+  int rank = ga.rank, steps = ga.steps;
   if (steps < 1 || period_ms < 0 || count == 0 || count > (1ull << 32)) {
     fprintf(stderr, "syncclient: bad arguments\n");
     return 2;
   }
-  if (cudaSetDevice(dev) != cudaSuccess || cudaFree(0) != cudaSuccess) return 77;
+  int bst = gcu_bind(&ga);
+  if (bst) return bst;
   size_t bytes = (size_t)count * 4;
   float *g;
   if (cudaMalloc((void **)&g, bytes) != cudaSuccess) return 1;
@@ -70,13 +65,9 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < count; i++) h[i] = (float)((int)((i * 2654435761u + rank) % 2001) - 1000);
   cudaMemcpy(g, h, bytes, cudaMemcpyHostToDevice);
   fgb_client *c;
-  fgb_job_opts jo = FGB_JOB_OPTS_INIT;
-  jo.name = job;
-  jo.rank = rank;
-  jo.size = size;
   fgb_arena ar;
-  if (fgb_client_new(&c) || fgb_connect(c, sock) || fgb_join(c, &jo) ||
-      fgb_arena_register_cuda(c, g, bytes, &ar)) {
+  if (gcu_connect_join(&ga, NULL, &c)) return 1;
+  if (fgb_arena_register_cuda(c, g, bytes, &ar)) {
     fprintf(stderr, "syncclient rank %d: %s\n", rank, fgb_client_error(c));
     return 1;
   }
@@ -101,23 +92,23 @@ int main(int argc, char **argv) {
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   double *lat = malloc((size_t)steps * sizeof *lat), *t_sub = malloc((size_t)steps * sizeof *t_sub);
   if (!lat || !t_sub) return 1;
-  double next = now_s(), t_first = 0;
+  double next = gcu_now_s(), t_first = 0;
   for (int k = 0; k < steps; k++) {
-    double t0 = now_s();
+    double t0 = gcu_now_s();
     t_sub[k] = t0;
     if ((st = fgb_submit(c, t, (uint64_t)k, s)) == FGB_OK) st = fgb_wait(c, t, (uint64_t)k, 60000);
     if (st) {
       fprintf(stderr, "syncclient rank %d step %d: %s\n", rank, k, fgb_client_error(c));
       return 1;
     }
-    lat[k] = (now_s() - t0) * 1e3;
+    lat[k] = (gcu_now_s() - t0) * 1e3;
     if (k == 0) {
-      t_first = now_s();
+      t_first = gcu_now_s();
       printf("syncing\n");
       fflush(stdout);
     }
     next += period_ms * 1e-3;
-    double w = next - now_s();
+    double w = next - gcu_now_s();
     if (w > 0) usleep((useconds_t)(w * 1e6));
   }
   if (trace) {
@@ -125,7 +116,7 @@ int main(int argc, char **argv) {
     for (int k = 0; f && k < steps; k++) fprintf(f, "%.6f %.4f\n", t_sub[k], lat[k]);
     if (f) fclose(f);
   }
-  double span = now_s() - t_first, sum = 0;
+  double span = gcu_now_s() - t_first, sum = 0;
   for (int k = 0; k < steps; k++) sum += lat[k];
   qsort(lat, (size_t)steps, sizeof *lat, cmp);
   char what[96];

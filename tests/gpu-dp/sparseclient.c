@@ -32,6 +32,7 @@
 
 #include "compressor.h"
 #include "fgbuff/client.h"
+#include "gpu_client_util.h"
 
 #define NT 7
 #define MAXP 8
@@ -65,41 +66,14 @@ static int rank_;
     exit(2);                             \
   } while (0)
 
-static uint16_t f2h(float f) {
-  _Float16 h = (_Float16)f; /* round to nearest even, subnormals included */
-  uint16_t b;
-  memcpy(&b, &h, 2);
-  return b;
-}
-
-static float h2f(uint16_t b) {
-  _Float16 h;
-  memcpy(&h, &b, 2);
-  return (float)h;
-}
-
-static uint16_t f2b(float f) { /* round to nearest even (inputs and results are finite) */
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-static float b2f(uint16_t b) {
-  uint32_t u = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
 static int is16(fgb_dtype dt) {
   return dt == FGB_FLOAT16 || dt == FGB_BFLOAT16;
 }
 static uint16_t narrow(fgb_dtype dt, float f) {
-  return dt == FGB_BFLOAT16 ? f2b(f) : f2h(f);
+  return dt == FGB_BFLOAT16 ? gcu_f2b(f) : gcu_f2h(f);
 }
 static float widen(fgb_dtype dt, uint16_t b) {
-  return dt == FGB_BFLOAT16 ? b2f(b) : h2f(b);
+  return dt == FGB_BFLOAT16 ? gcu_b2f(b) : gcu_h2f(b);
 }
 
 /* Input element i of tensor t at step s on rank r: heavy-tailed, all distinct magnitudes. */
@@ -112,12 +86,6 @@ static float input(int r, uint64_t s, int t, uint64_t i) {
   double v = (u - 0.5) / (0.51 - fabs(u - 0.5));             /* heavy tails */
   float f = (float)(v * (1.0 + (double)(i % 7)));
   return is16(T[t].dt) ? widen(T[t].dt, narrow(T[t].dt, f)) : f;
-}
-
-static uint64_t fnv(const void *p, size_t n, uint64_t h) {
-  const uint8_t *b = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
 }
 
 static uint64_t splitmix(uint64_t z) { /* the daemon's per-job seed (compress_path.c) */
@@ -198,12 +166,12 @@ static void ref_step(ref *rf, int t, int P, uint64_t step) {
       if (!sum) DIE("out of memory");
       for (int q = 0; q < P; q++)
         for (size_t i = 0; i < c; i++)
-          sum[i] += ph[0].dtype == FGB_FLOAT16 ? h2f(((const uint16_t *)ph[q].send)[i])
+          sum[i] += ph[0].dtype == FGB_FLOAT16 ? gcu_h2f(((const uint16_t *)ph[q].send)[i])
                                                : ((const float *)ph[q].send)[i];
       for (int r = 0; r < P; r++)
         for (size_t i = 0; i < c; i++) {
           if (ph[0].dtype == FGB_FLOAT16)
-            ((uint16_t *)ph[r].recv)[i] = f2h(sum[i]);
+            ((uint16_t *)ph[r].recv)[i] = gcu_f2h(sum[i]);
           else
             ((float *)ph[r].recv)[i] = sum[i];
         }
@@ -323,23 +291,14 @@ static long long plan_first_step(fgb_client *c, const char *job) {
  */
 
 int main(int argc, char **argv) {
-  int size = 2, dev = 0, steps = 4, mismatch = 0, flush = 0;
+  int mismatch = 0, flush = 0;
   long long mem_check = -1;
-  const char *sock = NULL, *job = "gpu-sparse", *hold = NULL, *policy = NULL;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--rank"))
-      rank_ = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--size"))
-      size = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--device"))
-      dev = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--steps"))
-      steps = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--socket"))
-      sock = argv[i + 1];
-    else if (!strcmp(argv[i], "--job"))
-      job = argv[i + 1];
-    else if (!strcmp(argv[i], "--mem-check"))
+  const char *hold = NULL, *policy = NULL;
+  gcu_args ga = {0, 2, 0, 4, NULL, "gpu-sparse"};
+  for (int i = 1; i < argc; i++) {
+    if (gcu_arg(argc, argv, &i, &ga)) continue;
+    if (i + 1 >= argc) DIE("%s needs a value", argv[i]);
+    if (!strcmp(argv[i], "--mem-check"))
       mem_check = atoll(argv[i + 1]);
     else if (!strcmp(argv[i], "--mismatch"))
       mismatch = atoi(argv[i + 1]);
@@ -351,19 +310,16 @@ int main(int argc, char **argv) {
       flush = atoi(argv[i + 1]);
     else
       DIE("unknown argument %s", argv[i]);
+    i++;
   }
+  rank_ = ga.rank;
+  int size = ga.size, steps = ga.steps;
+  const char *job = ga.job;
   if (size < 1 || size > MAXP) DIE("--size in [1, %d]", MAXP);
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= dev) return 77;
-  if (cudaSetDevice(dev) != cudaSuccess || cudaFree(0) != cudaSuccess) DIE("GPU %d", dev);
+  int bst = gcu_bind(&ga);
+  if (bst) return bst == 77 ? 77 : 2;
   fgb_client *c;
-  if (fgb_client_new(&c) || fgb_connect(c, sock)) DIE("connect: %s", fgb_client_error(c));
-  fgb_job_opts jo = FGB_JOB_OPTS_INIT;
-  jo.name = job;
-  jo.rank = rank_;
-  jo.size = size;
-  jo.policy = policy;
-  if (fgb_join(c, &jo)) DIE("join: %s", fgb_client_error(c));
+  if (gcu_connect_join(&ga, policy, &c)) return 2;
   void *dmem;
   fgb_arena ar;
   if (cudaMalloc(&dmem, ARENA_BYTES) != cudaSuccess) DIE("cudaMalloc");
@@ -476,7 +432,7 @@ int main(int argc, char **argv) {
       size_t b = T[t].count * fgb_dtype_size(T[t].dt);
       cudaMemcpyAsync(back, (char *)dmem + T[t].offset, b, cudaMemcpyDeviceToHost, s);
       cudaStreamSynchronize(s);
-      hash = fnv(back, b, hash);
+      hash = gcu_fnv(back, b, hash);
       /* Expected result, as the element type's bits. */
       uint64_t n = T[t].count;
       if (dense) { /* exact average of (g + r_old), computed here, not by the compressor */

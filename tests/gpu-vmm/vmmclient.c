@@ -14,10 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "fgbuff/client.h"
+#include "gpu_client_util.h"
 #include "vmm-alloc.h"
 
 #define NT 5
@@ -40,54 +39,9 @@ static const spec T[NT] = {
     {"h4", 1, 90002, 3001, FGB_FLOAT16, 0},
 };
 
-static uint16_t f2h(float f) { /* round to nearest even; inputs are normal and small */
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000, e = (x >> 23) & 0xff, m = x & 0x7fffff;
-  if (e == 0 && m == 0) return (uint16_t)sign;
-  int he = (int)e - 127 + 15;
-  if (he <= 0) return (uint16_t)sign; /* not produced by these inputs */
-  uint32_t hm = m >> 13, rest = m & 0x1fff;
-  if (rest > 0x1000 || (rest == 0x1000 && (hm & 1))) hm++;
-  if (hm == 0x400) {
-    hm = 0;
-    he++;
-  }
-  return (uint16_t)(sign | ((uint32_t)he << 10) | hm);
-}
-
-static float h2f(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
-  if (e == 0 && m == 0) {
-    float z;
-    memcpy(&z, &sign, 4);
-    return z;
-  }
-  uint32_t x = sign | ((e - 15 + 127) << 23) | (m << 13);
-  float f;
-  memcpy(&f, &x, 4);
-  return f;
-}
-
 static float input(int rank, uint64_t step, int t, uint64_t i) {
   uint64_t h = (i * 2654435761u + (uint64_t)t * 40503u + step * 977u + (uint64_t)rank * 7919u);
   return (float)((int)(h % 2001) - 1000) / 256.0f; /* exact in fp16 too */
-}
-
-static uint64_t fnv(const void *p, size_t n, uint64_t h) {
-  const uint8_t *b = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
-
-static void CUDART_CB hold(void *arg) {
-  usleep((useconds_t)(uintptr_t)arg);
-}
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
 #define DIE(...)                        \
@@ -99,26 +53,15 @@ static double now_s(void) {
   } while (0)
 
 int main(int argc, char **argv) {
-  int rank = 0, size = 2, dev = 0, steps = 3;
-  const char *sock = NULL, *job = "gpu-vmm";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--rank"))
-      rank = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--size"))
-      size = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--device"))
-      dev = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--steps"))
-      steps = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--socket"))
-      sock = argv[i + 1];
-    else if (!strcmp(argv[i], "--job"))
-      job = argv[i + 1];
-  }
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= dev) return 77;
-  if (cudaSetDevice(dev) != cudaSuccess || cudaFree(0) != cudaSuccess)
-    DIE("cannot use GPU %d", dev);
+  gcu_args ga = {0, 2, 0, 3, NULL, "gpu-vmm"};
+  for (int i = 1; i < argc; i++)
+    if (!gcu_arg(argc, argv, &i, &ga)) {
+      fprintf(stderr, "vmmclient: unknown argument %s\n", argv[i]);
+      return 1;
+    }
+  int rank = ga.rank, size = ga.size, dev = ga.dev, steps = ga.steps;
+  int bst = gcu_bind(&ga);
+  if (bst) return bst;
   size_t g = vmm_granularity(dev);
   if (g == 0 || g > ((size_t)1 << 24)) DIE("allocation granularity %zu", g);
   /* Arena 0: one chunk (at least 1 MiB) registered from its start; arena 1: 2 chunks, registered
@@ -129,12 +72,7 @@ int main(int argc, char **argv) {
   void *dmem[2] = {(void *)(uintptr_t)m0.va, (void *)(uintptr_t)(m1.va + g - SEAM_BACK)};
   size_t abytes[2] = {(size_t)1 << 20, 100000};
   fgb_client *c;
-  if (fgb_client_new(&c) || fgb_connect(c, sock)) DIE("connect: %s", fgb_client_error(c));
-  fgb_job_opts jo = FGB_JOB_OPTS_INIT;
-  jo.name = job;
-  jo.rank = rank;
-  jo.size = size;
-  if (fgb_join(c, &jo)) DIE("join: %s", fgb_client_error(c));
+  if (gcu_connect_join(&ga, NULL, &c)) return 1;
   fgb_arena ar[2];
   for (int a = 0; a < 2; a++)
     if (fgb_arena_register_cuda(c, dmem[a], abytes[a], &ar[a]))
@@ -160,12 +98,12 @@ int main(int argc, char **argv) {
   int bad = 0;
   for (long step = 0; step < steps; step++) {
     /* Held 200 ms before the inputs land: a daemon not waiting for the event reduces old data. */
-    cudaLaunchHostFunc(s, hold, (void *)(uintptr_t)200000);
+    cudaLaunchHostFunc(s, gcu_hold, (void *)(uintptr_t)200000);
     for (int t = 0; t < NT; t++) {
       for (uint64_t i = 0; i < T[t].count; i++) {
         float v = input(rank, (uint64_t)step, t, i);
         if (T[t].dt == FGB_FLOAT16)
-          ((uint16_t *)host[t])[i] = f2h(v);
+          ((uint16_t *)host[t])[i] = gcu_f2h(v);
         else
           ((float *)host[t])[i] = v;
       }
@@ -175,26 +113,27 @@ int main(int argc, char **argv) {
       if (fgb_submit(c, tid[t], (uint64_t)step, s))
         DIE("submit %s: %s", T[t].name, fgb_client_error(c));
     }
-    double t0 = now_s();
+    double t0 = gcu_now_s();
     uint64_t hash = 1469598103934665603ull;
     for (int t = 0; t < NT; t++) {
       fgb_status st = T[t].on_stream ? fgb_wait_on_stream(c, tid[t], (uint64_t)step, s, 60000)
                                      : fgb_wait(c, tid[t], (uint64_t)step, 60000);
       if (st) {
         printf("rank %d step %ld tensor %s: status %d (%s) after %.2f s: %s\n", rank, step,
-               T[t].name, st, fgb_strerror(st), now_s() - t0, fgb_client_error(c));
+               T[t].name, st, fgb_strerror(st), gcu_now_s() - t0, fgb_client_error(c));
         return 1;
       }
       size_t b = T[t].count * fgb_dtype_size(T[t].dt);
       cudaMemcpyAsync(back, (char *)dmem[T[t].arena] + T[t].offset, b, cudaMemcpyDeviceToHost, s);
       cudaStreamSynchronize(s);
-      hash = fnv(back, b, hash);
+      hash = gcu_fnv(back, b, hash);
       uint64_t wrong = 0;
       for (uint64_t i = 0; i < T[t].count; i++) {
         float sum = 0;
         if (T[t].dt == FGB_FLOAT16) {
-          for (int r = 0; r < size; r++) sum = h2f(f2h(sum + h2f(f2h(input(r, step, t, i)))));
-          uint16_t want = f2h(h2f(f2h(sum)) / (float)size), got = ((uint16_t *)back)[i];
+          for (int r = 0; r < size; r++)
+            sum = gcu_h2f(gcu_f2h(sum + gcu_h2f(gcu_f2h(input(r, step, t, i)))));
+          uint16_t want = gcu_f2h(gcu_h2f(gcu_f2h(sum)) / (float)size), got = ((uint16_t *)back)[i];
           if (want != got) wrong++;
         } else {
           for (int r = 0; r < size; r++) sum += input(r, step, t, i);
