@@ -2,13 +2,20 @@
 # bench/gpu/bench-gpu.sh BUILD_DIR [bench args] — starts the GPU daemons (one per GPU, mpirun)
 # and runs bench-gpu-allreduce (mpirun -np 2) against them: fast path (NVLink/P2P) first, then
 # the slow-network setting (NCCL over loopback sockets), daemons restarted with the same env.
+# MPS=1: everything runs under an MPS control daemon started here (bench/gpu/mps.sh).
+# FGBUFF_HOT_US, FGBUFF_WAIT_SPIN_US, FGBUFF_CLIENT_TRACE, FGBUFF_DONE_EVENT reach daemons and ranks.
 set -u
 build="${1:?build dir}"
 shift
 here="$(cd "$(dirname "$0")" && pwd)"
 export FGBUFF_BIN_DIR="$build"
 source "$here/../../tests/gpu-dp/gpu-world.sh"
+source "$here/mps.sh"
 gpu_need 2
+if [ "${MPS:-0}" = 1 ]; then
+  trap mps_stop EXIT
+  mps_start || exit 1
+fi
 nvidia-smi --query-gpu=name,pci.bus_id --format=csv,noheader
 run() {
   local label="$1"
@@ -16,7 +23,8 @@ run() {
   gpu_world_start 2 || return 1
   grep -m2 "GPU GPU-\|MPS" "$GPU_WORLD_LOG" | head -2
   mpirun --oversubscribe --bind-to none -np 2 -x FGBUFF_RUNTIME_DIR -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE \
-    -x NCCL_IB_DISABLE -x NCCL_SOCKET_IFNAME -x NCCL_NVLS_ENABLE \
+    -x NCCL_IB_DISABLE -x NCCL_SOCKET_IFNAME -x NCCL_NVLS_ENABLE -x FGBUFF_WAIT_SPIN_US \
+    -x FGBUFF_CLIENT_TRACE -x FGBUFF_DONE_EVENT \
     "$build/bench/gpu/bench-gpu-allreduce" --label "$label" "$@"
   gpu_world_stop
   # FGBUFF_GPU_TRACE=1: the daemons' per-collective timings of the 4-byte runs
