@@ -90,7 +90,8 @@ typedef struct kc_partial {
 } kc_partial;
 typedef struct kc_scratch {
   uint32_t stats_done, count_done;
-  uint32_t dec_unsorted, pad_; /* kern_coo_decode: some payload is not in ascending index order */
+  uint32_t dec_unsorted; /* kern_coo_decode: some payload is not in ascending index order */
+  uint32_t dec_done;     /* last-block-done counter of k_dec_tile when dec_unsorted */
   unsigned long long count_acc;
   kc_partial part[KC_RED_BLOCKS];
   uint32_t hist_acc[KERN_HIST_BINS]; /* the *_hist kernels' running histogram, kept zero */
@@ -99,6 +100,28 @@ typedef struct kc_scratch {
 /* The scratch of (current device, stream), created on first use outside a stream capture (every
  * create-time call — kern_alloc, kern_ws_create — makes sure it exists). NULL if it cannot be. */
 kc_scratch *kc_stream_scratch(cudaStream_t s);
+
+/* The last block of a *_hist pass: hist_out = the running histogram, which is left zero. Plain
+ * L2 loads, eight in flight a thread (every block's adds were fenced before it checked in): 32
+ * serial atomicExch a thread cost ~15-20 us a pass. All threads of the block call it. */
+__device__ inline void kc_hist_drain(uint32_t *acc, uint32_t *hist_out) {
+  for (uint32_t b0 = threadIdx.x; b0 < KERN_HIST_BINS; b0 += 8 * blockDim.x) {
+    uint32_t h[8];
+#pragma unroll
+    for (int u = 0; u < 8; u++) {
+      const uint32_t b = b0 + u * blockDim.x;
+      h[u] = b < KERN_HIST_BINS ? __ldcg(&acc[b]) : 0u;
+    }
+#pragma unroll
+    for (int u = 0; u < 8; u++) {
+      const uint32_t b = b0 + u * blockDim.x;
+      if (b < KERN_HIST_BINS) {
+        hist_out[b] = h[u];
+        acc[b] = 0u;
+      }
+    }
+  }
+}
 
 /* ---- block-level helpers (blockDim.x a multiple of 32, <= 1024) -------------------------------
  */

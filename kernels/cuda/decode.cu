@@ -113,12 +113,28 @@ __device__ inline uint32_t seq_lower_bound(const coo_view *v, int64_t x) {
   return lo;
 }
 
+__device__ void dec_fallback(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n,
+                             float scale, kc_scratch *scr, float *out, kern_ctl *ctl);
+
 __global__ void __launch_bounds__(DEC_TILE_THREADS)
     k_dec_tile(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n, float scale,
-               const kc_scratch *scr, float *out, kern_ctl *ctl) {
+               kc_scratch *scr, float *out, kern_ctl *ctl) {
   __shared__ float tile[DEC_TILE];
   __shared__ uint32_t s_lo[DEC_TILE_MAX_RANKS], s_hi[DEC_TILE_MAX_RANKS];
-  if (scr->dec_unsorted) return; /* k_dec_fallback's job */
+  __shared__ uint32_t s_last;
+  if (scr->dec_unsorted) {
+    /* Some payload is not ascending: the last block to check in sums in payload order (one launch
+     * less than a separate fallback kernel; the sorted case pays nothing for it). Every block read
+     * the flag before checking in, so the last one may clear it. */
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(&scr->dec_done, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    if (threadIdx.x == 0) scr->dec_done = 0;
+    dec_fallback(recv, stride, nranks, vb, n, scale, scr, out, ctl);
+    return;
+  }
   const uint64_t t0 = (uint64_t)blockIdx.x * DEC_TILE;
   const uint32_t len = (uint32_t)min((uint64_t)DEC_TILE, n - t0);
   const unsigned warp = threadIdx.x >> 5, nw = DEC_TILE_THREADS / 32;
@@ -178,12 +194,10 @@ __global__ void __launch_bounds__(DEC_TILE_THREADS)
 
 /* Unsorted payloads (repeated indices: foreign bytes, or a test's hand-made ones) or more ranks
  * than the tile path takes: one block zero-fills out, one thread sums rank by rank in payload
- * order (exactly the CPU's result, just slow), then the block scales. */
-__global__ void __launch_bounds__(1024)
-    k_dec_fallback(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n,
-                   float scale, int always, kc_scratch *scr, float *out, kern_ctl *ctl) {
-  if (!always && !scr->dec_unsorted) return;
-  __syncthreads(); /* every thread has read the flag before thread 0 clears it below */
+ * order (exactly the CPU's result, just slow), then the block scales and clears the unsorted flag.
+ * Every thread of the block calls it. */
+__device__ void dec_fallback(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n,
+                             float scale, kc_scratch *scr, float *out, kern_ctl *ctl) {
   for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = 0.0f;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -214,6 +228,12 @@ __global__ void __launch_bounds__(1024)
       out[i] = kern_nan_canon(__fmul_rn(out[i], scale));
 }
 
+__global__ void __launch_bounds__(1024)
+    k_dec_fallback(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n,
+                   float scale, kc_scratch *scr, float *out, kern_ctl *ctl) {
+  dec_fallback(recv, stride, nranks, vb, n, scale, scr, out, ctl);
+}
+
 __global__ void k_add_bad(kern_ctl *ctl, unsigned long long b) {
   ctl->bad += b;
 }
@@ -228,13 +248,13 @@ extern "C" fgb_status kern_cuda_coo_decode(const void *recv, size_t stride, int 
   const uint32_t vb = fp16 ? 2 : 4;
   const char *rb = (const char *)recv;
   /* The unsorted flag is clear on entry: every decode that may set it (k_dec_check) ends with a
-   * k_dec_fallback, which clears it; the scratch starts zeroed. No reset launch needed. */
+   * k_dec_tile, whose last block then clears it; the scratch starts zeroed. No reset launch. */
   if (stride < sizeof(comp_coo_header) || nranks > DEC_TILE_MAX_RANKS || (n == 0 && nranks)) {
     /* Unreadable headers, many ranks, or nothing to write but bad entries to count: one block. */
     if (stride < sizeof(comp_coo_header) && ctl && nranks)
       k_add_bad<<<1, 1, 0, s>>>(ctl, (unsigned long long)nranks);
     k_dec_fallback<<<1, 1024, 0, s>>>(rb, stride, stride < sizeof(comp_coo_header) ? 0 : nranks, vb,
-                                      n, scale, 1, scr, out, ctl);
+                                      n, scale, scr, out, ctl);
     return kc_launched();
   }
   if (n == 0) return FGB_OK;
@@ -248,7 +268,6 @@ extern "C" fgb_status kern_cuda_coo_decode(const void *recv, size_t stride, int 
   const uint64_t tiles = (n + DEC_TILE - 1) / DEC_TILE;
   k_dec_tile<<<(unsigned)tiles, DEC_TILE_THREADS, 0, s>>>(rb, stride, nranks, vb, n, scale, scr,
                                                           out, ctl);
-  if (nranks) k_dec_fallback<<<1, 1024, 0, s>>>(rb, stride, nranks, vb, n, scale, 0, scr, out, ctl);
   return kc_launched();
 }
 

@@ -78,8 +78,7 @@ __global__ void __launch_bounds__(KH_EW_THREADS)
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  for (uint32_t b = threadIdx.x; b < KERN_HIST_BINS; b += blockDim.x)
-    hist_out[b] = atomicExch(&scr->hist_acc[b], 0u);
+  kc_hist_drain(scr->hist_acc, hist_out);
   if (threadIdx.x == 0) scr->hist_done = 0;
 }
 

@@ -194,8 +194,7 @@ __global__ void __launch_bounds__(KC_RED_THREADS)
     scr->stats_done = 0;
   }
   if (HIST) {
-    for (uint32_t b = threadIdx.x; b < KERN_HIST_BINS; b += blockDim.x)
-      hist_out[b] = atomicExch(&scr->hist_acc[b], 0u);
+    kc_hist_drain(scr->hist_acc, hist_out);
   }
 }
 

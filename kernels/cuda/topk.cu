@@ -175,56 +175,93 @@ __device__ inline void sel_decide(kc_sel_state *st, uint32_t k, uint64_t cand_ca
 }
 
 /* g != NULL: the error-feedback compensation a += g happens here, in the one read of a (al then
- * covers g's alignment too); a is written back whole, the selection sees the sums. */
-__global__ void __launch_bounds__(SEL_THREADS)
+ * covers g's alignment too); a is written back whole, the selection sees the sums.
+ * A block takes chunks blockIdx.x, + gridDim.x, ... (the grid is what fits on the GPU at once) and
+ * loads its next chunk before it works on the current one: with a block per chunk, every block's
+ * serial tail (scan, the ncand atomic's round trip, the scatter) left the loads idle, and the pass
+ * ran at about half the read bandwidth. */
+template <bool G> /* G: g is given (the prefetch of g needs registers: fewer blocks an SM) */
+__global__ void __launch_bounds__(SEL_THREADS, G ? 3 : 4)
     k_compact(const float *a, const float *g, uint64_t len, int al, kc_sel_state *st, float *cv,
               uint32_t *ci, uint64_t cand_cap, uint32_t *ch_off, uint32_t *ch_cnt, uint32_t *ch_gt,
-              uint32_t *ch_eq, uint32_t k, int take_all) {
+              uint32_t *ch_eq, uint32_t k, int take_all, uint64_t nch) {
   __shared__ unsigned long long s_base;
   const uint32_t L = st->L;
-  const uint64_t c = blockIdx.x;
-  float v[16];
+  float v[16], w[16];
   uint32_t idx[16];
-  uint32_t pres = load_chunk(a, len, al, 1, NULL, NULL, 0, 0, c, v, idx);
-  if (g) {
-    float w[16];
-    (void)load_chunk(g, len, al, 1, NULL, NULL, 0, 0, c, w, idx);
-    float *aw = (float *)a;
+  uint32_t pres = 0;
+  uint64_t c = blockIdx.x;
+  if (c < nch) {
+    pres = load_chunk(a, len, al, 1, NULL, NULL, 0, 0, c, v, idx);
+    if (G) (void)load_chunk(g, len, al, 1, NULL, NULL, 0, 0, c, w, idx);
+  }
+  for (; c < nch; c += gridDim.x) {
+    /* The next chunk's loads are in flight while this one is compacted. */
+    float vn[16], wn[16];
+    uint32_t presn = 0;
+    const uint64_t cn = c + gridDim.x;
+    if (cn < nch) {
+      presn = load_chunk(a, len, al, 1, NULL, NULL, 0, 0, cn, vn, idx);
+      if (G) (void)load_chunk(g, len, al, 1, NULL, NULL, 0, 0, cn, wn, idx);
+    }
+    if (G) {
+      float *aw = (float *)a;
 #pragma unroll
-    for (int s = 0; s < 4; s++) {
-#pragma unroll
-      for (int q = 0; q < 4; q++)
-        v[4 * s + q] = kern_nan_canon(__fadd_rn(v[4 * s + q], w[4 * s + q]));
-      const uint64_t e0 = c * KC_CHUNK + (uint64_t)s * SLAB + 4 * threadIdx.x;
-      if (al && ((pres >> (4 * s)) & 0xfu) == 0xfu) {
-        *(float4 *)(aw + e0) = make_float4(v[4 * s], v[4 * s + 1], v[4 * s + 2], v[4 * s + 3]);
-      } else {
+      for (int s = 0; s < 4; s++) {
 #pragma unroll
         for (int q = 0; q < 4; q++)
-          if ((pres >> (4 * s + q)) & 1u) aw[e0 + q] = v[4 * s + q];
+          v[4 * s + q] = kern_nan_canon(__fadd_rn(v[4 * s + q], w[4 * s + q]));
+        const uint64_t e0 = c * KC_CHUNK + (uint64_t)s * SLAB + 4 * threadIdx.x;
+        if (al && ((pres >> (4 * s)) & 0xfu) == 0xfu) {
+          *(float4 *)(aw + e0) = make_float4(v[4 * s], v[4 * s + 1], v[4 * s + 2], v[4 * s + 3]);
+        } else {
+#pragma unroll
+          for (int q = 0; q < 4; q++)
+            if ((pres >> (4 * s + q)) & 1u) aw[e0 + q] = v[4 * s + q];
+        }
       }
     }
-  }
-  uint32_t f = 0, neq = 0;
+    uint32_t f = 0, neq = 0;
 #pragma unroll
-  for (int e = 0; e < 16; e++)
-    if ((pres >> e) & 1u) {
-      const uint32_t key = kern_abs_key(v[e]);
-      if (key >= L) f |= 1u << e;
-      neq += key == L;
+    for (int e = 0; e < 16; e++)
+      if ((pres >> e) & 1u) {
+        const uint32_t key = kern_abs_key(v[e]);
+        if (key >= L) f |= 1u << e;
+        neq += key == L;
+      }
+    uint32_t sb[4], total;
+    uint64_t ex = chunk_scan(f, sb, &total);
+    /* The chunk's counts above / at L: when every candidate is taken (T = L, the usual threshold
+     * select), these are k_chunk_count's result, which then does not run. */
+    neq = kc_block_sum<uint32_t>(neq);
+    if (threadIdx.x == 0) {
+      unsigned long long base = total ? atomicAdd(&st->ncand, (unsigned long long)total) : 0ull;
+      ch_off[c] = (uint32_t)base;
+      ch_cnt[c] = total;
+      ch_gt[c] = total - neq;
+      ch_eq[c] = neq;
+      s_base = base;
     }
-  uint32_t sb[4], total;
-  uint64_t ex = chunk_scan(f, sb, &total);
-  /* The chunk's counts above / at L: when every candidate is taken (T = L, the usual threshold
-   * select), these are k_chunk_count's result, which then does not run. */
-  neq = kc_block_sum<uint32_t>(neq);
+    __syncthreads();
+    const unsigned long long base = s_base;
+    if (base + total <= cand_cap) { /* else overflow: the decision falls back to the full input */
+#pragma unroll
+      for (int e = 0; e < 16; e++)
+        if ((f >> e) & 1u) {
+          uint64_t p = base + chunk_pos(f, ex, sb, e);
+          cv[p] = v[e];
+          ci[p] = (uint32_t)(c * KC_CHUNK + (e >> 2) * SLAB + 4 * threadIdx.x + (e & 3));
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 16; e++) {
+      v[e] = vn[e];
+      if (G) w[e] = wn[e];
+    }
+    pres = presn;
+  }
+  /* Every ncand atomic of this block is done (thread 0 made them); the last block decides. */
   if (threadIdx.x == 0) {
-    unsigned long long base = total ? atomicAdd(&st->ncand, (unsigned long long)total) : 0ull;
-    ch_off[c] = (uint32_t)base;
-    ch_cnt[c] = total;
-    ch_gt[c] = total - neq;
-    ch_eq[c] = neq;
-    s_base = base;
     __threadfence();
     if (atomicAdd(&st->cdone, 1u) == gridDim.x - 1) { /* every block's ncand is in */
       __threadfence();
@@ -232,16 +269,6 @@ __global__ void __launch_bounds__(SEL_THREADS)
       sel_decide(st, k, cand_cap, take_all);
     }
   }
-  __syncthreads();
-  const unsigned long long base = s_base;
-  if (base + total > cand_cap) return; /* overflow: the decision falls back to the full input */
-#pragma unroll
-  for (int e = 0; e < 16; e++)
-    if ((f >> e) & 1u) {
-      uint64_t p = base + chunk_pos(f, ex, sb, e);
-      cv[p] = v[e];
-      ci[p] = idx[e];
-    }
 }
 
 /* Shared histogram add of bin (KC_NO_KEY: none), aggregated over the lanes of the warp that are
@@ -550,6 +577,28 @@ kc_out kc_out_of(const kern_sel *sel, uint32_t j0) {
   return o;
 }
 
+/* k_compact's grid: as many blocks as are resident at once (occupancy, per device, cached), at
+ * most one per chunk. A host query, no stream work: fine inside a capture. */
+static unsigned compact_grid(uint64_t nch, bool with_g) {
+  static int cached[64][2];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) dev = 0;
+  int per = dev < 64 ? cached[dev][with_g] : 0;
+  if (per <= 0) {
+    cudaError_t e =
+        with_g
+            ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_compact<true>, SEL_THREADS, 0)
+            : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_compact<false>, SEL_THREADS, 0);
+    if (e != cudaSuccess || per < 1) {
+      (void)cudaGetLastError();
+      per = 2;
+    }
+    if (dev < 64) cached[dev][with_g] = per;
+  }
+  const uint64_t want = (uint64_t)per * (uint64_t)kc_sm_count();
+  return (unsigned)(want < nch ? want : nch);
+}
+
 /* Enough blocks for the candidates (a few hundred thousand) without hundreds of idle blocks
  * checking in on every pass; the rare full-input fallback loops. */
 static unsigned hist_blocks(uint64_t len) {
@@ -575,9 +624,15 @@ fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_bas
     }
     k_sample_select<<<1, KC_BLOCK_SELECT, 0, s>>>(a, g, len, m, r, st);
   }
-  k_compact<<<(unsigned)nch, SEL_THREADS, 0, s>>>(a, g, len, alg, st, ws->cand_val, ws->cand_idx,
+  const unsigned cgrid = compact_grid(nch, g != NULL);
+  if (g)
+    k_compact<true><<<cgrid, SEL_THREADS, 0, s>>>(a, g, len, alg, st, ws->cand_val, ws->cand_idx,
                                                   ws->cand_cap, ws->ch_off, ws->ch_cnt, ws->ch_gt,
-                                                  ws->ch_eq, k, take_all);
+                                                  ws->ch_eq, k, take_all, nch);
+  else
+    k_compact<false><<<cgrid, SEL_THREADS, 0, s>>>(a, g, len, alg, st, ws->cand_val, ws->cand_idx,
+                                                   ws->cand_cap, ws->ch_off, ws->ch_cnt, ws->ch_gt,
+                                                   ws->ch_eq, k, take_all, nch);
   /* Sized for the candidates, the common case: idle blocks cost every pass a zeroed histogram
    * and a check-in; the rare full-input fallback loops over the input with the same grid. */
   const unsigned hb = hist_blocks(len < ws->cand_cap ? len : ws->cand_cap);
