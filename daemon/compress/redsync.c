@@ -52,6 +52,24 @@ static fgb_status redsync_encode(void *st, const comp_exec *ex, const float *gra
   comp_sparse *cs = &s->cs;
   if (grad == NULL || ph == NULL) return comp_errf(err, errlen, "redsync: NULL grad or phase");
   float *a;
+  if (!s->mode && s->search == COMP_SEARCH_HIST) {
+    /* trim's exact rounds end with at least k survivors (s = 0 gives thr = 0: everything
+     * passes), and the top k of a superset of the top k are the top k: the payload is the exact
+     * top-k of a (ties by lowest index), bit for bit what search=count's rounds + select give. So
+     * it is computed directly, the compensation fused into the selection's one read. (The
+     * histogram replay's estimated counts could stop the rounds with a little under k real
+     * survivors and send fewer.) ctl is not updated. */
+    kern_sel sel = comp_sparse_sel(cs, cs->ef ? cs->resid : cs->work, NULL);
+    fgb_status rc;
+    if (cs->ef) {
+      rc = kern_topk_add(ex, cs->resid, grad, cs->n, cs->step_cap, &sel, cs->ws);
+    } else {
+      rc = comp_sparse_compensate(cs, grad, &a);
+      if (!rc) rc = kern_topk(ex, a, cs->n, cs->step_cap, &sel, cs->ws);
+    }
+    comp_sparse_phase(cs, ph);
+    return rc;
+  }
   /* One pass: compensation, statistics and the magnitude histogram; the rounds on s are replayed
    * from the histogram in one tiny launch.
    * trim: s = 0.8, 0.6, ..., 0 (thr = 0 lets everything through): at most 5 rounds.
