@@ -26,6 +26,7 @@ enum {
   COORD_MSG_LEAVE = 2,
   COORD_MSG_META = 3,
   COORD_MSG_READY = 4,
+  COORD_MSG_PRE = 5,
   COORD_MSG_FORMED = 16,
   COORD_MSG_REFUSED = 17,
   COORD_MSG_TENSOR_OK = 18,
@@ -34,6 +35,7 @@ enum {
   COORD_MSG_STALL = 21,
   COORD_MSG_ABORT = 22,
   COORD_MSG_ERROR = 23,
+  COORD_MSG_PREISSUE = 24,
 };
 
 /* One decoded control message; which fields are meaningful depends on `type` (see the format
@@ -44,10 +46,11 @@ typedef struct coord_msg {
   int32_t rank;  /* JOIN, LEAVE, META, READY, REFUSED: job rank of the sender's client */
   int32_t size;  /* JOIN */
   uint8_t abort; /* LEAVE */
+  uint8_t on;    /* PRE */
   uint64_t job_key, seq, step, waited_ms;
   uint32_t tensor_key;
   coord_tensor_meta meta; /* META: full; TENSOR_OK, MISMATCH, STALL: meta.name only */
-  uint32_t nkeys;         /* READY, ISSUE */
+  uint32_t nkeys;         /* READY, ISSUE, PREISSUE (seq: the first key's; one seq per key) */
   uint32_t *keys;
   int32_t nranks; /* FORMED: job size (world ranks in job-rank order); STALL: missing ranks */
   int32_t *ranks;
@@ -105,6 +108,7 @@ typedef struct local_job {
   int *world_ranks; /* after FORMED */
   uint32_t gen;     /* this join's generation: tells its FORMED/REFUSED/ABORT from stale ones */
   uint32_t tensors_ok;
+  uint64_t pre_items; /* this job's ISSUEs received pre-issued */
   struct local_job *next;
 } local_job;
 
@@ -131,6 +135,7 @@ struct coord {
   stall_rec *stalls; /* newest first, at most COORD_MAX_STALL_RECS */
   uint32_t nstalls;
   uint64_t last_seq;
+  uint64_t pre_items; /* ISSUEs received pre-issued (status) */
   uint32_t next_gen;
   int leader_lost;
   coord_leader *leader; /* world rank 0 only */

@@ -45,6 +45,21 @@ typedef struct ljob {
   uint32_t nearly, ecap;
   lentry **slots; /* open addressing (linear probing) by (step, key) */
   size_t scap, nentries;
+  /* Pre-issue (coord_pre.c). */
+  uint8_t *pre_want;       /* per job rank: its last PRE said on */
+  uint64_t *pre_rank_step; /* per job rank: highest step its PREs named + 1 (0: none) */
+  uint32_t *rec_keys;      /* ISSUE order of step rec_step so far (agreed steps only) */
+  uint32_t rec_n;
+  uint64_t rec_step;
+  uint32_t *blk_keys; /* the block: the order of the last step whose every tensor was issued */
+  uint32_t blk_n;
+  uint64_t blk_from;    /* the step it was recorded from */
+  uint64_t max_ready;   /* highest non-ad-hoc step any READY named (+1; 0: none) */
+  uint64_t pre_last;    /* last pre-issued step + 1 (0: none) */
+  uint64_t max_started; /* highest step a PRE named (+1; 0: none) */
+  uint64_t pre_items, pre_steps;
+  uint8_t pre_active; /* the last PRE found every condition met */
+  char pre_why[96];   /* else which one failed (status) */
   struct ljob *next;
 } ljob;
 
@@ -73,6 +88,15 @@ ljob *coord_lead_member_job(coord *c, int from, const coord_msg *m, fgb_status *
                             size_t errlen);
 /* coord_ready.c */
 void coord_lead_free_entries(ljob *j);
+/* Remembers that (step, key) was issued: a later READY naming it is ignored as a late repeat. */
+void coord_lead_mark_done(ljob *j, uint32_t key, uint64_t step);
+/* coord_pre.c */
+void coord_pre_record(ljob *j, uint64_t step, const uint32_t *keys, uint32_t n);
+void coord_pre_on_ready(ljob *j, uint64_t step);
+fgb_status coord_lead_on_pre(coord *c, int from, const coord_msg *m, char *err, size_t errlen);
+void coord_pre_free(ljob *j);
+/* Status fields of the job's pre-issue ("preissue":{...}), appended at off. */
+size_t coord_pre_status(const ljob *j, char *buf, size_t cap, size_t off);
 fgb_status coord_lead_on_ready(coord *c, int from, const coord_msg *m, char *err, size_t errlen);
 
 #endif

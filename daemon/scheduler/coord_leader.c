@@ -15,6 +15,7 @@ coord_leader *coord_leader_new(void) {
 
 static void job_free(ljob *j) {
   coord_lead_free_entries(j);
+  coord_pre_free(j);
   free(j->members);
   free(j->gens);
   free(j->left);
@@ -117,6 +118,12 @@ void coord_lead_send_members(coord *c, const ljob *j, const coord_msg *m, int ex
     if (j->members[r] >= 0 && j->members[r] != exclude) (void)coord_send(c, j->members[r], m);
 }
 
+static void abort_to(coord *c, const ljob *j, int r, int exclude, coord_msg *m) {
+  if (j->members[r] < 0 || j->members[r] == exclude) return;
+  m->gen = j->gens[r]; /* the member matches it with its join */
+  (void)coord_send(c, j->members[r], m);
+}
+
 void coord_lead_abort(coord *c, ljob *j, int failed_rank, int exclude, const char *text) {
   coord_msg m;
   coord_msg_init(&m, COORD_MSG_ABORT);
@@ -124,11 +131,12 @@ void coord_lead_abort(coord *c, ljob *j, int failed_rank, int exclude, const cha
   m.job_key = j->job_key;
   m.failed_rank = failed_rank;
   coord_fmt(m.text, sizeof m.text, "%s", text);
-  for (int r = 0; r < j->size; r++) {
-    if (j->members[r] < 0 || j->members[r] == exclude) continue;
-    m.gen = j->gens[r]; /* the member matches it with its join */
-    (void)coord_send(c, j->members[r], &m);
-  }
+  /* The failed rank's daemon last: under pre-issue it completes the collectives already numbered
+   * with zeros once its ABORT arrives, and the others should know of the abort by then. */
+  int last = failed_rank >= 0 && failed_rank < j->size ? failed_rank : -1;
+  for (int r = 0; r < j->size; r++)
+    if (r != last) abort_to(c, j, r, exclude, &m);
+  if (last >= 0) abort_to(c, j, last, exclude, &m);
   coord_lead_forget(coord_get_leader(c), j);
 }
 
@@ -397,6 +405,8 @@ fgb_status coord_leader_handle(coord *c, int from, const coord_msg *m, char *err
       return on_meta(c, from, m, err, errlen);
     case COORD_MSG_READY:
       return coord_lead_on_ready(c, from, m, err, errlen);
+    case COORD_MSG_PRE:
+      return coord_lead_on_pre(c, from, m, err, errlen);
   }
   coord_fmt(err, errlen, "control message %s is not for the leader", coord_msg_name(m->type));
   return FGB_EPROTO;

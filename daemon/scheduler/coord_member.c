@@ -97,6 +97,36 @@ fgb_status coord_member_deliver(coord *c, const coord_msg *m, char *err, size_t 
       ev.tensor_keys = keys;
       return coord_push_event(c, &ev);
     }
+    case COORD_MSG_PREISSUE: {
+      /* One ISSUE event per key, numbered seq, seq + 1, ... (the decoder checked the range). */
+      if ((st = check_seq(c, m, err, errlen))) return st;
+      uint32_t **keys = calloc(m->nkeys, sizeof *keys);
+      for (uint32_t i = 0; keys && i < m->nkeys; i++)
+        if (!(keys[i] = malloc(sizeof **keys))) {
+          while (i--) free(keys[i]);
+          free(keys);
+          keys = NULL;
+        }
+      if (!keys) return FGB_ENOMEM;
+      c->last_seq = m->seq + m->nkeys - 1;
+      c->pre_items += m->nkeys;
+      if (j) j->pre_items += m->nkeys;
+      for (uint32_t i = 0; i < m->nkeys; i++) {
+        coord_event_init(&ev, COORD_EV_ISSUE, m);
+        ev.seq = m->seq + i;
+        ev.pre = 1;
+        ev.ntensors = 1;
+        ev.tensor_keys = keys[i];
+        *keys[i] = m->keys[i];
+        st = coord_push_event(c, &ev);
+        if (st) { /* the rest cannot be queued either: free them */
+          for (uint32_t k = i + 1; k < m->nkeys; k++) free(keys[k]);
+          break;
+        }
+      }
+      free(keys);
+      return st;
+    }
     case COORD_MSG_REFUSED:
       if (j && j->gen != m->gen) return FGB_OK; /* about an earlier join of this id */
       if (j) coord_drop_local(c, j);
@@ -216,10 +246,11 @@ size_t coord_status_json(const coord *c, char *buf, size_t cap) {
     off = coord_json_str(buf, cap, off, j->id.name);
     off = coord_json_putf(buf, cap, off,
                           ",\"incarnation\":%llu,\"key\":%llu,\"size\":%d,\"rank\":%d,"
-                          "\"formed\":%s,\"tensors\":%u,\"next_seq\":%llu,\"ranks\":[",
+                          "\"formed\":%s,\"tensors\":%u,\"next_seq\":%llu,"
+                          "\"preissued\":%llu,\"ranks\":[",
                           (unsigned long long)j->id.incarnation, (unsigned long long)j->job_key,
                           j->size, j->rank, j->formed ? "true" : "false", j->tensors_ok,
-                          (unsigned long long)c->last_seq + 1);
+                          (unsigned long long)c->last_seq + 1, (unsigned long long)j->pre_items);
     for (int i = 0; j->formed && i < j->size; i++)
       off = coord_json_putf(buf, cap, off, "%s%d", i ? "," : "", j->world_ranks[i]);
     off = coord_json_putf(buf, cap, off, "],\"stalls\":[");

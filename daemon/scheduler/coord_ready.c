@@ -90,6 +90,10 @@ static void mark_done(ltensor *t, uint64_t step) {
   if (t->ndone < COORD_RECENT_DONE) t->ndone++;
 }
 
+void coord_lead_mark_done(ljob *j, uint32_t key, uint64_t step) {
+  if (key < j->ntensors) mark_done(&j->tensors[key], step);
+}
+
 /* ---- readiness ----------------------------------------------------------------------------- */
 static uint64_t tensor_bytes(const ltensor *t) {
   if (t->meta.bytes) return t->meta.bytes;
@@ -117,6 +121,7 @@ static void issue(coord *c, ljob *j, uint64_t step, uint32_t *keys, uint32_t n) 
     m.step = step;
     m.nkeys = i - start;
     m.keys = keys + start; /* borrowed */
+    coord_pre_record(j, step, m.keys, m.nkeys);
     coord_lead_send_members(c, j, &m, -1);
   }
 }
@@ -147,6 +152,7 @@ fgb_status coord_lead_on_ready(coord *c, int from, const coord_msg *m, char *err
     coord_fmt(t, sizeof t, "READY: job '%s' has too many pending entries", j->id.name);
     return coord_lead_error(c, from, &m->job, FGB_EINVAL, t, err, errlen);
   }
+  coord_pre_on_ready(j, m->step);
   uint32_t *done = malloc((size_t)m->nkeys * sizeof *done);
   if (!done)
     return coord_lead_error(c, from, &m->job, FGB_ENOMEM, "leader out of memory", err, errlen);
@@ -276,7 +282,9 @@ size_t coord_leader_status(const coord *c, char *buf, size_t cap, size_t off) {
       off = coord_json_putf(buf, cap, off, "]}");
       first = 0;
     }
-    off = coord_json_putf(buf, cap, off, "]}");
+    off = coord_json_putf(buf, cap, off, "]");
+    off = coord_pre_status(j, buf, cap, off);
+    off = coord_json_putf(buf, cap, off, "}");
   }
   return coord_json_putf(buf, cap, off, "]");
 }

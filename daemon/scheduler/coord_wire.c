@@ -73,6 +73,8 @@ const char *coord_msg_name(uint8_t type) {
       return "META";
     case COORD_MSG_READY:
       return "READY";
+    case COORD_MSG_PRE:
+      return "PRE";
     case COORD_MSG_FORMED:
       return "FORMED";
     case COORD_MSG_REFUSED:
@@ -89,6 +91,8 @@ const char *coord_msg_name(uint8_t type) {
       return "ABORT";
     case COORD_MSG_ERROR:
       return "ERROR";
+    case COORD_MSG_PREISSUE:
+      return "PREISSUE";
   }
   return "unknown";
 }
@@ -234,8 +238,14 @@ fgb_status coord_msg_encode(const coord_msg *m, uint8_t **out, size_t *outlen) {
       for (uint32_t i = 0; i < m->meta.ndim && i < COORD_MAX_DIMS; i++) w_u64(&w, m->meta.shape[i]);
       w_u64(&w, m->meta.bytes);
       break;
+    case COORD_MSG_PRE:
+      w_u32(&w, (uint32_t)m->rank);
+      w_u8(&w, m->on ? 1 : 0);
+      w_u64(&w, m->step);
+      break;
     case COORD_MSG_READY:
     case COORD_MSG_ISSUE:
+    case COORD_MSG_PREISSUE:
       if (m->type == COORD_MSG_READY) {
         w_u32(&w, (uint32_t)m->rank);
       } else {
@@ -461,8 +471,16 @@ fgb_status coord_msg_decode(const uint8_t *p, size_t len, coord_msg *m, char *er
         m->meta.shape[i] = r_u64(&r, "META shape");
       m->meta.bytes = r_u64(&r, "META bytes");
       break;
+    case COORD_MSG_PRE:
+      m->rank = r_rank(&r, 0, COORD_MAX_JOB_SIZE - 1, "PRE rank");
+      m->on = r_u8(&r, "PRE on");
+      if (!r.bad && m->on > 1) r_fail(&r, "PRE on flag not 0/1");
+      m->step = r_u64(&r, "PRE step");
+      if (!r.bad && (m->step & COORD_STEP_ADHOC)) r_fail(&r, "PRE step in the ad-hoc range");
+      break;
     case COORD_MSG_READY:
     case COORD_MSG_ISSUE:
+    case COORD_MSG_PREISSUE:
       if (m->type == COORD_MSG_READY) {
         m->rank = r_rank(&r, 0, COORD_MAX_JOB_SIZE - 1, "READY rank");
       } else {
@@ -472,6 +490,10 @@ fgb_status coord_msg_decode(const uint8_t *p, size_t len, coord_msg *m, char *er
       m->step = r_u64(&r, "step");
       m->nkeys = r_u32(&r, "key count");
       if (!r.bad && (m->nkeys == 0 || m->nkeys > COORD_MAX_BATCH)) r_fail(&r, "key count");
+      /* PREISSUE numbers its keys seq, seq + 1, ...: the range must not wrap. */
+      if (!r.bad && m->type == COORD_MSG_PREISSUE &&
+          (m->seq == 0 || m->seq > UINT64_MAX - m->nkeys || (m->step & COORD_STEP_ADHOC)))
+        r_fail(&r, "PREISSUE seq range or step");
       m->keys = r_u32_array(&r, m->nkeys, "keys");
       break;
     case COORD_MSG_FORMED:

@@ -17,6 +17,7 @@
  *   3 META       rank, name tensor, u64 count, u8 dtype (fgb_dtype 1..7), u8 ndim (0..8),
  *                u64 shape[ndim], u64 dense bytes
  *   4 READY      rank, u64 step, u32 n (1..65536), u32 keys[n]
+ *   5 PRE        rank, u8 on (0|1), u64 step (below 2^63: this rank began `step`)
  *   leader -> daemon
  *   16 FORMED    u64 job_key, u64 seq, u32 size (1..65536), u32 world_ranks[size] (job-rank
  *                order), u32 gens[size] (each rank's join generation), u32 uid_len (0..256),
@@ -29,6 +30,8 @@
  *                u32 nmissing (0..65536), u32 missing_world_ranks[nmissing], text
  *   22 ABORT     u64 job_key, u32 gen (the receiver's join), i32 failed_rank (-1..65535), text
  *   23 ERROR     i32 code (fgb_status -255..0), text (a request of this daemon was rejected)
+ *   24 PREISSUE  as ISSUE, but key i of n gets seq + i (one ISSUE event per key, pre = 1);
+ *                seq >= 1, seq + n must not wrap, step below 2^63
  * Decoding checks every length and count against the bytes left and its cap, dtype and ndim
  * ranges, rank ranges, no NUL in names, and no trailing bytes; a malformed message is FGB_EPROTO
  * with a message and changes nothing. A daemon->leader type arriving at a non-leader, or a
@@ -92,8 +95,23 @@
  * array into buf (cut at cap) and returns the length the whole text needs, like snprintf: the
  * leader lists its table (per job: name, incarnation, key, size, joined, formed, tensors, pending,
  * next_seq, ranks = world rank per job rank or -1, stalls [{step, key, tensor, waited_ms,
- * missing}]); other daemons list their own jobs (rank, tensors = TENSOR_OKs received, next_seq =
- * last seq seen + 1, ranks once formed, and the stalls the leader reported).
+ * missing}], preissue {active, steps, items, block, last_step, why_not}); other daemons list
+ * their own jobs (rank, tensors = TENSOR_OKs received, next_seq = last seq seen + 1, preissued =
+ * ISSUEs received pre-issued, ranks once formed, and the stalls the leader reported).
+ * Pre-issue (static plans, so that steady state needs no leader round trip): a daemon calls
+ * coord_preissue(on, s) when its client made its first tensor of step s ready; on = 1 says this
+ * rank's static plan is in force and wants step s + 1 numbered ahead of readiness. The leader
+ * records, for agreed ISSUEs, the key order of the last step whose every registered tensor was
+ * issued (the block). On PRE(on, s) it numbers step u = s + 1 at once (PREISSUE: the block's keys,
+ * consecutive seqs, to every member) when: every rank's last PRE said on, no rank left, no other
+ * job (joined, formed or not) has a rank on any of the job's daemons, the block covers every
+ * tensor of the job, no READY named step u or later yet, and u was not pre-issued before. The
+ * keys are marked done, so READYs of that step are ignored as late repeats. A PRE that fails a
+ * condition numbers nothing, so pre-issue ends at an agreed point: everything after the blocks
+ * already sent is numbered on readiness again (status says why: "why_not"). A member treats a
+ * pre-issued ISSUE as any other, except that its tensors may not be ready there yet. A PRE of a
+ * step after the last step a cleanly departed rank began aborts the job ("left with step s
+ * unfinished"), as a READY does. ABORTs go to the failed rank's daemon last.
  * Caps: names 1..255 bytes, ndim <= 8, job size <= 65536 and <= world size, 65536 keys per
  * message, 2^20 tensors and 2^22 pending entries per job, 65536 jobs at the leader, 1024 stall
  * records per member, text 511 bytes.
@@ -372,6 +390,21 @@ fgb_status coord_ready(coord *c, const coord_job_id *job, uint64_t step, const u
     if (st) return st;
   }
   return FGB_OK;
+}
+
+fgb_status coord_preissue(coord *c, const coord_job_id *job, int on, uint64_t step) {
+  local_job *j;
+  fgb_status st = local_check(c, job, &j);
+  if (st) return st;
+  if (step & COORD_STEP_ADHOC) return FGB_EINVAL;
+  if (!j->formed) return FGB_EAGAIN;
+  coord_msg m;
+  coord_msg_init(&m, COORD_MSG_PRE);
+  m.job = *job;
+  m.rank = j->rank;
+  m.on = on ? 1 : 0;
+  m.step = step;
+  return to_leader(c, &m);
 }
 
 int coord_leader_gone(const coord *c) {

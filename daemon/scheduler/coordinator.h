@@ -28,6 +28,8 @@
 #define COORD_MAX_NAME 255
 #define COORD_MAX_DIMS 8
 #define COORD_MAX_UID 256 /* transport bootstrap id carried in FORMED (NCCL unique id) */
+/* Steps with this bit are the daemon's ad-hoc collectives (bit | client seq): never pre-issued. */
+#define COORD_STEP_ADHOC (1ull << 63)
 
 typedef struct coord coord;
 
@@ -91,8 +93,10 @@ typedef struct coord_event {
   int nmissing;    /* STALL */
   int failed_rank; /* JOB_ABORTED: job rank that failed, -1 if unknown */
   char text[512];  /* human-readable reason naming what is wrong */
-  int code; /* JOIN_REFUSED, ERROR: fgb_status of the refusal (FGB_EEXIST: rank or job already
-               joined; FGB_EINVAL: size; FGB_ENOTFOUND: unknown job/key; ...) */
+  int code;    /* JOIN_REFUSED, ERROR: fgb_status of the refusal (FGB_EEXIST: rank or job already
+                  joined; FGB_EINVAL: size; FGB_ENOTFOUND: unknown job/key; ...) */
+  uint8_t pre; /* ISSUE: pre-issued ahead of readiness (coord_preissue): the tensors may not be
+                  ready on this rank yet; the daemon starts it once they are, in order */
 } coord_event;
 
 coord *coord_new(const coord_config *cfg);
@@ -114,6 +118,10 @@ fgb_status coord_register(coord *c, const coord_job_id *job, const coord_tensor_
  */
 fgb_status coord_ready(coord *c, const coord_job_id *job, uint64_t step, const uint32_t *keys,
                        uint32_t n);
+/* Pre-issue (static plans; semantics at the top of coordinator.c): this daemon's client of the
+ * job made its first tensor of `step` ready, and this rank wants (on = 1) or does not want
+ * (on = 0) the job's next step numbered ahead of readiness. FGB_EAGAIN before JOB_FORMED. */
+fgb_status coord_preissue(coord *c, const coord_job_id *job, int on, uint64_t step);
 /* A peer daemon is gone (control-plane connection lost): every job with a rank there aborts. */
 void coord_peer_lost(coord *c, int world_rank);
 /* 1 once this (non-leader) daemon lost the leader (world rank 0): no ABORT can come any more. */

@@ -1,0 +1,183 @@
+/* tests/coord/test-coord-preissue.c — the leader's pre-issue: a job whose every rank asks for it
+ * gets step s+1 numbered (one seq per tensor, in the order of the last step agreed in full) when
+ * the first rank reports that it began step s; every daemon sees the same numbering; READYs of a
+ * pre-issued step are ignored; a second job joining on one of the job's daemons, a rank saying
+ * off, or a READY of the next step first ends it; a clean leave followed by another rank's next
+ * step aborts the job; the failed rank's daemon gets the ABORT last.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "harness.h"
+#include "test.h"
+
+#define ND 3
+#define NT 3
+
+static const int wr[2] = {1, 2}; /* job rank r on world rank wr[r]; world 0 leads */
+
+static void form(harness *h, const coord_job_id *job) {
+  const char *names[NT] = {"a", "b", "c"};
+  for (int r = 0; r < 2; r++) REQUIRE(coord_join(h->c[wr[r]], job, r, 2) == FGB_OK);
+  for (int r = 0; r < 2; r++)
+    for (int t = 0; t < NT; t++) {
+      coord_tensor_meta m = h_meta(names[t], 4, FGB_FLOAT32);
+      m.bytes = 1ull << 62; /* static plans: one tensor per ISSUE */
+      REQUIRE(coord_register(h->c[wr[r]], job, &m) == FGB_OK);
+    }
+  h_run(h);
+}
+
+/* Both ranks report `step` ready with keys in `order` (the agreed path). */
+static void agreed_step(harness *h, const coord_job_id *job, uint64_t step, const uint32_t *order) {
+  for (int i = 0; i < NT; i++)
+    for (int r = 0; r < 2; r++) REQUIRE(coord_ready(h->c[wr[r]], job, step, &order[i], 1) == 0);
+  h_run(h);
+}
+
+/* The ISSUE events of `step` on daemon d: count, and their keys in order into keys[]. */
+static int issues_of(const harness *h, int d, uint64_t step, uint32_t *keys, int *npre) {
+  int n = 0;
+  *npre = 0;
+  for (int i = 0; i < h_count(h, d, COORD_EV_ISSUE); i++) {
+    const coord_event *ev = h_nth(h, d, COORD_EV_ISSUE, i);
+    if (ev->step != step) continue;
+    if (n < NT) keys[n] = ev->tensor_keys[0];
+    *npre += ev->pre;
+    n++;
+  }
+  return n;
+}
+
+static int same_issue_streams(const harness *h) {
+  int n = h_count(h, wr[0], COORD_EV_ISSUE);
+  if (n != h_count(h, wr[1], COORD_EV_ISSUE)) return 0;
+  for (int i = 0; i < n; i++) {
+    const coord_event *a = h_nth(h, wr[0], COORD_EV_ISSUE, i),
+                      *b = h_nth(h, wr[1], COORD_EV_ISSUE, i);
+    if (a->seq != b->seq || a->step != b->step || a->tensor_keys[0] != b->tensor_keys[0] ||
+        a->pre != b->pre)
+      return 0;
+    if (i && a->seq <= h_nth(h, wr[0], COORD_EV_ISSUE, i - 1)->seq) return 0;
+  }
+  return 1;
+}
+
+static int status_has(harness *h, const char *what) {
+  char buf[8192];
+  coord_status_json(h->c[0], buf, sizeof buf);
+  return strstr(buf, what) != NULL;
+}
+
+int main(void) {
+  harness h;
+  coord_job_id job = h_job("static", 1), other = h_job("other", 1);
+  const uint32_t order[NT] = {2, 0, 1}; /* the ranks' ready order (keys) */
+  uint32_t keys[NT];
+  int npre;
+
+  for (uint64_t seed = 1; seed <= 20; seed++) {
+    h_init(&h, ND, seed, 0, 0);
+    form(&h, &job);
+    /* Nothing is pre-issued before a step was agreed in full, whatever the ranks ask. */
+    REQUIRE(coord_preissue(h.c[wr[0]], &job, 1, 0) == FGB_OK);
+    REQUIRE(coord_preissue(h.c[wr[1]], &job, 0, 0) == FGB_OK);
+    h_run(&h);
+    CHECK(h_count(&h, wr[0], COORD_EV_ISSUE) == 0);
+    agreed_step(&h, &job, 0, order);
+    CHECK(issues_of(&h, wr[0], 0, keys, &npre) == NT && npre == 0);
+    /* One rank asking is not enough. */
+    REQUIRE(coord_preissue(h.c[wr[0]], &job, 1, 1) == FGB_OK);
+    h_run(&h);
+    CHECK(issues_of(&h, wr[0], 2, keys, &npre) == 0);
+    CHECK(status_has(&h, "\"active\":false") && status_has(&h, "rank 1 does not ask"));
+    /* Both ask (rank 1 begins step 1): step 2 is numbered at once, in step 0's order. */
+    agreed_step(&h, &job, 1, order);
+    REQUIRE(coord_preissue(h.c[wr[1]], &job, 1, 1) == FGB_OK);
+    h_run(&h);
+    for (int r = 0; r < 2; r++) {
+      CHECK_MSG(issues_of(&h, wr[r], 2, keys, &npre) == NT && npre == NT, "seed %llu rank %d",
+                (unsigned long long)seed, r);
+      CHECK(memcmp(keys, order, sizeof keys) == 0);
+    }
+    /* Readiness of the pre-issued step changes nothing; the next PRE numbers step 3. */
+    agreed_step(&h, &job, 2, order);
+    CHECK(issues_of(&h, wr[0], 2, keys, &npre) == NT);
+    REQUIRE(coord_preissue(h.c[wr[1]], &job, 1, 2) == FGB_OK);
+    REQUIRE(coord_preissue(h.c[wr[0]], &job, 1, 2) == FGB_OK);
+    h_run(&h);
+    CHECK(issues_of(&h, wr[0], 3, keys, &npre) == NT && npre == NT);
+    CHECK(status_has(&h, "\"active\":true,\"steps\":2,\"items\":6"));
+    /* A second job joining on world 2 ends it: step 4 goes through agreement again. */
+    REQUIRE(coord_join(h.c[2], &other, 0, 2) == FGB_OK);
+    h_run(&h);
+    REQUIRE(coord_preissue(h.c[wr[0]], &job, 1, 3) == FGB_OK);
+    h_run(&h);
+    CHECK(issues_of(&h, wr[0], 4, keys, &npre) == 0);
+    CHECK(status_has(&h, "job 'other' shares a daemon"));
+    agreed_step(&h, &job, 4, order);
+    CHECK(issues_of(&h, wr[1], 4, keys, &npre) == NT && npre == 0);
+    /* It leaves again (before forming): pre-issue resumes with step 6 (5 began). */
+    REQUIRE(coord_leave(h.c[2], &other, 0, "bye") == FGB_OK);
+    h_run(&h);
+    REQUIRE(coord_preissue(h.c[wr[1]], &job, 1, 5) == FGB_OK);
+    h_run(&h);
+    CHECK(issues_of(&h, wr[0], 6, keys, &npre) == NT && npre == NT);
+    /* A rank saying off ends it; a READY of a step seen before stops that step's pre-issue. */
+    REQUIRE(coord_preissue(h.c[wr[0]], &job, 0, 6) == FGB_OK);
+    h_run(&h);
+    REQUIRE(coord_preissue(h.c[wr[1]], &job, 1, 6) == FGB_OK);
+    h_run(&h);
+    CHECK(issues_of(&h, wr[0], 7, keys, &npre) == 0);
+    agreed_step(&h, &job, 7, order);
+    REQUIRE(coord_preissue(h.c[wr[0]], &job, 1, 6) == FGB_OK);
+    h_run(&h);
+    CHECK(issues_of(&h, wr[0], 7, keys, &npre) == NT && npre == 0);
+    CHECK(same_issue_streams(&h));
+    CHECK(h.nproto == 0 && h.nerrors == 0);
+
+    /* A clean leave of rank 0 after step 7, then rank 1 begins step 8 (pre-issued): ABORT,
+     * the leaver's daemon last. */
+    REQUIRE(coord_preissue(h.c[wr[0]], &job, 1, 7) == FGB_OK);
+    REQUIRE(coord_preissue(h.c[wr[1]], &job, 1, 7) == FGB_OK);
+    h_run(&h);
+    CHECK(issues_of(&h, wr[1], 8, keys, &npre) == NT && npre == NT);
+    REQUIRE(coord_leave(h.c[wr[0]], &job, 0, "client closed after its last step") == FGB_OK);
+    h_run(&h);
+    CHECK(h_count(&h, wr[1], COORD_EV_JOB_ABORTED) == 0);
+    REQUIRE(coord_preissue(h.c[wr[1]], &job, 1, 8) == FGB_OK);
+    h_run(&h);
+    CHECK_MSG(h_count(&h, wr[1], COORD_EV_JOB_ABORTED) == 1, "seed %llu", (unsigned long long)seed);
+    const coord_event *a = h_nth(&h, wr[1], COORD_EV_JOB_ABORTED, 0);
+    CHECK(a && strstr(a->text, "rank 0 of job 'static' left with step 8 unfinished"));
+    h_free(&h);
+  }
+
+  /* The failed rank's daemon gets the ABORT after the others: the leader's sends, in order. */
+  h_init(&h, ND, 99, 0, 0);
+  form(&h, &job);
+  for (int d = 0; d < ND; d++) h_drain(&h, d);
+  REQUIRE(coord_leave(h.c[wr[0]], &job, 1, "client connection closed mid-job") == FGB_OK);
+  coord_event lv; /* the LEAVE's bytes, handed to the leader by hand to see its sends in order */
+  REQUIRE(coord_next_event(h.c[wr[0]], &lv) && lv.kind == COORD_EV_SEND && lv.peer == 0);
+  char err[256];
+  CHECK(coord_on_message(h.c[0], wr[0], lv.bytes, lv.len, err, sizeof err) == FGB_OK);
+  coord_event_free(&lv);
+  coord_event ev;
+  int dest[4], nd = 0;
+  while (nd < 4 && coord_next_event(h.c[0], &ev)) {
+    if (ev.kind == COORD_EV_SEND) dest[nd++] = ev.peer;
+    coord_event_free(&ev);
+  }
+  CHECK_MSG(nd == 2 && dest[0] == wr[1] && dest[1] == wr[0], "%d sends: to %d, %d", nd, dest[0],
+            dest[1]);
+  h_free(&h);
+
+  /* Malformed PRE and PREISSUE bytes are refused without effect (ad-hoc step, seq wrap). */
+  h_init(&h, ND, 5, 0, 0);
+  form(&h, &job);
+  CHECK(coord_preissue(h.c[wr[0]], &job, 1, 1ull << 63) == FGB_EINVAL);
+  CHECK(coord_preissue(h.c[wr[0]], &other, 1, 1) == FGB_ENOTFOUND);
+  h_free(&h);
+  TEST_DONE();
+}
