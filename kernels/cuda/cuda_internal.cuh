@@ -35,6 +35,45 @@ static inline unsigned kc_blocks(uint64_t work, uint64_t per_block, unsigned cap
   return b > cap ? cap : (unsigned)b;
 }
 
+/* ---- programmatic dependent launch (sm_90+) -------------------------------------------------
+ * A chain of dependent kernels (the selection pipeline, the statistics pass and the replay, the
+ * decode) pays the launch and block scheduling of each kernel after the previous one drained, a
+ * few microseconds each. kc_launch gives a kernel the programmatic-serialization attribute: it may
+ * be scheduled while its predecessor still runs, and waits in KC_PDL_ENTRY (first statement of
+ * every kernel launched so) until that predecessor has completed and its writes are visible — so
+ * the order of effects is the stream's. The entry also lets the next kernel be scheduled early.
+ * Enabled where the device has compute capability >= 9 and FGB_KERN_PDL is not "0". */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KC_PDL_ENTRY()                         \
+  do {                                         \
+    cudaGridDependencySynchronize();           \
+    cudaTriggerProgrammaticLaunchCompletion(); \
+  } while (0)
+#else
+#define KC_PDL_ENTRY() \
+  do {                 \
+  } while (0)
+#endif
+
+/* 1 when launches on the current device use the attribute (cached per device). */
+int kc_pdl_on(void);
+
+template <typename... KArgs, typename... Args>
+static inline void kc_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, cudaStream_t s,
+                             Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = s;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = kc_pdl_on() ? 1 : 0;
+  (void)cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...); /* errors: kc_launched() */
+}
+
 /* ---- radix select layout (11/10/10-bit digits of the 31-bit magnitude key, as the CPU) --------
  */
 #define KC_RADIX_BINS 2048

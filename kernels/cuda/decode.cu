@@ -64,6 +64,7 @@ __device__ inline bool coo_has(const coo_view *v, int32_t i) {
  * over the entries of one payload. */
 __global__ void k_dec_check(const char *recv, uint64_t stride, int nranks, uint32_t vb,
                             kc_scratch *scr) {
+  KC_PDL_ENTRY();
   for (int r = blockIdx.y; r < nranks; r += gridDim.y) {
     coo_view v;
     if (!coo_open(recv, stride, r, vb, &v)) continue; /* skipped by the scatters anyway */
@@ -119,6 +120,7 @@ __device__ void dec_fallback(const char *recv, uint64_t stride, int nranks, uint
 __global__ void __launch_bounds__(DEC_TILE_THREADS)
     k_dec_tile(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n, float scale,
                kc_scratch *scr, float *out, kern_ctl *ctl) {
+  KC_PDL_ENTRY();
   __shared__ float tile[DEC_TILE];
   __shared__ uint32_t s_lo[DEC_TILE_MAX_RANKS], s_hi[DEC_TILE_MAX_RANKS];
   __shared__ uint32_t s_last;
@@ -263,11 +265,11 @@ extern "C" fgb_status kern_cuda_coo_decode(const void *recv, size_t stride, int 
     const uint64_t maxe = (stride - sizeof(comp_coo_header)) / (vb + 4);
     const unsigned cb = kc_blocks(maxe, DEC_THREADS * 8ull, (unsigned)kc_sm_count() * 4);
     dim3 cgrid(cb, (unsigned)nranks);
-    k_dec_check<<<cgrid, DEC_THREADS, 0, s>>>(rb, stride, nranks, vb, scr);
+    kc_launch(k_dec_check, cgrid, DEC_THREADS, s, rb, stride, nranks, vb, scr);
   }
   const uint64_t tiles = (n + DEC_TILE - 1) / DEC_TILE;
-  k_dec_tile<<<(unsigned)tiles, DEC_TILE_THREADS, 0, s>>>(rb, stride, nranks, vb, n, scale, scr,
-                                                          out, ctl);
+  kc_launch(k_dec_tile, (unsigned)tiles, DEC_TILE_THREADS, s, rb, stride, nranks, vb, n, scale, scr,
+            out, ctl);
   return kc_launched();
 }
 

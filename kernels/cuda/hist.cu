@@ -13,6 +13,7 @@ extern "C" fgb_status kern_replay_check(const kern_replay *rp); /* kernels/cpu/h
 
 __global__ void __launch_bounds__(KH_THREADS)
     k_thr_replay(const uint32_t *hist, kern_ctl *ctl, kern_replay rp) {
+  KC_PDL_ENTRY();
   __shared__ uint32_t sup[KERN_HIST_BINS];
   kc_replay_block<KH_THREADS>(hist, ctl, rp, sup);
 }
@@ -22,7 +23,7 @@ extern "C" fgb_status kern_cuda_thr_replay(const uint32_t *hist, kern_ctl *ctl,
   if (hist == NULL || ctl == NULL) return FGB_EINVAL;
   fgb_status rc = kern_replay_check(rp);
   if (rc) return rc;
-  k_thr_replay<<<1, KH_THREADS, 0, KC_STREAM(stream)>>>(hist, ctl, *rp);
+  kc_launch(k_thr_replay, 1, KH_THREADS, KC_STREAM(stream), hist, ctl, *rp);
   return kc_launched();
 }
 
@@ -41,6 +42,7 @@ __device__ inline void hist_one(uint32_t *sh, float x) {
 __global__ void __launch_bounds__(KH_EW_THREADS)
     k_dgc_hist(float *u, float *v, const float *g, uint64_t n, int al, float m, int nesterov,
                float clip, const kern_ctl *ctl, kc_scratch *scr, uint32_t *hist_out) {
+  KC_PDL_ENTRY();
   __shared__ uint32_t sh[KERN_HIST_BINS];
   __shared__ uint32_t s_last;
   for (uint32_t b = threadIdx.x; b < KERN_HIST_BINS; b += blockDim.x) sh[b] = 0;
@@ -95,6 +97,7 @@ extern "C" fgb_status kern_cuda_dgc_accumulate_hist(float *u, float *v, const fl
   const int al = (((uintptr_t)u | (uintptr_t)v | (uintptr_t)g) & 15u) == 0;
   /* Integer histogram: any grid gives the same result; ~6 blocks an SM (32 KB of shared each). */
   const unsigned blocks = kc_blocks(n, KH_EW_THREADS * 16ull, (unsigned)kc_sm_count() * 6);
-  k_dgc_hist<<<blocks, KH_EW_THREADS, 0, s>>>(u, v, g, n, al, m, nesterov, clip, ctl, scr, hist);
+  kc_launch(k_dgc_hist, blocks, KH_EW_THREADS, s, u, v, g, n, al, m, nesterov, clip, ctl, scr,
+            hist);
   return kc_launched();
 }

@@ -19,6 +19,7 @@ __device__ inline void set_thr_key(kern_ctl *ctl, uint32_t key) {
 
 __global__ void __launch_bounds__(KC_BLOCK_SELECT)
     k_kth_small(const float *x, uint32_t m, uint32_t kth, kern_ctl *ctl) {
+  KC_PDL_ENTRY();
   __shared__ uint32_t hist[KC_RADIX_BINS];
   uint32_t T = 0, err = 0;
   unsigned long long eq;
@@ -30,6 +31,7 @@ __global__ void __launch_bounds__(KC_BLOCK_SELECT)
 }
 
 __global__ void k_kth_finish(const kc_sel_state *st, kern_ctl *ctl) {
+  KC_PDL_ENTRY();
   set_thr_key(ctl, st->T);
 }
 
@@ -40,12 +42,12 @@ extern "C" fgb_status kern_cuda_kth_abs(const float *x, uint32_t m, uint32_t kth
   if (kth < 1) kth = 1;
   if (kth > m) kth = m;
   if (m <= KC_SAMPLES || ws == NULL) {
-    k_kth_small<<<1, KC_BLOCK_SELECT, 0, s>>>(x, m, kth, ctl);
+    kc_launch(k_kth_small, 1, KC_BLOCK_SELECT, s, x, m, kth, ctl);
     return kc_launched();
   }
   /* Device-wide: the radix passes over x itself (full mode). */
   fgb_status rc = kc_radix_full(ws, x, m, kth, s);
   if (rc) return rc;
-  k_kth_finish<<<1, 1, 0, s>>>(ws->st, ctl);
+  kc_launch(k_kth_finish, 1, 1, s, (const kc_sel_state *)ws->st, ctl);
   return kc_launched();
 }

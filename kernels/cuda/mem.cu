@@ -20,6 +20,20 @@ int kc_sm_count(void) {
   return sms;
 }
 
+int kc_pdl_on(void) {
+  static int cached[64]; /* 0 unknown, 1 off, 2 on */
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return 0;
+  if (dev < 64 && cached[dev]) return cached[dev] == 2;
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    major = 0;
+  const char *e = getenv("FGB_KERN_PDL");
+  const int on = major >= 9 && e != NULL && strcmp(e, "0") != 0;
+  if (dev < 64) cached[dev] = on ? 2 : 1;
+  return on;
+}
+
 /* ---- per-stream scratch ------------------------------------------------------------------------
  * kern_stats and kern_count_ge take no workspace but need per-block partials to reduce in a fixed
  * order (no float atomics). Work on one stream is serialised, so one scratch per (device, stream)

@@ -78,6 +78,7 @@ template <bool HIST>
 __global__ void __launch_bounds__(KC_RED_THREADS)
     k_stats(const float *a, const float *g, uint64_t n, uint32_t flags, kern_ctl *ctl,
             kc_scratch *scr, uint32_t *hist_out) {
+  KC_PDL_ENTRY();
   __shared__ uint32_t s_last;
   __shared__ uint32_t sh_hist[HIST ? KERN_HIST_BINS : 1];
   if (HIST) {
@@ -204,7 +205,8 @@ extern "C" fgb_status kern_cuda_stats(const float *a, uint64_t n, uint32_t flags
   cudaStream_t s = KC_STREAM(stream);
   kc_scratch *scr = kc_stream_scratch(s);
   if (scr == NULL) return FGB_ENOMEM;
-  k_stats<false><<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, NULL, n, flags, ctl, scr, NULL);
+  kc_launch(k_stats<false>, KC_RED_BLOCKS, KC_RED_THREADS, s, a, (const float *)NULL, n, flags, ctl,
+            scr, (uint32_t *)NULL);
   return kc_launched();
 }
 
@@ -214,7 +216,8 @@ extern "C" fgb_status kern_cuda_add_stats(float *a, const float *g, uint64_t n, 
   cudaStream_t s = KC_STREAM(stream);
   kc_scratch *scr = kc_stream_scratch(s);
   if (scr == NULL) return FGB_ENOMEM;
-  k_stats<false><<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, g, n, flags, ctl, scr, NULL);
+  kc_launch(k_stats<false>, KC_RED_BLOCKS, KC_RED_THREADS, s, a, g, n, flags, ctl, scr,
+            (uint32_t *)NULL);
   return kc_launched();
 }
 
@@ -225,7 +228,7 @@ extern "C" fgb_status kern_cuda_add_stats_hist(float *a, const float *g, uint64_
   cudaStream_t s = KC_STREAM(stream);
   kc_scratch *scr = kc_stream_scratch(s);
   if (scr == NULL) return FGB_ENOMEM;
-  k_stats<true><<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, g, n, flags, ctl, scr, hist);
+  kc_launch(k_stats<true>, KC_RED_BLOCKS, KC_RED_THREADS, s, a, g, n, flags, ctl, scr, hist);
   return kc_launched();
 }
 
@@ -244,7 +247,7 @@ extern "C" fgb_status kern_cuda_add_stats_replay(float *a, const float *g, uint6
   /* Two launches: the replay inside the pass's last block (one launch) made the whole pass use
    * 254 registers a thread, one block an SM, and the pass ran at under half its bandwidth
    * (measured, H200). */
-  k_stats<true><<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, g, n, flags, ctl, scr, hist);
+  kc_launch(k_stats<true>, KC_RED_BLOCKS, KC_RED_THREADS, s, a, g, n, flags, ctl, scr, hist);
   if ((rc = kc_launched())) return rc;
   return kern_cuda_thr_replay(hist, ctl, rp, stream);
 }
@@ -253,6 +256,7 @@ extern "C" fgb_status kern_cuda_add_stats_replay(float *a, const float *g, uint6
  */
 
 __global__ void k_thr_from_stats(kern_ctl *ctl, int model, double p0) {
+  KC_PDL_ENTRY();
   thr_fit(ctl, model, p0);
 }
 
@@ -260,7 +264,7 @@ extern "C" fgb_status kern_cuda_thr_from_stats(kern_ctl *ctl, kern_thr_model mod
                                                void *stream) {
   if (ctl == NULL) return FGB_EINVAL;
   if (model < KERN_THR_GAUSS || model > KERN_THR_REDSYNC) return FGB_EINVAL;
-  k_thr_from_stats<<<1, 1, 0, KC_STREAM(stream)>>>(ctl, (int)model, p0);
+  kc_launch(k_thr_from_stats, 1, 1, KC_STREAM(stream), ctl, (int)model, p0);
   return kc_launched();
 }
 
@@ -272,6 +276,7 @@ extern "C" fgb_status kern_cuda_thr_from_stats(kern_ctl *ctl, kern_thr_model mod
 __global__ void __launch_bounds__(KC_RED_THREADS)
     k_count_ge(const float *a, uint64_t n, kern_ctl *ctl, kc_scratch *scr, int with_adapt,
                kern_adapt ad) {
+  KC_PDL_ENTRY();
   __shared__ uint32_t s_last;
   if (ctl->done) return; /* read by every block before anyone writes: consistent */
   const uint32_t tk = kern_thr_key(ctl->thr);
@@ -317,7 +322,7 @@ extern "C" fgb_status kern_cuda_count_ge(const float *a, uint64_t n, kern_ctl *c
   if (scr == NULL) return FGB_ENOMEM;
   kern_adapt none;
   memset(&none, 0, sizeof none);
-  k_count_ge<<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, n, ctl, scr, 0, none);
+  kc_launch(k_count_ge, KC_RED_BLOCKS, KC_RED_THREADS, s, a, n, ctl, scr, 0, none);
   return kc_launched();
 }
 
@@ -328,23 +333,25 @@ extern "C" fgb_status kern_cuda_count_adapt(const float *a, uint64_t n, kern_ctl
   cudaStream_t s = KC_STREAM(stream);
   kc_scratch *scr = kc_stream_scratch(s);
   if (scr == NULL) return FGB_ENOMEM;
-  k_count_ge<<<KC_RED_BLOCKS, KC_RED_THREADS, 0, s>>>(a, n, ctl, scr, 1, *ad);
+  kc_launch(k_count_ge, KC_RED_BLOCKS, KC_RED_THREADS, s, a, n, ctl, scr, 1, *ad);
   return kc_launched();
 }
 
 __global__ void k_thr_adapt(kern_ctl *ctl, kern_adapt ad) {
+  KC_PDL_ENTRY();
   adapt_step(ctl, ad);
 }
 
 extern "C" fgb_status kern_cuda_thr_adapt(kern_ctl *ctl, const kern_adapt *ad, void *stream) {
   if (ctl == NULL || ad == NULL) return FGB_EINVAL;
   if (ad->mode < KERN_ADAPT_BRACKET || ad->mode > KERN_ADAPT_REDSYNC_BISECT) return FGB_EINVAL;
-  k_thr_adapt<<<1, 1, 0, KC_STREAM(stream)>>>(ctl, *ad);
+  kc_launch(k_thr_adapt, 1, 1, KC_STREAM(stream), ctl, *ad);
   return kc_launched();
 }
 
 __global__ void k_sample_abs(const float *a, uint64_t start, uint64_t stride, uint32_t m,
                              float *out) {
+  KC_PDL_ENTRY();
   for (uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < m; j += gridDim.x * blockDim.x)
     out[j] = fabsf(a[start + (uint64_t)j * stride]);
 }
@@ -354,17 +361,19 @@ extern "C" fgb_status kern_cuda_sample_abs(const float *a, uint64_t n, uint64_t 
   if (m == 0) return FGB_OK;
   if (a == NULL || out == NULL || stride == 0 || start >= n || (m - 1) > (n - 1 - start) / stride)
     return FGB_EINVAL;
-  k_sample_abs<<<kc_blocks(m, 256, 4096), 256, 0, KC_STREAM(stream)>>>(a, start, stride, m, out);
+  kc_launch(k_sample_abs, kc_blocks(m, 256, 4096), 256, KC_STREAM(stream), a, start, stride, m,
+            out);
   return kc_launched();
 }
 
 __global__ void k_thr_reset(kern_ctl *ctl, float factor) {
+  KC_PDL_ENTRY();
   ctl->thr = to_thr(__dmul_rn((double)ctl->thr, (double)factor)); /* as the CPU (Inf: FLT_MAX) */
   reset_adapt(ctl);
 }
 
 extern "C" fgb_status kern_cuda_thr_reset(kern_ctl *ctl, float factor, void *stream) {
   if (ctl == NULL) return FGB_EINVAL;
-  k_thr_reset<<<1, 1, 0, KC_STREAM(stream)>>>(ctl, factor);
+  kc_launch(k_thr_reset, 1, 1, KC_STREAM(stream), ctl, factor);
   return kc_launched();
 }

@@ -109,6 +109,7 @@ __device__ inline uint32_t chunk_pos(uint32_t f, uint64_t ex, const uint32_t sla
 
 __global__ void k_sel_init(kc_sel_state *st, int lmode, const kern_ctl *ctl, uint32_t L,
                            uint32_t full, unsigned long long rank) {
+  KC_PDL_ENTRY();
   kc_sel_state z;
   memset(&z, 0, sizeof z);
   z.L = lmode == KC_L_CTL ? kern_thr_key(ctl->thr) : L;
@@ -132,6 +133,7 @@ __device__ inline uint32_t mix32(uint32_t x) {
 __global__ void __launch_bounds__(KC_BLOCK_SELECT)
     k_sample_select(const float *a, const float *g, uint64_t len, uint32_t m, uint32_t r,
                     kc_sel_state *st) {
+  KC_PDL_ENTRY();
   __shared__ uint32_t hist[KC_RADIX_BINS];
   uint32_t T, err = 0;
   unsigned long long eq;
@@ -185,6 +187,7 @@ __global__ void __launch_bounds__(SEL_THREADS, G ? 3 : 4)
     k_compact(const float *a, const float *g, uint64_t len, int al, kc_sel_state *st, float *cv,
               uint32_t *ci, uint64_t cand_cap, uint32_t *ch_off, uint32_t *ch_cnt, uint32_t *ch_gt,
               uint32_t *ch_eq, uint32_t k, int take_all, uint64_t nch) {
+  KC_PDL_ENTRY();
   __shared__ unsigned long long s_base;
   const uint32_t L = st->L;
   float v[16], w[16];
@@ -288,6 +291,7 @@ __device__ inline void hist_add(uint32_t *hist, uint32_t bin, int full) {
 __global__ void __launch_bounds__(SEL_THREADS)
     k_hist(const float *a, uint64_t len, int al, int pass, kc_sel_state *st, uint32_t *ghist,
            const float *cv, uint64_t cand_cap) {
+  KC_PDL_ENTRY();
   __shared__ uint32_t hist[KC_RADIX_BINS];
   __shared__ uint32_t s_last;
   if (st->skip) return;
@@ -362,6 +366,7 @@ __global__ void __launch_bounds__(SEL_THREADS)
     k_chunk_count(const float *a, uint64_t len, int al, const kc_sel_state *st, const float *cv,
                   const uint32_t *ci, const uint32_t *ch_off, const uint32_t *ch_cnt,
                   uint32_t *ch_gt, uint32_t *ch_eq, uint64_t nch) {
+  KC_PDL_ENTRY();
   if (st->skip) return; /* T = L: the compaction wrote these counts */
   const uint32_t T = st->T;
   const int full = st->full;
@@ -410,6 +415,7 @@ __global__ void __launch_bounds__(SEL_THREADS)
 __global__ void __launch_bounds__(KC_BLOCK_SELECT)
     k_chunk_scan(kc_sel_state *st, uint64_t nch, uint32_t *ch_gt, uint32_t *ch_eq,
                  comp_coo_header *hdr, uint32_t capacity, uint32_t expect) {
+  KC_PDL_ENTRY();
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const uint64_t seg = (((nch + nw - 1) / nw) + 31) & ~(uint64_t)31;
   const uint64_t lo = warp * seg, hi = lo + seg < nch ? lo + seg : nch;
@@ -469,6 +475,7 @@ __global__ void __launch_bounds__(SEL_THREADS)
            const float *cv, const uint32_t *ci, const uint32_t *ch_off, const uint32_t *ch_cnt,
            const uint32_t *ch_out, const uint32_t *ch_eqp, kc_out o, uint64_t nch,
            uint32_t zero_cap) {
+  KC_PDL_ENTRY();
   /* Entries [count, zero_cap) of the payload are zeroed here (kc_zero_tail's job, one launch
    * less): the bytes are a function of the input alone. */
   for (uint64_t j = st->count + blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; j < zero_cap;
@@ -613,7 +620,7 @@ fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_bas
   const int alg = al && (g == NULL || ((uintptr_t)g & 15u) == 0);
   const uint64_t nch = (len + KC_CHUNK - 1) / KC_CHUNK;
   kc_sel_state *st = ws->st;
-  k_sel_init<<<1, 1, 0, s>>>(st, lmode, ctl, L_fixed, 0, 0);
+  kc_launch(k_sel_init, 1, 1, s, st, lmode, ctl, L_fixed, 0u, 0ull);
   if (lmode == KC_L_SAMPLE) {
     uint32_t m = len < KC_SAMPLES ? (uint32_t)len : KC_SAMPLES, r;
     if (m == len) {
@@ -622,30 +629,29 @@ fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_bas
       double mp = (double)m * k / (double)len, rr = ceil(mp + 4.0 * sqrt(mp) + 8.0);
       r = rr > m ? m : (uint32_t)rr;
     }
-    k_sample_select<<<1, KC_BLOCK_SELECT, 0, s>>>(a, g, len, m, r, st);
+    kc_launch(k_sample_select, 1, KC_BLOCK_SELECT, s, a, g, len, m, r, st);
   }
   const unsigned cgrid = compact_grid(nch, g != NULL);
   if (g)
-    k_compact<true><<<cgrid, SEL_THREADS, 0, s>>>(a, g, len, alg, st, ws->cand_val, ws->cand_idx,
-                                                  ws->cand_cap, ws->ch_off, ws->ch_cnt, ws->ch_gt,
-                                                  ws->ch_eq, k, take_all, nch);
+    kc_launch(k_compact<true>, cgrid, SEL_THREADS, s, a, g, len, alg, st, ws->cand_val,
+              ws->cand_idx, ws->cand_cap, ws->ch_off, ws->ch_cnt, ws->ch_gt, ws->ch_eq, k, take_all,
+              nch);
   else
-    k_compact<false><<<cgrid, SEL_THREADS, 0, s>>>(a, g, len, alg, st, ws->cand_val, ws->cand_idx,
-                                                   ws->cand_cap, ws->ch_off, ws->ch_cnt, ws->ch_gt,
-                                                   ws->ch_eq, k, take_all, nch);
+    kc_launch(k_compact<false>, cgrid, SEL_THREADS, s, a, g, len, alg, st, ws->cand_val,
+              ws->cand_idx, ws->cand_cap, ws->ch_off, ws->ch_cnt, ws->ch_gt, ws->ch_eq, k, take_all,
+              nch);
   /* Sized for the candidates, the common case: idle blocks cost every pass a zeroed histogram
    * and a check-in; the rare full-input fallback loops over the input with the same grid. */
   const unsigned hb = hist_blocks(len < ws->cand_cap ? len : ws->cand_cap);
   for (int p = 0; p < 3; p++)
-    k_hist<<<hb, SEL_THREADS, 0, s>>>(a, len, al, p, st, ws->hist, ws->cand_val, ws->cand_cap);
+    kc_launch(k_hist, hb, SEL_THREADS, s, a, len, al, p, st, ws->hist, ws->cand_val, ws->cand_cap);
   const unsigned wgrid = (unsigned)((nch + SEL_THREADS / 32 - 1) / (SEL_THREADS / 32));
-  k_chunk_count<<<wgrid, SEL_THREADS, 0, s>>>(a, len, al, st, ws->cand_val, ws->cand_idx,
-                                              ws->ch_off, ws->ch_cnt, ws->ch_gt, ws->ch_eq, nch);
-  k_chunk_scan<<<1, KC_BLOCK_SELECT, 0, s>>>(st, nch, ws->ch_gt, ws->ch_eq, hdr, capacity,
-                                             take_all ? 0xffffffffu : k);
-  k_emit<<<wgrid, SEL_THREADS, 0, s>>>(a, len, al, idx_base, st, ws->cand_val, ws->cand_idx,
-                                       ws->ch_off, ws->ch_cnt, ws->ch_gt, ws->ch_eq, o, nch,
-                                       hdr ? capacity : 0u);
+  kc_launch(k_chunk_count, wgrid, SEL_THREADS, s, a, len, al, st, ws->cand_val, ws->cand_idx,
+            ws->ch_off, ws->ch_cnt, ws->ch_gt, ws->ch_eq, nch);
+  kc_launch(k_chunk_scan, 1, KC_BLOCK_SELECT, s, st, nch, ws->ch_gt, ws->ch_eq, hdr, capacity,
+            take_all ? 0xffffffffu : k);
+  kc_launch(k_emit, wgrid, SEL_THREADS, s, a, len, al, idx_base, st, ws->cand_val, ws->cand_idx,
+            ws->ch_off, ws->ch_cnt, ws->ch_gt, ws->ch_eq, o, nch, hdr ? capacity : 0u);
   return kc_launched();
 }
 
@@ -706,10 +712,12 @@ extern "C" fgb_status kern_cuda_select_thr(const float *a, uint64_t n, const ker
 /* The exact radix select run over x itself (full mode): ws->st->T = key of the kth largest of
  * |x[0..m)| (1 <= kth <= m <= ws->n). Enqueue only (kern_cuda_kth_abs's device-wide path). */
 fgb_status kc_radix_full(kern_ws *ws, const float *x, uint64_t m, uint32_t kth, cudaStream_t s) {
-  k_sel_init<<<1, 1, 0, s>>>(ws->st, KC_L_FIXED, NULL, 0, 1, kth);
+  kc_launch(k_sel_init, 1, 1, s, ws->st, (int)KC_L_FIXED, (const kern_ctl *)NULL, 0u, 1u,
+            (unsigned long long)kth);
   const int al = ((uintptr_t)x & 15u) == 0;
   const unsigned hb = hist_blocks(m);
   for (int p = 0; p < 3; p++)
-    k_hist<<<hb, SEL_THREADS, 0, s>>>(x, m, al, p, ws->st, ws->hist, ws->cand_val, ws->cand_cap);
+    kc_launch(k_hist, hb, SEL_THREADS, s, x, m, al, p, ws->st, ws->hist, ws->cand_val,
+              ws->cand_cap);
   return kc_launched();
 }
