@@ -14,7 +14,7 @@ extern "C" fgb_status kern_replay_check(const kern_replay *rp); /* kernels/cpu/h
 __global__ void __launch_bounds__(KH_THREADS)
     k_thr_replay(const uint32_t *hist, kern_ctl *ctl, kern_replay rp) {
   KC_PDL_ENTRY();
-  __shared__ uint32_t sup[KERN_HIST_BINS];
+  __shared__ uint32_t sup[KC_SUP_WORDS];
   kc_replay_block<KH_THREADS>(hist, ctl, rp, sup);
 }
 

@@ -154,30 +154,47 @@ __device__ inline void kc_tail_bin(uint32_t b, uint32_t b0, uint32_t h, float t,
   *s2 = __dadd_rn(*s2, __dmul_rn(c, m2));
 }
 
+/* The replay's shared suffix sums, padded one word every 32 bins: thread t owns bins [32t, 32t+32)
+ * for the scan, and with the pad its 32 accesses fall in 32 different banks (unpadded, a warp's
+ * lanes all hit one bank: 32-way conflicts on every access). */
+#define KC_SUP_PAD(b) ((b) + ((b) >> 5))
+#define KC_SUP_WORDS (KERN_HIST_BINS + KERN_HIST_BINS / 32)
+
 /* kern_thr_replay by one block of NT threads (all of them call it): hist is read (global), sup is
- * shared scratch of KERN_HIST_BINS entries (sup[b] = elements in bins >= b; b + 1 never reaches
- * the end: thresholds are finite). Used by k_thr_replay and by the last block of the fused
- * statistics pass (stats.cu). */
+ * shared scratch of KC_SUP_WORDS entries (sup[KC_SUP_PAD(b)] = elements in bins >= b; b + 1 never
+ * reaches the end: thresholds are finite). Used by k_thr_replay. */
 template <int NT>
 __device__ inline void kc_replay_block(const uint32_t *hist, kern_ctl *ctl, const kern_replay &rp,
                                        uint32_t *sup) {
   constexpr int KH_PER = KERN_HIST_BINS / NT;
+  static_assert(KH_PER == 32, "the padding assumes 32 bins a thread");
   __shared__ float s_thr;
-  const uint32_t b_first = threadIdx.x * KH_PER;
-  uint32_t h[KH_PER];
-  unsigned long long local = 0;
+  {
+    /* Coalesced loads (bin t + j NT), all in flight, into the padded array. */
+    uint32_t x[KH_PER];
 #pragma unroll
-  for (int j = 0; j < KH_PER; j++) {
-    h[j] = hist[b_first + j];
-    local += h[j];
+    for (int j = 0; j < KH_PER; j++) x[j] = hist[threadIdx.x + j * NT];
+#pragma unroll
+    for (int j = 0; j < KH_PER; j++) sup[KC_SUP_PAD(threadIdx.x + j * NT)] = x[j];
   }
-  unsigned long long tot;
-  const unsigned long long before = kc_block_excl_scan<unsigned long long>(local, &tot);
-  unsigned long long run = tot - before - local; /* elements in the bins of higher threads */
+  __syncthreads();
+  const uint32_t b_first = threadIdx.x * KH_PER;
+  {
+    uint32_t h[KH_PER];
+    unsigned long long local = 0;
 #pragma unroll
-  for (int j = KH_PER - 1; j >= 0; j--) {
-    run += h[j];
-    sup[b_first + j] = (uint32_t)run;
+    for (int j = 0; j < KH_PER; j++) {
+      h[j] = sup[KC_SUP_PAD(b_first + j)];
+      local += h[j];
+    }
+    unsigned long long tot; /* (its __syncthreads orders every read above before the writes) */
+    const unsigned long long before = kc_block_excl_scan<unsigned long long>(local, &tot);
+    unsigned long long run = tot - before - local; /* elements in the bins of higher threads */
+#pragma unroll
+    for (int j = KH_PER - 1; j >= 0; j--) {
+      run += h[j];
+      sup[KC_SUP_PAD(b_first + j)] = (uint32_t)run;
+    }
   }
   __syncthreads(); /* sup complete */
   /* Thread 0 works on a copy in registers: the fits and rounds are chains of dependent reads and
@@ -195,9 +212,16 @@ __device__ inline void kc_replay_block(const uint32_t *hist, kern_ctl *ctl, cons
   for (uint32_t stage = 1; stage < rp.stages; stage++) {
     const float t = s_thr;
     const uint32_t b0 = kern_thr_key(t) >> KERN_HIST_SHIFT;
+    /* Bins interleaved over the threads (bin t + j NT): the few bins of the tail above t land on
+     * different threads, not in one thread's serial chain of double divisions. */
     double n = 0, s1 = 0, s2 = 0;
-#pragma unroll
-    for (int j = 0; j < KH_PER; j++) kc_tail_bin(b_first + j, b0, h[j], t, &n, &s1, &s2);
+#pragma unroll 4
+    for (int j = 0; j < KH_PER; j++) {
+      const uint32_t b = threadIdx.x + j * NT;
+      if (b < b0 || b >= KERN_HIST_NONFINITE) continue;
+      const uint32_t hb = sup[KC_SUP_PAD(b)] - sup[KC_SUP_PAD(b + 1)];
+      kc_tail_bin(b, b0, hb, t, &n, &s1, &s2);
+    }
     n = kc_block_sum<double>(n);
     s1 = kc_block_sum<double>(s1);
     s2 = kc_block_sum<double>(s2);
@@ -210,7 +234,7 @@ __device__ inline void kc_replay_block(const uint32_t *hist, kern_ctl *ctl, cons
       st.sum_sq = s2;
       st.max_abs = c.st.max_abs;
       st.min_abs = n > 0 ? t : 0.0f;
-      st.nonfinite = sup[KERN_HIST_NONFINITE];
+      st.nonfinite = sup[KC_SUP_PAD(KERN_HIST_NONFINITE)];
       st.above = 1;
       c.st = st;
       thr_fit(&c, (int)rp.later, rp.q);
@@ -223,14 +247,18 @@ __device__ inline void kc_replay_block(const uint32_t *hist, kern_ctl *ctl, cons
   for (uint32_t i = 0; i < rp.ad.max_iters && !c.done; i++) {
     const float t = c.thr;
     const uint32_t b = kern_thr_key(t) >> KERN_HIST_SHIFT;
-    c.count = b >= KERN_HIST_NONFINITE ? sup[KERN_HIST_NONFINITE]
-                                       : kern_hist_count_at(sup[b + 1], sup[b] - sup[b + 1], t);
+    c.count = b >= KERN_HIST_NONFINITE
+                  ? sup[KC_SUP_PAD(KERN_HIST_NONFINITE)]
+                  : kern_hist_count_at(sup[KC_SUP_PAD(b + 1)],
+                                       sup[KC_SUP_PAD(b)] - sup[KC_SUP_PAD(b + 1)], t);
     adapt_step(&c, rp.ad);
   }
   const float t = c.thr;
   const uint32_t b = kern_thr_key(t) >> KERN_HIST_SHIFT;
-  c.count = b >= KERN_HIST_NONFINITE ? sup[KERN_HIST_NONFINITE]
-                                     : kern_hist_count_at(sup[b + 1], sup[b] - sup[b + 1], t);
+  c.count = b >= KERN_HIST_NONFINITE
+                ? sup[KC_SUP_PAD(KERN_HIST_NONFINITE)]
+                : kern_hist_count_at(sup[KC_SUP_PAD(b + 1)],
+                                     sup[KC_SUP_PAD(b)] - sup[KC_SUP_PAD(b + 1)], t);
   *ctl = c;
 }
 
