@@ -6,7 +6,10 @@
  * computed from the job's ISSUE stream (order, tensor list: identical on every rank) and the
  * inputs its ranks agreed in a planning exchange at an agreed place of that stream (plan_xchg.c),
  * so every rank computes the same plan and holds/releases the same buffers at the same point of
- * the world sequence (docs/scheduling.md, "Static plans in fgbuffd"). Status: plan_status.c. */
+ * the world sequence (docs/scheduling.md, "Static plans in fgbuffd"). Dynamic policies (none,
+ * fusion) go through the same exchanges for a per-tensor compression decision table (their plan):
+ * the coordinator keeps composing the groups; a compressed tensor decided dense is flushed dense
+ * (docs/scheduling.md, "Dynamic policies in fgbuffd"). Status: plan_status.c. */
 #include "plan_exec.h"
 
 #include <math.h>
@@ -71,10 +74,18 @@ static const sched_costs plan_costs = {.ar_alpha = 100e-6,
                                        .dec_alpha = 10e-6,
                                        .dec_beta = 2e-9};
 
-/* The job's plan state, created on first use (static policies only). */
+/* Dynamic policies with a plan() (none, fusion): their plan is a per-tensor compression decision
+ * table, agreed and versioned like a static plan; the coordinator still composes the groups. */
+static int dyn_policy(const char *name) {
+  const sched_policy_ops *ops = sched_find(name);
+  return ops && ops->plan && (ops->flags & SCHED_DYNAMIC);
+}
+
+/* The job's plan state, created on first use (static policies, and the decision table of dynamic
+ * ones). */
 static srv_plan *plan_get(srv_job *j) {
   if (j->plan) return j->plan;
-  if (!srv_plan_policy(j->policy)) return NULL;
+  if (!srv_plan_policy(j->policy) && !dyn_policy(j->policy)) return NULL;
   srv_plan *pl = calloc(1, sizeof(*pl));
   if (!pl) return NULL;
   pl->ops = sched_find(j->policy);
@@ -213,10 +224,11 @@ static void log_decisions(const srv_job *j, const sched_plan *p) {
       other++;
     }
   }
+  const char *what = p->flags & SCHED_DYNAMIC ? "tensors" : "buffers";
   LOG_INFO(
-      "job '%s': plan v%llu: %u buffers compressed, %u dense by cost%s%s%s, %u dense "
+      "job '%s': plan v%llu: %u %s compressed, %u dense by cost%s%s%s, %u dense "
       "(not compressible or density >= 1/P)",
-      j->id.name, (unsigned long long)p->version, comp, by_cost, by_cost ? " (" : "", why,
+      j->id.name, (unsigned long long)p->version, comp, what, by_cost, by_cost ? " (" : "", why,
       by_cost ? ")" : "", other);
 }
 
@@ -227,13 +239,21 @@ static void adopt(srv_job *j, srv_plan *pl, plan_ver *nv, uint64_t at, const cha
     pl->nv = 1;
   }
   pl->v[pl->nv++] = *nv;
-  LOG_INFO(
-      "job '%s': %s %s at step %llu: plan v%llu, %u buffers for %u tensors, from step %llu "
-      "(%s)",
-      j->id.name, j->policy, nv->plan.version > 1 ? "re-planned" : "planned",
-      (unsigned long long)at, (unsigned long long)nv->plan.version, nv->plan.nbuffers,
-      nv->plan.ntensors, (unsigned long long)nv->plan.first_step, why);
+  if (nv->plan.flags & SCHED_DYNAMIC)
+    LOG_INFO(
+        "job '%s': %s: compression decisions agreed at step %llu: plan v%llu for %u tensors, "
+        "from step %llu (%s)",
+        j->id.name, j->policy, (unsigned long long)at, (unsigned long long)nv->plan.version,
+        nv->plan.ntensors, (unsigned long long)nv->plan.first_step, why);
+  else
+    LOG_INFO(
+        "job '%s': %s %s at step %llu: plan v%llu, %u buffers for %u tensors, from step %llu "
+        "(%s)",
+        j->id.name, j->policy, nv->plan.version > 1 ? "re-planned" : "planned",
+        (unsigned long long)at, (unsigned long long)nv->plan.version, nv->plan.nbuffers,
+        nv->plan.ntensors, (unsigned long long)nv->plan.first_step, why);
   log_decisions(j, &nv->plan);
+  if (nv->plan.flags & SCHED_DYNAMIC) srv_plan_log_table(j, &nv->plan);
 }
 
 /* ---- measured ready times ------------------------------------------------------------------ */
@@ -320,13 +340,18 @@ static int start_xchg(srv_job *j, srv_plan *pl, uint64_t at, const sched_plan *c
     if (sched_plan_copy(&c->cur, cur) != FGB_OK) goto nomem;
     c->has_cur = 1;
   }
+  int dyn = (pl->ops->flags & SCHED_DYNAMIC) != 0;
+  for (uint32_t i = 0; dyn && config_only && i < j->ntensors; i++)
+    if (j->tensors[i]->comp) c->has_comp = 1;
   it->kind = ENG_XCHG;
   it->job_key = j->key;
   if (!(it->xchg = px_item(c))) {
     c = NULL;
     goto nomem;
   }
-  it->xchg->calibrate = config_only; /* the job's first exchange: start-up cost fit */
+  /* The start-up cost fit: in a static job's first exchange; a dynamic job's first exchange only
+   * agrees whether it has compressed tensors at all, so its fit runs with the first decisions. */
+  it->xchg->calibrate = dyn ? !config_only && !cur : config_only;
   if (!config_only) pl->nlast = 0;
   pl->xpending = 1;
   pl->xfrom = at + (config_only ? 1 : SRV_PLAN_LEAD);
@@ -399,6 +424,13 @@ void srv_plan_xchg_done(srv_job *j, eng_item *it) {
     pl->every = c->a_every;
     LOG_INFO("job '%s': plan_warmup_steps %u, replan_steps %u (agreed: largest over ranks)",
              j->id.name, pl->warmup, pl->every);
+    if ((pl->ops->flags & SCHED_DYNAMIC) && !c->any_comp) {
+      pl->state = SRV_PLAN_NOTHING; /* nothing to decide: no further exchanges */
+      LOG_INFO(
+          "job '%s': %s: no tensor with a compressor at the job's start on any rank: no "
+          "compression decisions",
+          j->id.name, j->policy);
+    }
   } else if (fail) {
     uint64_t from = c->step + c->lead;
     LOG_ERROR(
@@ -412,7 +444,7 @@ void srv_plan_xchg_done(srv_job *j, eng_item *it) {
   } else {
     pl->state = 1;
     pl->every = c->a_every; /* a changed replan_steps applies from this verdict */
-    if (pl->ops->flags & SCHED_REPLANS) pl->next_check = c->step + pl->every;
+    if (pl->ops->flags & (SCHED_REPLANS | SCHED_DYNAMIC)) pl->next_check = c->step + pl->every;
     pl->has_in = 1;
     pl->in_step = c->step;
     pl->in_costs = c->costs;
@@ -464,7 +496,8 @@ static void replan(srv_job *j, srv_plan *pl) {
              (unsigned long long)cur->plan.version);
     return;
   }
-  if (same_plan(&nv.plan, &cur->plan)) {
+  if (cur->plan.flags & SCHED_DYNAMIC ? px_same_decisions(&nv.plan, &cur->plan)
+                                      : same_plan(&nv.plan, &cur->plan)) {
     ver_free(&nv);
     return;
   }
@@ -496,29 +529,57 @@ static int rewrite_issue(const sched_plan *p, coord_event *ev, uint32_t b) {
   return 0;
 }
 
+/* Dynamic policies: the decision table in force for the ISSUE's step. 2 (its members with a
+ * compressor are flushed dense) when every such member is in the table and decided dense; 0 when
+ * any is compressed or not in the table (registered after the exchange: it compresses, as before
+ * decisions existed). Compressed tensors travel alone under none and fusion, so an ISSUE holds at
+ * most one of them unless the ranks disagree on compressors (cp_agree then fails the job). */
+static int dyn_decision(const srv_job *j, const plan_ver *v, const coord_event *ev) {
+  int has_comp = 0;
+  for (uint32_t k = 0; k < ev->ntensors; k++) {
+    uint32_t key = ev->tensor_keys[k];
+    const srv_tensor *t = tensor_by_key(j, key);
+    if (!t || !t->comp) continue;
+    has_comp = 1;
+    if (key >= v->nbuf_of || !v->buf_of[key] || v->plan.buffers[v->buf_of[key] - 1].compress)
+      return 0;
+  }
+  return has_comp ? 2 : 0;
+}
+
 int srv_plan_on_issue(srv_job *j, coord_event *ev) {
-  if (!srv_plan_policy(j->policy) || ev->ntensors != 1) return 0;
   srv_plan *pl = plan_get(j);
-  if (!pl) return 0;
+  if (!pl || ev->ntensors == 0) return 0;
+  /* Static plans take single-tensor ISSUEs; a fusion group holds several dense tensors. */
+  int dyn = (pl->ops->flags & SCHED_DYNAMIC) != 0;
+  if (!dyn && ev->ntensors != 1) return 0;
   uint32_t key = ev->tensor_keys[0];
   if (!pl->started) {
     pl->started = 1;
     pl->s0 = ev->step;
     /* CPU: the job's ranks agree plan_warmup_steps and replan_steps first (ISSUEs of later steps
-     * wait for it), so the warm-up ends at the same step everywhere. */
-    if (eng_can_xchg(j->d->eng) && start_xchg(j, pl, ev->step, NULL, 1) != 0) {
+     * wait for it), so the warm-up ends at the same step everywhere. Dynamic policies decide only
+     * through the exchange (never locally): without it they compress as before. */
+    if (!eng_can_xchg(j->d->eng) && dyn) {
+      pl->state = SRV_PLAN_NOTHING;
+    } else if (eng_can_xchg(j->d->eng) && start_xchg(j, pl, ev->step, NULL, 1) != 0) {
       pl->state = -1;
       LOG_ERROR("job '%s': out of memory starting the planning exchange: tensors travel alone",
                 j->id.name);
     }
   }
+  if (pl->state == SRV_PLAN_NOTHING) return 0;
   if (pl->state == 0 && !pl->planning) {
     uint64_t agreed = pl->s0 + pl->warmup;
     if (ev->step < agreed) {
-      if (push_key(&pl->seen, &pl->nseen, &pl->seencap, key) != 0 ||
-          (ev->step + 1 == agreed && push_key(&pl->last, &pl->nlast, &pl->lastcap, key) != 0)) {
-        pl->state = -1; /* the same on every rank only by luck: logged loudly */
-        LOG_ERROR("job '%s': out of memory observing the plan", j->id.name);
+      for (uint32_t k = 0; k < ev->ntensors; k++) {
+        uint32_t kk = ev->tensor_keys[k];
+        if (push_key(&pl->seen, &pl->nseen, &pl->seencap, kk) != 0 ||
+            (ev->step + 1 == agreed && push_key(&pl->last, &pl->nlast, &pl->lastcap, kk) != 0)) {
+          pl->state = -1; /* the same on every rank only by luck: logged loudly */
+          LOG_ERROR("job '%s': out of memory observing the plan", j->id.name);
+          break;
+        }
       }
       return 0;
     }
@@ -545,14 +606,27 @@ int srv_plan_on_issue(srv_job *j, coord_event *ev) {
   }
   if (pl->state != 1 && !pl->xpending) return 0;
   if (pl->next_check && pl->nv > 0) {
-    if (ev->step + 1 == pl->next_check && push_key(&pl->last, &pl->nlast, &pl->lastcap, key) != 0)
-      pl->nlast = 0; /* out of memory: this re-plan sees fewer tensors, on this rank only */
+    for (uint32_t k = 0; k < ev->ntensors && ev->step + 1 == pl->next_check; k++)
+      if (push_key(&pl->last, &pl->nlast, &pl->lastcap, ev->tensor_keys[k]) != 0)
+        pl->nlast = 0; /* out of memory: this re-plan sees fewer tensors, on this rank only */
     if (ev->step >= pl->next_check) replan(j, pl);
   }
   if (pl->fail_from && ev->step >= pl->fail_from) return 0;
   const plan_ver *v = NULL;
   for (int i = pl->nv - 1; i >= 0 && !v; i--)
     if (ev->step >= pl->v[i].plan.first_step) v = &pl->v[i];
+  if (dyn) {
+    int r = v ? dyn_decision(j, v, ev) : 0;
+    if (r == 2) pl->dense_issued++;
+    for (uint32_t k = 0; v && k < ev->ntensors; k++) {
+      const srv_tensor *t = tensor_by_key(j, ev->tensor_keys[k]);
+      if (t && t->comp) { /* an ISSUE of a compressed tensor run under the table */
+        pl->issued++;
+        break;
+      }
+    }
+    return r;
+  }
   if (!v || key >= v->nbuf_of || !v->buf_of[key]) return 0;
   uint32_t b = v->buf_of[key] - 1;
   plan_hold *h = NULL;

@@ -41,13 +41,16 @@ typedef struct srv_plan {
   uint32_t nseen, seencap;
   uint32_t *last; /* keys issued for the observed step (warm-up's last, or before a re-plan) */
   uint32_t nlast, lastcap;
-  int state;     /* 0: warm-up; 1: planned; -1: planning failed (per-tensor from then on) */
+  int state;     /* 0: warm-up; 1: planned; -1: planning failed (per-tensor from then on);
+                  * SRV_PLAN_NOTHING: a dynamic job with nothing to decide */
   plan_ver v[2]; /* nv adopted versions kept, newest last (the previous one finishes its steps) */
   int nv;
   uint64_t next_check; /* re-planning policies: the next step at which to re-plan */
   plan_hold *holds;
   uint32_t nholds, hcap;
-  uint64_t issued;        /* plan buffers handed to the engine as one item (for status and tests) */
+  uint64_t issued; /* plan buffers handed to the engine as one item (for status and tests); dynamic
+                    * policies: ISSUEs of compressed tensors run under a decision table */
+  uint64_t dense_issued;  /* dynamic policies: ISSUEs the decision table sent dense (flushed) */
   uint32_t warmup, every; /* warm-up steps and re-plan period */
   rt_slot rt[RT_SLOTS];
   uint32_t rtcap; /* entries of every rt[].t */
@@ -66,5 +69,13 @@ typedef struct srv_plan {
   double *in_ready; /* NULL: ready times not measured on every rank */
   char in_why[96];
 } srv_plan;
+
+/* A dynamic job (none, fusion) whose ranks had no tensor with a compressor at its start: no
+ * decision table, no further exchanges (plan_exec.c). */
+#define SRV_PLAN_NOTHING (-2)
+
+struct srv_job;
+/* Log a dynamic job's adopted decision table, one line per tensor (plan_status.c). */
+void srv_plan_log_table(const struct srv_job *j, const sched_plan *p);
 
 #endif

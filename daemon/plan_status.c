@@ -1,5 +1,7 @@
-/* daemon/plan_status.c — a job's static plan for fgbuffctl status: the plan JSON with the inputs
- * it was planned from (agreed, so byte-equal on every rank), and the text rendering. */
+/* daemon/plan_status.c — a job's plan for fgbuffctl status: the plan JSON with the inputs it was
+ * planned from (agreed, so byte-equal on every rank), and the text rendering; for the dynamic
+ * policies (none, fusion) the plan is the per-tensor compression decision table, listed per tensor
+ * with its name, also in the log when adopted. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -7,6 +9,7 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "log.h"
 #include "plan_exec.h"
 #include "plan_internal.h"
 #include "policy.h"
@@ -20,6 +23,56 @@ static void tput(char *buf, size_t cap, size_t *off, const char *fmt, ...) {
   int w = vsnprintf(*off < cap ? buf + *off : NULL, *off < cap ? cap - *off : 0, fmt, ap);
   va_end(ap);
   if (w > 0) *off += (size_t)w;
+}
+
+/* The registered name of the job's tensor `key` ("" when unknown here). */
+static const char *key_name(const srv_job *j, uint32_t key) {
+  for (uint32_t i = 0; i < j->ntensors; i++)
+    if (j->tensors[i]->key_known && j->tensors[i]->key == key) return j->tensors[i]->name;
+  return "";
+}
+
+/* A client-chosen name as a JSON string body: quotes, backslashes and control bytes escaped. */
+static void json_name(char *buf, size_t cap, size_t *off, const char *s) {
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\')
+      tput(buf, cap, off, "\\%c", ch);
+    else if (ch < 0x20 || ch == 0x7f)
+      tput(buf, cap, off, "\\u%04x", ch);
+    else
+      tput(buf, cap, off, "%c", ch);
+  }
+}
+
+/* Dynamic plans: the table per tensor, in the plan's order (one buffer per tensor, but any buffer
+ * that tiles the order is listed per member). */
+static void decisions_json(const srv_job *j, const sched_plan *p, char *buf, size_t cap,
+                           size_t *off) {
+  tput(buf, cap, off, ",\"decisions\":[");
+  for (uint32_t b = 0, n = 0; b < p->nbuffers; b++) {
+    const sched_buffer *sb = &p->buffers[b];
+    for (uint32_t m = 0; m < sb->count; m++) {
+      uint32_t key = p->order[sb->first + m];
+      tput(buf, cap, off, "%s{\"key\":%u,\"name\":\"", n++ ? "," : "", key);
+      json_name(buf, cap, off, key_name(j, key));
+      tput(buf, cap, off, "\",\"compress\":%s,\"k\":%llu,\"reason\":\"%s\"}",
+           sb->compress ? "true" : "false", (unsigned long long)sb->k, sb->reason);
+    }
+  }
+  tput(buf, cap, off, "]");
+}
+
+void srv_plan_log_table(const srv_job *j, const sched_plan *p) {
+  for (uint32_t b = 0; b < p->nbuffers; b++) {
+    const sched_buffer *sb = &p->buffers[b];
+    for (uint32_t m = 0; m < sb->count; m++) {
+      uint32_t key = p->order[sb->first + m];
+      LOG_INFO("job '%s': plan v%llu: tensor %u '%.64s': %s k=%llu (%s)", j->id.name,
+               (unsigned long long)p->version, key, key_name(j, key),
+               sb->compress ? "compress" : "dense", (unsigned long long)sb->k, sb->reason);
+    }
+  }
 }
 
 static const char *const cost_names[] = {"allreduce", "allgather", "encode", "decode"};
@@ -64,8 +117,13 @@ size_t srv_plan_status_json(const srv_job *j, char *buf, size_t cap) {
   size_t off = 0;
   if (cap) buf[0] = 0;
   /* The plan object, less its closing brace, then the inputs it was planned from. */
-  tput(buf, cap, &off, "%.*s,\"fallback_from_step\":%llu,\"inputs\":", (int)(need - 1), plan,
+  tput(buf, cap, &off, "%.*s,\"fallback_from_step\":%llu", (int)(need - 1), plan,
        (unsigned long long)pl->fail_from);
+  if (p->flags & SCHED_DYNAMIC) {
+    decisions_json(j, p, buf, cap, &off);
+    tput(buf, cap, &off, ",\"dense_issued\":%llu", (unsigned long long)pl->dense_issued);
+  }
+  tput(buf, cap, &off, ",\"inputs\":");
   if (pl->has_in)
     inputs_json(pl, buf, cap, &off);
   else
@@ -79,25 +137,46 @@ size_t srv_plan_status_text(const srv_job *j, char *buf, size_t cap) {
   size_t off = 0;
   if (cap) buf[0] = 0;
   const srv_plan *pl = j->plan;
-  if (!srv_plan_policy(j->policy)) return 0;
+  const sched_policy_ops *ops = sched_find(j->policy);
+  int dyn = ops && (ops->flags & SCHED_DYNAMIC);
+  if (!srv_plan_policy(j->policy) && !dyn) return 0;
+  if (dyn && (!pl || pl->state == SRV_PLAN_NOTHING)) {
+    tput(buf, cap, &off, "    compression decisions: %s\n",
+         pl ? "none (no tensor with a compressor at the job's start)" : "not started");
+    return off;
+  }
   if (!pl || pl->state == 0) {
     tput(buf, cap, &off, "    plan: warming up (%u steps as 'none')\n",
          pl ? pl->warmup : j->d->cfg.plan_warmup_steps);
     return off;
   }
   if (pl->state < 0) {
-    tput(buf, cap, &off, "    plan: planning failed, tensors travel alone (see the log)\n");
+    tput(buf, cap, &off, "    plan: planning failed, %s (see the log)\n",
+         dyn ? "every compressed tensor compresses" : "tensors travel alone");
     return off;
   }
   const sched_plan *p = &pl->v[pl->nv - 1].plan;
-  tput(buf, cap, &off,
-       "    plan v%llu (%s) from step %llu: %u buffers, %u tensors; %llu buffers issued\n",
-       (unsigned long long)p->version, p->policy, (unsigned long long)p->first_step, p->nbuffers,
-       p->ntensors, (unsigned long long)pl->issued);
-  if (pl->fail_from)
+  if (dyn) {
+    tput(
+        buf, cap, &off,
+        "    compression decisions v%llu (%s) from step %llu: %u tensors; %llu ISSUEs sent dense\n",
+        (unsigned long long)p->version, p->policy, (unsigned long long)p->first_step, p->ntensors,
+        (unsigned long long)pl->dense_issued);
+    if (pl->fail_from)
+      tput(buf, cap, &off,
+           "      planning failed: every compressed tensor compresses from step %llu (see the "
+           "log)\n",
+           (unsigned long long)pl->fail_from);
+  } else {
     tput(buf, cap, &off,
-         "      planning failed: tensors travel alone from step %llu (see the log)\n",
-         (unsigned long long)pl->fail_from);
+         "    plan v%llu (%s) from step %llu: %u buffers, %u tensors; %llu buffers issued\n",
+         (unsigned long long)p->version, p->policy, (unsigned long long)p->first_step, p->nbuffers,
+         p->ntensors, (unsigned long long)pl->issued);
+    if (pl->fail_from)
+      tput(buf, cap, &off,
+           "      planning failed: tensors travel alone from step %llu (see the log)\n",
+           (unsigned long long)pl->fail_from);
+  }
   if (pl->has_in) {
     const sched_costs *c = &pl->in_costs;
     const double ab[4][2] = {{c->ar_alpha, c->ar_beta},
@@ -111,6 +190,21 @@ size_t srv_plan_status_text(const srv_job *j, char *buf, size_t cap) {
       tput(buf, cap, &off, "        %-9s %.2f us + %.4g ns per %s (%s)\n", cost_names[k],
            ab[k][0] * 1e6, ab[k][1] * 1e9, k < 2 ? "byte" : "element",
            pl->in_have & (1u << k) ? "measured, worst rank" : "default");
+  }
+  if (dyn) {
+    tput(
+        buf, cap, &off,
+        "      (the coordinator groups tensors per cycle; 'dense' folds a tensor's residual in and "
+        "all-reduces it, 'compress' sparsifies it)\n");
+    for (uint32_t b = 0; b < p->nbuffers; b++) {
+      const sched_buffer *sb = &p->buffers[b];
+      for (uint32_t m = 0; m < sb->count; m++) {
+        uint32_t key = p->order[sb->first + m];
+        tput(buf, cap, &off, "      tensor %u '%.64s': %s k=%llu (%s)\n", key, key_name(j, key),
+             sb->compress ? "compress" : "dense", (unsigned long long)sb->k, sb->reason);
+      }
+    }
+    return off;
   }
   tput(buf, cap, &off,
        "      (buffers run as merge buffers. All members with a compressor: 'dense' folds their "

@@ -48,7 +48,7 @@ static void px_fill(void *ud, const sched_costs *measured, uint32_t have, uint8_
   /* The compressed path's costs: sparse all-gather, encode and decode (all-reduce stays). */
   for (int i = 2; i < 8; i++) *cost_at(&m, i) *= c->comp_scale;
   uint64_t lh = list_hash(c);
-  uint32_t flags = c->ready ? 1u : 0u, pad = 0;
+  uint32_t flags = (c->ready ? 1u : 0u) | (c->has_comp ? 2u : 0u), pad = 0;
   memcpy(mine, PX_MAGIC, 8);
   memcpy(mine + 8, &c->step, 8);
   memcpy(mine + 16, &lh, 8);
@@ -103,7 +103,7 @@ static void decide(px_ctx *c, const uint8_t *all, int size) {
     const char *bad = memcmp(b, PX_MAGIC, 8) != 0                  ? "magic"
                       : step != c->step                            ? "step"
                       : h != lh || n != c->n                       ? "tensor list"
-                      : flags > 1                                  ? "flags"
+                      : flags > 3                                  ? "flags"
                       : warm < c->lo_warmup || warm > c->hi_steps  ? "plan_warmup_steps"
                       : every < c->lo_every || every > c->hi_steps ? "replan_steps"
                                                                    : NULL;
@@ -120,6 +120,7 @@ static void decide(px_ctx *c, const uint8_t *all, int size) {
       goto out;
     }
     c->have &= have;
+    if (flags & 2u) c->any_comp = 1;
     if (warm > c->a_warmup) c->a_warmup = warm;
     if (every > c->a_every) c->a_every = every;
     obs[r].ntensors = c->n;
@@ -149,7 +150,20 @@ static void decide(px_ctx *c, const uint8_t *all, int size) {
     }
     memcpy(c->aready, ag.in.ready, c->n * sizeof(double));
   }
-  if (!c->has_cur || !same_order(&c->cur, c)) {
+  if (c->ops->flags & SCHED_DYNAMIC) {
+    /* none / fusion: plan() gives one buffer per tensor with its compression decision; a new
+     * version only when a decision changed (the order is not used: groups form per cycle). */
+    c->status = c->ops->plan(&ag.in, &c->plan, c->err, sizeof(c->err));
+    if (c->status != FGB_OK) goto out;
+    if (c->has_cur && px_same_decisions(&c->cur, &c->plan)) {
+      sched_plan_free(&c->plan);
+      goto out;
+    }
+    sched_plan_stamp(&c->plan, c->has_cur ? &c->cur : NULL, c->step, c->lead);
+    c->changed = 1;
+    snprintf(c->why, sizeof(c->why), "%s",
+             c->has_cur ? "compression decisions changed" : "first decisions");
+  } else if (!c->has_cur || !same_order(&c->cur, c)) {
     c->status = c->ops->plan(&ag.in, &c->plan, c->err, sizeof(c->err));
     if (c->status != FGB_OK) goto out;
     sched_plan_stamp(&c->plan, c->has_cur ? &c->cur : NULL, c->step, c->lead);
@@ -174,6 +188,33 @@ out:
   sched_agreed_free(&ag);
 }
 
+/* Position + 1 of tensor `id` in p's order (0: absent). Linear: tables are compared once per
+ * exchange, on the engine thread. */
+static uint32_t pos_of(const sched_plan *p, uint32_t id) {
+  for (uint32_t i = 0; i < p->ntensors; i++)
+    if (p->order[i] == id) return i + 1;
+  return 0;
+}
+
+int px_same_decisions(const sched_plan *a, const sched_plan *b) {
+  if (a->ntensors != b->ntensors) return 0;
+  /* Per tensor: its buffer's decision in each plan (dynamic plans hold one tensor per buffer, but
+   * this holds for any plan that tiles its order). */
+  for (uint32_t ba = 0; ba < a->nbuffers; ba++) {
+    const sched_buffer *x = &a->buffers[ba];
+    for (uint32_t m = 0; m < x->count; m++) {
+      uint32_t pb = pos_of(b, a->order[x->first + m]);
+      if (!pb) return 0;
+      const sched_buffer *y = NULL;
+      for (uint32_t bb = 0; bb < b->nbuffers && !y; bb++)
+        if (pb - 1 >= b->buffers[bb].first && pb - 1 < b->buffers[bb].first + b->buffers[bb].count)
+          y = &b->buffers[bb];
+      if (!y || y->compress != x->compress || y->k != x->k) return 0;
+    }
+  }
+  return 1;
+}
+
 static uint64_t px_agree(void *ud, const uint8_t *all, int size) {
   px_ctx *c = ud;
   decide(c, all, size);
@@ -184,6 +225,7 @@ static uint64_t px_agree(void *ud, const uint8_t *all, int size) {
   h = px_hash(h, &c->changed, sizeof(c->changed));
   h = px_hash(h, &c->a_warmup, sizeof(c->a_warmup));
   h = px_hash(h, &c->a_every, sizeof(c->a_every));
+  h = px_hash(h, &c->any_comp, sizeof(c->any_comp));
   if (c->status == FGB_OK && c->changed) {
     uint8_t *enc = NULL;
     size_t len = 0;

@@ -1,8 +1,9 @@
-/* daemon/plan_xchg.h — the planning exchange of a static-policy job: what one rank contributes
- * (the plan's tensor list hash, its median ready times, the engine's measured costs) and the
- * agreement every rank runs on everyone's contributions on the engine thread: sched_agree, then
- * the first plan or a re-plan (order or time drift), and a digest of that verdict that the engine
- * compares across ranks. Pure functions of the copied inputs: no loop-thread state is touched. */
+/* daemon/plan_xchg.h — the planning exchange of a job: what one rank contributes (the plan's
+ * tensor list hash, its median ready times, the engine's measured costs) and the agreement every
+ * rank runs on everyone's contributions on the engine thread: sched_agree, then the first plan or a
+ * re-plan (static policies: order or time drift; dynamic ones, none and fusion: a changed
+ * per-tensor compression decision), and a digest of that verdict that the engine compares across
+ * ranks. Pure functions of the copied inputs: no loop-thread state is touched. */
 #ifndef FGB_SRV_PLAN_XCHG_H
 #define FGB_SRV_PLAN_XCHG_H
 
@@ -26,6 +27,7 @@ typedef struct px_ctx {
   uint32_t warmup, every;       /* this daemon's plan_warmup_steps and replan_steps */
   uint32_t lo_warmup, lo_every; /* their lower bounds; the upper one is hi_steps */
   uint32_t hi_steps;
+  int has_comp; /* config_only: this rank has a tensor with a compressor registered in the job */
   /* verdict (agree) */
   fgb_status status;
   char err[256];
@@ -37,12 +39,17 @@ typedef struct px_ctx {
   int has_ready;
   double *aready;             /* agreed ready times, in ts order (has_ready) */
   uint32_t a_warmup, a_every; /* agreed settings: the largest over ranks */
+  int any_comp;               /* config_only: has_comp on some rank */
 } px_ctx;
 
 /* An ENG_XCHG descriptor that owns ctx (freed with the item). NULL when out of memory (ctx is then
  * freed too). */
 eng_xchg *px_item(px_ctx *ctx);
 void px_free(px_ctx *ctx);
+
+/* Dynamic policies: whether a and b decide every tensor alike (the same tensor set, and per tensor
+ * the same compress flag and k); order and prediction are ignored (groups form per cycle). */
+int px_same_decisions(const sched_plan *a, const sched_plan *b);
 
 /* FNV-1a 64 (digests and list hashes). */
 uint64_t px_hash(uint64_t h, const void *p, size_t n);

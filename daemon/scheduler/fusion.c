@@ -3,6 +3,8 @@
  * packed, in agreed order, into groups of at most fusion_bytes (default 128 MiB; 0 = no fusion)
  * of the same kind (compressible or not). A tensor bigger than the threshold travels alone.
  * Composition depends on timing, which is why it needs the coordinator's agreement every cycle.
+ * The plan fixes only order and per-tensor compression decisions: in fgbuffd, the job's agreed,
+ * versioned decision table (plan_exec.c).
  */
 #include <stdlib.h>
 

@@ -1,6 +1,7 @@
 /* daemon/scheduler/none.c — policy "none": wait-free back-propagation, one collective per tensor
  * as soon as the coordinator agrees it is ready on every rank. Each tensor still gets its own
- * compression decision and k (the plan fixes those; compose() repeats them per cycle).
+ * compression decision and k (the plan fixes those; compose() repeats them per cycle). In fgbuffd
+ * the plan is the job's agreed, versioned decision table (plan_exec.c); groups stay dynamic.
  */
 #include <stdlib.h>
 

@@ -10,11 +10,14 @@
  * every tensor with top-k at density D and the same gradients on every rank; each step then checks
  * the error-feedback invariant against the exported state (result = gradient + old residual - new
  * residual, the average of identical contributions) and counts the steps in which every residual
- * is zero after the step (the plan sent every buffer dense: "ef dense-steps N sparse-steps M").
+ * is zero after the step (the plan sent every buffer dense: "ef dense-steps N sparse-steps M"),
+ * with one line per step ("ef step S dense|sparse"). --mixed 1 (with --topk) registers every third
+ * tensor (k % 3 == 2) without a compressor: its result must be the exact average and it has no
+ * residual. --policy NAME: the job's merge policy (default: the daemon's).
  *
  * usage: planclient --rank R --size N --socket PATH [--job NAME] [--steps S] [--reverse-at D]
  *          [--gap-ms G] [--skip K] [--sleep-ms MS]
- *          [--slow-at D --slow-ms MS] [--topk D]
+ *          [--slow-at D --slow-ms MS] [--topk D [--mixed 1]] [--policy NAME]
  * Exit status: 0 ok, 1 check failed, 2 usage. */
 #include <math.h>
 #include <stdint.h>
@@ -29,9 +32,15 @@
 static const uint64_t counts[NT] = {1000, 10, 50000, 300, 4097, 7, 20000, 128, 1, 3000, 65536, 512};
 
 static double topk; /* --topk density; 0: dense tensors */
+static int mixed;   /* --mixed: tensors k % 3 == 2 have no compressor even with --topk */
+
+/* Whether tensor k is registered with a compressor. */
+static int compressed(int k) {
+  return topk > 0 && !(mixed && k % 3 == 2);
+}
 
 static float value(int k, int rank, int step, uint64_t e) {
-  if (topk > 0) /* the same on every rank, varied so the selection has few ties */
+  if (compressed(k)) /* the same on every rank, varied so the selection has few ties */
     return (float)(k + 1) + (float)((e * 2654435761u + (uint64_t)step * 977u) % 1000) / 64.0f;
   return (float)((rank + 1) * (k + 1) + (int)(e % 7) + step % 5);
 }
@@ -46,9 +55,10 @@ static const float *residual(const void *blob, size_t bytes, uint64_t n) {
   return rb == n * 4 && rb <= bytes - 48 ? (const float *)(p + 48) : NULL;
 }
 
-/* Snapshot every tensor's residual into r[k] (n floats each). */
+/* Snapshot every compressed tensor's residual into r[k] (n floats each; dense ones stay zero). */
 static int residuals(fgb_client *c, const uint32_t *tid, float **r) {
   for (int k = 0; k < NT; k++) {
+    if (!compressed(k)) continue;
     void *b = NULL;
     size_t nb = 0;
     if (fgb_state_export(c, tid[k], &b, &nb)) return -1;
@@ -63,7 +73,7 @@ static int residuals(fgb_client *c, const uint32_t *tid, float **r) {
 int main(int argc, char **argv) {
   int rank = -1, size = -1, steps = 12, reverse_at = -1, gap_ms = 0, skip = -1, sleep_ms = 0;
   int slow_at = -1, slow_ms = 0;
-  const char *job = "plantest", *sock = NULL;
+  const char *job = "plantest", *sock = NULL, *policy = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *a = argv[i], *v = argv[i + 1];
     if (!strcmp(a, "--rank"))
@@ -90,6 +100,10 @@ int main(int argc, char **argv) {
       slow_ms = atoi(v);
     else if (!strcmp(a, "--topk"))
       topk = atof(v);
+    else if (!strcmp(a, "--mixed"))
+      mixed = atoi(v);
+    else if (!strcmp(a, "--policy"))
+      policy = v;
     else
       return fprintf(stderr, "planclient: unknown option %s\n", a), 2;
   }
@@ -102,6 +116,7 @@ int main(int argc, char **argv) {
   jo.incarnation = 3;
   jo.rank = rank;
   jo.size = size;
+  jo.policy = policy;
   if (fgb_join(c, &jo)) return fprintf(stderr, "rank %d: join: %s\n", rank, fgb_client_error(c)), 1;
   size_t off[NT], total = 0;
   for (int k = 0; k < NT; k++) {
@@ -121,7 +136,7 @@ int main(int argc, char **argv) {
     td.offset = off[k];
     td.count = counts[k];
     td.dtype = FGB_FLOAT32;
-    if (topk > 0) {
+    if (compressed(k)) {
       td.compressor = "topk";
       td.density = topk;
     }
@@ -157,6 +172,7 @@ int main(int argc, char **argv) {
         return fprintf(stderr, "rank %d: state export: %s\n", rank, fgb_client_error(c)), 1;
       int zero = 1;
       for (int k = 0; k < NT; k++) {
+        if (!compressed(k)) continue; /* exact average, checked below */
         const float *p = (const float *)((char *)a.ptr + off[k]);
         for (uint64_t e = 0; e < counts[k]; e++) {
           float g = k == skip ? 0.0f : value(k, rank, s, e);
@@ -169,6 +185,7 @@ int main(int argc, char **argv) {
       }
       dense_steps += zero;
       sparse_steps += !zero;
+      printf("ef step %d %s\n", s, zero ? "dense" : "sparse");
       for (int k = 0; k < NT; k++) { /* this step's residual is the next one's old residual */
         float *t = r0[k];
         r0[k] = r1[k];
@@ -182,7 +199,7 @@ int main(int argc, char **argv) {
         float sum = 0;
         for (int r = 0; r < size; r++) sum += value(k, r, s, e);
         float want = k == skip ? 0.0f : sum / (float)size;
-        if (topk == 0 && memcmp(&p[e], &want, sizeof(want)) != 0 && fails++ < 5)
+        if (!compressed(k) && memcmp(&p[e], &want, sizeof(want)) != 0 && fails++ < 5)
           fprintf(stderr, "rank %d step %d tensor %d elem %llu: %g, want %g\n", rank, s, k,
                   (unsigned long long)e, (double)p[e], (double)want);
       }
