@@ -64,6 +64,26 @@ typedef struct eng_tensor {
   uint8_t flush_dense;
 } eng_tensor;
 
+/* Split all-reduce (policy dear, SCHED_SPLIT plans): one plan buffer runs as a reduce-scatter item
+ * (split = ENG_SPLIT_RS, placed where the buffer completes in backward) and an all-gather item
+ * (ENG_SPLIT_AG, placed after the step's last reduce-scatter, in forward order) that carry the same
+ * members and share one eng_split. Only the all-gather's result reports the members Done. Host
+ * path: the split owns the merge buffers (padded to a multiple of the job size) between the two
+ * halves, and the engine starts the all-gather only once its reduce-scatter finished (the data it
+ * gathers); GPU path: both halves in place on the clients' memory, ordered by the stream.
+ * Reference-counted (the items and the loop's plan hold it); freed by the last eng_split_unref. */
+enum { ENG_SPLIT_NONE = 0, ENG_SPLIT_RS = 1, ENG_SPLIT_AG = 2 };
+typedef struct eng_split eng_split;
+eng_split *eng_split_new(void);
+eng_split *eng_split_ref(eng_split *s);
+void eng_split_unref(eng_split *s);
+/* Engine thread: the all-gather of a split must not run (its reduce-scatter failed, or the job
+ * aborted before the step's last reduce-scatter); the item completes with this status. */
+void eng_split_fail(eng_split *s, int status, const char *why);
+/* Engine thread (an all-gather half starting): FGB_OK, or why it must not run (eng_split_fail, or
+ * its reduce-scatter already finished with an error; why gets the text). */
+int eng_split_status(const eng_split *s, char *why, size_t len);
+
 typedef struct eng_item {
   eng_kind kind;
   uint64_t seq; /* world sequence number (order of execution) */
@@ -84,8 +104,10 @@ typedef struct eng_item {
   void *state;
   size_t state_bytes;
   uint32_t n;
-  eng_tensor *t;  /* owned */
-  eng_xchg *xchg; /* XCHG (owned) */
+  eng_tensor *t;   /* owned */
+  int split;       /* ENG_SPLIT_*: a half of a split gradient all-reduce (coll ENG_GRAD) */
+  eng_split *sbuf; /* its shared state (a reference, dropped in eng_item_free) */
+  eng_xchg *xchg;  /* XCHG (owned) */
   /* result */
   int status;
   char err[256];

@@ -161,7 +161,12 @@ void srv_issue_event(srv *d, srv_job *j, coord_event *ev) {
       ts[it->n].done_ev = srv_gpu_done_event(t);
 #endif
       srv_comp_fill(t, &ts[it->n]);
-      ts[it->n++].flush_dense = plan == 2 && t->comp; /* the plan sends this buffer dense */
+      /* The plan sends this buffer dense (2), or splits it (3: dense by design). */
+      ts[it->n++].flush_dense = (plan == 2 || plan == 3) && t->comp;
+    }
+    if (plan == 3) { /* reduce-scatter now, all-gather after the step's last one (plan_split.c) */
+      srv_plan_split_issue(j, it);
+      return;
     }
     if (it->n == 0) goto drop;
   }
@@ -261,6 +266,7 @@ static void on_aborted(srv *d, coord_event *ev) {
       snprintf(j->abort_text, sizeof(j->abort_text), "job '%.100s' aborted: %.300s", j->id.name,
                ev->text);
   }
+  srv_plan_split_abort(j, FGB_EPEER, j->abort_text); /* split buffers between their halves */
   srv_fail_pending(j, FGB_EPEER, j->abort_text, NULL);
   srv_job_maybe_release(d, j);
 }
@@ -347,7 +353,7 @@ void srv_engine_result(void *ud, eng_item *it) {
         j->colls[i] = j->colls[--j->ncolls];
         break;
       }
-    } else {
+    } else if (it->split != ENG_SPLIT_RS) { /* a split buffer is Done after its all-gather */
       for (uint32_t k = 0; k < it->n; k++) {
         eng_tensor *t = &it->t[k];
         for (uint32_t i = 0; i < j->npending; i++) {

@@ -129,7 +129,8 @@ __device__ inline uint32_t mix32(uint32_t x) {
 
 /* The sampled lower bound: one key per stratum [j len / m, (j+1) len / m), at a hashed offset (no
  * aliasing with layouts), compensated by g when given (the value k_compact will make); st->L = the
- * exact r-th largest sample key. One block of KC_BLOCK_SELECT threads. */
+ * exact r-th largest sample key, the rest of st zeroed (the selection's first kernel: it does
+ * k_sel_init's job). One block of KC_BLOCK_SELECT threads. */
 __global__ void __launch_bounds__(KC_BLOCK_SELECT)
     k_sample_select(const float *a, const float *g, uint64_t len, uint32_t m, uint32_t r,
                     kc_sel_state *st) {
@@ -152,9 +153,12 @@ __global__ void __launch_bounds__(KC_BLOCK_SELECT)
         return kern_abs_key(x);
       },
       m, r, hist, &T, &eq, &err);
-  if (threadIdx.x == 0) {
-    st->L = T;
-    if (err) st->err = 1;
+  if (threadIdx.x == 0) { /* the selection's state, initialised here (no k_sel_init launch) */
+    kc_sel_state z;
+    memset(&z, 0, sizeof z);
+    z.L = T;
+    z.err = err ? 1u : 0u;
+    *st = z;
   }
 }
 
@@ -304,8 +308,10 @@ __global__ void __launch_bounds__(SEL_THREADS)
   for (uint32_t b = threadIdx.x; b < KC_RADIX_BINS; b += blockDim.x) hist[b] = 0;
   __syncthreads();
   /* Only as many blocks as the (device-side) count needs take part: a few hundred thousand
-   * candidates must not cost a thousand blocks' histogram flushes. The others just check in. */
-  const uint64_t per_blk = (uint64_t)blockDim.x * 32, want = (cnt + per_blk - 1) / per_blk;
+   * candidates must not cost a thousand blocks' histogram flushes. The others just check in.
+   * 16 keys a thread: one batch of four 16-byte loads, all in flight (32 made each active thread
+   * a chain of two dependent batches, on a quarter as many blocks). */
+  const uint64_t per_blk = (uint64_t)blockDim.x * 16, want = (cnt + per_blk - 1) / per_blk;
   const uint32_t active = want < 1 ? 1 : want < gridDim.x ? (uint32_t)want : gridDim.x;
   if (blockIdx.x < active) {
     const uint64_t stride = (uint64_t)active * blockDim.x,
@@ -620,8 +626,8 @@ fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_bas
   const int alg = al && (g == NULL || ((uintptr_t)g & 15u) == 0);
   const uint64_t nch = (len + KC_CHUNK - 1) / KC_CHUNK;
   kc_sel_state *st = ws->st;
-  kc_launch(k_sel_init, 1, 1, s, st, lmode, ctl, L_fixed, 0u, 0ull);
-  if (lmode == KC_L_SAMPLE) {
+  if (lmode != KC_L_SAMPLE) kc_launch(k_sel_init, 1, 1, s, st, lmode, ctl, L_fixed, 0u, 0ull);
+  if (lmode == KC_L_SAMPLE) { /* k_sample_select initialises st */
     uint32_t m = len < KC_SAMPLES ? (uint32_t)len : KC_SAMPLES, r;
     if (m == len) {
       r = k; /* the sample is the input: the bound is exact */
