@@ -653,6 +653,12 @@ int srv_plan_on_issue(srv_job *j, coord_event *ev) {
   pl->issued++;
   return all_compressible(j, &v->plan, b) && !v->plan.buffers[b].compress ? 2 : 0;
 nomem:
+  if (v->plan.flags & SCHED_SPLIT) { /* reduce-scatter now, all-gather later (plan_split.c) */
+    pl->sp_step = ev->step;
+    pl->sp_buf = b;
+    pl->sp_nbuf = v->plan.nbuffers;
+    return 3;
+  }
   /* Every rank would have to fail alike; a daemon out of memory cannot promise that. */
   LOG_ERROR("job '%s': out of memory holding plan buffer %u of step %llu", j->id.name, b,
             (unsigned long long)ev->step);
@@ -676,4 +682,5 @@ void srv_plan_free(srv_job *j) {
   free(pl->in_ready);
   free(pl);
   j->plan = NULL;
+  srv_plan_split_free(pl);
 }

@@ -41,7 +41,8 @@ int srv_plan_policy(const char *name);
  * nothing), 0 when the caller submits `ev` as it now is: unchanged, or rewritten to carry every
  * member of the plan buffer it completed (tensor_keys in plan order, the event's seq), and 2 for
  * such a buffer that the plan sends dense although every member has a compressor (the caller
- * marks them flush_dense). A job whose plan fails is logged and falls back to per-tensor ISSUEs
+ * marks them flush_dense), and 3 for a buffer of a split plan (dear): the caller builds the
+ * item (compressed members flush_dense: dense by design) and hands it to srv_plan_split_issue. A job whose plan fails is logged and falls back to per-tensor ISSUEs
  * on every rank alike. */
 int srv_plan_on_issue(struct srv_job *j, struct coord_event *ev);
 
@@ -59,6 +60,18 @@ void srv_issue_event(struct srv *d, struct srv_job *j, struct coord_event *ev);
 /* The engine finished the job's ENG_XCHG item: adopt its verdict, replay deferred ISSUEs. */
 struct eng_item;
 void srv_plan_xchg_done(struct srv_job *j, struct eng_item *it);
+
+/* A split plan buffer's item, built by srv_issue_event for srv_plan_on_issue's 3: it runs as the
+ * reduce-scatter half now; the all-gather halves of its step are submitted after the step's last
+ * reduce-scatter, in forward order (the plan's last buffer first), on every rank at the same place
+ * of the world order. Takes `it`. */
+void srv_plan_split_issue(struct srv_job *j, struct eng_item *it);
+/* The job aborted: buffers still waiting for their step's all-gathers get an all-gather item that
+ * runs no collective and fails their members with `code` once their reduce-scatter finished (the
+ * engine still holds the clients' memory until then). */
+void srv_plan_split_abort(struct srv_job *j, int code, const char *text);
+/* Split halves handed to the engine so far (0 for other plans). */
+void srv_plan_split_counts(const struct srv_job *j, uint64_t *rs, uint64_t *ag);
 
 /* Plan buffers of the job handed to the engine as one item so far. */
 uint64_t srv_plan_buffers_issued(const struct srv_job *j);

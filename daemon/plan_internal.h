@@ -33,6 +33,18 @@ typedef struct plan_ver {
   uint32_t nbuf_of;
 } plan_ver;
 
+/* A split plan buffer of one step (plan_split.c) whose reduce-scatter was handed to the engine
+ * and whose all-gather waits for the step's last reduce-scatter. */
+struct eng_split;
+struct eng_tensor;
+typedef struct plan_split {
+  uint64_t step, seq;
+  uint32_t buf, nbuf; /* buffer index, buffers of the step's plan */
+  struct eng_split *sb;
+  struct eng_tensor *t; /* the members as the reduce-scatter carries them (owned) */
+  uint32_t n;
+} plan_split;
+
 typedef struct srv_plan {
   const sched_policy_ops *ops;
   int started;
@@ -68,7 +80,17 @@ typedef struct srv_plan {
   uint32_t *in_ids;
   double *in_ready; /* NULL: ready times not measured on every rank */
   char in_why[96];
+  /* Split plans (SCHED_SPLIT, plan_split.c): the buffer srv_plan_on_issue just completed, the
+   * buffers waiting for their step's all-gathers, and the halves handed to the engine. */
+  uint64_t sp_step;
+  uint32_t sp_buf, sp_nbuf;
+  plan_split *splits;
+  uint32_t nsplits, spcap;
+  uint64_t rs_issued, ag_issued;
 } srv_plan;
+
+/* plan_split.c: free what waits for all-gathers (job release; the engine holds no item of it). */
+void srv_plan_split_free(srv_plan *pl);
 
 /* A dynamic job (none, fusion) whose ranks had no tensor with a compressor at its start: no
  * decision table, no further exchanges (plan_exec.c). */

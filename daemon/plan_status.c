@@ -123,6 +123,8 @@ size_t srv_plan_status_json(const srv_job *j, char *buf, size_t cap) {
     decisions_json(j, p, buf, cap, &off);
     tput(buf, cap, &off, ",\"dense_issued\":%llu", (unsigned long long)pl->dense_issued);
   }
+  /* dear: buffers run as reduce-scatter + all-gather halves (plan_split.c) */
+  if (p->flags & SCHED_SPLIT) tput(buf, cap, &off, ",\"split\":true");
   tput(buf, cap, &off, ",\"inputs\":");
   if (pl->has_in)
     inputs_json(pl, buf, cap, &off);
@@ -172,6 +174,11 @@ size_t srv_plan_status_text(const srv_job *j, char *buf, size_t cap) {
          "    plan v%llu (%s) from step %llu: %u buffers, %u tensors; %llu buffers issued\n",
          (unsigned long long)p->version, p->policy, (unsigned long long)p->first_step, p->nbuffers,
          p->ntensors, (unsigned long long)pl->issued);
+    if (p->flags & SCHED_SPLIT)
+      tput(buf, cap, &off,
+           "      split buffers: reduce-scatter in backward, all-gather after the step's last "
+           "reduce-scatter, in forward order; %llu reduce-scatters, %llu all-gathers issued\n",
+           (unsigned long long)pl->rs_issued, (unsigned long long)pl->ag_issued);
     if (pl->fail_from)
       tput(buf, cap, &off,
            "      planning failed: tensors travel alone from step %llu (see the log)\n",

@@ -87,8 +87,11 @@ static void job_json(sbuf *b, const srv *d, const srv_job *j) {
   size_t plen = srv_plan_status_json(j, NULL, 0);
   char *plan = malloc(plen + 1);
   if (plan) srv_plan_status_json(j, plan, plen + 1);
-  sb_printf(b, "%s,\"plan_buffers_issued\":%llu}", plan ? plan : "null",
-            (unsigned long long)srv_plan_buffers_issued(j));
+  uint64_t rs = 0, ag = 0;
+  srv_plan_split_counts(j, &rs, &ag);
+  sb_printf(b, "%s,\"plan_buffers_issued\":%llu,\"plan_split_rs\":%llu,\"plan_split_ag\":%llu}",
+            plan ? plan : "null", (unsigned long long)srv_plan_buffers_issued(j),
+            (unsigned long long)rs, (unsigned long long)ag);
   free(plan);
 }
 

@@ -32,6 +32,11 @@ struct comm_req {
   int n;
   MPI_Request r[MPI_MAX_REQS];
   MPI_Datatype block; /* allgather's block type, or MPI_DATATYPE_NULL */
+  /* In-place reduce-scatter: MPI_IN_PLACE leaves the block at the start of the buffer; test()
+   * moves it to the rank's place once complete (move_bytes 0: nothing to move). */
+  void *move_dst;
+  const void *move_src;
+  size_t move_bytes;
 };
 
 static size_t max_count(void) {
@@ -223,7 +228,10 @@ static fgb_status mpi_allgather(comm *c, const void *send, void *recv, size_t by
     bt = r->block;
   }
   int cnt = (int)(bytes_per_rank / block);
-  int rc = MPI_Iallgather(send, cnt, bt, recv, cnt, bt, c->c, &r->r[0]);
+  /* In place (the rank's block already at its place in recv): MPI forbids aliased buffers. */
+  const void *sp =
+      send == (const char *)recv + (size_t)c->rank * bytes_per_rank ? MPI_IN_PLACE : send;
+  int rc = MPI_Iallgather(sp, cnt, bt, recv, cnt, bt, c->c, &r->r[0]);
   if (rc != MPI_SUCCESS) {
     mpi_err(rc, "MPI_Iallgather", err, errlen);
     if (r->block != MPI_DATATYPE_NULL) MPI_Type_free(&r->block);
@@ -231,6 +239,52 @@ static fgb_status mpi_allgather(comm *c, const void *send, void *recv, size_t by
     return FGB_EIO;
   }
   r->n = 1;
+  *req = r;
+  return FGB_OK;
+}
+
+/* One MPI_Ireduce_scatter_block (blocking for large blocks, as mpi_allreduce and for the same
+ * reason); the block count must fit an int (a larger block is refused, not split: the blocks of
+ * several chunks would interleave). */
+static fgb_status mpi_reduce_scatter(comm *c, const void *send, void *recv, size_t count_per_rank,
+                                     fgb_dtype dt, comm_req **req, char *err, size_t errlen) {
+  MPI_Datatype t = mpi_type(dt);
+  if (t == MPI_DATATYPE_NULL) {
+    snprintf(err, errlen, "MPI transport: dtype %d has no native sum (convert to fp32)", (int)dt);
+    return FGB_ENOTSUP;
+  }
+  if (count_per_rank > (size_t)0x7fffffff) {
+    snprintf(err, errlen, "MPI transport: reduce-scatter block of %zu elements exceeds an int",
+             count_per_rank);
+    return FGB_ENOTSUP;
+  }
+  comm_req *r = new_req(err, errlen);
+  if (!r) return FGB_ENOMEM;
+  int esz;
+  MPI_Type_size(t, &esz);
+  size_t bbytes = count_per_rank * (size_t)esz;
+  char *mine = (char *)send + (size_t)c->rank * bbytes;
+  int in_place = (char *)recv == mine;
+  const void *sp = in_place ? MPI_IN_PLACE : send;
+  void *rp = in_place ? (void *)send : recv;
+  int rc;
+  if (bbytes * (size_t)c->size >= blocking_min()) {
+    rc = MPI_Reduce_scatter_block(sp, rp, (int)count_per_rank, t, MPI_SUM, c->c);
+    r->r[0] = MPI_REQUEST_NULL;
+  } else {
+    rc = MPI_Ireduce_scatter_block(sp, rp, (int)count_per_rank, t, MPI_SUM, c->c, &r->r[0]);
+  }
+  if (rc != MPI_SUCCESS) {
+    mpi_err(rc, "MPI_Ireduce_scatter_block", err, errlen);
+    free(r);
+    return FGB_EIO;
+  }
+  r->n = 1;
+  if (in_place && c->rank > 0) {
+    r->move_dst = recv;
+    r->move_src = send;
+    r->move_bytes = bbytes;
+  }
   *req = r;
   return FGB_OK;
 }
@@ -266,6 +320,7 @@ static int mpi_test(comm_req *req, char *err, size_t errlen) {
   int rc = MPI_Testall(req->n, req->r, &flag, MPI_STATUSES_IGNORE);
   if (rc == MPI_SUCCESS && !flag) return 0;
   if (req->block != MPI_DATATYPE_NULL) MPI_Type_free(&req->block);
+  if (rc == MPI_SUCCESS && req->move_bytes) memmove(req->move_dst, req->move_src, req->move_bytes);
   free(req);
   if (rc != MPI_SUCCESS) {
     mpi_err(rc, "MPI_Testall", err, errlen);
@@ -295,4 +350,5 @@ const comm_ops comm_mpi_ops = {
     .test = mpi_test,
     .abort = mpi_abort,
     .destroy = mpi_destroy,
+    .reduce_scatter = mpi_reduce_scatter,
 };

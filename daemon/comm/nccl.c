@@ -236,6 +236,19 @@ static fgb_status nccl_allgather(comm *c, const void *send, void *recv, size_t b
                         req, err, errlen);
 }
 
+/* In place when recv == send + rank * count_per_rank elements (NCCL's own definition). */
+static fgb_status nccl_reduce_scatter(comm *c, const void *send, void *recv, size_t count_per_rank,
+                                      fgb_dtype dt, comm_req **req, char *err, size_t errlen) {
+  ncclDataType_t t = comm_nccl_type(dt);
+  if (t == ncclNumTypes) {
+    snprintf(err, errlen, "dtype %d has no NCCL type", (int)dt);
+    return FGB_EINVAL;
+  }
+  return finish_enqueue(c,
+                        ncclReduceScatter(send, recv, count_per_rank, t, ncclSum, c->nc, c->stream),
+                        req, err, errlen);
+}
+
 static fgb_status nccl_broadcast(comm *c, void *buf, size_t bytes, int root, comm_req **req,
                                  char *err, size_t errlen) {
   return finish_enqueue(c, ncclBroadcast(buf, buf, bytes, ncclUint8, root, c->nc, c->stream), req,
@@ -286,4 +299,5 @@ const comm_ops comm_nccl_ops = {
     .test = nccl_test,
     .abort = nccl_abort,
     .destroy = nccl_destroy,
+    .reduce_scatter = nccl_reduce_scatter,
 };

@@ -57,6 +57,15 @@ typedef struct comm_ops {
    * abort: the engine only starts MPI collectives whose data every rank holds. */
   void (*abort)(comm *c);
   void (*destroy)(comm *c);
+  /* Last, so positional initialisers of older tables (tests' fakes) still compile; NULL: the
+   * transport has none (split all-reduces then fail with FGB_ENOTSUP).
+   * Reduce-scatter (sum) of count_per_rank * size elements of dt at send: rank r's block of
+   * count_per_rank elements lands at recv. In place when recv == send + rank * count_per_rank
+   * elements (the block stays where it was in the full buffer, as NCCL defines it); otherwise the
+   * two must not overlap. allgather is in place likewise when send == recv + rank *
+   * bytes_per_rank. Split all-reduces (policy dear, engine.c) use the pair in place. */
+  fgb_status (*reduce_scatter)(comm *c, const void *send, void *recv, size_t count_per_rank,
+                               fgb_dtype dt, comm_req **req, char *err, size_t errlen);
 } comm_ops;
 
 extern const comm_ops comm_mpi_ops;

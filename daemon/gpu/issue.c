@@ -151,6 +151,60 @@ static int compressed(const eng_item *it, uint32_t i) {
   return it->coll == ENG_GRAD && it->t[i].comp != NULL;
 }
 
+/* Split all-reduces (policy dear; engine.h): in place on the clients' memory, no merge buffer.
+ * Each member's largest multiple-of-P prefix is reduce-scattered in place (rank r's block at
+ * r * (count / P)) and later all-gathered in place; its remainder (< P elements) is all-reduced
+ * within the reduce-scatter half. Chosen over a daemon-owned padded merge buffer: no copies in
+ * and out (two passes over every byte), no device memory held per buffer between the halves (a
+ * step's whole gradient with 25 MB buffers), and NCCL groups the per-member calls into one
+ * launch; the cost is one tiny all-reduce per member whose count P does not divide.
+ * Averages: ncclAvg on the block and the remainder for floats; integers sum, then the scale
+ * kernel divides the block and the remainder only. The blocks stay untouched until the
+ * all-gather: the client waits for the member's Done, sent after the all-gather. */
+static uint64_t split_block(const eng_tensor *t, int size) {
+  return t->count / (uint64_t)size;
+}
+
+static ncclResult_t split_enqueue(eng_item *it, ncclComm_t nc, int rank, int size, cudaStream_t s) {
+  ncclResult_t r = ncclSuccess;
+  ncclGroupStart();
+  for (uint32_t i = 0; i < it->n && (r == ncclSuccess || r == ncclInProgress); i++) {
+    eng_tensor *t = &it->t[i];
+    size_t esz = dtype_size(t->dtype);
+    uint64_t blk = split_block(t, size), pre = blk * (uint64_t)size, rem = t->count - pre;
+    uint8_t *mine = t->ptr + (uint64_t)rank * blk * esz;
+    ncclDataType_t ty = comm_nccl_type(t->dtype);
+    ncclRedOp_t op = fused_avg(t) ? ncclAvg : ncclSum;
+    if (it->split == ENG_SPLIT_RS) {
+      if (blk) r = ncclReduceScatter(t->ptr, mine, blk, ty, op, nc, s);
+      if (rem && (r == ncclSuccess || r == ncclInProgress))
+        r = ncclAllReduce(t->ptr + pre * esz, t->ptr + pre * esz, rem, ty, op, nc, s);
+      it->bytes_sent += t->count * esz;
+    } else {
+      if (blk) r = ncclAllGather(mine, t->ptr, blk * esz, ncclUint8, nc, s);
+      it->bytes_received += t->count * esz;
+    }
+  }
+  ncclResult_t g = ncclGroupEnd();
+  return r == ncclSuccess || r == ncclInProgress ? g : r;
+}
+
+/* Integer averages of a reduce-scatter half: this rank's block and the remainder. */
+static fgb_status split_scale(eng_item *it, int rank, int size, cudaStream_t s) {
+  for (uint32_t i = 0; i < it->n; i++) {
+    eng_tensor *t = &it->t[i];
+    if (t->op != FGB_OP_AVERAGE || fused_avg(t)) continue;
+    size_t esz = dtype_size(t->dtype);
+    uint64_t blk = split_block(t, size), pre = blk * (uint64_t)size;
+    if (blk && gpu_scale_div(t->dtype, t->ptr + (uint64_t)rank * blk * esz, blk, size, s) != FGB_OK)
+      return FGB_EIO;
+    if (t->count > pre &&
+        gpu_scale_div(t->dtype, t->ptr + pre * esz, t->count - pre, size, s) != FGB_OK)
+      return FGB_EIO;
+  }
+  return FGB_OK;
+}
+
 static int g_start(comm *c, int size, eng_item *it) {
   gpu_exec *x = calloc(1, sizeof *x);
   if (!x) return fail(it, FGB_ENOMEM, "out of memory", NULL);
@@ -167,7 +221,13 @@ static int g_start(comm *c, int size, eng_item *it) {
   cudaStream_t s = g_stream;
   sp_job job = {it->job_key, rank, size, c, s};
   char err[256];
-  if (it->coll == ENG_GRAD) {
+  if (it->split == ENG_SPLIT_AG) { /* its reduce-scatter half did the per-member work */
+    fgb_status st = eng_split_status(it->sbuf, err, sizeof err);
+    if (st != FGB_OK) return fail_late(x, it, st, err, NULL);
+  } else if (it->coll == ENG_GRAD) {
+    /* DeAR is dense by design: a split buffer's compressed members are folded in, sent dense. */
+    for (uint32_t i = 0; it->split == ENG_SPLIT_RS && i < it->n; i++)
+      if (it->t[i].comp) it->t[i].flush_dense = 1;
     /* Compressor settings agreed across ranks once per tensor (the same verdict everywhere). */
     uint64_t total = 0;
     for (uint32_t i = 0; i < it->n; i++) total += it->t[i].count * dtype_size(it->t[i].dtype);
@@ -181,7 +241,7 @@ static int g_start(comm *c, int size, eng_item *it) {
     cudaEventRecord(x->tev[0], g_stream);
   }
   cudaError_t ce;
-  for (uint32_t i = 0; i < it->n; i++) {
+  for (uint32_t i = 0; it->split != ENG_SPLIT_AG && i < it->n; i++) {
     eng_tensor *t = &it->t[i];
     if (t->zero_first &&
         (ce = cudaMemsetAsync(t->ptr, 0, t->count * dtype_size(t->dtype), s)) != cudaSuccess)
@@ -189,7 +249,7 @@ static int g_start(comm *c, int size, eng_item *it) {
   }
   /* Plan buffers sent dense: residuals folded in (after the zero-fill, as on the host path), then
    * they are dense members of this item. */
-  for (uint32_t i = 0; it->coll == ENG_GRAD && i < it->n; i++) {
+  for (uint32_t i = 0; it->coll == ENG_GRAD && it->split != ENG_SPLIT_AG && i < it->n; i++) {
     if (!it->t[i].comp || !it->t[i].flush_dense) continue;
     fgb_status st = sp_flush(&job, &it->t[i], err, sizeof err);
     if (st != FGB_OK) return fail_late(x, it, st, err, NULL);
@@ -202,6 +262,8 @@ static int g_start(comm *c, int size, eng_item *it) {
     r = ncclBroadcast(t0->ptr, t0->ptr, bytes, ncclUint8, it->root, nc, s);
     it->bytes_sent += bytes;
     it->bytes_received += bytes;
+  } else if (it->split) {
+    r = split_enqueue(it, nc, rank, size, s);
   } else if (it->coll == ENG_ALLGATHER) {
     size_t bytes = t0->count * dtype_size(t0->dtype);
     time_begin(x, it, EPS_ALLGATHER, bytes, s);
@@ -254,15 +316,18 @@ static int g_start(comm *c, int size, eng_item *it) {
     x->t_enq = mono_us();
     cudaEventRecord(x->tev[1], s);
   }
-  if (it->coll != ENG_BROADCAST && it->coll != ENG_ALLGATHER)
+  if (it->split == ENG_SPLIT_RS && split_scale(it, rank, size, s) != FGB_OK)
+    return fail_late(x, it, FGB_EIO, "the averaging kernel failed to launch", NULL);
+  if (it->coll != ENG_BROADCAST && it->coll != ENG_ALLGATHER && !it->split)
     for (uint32_t i = 0; i < it->n; i++)
       if (!compressed(it, i) && it->t[i].op == FGB_OP_AVERAGE && !fused_avg(&it->t[i]) &&
           gpu_scale_div(it->t[i].dtype, it->t[i].ptr, it->t[i].count, size, s) != FGB_OK)
         return fail_late(x, it, FGB_EIO, "the averaging kernel failed to launch", NULL);
   if (g_trace) cudaEventRecord(x->tev[2], s);
-  for (uint32_t i = 0; i < it->n; i++)
-    if (it->t[i].done_ev && (ce = cudaEventRecord((cudaEvent_t)it->t[i].done_ev, s)) != cudaSuccess)
-      return fail_late(x, it, FGB_EIO, "recording a done event", cudaGetErrorString(ce));
+  for (uint32_t i = 0; it->split != ENG_SPLIT_RS && i < it->n; i++) /* Done after the gather */
+    if (it->t[i].done_ev &&
+        gpu_done_signal(it->t[i].done_ev, it->t[i].zero_first, s, err, sizeof err) != FGB_OK)
+      return fail_late(x, it, FGB_EIO, "signalling a tensor's completion", err);
   if (g_trace) cudaEventRecord(x->tev[3], s);
   if ((ce = cudaEventCreateWithFlags(&x->fin, cudaEventDisableTiming)) != cudaSuccess ||
       (ce = cudaEventRecord(x->fin, s)) != cudaSuccess)

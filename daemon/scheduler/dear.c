@@ -3,8 +3,14 @@
  * it overlaps with the forward of earlier layers. Buffers fuse consecutive tensors in backward
  * order up to fusion_mb megabytes (default 25, DeAR's THRESHOLD; 0 = one tensor per buffer).
  * Dense only: DeAR's volume argument holds for all-reduce, not for sparse payloads.
+ * fgbuffd runs the plan's buffers as split collectives (daemon/plan_split.c). It passes no
+ * options yet: FGBUFF_DEAR_FUSION_MB (daemon environment) sets the default threshold there; it must
+ * be the same on every daemon (a different value gives a different plan, which the planning
+ * exchange's digest check turns into per-tensor sync on every rank, never into a hang).
  */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "planner.h"
 
@@ -12,9 +18,15 @@ static fgb_status dear_plan(const sched_inputs *in, sched_plan *out, char *err, 
   static const char *const known[] = {"fusion_mb", NULL};
   fgb_status kst = sched_opt_check(in ? in->options : NULL, known, "dear", err, errlen);
   if (kst != FGB_OK) return kst;
-  double mb;
+  double mb, def = 25.0;
+  const char *env = getenv("FGBUFF_DEAR_FUSION_MB");
+  if (env && *env) {
+    char *end = NULL;
+    double v = strtod(env, &end);
+    if (end && !*end && isfinite(v) && v >= 0 && v <= 1e9) def = v; /* else ignored */
+  }
   fgb_status st =
-      sched_opt_double(in ? in->options : NULL, "fusion_mb", 25.0, 0, 1e9, &mb, err, errlen);
+      sched_opt_double(in ? in->options : NULL, "fusion_mb", def, 0, 1e9, &mb, err, errlen);
   if (st != FGB_OK) return st;
   st = sched_plan_begin(out, in, "dear", SCHED_SPLIT, in ? in->ntensors : 0, err, errlen);
   if (st != FGB_OK) return st;

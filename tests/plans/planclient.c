@@ -14,10 +14,17 @@
  * with one line per step ("ef step S dense|sparse"). --mixed 1 (with --topk) registers every third
  * tensor (k % 3 == 2) without a compressor: its result must be the exact average and it has no
  * residual. --policy NAME: the job's merge policy (default: the daemon's).
+ * --fp16 1: tensors k % 4 == 1 are fp16 (want: the fp32 average rounded once to fp16, bitwise).
+ * --frac 1: dense values get a fractional part, so sums depend on the reduction order: results
+ * are checked within a relative tolerance (fp32 1e-5, fp16 2e-3) instead of bitwise; the hash
+ * lines must still match across ranks. --die-at S: exit abruptly half-way through step S's
+ * submits (a rank dying mid-step). --expect-peer S: step S must fail with FGB_EPEER (another rank
+ * died); the client then exits 0 ("peer failure seen at step S").
  *
  * usage: planclient --rank R --size N --socket PATH [--job NAME] [--steps S] [--reverse-at D]
  *          [--gap-ms G] [--skip K] [--sleep-ms MS]
  *          [--slow-at D --slow-ms MS] [--topk D [--mixed 1]] [--policy NAME]
+ *          [--fp16 1] [--frac 1] [--die-at S] [--expect-peer S]
  * Exit status: 0 ok, 1 check failed, 2 usage. */
 #include <math.h>
 #include <stdint.h>
@@ -39,10 +46,78 @@ static int compressed(int k) {
   return topk > 0 && !(mixed && k % 3 == 2);
 }
 
+static int fp16, frac; /* --fp16, --frac */
+
+static int is_half(int k) {
+  return fp16 && !compressed(k) && k % 4 == 1;
+}
+
+static size_t esize(int k) {
+  return is_half(k) ? 2 : 4;
+}
+
+/* IEEE binary16 <-> binary32, round to nearest even (the daemon's rounding, daemon/dtype.c). */
+static uint16_t f2h(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u, mant = x & 0x7fffffu;
+  int exp = (int)((x >> 23) & 0xff) - 127 + 15;
+  if (((x >> 23) & 0xff) == 0xff) return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
+  if (exp >= 31) return (uint16_t)(sign | 0x7c00u);
+  if (exp <= 0) {
+    if (exp < -10) return (uint16_t)sign;
+    mant |= 0x800000u;
+    uint32_t shift = (uint32_t)(14 - exp), h = mant >> shift, rem = mant & ((1u << shift) - 1);
+    uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+  }
+  uint32_t h = ((uint32_t)exp << 10) | (mant >> 13), rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
+  return (uint16_t)(sign | h);
+}
+
+static float h2f(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, x;
+  if (exp == 0x1f) {
+    x = sign | 0x7f800000u | (mant << 13);
+  } else if (exp == 0) {
+    if (!mant) {
+      x = sign;
+    } else {
+      int e = -1;
+      do {
+        mant <<= 1;
+        e++;
+      } while (!(mant & 0x400u));
+      x = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
+    }
+  } else {
+    x = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
 static float value(int k, int rank, int step, uint64_t e) {
   if (compressed(k)) /* the same on every rank, varied so the selection has few ties */
     return (float)(k + 1) + (float)((e * 2654435761u + (uint64_t)step * 977u) % 1000) / 64.0f;
-  return (float)((rank + 1) * (k + 1) + (int)(e % 7) + step % 5);
+  float v = (float)((rank + 1) * (k + 1) + (int)(e % 7) + step % 5);
+  if (frac) v += (float)((e * 37u + (uint64_t)rank * 11u) % 101u) / 101.0f;
+  return is_half(k) ? h2f(f2h(v)) : v; /* what the tensor holds */
+}
+
+/* Element e of tensor k's memory as a float. */
+static float elem(const void *p, int k, uint64_t e) {
+  if (is_half(k)) {
+    uint16_t h;
+    memcpy(&h, (const char *)p + 2 * e, 2);
+    return h2f(h);
+  }
+  float f;
+  memcpy(&f, (const char *)p + 4 * e, 4);
+  return f;
 }
 
 /* The residual (region 0) of a state blob of n floats: header "FGBC"..., then u64 size + bytes
@@ -72,7 +147,7 @@ static int residuals(fgb_client *c, const uint32_t *tid, float **r) {
 
 int main(int argc, char **argv) {
   int rank = -1, size = -1, steps = 12, reverse_at = -1, gap_ms = 0, skip = -1, sleep_ms = 0;
-  int slow_at = -1, slow_ms = 0;
+  int slow_at = -1, slow_ms = 0, die_at = -1, expect_peer = -1;
   const char *job = "plantest", *sock = NULL, *policy = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *a = argv[i], *v = argv[i + 1];
@@ -104,6 +179,14 @@ int main(int argc, char **argv) {
       mixed = atoi(v);
     else if (!strcmp(a, "--policy"))
       policy = v;
+    else if (!strcmp(a, "--fp16"))
+      fp16 = atoi(v);
+    else if (!strcmp(a, "--frac"))
+      frac = atoi(v);
+    else if (!strcmp(a, "--die-at"))
+      die_at = atoi(v);
+    else if (!strcmp(a, "--expect-peer"))
+      expect_peer = atoi(v);
     else
       return fprintf(stderr, "planclient: unknown option %s\n", a), 2;
   }
@@ -121,7 +204,7 @@ int main(int argc, char **argv) {
   size_t off[NT], total = 0;
   for (int k = 0; k < NT; k++) {
     off[k] = total;
-    total += (counts[k] * 4 + 63) / 64 * 64;
+    total += (counts[k] * esize(k) + 63) / 64 * 64;
   }
   fgb_arena a;
   if (fgb_arena_alloc_host(c, total, &a))
@@ -135,7 +218,7 @@ int main(int argc, char **argv) {
     td.arena = a.id;
     td.offset = off[k];
     td.count = counts[k];
-    td.dtype = FGB_FLOAT32;
+    td.dtype = is_half(k) ? FGB_FLOAT16 : FGB_FLOAT32;
     if (compressed(k)) {
       td.compressor = "topk";
       td.density = topk;
@@ -152,8 +235,15 @@ int main(int argc, char **argv) {
   }
   for (int s = 1; s <= steps; s++) {
     for (int k = 0; k < NT; k++) {
-      float *p = (float *)((char *)a.ptr + off[k]);
-      for (uint64_t e = 0; e < counts[k]; e++) p[e] = value(k, rank, s, e);
+      char *p = (char *)a.ptr + off[k];
+      for (uint64_t e = 0; e < counts[k]; e++) {
+        float v = value(k, rank, s, e);
+        uint16_t h = f2h(v);
+        if (is_half(k))
+          memcpy(p + 2 * e, &h, 2);
+        else
+          memcpy(p + 4 * e, &v, 4);
+      }
     }
     if (s == steps && sleep_ms > 0) usleep((useconds_t)sleep_ms * 1000);
     for (int j = 0; j < NT; j++) {
@@ -161,11 +251,23 @@ int main(int argc, char **argv) {
       if (slow_at > 0 && s >= slow_at && j == NT / 2 && slow_ms > 0)
         usleep((useconds_t)slow_ms * 1000);
       if (k == skip) continue;
-      if (fgb_submit(c, tid[k], (uint64_t)s, NULL))
+      if (s == die_at && j == NT / 2) _exit(3); /* mid-step: earlier buffers are already sent */
+      fgb_status sst = fgb_submit(c, tid[k], (uint64_t)s, NULL);
+      if (sst == FGB_EPEER && s == expect_peer)
+        return printf("peer failure seen at step %d (submit)\n", s), 0;
+      if (sst)
         return fprintf(stderr, "rank %d: submit: %s\n", rank, fgb_client_error(c)), 1;
       if (gap_ms > 0) usleep((useconds_t)gap_ms * 1000);
     }
-    if (fgb_end_step(c, (uint64_t)s) || fgb_wait_step(c, (uint64_t)s, 120000))
+    fgb_status wst = fgb_end_step(c, (uint64_t)s);
+    if (wst == FGB_OK) wst = fgb_wait_step(c, (uint64_t)s, 120000);
+    if (s == expect_peer && wst == FGB_EPEER)
+      return printf("peer failure seen at step %d: %s\n", s, fgb_client_error(c)), 0;
+    if (s == expect_peer)
+      return fprintf(stderr, "rank %d: step %d: status %d, want FGB_EPEER (%s)\n", rank, s, wst,
+                     fgb_client_error(c)),
+             1;
+    if (wst)
       return fprintf(stderr, "rank %d: step %d: %s\n", rank, s, fgb_client_error(c)), 1;
     if (topk > 0) {
       if (residuals(c, tid, r1))
@@ -194,17 +296,21 @@ int main(int argc, char **argv) {
     }
     uint64_t h = 1469598103934665603ull;
     for (int k = 0; k < NT; k++) {
-      const float *p = (const float *)((char *)a.ptr + off[k]);
+      const char *p = (const char *)a.ptr + off[k];
       for (uint64_t e = 0; e < counts[k]; e++) {
         float sum = 0;
         for (int r = 0; r < size; r++) sum += value(k, r, s, e);
-        float want = k == skip ? 0.0f : sum / (float)size;
-        if (!compressed(k) && memcmp(&p[e], &want, sizeof(want)) != 0 && fails++ < 5)
+        float want = k == skip ? 0.0f : sum / (float)size, got = elem(p, k, e);
+        if (is_half(k)) want = h2f(f2h(want)); /* rounded once, from the fp32 average */
+        float tol = is_half(k) ? 2e-3f : 1e-5f;
+        int bad = frac ? !(fabsf(got - want) <= tol * (1.0f + fabsf(want)))
+                       : memcmp(&got, &want, sizeof(want)) != 0;
+        if (!compressed(k) && bad && fails++ < 5)
           fprintf(stderr, "rank %d step %d tensor %d elem %llu: %g, want %g\n", rank, s, k,
-                  (unsigned long long)e, (double)p[e], (double)want);
+                  (unsigned long long)e, (double)got, (double)want);
       }
       const unsigned char *b = (const unsigned char *)p;
-      for (uint64_t i = 0; i < counts[k] * 4; i++) h = (h ^ b[i]) * 1099511628211ull;
+      for (uint64_t i = 0; i < counts[k] * esize(k); i++) h = (h ^ b[i]) * 1099511628211ull;
     }
     printf("step %d hash %016llx\n", s, (unsigned long long)h);
     fflush(stdout);
