@@ -651,14 +651,14 @@ int srv_plan_on_issue(srv_job *j, coord_event *ev) {
   pl->holds[hi] = pl->holds[--pl->nholds];
   if (rewrite_issue(&v->plan, ev, b) != 0) goto nomem;
   pl->issued++;
-  return all_compressible(j, &v->plan, b) && !v->plan.buffers[b].compress ? 2 : 0;
-nomem:
   if (v->plan.flags & SCHED_SPLIT) { /* reduce-scatter now, all-gather later (plan_split.c) */
     pl->sp_step = ev->step;
     pl->sp_buf = b;
     pl->sp_nbuf = v->plan.nbuffers;
     return 3;
   }
+  return all_compressible(j, &v->plan, b) && !v->plan.buffers[b].compress ? 2 : 0;
+nomem:
   /* Every rank would have to fail alike; a daemon out of memory cannot promise that. */
   LOG_ERROR("job '%s': out of memory holding plan buffer %u of step %llu", j->id.name, b,
             (unsigned long long)ev->step);
@@ -680,7 +680,7 @@ void srv_plan_free(srv_job *j) {
   defer_free(pl);
   free(pl->in_ids);
   free(pl->in_ready);
+  srv_plan_split_free(pl);
   free(pl);
   j->plan = NULL;
-  srv_plan_split_free(pl);
 }
