@@ -242,7 +242,7 @@ CLI_API fgb_status fgb_tensor_register(fgb_client *c, const fgb_tensor_desc *des
   fgbuff__v1__envelope__free_unpacked(r, NULL);
   if (cli_tensor_find(c, id) != NULL)
     return cli_fail(c, FGB_EPROTO, "fgbuffd returned tensor id %u twice", id);
-  c->tensors[c->n_tensors++] = (cli_tensor){id, desc->arena};
+  c->tensors[c->n_tensors++] = (cli_tensor){.id = id, .arena = desc->arena};
   *tensor_id = id;
   return FGB_OK;
 }

@@ -82,6 +82,9 @@ CLI_API fgb_status fgb_client_new(fgb_client **out) {
 
 CLI_API void fgb_client_free(fgb_client *c) {
   if (c == NULL) return;
+#ifdef FGBUFF_HAVE_CUDA
+  cli_cuda_client_free(c); /* the watchdog first: the arenas' done pages go next */
+#endif
   if (c->sock >= 0) close(c->sock);
   wire_reader_close(&c->rd);
   cli_arenas_free(c);
@@ -97,6 +100,12 @@ CLI_API const char *fgb_client_error(const fgb_client *c) {
 
 /* The connection is gone (closed by the daemon, or unusable): every later call reports `s`. */
 static fgb_status cli_lose(fgb_client *c, fgb_status s, const char *why) {
+  /* shutdown, not only close: the done-page watchdog holds a duplicate of the socket, and the
+   * daemon must see us gone now. No done page will be written any more: release the streams. */
+  if (c->sock >= 0) shutdown(c->sock, SHUT_RDWR);
+#ifdef FGBUFF_HAVE_CUDA
+  cli_cuda_release_all(c);
+#endif
   if (c->sock >= 0) close(c->sock);
   c->sock = -1;
   wire_reader_close(&c->rd);
@@ -182,6 +191,58 @@ static void cli_store_done(fgb_client *c, const Fgbuff__V1__Done *d) {
   e->seen = 0;
   e->event_slot = d->event_slot;
   e->rx_us = cli_now_us();
+  cli_tensor *t = cli_tensor_mut(c, d->tensor_id);
+  if (t && t->early_valid && t->early_step == d->step) {
+    /* fgb_wait_on_stream returned before this Done (a stream waits on the done page). */
+    t->early_valid = 0;
+    if (st != FGB_OK) {
+#ifdef FGBUFF_HAVE_CUDA
+      if (t->sub_valid && t->sub_step == d->step) cli_cuda_release_seq(c, t->id, t->sub_seq);
+#endif
+      if (!c->pending) {
+        c->pending = st;
+        snprintf(c->pending_msg, sizeof(c->pending_msg),
+                 "tensor %u step %llu: %s (its stream wait was released; the result memory holds "
+                 "undefined data)",
+                 d->tensor_id, (unsigned long long)d->step, txt[0] ? txt : fgb_strerror(st));
+      }
+    }
+    cli_mark_seen(c, e);
+  }
+}
+
+void cli_release_early(fgb_client *c) {
+  for (size_t i = 0; i < c->n_tensors; i++) {
+    cli_tensor *t = &c->tensors[i];
+    if (!t->early_valid) continue;
+    t->early_valid = 0;
+#ifdef FGBUFF_HAVE_CUDA
+    if (t->sub_valid && t->sub_step == t->early_step) cli_cuda_release_seq(c, t->id, t->sub_seq);
+#endif
+  }
+}
+
+cli_tensor *cli_tensor_mut(fgb_client *c, uint32_t tensor_id) {
+  for (size_t i = 0; i < c->n_tensors; i++)
+    if (c->tensors[i].id == tensor_id) return &c->tensors[i];
+  return NULL;
+}
+
+/* Marks (t, s) seen and forgets older, already-seen results of the same tensor, so callers that
+ * only ever use fgb_wait (or stream waits on done pages) do not grow the table. */
+void cli_mark_seen(fgb_client *c, cli_done *d) {
+  d->seen = 1;
+  uint32_t t = d->tensor_id;
+  uint64_t step = d->step;
+  for (size_t i = 0; i < c->n_dones;) {
+    cli_done *e = &c->dones[i];
+    if (e->tensor_id == t && e->seen && e->step < step) {
+      free(e->error);
+      *e = c->dones[--c->n_dones];
+    } else {
+      i++;
+    }
+  }
 }
 
 cli_done *cli_find_done(fgb_client *c, uint32_t tensor_id, uint64_t step) {
@@ -248,6 +309,7 @@ static fgb_status cli_read(fgb_client *c, int timeout_ms, uint64_t want,
      * their own req_id but get no reply otherwise): reported by the next call. */
     c->pending = cli_code(env->error->code);
     snprintf(c->pending_msg, sizeof(c->pending_msg), "fgbuffd: %s", env->error->message);
+    cli_release_early(c); /* it may refuse a submit a stream already waits on */
   } else if (env->req_id == 0 && env->body_case == FGBUFF__V1__ENVELOPE__BODY_DONE) {
     cli_store_done(c, env->done);
   }

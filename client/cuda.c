@@ -1,8 +1,10 @@
 /* client/cuda.c — the client's GPU side (builds with CUDA): registering device memory as an arena
  * (the base of a cudaMalloc allocation by legacy CUDA IPC handle, or a range of cuMem/VMM memory by
- * the POSIX fds of its 1..4 physical allocations; either with a ring of interprocess events),
- * recording the ring's event on the caller's stream at submit, making a stream wait on the daemon's
- * done event, and finding the daemon of the GPU the calling thread's CUDA context uses.
+ * the POSIX fds of its 1..4 physical allocations; either with a ring of interprocess events and,
+ * where the driver allows, a done page), recording the ring's event on the caller's stream at
+ * submit, making a stream wait for the result (done page or the daemon's done event), and finding
+ * the daemon of the GPU the calling thread's CUDA context uses. The done page's stream waits are
+ * kept from hanging by donepage.c's watchdog.
  *
  * Slots are handed out round robin per arena; a slot is reused after GPU_SLOTS submits, which is
  * safe while fewer submits of one arena are outstanding (the daemon waits on the latest record). */
@@ -14,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "donepage.h"
 #include "internal.h"
 
 #define CLI_GPU_SLOTS 64
@@ -23,6 +26,7 @@ typedef struct cli_cuda {
   uint32_t nslots, next;
   cudaEvent_t ev[CLI_GPU_SLOTS];   /* ours, interprocess: recorded at submit */
   cudaEvent_t done[CLI_GPU_SLOTS]; /* the daemon's, opened from the ArenaReply */
+  cli_page *page;                  /* the done page, NULL: done events (donepage.c) */
 } cli_cuda;
 
 /* Driver calls through dlopen: linking libcuda would make every program that links the client
@@ -43,6 +47,8 @@ typedef struct drv {
   CUresult (*release)(CUmemGenericAllocationHandle);
   CUresult (*errstr)(CUresult, const char **);
   CUresult (*gran)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
+  /* stream memory operations (the done page); NULL when the driver lacks them */
+  CUresult (*wait32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 } drv;
 
 static const drv *driver(void) {
@@ -66,6 +72,7 @@ static const drv *driver(void) {
   *(void **)&d.errstr = dlsym(h, "cuGetErrorString");
   *(void **)&d.gran = dlsym(h, "cuMemGetAllocationGranularity");
   d.vmm = d.attr && d.retain && d.props && d.export_fd && d.release && d.errstr && d.gran;
+  *(void **)&d.wait32 = dlsym(h, "cuStreamWaitValue32_v2");
   return d.ok ? &d : NULL;
 }
 
@@ -76,6 +83,7 @@ static void uuid_text(const unsigned char *b, char *out, size_t cap) {
 }
 
 static void ring_free(cli_cuda *r) {
+  cli_page_free(r->page); /* releases every number handed out first */
   for (uint32_t i = 0; i < CLI_GPU_SLOTS; i++) {
     if (r->ev[i]) cudaEventDestroy(r->ev[i]);
     if (r->done[i]) cudaEventDestroy(r->done[i]);
@@ -86,6 +94,38 @@ static void ring_free(cli_cuda *r) {
 void cli_cuda_arena_free(cli_arena *a) {
   if (a->cuda) ring_free(a->cuda);
   a->cuda = NULL;
+}
+
+/* Whether to offer the daemon a done page: FGBUFF_DONE_EVENT=1 forces the interprocess done
+ * events; FGBUFF_DONE_PAGE=1/0 asks for the page or not; otherwise CLI_DONE_PAGE_DEFAULT. */
+#define CLI_DONE_PAGE_DEFAULT 0
+static int env_flag(const char *name) { /* -1 unset, 0 "0", 1 anything else */
+  const char *v = getenv(name);
+  return !v || !*v ? -1 : strcmp(v, "0") != 0;
+}
+
+static int done_page_wanted(void) {
+  if (env_flag("FGBUFF_DONE_EVENT") == 1) return 0;
+  int p = env_flag("FGBUFF_DONE_PAGE");
+  return p >= 0 ? p : CLI_DONE_PAGE_DEFAULT;
+}
+
+/* Whether stream waits on a done page can work on `device`: the driver has the 32-bit stream
+ * memory operations (always on with CUDA >= 12 drivers; before, the device attribute says) and
+ * the device maps registered host memory. */
+static int memops_ok(const drv *dv, int device) {
+  if (!dv->wait32) return 0;
+  int ver = 0, v = 0;
+  if (cudaDriverGetVersion(&ver) != cudaSuccess) return 0;
+  if (ver < 12000 && (cudaDeviceGetAttribute(
+                          &v, (enum cudaDeviceAttr)CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1,
+                          device) != cudaSuccess ||
+                      !v))
+    return 0;
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrCanMapHostMemory, device) != cudaSuccess || !v)
+    return 0;
+  (void)cudaGetLastError();
+  return 1;
 }
 
 static const char *cu_err(const drv *dv, CUresult r) {
@@ -237,6 +277,21 @@ static fgb_status ring_register(fgb_client *c, Fgbuff__V1__RegisterArena *ra, co
   }
   ra->event_handles.data = eh;
   ra->event_handles.len = (size_t)CLI_GPU_SLOTS * CLI_EV_HANDLE;
+  /* The done page rides as one more fd after the memory's (none left: done events only). */
+  const drv *dv = driver();
+  int allfds[FGB_WIRE_MAX_FDS];
+  if (nfds < FGB_WIRE_MAX_FDS && dv && memops_ok(dv, device) && done_page_wanted()) {
+    char perr[256];
+    r->page = cli_page_new(perr, sizeof perr);
+    if (!r->page && getenv("FGBUFF_CLIENT_TRACE"))
+      fprintf(stderr, "ctrace no done page (%s): done events\n", perr);
+  }
+  if (r->page) {
+    for (int i = 0; i < nfds; i++) allfds[i] = fds[i];
+    allfds[nfds++] = cli_page_fd(r->page);
+    fds = allfds;
+    ra->done_page = 1;
+  }
   Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *rep = NULL;
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_REGISTER_ARENA;
   env.register_arena = ra;
@@ -271,7 +326,17 @@ static fgb_status ring_register(fgb_client *c, Fgbuff__V1__RegisterArena *ra, co
   }
   cudaSetDevice(dev_now);
   uint32_t id = ar->arena_id;
+  if (r->page && !ar->done_page) { /* the daemon cannot write it: done events */
+    cli_page_free(r->page);
+    r->page = NULL;
+  }
   fgbuff__v1__envelope__free_unpacked(rep, NULL);
+  if (r->page && cli_page_watch(c, r->page) != FGB_OK) {
+    cli_page_free(r->page); /* no watchdog, no page: a stream could wait forever */
+    r->page = NULL;
+  }
+  if (getenv("FGBUFF_CLIENT_TRACE"))
+    fprintf(stderr, "ctrace arena %u done path %s\n", id, r->page ? "memop" : "event");
   c->arenas[c->n_arenas++] = (cli_arena){id, dev_ptr, bytes, r};
   out->id = id;
   out->ptr = dev_ptr;
@@ -360,8 +425,10 @@ static cli_cuda *ring_of(fgb_client *c, uint32_t tensor_id) {
   return a ? a->cuda : NULL;
 }
 
-fgb_status cli_cuda_submit(fgb_client *c, uint32_t tensor_id, void *stream, uint32_t *slot) {
+fgb_status cli_cuda_submit(fgb_client *c, uint32_t tensor_id, void *stream, uint32_t *slot,
+                           uint32_t *seq) {
   cli_cuda *r = ring_of(c, tensor_id);
+  *seq = 0;
   if (!r) return FGB_OK; /* host arena */
   uint32_t k = r->next++ % r->nslots;
   cudaError_t ce = cudaEventRecord(r->ev[k], (cudaStream_t)stream);
@@ -371,7 +438,41 @@ fgb_status cli_cuda_submit(fgb_client *c, uint32_t tensor_id, void *stream, uint
                     cudaGetErrorString(ce));
   }
   *slot = k;
+  if (r->page) *seq = cli_page_next(r->page);
   return FGB_OK;
+}
+
+fgb_status cli_cuda_wait_seq(fgb_client *c, uint32_t tensor_id, uint32_t seq, void *stream) {
+  cli_cuda *r = ring_of(c, tensor_id);
+  const drv *dv = driver();
+  if (!r || !r->page || !dv || !dv->wait32 || seq == 0)
+    return cli_fail(c, FGB_EPROTO, "tensor %u: no done page to wait on", tensor_id);
+  CUresult cr =
+      dv->wait32((CUstream)stream, cli_page_dev(r->page, seq), seq, CU_STREAM_WAIT_VALUE_GEQ);
+  if (cr != CUDA_SUCCESS)
+    return cli_fail(c, FGB_EIO, "cuStreamWaitValue32 on the done page: %s", cu_err(dv, cr));
+  return FGB_OK;
+}
+
+void cli_cuda_release_seq(fgb_client *c, uint32_t tensor_id, uint32_t seq) {
+  cli_cuda *r = ring_of(c, tensor_id);
+  if (r && r->page) cli_page_release(r->page, seq);
+}
+
+void cli_cuda_release_all(fgb_client *c) {
+  for (size_t i = 0; i < c->n_arenas; i++) {
+    cli_cuda *r = c->arenas[i].cuda;
+    if (r && r->page) cli_page_release_all(r->page);
+  }
+}
+
+void cli_cuda_client_free(fgb_client *c) {
+  cli_page_watch_stop(c);
+}
+
+int cli_cuda_has_page(fgb_client *c, uint32_t tensor_id) {
+  cli_cuda *r = ring_of(c, tensor_id);
+  return r && r->page;
 }
 
 fgb_status cli_cuda_wait_stream(fgb_client *c, uint32_t tensor_id, uint32_t slot, void *stream) {

@@ -42,6 +42,12 @@ typedef struct cli_arena {
 typedef struct cli_tensor {
   uint32_t id;
   uint32_t arena;
+  /* GPU arenas with a done page (cuda.c): the last submit's step and sequence number, and the
+   * step whose fgb_wait_on_stream returned before its Done (a failed Done of it becomes the
+   * pending error, an ok one is consumed when it arrives). */
+  int sub_valid, early_valid;
+  uint64_t sub_step, early_step;
+  uint32_t sub_seq;
 } cli_tensor;
 
 struct fgb_client {
@@ -72,6 +78,7 @@ struct fgb_client {
   uint32_t tr_tensor;
   uint64_t tr_step;
   int64_t tr_submit_us, tr_sent_us;
+  void *wd; /* cuda.c: the done-page watchdog (releases waiting streams if the daemon dies) */
 };
 
 /* conn.c */
@@ -85,6 +92,12 @@ fgb_status cli_call(fgb_client *c, Fgbuff__V1__Envelope *env, const int *fds, in
 fgb_status cli_pump(fgb_client *c, int timeout_ms);
 fgb_status cli_take_pending(fgb_client *c);
 cli_done *cli_find_done(fgb_client *c, uint32_t tensor_id, uint64_t step);
+/* Marks a buffered Done returned and forgets older returned ones of the same tensor. */
+void cli_mark_seen(fgb_client *c, cli_done *d);
+cli_tensor *cli_tensor_mut(fgb_client *c, uint32_t tensor_id);
+/* An asynchronous Error arrived: host-write the numbers of every early stream wait (their steps'
+ * results are undefined; the error is reported by the next call). */
+void cli_release_early(fgb_client *c);
 void cli_drop_dones(fgb_client *c, uint64_t step);
 int64_t cli_now_ms(void);
 int64_t cli_now_us(void);
@@ -103,8 +116,19 @@ fgb_status cli_job_defaults(fgb_client *c, const fgb_job_opts *in, const char **
 
 /* cuda.c (builds with CUDA): device arenas, events on submit, stream waits, GPU socket. */
 fgb_status cli_cuda_register(fgb_client *c, void *dev_ptr, size_t bytes, fgb_arena *out);
-fgb_status cli_cuda_submit(fgb_client *c, uint32_t tensor_id, void *stream, uint32_t *slot);
+/* *seq: the done-page sequence number of this submit (0: the arena signals by done event). */
+fgb_status cli_cuda_submit(fgb_client *c, uint32_t tensor_id, void *stream, uint32_t *slot,
+                           uint32_t *seq);
 fgb_status cli_cuda_wait_stream(fgb_client *c, uint32_t tensor_id, uint32_t slot, void *stream);
+/* Makes the stream wait until the done page holds seq (stream-ordered: returns at once). */
+fgb_status cli_cuda_wait_seq(fgb_client *c, uint32_t tensor_id, uint32_t seq, void *stream);
+/* Host-writes done-page sequence numbers so no stream waits forever: up to seq for one tensor's
+ * arena (its Done failed), or every number handed out (the connection is gone). */
+void cli_cuda_release_seq(fgb_client *c, uint32_t tensor_id, uint32_t seq);
+void cli_cuda_release_all(fgb_client *c);
+int cli_cuda_has_page(fgb_client *c, uint32_t tensor_id);
+/* Stops the watchdog thread (before the arenas are freed). */
+void cli_cuda_client_free(fgb_client *c);
 void cli_cuda_arena_free(cli_arena *a);
 /* 1 and the socket path when the calling thread has a current CUDA context (its GPU's daemon). */
 int cli_cuda_socket(const char *dir, char *out, size_t outlen);

@@ -37,12 +37,19 @@ CLI_API fgb_status fgb_submit(fgb_client *c, uint32_t tensor_id, uint64_t step, 
   m.step = step;
   m.event_slot = 0; /* host arenas: the data is final when submitted; no event ring */
 #ifdef FGBUFF_HAVE_CUDA
-  if ((s = cli_cuda_submit(c, tensor_id, stream, &m.event_slot))) return s; /* device arenas */
+  /* device arenas: event slot, and the done-page number where the arena has a page */
+  if ((s = cli_cuda_submit(c, tensor_id, stream, &m.event_slot, &m.done_seq))) return s;
 #endif
   Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_SUBMIT;
   env.submit = &m;
   s = cli_send(c, &env, NULL, 0);
+  cli_tensor *t = cli_tensor_mut(c, tensor_id);
+  if (t && s == FGB_OK) { /* what fgb_wait_on_stream of this step may wait on */
+    t->sub_valid = m.done_seq != 0;
+    t->sub_step = step;
+    t->sub_seq = m.done_seq;
+  }
   c->tr_tensor = tensor_id;
   c->tr_step = step;
   c->tr_submit_us = t0;
@@ -68,23 +75,6 @@ static fgb_status cli_done_result(fgb_client *c, const cli_done *d) {
   if (d->status == FGB_OK) return FGB_OK;
   return cli_fail(c, d->status, "tensor %u step %llu: %s", d->tensor_id,
                   (unsigned long long)d->step, d->error ? d->error : fgb_strerror(d->status));
-}
-
-/* Marks (t, s) seen and forgets older, already-seen results of the same tensor, so callers that
- * only ever use fgb_wait do not grow the table. */
-static void cli_mark_seen(fgb_client *c, cli_done *d) {
-  d->seen = 1;
-  uint32_t t = d->tensor_id;
-  uint64_t step = d->step;
-  for (size_t i = 0; i < c->n_dones;) {
-    cli_done *e = &c->dones[i];
-    if (e->tensor_id == t && e->seen && e->step < step) {
-      free(e->error);
-      *e = c->dones[--c->n_dones];
-    } else {
-      i++;
-    }
-  }
 }
 
 CLI_API fgb_status fgb_test(fgb_client *c, uint32_t tensor_id, uint64_t step) {
@@ -122,24 +112,67 @@ CLI_API fgb_status fgb_wait(fgb_client *c, uint32_t tensor_id, uint64_t step, in
   return s;
 }
 
+#ifdef FGBUFF_HAVE_CUDA
+static void wait_trace(fgb_client *c, uint32_t tensor_id, uint64_t step, const cli_done *d,
+                       const char *path) {
+  static _Atomic int trace = -1;
+  if (trace < 0) trace = getenv("FGBUFF_CLIENT_TRACE") != NULL;
+  if (!trace || c->tr_tensor != tensor_id || c->tr_step != step) return;
+  int64_t t = cli_now_us(), t0 = c->tr_submit_us;
+  fprintf(stderr,
+          "ctrace pid %d rank %d tensor %u step %llu submit %lld: sent +%lld done-read +%lld "
+          "stream-waits +%lld us (%s)\n",
+          (int)getpid(), (int)c->rank, tensor_id, (unsigned long long)step, (long long)t0,
+          (long long)(c->tr_sent_us - t0), d ? (long long)(d->rx_us - t0) : -1ll,
+          (long long)(t - t0), path);
+}
+
+/* The done page: the stream waits for the submit's number; the host does not wait for Done
+ * (docs/protocol.md, "Done on stream memory"). 1 when it applied (status in *out). */
+static int wait_on_page(fgb_client *c, uint32_t tensor_id, uint64_t step, void *stream,
+                        fgb_status *out) {
+  cli_tensor *t = cli_tensor_mut(c, tensor_id);
+  if (!t || !t->sub_valid || t->sub_step != step || !cli_cuda_has_page(c, tensor_id)) return 0;
+  cli_done *d = cli_find_done(c, tensor_id, step);
+  if (d) { /* already here: report it (its number is written, or released if it failed) */
+    fgb_status s = d->status == FGB_OK ? FGB_OK
+                                       : cli_fail(c, d->status, "tensor %u step %llu: %s",
+                                                  tensor_id, (unsigned long long)step,
+                                                  d->error ? d->error : fgb_strerror(d->status));
+    cli_mark_seen(c, d);
+    if (s) {
+      *out = s;
+      return 1;
+    }
+  }
+  *out = cli_cuda_wait_seq(c, tensor_id, t->sub_seq, stream);
+  if (*out == FGB_OK && !d) {
+    t->early_valid = 1; /* conn.c: its Done is consumed (or made the pending error) on arrival */
+    t->early_step = step;
+  }
+  wait_trace(c, tensor_id, step, d, "memop");
+  return 1;
+}
+#endif
+
 CLI_API fgb_status fgb_wait_on_stream(fgb_client *c, uint32_t tensor_id, uint64_t step,
                                       void *stream, int timeout_ms) {
   if (c == NULL) return FGB_EINVAL;
 #ifdef FGBUFF_HAVE_CUDA
-  fgb_status s = fgb_wait(c, tensor_id, step, timeout_ms);
+  fgb_status s = cli_ready(c);
+  if (s || (s = cli_check_tensor(c, tensor_id))) return s;
+  if (wait_on_page(c, tensor_id, step, stream, &s)) return s;
+  s = fgb_wait(c, tensor_id, step, timeout_ms);
   if (s) return s;
   const cli_done *d = cli_find_done(c, tensor_id, step);
-  s = cli_cuda_wait_stream(c, tensor_id, d ? d->event_slot : 0, stream);
-  static _Atomic int trace = -1;
-  if (trace < 0) trace = getenv("FGBUFF_CLIENT_TRACE") != NULL;
-  if (trace && d && c->tr_tensor == tensor_id && c->tr_step == step) {
-    int64_t t = cli_now_us(), t0 = c->tr_submit_us;
-    fprintf(stderr,
-            "ctrace pid %d rank %d tensor %u step %llu submit %lld: sent +%lld done-read +%lld "
-            "stream-waits +%lld us\n",
-            (int)getpid(), (int)c->rank, tensor_id, (unsigned long long)step, (long long)t0,
-            (long long)(c->tr_sent_us - t0), (long long)(d->rx_us - t0), (long long)(t - t0));
+  /* A tensor of a page arena not submitted this step (flushed as zeros at EndStep): its Done
+   * came after the daemon's GPU work completed, so there is nothing for the stream to wait on. */
+  if (cli_cuda_has_page(c, tensor_id)) {
+    wait_trace(c, tensor_id, step, d, "memop, not submitted");
+    return FGB_OK;
   }
+  s = cli_cuda_wait_stream(c, tensor_id, d ? d->event_slot : 0, stream);
+  wait_trace(c, tensor_id, step, d, "event");
   return s;
 #else
   return cli_fail(c, FGB_ENOTSUP,

@@ -61,6 +61,7 @@ typedef struct srv_tensor {
   int poisoned;
   char poison[512];
   uint32_t gpu_slot;           /* CUDA arenas: event slot of the last submit (named in Done) */
+  uint32_t gpu_seq;            /* ... with a done page: the last submit's done_seq (0: none) */
   const struct comp_ops *comp; /* NULL: dense (compressor "none") */
   double density;
 } srv_tensor;

@@ -183,6 +183,9 @@ void srv_send_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_DONE;
   srv_tensor *t = srv_tensor_get(s->d, tensor_id);
   if (t && t->arena && t->arena->gpu) d.event_slot = t->gpu_slot; /* GPU: the done event's slot */
+#ifdef FGBUFF_HAVE_CUDA
+  if (status != 0) srv_gpu_done_failed(t); /* a stream waiting on its done page proceeds */
+#endif
   env.done = &d;
   srv_send(s, &env);
   hot_touch(); /* the client's next Submit usually follows within the window */

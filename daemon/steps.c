@@ -205,6 +205,7 @@ void srv_on_submit(srv_session *s, uint64_t req_id, const Fgbuff__V1__Submit *m)
   if (j->aborted || t->poisoned) {
     t->has_last = 1;
     t->last_step = m->step;
+    t->gpu_seq = m->done_seq; /* the failed Done host-writes it: a stream may wait on it */
     srv_send_done(s, t->id, m->step, j->aborted ? FGB_EPEER : FGB_EMISMATCH,
                   j->aborted ? j->abort_text : t->poison);
     return;
@@ -223,7 +224,7 @@ void srv_on_submit(srv_session *s, uint64_t req_id, const Fgbuff__V1__Submit *m)
   }
 #ifdef FGBUFF_HAVE_CUDA
   if (t->arena->gpu) { /* ready once the client's event is seen complete */
-    fgb_status gst = srv_gpu_observe(t, m->event_slot, m->step, gerr, sizeof(gerr));
+    fgb_status gst = srv_gpu_observe(t, m->event_slot, m->done_seq, m->step, gerr, sizeof(gerr));
     if (gst == FGB_OK) {
       j->pending[j->npending - 1].observing = 1;
       return;

@@ -3,9 +3,12 @@
  * daemons of this host must be running), same GPUs, same run, same barrier: every iteration is
  * enqueued and then waited for until the caller's stream has the result (fgb_wait_on_stream +
  * cudaStreamSynchronize; raw: ncclAllReduce + cudaStreamSynchronize). MPI is used for the raw
- * communicator's unique id and for barriers only. Rank 0 prints one line per size:
- *   bytes  raw_busbw_GBs  daemon_busbw_GBs  ratio  raw_p50_us  daemon_p50_us  raw_p99_us
- * daemon_p99_us Sizes: 4 bytes, then --min..--max (powers of 4). */
+ * communicator's unique id and for barriers only. Rank 0 prints one line per size and done path:
+ *   bytes  path  raw_busbw_GBs  daemon_busbw_GBs  ratio  raw_p50_us  daemon_p50_us  raw_p99_us
+ * daemon_p99_us Sizes: 4 bytes, then --min..--max (powers of 4). --paths default|event|memop|both:
+ * the client's done path (docs/protocol.md, "Done on stream memory"): default is what the library
+ * picks (FGBUFF_DONE_PAGE / FGBUFF_DONE_EVENT); both runs event then memop,
+ * each against the same raw baseline, interleaved per size. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <mpi.h>
@@ -55,12 +58,18 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   size_t minb = 64 << 10, maxb = (size_t)1 << 30;
   double scale = 1.0;
-  const char *label = "";
+  const char *label = "", *paths = "default";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--min")) minb = strtoull(argv[i + 1], NULL, 0);
     if (!strcmp(argv[i], "--max")) maxb = strtoull(argv[i + 1], NULL, 0);
     if (!strcmp(argv[i], "--iters-scale")) scale = atof(argv[i + 1]);
     if (!strcmp(argv[i], "--label")) label = argv[i + 1];
+    if (!strcmp(argv[i], "--paths")) paths = argv[i + 1];
+  }
+  const char *plist[2] = {paths, NULL};
+  if (!strcmp(paths, "both")) {
+    plist[0] = "event";
+    plist[1] = "memop";
   }
   CK(cudaSetDevice(rank) == cudaSuccess);
   cudaStream_t s;
@@ -79,9 +88,9 @@ int main(int argc, char **argv) {
   if (rank == 0)
     printf(
         "# %s%s2 ranks; busbw = 2(n-1)/n * bytes / t; per-iteration wait until the stream has "
-        "the result\n# %12s %10s %10s %6s %9s %9s %9s %9s\n",
-        label, label[0] ? ": " : "", "bytes", "raw_GB/s", "fgb_GB/s", "ratio", "raw_p50", "fgb_p50",
-        "raw_p99", "fgb_p99");
+        "the result\n# %12s %7s %10s %10s %6s %9s %9s %9s %9s\n",
+        label, label[0] ? ": " : "", "bytes", "path", "raw_GB/s", "fgb_GB/s", "ratio", "raw_p50",
+        "fgb_p50", "raw_p99", "fgb_p99");
   uint64_t step = 1;
   for (size_t bytes = 4; bytes <= maxb; bytes = bytes == 4 ? minb : bytes * 4) {
     size_t count = bytes / 4;
@@ -98,48 +107,56 @@ int main(int argc, char **argv) {
       CK(cudaStreamSynchronize(s) == cudaSuccess);
       if (i >= 0) tr[i] = now_us() - t0;
     }
-    /* through fgbuffd: a job per size, one tensor, its own arena (the daemon maps it once) */
-    char job[64];
-    snprintf(job, sizeof job, "bench-%s-%zu", label, bytes);
-    fgb_client *cj;
-    CK(fgb_client_new(&cj) == FGB_OK && fgb_connect(cj, NULL) == FGB_OK);
-    fgb_job_opts jo = FGB_JOB_OPTS_INIT;
-    jo.name = job;
-    jo.rank = rank;
-    jo.size = size;
-    CK(fgb_join(cj, &jo) == FGB_OK);
-    fgb_arena a;
-    CK(fgb_arena_register_cuda(cj, buf, bytes, &a) == FGB_OK);
-    fgb_tensor_desc d = FGB_TENSOR_DESC_INIT;
-    d.name = "g";
-    d.arena = a.id;
-    d.count = count;
-    uint32_t t;
-    CK(fgb_tensor_register(cj, &d, &t) == FGB_OK);
-    for (int i = -warm; i < n; i++, step++) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      double t0 = now_us();
-      fgb_status st = fgb_submit(cj, t, step, s);
-      if (st == FGB_OK) st = fgb_end_step(cj, step);
-      if (st == FGB_OK) st = fgb_wait_on_stream(cj, t, step, s, 120000);
-      if (st != FGB_OK) {
-        fprintf(stderr, "rank %d: %s\n", rank, fgb_client_error(cj));
-        MPI_Abort(MPI_COMM_WORLD, 1);
+    /* through fgbuffd: a job per size and path, one tensor, its own arena (mapped once) */
+    for (int pi = 0; pi < 2 && plist[pi]; pi++) {
+      const char *path = plist[pi];
+      if (!strcmp(path, "event")) setenv("FGBUFF_DONE_EVENT", "1", 1); /* read at registration */
+      if (!strcmp(path, "memop")) {
+        unsetenv("FGBUFF_DONE_EVENT");
+        setenv("FGBUFF_DONE_PAGE", "1", 1);
       }
-      CK(cudaStreamSynchronize(s) == cudaSuccess);
-      if (i >= 0) tf[i] = now_us() - t0;
-    }
-    fgb_client_free(cj);
-    double sr = 0, sf = 0;
-    for (int i = 0; i < n; i++) sr += tr[i], sf += tf[i];
-    double factor = 2.0 * (size - 1) / size * (double)bytes / 1e3; /* GB/s from us */
-    double bwr = factor / (sr / n), bwf = factor / (sf / n);
-    double r50 = pct(tr, n, 0.5), r99 = pct(tr, n, 0.99), f50 = pct(tf, n, 0.5),
-           f99 = pct(tf, n, 0.99);
-    if (rank == 0) {
-      printf("  %12zu %10.2f %10.2f %6.3f %9.1f %9.1f %9.1f %9.1f\n", bytes, bwr, bwf, bwf / bwr,
-             r50, f50, r99, f99);
-      fflush(stdout);
+      char job[96];
+      snprintf(job, sizeof job, "bench-%s-%s-%zu", label, path, bytes);
+      fgb_client *cj;
+      CK(fgb_client_new(&cj) == FGB_OK && fgb_connect(cj, NULL) == FGB_OK);
+      fgb_job_opts jo = FGB_JOB_OPTS_INIT;
+      jo.name = job;
+      jo.rank = rank;
+      jo.size = size;
+      CK(fgb_join(cj, &jo) == FGB_OK);
+      fgb_arena a;
+      CK(fgb_arena_register_cuda(cj, buf, bytes, &a) == FGB_OK);
+      fgb_tensor_desc d = FGB_TENSOR_DESC_INIT;
+      d.name = "g";
+      d.arena = a.id;
+      d.count = count;
+      uint32_t t;
+      CK(fgb_tensor_register(cj, &d, &t) == FGB_OK);
+      for (int i = -warm; i < n; i++, step++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = now_us();
+        fgb_status st = fgb_submit(cj, t, step, s);
+        if (st == FGB_OK) st = fgb_end_step(cj, step);
+        if (st == FGB_OK) st = fgb_wait_on_stream(cj, t, step, s, 120000);
+        if (st != FGB_OK) {
+          fprintf(stderr, "rank %d: %s\n", rank, fgb_client_error(cj));
+          MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        CK(cudaStreamSynchronize(s) == cudaSuccess);
+        if (i >= 0) tf[i] = now_us() - t0;
+      }
+      fgb_client_free(cj);
+      double sr = 0, sf = 0;
+      for (int i = 0; i < n; i++) sr += tr[i], sf += tf[i];
+      double factor = 2.0 * (size - 1) / size * (double)bytes / 1e3; /* GB/s from us */
+      double bwr = factor / (sr / n), bwf = factor / (sf / n);
+      double r50 = pct(tr, n, 0.5), r99 = pct(tr, n, 0.99), f50 = pct(tf, n, 0.5),
+             f99 = pct(tf, n, 0.99);
+      if (rank == 0) {
+        printf("  %12zu %7s %10.2f %10.2f %6.3f %9.1f %9.1f %9.1f %9.1f\n", bytes, path, bwr, bwf,
+               bwf / bwr, r50, f50, r99, f99);
+        fflush(stdout);
+      }
     }
     free(tr);
     free(tf);

@@ -10,17 +10,34 @@
  * measured on 2x H200 to wedge the daemon: a client killed before its GPU reached the recorded
  * event leaves that stream waiting forever, and the next unmapping of any arena (which
  * synchronises the device) then blocked the loop thread, so the daemon ignored SIGTERM. A host
- * query of an event whose exporter died just stays "not ready" until the job's abort drops it. */
+ * query of an event whose exporter died just stays "not ready" until the job's abort drops it.
+ *
+ * Completion goes back to the client either by recording the done event of the submit's slot or,
+ * for arenas with a done page (docs/protocol.md, "Done on stream memory"), by writing the submit's
+ * sequence number into the client's page from the engine stream (cuStreamWriteValue32), which the
+ * client's stream waits on; on a failed Done the loop writes it from the host instead. */
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "gpu.h"
 #include "vmm.h"
+
+/* What the engine signals after a tensor's write-back (eng_tensor.done_ev points to one). */
+typedef struct gpu_sig {
+  int page;       /* 0: record ev; 1: write value at addr (a done page slot) */
+  cudaEvent_t ev; /* the slot's interprocess done event */
+  CUdeviceptr addr;
+  uint32_t value;
+} gpu_sig;
 
 struct gpu_arena {
   void *base;
@@ -29,6 +46,11 @@ struct gpu_arena {
   cudaEvent_t *client_ev; /* opened from the client's handles; only ever queried */
   cudaEvent_t *done_ev;   /* daemon-owned, interprocess: recorded after write-back */
   cudaStream_t init;      /* records each done event once at creation */
+  gpu_sig *esig;          /* per event slot */
+  /* The client's done page (a sealed memfd, mapped and registered here): NULL when none. */
+  uint32_t *page;
+  CUdeviceptr page_dev;
+  gpu_sig *psig; /* per page slot, filled when an item is built (stable for 1024 submits) */
   /* cuMem/VMM arenas: our reservation and the imported chunks mapped into it in order. */
   CUdeviceptr va;
   size_t va_size;
@@ -106,6 +128,12 @@ void gpu_arena_close(gpu_arena *a) {
     if (a->done_ev && a->done_ev[i]) cudaEventDestroy(a->done_ev[i]);
   }
   if (a->init) cudaStreamDestroy(a->init);
+  if (a->page) {
+    cudaHostUnregister(a->page);
+    munmap(a->page, GPU_PAGE_BYTES);
+  }
+  free(a->esig);
+  free(a->psig);
   if (a->va) { /* a VMM arena: base points into our reservation */
     const vmm_drv *dv = vmm_driver();
     size_t off = 0;
@@ -159,8 +187,9 @@ static fgb_status arena_new(const char *device_uuid, size_t ev_len, gpu_arena **
   a->nslots = (uint32_t)(ev_len / GPU_EVENT_HANDLE);
   a->client_ev = calloc(a->nslots, sizeof(cudaEvent_t));
   a->done_ev = calloc(a->nslots, sizeof(cudaEvent_t));
+  a->esig = calloc(a->nslots, sizeof(gpu_sig));
   dh = calloc(a->nslots, GPU_EVENT_HANDLE);
-  if (!a->client_ev || !a->done_ev || !dh) FAIL("", FGB_ENOMEM, "out of memory");
+  if (!a->client_ev || !a->done_ev || !a->esig || !dh) FAIL("", FGB_ENOMEM, "out of memory");
   *ap = a;
   *dhp = dh;
   return FGB_OK;
@@ -349,8 +378,113 @@ uint32_t gpu_arena_slots(const gpu_arena *a) {
   return a->nslots;
 }
 
-void *gpu_arena_done_event(gpu_arena *a, uint32_t slot) {
-  return slot < a->nslots ? (void *)a->done_ev[slot] : NULL;
+void *gpu_arena_done_sig(gpu_arena *a, uint32_t slot, uint32_t seq) {
+  if (seq && a->page) {
+    uint32_t k = seq % GPU_PAGE_SLOTS;
+    a->psig[k] = (gpu_sig){1, NULL, a->page_dev + (CUdeviceptr)k * sizeof(uint32_t), seq};
+    return &a->psig[k];
+  }
+  if (slot >= a->nslots) return NULL;
+  a->esig[slot] = (gpu_sig){0, a->done_ev[slot], 0, 0};
+  return &a->esig[slot];
+}
+
+int gpu_arena_has_page(const gpu_arena *a) {
+  return a->page != NULL;
+}
+
+/* cuStreamWriteValue32 through dlopen, as the VMM calls above. */
+typedef CUresult (*write32_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+static write32_fn write32(void) {
+  static write32_fn fn;
+  static int tried;
+  if (!tried) {
+    tried = 1;
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (h) *(void **)&fn = dlsym(h, "cuStreamWriteValue32_v2");
+  }
+  return fn;
+}
+
+int gpu_memops_supported(void) {
+  int ver = 0, v = 0;
+  if (!write32() || cudaDriverGetVersion(&ver) != cudaSuccess) return 0;
+  /* 32-bit stream memory operations are always on with CUDA 12+ drivers; before, ask. */
+  if (ver < 12000 && (cudaDeviceGetAttribute(
+                          &v, (enum cudaDeviceAttr)CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1,
+                          gpu_index()) != cudaSuccess ||
+                      !v))
+    return 0;
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrCanMapHostMemory, gpu_index()) != cudaSuccess || !v)
+    return 0;
+  return 1;
+}
+
+fgb_status gpu_arena_page(gpu_arena *a, int fd, char *err, size_t errlen) {
+  struct stat st;
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < GPU_PAGE_BYTES) {
+    snprintf(err, errlen, "done_page: the last fd is not a file of at least %d bytes",
+             GPU_PAGE_BYTES);
+    return FGB_EINVAL;
+  }
+  /* Unsealed, the client could shrink it under our mapping and a host write would fault. */
+  if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+    snprintf(err, errlen, "done_page: the memfd is not sealed against shrinking (F_SEAL_SHRINK)");
+    return FGB_EINVAL;
+  }
+  if (!gpu_memops_supported()) {
+    snprintf(err, errlen, "stream memory operations are not available on this GPU/driver");
+    return FGB_ENOTSUP;
+  }
+  void *p = mmap(NULL, GPU_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    snprintf(err, errlen, "done_page: mmap failed");
+    return FGB_EINVAL;
+  }
+  gpu_thread_bind();
+  void *d = NULL;
+  cudaError_t ce =
+      cudaHostRegister(p, GPU_PAGE_BYTES, cudaHostRegisterMapped | cudaHostRegisterPortable);
+  if (ce == cudaSuccess && (ce = cudaHostGetDevicePointer(&d, p, 0)) != cudaSuccess)
+    cudaHostUnregister(p);
+  if (ce != cudaSuccess || !(a->psig = calloc(GPU_PAGE_SLOTS, sizeof(gpu_sig)))) {
+    (void)cudaGetLastError();
+    snprintf(err, errlen, "registering the done page with CUDA: %s",
+             ce != cudaSuccess ? cudaGetErrorString(ce) : "out of memory");
+    if (ce == cudaSuccess) cudaHostUnregister(p);
+    munmap(p, GPU_PAGE_BYTES);
+    return FGB_ENOTSUP;
+  }
+  a->page = p;
+  a->page_dev = (CUdeviceptr)(uintptr_t)d;
+  return FGB_OK;
+}
+
+void gpu_arena_page_release(gpu_arena *a, uint32_t seq) {
+  if (!a->page || !seq) return;
+  uint32_t *slot = &a->page[seq % GPU_PAGE_SLOTS];
+  uint32_t cur = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+  while ((int32_t)(seq - cur) > 0 &&
+         !__atomic_compare_exchange_n(slot, &cur, seq, 1, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
+  }
+}
+
+fgb_status gpu_done_signal(void *sig, int flushed, void *stream, char *err, size_t errlen) {
+  gpu_sig *g = sig;
+  if (!g->page) {
+    cudaError_t ce = cudaEventRecord(g->ev, (cudaStream_t)stream);
+    if (ce == cudaSuccess) return FGB_OK;
+    snprintf(err, errlen, "recording a done event: %s", cudaGetErrorString(ce));
+    return FGB_EIO;
+  }
+  /* A flushed tensor was not submitted: no stream waits on a number for it (its slot may hold a
+   * newer submit's by now; rewriting the old one would move it backwards). */
+  if (flushed) return FGB_OK;
+  CUresult r = write32()((CUstream)stream, g->addr, g->value, 0);
+  if (r == CUDA_SUCCESS) return FGB_OK;
+  snprintf(err, errlen, "cuStreamWriteValue32 on the done page: error %d", (int)r);
+  return FGB_EIO;
 }
 
 fgb_status gpu_arena_observe(gpu_arena *a, uint32_t slot, char *err, size_t errlen) {

@@ -4,7 +4,9 @@
  * arena is reported to the coordinator only once the client's interprocess event is seen complete
  * (cudaEventQuery from a uv_idle handle while observations are outstanding, so an idle daemon does
  * not spin; see arena.c for why no stream waits on a client's event). The idle handle spins the
- * loop thread while a submit waits for the client's GPU: a backoff to a timer is still to do. */
+ * loop thread while a submit waits for the client's GPU: a backoff to a timer is still to do.
+ * Arenas may come with a done page (arena.c): the submit's done_seq is kept on the tensor, the
+ * engine writes it after the write-back, and a failed Done writes it from here. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,8 +45,9 @@ fgb_status srv_gpu_start(srv *d, coord *c, char *err, size_t errlen) {
 }
 
 void srv_gpu_announce(srv *d) {
-  LOG_INFO("GPU %s (%s, PCI %s, CUDA index %d), MPS %s", gpu_uuid(), gpu_name(), gpu_pci(),
-           gpu_index(), gpu_mps() ? "on" : "off");
+  LOG_INFO("GPU %s (%s, PCI %s, CUDA index %d), MPS %s, done pages %s", gpu_uuid(), gpu_name(),
+           gpu_pci(), gpu_index(), gpu_mps() ? "on" : "off",
+           gpu_memops_supported() ? "on (stream memory operations)" : "off (done events only)");
   if (!gpu_mps())
     LOG_WARN(
         "not running under an MPS server: the daemon's kernels time-slice with the "
@@ -68,10 +71,13 @@ void srv_gpu_arena_close(srv_arena *a) {
 void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__RegisterArena *m, int *fds,
                       int nfds) {
   int vmm = m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_VMM_FD;
-  if (!vmm && nfds != 0) {
+  int page = m->done_page ? 1 : 0; /* the done page is the last fd */
+  if (nfds < page || (!vmm && nfds != page)) {
     for (int i = 0; i < nfds; i++) close(fds[i]);
     srv_send_error(s, req_id, FGB_EINVAL, "num_fds", 0,
-                   "num_fds: a CUDA_IPC arena comes without file descriptors (got %d)", nfds);
+                   "num_fds: a CUDA_IPC arena comes with no file descriptor but its done page "
+                   "(done_page %d, got %d)",
+                   page, nfds);
     return;
   }
   if (s->narenas >= SRV_MAX_ARENAS) {
@@ -88,13 +94,27 @@ void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
   char err[512];
   fgb_status st;
   if (vmm)
-    st = gpu_arena_open_vmm(fds, nfds, m->vmm_chunk_bytes, m->n_vmm_chunk_bytes, m->vmm_offset,
-                            m->device_uuid, m->bytes, m->event_handles.data, m->event_handles.len,
-                            &ga, &base, &dh, &dlen, &field, err, sizeof err);
+    st = gpu_arena_open_vmm(fds, nfds - page, m->vmm_chunk_bytes, m->n_vmm_chunk_bytes,
+                            m->vmm_offset, m->device_uuid, m->bytes, m->event_handles.data,
+                            m->event_handles.len, &ga, &base, &dh, &dlen, &field, err, sizeof err);
   else
     st = gpu_arena_open(m->cuda_ipc_handle.data, m->cuda_ipc_handle.len, m->device_uuid, m->bytes,
                         m->event_handles.data, m->event_handles.len, &ga, &base, &dh, &dlen, &field,
                         err, sizeof err);
+  int has_page = 0;
+  if (st == FGB_OK && page) {
+    fgb_status pst = gpu_arena_page(ga, fds[nfds - 1], err, sizeof err);
+    if (pst == FGB_EINVAL) { /* a malformed page is the client's error */
+      gpu_arena_close(ga);
+      free(dh);
+      st = pst;
+      field = "done_page";
+    } else if (pst != FGB_OK) { /* the client falls back to the done events */
+      LOG_INFO("client pid %u: no done page (%s)", s->pid, err);
+    } else {
+      has_page = 1;
+    }
+  }
   /* The imported allocations hold the memory now; the fds are not needed either way. */
   for (int i = 0; i < nfds; i++) close(fds[i]);
   if (st != FGB_OK) {
@@ -123,6 +143,7 @@ void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
   r.arena_id = a->id;
   r.event_handles.data = dh;
   r.event_handles.len = dlen;
+  r.done_page = has_page;
   Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
   env.req_id = req_id;
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY;
@@ -176,7 +197,8 @@ static void on_idle(uv_idle_t *h) {
   }
 }
 
-fgb_status srv_gpu_observe(srv_tensor *t, uint32_t slot, uint64_t step, char *err, size_t errlen) {
+fgb_status srv_gpu_observe(srv_tensor *t, uint32_t slot, uint32_t done_seq, uint64_t step,
+                           char *err, size_t errlen) {
   if (g_nw == g_wcap) {
     uint32_t cap = g_wcap ? g_wcap * 2 : 64;
     watch *n = realloc(g_w, cap * sizeof *n);
@@ -190,6 +212,7 @@ fgb_status srv_gpu_observe(srv_tensor *t, uint32_t slot, uint64_t step, char *er
   fgb_status st = gpu_arena_observe(t->arena->gpu, slot, err, errlen);
   if (st != FGB_OK) return st;
   t->gpu_slot = slot;
+  t->gpu_seq = gpu_arena_has_page(t->arena->gpu) ? done_seq : 0; /* 0: the done event */
   t->arena->refs++;
   g_w[g_nw++] = (watch){srv_now_us(), t->id, step, slot, t->arena};
   if (!g_idle_on) {
@@ -200,7 +223,12 @@ fgb_status srv_gpu_observe(srv_tensor *t, uint32_t slot, uint64_t step, char *er
 }
 
 void *srv_gpu_done_event(const srv_tensor *t) {
-  return t->arena && t->arena->gpu ? gpu_arena_done_event(t->arena->gpu, t->gpu_slot) : NULL;
+  return t->arena && t->arena->gpu ? gpu_arena_done_sig(t->arena->gpu, t->gpu_slot, t->gpu_seq)
+                                   : NULL;
+}
+
+void srv_gpu_done_failed(const srv_tensor *t) {
+  if (t && t->arena && t->arena->gpu) gpu_arena_page_release(t->arena->gpu, t->gpu_seq);
 }
 
 void srv_gpu_stop(srv *d) {

@@ -15,6 +15,8 @@
 
 #define GPU_RING_MAX 1024   /* event slots per arena */
 #define GPU_EVENT_HANDLE 64 /* sizeof(cudaIpcEventHandle_t) == sizeof(cudaIpcMemHandle_t) */
+#define GPU_PAGE_BYTES 4096 /* a client's done page: */
+#define GPU_PAGE_SLOTS 1024 /* ... uint32 numbers, number s in slot s % 1024 */
 
 typedef struct gpu_arena gpu_arena;
 struct srv;
@@ -66,8 +68,20 @@ fgb_status gpu_arena_open_vmm(const int *fds, int nfds, const uint64_t *chunk, s
 /* Close the mapping and the events (after every engine item on it finished). */
 void gpu_arena_close(gpu_arena *a);
 uint32_t gpu_arena_slots(const gpu_arena *a);
-/* The daemon's interprocess done event of `slot` (a cudaEvent_t). */
-void *gpu_arena_done_event(gpu_arena *a, uint32_t slot);
+/* What the engine signals after a write-back (eng_tensor.done_ev): the page slot of sequence
+ * number seq when the arena has a done page and seq != 0, else the done event of `slot`. */
+void *gpu_arena_done_sig(gpu_arena *a, uint32_t slot, uint32_t seq);
+/* Map and register the client's done page (fd: a sealed memfd; stays the caller's). FGB_EINVAL
+ * for a bad page (err names done_page), FGB_ENOTSUP when this GPU/driver cannot use it. */
+fgb_status gpu_arena_page(gpu_arena *a, int fd, char *err, size_t errlen);
+int gpu_arena_has_page(const gpu_arena *a);
+/* Host-write seq into the page (a failed Done: the client's stream must not wait forever). */
+void gpu_arena_page_release(gpu_arena *a, uint32_t seq);
+/* Engine thread, after the write-back on `stream`: record the event or write the number (not for
+ * a flushed tensor's page signal). */
+fgb_status gpu_done_signal(void *sig, int flushed, void *stream, char *err, size_t errlen);
+/* 1 when the driver and GPU support 32-bit stream memory operations on mapped host memory. */
+int gpu_memops_supported(void);
 /* Start observing the client's event[slot] (checks the slot); gpu_arena_observed: 1 once the
  * client's GPU passed it (host query, see arena.c for why no stream waits on it), 0 not yet,
  * <0 error. */

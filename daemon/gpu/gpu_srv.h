@@ -20,10 +20,15 @@ void srv_gpu_arena_close(srv_arena *a);
 /* steps.c: a submit of a tensor in a CUDA arena: check the slot, then watch the client's event;
  * the submit is reported ready by srv_gpu_observed (steps.c) once the client's GPU passed it. */
 int srv_gpu_slot_check(srv_tensor *t, uint32_t slot, char *err, size_t errlen);
-fgb_status srv_gpu_observe(srv_tensor *t, uint32_t slot, uint64_t step, char *err, size_t errlen);
+/* done_seq: Submit.done_seq (the number for the arena's done page; 0 or no page: done event). */
+fgb_status srv_gpu_observe(srv_tensor *t, uint32_t slot, uint32_t done_seq, uint64_t step,
+                           char *err, size_t errlen);
 void srv_gpu_observed(srv *d, uint32_t tensor_id, uint64_t step);
 /* events.c: the done event of the tensor's current slot for the engine; a job's abort. */
 void *srv_gpu_done_event(const srv_tensor *t);
+/* server.c: a Done with an error: write the tensor's done-page number from the host, so a client
+ * stream that waits on it proceeds (the result memory then holds undefined data). */
+void srv_gpu_done_failed(const srv_tensor *t);
 void gpu_job_aborted(uint64_t job_key);
 /* status.c */
 size_t srv_gpu_status_json(char *buf, size_t cap);

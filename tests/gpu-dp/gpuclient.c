@@ -9,6 +9,10 @@
  *                                submits, then kills itself: the peers must get FGB_EPEER)
  *             [--sleep-at STEP --sleep-ms MS]   (at STEP, sleep MS after submitting the first
  *                                tensor, before the others: a slow rank inside a step)
+ *             [--stall-at STEP --sleep-ms MS]   (at STEP, sleep MS before submitting anything)
+ *             [--kill-wait-at STEP]   (at STEP, after fgb_wait_on_stream of the first tensor,
+ *                                print "stream-waiting", synchronise the stream (the test kills
+ *                                the daemon meanwhile), then expect the next call to fail: exit 4)
  * Exit 0 all results right, 1 wrong or error, 77 fewer GPUs than needed. */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -98,7 +102,7 @@ static double now_s(void) {
 
 int main(int argc, char **argv) {
   int rank = 0, size = 2, dev = 0, steps = 3;
-  long die_at = -1, sleep_at = -1, sleep_ms = 0;
+  long die_at = -1, sleep_at = -1, sleep_ms = 0, stall_at = -1, kill_wait_at = -1;
   const char *sock = NULL, *job = "gpu-dp";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--rank"))
@@ -119,6 +123,10 @@ int main(int argc, char **argv) {
       sleep_at = atol(argv[i + 1]);
     else if (!strcmp(argv[i], "--sleep-ms"))
       sleep_ms = atol(argv[i + 1]);
+    else if (!strcmp(argv[i], "--stall-at"))
+      stall_at = atol(argv[i + 1]);
+    else if (!strcmp(argv[i], "--kill-wait-at"))
+      kill_wait_at = atol(argv[i + 1]);
   }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= dev) return 77;
@@ -159,6 +167,12 @@ int main(int argc, char **argv) {
     if (cudaMallocHost(&host[t], maxb) != cudaSuccess) DIE("cudaMallocHost");
   int bad = 0;
   for (long step = 0; step < steps; step++) {
+    if (step == stall_at && sleep_ms > 0) {
+      printf("rank %d stalling %ld ms before step %ld\n", rank, sleep_ms, step);
+      fflush(stdout);
+      struct timespec ts = {sleep_ms / 1000, (sleep_ms % 1000) * 1000000};
+      while (nanosleep(&ts, &ts) != 0) continue;
+    }
     /* The stream is held 200 ms before the inputs land: a daemon that did not wait for the
      * event would reduce the previous contents. */
     cudaLaunchHostFunc(s, hold, (void *)(uintptr_t)(step == die_at ? 60000000 : 200000));
@@ -198,6 +212,22 @@ int main(int argc, char **argv) {
                T[t].name, st, fgb_strerror(st), now_s() - t0, fgb_client_error(c));
         fflush(stdout);
         return st == FGB_EPEER ? 3 : 1;
+      }
+      if (step == kill_wait_at && t == 0) {
+        /* Stream-ordered wait on the done page: the daemon dies before writing it; the library
+         * must release the stream, and the next call must report the loss. */
+        printf("rank %d stream-waiting step %ld\n", rank, step);
+        fflush(stdout);
+        double w0 = now_s();
+        cudaError_t ce = cudaStreamSynchronize(s);
+        printf("rank %d stream released after %.2f s (%s)\n", rank, now_s() - w0,
+               cudaGetErrorString(ce));
+        fgb_status ns = fgb_wait_step(c, (uint64_t)step, 20000);
+        printf("rank %d next call: status %d (%s) after %.2f s: %s\n", rank, ns, fgb_strerror(ns),
+               now_s() - w0, fgb_client_error(c));
+        fflush(stdout);
+        fgb_client_free(c);
+        return ns != FGB_OK && ce == cudaSuccess ? 4 : 1;
       }
       size_t b = T[t].count * fgb_dtype_size(T[t].dt);
       /* Read back on the stream that waited (fgb_wait_on_stream) or any stream (fgb_wait). */

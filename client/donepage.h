@@ -1,0 +1,37 @@
+/* client/donepage.h — the done page of a CUDA arena (builds with CUDA): a sealed memfd page of
+ * 1024 uint32 sequence numbers, mapped into both the client and fgbuffd and registered with CUDA
+ * in both, that the daemon's GPU writes (cuStreamWriteValue32) once a tensor's result is in place
+ * and the trainer's stream waits on (cuStreamWaitValue32 GEQ). Also the watchdog that keeps such a
+ * wait from hanging when the daemon goes away (docs/protocol.md, "Done on stream memory"). */
+#ifndef FGB_CLIENT_DONEPAGE_H
+#define FGB_CLIENT_DONEPAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fgbuff/client.h"
+
+#define CLI_PAGE_SLOTS 1024 /* page slot of sequence number s: s % CLI_PAGE_SLOTS */
+
+typedef struct cli_page cli_page;
+
+/* NULL (err says why) when the page cannot be created or registered with CUDA. */
+cli_page *cli_page_new(char *err, size_t errlen);
+int cli_page_fd(const cli_page *p);
+/* The next sequence number (never 0), noted as handed out for its slot. */
+uint32_t cli_page_next(cli_page *p);
+/* The device address of the slot of sequence number seq. */
+uint64_t cli_page_dev(const cli_page *p, uint32_t seq);
+/* Host-write seq into its slot unless the slot is already at or past it. */
+void cli_page_release(cli_page *p, uint32_t seq);
+/* ... every slot up to the last number handed out for it. */
+void cli_page_release_all(cli_page *p);
+/* Releases everything, stops watching, unregisters and unmaps. NULL is fine. */
+void cli_page_free(cli_page *p);
+/* Watch p on c's connection: when the daemon's end closes, a thread releases every watched
+ * page. Starts the thread on first use. */
+fgb_status cli_page_watch(fgb_client *c, cli_page *p);
+/* Stops c's watchdog thread (every page must have been freed or be freed after). */
+void cli_page_watch_stop(fgb_client *c);
+
+#endif

@@ -1,0 +1,71 @@
+#!/bin/bash
+# The done page (docs/protocol.md, "Done on stream memory"): results of fgb_wait_on_stream are
+# right on the stream-memory path (FGBUFF_DONE_PAGE=1) and on the interprocess done events
+# (FGBUFF_DONE_EVENT=1 wins over it), bitwise identical on both GPUs; and a daemon killed while a
+# client's stream waits on its done page: the stream is released and the next call fails, within
+# 10 s of the kill.
+set -u
+here="$(dirname "$0")"
+source "$here/gpu-world.sh"
+gpu_need 2
+bin="${FGBUFF_TEST_BIN:?}"
+gpu_world_start 2 || exit 1
+trap 'gpu_world_stop >/dev/null 2>&1' EXIT
+out="$FGBUFF_RUNTIME_DIR"
+rc=0
+pair() { # job path(memop|event) [env...]
+  local j="$1" path="$2" p0
+  shift 2
+  env "$@" FGBUFF_CLIENT_TRACE=1 "$bin/gpuclient" --job "$j" --rank 0 --size 2 --device 0 \
+    --steps 4 --socket "$GPU_SOCK_0" >"$out/$j.0.out" 2>&1 &
+  p0=$!
+  env "$@" FGBUFF_CLIENT_TRACE=1 "$bin/gpuclient" --job "$j" --rank 1 --size 2 --device 1 \
+    --steps 4 --socket "$GPU_SOCK_1" >"$out/$j.1.out" 2>&1 || { echo "$j rank 1 failed"; cat "$out/$j.1.out"; rc=1; }
+  wait $p0 || { echo "$j rank 0 failed"; cat "$out/$j.0.out"; rc=1; }
+  [ "$(grep -c hash "$out/$j.0.out")" -eq 4 ] || { echo "$j: missing steps"; rc=1; }
+  diff <(grep hash "$out/$j.0.out") <(grep hash "$out/$j.1.out") || { echo "$j: GPUs differ"; rc=1; }
+  for r in 0 1; do
+    [ "$(grep -c "done path $path" "$out/$j.$r.out")" -eq 2 ] ||
+      { echo "$j rank $r: both arenas should use the $path done path:"; grep "done path" "$out/$j.$r.out"; rc=1; }
+  done
+}
+pair memop memop FGBUFF_DONE_PAGE=1
+pair event event FGBUFF_DONE_EVENT=1 FGBUFF_DONE_PAGE=1
+echo "results right on both done paths: rc $rc"
+
+# The daemon of rank 0 dies while rank 0's stream waits on the done page (rank 1 stalls, so the
+# step cannot complete).
+"$bin/gpuclient" --job kill --rank 1 --size 2 --device 1 --steps 3 --stall-at 1 --sleep-ms 60000 \
+  --socket "$GPU_SOCK_1" >"$out/k1.out" 2>&1 &
+p1=$!
+FGBUFF_DONE_PAGE=1 "$bin/gpuclient" --job kill --rank 0 --size 2 --device 0 --steps 3 --kill-wait-at 1 \
+  --socket "$GPU_SOCK_0" >"$out/k0.out" 2>&1 &
+p0=$!
+deadline=$((SECONDS + 60))
+until grep -q "stream-waiting" "$out/k0.out" 2>/dev/null; do
+  kill -0 $p0 2>/dev/null && [ $SECONDS -lt $deadline ] || break
+  sleep 0.1
+done
+if grep -q "stream-waiting" "$out/k0.out"; then
+  sleep 0.5 # into cudaStreamSynchronize
+  d0=$(gpu_world_pid 0)
+  t0=$(date +%s.%N)
+  kill -KILL "$d0"
+  # bounded: a stream that is never released must fail the test, not hang it
+  for _ in $(seq 1 300); do kill -0 $p0 2>/dev/null || break; sleep 0.1; done
+  if kill -0 $p0 2>/dev/null; then
+    echo "rank 0 still blocked 30 s after its daemon was killed"; kill -KILL $p0; rc=1
+  fi
+  wait $p0
+  rc0=$?
+  t1=$(date +%s.%N)
+  cat "$out/k0.out"
+  [ $rc0 -eq 4 ] || { echo "rank 0: exit $rc0, expected 4 (stream released, next call failed)"; rc=1; }
+  awk -v a="$t0" -v b="$t1" 'BEGIN { printf "released and failed %.2f s after the kill\n", b - a; exit !(b - a < 10) }' || rc=1
+else
+  echo "rank 0 never reached its stream wait:"; cat "$out/k0.out"; rc=1
+fi
+kill -KILL $p1 2>/dev/null
+wait $p1 2>/dev/null
+[ $rc -eq 0 ] || cat "$GPU_WORLD_LOG"
+exit $rc
