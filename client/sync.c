@@ -130,7 +130,7 @@ static void wait_trace(fgb_client *c, uint32_t tensor_id, uint64_t step, const c
 /* The done page: the stream waits for the submit's number; the host does not wait for Done
  * (docs/protocol.md, "Done on stream memory"). 1 when it applied (status in *out). */
 static int wait_on_page(fgb_client *c, uint32_t tensor_id, uint64_t step, void *stream,
-                        fgb_status *out) {
+                        int timeout_ms, fgb_status *out) {
   cli_tensor *t = cli_tensor_mut(c, tensor_id);
   if (!t || !t->sub_valid || t->sub_step != step || !cli_cuda_has_page(c, tensor_id)) return 0;
   cli_done *d = cli_find_done(c, tensor_id, step);
@@ -146,6 +146,11 @@ static int wait_on_page(fgb_client *c, uint32_t tensor_id, uint64_t step, void *
     }
   }
   *out = cli_cuda_wait_seq(c, tensor_id, t->sub_seq, stream);
+  if (*out != FGB_OK && !d) { /* no stream wait: wait for the Done on the host (result in place) */
+    *out = fgb_wait(c, tensor_id, step, timeout_ms);
+    wait_trace(c, tensor_id, step, cli_find_done(c, tensor_id, step), "memop failed, host wait");
+    return 1;
+  }
   if (*out == FGB_OK && !d) {
     t->early_valid = 1; /* conn.c: its Done is consumed (or made the pending error) on arrival */
     t->early_step = step;
@@ -161,7 +166,7 @@ CLI_API fgb_status fgb_wait_on_stream(fgb_client *c, uint32_t tensor_id, uint64_
 #ifdef FGBUFF_HAVE_CUDA
   fgb_status s = cli_ready(c);
   if (s || (s = cli_check_tensor(c, tensor_id))) return s;
-  if (wait_on_page(c, tensor_id, step, stream, &s)) return s;
+  if (wait_on_page(c, tensor_id, step, stream, timeout_ms, &s)) return s;
   s = fgb_wait(c, tensor_id, step, timeout_ms);
   if (s) return s;
   const cli_done *d = cli_find_done(c, tensor_id, step);
