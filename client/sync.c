@@ -134,28 +134,24 @@ static int wait_on_page(fgb_client *c, uint32_t tensor_id, uint64_t step, void *
   cli_tensor *t = cli_tensor_mut(c, tensor_id);
   if (!t || !t->sub_valid || t->sub_step != step || !cli_cuda_has_page(c, tensor_id)) return 0;
   cli_done *d = cli_find_done(c, tensor_id, step);
-  if (d) { /* already here: report it (its number is written, or released if it failed) */
-    fgb_status s = d->status == FGB_OK ? FGB_OK
-                                       : cli_fail(c, d->status, "tensor %u step %llu: %s",
-                                                  tensor_id, (unsigned long long)step,
-                                                  d->error ? d->error : fgb_strerror(d->status));
+  if (d) { /* already here: the GPU work is complete (or failed: the number was released) */
+    *out = d->status == FGB_OK
+               ? FGB_OK
+               : cli_fail(c, d->status, "tensor %u step %llu: %s", tensor_id,
+                          (unsigned long long)step, d->error ? d->error : fgb_strerror(d->status));
+    wait_trace(c, tensor_id, step, d, "memop, done already");
     cli_mark_seen(c, d);
-    if (s) {
-      *out = s;
-      return 1;
-    }
+    return 1;
   }
   *out = cli_cuda_wait_seq(c, tensor_id, t->sub_seq, stream);
-  if (*out != FGB_OK && !d) { /* no stream wait: wait for the Done on the host (result in place) */
+  if (*out != FGB_OK) { /* no stream wait: wait for the Done on the host (result in place) */
     *out = fgb_wait(c, tensor_id, step, timeout_ms);
     wait_trace(c, tensor_id, step, cli_find_done(c, tensor_id, step), "memop failed, host wait");
     return 1;
   }
-  if (*out == FGB_OK && !d) {
-    t->early_valid = 1; /* conn.c: its Done is consumed (or made the pending error) on arrival */
-    t->early_step = step;
-  }
-  wait_trace(c, tensor_id, step, d, "memop");
+  t->early_valid = 1; /* conn.c: its Done is consumed (or made the pending error) on arrival */
+  t->early_step = step;
+  wait_trace(c, tensor_id, step, NULL, "memop");
   return 1;
 }
 #endif
