@@ -84,7 +84,9 @@ __host__ __device__ static inline uint32_t kc_radix_bins(int pass) {
   return pass == 2 ? 1024u : 2048u;
 }
 
-/* Device-side state of one selection (in kern_ws). Reset by the first kernel of each selection. */
+/* Device-side state of one selection (in kern_ws). Zeroed by k_sample_select (sampled bound) or
+ * k_sel_init (kth); otherwise the compaction's decision sets every field the later kernels read,
+ * and k_chunk_scan leaves ncand (cdone: the compaction's last block) 0 for the next selection. */
 typedef struct kc_sel_state {
   unsigned long long ncand; /* elements with key >= L seen by the compaction (may exceed cap) */
   unsigned long long rank;  /* remaining rank during the passes; eq_take after the last */

@@ -190,10 +190,17 @@ template <bool G> /* G: g is given (the prefetch of g needs registers: fewer blo
 __global__ void __launch_bounds__(SEL_THREADS, G ? 3 : 4)
     k_compact(const float *a, const float *g, uint64_t len, int al, kc_sel_state *st, float *cv,
               uint32_t *ci, uint64_t cand_cap, uint32_t *ch_off, uint32_t *ch_cnt, uint32_t *ch_gt,
-              uint32_t *ch_eq, uint32_t k, int take_all, uint64_t nch) {
+              uint32_t *ch_eq, uint32_t k, int take_all, uint64_t nch, int lmode,
+              const kern_ctl *ctl, uint32_t L_fixed) {
   KC_PDL_ENTRY();
   __shared__ unsigned long long s_base;
-  const uint32_t L = st->L;
+  /* The bound: the sample select's (st->L), the threshold's or a fixed one. Only the sampled path
+   * has a kernel before this one that initialises st; otherwise st holds what the previous
+   * selection left: ncand = 0 (k_chunk_scan clears it), cdone = 0, and sel_decide below sets the
+   * rest. */
+  const uint32_t L = lmode == KC_L_SAMPLE ? st->L
+                     : lmode == KC_L_CTL  ? kern_thr_key(ctl->thr)
+                                          : L_fixed;
   float v[16], w[16];
   uint32_t idx[16];
   uint32_t pres = 0;
@@ -273,6 +280,7 @@ __global__ void __launch_bounds__(SEL_THREADS, G ? 3 : 4)
     if (atomicAdd(&st->cdone, 1u) == gridDim.x - 1) { /* every block's ncand is in */
       __threadfence();
       st->cdone = 0;
+      st->L = L;
       sel_decide(st, k, cand_cap, take_all);
     }
   }
@@ -453,6 +461,7 @@ __global__ void __launch_bounds__(KC_BLOCK_SELECT)
     unsigned long long g = tot & 0xffffffffull, e = tot >> 32;
     uint32_t count = (uint32_t)(g + (e < eq_take ? e : eq_take));
     st->count = count;
+    st->ncand = 0; /* read by nothing after this: the next selection's compaction starts at 0 */
     if (expect != 0xffffffffu && count != expect) st->err = 1;
     if (hdr) {
       hdr->count = count;
@@ -626,8 +635,8 @@ fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_bas
   const int alg = al && (g == NULL || ((uintptr_t)g & 15u) == 0);
   const uint64_t nch = (len + KC_CHUNK - 1) / KC_CHUNK;
   kc_sel_state *st = ws->st;
-  if (lmode != KC_L_SAMPLE) kc_launch(k_sel_init, 1, 1, s, st, lmode, ctl, L_fixed, 0u, 0ull);
-  if (lmode == KC_L_SAMPLE) { /* k_sample_select initialises st */
+  /* No k_sel_init: k_sample_select initialises st, or k_compact takes the threshold's bound. */
+  if (lmode == KC_L_SAMPLE) {
     uint32_t m = len < KC_SAMPLES ? (uint32_t)len : KC_SAMPLES, r;
     if (m == len) {
       r = k; /* the sample is the input: the bound is exact */
@@ -641,11 +650,11 @@ fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_bas
   if (g)
     kc_launch(k_compact<true>, cgrid, SEL_THREADS, s, a, g, len, alg, st, ws->cand_val,
               ws->cand_idx, ws->cand_cap, ws->ch_off, ws->ch_cnt, ws->ch_gt, ws->ch_eq, k, take_all,
-              nch);
+              nch, lmode, ctl, L_fixed);
   else
     kc_launch(k_compact<false>, cgrid, SEL_THREADS, s, a, g, len, alg, st, ws->cand_val,
               ws->cand_idx, ws->cand_cap, ws->ch_off, ws->ch_cnt, ws->ch_gt, ws->ch_eq, k, take_all,
-              nch);
+              nch, lmode, ctl, L_fixed);
   /* Sized for the candidates, the common case: idle blocks cost every pass a zeroed histogram
    * and a check-in; the rare full-input fallback loops over the input with the same grid. */
   const unsigned hb = hist_blocks(len < ws->cand_cap ? len : ws->cand_cap);
