@@ -2,7 +2,9 @@
  * ~0.88 of raw NCCL while 64/256 MiB reach 0.958): one rank per GPU (mpirun -np 2) all-reduces the
  * same size, alternating iteration by iteration, from (own) memory this process cudaMalloc'd and
  * (ipc) memory a forked helper process cudaMalloc'd and exported by legacy CUDA IPC, opened here as
- * fgbuffd opens a client's arena (cudaIpcOpenMemHandle, lazy peer access). Same communicator (a
+ * fgbuffd opens a client's arena (cudaIpcOpenMemHandle, lazy peer access), and both again
+ * registered with NCCL (ncclCommRegister: own+reg, ipc+reg; "-" when registration fails; fgbuffd
+ * registers nothing). Same communicator (a
  * blocking one, as fgbuffd's default), same stream, same barrier as bench-gpu-allreduce. Prints per
  * mode: host p50 (barrier -> all-reduce -> cudaStreamSynchronize), GPU p50 (events around the
  * collective), mean and bus bandwidth. Environment changes (NCCL_RUNTIME_CONNECT=0 as fgbuffd sets
@@ -46,8 +48,8 @@ static void helper(int dev, size_t bytes, int up, int down) {
   cudaIpcMemHandle_t h;
   void *p = NULL;
   memset(&h, 0, sizeof h);
-  if (cudaSetDevice(dev) != cudaSuccess || cudaMalloc(&p, bytes) != cudaSuccess ||
-      cudaMemset(p, 0, bytes) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess ||
+  if (cudaSetDevice(dev) != cudaSuccess || cudaMalloc(&p, 2 * bytes) != cudaSuccess ||
+      cudaMemset(p, 0, 2 * bytes) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess ||
       cudaIpcGetMemHandle(&h, p) != cudaSuccess)
     fprintf(stderr, "helper on GPU %d: CUDA setup failed\n", dev);
   if (write(up, &h, sizeof h) != (ssize_t)sizeof h) _exit(1);
@@ -110,21 +112,33 @@ int main(int argc, char **argv) {
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 1;
   CK(ncclCommInitRankConfig(&nc, size, id, rank, &cfg) == ncclSuccess);
-  void *buf[2] = {NULL, NULL};
-  CK(cudaMalloc(&buf[0], bytes) == cudaSuccess);
-  CK(cudaMemset(buf[0], 0, bytes) == cudaSuccess);
+  /* own, ipc, own+reg, ipc+reg (the second half of the helper's allocation) */
+  enum { NM = 4 };
+  void *buf[NM] = {NULL, NULL, NULL, NULL}, *regh[NM] = {NULL, NULL, NULL, NULL};
+  int ok[NM] = {1, 1, 1, 1};
+  CK(cudaMalloc(&buf[0], bytes) == cudaSuccess && cudaMalloc(&buf[2], bytes) == cudaSuccess);
+  CK(cudaMemset(buf[0], 0, bytes) == cudaSuccess && cudaMemset(buf[2], 0, bytes) == cudaSuccess);
   CK(cudaIpcOpenMemHandle(&buf[1], h, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess);
+  buf[3] = (char *)buf[1] + bytes;
+  for (int m = 2; m < NM; m++) {
+    int mine = ncclCommRegister(nc, buf[m], bytes, &regh[m]) == ncclSuccess, all = 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    ok[m] = all; /* every rank runs the same modes */
+    if (!all && mine) ncclCommDeregister(nc, regh[m]);
+    if (!all) regh[m] = NULL;
+  }
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess);
-  double *th[2], *tg[2];
-  for (int m = 0; m < 2; m++) {
+  double *th[NM], *tg[NM];
+  for (int m = 0; m < NM; m++) {
     th[m] = calloc((size_t)iters, sizeof(double));
     tg[m] = calloc((size_t)iters, sizeof(double));
     CK(th[m] && tg[m]);
   }
   const int warm = 3;
   for (int i = -warm; i < iters; i++)
-    for (int m = 0; m < 2; m++) { /* alternate: clock or thermal drift hits both modes alike */
+    for (int m = 0; m < NM; m++) { /* alternate: clock or thermal drift hits all modes alike */
+      if (!ok[m]) continue;
       MPI_Barrier(MPI_COMM_WORLD);
       double t0 = now_us();
       CK(cudaEventRecord(e0, s) == cudaSuccess);
@@ -140,7 +154,7 @@ int main(int argc, char **argv) {
       }
     }
   if (rank == 0) {
-    const char *name[2] = {"own", "ipc"};
+    const char *name[NM] = {"own", "ipc", "own+reg", "ipc+reg"};
     printf("# %s%s%zu bytes, %d iterations each, 2 ranks, modes alternating\n", label,
            label[0] ? ": " : "", bytes, iters);
     printf("# %-5s %10s %10s %10s %10s\n", "mode", "host_p50", "gpu_p50", "host_mean",
@@ -149,17 +163,20 @@ int main(int argc, char **argv) {
       double sum = 0;
       for (int i = 0; i < iters; i++) sum += th[m][i];
       double mean = sum / iters, bw = 2.0 * (size - 1) / size * (double)bytes / 1e3 / mean;
-      printf("  %-5s %10.1f %10.1f %10.1f %10.2f\n", name[m], p50(th[m], iters), p50(tg[m], iters),
+      printf("  %-7s %10.1f %10.1f %10.1f %10.2f\n", name[m], p50(th[m], iters), p50(tg[m], iters),
              mean, bw);
     }
     fflush(stdout);
   }
+  for (int m = 2; m < NM; m++)
+    if (regh[m]) ncclCommDeregister(nc, regh[m]);
   cudaIpcCloseMemHandle(buf[1]);
   cudaFree(buf[0]);
+  cudaFree(buf[2]);
   ncclCommDestroy(nc);
   close(down[1]); /* the helper frees its memory and exits */
   waitpid(pid, NULL, 0);
-  for (int m = 0; m < 2; m++) {
+  for (int m = 0; m < NM; m++) {
     free(th[m]);
     free(tg[m]);
   }
