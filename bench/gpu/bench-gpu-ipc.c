@@ -4,12 +4,11 @@
  * (ipc) memory a forked helper process cudaMalloc'd and exported by legacy CUDA IPC, opened here as
  * fgbuffd opens a client's arena (cudaIpcOpenMemHandle, lazy peer access), and both again
  * registered with NCCL (ncclCommRegister: own+reg, ipc+reg; "-" when registration fails; fgbuffd
- * registers nothing). Same communicator (a
- * blocking one, as fgbuffd's default), same stream, same barrier as bench-gpu-allreduce. Prints per
- * mode: host p50 (barrier -> all-reduce -> cudaStreamSynchronize), GPU p50 (events around the
- * collective), mean and bus bandwidth. Environment changes (NCCL_RUNTIME_CONNECT=0 as fgbuffd sets
- * it, MPS) are made by the caller (bench-gpu-ipc.sh).
- *   bench-gpu-ipc [--bytes N] [--iters N] [--label TEXT] */
+ * registers nothing). Same communicator (a blocking one, as fgbuffd's default), same stream,
+ * same barrier as bench-gpu-allreduce. Prints per mode: host p50 (barrier -> all-reduce ->
+ * cudaStreamSynchronize), GPU p50 (events around the collective), mean and bus bandwidth.
+ * Environment changes (NCCL_RUNTIME_CONNECT=0 as fgbuffd sets it, MPS) are made by the caller
+ * (bench-gpu-ipc.sh). bench-gpu-ipc [--bytes N] [--iters N] [--label TEXT] */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <mpi.h>
