@@ -129,6 +129,9 @@ fgb_status cli_ready(fgb_client *c) {
     return cli_fail(c, FGB_EINVAL, "not connected (call fgb_connect first)");
   fgb_status s = cli_take_pending(c);
   if (s) return s;
+#ifdef FGBUFF_HAVE_CUDA
+  if ((s = cli_cuda_expired(c))) return s; /* a stream wait's timeout passed (donepage.c) */
+#endif
   if (c->lost) return cli_fail(c, c->lost, "%s", c->lost_msg);
   c->err[0] = '\0';
   return FGB_OK;

@@ -442,7 +442,8 @@ fgb_status cli_cuda_submit(fgb_client *c, uint32_t tensor_id, void *stream, uint
   return FGB_OK;
 }
 
-fgb_status cli_cuda_wait_seq(fgb_client *c, uint32_t tensor_id, uint32_t seq, void *stream) {
+fgb_status cli_cuda_wait_seq(fgb_client *c, uint32_t tensor_id, uint32_t seq, void *stream,
+                             int timeout_ms) {
   cli_cuda *r = ring_of(c, tensor_id);
   const drv *dv = driver();
   if (!r || !r->page || !dv || !dv->wait32 || seq == 0)
@@ -451,7 +452,19 @@ fgb_status cli_cuda_wait_seq(fgb_client *c, uint32_t tensor_id, uint32_t seq, vo
       dv->wait32((CUstream)stream, cli_page_dev(r->page, seq), seq, CU_STREAM_WAIT_VALUE_GEQ);
   if (cr != CUDA_SUCCESS)
     return cli_fail(c, FGB_EIO, "cuStreamWaitValue32 on the done page: %s", cu_err(dv, cr));
+  cli_page_deadline(r->page, seq, timeout_ms);
   return FGB_OK;
+}
+
+fgb_status cli_cuda_expired(fgb_client *c) {
+  uint32_t seq = 0;
+  if (!cli_page_expired(c, &seq)) return FGB_OK;
+  return cli_fail(c, FGB_ETIMEDOUT,
+                  "a stream wait on a done page (number %u) passed the timeout of its "
+                  "fgb_wait_on_stream without fgbuffd writing it (is the daemon wedged?): the "
+                  "client library released the stream; that tensor's result memory holds "
+                  "undefined data",
+                  seq);
 }
 
 void cli_cuda_release_seq(fgb_client *c, uint32_t tensor_id, uint32_t seq) {

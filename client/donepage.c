@@ -2,8 +2,9 @@
  * done page proceeds only when someone writes the number: normally fgbuffd's GPU after the
  * write-back; when the tensor's Done fails, the daemon's host (and this library when it reads the
  * Done); when the daemon dies, this file's watchdog thread, which polls a duplicate of the
- * connection for hang-up and then host-writes every number handed out. The result memory then
- * holds undefined data, and the next call of the handle returns the error. */
+ * connection for hang-up and then host-writes every number handed out; the same thread releases a
+ * stream wait whose timeout passed (a wedged daemon). The result memory then holds undefined data,
+ * and the next call of the handle returns the error. */
 #include "donepage.h"
 
 #include <cuda_runtime.h>
@@ -15,11 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
 
 #define CLI_PAGE_BYTES 4096
+#define CLI_WD_TICK_MS 200 /* how often the watchdog looks at the stream waits' deadlines */
 
 typedef struct cli_wd cli_wd;
 
@@ -28,7 +31,8 @@ struct cli_page {
   uint32_t *host; /* shared with fgbuffd; written by its GPU or a host on failure */
   uint64_t dev;
   uint32_t next;
-  uint32_t issued[CLI_PAGE_SLOTS]; /* last number handed out per slot (read by the watchdog) */
+  uint32_t issued[CLI_PAGE_SLOTS];  /* last number handed out per slot (read by the watchdog) */
+  int64_t deadline[CLI_PAGE_SLOTS]; /* CLOCK_MONOTONIC ms a stream wait gives up (0: none) */
   cli_wd *wd;
 };
 
@@ -39,6 +43,8 @@ struct cli_wd {
   pthread_mutex_t mu;
   cli_page **pages;
   size_t n, cap;
+  int expired;      /* a stream wait timed out and was released (reported by the next call) */
+  uint32_t exp_seq; /* ... its number */
 };
 
 cli_page *cli_page_new(char *err, size_t errlen) {
@@ -143,12 +149,63 @@ void cli_page_free(cli_page *p) {
   free(p);
 }
 
+static int64_t mono_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+void cli_page_deadline(cli_page *p, uint32_t seq, int timeout_ms) {
+  int64_t d = timeout_ms < 0 ? 0 : mono_ms() + timeout_ms + 1;
+  __atomic_store_n(&p->deadline[seq % CLI_PAGE_SLOTS], d, __ATOMIC_RELAXED);
+}
+
+/* Under w->mu: stream waits past their deadline are released (satisfied ones just forgotten). */
+static void wd_deadlines(cli_wd *w) {
+  int64_t now = mono_ms();
+  for (size_t i = 0; i < w->n; i++) {
+    cli_page *p = w->pages[i];
+    for (uint32_t k = 0; k < CLI_PAGE_SLOTS; k++) {
+      int64_t d = __atomic_load_n(&p->deadline[k], __ATOMIC_RELAXED);
+      if (!d) continue;
+      uint32_t v = __atomic_load_n(&p->issued[k], __ATOMIC_RELAXED);
+      uint32_t cur = __atomic_load_n(&p->host[k], __ATOMIC_ACQUIRE);
+      if ((int32_t)(cur - v) >= 0) {
+        __atomic_compare_exchange_n(&p->deadline[k], &d, 0, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+      } else if (now >= d) {
+        slot_raise(&p->host[k], v);
+        __atomic_store_n(&p->deadline[k], 0, __ATOMIC_RELAXED);
+        if (!__atomic_load_n(&w->expired, __ATOMIC_ACQUIRE)) {
+          w->exp_seq = v;
+          __atomic_store_n(&w->expired, 1, __ATOMIC_RELEASE);
+        }
+      }
+    }
+  }
+}
+
+int cli_page_expired(fgb_client *c, uint32_t *seq) {
+  cli_wd *w = c->wd;
+  if (!w || !__atomic_load_n(&w->expired, __ATOMIC_ACQUIRE)) return 0;
+  pthread_mutex_lock(&w->mu);
+  *seq = w->exp_seq;
+  w->expired = 0;
+  pthread_mutex_unlock(&w->mu);
+  return 1;
+}
+
 static void *wd_main(void *arg) {
   cli_wd *w = arg;
   for (;;) {
     struct pollfd pf[2] = {{w->sock, POLLRDHUP, 0}, {w->stop[0], POLLIN, 0}};
-    int n = poll(pf, 2, -1);
+    int n = poll(pf, 2, CLI_WD_TICK_MS);
     if (n < 0 && errno == EINTR) continue;
+    if (n == 0) {
+      pthread_mutex_lock(&w->mu);
+      wd_deadlines(w);
+      pthread_mutex_unlock(&w->mu);
+      continue;
+    }
     if (n < 0 || (pf[1].revents & (POLLIN | POLLHUP | POLLERR))) return NULL;
     if (pf[0].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) break;
   }

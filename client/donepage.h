@@ -26,6 +26,10 @@ uint64_t cli_page_dev(const cli_page *p, uint32_t seq);
 void cli_page_release(cli_page *p, uint32_t seq);
 /* ... every slot up to the last number handed out for it. */
 void cli_page_release_all(cli_page *p);
+/* A stream waits on seq until timeout_ms from now (-1: forever): the watchdog then writes it. */
+void cli_page_deadline(cli_page *p, uint32_t seq, int timeout_ms);
+/* 1 (and the number) once after the watchdog released a stream wait past its deadline. */
+int cli_page_expired(fgb_client *c, uint32_t *seq);
 /* Releases everything, stops watching, unregisters and unmaps. NULL is fine. */
 void cli_page_free(cli_page *p);
 /* Watch p on c's connection: when the daemon's end closes, a thread releases every watched

@@ -121,7 +121,10 @@ fgb_status cli_cuda_submit(fgb_client *c, uint32_t tensor_id, void *stream, uint
                            uint32_t *seq);
 fgb_status cli_cuda_wait_stream(fgb_client *c, uint32_t tensor_id, uint32_t slot, void *stream);
 /* Makes the stream wait until the done page holds seq (stream-ordered: returns at once). */
-fgb_status cli_cuda_wait_seq(fgb_client *c, uint32_t tensor_id, uint32_t seq, void *stream);
+fgb_status cli_cuda_wait_seq(fgb_client *c, uint32_t tensor_id, uint32_t seq, void *stream,
+                             int timeout_ms);
+/* FGB_ETIMEDOUT once after the watchdog released a stream wait past its timeout. */
+fgb_status cli_cuda_expired(fgb_client *c);
 /* Host-writes done-page sequence numbers so no stream waits forever: up to seq for one tensor's
  * arena (its Done failed), or every number handed out (the connection is gone). */
 void cli_cuda_release_seq(fgb_client *c, uint32_t tensor_id, uint32_t seq);

@@ -143,7 +143,7 @@ static int wait_on_page(fgb_client *c, uint32_t tensor_id, uint64_t step, void *
     cli_mark_seen(c, d);
     return 1;
   }
-  *out = cli_cuda_wait_seq(c, tensor_id, t->sub_seq, stream);
+  *out = cli_cuda_wait_seq(c, tensor_id, t->sub_seq, stream, timeout_ms);
   if (*out != FGB_OK) { /* no stream wait: wait for the Done on the host (result in place) */
     *out = fgb_wait(c, tensor_id, step, timeout_ms);
     wait_trace(c, tensor_id, step, cli_find_done(c, tensor_id, step), "memop failed, host wait");

@@ -12,7 +12,9 @@
  *             [--stall-at STEP --sleep-ms MS]   (at STEP, sleep MS before submitting anything)
  *             [--kill-wait-at STEP]   (at STEP, after fgb_wait_on_stream of the first tensor,
  *                                print "stream-waiting", synchronise the stream (the test kills
- *                                the daemon meanwhile), then expect the next call to fail: exit 4)
+ *                                the daemon meanwhile, or the wait times out), then expect the
+ *                                next call to fail: exit 4)
+ *             [--wait-ms MS]    (the waits' timeout, default 60000)
  * Exit 0 all results right, 1 wrong or error, 77 fewer GPUs than needed. */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -102,7 +104,7 @@ static double now_s(void) {
 
 int main(int argc, char **argv) {
   int rank = 0, size = 2, dev = 0, steps = 3;
-  long die_at = -1, sleep_at = -1, sleep_ms = 0, stall_at = -1, kill_wait_at = -1;
+  long die_at = -1, sleep_at = -1, sleep_ms = 0, stall_at = -1, kill_wait_at = -1, wait_ms = 60000;
   const char *sock = NULL, *job = "gpu-dp";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--rank"))
@@ -127,6 +129,8 @@ int main(int argc, char **argv) {
       stall_at = atol(argv[i + 1]);
     else if (!strcmp(argv[i], "--kill-wait-at"))
       kill_wait_at = atol(argv[i + 1]);
+    else if (!strcmp(argv[i], "--wait-ms"))
+      wait_ms = atol(argv[i + 1]);
   }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= dev) return 77;
@@ -205,8 +209,9 @@ int main(int argc, char **argv) {
     double t0 = now_s();
     uint64_t hash = 1469598103934665603ull;
     for (int t = 0; t < NT; t++) {
-      fgb_status st = T[t].on_stream ? fgb_wait_on_stream(c, tid[t], (uint64_t)step, s, 60000)
-                                     : fgb_wait(c, tid[t], (uint64_t)step, 60000);
+      fgb_status st = T[t].on_stream
+                          ? fgb_wait_on_stream(c, tid[t], (uint64_t)step, s, (int)wait_ms)
+                          : fgb_wait(c, tid[t], (uint64_t)step, (int)wait_ms);
       if (st) {
         printf("rank %d step %ld tensor %s: status %d (%s) after %.2f s: %s\n", rank, step,
                T[t].name, st, fgb_strerror(st), now_s() - t0, fgb_client_error(c));

@@ -33,6 +33,21 @@ pair memop memop FGBUFF_DONE_PAGE=1
 pair event event FGBUFF_DONE_EVENT=1 FGBUFF_DONE_PAGE=1
 echo "results right on both done paths: rc $rc"
 
+# A stream wait past its timeout (rank 1 stalls 60 s; rank 0 waits 2 s): the library releases the
+# stream and the next call reports FGB_ETIMEDOUT.
+"$bin/gpuclient" --job slow --rank 1 --size 2 --device 1 --steps 3 --stall-at 1 --sleep-ms 60000 \
+  --socket "$GPU_SOCK_1" >"$out/s1.out" 2>&1 &
+p1=$!
+FGBUFF_DONE_PAGE=1 timeout 30 "$bin/gpuclient" --job slow --rank 0 --size 2 --device 0 --steps 3 \
+  --kill-wait-at 1 --wait-ms 2000 --socket "$GPU_SOCK_0" >"$out/s0.out" 2>&1
+rc0=$?
+cat "$out/s0.out"
+[ $rc0 -eq 4 ] || { echo "timed-out stream wait: exit $rc0, expected 4"; rc=1; }
+grep -q "next call: status -[0-9]* (.*timed out.*)" "$out/s0.out" ||
+  grep -q "passed the timeout" "$out/s0.out" || { echo "next call did not report the timeout"; rc=1; }
+kill -KILL $p1 2>/dev/null
+wait $p1 2>/dev/null
+
 # The daemon of rank 0 dies while rank 0's stream waits on the done page (rank 1 stalls, so the
 # step cannot complete).
 "$bin/gpuclient" --job kill --rank 1 --size 2 --device 1 --steps 3 --stall-at 1 --sleep-ms 60000 \

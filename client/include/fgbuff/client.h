@@ -184,7 +184,8 @@ fgb_status fgb_wait(fgb_client *c, uint32_t tensor_id, uint64_t step, int timeou
  * With a done page (docs/protocol.md, "Done on stream memory"; FGBUFF_DONE_PAGE) it is
  * stream-ordered: the stream waits on the page and the call returns at once, before the Done
  * arrives; a failure is returned by the next call of the handle, and the stream is released
- * anyway (failed Done, daemon gone) with the result memory holding undefined data. Otherwise (done
+ * anyway (failed Done, daemon gone, timeout_ms passed: FGB_ETIMEDOUT) with the result memory
+ * holding undefined data. Otherwise (done
  * events, or a tensor not submitted this step) it returns once the Done arrived (timeout as
  * fgb_wait) and the stream waits on the daemon's done event. FGB_ENOTSUP in a build without CUDA
  * or for a host arena. */
