@@ -261,6 +261,7 @@ static void adopt(srv_job *j, srv_plan *pl, plan_ver *nv, uint64_t at, const cha
 void srv_plan_on_ready(srv_job *j, const srv_tensor *t, uint64_t step, uint64_t now_us) {
   srv_plan *pl = plan_get(j);
   if (!pl || !t->key_known || t->key >= RT_MAX_KEY || (step & SRV_COLL_STEP)) return;
+  if (pl->state == SRV_PLAN_NOTHING) return; /* a dense dynamic job: nothing will use them */
   if (t->key >= pl->rtcap) {
     uint32_t nc = pl->rtcap ? pl->rtcap : 64;
     while (nc <= t->key) nc *= 2;
