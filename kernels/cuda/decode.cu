@@ -7,6 +7,8 @@
  * one-block path that sums in payload order, still exactly the CPU's result. Every choice is made
  * on the device. Payload bytes are untrusted: headers and indices are checked and bad entries
  * counted in ctl->bad, loads never assume alignment the peer did not give. */
+#include <stdlib.h>
+
 #include "cuda_internal.cuh"
 
 #define DEC_THREADS 256
@@ -116,6 +118,11 @@ __device__ inline uint32_t seq_lower_bound(const coo_view *v, int64_t x) {
 
 __device__ void dec_fallback(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n,
                              float scale, kc_scratch *scr, float *out, kern_ctl *ctl);
+__device__ void dec_unsorted_last(const char *recv, uint64_t stride, int nranks, uint32_t vb,
+                                  uint64_t n, float scale, kc_scratch *scr, float *out,
+                                  kern_ctl *ctl);
+__device__ void dec_count_bad(const char *recv, uint64_t stride, int nranks, uint32_t vb,
+                              uint64_t n, kern_ctl *ctl);
 
 __global__ void __launch_bounds__(DEC_TILE_THREADS)
     k_dec_tile(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n, float scale,
@@ -123,18 +130,8 @@ __global__ void __launch_bounds__(DEC_TILE_THREADS)
   KC_PDL_ENTRY();
   __shared__ float tile[DEC_TILE];
   __shared__ uint32_t s_lo[DEC_TILE_MAX_RANKS], s_hi[DEC_TILE_MAX_RANKS];
-  __shared__ uint32_t s_last;
   if (scr->dec_unsorted) {
-    /* Some payload is not ascending: the last block to check in sums in payload order (one launch
-     * less than a separate fallback kernel; the sorted case pays nothing for it). Every block read
-     * the flag before checking in, so the last one may clear it. */
-    __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(&scr->dec_done, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    if (threadIdx.x == 0) scr->dec_done = 0;
-    dec_fallback(recv, stride, nranks, vb, n, scale, scr, out, ctl);
+    dec_unsorted_last(recv, stride, nranks, vb, n, scale, scr, out, ctl);
     return;
   }
   const uint64_t t0 = (uint64_t)blockIdx.x * DEC_TILE;
@@ -180,18 +177,140 @@ __global__ void __launch_bounds__(DEC_TILE_THREADS)
     for (uint32_t e = threadIdx.x; e < len; e += DEC_TILE_THREADS)
       o[e] = sc ? kern_nan_canon(__fmul_rn(tile[e], scale)) : tile[e];
   }
-  /* Block 0 counts what no tile takes: bad headers, indices below 0 or from n on. */
-  if (ctl && blockIdx.x == 0 && threadIdx.x < 32) {
-    unsigned long long bad = 0;
-    for (int r = threadIdx.x; r < nranks; r += 32) {
-      coo_view v;
-      if (!coo_open(recv, stride, r, vb, &v))
-        bad++;
-      else
-        bad += seq_lower_bound(&v, 0) + (v.count - seq_lower_bound(&v, (int64_t)n));
-    }
-    if (bad) atomicAdd((unsigned long long *)&ctl->bad, bad);
+  if (blockIdx.x == 0) dec_count_bad(recv, stride, nranks, vb, n, ctl);
+}
+
+/* Block 0 of the sorted paths counts what no tile takes: bad headers, indices below 0 or from n
+ * on. */
+__device__ void dec_count_bad(const char *recv, uint64_t stride, int nranks, uint32_t vb,
+                              uint64_t n, kern_ctl *ctl) {
+  if (ctl == NULL || threadIdx.x >= 32) return;
+  unsigned long long bad = 0;
+  for (int r = threadIdx.x; r < nranks; r += 32) {
+    coo_view v;
+    if (!coo_open(recv, stride, r, vb, &v))
+      bad++;
+    else
+      bad += seq_lower_bound(&v, 0) + (v.count - seq_lower_bound(&v, (int64_t)n));
   }
+  if (bad) atomicAdd((unsigned long long *)&ctl->bad, bad);
+}
+
+/* Some payload is not ascending (k_dec_check said so): the last block of the sorted path's grid to
+ * check in sums in payload order (one launch less than a separate fallback kernel; the sorted case
+ * pays nothing for it). Every block read the flag before checking in, so the last may clear it. */
+__device__ void dec_unsorted_last(const char *recv, uint64_t stride, int nranks, uint32_t vb,
+                                  uint64_t n, float scale, kc_scratch *scr, float *out,
+                                  kern_ctl *ctl) {
+  __shared__ uint32_t s_last;
+  __syncthreads();
+  if (threadIdx.x == 0) s_last = atomicAdd(&scr->dec_done, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  if (threadIdx.x == 0) scr->dec_done = 0;
+  dec_fallback(recv, stride, nranks, vb, n, scale, scr, out, ctl);
+}
+
+/* ---- the windowed decode (sorted payloads of at most DEC_WIN_RANKS ranks) ----------------------
+ * A resident grid; block b writes the contiguous tiles [b tiles / G, (b+1) tiles / G). One warp
+ * search per rank finds where the block's range starts; then each thread holds a window of
+ * DEC_TILE_THREADS consecutive entries per rank in registers (one load of index and value), each
+ * tile takes the window's entries inside it, and the window moves on once all its entries lie
+ * below the tile's end. A tile thus costs no search and mostly no load: k_dec_tile's two searches
+ * per tile and rank (chains of dependent loads) left it latency-bound at about half the write
+ * bandwidth. Same sums in the same order (rank by rank from +0), so the same bits. */
+#define DEC_WIN_RANKS 4
+
+struct dec_win {
+  int64_t i; /* index of this thread's entry, INT64_MAX past the payload's count */
+  float x;
+};
+
+__device__ inline dec_win dec_win_load(const coo_view &v, bool ok, uint32_t j, uint32_t vb) {
+  dec_win w;
+  w.i = INT64_MAX;
+  w.x = 0.0f;
+  if (ok && j < v.count) {
+    w.i = (int32_t)ld_u32(v.idx + 4ull * j);
+    w.x = vb == 2 ? kern_half_to_float(ld_u16(v.vals + 2ull * j))
+                  : __uint_as_float(ld_u32(v.vals + 4ull * j));
+  }
+  return w;
+}
+
+__global__ void __launch_bounds__(DEC_TILE_THREADS)
+    k_dec_win(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n, float scale,
+              kc_scratch *scr, float *out, kern_ctl *ctl, uint64_t tiles) {
+  KC_PDL_ENTRY();
+  __shared__ float tile[DEC_TILE];
+  __shared__ uint32_t s_lo[DEC_WIN_RANKS];
+  if (scr->dec_unsorted) {
+    dec_unsorted_last(recv, stride, nranks, vb, n, scale, scr, out, ctl);
+    return;
+  }
+  const uint64_t tb = blockIdx.x * tiles / gridDim.x, te = (blockIdx.x + 1ull) * tiles / gridDim.x;
+  const unsigned warp = threadIdx.x >> 5;
+  if ((int)warp < nranks) {
+    coo_view v;
+    uint32_t pos = 0;
+    if (coo_open(recv, stride, (int)warp, vb, &v))
+      pos = warp_lower_bound(&v, (int64_t)(tb * DEC_TILE));
+    if ((threadIdx.x & 31u) == 0) s_lo[warp] = pos;
+  }
+  for (uint32_t e = threadIdx.x; e < DEC_TILE; e += DEC_TILE_THREADS) tile[e] = 0.0f;
+  __syncthreads();
+  coo_view v[DEC_WIN_RANKS];
+  bool ok[DEC_WIN_RANKS];
+  uint32_t wpos[DEC_WIN_RANKS];
+  dec_win w[DEC_WIN_RANKS];
+#pragma unroll
+  for (int r = 0; r < DEC_WIN_RANKS; r++) {
+    ok[r] = r < nranks && coo_open(recv, stride, r, vb, &v[r]);
+    wpos[r] = r < nranks ? s_lo[r] : 0;
+    w[r] = dec_win_load(v[r], ok[r], wpos[r] + threadIdx.x, vb);
+  }
+  const bool sc = scale != 1.0f;
+  for (uint64_t t = tb; t < te; t++) {
+    const int64_t t0 = (int64_t)(t * DEC_TILE);
+    const int64_t t1 = t0 + DEC_TILE < (int64_t)n ? t0 + DEC_TILE : (int64_t)n;
+#pragma unroll
+    for (int r = 0; r < DEC_WIN_RANKS; r++) {
+      if (r >= nranks) break;
+      for (;;) {
+        /* Entries of one rank are distinct: no two threads add to the same element. */
+        if (w[r].i >= t0 && w[r].i < t1)
+          tile[w[r].i - t0] = kern_nan_canon(__fadd_rn(tile[w[r].i - t0], w[r].x));
+        /* Also the barrier between two ranks' adds (the CPU's order). */
+        if (!__syncthreads_and(w[r].i < t1)) break;
+        wpos[r] += DEC_TILE_THREADS; /* the whole window is used up: the next one */
+        w[r] = dec_win_load(v[r], ok[r], wpos[r] + threadIdx.x, vb);
+      }
+    }
+    if (nranks == 0) __syncthreads();
+    float *o = out + t0;
+    const uint32_t len = (uint32_t)(t1 - t0);
+    if (len == DEC_TILE && ((uintptr_t)o & 15u) == 0) {
+      for (uint32_t e = 4 * threadIdx.x; e < DEC_TILE; e += 4 * DEC_TILE_THREADS) {
+        float4 x = make_float4(tile[e], tile[e + 1], tile[e + 2], tile[e + 3]);
+        if (sc) {
+          x.x = kern_nan_canon(__fmul_rn(x.x, scale));
+          x.y = kern_nan_canon(__fmul_rn(x.y, scale));
+          x.z = kern_nan_canon(__fmul_rn(x.z, scale));
+          x.w = kern_nan_canon(__fmul_rn(x.w, scale));
+        }
+        *(float4 *)(o + e) = x;
+        *(float4 *)(tile + e) = make_float4(0.0f, 0.0f, 0.0f, 0.0f); /* ready for the next */
+      }
+    } else {
+      for (uint32_t e = threadIdx.x; e < len; e += DEC_TILE_THREADS) {
+        o[e] = sc ? kern_nan_canon(__fmul_rn(tile[e], scale)) : tile[e];
+        tile[e] = 0.0f;
+      }
+    }
+    __syncthreads();
+  }
+  if (blockIdx.x == 0) dec_count_bad(recv, stride, nranks, vb, n, ctl);
 }
 
 /* Unsorted payloads (repeated indices: foreign bytes, or a test's hand-made ones) or more ranks
@@ -250,7 +369,8 @@ extern "C" fgb_status kern_cuda_coo_decode(const void *recv, size_t stride, int 
   const uint32_t vb = fp16 ? 2 : 4;
   const char *rb = (const char *)recv;
   /* The unsorted flag is clear on entry: every decode that may set it (k_dec_check) ends with a
-   * k_dec_tile, whose last block then clears it; the scratch starts zeroed. No reset launch. */
+   * k_dec_win or k_dec_tile, whose last block then clears it; the scratch starts zeroed. No reset
+   * launch. (FGB_KERN_DEC_TILE set: always the per-tile kernel, for a same-run comparison.) */
   if (stride < sizeof(comp_coo_header) || nranks > DEC_TILE_MAX_RANKS || (n == 0 && nranks)) {
     /* Unreadable headers, many ranks, or nothing to write but bad entries to count: one block. */
     if (stride < sizeof(comp_coo_header) && ctl && nranks)
@@ -268,8 +388,27 @@ extern "C" fgb_status kern_cuda_coo_decode(const void *recv, size_t stride, int 
     kc_launch(k_dec_check, cgrid, DEC_THREADS, s, rb, stride, nranks, vb, scr);
   }
   const uint64_t tiles = (n + DEC_TILE - 1) / DEC_TILE;
-  kc_launch(k_dec_tile, (unsigned)tiles, DEC_TILE_THREADS, s, rb, stride, nranks, vb, n, scale, scr,
-            out, ctl);
+  if (nranks <= DEC_WIN_RANKS && getenv("FGB_KERN_DEC_TILE") == NULL) {
+    static int cached[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 0;
+    if (cached[dev] <= 0) {
+      int per = 0;
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_dec_win, DEC_TILE_THREADS, 0) !=
+              cudaSuccess ||
+          per < 1) {
+        (void)cudaGetLastError();
+        per = 2;
+      }
+      cached[dev] = per;
+    }
+    const uint64_t g = (uint64_t)cached[dev] * (uint64_t)kc_sm_count();
+    kc_launch(k_dec_win, (unsigned)(g < tiles ? g : tiles), DEC_TILE_THREADS, s, rb, stride, nranks,
+              vb, n, scale, scr, out, ctl, tiles);
+  } else {
+    kc_launch(k_dec_tile, (unsigned)tiles, DEC_TILE_THREADS, s, rb, stride, nranks, vb, n, scale,
+              scr, out, ctl);
+  }
   return kc_launched();
 }
 
