@@ -75,9 +75,9 @@ void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
   if (nfds < page || (!vmm && nfds != page)) {
     for (int i = 0; i < nfds; i++) close(fds[i]);
     srv_send_error(s, req_id, FGB_EINVAL, "num_fds", 0,
-                   "num_fds: a CUDA_IPC arena comes with no file descriptor but its done page "
-                   "(done_page %d, got %d)",
-                   page, nfds);
+                   "num_fds: %d fds; a CUDA_IPC arena comes with none but its done page's, a "
+                   "done page (done_page %d) with its fd last",
+                   nfds, page);
     return;
   }
   if (s->narenas >= SRV_MAX_ARENAS) {
