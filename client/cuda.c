@@ -27,6 +27,7 @@ typedef struct cli_cuda {
   cudaEvent_t ev[CLI_GPU_SLOTS];   /* ours, interprocess: recorded at submit */
   cudaEvent_t done[CLI_GPU_SLOTS]; /* the daemon's, opened from the ArenaReply */
   cli_page *page;                  /* the done page, NULL: done events (donepage.c) */
+  int ready;                       /* the daemon reads readiness from the page (no event record) */
 } cli_cuda;
 
 /* Driver calls through dlopen: linking libcuda would make every program that links the client
@@ -49,6 +50,7 @@ typedef struct drv {
   CUresult (*gran)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
   /* stream memory operations (the done page); NULL when the driver lacks them */
   CUresult (*wait32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+  CUresult (*write32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 } drv;
 
 static const drv *driver(void) {
@@ -73,6 +75,8 @@ static const drv *driver(void) {
   *(void **)&d.gran = dlsym(h, "cuMemGetAllocationGranularity");
   d.vmm = d.attr && d.retain && d.props && d.export_fd && d.release && d.errstr && d.gran;
   *(void **)&d.wait32 = dlsym(h, "cuStreamWaitValue32_v2");
+  *(void **)&d.write32 = dlsym(h, "cuStreamWriteValue32_v2");
+  if (!d.write32) d.wait32 = NULL; /* both or neither */
   return d.ok ? &d : NULL;
 }
 
@@ -97,7 +101,8 @@ void cli_cuda_arena_free(cli_arena *a) {
 }
 
 /* Whether to offer the daemon a done page: FGBUFF_DONE_EVENT=1 forces the interprocess done
- * events; FGBUFF_DONE_PAGE=1/0 asks for the page or not; otherwise CLI_DONE_PAGE_DEFAULT. */
+ * events; FGBUFF_DONE_PAGE=1/0 asks for the page or not; otherwise CLI_DONE_PAGE_DEFAULT.
+ * FGBUFF_READY_EVENT=1 keeps readiness on the event ring with a done page. */
 #define CLI_DONE_PAGE_DEFAULT 0
 static int env_flag(const char *name) { /* -1 unset, 0 "0", 1 anything else */
   const char *v = getenv(name);
@@ -291,6 +296,7 @@ static fgb_status ring_register(fgb_client *c, Fgbuff__V1__RegisterArena *ra, co
     allfds[nfds++] = cli_page_fd(r->page);
     fds = allfds;
     ra->done_page = 1;
+    ra->ready_page = env_flag("FGBUFF_READY_EVENT") != 1; /* 1: readiness by the event ring */
   }
   Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *rep = NULL;
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_REGISTER_ARENA;
@@ -330,13 +336,15 @@ static fgb_status ring_register(fgb_client *c, Fgbuff__V1__RegisterArena *ra, co
     cli_page_free(r->page);
     r->page = NULL;
   }
+  r->ready = r->page && ar->ready_page;
   fgbuff__v1__envelope__free_unpacked(rep, NULL);
   if (r->page && cli_page_watch(c, r->page) != FGB_OK) {
     cli_page_free(r->page); /* no watchdog, no page: a stream could wait forever */
     r->page = NULL;
   }
   if (getenv("FGBUFF_CLIENT_TRACE"))
-    fprintf(stderr, "ctrace arena %u done path %s\n", id, r->page ? "memop" : "event");
+    fprintf(stderr, "ctrace arena %u done path %s, ready path %s\n", id,
+            r->page ? "memop" : "event", r->ready ? "memop" : "event");
   c->arenas[c->n_arenas++] = (cli_arena){id, dev_ptr, bytes, r};
   out->id = id;
   out->ptr = dev_ptr;
@@ -431,14 +439,21 @@ fgb_status cli_cuda_submit(fgb_client *c, uint32_t tensor_id, void *stream, uint
   *seq = 0;
   if (!r) return FGB_OK; /* host arena */
   uint32_t k = r->next++ % r->nslots;
+  *slot = k;
+  if (r->page) *seq = cli_page_next(r->page);
+  if (r->ready) { /* the daemon reads the number from the page: no interprocess event record */
+    const drv *dv = driver();
+    CUresult cr = dv->write32((CUstream)stream, cli_page_ready_dev(r->page, *seq), *seq, 0);
+    if (cr != CUDA_SUCCESS)
+      return cli_fail(c, FGB_EIO, "cuStreamWriteValue32 of the ready number: %s", cu_err(dv, cr));
+    return FGB_OK;
+  }
   cudaError_t ce = cudaEventRecord(r->ev[k], (cudaStream_t)stream);
   if (ce != cudaSuccess) {
     (void)cudaGetLastError();
     return cli_fail(c, FGB_EIO, "recording the submit event on the stream: %s",
                     cudaGetErrorString(ce));
   }
-  *slot = k;
-  if (r->page) *seq = cli_page_next(r->page);
   return FGB_OK;
 }
 

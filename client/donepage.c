@@ -21,8 +21,8 @@
 
 #include "internal.h"
 
-#define CLI_PAGE_BYTES 4096
-#define CLI_WD_TICK_MS 200 /* how often the watchdog looks at the stream waits' deadlines */
+#define CLI_PAGE_BYTES 8192 /* done numbers, then ready numbers (4096 bytes each) */
+#define CLI_WD_TICK_MS 200  /* how often the watchdog looks at the stream waits' deadlines */
 
 typedef struct cli_wd cli_wd;
 
@@ -103,6 +103,10 @@ uint32_t cli_page_next(cli_page *p) {
 
 uint64_t cli_page_dev(const cli_page *p, uint32_t seq) {
   return p->dev + (uint64_t)(seq % CLI_PAGE_SLOTS) * sizeof(uint32_t);
+}
+
+uint64_t cli_page_ready_dev(const cli_page *p, uint32_t seq) {
+  return cli_page_dev(p, seq) + CLI_PAGE_SLOTS * sizeof(uint32_t);
 }
 
 /* The slot's number moves forward only (cyclic comparison, as the GPU's GEQ wait). */

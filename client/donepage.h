@@ -1,8 +1,10 @@
-/* client/donepage.h — the done page of a CUDA arena (builds with CUDA): a sealed memfd page of
- * 1024 uint32 sequence numbers, mapped into both the client and fgbuffd and registered with CUDA
- * in both, that the daemon's GPU writes (cuStreamWriteValue32) once a tensor's result is in place
- * and the trainer's stream waits on (cuStreamWaitValue32 GEQ). Also the watchdog that keeps such a
- * wait from hanging when the daemon goes away (docs/protocol.md, "Done on stream memory"). */
+/* client/donepage.h — the done page of a CUDA arena (builds with CUDA): a sealed memfd of 2 x 1024
+ * uint32 sequence numbers, mapped into both the client and fgbuffd and registered with CUDA in
+ * both. The daemon's GPU writes a done number (cuStreamWriteValue32) once a tensor's result is in
+ * place and the trainer's stream waits on it (cuStreamWaitValue32 GEQ); the trainer's stream
+ * writes the ready number (second half) once the gradient is produced and the daemon's loop reads
+ * it. Also the watchdog that keeps a stream wait from hanging when the daemon goes away
+ * (docs/protocol.md, "Done on stream memory"). */
 #ifndef FGB_CLIENT_DONEPAGE_H
 #define FGB_CLIENT_DONEPAGE_H
 
@@ -20,8 +22,9 @@ cli_page *cli_page_new(char *err, size_t errlen);
 int cli_page_fd(const cli_page *p);
 /* The next sequence number (never 0), noted as handed out for its slot. */
 uint32_t cli_page_next(cli_page *p);
-/* The device address of the slot of sequence number seq. */
+/* The device address of the slot of sequence number seq; ... of its ready slot (second half). */
 uint64_t cli_page_dev(const cli_page *p, uint32_t seq);
+uint64_t cli_page_ready_dev(const cli_page *p, uint32_t seq);
 /* Host-write seq into its slot unless the slot is already at or past it. */
 void cli_page_release(cli_page *p, uint32_t seq);
 /* ... every slot up to the last number handed out for it. */

@@ -5,10 +5,12 @@
  * cudaStreamSynchronize; raw: ncclAllReduce + cudaStreamSynchronize). MPI is used for the raw
  * communicator's unique id and for barriers only. Rank 0 prints one line per size and done path:
  *   bytes  path  raw_busbw_GBs  daemon_busbw_GBs  ratio  raw_p50_us  daemon_p50_us  raw_p99_us
- * daemon_p99_us Sizes: 4 bytes, then --min..--max (powers of 4). --paths default|event|memop|both:
- * the client's done path (docs/protocol.md, "Done on stream memory"): default is what the library
- * picks (FGBUFF_DONE_PAGE / FGBUFF_DONE_EVENT); both runs event then memop,
- * each against the same raw baseline, interleaved per size. */
+ * daemon_p99_us Sizes: 4 bytes, then --min..--max (powers of 4). --paths
+ * default|event|done|memop|both|all: the client's done path (docs/protocol.md, "Done on stream
+ * memory"): default is what the library picks (FGBUFF_DONE_PAGE / FGBUFF_DONE_EVENT); event:
+ * interprocess events both ways; memop: done and ready numbers on the done page; done: done page,
+ * readiness by event (FGBUFF_READY_EVENT); both = event + memop, all = event + done + memop, each
+ * against the same raw baseline. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <mpi.h>
@@ -66,10 +68,14 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--label")) label = argv[i + 1];
     if (!strcmp(argv[i], "--paths")) paths = argv[i + 1];
   }
-  const char *plist[2] = {paths, NULL};
+  const char *plist[3] = {paths, NULL, NULL};
   if (!strcmp(paths, "both")) {
     plist[0] = "event";
     plist[1] = "memop";
+  } else if (!strcmp(paths, "all")) {
+    plist[0] = "event";
+    plist[1] = "done";
+    plist[2] = "memop";
   }
   CK(cudaSetDevice(rank) == cudaSuccess);
   cudaStream_t s;
@@ -108,12 +114,17 @@ int main(int argc, char **argv) {
       if (i >= 0) tr[i] = now_us() - t0;
     }
     /* through fgbuffd: a job per size and path, one tensor, its own arena (mapped once) */
-    for (int pi = 0; pi < 2 && plist[pi]; pi++) {
+    for (int pi = 0; pi < 3 && plist[pi]; pi++) {
       const char *path = plist[pi];
-      if (!strcmp(path, "event")) setenv("FGBUFF_DONE_EVENT", "1", 1); /* read at registration */
-      if (!strcmp(path, "memop")) {
+      /* the client reads these at registration */
+      if (!strcmp(path, "event")) setenv("FGBUFF_DONE_EVENT", "1", 1);
+      if (!strcmp(path, "memop") || !strcmp(path, "done")) {
         unsetenv("FGBUFF_DONE_EVENT");
         setenv("FGBUFF_DONE_PAGE", "1", 1);
+        if (!strcmp(path, "done"))
+          setenv("FGBUFF_READY_EVENT", "1", 1);
+        else
+          unsetenv("FGBUFF_READY_EVENT");
       }
       char job[96];
       snprintf(job, sizeof job, "bench-%s-%s-%zu", label, path, bytes);

@@ -49,6 +49,8 @@ struct gpu_arena {
   gpu_sig *esig;          /* per event slot */
   /* The client's done page (a sealed memfd, mapped and registered here): NULL when none. */
   uint32_t *page;
+  uint32_t *ready; /* its second half (ready numbers), NULL when the client records events */
+  size_t page_bytes;
   CUdeviceptr page_dev;
   gpu_sig *psig; /* per page slot, filled when an item is built (stable for 1024 submits) */
   /* cuMem/VMM arenas: our reservation and the imported chunks mapped into it in order. */
@@ -130,7 +132,7 @@ void gpu_arena_close(gpu_arena *a) {
   if (a->init) cudaStreamDestroy(a->init);
   if (a->page) {
     cudaHostUnregister(a->page);
-    munmap(a->page, GPU_PAGE_BYTES);
+    munmap(a->page, a->page_bytes);
   }
   free(a->esig);
   free(a->psig);
@@ -393,6 +395,15 @@ int gpu_arena_has_page(const gpu_arena *a) {
   return a->page != NULL;
 }
 
+int gpu_arena_has_ready(const gpu_arena *a) {
+  return a->ready != NULL;
+}
+
+int gpu_arena_ready_seen(const gpu_arena *a, uint32_t seq) {
+  uint32_t v = __atomic_load_n(&a->ready[seq % GPU_PAGE_SLOTS], __ATOMIC_ACQUIRE);
+  return (int32_t)(v - seq) >= 0;
+}
+
 /* cuStreamWriteValue32 through dlopen, as the VMM calls above. */
 typedef CUresult (*write32_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 static write32_fn write32(void) {
@@ -420,12 +431,13 @@ int gpu_memops_supported(void) {
   return 1;
 }
 
-fgb_status gpu_arena_page(gpu_arena *a, int fd, char *err, size_t errlen) {
+fgb_status gpu_arena_page(gpu_arena *a, int fd, int ready, char *err, size_t errlen) {
   struct stat st;
   int seals = fcntl(fd, F_GET_SEALS);
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < GPU_PAGE_BYTES) {
-    snprintf(err, errlen, "done_page: the last fd is not a file of at least %d bytes",
-             GPU_PAGE_BYTES);
+  size_t need = ready ? 2 * GPU_PAGE_BYTES : GPU_PAGE_BYTES;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size < need) {
+    snprintf(err, errlen, "done_page: the last fd is not a file of at least %zu bytes%s", need,
+             ready ? " (ready_page: two halves)" : "");
     return FGB_EINVAL;
   }
   /* Unsealed, the client could shrink it under our mapping and a host write would fault. */
@@ -437,15 +449,14 @@ fgb_status gpu_arena_page(gpu_arena *a, int fd, char *err, size_t errlen) {
     snprintf(err, errlen, "stream memory operations are not available on this GPU/driver");
     return FGB_ENOTSUP;
   }
-  void *p = mmap(NULL, GPU_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void *p = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     snprintf(err, errlen, "done_page: mmap failed");
     return FGB_EINVAL;
   }
   gpu_thread_bind();
   void *d = NULL;
-  cudaError_t ce =
-      cudaHostRegister(p, GPU_PAGE_BYTES, cudaHostRegisterMapped | cudaHostRegisterPortable);
+  cudaError_t ce = cudaHostRegister(p, need, cudaHostRegisterMapped | cudaHostRegisterPortable);
   if (ce == cudaSuccess && (ce = cudaHostGetDevicePointer(&d, p, 0)) != cudaSuccess)
     cudaHostUnregister(p);
   if (ce != cudaSuccess || !(a->psig = calloc(GPU_PAGE_SLOTS, sizeof(gpu_sig)))) {
@@ -453,10 +464,12 @@ fgb_status gpu_arena_page(gpu_arena *a, int fd, char *err, size_t errlen) {
     snprintf(err, errlen, "registering the done page with CUDA: %s",
              ce != cudaSuccess ? cudaGetErrorString(ce) : "out of memory");
     if (ce == cudaSuccess) cudaHostUnregister(p);
-    munmap(p, GPU_PAGE_BYTES);
+    munmap(p, need);
     return FGB_ENOTSUP;
   }
   a->page = p;
+  a->page_bytes = need;
+  a->ready = ready ? a->page + GPU_PAGE_SLOTS : NULL;
   a->page_dev = (CUdeviceptr)(uintptr_t)d;
   return FGB_OK;
 }

@@ -6,7 +6,8 @@
  * not spin; see arena.c for why no stream waits on a client's event). The idle handle spins the
  * loop thread while a submit waits for the client's GPU: a backoff to a timer is still to do.
  * Arenas may come with a done page (arena.c): the submit's done_seq is kept on the tensor, the
- * engine writes it after the write-back, and a failed Done writes it from here. */
+ * engine writes it after the write-back, and a failed Done writes it from here; with a ready page
+ * the submit is seen ready when the client's stream wrote that number (a host read, no query). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@ typedef struct watch {
   uint32_t tensor_id;
   uint64_t step;
   uint32_t slot;
+  uint32_t seq; /* with a ready page: the number the client's stream writes (0: its event) */
   srv_arena *a; /* ref held while watched */
 } watch;
 
@@ -103,7 +105,7 @@ void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
                         err, sizeof err);
   int has_page = 0;
   if (st == FGB_OK && page) {
-    fgb_status pst = gpu_arena_page(ga, fds[nfds - 1], err, sizeof err);
+    fgb_status pst = gpu_arena_page(ga, fds[nfds - 1], m->ready_page, err, sizeof err);
     if (pst == FGB_EINVAL) { /* a malformed page is the client's error */
       gpu_arena_close(ga);
       free(dh);
@@ -144,6 +146,7 @@ void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
   r.event_handles.data = dh;
   r.event_handles.len = dlen;
   r.done_page = has_page;
+  r.ready_page = has_page && m->ready_page;
   Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
   env.req_id = req_id;
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY;
@@ -171,7 +174,8 @@ static void on_idle(uv_idle_t *h) {
   for (uint32_t i = 0; i < g_nw;) {
     watch *w = &g_w[i];
     srv_tensor *t = srv_tensor_get(g_d, w->tensor_id);
-    int r = gpu_arena_observed(w->a->gpu, w->slot);
+    int r =
+        w->seq ? gpu_arena_ready_seen(w->a->gpu, w->seq) : gpu_arena_observed(w->a->gpu, w->slot);
     if (!t || !t->job || t->job->aborted) { /* nothing to report to any more */
       drop_watch(i);
       continue;
@@ -214,7 +218,8 @@ fgb_status srv_gpu_observe(srv_tensor *t, uint32_t slot, uint32_t done_seq, uint
   t->gpu_slot = slot;
   t->gpu_seq = gpu_arena_has_page(t->arena->gpu) ? done_seq : 0; /* 0: the done event */
   t->arena->refs++;
-  g_w[g_nw++] = (watch){srv_now_us(), t->id, step, slot, t->arena};
+  uint32_t rseq = gpu_arena_has_ready(t->arena->gpu) ? t->gpu_seq : 0;
+  g_w[g_nw++] = (watch){srv_now_us(), t->id, step, slot, rseq, t->arena};
   if (!g_idle_on) {
     uv_idle_start(&g_idle, on_idle);
     g_idle_on = 1;

@@ -71,10 +71,14 @@ uint32_t gpu_arena_slots(const gpu_arena *a);
 /* What the engine signals after a write-back (eng_tensor.done_ev): the page slot of sequence
  * number seq when the arena has a done page and seq != 0, else the done event of `slot`. */
 void *gpu_arena_done_sig(gpu_arena *a, uint32_t slot, uint32_t seq);
-/* Map and register the client's done page (fd: a sealed memfd; stays the caller's). FGB_EINVAL
- * for a bad page (err names done_page), FGB_ENOTSUP when this GPU/driver cannot use it. */
-fgb_status gpu_arena_page(gpu_arena *a, int fd, char *err, size_t errlen);
+/* Map and register the client's done page (fd: a sealed memfd; stays the caller's), with its
+ * second half of ready numbers when `ready`. FGB_EINVAL for a bad page (err names done_page),
+ * FGB_ENOTSUP when this GPU/driver cannot use it. */
+fgb_status gpu_arena_page(gpu_arena *a, int fd, int ready, char *err, size_t errlen);
 int gpu_arena_has_page(const gpu_arena *a);
+/* Readiness from the page: 1 once the client's stream wrote a ready number at or past seq. */
+int gpu_arena_has_ready(const gpu_arena *a);
+int gpu_arena_ready_seen(const gpu_arena *a, uint32_t seq);
 /* Host-write seq into the page (a failed Done: the client's stream must not wait forever). */
 void gpu_arena_page_release(gpu_arena *a, uint32_t seq);
 /* Engine thread, after the write-back on `stream`: record the event or write the number (not for

@@ -1,9 +1,11 @@
 #!/bin/bash
 # The done page (docs/protocol.md, "Done on stream memory"): results of fgb_wait_on_stream are
-# right on the stream-memory path (FGBUFF_DONE_PAGE=1) and on the interprocess done events
-# (FGBUFF_DONE_EVENT=1 wins over it), bitwise identical on both GPUs; and a daemon killed while a
-# client's stream waits on its done page: the stream is released and the next call fails, within
-# 10 s of the kill.
+# right on the stream-memory path (done and ready numbers on the page; FGBUFF_DONE_PAGE=1), with
+# the done page but readiness by event (FGBUFF_READY_EVENT=1), and on the interprocess events both
+# ways (FGBUFF_DONE_EVENT=1 wins over the page), bitwise identical on both GPUs; a
+# stream wait past its timeout is released by the library (next call: FGB_ETIMEDOUT); and a daemon
+# killed while a client's stream waits on its done page: the stream is released and the next call
+# fails, within 10 s of the kill.
 set -u
 here="$(dirname "$0")"
 source "$here/gpu-world.sh"
@@ -13,9 +15,9 @@ gpu_world_start 2 || exit 1
 trap 'gpu_world_stop >/dev/null 2>&1' EXIT
 out="$FGBUFF_RUNTIME_DIR"
 rc=0
-pair() { # job path(memop|event) [env...]
-  local j="$1" path="$2" p0
-  shift 2
+pair() { # job done-path ready-path [env...]
+  local j="$1" path="$2" rpath="$3" p0
+  shift 3
   env "$@" FGBUFF_CLIENT_TRACE=1 "$bin/gpuclient" --job "$j" --rank 0 --size 2 --device 0 \
     --steps 4 --socket "$GPU_SOCK_0" >"$out/$j.0.out" 2>&1 &
   p0=$!
@@ -25,12 +27,13 @@ pair() { # job path(memop|event) [env...]
   [ "$(grep -c hash "$out/$j.0.out")" -eq 4 ] || { echo "$j: missing steps"; rc=1; }
   diff <(grep hash "$out/$j.0.out") <(grep hash "$out/$j.1.out") || { echo "$j: GPUs differ"; rc=1; }
   for r in 0 1; do
-    [ "$(grep -c "done path $path" "$out/$j.$r.out")" -eq 2 ] ||
-      { echo "$j rank $r: both arenas should use the $path done path:"; grep "done path" "$out/$j.$r.out"; rc=1; }
+    [ "$(grep -c "done path $path, ready path $rpath" "$out/$j.$r.out")" -eq 2 ] ||
+      { echo "$j rank $r: both arenas should be $path/$rpath:"; grep "done path" "$out/$j.$r.out"; rc=1; }
   done
 }
-pair memop memop FGBUFF_DONE_PAGE=1
-pair event event FGBUFF_DONE_EVENT=1 FGBUFF_DONE_PAGE=1
+pair memop memop memop FGBUFF_DONE_PAGE=1
+pair done memop event FGBUFF_DONE_PAGE=1 FGBUFF_READY_EVENT=1
+pair event event event FGBUFF_DONE_EVENT=1 FGBUFF_DONE_PAGE=1
 echo "results right on both done paths: rc $rc"
 
 # A stream wait past its timeout (rank 1 stalls 60 s; rank 0 waits 2 s): the library releases the
