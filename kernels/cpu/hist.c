@@ -31,6 +31,16 @@ fgb_status kern_cpu_dgc_accumulate_hist(float *u, float *v, const float *g, uint
   return FGB_OK;
 }
 
+/* The CPU reference of the fused path: the plain pass (ws and factor only steer the GPU's
+ * pre-compaction, which changes no result). */
+fgb_status kern_cpu_dgc_accumulate_hist_pre(float *u, float *v, const float *g, uint64_t n, float m,
+                                            int nesterov, float clip, const kern_ctl *ctl,
+                                            uint32_t *hist, kern_ws *ws, float factor) {
+  (void)factor;
+  if (ws == NULL) return FGB_EINVAL;
+  return kern_cpu_dgc_accumulate_hist(u, v, g, n, m, nesterov, clip, ctl, hist);
+}
+
 /* Elements in the bins above b. */
 static uint64_t above_bin(const uint32_t *hist, uint32_t b) {
   uint64_t c = 0;
