@@ -74,7 +74,7 @@ static fgb_status dgc_create(const comp_params *p, uint64_t n, const comp_exec *
   fgb_status rc = comp_check_common("dgc", p, n, ex, 1, err, errlen);
   if (rc) return rc;
   double rho, sample = 0.01, momentum = 0.9, clip = 0, coeff = 0;
-  int fp16 = 0, nesterov = 0, masking = 1, strided = 1, search = 0, fuse = 1;
+  int fp16 = 0, nesterov = 0, masking = 1, strided = 1, search = 0, fuse = 0;
   int64_t iters = 10, wu = 0, spe = 0;
   if ((rc = comp_density("dgc", p, 0.001, &rho, err, errlen))) return rc;
   comp_opt opts[] = {

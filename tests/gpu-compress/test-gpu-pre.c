@@ -1,5 +1,5 @@
 /* tests/gpu-compress/test-gpu-pre.c — DGC's select compaction fused into its momentum pass
- * (kern_dgc_accumulate_hist_pre + kern_select_thr_pre, the default "fuse=1") sends the same bytes
+ * (kern_dgc_accumulate_hist_pre + kern_select_thr_pre, option "fuse=1") sends the same bytes
  * and keeps the same state as the unfused GPU path (fuse=0), and the same bytes as the CPU
  * reference, step after step: on the first step (no threshold yet: nothing kept), on steps whose
  * threshold is above last step's bound (the select works from the kept entries), and with last
