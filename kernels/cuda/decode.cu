@@ -8,6 +8,7 @@
  * on the device. Payload bytes are untrusted: headers and indices are checked and bad entries
  * counted in ctl->bad, loads never assume alignment the peer did not give. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_internal.cuh"
 
@@ -370,7 +371,7 @@ extern "C" fgb_status kern_cuda_coo_decode(const void *recv, size_t stride, int 
   const char *rb = (const char *)recv;
   /* The unsorted flag is clear on entry: every decode that may set it (k_dec_check) ends with a
    * k_dec_win or k_dec_tile, whose last block then clears it; the scratch starts zeroed. No reset
-   * launch. (FGB_KERN_DEC_TILE set: always the per-tile kernel, for a same-run comparison.) */
+   * launch. */
   if (stride < sizeof(comp_coo_header) || nranks > DEC_TILE_MAX_RANKS || (n == 0 && nranks)) {
     /* Unreadable headers, many ranks, or nothing to write but bad entries to count: one block. */
     if (stride < sizeof(comp_coo_header) && ctl && nranks)
@@ -388,7 +389,12 @@ extern "C" fgb_status kern_cuda_coo_decode(const void *recv, size_t stride, int 
     kc_launch(k_dec_check, cgrid, DEC_THREADS, s, rb, stride, nranks, vb, scr);
   }
   const uint64_t tiles = (n + DEC_TILE - 1) / DEC_TILE;
-  if (nranks <= DEC_WIN_RANKS && getenv("FGB_KERN_DEC_TILE") == NULL) {
+  static int win = -1; /* FGB_KERN_DEC_WIN=1: the windowed kernel (off until measured) */
+  if (win < 0) {
+    const char *e = getenv("FGB_KERN_DEC_WIN");
+    win = e != NULL && strcmp(e, "0") != 0;
+  }
+  if (nranks <= DEC_WIN_RANKS && win) {
     static int cached[64];
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 0;
