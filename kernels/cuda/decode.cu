@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(DEC_TILE_THREADS)
     k_dec_win(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n, float scale,
               kc_scratch *scr, float *out, kern_ctl *ctl, uint64_t tiles) {
   KC_PDL_ENTRY();
-  __shared__ float tile[DEC_TILE];
+  __shared__ __align__(16) float tile[DEC_TILE]; /* float4 zeroing */
   __shared__ uint32_t s_lo[DEC_WIN_RANKS];
   if (scr->dec_unsorted) {
     dec_unsorted_last(recv, stride, nranks, vb, n, scale, scr, out, ctl);
