@@ -36,15 +36,17 @@ world() { # SCALE WANT(dense|compress): one world, both jobs, all checks
     [ $p = fusion ] && mixed=1
     for r in 0 1 2; do
       "$bin/planclient" --job "dyn-$p" --policy $p --rank $r --size 3 --socket "$out/cpu$r.sock" \
-        --steps $steps --topk 0.01 --mixed $mixed --gap-ms 1 --sleep-ms 5000 \
+        --steps $steps --topk 0.01 --mixed $mixed --gap-ms 1 --sleep-ms 15000 \
         >"$out/$p.$r.out" 2>&1 &
       pids+=($!)
     done
   done
   # Until every daemon shows both tables re-evaluated at step 8 (agreed at 4, checks every 4 steps;
   # the one at step 12 waits for the clients' sleep) and, in the dense world, ISSUEs sent dense.
+  # The clients sleep 15 s: reading three daemons takes seconds on a loaded sanitizer build.
   for _ in $(seq 1 160); do
     sleep 0.25
+    kill -0 "${pids[@]}" 2>/dev/null || break # a client is gone: the checks below report it
     local n=0
     for r in 0 1 2; do
       c $r status --json >"$out/status.$r.json" 2>/dev/null || continue
