@@ -205,6 +205,12 @@ fgb_status kern_select_thr_pre(const comp_exec *ex, const float *a, uint64_t n, 
   KERN_DISPATCH(select_thr_pre, a, n, ctl, out, ws);
 }
 
+fgb_status kern_add_stats_replay_pre(const comp_exec *ex, float *a, const float *g, uint64_t n,
+                                     uint32_t flags, kern_ctl *ctl, uint32_t *hist,
+                                     const kern_replay *rp, kern_ws *ws, float factor) {
+  KERN_DISPATCH(add_stats_replay_pre, a, g, n, flags, ctl, hist, rp, ws, factor);
+}
+
 fgb_status kern_topk_rows(const comp_exec *ex, const float *a, uint64_t rows, uint64_t cols,
                           uint32_t k1, const kern_sel *out, kern_ws *ws) {
   KERN_DISPATCH(topk_rows, a, rows, cols, k1, out, ws);

@@ -325,6 +325,17 @@ const char *const comp_search_names[] = {"hist", "count", NULL};
 fgb_status comp_sparse_thr_search(comp_sparse *cs, const float *grad, uint32_t flags, int search,
                                   const kern_replay *rp, float **a) {
   const comp_exec *ex = &cs->ex;
+  if (search == COMP_SEARCH_HIST && cs->fuse) { /* the same, keeping entries for the select */
+    if (cs->ef) {
+      *a = cs->resid;
+      return kern_add_stats_replay_pre(ex, cs->resid, grad, cs->n, flags, cs->ctl, cs->hist, rp,
+                                       cs->ws, COMP_FUSE_FACTOR);
+    }
+    fgb_status rc = comp_sparse_compensate(cs, grad, a);
+    return rc ? rc
+              : kern_add_stats_replay_pre(ex, *a, NULL, cs->n, flags, cs->ctl, cs->hist, rp, cs->ws,
+                                          COMP_FUSE_FACTOR);
+  }
   if (search == COMP_SEARCH_HIST) { /* the pass, then one tiny replay launch */
     if (cs->ef) {
       *a = cs->resid;
@@ -343,6 +354,18 @@ fgb_status comp_sparse_thr_search(comp_sparse *cs, const float *grad, uint32_t f
   for (uint32_t i = 0; !rc && i < rp->ad.max_iters; i++)
     rc = kern_count_adapt(ex, *a, cs->n, cs->ctl, &rp->ad); /* count + round, one launch */
   return rc;
+}
+
+fgb_status comp_sparse_enable_fuse(comp_sparse *cs) {
+  uint64_t pc = 8ull * cs->cap + 4096;
+  fgb_status rc = kern_ws_enable_pre(&cs->ex, cs->ws, pc < cs->n ? pc : cs->n);
+  if (!rc) cs->fuse = 1;
+  return rc;
+}
+
+fgb_status comp_sparse_select_thr(comp_sparse *cs, float *a, const kern_sel *sel) {
+  return cs->fuse ? kern_select_thr_pre(&cs->ex, a, cs->n, cs->ctl, sel, cs->ws)
+                  : kern_select_thr(&cs->ex, a, cs->n, cs->ctl, sel, cs->ws);
 }
 
 kern_sel comp_sparse_sel(comp_sparse *cs, float *a, float *mask) {

@@ -95,7 +95,13 @@ typedef struct comp_sparse {
   kern_ctl *ctl;     /* device scalars */
   kern_ws *ws;
   uint32_t *hist; /* KERN_HIST_BINS, device: the threshold methods' magnitude histogram */
+  int fuse;       /* comp_sparse_enable_fuse: the select's compaction in the first pass */
 } comp_sparse;
+
+/* The threshold methods' entries above COMP_FUSE_FACTOR x last step's threshold are kept by the
+ * first pass for the select (kern_add_stats_replay_pre); this step's threshold must not fall below
+ * it, else the select reads a again (same result). */
+#define COMP_FUSE_FACTOR 0.75f
 
 /* Allocate for n elements and payload capacity cap. */
 fgb_status comp_sparse_init(comp_sparse *cs, const char *name, const comp_params *p, uint64_t n,
@@ -125,6 +131,12 @@ extern const char *const comp_search_names[];
 fgb_status comp_sparse_thr_search(comp_sparse *cs, const float *grad, uint32_t flags, int search,
                                   const kern_replay *rp, float **a);
 kern_sel comp_sparse_sel(comp_sparse *cs, float *a, float *mask);
+/* Option "fuse" with search=hist: room in the workspace for the first pass's pre-candidates
+ * (kern_ws_enable_pre, 8 cap + 4096) and cs->fuse = 1, which comp_sparse_thr_search and
+ * comp_sparse_select_thr then use. */
+fgb_status comp_sparse_enable_fuse(comp_sparse *cs);
+/* kern_select_thr of a at cs->ctl's threshold (kern_select_thr_pre after a fused search). */
+fgb_status comp_sparse_select_thr(comp_sparse *cs, float *a, const kern_sel *sel);
 /* Phase 0: allgather of this step's payload layout. */
 void comp_sparse_phase(const comp_sparse *cs, comp_phase *ph);
 fgb_status comp_sparse_decode(comp_sparse *cs, float *out, float scale);

@@ -33,14 +33,15 @@ static fgb_status gaussiank_create(const comp_params *p, uint64_t n, const comp_
   fgb_status rc = comp_check_common("gaussiank", p, n, ex, 1, err, errlen);
   if (rc) return rc;
   double rho, capf = 1.5;
-  int fp16 = 0, ef = 1, search = 0;
+  int fp16 = 0, ef = 1, search = 0, fuse = 0;
   int64_t iters = 8;
   if ((rc = comp_density("gaussiank", p, 0.01, &rho, err, errlen))) return rc;
-  comp_opt opts[5];
+  comp_opt opts[6];
   int no = comp_sparse_opts(opts, &fp16, &ef);
   opts[no++] = (comp_opt){"adapt_iters", COMP_OPT_INT, &iters, 0, 64, NULL};
   opts[no++] = (comp_opt){"capacity", COMP_OPT_DOUBLE, &capf, 1, 16, NULL};
   opts[no++] = (comp_opt){"search", COMP_OPT_ENUM, &search, 0, 0, comp_search_names};
+  opts[no++] = (comp_opt){"fuse", COMP_OPT_BOOL, &fuse, 0, 1, NULL};
   if ((rc = comp_parse_options("gaussiank", p->options, opts, no, err, errlen))) return rc;
   gaussiank_state *s = calloc(1, sizeof *s);
   if (s == NULL) {
@@ -55,6 +56,12 @@ static fgb_status gaussiank_create(const comp_params *p, uint64_t n, const comp_
   uint32_t cap = c > (double)n ? (uint32_t)n : (uint32_t)c;
   if ((rc = comp_sparse_init(&s->cs, "gaussiank", p, n, ex, k, cap, fp16, ef, err, errlen))) {
     free(s);
+    return rc;
+  }
+  if (fuse && search == COMP_SEARCH_HIST && (rc = comp_sparse_enable_fuse(&s->cs))) {
+    comp_sparse_free(&s->cs);
+    free(s);
+    comp_alloc_err("gaussiank", rc, err, errlen);
     return rc;
   }
   *state = s;
@@ -73,7 +80,7 @@ static fgb_status gaussiank_encode(void *st, const comp_exec *ex, const float *g
   kern_replay rp = {KERN_THR_GAUSS, s->z, 1, KERN_THR_GAUSS, 0.0, ad};
   fgb_status rc = comp_sparse_thr_search(cs, grad, 0, s->search, &rp, &a);
   kern_sel sel = comp_sparse_sel(cs, a, NULL);
-  if (!rc) rc = kern_select_thr(ex, a, cs->n, cs->ctl, &sel, cs->ws);
+  if (!rc) rc = comp_sparse_select_thr(cs, a, &sel);
   comp_sparse_phase(cs, ph);
   return rc;
 }

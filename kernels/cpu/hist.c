@@ -129,3 +129,12 @@ fgb_status kern_cpu_add_stats_replay(float *a, const float *g, uint64_t n, uint3
   if (!rc) rc = kern_cpu_add_stats_hist(a, g, n, flags, ctl, hist);
   return rc ? rc : kern_cpu_thr_replay(hist, ctl, rp);
 }
+
+/* The CPU reference of the fused path: the plain pass and replay. */
+fgb_status kern_cpu_add_stats_replay_pre(float *a, const float *g, uint64_t n, uint32_t flags,
+                                         kern_ctl *ctl, uint32_t *hist, const kern_replay *rp,
+                                         kern_ws *ws, float factor) {
+  (void)factor;
+  if (ws == NULL) return FGB_EINVAL;
+  return kern_cpu_add_stats_replay(a, g, n, flags, ctl, hist, rp);
+}

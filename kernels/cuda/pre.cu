@@ -1,14 +1,17 @@
-/* kernels/cuda/pre.cu — DGC's momentum pass with the select's compaction fused in
- * (kern_dgc_accumulate_hist_pre, kern_select_thr_pre). The select's one read of v (half a copy)
- * goes away when last step's threshold bounds this step's from below: the momentum pass keeps, per
- * 4096-element chunk and in index order, the entries of the new v with |v| >= L0 = factor x last
- * step's threshold; the select, given this step's threshold T >= L0, filters those down to |v| >=
- * T (k_pre_refilter: the candidates, chunk slices and counts that k_compact would have made) and
- * runs the rest of the pipeline (topk.cu) unchanged. When T < L0 or the entries overflowed,
- * k_compact reads v as before. The same bytes either way; every decision on the device
- * (capturable). */
+/* kernels/cuda/pre.cu — the first pass of DGC (momentum) and of the threshold methods
+ * (compensation + statistics + histogram) with the select's compaction fused in
+ * (kern_dgc_accumulate_hist_pre, kern_add_stats_replay_pre, kern_select_thr_pre). The select's one
+ * read of v (half a copy) goes away when last step's threshold bounds this step's from below: the
+ * momentum pass keeps, per 4096-element chunk and in index order, the entries of the new v with |v|
+ * >= L0 = factor x last step's threshold; the select, given this step's threshold T >= L0, filters
+ * those down to |v| >= T (k_pre_refilter: the candidates, chunk slices and counts that k_compact
+ * would have made) and runs the rest of the pipeline (topk.cu) unchanged. When T < L0 or the
+ * entries overflowed, k_compact reads v as before. The same bytes either way; every decision on the
+ * device (capturable). */
 #include "cuda_internal.cuh"
 #include "sel_dev.cuh"
+#include "stats_dev.cuh"
+#include "thr_dev.cuh"
 
 /* Four slabs of 4 consecutive elements from the chunk (as load_chunk's layout) written back. */
 __device__ inline void store_chunk(float *a, uint64_t len, int al, uint64_t c, uint32_t pres,
@@ -68,11 +71,14 @@ __global__ void __launch_bounds__(SEL_THREADS, 2)
         atomicAdd(&sh[key >> KERN_HIST_SHIFT], 1u);
         if (key >= L) f |= 1u << e;
       }
-    /* The next chunk (u, g of this one are dead: their registers take it). */
+    /* The next chunk, in flight during the reservation and the scatter (u, g of this one are
+     * dead: their registers take it). */
     const uint64_t cn = c + gridDim.x;
     uint32_t presn = 0;
+    float vn[16];
     if (cn < nch) {
       presn = load_chunk(u, n, al, 1, NULL, NULL, 0, 0, cn, uu, idx);
+      (void)load_chunk(v, n, al, 1, NULL, NULL, 0, 0, cn, vn, idx);
       (void)load_chunk(g, n, al, 1, NULL, NULL, 0, 0, cn, gg, idx);
     }
     uint32_t sb[4], total;
@@ -95,7 +101,8 @@ __global__ void __launch_bounds__(SEL_THREADS, 2)
           pi[p] = (uint32_t)(c * KC_CHUNK + (e >> 2) * SLAB + 4 * threadIdx.x + (e & 3));
         }
     }
-    if (cn < nch) (void)load_chunk(v, n, al, 1, NULL, NULL, 0, 0, cn, vv, idx);
+#pragma unroll
+    for (int e = 0; e < 16; e++) vv[e] = vn[e];
     pres = presn;
   }
   __syncthreads();
@@ -110,6 +117,90 @@ __global__ void __launch_bounds__(SEL_THREADS, 2)
   kc_hist_drain(scr->hist_acc, hist_out);
   if (threadIdx.x == 0) {
     scr->hist_done = 0;
+    const unsigned long long nc = *(volatile unsigned long long *)&pre->ncand;
+    pre->L = L;
+    pre->valid = L != KC_NO_KEY && nc <= pre_cap;
+  }
+}
+
+/* The threshold methods' first pass (k_stats<true> of stats.cu: compensation a += g when G, the
+ * statistics and the magnitude histogram), chunk by chunk over a resident grid, plus the
+ * pre-compaction of a >= factor x last step's threshold (as k_dgc_pre). */
+template <bool G>
+__global__ void __launch_bounds__(SEL_THREADS, 2)
+    k_stats_pre(float *a, const float *g, uint64_t n, int al, uint32_t flags, kern_ctl *ctl,
+                kc_scratch *scr, uint32_t *hist_out, kc_pre_state *pre, float *pv, uint32_t *pi,
+                uint64_t pre_cap, uint32_t *ch_poff, uint32_t *ch_pcnt, float factor,
+                uint64_t nch) {
+  KC_PDL_ENTRY();
+  __shared__ uint32_t sh[KERN_HIST_BINS];
+  __shared__ unsigned long long s_base;
+  for (uint32_t b = threadIdx.x; b < KERN_HIST_BINS; b += blockDim.x) sh[b] = 0;
+  __syncthreads();
+  const uint32_t above = (flags & KERN_STATS_ABOVE_THR) != 0;
+  const int logs = (flags & KERN_STATS_LOG) != 0;
+  /* ctl->thr is last step's threshold here (the pass writes only ctl->st, in its last block). */
+  const float t_prev = ctl->thr;
+  const uint32_t tk = above ? kern_thr_key(t_prev) : 0;
+  const uint32_t L =
+      t_prev > 0.0f && factor > 0.0f ? kern_thr_key(__fmul_rn(t_prev, factor)) : KC_NO_KEY;
+  acc_t acc = {0, 0, 0, 0, 0, 0.0f, INFINITY, 0};
+  float v[16], w[16];
+  uint32_t idx[16];
+  uint32_t pres = 0;
+  uint64_t c = blockIdx.x;
+  if (c < nch) {
+    pres = load_chunk(a, n, al, 1, NULL, NULL, 0, 0, c, v, idx);
+    if (G) (void)load_chunk(g, n, al, 1, NULL, NULL, 0, 0, c, w, idx);
+  }
+  for (; c < nch; c += gridDim.x) {
+    if (G) {
+#pragma unroll
+      for (int e = 0; e < 16; e++) v[e] = kern_nan_canon(__fadd_rn(v[e], w[e]));
+      store_chunk(a, n, al, c, pres, v);
+    }
+    uint32_t f = 0;
+#pragma unroll
+    for (int e = 0; e < 16; e++)
+      if ((pres >> e) & 1u) {
+        acc_one(&acc, v[e], above, tk, logs);
+        const uint32_t key = kern_abs_key(v[e]);
+        atomicAdd(&sh[key >> KERN_HIST_SHIFT], 1u);
+        if (key >= L) f |= 1u << e;
+      }
+    /* The next chunk, in flight during the reservation and the scatter. */
+    const uint64_t cn = c + gridDim.x;
+    uint32_t presn = 0;
+    float vn[16];
+    if (cn < nch) {
+      presn = load_chunk(a, n, al, 1, NULL, NULL, 0, 0, cn, vn, idx);
+      if (G) (void)load_chunk(g, n, al, 1, NULL, NULL, 0, 0, cn, w, idx);
+    }
+    uint32_t sb[4], total;
+    const uint64_t ex = chunk_scan(f, sb, &total);
+    if (threadIdx.x == 0) {
+      const unsigned long long base =
+          total ? atomicAdd(&pre->ncand, (unsigned long long)total) : 0ull;
+      ch_poff[c] = (uint32_t)base;
+      ch_pcnt[c] = total;
+      s_base = base;
+    }
+    __syncthreads();
+    const unsigned long long base = s_base;
+    if (base + total <= pre_cap) {
+#pragma unroll
+      for (int e = 0; e < 16; e++)
+        if ((f >> e) & 1u) {
+          const uint64_t p = base + chunk_pos(f, ex, sb, e);
+          pv[p] = v[e];
+          pi[p] = (uint32_t)(c * KC_CHUNK + (e >> 2) * SLAB + 4 * threadIdx.x + (e & 3));
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 16; e++) v[e] = vn[e];
+    pres = presn;
+  }
+  if (stats_tail(acc, true, sh, scr, ctl, above, hist_out) && threadIdx.x == 0) {
     const unsigned long long nc = *(volatile unsigned long long *)&pre->ncand;
     pre->L = L;
     pre->valid = L != KC_NO_KEY && nc <= pre_cap;
@@ -245,4 +336,53 @@ extern "C" fgb_status kern_cuda_select_thr_pre(const float *a, uint64_t n, const
   if (rc) return rc;
   return kc_select(ws, a, n, 0, k, KC_L_CTL, ctl, 0, 1, kc_out_of(out, 0),
                    (comp_coo_header *)out->payload, out->capacity, s, NULL, 1);
+}
+
+extern "C" fgb_status kern_replay_check(const kern_replay *rp); /* kernels/cpu/hist.c */
+
+extern "C" fgb_status kern_cuda_add_stats_replay_pre(float *a, const float *g, uint64_t n,
+                                                     uint32_t flags, kern_ctl *ctl, uint32_t *hist,
+                                                     const kern_replay *rp, kern_ws *ws,
+                                                     float factor, void *stream) {
+  if (ws == NULL) return FGB_EINVAL;
+  if (ws->pre_mem == NULL || n == 0 || n > ws->n)
+    return kern_cuda_add_stats_replay(a, g, n, flags, ctl, hist, rp, stream);
+  if (ctl == NULL || hist == NULL || a == NULL || n > UINT32_MAX) return FGB_EINVAL;
+  fgb_status rc = kern_replay_check(rp);
+  if (rc) return rc;
+  cudaStream_t s = KC_STREAM(stream);
+  kc_scratch *scr = kc_stream_scratch(s);
+  if (scr == NULL) return FGB_ENOMEM;
+  const int al = (((uintptr_t)a | (uintptr_t)g) & 15u) == 0;
+  const uint64_t nch = (n + KC_CHUNK - 1) / KC_CHUNK;
+  static int cached[64][2];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 0;
+  const int wg = g != NULL;
+  if (cached[dev][wg] <= 0) {
+    int per = 0;
+    cudaError_t e =
+        wg ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_stats_pre<true>, SEL_THREADS, 0)
+           : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_stats_pre<false>, SEL_THREADS,
+                                                           0);
+    if (e != cudaSuccess || per < 1) {
+      (void)cudaGetLastError();
+      per = 1;
+    }
+    cached[dev][wg] = per;
+  }
+  /* At most KC_RED_BLOCKS blocks: one partial each in the scratch. */
+  uint64_t grid = (uint64_t)cached[dev][wg] * (uint64_t)kc_sm_count();
+  if (grid > KC_RED_BLOCKS) grid = KC_RED_BLOCKS;
+  if (grid > nch) grid = nch;
+  if (wg)
+    kc_launch(k_stats_pre<true>, (unsigned)grid, SEL_THREADS, s, a, g, n, al, flags, ctl, scr, hist,
+              ws->pre, ws->pre_val, ws->pre_idx, ws->pre_cap, ws->ch_poff, ws->ch_pcnt, factor,
+              nch);
+  else
+    kc_launch(k_stats_pre<false>, (unsigned)grid, SEL_THREADS, s, a, g, n, al, flags, ctl, scr,
+              hist, ws->pre, ws->pre_val, ws->pre_idx, ws->pre_cap, ws->ch_poff, ws->ch_pcnt,
+              factor, nch);
+  if ((rc = kc_launched())) return rc;
+  return kern_cuda_thr_replay(hist, ctl, rp, stream);
 }
