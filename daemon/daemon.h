@@ -129,6 +129,10 @@ struct srv_job {
   uint32_t inflight; /* engine items not completed */
   uint64_t steps_completed, bytes_sent, bytes_received, last_step_latency_us;
   struct srv_plan *plan; /* static merge policies (plan_exec.c); NULL until the first ISSUE */
+  /* Pre-issue (preissue.c): the next step whose first readiness is told to the leader, whether
+   * one was, and whether the client used an ad-hoc collective (then it never asks for it). */
+  uint64_t pre_next;
+  uint8_t pre_seen, pre_adhoc, pre_live; /* pre_live: the last gradient ISSUE was pre-issued */
   srv_job *next;
 };
 
@@ -177,6 +181,9 @@ struct srv {
   uint32_t ntensors, tcap;
   int stopping;
   int gpu; /* a GPU daemon (--device cuda:...): daemon/gpu/ */
+  /* Engine items waiting to be handed over in world order (preissue.c). */
+  struct srv_held *held, *held_tail;
+  uint32_t nheld;
 };
 
 uint64_t srv_now_ms(void);

@@ -180,6 +180,7 @@ void eng_item_free(eng_item *it) {
   free(it->world_ranks);
   free(it->t);
   free(it->state);
+  free(it->scratch);
   eng_split_unref(it->sbuf);
   if (it->xchg) {
     if (it->xchg->destroy) it->xchg->destroy(it->xchg->ud);

@@ -108,6 +108,8 @@ typedef struct eng_item {
   int split;       /* ENG_SPLIT_*: a half of a split gradient all-reduce (coll ENG_GRAD) */
   eng_split *sbuf; /* its shared state (a reference, dropped in eng_item_free) */
   eng_xchg *xchg;  /* XCHG (owned) */
+  uint8_t pre;     /* ISSUE numbered ahead of readiness (preissue.c): of an aborted job, it fails */
+  void *scratch;   /* owned: zeros standing in for an aborted job's members (preissue.c) */
   /* result */
   int status;
   char err[256];

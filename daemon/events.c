@@ -10,6 +10,7 @@
 #include "engine.h"
 #include "log.h"
 #include "plan_exec.h"
+#include "preissue.h"
 #ifdef FGBUFF_HAVE_CUDA
 #include "gpu_srv.h"
 #endif
@@ -74,14 +75,14 @@ static void on_formed(srv *d, coord_event *ev) {
     j->formed = 1;
     j->inflight++;
   }
-  eng_submit(d->eng, it);
+  srv_eng_submit(d, j, it, 0); /* in world order, behind pre-issued items waiting (preissue.c) */
   if (j) srv_report_waiting(d, j, NULL);
   if (!j) {
     eng_item *rel = calloc(1, sizeof(*rel));
     if (rel) {
       rel->kind = ENG_RELEASE;
       rel->job_key = ev->job_key;
-      eng_submit(d->eng, rel);
+      srv_eng_submit(d, NULL, rel, 0); /* after its FORM */
     }
   }
 }
@@ -144,21 +145,23 @@ void srv_issue_event(srv *d, srv_job *j, coord_event *ev) {
       srv_pending *p = NULL;
       for (uint32_t i = 0; t && i < j->npending; i++)
         if (j->pending[i].tensor_id == t->id && j->pending[i].step == ev->step) p = &j->pending[i];
-      if (!t || !p) {
+      if (!t || (!p && !ev->pre)) {
         LOG_ERROR("job '%s': agreed tensor key %u of step %llu is not pending here", j->id.name,
                   ev->tensor_keys[k], (unsigned long long)ev->step);
         continue;
       }
-      p->issued = 1;
+      /* Pre-issued: the tensor may not be ready here yet; preissue.c marks it issued and fills
+       * zero_first and the done event when the item starts. */
+      if (!ev->pre) p->issued = 1;
       ts[it->n] = (eng_tensor){.tensor_id = t->id,
                                .step = ev->step,
                                .ptr = t->ptr,
                                .count = t->count,
                                .dtype = t->dtype,
                                .op = t->op,
-                               .zero_first = p->flushed};
+                               .zero_first = ev->pre ? 0 : p->flushed};
 #ifdef FGBUFF_HAVE_CUDA
-      ts[it->n].done_ev = srv_gpu_done_event(t);
+      if (!ev->pre) ts[it->n].done_ev = srv_gpu_done_event(t);
 #endif
       srv_comp_fill(t, &ts[it->n]);
       /* The plan sends this buffer dense (2), or splits it (3: dense by design). */
@@ -171,7 +174,7 @@ void srv_issue_event(srv *d, srv_job *j, coord_event *ev) {
     if (it->n == 0) goto drop;
   }
   j->inflight++;
-  eng_submit(d->eng, it);
+  srv_eng_submit(d, j, it, ev->pre && it->coll == ENG_GRAD);
   return;
 nomem:
   LOG_ERROR("job '%s': out of memory for collective #%llu", j->id.name,
@@ -267,6 +270,7 @@ static void on_aborted(srv *d, coord_event *ev) {
                ev->text);
   }
   srv_plan_split_abort(j, FGB_EPEER, j->abort_text); /* split buffers between their halves */
+  srv_pre_abort(d, j); /* pre-issued items waiting for this rank's tensors */
   srv_fail_pending(j, FGB_EPEER, j->abort_text, NULL);
   srv_job_maybe_release(d, j);
 }
@@ -341,6 +345,11 @@ void srv_engine_result(void *ud, eng_item *it) {
              "job '%.100s': communicator creation failed: %.200s", j->id.name, it->err);
     srv_fail_pending(j, FGB_EIO, j->abort_text, NULL);
   }
+  if (it->kind == ENG_ISSUE && it->pre && j->aborted && it->status == FGB_OK) {
+    /* Numbered ahead of readiness: a failed rank contributed zeros to let it finish. */
+    it->status = FGB_EPEER;
+    snprintf(it->err, sizeof(it->err), "%.250s", j->abort_text);
+  }
   if (it->kind == ENG_ISSUE) {
     j->bytes_sent += it->bytes_sent;
     j->bytes_received += it->bytes_received;
@@ -380,6 +389,7 @@ void srv_job_client_gone(srv_job *j) {
    * before the job formed, or in the middle of a step, aborts the job for the other ranks. */
   int clean = j->formed && !j->aborted && j->npending == 0 && j->ncolls == 0 && j->nsteps == 0;
   j->left_clean = clean;
+  srv_pre_client_gone(d, j); /* the pre-issued step after its last runs on zeros */
   if (!j->aborted && !j->refused) {
     fgb_status st = coord_leave(
         d->coord, &j->id, !clean,

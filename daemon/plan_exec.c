@@ -23,6 +23,7 @@
 #include "log.h"
 #include "plan_internal.h"
 #include "plan_xchg.h"
+#include "preissue.h"
 #include "policy.h"
 
 #define SRV_UNFUSED (1ull << 62) /* above any cap, and total + bytes cannot wrap in the leader */
@@ -357,7 +358,7 @@ static int start_xchg(srv_job *j, srv_plan *pl, uint64_t at, const sched_plan *c
   pl->xpending = 1;
   pl->xfrom = at + (config_only ? 1 : SRV_PLAN_LEAD);
   j->inflight++;
-  eng_submit(j->d->eng, it);
+  srv_eng_submit(j->d, j, it, 0); /* in world order, behind pre-issued items waiting */
   return 0;
 nomem:
   px_free(c);
@@ -392,6 +393,7 @@ int srv_plan_defer(srv_job *j, const coord_event *ev) {
   c->job = ev->job;
   c->seq = ev->seq;
   c->step = ev->step;
+  c->pre = ev->pre;
   c->ntensors = ev->ntensors;
   c->tensor_keys = malloc((ev->ntensors ? ev->ntensors : 1) * sizeof(uint32_t));
   if (!c->tensor_keys) goto nomem;

@@ -12,6 +12,7 @@
 #include "engine.h"
 #include "log.h"
 #include "plan_exec.h"
+#include "preissue.h"
 #ifdef FGBUFF_HAVE_CUDA
 #include "gpu_srv.h"
 #endif
@@ -106,6 +107,7 @@ void srv_fail_pending(srv_job *j, int code, const char *text, const srv_tensor *
 static int report_ready(srv *d, srv_job *j, srv_tensor *t, uint64_t step) {
   srv_plan_on_ready(j, t, step, srv_now_us()); /* measured ready time (static policies) */
   if (!t->key_known || !j->formed) return 0;
+  if (srv_pre_waits_for(d, j, t->id, step)) return 1; /* pre-issued: it starts here, no READY */
   fgb_status st = coord_ready(d->coord, &j->id, step, &t->key, 1);
   if (st != FGB_OK)
     LOG_WARN("coord_ready(%s, step %llu): status %d", t->name, (unsigned long long)step, st);
@@ -122,6 +124,7 @@ void srv_gpu_observed(srv *d, uint32_t tensor_id, uint64_t step) {
     if (p->tensor_id != tensor_id || p->step != step || !p->observing) continue;
     p->observing = 0;
     p->reported = (uint8_t)report_ready(d, j, t, step);
+    srv_pre_pump(d);
     srv_coord_drain(d);
     return;
   }
@@ -179,6 +182,7 @@ static int add_pending(srv_job *j, srv_tensor *t, uint64_t step, int flushed) {
   st->outstanding++;
   t->has_last = 1;
   t->last_step = step;
+  srv_pre_step(j->d, j, step); /* the first of a step: the leader may pre-issue the next */
   return 0;
 }
 
@@ -233,6 +237,7 @@ void srv_on_submit(srv_session *s, uint64_t req_id, const Fgbuff__V1__Submit *m)
   }
 #endif
   j->pending[j->npending - 1].reported = (uint8_t)report_ready(s->d, j, t, m->step);
+  srv_pre_pump(s->d);
   srv_coord_drain(s->d);
 }
 
@@ -274,7 +279,7 @@ void srv_on_end_step(srv_session *s, uint64_t req_id, const Fgbuff__V1__EndStep 
       break;
     }
     if (t->key_known && j->formed) {
-      keys[nkeys++] = t->key;
+      if (!srv_pre_waits_for(d, j, t->id, m->step)) keys[nkeys++] = t->key;
       j->pending[j->npending - 1].reported = 1;
     }
   }
@@ -286,6 +291,7 @@ void srv_on_end_step(srv_session *s, uint64_t req_id, const Fgbuff__V1__EndStep 
       LOG_WARN("coord_ready(end of step %llu): %d", (unsigned long long)m->step, rc);
   }
   free(keys);
+  srv_pre_pump(d);
   srv_coord_drain(d);
 }
 
@@ -351,6 +357,7 @@ void srv_on_collective(srv_session *s, uint64_t req_id, const Fgbuff__V1__Collec
     srv_send_error(s, req_id, FGB_ENOMEM, "seq", 0, "out of memory");
     return;
   }
+  j->pre_adhoc = 1; /* the job never asks for pre-issue again (preissue.c says why) */
   srv_coll *c = &j->colls[j->ncolls++];
   memset(c, 0, sizeof(*c));
   c->seq = m->seq;

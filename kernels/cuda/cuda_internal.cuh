@@ -378,8 +378,10 @@ fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_bas
                      int lmode, const kern_ctl *ctl, uint32_t L_fixed, int take_all, kc_out o,
                      comp_coo_header *hdr, uint32_t capacity, cudaStream_t s, const float *g = NULL,
                      int pre = 0);
-/* The radix passes over x itself (full mode): ws->st->T = key of the kth largest |x[0..m)|. */
-fgb_status kc_radix_full(kern_ws *ws, const float *x, uint64_t m, uint32_t kth, cudaStream_t s);
+/* The radix passes over x itself (full mode): ws->st->T = key of the kth largest |x[0..m)|, and
+ * with ctl_out that key as ctl_out's threshold (kern_kth_abs). */
+fgb_status kc_radix_full(kern_ws *ws, const float *x, uint64_t m, uint32_t kth, cudaStream_t s,
+                         kern_ctl *ctl_out);
 /* Header {count, capacity} written on the device. */
 fgb_status kc_write_header(comp_coo_header *hdr, uint32_t count, uint32_t capacity, cudaStream_t s);
 /* Zeros past the (device-side) header count, values and indices, like the CPU's finish(). */

@@ -5,17 +5,7 @@
 #include <float.h>
 
 #include "cuda_internal.cuh"
-
-__device__ inline void set_thr_key(kern_ctl *ctl, uint32_t key) {
-  float thr = __uint_as_float(key);
-  if (!isfinite(thr)) thr = FLT_MAX; /* non-finite samples: adaptation can still lower it */
-  ctl->thr = thr;
-  ctl->done = 0;
-  ctl->iters = 0;
-  ctl->br_lo = 0.0f;
-  ctl->br_hi = 0.0f;
-  ctl->count = 0;
-}
+#include "sel_dev.cuh"
 
 __global__ void __launch_bounds__(KC_BLOCK_SELECT)
     k_kth_small(const float *x, uint32_t m, uint32_t kth, kern_ctl *ctl) {
@@ -27,12 +17,7 @@ __global__ void __launch_bounds__(KC_BLOCK_SELECT)
     kc_block_select([&](uint64_t i) { return kern_abs_key(x[i]); }, m, kth, hist, &T, &eq, &err);
   else if (m > 0)
     kc_reg_select([&](uint32_t i) { return kern_abs_key(x[i]); }, m, kth, hist, &T, &eq, &err);
-  if (threadIdx.x == 0) set_thr_key(ctl, T);
-}
-
-__global__ void k_kth_finish(const kc_sel_state *st, kern_ctl *ctl) {
-  KC_PDL_ENTRY();
-  set_thr_key(ctl, st->T);
+  if (threadIdx.x == 0) kc_set_thr_key(ctl, T);
 }
 
 extern "C" fgb_status kern_cuda_kth_abs(const float *x, uint32_t m, uint32_t kth, kern_ctl *ctl,
@@ -45,9 +30,6 @@ extern "C" fgb_status kern_cuda_kth_abs(const float *x, uint32_t m, uint32_t kth
     kc_launch(k_kth_small, 1, KC_BLOCK_SELECT, s, x, m, kth, ctl);
     return kc_launched();
   }
-  /* Device-wide: the radix passes over x itself (full mode). */
-  fgb_status rc = kc_radix_full(ws, x, m, kth, s);
-  if (rc) return rc;
-  kc_launch(k_kth_finish, 1, 1, s, (const kc_sel_state *)ws->st, ctl);
-  return kc_launched();
+  /* Device-wide: the radix passes over x itself (full mode); the last one sets ctl. */
+  return kc_radix_full(ws, x, m, kth, s, ctl);
 }

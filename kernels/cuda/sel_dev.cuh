@@ -5,6 +5,8 @@
 #ifndef FGB_KERN_SEL_DEV_CUH
 #define FGB_KERN_SEL_DEV_CUH
 
+#include <float.h>
+
 #include "cuda_internal.cuh"
 
 #define SEL_THREADS 256
@@ -108,6 +110,19 @@ __device__ inline void sel_decide(kc_sel_state *st, uint32_t k, uint64_t cand_ca
   } else if (!take_all && c < k) { /* the bound was too high: select over the input */
     st->full = 1;
   }
+}
+
+/* ctl->thr = the magnitude of key (non-finite: FLT_MAX, adaptation can still lower it), with the
+ * adaptation state reset (kern_kth_abs's result). */
+__device__ inline void kc_set_thr_key(kern_ctl *ctl, uint32_t key) {
+  float thr = __uint_as_float(key);
+  if (!isfinite(thr)) thr = FLT_MAX; /* non-finite samples: adaptation can still lower it */
+  ctl->thr = thr;
+  ctl->done = 0;
+  ctl->iters = 0;
+  ctl->br_lo = 0.0f;
+  ctl->br_hi = 0.0f;
+  ctl->count = 0;
 }
 
 #endif

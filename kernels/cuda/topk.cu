@@ -201,7 +201,7 @@ __device__ inline void hist_add(uint32_t *hist, uint32_t bin, int full) {
 
 __global__ void __launch_bounds__(SEL_THREADS)
     k_hist(const float *a, uint64_t len, int al, int pass, kc_sel_state *st, uint32_t *ghist,
-           const float *cv, uint64_t cand_cap) {
+           const float *cv, uint64_t cand_cap, kern_ctl *ctl_out) {
   KC_PDL_ENTRY();
   __shared__ uint32_t hist[KC_RADIX_BINS];
   __shared__ uint32_t s_last;
@@ -272,6 +272,7 @@ __global__ void __launch_bounds__(SEL_THREADS)
     st->done = 0;
     if (err) st->err = 1;
     if (pass == 2) st->T = prefix | (b << sh);
+    if (pass == 2 && ctl_out) kc_set_thr_key(ctl_out, prefix | (b << sh)); /* kern_kth_abs */
   }
 }
 
@@ -559,7 +560,8 @@ fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_bas
    * and a check-in; the rare full-input fallback loops over the input with the same grid. */
   const unsigned hb = hist_blocks(len < ws->cand_cap ? len : ws->cand_cap);
   for (int p = 0; p < 3; p++)
-    kc_launch(k_hist, hb, SEL_THREADS, s, a, len, al, p, st, ws->hist, ws->cand_val, ws->cand_cap);
+    kc_launch(k_hist, hb, SEL_THREADS, s, a, len, al, p, st, ws->hist, ws->cand_val, ws->cand_cap,
+              (kern_ctl *)NULL);
   const unsigned wgrid = (unsigned)((nch + SEL_THREADS / 32 - 1) / (SEL_THREADS / 32));
   kc_launch(k_chunk_count, wgrid, SEL_THREADS, s, a, len, al, st, ws->cand_val, ws->cand_idx,
             ws->ch_off, ws->ch_cnt, ws->ch_gt, ws->ch_eq, nch);
@@ -626,13 +628,14 @@ extern "C" fgb_status kern_cuda_select_thr(const float *a, uint64_t n, const ker
 
 /* The exact radix select run over x itself (full mode): ws->st->T = key of the kth largest of
  * |x[0..m)| (1 <= kth <= m <= ws->n). Enqueue only (kern_cuda_kth_abs's device-wide path). */
-fgb_status kc_radix_full(kern_ws *ws, const float *x, uint64_t m, uint32_t kth, cudaStream_t s) {
+fgb_status kc_radix_full(kern_ws *ws, const float *x, uint64_t m, uint32_t kth, cudaStream_t s,
+                         kern_ctl *ctl_out) {
   kc_launch(k_sel_init, 1, 1, s, ws->st, (int)KC_L_FIXED, (const kern_ctl *)NULL, 0u, 1u,
             (unsigned long long)kth);
   const int al = ((uintptr_t)x & 15u) == 0;
   const unsigned hb = hist_blocks(m);
   for (int p = 0; p < 3; p++)
-    kc_launch(k_hist, hb, SEL_THREADS, s, x, m, al, p, ws->st, ws->hist, ws->cand_val,
-              ws->cand_cap);
+    kc_launch(k_hist, hb, SEL_THREADS, s, x, m, al, p, ws->st, ws->hist, ws->cand_val, ws->cand_cap,
+              p == 2 ? ctl_out : (kern_ctl *)NULL);
   return kc_launched();
 }

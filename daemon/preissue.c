@@ -1,0 +1,233 @@
+/* daemon/preissue.c — pre-issue on the loop thread (see preissue.h): the queue that hands engine
+ * items over in world order, the wait of a pre-issued ISSUE for its tensors' local readiness, and
+ * what becomes of waiting items when a job ends or aborts.
+ *
+ * Why one queue for everything: a pre-issued ISSUE is numbered before its tensors are ready, so the
+ * loop cannot hand it to the engine yet; every later item of the world order (of any job: the
+ * formation of a job that just arrived, a planning exchange) must wait behind it, or two daemons
+ * could start collectives in different orders. The engine itself never waits on a client. */
+#include "preissue.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "dtype.h"
+#include "engine.h"
+#include "log.h"
+#include "plan_exec.h"
+#include "plan_internal.h"
+#include "policy.h"
+#ifdef FGBUFF_HAVE_CUDA
+#include "gpu_srv.h"
+#endif
+
+typedef struct srv_held {
+  eng_item *it;
+  srv_job *j; /* kept alive by j->inflight, counted when the item was made */
+  int wait;   /* a pre-issued ISSUE not started yet */
+  struct srv_held *next;
+} srv_held;
+
+int srv_pre_enabled(void) {
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv("FGBUFF_PREISSUE");
+    v = e && strcmp(e, "1") == 0;
+    if (e && *e && strcmp(e, "0") != 0 && !v)
+      LOG_WARN("FGBUFF_PREISSUE=%.40s: not 0 or 1, pre-issue stays off", e);
+  }
+  return v;
+}
+
+static srv_pending *pending_of(srv_job *j, uint32_t tensor_id, uint64_t step) {
+  for (uint32_t i = 0; i < j->npending; i++)
+    if (j->pending[i].tensor_id == tensor_id && j->pending[i].step == step) return &j->pending[i];
+  return NULL;
+}
+
+/* Every member submitted (or flushed) here, and on GPU its client's event seen complete. */
+static int members_ready(const srv_held *h) {
+  for (uint32_t i = 0; i < h->it->n; i++) {
+    const srv_pending *p = pending_of(h->j, h->it->t[i].tensor_id, h->it->t[i].step);
+    if (!p || p->observing) return 0;
+  }
+  return 1;
+}
+
+/* The members' per-step fields, known only now: flushed (zeros), the done event of the slot. */
+static void start_members(srv_held *h) {
+  for (uint32_t i = 0; i < h->it->n; i++) {
+    eng_tensor *t = &h->it->t[i];
+    srv_pending *p = pending_of(h->j, t->tensor_id, t->step);
+    p->issued = 1;
+    t->zero_first = p->flushed;
+#ifdef FGBUFF_HAVE_CUDA
+    srv_tensor *st = srv_tensor_get(h->j->d, t->tensor_id);
+    t->done_ev = st ? srv_gpu_done_event(st) : NULL;
+#endif
+  }
+}
+
+void srv_pre_pump(srv *d) {
+  while (d->held && (!d->held->wait || members_ready(d->held))) {
+    srv_held *h = d->held;
+    if (h->wait) start_members(h);
+    d->held = h->next;
+    if (!d->held) d->held_tail = NULL;
+    d->nheld--;
+    eng_submit(d->eng, h->it);
+    free(h);
+  }
+}
+
+/* Logs when a job's gradient ISSUEs switch between pre-issued and agreed (tests read it). */
+static void log_mode(srv_job *j, const eng_item *it, int wait) {
+  if (!j || it->kind != ENG_ISSUE || it->coll != ENG_GRAD || it->n == 0 || j->pre_live == wait)
+    return;
+  j->pre_live = (uint8_t)wait;
+  LOG_INFO("job '%s': pre-issue %s at step %llu (collective #%llu)", j->id.name,
+           wait ? "on: numbered ahead of readiness" : "off: numbered on readiness",
+           (unsigned long long)it->t[0].step, (unsigned long long)it->seq);
+}
+
+void srv_eng_submit(srv *d, srv_job *j, eng_item *it, int wait) {
+  log_mode(j, it, wait);
+  if (!d->held && !wait) {
+    eng_submit(d->eng, it);
+    return;
+  }
+  srv_held *h = calloc(1, sizeof(*h));
+  if (!h) {
+    /* Out of memory: submitting out of order could deadlock the world; a waiting item cannot be
+     * started at all. Either way this rank cannot keep its promise: fail loudly. */
+    LOG_ERROR("out of memory holding engine item #%llu in world order: submitted now",
+              (unsigned long long)it->seq);
+    if (wait && j && j->inflight) j->inflight--;
+    if (wait) {
+      eng_item_free(it);
+      return;
+    }
+    eng_submit(d->eng, it);
+    return;
+  }
+  it->pre = (uint8_t)wait;
+  h->it = it;
+  h->j = j;
+  h->wait = wait;
+  if (d->held_tail)
+    d->held_tail->next = h;
+  else
+    d->held = h;
+  d->held_tail = h;
+  d->nheld++;
+  srv_pre_pump(d);
+}
+
+int srv_pre_waits_for(const srv *d, const srv_job *j, uint32_t tensor_id, uint64_t step) {
+  for (const srv_held *h = d->held; h; h = h->next) {
+    if (!h->wait || h->j != j) continue;
+    for (uint32_t i = 0; i < h->it->n; i++)
+      if (h->it->t[i].tensor_id == tensor_id && h->it->t[i].step == step) return 1;
+  }
+  return 0;
+}
+
+uint32_t srv_pre_nwaiting(const srv *d) {
+  return d->nheld;
+}
+
+/* Whether this rank wants step u numbered ahead of readiness: its static plan is in force for u
+ * and stays so (no exchange pending, u not the step a re-planning policy observes its order in),
+ * and the policy's items all travel through the ordered queue (split plans do not yet). */
+static int plan_in_force(const srv_job *j, uint64_t u) {
+  const srv_plan *pl = j->plan;
+  if (!pl || pl->state != 1 || pl->xpending || pl->nv == 0) return 0;
+  if (pl->ops->flags & SCHED_SPLIT) return 0;
+  if (pl->fail_from && u >= pl->fail_from) return 0;
+  if (u < pl->v[pl->nv - 1].plan.first_step) return 0;
+  if ((pl->ops->flags & SCHED_REPLANS) && (!pl->next_check || u + 1 >= pl->next_check)) return 0;
+  return 1;
+}
+
+void srv_pre_step(srv *d, srv_job *j, uint64_t step) {
+  if (!srv_pre_enabled() || !j->formed || j->aborted || (step & SRV_COLL_STEP) ||
+      !srv_plan_policy(j->policy))
+    return;
+  if (j->pre_seen && step < j->pre_next) return; /* not the first readiness of a new step */
+  j->pre_seen = 1;
+  j->pre_next = step + 1;
+  int on = !j->pre_adhoc && plan_in_force(j, step + 1);
+  fgb_status st = coord_preissue(d->coord, &j->id, on, step);
+  if (st != FGB_OK && st != FGB_EAGAIN)
+    LOG_WARN("job '%s': coord_preissue(step %llu): %d", j->id.name, (unsigned long long)step, st);
+}
+
+/* Waiting items of job j, turned into ones that start now: members not ready here contribute
+ * zeros in the tensor's own memory (scratch = 0: the client is gone) or in scratch memory (its
+ * client is alive and was told the job failed: its memory is no longer ours to write). */
+static void run_on_zeros(srv *d, srv_job *j, int scratch) {
+  for (srv_held *h = d->held; h; h = h->next) {
+    if (!h->wait || h->j != j) continue;
+    eng_item *it = h->it;
+    size_t total = 0;
+    for (uint32_t i = 0; scratch && i < it->n; i++)
+      total += (it->t[i].count * dtype_size(it->t[i].dtype) + 63) & ~(size_t)63;
+    if (scratch && !(it->scratch = calloc(total ? total : 1, 1))) {
+      LOG_ERROR(
+          "job '%s': out of memory for collective #%llu of the aborted job: dropped, its peers' "
+          "collective may not finish",
+          j->id.name, (unsigned long long)it->seq);
+      continue;
+    }
+    size_t off = 0;
+    for (uint32_t i = 0; i < it->n; i++) {
+      eng_tensor *t = &it->t[i];
+      srv_pending *p = pending_of(j, t->tensor_id, t->step);
+      if (scratch) {
+        t->ptr = (uint8_t *)it->scratch + off; /* zeros; a pending entry is failed by the caller */
+        t->zero_first = 0;
+        off += (t->count * dtype_size(t->dtype) + 63) & ~(size_t)63;
+      } else {
+        if (p) p->issued = 1;
+        t->zero_first = p ? p->flushed : 1;
+      }
+      t->done_ev = NULL; /* nobody waits on it */
+    }
+    h->wait = 0;
+  }
+}
+
+/* Drops job j's waiting items (GPU: its communicator is aborted, they could not finish). */
+static void drop_waiting(srv *d, srv_job *j) {
+  srv_held **pp = &d->held, *prev = NULL;
+  while (*pp) {
+    srv_held *h = *pp;
+    if (h->wait && h->j == j) {
+      *pp = h->next;
+      if (d->held_tail == h) d->held_tail = prev;
+      d->nheld--;
+      if (j->inflight) j->inflight--;
+      eng_item_free(h->it);
+      free(h);
+    } else {
+      prev = h;
+      pp = &h->next;
+    }
+  }
+}
+
+void srv_pre_abort(srv *d, srv_job *j) {
+  if (d->gpu)
+    drop_waiting(d, j);
+  else
+    run_on_zeros(d, j, j->session != NULL);
+  srv_pre_pump(d);
+}
+
+void srv_pre_client_gone(srv *d, srv_job *j) {
+  if (!j->left_clean) return; /* mid-step: the leader's ABORT decides (srv_pre_abort) */
+  run_on_zeros(d, j, 0);
+  srv_pre_pump(d);
+}

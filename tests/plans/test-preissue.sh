@@ -1,0 +1,112 @@
+#!/bin/bash
+# Pre-issue (FGBUFF_PREISSUE=1): three daemons with policy fgbuff. (1) A static-plan job runs with
+# its steps numbered ahead of readiness once its plan is in force: syncclient checks the exact
+# averages, every rank's results are bitwise identical, the leader's status shows pre-issue active
+# with items counted, every daemon logged the switch and received pre-issued ISSUEs. (2) A second
+# job joining on the same daemons ends it ("shares a daemon" in the leader's status, "pre-issue
+# off" in the log) and both jobs' results stay exact. (3) A client killed mid-step while its job
+# is pre-issued: its peers get FGB_EPEER naming the rank within 10 s, the dead client's job is
+# released, and a later job on the same daemons completes.
+set -u
+source "$(dirname "$0")/../lib/world.sh"
+bin="${FGBUFF_TEST_BIN:?}"
+sync="${FGBUFF_SYNC_BIN:?}"
+ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
+export FGBUFF_PREISSUE=1
+world_start 3 --policy fgbuff || exit 1
+trap 'world_stop >/dev/null 2>&1' EXIT
+out="$FGBUFF_RUNTIME_DIR"
+log="$FGBUFF_WORLD_LOG"
+rc=0
+start3() { # TAG CMD...: three ranks in the background, rank r on daemon r
+  local tag="$1" r
+  shift
+  for r in 0 1 2; do
+    "$@" --rank $r --size 3 --socket "$out/cpu$r.sock" >"$out/$tag.$r.out" 2>&1 &
+    eval "pid_${tag}_$r=\$!"
+  done
+}
+wait3() { # TAG STEPS: every rank succeeded with STEPS hashes identical to rank 0's
+  local tag="$1" steps="$2" r p
+  for r in 0 1 2; do
+    eval "p=\$pid_${tag}_$r"
+    wait "$p" || { echo "$tag: rank $r failed:"; cat "$out/$tag.$r.out"; rc=1; }
+  done
+  [ "$(grep -c hash "$out/$tag.0.out")" -eq "$steps" ] || { echo "$tag: missing steps"; rc=1; }
+  for r in 1 2; do
+    diff <(grep hash "$out/$tag.0.out") <(grep hash "$out/$tag.$r.out") >/dev/null ||
+      { echo "$tag: rank $r results differ from rank 0"; rc=1; }
+  done
+}
+# pre JOB FIELD: the leader's coordinator record of JOB, field of "preissue" (JSON), or "".
+pre() {
+  "$ctl" --socket "$out/cpu0.sock" status --json 2>/dev/null | python3 -c '
+import json, sys
+try:
+    js = [j for j in json.load(sys.stdin)["coordinator"] if j["name"] == sys.argv[1]]
+    print(json.dumps(js[0]["preissue"][sys.argv[2]]) if js else "")
+except Exception:
+    print("")' "$1" "$2"
+}
+wait_for() { # SECONDS CMD...: until CMD succeeds
+  local n=$(($1 * 10))
+  shift
+  for _ in $(seq 1 $n); do "$@" && return 0; sleep 0.1; done
+  return 1
+}
+
+# (1) 24 steps (warm-up 5, plan from step 8 or so), the last one sleeping 4 s inside the step.
+start3 pre "$sync" --job pre --steps 24 --skip 2 --sleep-at 24 --sleep-ms 4000
+active() { [ "$(pre pre active)" = true ] && [ "$(pre pre steps)" != "" ] && [ "$(pre pre steps)" -ge 3 ]; }
+wait_for 60 active || { echo "pre: pre-issue never active; leader status:"; pre pre why_not; rc=1; }
+items=$(pre pre items)
+[ -n "$items" ] && [ "$items" -ge 15 ] || { echo "pre: only '$items' items pre-issued"; rc=1; }
+for r in 1 2; do
+  n=$("$ctl" --socket "$out/cpu$r.sock" status --json | python3 -c '
+import json, sys
+print([j for j in json.load(sys.stdin)["coordinator"] if j["name"] == "pre"][0]["preissued"])')
+  [ "$n" -ge 15 ] || { echo "pre: daemon $r received $n pre-issued ISSUEs"; rc=1; }
+done
+wait3 pre 24
+[ "$(grep -c "job 'pre': pre-issue on" "$log")" -ge 3 ] || { echo "pre: not every daemon logged pre-issue on"; rc=1; }
+
+# (2) Job pa runs 60 steps (sleeping 3 s inside step 20); once it is pre-issued, job pb joins the
+# same daemons (its communicator is created once pa's pre-issued step 20 ran) and stays 6 s in its
+# last step.
+start3 pa "$sync" --job pa --steps 60 --sleep-at 20 --sleep-ms 3000
+wait_for 60 eval '[ "$(pre pa active)" = true ]' || { echo "pa: pre-issue never active"; rc=1; }
+start3 pb "$sync" --job pb --steps 6 --sleep-at 6 --sleep-ms 6000
+wait3 pa 60
+wait3 pb 6
+# Every daemon switched pa back to agreement, after pb formed there (pa's last 40 steps take a few
+# ms, too short to poll the leader's "why_not"; coord-preissue checks it).
+[ "$(grep -c "job 'pa': pre-issue off" "$log")" -eq 3 ] || { echo "pa: pre-issue did not end on every daemon"; rc=1; }
+for r in 0 1 2; do
+  grep -E "fgbuffd\[$r\] info: job '(pb' formed|pa': pre-issue off)" "$log" | head -1 | grep -q "'pb' formed" ||
+    { echo "pa: pre-issue ended on daemon $r before pb formed"; rc=1; }
+done
+
+# (3) Rank 1 dies at step 20 (half its tensors submitted) while the job is pre-issued.
+"$sync" --job pk --rank 1 --size 3 --steps 30 --die-at 20 --socket "$out/cpu1.sock" \
+  >"$out/pk.1.out" 2>&1 &
+victim=$!
+for r in 0 2; do
+  "$sync" --job pk --rank $r --size 3 --steps 30 --expect-error -8 --deadline-ms 10000 \
+    --socket "$out/cpu$r.sock" >"$out/pk.$r.out" 2>&1 &
+  eval "peer_$r=\$!"
+done
+wait $victim && { echo "pk: the victim client was expected to die"; rc=1; }
+for r in 0 2; do
+  eval "p=\$peer_$r"
+  wait "$p" || { echo "pk: rank $r did not get FGB_EPEER in time:"; cat "$out/pk.$r.out"; rc=1; }
+  grep -q "rank 1 of job 'pk'" "$out/pk.$r.out" || { echo "pk: rank $r's error does not name rank 1"; rc=1; }
+done
+grep -q "job 'pk': pre-issue on" "$log" || { echo "pk: the job was not pre-issued when rank 1 died"; rc=1; }
+wait_for 10 grep -q "job 'pk' rank 1 released" "$log" || { echo "pk: the dead client's job was not released"; rc=1; }
+start3 after "$sync" --job after --steps 12
+wait3 after 12
+
+world_stop >/dev/null 2>&1
+trap - EXIT
+[ $rc -eq 0 ] || tail -n 80 "$log"
+exit $rc
