@@ -294,12 +294,14 @@ __device__ inline void kc_block_select(Load load, uint64_t len, unsigned long lo
 /* Single-block exact select over m <= KC_SAMPLES keys held in registers (KC_SS_PER a thread, all
  * loads in flight at once: the keys come from scattered global reads, and re-reading them on every
  * radix pass used to leave the block waiting on memory latency). Every thread gets
- * T (the kth largest key) and eq (how many keys equal to T are in the top k). */
+ * T (the kth largest key) and eq (how many keys equal to T are in the top k). passes < 3: only the
+ * first digits (T's low bits 0, eq meaningless): a lower bound of the kth key. */
 #define KC_SS_PER (KC_SAMPLES / KC_BLOCK_SELECT)
 #define KC_NO_KEY 0xffffffffu /* above every real key (bit 31 is clear in those) */
 template <typename Key>
 __device__ inline void kc_reg_select(Key keyf, uint32_t m, unsigned long long k, uint32_t *hist,
-                                     uint32_t *T, unsigned long long *eq, uint32_t *err) {
+                                     uint32_t *T, unsigned long long *eq, uint32_t *err,
+                                     int passes = 3) {
   uint32_t key[KC_SS_PER];
 #pragma unroll
   for (int u = 0; u < KC_SS_PER; u++) {
@@ -308,7 +310,7 @@ __device__ inline void kc_reg_select(Key keyf, uint32_t m, unsigned long long k,
   }
   uint32_t prefix = 0, mask = 0;
   unsigned long long rank = k;
-  for (int p = 0; p < 3; p++) {
+  for (int p = 0; p < passes; p++) {
     const uint32_t nb = kc_radix_bins(p), sh = kc_radix_shift(p);
     for (uint32_t b = threadIdx.x; b < KC_RADIX_BINS; b += blockDim.x) hist[b] = 0;
     __syncthreads();

@@ -68,7 +68,9 @@ __global__ void __launch_bounds__(KC_BLOCK_SELECT)
         if (g) x = kern_nan_canon(__fadd_rn(x, g[i]));
         return kern_abs_key(x);
       },
-      m, r, hist, &T, &eq, &err);
+      m, r, hist, &T, &eq, &err, 2);
+  /* Two of the three radix passes: T = the r-th sample's key with its low 10 bits cleared, a bound
+   * at most 2^-13 (relative) below it — as good a lower bound, one pass cheaper. */
   if (threadIdx.x == 0) { /* the selection's state, initialised here (no k_sel_init launch) */
     kc_sel_state z;
     memset(&z, 0, sizeof z);
