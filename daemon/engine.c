@@ -375,10 +375,12 @@ static int split_fail(eng_item *it, int status, const char *fmt, const char *det
   return -1;
 }
 
-/* The reduce-scatter half of a split buffer: members fused per working type into a merge buffer
- * padded with zeros to a multiple of the job size (the split owns it until the all-gather), each
- * reduce-scattered in place; the 1/P average is applied to this rank's block only
- * (finish_split_rs). Members are dense here (start_issue folded compressed ones in). */
+/* The reduce-scatter half of a split buffer: dense members fused per working type into a merge
+ * buffer padded with zeros to a multiple of the job size (the split owns it until the
+ * all-gather), each reduce-scattered in place; the 1/P average is applied to this rank's block
+ * only (finish_split_rs). Members with a compressor were folded in and cleared (the plan sends an
+ * all-compressible buffer dense: flush_dense) or, in a mixed buffer, synchronised per tensor by
+ * start_issue already; those are in no group. */
 static int start_split_rs(srv_engine *e, eng_item *it, eng_exec *x) {
   eng_split *s = it->sbuf;
   if (!s || s->ng) return split_fail(it, FGB_EINVAL, "%s", "a split item without its state");
@@ -387,6 +389,7 @@ static int start_split_rs(srv_engine *e, eng_item *it, eng_exec *x) {
   s->rank = x->ec->rank;
   s->size = x->ec->size;
   for (uint32_t i = 0; i < it->n; i++) {
+    if (it->t[i].comp) continue; /* sparsified per tensor (start_issue): not in the split */
     fgb_dtype w = working_type(it->t[i].dtype);
     int gi = 0;
     while (gi < s->ng && s->g[gi].wdt != w) gi++;
@@ -483,8 +486,11 @@ static int start_split_ag(srv_engine *e, eng_item *it, eng_exec *x) {
     x->left++;
   }
   x->ng = s->ng;
-  for (uint32_t i = 0; i < it->n; i++)
-    it->bytes_received += it->t[i].count * dtype_size(it->t[i].dtype);
+  for (int gi = 0; gi < s->ng; gi++) /* the dense members (sparse ones counted by cp_sync) */
+    for (uint32_t m = 0; m < s->g[gi].n; m++) {
+      const eng_tensor *t = &it->t[s->g[gi].members[m]];
+      it->bytes_received += t->count * dtype_size(t->dtype);
+    }
   return 0;
 }
 
@@ -518,9 +524,6 @@ static int start_issue(srv_engine *e, eng_item *it) {
     return -1;
   }
   if (it->split == ENG_SPLIT_AG) return start_split_ag(e, it, x);
-  /* DeAR is dense by design: a split buffer's compressed members are folded in and sent dense. */
-  for (uint32_t i = 0; it->split == ENG_SPLIT_RS && i < it->n; i++)
-    if (it->t[i].comp) it->t[i].flush_dense = 1;
   for (uint32_t i = 0; i < it->n; i++) {
     eng_tensor *t = &it->t[i];
     size_t esz = dtype_size(t->dtype);

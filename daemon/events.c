@@ -164,10 +164,10 @@ void srv_issue_event(srv *d, srv_job *j, coord_event *ev) {
       if (!ev->pre) ts[it->n].done_ev = srv_gpu_done_event(t);
 #endif
       srv_comp_fill(t, &ts[it->n]);
-      /* The plan sends this buffer dense (2), or splits it (3: dense by design). */
-      ts[it->n++].flush_dense = (plan == 2 || plan == 3) && t->comp;
+      /* The plan sends this buffer dense: 2, or 4 (split) */
+      ts[it->n++].flush_dense = (plan == 2 || plan == 4) && t->comp;
     }
-    if (plan == 3) { /* reduce-scatter now, all-gather after the step's last one (plan_split.c) */
+    if (plan >= 3) { /* reduce-scatter now, all-gather after the step's last one (plan_split.c) */
       srv_plan_split_issue(j, it);
       return;
     }

@@ -658,7 +658,7 @@ int srv_plan_on_issue(srv_job *j, coord_event *ev) {
     pl->sp_step = ev->step;
     pl->sp_buf = b;
     pl->sp_nbuf = v->plan.nbuffers;
-    return 3;
+    return all_compressible(j, &v->plan, b) ? 4 : 3; /* dear's buffers are dense */
   }
   return all_compressible(j, &v->plan, b) && !v->plan.buffers[b].compress ? 2 : 0;
 nomem:

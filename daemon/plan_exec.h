@@ -41,8 +41,10 @@ int srv_plan_policy(const char *name);
  * nothing), 0 when the caller submits `ev` as it now is: unchanged, or rewritten to carry every
  * member of the plan buffer it completed (tensor_keys in plan order, the event's seq), and 2 for
  * such a buffer that the plan sends dense although every member has a compressor (the caller
- * marks them flush_dense), and 3 for a buffer of a split plan (dear): the caller builds the
- * item (compressed members flush_dense: dense by design) and hands it to srv_plan_split_issue. A job whose plan fails is logged and falls back to per-tensor ISSUEs
+ * marks them flush_dense), and 3 or 4 for a buffer of a split plan (dear): the caller builds
+ * the item and hands it to srv_plan_split_issue; 4 when every member has a compressor (the plan
+ * sends it dense, as for 2; a mixed buffer's compressed members stay sparsified per tensor, as in
+ * any plan). A job whose plan fails is logged and falls back to per-tensor ISSUEs
  * on every rank alike. */
 int srv_plan_on_issue(struct srv_job *j, struct coord_event *ev);
 

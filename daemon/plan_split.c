@@ -2,7 +2,8 @@
  * as a reduce-scatter item where it completes in backward, and an all-gather item placed after its
  * step's last reduce-scatter, in forward order (engine.h, "Split all-reduce"). The placement is a
  * function of the plan and the agreed ISSUE stream only, so every rank submits the same items in
- * the same world order; nothing here waits on a client. Loop thread only. */
+ * the same world order (through preissue.c's ordered queue, behind anything held there; split
+ * plans are never pre-issued themselves); nothing here waits on a client. Loop thread only. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "log.h"
 #include "plan_exec.h"
 #include "plan_internal.h"
+#include "preissue.h"
 
 static void split_drop(plan_split *s) {
   eng_split_unref(s->sb);
@@ -46,7 +48,7 @@ static void submit_ag(srv_job *j, srv_plan *pl, uint32_t i, int status, const ch
   it->n = s.n;
   if (!status) pl->ag_issued++;
   j->inflight++;
-  eng_submit(j->d->eng, it);
+  srv_eng_submit(j->d, j, it, 0);
 }
 
 /* Every buffer of `step` reduce-scattered: their all-gathers in forward order (the plan's buffers
@@ -88,7 +90,7 @@ void srv_plan_split_issue(srv_job *j, eng_item *it) {
     it->sbuf = eng_split_ref(sb);
     pl->rs_issued++;
     j->inflight++;
-    eng_submit(j->d->eng, it);
+    srv_eng_submit(j->d, j, it, 0);
   } else {
     eng_item_free(it);
   }
@@ -103,7 +105,7 @@ nomem:
   eng_split_unref(sb);
   free(copy);
   j->inflight++;
-  eng_submit(j->d->eng, it);
+  srv_eng_submit(j->d, j, it, 0);
 }
 
 void srv_plan_split_abort(srv_job *j, int code, const char *text) {

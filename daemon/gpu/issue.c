@@ -165,11 +165,19 @@ static uint64_t split_block(const eng_tensor *t, int size) {
   return t->count / (uint64_t)size;
 }
 
+/* A member of the split collectives: dense, or its compressor flushed dense by the plan (the
+ * all-gather's copy still names the compressor). A mixed buffer's compressed members are
+ * synchronised per tensor in the reduce-scatter half (sp_sync_timed) and left out. */
+static int split_member(const eng_tensor *t) {
+  return !t->comp || t->flush_dense;
+}
+
 static ncclResult_t split_enqueue(eng_item *it, ncclComm_t nc, int rank, int size, cudaStream_t s) {
   ncclResult_t r = ncclSuccess;
   ncclGroupStart();
   for (uint32_t i = 0; i < it->n && (r == ncclSuccess || r == ncclInProgress); i++) {
     eng_tensor *t = &it->t[i];
+    if (!split_member(t)) continue;
     size_t esz = dtype_size(t->dtype);
     uint64_t blk = split_block(t, size), pre = blk * (uint64_t)size, rem = t->count - pre;
     uint8_t *mine = t->ptr + (uint64_t)rank * blk * esz;
@@ -193,7 +201,7 @@ static ncclResult_t split_enqueue(eng_item *it, ncclComm_t nc, int rank, int siz
 static fgb_status split_scale(eng_item *it, int rank, int size, cudaStream_t s) {
   for (uint32_t i = 0; i < it->n; i++) {
     eng_tensor *t = &it->t[i];
-    if (t->op != FGB_OP_AVERAGE || fused_avg(t)) continue;
+    if (!split_member(t) || t->op != FGB_OP_AVERAGE || fused_avg(t)) continue;
     size_t esz = dtype_size(t->dtype);
     uint64_t blk = split_block(t, size), pre = blk * (uint64_t)size;
     if (blk && gpu_scale_div(t->dtype, t->ptr + (uint64_t)rank * blk * esz, blk, size, s) != FGB_OK)
@@ -225,9 +233,6 @@ static int g_start(comm *c, int size, eng_item *it) {
     fgb_status st = eng_split_status(it->sbuf, err, sizeof err);
     if (st != FGB_OK) return fail_late(x, it, st, err, NULL);
   } else if (it->coll == ENG_GRAD) {
-    /* DeAR is dense by design: a split buffer's compressed members are folded in, sent dense. */
-    for (uint32_t i = 0; it->split == ENG_SPLIT_RS && i < it->n; i++)
-      if (it->t[i].comp) it->t[i].flush_dense = 1;
     /* Compressor settings agreed across ranks once per tensor (the same verdict everywhere). */
     uint64_t total = 0;
     for (uint32_t i = 0; i < it->n; i++) total += it->t[i].count * dtype_size(it->t[i].dtype);
@@ -263,6 +268,14 @@ static int g_start(comm *c, int size, eng_item *it) {
     it->bytes_sent += bytes;
     it->bytes_received += bytes;
   } else if (it->split) {
+    for (uint32_t i = 0; it->split == ENG_SPLIT_RS && i < it->n; i++) {
+      if (!compressed(it, i)) continue; /* a mixed buffer's: per tensor, as in any plan */
+      fgb_status st = sp_sync_timed(&job, &it->t[i], NULL, &it->bytes_sent, &it->bytes_received,
+                                    err, sizeof err);
+      if (st != FGB_OK) return fail_late(x, it, st, err, NULL);
+    }
+    if (!(nc = comm_nccl_handle(c))) /* aborted during a compressed member's host wait */
+      return fail_late(x, it, FGB_EPEER, "a rank of the job failed", NULL);
     r = split_enqueue(it, nc, rank, size, s);
   } else if (it->coll == ENG_ALLGATHER) {
     size_t bytes = t0->count * dtype_size(t0->dtype);

@@ -11,10 +11,11 @@
 #    steps of them, and the text status names the split buffers;
 #  - fractional values (--frac 1): results within float tolerance of the reference, and
 #    bitwise identical across ranks (the all-gather hands every rank the same bytes).
-# On the 3-daemon world, rank 2's client dies half-way through a step of the plan (earlier
-# buffers are reduce-scattered, their all-gathers wait for the step's last reduce-scatter, which
-# never comes): ranks 0 and 1 must see FGB_EPEER for that step, never hang, and the daemons must
-# still run a new job afterwards.
+# On the 3-daemon world, top-k members (--topk 0.01 --mixed 1: every third tensor dense) keep the
+# error-feedback invariant through the split plan; then rank 2's client dies half-way through a
+# step of the plan (earlier buffers are reduce-scattered, their all-gathers wait for the step's
+# last reduce-scatter, which never comes): ranks 0 and 1 must see FGB_EPEER for that step, never
+# hang, and the daemons must still run a new job afterwards.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
 bin="${FGBUFF_TEST_BIN:?}"
@@ -91,6 +92,12 @@ for n in 2 3; do
   startn "$job" $n "$bin/planclient" --job "$job" --steps 12 --fp16 1 --frac 1
   waitn "$job" $n 12
   if [ $n -eq 3 ]; then
+    # Top-k members (every third tensor dense): all-compressible buffers are flushed dense into the
+    # split (residuals folded in and cleared), mixed buffers sparsify their compressed members per
+    # tensor; the client checks the error-feedback invariant every step, the dense members exactly.
+    job="topk3"
+    startn "$job" 3 "$bin/planclient" --job "$job" --steps 12 --topk 0.01 --mixed 1
+    waitn "$job" 3 12
     job="die3"
     pids=()
     for r in 0 1 2; do
