@@ -41,7 +41,8 @@ typedef struct plan_split {
   uint64_t step, seq;
   uint32_t buf, nbuf; /* buffer index, buffers of the step's plan */
   struct eng_split *sb;
-  struct eng_tensor *t; /* the members as the reduce-scatter carries them (owned) */
+  struct eng_tensor *t; /* the members as the reduce-scatter carries them (owned; zero_first
+                         * kept: GPU done signals skip flushed tensors, no half zeroes twice) */
   uint32_t n;
 } plan_split;
 

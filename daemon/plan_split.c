@@ -76,7 +76,6 @@ void srv_plan_split_issue(srv_job *j, eng_item *it) {
   }
   if (it->n && !(copy = malloc(it->n * sizeof(*copy)))) goto nomem;
   if (it->n) memcpy(copy, it->t, it->n * sizeof(*copy));
-  for (uint32_t k = 0; k < it->n; k++) copy[k].zero_first = 0; /* the reduce-scatter zeroes */
   plan_split *s = &pl->splits[pl->nsplits++];
   *s = (plan_split){.step = pl->sp_step,
                     .seq = it->seq,
