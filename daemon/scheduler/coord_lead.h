@@ -57,6 +57,7 @@ typedef struct ljob {
   uint64_t max_ready;   /* highest non-ad-hoc step any READY named (+1; 0: none) */
   uint64_t pre_last;    /* last pre-issued step + 1 (0: none) */
   uint64_t max_started; /* highest step a PRE named (+1; 0: none) */
+  uint64_t full_next;   /* the step after the last one issued in full (0: none) */
   uint64_t pre_items, pre_steps;
   uint8_t pre_active; /* the last PRE found every condition met */
   char pre_why[96];   /* else which one failed (status) */
@@ -93,6 +94,9 @@ void coord_lead_mark_done(ljob *j, uint32_t key, uint64_t step);
 /* coord_pre.c */
 void coord_pre_record(ljob *j, uint64_t step, const uint32_t *keys, uint32_t n);
 void coord_pre_on_ready(ljob *j, uint64_t step);
+/* Numbers the next step ahead of readiness if every condition holds (after a PRE, and after a
+ * READY completed a step). */
+void coord_pre_try(coord *c, ljob *j);
 fgb_status coord_lead_on_pre(coord *c, int from, const coord_msg *m, char *err, size_t errlen);
 void coord_pre_free(ljob *j);
 /* Status fields of the job's pre-issue ("preissue":{...}), appended at off. */

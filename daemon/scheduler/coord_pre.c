@@ -46,6 +46,7 @@ void coord_pre_record(ljob *j, uint64_t step, const uint32_t *keys, uint32_t n) 
   j->blk_n = j->rec_n;
   j->blk_from = step;
   j->rec_n = 0;
+  if (step + 1 > j->full_next) j->full_next = step + 1;
 }
 
 void coord_pre_on_ready(ljob *j, uint64_t step) {
@@ -79,7 +80,41 @@ static const char *blocker(coord *c, const ljob *j, uint64_t u, char *t, size_t 
   }
   if (!j->blk_n || j->blk_n != j->ntensors) return "no step agreed in full since the last change";
   if (u < j->max_ready) return "the step was already reported ready";
+  /* An agreed ISSUE numbered after the block would wait behind it on every daemon, while the
+   * clients wait for it before they make the block's step ready. */
+  if (j->nentries) return "collectives wait for agreement";
   return NULL;
+}
+
+/* One step ahead of the furthest step a rank began, at most: that rank makes it ready next. */
+static int try_once(coord *c, ljob *j) {
+  uint64_t u = j->full_next; /* the step after the last one issued in full */
+  if (!u || !j->pre_want || j->pre_last > u || u > j->max_started) return 0;
+  char why[COORD_MAX_TEXT + 1];
+  const char *no = blocker(c, j, u, why, sizeof why);
+  j->pre_active = no == NULL;
+  coord_fmt(j->pre_why, sizeof j->pre_why, "%s", no ? no : "");
+  if (no) return 0;
+  coord_msg p;
+  coord_msg_init(&p, COORD_MSG_PREISSUE);
+  p.job = j->id;
+  p.job_key = j->job_key;
+  p.seq = coord_get_leader(c)->next_seq;
+  p.step = u;
+  p.nkeys = j->blk_n;
+  p.keys = j->blk_keys; /* borrowed */
+  coord_get_leader(c)->next_seq += j->blk_n;
+  for (uint32_t i = 0; i < j->blk_n; i++) coord_lead_mark_done(j, j->blk_keys[i], u);
+  j->pre_last = j->full_next = u + 1;
+  j->pre_items += j->blk_n;
+  j->pre_steps++;
+  coord_lead_send_members(c, j, &p, -1);
+  return 1;
+}
+
+void coord_pre_try(coord *c, ljob *j) {
+  while (try_once(c, j)) {
+  }
 }
 
 fgb_status coord_lead_on_pre(coord *c, int from, const coord_msg *m, char *err, size_t errlen) {
@@ -106,27 +141,13 @@ fgb_status coord_lead_on_pre(coord *c, int from, const coord_msg *m, char *err, 
       return FGB_OK;
     }
   }
-  uint64_t u = m->step + 1;
-  if (j->pre_last > u) return FGB_OK; /* already numbered */
-  char why[COORD_MAX_TEXT + 1];
-  const char *no = m->on ? blocker(c, j, u, why, sizeof why) : "this rank does not ask for it";
-  j->pre_active = no == NULL;
-  coord_fmt(j->pre_why, sizeof j->pre_why, "%s", no ? no : "");
-  if (no) return FGB_OK;
-  coord_msg p;
-  coord_msg_init(&p, COORD_MSG_PREISSUE);
-  p.job = j->id;
-  p.job_key = j->job_key;
-  p.seq = coord_get_leader(c)->next_seq;
-  p.step = u;
-  p.nkeys = j->blk_n;
-  p.keys = j->blk_keys; /* borrowed */
-  coord_get_leader(c)->next_seq += j->blk_n;
-  for (uint32_t i = 0; i < j->blk_n; i++) coord_lead_mark_done(j, j->blk_keys[i], u);
-  j->pre_last = u + 1;
-  j->pre_items += j->blk_n;
-  j->pre_steps++;
-  coord_lead_send_members(c, j, &p, -1);
+  if (m->step + 1 > j->max_started) j->max_started = m->step + 1;
+  if (!m->on) {
+    j->pre_active = 0;
+    coord_fmt(j->pre_why, sizeof j->pre_why, "rank %d does not ask for it", m->rank);
+    return FGB_OK;
+  }
+  coord_pre_try(c, j);
   return FGB_OK;
 }
 

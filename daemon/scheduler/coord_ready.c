@@ -187,6 +187,7 @@ fgb_status coord_lead_on_ready(coord *c, int from, const coord_msg *m, char *err
   }
   issue(c, j, m->step, done, nd);
   free(done);
+  if (nd) coord_pre_try(c, j); /* a step issued in full: the next one may go ahead of readiness */
   /* A rank that left cleanly can never complete entries it lacks: that is an abort. */
   for (uint32_t i = 0; j->nleft && i < m->nkeys; i++) {
     int64_t idx = entry_find(j, m->step, m->keys[i]);

@@ -69,6 +69,28 @@ static int status_has(harness *h, const char *what) {
   return strstr(buf, what) != NULL;
 }
 
+/* Job rank r's daemon: its client began `step` (PRE, as fgbuffd sends it on every new step). */
+static void begin(harness *h, const coord_job_id *job, int r, uint64_t step, int on) {
+  REQUIRE(coord_preissue(h->c[wr[r]], job, on, step) == FGB_OK);
+  h_run(h);
+}
+
+static int pre_step(const harness *h, uint64_t step, const uint32_t *order) {
+  uint32_t keys[NT];
+  int npre, ok = 1;
+  for (int r = 0; r < 2; r++)
+    ok &= issues_of(h, wr[r], step, keys, &npre) == NT && npre == NT &&
+          memcmp(keys, order, sizeof keys) == 0;
+  return ok;
+}
+
+static int agreed(const harness *h, uint64_t step) {
+  uint32_t keys[NT];
+  int npre, ok = 1;
+  for (int r = 0; r < 2; r++) ok &= issues_of(h, wr[r], step, keys, &npre) == NT && npre == 0;
+  return ok;
+}
+
 int main(void) {
   harness h;
   coord_job_id job = h_job("static", 1), other = h_job("other", 1);
@@ -79,77 +101,75 @@ int main(void) {
   for (uint64_t seed = 1; seed <= 20; seed++) {
     h_init(&h, ND, seed, 0, 0);
     form(&h, &job);
-    /* Nothing is pre-issued before a step was agreed in full, whatever the ranks ask. */
-    REQUIRE(coord_preissue(h.c[wr[0]], &job, 1, 0) == FGB_OK);
-    REQUIRE(coord_preissue(h.c[wr[1]], &job, 0, 0) == FGB_OK);
-    h_run(&h);
-    CHECK(h_count(&h, wr[0], COORD_EV_ISSUE) == 0);
+    /* Step 0, agreed: rank 1 does not ask, so nothing goes ahead. */
+    begin(&h, &job, 0, 0, 1);
+    begin(&h, &job, 1, 0, 0);
     agreed_step(&h, &job, 0, order);
-    CHECK(issues_of(&h, wr[0], 0, keys, &npre) == NT && npre == 0);
-    /* One rank asking is not enough. */
-    REQUIRE(coord_preissue(h.c[wr[0]], &job, 1, 1) == FGB_OK);
-    h_run(&h);
-    CHECK(issues_of(&h, wr[0], 2, keys, &npre) == 0);
+    CHECK(agreed(&h, 0) && issues_of(&h, wr[0], 1, keys, &npre) == 0);
     CHECK(status_has(&h, "\"active\":false") && status_has(&h, "rank 1 does not ask"));
-    /* Both ask (rank 1 begins step 1): step 2 is numbered at once, in step 0's order. */
+    /* Rank 1 begins step 1 asking: steps 1 and 2 are numbered at once, in step 0's order (one
+     * step beyond the furthest begun); rank 0 beginning step 1 adds nothing. */
+    begin(&h, &job, 1, 1, 1);
+    CHECK_MSG(pre_step(&h, 1, order) && pre_step(&h, 2, order), "seed %llu",
+              (unsigned long long)seed);
+    begin(&h, &job, 0, 1, 1);
+    CHECK(issues_of(&h, wr[0], 3, keys, &npre) == 0);
+    /* READYs of a pre-issued step are late repeats. */
     agreed_step(&h, &job, 1, order);
-    REQUIRE(coord_preissue(h.c[wr[1]], &job, 1, 1) == FGB_OK);
-    h_run(&h);
-    for (int r = 0; r < 2; r++) {
-      CHECK_MSG(issues_of(&h, wr[r], 2, keys, &npre) == NT && npre == NT, "seed %llu rank %d",
-                (unsigned long long)seed, r);
-      CHECK(memcmp(keys, order, sizeof keys) == 0);
-    }
-    /* Readiness of the pre-issued step changes nothing; the next PRE numbers step 3. */
-    agreed_step(&h, &job, 2, order);
-    CHECK(issues_of(&h, wr[0], 2, keys, &npre) == NT);
-    REQUIRE(coord_preissue(h.c[wr[1]], &job, 1, 2) == FGB_OK);
-    REQUIRE(coord_preissue(h.c[wr[0]], &job, 1, 2) == FGB_OK);
-    h_run(&h);
-    CHECK(issues_of(&h, wr[0], 3, keys, &npre) == NT && npre == NT);
-    CHECK(status_has(&h, "\"active\":true,\"steps\":2,\"items\":6"));
+    CHECK(issues_of(&h, wr[0], 1, keys, &npre) == NT);
+    begin(&h, &job, 1, 2, 1);
+    begin(&h, &job, 0, 2, 1);
+    CHECK(pre_step(&h, 3, order));
+    CHECK(status_has(&h, "\"active\":true,\"steps\":3,\"items\":9"));
     /* A second job joining on world 2 ends it: step 4 goes through agreement again. */
     REQUIRE(coord_join(h.c[2], &other, 0, 2) == FGB_OK);
     h_run(&h);
-    REQUIRE(coord_preissue(h.c[wr[0]], &job, 1, 3) == FGB_OK);
-    h_run(&h);
+    begin(&h, &job, 0, 3, 1);
     CHECK(issues_of(&h, wr[0], 4, keys, &npre) == 0);
     CHECK(status_has(&h, "job 'other' shares a daemon"));
+    begin(&h, &job, 1, 3, 1);
+    begin(&h, &job, 0, 4, 1);
+    begin(&h, &job, 1, 4, 1);
     agreed_step(&h, &job, 4, order);
-    CHECK(issues_of(&h, wr[1], 4, keys, &npre) == NT && npre == 0);
-    /* It leaves again (before forming): pre-issue resumes with step 6 (5 began). */
+    CHECK(agreed(&h, 4));
+    /* It leaves again (before forming): the next begun step resumes pre-issue. */
     REQUIRE(coord_leave(h.c[2], &other, 0, "bye") == FGB_OK);
     h_run(&h);
-    REQUIRE(coord_preissue(h.c[wr[1]], &job, 1, 5) == FGB_OK);
-    h_run(&h);
-    CHECK(issues_of(&h, wr[0], 6, keys, &npre) == NT && npre == NT);
-    /* A rank saying off ends it; a READY of a step seen before stops that step's pre-issue. */
-    REQUIRE(coord_preissue(h.c[wr[0]], &job, 0, 6) == FGB_OK);
-    h_run(&h);
-    REQUIRE(coord_preissue(h.c[wr[1]], &job, 1, 6) == FGB_OK);
-    h_run(&h);
+    begin(&h, &job, 1, 5, 1);
+    CHECK(pre_step(&h, 5, order) && pre_step(&h, 6, order));
+    /* Rank 0 saying off ends it at the next step. */
+    begin(&h, &job, 0, 5, 0);
+    begin(&h, &job, 1, 6, 1);
+    begin(&h, &job, 0, 6, 0);
     CHECK(issues_of(&h, wr[0], 7, keys, &npre) == 0);
+    begin(&h, &job, 1, 7, 1);
+    begin(&h, &job, 0, 7, 0);
     agreed_step(&h, &job, 7, order);
-    REQUIRE(coord_preissue(h.c[wr[0]], &job, 1, 6) == FGB_OK);
+    CHECK(agreed(&h, 7));
+    /* Rank 1 reports step 8 ready before rank 0 asks again: step 8 stays agreed; once it is
+     * issued in full, step 9 goes ahead. */
+    begin(&h, &job, 1, 8, 1);
+    for (int i = 0; i < NT; i++) REQUIRE(coord_ready(h.c[wr[1]], &job, 8, &order[i], 1) == 0);
     h_run(&h);
-    CHECK(issues_of(&h, wr[0], 7, keys, &npre) == NT && npre == 0);
+    begin(&h, &job, 0, 8, 1);
+    CHECK(issues_of(&h, wr[0], 8, keys, &npre) == 0);
+    for (int i = 0; i < NT; i++) REQUIRE(coord_ready(h.c[wr[0]], &job, 8, &order[i], 1) == 0);
+    h_run(&h);
+    CHECK(agreed(&h, 8) && pre_step(&h, 9, order));
     CHECK(same_issue_streams(&h));
     CHECK(h.nproto == 0 && h.nerrors == 0);
-
-    /* A clean leave of rank 0 after step 7, then rank 1 begins step 8 (pre-issued): ABORT,
-     * the leaver's daemon last. */
-    REQUIRE(coord_preissue(h.c[wr[0]], &job, 1, 7) == FGB_OK);
-    REQUIRE(coord_preissue(h.c[wr[1]], &job, 1, 7) == FGB_OK);
-    h_run(&h);
-    CHECK(issues_of(&h, wr[1], 8, keys, &npre) == NT && npre == NT);
+    /* Rank 0 begins step 9 (step 10 goes ahead), then leaves cleanly after it: rank 1 beginning
+     * step 10 aborts the job, the leaver's daemon included. */
+    begin(&h, &job, 0, 9, 1);
+    CHECK(pre_step(&h, 10, order));
     REQUIRE(coord_leave(h.c[wr[0]], &job, 0, "client closed after its last step") == FGB_OK);
     h_run(&h);
+    begin(&h, &job, 1, 9, 1);
     CHECK(h_count(&h, wr[1], COORD_EV_JOB_ABORTED) == 0);
-    REQUIRE(coord_preissue(h.c[wr[1]], &job, 1, 8) == FGB_OK);
-    h_run(&h);
+    begin(&h, &job, 1, 10, 1);
     CHECK_MSG(h_count(&h, wr[1], COORD_EV_JOB_ABORTED) == 1, "seed %llu", (unsigned long long)seed);
     const coord_event *a = h_nth(&h, wr[1], COORD_EV_JOB_ABORTED, 0);
-    CHECK(a && strstr(a->text, "rank 0 of job 'static' left with step 8 unfinished"));
+    CHECK(a && strstr(a->text, "rank 0 of job 'static' left with step 10 unfinished"));
     h_free(&h);
   }
 
