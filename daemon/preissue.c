@@ -164,36 +164,29 @@ void srv_pre_step(srv *d, srv_job *j, uint64_t step) {
     LOG_WARN("job '%s': coord_preissue(step %llu): %d", j->id.name, (unsigned long long)step, st);
 }
 
-/* Waiting items of job j, turned into ones that start now: members not ready here contribute
- * zeros in the tensor's own memory (scratch = 0: the client is gone) or in scratch memory (its
- * client is alive and was told the job failed: its memory is no longer ours to write). */
-static void run_on_zeros(srv *d, srv_job *j, int scratch) {
+/* Job j's waiting items, turned into ones that start now on zeros in scratch memory: the client's
+ * memory is no longer ours to write (it was told the job failed, or it left and may use that
+ * memory for something else). */
+static void run_on_zeros(srv *d, srv_job *j) {
   for (srv_held *h = d->held; h; h = h->next) {
     if (!h->wait || h->j != j) continue;
     eng_item *it = h->it;
-    size_t total = 0;
-    for (uint32_t i = 0; scratch && i < it->n; i++)
+    size_t total = 0, off = 0;
+    for (uint32_t i = 0; i < it->n; i++)
       total += (it->t[i].count * dtype_size(it->t[i].dtype) + 63) & ~(size_t)63;
-    if (scratch && !(it->scratch = calloc(total ? total : 1, 1))) {
+    if (!(it->scratch = calloc(total ? total : 1, 1))) {
       LOG_ERROR(
-          "job '%s': out of memory for collective #%llu of the aborted job: dropped, its peers' "
-          "collective may not finish",
+          "job '%s': out of memory for collective #%llu of the ended job: it waits, and its "
+          "peers' collective with it",
           j->id.name, (unsigned long long)it->seq);
       continue;
     }
-    size_t off = 0;
     for (uint32_t i = 0; i < it->n; i++) {
       eng_tensor *t = &it->t[i];
-      srv_pending *p = pending_of(j, t->tensor_id, t->step);
-      if (scratch) {
-        t->ptr = (uint8_t *)it->scratch + off; /* zeros; a pending entry is failed by the caller */
-        t->zero_first = 0;
-        off += (t->count * dtype_size(t->dtype) + 63) & ~(size_t)63;
-      } else {
-        if (p) p->issued = 1;
-        t->zero_first = p ? p->flushed : 1;
-      }
+      t->ptr = (uint8_t *)it->scratch + off; /* a pending entry, if any, is failed by the caller */
+      t->zero_first = 0;
       t->done_ev = NULL; /* nobody waits on it */
+      off += (t->count * dtype_size(t->dtype) + 63) & ~(size_t)63;
     }
     h->wait = 0;
   }
@@ -218,16 +211,21 @@ static void drop_waiting(srv *d, srv_job *j) {
   }
 }
 
-void srv_pre_abort(srv *d, srv_job *j) {
+/* GPU daemons drop them (host scratch is no device memory; a peer that started one is released
+ * by the communicator's abort); CPU daemons run them on zeros (an MPI collective cannot be
+ * aborted, and a peer may have started it). */
+static void end_waiting(srv *d, srv_job *j) {
   if (d->gpu)
     drop_waiting(d, j);
   else
-    run_on_zeros(d, j, j->session != NULL);
+    run_on_zeros(d, j);
   srv_pre_pump(d);
 }
 
+void srv_pre_abort(srv *d, srv_job *j) {
+  end_waiting(d, j);
+}
+
 void srv_pre_client_gone(srv *d, srv_job *j) {
-  if (!j->left_clean) return; /* mid-step: the leader's ABORT decides (srv_pre_abort) */
-  run_on_zeros(d, j, 0);
-  srv_pre_pump(d);
+  if (j->left_clean) end_waiting(d, j); /* mid-step: the leader's ABORT decides (srv_pre_abort) */
 }

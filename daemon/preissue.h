@@ -26,13 +26,12 @@ int srv_pre_waits_for(const struct srv *d, const struct srv_job *j, uint32_t ten
 /* This daemon's client made its first tensor of `step` ready: tell the leader whether this rank
  * wants the next step pre-issued (static plan in force, no ad-hoc collective used). */
 void srv_pre_step(struct srv *d, struct srv_job *j, uint64_t step);
-/* The job aborted: its waiting items can never become ready here. GPU daemons drop them (the
- * communicator is aborted); CPU daemons run them on zeros (MPI collectives cannot be aborted, and
- * the other ranks may have started them): in the client's memory once it is gone, else in
- * scratch memory. Their results report FGB_EPEER. */
+/* The job aborted, or its client left cleanly (its last step done; the leader pre-issued the
+ * next): its waiting items can never become ready here. GPU daemons drop them (the job's
+ * communicator is aborted or released); CPU daemons run them on zeros in scratch memory (MPI
+ * collectives cannot be aborted, and a peer may have started them). Results of pre-issued items
+ * of an aborted job report FGB_EPEER (events.c). A mid-step departure waits for the ABORT. */
 void srv_pre_abort(struct srv *d, struct srv_job *j);
-/* The job's client left cleanly: its waiting items (the step after its last) run on zeros in its
- * memory, as every rank does whose client ended there. */
 void srv_pre_client_gone(struct srv *d, struct srv_job *j);
 /* Items waiting (status). */
 uint32_t srv_pre_nwaiting(const struct srv *d);
