@@ -42,7 +42,8 @@ static inline unsigned kc_blocks(uint64_t work, uint64_t per_block, unsigned cap
  * be scheduled while its predecessor still runs, and waits in KC_PDL_ENTRY (first statement of
  * every kernel launched so) until that predecessor has completed and its writes are visible — so
  * the order of effects is the stream's. The entry also lets the next kernel be scheduled early.
- * Enabled where the device has compute capability >= 9 and FGB_KERN_PDL is not "0". */
+ * Enabled where the device has compute capability >= 9 and FGB_KERN_PDL is not "0" (measured on
+ * 2x H100: 6-8% off every encode at 25.5M, e.g. Gaussian-k 2.92 -> 2.74 x copy). */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define KC_PDL_ENTRY()                         \
   do {                                         \

@@ -29,7 +29,7 @@ int kc_pdl_on(void) {
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
     major = 0;
   const char *e = getenv("FGB_KERN_PDL");
-  const int on = major >= 9 && e != NULL && strcmp(e, "0") != 0;
+  const int on = major >= 9 && (e == NULL || strcmp(e, "0") != 0);
   if (dev < 64) cached[dev] = on ? 2 : 1;
   return on;
 }
