@@ -56,8 +56,10 @@ static inline unsigned kc_blocks(uint64_t work, uint64_t per_block, unsigned cap
   } while (0)
 #endif
 
-/* 1 when launches on the current device use the attribute (cached per device). */
+/* 1 when launches on the current device use the attribute (cached per device); kc_pdl_disable:
+ * not any more on the current device. */
 int kc_pdl_on(void);
+void kc_pdl_disable(void);
 
 template <typename... KArgs, typename... Args>
 static inline void kc_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, cudaStream_t s,
@@ -72,7 +74,13 @@ static inline void kc_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, cuda
   at[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = at;
   cfg.numAttrs = kc_pdl_on() ? 1 : 0;
-  (void)cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...); /* errors: kc_launched() */
+  cudaError_t e = cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...); /* errors: kc_launched() */
+  if (e != cudaSuccess && cfg.numAttrs) { /* the attribute refused (a driver or MPS setup): */
+    (void)cudaGetLastError();             /* without it from now on on this device */
+    kc_pdl_disable();
+    cfg.numAttrs = 0;
+    (void)cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
+  }
 }
 
 /* ---- radix select layout (11/10/10-bit digits of the 31-bit magnitude key, as the CPU) --------

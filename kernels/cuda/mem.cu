@@ -20,8 +20,10 @@ int kc_sm_count(void) {
   return sms;
 }
 
+static int pdl_cached[64]; /* kc_pdl_on: 0 unknown, 1 off, 2 on */
+
 int kc_pdl_on(void) {
-  static int cached[64]; /* 0 unknown, 1 off, 2 on */
+  int *cached = pdl_cached;
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return 0;
   if (dev < 64 && cached[dev]) return cached[dev] == 2;
@@ -32,6 +34,11 @@ int kc_pdl_on(void) {
   const int on = major >= 9 && (e == NULL || strcmp(e, "0") != 0);
   if (dev < 64) cached[dev] = on ? 2 : 1;
   return on;
+}
+
+void kc_pdl_disable(void) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64) pdl_cached[dev] = 1;
 }
 
 /* ---- per-stream scratch ------------------------------------------------------------------------
