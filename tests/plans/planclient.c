@@ -226,7 +226,7 @@ int main(int argc, char **argv) {
     if (fgb_tensor_register(c, &td, &tid[k]))
       return fprintf(stderr, "rank %d: register: %s\n", rank, fgb_client_error(c)), 1;
   }
-  int fails = 0, dense_steps = 0, sparse_steps = 0;
+  int fails = 0, dense_steps = 0, sparse_steps = 0, peer_seen = 0;
   float *r0[NT], *r1[NT]; /* residuals before (zero before the first step) and after a step */
   for (int k = 0; k < NT; k++) {
     r0[k] = calloc(counts[k], 4);
@@ -253,22 +253,27 @@ int main(int argc, char **argv) {
       if (k == skip) continue;
       if (s == die_at && j == NT / 2) _exit(3); /* mid-step: earlier buffers are already sent */
       fgb_status sst = fgb_submit(c, tid[k], (uint64_t)s, NULL);
-      if (sst == FGB_EPEER && s == expect_peer)
-        return printf("peer failure seen at step %d (submit)\n", s), 0;
-      if (sst)
-        return fprintf(stderr, "rank %d: submit: %s\n", rank, fgb_client_error(c)), 1;
+      if (sst == FGB_EPEER && s == expect_peer) {
+        printf("peer failure seen at step %d (submit)\n", s);
+        peer_seen = 1;
+        break;
+      }
+      if (sst) return fprintf(stderr, "rank %d: submit: %s\n", rank, fgb_client_error(c)), 1;
       if (gap_ms > 0) usleep((useconds_t)gap_ms * 1000);
     }
+    if (peer_seen) break; /* ends like a finished run (frees everything) */
     fgb_status wst = fgb_end_step(c, (uint64_t)s);
     if (wst == FGB_OK) wst = fgb_wait_step(c, (uint64_t)s, 120000);
-    if (s == expect_peer && wst == FGB_EPEER)
-      return printf("peer failure seen at step %d: %s\n", s, fgb_client_error(c)), 0;
+    if (s == expect_peer && wst == FGB_EPEER) {
+      printf("peer failure seen at step %d: %s\n", s, fgb_client_error(c));
+      peer_seen = 1;
+      break;
+    }
     if (s == expect_peer)
       return fprintf(stderr, "rank %d: step %d: status %d, want FGB_EPEER (%s)\n", rank, s, wst,
                      fgb_client_error(c)),
              1;
-    if (wst)
-      return fprintf(stderr, "rank %d: step %d: %s\n", rank, s, fgb_client_error(c)), 1;
+    if (wst) return fprintf(stderr, "rank %d: step %d: %s\n", rank, s, fgb_client_error(c)), 1;
     if (topk > 0) {
       if (residuals(c, tid, r1))
         return fprintf(stderr, "rank %d: state export: %s\n", rank, fgb_client_error(c)), 1;
@@ -315,11 +320,12 @@ int main(int argc, char **argv) {
     printf("step %d hash %016llx\n", s, (unsigned long long)h);
     fflush(stdout);
   }
-  if (topk > 0) printf("ef dense-steps %d sparse-steps %d\n", dense_steps, sparse_steps);
+  if (topk > 0 && !peer_seen)
+    printf("ef dense-steps %d sparse-steps %d\n", dense_steps, sparse_steps);
   for (int k = 0; k < NT; k++) {
     free(r0[k]);
     free(r1[k]);
   }
   fgb_client_free(c);
-  return fails ? 1 : 0;
+  return fails || (expect_peer > 0 && !peer_seen) ? 1 : 0;
 }
