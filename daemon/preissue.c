@@ -148,6 +148,11 @@ static int plan_in_force(const srv_job *j, uint64_t u) {
   if (pl->fail_from && u >= pl->fail_from) return 0;
   if (u < pl->v[pl->nv - 1].plan.first_step) return 0;
   if ((pl->ops->flags & SCHED_REPLANS) && (!pl->next_check || u + 1 >= pl->next_check)) return 0;
+  const plan_ver *v = &pl->v[pl->nv - 1]; /* a tensor outside the plan (registered later) */
+  for (uint32_t i = 0; i < j->ntensors; i++) {
+    const srv_tensor *t = j->tensors[i];
+    if (!t->key_known || t->key >= v->nbuf_of || !v->buf_of[t->key]) return 0;
+  }
   return 1;
 }
 
