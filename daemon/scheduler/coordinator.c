@@ -102,16 +102,18 @@
  * coord_preissue(on, s) when its client made its first tensor of step s ready; on = 1 says this
  * rank's static plan is in force and wants step s + 1 numbered ahead of readiness. The leader
  * records, for agreed ISSUEs, the key order of the last step whose every registered tensor was
- * issued (the block). On PRE(on, s) it numbers step u = s + 1 at once (PREISSUE: the block's keys,
- * consecutive seqs, to every member) when: every rank's last PRE said on, no rank left, no other
- * job (joined, formed or not) has a rank on any of the job's daemons, the block covers every
- * tensor of the job, no READY named step u or later yet, and u was not pre-issued before. The
- * keys are marked done, so READYs of that step are ignored as late repeats. A PRE that fails a
- * condition numbers nothing, so pre-issue ends at an agreed point: everything after the blocks
- * already sent is numbered on readiness again (status says why: "why_not"). A member treats a
- * pre-issued ISSUE as any other, except that its tensors may not be ready there yet. A PRE of a
- * step after the last step a cleanly departed rank began aborts the job ("left with step s
- * unfinished"), as a READY does. ABORTs go to the failed rank's daemon last.
+ * issued (the block). After each PRE and each READY that issued something it numbers step u (the
+ * step after the last one issued in full) at once (PREISSUE: the block's keys, consecutive seqs,
+ * to every member), and repeats, while: some rank began step u - 1, every rank's last PRE said on,
+ * no rank left, no other job (joined, formed or not) has a rank on any of the job's daemons, the
+ * block covers every tensor of the job, no READY named step u or later yet, and no entry waits for
+ * agreement (an agreed ISSUE numbered behind a block would wait behind it on every daemon while
+ * the clients wait for it). The keys are marked done, so READYs of that step are ignored as late
+ * repeats. When a condition fails nothing is numbered ahead, so pre-issue ends at an agreed point:
+ * everything after the blocks already sent is numbered on readiness again (status: "why_not"). A
+ * member treats a pre-issued ISSUE as any other, except that its tensors may not be ready there
+ * yet. A PRE of a step after the last step a cleanly departed rank began aborts the job ("left
+ * with step s unfinished"), as a READY does. ABORTs go to the failed rank's daemon last.
  * Caps: names 1..255 bytes, ndim <= 8, job size <= 65536 and <= world size, 65536 keys per
  * message, 2^20 tensors and 2^22 pending entries per job, 65536 jobs at the leader, 1024 stall
  * records per member, text 511 bytes.
