@@ -8,7 +8,6 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +17,7 @@
 #include "compress_path.h"
 #include "dtype.h"
 #include "eng_plan.h"
+#include "eng_split.h"
 #include "log.h"
 
 #define ENG_MAX_ACTIVE 16
@@ -62,72 +62,6 @@ typedef struct eng_exec {
   double t0;     /* its start */
   int left;      /* requests still in flight */
 } eng_exec;
-
-/* A split all-reduce's state between its halves (engine.h). Host path: one padded merge buffer per
- * working type; `members` index the items' t[] (both halves carry the same members in the same
- * order). */
-typedef struct split_group {
-  fgb_dtype wdt;
-  uint8_t *buf;
-  uint64_t count, shard; /* members' elements; elements per rank (count padded to shard * size) */
-  uint32_t *members;
-  uint32_t n;
-} split_group;
-
-struct eng_split {
-  atomic_int refs;
-  /* Loop thread, before the all-gather is submitted (eng_split_fail). */
-  int skip_status;
-  char skip_why[200];
-  /* Engine thread. */
-  int rs_done, rs_status;
-  char rs_err[256];
-  int rank, size;
-  split_group g[ENG_MAX_GROUPS];
-  int ng;
-};
-
-eng_split *eng_split_new(void) {
-  eng_split *s = calloc(1, sizeof(*s));
-  if (s) atomic_init(&s->refs, 1);
-  return s;
-}
-
-eng_split *eng_split_ref(eng_split *s) {
-  if (s) atomic_fetch_add(&s->refs, 1);
-  return s;
-}
-
-void eng_split_unref(eng_split *s) {
-  if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
-  for (int i = 0; i < s->ng; i++) {
-    free(s->g[i].buf);
-    free(s->g[i].members);
-  }
-  free(s);
-}
-
-void eng_split_fail(eng_split *s, int status, const char *why) {
-  if (!s || s->skip_status) return;
-  s->skip_status = status;
-  snprintf(s->skip_why, sizeof(s->skip_why), "%s", why);
-}
-
-int eng_split_status(const eng_split *s, char *why, size_t len) {
-  if (!s) {
-    snprintf(why, len, "a split item without its state");
-    return FGB_EINVAL;
-  }
-  if (s->skip_status) {
-    snprintf(why, len, "%s", s->skip_why);
-    return s->skip_status;
-  }
-  if (s->rs_done && s->rs_status != FGB_OK) {
-    snprintf(why, len, "the reduce-scatter half failed: %s", s->rs_err);
-    return s->rs_status;
-  }
-  return FGB_OK;
-}
 
 struct srv_engine {
   const comm_ops *ops;
@@ -207,11 +141,8 @@ static void exec_free(eng_item *it) {
 /* Hand a finished item to the loop thread. */
 static void deliver(srv_engine *e, eng_item *it) {
   stamp(e, it, TR_FIN);
-  if (it->split == ENG_SPLIT_RS && it->sbuf) { /* its all-gather may start now (start_split_ag) */
-    it->sbuf->rs_done = 1;
-    it->sbuf->rs_status = it->status;
-    snprintf(it->sbuf->rs_err, sizeof(it->sbuf->rs_err), "%s", it->err);
-  }
+  if (it->split == ENG_SPLIT_RS && it->sbuf) /* its all-gather may start now (start_split) */
+    eng_split_rs_done(it->sbuf, it->status, it->err);
   exec_free(it);
   stamp(e, it, TR_DELIVERED);
   pthread_mutex_lock(&e->out_mu);
@@ -368,144 +299,42 @@ static fgb_dtype working_type(fgb_dtype dt) {
 }
 
 static int poll_active(srv_engine *e);
+_Static_assert(ENG_SPLIT_GROUPS <= ENG_MAX_GROUPS, "a split's groups fit an item's requests");
 
-static int split_fail(eng_item *it, int status, const char *fmt, const char *detail) {
-  it->status = status;
-  snprintf(it->err, sizeof(it->err), fmt, detail);
-  return -1;
-}
-
-/* The reduce-scatter half of a split buffer: dense members fused per working type into a merge
- * buffer padded with zeros to a multiple of the job size (the split owns it until the
- * all-gather), each reduce-scattered in place; the 1/P average is applied to this rank's block
- * only (finish_split_rs). Members with a compressor were folded in and cleared (the plan sends an
- * all-compressible buffer dense: flush_dense) or, in a mixed buffer, synchronised per tensor by
- * start_issue already; those are in no group. */
-static int start_split_rs(srv_engine *e, eng_item *it, eng_exec *x) {
-  eng_split *s = it->sbuf;
-  if (!s || s->ng) return split_fail(it, FGB_EINVAL, "%s", "a split item without its state");
-  if (!e->ops->reduce_scatter)
-    return split_fail(it, FGB_ENOTSUP, "transport %s has no reduce-scatter", e->ops->name);
-  s->rank = x->ec->rank;
-  s->size = x->ec->size;
-  for (uint32_t i = 0; i < it->n; i++) {
-    if (it->t[i].comp) continue; /* sparsified per tensor (start_issue): not in the split */
-    fgb_dtype w = working_type(it->t[i].dtype);
-    int gi = 0;
-    while (gi < s->ng && s->g[gi].wdt != w) gi++;
-    if (gi == s->ng) {
-      if (s->ng == ENG_MAX_GROUPS) return split_fail(it, FGB_EINVAL, "%s", "too many dtypes");
-      s->g[gi].wdt = w;
-      if (!(s->g[gi].members = calloc(it->n, sizeof(uint32_t))))
-        return split_fail(it, FGB_ENOMEM, "%s", "out of memory for a split buffer");
-      s->ng++;
+/* A split all-reduce's half (eng_split.c holds the merge buffers). The all-gather starts once its
+ * reduce-scatter finished on this rank: every rank started that one before this, in the world
+ * order, so waiting here cannot deadlock (the engine polls the active items meanwhile). */
+static int start_split(srv_engine *e, eng_item *it, eng_exec *x) {
+  comm_req *req[ENG_SPLIT_GROUPS] = {0};
+  int ng = 0, n;
+  if (it->split == ENG_SPLIT_AG) {
+    char why[256];
+    int st = eng_split_status(it->sbuf, why, sizeof(why));
+    while (st == FGB_OK && !eng_split_rs_is_done(it->sbuf)) {
+      if (stop_due(e)) {
+        st = FGB_EIO;
+        snprintf(why, sizeof(why), "the daemon stopped before the reduce-scatter ended");
+        break;
+      }
+      if (!poll_active(e)) sched_yield();
+      st = eng_split_status(it->sbuf, why, sizeof(why));
     }
-    s->g[gi].members[s->g[gi].n++] = i;
-    s->g[gi].count += it->t[i].count;
-  }
-  uint64_t P = (uint64_t)s->size;
-  for (int gi = 0; gi < s->ng; gi++) {
-    split_group *g = &s->g[gi];
-    size_t esz = dtype_size(g->wdt);
-    g->shard = (g->count + P - 1) / P;
-    if (g->shard == 0) continue; /* only empty members: nothing to send */
-    if (!(g->buf = calloc(g->shard * P, esz))) {
-      x->ng = s->ng; /* started groups complete; the item fails */
-      split_fail(it, FGB_ENOMEM, "%s", "out of memory for a split buffer");
-      return x->left ? 0 : -1;
-    }
-    uint64_t off = 0;
-    for (uint32_t m = 0; m < g->n; m++) {
-      eng_tensor *t = &it->t[g->members[m]];
-      dtype_to_working(t->dtype, t->ptr, g->buf + off * esz, t->count);
-      off += t->count;
-    }
-    x->g[gi].wdt = g->wdt;
-    x->g[gi].t0 = eng_now_s();
-    fgb_status st =
-        e->ops->reduce_scatter(x->ec->c, g->buf, g->buf + (uint64_t)s->rank * g->shard * esz,
-                               g->shard, g->wdt, &x->g[gi].req, it->err, sizeof(it->err));
     if (st != FGB_OK) {
       it->status = st;
-      x->ng = s->ng;
-      return x->left ? 0 : -1;
+      snprintf(it->err, sizeof(it->err), "%s", why);
+      return -1;
     }
-    x->left++;
+    n = eng_split_ag_start(it->sbuf, e->ops, x->ec->c, it, req, &ng);
+  } else {
+    n = eng_split_rs_start(it->sbuf, e->ops, x->ec->c, x->ec->rank, x->ec->size, it, req, &ng);
   }
-  x->ng = s->ng;
-  return 0;
-}
-
-/* This rank's block, averaged where its members average (the other blocks are overwritten by
- * the all-gather). */
-static void finish_split_rs(eng_item *it) {
-  eng_split *s = it->sbuf;
-  for (int gi = 0; gi < s->ng; gi++) {
-    split_group *g = &s->g[gi];
-    if (!g->buf) continue;
-    uint64_t lo = (uint64_t)s->rank * g->shard, hi = lo + g->shard, off = 0;
-    size_t esz = dtype_size(g->wdt);
-    for (uint32_t m = 0; m < g->n; m++) {
-      eng_tensor *t = &it->t[g->members[m]];
-      uint64_t a = off > lo ? off : lo, b = off + t->count < hi ? off + t->count : hi;
-      if (t->op == FGB_OP_AVERAGE && a < b)
-        dtype_scale_div(g->wdt, g->buf + a * esz, b - a, s->size);
-      off += t->count;
-    }
+  for (int g = 0; g < ng; g++) {
+    x->g[g].req = req[g];
+    x->g[g].t0 = eng_now_s();
   }
-}
-
-/* The all-gather half: starts once its reduce-scatter finished on this rank (every rank started
- * that one before this, in the world order, so waiting here cannot deadlock: the engine polls the
- * active items meanwhile). */
-static int start_split_ag(srv_engine *e, eng_item *it, eng_exec *x) {
-  eng_split *s = it->sbuf;
-  char why[256];
-  int st0 = eng_split_status(s, why, sizeof(why));
-  if (st0 != FGB_OK) return split_fail(it, st0, "%s", why);
-  while (!s->rs_done) {
-    if (stop_due(e))
-      return split_fail(it, FGB_EIO, "%s", "the daemon stopped before the reduce-scatter ended");
-    if (!poll_active(e)) sched_yield();
-  }
-  if ((st0 = eng_split_status(s, why, sizeof(why))) != FGB_OK)
-    return split_fail(it, st0, "%s", why);
-  for (int gi = 0; gi < s->ng; gi++) {
-    split_group *g = &s->g[gi];
-    if (!g->buf) continue;
-    size_t bytes = g->shard * dtype_size(g->wdt);
-    x->g[gi].wdt = g->wdt;
-    x->g[gi].t0 = eng_now_s();
-    fgb_status st = e->ops->allgather(x->ec->c, g->buf + (uint64_t)s->rank * bytes, g->buf, bytes,
-                                      &x->g[gi].req, it->err, sizeof(it->err));
-    if (st != FGB_OK) {
-      it->status = st;
-      x->ng = gi;
-      return x->left ? 0 : -1;
-    }
-    x->left++;
-  }
-  x->ng = s->ng;
-  for (int gi = 0; gi < s->ng; gi++) /* the dense members (sparse ones counted by cp_sync) */
-    for (uint32_t m = 0; m < s->g[gi].n; m++) {
-      const eng_tensor *t = &it->t[s->g[gi].members[m]];
-      it->bytes_received += t->count * dtype_size(t->dtype);
-    }
-  return 0;
-}
-
-/* Results back into the clients' memory in their own types. */
-static void finish_split_ag(eng_item *it) {
-  eng_split *s = it->sbuf;
-  for (int gi = 0; gi < s->ng; gi++) {
-    split_group *g = &s->g[gi];
-    uint64_t off = 0;
-    for (uint32_t m = 0; m < g->n && g->buf; m++) {
-      eng_tensor *t = &it->t[g->members[m]];
-      dtype_from_working(t->dtype, g->buf + off * dtype_size(g->wdt), t->ptr, t->count);
-      off += t->count;
-    }
-  }
+  x->ng = ng;
+  x->left = n > 0 ? n : 0;
+  return n < 0 ? -1 : 0;
 }
 
 /* Start an ISSUE's requests. Returns 0 (started; x->left requests) or an error in it. */
@@ -523,7 +352,7 @@ static int start_issue(srv_engine *e, eng_item *it) {
     snprintf(it->err, sizeof(it->err), "the job's communicator was not created");
     return -1;
   }
-  if (it->split == ENG_SPLIT_AG) return start_split_ag(e, it, x);
+  if (it->split == ENG_SPLIT_AG) return start_split(e, it, x);
   for (uint32_t i = 0; i < it->n; i++) {
     eng_tensor *t = &it->t[i];
     size_t esz = dtype_size(t->dtype);
@@ -551,7 +380,7 @@ static int start_issue(srv_engine *e, eng_item *it) {
       if (st != FGB_OK && it->status == FGB_OK) it->status = st;
     }
   }
-  if (it->split == ENG_SPLIT_RS) return start_split_rs(e, it, x);
+  if (it->split == ENG_SPLIT_RS) return start_split(e, it, x);
   if (it->coll == ENG_BROADCAST || it->coll == ENG_ALLGATHER) {
     eng_tensor *t = &it->t[0];
     size_t bytes = t->count * dtype_size(t->dtype);
@@ -673,9 +502,9 @@ static int poll_item(srv_engine *e, eng_item *it) {
   }
   if (x->left > 0) return 0;
   if (it->status == FGB_OK && it->split == ENG_SPLIT_RS)
-    finish_split_rs(it);
+    eng_split_rs_finish(it->sbuf, it);
   else if (it->status == FGB_OK && it->split == ENG_SPLIT_AG)
-    finish_split_ag(it);
+    eng_split_ag_finish(it->sbuf, it);
   else if (it->status == FGB_OK && it->coll != ENG_BROADCAST && it->coll != ENG_ALLGATHER)
     finish_allreduce(it);
   return 1;
