@@ -125,6 +125,7 @@ void srv_gpu_observed(srv *d, uint32_t tensor_id, uint64_t step) {
     p->observing = 0;
     p->reported = (uint8_t)report_ready(d, j, t, step);
     srv_pre_pump(d);
+    srv_pre_step(d, j, step); /* after the pump: the leader's work is off this item's path */
     srv_coord_drain(d);
     return;
   }
@@ -182,7 +183,6 @@ static int add_pending(srv_job *j, srv_tensor *t, uint64_t step, int flushed) {
   st->outstanding++;
   t->has_last = 1;
   t->last_step = step;
-  srv_pre_step(j->d, j, step); /* the first of a step: the leader may pre-issue the next */
   return 0;
 }
 
@@ -238,6 +238,7 @@ void srv_on_submit(srv_session *s, uint64_t req_id, const Fgbuff__V1__Submit *m)
 #endif
   j->pending[j->npending - 1].reported = (uint8_t)report_ready(s->d, j, t, m->step);
   srv_pre_pump(s->d);
+  srv_pre_step(s->d, j, m->step); /* the first of a step: the leader may pre-issue the next */
   srv_coord_drain(s->d);
 }
 
@@ -292,6 +293,7 @@ void srv_on_end_step(srv_session *s, uint64_t req_id, const Fgbuff__V1__EndStep 
   }
   free(keys);
   srv_pre_pump(d);
+  srv_pre_step(d, j, m->step);
   srv_coord_drain(d);
 }
 
