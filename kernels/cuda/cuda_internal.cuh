@@ -161,6 +161,7 @@ typedef struct kc_scratch {
   uint32_t dec_unsorted; /* kern_coo_decode: some payload is not in ascending index order */
   uint32_t dec_done;     /* last-block-done counter of k_dec_tile when dec_unsorted */
   unsigned long long count_acc;
+  unsigned long long dec_bad; /* kern_coo_decode: k_dec_check's bad count, 0 between decodes */
   kc_partial part[KC_RED_BLOCKS];
   uint32_t hist_acc[KERN_HIST_BINS]; /* the *_hist kernels' running histogram, kept zero */
   uint32_t hist_done, pad2_;         /* last-block-done counter of kern_dgc_accumulate_hist */

@@ -65,17 +65,27 @@ __device__ inline bool coo_has(const coo_view *v, int32_t i) {
 
 /* Flags a payload whose indices are not strictly ascending. grid.y strides over the ranks, grid.x
  * over the entries of one payload. */
-__global__ void k_dec_check(const char *recv, uint64_t stride, int nranks, uint32_t vb,
+__global__ void k_dec_check(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n,
                             kc_scratch *scr) {
   KC_PDL_ENTRY();
+  /* Also counts, into scr->dec_bad, what the sorted paths skip: bad headers and entries outside
+   * [0, n) (integers: order-independent). Used when every payload is ascending; the unsorted
+   * fallback counts on its own and drops it. */
+  unsigned long long bad = 0;
   for (int r = blockIdx.y; r < nranks; r += gridDim.y) {
     coo_view v;
-    if (!coo_open(recv, stride, r, vb, &v)) continue; /* skipped by the scatters anyway */
-    for (uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j + 1 < v.count;
-         j += gridDim.x * blockDim.x)
-      if ((int32_t)ld_u32(v.idx + 4ull * j) >= (int32_t)ld_u32(v.idx + 4ull * (j + 1)))
-        scr->dec_unsorted = 1;
+    if (!coo_open(recv, stride, r, vb, &v)) { /* skipped by the scatters anyway */
+      bad += blockIdx.x == 0 && threadIdx.x == 0;
+      continue;
+    }
+    for (uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < v.count;
+         j += gridDim.x * blockDim.x) {
+      const int32_t i = (int32_t)ld_u32(v.idx + 4ull * j);
+      bad += i < 0 || (uint64_t)i >= n;
+      if (j + 1 < v.count && i >= (int32_t)ld_u32(v.idx + 4ull * (j + 1))) scr->dec_unsorted = 1;
+    }
   }
+  if (bad) atomicAdd(&scr->dec_bad, bad);
 }
 
 /* ---- the tiled decode (sorted payloads, the common case) ---------------------------------------
@@ -104,26 +114,12 @@ __device__ inline uint32_t warp_lower_bound(const coo_view *v, int64_t x) {
   return lo + __popc(__ballot_sync(0xffffffffu, below));
 }
 
-/* Sequential lower bound (one thread; for the bad-entry count). */
-__device__ inline uint32_t seq_lower_bound(const coo_view *v, int64_t x) {
-  uint32_t lo = 0, hi = v->count;
-  while (lo < hi) {
-    uint32_t mid = lo + (hi - lo) / 2;
-    if ((int64_t)(int32_t)ld_u32(v->idx + 4ull * mid) < x)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
 __device__ void dec_fallback(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n,
                              float scale, kc_scratch *scr, float *out, kern_ctl *ctl);
 __device__ void dec_unsorted_last(const char *recv, uint64_t stride, int nranks, uint32_t vb,
                                   uint64_t n, float scale, kc_scratch *scr, float *out,
                                   kern_ctl *ctl);
-__device__ void dec_count_bad(const char *recv, uint64_t stride, int nranks, uint32_t vb,
-                              uint64_t n, kern_ctl *ctl);
+__device__ void dec_take_bad(kc_scratch *scr, kern_ctl *ctl);
 
 __global__ void __launch_bounds__(DEC_TILE_THREADS)
     k_dec_tile(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n, float scale,
@@ -178,23 +174,16 @@ __global__ void __launch_bounds__(DEC_TILE_THREADS)
     for (uint32_t e = threadIdx.x; e < len; e += DEC_TILE_THREADS)
       o[e] = sc ? kern_nan_canon(__fmul_rn(tile[e], scale)) : tile[e];
   }
-  if (blockIdx.x == 0) dec_count_bad(recv, stride, nranks, vb, n, ctl);
+  if (blockIdx.x == 0 && threadIdx.x == 0) dec_take_bad(scr, ctl);
 }
 
-/* Block 0 of the sorted paths counts what no tile takes: bad headers, indices below 0 or from n
- * on. */
-__device__ void dec_count_bad(const char *recv, uint64_t stride, int nranks, uint32_t vb,
-                              uint64_t n, kern_ctl *ctl) {
-  if (ctl == NULL || threadIdx.x >= 32) return;
-  unsigned long long bad = 0;
-  for (int r = threadIdx.x; r < nranks; r += 32) {
-    coo_view v;
-    if (!coo_open(recv, stride, r, vb, &v))
-      bad++;
-    else
-      bad += seq_lower_bound(&v, 0) + (v.count - seq_lower_bound(&v, (int64_t)n));
-  }
-  if (bad) atomicAdd((unsigned long long *)&ctl->bad, bad);
+/* Block 0 of the sorted paths (one thread): what no tile takes — bad headers, indices below 0 or
+ * from n on, counted by k_dec_check — goes to ctl->bad; the counter is left 0. (Counting it here
+ * with two sequential binary searches per rank made block 0 the kernel's last by ~25 us.) */
+__device__ void dec_take_bad(kc_scratch *scr, kern_ctl *ctl) {
+  const unsigned long long bad = scr->dec_bad;
+  scr->dec_bad = 0;
+  if (ctl && bad) atomicAdd((unsigned long long *)&ctl->bad, bad);
 }
 
 /* Some payload is not ascending (k_dec_check said so): the last block of the sorted path's grid to
@@ -209,7 +198,10 @@ __device__ void dec_unsorted_last(const char *recv, uint64_t stride, int nranks,
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  if (threadIdx.x == 0) scr->dec_done = 0;
+  if (threadIdx.x == 0) {
+    scr->dec_done = 0;
+    scr->dec_bad = 0; /* k_dec_check's count: dec_fallback counts the bad entries itself */
+  }
   dec_fallback(recv, stride, nranks, vb, n, scale, scr, out, ctl);
 }
 
@@ -311,7 +303,7 @@ __global__ void __launch_bounds__(DEC_TILE_THREADS)
     }
     __syncthreads();
   }
-  if (blockIdx.x == 0) dec_count_bad(recv, stride, nranks, vb, n, ctl);
+  if (blockIdx.x == 0 && threadIdx.x == 0) dec_take_bad(scr, ctl);
 }
 
 /* Unsorted payloads (repeated indices: foreign bytes, or a test's hand-made ones) or more ranks
@@ -386,7 +378,7 @@ extern "C" fgb_status kern_cuda_coo_decode(const void *recv, size_t stride, int 
     const uint64_t maxe = (stride - sizeof(comp_coo_header)) / (vb + 4);
     const unsigned cb = kc_blocks(maxe, DEC_THREADS * 8ull, (unsigned)kc_sm_count() * 4);
     dim3 cgrid(cb, (unsigned)nranks);
-    kc_launch(k_dec_check, cgrid, DEC_THREADS, s, rb, stride, nranks, vb, scr);
+    kc_launch(k_dec_check, cgrid, DEC_THREADS, s, rb, stride, nranks, vb, n, scr);
   }
   const uint64_t tiles = (n + DEC_TILE - 1) / DEC_TILE;
   static int win = -1; /* FGB_KERN_DEC_WIN=0: the per-tile kernel (same-run comparisons) */
