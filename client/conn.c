@@ -195,6 +195,7 @@ static void cli_store_done(fgb_client *c, const Fgbuff__V1__Done *d) {
   e->event_slot = d->event_slot;
   e->rx_us = cli_now_us();
   cli_tensor *t = cli_tensor_mut(c, d->tensor_id);
+  if (t && st == FGB_OK) t->done_once = 1;
   if (t && t->early_valid && t->early_step == d->step) {
     /* fgb_wait_on_stream returned before this Done (a stream waits on the done page). */
     t->early_valid = 0;

@@ -103,7 +103,7 @@ void cli_cuda_arena_free(cli_arena *a) {
 /* Whether to offer the daemon a done page: FGBUFF_DONE_EVENT=1 forces the interprocess done
  * events; FGBUFF_DONE_PAGE=1/0 asks for the page or not; otherwise CLI_DONE_PAGE_DEFAULT.
  * FGBUFF_READY_EVENT=1 keeps readiness on the event ring with a done page. */
-#define CLI_DONE_PAGE_DEFAULT 0
+#define CLI_DONE_PAGE_DEFAULT 1
 static int env_flag(const char *name) { /* -1 unset, 0 "0", 1 anything else */
   const char *v = getenv(name);
   return !v || !*v ? -1 : strcmp(v, "0") != 0;

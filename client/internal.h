@@ -46,6 +46,8 @@ typedef struct cli_tensor {
    * step whose fgb_wait_on_stream returned before its Done (a failed Done of it becomes the
    * pending error, an ok one is consumed when it arrives). */
   int sub_valid, early_valid;
+  int done_once; /* a Done of it succeeded: its settings were agreed (first waits are on the host)
+                  */
   uint64_t sub_step, early_step;
   uint32_t sub_seq;
 } cli_tensor;

@@ -133,6 +133,9 @@ static int wait_on_page(fgb_client *c, uint32_t tensor_id, uint64_t step, void *
                         int timeout_ms, fgb_status *out) {
   cli_tensor *t = cli_tensor_mut(c, tensor_id);
   if (!t || !t->sub_valid || t->sub_step != step || !cli_cuda_has_page(c, tensor_id)) return 0;
+  /* A tensor's first sync agrees its settings across ranks (a mismatch fails it there): until one
+   * of its Dones succeeded, the wait is on the host, so such errors come from this call. */
+  if (!t->done_once) return 0;
   cli_done *d = cli_find_done(c, tensor_id, step);
   if (d) { /* already here: the GPU work is complete (or failed: the number was released) */
     *out = d->status == FGB_OK
@@ -166,10 +169,11 @@ CLI_API fgb_status fgb_wait_on_stream(fgb_client *c, uint32_t tensor_id, uint64_
   s = fgb_wait(c, tensor_id, step, timeout_ms);
   if (s) return s;
   const cli_done *d = cli_find_done(c, tensor_id, step);
-  /* A tensor of a page arena not submitted this step (flushed as zeros at EndStep): its Done
-   * came after the daemon's GPU work completed, so there is nothing for the stream to wait on. */
+  /* A tensor of a page arena before its first successful Done, or not submitted this step
+   * (flushed as zeros at EndStep): its Done came after the daemon's GPU work completed, so there
+   * is nothing for the stream to wait on. */
   if (cli_cuda_has_page(c, tensor_id)) {
-    wait_trace(c, tensor_id, step, d, "memop, not submitted");
+    wait_trace(c, tensor_id, step, d, "memop, host wait");
     return FGB_OK;
   }
   s = cli_cuda_wait_stream(c, tensor_id, d ? d->event_slot : 0, stream);

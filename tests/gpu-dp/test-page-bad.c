@@ -55,6 +55,7 @@ static void send_arena(raw *r, const arena_msg *a, int done_page, int ready_page
   Env env = FGBUFF__V1__ENVELOPE__INIT;
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_REGISTER_ARENA;
   env.register_arena = &ra;
+  env.num_fds = (uint32_t)nfds;
   raw_send(r, &env, fds, nfds);
 }
 

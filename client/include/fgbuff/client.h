@@ -181,14 +181,13 @@ fgb_status fgb_end_step(fgb_client *c, uint64_t step);
 fgb_status fgb_wait(fgb_client *c, uint32_t tensor_id, uint64_t step, int timeout_ms);
 
 /* GPU: make `stream` (a cudaStream_t) wait for the tensor's result instead of blocking the host.
- * With a done page (docs/protocol.md, "Done on stream memory"; FGBUFF_DONE_PAGE) it is
- * stream-ordered: the stream waits on the page and the call returns at once, before the Done
- * arrives; a failure is returned by the next call of the handle, and the stream is released
- * anyway (failed Done, daemon gone, timeout_ms passed: FGB_ETIMEDOUT) with the result memory
- * holding undefined data. Otherwise (done
- * events, or a tensor not submitted this step) it returns once the Done arrived (timeout as
- * fgb_wait) and the stream waits on the daemon's done event. FGB_ENOTSUP in a build without CUDA
- * or for a host arena. */
+ * With a done page (the default where the driver allows; docs/protocol.md, "Done on stream
+ * memory") it is stream-ordered: the stream waits on the page and the call returns at once,
+ * before the Done arrives; a failure is returned by the next call of the handle, and the stream is
+ * released anyway (failed Done, daemon gone, timeout_ms passed: FGB_ETIMEDOUT) with the result
+ * memory holding undefined data. Otherwise (done events, a tensor's first sync, or a tensor not
+ * submitted this step) it returns once the Done arrived (timeout as fgb_wait). FGB_ENOTSUP in a
+ * build without CUDA or for a host arena. */
 fgb_status fgb_wait_on_stream(fgb_client *c, uint32_t tensor_id, uint64_t step, void *stream,
                               int timeout_ms);
 
