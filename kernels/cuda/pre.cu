@@ -7,7 +7,9 @@
  * those down to |v| >= T (k_pre_refilter: the candidates, chunk slices and counts that k_compact
  * would have made) and runs the rest of the pipeline (topk.cu) unchanged. When T < L0 or the
  * entries overflowed, k_compact reads v as before. The same bytes either way; every decision on the
- * device (capturable). */
+ * device (capturable). Measured slower than the plain passes (2x H100: these chunk-structured first
+ * passes, two blocks an SM with a scan and a reservation per chunk, lose more than the saved read;
+ * docs/performance.md), so the compressors' option fuse defaults to 0. */
 #include "cuda_internal.cuh"
 #include "sel_dev.cuh"
 #include "stats_dev.cuh"
