@@ -71,6 +71,7 @@ static void start_members(srv_held *h) {
 }
 
 void srv_pre_pump(srv *d) {
+  if (!d->eng) return; /* the engine stopped (shutdown): nothing starts any more */
   while (d->held && (!d->held->wait || members_ready(d->held))) {
     srv_held *h = d->held;
     if (h->wait) start_members(h);
