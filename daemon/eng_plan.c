@@ -94,18 +94,23 @@ static fgb_status gather(const comm_ops *ops, comm *c, const void *mine, void *a
   return wait_req(ops, req, cancel, cancel_ud, wedged, err, errlen);
 }
 
-/* Start-up fit: the job's first exchange times a few all-reduces and all-gathers of three sizes
+/* Start-up fit: the job's first exchange times a few all-reduces and all-gathers of a few sizes
  * on its communicator (every rank at the same place of the world order), so the first plan has
- * both collectives measured even when the warm-up ran only one kind. About 30 small collectives. */
+ * both collectives measured even when the warm-up ran only one kind. About 20 collectives. The
+ * largest all-reduce is 4 MiB so that the per-byte cost is fitted from a size where bandwidth
+ * rather than latency dominates (sockets links: up to 1 MiB was mostly latency, and large
+ * tensors would look cheap to send dense). */
 #define CAL_REPEATS 3
-static const size_t ar_elems[] = {1024, 16384, 262144}; /* fp32: 4 KiB .. 1 MiB */
-static const size_t ag_bytes[] = {512, 8192, 131072};   /* per rank: sparse payloads */
+#define CAL_AR 4
+#define CAL_AG 3
+static const size_t ar_elems[CAL_AR] = {1024, 16384, 262144, 1048576}; /* fp32: 4 KiB .. 4 MiB */
+static const size_t ag_bytes[CAL_AG] = {512, 8192, 131072}; /* per rank: sparse payloads */
 
 static fgb_status calibrate(const comm_ops *ops, comm *c, int size, eng_stats *stats,
                             int (*cancel)(void *), void *cancel_ud, int *wedged, char *err,
                             size_t errlen) {
-  size_t cap = 262144 * sizeof(float);
-  if ((size_t)size * 131072 > cap) cap = (size_t)size * 131072;
+  size_t cap = ar_elems[CAL_AR - 1] * sizeof(float);
+  if ((size_t)size * ag_bytes[CAL_AG - 1] > cap) cap = (size_t)size * ag_bytes[CAL_AG - 1];
   uint8_t *a = calloc(1, cap), *b = calloc(1, cap);
   fgb_status st = FGB_OK;
   if (!a || !b) {
@@ -114,7 +119,7 @@ static fgb_status calibrate(const comm_ops *ops, comm *c, int size, eng_stats *s
     snprintf(err, errlen, "out of memory for the cost calibration");
     return FGB_ENOMEM;
   }
-  for (int i = 0; i < 3 && st == FGB_OK; i++) {
+  for (int i = 0; i < CAL_AR && st == FGB_OK; i++) {
     for (int r = 0; r < CAL_REPEATS && st == FGB_OK; r++) {
       comm_req *req = NULL;
       double t0 = eng_now_s();
@@ -124,7 +129,7 @@ static fgb_status calibrate(const comm_ops *ops, comm *c, int size, eng_stats *s
         eng_stats_add(stats, EPS_ALLREDUCE, (double)(ar_elems[i] * sizeof(float)),
                       eng_now_s() - t0);
       memset(a, 0, ar_elems[i] * sizeof(float)); /* keep the values finite */
-      if (st != FGB_OK) break;
+      if (st != FGB_OK || i >= CAL_AG) continue;
       t0 = eng_now_s();
       st = gather(ops, c, a, b, ag_bytes[i], cancel, cancel_ud, wedged, err, errlen);
       if (st == FGB_OK) eng_stats_add(stats, EPS_ALLGATHER, (double)ag_bytes[i], eng_now_s() - t0);
@@ -180,13 +185,14 @@ static fgb_status x_gather(xfer *t, const void *mine, void *all, size_t bytes, c
 /* The start-up fit on a GPU daemon: the same sizes and repeats, timed on the device (the GPU
  * path's samples are GPU times too, issue.c). */
 static fgb_status calibrate_gpu(xfer *t, eng_stats *stats, char *err, size_t errlen) {
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < CAL_AR; i++) {
     for (int r = 0; r < CAL_REPEATS; r++) {
       double sec = 0;
       size_t ar = ar_elems[i] * sizeof(float);
       fgb_status st = t->gpu->timed(t->c, t->job_key, EPS_ALLREDUCE, ar, &sec, err, errlen);
       if (st != FGB_OK) return st;
       eng_stats_add(stats, EPS_ALLREDUCE, (double)ar, sec);
+      if (i >= CAL_AG) continue;
       st = t->gpu->timed(t->c, t->job_key, EPS_ALLGATHER, ag_bytes[i], &sec, err, errlen);
       if (st != FGB_OK) return st;
       eng_stats_add(stats, EPS_ALLGATHER, (double)ag_bytes[i], sec);

@@ -6,6 +6,10 @@
 # printed side by side. Usage: test-training.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 source "$2/tests/trainer/lib.sh" "$1" "$2"
+# none decides per tensor from measured costs whether compressing pays (docs/scheduling.md,
+# "Dynamic policies in fgbuffd"); on a loaded CPU it may send the weight matrices dense. This test
+# checks that error-feedback top-k trains: compressed path costs scaled to nothing keep it on.
+export FGBUFF_PLAN_COMP_COST_SCALE=1e-9
 world_start 2 || exit 1
 args=(--epochs 2 --batch 32 --status)
 run_ranks 2 dense "${args[@]}" || exit 1
