@@ -1,6 +1,7 @@
 /* daemon/compress/comp_common.h — what the compressor files share: option parsing, parameter and
  * density checks, the versioned state blob, and the COO sparsifier skeleton (residual, payload,
- * allgather receive buffer, decode, dense flush) that top-k, DGC and the threshold methods reuse.
+ * allgather receive buffer, decode, dense flush) that top-k, DGC and the threshold methods reuse,
+ * and the low-rank skeleton of PowerSGD and ACP-SGD (lowrank.c).
  */
 #ifndef FGB_COMP_COMMON_H
 #define FGB_COMP_COMMON_H
@@ -159,5 +160,44 @@ fgb_status comp_sparse_op_import(void *st, const comp_exec *ex, const void *buf,
 
 /* Common options of the sparsifiers: fp16_values, ef. Fills opts[0..1]; returns 2. */
 int comp_sparse_opts(comp_opt *opts, int *fp16, int *ef);
+
+/* ---- low-rank skeleton (lowrank.c): PowerSGD and ACP-SGD ------------------------------------- */
+
+typedef struct comp_lowrank {
+  const char *name;
+  comp_exec ex;
+  uint64_t n, rows, cols; /* the 2-D view; a vector is 1 x n */
+  uint32_t r;             /* rank, at most min(rows, cols) */
+  int ef, dense;          /* error feedback; all-reduced dense (vector or poor compression rate) */
+  float *M;               /* n: G + E during a step, the residual E between steps */
+  float *P, *Q;           /* rows x r, cols x r: the summed (received) factors; Q is warm start */
+  float *Pl, *Ql;         /* rows x r, cols x r: the local factors (sent) */
+  float *send, *recv;     /* n each: dense fallback */
+} comp_lowrank;
+
+/* Checks, options rank (default def_rank), ef, min_compression_rate, and the buffers. Q starts
+ * from Philox keyed by (seed, buffer_id), and P too when fill_p. On error nothing stays allocated.
+ */
+fgb_status comp_lowrank_init(comp_lowrank *lr, const char *name, const comp_params *p, uint64_t n,
+                             const comp_exec *ex, int64_t def_rank, int fill_p, char *err,
+                             size_t errlen);
+void comp_lowrank_free(comp_lowrank *lr);
+/* Start a step: ph is an fp32 all-reduce. *done = 1 (the caller returns the status as is) for NULL
+ * arguments and for a dense step (ph is the whole flushed gradient). Else M = G (+ E with EF) and
+ * the caller lays out its factor's phase. */
+fgb_status comp_lowrank_begin(comp_lowrank *lr, const comp_exec *ex, const float *grad,
+                              comp_phase *ph, int *done, char *err, size_t errlen);
+/* State blob: M (EF), P (with_p), Q, then up to 2 extra regions of the compressor's own. */
+fgb_status comp_lowrank_export(comp_lowrank *lr, const comp_exec *ex, int with_p,
+                               const comp_region *extra, int nextra, void **buf, size_t *bytes);
+fgb_status comp_lowrank_import(comp_lowrank *lr, const comp_exec *ex, int with_p,
+                               const comp_region *extra, int nextra, const void *buf, size_t bytes,
+                               char *err, size_t errlen);
+/* Ready-made ops for a state struct whose FIRST member is a comp_lowrank (allocated with malloc):
+ * destroy, decode (P Q^T, or the dense sum), flush_dense. */
+void comp_lowrank_op_destroy(void *st);
+fgb_status comp_lowrank_op_decode(void *st, const comp_exec *ex, float *out, float scale, char *err,
+                                  size_t errlen);
+fgb_status comp_lowrank_op_flush(void *st, const comp_exec *ex, const float *grad, float *dense);
 
 #endif
