@@ -441,3 +441,29 @@ fgb_status comp_sparse_op_import(void *st, const comp_exec *ex, const void *buf,
                                  char *err, size_t errlen) {
   return comp_sparse_import(st, NULL, 0, buf, bytes, err, errlen);
 }
+
+/* ---- threshold methods (gaussiank, sidco) ---------------------------------------------------- */
+
+int comp_thr_opts_add(comp_opt *opts, comp_thr_opts *t) {
+  int no = comp_sparse_opts(opts, &t->fp16, &t->ef);
+  opts[no++] = (comp_opt){"adapt_iters", COMP_OPT_INT, &t->iters, 0, 64, NULL};
+  opts[no++] = (comp_opt){"capacity", COMP_OPT_DOUBLE, &t->capf, 1, 16, NULL};
+  opts[no++] = (comp_opt){"search", COMP_OPT_ENUM, &t->search, 0, 0, comp_search_names};
+  opts[no++] = (comp_opt){"fuse", COMP_OPT_BOOL, &t->fuse, 0, 1, NULL};
+  return no;
+}
+
+fgb_status comp_thr_init(comp_sparse *cs, const char *name, const comp_params *p, uint64_t n,
+                         const comp_exec *ex, double rho, const comp_thr_opts *t, char *err,
+                         size_t errlen) {
+  uint32_t k = comp_k(n, rho);
+  double c = ceil(t->capf * k);
+  uint32_t cap = c > (double)n ? (uint32_t)n : (uint32_t)c;
+  fgb_status rc = comp_sparse_init(cs, name, p, n, ex, k, cap, t->fp16, t->ef, err, errlen);
+  if (rc) return rc;
+  if (t->fuse && t->search == COMP_SEARCH_HIST && (rc = comp_sparse_enable_fuse(cs))) {
+    comp_sparse_free(cs);
+    comp_alloc_err(name, rc, err, errlen);
+  }
+  return rc;
+}

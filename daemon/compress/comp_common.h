@@ -161,6 +161,25 @@ fgb_status comp_sparse_op_import(void *st, const comp_exec *ex, const void *buf,
 /* Common options of the sparsifiers: fp16_values, ef. Fills opts[0..1]; returns 2. */
 int comp_sparse_opts(comp_opt *opts, int *fp16, int *ef);
 
+/* ---- threshold methods (gaussiank, sidco) ---------------------------------------------------- */
+
+/* Their common options: fp16_values, ef, adapt_iters, capacity (payload = ceil(capacity k)),
+ * search (comp_search_names), fuse. Set the defaults before comp_thr_opts_add. */
+typedef struct comp_thr_opts {
+  int fp16, ef, search, fuse;
+  int64_t iters;
+  double capf;
+} comp_thr_opts;
+
+/* Fills opts[0..5] with the common options writing into t; returns 6. */
+int comp_thr_opts_add(comp_opt *opts, comp_thr_opts *t);
+/* comp_sparse_init with k = comp_k(n, rho) and capacity min(n, ceil(capf k)), then
+ * comp_sparse_enable_fuse when t asks for fuse with search=hist. On error nothing stays allocated
+ * in cs and err names the compressor. */
+fgb_status comp_thr_init(comp_sparse *cs, const char *name, const comp_params *p, uint64_t n,
+                         const comp_exec *ex, double rho, const comp_thr_opts *t, char *err,
+                         size_t errlen);
+
 /* ---- low-rank skeleton (lowrank.c): PowerSGD and ACP-SGD ------------------------------------- */
 
 typedef struct comp_lowrank {

@@ -32,36 +32,22 @@ static fgb_status gaussiank_create(const comp_params *p, uint64_t n, const comp_
                                    void **state, char *err, size_t errlen) {
   fgb_status rc = comp_check_common("gaussiank", p, n, ex, 1, err, errlen);
   if (rc) return rc;
-  double rho, capf = 1.5;
-  int fp16 = 0, ef = 1, search = 0, fuse = 0;
-  int64_t iters = 8;
+  double rho;
+  comp_thr_opts t = {.fp16 = 0, .ef = 1, .search = 0, .fuse = 0, .iters = 8, .capf = 1.5};
   if ((rc = comp_density("gaussiank", p, 0.01, &rho, err, errlen))) return rc;
   comp_opt opts[6];
-  int no = comp_sparse_opts(opts, &fp16, &ef);
-  opts[no++] = (comp_opt){"adapt_iters", COMP_OPT_INT, &iters, 0, 64, NULL};
-  opts[no++] = (comp_opt){"capacity", COMP_OPT_DOUBLE, &capf, 1, 16, NULL};
-  opts[no++] = (comp_opt){"search", COMP_OPT_ENUM, &search, 0, 0, comp_search_names};
-  opts[no++] = (comp_opt){"fuse", COMP_OPT_BOOL, &fuse, 0, 1, NULL};
+  int no = comp_thr_opts_add(opts, &t);
   if ((rc = comp_parse_options("gaussiank", p->options, opts, no, err, errlen))) return rc;
   gaussiank_state *s = calloc(1, sizeof *s);
   if (s == NULL) {
     comp_alloc_err("gaussiank", FGB_ENOMEM, err, errlen);
     return FGB_ENOMEM;
   }
-  s->search = search;
+  s->search = t.search;
   s->z = two_sided_z(rho);
-  s->iters = (int)iters;
-  uint32_t k = comp_k(n, rho);
-  double c = ceil(capf * k);
-  uint32_t cap = c > (double)n ? (uint32_t)n : (uint32_t)c;
-  if ((rc = comp_sparse_init(&s->cs, "gaussiank", p, n, ex, k, cap, fp16, ef, err, errlen))) {
+  s->iters = (int)t.iters;
+  if ((rc = comp_thr_init(&s->cs, "gaussiank", p, n, ex, rho, &t, err, errlen))) {
     free(s);
-    return rc;
-  }
-  if (fuse && search == COMP_SEARCH_HIST && (rc = comp_sparse_enable_fuse(&s->cs))) {
-    comp_sparse_free(&s->cs);
-    free(s);
-    comp_alloc_err("gaussiank", rc, err, errlen);
     return rc;
   }
   *state = s;

@@ -23,42 +23,30 @@ static fgb_status sidco_create(const comp_params *p, uint64_t n, const comp_exec
                                char *err, size_t errlen) {
   fgb_status rc = comp_check_common("sidco", p, n, ex, 1, err, errlen);
   if (rc) return rc;
-  double rho, capf = 1.5, fr = 0.25;
-  int fp16 = 0, ef = 1, dist = 0, search = 0, fuse = 0;
-  int64_t stages = 3, iters = 4;
+  double rho, fr = 0.25;
+  int dist = 0;
+  int64_t stages = 3;
+  comp_thr_opts t = {.fp16 = 0, .ef = 1, .search = 0, .fuse = 0, .iters = 4, .capf = 1.5};
   if ((rc = comp_density("sidco", p, 0.01, &rho, err, errlen))) return rc;
   comp_opt opts[9];
-  int no = comp_sparse_opts(opts, &fp16, &ef);
+  int no = comp_thr_opts_add(opts, &t);
   opts[no++] = (comp_opt){"dist", COMP_OPT_ENUM, &dist, 0, 0, sidco_dists};
   opts[no++] = (comp_opt){"stages", COMP_OPT_INT, &stages, 1, 8, NULL};
   opts[no++] = (comp_opt){"first_ratio", COMP_OPT_DOUBLE, &fr, 0.01, 0.5, NULL};
-  opts[no++] = (comp_opt){"adapt_iters", COMP_OPT_INT, &iters, 0, 64, NULL};
-  opts[no++] = (comp_opt){"capacity", COMP_OPT_DOUBLE, &capf, 1, 16, NULL};
-  opts[no++] = (comp_opt){"search", COMP_OPT_ENUM, &search, 0, 0, comp_search_names};
-  opts[no++] = (comp_opt){"fuse", COMP_OPT_BOOL, &fuse, 0, 1, NULL};
   if ((rc = comp_parse_options("sidco", p->options, opts, no, err, errlen))) return rc;
   sidco_state *s = calloc(1, sizeof *s);
   if (s == NULL) {
     comp_alloc_err("sidco", FGB_ENOMEM, err, errlen);
     return FGB_ENOMEM;
   }
-  s->search = search;
+  s->search = t.search;
   s->dist = dist;
   s->stages = rho >= fr ? 1 : (int)stages; /* a density above the first stage needs one fit */
-  s->iters = (int)iters;
+  s->iters = (int)t.iters;
   s->rho = rho;
   s->first_ratio = fr;
-  uint32_t k = comp_k(n, rho);
-  double c = ceil(capf * k);
-  uint32_t cap = c > (double)n ? (uint32_t)n : (uint32_t)c;
-  if ((rc = comp_sparse_init(&s->cs, "sidco", p, n, ex, k, cap, fp16, ef, err, errlen))) {
+  if ((rc = comp_thr_init(&s->cs, "sidco", p, n, ex, rho, &t, err, errlen))) {
     free(s);
-    return rc;
-  }
-  if (fuse && search == COMP_SEARCH_HIST && (rc = comp_sparse_enable_fuse(&s->cs))) {
-    comp_sparse_free(&s->cs);
-    free(s);
-    comp_alloc_err("sidco", rc, err, errlen);
     return rc;
   }
   *state = s;
