@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../lib/host_client_util.h"
 #include "fgbuff/client.h"
 
 #define NT 6
@@ -162,22 +163,13 @@ static void print_hash(int s, const uint64_t *hk) {
 }
 
 int main(int argc, char **argv) {
-  int rank = -1, size = -1, steps = 3, skip = -1, die_at = -1, sleep_ms = 0, sleep_at = 1;
+  hcu_args ca = {.rank = -1, .size = -1, .steps = 3, .sock = NULL, .job = "synctest"};
+  int skip = -1, die_at = -1, sleep_ms = 0, sleep_at = 1;
   int expect_err = 0, deadline_ms = 10000, pipeline = 0;
-  const char *job = "synctest", *sock = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *a = argv[i], *v = argv[i + 1];
-    if (!strcmp(a, "--rank"))
-      rank = atoi(v);
-    else if (!strcmp(a, "--size"))
-      size = atoi(v);
-    else if (!strcmp(a, "--job"))
-      job = v;
-    else if (!strcmp(a, "--steps"))
-      steps = atoi(v);
-    else if (!strcmp(a, "--socket"))
-      sock = v;
-    else if (!strcmp(a, "--skip"))
+    if (hcu_arg(a, v, &ca)) continue;
+    if (!strcmp(a, "--skip"))
       skip = atoi(v);
     else if (!strcmp(a, "--die-at"))
       die_at = atoi(v);
@@ -196,34 +188,22 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  int rank = ca.rank, size = ca.size, steps = ca.steps;
   if (rank < 0 || size < 1) {
     fprintf(stderr, "usage: syncclient --rank R --size N [...]\n");
     return 2;
   }
   fgb_client *c;
-  if (fgb_client_new(&c) || fgb_connect(c, sock)) {
-    fprintf(stderr, "rank %d: connect: %s\n", rank, c ? fgb_client_error(c) : "");
-    return 1;
-  }
   fgb_job_opts jo = FGB_JOB_OPTS_INIT;
-  jo.name = job;
   jo.incarnation = 7;
-  jo.rank = rank;
-  jo.size = size;
-  if (fgb_join(c, &jo)) {
-    fprintf(stderr, "rank %d: join: %s\n", rank, fgb_client_error(c));
-    return 1;
-  }
+  if (hcu_connect_join(&ca, jo, &c)) return 1;
   size_t off[NT], total = 0;
   for (int k = 0; k < NT; k++) {
     off[k] = total;
     total += (counts[k] * esize(types[k]) + 63) / 64 * 64;
   }
   fgb_arena a;
-  if (fgb_arena_alloc_host(c, total, &a)) {
-    fprintf(stderr, "rank %d: arena: %s\n", rank, fgb_client_error(c));
-    return 1;
-  }
+  if (hcu_arena(c, rank, total, &a)) return 1;
   uint32_t tid[NT];
   for (int k = 0; k < NT; k++) {
     char name[32];

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../lib/host_client_util.h"
 #include "fgbuff/client.h"
 
 #define ROWS 40
@@ -91,23 +92,15 @@ static void check_errors(fgb_client *c, uint32_t arena) {
 }
 
 int main(int argc, char **argv) {
-  int rank = -1, size = -1, steps = 4, check_err = 0, mismatch = 0;
+  hcu_args ca = {.rank = -1, .size = -1, .steps = 4, .sock = NULL, .job = "comptest"};
+  int check_err = 0, mismatch = 0;
   double density = 0.05;
-  const char *job = "comptest", *sock = NULL, *comp = NULL, *policy = NULL;
+  const char *comp = NULL, *policy = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *a = argv[i], *v = argv[i + 1];
-    if (!strcmp(a, "--rank"))
-      rank = atoi(v);
-    else if (!strcmp(a, "--size"))
-      size = atoi(v);
-    else if (!strcmp(a, "--steps"))
-      steps = atoi(v);
-    else if (!strcmp(a, "--density"))
+    if (hcu_arg(a, v, &ca)) continue;
+    if (!strcmp(a, "--density"))
       density = atof(v);
-    else if (!strcmp(a, "--job"))
-      job = v;
-    else if (!strcmp(a, "--socket"))
-      sock = v;
     else if (!strcmp(a, "--compressor"))
       comp = v;
     else if (!strcmp(a, "--policy"))
@@ -119,21 +112,17 @@ int main(int argc, char **argv) {
     else
       return fprintf(stderr, "unknown option %s\n", a), 2;
   }
+  int rank = ca.rank, size = ca.size, steps = ca.steps;
   if (rank < 0 || size < 1 || !comp || steps < 1) return fprintf(stderr, "usage\n"), 2;
   int dgc = !strcmp(comp, "dgc"), topk = !strcmp(comp, "topk");
   int exact = topk || !strcmp(comp, "randomk") || !strcmp(comp, "gaussiank");
   fgb_client *c;
-  if (fgb_client_new(&c) != FGB_OK) return 2;
-  must(c, fgb_connect(c, sock), "connect");
   fgb_job_opts jo = FGB_JOB_OPTS_INIT;
-  jo.name = job;
-  jo.rank = rank;
-  jo.size = size;
   jo.policy = policy;
-  must(c, fgb_join(c, &jo), "join");
+  if (hcu_connect_join(&ca, jo, &c)) return 2;
   fgb_arena ar;
   size_t bytes = (size_t)N * sizeof(float) * (2 + (size_t)size);
-  must(c, fgb_arena_alloc_host(c, bytes, &ar), "arena");
+  if (hcu_arena(c, rank, bytes, &ar)) return 2;
   float *w = ar.ptr, *sent = w + N, *gathered = w + 2 * N;
   if (check_err) check_errors(c, ar.id);
   fgb_tensor_desc d = FGB_TENSOR_DESC_INIT;

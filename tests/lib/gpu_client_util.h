@@ -14,29 +14,18 @@
 #include <unistd.h>
 
 #include "fgbuff/client.h"
+#include "host_client_util.h"
 
-typedef struct gcu_args {
-  int rank, size, dev, steps;
-  const char *sock, *job;
-} gcu_args;
+/* rank, size, dev, steps, sock, job: the host clients' set plus the GPU (--device). */
+typedef hcu_args gcu_args;
 
 /* Consumes argv[*i] (and its value) when it is a common option; returns 1 then, else 0. */
 static inline int gcu_arg(int argc, char **argv, int *i, gcu_args *a) {
   if (*i + 1 >= argc) return 0;
   const char *k = argv[*i], *v = argv[*i + 1];
-  if (!strcmp(k, "--rank"))
-    a->rank = atoi(v);
-  else if (!strcmp(k, "--size"))
-    a->size = atoi(v);
-  else if (!strcmp(k, "--device"))
+  if (!strcmp(k, "--device"))
     a->dev = atoi(v);
-  else if (!strcmp(k, "--steps"))
-    a->steps = atoi(v);
-  else if (!strcmp(k, "--socket"))
-    a->sock = v;
-  else if (!strcmp(k, "--job"))
-    a->job = v;
-  else
+  else if (!hcu_arg(k, v, a))
     return 0;
   (*i)++;
   return 1;
