@@ -9,6 +9,7 @@
 # window of medians includes slowed steps), and results must be identical.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
+source "$(dirname "$0")/../lib/ranks.sh"
 bin="${FGBUFF_TEST_BIN:?}"
 ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
 world_start 3 --policy rgmerge || exit 1
@@ -18,20 +19,9 @@ rc=0
 for r in 0 1 2; do
   "$ctl" --socket "$out/cpu$r.sock" set replan_steps 10 >/dev/null || { echo "set failed"; rc=1; }
 done
-pids=()
-for r in 0 1 2; do
-  "$bin/planclient" --job slow --rank $r --size 3 --socket "$out/cpu$r.sock" --steps 40 \
-    --gap-ms 2 --slow-at 24 --slow-ms 80 >"$out/slow.$r.out" 2>&1 &
-  pids+=($!)
-done
-for r in 0 1 2; do
-  wait "${pids[$r]}" || { echo "rank $r failed:"; cat "$out/slow.$r.out"; rc=1; }
-done
-[ "$(grep -c hash "$out/slow.0.out")" -eq 40 ] || { echo "missing steps"; rc=1; }
-for r in 1 2; do
-  diff <(grep hash "$out/slow.0.out") <(grep hash "$out/slow.$r.out") >/dev/null ||
-    { echo "rank $r results differ from rank 0"; rc=1; }
-done
+ranks_start slow 3 "$bin/planclient" --job slow --steps 40 --gap-ms 2 --slow-at 24 --slow-ms 80
+ranks_wait slow || rc=1
+ranks_same_hashes slow 40 || rc=1
 world_stop || { echo "world_stop failed"; rc=1; }
 trap - EXIT
 lines="$(grep -o "job 'slow': rgmerge re-planned at step .*" "$FGBUFF_WORLD_LOG" |

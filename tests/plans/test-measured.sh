@@ -17,6 +17,7 @@
 # switch to the plan), still passes.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
+source "$(dirname "$0")/../lib/ranks.sh"
 bin="${FGBUFF_TEST_BIN:?}"
 comp="${FGBUFF_COMP_BIN:?}"
 ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
@@ -39,21 +40,8 @@ for bad in "plan_warmup_steps 1" "plan_warmup_steps x" "replan_steps 2" "replan_
   msg="$(c 2 set $bad 2>&1)" && { echo "set $bad accepted"; rc=1; }
   echo "$msg" | grep -q "${bad%% *}" || { echo "set $bad: error does not name the key: $msg"; rc=1; }
 done
-pids=()
-for r in 0 1 2; do
-  "$bin/planclient" --job meas --rank $r --size 3 --socket "$out/cpu$r.sock" --steps 14 \
-    --gap-ms 2 --skip 5 --sleep-ms 6000 >"$out/meas.$r.out" 2>&1 &
-  pids+=($!)
-done
-for _ in $(seq 1 120); do
-  sleep 0.25
-  n=0
-  for r in 0 1 2; do
-    c $r status --json >"$out/status.$r.json" 2>/dev/null &&
-      grep -q '"ready_s"' "$out/status.$r.json" && n=$((n + 1))
-  done
-  [ $n -eq 3 ] && break
-done
+ranks_start meas 3 "$bin/planclient" --job meas --steps 14 --gap-ms 2 --skip 5 --sleep-ms 6000
+ranks_poll_status 3 120 '"ready_s"'
 python3 - "$out"/status.{0,1,2}.json <<'PY' || rc=1
 import json, sys
 plans = []
@@ -82,38 +70,17 @@ assert all(t >= 0 for t in times), times
 assert times[0] == 0 and times[-1] > times[0] + 0.010, times
 assert sum(b["tensors"] for b in p["buffers"]) == 12, p
 PY
+ranks_wait meas || rc=1
+ranks_same_hashes meas 14 || rc=1
+ranks_start sparse 3 "$bin/planclient" --job sparse --steps 10 --topk 0.01
+ranks_wait sparse || rc=1
+ranks_same_hashes sparse || rc=1
 for r in 0 1 2; do
-  wait "${pids[$r]}" || { echo "rank $r failed:"; cat "$out/meas.$r.out"; rc=1; }
-done
-for r in 1 2; do
-  diff <(grep hash "$out/meas.0.out") <(grep hash "$out/meas.$r.out") >/dev/null ||
-    { echo "rank $r results differ from rank 0"; rc=1; }
-done
-[ "$(grep -c hash "$out/meas.0.out")" -eq 14 ] || { echo "missing steps"; rc=1; }
-pids=()
-for r in 0 1 2; do
-  "$bin/planclient" --job sparse --rank $r --size 3 --socket "$out/cpu$r.sock" --steps 10 \
-    --topk 0.01 >"$out/sparse.$r.out" 2>&1 &
-  pids+=($!)
-done
-for r in 0 1 2; do
-  wait "${pids[$r]}" || { echo "sparse rank $r failed:"; cat "$out/sparse.$r.out"; rc=1; }
-done
-for r in 0 1 2; do
-  [ $r -gt 0 ] && { diff <(grep hash "$out/sparse.0.out") <(grep hash "$out/sparse.$r.out") \
-    >/dev/null || { echo "sparse: rank $r results differ from rank 0"; rc=1; }; }
   grep -Eq "^ef dense-steps [1-9][0-9]* sparse-steps [1-9]" "$out/sparse.$r.out" ||
     { echo "sparse rank $r: not both compressed and dense steps:"; cat "$out/sparse.$r.out"; rc=1; }
 done
-pids=()
-for r in 0 1 2; do
-  "$comp" --job ef --rank $r --size 3 --socket "$out/cpu$r.sock" --compressor topk \
-    --density 0.01 --steps 12 >"$out/ef.$r.out" 2>&1 &
-  pids+=($!)
-done
-for r in 0 1 2; do
-  wait "${pids[$r]}" || { echo "compclient rank $r failed:"; cat "$out/ef.$r.out"; rc=1; }
-done
+ranks_start ef 3 "$comp" --job ef --compressor topk --density 0.01 --steps 12
+ranks_wait ef || rc=1
 world_stop || { echo "world_stop failed"; rc=1; }
 trap - EXIT
 lines="$(grep -o "job 'sparse': plan v1: .*" "$FGBUFF_WORLD_LOG" | sort | uniq -c)"

@@ -7,27 +7,15 @@
 # plan, every daemon's log must name the same re-planning step, and results must be identical.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
+source "$(dirname "$0")/../lib/ranks.sh"
 bin="${FGBUFF_TEST_BIN:?}"
-ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
 world_start 3 --policy rgmerge || exit 1
 trap 'world_stop >/dev/null 2>&1' EXIT
 out="$FGBUFF_RUNTIME_DIR"
 rc=0
-pids=()
-for r in 0 1 2; do
-  "$bin/planclient" --job drift --rank $r --size 3 --socket "$out/cpu$r.sock" --steps 62 \
-    --reverse-at 30 --gap-ms 5 --skip 5 --sleep-ms 6000 >"$out/drift.$r.out" 2>&1 &
-  pids+=($!)
-done
-for _ in $(seq 1 240); do
-  sleep 0.25
-  n=0
-  for r in 0 1 2; do
-    "$ctl" --socket "$out/cpu$r.sock" status --json >"$out/status.$r.json" 2>/dev/null &&
-      grep -q '"version":2' "$out/status.$r.json" && n=$((n + 1))
-  done
-  [ $n -eq 3 ] && break
-done
+ranks_start drift 3 "$bin/planclient" --job drift --steps 62 --reverse-at 30 --gap-ms 5 --skip 5 \
+  --sleep-ms 6000
+ranks_poll_status 3 240 '"version":2'
 python3 - "$out"/status.{0,1,2}.json <<'PY' || rc=1
 import json, sys
 plans = []
@@ -42,14 +30,8 @@ assert sum(b["tensors"] for b in p["buffers"]) == 12, p
 for q in plans[1:]:
     assert q == p, f"plans differ across ranks: {p} vs {q}"
 PY
-for r in 0 1 2; do
-  wait "${pids[$r]}" || { echo "rank $r failed:"; cat "$out/drift.$r.out"; rc=1; }
-done
-[ "$(grep -c hash "$out/drift.0.out")" -eq 62 ] || { echo "missing steps"; rc=1; }
-for r in 1 2; do
-  diff <(grep hash "$out/drift.0.out") <(grep hash "$out/drift.$r.out") >/dev/null ||
-    { echo "rank $r results differ from rank 0"; rc=1; }
-done
+ranks_wait drift || rc=1
+ranks_same_hashes drift 62 || rc=1
 world_stop || { echo "world_stop failed"; rc=1; }
 trap - EXIT
 steps="$(grep -o "job 'drift': rgmerge re-planned at step [0-9]*: plan v2" "$FGBUFF_WORLD_LOG" | sort | uniq -c)"

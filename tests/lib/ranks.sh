@@ -1,0 +1,64 @@
+# tests/lib/ranks.sh — sourceable helpers for the multi-rank client tests, after tests/lib/world.sh's
+# world_start: one client per daemon in the background, waiting for them, comparing the per-step
+# "hash" lines they print, and polling every daemon's status until it shows what the test waits for.
+#
+#   ranks_start TAG N CMD [ARGS...]  # rank r of N: CMD ARGS --rank r --size N --socket <cpu r's>,
+#                                    #   output in $FGBUFF_RUNTIME_DIR/TAG.r.out
+#   ranks_wait TAG                   # wait for all; a failed rank's output is printed; 1 if any failed
+#   ranks_same_hashes TAG [STEPS]    # every rank printed rank 0's hash lines (and STEPS of them)
+#   ranks_poll_status N TRIES REGEX  # `fgbuffctl status --json` of each daemon into
+#                                    #   $FGBUFF_RUNTIME_DIR/status.r.json, every 0.25 s, until all
+#                                    #   N match REGEX (grep -q) or TRIES polls passed
+# Inputs: FGBUFF_RUNTIME_DIR (world_start), FGBUFF_BIN_DIR (for fgbuffctl).
+
+RANKS_PIDS=()
+RANKS_N=0
+
+ranks_start() {
+  local tag="$1" n="$2" r
+  shift 2
+  RANKS_PIDS=()
+  RANKS_N=$n
+  for ((r = 0; r < n; r++)); do
+    "$@" --rank $r --size "$n" --socket "$FGBUFF_RUNTIME_DIR/cpu$r.sock" \
+      >"$FGBUFF_RUNTIME_DIR/$tag.$r.out" 2>&1 &
+    RANKS_PIDS+=($!)
+  done
+}
+
+ranks_wait() {
+  local tag="$1" r bad=0
+  for ((r = 0; r < RANKS_N; r++)); do
+    wait "${RANKS_PIDS[$r]}" ||
+      { echo "$tag rank $r failed:"; cat "$FGBUFF_RUNTIME_DIR/$tag.$r.out"; bad=1; }
+  done
+  return $bad
+}
+
+ranks_same_hashes() {
+  local tag="$1" steps="${2:-}" d="$FGBUFF_RUNTIME_DIR" r bad=0
+  if [ -n "$steps" ] && [ "$(grep -c hash "$d/$tag.0.out")" -ne "$steps" ]; then
+    echo "$tag: missing steps"
+    bad=1
+  fi
+  for ((r = 1; r < RANKS_N; r++)); do
+    diff <(grep hash "$d/$tag.0.out") <(grep hash "$d/$tag.$r.out") >/dev/null ||
+      { echo "$tag: rank $r results differ from rank 0"; bad=1; }
+  done
+  return $bad
+}
+
+ranks_poll_status() {
+  local n="$1" tries="$2" re="$3" ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl" d="$FGBUFF_RUNTIME_DIR"
+  local i r ok
+  for ((i = 0; i < tries; i++)); do
+    sleep 0.25
+    ok=0
+    for ((r = 0; r < n; r++)); do
+      "$ctl" --socket "$d/cpu$r.sock" status --json >"$d/status.$r.json" 2>/dev/null &&
+        grep -q "$re" "$d/status.$r.json" && ok=$((ok + 1))
+    done
+    [ $ok -eq "$n" ] && return 0
+  done
+  return 1
+}
