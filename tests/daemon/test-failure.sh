@@ -3,6 +3,7 @@
 # 10 s, the daemons must survive, and another job on the same daemons must still complete steps.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
+source "$(dirname "$0")/../lib/ranks.sh"
 bin="${FGBUFF_TEST_BIN:?}"
 world_start 3 || exit 1
 trap 'world_stop >/dev/null 2>&1' EXIT
@@ -68,14 +69,8 @@ for r in 0 1 2; do
 done
 # The daemons are alive and serve a new job after the failure.
 for p in $(world_daemon_pids); do kill -0 "$p" 2>/dev/null || { echo "daemon $p died"; rc=1; }; done
-for r in 0 1 2; do
-  "$bin/syncclient" --job after --rank $r --size 3 --steps 2 --socket "$out/cpu$r.sock" \
-    >"$out/after$r.out" 2>&1 &
-  after[$r]=$!
-done
-for r in 0 1 2; do
-  wait "${after[$r]}" || { echo "job after the failure, rank $r failed:"; cat "$out/after$r.out"; rc=1; }
-done
+ranks_start after 3 "$bin/syncclient" --job after --steps 2
+ranks_wait after || { echo "the job after the failure failed"; rc=1; }
 world_stop || { echo "world_stop failed"; rc=1; }
 trap - EXIT
 [ $rc -eq 0 ] || cat "$FGBUFF_WORLD_LOG"

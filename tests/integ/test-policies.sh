@@ -7,26 +7,19 @@
 # tests/plans/).
 set -u
 source "$(dirname "$0")/../lib/world.sh"
+source "$(dirname "$0")/../lib/ranks.sh"
 bin="${FGBUFF_TEST_BIN:?}"
 sync="${FGBUFF_SYNC_BIN:?}"
 world_start 3 --policy fusion || exit 1
 trap 'world_stop >/dev/null 2>&1' EXIT
 out="$FGBUFF_RUNTIME_DIR"
 rc=0
-run3() { # TAG CMD...: three ranks, rank r on daemon r
-  local tag="$1" r pids=()
+run3() { # TAG CMD...: three ranks, rank r on daemon r, identical results
+  local tag="$1"
   shift
-  for r in 0 1 2; do
-    "$@" --rank $r --size 3 --socket "$out/cpu$r.sock" >"$out/$tag.$r.out" 2>&1 &
-    pids+=($!)
-  done
-  for r in 0 1 2; do
-    wait "${pids[$r]}" || { echo "$tag: rank $r failed:"; cat "$out/$tag.$r.out"; rc=1; }
-  done
-  for r in 1 2; do
-    diff <(grep hash "$out/$tag.0.out") <(grep hash "$out/$tag.$r.out") >/dev/null ||
-      { echo "$tag: rank $r results differ from rank 0"; rc=1; }
-  done
+  ranks_start "$tag" 3 "$@"
+  ranks_wait "$tag" || rc=1
+  ranks_same_hashes "$tag" || rc=1
 }
 run3 fused "$sync" --job fused --steps 4 --skip 2
 [ "$(grep -c hash "$out/fused.0.out")" -eq 4 ] || { echo "fused: missing steps"; rc=1; }
