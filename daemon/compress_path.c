@@ -27,6 +27,7 @@ typedef struct cp_inst {
   uint64_t n;
   float *work; /* n fp32: the working copy of the gradient, then the decoded result */
   int wedged;  /* a collective on its buffers never completed: never freed */
+  int flushed; /* flushed dense and the residual is still zero (comp_flush_idempotent) */
   struct cp_inst *next;
 } cp_inst;
 
@@ -255,6 +256,7 @@ fgb_status cp_sync(cp_store *s, const cp_job *job, const eng_tensor *t, uint64_t
   /* Timed for measured planning: encode per element, each all-gather per byte and rank, decode
    * per gathered element (P * k, k from the COO payload: 8-byte header, 8 bytes per element). */
   double t0 = eng_now_s(), gathered = 0;
+  i->flushed = 0;
   st = i->ops->encode(i->st, &cp_host, i->work, t->step, &ph, err, errlen);
   if (st == FGB_OK) eng_stats_add(job->stats, EPS_ENCODE, (double)t->count, eng_now_s() - t0);
   for (int phase = 1; st == FGB_OK; phase++) {
@@ -288,6 +290,7 @@ fgb_status cp_flush(cp_store *s, const cp_job *job, const eng_tensor *t, char *e
     return FGB_EINVAL;
   }
   if (!i->ops->flush_dense) return FGB_OK; /* stateless: the gradient is what is sent */
+  if (i->flushed) return FGB_OK;           /* residual still zero: the gradient is what is sent */
   float *dense = malloc((t->count ? t->count : 1) * sizeof(float));
   if (!dense) {
     snprintf(err, errlen, "out of memory flushing tensor %u dense", t->tensor_id);
@@ -295,9 +298,10 @@ fgb_status cp_flush(cp_store *s, const cp_job *job, const eng_tensor *t, char *e
   }
   dtype_to_working(t->dtype, t->ptr, i->work, t->count);
   st = i->ops->flush_dense(i->st, &cp_host, i->work, dense);
-  if (st == FGB_OK)
+  if (st == FGB_OK) {
     dtype_from_working(t->dtype, dense, t->ptr, t->count);
-  else
+    i->flushed = comp_flush_idempotent(i->ops);
+  } else
     snprintf(err, errlen, "compressor %s: flush_dense failed", i->ops->name);
   free(dense);
   return st;
@@ -326,6 +330,7 @@ fgb_status cp_state_import(cp_store *s, const cp_job *job, const eng_tensor *t, 
     snprintf(err, errlen, "compressor %s has no state to import", i->ops->name);
     return FGB_ENOTSUP;
   }
+  i->flushed = 0;
   return i->ops->state_import(i->st, &cp_host, buf, bytes, err, errlen);
 }
 

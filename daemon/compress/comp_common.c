@@ -433,6 +433,10 @@ fgb_status comp_sparse_op_flush(void *st, const comp_exec *ex, const float *grad
   return comp_sparse_flush(st, grad, dense);
 }
 
+int comp_flush_idempotent(const comp_ops *ops) {
+  return ops != NULL && ops->flush_dense == comp_sparse_op_flush;
+}
+
 fgb_status comp_sparse_op_export(void *st, const comp_exec *ex, void **buf, size_t *bytes) {
   return comp_sparse_export(st, NULL, 0, buf, bytes);
 }

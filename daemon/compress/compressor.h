@@ -121,5 +121,10 @@ typedef struct comp_ops {
 const comp_ops *comp_find(const char *name);
 /* Names of all registered compressors, NULL-terminated. */
 const char *const *comp_names(void);
+/* 1 when ops' flush_dense is the plain error-feedback flush (dense = grad + residual, residual =
+ * 0): after one flush it is the identity (up to the sign of a zero and NaN payloads) until the next
+ * encode or state import, so the daemon skips repeated flushes of a tensor sent dense step after
+ * step. 0 for flushes that do more (DGC's momentum) or for NULL. */
+int comp_flush_idempotent(const comp_ops *ops);
 
 #endif

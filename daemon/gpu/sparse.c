@@ -35,6 +35,7 @@ typedef struct sp_inst {
   void *st;
   uint64_t n;
   int64_t state_bytes, other_bytes; /* accounted in device.c's gauges */
+  int flushed; /* flushed dense and the residual is still zero (comp_flush_idempotent) */
   struct sp_inst *next;
 } sp_inst;
 
@@ -504,6 +505,7 @@ fgb_status sp_sync_timed(const sp_job *job, const eng_tensor *t, sp_timing *tm, 
   comp_phase ph;
   memset(&ph, 0, sizeof ph);
   int rec = ev && timer_mark(ev[0], s);
+  i->flushed = 0;
   st = i->ops->encode(i->st, &ex, w, t->step, &ph, err, errlen);
   if (st == FGB_OK && rec && timer_mark(ev[1], s)) {
     tm->enc_ok = 1;
@@ -538,6 +540,7 @@ fgb_status sp_flush(const sp_job *job, const eng_tensor *t, char *err, size_t er
   fgb_status st = inst_get(job, t, &i, err, errlen);
   if (st != FGB_OK) return st;
   if (!i->ops->flush_dense) return FGB_OK; /* stateless: the gradient is what is sent */
+  if (i->flushed) return FGB_OK;           /* residual still zero: the gradient is what is sent */
   cudaStream_t s = job->stream;
   comp_exec ex = {1, s};
   /* In place: every flush_dense is elementwise (dense = grad + residual), as in sp_sync. */
@@ -552,6 +555,7 @@ fgb_status sp_flush(const sp_job *job, const eng_tensor *t, char *err, size_t er
     snprintf(err, errlen, "tensor %u: writing the flushed gradient back failed", t->tensor_id);
     return FGB_EIO;
   }
+  i->flushed = comp_flush_idempotent(i->ops);
   return FGB_OK;
 }
 
@@ -570,6 +574,7 @@ fgb_status sp_state(const sp_job *job, eng_item *it, char *err, size_t errlen) {
       snprintf(err, errlen, "compressor %s has no state to import", i->ops->name);
       return FGB_ENOTSUP;
     }
+    i->flushed = 0;
     return i->ops->state_import(i->st, &ex, it->state, it->state_bytes, err, errlen);
   }
   free(it->state);
