@@ -21,6 +21,10 @@ uint32_t dtype_size(fgb_dtype dt) {
   return 0;
 }
 
+fgb_dtype dtype_working(fgb_dtype dt) {
+  return (dt == FGB_FLOAT16 || dt == FGB_BFLOAT16) ? FGB_FLOAT32 : dt;
+}
+
 float dtype_half_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
   if (exp == 0) {

@@ -11,6 +11,8 @@
 /* Bytes per element of dt, 0 for an unknown dtype. */
 uint32_t dtype_size(fgb_dtype dt);
 
+/* The type dt is summed in: fp32 for fp16/bf16, else dt itself. */
+fgb_dtype dtype_working(fgb_dtype dt);
 /* Copy count elements of dt into dst in the working type (fp32 for fp16/bf16, else dt). */
 void dtype_to_working(fgb_dtype dt, const void *src, void *dst, uint64_t count);
 /* Copy count working-type elements back into dt (rounding fp32 to fp16/bf16). */

@@ -94,10 +94,6 @@ static int split_fail(eng_item *it, int status, const char *fmt, const char *det
   return -1;
 }
 
-static fgb_dtype working_type(fgb_dtype dt) {
-  return (dt == FGB_FLOAT16 || dt == FGB_BFLOAT16) ? FGB_FLOAT32 : dt;
-}
-
 int eng_split_rs_start(eng_split *s, const comm_ops *ops, comm *c, int rank, int size, eng_item *it,
                        comm_req **req, int *ng) {
   *ng = 0;
@@ -108,7 +104,7 @@ int eng_split_rs_start(eng_split *s, const comm_ops *ops, comm *c, int rank, int
   s->size = size;
   for (uint32_t i = 0; i < it->n; i++) {
     if (it->t[i].comp) continue; /* sparsified per tensor (start_issue): not in the split */
-    fgb_dtype w = working_type(it->t[i].dtype);
+    fgb_dtype w = dtype_working(it->t[i].dtype);
     int gi = 0;
     while (gi < s->ng && s->g[gi].wdt != w) gi++;
     if (gi == s->ng) {

@@ -294,10 +294,6 @@ static void run_state(srv_engine *e, eng_item *it) {
   }
 }
 
-static fgb_dtype working_type(fgb_dtype dt) {
-  return (dt == FGB_FLOAT16 || dt == FGB_BFLOAT16) ? FGB_FLOAT32 : dt;
-}
-
 static int poll_active(srv_engine *e);
 _Static_assert(ENG_SPLIT_GROUPS <= ENG_MAX_GROUPS, "a split's groups fit an item's requests");
 
@@ -401,7 +397,7 @@ static int start_issue(srv_engine *e, eng_item *it) {
   /* Allreduce: group tensors by working type, in ISSUE order (identical on every rank). */
   for (uint32_t i = 0; i < it->n; i++) {
     if (it->t[i].comp) continue;
-    fgb_dtype w = working_type(it->t[i].dtype);
+    fgb_dtype w = dtype_working(it->t[i].dtype);
     int gi = 0;
     while (gi < x->ng && x->g[gi].wdt != w) gi++;
     if (gi == x->ng) {

@@ -535,19 +535,20 @@ static int rewrite_issue(const sched_plan *p, coord_event *ev, uint32_t b) {
 /* Dynamic policies: the decision table in force for the ISSUE's step. 2 (its members with a
  * compressor are flushed dense) when every such member is in the table and decided dense; 0 when
  * any is compressed or not in the table (registered after the exchange: it compresses, as before
- * decisions existed). Compressed tensors travel alone under none and fusion, so an ISSUE holds at
- * most one of them unless the ranks disagree on compressors (cp_agree then fails the job). */
-static int dyn_decision(const srv_job *j, const plan_ver *v, const coord_event *ev) {
-  int has_comp = 0;
+ * decisions existed). *has_comp: the ISSUE holds a member with a compressor. Compressed tensors
+ * travel alone under none and fusion, so an ISSUE holds at most one of them unless the ranks
+ * disagree on compressors (cp_agree then fails the job). */
+static int dyn_decision(const srv_job *j, const plan_ver *v, const coord_event *ev, int *has_comp) {
+  *has_comp = 0;
   for (uint32_t k = 0; k < ev->ntensors; k++) {
     uint32_t key = ev->tensor_keys[k];
     const srv_tensor *t = tensor_by_key(j, key);
     if (!t || !t->comp) continue;
-    has_comp = 1;
+    *has_comp = 1;
     if (key >= v->nbuf_of || !v->buf_of[key] || v->plan.buffers[v->buf_of[key] - 1].compress)
       return 0;
   }
-  return has_comp ? 2 : 0;
+  return *has_comp ? 2 : 0;
 }
 
 int srv_plan_on_issue(srv_job *j, coord_event *ev) {
@@ -619,15 +620,10 @@ int srv_plan_on_issue(srv_job *j, coord_event *ev) {
   for (int i = pl->nv - 1; i >= 0 && !v; i--)
     if (ev->step >= pl->v[i].plan.first_step) v = &pl->v[i];
   if (dyn) {
-    int r = v ? dyn_decision(j, v, ev) : 0;
-    if (r == 2) pl->dense_issued++;
-    for (uint32_t k = 0; v && k < ev->ntensors; k++) {
-      const srv_tensor *t = tensor_by_key(j, ev->tensor_keys[k]);
-      if (t && t->comp) { /* an ISSUE of a compressed tensor run under the table */
-        pl->issued++;
-        break;
-      }
-    }
+    if (!v) return 0;
+    int has_comp, r = dyn_decision(j, v, ev, &has_comp);
+    pl->issued += has_comp; /* an ISSUE of a compressed tensor run under the table */
+    pl->dense_issued += r == 2;
     return r;
   }
   if (!v || key >= v->nbuf_of || !v->buf_of[key]) return 0;
