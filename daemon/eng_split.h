@@ -8,6 +8,22 @@
 
 #define ENG_SPLIT_GROUPS 6 /* one merge buffer per working type */
 
+/* A working type's dense members of an item, in item order (the same on every rank): a group of
+ * the engine's fused all-reduce (engine.c) and a split's merge buffer (eng_split.c). */
+typedef struct eng_wgroup {
+  fgb_dtype wdt;     /* working type on the wire */
+  uint32_t *members; /* indices into it->t */
+  uint32_t n;
+  uint64_t count; /* the members' elements */
+} eng_wgroup;
+
+/* Group the members of `it` without a compressor by working type into g[0..*ng); each group's
+ * members array is calloc'ed (the caller frees it). FGB_ENOMEM, or FGB_EINVAL with more than
+ * `max` working types; on failure nothing stays allocated and *ng is 0. */
+fgb_status eng_wgroups(const eng_item *it, eng_wgroup *g, int max, int *ng);
+/* The group's members converted to its working type, back to back into buf. */
+void eng_wgroup_pack(const eng_wgroup *g, const eng_item *it, uint8_t *buf);
+
 /* Start the reduce-scatter half of `it` on `s`: its dense members fused per working type into
  * merge buffers padded with zeros to a multiple of `size`, each reduce-scattered in place
  * (members with a compressor left in it->t[i].comp were synchronised per tensor before: they are

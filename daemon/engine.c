@@ -44,11 +44,8 @@ typedef struct eng_comm {
 
 /* One collective request of an ISSUE: a merge buffer (or the tensor itself, in place). */
 typedef struct eng_group {
-  fgb_dtype wdt; /* working type on the wire */
-  uint8_t *buf;  /* malloc'ed merge buffer, or NULL: in place on t[first].ptr */
-  uint64_t count;
-  uint32_t *members; /* indices into it->t */
-  uint32_t n;
+  eng_wgroup w;
+  uint8_t *buf; /* malloc'ed merge buffer, or NULL: in place on t[first].ptr */
   comm_req *req;
   double t0; /* start (eng_now_s), for the job's cost samples */
 } eng_group;
@@ -132,7 +129,7 @@ static void exec_free(eng_item *it) {
   if (!x) return;
   for (int i = 0; i < x->ng; i++) {
     free(x->g[i].buf);
-    free(x->g[i].members);
+    free(x->g[i].w.members);
   }
   free(x);
   it->priv = NULL;
@@ -395,41 +392,27 @@ static int start_issue(srv_engine *e, eng_item *it) {
     return 0;
   }
   /* Allreduce: group tensors by working type, in ISSUE order (identical on every rank). */
-  for (uint32_t i = 0; i < it->n; i++) {
-    if (it->t[i].comp) continue;
-    fgb_dtype w = dtype_working(it->t[i].dtype);
-    int gi = 0;
-    while (gi < x->ng && x->g[gi].wdt != w) gi++;
-    if (gi == x->ng) {
-      if (x->ng == ENG_MAX_GROUPS) goto nomem; /* cannot happen: fewer working types */
-      x->g[gi].wdt = w;
-      x->g[gi].members = calloc(it->n, sizeof(uint32_t));
-      if (!x->g[gi].members) goto nomem;
-      x->ng++;
-    }
-    x->g[gi].members[x->g[gi].n++] = i;
-    x->g[gi].count += it->t[i].count;
-  }
+  eng_wgroup wg[ENG_MAX_GROUPS];
+  int nw = 0;
+  /* FGB_EINVAL (more working types than groups) cannot happen: there are fewer. */
+  if (eng_wgroups(it, wg, ENG_MAX_GROUPS, &nw) != FGB_OK) goto nomem;
+  for (int gi = 0; gi < nw; gi++) x->g[gi].w = wg[gi];
+  x->ng = nw;
   for (int gi = 0; gi < x->ng; gi++) {
     eng_group *g = &x->g[gi];
-    eng_tensor *t0 = &it->t[g->members[0]];
+    eng_tensor *t0 = &it->t[g->w.members[0]];
     uint8_t *buf;
-    if (g->n == 1 && t0->dtype == g->wdt) {
+    if (g->w.n == 1 && t0->dtype == g->w.wdt) {
       buf = t0->ptr; /* in place in the client's arena */
     } else {
-      g->buf = malloc(g->count * dtype_size(g->wdt));
+      g->buf = malloc(g->w.count * dtype_size(g->w.wdt));
       if (!g->buf) goto nomem;
-      uint64_t off = 0;
-      for (uint32_t m = 0; m < g->n; m++) {
-        eng_tensor *t = &it->t[g->members[m]];
-        dtype_to_working(t->dtype, t->ptr, g->buf + off * dtype_size(g->wdt), t->count);
-        off += t->count;
-      }
+      eng_wgroup_pack(&g->w, it, g->buf);
       buf = g->buf;
     }
     g->t0 = eng_now_s();
-    fgb_status st =
-        e->ops->allreduce(x->ec->c, buf, buf, g->count, g->wdt, &g->req, it->err, sizeof(it->err));
+    fgb_status st = e->ops->allreduce(x->ec->c, buf, buf, g->w.count, g->w.wdt, &g->req, it->err,
+                                      sizeof(it->err));
     if (st != FGB_OK) {
       /* Requests already started must still complete; this cannot happen for valid dtypes. */
       it->status = st;
@@ -453,11 +436,11 @@ static void finish_allreduce(eng_item *it) {
   for (int gi = 0; gi < x->ng; gi++) {
     eng_group *g = &x->g[gi];
     uint64_t off = 0;
-    for (uint32_t m = 0; m < g->n; m++) {
-      eng_tensor *t = &it->t[g->members[m]];
+    for (uint32_t m = 0; m < g->w.n; m++) {
+      eng_tensor *t = &it->t[g->w.members[m]];
       int avg = t->op == FGB_OP_AVERAGE;
-      uint8_t *src = g->buf ? g->buf + off * dtype_size(g->wdt) : t->ptr;
-      if (avg) dtype_scale_div(g->wdt, src, t->count, size);
+      uint8_t *src = g->buf ? g->buf + off * dtype_size(g->w.wdt) : t->ptr;
+      if (avg) dtype_scale_div(g->w.wdt, src, t->count, size);
       if (g->buf) dtype_from_working(t->dtype, src, t->ptr, t->count);
       off += t->count;
     }
@@ -489,7 +472,7 @@ static int poll_item(srv_engine *e, eng_item *it) {
     g->req = NULL;
     x->left--;
     if (r > 0 && !it->split) /* a half is no all-reduce sample */
-      eng_stats_add(x->ec->stats, EPS_ALLREDUCE, (double)(g->count * dtype_size(g->wdt)),
+      eng_stats_add(x->ec->stats, EPS_ALLREDUCE, (double)(g->w.count * dtype_size(g->w.wdt)),
                     eng_now_s() - g->t0);
     if (r < 0 && it->status == FGB_OK) {
       it->status = FGB_EIO;
