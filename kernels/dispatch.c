@@ -189,28 +189,6 @@ fgb_status kern_select_thr(const comp_exec *ex, const float *a, uint64_t n, cons
   KERN_DISPATCH(select_thr, a, n, ctl, out, ws);
 }
 
-fgb_status kern_ws_enable_pre(const comp_exec *ex, kern_ws *ws, uint64_t pre_cap) {
-  KERN_DISPATCH(ws_enable_pre, ws, pre_cap);
-}
-
-fgb_status kern_dgc_accumulate_hist_pre(const comp_exec *ex, float *u, float *v, const float *g,
-                                        uint64_t n, float m, int nesterov, float clip,
-                                        const kern_ctl *ctl, uint32_t *hist, kern_ws *ws,
-                                        float factor) {
-  KERN_DISPATCH(dgc_accumulate_hist_pre, u, v, g, n, m, nesterov, clip, ctl, hist, ws, factor);
-}
-
-fgb_status kern_select_thr_pre(const comp_exec *ex, const float *a, uint64_t n, const kern_ctl *ctl,
-                               const kern_sel *out, kern_ws *ws) {
-  KERN_DISPATCH(select_thr_pre, a, n, ctl, out, ws);
-}
-
-fgb_status kern_add_stats_replay_pre(const comp_exec *ex, float *a, const float *g, uint64_t n,
-                                     uint32_t flags, kern_ctl *ctl, uint32_t *hist,
-                                     const kern_replay *rp, kern_ws *ws, float factor) {
-  KERN_DISPATCH(add_stats_replay_pre, a, g, n, flags, ctl, hist, rp, ws, factor);
-}
-
 fgb_status kern_topk_rows(const comp_exec *ex, const float *a, uint64_t rows, uint64_t cols,
                           uint32_t k1, const kern_sel *out, kern_ws *ws) {
   KERN_DISPATCH(topk_rows, a, rows, cols, k1, out, ws);

@@ -283,29 +283,6 @@ fgb_status kern_topk(const comp_exec *ex, const float *a, uint64_t n, uint32_t k
 fgb_status kern_select_thr(const comp_exec *ex, const float *a, uint64_t n, const kern_ctl *ctl,
                            const kern_sel *out, kern_ws *ws);
 
-/* The select's compaction fused into DGC's momentum pass (GPU; the CPU runs the plain calls, with
- * the same results; kern_add_stats_replay_pre below does it for the threshold methods).
- * kern_ws_enable_pre gives ws room for pre_cap pre-candidates (create time).
- * kern_dgc_accumulate_hist_pre is kern_dgc_accumulate_hist that also keeps, in ws, the entries of
- * the new v with |v| >= factor * (ctl->thr as it is on entry: last step's threshold).
- * kern_select_thr_pre is kern_select_thr on that v; when the threshold it is given is at least
- * that bound and every such entry fitted, it selects from them instead of reading v again (no
- * pass over n), else as kern_select_thr — the same bytes either way, decided on the device. It
- * must follow the _pre pass with v unchanged in between; it consumes the pre-candidates. */
-fgb_status kern_ws_enable_pre(const comp_exec *ex, kern_ws *ws, uint64_t pre_cap);
-fgb_status kern_dgc_accumulate_hist_pre(const comp_exec *ex, float *u, float *v, const float *g,
-                                        uint64_t n, float m, int nesterov, float clip,
-                                        const kern_ctl *ctl, uint32_t *hist, kern_ws *ws,
-                                        float factor);
-fgb_status kern_select_thr_pre(const comp_exec *ex, const float *a, uint64_t n, const kern_ctl *ctl,
-                               const kern_sel *out, kern_ws *ws);
-/* The same for the threshold methods' first pass: kern_add_stats_replay that also keeps the
- * entries of the compensated a with |a| >= factor * (ctl->thr on entry), for kern_select_thr_pre.
- * GPU: the statistics are summed in another fixed order than kern_add_stats_replay's (equal within
- * rounding, reproducible); the selection is then the same bytes whichever way it goes. */
-fgb_status kern_add_stats_replay_pre(const comp_exec *ex, float *a, const float *g, uint64_t n,
-                                     uint32_t flags, kern_ctl *ctl, uint32_t *hist,
-                                     const kern_replay *rp, kern_ws *ws, float factor);
 /* Row-wise top-k (ADTopk all-dimension selection) on the rows x cols view: each row's k1 largest
  * |a| (ties by lower column), emitted row by row in ascending column order; count = rows * k1
  * (k1 clamped to [1, cols]; capacity must hold rows * k1). Cost R1 + sorting of short rows. */
@@ -421,15 +398,6 @@ fgb_status kern_fill_uniform(const comp_exec *ex, float *out, uint64_t count, ui
                              kern_ws *ws EXTRA);                                                   \
   fgb_status kern_##B##_select_thr(const float *a, uint64_t n, const kern_ctl *ctl,                \
                                    const kern_sel *out, kern_ws *ws EXTRA);                        \
-  fgb_status kern_##B##_ws_enable_pre(kern_ws *ws, uint64_t pre_cap EXTRA);                        \
-  fgb_status kern_##B##_dgc_accumulate_hist_pre(                                                   \
-      float *u, float *v, const float *g, uint64_t n, float m, int nesterov, float clip,           \
-      const kern_ctl *ctl, uint32_t *hist, kern_ws *ws, float factor EXTRA);                       \
-  fgb_status kern_##B##_select_thr_pre(const float *a, uint64_t n, const kern_ctl *ctl,            \
-                                       const kern_sel *out, kern_ws *ws EXTRA);                    \
-  fgb_status kern_##B##_add_stats_replay_pre(float *a, const float *g, uint64_t n, uint32_t flags, \
-                                             kern_ctl *ctl, uint32_t *hist, const kern_replay *rp, \
-                                             kern_ws *ws, float factor EXTRA);                     \
   fgb_status kern_##B##_topk_rows(const float *a, uint64_t rows, uint64_t cols, uint32_t k1,       \
                                   const kern_sel *out, kern_ws *ws EXTRA);                         \
   fgb_status kern_##B##_randomk_indices(uint64_t n, uint32_t k, uint64_t seed, uint32_t buffer_id, \

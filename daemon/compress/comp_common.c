@@ -325,17 +325,6 @@ const char *const comp_search_names[] = {"hist", "count", NULL};
 fgb_status comp_sparse_thr_search(comp_sparse *cs, const float *grad, uint32_t flags, int search,
                                   const kern_replay *rp, float **a) {
   const comp_exec *ex = &cs->ex;
-  if (search == COMP_SEARCH_HIST && cs->fuse) { /* the same, keeping entries for the select */
-    if (cs->ef) {
-      *a = cs->resid;
-      return kern_add_stats_replay_pre(ex, cs->resid, grad, cs->n, flags, cs->ctl, cs->hist, rp,
-                                       cs->ws, COMP_FUSE_FACTOR);
-    }
-    fgb_status rc = comp_sparse_compensate(cs, grad, a);
-    return rc ? rc
-              : kern_add_stats_replay_pre(ex, *a, NULL, cs->n, flags, cs->ctl, cs->hist, rp, cs->ws,
-                                          COMP_FUSE_FACTOR);
-  }
   if (search == COMP_SEARCH_HIST) { /* the pass, then one tiny replay launch */
     if (cs->ef) {
       *a = cs->resid;
@@ -356,16 +345,8 @@ fgb_status comp_sparse_thr_search(comp_sparse *cs, const float *grad, uint32_t f
   return rc;
 }
 
-fgb_status comp_sparse_enable_fuse(comp_sparse *cs) {
-  uint64_t pc = 8ull * cs->cap + 4096;
-  fgb_status rc = kern_ws_enable_pre(&cs->ex, cs->ws, pc < cs->n ? pc : cs->n);
-  if (!rc) cs->fuse = 1;
-  return rc;
-}
-
 fgb_status comp_sparse_select_thr(comp_sparse *cs, float *a, const kern_sel *sel) {
-  return cs->fuse ? kern_select_thr_pre(&cs->ex, a, cs->n, cs->ctl, sel, cs->ws)
-                  : kern_select_thr(&cs->ex, a, cs->n, cs->ctl, sel, cs->ws);
+  return kern_select_thr(&cs->ex, a, cs->n, cs->ctl, sel, cs->ws);
 }
 
 kern_sel comp_sparse_sel(comp_sparse *cs, float *a, float *mask) {
@@ -453,7 +434,6 @@ int comp_thr_opts_add(comp_opt *opts, comp_thr_opts *t) {
   opts[no++] = (comp_opt){"adapt_iters", COMP_OPT_INT, &t->iters, 0, 64, NULL};
   opts[no++] = (comp_opt){"capacity", COMP_OPT_DOUBLE, &t->capf, 1, 16, NULL};
   opts[no++] = (comp_opt){"search", COMP_OPT_ENUM, &t->search, 0, 0, comp_search_names};
-  opts[no++] = (comp_opt){"fuse", COMP_OPT_BOOL, &t->fuse, 0, 1, NULL};
   return no;
 }
 
@@ -463,11 +443,5 @@ fgb_status comp_thr_init(comp_sparse *cs, const char *name, const comp_params *p
   uint32_t k = comp_k(n, rho);
   double c = ceil(t->capf * k);
   uint32_t cap = c > (double)n ? (uint32_t)n : (uint32_t)c;
-  fgb_status rc = comp_sparse_init(cs, name, p, n, ex, k, cap, t->fp16, t->ef, err, errlen);
-  if (rc) return rc;
-  if (t->fuse && t->search == COMP_SEARCH_HIST && (rc = comp_sparse_enable_fuse(cs))) {
-    comp_sparse_free(cs);
-    comp_alloc_err(name, rc, err, errlen);
-  }
-  return rc;
+  return comp_sparse_init(cs, name, p, n, ex, k, cap, t->fp16, t->ef, err, errlen);
 }

@@ -96,13 +96,7 @@ typedef struct comp_sparse {
   kern_ctl *ctl;     /* device scalars */
   kern_ws *ws;
   uint32_t *hist; /* KERN_HIST_BINS, device: the threshold methods' magnitude histogram */
-  int fuse;       /* comp_sparse_enable_fuse: the select's compaction in the first pass */
 } comp_sparse;
-
-/* The threshold methods' entries above COMP_FUSE_FACTOR x last step's threshold are kept by the
- * first pass for the select (kern_add_stats_replay_pre); this step's threshold must not fall below
- * it, else the select reads a again (same result). */
-#define COMP_FUSE_FACTOR 0.75f
 
 /* Allocate for n elements and payload capacity cap. */
 fgb_status comp_sparse_init(comp_sparse *cs, const char *name, const comp_params *p, uint64_t n,
@@ -132,11 +126,7 @@ extern const char *const comp_search_names[];
 fgb_status comp_sparse_thr_search(comp_sparse *cs, const float *grad, uint32_t flags, int search,
                                   const kern_replay *rp, float **a);
 kern_sel comp_sparse_sel(comp_sparse *cs, float *a, float *mask);
-/* Option "fuse" with search=hist: room in the workspace for the first pass's pre-candidates
- * (kern_ws_enable_pre, 8 cap + 4096) and cs->fuse = 1, which comp_sparse_thr_search and
- * comp_sparse_select_thr then use. */
-fgb_status comp_sparse_enable_fuse(comp_sparse *cs);
-/* kern_select_thr of a at cs->ctl's threshold (kern_select_thr_pre after a fused search). */
+/* kern_select_thr of a at cs->ctl's threshold. */
 fgb_status comp_sparse_select_thr(comp_sparse *cs, float *a, const kern_sel *sel);
 /* Phase 0: allgather of this step's payload layout. */
 void comp_sparse_phase(const comp_sparse *cs, comp_phase *ph);
@@ -164,18 +154,17 @@ int comp_sparse_opts(comp_opt *opts, int *fp16, int *ef);
 /* ---- threshold methods (gaussiank, sidco) ---------------------------------------------------- */
 
 /* Their common options: fp16_values, ef, adapt_iters, capacity (payload = ceil(capacity k)),
- * search (comp_search_names), fuse. Set the defaults before comp_thr_opts_add. */
+ * search (comp_search_names). Set the defaults before comp_thr_opts_add. */
 typedef struct comp_thr_opts {
-  int fp16, ef, search, fuse;
+  int fp16, ef, search;
   int64_t iters;
   double capf;
 } comp_thr_opts;
 
-/* Fills opts[0..5] with the common options writing into t; returns 6. */
+/* Fills opts[0..4] with the common options writing into t; returns 5. */
 int comp_thr_opts_add(comp_opt *opts, comp_thr_opts *t);
-/* comp_sparse_init with k = comp_k(n, rho) and capacity min(n, ceil(capf k)), then
- * comp_sparse_enable_fuse when t asks for fuse with search=hist. On error nothing stays allocated
- * in cs and err names the compressor. */
+/* comp_sparse_init with k = comp_k(n, rho) and capacity min(n, ceil(capf k)). On error nothing
+ * stays allocated in cs and err names the compressor. */
 fgb_status comp_thr_init(comp_sparse *cs, const char *name, const comp_params *p, uint64_t n,
                          const comp_exec *ex, double rho, const comp_thr_opts *t, char *err,
                          size_t errlen);

@@ -14,9 +14,6 @@
 #include "kern_util.h"
 
 #define DGC_MAX_WARMUP 32
-/* The fused path keeps |v| >= this x last step's threshold: this step's must not fall below it
- * (else the select reads v, as without fusion; the result is the same). */
-#define DGC_PRE_FACTOR 0.75f
 
 typedef struct dgc_plan {
   uint32_t k;      /* num_selects = ceil(n density) */
@@ -33,7 +30,6 @@ typedef struct dgc_state {
   double momentum, clip;
   int nesterov, masking, adapt_iters, strided;
   int search; /* COMP_SEARCH_*: adaptation counts from the histogram of v, or a pass per round */
-  int fuse;   /* search=hist: the select's compaction fused into the momentum pass (kernels.h) */
   int64_t warmup_epochs, steps_per_epoch;
   uint64_t seed;
   uint32_t buffer_id;
@@ -74,7 +70,7 @@ static fgb_status dgc_create(const comp_params *p, uint64_t n, const comp_exec *
   fgb_status rc = comp_check_common("dgc", p, n, ex, 1, err, errlen);
   if (rc) return rc;
   double rho, sample = 0.01, momentum = 0.9, clip = 0, coeff = 0;
-  int fp16 = 0, nesterov = 0, masking = 1, strided = 1, search = 0, fuse = 0;
+  int fp16 = 0, nesterov = 0, masking = 1, strided = 1, search = 0;
   int64_t iters = 10, wu = 0, spe = 0;
   if ((rc = comp_density("dgc", p, 0.001, &rho, err, errlen))) return rc;
   comp_opt opts[] = {
@@ -90,7 +86,6 @@ static fgb_status dgc_create(const comp_params *p, uint64_t n, const comp_exec *
       {"steps_per_epoch", COMP_OPT_INT, &spe, 0, 1e15, NULL},
       {"warmup_coeff", COMP_OPT_DOUBLE, &coeff, 0, 1, NULL},
       {"search", COMP_OPT_ENUM, &search, 0, 0, comp_search_names},
-      {"fuse", COMP_OPT_BOOL, &fuse, 0, 1, NULL},
   };
   if ((rc = comp_parse_options("dgc", p->options, opts, sizeof opts / sizeof opts[0], err, errlen)))
     return rc;
@@ -109,7 +104,6 @@ static fgb_status dgc_create(const comp_params *p, uint64_t n, const comp_exec *
   s->adapt_iters = (int)iters;
   s->strided = strided;
   s->search = search;
-  s->fuse = fuse && search == COMP_SEARCH_HIST;
   s->warmup_epochs = wu;
   s->steps_per_epoch = spe;
   s->seed = p->seed;
@@ -130,12 +124,6 @@ static fgb_status dgc_create(const comp_params *p, uint64_t n, const comp_exec *
   rc = kern_alloc(ex, n * sizeof(float), (void **)&s->u);
   if (!rc) rc = kern_alloc(ex, (size_t)mmax * sizeof(float), (void **)&s->samples);
   if (!rc && !strided) rc = kern_alloc(ex, (size_t)mmax * sizeof(int32_t), (void **)&s->sample_idx);
-  /* Room for the entries above DGC_PRE_FACTOR x last step's threshold: about 5k for Gaussian
-   * tails at the final density (warm-up steps with larger k overflow it and read v instead). */
-  if (!rc && s->fuse) {
-    uint64_t pc = 8ull * s->plan[wu].k + 4096;
-    rc = kern_ws_enable_pre(ex, s->cs.ws, pc < n ? pc : n);
-  }
   if (rc) {
     dgc_destroy(s);
     comp_alloc_err("dgc", rc, err, errlen);
@@ -164,10 +152,7 @@ static fgb_status dgc_encode(void *st, const comp_exec *ex, const float *grad, u
   if (s->clip > 0) rc = kern_stats(ex, grad, n, 0, cs->ctl);
   /* hist: the momentum pass also takes the magnitude histogram of v, so the adaptation rounds
    * below read their counts off it (one tiny launch) instead of a pass over v each. */
-  if (!rc && s->fuse) /* also keeps |v| >= DGC_PRE_FACTOR x last threshold for the select */
-    rc = kern_dgc_accumulate_hist_pre(ex, s->u, cs->resid, grad, n, (float)s->momentum, s->nesterov,
-                                      (float)s->clip, cs->ctl, cs->hist, cs->ws, DGC_PRE_FACTOR);
-  else if (!rc && s->search == COMP_SEARCH_HIST)
+  if (!rc && s->search == COMP_SEARCH_HIST)
     rc = kern_dgc_accumulate_hist(ex, s->u, cs->resid, grad, n, (float)s->momentum, s->nesterov,
                                   (float)s->clip, cs->ctl, cs->hist);
   else if (!rc)
@@ -199,9 +184,7 @@ static fgb_status dgc_encode(void *st, const comp_exec *ex, const float *grad, u
   }
   cs->step_cap = pl->k;
   kern_sel sel = comp_sparse_sel(cs, cs->resid, s->masking ? s->u : NULL);
-  if (!rc)
-    rc = s->fuse ? kern_select_thr_pre(ex, cs->resid, n, cs->ctl, &sel, cs->ws)
-                 : kern_select_thr(ex, cs->resid, n, cs->ctl, &sel, cs->ws);
+  if (!rc) rc = kern_select_thr(ex, cs->resid, n, cs->ctl, &sel, cs->ws);
   comp_sparse_phase(cs, ph);
   return rc;
 }

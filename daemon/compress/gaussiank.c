@@ -33,9 +33,9 @@ static fgb_status gaussiank_create(const comp_params *p, uint64_t n, const comp_
   fgb_status rc = comp_check_common("gaussiank", p, n, ex, 1, err, errlen);
   if (rc) return rc;
   double rho;
-  comp_thr_opts t = {.fp16 = 0, .ef = 1, .search = 0, .fuse = 0, .iters = 8, .capf = 1.5};
+  comp_thr_opts t = {.fp16 = 0, .ef = 1, .search = 0, .iters = 8, .capf = 1.5};
   if ((rc = comp_density("gaussiank", p, 0.01, &rho, err, errlen))) return rc;
-  comp_opt opts[6];
+  comp_opt opts[5];
   int no = comp_thr_opts_add(opts, &t);
   if ((rc = comp_parse_options("gaussiank", p->options, opts, no, err, errlen))) return rc;
   gaussiank_state *s = calloc(1, sizeof *s);

@@ -26,9 +26,9 @@ static fgb_status sidco_create(const comp_params *p, uint64_t n, const comp_exec
   double rho, fr = 0.25;
   int dist = 0;
   int64_t stages = 3;
-  comp_thr_opts t = {.fp16 = 0, .ef = 1, .search = 0, .fuse = 0, .iters = 4, .capf = 1.5};
+  comp_thr_opts t = {.fp16 = 0, .ef = 1, .search = 0, .iters = 4, .capf = 1.5};
   if ((rc = comp_density("sidco", p, 0.01, &rho, err, errlen))) return rc;
-  comp_opt opts[9];
+  comp_opt opts[8];
   int no = comp_thr_opts_add(opts, &t);
   opts[no++] = (comp_opt){"dist", COMP_OPT_ENUM, &dist, 0, 0, sidco_dists};
   opts[no++] = (comp_opt){"stages", COMP_OPT_INT, &stages, 1, 8, NULL};

@@ -31,16 +31,6 @@ fgb_status kern_cpu_dgc_accumulate_hist(float *u, float *v, const float *g, uint
   return FGB_OK;
 }
 
-/* The CPU reference of the fused path: the plain pass (ws and factor only steer the GPU's
- * pre-compaction, which changes no result). */
-fgb_status kern_cpu_dgc_accumulate_hist_pre(float *u, float *v, const float *g, uint64_t n, float m,
-                                            int nesterov, float clip, const kern_ctl *ctl,
-                                            uint32_t *hist, kern_ws *ws, float factor) {
-  (void)factor;
-  if (ws == NULL) return FGB_EINVAL;
-  return kern_cpu_dgc_accumulate_hist(u, v, g, n, m, nesterov, clip, ctl, hist);
-}
-
 /* Elements in the bins above b. */
 static uint64_t above_bin(const uint32_t *hist, uint32_t b) {
   uint64_t c = 0;
@@ -128,13 +118,4 @@ fgb_status kern_cpu_add_stats_replay(float *a, const float *g, uint64_t n, uint3
   fgb_status rc = kern_replay_check(rp); /* nothing runs on bad parameters, as on the GPU */
   if (!rc) rc = kern_cpu_add_stats_hist(a, g, n, flags, ctl, hist);
   return rc ? rc : kern_cpu_thr_replay(hist, ctl, rp);
-}
-
-/* The CPU reference of the fused path: the plain pass and replay. */
-fgb_status kern_cpu_add_stats_replay_pre(float *a, const float *g, uint64_t n, uint32_t flags,
-                                         kern_ctl *ctl, uint32_t *hist, const kern_replay *rp,
-                                         kern_ws *ws, float factor) {
-  (void)factor;
-  if (ws == NULL) return FGB_EINVAL;
-  return kern_cpu_add_stats_replay(a, g, n, flags, ctl, hist, rp);
 }

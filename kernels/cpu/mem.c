@@ -59,9 +59,3 @@ fgb_status kern_cpu_ws_create(uint64_t n, uint32_t cap, kern_ws **out) {
 void kern_cpu_ws_destroy(kern_ws *ws) {
   free(ws);
 }
-
-/* The pre-compaction is a GPU device-side shortcut; the CPU reference has nothing to prepare. */
-fgb_status kern_cpu_ws_enable_pre(kern_ws *ws, uint64_t pre_cap) {
-  (void)pre_cap;
-  return ws == NULL ? FGB_EINVAL : FGB_OK;
-}

@@ -121,12 +121,6 @@ fgb_status kern_cpu_select_thr(const float *a, uint64_t n, const kern_ctl *ctl, 
   return FGB_OK;
 }
 
-/* The CPU reference of the fused path: the plain select (the GPU's result is the same bytes). */
-fgb_status kern_cpu_select_thr_pre(const float *a, uint64_t n, const kern_ctl *ctl,
-                                   const kern_sel *out, kern_ws *ws) {
-  return kern_cpu_select_thr(a, n, ctl, out, ws);
-}
-
 fgb_status kern_cpu_topk_rows(const float *a, uint64_t rows, uint64_t cols, uint32_t k1,
                               const kern_sel *out, kern_ws *ws) {
   (void)ws;

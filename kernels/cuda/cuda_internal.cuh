@@ -108,18 +108,7 @@ typedef struct kc_sel_state {
   uint32_t err;             /* internal inconsistency seen (diagnostics for the tests) */
   uint32_t count;           /* entries emitted */
   uint32_t cdone;           /* last-block-done counter of the compaction (which then decides) */
-  uint32_t skipc; /* kern_select_thr_pre: 1 = the candidates came from the pre-compaction */
-  uint32_t pad_;
 } kc_sel_state;
-
-/* The pre-compaction of a first pass (pre.cu, kern_ws_enable_pre): its entries >= L, per chunk. */
-typedef struct kc_pre_state {
-  unsigned long long ncand; /* entries kept by the pass (may exceed pre_cap); 0 after a select */
-  uint32_t L;               /* the pass's bound (key); KC_NO_KEY: nothing kept */
-  uint32_t valid;           /* 1: filled by a pass, not consumed by a select yet */
-  uint32_t done;            /* last-block-done counter of k_pre_refilter */
-  uint32_t pad_;
-} kc_pre_state;
 
 /* CUDA workspace: everything a selection needs, carved from one allocation at create time. */
 #define KC_CHUNK 4096u   /* elements per chunk (block) of the compaction and emit passes */
@@ -138,13 +127,6 @@ struct kern_ws {
   uint32_t *ch_off, *ch_cnt; /* per chunk: candidate slice */
   uint32_t *ch_gt, *ch_eq;   /* per chunk: counts, then output offset / eq prefix */
   uint32_t *samp;            /* KC_SAMPLES keys */
-  /* kern_ws_enable_pre (else NULL / 0): the pre-candidates, per chunk at ch_poff, ch_pcnt. */
-  void *pre_mem;
-  uint64_t pre_cap;
-  kc_pre_state *pre;
-  float *pre_val;
-  uint32_t *pre_idx;
-  uint32_t *ch_poff, *ch_pcnt;
 };
 
 /* ---- per-stream scratch for the reductions without a workspace ------------------------------- */
@@ -388,8 +370,8 @@ enum { KC_L_SAMPLE = 0, KC_L_CTL = 1, KC_L_FIXED = 2 };
  * caller owns it). Enqueue only. */
 fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_base, uint32_t k,
                      int lmode, const kern_ctl *ctl, uint32_t L_fixed, int take_all, kc_out o,
-                     comp_coo_header *hdr, uint32_t capacity, cudaStream_t s, const float *g = NULL,
-                     int pre = 0);
+                     comp_coo_header *hdr, uint32_t capacity, cudaStream_t s,
+                     const float *g = NULL);
 /* The radix passes over x itself (full mode): ws->st->T = key of the kth largest |x[0..m)|, and
  * with ctl_out that key as ctl_out's threshold (kern_kth_abs). */
 fgb_status kc_radix_full(kern_ws *ws, const float *x, uint64_t m, uint32_t kth, cudaStream_t s,

@@ -201,43 +201,8 @@ extern "C" fgb_status kern_cuda_ws_create(uint64_t n, uint32_t cap, kern_ws **ou
   return FGB_OK;
 }
 
-/* The pre-compaction's buffers (pre.cu): state, pre_cap values and indices, and per chunk the
- * slice offset and count. One allocation, zeroed; replaces an earlier one. */
-extern "C" fgb_status kern_cuda_ws_enable_pre(kern_ws *ws, uint64_t pre_cap, void *stream) {
-  if (ws == NULL || pre_cap == 0) return FGB_EINVAL;
-  cudaStream_t s = KC_STREAM(stream);
-  if (pre_cap > ws->n) pre_cap = ws->n ? ws->n : 1;
-  size_t off = 0, o_v, o_i, o_ch;
-  off = align_up(sizeof(kc_pre_state));
-  o_v = off;
-  off = align_up(off + pre_cap * sizeof(float));
-  o_i = off;
-  off = align_up(off + pre_cap * sizeof(uint32_t));
-  o_ch = off;
-  off = align_up(off + 2 * ws->nchunks * sizeof(uint32_t));
-  void *mem = NULL;
-  cudaError_t e = cudaMallocAsync(&mem, off, s);
-  if (e == cudaSuccess) e = cudaMemsetAsync(mem, 0, off, s);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-  if (e != cudaSuccess) {
-    if (mem) cudaFreeAsync(mem, s);
-    return kc_status(e);
-  }
-  if (ws->pre_mem) cudaFreeAsync(ws->pre_mem, s);
-  char *b = (char *)mem;
-  ws->pre_mem = mem;
-  ws->pre_cap = pre_cap;
-  ws->pre = (kc_pre_state *)b;
-  ws->pre_val = (float *)(b + o_v);
-  ws->pre_idx = (uint32_t *)(b + o_i);
-  ws->ch_poff = (uint32_t *)(b + o_ch);
-  ws->ch_pcnt = ws->ch_poff + ws->nchunks;
-  return FGB_OK;
-}
-
 extern "C" void kern_cuda_ws_destroy(kern_ws *ws, void *stream) {
   if (ws == NULL) return;
-  if (ws->pre_mem) cudaFreeAsync(ws->pre_mem, KC_STREAM(stream));
   if (ws->mem) cudaFreeAsync(ws->mem, KC_STREAM(stream));
   free(ws);
 }

@@ -1,5 +1,5 @@
-/* kernels/cuda/sel_dev.cuh — device helpers of the selection pipeline shared by topk.cu and pre.cu:
- * the chunk layout (KC_CHUNK elements, SEL_THREADS threads, 16 a thread in four slabs), ordered
+/* kernels/cuda/sel_dev.cuh — device helpers of the selection pipeline (topk.cu, kth.cu): the
+ * chunk layout (KC_CHUNK elements, SEL_THREADS threads, 16 a thread in four slabs), ordered
  * positions inside a chunk, and the decision taken once the candidates are counted. Not part of
  * the API. */
 #ifndef FGB_KERN_SEL_DEV_CUH

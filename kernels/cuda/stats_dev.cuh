@@ -1,6 +1,6 @@
-/* kernels/cuda/stats_dev.cuh — the statistics accumulators of kern_stats (stats.cu) and of the
- * fused first pass of pre.cu, and the pass's tail: block partials, the last block's fold in block
- * order (bitwise reproducible) and the histogram drain. Not part of the API. */
+/* kernels/cuda/stats_dev.cuh — the statistics accumulators of kern_stats (stats.cu) and the pass's
+ * tail: block partials, the last block's fold in block order (bitwise reproducible) and the
+ * histogram drain. Not part of the API. */
 #ifndef FGB_KERN_STATS_DEV_CUH
 #define FGB_KERN_STATS_DEV_CUH
 

@@ -91,9 +91,8 @@ __global__ void __launch_bounds__(SEL_THREADS, G ? 3 : 4)
     k_compact(const float *a, const float *g, uint64_t len, int al, kc_sel_state *st, float *cv,
               uint32_t *ci, uint64_t cand_cap, uint32_t *ch_off, uint32_t *ch_cnt, uint32_t *ch_gt,
               uint32_t *ch_eq, uint32_t k, int take_all, uint64_t nch, int lmode,
-              const kern_ctl *ctl, uint32_t L_fixed, int pre) {
+              const kern_ctl *ctl, uint32_t L_fixed) {
   KC_PDL_ENTRY();
-  if (pre && st->skipc) return; /* k_pre_refilter compacted and decided (pre.cu) */
   __shared__ unsigned long long s_base;
   /* The bound: the sample select's (st->L), the threshold's or a fixed one. Only the sampled path
    * has a kernel before this one that initialises st; otherwise st holds what the previous
@@ -531,8 +530,7 @@ static unsigned hist_blocks(uint64_t len) {
 
 fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_base, uint32_t k,
                      int lmode, const kern_ctl *ctl, uint32_t L_fixed, int take_all, kc_out o,
-                     comp_coo_header *hdr, uint32_t capacity, cudaStream_t s, const float *g,
-                     int pre) {
+                     comp_coo_header *hdr, uint32_t capacity, cudaStream_t s, const float *g) {
   if (len == 0 || len > ws->n || k == 0) return FGB_EINVAL;
   const int al = ((uintptr_t)a & 15u) == 0;
   const int alg = al && (g == NULL || ((uintptr_t)g & 15u) == 0);
@@ -553,11 +551,11 @@ fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_bas
   if (g)
     kc_launch(k_compact<true>, cgrid, SEL_THREADS, s, a, g, len, alg, st, ws->cand_val,
               ws->cand_idx, ws->cand_cap, ws->ch_off, ws->ch_cnt, ws->ch_gt, ws->ch_eq, k, take_all,
-              nch, lmode, ctl, L_fixed, pre);
+              nch, lmode, ctl, L_fixed);
   else
     kc_launch(k_compact<false>, cgrid, SEL_THREADS, s, a, g, len, alg, st, ws->cand_val,
               ws->cand_idx, ws->cand_cap, ws->ch_off, ws->ch_cnt, ws->ch_gt, ws->ch_eq, k, take_all,
-              nch, lmode, ctl, L_fixed, pre);
+              nch, lmode, ctl, L_fixed);
   /* Sized for the candidates, the common case: idle blocks cost every pass a zeroed histogram
    * and a check-in; the rare full-input fallback loops over the input with the same grid. */
   const unsigned hb = hist_blocks(len < ws->cand_cap ? len : ws->cand_cap);
