@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "ring.h"
 
 fgb_status cli_fail(fgb_client *c, fgb_status s, const char *fmt, ...) {
   va_list ap;
@@ -86,6 +87,7 @@ CLI_API void fgb_client_free(fgb_client *c) {
   cli_cuda_client_free(c); /* the watchdog first: the arenas' done pages go next */
 #endif
   if (c->sock >= 0) close(c->sock);
+  cli_ring_free(c->ring);
   wire_reader_close(&c->rd);
   cli_arenas_free(c);
   free(c->tensors);
@@ -150,6 +152,7 @@ fgb_status cli_send(fgb_client *c, Fgbuff__V1__Envelope *env, const int *fds, in
   fgbuff__v1__envelope__pack(env, buf);
   int rc = wire_send(c->sock, buf, (uint32_t)len, fds, nfds);
   if (buf != stackbuf) free(buf);
+  if (rc == 0) c->sent_frames++;
   if (rc == -EPIPE || rc == -ECONNRESET) {
     char why[CLI_ERR_LEN];
     snprintf(why, sizeof(why), "connection to fgbuffd at %s closed (sending: %s)", c->path,
@@ -429,7 +432,10 @@ CLI_API fgb_status fgb_connect(fgb_client *c, const char *socket_path) {
     s = cli_fail(c, FGB_EPROTO, "fgbuffd at %s speaks protocol version %u, this client %u", c->path,
                  r->hello_reply->protocol_version, FGB_PROTOCOL_VERSION);
   }
+  int offers_ring = s == FGB_OK && r->hello_reply->submit_ring;
   if (r) fgbuff__v1__envelope__free_unpacked(r, NULL);
+  /* The submission ring where the daemon offers it (an older daemon does not: no round trip). */
+  if (offers_ring) s = cli_ring_attach(c);
   if (s) {
     /* A refused handshake leaves nothing usable; keep the message, drop the socket. */
     char msg[CLI_ERR_LEN];

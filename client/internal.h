@@ -81,6 +81,10 @@ struct fgb_client {
   uint64_t tr_step;
   int64_t tr_submit_us, tr_sent_us;
   void *wd; /* cuda.c: the done-page watchdog (releases waiting streams if the daemon dies) */
+  /* ring.c: the submission ring (NULL: Submits go on the socket), and the frames sent on the
+   * socket so far (each ring record names it, so the daemon keeps the order between the two). */
+  struct cli_ring *ring;
+  uint64_t sent_frames;
 };
 
 /* conn.c */

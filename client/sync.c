@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "ring.h"
 
 static fgb_status cli_check_tensor(fgb_client *c, uint32_t tensor_id) {
   if (cli_tensor_find(c, tensor_id) == NULL)
@@ -40,10 +41,13 @@ CLI_API fgb_status fgb_submit(fgb_client *c, uint32_t tensor_id, uint64_t step, 
   /* device arenas: event slot, and the done-page number where the arena has a page */
   if ((s = cli_cuda_submit(c, tensor_id, stream, &m.event_slot, &m.done_seq))) return s;
 #endif
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_SUBMIT;
-  env.submit = &m;
-  s = cli_send(c, &env, NULL, 0);
+  /* The ring when attached and not full; the socket otherwise (the daemon keeps the order). */
+  if (c->ring == NULL || !cli_ring_submit(c->ring, ++c->next_req, c->sent_frames, &m)) {
+    Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
+    env.body_case = FGBUFF__V1__ENVELOPE__BODY_SUBMIT;
+    env.submit = &m;
+    s = cli_send(c, &env, NULL, 0);
+  }
   cli_tensor *t = cli_tensor_mut(c, tensor_id);
   if (t && s == FGB_OK) { /* what fgb_wait_on_stream of this step may wait on */
     t->sub_valid = m.done_seq != 0;

@@ -21,6 +21,7 @@ typedef struct srv_session srv_session;
 typedef struct srv_job srv_job;
 typedef struct srv_ctrl srv_ctrl;
 typedef struct srv_engine srv_engine;
+typedef struct srv_ring srv_ring;
 
 #define SRV_COLL_STEP (1ull << 63) /* steps with this bit are ad-hoc collectives: bit | seq */
 #define SRV_MAX_COUNT (1ull << 40)
@@ -157,6 +158,10 @@ struct srv_session {
   /* Set by srv_send instead of closing at once: its callers hold job pointers that the close
    * could free (client gone -> job released); srv_jobs_tick closes the session. */
   const char *close_why;
+  /* ring.c: the submission ring (NULL: Submits come on the socket only), and the socket frames
+   * handled so far (a ring record is consumed once the frames sent before it were handled). */
+  srv_ring *ring;
+  uint64_t frames_in;
   srv_session *next;
 };
 
@@ -203,6 +208,9 @@ void srv_send_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int statu
 void srv_session_close(srv_session *s, const char *why);
 /* Best-effort synchronous flush of queued replies, for shutdown. */
 void srv_session_flush(srv_session *s, int timeout_ms);
+/* The hot window (server.c): arm it (client traffic), and whether the loop is polling now. */
+void srv_hot_touch(void);
+int srv_hot_active(void);
 
 /* ---- session.c: one frame from a client ------------------------------------------------- */
 void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *fds, int nfds);

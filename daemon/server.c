@@ -23,6 +23,7 @@
 #include "gpu_srv.h"
 #endif
 #include "log.h"
+#include "ring.h"
 
 static void session_poll_cb(uv_poll_t *h, int status, int events);
 
@@ -40,12 +41,17 @@ static int g_hot_init, g_hot_on;
 static uint64_t g_hot_us, g_hot_until;
 
 static void hot_cb(uv_idle_t *h) {
+  srv *d = h->data;
   if (srv_now_us() < g_hot_until) {
+    srv_ring_poll_all(d); /* submission rings: a load per ring, no syscall */
     sched_yield(); /* immediate on an idle core; hands an oversubscribed one to who needs it */
     return;
   }
   uv_idle_stop(h);
   g_hot_on = 0;
+  /* Clients ring the doorbell from now on; what they wrote before they saw that is consumed here
+   * (and re-arms the window). */
+  srv_ring_set_awake(d, 0);
 }
 
 static void hot_setup(srv *d) {
@@ -58,6 +64,7 @@ static void hot_setup(srv *d) {
   }
   g_hot_us = v >= 0 ? (uint64_t)v : d->gpu ? SRV_HOT_US_GPU : 0;
   if (g_hot_us == 0 || uv_idle_init(d->loop, &g_hot) != 0) return;
+  g_hot.data = d;
   g_hot_init = 1;
   LOG_INFO("loop polls without sleeping for %llu us after client traffic (FGBUFF_HOT_US)",
            (unsigned long long)g_hot_us);
@@ -66,7 +73,18 @@ static void hot_setup(srv *d) {
 static void hot_touch(void) {
   if (!g_hot_init) return;
   g_hot_until = srv_now_us() + g_hot_us;
-  if (!g_hot_on && uv_idle_start(&g_hot, hot_cb) == 0) g_hot_on = 1;
+  if (!g_hot_on && uv_idle_start(&g_hot, hot_cb) == 0) {
+    g_hot_on = 1;
+    srv_ring_set_awake(g_hot.data, 1); /* clients need not ring the doorbell while we poll */
+  }
+}
+
+void srv_hot_touch(void) {
+  hot_touch();
+}
+
+int srv_hot_active(void) {
+  return g_hot_on;
 }
 
 static void hot_close(void) {
@@ -235,6 +253,7 @@ void srv_session_close(srv_session *s, const char *why) {
       break;
     }
   }
+  srv_ring_close(s);
   if (s->job) {
     srv_job *j = s->job;
     s->job = NULL;
@@ -257,9 +276,17 @@ static void session_read(srv_session *s) {
     uint32_t len;
     int fds[FGB_WIRE_MAX_FDS], nfds = 0;
     wire_status st = wire_read(&s->rd, s->fd, &frame, &len, fds, &nfds, err, sizeof(err));
+    /* Ring records written before this frame was sent go first (ring.c: order). */
+    if (s->ring && st != WIRE_ERR_SIZE && st != WIRE_ERR_FDS && st != WIRE_ERR_IO)
+      srv_ring_drain(s);
+    if (s->closing || s->close_why) { /* a garbage ring */
+      for (int i = 0; i < nfds; i++) close(fds[i]);
+      return;
+    }
     if (st == WIRE_AGAIN) return;
     if (st == WIRE_FRAME) {
       srv_session_frame(s, frame, len, fds, nfds);
+      s->frames_in++;
       if (s->closing || s->close_why) return; /* a doomed session is closed by the poll callback */
       continue;
     }

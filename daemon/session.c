@@ -14,6 +14,7 @@
 #include "dtype.h"
 #include "log.h"
 #include "plan_exec.h"
+#include "ring.h"
 #ifdef FGBUFF_HAVE_CUDA
 #include "gpu_srv.h"
 #endif
@@ -67,6 +68,7 @@ static void on_hello(srv_session *s, uint64_t req_id, const Fgbuff__V1__Hello *m
   r.world_size = d->world_size;
   r.device = d->cfg.device;
   r.daemon_id = d->daemon_id;
+  r.submit_ring = 1; /* AttachRing is understood (ring.c) */
   Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
   env.req_id = req_id;
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_HELLO_REPLY;
@@ -449,7 +451,8 @@ void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *
                    nfds);
     goto out;
   }
-  int takes_fds = env->body_case == FGBUFF__V1__ENVELOPE__BODY_REGISTER_ARENA;
+  int takes_fds = env->body_case == FGBUFF__V1__ENVELOPE__BODY_REGISTER_ARENA ||
+                  env->body_case == FGBUFF__V1__ENVELOPE__BODY_ATTACH_RING;
   if (nfds > 0 && !takes_fds) {
     close_fds(fds, nfds);
     srv_send_error(s, rq, FGB_EPROTO, "num_fds", 0, "num_fds: this message takes no fds (got %d)",
@@ -497,6 +500,9 @@ void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *
       break;
     case FGBUFF__V1__ENVELOPE__BODY_STATE_IMPORT:
       srv_on_state_import(s, rq, env->state_import);
+      break;
+    case FGBUFF__V1__ENVELOPE__BODY_ATTACH_RING:
+      srv_on_attach_ring(s, rq, env->attach_ring, fds, nfds);
       break;
     case FGBUFF__V1__ENVELOPE__BODY__NOT_SET:
       srv_send_error(s, rq, FGB_EPROTO, "body", 0,

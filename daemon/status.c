@@ -9,6 +9,7 @@
 
 #include "daemon.h"
 #include "plan_exec.h"
+#include "ring.h"
 #ifdef FGBUFF_HAVE_CUDA
 #include "gpu_srv.h"
 #endif
@@ -83,7 +84,9 @@ static void job_json(sbuf *b, const srv *d, const srv_job *j) {
     for (int k = 0; k < s->nmissing; k++) sb_printf(b, "%s%d", k ? "," : "", s->missing[k]);
     sb_printf(b, "],\"waited_ms\":%llu}", (unsigned long long)waited_ms(d, s));
   }
-  sb_printf(b, "],\"plan\":");
+  sb_printf(b, "],\"submit_ring\":%s,\"ring_submits\":%llu,\"plan\":",
+            srv_ring_attached(j->session) ? "true" : "false",
+            (unsigned long long)srv_ring_submits(j->session));
   size_t plen = srv_plan_status_json(j, NULL, 0);
   char *plan = malloc(plen + 1);
   if (plan) srv_plan_status_json(j, plan, plen + 1);
@@ -111,6 +114,10 @@ static void job_text(sbuf *b, const srv *d, const srv_job *j) {
             j->session ? j->client_desc : "gone", j->ntensors,
             (unsigned long long)j->steps_completed, (double)j->last_step_latency_us / 1000.0,
             (unsigned long long)j->bytes_sent, (unsigned long long)j->bytes_received);
+  if (j->session)
+    sb_printf(b, "    submit ring: %s; %llu submits through it\n",
+              srv_ring_attached(j->session) ? "on" : "off",
+              (unsigned long long)srv_ring_submits(j->session));
   for (uint32_t i = 0; i < j->nstalls; i++) {
     const srv_stall *s = &j->stalls[i];
     sb_printf(b, "    STALL tensor %s step %llu: waiting %llu ms for world rank(s)", s->tensor,

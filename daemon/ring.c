@@ -1,0 +1,281 @@
+/* daemon/ring.c — the consumer side of the clients' submission rings (docs/protocol.md,
+ * "Submission ring"). A ring is client-writable shared memory: each record is copied out once,
+ * then checked (position, check word, ordering count) before srv_on_submit sees it as if it came
+ * on the socket; the header's constant line and the head index are checked on every look, and any
+ * garbage closes that session with a fatal Error naming it. The daemon only indexes the mapping
+ * with its own copies of the tail and slot count, so nothing the client writes can move a read
+ * outside it, and one look consumes at most `slots` records, so no client can keep the loop busy.
+ *
+ * Order with the socket: a record carries the number of socket frames the client had sent before
+ * it; it is consumed once exactly that many frames of the session were handled (server.c drains
+ * the ring after reading each frame and before handling it, so a frame never overtakes a record
+ * written before it was sent, and a record never overtakes an earlier frame). Wake-ups: the loop
+ * polls the rings while its hot window is open (awake = 1); before it sleeps it clears the word
+ * and looks again, and a client that sees 0 after writing writes the eventfd watched here. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "ring.h"
+#include "ring_layout.h"
+
+struct srv_ring {
+  srv_session *s; /* NULL once closed */
+  uint8_t *base;
+  size_t bytes;
+  uint32_t slots; /* from AttachRing, checked; never re-read from the mapping */
+  int efd;
+  uv_poll_t bell;
+  uint64_t tail; /* ours; published to the header for the client's "full" test */
+  uint64_t submits;
+};
+
+static _Atomic uint64_t *hdr_u64(const srv_ring *r, size_t off) {
+  return (_Atomic uint64_t *)(void *)(r->base + off);
+}
+
+static _Atomic uint32_t *hdr_u32(const srv_ring *r, size_t off) {
+  return (_Atomic uint32_t *)(void *)(r->base + off);
+}
+
+static void close_fds(int *fds, int nfds) {
+  for (int i = 0; i < nfds; i++) close(fds[i]);
+}
+
+static void ring_free_cb(uv_handle_t *h) {
+  srv_ring *r = h->data;
+  munmap(r->base, r->bytes);
+  close(r->efd);
+  free(r);
+}
+
+void srv_ring_close(srv_session *s) {
+  srv_ring *r = s->ring;
+  if (!r) return;
+  s->ring = NULL;
+  r->s = NULL;
+  uv_poll_stop(&r->bell);
+  uv_close((uv_handle_t *)&r->bell, ring_free_cb);
+}
+
+int srv_ring_attached(const srv_session *s) {
+  return s && s->ring;
+}
+
+uint64_t srv_ring_submits(const srv_session *s) {
+  return s && s->ring ? s->ring->submits : 0;
+}
+
+/* 1 when fd is an eventfd: a pipe or socket would give the doorbell other read semantics. */
+static int is_eventfd(int fd) {
+  char path[64], link[64];
+  snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(path, link, sizeof(link) - 1);
+  if (n <= 0) return 0;
+  link[n] = '\0';
+  return strcmp(link, "anon_inode:[eventfd]") == 0;
+}
+
+static void ring_bell_cb(uv_poll_t *h, int status, int events) {
+  (void)events;
+  srv_ring *r = h->data;
+  srv_session *s = r->s;
+  if (!s || s->closing) return;
+  uint64_t v;
+  ssize_t n;
+  do {
+    n = read(r->efd, &v, sizeof(v)); /* clears the counter; EAGAIN: nothing to clear */
+  } while (n < 0 && errno == EINTR);
+  if (status < 0) {
+    srv_send_error(s, 0, FGB_EPROTO, "ring", 1, "ring: the doorbell eventfd failed (%s)",
+                   uv_strerror(status));
+    return;
+  }
+  srv_ring_drain(s);
+}
+
+/* A refusal at attach: the client keeps using the socket. */
+#define REFUSE(field, ...)                                        \
+  do {                                                            \
+    srv_send_error(s, req_id, FGB_EINVAL, field, 0, __VA_ARGS__); \
+    goto fail;                                                    \
+  } while (0)
+
+void srv_on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__AttachRing *m, int *fds,
+                        int nfds) {
+  void *map = MAP_FAILED;
+  size_t need = 0;
+  if (s->ring) {
+    close_fds(fds, nfds);
+    srv_send_error(s, req_id, FGB_EEXIST, "ring", 0, "ring: this connection already has a ring");
+    return;
+  }
+  if (nfds != 2)
+    REFUSE("num_fds", "num_fds: AttachRing comes with 2 fds (ring memfd, doorbell eventfd), got %d",
+           nfds);
+  if (m->slots < FGB_RING_MIN_SLOTS || m->slots > FGB_RING_MAX_SLOTS ||
+      (m->slots & (m->slots - 1)) != 0)
+    REFUSE("slots", "slots: %u is not a power of two in %u..%u", m->slots, FGB_RING_MIN_SLOTS,
+           FGB_RING_MAX_SLOTS);
+  if (m->slot_bytes != FGB_RING_SLOT_BYTES)
+    REFUSE("slot_bytes", "slot_bytes: %u (this daemon's records take %u-byte slots)", m->slot_bytes,
+           FGB_RING_SLOT_BYTES);
+  need = FGB_RING_HDR + (size_t)m->slots * FGB_RING_SLOT_BYTES;
+  struct stat st;
+  if (fstat(fds[0], &st) != 0 || !S_ISREG(st.st_mode))
+    REFUSE("ring", "ring: the first fd is not a memfd");
+  if ((uint64_t)st.st_size < need)
+    REFUSE("ring", "ring: the memfd has %llu bytes, %u slots of %u need %zu",
+           (unsigned long long)st.st_size, m->slots, m->slot_bytes, need);
+  /* Unsealed, the client could shrink the file under our mapping (SIGBUS on the next look). */
+  int seals = fcntl(fds[0], F_GET_SEALS);
+  if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
+    REFUSE("ring", "ring: the memfd must be sealed with F_SEAL_SHRINK and F_SEAL_GROW (seals 0x%x)",
+           seals < 0 ? 0 : seals);
+  if (!is_eventfd(fds[1])) REFUSE("ring", "ring: the second fd is not an eventfd (the doorbell)");
+  map = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+  if (map == MAP_FAILED) REFUSE("ring", "ring: cannot map %zu bytes: %s", need, strerror(errno));
+  const volatile uint32_t *h32 = map;
+  uint32_t magic = h32[0], ver = h32[1], slots = h32[2], sb = h32[3];
+  if (magic != FGB_RING_MAGIC || ver != FGB_RING_VERSION || slots != m->slots ||
+      sb != m->slot_bytes)
+    REFUSE("ring",
+           "ring: header (magic 0x%08x version %u slots %u slot_bytes %u) does not match "
+           "'FGBR' version %u with the AttachRing sizes",
+           magic, ver, slots, sb, FGB_RING_VERSION);
+  uint64_t head = *(const volatile uint64_t *)((const uint8_t *)map + FGB_RING_OFF_HEAD);
+  if (head != 0)
+    REFUSE("ring", "ring: head is %llu at attach (must be 0)", (unsigned long long)head);
+  srv_ring *r = calloc(1, sizeof(*r));
+  if (!r) {
+    srv_send_error(s, req_id, FGB_ENOMEM, "ring", 0, "out of memory");
+    goto fail;
+  }
+  if (fcntl(fds[1], F_SETFL, fcntl(fds[1], F_GETFL) | O_NONBLOCK) != 0 ||
+      uv_poll_init(s->d->loop, &r->bell, fds[1]) != 0) {
+    free(r);
+    REFUSE("ring", "ring: cannot watch the doorbell eventfd");
+  }
+  close(fds[0]);
+  r->s = s;
+  r->base = map;
+  r->bytes = need;
+  r->slots = m->slots;
+  r->efd = fds[1];
+  r->bell.data = r;
+  atomic_store_explicit(hdr_u64(r, FGB_RING_OFF_TAIL), 0, memory_order_relaxed);
+  atomic_store_explicit(hdr_u32(r, FGB_RING_OFF_AWAKE), (uint32_t)srv_hot_active(),
+                        memory_order_seq_cst);
+  uv_poll_start(&r->bell, UV_READABLE, ring_bell_cb);
+  s->ring = r;
+  LOG_DEBUG("session %llu: submission ring of %u slots attached", (unsigned long long)s->id,
+            r->slots);
+  Fgbuff__V1__Ok ok = FGBUFF__V1__OK__INIT;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
+  env.req_id = req_id;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_OK;
+  env.ok = &ok;
+  srv_send(s, &env);
+  return;
+fail:
+  if (map != MAP_FAILED) munmap(map, need);
+  close_fds(fds, nfds);
+}
+
+/* Garbage in the ring: the session cannot continue (its order is lost). */
+static int ring_fatal(srv_session *s, int consumed, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int ring_fatal(srv_session *s, int consumed, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  LOG_WARN("session %llu (pid %u): %s", (unsigned long long)s->id, s->pid, msg);
+  srv_send_error(s, 0, FGB_EPROTO, "ring", 1, "%s", msg);
+  return consumed;
+}
+
+int srv_ring_drain(srv_session *s) {
+  srv_ring *r = s->ring;
+  if (!r || s->closing || s->close_why) return 0;
+  uint64_t head = atomic_load_explicit(hdr_u64(r, FGB_RING_OFF_HEAD), memory_order_acquire);
+  if (head == r->tail) return 0;
+  const volatile uint32_t *h32 = (const volatile uint32_t *)r->base;
+  uint32_t magic = h32[0], ver = h32[1], slots = h32[2], sb = h32[3];
+  if (magic != FGB_RING_MAGIC || ver != FGB_RING_VERSION || slots != r->slots ||
+      sb != FGB_RING_SLOT_BYTES)
+    return ring_fatal(s, 0,
+                      "ring: the header was overwritten (magic 0x%08x version %u slots %u "
+                      "slot_bytes %u; attached as 'FGBR' version %u, %u slots of %u bytes)",
+                      magic, ver, slots, sb, FGB_RING_VERSION, r->slots, FGB_RING_SLOT_BYTES);
+  if (head - r->tail > r->slots)
+    return ring_fatal(s, 0, "ring: head %llu is outside tail %llu .. tail + %u slots",
+                      (unsigned long long)head, (unsigned long long)r->tail, r->slots);
+  int n = 0;
+  while (r->tail != head) {
+    /* One copy of the slot (volatile: the compiler may not read the shared slot again). */
+    const volatile uint64_t *src =
+        (const volatile uint64_t *)(r->base + FGB_RING_HDR +
+                                    (size_t)(r->tail & (r->slots - 1)) * FGB_RING_SLOT_BYTES);
+    uint64_t w[sizeof(fgb_ring_rec) / 8];
+    for (size_t i = 0; i < sizeof(w) / 8; i++) w[i] = src[i];
+    fgb_ring_rec rec;
+    memcpy(&rec, w, sizeof(rec));
+    if (rec.pos != r->tail || rec.check != FGB_RING_REC_CHECK(r->tail))
+      return ring_fatal(s, n,
+                        "ring: record %llu is garbage (its position says %llu, check 0x%08x "
+                        "instead of 0x%08x)",
+                        (unsigned long long)r->tail, (unsigned long long)rec.pos, rec.check,
+                        FGB_RING_REC_CHECK(r->tail));
+    if (rec.sock_count > s->frames_in) break; /* written after a frame not handled yet */
+    if (rec.sock_count < s->frames_in)
+      return ring_fatal(s, n,
+                        "ring: record %llu (tensor_id %u step %llu) claims to follow %llu socket "
+                        "frames, but %llu were already handled (order lost)",
+                        (unsigned long long)r->tail, rec.tensor_id, (unsigned long long)rec.step,
+                        (unsigned long long)rec.sock_count, (unsigned long long)s->frames_in);
+    r->tail++;
+    atomic_store_explicit(hdr_u64(r, FGB_RING_OFF_TAIL), r->tail, memory_order_release);
+    r->submits++;
+    n++;
+    Fgbuff__V1__Submit m = FGBUFF__V1__SUBMIT__INIT;
+    m.tensor_id = rec.tensor_id;
+    m.step = rec.step;
+    m.event_slot = rec.event_slot;
+    m.done_seq = rec.done_seq;
+    srv_on_submit(s, rec.req_id, &m); /* the socket's handler: same checks, same errors */
+    if (s->closing || s->close_why || s->ring != r) break;
+  }
+  if (n) srv_hot_touch(); /* as a Submit read from the socket: a step's round trips follow */
+  return n;
+}
+
+int srv_ring_poll_all(srv *d) {
+  int n = 0;
+  for (srv_session *s = d->sessions, *next; s; s = next) {
+    next = s->next; /* a garbage ring closes (unlinks) its session */
+    if (s->ring) n += srv_ring_drain(s);
+  }
+  return n;
+}
+
+int srv_ring_set_awake(srv *d, int awake) {
+  for (srv_session *s = d->sessions; s; s = s->next)
+    if (s->ring)
+      atomic_store_explicit(hdr_u32(s->ring, FGB_RING_OFF_AWAKE), (uint32_t)(awake != 0),
+                            memory_order_relaxed);
+  if (awake) return 0;
+  /* Dekker with the client's "publish head, fence, read awake": a record it wrote while it still
+   * saw us awake is found by this look. */
+  atomic_thread_fence(memory_order_seq_cst);
+  return srv_ring_poll_all(d);
+}

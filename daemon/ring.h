@@ -1,0 +1,35 @@
+/* daemon/ring.h — fgbuffd's side of the clients' submission rings (docs/protocol.md, "Submission
+ * ring"; layout in proto/ring_layout.h): attaching one to a session, consuming its records in
+ * order with the session's socket frames, the doorbell, and what status shows. Loop thread only. */
+#ifndef FGB_SRV_RING_H
+#define FGB_SRV_RING_H
+
+#include <stdint.h>
+
+#include "daemon.h"
+
+/* AttachRing with its two fds (memfd, eventfd): checked, mapped, watched; Ok or an Error. */
+void srv_on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__AttachRing *m, int *fds,
+                        int nfds);
+
+/* Consume the session's records that are due: those written after at most s->frames_in socket
+ * frames. Each goes to srv_on_submit. Garbage in the ring closes the session (fatal Error).
+ * Returns how many records were consumed. */
+int srv_ring_drain(srv_session *s);
+
+/* Stop watching and release the session's ring (its memory goes once libuv closed the handle). */
+void srv_ring_close(srv_session *s);
+
+/* The hot window polls every ring; returns the records consumed. */
+int srv_ring_poll_all(srv *d);
+
+/* Tell every ring whether the loop polls it (1) or sleeps in epoll (0: clients ring the doorbell).
+ * Going to sleep re-checks every ring after the word is cleared, so no record is left behind;
+ * returns the records that re-check consumed. */
+int srv_ring_set_awake(srv *d, int awake);
+
+/* For status: the session's ring is attached, and how many Submits went through it. */
+int srv_ring_attached(const srv_session *s);
+uint64_t srv_ring_submits(const srv_session *s);
+
+#endif
