@@ -123,7 +123,7 @@ void srv_on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__Attac
            nfds);
   if (m->slots < FGB_RING_MIN_SLOTS || m->slots > FGB_RING_MAX_SLOTS ||
       (m->slots & (m->slots - 1)) != 0)
-    REFUSE("slots", "slots: %u is not a power of two in %u..%u", m->slots, FGB_RING_MIN_SLOTS,
+    REFUSE("slots", "slots: %u must be a power of two in %u..%u", m->slots, FGB_RING_MIN_SLOTS,
            FGB_RING_MAX_SLOTS);
   if (m->slot_bytes != FGB_RING_SLOT_BYTES)
     REFUSE("slot_bytes", "slot_bytes: %u (this daemon's records take %u-byte slots)", m->slot_bytes,
