@@ -164,6 +164,13 @@ fgb_status kern_dgc_accumulate_hist(const comp_exec *ex, float *u, float *v, con
   KERN_DISPATCH(dgc_accumulate_hist, u, v, g, n, m, nesterov, clip, ctl, hist);
 }
 
+fgb_status kern_dgc_accumulate_replay(const comp_exec *ex, float *u, float *v, const float *g,
+                                      uint64_t n, float m, int nesterov, float clip, kern_ctl *ctl,
+                                      uint32_t *hist, const kern_sample *sp, const kern_replay *rp,
+                                      kern_ws *ws) {
+  KERN_DISPATCH(dgc_accumulate_replay, u, v, g, n, m, nesterov, clip, ctl, hist, sp, rp, ws);
+}
+
 fgb_status kern_coo_restore(const comp_exec *ex, const void *local, int fp16, const void *global,
                             float *r) {
   KERN_DISPATCH(coo_restore, local, fp16, global, r);

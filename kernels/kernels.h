@@ -257,6 +257,22 @@ fgb_status kern_add_stats_replay(const comp_exec *ex, float *a, const float *g, 
 fgb_status kern_dgc_accumulate_hist(const comp_exec *ex, float *u, float *v, const float *g,
                                     uint64_t n, float m, int nesterov, float clip,
                                     const kern_ctl *ctl, uint32_t *hist);
+/* DGC's strided sample of |v| and the rank of its threshold (kern_dgc_accumulate_replay). */
+typedef struct kern_sample {
+  uint64_t start, stride; /* positions start + j stride, j < m: start + (m - 1) stride < n */
+  uint32_t m;             /* samples, >= 1 */
+  uint32_t kth;           /* the threshold is the kth largest sample (clamped to [1, m]) */
+  float *buf;             /* m floats, device: the samples |v| are left here */
+} kern_sample;
+/* DGC's step up to its select, exactly: kern_dgc_accumulate_hist(u, v, g, ..., hist), then
+ * kern_sample_abs(v, n, sp->start, sp->stride, sp->m, sp->buf), kern_kth_abs(sp->buf, sp->m,
+ * sp->kth, ctl, ws) and kern_thr_replay(hist, ctl, rp); every parameter is checked before anything
+ * runs. GPU: two launches instead of seven — the momentum pass also takes the samples and the first
+ * radix digit of their kth, one kernel takes the other two digits and replays. Cost R3 W2. */
+fgb_status kern_dgc_accumulate_replay(const comp_exec *ex, float *u, float *v, const float *g,
+                                      uint64_t n, float m, int nesterov, float clip, kern_ctl *ctl,
+                                      uint32_t *hist, const kern_sample *sp, const kern_replay *rp,
+                                      kern_ws *ws);
 
 /* out[j] = |a[start + j * stride]| for j < m (caller guarantees start + (m-1) stride < n). Cost m
  * strided reads. */
@@ -388,6 +404,10 @@ fgb_status kern_fill_uniform(const comp_exec *ex, float *out, uint64_t count, ui
   fgb_status kern_##B##_dgc_accumulate_hist(float *u, float *v, const float *g, uint64_t n,        \
                                             float m, int nesterov, float clip,                     \
                                             const kern_ctl *ctl, uint32_t *hist EXTRA);            \
+  fgb_status kern_##B##_dgc_accumulate_replay(float *u, float *v, const float *g, uint64_t n,      \
+                                              float m, int nesterov, float clip, kern_ctl *ctl,    \
+                                              uint32_t *hist, const kern_sample *sp,               \
+                                              const kern_replay *rp, kern_ws *ws EXTRA);           \
   fgb_status kern_##B##_coo_restore(const void *local, int fp16, const void *global,               \
                                     float *r EXTRA);                                               \
   fgb_status kern_##B##_sample_abs(const float *a, uint64_t n, uint64_t start, uint64_t stride,    \

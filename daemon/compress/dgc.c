@@ -150,36 +150,40 @@ static fgb_status dgc_encode(void *st, const comp_exec *ex, const float *grad, u
   uint64_t n = cs->n;
   fgb_status rc = FGB_OK;
   if (s->clip > 0) rc = kern_stats(ex, grad, n, 0, cs->ctl);
-  /* hist: the momentum pass also takes the magnitude histogram of v, so the adaptation rounds
-   * below read their counts off it (one tiny launch) instead of a pass over v each. */
-  if (!rc && s->search == COMP_SEARCH_HIST)
-    rc = kern_dgc_accumulate_hist(ex, s->u, cs->resid, grad, n, (float)s->momentum, s->nesterov,
-                                  (float)s->clip, cs->ctl, cs->hist);
-  else if (!rc)
-    rc = kern_dgc_accumulate(ex, s->u, cs->resid, grad, n, (float)s->momentum, s->nesterov,
-                             (float)s->clip, cs->ctl);
   /* The sample positions are a pure function of (seed, buffer, step): no device round trip.
    * strided: every stride-th entry from a random start; else one random entry per stratum. */
   uint64_t start = kern_philox_u32(s->seed, 0x44474331u, s->buffer_id, step) % pl->stride;
-  if (pl->k == n) { /* density 1: send everything (thr 0), no sampling estimate */
-    if (!rc) rc = kern_thr_reset(ex, cs->ctl, 0.0f);
+  kern_adapt ad = {KERN_ADAPT_BRACKET, pl->k, 0.8, 1.3, 0.8, 1.3, (uint32_t)s->adapt_iters};
+  kern_replay rp = {KERN_THR_KEEP, 0.0, 1, KERN_THR_KEEP, 0.0, ad}; /* thr: the sample's */
+  if (!rc && s->search == COMP_SEARCH_HIST && s->strided && pl->k < n) {
+    /* The momentum pass with the histogram of v, the strided sample and its exact kth, and the
+     * adaptation rounds replayed from the histogram (no count pass): on GPU two launches. */
+    kern_sample sp = {start, pl->stride, pl->m, pl->k_samp, s->samples};
+    rc = kern_dgc_accumulate_replay(ex, s->u, cs->resid, grad, n, (float)s->momentum, s->nesterov,
+                                    (float)s->clip, cs->ctl, cs->hist, &sp, &rp, cs->ws);
   } else {
-    if (!rc && s->strided) {
-      rc = kern_sample_abs(ex, cs->resid, n, start, pl->stride, pl->m, s->samples);
-    } else if (!rc) {
-      rc = kern_randomk_indices(ex, n, pl->m, s->seed ^ 0x44474331u, s->buffer_id, step,
-                                s->sample_idx);
-      if (!rc) rc = kern_gather(ex, cs->resid, s->sample_idx, pl->m, s->samples, NULL);
-    }
-    if (!rc) rc = kern_kth_abs(ex, s->samples, pl->m, pl->k_samp, cs->ctl, cs->ws);
-    kern_adapt ad = {KERN_ADAPT_BRACKET, pl->k, 0.8, 1.3, 0.8, 1.3, (uint32_t)s->adapt_iters};
-    if (s->search == COMP_SEARCH_HIST) {
-      kern_replay rp = {KERN_THR_KEEP, 0.0, 1, KERN_THR_KEEP, 0.0, ad}; /* thr: the sample's */
-      if (!rc) rc = kern_thr_replay(ex, cs->hist, cs->ctl, &rp);
+    /* hist: the momentum pass also takes the magnitude histogram of v, so the adaptation rounds
+     * below read their counts off it (one tiny launch) instead of a pass over v each. */
+    if (!rc && s->search == COMP_SEARCH_HIST)
+      rc = kern_dgc_accumulate_hist(ex, s->u, cs->resid, grad, n, (float)s->momentum, s->nesterov,
+                                    (float)s->clip, cs->ctl, cs->hist);
+    else if (!rc)
+      rc = kern_dgc_accumulate(ex, s->u, cs->resid, grad, n, (float)s->momentum, s->nesterov,
+                               (float)s->clip, cs->ctl);
+    if (pl->k == n) { /* density 1: send everything (thr 0), no sampling estimate */
+      if (!rc) rc = kern_thr_reset(ex, cs->ctl, 0.0f);
     } else {
-      for (int i = 0; !rc && i < s->adapt_iters; i++) {
-        rc = kern_count_adapt(ex, cs->resid, n, cs->ctl, &ad); /* count + round, one launch */
+      if (!rc && s->strided) {
+        rc = kern_sample_abs(ex, cs->resid, n, start, pl->stride, pl->m, s->samples);
+      } else if (!rc) {
+        rc = kern_randomk_indices(ex, n, pl->m, s->seed ^ 0x44474331u, s->buffer_id, step,
+                                  s->sample_idx);
+        if (!rc) rc = kern_gather(ex, cs->resid, s->sample_idx, pl->m, s->samples, NULL);
       }
+      if (!rc) rc = kern_kth_abs(ex, s->samples, pl->m, pl->k_samp, cs->ctl, cs->ws);
+      if (!rc && s->search == COMP_SEARCH_HIST) rc = kern_thr_replay(ex, cs->hist, cs->ctl, &rp);
+      for (int i = 0; !rc && s->search != COMP_SEARCH_HIST && i < s->adapt_iters; i++)
+        rc = kern_count_adapt(ex, cs->resid, n, cs->ctl, &ad); /* count + round, one launch */
     }
   }
   cs->step_cap = pl->k;

@@ -15,5 +15,10 @@ uint32_t kern_cpu_radix_kth(const float *a, uint64_t n, uint64_t k, uint64_t *eq
 /* Parameter checks of kern_thr_replay (hist.c), shared with the CUDA side. */
 struct kern_replay;
 fgb_status kern_replay_check(const struct kern_replay *rp);
+/* Parameter checks of kern_dgc_accumulate_replay (hist.c), shared with the CUDA side. */
+struct kern_sample;
+fgb_status kern_dgc_replay_check(uint64_t n, const kern_ctl *ctl, const uint32_t *hist,
+                                 const struct kern_sample *sp, const struct kern_replay *rp,
+                                 const kern_ws *ws);
 
 #endif

@@ -1,13 +1,15 @@
 /* kernels/cpu/hist.c — reference of the one-pass threshold search: the magnitude histogram taken in
  * the compensation/statistics pass, and the replay of a threshold method's fits and adaptation
- * rounds from it (kernels.h, kern_add_stats_hist / kern_thr_replay). The CUDA side (hist.cu)
+ * rounds from it (kernels.h, kern_add_stats_hist / kern_thr_replay; DGC's momentum pass with its
+ * sample and kth, kern_dgc_accumulate_replay). The CUDA side (hist.cu)
  * follows it step by step; the histogram and every count read off it are the same on both. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "cpu_internal.h"
 #include "kern_util.h"
+#include "kernels.h"
 
 fgb_status kern_cpu_add_stats_hist(float *a, const float *g, uint64_t n, uint32_t flags,
                                    kern_ctl *ctl, uint32_t *hist) {
@@ -111,6 +113,26 @@ fgb_status kern_cpu_thr_replay(const uint32_t *hist, kern_ctl *ctl, const kern_r
   }
   if (!rc) ctl->count = count_at(hist, ctl->thr);
   return rc;
+}
+
+fgb_status kern_dgc_replay_check(uint64_t n, const kern_ctl *ctl, const uint32_t *hist,
+                                 const kern_sample *sp, const kern_replay *rp, const kern_ws *ws) {
+  if (ctl == NULL || hist == NULL || ws == NULL || sp == NULL || sp->buf == NULL) return FGB_EINVAL;
+  if (n == 0 || n > UINT32_MAX || sp->m == 0 || sp->stride == 0 || sp->start >= n ||
+      (uint64_t)(sp->m - 1) > (n - 1 - sp->start) / sp->stride)
+    return FGB_EINVAL;
+  return kern_replay_check(rp);
+}
+
+fgb_status kern_cpu_dgc_accumulate_replay(float *u, float *v, const float *g, uint64_t n, float m,
+                                          int nesterov, float clip, kern_ctl *ctl, uint32_t *hist,
+                                          const kern_sample *sp, const kern_replay *rp,
+                                          kern_ws *ws) {
+  fgb_status rc = kern_dgc_replay_check(n, ctl, hist, sp, rp, ws);
+  if (!rc) rc = kern_cpu_dgc_accumulate_hist(u, v, g, n, m, nesterov, clip, ctl, hist);
+  if (!rc) rc = kern_cpu_sample_abs(v, n, sp->start, sp->stride, sp->m, sp->buf);
+  if (!rc) rc = kern_cpu_kth_abs(sp->buf, sp->m, sp->kth, ctl, ws);
+  return rc ? rc : kern_cpu_thr_replay(hist, ctl, rp);
 }
 
 fgb_status kern_cpu_add_stats_replay(float *a, const float *g, uint64_t n, uint32_t flags,

@@ -108,6 +108,8 @@ typedef struct kc_sel_state {
   uint32_t err;             /* internal inconsistency seen (diagnostics for the tests) */
   uint32_t count;           /* entries emitted */
   uint32_t cdone;           /* last-block-done counter of the compaction (which then decides) */
+  uint32_t lcnt;            /* k_dgc_kth: samples matching the first digit (hist.cu); 0 between */
+  uint32_t kdone;           /* last-block-done counter of k_dgc_kth */
 } kc_sel_state;
 
 /* CUDA workspace: everything a selection needs, carved from one allocation at create time. */

@@ -4,8 +4,13 @@
  * bin's count inside it; the binned tail moments track the exact ones; the replayed bracket lands
  * the true count (kern_count_ge) in the accept window; the fused kern_add_stats_replay equals the
  * two calls; bad parameters are refused; the DGC momentum
- * pass with the histogram (kern_dgc_accumulate_hist) equals kern_dgc_accumulate. Runs on the CPU
+ * pass with the histogram (kern_dgc_accumulate_hist) equals kern_dgc_accumulate; DGC's fused step
+ * (kern_dgc_accumulate_replay: momentum, histogram, strided sample, its exact kth, replay) equals
+ * the four separate calls, its threshold is the sample's kth largest magnitude, on spread, tied and
+ * unaligned inputs and strides under 4, and bad parameters change nothing. Runs on the CPU
  * reference, or with --gpu on CUDA. */
+#include <float.h>
+
 #include "comp_test.h"
 
 static uint32_t *host_hist(const float *a, uint64_t n) {
@@ -222,11 +227,134 @@ static void dgc_hist(const comp_exec *ex, uint64_t n) {
   kern_free(ex, dh);
 }
 
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? 1 : x > y ? -1 : 0; /* descending */
+}
+
+/* kern_dgc_accumulate_replay against kern_dgc_accumulate_hist + kern_sample_abs + kern_kth_abs +
+ * kern_thr_replay on copies of the same state. tie: v constant, g and u zero (every sample equal:
+ * on GPU the list of first-digit matches overflows a small workspace). off: buffers one float
+ * past an aligned address. */
+static void dgc_fused(const comp_exec *ex, uint64_t n, uint64_t start, uint64_t stride,
+                      uint32_t kth, int tie, int off, uint32_t ws_cap) {
+  const uint32_t m = (uint32_t)((n - 1 - start) / stride + 1);
+  float *g = ct_xmalloc((n + 1) * 4), *u = ct_xmalloc((n + 1) * 4), *v = ct_xmalloc((n + 1) * 4);
+  float *r1 = ct_xmalloc((n + 1) * 4), *r2 = ct_xmalloc((n + 1) * 4);
+  if (tie) {
+    for (uint64_t i = 0; i <= n; i++) v[i] = 0.25f;
+  } else {
+    ct_fill(g, n + 1, CT_STUDENT3, 1e-3, 51 + n);
+    ct_fill(u, n + 1, CT_GAUSS, 1e-3, 52 + n);
+    ct_fill(v, n + 1, CT_LAPLACE, 1e-3, 53 + n);
+    g[off + n / 2] = INFINITY;
+  }
+  float *dg = ct_dev(ex, g, (n + 1) * 4), *du1 = ct_dev(ex, u, (n + 1) * 4);
+  float *dv1 = ct_dev(ex, v, (n + 1) * 4), *du2 = ct_dev(ex, u, (n + 1) * 4);
+  float *dv2 = ct_dev(ex, v, (n + 1) * 4);
+  float *ds1 = ct_dev(ex, NULL, (size_t)m * 4), *ds2 = ct_dev(ex, NULL, (size_t)m * 4);
+  uint32_t *dh1 = ct_dev(ex, NULL, KERN_HIST_BINS * 4), *dh2 = ct_dev(ex, NULL, KERN_HIST_BINS * 4);
+  kern_ctl c0;
+  memset(&c0, 0, sizeof c0);
+  c0.thr = 0.5f;
+  kern_ctl *dc1 = ct_dev(ex, &c0, sizeof c0), *dc2 = ct_dev(ex, &c0, sizeof c0);
+  kern_ws *w1 = NULL, *w2 = NULL;
+  REQUIRE(kern_ws_create(ex, n, ws_cap, &w1) == FGB_OK);
+  REQUIRE(kern_ws_create(ex, n, ws_cap, &w2) == FGB_OK);
+  kern_adapt ad = {KERN_ADAPT_BRACKET, (uint64_t)kth * (n / m), 0.8, 1.3, 0.8, 1.3, 10};
+  kern_replay rp = {KERN_THR_KEEP, 0.0, 1, KERN_THR_KEEP, 0.0, ad};
+  kern_sample sp = {start, stride, m, kth, ds2};
+  for (int step = 0; step < 2; step++) { /* the second step starts from the first's state */
+    rp.ad.max_iters = step ? 10 : 0;
+    REQUIRE(kern_dgc_accumulate_hist(ex, du1 + off, dv1 + off, dg + off, n, 0.9f, 0, 0.0f, dc1,
+                                     dh1) == FGB_OK);
+    REQUIRE(kern_sample_abs(ex, dv1 + off, n, start, stride, m, ds1) == FGB_OK);
+    REQUIRE(kern_kth_abs(ex, ds1, m, kth, dc1, w1) == FGB_OK);
+    REQUIRE(kern_thr_replay(ex, dh1, dc1, &rp) == FGB_OK);
+    REQUIRE(kern_dgc_accumulate_replay(ex, du2 + off, dv2 + off, dg + off, n, 0.9f, 0, 0.0f, dc2,
+                                       dh2, &sp, &rp, w2) == FGB_OK);
+    kern_ctl c1, c2;
+    ct_get(ex, &c1, dc1, sizeof c1);
+    ct_get(ex, &c2, dc2, sizeof c2);
+    CHECK_MSG(!memcmp(&c1, &c2, sizeof c1),
+              "dgc_accumulate_replay n=%llu stride %llu tie %d: ctl differs (thr %g vs %g)",
+              (unsigned long long)n, (unsigned long long)stride, tie, c2.thr, c1.thr);
+    ct_get(ex, r1, du1, (n + 1) * 4);
+    ct_get(ex, r2, du2, (n + 1) * 4);
+    CHECK_MSG(!memcmp(r1, r2, (n + 1) * 4), "dgc_accumulate_replay: u differs");
+    ct_get(ex, r1, dv1, (n + 1) * 4);
+    ct_get(ex, r2, dv2, (n + 1) * 4);
+    CHECK_MSG(!memcmp(r1, r2, (n + 1) * 4), "dgc_accumulate_replay: v differs");
+    uint32_t *h1 = ct_xmalloc(KERN_HIST_BINS * 4), *h2 = ct_xmalloc(KERN_HIST_BINS * 4);
+    ct_get(ex, h1, dh1, KERN_HIST_BINS * 4);
+    ct_get(ex, h2, dh2, KERN_HIST_BINS * 4);
+    CHECK_MSG(!memcmp(h1, h2, KERN_HIST_BINS * 4), "dgc_accumulate_replay: histogram differs");
+    /* The samples are |v| at the positions, and the threshold before the replay's rounds was
+     * their kth largest: with the rounds off (one more call) it must be that key exactly. */
+    float *s2 = ct_xmalloc((size_t)m * 4);
+    uint32_t *keys = ct_xmalloc((size_t)m * 4);
+    ct_get(ex, s2, ds2, (size_t)m * 4);
+    uint64_t bad = 0;
+    for (uint32_t j = 0; j < m; j++) {
+      bad += s2[j] != fabsf(r2[off + start + (uint64_t)j * stride]) && !isnan(s2[j]);
+      keys[j] = kern_abs_key(s2[j]);
+    }
+    CHECK_MSG(bad == 0, "dgc_accumulate_replay: %llu samples are not |v| at their positions",
+              (unsigned long long)bad);
+    qsort(keys, m, 4, cmp_u32);
+    float want;
+    memcpy(&want, &keys[kth - 1], 4);
+    if (!isfinite(want)) want = FLT_MAX;
+    if (step == 0) /* no adaptation rounds: the threshold is the sample's kth */
+      CHECK_MSG(c2.thr == want, "dgc_accumulate_replay: threshold %g, the sample's kth is %g",
+                c2.thr, want);
+    free(s2);
+    free(keys);
+    free(h1);
+    free(h2);
+  }
+  /* Bad parameters: refused before anything runs (v unchanged). */
+  kern_sample bad_m = sp, bad_s = sp, bad_b = sp;
+  bad_m.m = m + 1;
+  bad_s.start = n;
+  bad_b.buf = NULL;
+  kern_replay bad_r = rp;
+  bad_r.stages = 0;
+  ct_get(ex, r1, dv2, (n + 1) * 4);
+  CHECK(kern_dgc_accumulate_replay(ex, du2, dv2, dg, n, 0.9f, 0, 0.0f, dc2, dh2, &bad_m, &rp, w2) ==
+        FGB_EINVAL);
+  CHECK(kern_dgc_accumulate_replay(ex, du2, dv2, dg, n, 0.9f, 0, 0.0f, dc2, dh2, &bad_s, &rp, w2) ==
+        FGB_EINVAL);
+  CHECK(kern_dgc_accumulate_replay(ex, du2, dv2, dg, n, 0.9f, 0, 0.0f, dc2, dh2, &bad_b, &rp, w2) ==
+        FGB_EINVAL);
+  CHECK(kern_dgc_accumulate_replay(ex, du2, dv2, dg, n, 0.9f, 0, 0.0f, dc2, dh2, &sp, &bad_r, w2) ==
+        FGB_EINVAL);
+  CHECK(kern_dgc_accumulate_replay(ex, du2, dv2, dg, n, 0.9f, 0, 0.0f, dc2, dh2, NULL, &rp, w2) ==
+        FGB_EINVAL);
+  CHECK(kern_dgc_accumulate_replay(ex, du2, dv2, dg, n, 0.9f, 0, 0.0f, dc2, dh2, &sp, &rp, NULL) ==
+        FGB_EINVAL);
+  ct_get(ex, r2, dv2, (n + 1) * 4);
+  CHECK_MSG(!memcmp(r1, r2, (n + 1) * 4), "a refused dgc_accumulate_replay changed v");
+  kern_ws_destroy(ex, w1);
+  kern_ws_destroy(ex, w2);
+  float *fr[] = {g, u, v, r1, r2};
+  for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) free(fr[i]);
+  void *dr[] = {dg, du1, dv1, du2, dv2, ds1, ds2, dh1, dh2, dc1, dc2};
+  for (size_t i = 0; i < sizeof dr / sizeof dr[0]; i++) kern_free(ex, dr[i]);
+}
+
 int main(int argc, char **argv) {
   comp_exec ex = ct_exec(argc, argv);
   uint64_t n = ct_arg_n(argc, argv, 1000003);
   for (int d = 0; d < 3; d++) one(&ex, n, (ct_dist)d);
   dgc_hist(&ex, n);
+  /* DGC's plan at density 0.01 (m ~ n / 100, kth ~ m / 100), a sample above KC_SAMPLES, a small
+   * one, ties with a workspace too small for the first-digit matches, strides under 4. */
+  dgc_fused(&ex, n, 17, 97, (uint32_t)(((n - 18) / 97 + 1) / 100), 0, 0, (uint32_t)(n / 100));
+  dgc_fused(&ex, n, 5, 1001, 10, 0, 1, (uint32_t)(n / 100));
+  dgc_fused(&ex, n, 3, 61, 170, 1, 0, 16);
+  dgc_fused(&ex, 5003, 2, 3, 20, 0, 1, 64);
+  dgc_fused(&ex, 4099, 0, 1, 41, 0, 0, 64);
   if (ex.on_gpu) REQUIRE(kern_sync(&ex) == FGB_OK);
   TEST_DONE();
 }
