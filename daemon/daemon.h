@@ -83,6 +83,10 @@ typedef struct srv_coll {
   int kind, op, root;
   uint32_t tensor_id, dst_id;
   uint8_t reported, issued;
+  /* The client's call order (preissue.c): the latest step it had submitted or ended when it
+   * asked for this collective (sub_any 0: none yet). */
+  uint8_t sub_any;
+  uint64_t sub_hi;
 } srv_coll;
 
 typedef struct srv_step {
@@ -131,9 +135,12 @@ struct srv_job {
   uint64_t steps_completed, bytes_sent, bytes_received, last_step_latency_us;
   struct srv_plan *plan; /* static merge policies (plan_exec.c); NULL until the first ISSUE */
   /* Pre-issue (preissue.c): the next step whose first readiness is told to the leader, whether
-   * one was, and whether the client used an ad-hoc collective (then it never asks for it). */
+   * one was, and whether the client asked for an ad-hoc collective inside a step (then it never
+   * asks for pre-issue again). */
   uint64_t pre_next;
   uint8_t pre_seen, pre_adhoc, pre_live; /* pre_live: the last gradient ISSUE was pre-issued */
+  uint8_t sub_any;                       /* the client submitted or ended some step ... */
+  uint64_t sub_hi;                       /* ... the latest of them */
   srv_job *next;
 };
 

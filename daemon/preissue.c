@@ -93,6 +93,30 @@ static void log_mode(srv_job *j, const eng_item *it, int wait) {
            (unsigned long long)it->t[0].step, (unsigned long long)it->seq);
 }
 
+/* Where an agreed ad-hoc collective of job j goes in the queue. Numbered after the pre-issued
+ * block(s) already sent, it would wait behind them, and a client that waits for the collective
+ * before submitting that step (a loss all-reduce, a norm between steps) would wait forever. So it
+ * goes before the first of j's waiting items of a step the client had not begun (submitted or
+ * ended any tensor of) when it asked for the collective. That follows the client's call order,
+ * not this daemon's timing: every rank of an SPMD job decides the same. (Which tensors of a step
+ * were submitted may differ between ranks, so a collective asked for inside a step is not moved:
+ * steps.c stops pre-issue for that job, and docs/architecture.md lists the case.) Items of other
+ * jobs are never passed: pre-issue runs only while no other job shares the daemons, and a job
+ * formed since waits behind the block (not started anywhere). */
+static srv_held **adhoc_slot(srv *d, srv_job *j, const eng_item *it) {
+  const srv_coll *c = NULL;
+  if (!j || it->kind != ENG_ISSUE || it->coll == ENG_GRAD) return NULL;
+  for (uint32_t i = 0; i < j->ncolls; i++)
+    if (j->colls[i].seq == it->coll_seq) c = &j->colls[i];
+  if (!c) return NULL;
+  for (srv_held **pp = &d->held; *pp; pp = &(*pp)->next) {
+    const srv_held *h = *pp;
+    if (h->wait && h->j == j && h->it->n && (!c->sub_any || h->it->t[0].step > c->sub_hi))
+      return pp;
+  }
+  return NULL;
+}
+
 void srv_eng_submit(srv *d, srv_job *j, eng_item *it, int wait) {
   log_mode(j, it, wait);
   if (!d->held && !wait) {
@@ -117,6 +141,17 @@ void srv_eng_submit(srv *d, srv_job *j, eng_item *it, int wait) {
   h->it = it;
   h->j = j;
   h->wait = wait;
+  srv_held **slot = wait ? NULL : adhoc_slot(d, j, it);
+  if (slot) {
+    LOG_INFO("job '%s': ad-hoc collective #%llu (seq %llu) runs before its pre-issued step %llu",
+             j->id.name, (unsigned long long)it->seq, (unsigned long long)it->coll_seq,
+             (unsigned long long)(*slot)->it->t[0].step);
+    h->next = *slot;
+    *slot = h;
+    d->nheld++;
+    srv_pre_pump(d);
+    return;
+  }
   if (d->held_tail)
     d->held_tail->next = h;
   else

@@ -10,6 +10,8 @@
  *   --die-at S      at step S, submit half the tensors, then SIGKILL ourselves
  *   --sleep-ms MS   at step --sleep-at (default 1), sleep MS inside the step before submitting
  *   --pipeline 1    several steps in flight: each tensor waits for its previous step only
+ *   --adhoc-every K after every K-th step's wait: an ad-hoc all-reduce (sum) of tensor 0 (fp32)
+ *                   holding (rank + 1) * step, checked exactly (a loss all-reduce between steps)
  *   --expect-error  a step must fail with this fgb_status (e.g. -8 = FGB_EPEER; 1 = any error);
  *                   exit 0 if it did within --deadline-ms (default 10000) of the wait starting
  * Exit status: 0 ok, 1 check failed, 2 usage. */
@@ -162,10 +164,30 @@ static void print_hash(int s, const uint64_t *hk) {
   fflush(stdout);
 }
 
+/* An ad-hoc sum over tensor 0 (fp32, counts[0]) between steps: (rank + 1) * step everywhere. */
+static int adhoc(fgb_client *c, uint32_t tid, float *v, int rank, int size, int step) {
+  for (uint64_t i = 0; i < counts[0]; i++) v[i] = (float)((rank + 1) * step);
+  if (fgb_allreduce(c, tid, FGB_OP_SUM, 120000)) {
+    fprintf(stderr, "rank %d: ad-hoc all-reduce after step %d: %s\n", rank, step,
+            fgb_client_error(c));
+    return 1;
+  }
+  float want = (float)(step * size * (size + 1) / 2);
+  for (uint64_t i = 0; i < counts[0]; i++)
+    if (v[i] != want) {
+      fprintf(stderr, "rank %d: ad-hoc all-reduce after step %d: [%llu] = %g, want %g\n", rank,
+              step, (unsigned long long)i, v[i], want);
+      return 1;
+    }
+  printf("adhoc %d ok\n", step);
+  fflush(stdout);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   hcu_args ca = {.rank = -1, .size = -1, .steps = 3, .sock = NULL, .job = "synctest"};
   int skip = -1, die_at = -1, sleep_ms = 0, sleep_at = 1;
-  int expect_err = 0, deadline_ms = 10000, pipeline = 0;
+  int expect_err = 0, deadline_ms = 10000, pipeline = 0, adhoc_every = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *a = argv[i], *v = argv[i + 1];
     if (hcu_arg(a, v, &ca)) continue;
@@ -183,6 +205,8 @@ int main(int argc, char **argv) {
       deadline_ms = atoi(v);
     else if (!strcmp(a, "--pipeline"))
       pipeline = atoi(v);
+    else if (!strcmp(a, "--adhoc-every"))
+      adhoc_every = atoi(v);
     else {
       fprintf(stderr, "syncclient: unknown option %s\n", a);
       return 2;
@@ -295,6 +319,8 @@ int main(int argc, char **argv) {
     for (int k = 0; k < NT; k++)
       hk[k] = check_tensor((char *)a.ptr + off[k], k, rank, size, s, skip);
     print_hash(s, hk);
+    if (adhoc_every > 0 && s % adhoc_every == 0 && adhoc(c, tid[0], (float *)a.ptr, rank, size, s))
+      return 1;
   }
   if (expect_err) {
     fprintf(stderr, "rank %d: no step failed with %d\n", rank, expect_err);

@@ -6,7 +6,10 @@
 # job joining on the same daemons ends it ("shares a daemon" in the leader's status, "pre-issue
 # off" in the log) and both jobs' results stay exact. (3) A client killed mid-step while its job
 # is pre-issued: its peers get FGB_EPEER naming the rank within 10 s, the dead client's job is
-# released, and a later job on the same daemons completes.
+# released, and a later job on the same daemons completes. (4) Ad-hoc all-reduces between steps
+# (every 4th step, each client waiting for it before the next step) while the job is pre-issued:
+# they pass the step numbered ahead instead of deadlocking behind it, results stay exact, and
+# pre-issue goes on after them.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
 bin="${FGBUFF_TEST_BIN:?}"
@@ -105,6 +108,16 @@ grep -q "job 'pk': pre-issue on" "$log" || { echo "pk: the job was not pre-issue
 wait_for 10 grep -q "job 'pk' rank 1 released" "$log" || { echo "pk: the dead client's job was not released"; rc=1; }
 start3 after "$sync" --job after --steps 12
 wait3 after 12
+
+# (4) 40 steps with an ad-hoc all-reduce after every 4th.
+start3 ad "$sync" --job ad --steps 40 --adhoc-every 4
+wait3 ad 40
+for r in 0 1 2; do
+  [ "$(grep -c "^adhoc [0-9]* ok" "$out/ad.$r.out")" -eq 10 ] || { echo "ad: rank $r's ad-hoc all-reduces"; rc=1; }
+done
+grep -q "job 'ad': pre-issue on" "$log" || { echo "ad: the job was never pre-issued"; rc=1; }
+passed=$(grep "job 'ad': ad-hoc collective" "$log" | grep -o "seq [0-9]*" | sort -u | wc -l)
+[ "$passed" -ge 2 ] || { echo "ad: $passed ad-hoc collectives passed a pre-issued step (want >= 2)"; rc=1; }
 
 world_stop >/dev/null 2>&1
 trap - EXIT
