@@ -28,6 +28,8 @@ typedef struct cli_cuda {
   cudaEvent_t done[CLI_GPU_SLOTS]; /* the daemon's, opened from the ArenaReply */
   cli_page *page;                  /* the done page, NULL: done events (donepage.c) */
   int ready;                       /* the daemon reads readiness from the page (no event record) */
+  int ready_now; /* ... host-written when the stream is idle at submit (FGBUFF_READY_NOW=0: never)
+                  */
 } cli_cuda;
 
 /* Driver calls through dlopen: linking libcuda would make every program that links the client
@@ -337,6 +339,7 @@ static fgb_status ring_register(fgb_client *c, Fgbuff__V1__RegisterArena *ra, co
     r->page = NULL;
   }
   r->ready = r->page && ar->ready_page;
+  r->ready_now = r->ready && env_flag("FGBUFF_READY_NOW") != 0;
   fgbuff__v1__envelope__free_unpacked(rep, NULL);
   if (r->page && cli_page_watch(c, r->page) != FGB_OK) {
     cli_page_free(r->page); /* no watchdog, no page: a stream could wait forever */
@@ -442,6 +445,23 @@ fgb_status cli_cuda_submit(fgb_client *c, uint32_t tensor_id, void *stream, uint
   *slot = k;
   if (r->page) *seq = cli_page_next(r->page);
   if (r->ready) { /* the daemon reads the number from the page: no interprocess event record */
+    /* A stream with nothing left to run has produced the gradient already: write the number from
+     * the host. The daemon sees it at once instead of after the stream write's launch latency
+     * (5-15 us under MPS, on the critical path of a submit on an idle stream). A busy stream
+     * (training: backward still running) writes it when it gets there, as before. */
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (r->ready_now && cudaStreamIsCapturing((cudaStream_t)stream, &cap) != cudaSuccess) {
+      (void)cudaGetLastError();
+      cap = cudaStreamCaptureStatusActive; /* unknown: the stream write is always right */
+    }
+    if (r->ready_now && cap == cudaStreamCaptureStatusNone) { /* a query would end a capture */
+      cudaError_t q = cudaStreamQuery((cudaStream_t)stream);
+      if (q == cudaSuccess) {
+        cli_page_ready_now(r->page, *seq);
+        return FGB_OK;
+      }
+      if (q != cudaErrorNotReady) (void)cudaGetLastError(); /* the stream write reports it */
+    }
     const drv *dv = driver();
     CUresult cr = dv->write32((CUstream)stream, cli_page_ready_dev(r->page, *seq), *seq, 0);
     if (cr != CUDA_SUCCESS)

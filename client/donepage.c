@@ -117,6 +117,11 @@ static void slot_raise(uint32_t *slot, uint32_t want) {
   }
 }
 
+void cli_page_ready_now(cli_page *p, uint32_t seq) {
+  /* Release: the daemon's acquire load of the number then sees every write before it. */
+  slot_raise(&p->host[CLI_PAGE_SLOTS + seq % CLI_PAGE_SLOTS], seq);
+}
+
 void cli_page_release(cli_page *p, uint32_t seq) {
   if (p && seq) slot_raise(&p->host[seq % CLI_PAGE_SLOTS], seq);
 }

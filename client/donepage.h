@@ -25,6 +25,8 @@ uint32_t cli_page_next(cli_page *p);
 /* The device address of the slot of sequence number seq; ... of its ready slot (second half). */
 uint64_t cli_page_dev(const cli_page *p, uint32_t seq);
 uint64_t cli_page_ready_dev(const cli_page *p, uint32_t seq);
+/* Host-write seq into its READY slot (second half): the gradient is already produced. */
+void cli_page_ready_now(cli_page *p, uint32_t seq);
 /* Host-write seq into its slot unless the slot is already at or past it. */
 void cli_page_release(cli_page *p, uint32_t seq);
 /* ... every slot up to the last number handed out for it. */

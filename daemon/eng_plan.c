@@ -16,9 +16,13 @@
   128 /* most recent samples kept per kind: the fit follows the job's recent state \
        */
 
+/* Once EPS_KEEP samples of a kind are kept, one call in EPS_EVERY is timed (eng_stats_want). */
+#define EPS_EVERY 8
+
 struct eng_stats {
   sched_sample s[EPS_KINDS][EPS_KEEP];
   uint32_t n[EPS_KINDS], next[EPS_KINDS];
+  uint32_t tick[EPS_KINDS];
 };
 
 double eng_now_s(void) {
@@ -33,6 +37,11 @@ eng_stats *eng_stats_new(void) {
 
 void eng_stats_free(eng_stats *s) {
   free(s);
+}
+
+int eng_stats_want(eng_stats *s, int kind) {
+  if (!s || kind < 0 || kind >= EPS_KINDS) return 0;
+  return s->n[kind] < EPS_KEEP || ++s->tick[kind] % EPS_EVERY == 0;
 }
 
 void eng_stats_add(eng_stats *s, int kind, double x, double seconds) {

@@ -25,7 +25,7 @@ run() {
   grep -m2 "GPU GPU-\|MPS" "$GPU_WORLD_LOG" | head -2
   mpirun --oversubscribe --bind-to none -np 2 -x FGBUFF_RUNTIME_DIR -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE \
     -x NCCL_IB_DISABLE -x NCCL_SOCKET_IFNAME -x NCCL_NVLS_ENABLE -x FGBUFF_WAIT_SPIN_US \
-    -x FGBUFF_CLIENT_TRACE -x FGBUFF_DONE_EVENT -x FGBUFF_DONE_PAGE -x FGBUFF_READY_EVENT -x FGBUFF_SUBMIT_RING \
+    -x FGBUFF_CLIENT_TRACE -x FGBUFF_DONE_EVENT -x FGBUFF_DONE_PAGE -x FGBUFF_READY_EVENT -x FGBUFF_READY_NOW -x FGBUFF_SUBMIT_RING \
     "$build/bench/gpu/bench-gpu-allreduce" --label "$label" "$@"
   gpu_world_stop
   # FGBUFF_GPU_TRACE=1: the daemons' per-collective timings of the 4-byte runs

@@ -169,32 +169,33 @@ static void drop_watch(uint32_t i) {
   g_w[i] = g_w[--g_nw];
 }
 
+/* Watch i: its client's readiness seen (or nothing left to report to): reported and dropped,
+ * returns 1; still waiting, 0. */
+static int watch_poll(uint32_t i) {
+  watch *w = &g_w[i];
+  srv_tensor *t = srv_tensor_get(g_d, w->tensor_id);
+  int r = w->seq ? gpu_arena_ready_seen(w->a->gpu, w->seq) : gpu_arena_observed(w->a->gpu, w->slot);
+  if (!t || !t->job || t->job->aborted) { /* nothing to report to any more */
+    drop_watch(i);
+    return 1;
+  }
+  if (r == 0) return 0;
+  uint32_t tid = w->tensor_id;
+  uint64_t step = w->step;
+  if (getenv("FGBUFF_GPU_TRACE") && t->count == 1)
+    LOG_INFO("gtrace submit step %llu at %llu observed +%llu us", (unsigned long long)step,
+             (unsigned long long)w->t_us, (unsigned long long)(srv_now_us() - w->t_us));
+  drop_watch(i);
+  if (r < 0)
+    LOG_WARN("tensor %u step %llu: querying the client's event failed", tid,
+             (unsigned long long)step);
+  srv_gpu_observed(g_d, tid, step);
+  return 1;
+}
+
 static void on_idle(uv_idle_t *h) {
   (void)h;
-  for (uint32_t i = 0; i < g_nw;) {
-    watch *w = &g_w[i];
-    srv_tensor *t = srv_tensor_get(g_d, w->tensor_id);
-    int r =
-        w->seq ? gpu_arena_ready_seen(w->a->gpu, w->seq) : gpu_arena_observed(w->a->gpu, w->slot);
-    if (!t || !t->job || t->job->aborted) { /* nothing to report to any more */
-      drop_watch(i);
-      continue;
-    }
-    if (r == 0) {
-      i++;
-      continue;
-    }
-    uint32_t tid = w->tensor_id;
-    uint64_t step = w->step;
-    if (getenv("FGBUFF_GPU_TRACE") && t->count == 1)
-      LOG_INFO("gtrace submit step %llu at %llu observed +%llu us", (unsigned long long)step,
-               (unsigned long long)w->t_us, (unsigned long long)(srv_now_us() - w->t_us));
-    drop_watch(i);
-    if (r < 0)
-      LOG_WARN("tensor %u step %llu: querying the client's event failed", tid,
-               (unsigned long long)step);
-    srv_gpu_observed(g_d, tid, step);
-  }
+  for (uint32_t i = 0; i < g_nw;) i += !watch_poll(i);
   if (g_nw == 0 && g_idle_on) {
     uv_idle_stop(&g_idle);
     g_idle_on = 0;
@@ -225,6 +226,11 @@ fgb_status srv_gpu_observe(srv_tensor *t, uint32_t slot, uint32_t done_seq, uint
     g_idle_on = 1;
   }
   return FGB_OK;
+}
+
+void srv_gpu_observe_now(void) {
+  /* Only a page-read watch: a load. An event watch (cudaEventQuery) waits for the idle pass. */
+  if (g_nw && g_w[g_nw - 1].seq) (void)watch_poll(g_nw - 1);
 }
 
 void *srv_gpu_done_event(const srv_tensor *t) {

@@ -24,6 +24,10 @@ int srv_gpu_slot_check(srv_tensor *t, uint32_t slot, char *err, size_t errlen);
 fgb_status srv_gpu_observe(srv_tensor *t, uint32_t slot, uint32_t done_seq, uint64_t step,
                            char *err, size_t errlen);
 void srv_gpu_observed(srv *d, uint32_t tensor_id, uint64_t step);
+/* Look at the submit srv_gpu_observe just added once, now, if that is only a load (a done page's
+ * ready number): a client that host-wrote it (its stream was idle) is reported without waiting
+ * for the loop's next pass. May call srv_gpu_observed. */
+void srv_gpu_observe_now(void);
 /* events.c: the done event of the tensor's current slot for the engine; a job's abort. */
 void *srv_gpu_done_event(const srv_tensor *t);
 /* server.c: a Done with an error: write the tensor's done-page number from the host, so a client

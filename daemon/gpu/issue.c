@@ -38,12 +38,43 @@ typedef struct gpu_exec {
   uint32_t ntm, ntm_cap;
 } gpu_exec;
 
-/* Start timing a collective of `bytes` (per rank) on the stream; failures only lose the sample. */
+/* Events reused for the daemon's life (engine thread only): creating three per item (the timing
+ * pair and the completion event) cost host time before every collective. [1]: timing events,
+ * [0]: completion events (no timing: cheaper to record). A given-back event may still have a
+ * record pending on the stream (a failed item); the next record supersedes it. */
+#define EV_POOL 256
+static cudaEvent_t g_evp[2][EV_POOL];
+static int g_nevp[2];
+
+static cudaEvent_t ev_take(int timing) {
+  if (g_nevp[timing]) return g_evp[timing][--g_nevp[timing]];
+  cudaEvent_t e = NULL;
+  if (cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming) !=
+      cudaSuccess) {
+    (void)cudaGetLastError(); /* only this event is lost */
+    return NULL;
+  }
+  return e;
+}
+
+static void ev_give(cudaEvent_t e, int timing) {
+  if (!e) return;
+  if (g_nevp[timing] < EV_POOL)
+    g_evp[timing][g_nevp[timing]++] = e;
+  else
+    cudaEventDestroy(e);
+}
+
+/* Start timing a collective of `bytes` (per rank) on the stream, when the job's samples want one
+ * (eng_stats_want); failures only lose the sample. */
 static void time_begin(gpu_exec *x, eng_item *it, int kind, uint64_t bytes, cudaStream_t s) {
-  if (!it->stats || x->ckind >= 0 || bytes == 0) return;
-  if (cudaEventCreate(&x->cev[0]) != cudaSuccess || cudaEventCreate(&x->cev[1]) != cudaSuccess ||
-      cudaEventRecord(x->cev[0], s) != cudaSuccess)
+  if (!it->stats || x->ckind >= 0 || x->cev[0] || bytes == 0 || !eng_stats_want(it->stats, kind))
     return;
+  if (!(x->cev[0] = ev_take(1)) || !(x->cev[1] = ev_take(1)) ||
+      cudaEventRecord(x->cev[0], s) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
   x->ckind = kind;
   x->cbytes = bytes;
 }
@@ -140,9 +171,7 @@ static int fail(eng_item *it, fgb_status st, const char *what, const char *detai
 static int fail_late(gpu_exec *x, eng_item *it, fgb_status st, const char *what,
                      const char *detail) {
   fail(it, st, what, detail);
-  if (cudaEventCreateWithFlags(&x->fin, cudaEventDisableTiming) != cudaSuccess ||
-      cudaEventRecord(x->fin, g_stream) != cudaSuccess)
-    return -1;
+  if (!(x->fin = ev_take(0)) || cudaEventRecord(x->fin, g_stream) != cudaSuccess) return -1;
   return 0;
 }
 
@@ -242,7 +271,7 @@ static int g_start(comm *c, int size, eng_item *it) {
   }
   if (g_trace) {
     x->t_start = mono_us();
-    for (int k = 0; k < 4; k++) cudaEventCreate(&x->tev[k]);
+    for (int k = 0; k < 4; k++) x->tev[k] = ev_take(1);
     cudaEventRecord(x->tev[0], g_stream);
   }
   cudaError_t ce;
@@ -342,8 +371,9 @@ static int g_start(comm *c, int size, eng_item *it) {
         gpu_done_signal(it->t[i].done_ev, it->t[i].zero_first, s, err, sizeof err) != FGB_OK)
       return fail_late(x, it, FGB_EIO, "signalling a tensor's completion", err);
   if (g_trace) cudaEventRecord(x->tev[3], s);
-  if ((ce = cudaEventCreateWithFlags(&x->fin, cudaEventDisableTiming)) != cudaSuccess ||
-      (ce = cudaEventRecord(x->fin, s)) != cudaSuccess)
+  if (!(x->fin = ev_take(0)))
+    return fail(it, FGB_EIO, "creating the completion event", "cudaEventCreateWithFlags failed");
+  if ((ce = cudaEventRecord(x->fin, s)) != cudaSuccess)
     return fail(it, FGB_EIO, "recording the completion event", cudaGetErrorString(ce));
   return 0;
 }
@@ -409,11 +439,9 @@ static int g_poll(eng_item *it) {
 static void g_free(eng_item *it) {
   gpu_exec *x = it->priv;
   if (!x) return;
-  if (x->fin) cudaEventDestroy(x->fin);
-  for (int k = 0; k < 4; k++)
-    if (x->tev[k]) cudaEventDestroy(x->tev[k]);
-  for (int k = 0; k < 2; k++)
-    if (x->cev[k]) cudaEventDestroy(x->cev[k]);
+  ev_give(x->fin, 0);
+  for (int k = 0; k < 4; k++) ev_give(x->tev[k], 1);
+  for (int k = 0; k < 2; k++) ev_give(x->cev[k], 1);
   for (uint32_t k = 0; k < x->ntm; k++) sp_timing_done(&x->tm[k], NULL); /* slots not yet read */
   free(x->tm);
   free(x);
