@@ -16,7 +16,8 @@
   128 /* most recent samples kept per kind: the fit follows the job's recent state \
        */
 
-/* Once EPS_KEEP samples of a kind are kept, one call in EPS_EVERY is timed (eng_stats_want). */
+/* Once EPS_FIRST samples of a kind are kept, one call in EPS_EVERY is timed (eng_stats_want). */
+#define EPS_FIRST 16
 #define EPS_EVERY 8
 
 struct eng_stats {
@@ -41,7 +42,7 @@ void eng_stats_free(eng_stats *s) {
 
 int eng_stats_want(eng_stats *s, int kind) {
   if (!s || kind < 0 || kind >= EPS_KINDS) return 0;
-  return s->n[kind] < EPS_KEEP || ++s->tick[kind] % EPS_EVERY == 0;
+  return s->n[kind] < EPS_FIRST || ++s->tick[kind] % EPS_EVERY == 0;
 }
 
 void eng_stats_add(eng_stats *s, int kind, double x, double seconds) {

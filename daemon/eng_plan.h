@@ -21,10 +21,10 @@ eng_stats *eng_stats_new(void);
 void eng_stats_free(eng_stats *s);
 /* Record one timed call: x = bytes per rank (collectives) or elements (encode; decode: P * k). */
 void eng_stats_add(eng_stats *s, int kind, double x, double seconds);
-/* Whether to time the next call of `kind`: every call until the kind's ring of samples is full,
- * then one in 8. On GPU the two timing events sit on the stream around the collective, ~2.5 us of
- * GPU time each under MPS on the path of every tensor (2x H100 traces), for a fit that needs
- * only recent samples. NULL: no. */
+/* Whether to time the next call of `kind`: every call for the first 16 samples, then one in 8. On
+ * GPU the two timing events sit on the stream around the collective, ~2.5 us of GPU time each under
+ * MPS on the path of every tensor (2x H100 traces), for a fit that needs only recent samples. NULL:
+ * no. */
 int eng_stats_want(eng_stats *s, int kind);
 /* Fit every kind with samples (the most recent EPS_KEEP per kind): sched_fit_linear when two
  * sizes were seen, else alpha = 0 and beta = the median seconds per unit. Kinds without samples
