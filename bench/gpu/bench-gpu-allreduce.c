@@ -10,7 +10,11 @@
  * memory"): default is what the library picks (FGBUFF_DONE_PAGE / FGBUFF_DONE_EVENT); event:
  * interprocess events both ways; memop: done and ready numbers on the done page; done: done page,
  * readiness by event (FGBUFF_READY_EVENT); both = event + memop, all = event + done + memop, each
- * against the same raw baseline. */
+ * against the same raw baseline. --batch K (default 1): K tensors of each size a step (one arena),
+ * all submitted before any is waited for, timed until the stream has all K; raw NCCL runs the K
+ * all-reduces back to back with one stream synchronisation. K = 1 is latency-bound (every
+ * iteration pays the fixed per-tensor cost); K > 1 is how nccl-tests measure bandwidth and how a
+ * training step looks (many gradients in flight): bus bandwidth over K x bytes. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <mpi.h>
@@ -60,6 +64,7 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   size_t minb = 64 << 10, maxb = (size_t)1 << 30;
   double scale = 1.0;
+  int batch = 1;
   const char *label = "", *paths = "default";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--min")) minb = strtoull(argv[i + 1], NULL, 0);
@@ -67,6 +72,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--iters-scale")) scale = atof(argv[i + 1]);
     if (!strcmp(argv[i], "--label")) label = argv[i + 1];
     if (!strcmp(argv[i], "--paths")) paths = argv[i + 1];
+    if (!strcmp(argv[i], "--batch")) batch = atoi(argv[i + 1]);
   }
   const char *plist[3] = {paths, NULL, NULL};
   if (!strcmp(paths, "both")) {
@@ -77,6 +83,7 @@ int main(int argc, char **argv) {
     plist[1] = "done";
     plist[2] = "memop";
   }
+  CK(batch >= 1 && batch <= 64);
   CK(cudaSetDevice(rank) == cudaSuccess);
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
@@ -94,22 +101,25 @@ int main(int argc, char **argv) {
   if (rank == 0)
     printf(
         "# %s%s2 ranks; busbw = 2(n-1)/n * bytes / t; per-iteration wait until the stream has "
-        "the result\n# %12s %7s %10s %10s %6s %9s %9s %9s %9s\n",
-        label, label[0] ? ": " : "", "bytes", "path", "raw_GB/s", "fgb_GB/s", "ratio", "raw_p50",
-        "fgb_p50", "raw_p99", "fgb_p99");
+        "the result; %d tensor(s) of `bytes` an iteration\n# %12s %7s %10s %10s %6s %9s %9s %9s "
+        "%9s\n",
+        label, label[0] ? ": " : "", batch, "bytes", "path", "raw_GB/s", "fgb_GB/s", "ratio",
+        "raw_p50", "fgb_p50", "raw_p99", "fgb_p99");
   uint64_t step = 1;
   for (size_t bytes = 4; bytes <= maxb; bytes = bytes == 4 ? minb : bytes * 4) {
     size_t count = bytes / 4;
-    void *buf;
-    CK(cudaMalloc(&buf, bytes) == cudaSuccess);
-    CK(cudaMemset(buf, 0, bytes) == cudaSuccess);
+    char *buf;
+    CK(cudaMalloc((void **)&buf, bytes * (size_t)batch) == cudaSuccess);
+    CK(cudaMemset(buf, 0, bytes * (size_t)batch) == cudaSuccess);
     int n = iters_for(bytes, scale), warm = 3;
     double *tr = malloc(sizeof(double) * (size_t)n), *tf = malloc(sizeof(double) * (size_t)n);
     /* raw NCCL */
     for (int i = -warm; i < n; i++) {
       MPI_Barrier(MPI_COMM_WORLD);
       double t0 = now_us();
-      CK(ncclAllReduce(buf, buf, count, ncclFloat32, ncclAvg, nc, s) == ncclSuccess);
+      for (int b = 0; b < batch; b++)
+        CK(ncclAllReduce(buf + b * bytes, buf + b * bytes, count, ncclFloat32, ncclAvg, nc, s) ==
+           ncclSuccess);
       CK(cudaStreamSynchronize(s) == cudaSuccess);
       if (i >= 0) tr[i] = now_us() - t0;
     }
@@ -136,19 +146,26 @@ int main(int argc, char **argv) {
       jo.size = size;
       CK(fgb_join(cj, &jo) == FGB_OK);
       fgb_arena a;
-      CK(fgb_arena_register_cuda(cj, buf, bytes, &a) == FGB_OK);
-      fgb_tensor_desc d = FGB_TENSOR_DESC_INIT;
-      d.name = "g";
-      d.arena = a.id;
-      d.count = count;
-      uint32_t t;
-      CK(fgb_tensor_register(cj, &d, &t) == FGB_OK);
+      CK(fgb_arena_register_cuda(cj, buf, bytes * (size_t)batch, &a) == FGB_OK);
+      uint32_t t[64];
+      for (int b = 0; b < batch; b++) {
+        char name[16];
+        snprintf(name, sizeof name, "g%d", b);
+        fgb_tensor_desc d = FGB_TENSOR_DESC_INIT;
+        d.name = name;
+        d.arena = a.id;
+        d.offset = (uint64_t)b * bytes;
+        d.count = count;
+        CK(fgb_tensor_register(cj, &d, &t[b]) == FGB_OK);
+      }
       for (int i = -warm; i < n; i++, step++) {
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = now_us();
-        fgb_status st = fgb_submit(cj, t, step, s);
+        fgb_status st = FGB_OK;
+        for (int b = 0; b < batch && st == FGB_OK; b++) st = fgb_submit(cj, t[b], step, s);
         if (st == FGB_OK) st = fgb_end_step(cj, step);
-        if (st == FGB_OK) st = fgb_wait_on_stream(cj, t, step, s, 120000);
+        for (int b = 0; b < batch && st == FGB_OK; b++)
+          st = fgb_wait_on_stream(cj, t[b], step, s, 120000);
         if (st != FGB_OK) {
           fprintf(stderr, "rank %d: %s\n", rank, fgb_client_error(cj));
           MPI_Abort(MPI_COMM_WORLD, 1);
@@ -159,7 +176,7 @@ int main(int argc, char **argv) {
       fgb_client_free(cj);
       double sr = 0, sf = 0;
       for (int i = 0; i < n; i++) sr += tr[i], sf += tf[i];
-      double factor = 2.0 * (size - 1) / size * (double)bytes / 1e3; /* GB/s from us */
+      double factor = 2.0 * (size - 1) / size * (double)bytes * batch / 1e3; /* GB/s from us */
       double bwr = factor / (sr / n), bwf = factor / (sf / n);
       double r50 = pct(tr, n, 0.5), r99 = pct(tr, n, 0.99), f50 = pct(tf, n, 0.5),
              f99 = pct(tf, n, 0.99);
