@@ -56,7 +56,10 @@ typedef struct sp_desc {
 
 /* Engine thread only. */
 static sp_inst *g_insts;
-static sp_agreed *g_agreed;
+/* Verdicts hashed by (job, tensor): every ISSUE looks each member up twice, and a linear list of
+ * all jobs' tensors made that quadratic in a step's tensor count. */
+#define SP_AGREED_BUCKETS 1024
+static sp_agreed *g_agreed[SP_AGREED_BUCKETS];
 static float *g_work; /* shared fp32 working buffer (fp16/bf16 tensors) */
 static uint64_t g_work_n;
 static sp_desc *g_desc_h; /* pinned: agreement descriptors, this rank's m then all P x m */
@@ -85,8 +88,13 @@ static fgb_status nccl_done(const sp_job *job, ncclResult_t r, const char *what,
 
 /* ---- agreement ------------------------------------------------------------------------------- */
 
+static sp_agreed **agreed_bucket(uint64_t job_key, uint32_t tensor_id) {
+  uint64_t h = (job_key ^ ((uint64_t)tensor_id * 0x9e3779b97f4a7c15ull)) * 0xff51afd7ed558ccdull;
+  return &g_agreed[(h >> 32) % SP_AGREED_BUCKETS];
+}
+
 static sp_agreed *agreed_find(uint64_t job_key, uint32_t tensor_id) {
-  for (sp_agreed *a = g_agreed; a; a = a->next)
+  for (sp_agreed *a = *agreed_bucket(job_key, tensor_id); a; a = a->next)
     if (a->job_key == job_key && a->tensor_id == tensor_id) return a;
   return NULL;
 }
@@ -221,8 +229,9 @@ fgb_status sp_agree(const sp_job *job, const eng_item *it, char *err, size_t err
                    d0->comp, d0->density, r, d->comp, d->density);
         }
       }
-      a->next = g_agreed;
-      g_agreed = a;
+      sp_agreed **b = agreed_bucket(a->job_key, a->tensor_id);
+      a->next = *b;
+      *b = a;
       k++;
     }
   }
@@ -345,15 +354,16 @@ static fgb_status inst_get(const sp_job *job, const eng_tensor *t, sp_inst **out
 }
 
 void sp_release(uint64_t job_key) {
-  for (sp_agreed **p = &g_agreed; *p;) {
-    if ((*p)->job_key == job_key) {
-      sp_agreed *a = *p;
-      *p = a->next;
-      free(a);
-    } else {
-      p = &(*p)->next;
+  for (int b = 0; b < SP_AGREED_BUCKETS; b++)
+    for (sp_agreed **p = &g_agreed[b]; *p;) {
+      if ((*p)->job_key == job_key) {
+        sp_agreed *a = *p;
+        *p = a->next;
+        free(a);
+      } else {
+        p = &(*p)->next;
+      }
     }
-  }
   for (sp_inst **p = &g_insts; *p;) {
     if ((*p)->job_key == job_key) {
       sp_inst *i = *p;
