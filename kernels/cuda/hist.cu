@@ -116,6 +116,14 @@ __global__ void __launch_bounds__(KH_EW_THREADS)
   const uint64_t stride = (uint64_t)gridDim.x * blockDim.x,
                  gid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
   const uint64_t n4 = al ? n / 4 : 0;
+  /* SAMP: r = (4 i - start) mod sp.stride, kept up to date with an add (no division a step): the
+   * four elements hold a sample only when r == 0 or r > stride - 4 (then samp_take checks). */
+  uint64_t r = 0, dr = 0;
+  if (SAMP) {
+    const uint64_t S = sp.stride;
+    dr = (4 * stride) % S;
+    r = ((4 * gid) % S + S - sp.start % S) % S;
+  }
   for (uint64_t i = gid; i < n4; i += stride) {
     float4 uu = ((float4 *)u)[i], vv = ((float4 *)v)[i], gg = ((const float4 *)g)[i];
     dgc_one(&uu.x, &vv.x, __fmul_rn(c, gg.x), m, nesterov);
@@ -128,7 +136,12 @@ __global__ void __launch_bounds__(KH_EW_THREADS)
     hist_one(sh, vv.y);
     hist_one(sh, vv.z);
     hist_one(sh, vv.w);
-    if (SAMP) samp_take(sp, hs, (uint32_t)(4 * i), 4, vv.x, vv.y, vv.z, vv.w);
+    if (SAMP) {
+      if (r == 0 || r + 4 > sp.stride)
+        samp_take(sp, hs, (uint32_t)(4 * i), 4, vv.x, vv.y, vv.z, vv.w);
+      r += dr;
+      if (r >= sp.stride) r -= sp.stride;
+    }
   }
   for (uint64_t i = n4 * 4 + gid; i < n; i += stride) {
     float ui = u[i], vi = v[i];
@@ -156,6 +169,7 @@ __global__ void __launch_bounds__(KH_EW_THREADS)
 }
 
 #define KH_KU 8 /* k_dgc_kth: keys a thread loads before it uses them */
+#define KH_LU 8 /* k_dgc_kth's last block: 16-byte loads of the list a thread has in flight */
 
 /* The sample's kth after k_dgc_hist<true>, then the replay, in one launch. Every block counts the
  * second digit of the samples that match the first (kth.cu's k_hist pass 1) and appends their keys
@@ -168,13 +182,14 @@ __global__ void __launch_bounds__(KH_THREADS)
               uint64_t lcap, kern_ctl *ctl, const uint32_t *vhist, kern_replay rp) {
   KC_PDL_ENTRY();
   __shared__ uint32_t sm[KC_SUP_WORDS]; /* the digit histograms, then the replay's suffix sums */
-  __shared__ uint32_t s_last;
+  __shared__ uint32_t s_last, s_cnt, s_gbase;
   const uint32_t prefix = st->prefix, mask = st->mask;
   for (uint32_t b = threadIdx.x; b < KC_RADIX_BINS; b += blockDim.x) sm[b] = 0;
+  if (threadIdx.x == 0) s_cnt = 0;
   __syncthreads();
   const uint32_t sh1 = kc_radix_shift(1), lane = threadIdx.x & 31u;
-  /* KH_KU loads a thread in flight before any use; whole warps iterate together (ballots): the
-   * bound is rounded up to the grid's step. */
+  /* KH_KU loads a thread in flight before any use; whole blocks iterate together (ballots,
+   * barriers): the bound is rounded up to the grid's step. */
   const uint64_t step = (uint64_t)gridDim.x * blockDim.x * KH_KU;
   const uint64_t mr = (m + step - 1) / step * step;
   for (uint64_t i0 = blockIdx.x * (uint64_t)blockDim.x * KH_KU + threadIdx.x; i0 < mr; i0 += step) {
@@ -184,16 +199,32 @@ __global__ void __launch_bounds__(KH_THREADS)
       const uint64_t i = i0 + (uint64_t)q * blockDim.x;
       key[q] = i < m ? kern_abs_key(x[i]) : KC_NO_KEY;
     }
+    /* Matches: counted in the second digit's histogram and appended to the list, one global
+     * reservation a block and round (a warp's atomic on one counter each serialised in L2). */
+    unsigned bal[KH_KU];
+    uint32_t wtot = 0;
 #pragma unroll
     for (int q = 0; q < KH_KU; q++) {
       const bool in = key[q] != KC_NO_KEY && (key[q] & mask) == prefix;
       if (in) atomicAdd(&sm[(key[q] >> sh1) & (KC_RADIX_BINS - 1u)], 1u);
-      const unsigned bal = __ballot_sync(0xffffffffu, in);
-      uint32_t base = 0;
-      if (lane == 0 && bal) base = atomicAdd(&st->lcnt, (uint32_t)__popc(bal));
-      base = __shfl_sync(0xffffffffu, base, 0);
-      const uint64_t p = (uint64_t)base + __popc(bal & ((1u << lane) - 1u));
-      if (in && p < lcap) list[p] = key[q];
+      bal[q] = __ballot_sync(0xffffffffu, in);
+      wtot += __popc(bal[q]);
+    }
+    uint32_t wbase = 0;
+    if (lane == 0 && wtot) wbase = atomicAdd(&s_cnt, wtot);
+    wbase = __shfl_sync(0xffffffffu, wbase, 0);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      s_gbase = s_cnt ? atomicAdd(&st->lcnt, s_cnt) : 0u;
+      s_cnt = 0;
+    }
+    __syncthreads();
+    uint64_t pos = (uint64_t)s_gbase + wbase;
+#pragma unroll
+    for (int q = 0; q < KH_KU; q++) {
+      const uint64_t p = pos + __popc(bal[q] & ((1u << lane) - 1u));
+      if (((bal[q] >> lane) & 1u) && p < lcap) list[p] = key[q];
+      pos += __popc(bal[q]);
     }
   }
   __syncthreads();
@@ -218,19 +249,42 @@ __global__ void __launch_bounds__(KH_THREADS)
   __syncthreads();
   const uint32_t cnt = __ldcg(&st->lcnt);
   const uint32_t nb2 = kc_radix_bins(2);
-  /* From the list (L2), or the samples themselves when it overflowed. */
-  const bool from_list = cnt <= lcap;
-  const uint64_t len = from_list ? cnt : m;
-  for (uint64_t i0 = threadIdx.x; i0 < len; i0 += (uint64_t)blockDim.x * KH_KU) {
-    uint32_t key[KH_KU];
+  /* From the list (L2), or the samples themselves when it overflowed. One block reads it: 32 keys
+   * a thread in flight (eight 16-byte loads), as the list can hold tens of thousands (336M). */
+  if (cnt <= lcap) {
+    const uint32_t n16 = cnt / 4; /* list: 256-byte aligned (workspace) */
+    for (uint32_t i0 = threadIdx.x; i0 < n16; i0 += blockDim.x * KH_LU) {
+      uint4 kq[KH_LU];
 #pragma unroll
-    for (int q = 0; q < KH_KU; q++) {
-      const uint64_t i = i0 + (uint64_t)q * blockDim.x;
-      key[q] = i >= len ? KC_NO_KEY : from_list ? __ldcg(&list[i]) : kern_abs_key(x[i]);
+      for (int q = 0; q < KH_LU; q++) {
+        const uint32_t i = i0 + q * blockDim.x;
+        kq[q] = i < n16 ? __ldcg((const uint4 *)list + i)
+                        : make_uint4(KC_NO_KEY, KC_NO_KEY, KC_NO_KEY, KC_NO_KEY);
+      }
+#pragma unroll
+      for (int q = 0; q < KH_LU; q++) {
+        const uint32_t k4[4] = {kq[q].x, kq[q].y, kq[q].z, kq[q].w};
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+          if (k4[e] != KC_NO_KEY && (k4[e] & m1) == p1) atomicAdd(&sm[k4[e] & (nb2 - 1u)], 1u);
+      }
     }
+    for (uint32_t i = n16 * 4 + threadIdx.x; i < cnt; i += blockDim.x) {
+      const uint32_t key = __ldcg(&list[i]);
+      if ((key & m1) == p1) atomicAdd(&sm[key & (nb2 - 1u)], 1u);
+    }
+  } else { /* overflow (heavy ties): every sample */
+    for (uint64_t i0 = threadIdx.x; i0 < m; i0 += (uint64_t)blockDim.x * KH_KU) {
+      uint32_t key[KH_KU];
 #pragma unroll
-    for (int q = 0; q < KH_KU; q++)
-      if (key[q] != KC_NO_KEY && (key[q] & m1) == p1) atomicAdd(&sm[key[q] & (nb2 - 1u)], 1u);
+      for (int q = 0; q < KH_KU; q++) {
+        const uint64_t i = i0 + (uint64_t)q * blockDim.x;
+        key[q] = i < m ? kern_abs_key(x[i]) : KC_NO_KEY;
+      }
+#pragma unroll
+      for (int q = 0; q < KH_KU; q++)
+        if (key[q] != KC_NO_KEY && (key[q] & m1) == p1) atomicAdd(&sm[key[q] & (nb2 - 1u)], 1u);
+    }
   }
   __syncthreads();
   const uint32_t b2 = kc_pick_digit(sm, nb2, &rank, &err);
