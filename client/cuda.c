@@ -450,11 +450,23 @@ fgb_status cli_cuda_submit(fgb_client *c, uint32_t tensor_id, void *stream, uint
      * (5-15 us under MPS, on the critical path of a submit on an idle stream). A busy stream
      * (training: backward still running) writes it when it gets there, as before. */
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    if (r->ready_now && cudaStreamIsCapturing((cudaStream_t)stream, &cap) != cudaSuccess) {
+    /* Only on non-blocking streams: work submitted to the legacy default stream or a blocking
+     * stream also waits for the other's earlier work (implicit synchronisation), which a query
+     * of the stream alone does not cover. */
+    unsigned int fl = 0;
+    int dflt = stream == NULL || (cudaStream_t)stream == cudaStreamLegacy ||
+               (cudaStream_t)stream == cudaStreamPerThread;
+    if (r->ready_now && !dflt &&
+        (cudaStreamGetFlags((cudaStream_t)stream, &fl) != cudaSuccess ||
+         !(fl & cudaStreamNonBlocking))) {
+      (void)cudaGetLastError();
+      dflt = 1;
+    }
+    if (r->ready_now && !dflt && cudaStreamIsCapturing((cudaStream_t)stream, &cap) != cudaSuccess) {
       (void)cudaGetLastError();
       cap = cudaStreamCaptureStatusActive; /* unknown: the stream write is always right */
     }
-    if (r->ready_now && cap == cudaStreamCaptureStatusNone) { /* a query would end a capture */
+    if (r->ready_now && !dflt && cap == cudaStreamCaptureStatusNone) { /* a query ends a capture */
       cudaError_t q = cudaStreamQuery((cudaStream_t)stream);
       if (q == cudaSuccess) {
         cli_page_ready_now(r->page, *seq);
