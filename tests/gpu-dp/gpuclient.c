@@ -15,6 +15,8 @@
  *                                the daemon meanwhile, or the wait times out), then expect the
  *                                next call to fail: exit 4)
  *             [--wait-ms MS]    (the waits' timeout, default 60000)
+ *             [--idle-submit 1] (each tensor's stream is synchronised before its submit: the
+ *                                client library host-writes the ready number, the fast path)
  * Exit 0 all results right, 1 wrong or error, 77 fewer GPUs than needed. */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -105,6 +107,7 @@ static double now_s(void) {
 int main(int argc, char **argv) {
   int rank = 0, size = 2, dev = 0, steps = 3;
   long die_at = -1, sleep_at = -1, sleep_ms = 0, stall_at = -1, kill_wait_at = -1, wait_ms = 60000;
+  int idle_submit = 0;
   const char *sock = NULL, *job = "gpu-dp";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--rank"))
@@ -121,6 +124,8 @@ int main(int argc, char **argv) {
       job = argv[i + 1];
     else if (!strcmp(argv[i], "--die-at"))
       die_at = atol(argv[i + 1]);
+    else if (!strcmp(argv[i], "--idle-submit"))
+      idle_submit = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--sleep-at"))
       sleep_at = atol(argv[i + 1]);
     else if (!strcmp(argv[i], "--sleep-ms"))
@@ -191,6 +196,7 @@ int main(int argc, char **argv) {
       size_t b = T[t].count * fgb_dtype_size(T[t].dt);
       cudaMemcpyAsync((char *)dmem[T[t].arena] + T[t].offset, host[t], b, cudaMemcpyHostToDevice,
                       s);
+      if (idle_submit && cudaStreamSynchronize(s) != cudaSuccess) DIE("stream synchronise");
       if (fgb_submit(c, tid[t], (uint64_t)step, s))
         DIE("submit %s: %s", T[t].name, fgb_client_error(c));
       if (step == sleep_at && t == 0 && sleep_ms > 0) {

@@ -2,7 +2,8 @@
 # 2 GPUs, 2 daemons under mpirun, two jobs at once with a client per GPU each: dense fp32 and fp16
 # results at odd offsets in two arenas match the CPU reference on every element and are bitwise
 # identical on both GPUs (per-step hashes); rank 0 finds its daemon by its CUDA context
-# (fgb_connect(NULL)); status names the GPU (uuid, PCI bus id, MPS, daemon memory).
+# (fgb_connect(NULL)); status names the GPU (uuid, PCI bus id, MPS, daemon memory). jobB's clients
+# submit on idle streams (--idle-submit: the ready number host-written), jobA's on held streams.
 set -u
 here="$(dirname "$0")"
 source "$here/gpu-world.sh"
@@ -13,10 +14,13 @@ trap 'gpu_world_stop >/dev/null 2>&1' EXIT
 out="$FGBUFF_RUNTIME_DIR"
 declare -A pid
 for j in jobA jobB; do
-  "$bin/gpuclient" --job $j --rank 0 --size 2 --device 0 --steps 3 >"$out/$j.0.out" 2>&1 &
+  idle=0
+  [ $j = jobB ] && idle=1
+  "$bin/gpuclient" --job $j --rank 0 --size 2 --device 0 --steps 3 --idle-submit $idle \
+    >"$out/$j.0.out" 2>&1 &
   pid[$j.0]=$!
   "$bin/gpuclient" --job $j --rank 1 --size 2 --device 1 --steps 3 --socket "$GPU_SOCK_1" \
-    >"$out/$j.1.out" 2>&1 &
+    --idle-submit $idle >"$out/$j.1.out" 2>&1 &
   pid[$j.1]=$!
 done
 rc=0
