@@ -113,9 +113,19 @@ fgb_status coord_lead_error(coord *c, int to, const coord_job_id *job, fgb_statu
   return st;
 }
 
+/* Other daemons first: a message to this daemon is handled where it is queued (its ISSUE builds
+ * and starts an engine item), and the sends behind it would wait for that; a collective starts
+ * when its last rank does, so the remote ranks' copies are the ones on the critical path. */
 void coord_lead_send_members(coord *c, const ljob *j, const coord_msg *m, int exclude) {
-  for (int r = 0; r < j->size; r++)
-    if (j->members[r] >= 0 && j->members[r] != exclude) (void)coord_send(c, j->members[r], m);
+  int self = -1;
+  for (int r = 0; r < j->size; r++) {
+    if (j->members[r] < 0 || j->members[r] == exclude) continue;
+    if (j->members[r] == c->cfg.world_rank)
+      self = r;
+    else
+      (void)coord_send(c, j->members[r], m);
+  }
+  if (self >= 0) (void)coord_send(c, j->members[self], m);
 }
 
 static void abort_to(coord *c, const ljob *j, int r, int exclude, coord_msg *m) {
