@@ -13,7 +13,8 @@
  *   close     step 1 as doorbell; at step 2 rank 1 submits, touches FILE and waits, while rank 0
  *             waits for FILE, submits and closes the connection at once: its Submits must be
  *             consumed before the close (rank 1's step 2 succeeds)
- *   --expect-ring 1: status must show the ring on with submits through it; 0: off, none.
+ *   --expect-ring 1: status (JSON and text) must show the ring on with submits through it; 0: off,
+ *             none.
  * Exit status: 0 ok, 1 check failed, 2 usage. */
 #include <stdint.h>
 #include <stdio.h>
@@ -165,6 +166,14 @@ static int check_status(void) {
     }
   }
   free(json);
+  char *text = NULL; /* what fgbuffctl status prints */
+  if ((st = fgb_status_text(c, &text))) return fail("status text", st);
+  const char *want = expect_ring ? "submit ring: on;" : "submit ring: off;";
+  if (!strstr(text, want)) {
+    fprintf(stderr, "rank %d: status text lacks '%s':\n%s", a.rank, want, text);
+    rc = 1;
+  }
+  free(text);
   return rc;
 }
 
