@@ -84,6 +84,17 @@ static int is_eventfd(int fd) {
   return strcmp(link, "anon_inode:[eventfd]") == 0;
 }
 
+/* 1 when one read clears the eventfd. In semaphore mode a read takes 1 from the counter, so a
+ * client could keep it readable for 2^64 loop iterations: the daemon would never sleep. A probe
+ * of 2 tells the modes apart (a counting read returns at least 2, whatever the client wrote). */
+static int counting_eventfd(int fd) {
+  uint64_t v = 2;
+  if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0) return 0;
+  if (write(fd, &v, sizeof(v)) != (ssize_t)sizeof(v)) return 0;
+  v = 0;
+  return read(fd, &v, sizeof(v)) == (ssize_t)sizeof(v) && v >= 2;
+}
+
 static void ring_bell_cb(uv_poll_t *h, int status, int events) {
   (void)events;
   srv_ring *r = h->data;
@@ -141,6 +152,8 @@ void srv_on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__Attac
     REFUSE("ring", "ring: the memfd must be sealed with F_SEAL_SHRINK and F_SEAL_GROW (seals 0x%x)",
            seals < 0 ? 0 : seals);
   if (!is_eventfd(fds[1])) REFUSE("ring", "ring: the second fd is not an eventfd (the doorbell)");
+  if (!counting_eventfd(fds[1]))
+    REFUSE("ring", "ring: the doorbell eventfd is in semaphore mode (EFD_SEMAPHORE) or saturated");
   map = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
   if (map == MAP_FAILED) REFUSE("ring", "ring: cannot map %zu bytes: %s", need, strerror(errno));
   const volatile uint32_t *h32 = map;
@@ -159,8 +172,7 @@ void srv_on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__Attac
     srv_send_error(s, req_id, FGB_ENOMEM, "ring", 0, "out of memory");
     goto fail;
   }
-  if (fcntl(fds[1], F_SETFL, fcntl(fds[1], F_GETFL) | O_NONBLOCK) != 0 ||
-      uv_poll_init(s->d->loop, &r->bell, fds[1]) != 0) {
+  if (uv_poll_init(s->d->loop, &r->bell, fds[1]) != 0) {
     free(r);
     REFUSE("ring", "ring: cannot watch the doorbell eventfd");
   }

@@ -127,18 +127,20 @@ static void refused_at_attach(void) {
     const char *what, *field, *text;
     uint32_t slots, slot_bytes;
     size_t bytes;
-    int seal, pipe_fd, one_fd, bad_magic;
+    int seal, pipe_fd, one_fd, bad_magic, sem_fd;
   } cases[] = {
-      {"unsealed memfd", "ring", "sealed", 16, 64, FGB_RING_HDR + 16 * 64, 0, 0, 0, 0},
-      {"memfd too small", "ring", "bytes", 16, 64, FGB_RING_HDR + 15 * 64, 1, 0, 0, 0},
-      {"a pipe as doorbell", "ring", "not an eventfd", 16, 64, FGB_RING_HDR + 16 * 64, 1, 1, 0, 0},
+      {"unsealed memfd", "ring", "sealed", 16, 64, FGB_RING_HDR + 16 * 64, 0, 0, 0, 0, 0},
+      {"memfd too small", "ring", "bytes", 16, 64, FGB_RING_HDR + 15 * 64, 1, 0, 0, 0, 0},
+      {"a pipe as doorbell", "ring", "not an eventfd", 16, 64, FGB_RING_HDR + 16 * 64, 1, 1, 0, 0,
+       0},
       {"slots not a power of two", "slots", "must be a power of two", 100, 64,
-       FGB_RING_HDR + 100 * 64, 1, 0, 0, 0},
+       FGB_RING_HDR + 100 * 64, 1, 0, 0, 0, 0},
       {"too many slots", "slots", "must be a power of two", 1u << 20, 64, FGB_RING_HDR + 16 * 64, 1,
-       0, 0, 0},
-      {"slot_bytes", "slot_bytes", "slot_bytes: 32", 16, 32, FGB_RING_HDR + 16 * 64, 1, 0, 0, 0},
-      {"one fd", "num_fds", "2 fds", 16, 64, FGB_RING_HDR + 16 * 64, 1, 0, 1, 0},
-      {"wrong header magic", "ring", "header", 16, 64, FGB_RING_HDR + 16 * 64, 1, 0, 0, 1},
+       0, 0, 0, 0},
+      {"slot_bytes", "slot_bytes", "slot_bytes: 32", 16, 32, FGB_RING_HDR + 16 * 64, 1, 0, 0, 0, 0},
+      {"one fd", "num_fds", "2 fds", 16, 64, FGB_RING_HDR + 16 * 64, 1, 0, 1, 0, 0},
+      {"wrong header magic", "ring", "header", 16, 64, FGB_RING_HDR + 16 * 64, 1, 0, 0, 1, 0},
+      {"a semaphore eventfd", "ring", "semaphore", 16, 64, FGB_RING_HDR + 16 * 64, 1, 0, 0, 0, 1},
   };
   raw r;
   open_hello(&r);
@@ -153,9 +155,16 @@ static void refused_at_attach(void) {
       REQUIRE(pipe(p) == 0);
       fds[1] = p[0];
     }
+    if (cases[i].sem_fd) { /* a huge count: each read of a semaphore takes 1 */
+      REQUIRE((p[0] = p[1] = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE)) >= 0);
+      uint64_t big = 1ull << 40;
+      REQUIRE(write(p[0], &big, sizeof(big)) == sizeof(big));
+      fds[1] = p[0];
+    }
     uint64_t req = attach(&r, cases[i].slots, cases[i].slot_bytes, fds, cases[i].one_fd ? 1 : 2);
     expect_error(&r, req, cases[i].field, cases[i].text, 0);
-    if (p[0] >= 0) close(p[0]), close(p[1]);
+    if (p[0] >= 0) close(p[0]);
+    if (p[1] >= 0 && p[1] != p[0]) close(p[1]);
     tring_free(&t);
   }
   /* The connection survived every refusal: a good ring attaches, a second one is refused. */
