@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -33,6 +34,7 @@ struct srv_ring {
   size_t bytes;
   uint32_t slots; /* from AttachRing, checked; never re-read from the mapping */
   int efd;
+  int nowait; /* the kernel reads an eventfd with RWF_NOWAIT (see bell_read) */
   uv_poll_t bell;
   uint64_t tail; /* ours; published to the header for the client's "full" test */
   uint64_t submits;
@@ -84,15 +86,41 @@ static int is_eventfd(int fd) {
   return strcmp(link, "anon_inode:[eventfd]") == 0;
 }
 
+/* One read of the doorbell that never blocks. O_NONBLOCK belongs to the file description the
+ * client shares, so a client could clear it (and empty the counter first) to block the loop in
+ * read(); preadv2's RWF_NOWAIT (Linux 5.12+ for eventfds) does not depend on it. Without it, a
+ * read only happens while the flag is still set (-1, EPERM otherwise: a hostile client; a
+ * nanosecond window remains between the check and the read). */
+static ssize_t bell_read(int fd, int nowait, uint64_t *v) {
+  struct iovec io = {v, sizeof(*v)};
+  ssize_t n;
+  do {
+    if (nowait) {
+      n = preadv2(fd, &io, 1, -1, RWF_NOWAIT);
+    } else if (!(fcntl(fd, F_GETFL) & O_NONBLOCK)) {
+      errno = EPERM;
+      return -1;
+    } else {
+      n = read(fd, v, sizeof(*v));
+    }
+  } while (n < 0 && errno == EINTR);
+  return n;
+}
+
 /* 1 when one read clears the eventfd. In semaphore mode a read takes 1 from the counter, so a
  * client could keep it readable for 2^64 loop iterations: the daemon would never sleep. A probe
  * of 2 tells the modes apart (a counting read returns at least 2, whatever the client wrote). */
-static int counting_eventfd(int fd) {
-  uint64_t v = 2;
+static int counting_eventfd(int fd, int *nowait) {
+  uint64_t v = 0;
+  struct iovec io = {&v, sizeof(v)};
   if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0) return 0;
+  /* RWF_NOWAIT works on this kernel when an empty (or a counting) eventfd answers it at all. */
+  ssize_t n = preadv2(fd, &io, 1, -1, RWF_NOWAIT);
+  *nowait = n == (ssize_t)sizeof(v) || (n < 0 && errno == EAGAIN);
+  v = 2;
   if (write(fd, &v, sizeof(v)) != (ssize_t)sizeof(v)) return 0;
   v = 0;
-  return read(fd, &v, sizeof(v)) == (ssize_t)sizeof(v) && v >= 2;
+  return bell_read(fd, *nowait, &v) == (ssize_t)sizeof(v) && v >= 2;
 }
 
 static void ring_bell_cb(uv_poll_t *h, int status, int events) {
@@ -101,10 +129,12 @@ static void ring_bell_cb(uv_poll_t *h, int status, int events) {
   srv_session *s = r->s;
   if (!s || s->closing) return;
   uint64_t v;
-  ssize_t n;
-  do {
-    n = read(r->efd, &v, sizeof(v)); /* clears the counter; EAGAIN: nothing to clear */
-  } while (n < 0 && errno == EINTR);
+  /* clears the counter; EAGAIN: nothing to clear */
+  if (bell_read(r->efd, r->nowait, &v) < 0 && errno == EPERM) {
+    srv_send_error(s, 0, FGB_EPROTO, "ring", 1,
+                   "ring: the doorbell eventfd was made blocking (O_NONBLOCK cleared)");
+    return;
+  }
   if (status < 0) {
     srv_send_error(s, 0, FGB_EPROTO, "ring", 1, "ring: the doorbell eventfd failed (%s)",
                    uv_strerror(status));
@@ -152,7 +182,8 @@ void srv_on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__Attac
     REFUSE("ring", "ring: the memfd must be sealed with F_SEAL_SHRINK and F_SEAL_GROW (seals 0x%x)",
            seals < 0 ? 0 : seals);
   if (!is_eventfd(fds[1])) REFUSE("ring", "ring: the second fd is not an eventfd (the doorbell)");
-  if (!counting_eventfd(fds[1]))
+  int nowait = 0;
+  if (!counting_eventfd(fds[1], &nowait))
     REFUSE("ring", "ring: the doorbell eventfd is in semaphore mode (EFD_SEMAPHORE) or saturated");
   map = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
   if (map == MAP_FAILED) REFUSE("ring", "ring: cannot map %zu bytes: %s", need, strerror(errno));
@@ -182,6 +213,7 @@ void srv_on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__Attac
   r->bytes = need;
   r->slots = m->slots;
   r->efd = fds[1];
+  r->nowait = nowait;
   r->bell.data = r;
   atomic_store_explicit(hdr_u64(r, FGB_RING_OFF_TAIL), 0, memory_order_relaxed);
   atomic_store_explicit(hdr_u32(r, FGB_RING_OFF_AWAKE), (uint32_t)srv_hot_active(),

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "rawclient.h"
@@ -319,11 +320,45 @@ static void valid_records(void) {
   raw_close(&r);
 }
 
+/* The client clears O_NONBLOCK on the doorbell it shares with the daemon, empties it and rings
+ * again: the daemon must not block in its read (RWF_NOWAIT), or, on a kernel without it, close
+ * this session with a fatal Error; either way it keeps serving (test-hostile.sh checks). */
+static void blocking_doorbell(void) {
+  raw r;
+  tring t;
+  uint32_t tid;
+  printf("doorbell made blocking\n");
+  setup(&r, &t, "g-block", &tid);
+  REQUIRE(fcntl(t.efd, F_SETFL, fcntl(t.efd, F_GETFL) & ~O_NONBLOCK) == 0);
+  for (uint64_t step = 1; step <= 20; step++) {
+    put(&t, 600 + step, frames(&r), tid, step, 0);
+    uint64_t v;
+    struct iovec io = {&v, sizeof(v)}; /* steal the wake-up if it is still there (never block) */
+    (void)!preadv2(t.efd, &io, 1, -1, RWF_NOWAIT);
+    v = 1;
+    REQUIRE(write(t.efd, &v, sizeof(v)) == sizeof(v));
+    Env *e = raw_recv(&r, 30000);
+    REQUIRE(e != NULL);
+    if (e->body_case == FGBUFF__V1__ENVELOPE__BODY_ERROR) {
+      printf("  error (%s): %s\n", e->error->field, e->error->message);
+      CHECK(e->error->fatal && strstr(e->error->message, "made blocking") != NULL);
+      raw_free(e);
+      break;
+    }
+    CHECK(e->body_case == FGBUFF__V1__ENVELOPE__BODY_DONE && e->done->step == step &&
+          e->done->status == 0);
+    raw_free(e);
+  }
+  tring_free(&t);
+  raw_close(&r);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) return fprintf(stderr, "usage: test-ring-hostile SOCKET\n"), 2;
   sock = argv[1];
   refused_at_attach();
   garbage_cases();
   valid_records();
+  blocking_doorbell();
   return test_failures_ ? 1 : 0;
 }
