@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "fgbuff/client.h"
+#include "raw_expect.h"
 #include "rawclient.h"
 #include "test.h"
 
@@ -16,29 +17,6 @@ static char sock0[512], sock1[512];
 typedef Fgbuff__V1__Envelope Env;
 
 /* The next reply must be an Error with this field (and code unless 0), fatal or not. */
-static void expect_error(raw *r, uint64_t req, const char *field, int code, int fatal,
-                         const char *what) {
-  Env *e = raw_recv(r, 30000);
-  CHECK_MSG(e != NULL, "%s: no reply", what);
-  if (!e) return;
-  CHECK_MSG(e->body_case == FGBUFF__V1__ENVELOPE__BODY_ERROR, "%s: reply is body %d, not Error",
-            what, (int)e->body_case);
-  if (e->body_case == FGBUFF__V1__ENVELOPE__BODY_ERROR) {
-    Fgbuff__V1__Error *er = e->error;
-    CHECK_MSG(strcmp(er->field, field) == 0, "%s: field '%s', expected '%s' (%s)", what, er->field,
-              field, er->message);
-    CHECK_MSG(code == 0 || er->code == code, "%s: code %d, expected %d (%s)", what, er->code, code,
-              er->message);
-    CHECK_MSG(er->fatal == fatal, "%s: fatal %d, expected %d", what, er->fatal, fatal);
-    CHECK_MSG(er->message[0] != 0, "%s: empty message", what);
-    CHECK_MSG(req == 0 || e->req_id == req, "%s: req_id %llu, expected %llu", what,
-              (unsigned long long)e->req_id, (unsigned long long)req);
-    printf("ok  %-40s -> [%s] %s\n", what, er->field, er->message);
-  }
-  raw_free(e);
-  if (fatal) CHECK_MSG(raw_wait_closed(r, 10000), "%s: connection not closed after fatal", what);
-}
-
 /* A fresh, well-behaved connection is served: Hello, then a StatusReply. */
 static void check_alive(const char *after) {
   raw r;
@@ -138,45 +116,45 @@ static void framing_cases(void) {
   /* Garbage: "GARB" read as a length of ~1.1 GB. */
   REQUIRE(raw_connect(&r, sock0) == 0);
   raw_send_bytes(&r, "GARBAGE BYTES, NOT A FRAME", 26);
-  expect_error(&r, 0, "length", FGB_EPROTO, 1, "garbage bytes");
+  raw_expect_error(&r, 0, "length", FGB_EPROTO, 1, "garbage bytes");
   raw_close(&r);
   check_alive("garbage");
 
   REQUIRE(raw_connect(&r, sock0) == 0);
   uint8_t big[4] = {0, 0, 0x20, 0}; /* 2 MiB */
   raw_send_bytes(&r, big, 4);
-  expect_error(&r, 0, "length", FGB_EPROTO, 1, "oversize frame (2 MiB)");
+  raw_expect_error(&r, 0, "length", FGB_EPROTO, 1, "oversize frame (2 MiB)");
   raw_close(&r);
 
   REQUIRE(raw_connect(&r, sock0) == 0);
   uint8_t zero[4] = {0, 0, 0, 0};
   raw_send_bytes(&r, zero, 4);
-  expect_error(&r, 0, "length", FGB_EPROTO, 1, "zero-length frame");
+  raw_expect_error(&r, 0, "length", FGB_EPROTO, 1, "zero-length frame");
   raw_close(&r);
 
   REQUIRE(raw_connect(&r, sock0) == 0);
   uint8_t trunc[14] = {100, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
   raw_send_bytes(&r, trunc, sizeof(trunc));
   shutdown(r.fd, SHUT_WR);
-  expect_error(&r, 0, "length", FGB_EPROTO, 1, "truncated frame");
+  raw_expect_error(&r, 0, "length", FGB_EPROTO, 1, "truncated frame");
   raw_close(&r);
   check_alive("truncated frame");
 
   REQUIRE(raw_connect(&r, sock0) == 0);
   uint8_t junk[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
   raw_send_frame(&r, junk, sizeof(junk), NULL, 0);
-  expect_error(&r, 0, "envelope", FGB_EPROTO, 1, "undecodable envelope");
+  raw_expect_error(&r, 0, "envelope", FGB_EPROTO, 1, "undecodable envelope");
   raw_close(&r);
 
   r = hello_conn();
   uint8_t unknown[] = {0x08, 0x05, 0x98, 0x06, 0x01}; /* req_id 5, field 99 = 1 */
   raw_send_frame(&r, unknown, sizeof(unknown), NULL, 0);
-  expect_error(&r, 5, "body", FGB_EPROTO, 0, "unknown message type");
+  raw_expect_error(&r, 5, "body", FGB_EPROTO, 0, "unknown message type");
   raw_close(&r);
 
   REQUIRE(raw_connect(&r, sock0) == 0);
   send_submit(&r, 1, 1);
-  expect_error(&r, 0, "hello", FGB_EPROTO, 1, "message before Hello");
+  raw_expect_error(&r, 0, "hello", FGB_EPROTO, 1, "message before Hello");
   raw_close(&r);
 
   REQUIRE(raw_connect(&r, sock0) == 0);
@@ -202,33 +180,33 @@ static void fd_cases(void) {
   int fds[6];
   for (int i = 0; i < 6; i++) fds[i] = raw_memfd(4096);
   send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 4096, fds, 6, 6);
-  expect_error(&r, 0, "num_fds", FGB_EPROTO, 1, "too many fds (6)");
+  raw_expect_error(&r, 0, "num_fds", FGB_EPROTO, 1, "too many fds (6)");
   raw_close(&r);
   check_alive("too many fds");
 
   r = hello_conn();
   uint64_t req = send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 4096, NULL, 0, 1);
-  expect_error(&r, req, "num_fds", FGB_EPROTO, 1, "announced fd missing");
+  raw_expect_error(&r, req, "num_fds", FGB_EPROTO, 1, "announced fd missing");
   raw_close(&r);
 
   r = hello_conn();
   req = send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 4096, fds, 1, 0);
-  expect_error(&r, req, "num_fds", FGB_EPROTO, 1, "unannounced extra fd");
+  raw_expect_error(&r, req, "num_fds", FGB_EPROTO, 1, "unannounced extra fd");
   raw_close(&r);
 
   r = hello_conn();
   req = send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 4096, NULL, 0, 0);
-  expect_error(&r, req, "num_fds", FGB_EINVAL, 0, "memfd arena without fd");
+  raw_expect_error(&r, req, "num_fds", FGB_EINVAL, 0, "memfd arena without fd");
   req = send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 0, fds, 1, 1);
-  expect_error(&r, req, "bytes", FGB_EINVAL, 0, "arena of 0 bytes");
+  raw_expect_error(&r, req, "bytes", FGB_EINVAL, 0, "arena of 0 bytes");
   req = send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 1ull << 41, fds, 1, 1);
-  expect_error(&r, req, "bytes", FGB_EINVAL, 0, "arena of 2 TiB");
+  raw_expect_error(&r, req, "bytes", FGB_EINVAL, 0, "arena of 2 TiB");
   req = send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 8192, fds, 1, 1);
-  expect_error(&r, req, "bytes", FGB_EINVAL, 0, "arena larger than its memfd");
+  raw_expect_error(&r, req, "bytes", FGB_EINVAL, 0, "arena larger than its memfd");
   req = send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_CUDA_VMM_FD, 4096, fds, 1, 1);
-  expect_error(&r, req, "kind", FGB_ENOTSUP, 0, "CUDA arena on a CPU daemon");
+  raw_expect_error(&r, req, "kind", FGB_ENOTSUP, 0, "CUDA arena on a CPU daemon");
   req = send_arena(&r, 42, 4096, fds, 1, 1);
-  expect_error(&r, req, "kind", FGB_EINVAL, 0, "unknown arena kind");
+  raw_expect_error(&r, req, "kind", FGB_EINVAL, 0, "unknown arena kind");
   raw_close(&r);
   for (int i = 0; i < 6; i++) close(fds[i]);
   check_alive("fd cases");
@@ -257,9 +235,9 @@ static void job_cases(void) {
   raw_free(e);
   /* Register before joining. */
   uint64_t req = send_tensor(&r, "w", 1, 0, 4, 1, NULL, 0, "", 0);
-  expect_error(&r, req, "name", FGB_EPROTO, 0, "register_tensor before join");
+  raw_expect_error(&r, req, "name", FGB_EPROTO, 0, "register_tensor before join");
   req = send_submit(&r, 1, 1);
-  expect_error(&r, req, "tensor_id", FGB_EPROTO, 0, "submit before join");
+  raw_expect_error(&r, req, "tensor_id", FGB_EPROTO, 0, "submit before join");
   printf("ok  %-40s\n", "join field checks (name, rank, size)");
   raw_close(&r);
 }
@@ -269,44 +247,44 @@ static void tensor_cases(void) {
   uint32_t arena = setup(&r, "badtensors", 0, 1, sock0);
   uint64_t q;
   q = send_tensor(&r, "w", arena, 4096, 4, 1, NULL, 0, "", 0);
-  expect_error(&r, q, "offset", FGB_EINVAL, 0, "tensor starting past its arena");
+  raw_expect_error(&r, q, "offset", FGB_EINVAL, 0, "tensor starting past its arena");
   q = send_tensor(&r, "w", arena, 4000, 100, 1, NULL, 0, "", 0);
-  expect_error(&r, q, "offset", FGB_EINVAL, 0, "tensor ending past its arena");
+  raw_expect_error(&r, q, "offset", FGB_EINVAL, 0, "tensor ending past its arena");
   q = send_tensor(&r, "w", arena, UINT64_MAX - 3, 2, 1, NULL, 0, "", 0);
-  expect_error(&r, q, "offset", FGB_EINVAL, 0, "offset overflowing");
+  raw_expect_error(&r, q, "offset", FGB_EINVAL, 0, "offset overflowing");
   q = send_tensor(&r, "w", arena, 2, 4, 1, NULL, 0, "", 0);
-  expect_error(&r, q, "offset", FGB_EINVAL, 0, "misaligned offset");
+  raw_expect_error(&r, q, "offset", FGB_EINVAL, 0, "misaligned offset");
   q = send_tensor(&r, "w", arena, 0, 0, 1, NULL, 0, "", 0);
-  expect_error(&r, q, "count", FGB_EINVAL, 0, "count 0");
+  raw_expect_error(&r, q, "count", FGB_EINVAL, 0, "count 0");
   q = send_tensor(&r, "w", arena, 0, (uint64_t)-5, 1, NULL, 0, "", 0);
-  expect_error(&r, q, "count", FGB_EINVAL, 0, "count -5 (huge)");
+  raw_expect_error(&r, q, "count", FGB_EINVAL, 0, "count -5 (huge)");
   q = send_tensor(&r, "w", arena, 0, 1ull << 41, 1, NULL, 0, "", 0);
-  expect_error(&r, q, "count", FGB_EINVAL, 0, "count 2^41");
+  raw_expect_error(&r, q, "count", FGB_EINVAL, 0, "count 2^41");
   q = send_tensor(&r, "w", arena, 0, 4, 99, NULL, 0, "", 0);
-  expect_error(&r, q, "dtype", FGB_EINVAL, 0, "unknown dtype 99");
+  raw_expect_error(&r, q, "dtype", FGB_EINVAL, 0, "unknown dtype 99");
   q = send_tensor(&r, "w", 77, 0, 4, 1, NULL, 0, "", 0);
-  expect_error(&r, q, "arena_id", FGB_ENOTFOUND, 0, "unknown arena");
+  raw_expect_error(&r, q, "arena_id", FGB_ENOTFOUND, 0, "unknown arena");
   uint64_t shape[9] = {2, 3, 1, 1, 1, 1, 1, 1, 1};
   q = send_tensor(&r, "w", arena, 0, 4, 1, shape, 2, "", 0);
-  expect_error(&r, q, "shape", FGB_EINVAL, 0, "shape product != count");
+  raw_expect_error(&r, q, "shape", FGB_EINVAL, 0, "shape product != count");
   q = send_tensor(&r, "w", arena, 0, 6, 1, shape, 9, "", 0);
-  expect_error(&r, q, "shape", FGB_EINVAL, 0, "9 dimensions");
+  raw_expect_error(&r, q, "shape", FGB_EINVAL, 0, "9 dimensions");
   q = send_tensor(&r, "w", arena, 0, 4, 1, NULL, 0, "nosuch", 0);
-  expect_error(&r, q, "compressor", FGB_EINVAL, 0, "unknown compressor");
+  raw_expect_error(&r, q, "compressor", FGB_EINVAL, 0, "unknown compressor");
   q = send_tensor(&r, "w", arena, 0, 4, 1, NULL, 0, "", 1.5);
-  expect_error(&r, q, "density", FGB_EINVAL, 0, "density 1.5");
+  raw_expect_error(&r, q, "density", FGB_EINVAL, 0, "density 1.5");
   q = send_tensor(&r, "bad\nname", arena, 0, 4, 1, NULL, 0, "", 0);
-  expect_error(&r, q, "name", FGB_EINVAL, 0, "name with a newline");
+  raw_expect_error(&r, q, "name", FGB_EINVAL, 0, "name with a newline");
   uint32_t t = tensor_ok(&r, "w", arena, 4);
   q = send_tensor(&r, "w", arena, 64, 4, 1, NULL, 0, "", 0);
-  expect_error(&r, q, "name", FGB_EEXIST, 0, "duplicate tensor name");
+  raw_expect_error(&r, q, "name", FGB_EEXIST, 0, "duplicate tensor name");
   q = send_submit(&r, 9999, 1);
-  expect_error(&r, q, "tensor_id", FGB_ENOTFOUND, 0, "submit of an unregistered tensor");
+  raw_expect_error(&r, q, "tensor_id", FGB_ENOTFOUND, 0, "submit of an unregistered tensor");
   /* Another job's tensor: a second connection in its own job submits ours. */
   raw r2;
   setup(&r2, "otherjob", 0, 1, sock0);
   q = send_submit(&r2, t, 1);
-  expect_error(&r2, q, "tensor_id", FGB_ENOTFOUND, 0, "submit of another job's tensor");
+  raw_expect_error(&r2, q, "tensor_id", FGB_ENOTFOUND, 0, "submit of another job's tensor");
   raw_close(&r2);
   /* The job works: a 1-rank job's step completes (Done for t). */
   q = send_submit(&r, t, 1);
@@ -316,7 +294,7 @@ static void tensor_cases(void) {
             "1-rank job: no Done after the bad input");
   raw_free(e);
   q = send_submit(&r, t, 1);
-  expect_error(&r, q, "step", FGB_EEXIST, 0, "same tensor twice for one step");
+  raw_expect_error(&r, q, "step", FGB_EEXIST, 0, "same tensor twice for one step");
   Fgbuff__V1__Collective c = FGBUFF__V1__COLLECTIVE__INIT;
   c.kind = 9;
   c.tensor_id = t;
@@ -324,12 +302,12 @@ static void tensor_cases(void) {
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_COLLECTIVE;
   env.collective = &c;
   q = raw_send(&r, &env, NULL, 0);
-  expect_error(&r, q, "kind", FGB_EINVAL, 0, "unknown collective kind");
+  raw_expect_error(&r, q, "kind", FGB_EINVAL, 0, "unknown collective kind");
   c.kind = FGBUFF__V1__COLLECTIVE_KIND__COLLECTIVE_BROADCAST;
   c.root = 3;
   env.req_id = 0;
   q = raw_send(&r, &env, NULL, 0);
-  expect_error(&r, q, "root", FGB_EINVAL, 0, "broadcast root outside the job");
+  raw_expect_error(&r, q, "root", FGB_EINVAL, 0, "broadcast root outside the job");
   Fgbuff__V1__ConfigSet cs = FGBUFF__V1__CONFIG_SET__INIT;
   cs.key = "no_such_key";
   cs.value = "1";
@@ -337,12 +315,12 @@ static void tensor_cases(void) {
   ce.body_case = FGBUFF__V1__ENVELOPE__BODY_CONFIG_SET;
   ce.config_set = &cs;
   q = raw_send(&r, &ce, NULL, 0);
-  expect_error(&r, q, "key", FGB_ENOTFOUND, 0, "unknown config key");
+  raw_expect_error(&r, q, "key", FGB_ENOTFOUND, 0, "unknown config key");
   cs.key = "stall_timeout_ms";
   cs.value = "-3";
   ce.req_id = 0;
   q = raw_send(&r, &ce, NULL, 0);
-  expect_error(&r, q, "value", FGB_EINVAL, 0, "bad config value");
+  raw_expect_error(&r, q, "value", FGB_EINVAL, 0, "bad config value");
   cs.value = "2500";
   ce.req_id = 0;
   q = raw_send(&r, &ce, NULL, 0);
@@ -356,7 +334,7 @@ static void tensor_cases(void) {
   ee.body_case = FGBUFF__V1__ENVELOPE__BODY_STATE_EXPORT;
   ee.state_export = &se;
   q = raw_send(&r, &ee, NULL, 0);
-  expect_error(&r, q, "tensor_id", FGB_EINVAL, 0, "state export of a dense tensor");
+  raw_expect_error(&r, q, "tensor_id", FGB_EINVAL, 0, "state export of a dense tensor");
   raw_close(&r);
   check_alive("tensor cases");
 }
@@ -414,7 +392,7 @@ static void refused_join_case(void) {
   e = raw_join(&b, "sizes-differ", 0, 2); /* rank 0 again, on the other daemon */
   REQUIRE(e && e->body_case == FGBUFF__V1__ENVELOPE__BODY_JOIN_REPLY);
   raw_free(e);
-  expect_error(&b, 0, "rank", FGB_EEXIST, 0, "rank taken on another daemon");
+  raw_expect_error(&b, 0, "rank", FGB_EEXIST, 0, "rank taken on another daemon");
   raw a2;
   REQUIRE(raw_connect(&a2, sock0) == 0 && raw_hello(&a2) == 0);
   e = raw_join(&a2, "sizes-differ2", 0, 2);
@@ -424,7 +402,7 @@ static void refused_join_case(void) {
   e = raw_join(&c, "sizes-differ2", 0, 1);
   REQUIRE(e && e->body_case == FGBUFF__V1__ENVELOPE__BODY_JOIN_REPLY);
   raw_free(e);
-  expect_error(&c, 0, "size", FGB_EINVAL, 0, "size differing from the first joiner");
+  raw_expect_error(&c, 0, "size", FGB_EINVAL, 0, "size differing from the first joiner");
   raw_close(&a);
   raw_close(&a2);
   raw_close(&b);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "fgbuff/client.h"
+#include "raw_expect.h"
 #include "rawclient.h"
 #include "test.h"
 
@@ -21,22 +22,6 @@ static void uuid_of(int dev, char *out) {
   sprintf(out, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
           b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
           b[15]);
-}
-
-static void expect_error(raw *r, const char *field, const char *what) {
-  Env *e = raw_recv(r, 30000);
-  CHECK_MSG(e != NULL, "%s: no reply", what);
-  if (!e) return;
-  CHECK_MSG(e->body_case == FGBUFF__V1__ENVELOPE__BODY_ERROR, "%s: reply is body %d, not Error",
-            what, (int)e->body_case);
-  if (e->body_case == FGBUFF__V1__ENVELOPE__BODY_ERROR) {
-    CHECK_MSG(strcmp(e->error->field, field) == 0, "%s: field '%s', expected '%s' (%s)", what,
-              e->error->field, field, e->error->message);
-    CHECK_MSG(e->error->code == FGB_EINVAL, "%s: code %d (%s)", what, e->error->code,
-              e->error->message);
-    printf("ok  %-36s -> [%s] %s\n", what, e->error->field, e->error->message);
-  }
-  raw_free(e);
 }
 
 static void check_alive(const char *after) {
@@ -86,17 +71,17 @@ int main(int argc, char **argv) {
   REQUIRE(raw_connect(&r, sock) == 0);
   REQUIRE(raw_hello(&r) == 0);
   send_arena(&r, garbage, 64, uuid0, 4096, &eh, sizeof eh);
-  expect_error(&r, "cuda_ipc_handle", "garbage IPC handle");
+  raw_expect_error(&r, 0, "cuda_ipc_handle", FGB_EINVAL, -1, "garbage IPC handle");
   send_arena(&r, &mh, 10, uuid0, 4096, &eh, sizeof eh);
-  expect_error(&r, "cuda_ipc_handle", "short IPC handle");
+  raw_expect_error(&r, 0, "cuda_ipc_handle", FGB_EINVAL, -1, "short IPC handle");
   send_arena(&r, &mh, sizeof mh, uuid0, (1 << 20) + 4096, &eh, sizeof eh);
-  expect_error(&r, "bytes", "size beyond the allocation");
+  raw_expect_error(&r, 0, "bytes", FGB_EINVAL, -1, "size beyond the allocation");
   send_arena(&r, &mh, sizeof mh, uuid0, 4096, &eh, 10);
-  expect_error(&r, "event_handles", "event ring of 10 bytes");
+  raw_expect_error(&r, 0, "event_handles", FGB_EINVAL, -1, "event ring of 10 bytes");
   send_arena(&r, &mh, sizeof mh, uuid0, 4096, garbage, 64);
-  expect_error(&r, "event_handles", "garbage event handle");
+  raw_expect_error(&r, 0, "event_handles", FGB_EINVAL, -1, "garbage event handle");
   send_arena(&r, &mh, sizeof mh, "GPU-00000000-0000-0000-0000-000000000000", 4096, &eh, sizeof eh);
-  expect_error(&r, "device_uuid", "another GPU's uuid");
+  raw_expect_error(&r, 0, "device_uuid", FGB_EINVAL, -1, "another GPU's uuid");
   /* The good registration still works on the same connection. */
   send_arena(&r, &mh, sizeof mh, uuid0, 1 << 20, &eh, sizeof eh);
   Env *e = raw_recv(&r, 30000);

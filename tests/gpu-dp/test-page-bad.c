@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "fgbuff/client.h"
+#include "raw_expect.h"
 #include "rawclient.h"
 #include "test.h"
 
@@ -59,22 +60,6 @@ static void send_arena(raw *r, const arena_msg *a, int done_page, int ready_page
   raw_send(r, &env, fds, nfds);
 }
 
-static void expect_error(raw *r, const char *field, const char *what) {
-  Env *e = raw_recv(r, 30000);
-  CHECK_MSG(e != NULL, "%s: no reply", what);
-  if (!e) return;
-  CHECK_MSG(e->body_case == FGBUFF__V1__ENVELOPE__BODY_ERROR, "%s: reply is body %d, not Error",
-            what, (int)e->body_case);
-  if (e->body_case == FGBUFF__V1__ENVELOPE__BODY_ERROR) {
-    CHECK_MSG(strcmp(e->error->field, field) == 0, "%s: field '%s', expected '%s' (%s)", what,
-              e->error->field, field, e->error->message);
-    CHECK_MSG(e->error->code == FGB_EINVAL, "%s: code %d (%s)", what, e->error->code,
-              e->error->message);
-    printf("ok  %-40s -> [%s] %s\n", what, e->error->field, e->error->message);
-  }
-  raw_free(e);
-}
-
 int main(int argc, char **argv) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) TEST_SKIP("no GPU");
@@ -97,29 +82,29 @@ int main(int argc, char **argv) {
   REQUIRE(raw_connect(&r, argv[1]) == 0);
   REQUIRE(raw_hello(&r) == 0);
   send_arena(&r, &am, 1, 0, NULL, 0);
-  expect_error(&r, "num_fds", "done_page without an fd");
+  raw_expect_error(&r, 0, "num_fds", FGB_EINVAL, -1, "done_page without an fd");
   int fd = page_fd(8192, 0);
   send_arena(&r, &am, 1, 1, &fd, 1);
-  expect_error(&r, "done_page", "an unsealed memfd");
+  raw_expect_error(&r, 0, "done_page", FGB_EINVAL, -1, "an unsealed memfd");
   close(fd);
   fd = page_fd(100, 1);
   send_arena(&r, &am, 1, 0, &fd, 1);
-  expect_error(&r, "done_page", "a page of 100 bytes");
+  raw_expect_error(&r, 0, "done_page", FGB_EINVAL, -1, "a page of 100 bytes");
   close(fd);
   fd = page_fd(4096, 1);
   send_arena(&r, &am, 1, 1, &fd, 1);
-  expect_error(&r, "done_page", "ready_page on a 4096-byte page");
+  raw_expect_error(&r, 0, "done_page", FGB_EINVAL, -1, "ready_page on a 4096-byte page");
   close(fd);
   int pp[2];
   REQUIRE(pipe(pp) == 0);
   send_arena(&r, &am, 1, 0, &pp[0], 1);
-  expect_error(&r, "done_page", "a pipe as the page");
+  raw_expect_error(&r, 0, "done_page", FGB_EINVAL, -1, "a pipe as the page");
   close(pp[0]);
   close(pp[1]);
   /* Two fds on a CUDA_IPC arena with a page: only the page's is allowed. */
   int two[2] = {page_fd(8192, 1), page_fd(8192, 1)};
   send_arena(&r, &am, 1, 1, two, 2);
-  expect_error(&r, "num_fds", "a CUDA_IPC arena with two fds");
+  raw_expect_error(&r, 0, "num_fds", FGB_EINVAL, -1, "a CUDA_IPC arena with two fds");
   close(two[0]);
   close(two[1]);
 
