@@ -32,7 +32,9 @@ CLI_API fgb_status fgb_submit(fgb_client *c, uint32_t tensor_id, uint64_t step, 
   fgb_status s = cli_ready(c);
   if (s || (s = cli_check_tensor(c, tensor_id))) return s;
   int64_t t0 = cli_now_us();
-  if ((s = cli_drain(c)) || (s = cli_take_pending(c))) return s;
+  /* With the ring, what arrived on the socket (mostly earlier Dones) is read after the record is
+   * published, off the way to the daemon; cli_ready above returned what was read before. */
+  if (c->ring == NULL && ((s = cli_drain(c)) || (s = cli_take_pending(c)))) return s;
   Fgbuff__V1__Submit m = FGBUFF__V1__SUBMIT__INIT;
   m.tensor_id = tensor_id;
   m.step = step;
@@ -42,11 +44,14 @@ CLI_API fgb_status fgb_submit(fgb_client *c, uint32_t tensor_id, uint64_t step, 
   if ((s = cli_cuda_submit(c, tensor_id, stream, &m.event_slot, &m.done_seq))) return s;
 #endif
   /* The ring when attached and not full; the socket otherwise (the daemon keeps the order). */
-  if (c->ring == NULL || !cli_ring_submit(c->ring, ++c->next_req, c->sent_frames, &m)) {
+  int in_ring = c->ring != NULL && cli_ring_submit(c->ring, ++c->next_req, c->sent_frames, &m);
+  int64_t sent_us = cli_now_us();
+  if (!in_ring) {
     Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
     env.body_case = FGBUFF__V1__ENVELOPE__BODY_SUBMIT;
     env.submit = &m;
     s = cli_send(c, &env, NULL, 0);
+    sent_us = cli_now_us();
   }
   cli_tensor *t = cli_tensor_mut(c, tensor_id);
   if (t && s == FGB_OK) { /* what fgb_wait_on_stream of this step may wait on */
@@ -57,7 +62,14 @@ CLI_API fgb_status fgb_submit(fgb_client *c, uint32_t tensor_id, uint64_t step, 
   c->tr_tensor = tensor_id;
   c->tr_step = step;
   c->tr_submit_us = t0;
-  c->tr_sent_us = cli_now_us();
+  c->tr_sent_us = sent_us;
+  fgb_status late;
+  if (in_ring && (late = cli_drain(c)) != FGB_OK && !c->pending) {
+    /* This Submit is on its way: what the read found is the next call's to report. */
+    c->pending = late;
+    snprintf(c->pending_msg, sizeof(c->pending_msg), "%s", c->err);
+    c->err[0] = '\0';
+  }
   return s;
 }
 
