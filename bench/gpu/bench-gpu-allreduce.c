@@ -14,7 +14,10 @@
  * all submitted before any is waited for, timed until the stream has all K; raw NCCL runs the K
  * all-reduces back to back with one stream synchronisation. K = 1 is latency-bound (every
  * iteration pays the fixed per-tensor cost); K > 1 is how nccl-tests measure bandwidth and how a
- * training step looks (many gradients in flight): bus bandwidth over K x bytes. */
+ * training step looks (many gradients in flight): bus bandwidth over K x bytes. --raw-signal 1:
+ * the raw baseline also writes a number into pinned host memory (cuStreamWriteValue32) and records
+ * an event after each all-reduce, as fgbuffd's engine does (what those cost the stream). */
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <mpi.h>
@@ -64,7 +67,7 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   size_t minb = 64 << 10, maxb = (size_t)1 << 30;
   double scale = 1.0;
-  int batch = 1;
+  int batch = 1, raw_signal = 0;
   const char *label = "", *paths = "default";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--min")) minb = strtoull(argv[i + 1], NULL, 0);
@@ -73,6 +76,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--label")) label = argv[i + 1];
     if (!strcmp(argv[i], "--paths")) paths = argv[i + 1];
     if (!strcmp(argv[i], "--batch")) batch = atoi(argv[i + 1]);
+    if (!strcmp(argv[i], "--raw-signal")) raw_signal = atoi(argv[i + 1]);
   }
   const char *plist[3] = {paths, NULL, NULL};
   if (!strcmp(paths, "both")) {
@@ -87,6 +91,17 @@ int main(int argc, char **argv) {
   CK(cudaSetDevice(rank) == cudaSuccess);
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  uint32_t *sig_host = NULL;
+  CUdeviceptr sig_dev = 0;
+  cudaEvent_t sig_ev;
+  CK(cudaEventCreateWithFlags(&sig_ev, cudaEventDisableTiming) == cudaSuccess);
+  if (raw_signal) {
+    CK(cudaHostAlloc((void **)&sig_host, 4096, cudaHostAllocMapped) == cudaSuccess);
+    void *d = NULL;
+    CK(cudaHostGetDevicePointer(&d, sig_host, 0) == cudaSuccess);
+    sig_dev = (CUdeviceptr)(uintptr_t)d;
+  }
+  uint32_t sig_n = 0;
   ncclUniqueId id;
   if (rank == 0) CK(ncclGetUniqueId(&id) == ncclSuccess);
   MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
@@ -117,9 +132,14 @@ int main(int argc, char **argv) {
     for (int i = -warm; i < n; i++) {
       MPI_Barrier(MPI_COMM_WORLD);
       double t0 = now_us();
-      for (int b = 0; b < batch; b++)
+      for (int b = 0; b < batch; b++) {
         CK(ncclAllReduce(buf + b * bytes, buf + b * bytes, count, ncclFloat32, ncclAvg, nc, s) ==
            ncclSuccess);
+        if (raw_signal) {
+          CK(cuStreamWriteValue32((CUstream)s, sig_dev, ++sig_n, 0) == CUDA_SUCCESS);
+          CK(cudaEventRecord(sig_ev, s) == cudaSuccess);
+        }
+      }
       CK(cudaStreamSynchronize(s) == cudaSuccess);
       if (i >= 0) tr[i] = now_us() - t0;
     }
