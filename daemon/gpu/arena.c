@@ -494,17 +494,6 @@ fgb_status gpu_done_signal(void *sig, int flushed, void *stream, char *err, size
   /* A flushed tensor was not submitted: no stream waits on a number for it (its slot may hold a
    * newer submit's by now; rewriting the old one would move it backwards). */
   if (flushed) return FGB_OK;
-  /* FGBUFF_DONE_KERNEL=1: a one-thread kernel stores it instead of the stream memory operation
-   * (an experiment: a memop between two collectives may cost the stream more than a kernel). */
-  static int by_kernel = -1;
-  if (by_kernel < 0)
-    by_kernel = getenv("FGBUFF_DONE_KERNEL") && !strcmp(getenv("FGBUFF_DONE_KERNEL"), "1");
-  if (by_kernel) {
-    if (gpu_done_write_kernel((void *)(uintptr_t)g->addr, g->value, stream) == FGB_OK)
-      return FGB_OK;
-    snprintf(err, errlen, "the done-page kernel failed to launch");
-    return FGB_EIO;
-  }
   CUresult r = write32()((CUstream)stream, g->addr, g->value, 0);
   if (r == CUDA_SUCCESS) return FGB_OK;
   snprintf(err, errlen, "cuStreamWriteValue32 on the done page: error %d", (int)r);

@@ -106,8 +106,6 @@ fgb_status gpu_timed(comm *c, uint64_t job_key, int kind, size_t bytes, double *
 /* ---- kernels.cu ------------------------------------------------------------------------------ */
 /* x /= div in place on `stream` (fp32, fp64, fp16, bf16). */
 fgb_status gpu_scale_div(fgb_dtype dt, void *x, uint64_t n, int div, void *stream);
-/* A one-thread kernel storing value at slot (a device address of a done page slot). */
-fgb_status gpu_done_write_kernel(void *slot, uint32_t value, void *stream);
 /* fp16/bf16 -> fp32 and back (round to nearest even) on `stream`; other dtypes are FGB_EINVAL. */
 fgb_status gpu_to_f32(fgb_dtype dt, const void *src, float *dst, uint64_t n, void *stream);
 fgb_status gpu_from_f32(fgb_dtype dt, const float *src, void *dst, uint64_t n, void *stream);

@@ -1,8 +1,7 @@
-/* daemon/gpu/kernels.cu — the daemon's own small kernels: the done number written by a kernel
- * (FGBUFF_DONE_KERNEL=1, arena.c), averaging in place after a dense all-reduce (x / job size, the
- * same division the host path does; fp16/bf16 divided in fp32 and rounded once, so every rank
- * computes the same bits), and the sparse path's fp16/bf16 <-> fp32 working copies. Each is one
- * grid-stride pass, R1 W1. */
+/* daemon/gpu/kernels.cu — the daemon's own small kernels: averaging in place after a dense
+ * all-reduce (x / job size, the same division the host path does; fp16/bf16 divided in fp32 and
+ * rounded once, so every rank computes the same bits), and the sparse path's fp16/bf16 <-> fp32
+ * working copies. Each is one grid-stride pass, R1 W1. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -27,19 +26,6 @@ __global__ void scale_div_b(__nv_bfloat16 *x, uint64_t n, float d) {
   for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
        i += (uint64_t)gridDim.x * blockDim.x)
     x[i] = __float2bfloat16_rn(__bfloat162float(x[i]) / d);
-}
-
-/* One thread stores the number into the (host-mapped) done page slot. The kernels before it on the
- * stream have completed, so their writes are visible to the device; the system fence makes the
- * store itself visible to the waiting stream's poll of host memory. */
-__global__ void done_write_k(volatile uint32_t *slot, uint32_t v) {
-  *slot = v;
-  __threadfence_system();
-}
-
-extern "C" fgb_status gpu_done_write_kernel(void *slot, uint32_t value, void *stream) {
-  done_write_k<<<1, 1, 0, (cudaStream_t)stream>>>((volatile uint32_t *)slot, value);
-  return cudaGetLastError() == cudaSuccess ? FGB_OK : FGB_EIO;
 }
 
 extern "C" fgb_status gpu_scale_div(fgb_dtype dt, void *x, uint64_t n, int div, void *stream) {
