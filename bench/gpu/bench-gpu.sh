@@ -5,6 +5,8 @@
 # MPS=1: everything runs under an MPS control daemon started here (bench/gpu/mps.sh).
 # FGBUFF_HOT_US, FGBUFF_WAIT_SPIN_US, FGBUFF_CLIENT_TRACE, FGBUFF_DONE_EVENT/_PAGE, FGBUFF_SUBMIT_RING
 # reach them.
+# GPU_DAEMON_ARGS / GPU_DAEMON_WRAP (tests/gpu-dp/gpu-world.sh) and BENCH_CLIENT_BIND (mpirun
+# binding of the bench ranks, e.g. "--cpu-set 12,13 --bind-to core") pin processes for latency runs.
 set -u
 build="${1:?build dir}"
 shift
@@ -23,7 +25,9 @@ run() {
   shift
   gpu_world_start 2 || return 1
   grep -m2 "GPU GPU-\|MPS" "$GPU_WORLD_LOG" | head -2
-  mpirun --oversubscribe --bind-to none -np 2 -x FGBUFF_RUNTIME_DIR -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE \
+  # BENCH_CLIENT_BIND: mpirun binding options for the two bench ranks (default --bind-to none)
+  # shellcheck disable=SC2086
+  mpirun --oversubscribe ${BENCH_CLIENT_BIND:---bind-to none} -np 2 -x FGBUFF_RUNTIME_DIR -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE \
     -x NCCL_IB_DISABLE -x NCCL_SOCKET_IFNAME -x NCCL_NVLS_ENABLE -x FGBUFF_WAIT_SPIN_US \
     -x FGBUFF_CLIENT_TRACE -x FGBUFF_DONE_EVENT -x FGBUFF_DONE_PAGE -x FGBUFF_READY_EVENT -x FGBUFF_READY_NOW -x FGBUFF_SUBMIT_RING \
     "$build/bench/gpu/bench-gpu-allreduce" --label "$label" "$@"

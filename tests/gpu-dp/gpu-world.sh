@@ -1,6 +1,8 @@
 # tests/gpu-dp/gpu-world.sh — sourceable: start and stop a world of GPU daemons under mpirun, one
 # per GPU (world rank r binds cuda:r), for the GPU data-plane tests.
-#   gpu_world_start N    (GPU_DAEMON_ARGS: extra fgbuffd arguments, e.g. "--policy fgbuff") exports FGBUFF_RUNTIME_DIR, GPU_WORLD_PID, GPU_WORLD_LOG, GPU_SOCK_<r>
+#   gpu_world_start N    exports FGBUFF_RUNTIME_DIR, GPU_WORLD_PID, GPU_WORLD_LOG, GPU_SOCK_<r>
+#     GPU_DAEMON_ARGS: extra fgbuffd arguments, e.g. "--policy fgbuff"; GPU_DAEMON_WRAP: a command
+#     prefix evaluated per rank, e.g. 'taskset -c $((4 + 4 * OMPI_COMM_WORLD_RANK))-$((7 + 4 * OMPI_COMM_WORLD_RANK))' 
 #   gpu_world_stop
 # gpu_need N: exit 77 unless N GPUs are visible.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -17,7 +19,7 @@ gpu_world_start() {
   FGBUFF_RUNTIME_DIR="$(mktemp -d "${TMPDIR:-/tmp}/fgbuff-gpu.XXXXXX")"
   chmod 700 "$FGBUFF_RUNTIME_DIR"
   export FGBUFF_RUNTIME_DIR GPU_WORLD_LOG="$FGBUFF_RUNTIME_DIR/world.log"
-  mpirun --oversubscribe --bind-to none -np "$n" bash -c "exec $d --device cuda:\$OMPI_COMM_WORLD_RANK \
+  mpirun --oversubscribe --bind-to none -np "$n" bash -c "exec ${GPU_DAEMON_WRAP:-} $d --device cuda:\$OMPI_COMM_WORLD_RANK \
     --runtime-dir $FGBUFF_RUNTIME_DIR ${GPU_DAEMON_ARGS:-}" >"$GPU_WORLD_LOG" 2>&1 &
   GPU_WORLD_PID=$!
   local deadline=$((SECONDS + 90))
