@@ -11,35 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../test.h"
-#include "eng_plan.h"
-#include "plan_xchg.h"
+#include "xchg_harness.h"
 
 #define R 3
 #define NT 6
 
-static const sched_costs base = {.ar_alpha = 50e-6,
-                                 .ar_beta = 2e-9,
-                                 .ag_alpha = 60e-6,
-                                 .ag_beta = 2e-9,
-                                 .comp_alpha = 5e-6,
-                                 .comp_beta = 1e-9,
-                                 .dec_alpha = 5e-6,
-                                 .dec_beta = 1e-9};
-
 /* Tensor i: 1000 << i elements; odd ones compressible at density 0.01, tensor 4 at 0.5 (>= 1/P).
  * `rev` reverses the observed order (ready times and list). */
 static px_ctx *ctx(const char *policy, double scale, int rev, const sched_plan *cur) {
-  px_ctx *c = calloc(1, sizeof(*c));
-  REQUIRE(c);
-  c->ops = sched_find(policy);
-  REQUIRE(c->ops && (c->ops->flags & SCHED_DYNAMIC));
-  c->step = 60;
-  c->lead = 2;
-  c->n = NT;
-  c->ts = calloc(NT, sizeof(sched_tensor));
-  c->ready = calloc(NT, sizeof(double));
-  REQUIRE(c->ts && c->ready);
+  px_ctx *c = xh_ctx(policy, 60, NT, cur);
+  REQUIRE(c->ops->flags & SCHED_DYNAMIC);
   for (uint32_t i = 0; i < NT; i++) {
     uint32_t t = rev ? NT - 1 - i : i;
     int comp = t % 2 || t == 4;
@@ -53,16 +34,6 @@ static px_ctx *ctx(const char *policy, double scale, int rev, const sched_plan *
     c->ready[i] = i * 1e-3;
   }
   c->comp_scale = scale;
-  c->deflt = base;
-  c->warmup = 5;
-  c->every = 50;
-  c->lo_warmup = 2;
-  c->lo_every = 3;
-  c->hi_steps = 100000;
-  if (cur) {
-    REQUIRE(sched_plan_copy(&c->cur, cur) == FGB_OK);
-    c->has_cur = 1;
-  }
   return c;
 }
 
@@ -83,7 +54,7 @@ static void run(world *w, const char *policy, const double scale[R], int rev,
   uint8_t *all = calloc(R, per);
   REQUIRE(all);
   for (int r = 0; r < R; r++)
-    w->x[r]->fill(w->x[r]->ud, &base, (1u << EPS_KINDS) - 1, all + (size_t)r * per);
+    w->x[r]->fill(w->x[r]->ud, &xh_base, (1u << EPS_KINDS) - 1, all + (size_t)r * per);
   for (int r = 0; r < R; r++) w->dig[r] = w->x[r]->agree(w->x[r]->ud, all, R);
   free(all);
   for (int r = 1; r < R; r++) {
@@ -181,7 +152,7 @@ static void config_flags(void) {
     size_t per = w.x[0]->bytes;
     uint8_t *all = calloc(R, per);
     REQUIRE(all);
-    for (int r = 0; r < R; r++) w.x[r]->fill(w.x[r]->ud, &base, 0, all + (size_t)r * per);
+    for (int r = 0; r < R; r++) w.x[r]->fill(w.x[r]->ud, &xh_base, 0, all + (size_t)r * per);
     for (int r = 0; r < R; r++) w.dig[r] = w.x[r]->agree(w.x[r]->ud, all, R);
     for (int r = 0; r < R; r++) {
       CHECK(w.dig[r] == w.dig[0] && w.c[r]->status == FGB_OK && !w.c[r]->changed);

@@ -9,34 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../test.h"
-#include "eng_plan.h"
-#include "plan_xchg.h"
+#include "xchg_harness.h"
 
 #define R 3
 #define NT 8
 
-static const sched_costs base = {.ar_alpha = 50e-6,
-                                 .ar_beta = 2e-9,
-                                 .ag_alpha = 60e-6,
-                                 .ag_beta = 2e-9,
-                                 .comp_alpha = 5e-6,
-                                 .comp_beta = 1e-9,
-                                 .dec_alpha = 5e-6,
-                                 .dec_beta = 1e-9};
-
 /* Rank r's context: the same tensor list everywhere, its own ready times (scaled by `slow`). */
 static px_ctx *ctx(int r, double slow, const char *policy, const sched_plan *cur) {
-  px_ctx *c = calloc(1, sizeof(*c));
-  REQUIRE(c);
-  c->ops = sched_find(policy);
-  REQUIRE(c->ops);
-  c->step = 40;
-  c->lead = 2;
-  c->n = NT;
-  c->ts = calloc(NT, sizeof(sched_tensor));
-  c->ready = calloc(NT, sizeof(double));
-  REQUIRE(c->ts && c->ready);
+  px_ctx *c = xh_ctx(policy, 40, NT, cur);
   for (uint32_t i = 0; i < NT; i++) {
     c->ts[i] = (sched_tensor){.id = 10 + i,
                               .count = 1000u << (i % 5),
@@ -45,17 +25,7 @@ static px_ctx *ctx(int r, double slow, const char *policy, const sched_plan *cur
                               .density = i % 2 ? 0.01 : 1.0};
     c->ready[i] = (i * 1e-3 + r * 1e-4) * slow;
   }
-  c->comp_scale = 1.0;
-  c->deflt = base;
   c->warmup = 5 + (uint32_t)r;
-  c->every = 50;
-  c->lo_warmup = 2;
-  c->lo_every = 3;
-  c->hi_steps = 100000;
-  if (cur) {
-    REQUIRE(sched_plan_copy(&c->cur, cur) == FGB_OK);
-    c->has_cur = 1;
-  }
   return c;
 }
 
@@ -73,7 +43,7 @@ static void run(world *w, void (*corrupt)(uint8_t *all, size_t per)) {
   REQUIRE(w->all);
   for (int r = 0; r < R; r++) {
     REQUIRE(w->x[r]->bytes == per);
-    sched_costs m = base;
+    sched_costs m = xh_base;
     m.ar_alpha *= r + 1;
     w->x[r]->fill(w->x[r]->ud, &m, 1u << EPS_ALLREDUCE, w->all + (size_t)r * per);
   }
@@ -116,7 +86,7 @@ static void first_plan(sched_plan *keep) {
   CHECK(c->changed && c->plan.version == 1 && c->plan.first_step == 42);
   CHECK(c->a_warmup == 5 + R - 1 && c->a_every == 50); /* the largest */
   CHECK(c->have == 1u << EPS_ALLREDUCE);
-  CHECK(c->costs.ar_alpha == base.ar_alpha * R); /* the worst rank's */
+  CHECK(c->costs.ar_alpha == xh_base.ar_alpha * R); /* the worst rank's */
   CHECK(c->has_ready && c->aready[NT - 1] == ((NT - 1) * 1e-3 + (R - 1) * 1e-4));
   for (int r = 1; r < R; r++) {
     uint8_t *a = NULL, *b = NULL;
@@ -205,8 +175,8 @@ static void config_only(void) {
 static void stats_fit(void) {
   eng_stats *s = eng_stats_new();
   REQUIRE(s);
-  sched_costs c = base;
-  CHECK(eng_stats_fit(s, &c) == 0 && c.ar_alpha == base.ar_alpha); /* nothing measured */
+  sched_costs c = xh_base;
+  CHECK(eng_stats_fit(s, &c) == 0 && c.ar_alpha == xh_base.ar_alpha); /* nothing measured */
   /* One size only: through the origin at the median seconds per byte (an outlier ignored). */
   eng_stats_add(s, EPS_ALLGATHER, 1000, 2e-6);
   eng_stats_add(s, EPS_ALLGATHER, 1000, 3e-6);
