@@ -5,6 +5,8 @@
 #     prefix evaluated per rank, e.g. 'taskset -c $((4 + 4 * OMPI_COMM_WORLD_RANK))-$((7 + 4 * OMPI_COMM_WORLD_RANK))' 
 #   gpu_world_stop
 # gpu_need N: exit 77 unless N GPUs are visible.
+# gpu_test_world N: a test's world: gpu_need N, gpu_world_start N (exit 1 if it fails), the world
+#   stopped on exit, out="$FGBUFF_RUNTIME_DIR" (the tests' scratch directory).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export NCCL_NVLS_ENABLE=0
 
@@ -12,6 +14,13 @@ gpu_need() {
   local n
   n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
   [ "${n:-0}" -ge "$1" ] || { echo "SKIP: needs $1 GPUs (have ${n:-0})"; exit 77; }
+}
+
+gpu_test_world() {
+  gpu_need "$1"
+  gpu_world_start "$1" || exit 1
+  trap 'gpu_world_stop >/dev/null 2>&1' EXIT
+  out="$FGBUFF_RUNTIME_DIR"
 }
 
 gpu_world_start() {

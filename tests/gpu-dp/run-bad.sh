@@ -10,10 +10,8 @@
 set -u
 here="$(dirname "$0")"
 source "$here/gpu-world.sh"
-gpu_need 2
 bin="${FGBUFF_TEST_BIN:?}/${1:?test binary}"
-gpu_world_start 2 || exit 1
-trap 'gpu_world_stop >/dev/null 2>&1' EXIT
+gpu_test_world 2
 "$bin" "$GPU_SOCK_0"
 rc=$?
 kill -0 "$(gpu_world_pid 0)" || { echo "daemon 0 died"; rc=1; }

@@ -13,13 +13,10 @@
 set -u
 here="$(dirname "$0")"
 source "$here/gpu-world.sh"
-gpu_need 2
 bin="${FGBUFF_TEST_BIN:?}"
 ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
 export FGBUFF_DEAR_FUSION_MB=0.1
-gpu_world_start 2 || exit 1
-trap 'gpu_world_stop >/dev/null 2>&1' EXIT
-out="$FGBUFF_RUNTIME_DIR"
+gpu_test_world 2
 rc=0
 for s in "$GPU_SOCK_0" "$GPU_SOCK_1"; do
   "$ctl" --socket "$s" set default_policy dear >/dev/null || { echo "set default_policy failed"; exit 1; }

@@ -11,12 +11,9 @@
 set -u
 here="$(dirname "$0")"
 source "$here/gpu-world.sh"
-gpu_need 2
 bin="${FGBUFF_TEST_BIN:?}"
 export FGBUFF_PLAN_COMP_COST_SCALE=1e9
-gpu_world_start 2 || exit 1
-trap 'gpu_world_stop >/dev/null 2>&1' EXIT
-out="$FGBUFF_RUNTIME_DIR"
+gpu_test_world 2
 declare -A pid
 sock() { [ "$1" = 0 ] && echo "" || echo "--socket $GPU_SOCK_1"; }
 steps=12

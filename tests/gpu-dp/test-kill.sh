@@ -5,11 +5,8 @@
 set -u
 here="$(dirname "$0")"
 source "$here/gpu-world.sh"
-gpu_need 2
 bin="${FGBUFF_TEST_BIN:?}"
-gpu_world_start 2 || exit 1
-trap 'gpu_world_stop >/dev/null 2>&1' EXIT
-out="$FGBUFF_RUNTIME_DIR"
+gpu_test_world 2
 "$bin/gpuclient" --job victim --rank 0 --size 2 --device 0 --steps 3 --socket "$GPU_SOCK_0" \
   >"$out/v0.out" 2>&1 &
 p0=$!

@@ -9,11 +9,8 @@
 set -u
 here="$(dirname "$0")"
 source "$here/gpu-world.sh"
-gpu_need 2
 bin="${FGBUFF_TEST_BIN:?}"
-gpu_world_start 2 || exit 1
-trap 'gpu_world_stop >/dev/null 2>&1' EXIT
-out="$FGBUFF_RUNTIME_DIR"
+gpu_test_world 2
 rc=0
 pair() { # job done-path ready-path [env...]
   local j="$1" path="$2" rpath="$3" p0
