@@ -166,9 +166,13 @@ fgb_status kern_dgc_accumulate_hist(const comp_exec *ex, float *u, float *v, con
 
 fgb_status kern_dgc_accumulate_replay(const comp_exec *ex, float *u, float *v, const float *g,
                                       uint64_t n, float m, int nesterov, float clip, kern_ctl *ctl,
-                                      uint32_t *hist, const kern_sample *sp, const kern_replay *rp,
-                                      kern_ws *ws) {
-  KERN_DISPATCH(dgc_accumulate_replay, u, v, g, n, m, nesterov, clip, ctl, hist, sp, rp, ws);
+                                      uint32_t *hist, const kern_defer *df, const kern_sample *sp,
+                                      const kern_replay *rp, kern_ws *ws) {
+  KERN_DISPATCH(dgc_accumulate_replay, u, v, g, n, m, nesterov, clip, ctl, hist, df, sp, rp, ws);
+}
+
+fgb_status kern_defer_apply(const comp_exec *ex, const kern_defer *df, uint64_t n) {
+  KERN_DISPATCH(defer_apply, df, n);
 }
 
 fgb_status kern_coo_restore(const comp_exec *ex, const void *local, int fp16, const void *global,

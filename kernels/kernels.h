@@ -84,6 +84,13 @@ typedef struct kern_sel {
   float *resid; /* NULL, or == a: error feedback in place. A selected entry becomes the part not
                    sent: 0, or a - half(a) with fp16 values; unselected entries are untouched */
   float *mask;  /* NULL, or a buffer zeroed at every selected index (DGC momentum masking) */
+  /* NULL, or a bitmap of ceil(n / 32) words (element i: bit i % 32 of word i / 32) that defers
+   * the scattered zeroing: a selected index gets its bit set instead of mask[i] = 0 and, with fp32
+   * values, resid[i] = 0 (fp16 values still write resid[i] = a - half(a) here). kern_defer_apply,
+   * or DGC's next momentum pass, zeroes them in a pass over the buffers (a zero written to a cold
+   * line costs a DRAM read and write of its sector: two such scatters were DGC's largest cost after
+   * the momentum pass). Honoured by kern_topk, kern_topk_add and kern_select_thr. */
+  uint32_t *defer;
 } kern_sel;
 
 /* ---- COO payload accessors (the layout of compressor.h) ------------------------------------- */
@@ -257,6 +264,15 @@ fgb_status kern_add_stats_replay(const comp_exec *ex, float *a, const float *g, 
 fgb_status kern_dgc_accumulate_hist(const comp_exec *ex, float *u, float *v, const float *g,
                                     uint64_t n, float m, int nesterov, float clip,
                                     const kern_ctl *ctl, uint32_t *hist);
+/* Zeroing left pending by a selection with kern_sel.defer: for every bit set in bits (n bits),
+ * mask[i] = 0 (mask non-NULL) and resid[i] = 0 (resid non-NULL); the bits are cleared. */
+typedef struct kern_defer {
+  uint32_t *bits; /* ceil(n / 32) words, device */
+  float *mask, *resid;
+} kern_defer;
+/* Apply and clear the pending zeroing of df (NULL or df->bits NULL: nothing). Cost R n/8 + the
+ * lines holding set bits. */
+fgb_status kern_defer_apply(const comp_exec *ex, const kern_defer *df, uint64_t n);
 /* DGC's strided sample of |v| and the rank of its threshold (kern_dgc_accumulate_replay). */
 typedef struct kern_sample {
   uint64_t start, stride; /* positions start + j stride, j < m: start + (m - 1) stride < n */
@@ -264,15 +280,16 @@ typedef struct kern_sample {
   uint32_t kth;           /* the threshold is the kth largest sample (clamped to [1, m]) */
   float *buf;             /* m floats, device: the samples |v| are left here */
 } kern_sample;
-/* DGC's step up to its select, exactly: kern_dgc_accumulate_hist(u, v, g, ..., hist), then
+/* DGC's step up to its select, exactly: kern_defer_apply(df, n) (df NULL: none; else df->mask
+ * must be u or NULL and df->resid v or NULL), kern_dgc_accumulate_hist(u, v, g, ..., hist), then
  * kern_sample_abs(v, n, sp->start, sp->stride, sp->m, sp->buf), kern_kth_abs(sp->buf, sp->m,
  * sp->kth, ctl, ws) and kern_thr_replay(hist, ctl, rp); every parameter is checked before anything
  * runs. GPU: two launches instead of seven — the momentum pass also takes the samples and the first
  * radix digit of their kth, one kernel takes the other two digits and replays. Cost R3 W2. */
 fgb_status kern_dgc_accumulate_replay(const comp_exec *ex, float *u, float *v, const float *g,
                                       uint64_t n, float m, int nesterov, float clip, kern_ctl *ctl,
-                                      uint32_t *hist, const kern_sample *sp, const kern_replay *rp,
-                                      kern_ws *ws);
+                                      uint32_t *hist, const kern_defer *df, const kern_sample *sp,
+                                      const kern_replay *rp, kern_ws *ws);
 
 /* out[j] = |a[start + j * stride]| for j < m (caller guarantees start + (m-1) stride < n). Cost m
  * strided reads. */
@@ -404,10 +421,11 @@ fgb_status kern_fill_uniform(const comp_exec *ex, float *out, uint64_t count, ui
   fgb_status kern_##B##_dgc_accumulate_hist(float *u, float *v, const float *g, uint64_t n,        \
                                             float m, int nesterov, float clip,                     \
                                             const kern_ctl *ctl, uint32_t *hist EXTRA);            \
-  fgb_status kern_##B##_dgc_accumulate_replay(float *u, float *v, const float *g, uint64_t n,      \
-                                              float m, int nesterov, float clip, kern_ctl *ctl,    \
-                                              uint32_t *hist, const kern_sample *sp,               \
-                                              const kern_replay *rp, kern_ws *ws EXTRA);           \
+  fgb_status kern_##B##_dgc_accumulate_replay(                                                     \
+      float *u, float *v, const float *g, uint64_t n, float m, int nesterov, float clip,           \
+      kern_ctl *ctl, uint32_t *hist, const kern_defer *df, const kern_sample *sp,                  \
+      const kern_replay *rp, kern_ws *ws EXTRA);                                                   \
+  fgb_status kern_##B##_defer_apply(const kern_defer *df, uint64_t n EXTRA);                       \
   fgb_status kern_##B##_coo_restore(const void *local, int fp16, const void *global,               \
                                     float *r EXTRA);                                               \
   fgb_status kern_##B##_sample_abs(const float *a, uint64_t n, uint64_t start, uint64_t stride,    \

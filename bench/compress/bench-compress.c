@@ -168,7 +168,7 @@ static void bench_kernels(float *g, uint64_t n, double d) {
   void *payload;
   FK(kern_alloc(&g_ex, pb, &payload));
   FK(kern_ws_create(&g_ex, n, k.k, &k.ws));
-  k.sel = (kern_sel){payload, k.k, 0, NULL, NULL};
+  k.sel = (kern_sel){payload, k.k, 0, NULL, NULL, NULL};
   row(n, d, "kern_topk (selection only)", time_op(op_topk, &k));
   row(n, d, "kern_topk + fused EF update", time_op(op_topk_ef, &k));
   /* Threshold select at the exact k-th magnitude (what an accepted adaptation hands over). */
@@ -179,7 +179,7 @@ static void bench_kernels(float *g, uint64_t n, double d) {
   k.stride = pb;
   FK(kern_alloc(&g_ex, pb * P, &k.recv));
   for (int r = 0; r < P; r++) {
-    kern_sel s = {(char *)k.recv + r * pb, k.k, 0, NULL, NULL};
+    kern_sel s = {(char *)k.recv + r * pb, k.k, 0, NULL, NULL, NULL};
     FK(kern_topk(&g_ex, r ? k.r : g, n, k.k, &s, k.ws));
   }
   row(n, d, "kern_coo_decode (P=2, scale 1/2)", time_op(op_decode, &k));

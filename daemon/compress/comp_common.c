@@ -350,7 +350,7 @@ fgb_status comp_sparse_select_thr(comp_sparse *cs, float *a, const kern_sel *sel
 }
 
 kern_sel comp_sparse_sel(comp_sparse *cs, float *a, float *mask) {
-  kern_sel s = {cs->payload, cs->step_cap, cs->fp16, cs->ef ? a : NULL, mask};
+  kern_sel s = {cs->payload, cs->step_cap, cs->fp16, cs->ef ? a : NULL, mask, NULL};
   return s;
 }
 

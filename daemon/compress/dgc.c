@@ -27,6 +27,10 @@ typedef struct dgc_state {
   float *u;       /* momentum */
   float *samples;
   int32_t *sample_idx; /* strided=0: this step's random sample positions */
+  /* Zeroing of the sent entries in u (masking) and v (fp32 values) left pending by the select
+   * (kern_sel.defer: scattered zeros cost a DRAM read and write each on the GPU) and done by the
+   * next momentum pass in its read of u and v; kern_defer_apply before anything else reads them. */
+  kern_defer df;
   double momentum, clip;
   int nesterov, masking, adapt_iters, strided;
   int search; /* COMP_SEARCH_*: adaptation counts from the histogram of v, or a pass per round */
@@ -62,6 +66,7 @@ static void dgc_destroy(void *st) {
   kern_free(&s->cs.ex, s->u);
   kern_free(&s->cs.ex, s->samples);
   kern_free(&s->cs.ex, s->sample_idx);
+  kern_free(&s->cs.ex, s->df.bits);
   comp_sparse_op_destroy(s);
 }
 
@@ -124,6 +129,10 @@ static fgb_status dgc_create(const comp_params *p, uint64_t n, const comp_exec *
   rc = kern_alloc(ex, n * sizeof(float), (void **)&s->u);
   if (!rc) rc = kern_alloc(ex, (size_t)mmax * sizeof(float), (void **)&s->samples);
   if (!rc && !strided) rc = kern_alloc(ex, (size_t)mmax * sizeof(int32_t), (void **)&s->sample_idx);
+  s->df.mask = masking ? s->u : NULL;
+  s->df.resid = fp16 ? NULL : s->cs.resid;
+  if (!rc && (s->df.mask || s->df.resid))
+    rc = kern_alloc(ex, (size_t)((n + 31) / 32) * sizeof(uint32_t), (void **)&s->df.bits);
   if (rc) {
     dgc_destroy(s);
     comp_alloc_err("dgc", rc, err, errlen);
@@ -160,8 +169,9 @@ static fgb_status dgc_encode(void *st, const comp_exec *ex, const float *grad, u
      * adaptation rounds replayed from the histogram (no count pass): on GPU two launches. */
     kern_sample sp = {start, pl->stride, pl->m, pl->k_samp, s->samples};
     rc = kern_dgc_accumulate_replay(ex, s->u, cs->resid, grad, n, (float)s->momentum, s->nesterov,
-                                    (float)s->clip, cs->ctl, cs->hist, &sp, &rp, cs->ws);
+                                    (float)s->clip, cs->ctl, cs->hist, &s->df, &sp, &rp, cs->ws);
   } else {
+    if (!rc) rc = kern_defer_apply(ex, &s->df, n); /* last step's pending zeroing first */
     /* hist: the momentum pass also takes the magnitude histogram of v, so the adaptation rounds
      * below read their counts off it (one tiny launch) instead of a pass over v each. */
     if (!rc && s->search == COMP_SEARCH_HIST)
@@ -188,6 +198,7 @@ static fgb_status dgc_encode(void *st, const comp_exec *ex, const float *grad, u
   }
   cs->step_cap = pl->k;
   kern_sel sel = comp_sparse_sel(cs, cs->resid, s->masking ? s->u : NULL);
+  sel.defer = s->df.bits; /* the zeroing of u and v waits for the next momentum pass */
   if (!rc) rc = kern_select_thr(ex, cs->resid, n, cs->ctl, &sel, cs->ws);
   comp_sparse_phase(cs, ph);
   return rc;
@@ -200,6 +211,7 @@ static fgb_status dgc_flush(void *st, const comp_exec *ex, const float *grad, fl
   if (grad == NULL || dense == NULL) return FGB_EINVAL;
   fgb_status rc = FGB_OK;
   if (s->clip > 0) rc = kern_stats(ex, grad, cs->n, 0, cs->ctl);
+  if (!rc) rc = kern_defer_apply(ex, &s->df, cs->n);
   if (!rc)
     rc = kern_dgc_accumulate(ex, s->u, cs->resid, grad, cs->n, (float)s->momentum, s->nesterov,
                              (float)s->clip, cs->ctl);
@@ -212,14 +224,18 @@ static fgb_status dgc_flush(void *st, const comp_exec *ex, const float *grad, fl
 static fgb_status dgc_export(void *st, const comp_exec *ex, void **buf, size_t *bytes) {
   dgc_state *s = st;
   comp_region r = {s->u, s->cs.n * sizeof(float), 1};
-  return comp_sparse_export(&s->cs, &r, 1, buf, bytes);
+  fgb_status rc = kern_defer_apply(ex, &s->df, s->cs.n); /* the state as if zeroed at once */
+  return rc ? rc : comp_sparse_export(&s->cs, &r, 1, buf, bytes);
 }
 
 static fgb_status dgc_import(void *st, const comp_exec *ex, const void *buf, size_t bytes,
                              char *err, size_t errlen) {
   dgc_state *s = st;
   comp_region r = {s->u, s->cs.n * sizeof(float), 1};
-  return comp_sparse_import(&s->cs, &r, 1, buf, bytes, err, errlen);
+  fgb_status rc = comp_sparse_import(&s->cs, &r, 1, buf, bytes, err, errlen);
+  if (!rc && s->df.bits) /* u and v replaced: nothing pending any more */
+    rc = kern_memset(ex, s->df.bits, 0, (size_t)((s->cs.n + 31) / 32) * sizeof(uint32_t));
+  return rc;
 }
 
 const comp_ops comp_dgc_ops = {

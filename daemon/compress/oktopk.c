@@ -98,7 +98,7 @@ static fgb_status oktopk_decode(void *st, const comp_exec *ex, float *out, float
   comp_sparse *cs = &s->cs;
   if (out == NULL) return comp_errf(err, errlen, "oktopk: NULL out");
   fgb_status rc = comp_sparse_decode(cs, out, 1.0f);
-  kern_sel g = {s->gpayload, cs->k, 0, NULL, NULL};
+  kern_sel g = {s->gpayload, cs->k, 0, NULL, NULL, NULL};
   if (!rc) rc = kern_topk(ex, out, cs->n, cs->k, &g, cs->ws);
   if (!rc)
     rc = kern_scatter(ex, out, cs->n, kern_coo_indices(s->gpayload, cs->k, 4),

@@ -17,7 +17,9 @@ struct kern_replay;
 fgb_status kern_replay_check(const struct kern_replay *rp);
 /* Parameter checks of kern_dgc_accumulate_replay (hist.c), shared with the CUDA side. */
 struct kern_sample;
+struct kern_defer;
 fgb_status kern_dgc_replay_check(uint64_t n, const kern_ctl *ctl, const uint32_t *hist,
+                                 const struct kern_defer *df, const float *u, const float *v,
                                  const struct kern_sample *sp, const struct kern_replay *rp,
                                  const kern_ws *ws);
 

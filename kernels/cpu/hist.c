@@ -116,19 +116,39 @@ fgb_status kern_cpu_thr_replay(const uint32_t *hist, kern_ctl *ctl, const kern_r
 }
 
 fgb_status kern_dgc_replay_check(uint64_t n, const kern_ctl *ctl, const uint32_t *hist,
+                                 const kern_defer *df, const float *u, const float *v,
                                  const kern_sample *sp, const kern_replay *rp, const kern_ws *ws) {
   if (ctl == NULL || hist == NULL || ws == NULL || sp == NULL || sp->buf == NULL) return FGB_EINVAL;
+  if (u == NULL || v == NULL) return FGB_EINVAL;
+  if (df && df->bits && ((df->mask && df->mask != u) || (df->resid && df->resid != v)))
+    return FGB_EINVAL; /* the momentum pass zeroes u and v only */
   if (n == 0 || n > UINT32_MAX || sp->m == 0 || sp->stride == 0 || sp->start >= n ||
       (uint64_t)(sp->m - 1) > (n - 1 - sp->start) / sp->stride)
     return FGB_EINVAL;
   return kern_replay_check(rp);
 }
 
+fgb_status kern_cpu_defer_apply(const kern_defer *df, uint64_t n) {
+  if (df == NULL || df->bits == NULL) return FGB_OK;
+  for (uint64_t w = 0; w < (n + 31) / 32; w++) {
+    uint32_t b = df->bits[w];
+    df->bits[w] = 0;
+    for (; b; b &= b - 1) {
+      const uint64_t i = w * 32 + (uint64_t)__builtin_ctz(b);
+      if (i >= n) break;
+      if (df->mask) df->mask[i] = 0.0f;
+      if (df->resid) df->resid[i] = 0.0f;
+    }
+  }
+  return FGB_OK;
+}
+
 fgb_status kern_cpu_dgc_accumulate_replay(float *u, float *v, const float *g, uint64_t n, float m,
                                           int nesterov, float clip, kern_ctl *ctl, uint32_t *hist,
-                                          const kern_sample *sp, const kern_replay *rp,
-                                          kern_ws *ws) {
-  fgb_status rc = kern_dgc_replay_check(n, ctl, hist, sp, rp, ws);
+                                          const kern_defer *df, const kern_sample *sp,
+                                          const kern_replay *rp, kern_ws *ws) {
+  fgb_status rc = kern_dgc_replay_check(n, ctl, hist, df, u, v, sp, rp, ws);
+  if (!rc) rc = kern_cpu_defer_apply(df, n);
   if (!rc) rc = kern_cpu_dgc_accumulate_hist(u, v, g, n, m, nesterov, clip, ctl, hist);
   if (!rc) rc = kern_cpu_sample_abs(v, n, sp->start, sp->stride, sp->m, sp->buf);
   if (!rc) rc = kern_cpu_kth_abs(sp->buf, sp->m, sp->kth, ctl, ws);

@@ -37,15 +37,16 @@ static inline void emit(const kern_sel *out, float *vals32, uint16_t *vals16, in
                         uint32_t j, const float *a, uint64_t i) {
   float x = a[i];
   idx[j] = (int32_t)i;
+  if (out->defer) out->defer[i >> 5] |= 1u << (i & 31); /* zeroing left to kern_defer_apply */
   if (out->fp16) {
     uint16_t h = kern_half_from_float(x);
     vals16[j] = h;
     if (out->resid) out->resid[i] = isfinite(x) ? x - kern_half_to_float(h) : 0.0f;
   } else {
     vals32[j] = x;
-    if (out->resid) out->resid[i] = 0.0f;
+    if (out->resid && !out->defer) out->resid[i] = 0.0f;
   }
-  if (out->mask) out->mask[i] = 0.0f;
+  if (out->mask && !out->defer) out->mask[i] = 0.0f;
 }
 
 static fgb_status check_sel(const kern_sel *out, const float *a, uint64_t n) {
@@ -127,6 +128,7 @@ fgb_status kern_cpu_topk_rows(const float *a, uint64_t rows, uint64_t cols, uint
   if (cols == 0 || rows > UINT64_MAX / cols) return FGB_EINVAL;
   fgb_status s = check_sel(out, a, rows * cols);
   if (s) return s;
+  if (out->defer) return FGB_EINVAL; /* kern_sel.defer: not for the row-wise selection */
   if (k1 < 1) k1 = 1;
   if (k1 > cols) k1 = (uint32_t)cols;
   if (rows * k1 > out->capacity) return FGB_EINVAL;

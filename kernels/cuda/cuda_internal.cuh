@@ -357,6 +357,7 @@ typedef struct kc_out {
   int32_t *idx;
   float *resid; /* == the input (in place) or NULL */
   float *mask;
+  uint32_t *defer; /* kern_sel.defer */
 } kc_out;
 
 /* How the candidate lower bound L of a selection is found. */

@@ -103,7 +103,8 @@ __device__ inline void kh_first_digit(const kh_samp &sp, uint32_t *sh) {
 template <bool SAMP>
 __global__ void __launch_bounds__(KH_EW_THREADS)
     k_dgc_hist(float *u, float *v, const float *g, uint64_t n, int al, float m, int nesterov,
-               float clip, const kern_ctl *ctl, kc_scratch *scr, uint32_t *hist_out, kh_samp sp) {
+               float clip, const kern_ctl *ctl, kc_scratch *scr, uint32_t *hist_out, kh_samp sp,
+               uint32_t *dbits, int dflags) {
   KC_PDL_ENTRY();
   __shared__ uint32_t sh[KERN_HIST_BINS];
   __shared__ uint32_t hs[SAMP ? 1024 : 1];
@@ -126,6 +127,25 @@ __global__ void __launch_bounds__(KH_EW_THREADS)
   }
   for (uint64_t i = gid; i < n4; i += stride) {
     float4 uu = ((float4 *)u)[i], vv = ((float4 *)v)[i], gg = ((const float4 *)g)[i];
+    if (SAMP && dbits) { /* last step's deferred zeroing (kern_sel.defer) of these four */
+      const uint64_t e0 = 4 * i;
+      const uint32_t nib = (dbits[e0 >> 5] >> (e0 & 31u)) & 0xfu;
+      if (nib) {
+        if (dflags & 1) {
+          if (nib & 1u) uu.x = 0.0f;
+          if (nib & 2u) uu.y = 0.0f;
+          if (nib & 4u) uu.z = 0.0f;
+          if (nib & 8u) uu.w = 0.0f;
+        }
+        if (dflags & 2) {
+          if (nib & 1u) vv.x = 0.0f;
+          if (nib & 2u) vv.y = 0.0f;
+          if (nib & 4u) vv.z = 0.0f;
+          if (nib & 8u) vv.w = 0.0f;
+        }
+        atomicAnd(&dbits[e0 >> 5], ~(nib << (e0 & 31u))); /* only this thread's own bits */
+      }
+    }
     dgc_one(&uu.x, &vv.x, __fmul_rn(c, gg.x), m, nesterov);
     dgc_one(&uu.y, &vv.y, __fmul_rn(c, gg.y), m, nesterov);
     dgc_one(&uu.z, &vv.z, __fmul_rn(c, gg.z), m, nesterov);
@@ -145,6 +165,14 @@ __global__ void __launch_bounds__(KH_EW_THREADS)
   }
   for (uint64_t i = n4 * 4 + gid; i < n; i += stride) {
     float ui = u[i], vi = v[i];
+    if (SAMP && dbits) {
+      const uint32_t bit = 1u << (i & 31u);
+      if (dbits[i >> 5] & bit) {
+        if (dflags & 1) ui = 0.0f;
+        if (dflags & 2) vi = 0.0f;
+        atomicAnd(&dbits[i >> 5], ~bit);
+      }
+    }
     dgc_one(&ui, &vi, __fmul_rn(c, g[i]), m, nesterov);
     u[i] = ui;
     v[i] = vi;
@@ -316,22 +344,49 @@ extern "C" fgb_status kern_cuda_dgc_accumulate_hist(float *u, float *v, const fl
   kh_samp none;
   memset(&none, 0, sizeof none);
   kc_launch(k_dgc_hist<false>, blocks, KH_EW_THREADS, s, u, v, g, n, al, m, nesterov, clip, ctl,
-            scr, hist, none);
+            scr, hist, none, (uint32_t *)NULL, 0);
+  return kc_launched();
+}
+
+/* kern_defer_apply: a thread per bitmap word; only the words with bits set touch the buffers. */
+__global__ void k_defer_apply(uint32_t *bits, uint64_t nw, uint64_t n, float *mask, float *resid) {
+  KC_PDL_ENTRY();
+  for (uint64_t w = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; w < nw;
+       w += (uint64_t)gridDim.x * blockDim.x) {
+    uint32_t b = bits[w];
+    if (b == 0) continue;
+    bits[w] = 0;
+    for (; b; b &= b - 1) {
+      const uint64_t i = w * 32 + (uint64_t)(__ffs(b) - 1);
+      if (i >= n) break;
+      if (mask) mask[i] = 0.0f;
+      if (resid) resid[i] = 0.0f;
+    }
+  }
+}
+
+extern "C" fgb_status kern_cuda_defer_apply(const kern_defer *df, uint64_t n, void *stream) {
+  if (df == NULL || df->bits == NULL || n == 0) return FGB_OK;
+  const uint64_t nw = (n + 31) / 32;
+  kc_launch(k_defer_apply, kc_blocks(nw, 256, (unsigned)kc_sm_count() * 8), 256, KC_STREAM(stream),
+            df->bits, nw, n, df->mask, df->resid);
   return kc_launched();
 }
 
 extern "C" fgb_status kern_dgc_replay_check(uint64_t n, const kern_ctl *ctl, const uint32_t *hist,
+                                            const kern_defer *df, const float *u, const float *v,
                                             const kern_sample *sp, const kern_replay *rp,
                                             const kern_ws *ws); /* kernels/cpu/hist.c */
 
 extern "C" fgb_status kern_cuda_dgc_accumulate_replay(float *u, float *v, const float *g,
                                                       uint64_t n, float m, int nesterov, float clip,
                                                       kern_ctl *ctl, uint32_t *hist,
-                                                      const kern_sample *sp, const kern_replay *rp,
-                                                      kern_ws *ws, void *stream) {
-  fgb_status rc = kern_dgc_replay_check(n, ctl, hist, sp, rp, ws);
+                                                      const kern_defer *df, const kern_sample *sp,
+                                                      const kern_replay *rp, kern_ws *ws,
+                                                      void *stream) {
+  fgb_status rc = kern_dgc_replay_check(n, ctl, hist, df, u, v, sp, rp, ws);
   if (rc) return rc;
-  if (u == NULL || v == NULL || g == NULL) return FGB_EINVAL;
+  if (g == NULL) return FGB_EINVAL;
   cudaStream_t s = KC_STREAM(stream);
   kc_scratch *scr = kc_stream_scratch(s);
   if (scr == NULL) return FGB_ENOMEM;
@@ -341,7 +396,8 @@ extern "C" fgb_status kern_cuda_dgc_accumulate_replay(float *u, float *v, const 
     fused = e == NULL || strcmp(e, "0") != 0;
   }
   if (!fused) {
-    rc = kern_cuda_dgc_accumulate_hist(u, v, g, n, m, nesterov, clip, ctl, hist, stream);
+    rc = kern_cuda_defer_apply(df, n, stream);
+    if (!rc) rc = kern_cuda_dgc_accumulate_hist(u, v, g, n, m, nesterov, clip, ctl, hist, stream);
     if (!rc) rc = kern_cuda_sample_abs(v, n, sp->start, sp->stride, sp->m, sp->buf, stream);
     if (!rc) rc = kern_cuda_kth_abs(sp->buf, sp->m, sp->kth, ctl, ws, stream);
     return rc ? rc : kern_cuda_thr_replay(hist, ctl, rp, stream);
@@ -356,8 +412,10 @@ extern "C" fgb_status kern_cuda_dgc_accumulate_replay(float *u, float *v, const 
   smp.ghist = ws->hist;
   smp.st = ws->st;
   const unsigned blocks = kc_blocks(n, KH_EW_THREADS * 16ull, (unsigned)kc_sm_count() * 6);
+  uint32_t *dbits = df ? df->bits : NULL;
+  const int dflags = dbits ? (df->mask ? 1 : 0) | (df->resid ? 2 : 0) : 0;
   kc_launch(k_dgc_hist<true>, blocks, KH_EW_THREADS, s, u, v, g, n, al, m, nesterov, clip,
-            (const kern_ctl *)ctl, scr, hist, smp);
+            (const kern_ctl *)ctl, scr, hist, smp, dbits, dflags);
   /* The samples' second digit: as many blocks as keep their loads in flight (a few hundred
    * thousand samples at 25M; the list of matches stays in L2). */
   const unsigned kb = kc_blocks(sp->m, KH_THREADS * 8ull, (unsigned)kc_sm_count() * 2);

@@ -57,6 +57,7 @@ extern "C" fgb_status kern_cuda_topk_rows(const float *a, uint64_t rows, uint64_
   const uint64_t n = rows * cols;
   if (out == NULL || out->payload == NULL || (n && a == NULL)) return FGB_EINVAL;
   if (out->resid != NULL && out->resid != a) return FGB_EINVAL;
+  if (out->defer != NULL) return FGB_EINVAL; /* kern_sel.defer: not for the row-wise selection */
   if (n > (uint64_t)INT32_MAX + 1) return FGB_EINVAL;
   if (k1 < 1) k1 = 1;
   if (k1 > cols) k1 = (uint32_t)cols;

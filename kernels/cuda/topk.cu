@@ -375,15 +375,17 @@ __global__ void __launch_bounds__(KC_BLOCK_SELECT)
 __device__ inline void emit_one(const kc_out &o, uint64_t j, uint64_t idx_base, uint32_t i,
                                 float x) {
   o.idx[j] = (int32_t)(idx_base + i);
+  if (o.defer) /* the zeroing is left to kern_defer_apply / DGC's next momentum pass */
+    atomicOr(&o.defer[(idx_base + i) >> 5], 1u << ((idx_base + i) & 31u));
   if (o.v16) {
     uint16_t h = kern_half_from_float(x);
     o.v16[j] = h;
     if (o.resid) o.resid[i] = isfinite(x) ? __fsub_rn(x, kern_half_to_float(h)) : 0.0f;
   } else {
     o.v32[j] = x;
-    if (o.resid) o.resid[i] = 0.0f;
+    if (o.resid && !o.defer) o.resid[i] = 0.0f;
   }
-  if (o.mask) o.mask[i] = 0.0f;
+  if (o.mask && !o.defer) o.mask[i] = 0.0f;
 }
 
 __global__ void __launch_bounds__(SEL_THREADS)
@@ -497,6 +499,7 @@ kc_out kc_out_of(const kern_sel *sel, uint32_t j0) {
   o.idx = kern_coo_indices(sel->payload, sel->capacity, sel->fp16 ? 2 : 4) + j0;
   o.resid = sel->resid;
   o.mask = sel->mask;
+  o.defer = sel->defer;
   return o;
 }
 

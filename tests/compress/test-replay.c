@@ -272,7 +272,7 @@ static void dgc_fused(const comp_exec *ex, uint64_t n, uint64_t start, uint64_t 
     REQUIRE(kern_kth_abs(ex, ds1, m, kth, dc1, w1) == FGB_OK);
     REQUIRE(kern_thr_replay(ex, dh1, dc1, &rp) == FGB_OK);
     REQUIRE(kern_dgc_accumulate_replay(ex, du2 + off, dv2 + off, dg + off, n, 0.9f, 0, 0.0f, dc2,
-                                       dh2, &sp, &rp, w2) == FGB_OK);
+                                       dh2, NULL, &sp, &rp, w2) == FGB_OK);
     kern_ctl c1, c2;
     ct_get(ex, &c1, dc1, sizeof c1);
     ct_get(ex, &c2, dc2, sizeof c2);
@@ -321,18 +321,18 @@ static void dgc_fused(const comp_exec *ex, uint64_t n, uint64_t start, uint64_t 
   kern_replay bad_r = rp;
   bad_r.stages = 0;
   ct_get(ex, r1, dv2, (n + 1) * 4);
-  CHECK(kern_dgc_accumulate_replay(ex, du2, dv2, dg, n, 0.9f, 0, 0.0f, dc2, dh2, &bad_m, &rp, w2) ==
-        FGB_EINVAL);
-  CHECK(kern_dgc_accumulate_replay(ex, du2, dv2, dg, n, 0.9f, 0, 0.0f, dc2, dh2, &bad_s, &rp, w2) ==
-        FGB_EINVAL);
-  CHECK(kern_dgc_accumulate_replay(ex, du2, dv2, dg, n, 0.9f, 0, 0.0f, dc2, dh2, &bad_b, &rp, w2) ==
-        FGB_EINVAL);
-  CHECK(kern_dgc_accumulate_replay(ex, du2, dv2, dg, n, 0.9f, 0, 0.0f, dc2, dh2, &sp, &bad_r, w2) ==
-        FGB_EINVAL);
-  CHECK(kern_dgc_accumulate_replay(ex, du2, dv2, dg, n, 0.9f, 0, 0.0f, dc2, dh2, NULL, &rp, w2) ==
-        FGB_EINVAL);
-  CHECK(kern_dgc_accumulate_replay(ex, du2, dv2, dg, n, 0.9f, 0, 0.0f, dc2, dh2, &sp, &rp, NULL) ==
-        FGB_EINVAL);
+  CHECK(kern_dgc_accumulate_replay(ex, du2, dv2, dg, n, 0.9f, 0, 0.0f, dc2, dh2, NULL, &bad_m, &rp,
+                                   w2) == FGB_EINVAL);
+  CHECK(kern_dgc_accumulate_replay(ex, du2, dv2, dg, n, 0.9f, 0, 0.0f, dc2, dh2, NULL, &bad_s, &rp,
+                                   w2) == FGB_EINVAL);
+  CHECK(kern_dgc_accumulate_replay(ex, du2, dv2, dg, n, 0.9f, 0, 0.0f, dc2, dh2, NULL, &bad_b, &rp,
+                                   w2) == FGB_EINVAL);
+  CHECK(kern_dgc_accumulate_replay(ex, du2, dv2, dg, n, 0.9f, 0, 0.0f, dc2, dh2, NULL, &sp, &bad_r,
+                                   w2) == FGB_EINVAL);
+  CHECK(kern_dgc_accumulate_replay(ex, du2, dv2, dg, n, 0.9f, 0, 0.0f, dc2, dh2, NULL, NULL, &rp,
+                                   w2) == FGB_EINVAL);
+  CHECK(kern_dgc_accumulate_replay(ex, du2, dv2, dg, n, 0.9f, 0, 0.0f, dc2, dh2, NULL, &sp, &rp,
+                                   NULL) == FGB_EINVAL);
   ct_get(ex, r2, dv2, (n + 1) * 4);
   CHECK_MSG(!memcmp(r1, r2, (n + 1) * 4), "a refused dgc_accumulate_replay changed v");
   kern_ws_destroy(ex, w1);

@@ -25,7 +25,7 @@ static void *run_topk(const comp_exec *ex, const float *a, uint64_t n, uint32_t 
   void *dp = ct_dev(ex, NULL, pb);
   kern_ws *ws = NULL;
   REQUIRE(kern_ws_create(ex, n, cap, &ws) == FGB_OK);
-  kern_sel sel = {dp, cap, 0, NULL, NULL};
+  kern_sel sel = {dp, cap, 0, NULL, NULL, NULL};
   REQUIRE(kern_topk(ex, da, n, k, &sel, ws) == FGB_OK);
   void *hp = ct_xmalloc(pb);
   ct_get(ex, hp, dp, pb);

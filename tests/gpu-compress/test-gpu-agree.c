@@ -48,7 +48,7 @@ static void io_init(sel_io *io, const float *a, uint64_t n, uint32_t cap, int fp
 }
 
 static kern_sel io_sel(sel_io *io, int dev) {
-  kern_sel s = {dev ? io->dp : io->hp, io->cap, io->fp16, NULL, NULL};
+  kern_sel s = {dev ? io->dp : io->hp, io->cap, io->fp16, NULL, NULL, NULL};
   if (io->ef) s.resid = dev ? io->da : io->ha;
   if (io->mask) s.mask = dev ? io->dmask : io->hmask;
   return s;
@@ -426,7 +426,7 @@ static void agree_sparse_io(void) {
         float *x = ct_xmalloc(n * 4);
         ct_fill(x, n, CT_LAPLACE, 1.0, 200 + r);
         for (uint64_t i = 0; i < n; i += 61) x[i] = 50.0f + (float)r; /* shared support */
-        kern_sel sel = {recv + r * stride, cap, fp16, NULL, NULL};
+        kern_sel sel = {recv + r * stride, cap, fp16, NULL, NULL, NULL};
         REQUIRE(kern_topk(&CPU, x, n, cap - (uint32_t)r, &sel, ws) == FGB_OK);
         free(x);
       }

@@ -46,7 +46,7 @@ static void fused_topk(uint64_t n, uint32_t k, int fp16, int off, uint64_t seed)
   kern_ws *wc = NULL, *wg = NULL;
   REQUIRE(kern_ws_create(&CPU, n, k, &wc) == FGB_OK);
   REQUIRE(kern_ws_create(&GPU, n, k, &wg) == FGB_OK);
-  kern_sel sc = {hp, k, fp16, hr, NULL}, sg = {dp, k, fp16, dr, NULL};
+  kern_sel sc = {hp, k, fp16, hr, NULL, NULL}, sg = {dp, k, fp16, dr, NULL, NULL};
   REQUIRE(kern_topk_add(&CPU, hr, hg, n, k, &sc, wc) == FGB_OK);
   REQUIRE(kern_topk_add(&GPU, dr, dg, n, k, &sg, wg) == FGB_OK);
   ct_get(&GPU, gp, dp, pb);
