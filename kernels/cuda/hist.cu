@@ -1,8 +1,10 @@
 /* kernels/cuda/hist.cu — kern_thr_replay on the device: a threshold method's fits and adaptation
  * rounds replayed from the magnitude histogram (taken by kern_add_stats_hist, stats.cu) in one
  * block (kc_replay_block, thr_dev.cuh), so the search costs no pass over n and no host sync; and
- * DGC's momentum pass with the histogram. Follows kernels/cpu/hist.c step by
- * step; counts read off the histogram are bitwise the CPU's (kern_hist_count_at). */
+ * DGC's momentum pass with the histogram, alone or (kern_dgc_accumulate_replay) with the strided
+ * sample, its exact kth, the replay and the select's deferred zeroing, in two launches. Follows
+ * kernels/cpu/hist.c step by step; counts read off the histogram are bitwise the CPU's
+ * (kern_hist_count_at), the sample's kth is the same key as kern_kth_abs's. */
 #include <stdlib.h>
 #include <string.h>
 
