@@ -492,8 +492,20 @@ static int poll_item(srv_engine *e, eng_item *it) {
 /* Poll every active item once, delivering those finished; 1 when any did. */
 static int poll_active(srv_engine *e) {
   int progressed = 0;
+  if (e->gpu) {
+    /* Every GPU item runs on the engine's one stream, so they complete in the order they started:
+     * only the oldest is polled (and checked for a failed communicator: the one that can be
+     * waiting on a peer). Polling all of them cost every engine pass a query per item in flight. */
+    while (e->nactive > 0 && e->gpu->poll(e->active[0])) {
+      deliver(e, e->active[0]);
+      memmove(&e->active[0], &e->active[1], (size_t)(e->nactive - 1) * sizeof(void *));
+      e->nactive--;
+      progressed = 1;
+    }
+    return progressed;
+  }
   for (int i = 0; i < e->nactive;) {
-    if (e->gpu ? e->gpu->poll(e->active[i]) : poll_item(e, e->active[i])) {
+    if (poll_item(e, e->active[i])) {
       deliver(e, e->active[i]);
       memmove(&e->active[i], &e->active[i + 1], (size_t)(e->nactive - i - 1) * sizeof(void *));
       e->nactive--;
