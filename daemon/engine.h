@@ -127,7 +127,8 @@ typedef void (*eng_done_cb)(void *ud, eng_item *it);
 
 /* GPU daemons (daemon/gpu/): the ISSUE data path on device memory replaces the host one. Hooks run
  * on the engine thread. start: 0 started (poll until 1) or -1 failed (it->status/err set); poll:
- * 1 when finished; free: release it->priv. stream: where communicators enqueue. */
+ * 1 when finished; free: release it->priv. stream: where communicators enqueue. Items enqueue on
+ * that one stream, so they finish in start order and the engine polls only the oldest. */
 typedef struct eng_gpu_ops {
   void *stream;
   void (*thread_init)(void);
