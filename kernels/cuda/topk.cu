@@ -16,6 +16,8 @@
  * The common case thus reads n once (plus 8192 samples) and touches O(k) more; no host sync, no
  * allocation, fixed launch sequence: capturable in a CUDA graph. */
 #include <float.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda_internal.cuh"
 #include "sel_dev.cuh"
@@ -499,7 +501,14 @@ kc_out kc_out_of(const kern_sel *sel, uint32_t j0) {
   o.idx = kern_coo_indices(sel->payload, sel->capacity, sel->fp16 ? 2 : 4) + j0;
   o.resid = sel->resid;
   o.mask = sel->mask;
-  o.defer = sel->defer;
+  /* FGB_KERN_DEFER=0: the zeroing done here after all (same-run comparisons); no bit is set, so
+   * the later kern_defer_apply / momentum pass has nothing to do and the results are the same. */
+  static int defer = -1;
+  if (defer < 0) {
+    const char *e = getenv("FGB_KERN_DEFER");
+    defer = e == NULL || strcmp(e, "0") != 0;
+  }
+  o.defer = defer ? sel->defer : NULL;
   return o;
 }
 
