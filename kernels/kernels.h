@@ -89,7 +89,8 @@ typedef struct kern_sel {
    * values, resid[i] = 0 (fp16 values still write resid[i] = a - half(a) here). kern_defer_apply,
    * or DGC's next momentum pass, zeroes them in a pass over the buffers (a zero written to a cold
    * line costs a DRAM read and write of its sector: two such scatters were DGC's largest cost after
-   * the momentum pass). Honoured by kern_topk, kern_topk_add and kern_select_thr. */
+   * the momentum pass). Honoured by kern_topk, kern_topk_add and kern_select_thr (kern_topk_rows
+   * refuses it); FGB_KERN_DEFER=0 makes the GPU zero at once and set no bit (same results). */
   uint32_t *defer;
 } kern_sel;
 
