@@ -3,33 +3,34 @@
 # "hash" lines they print, and polling every daemon's status until it shows what the test waits for.
 #
 #   ranks_start TAG N CMD [ARGS...]  # rank r of N: CMD ARGS --rank r --size N --socket <cpu r's>,
-#                                    #   output in $FGBUFF_RUNTIME_DIR/TAG.r.out
-#   ranks_wait TAG                   # wait for all; a failed rank's output is printed; 1 if any failed
+#                                    #   output in $FGBUFF_RUNTIME_DIR/TAG.r.out (several TAGs may
+#                                    #   run at once)
+#   ranks_wait TAG                   # wait for TAG's ranks; a failed rank's output is printed; 1 if
+#                                    #   any failed
 #   ranks_same_hashes TAG [STEPS]    # every rank printed rank 0's hash lines (and STEPS of them)
 #   ranks_poll_status N TRIES REGEX  # `fgbuffctl status --json` of each daemon into
 #                                    #   $FGBUFF_RUNTIME_DIR/status.r.json, every 0.25 s, until all
 #                                    #   N match REGEX (grep -q) or TRIES polls passed
 # Inputs: FGBUFF_RUNTIME_DIR (world_start), FGBUFF_BIN_DIR (for fgbuffctl).
 
-RANKS_PIDS=()
-RANKS_N=0
+declare -gA RANKS_PID RANKS_NOF # "TAG.r" -> pid; TAG -> number of ranks
 
 ranks_start() {
   local tag="$1" n="$2" r
   shift 2
-  RANKS_PIDS=()
-  RANKS_N=$n
+  RANKS_NOF[$tag]=$n
   for ((r = 0; r < n; r++)); do
     "$@" --rank $r --size "$n" --socket "$FGBUFF_RUNTIME_DIR/cpu$r.sock" \
       >"$FGBUFF_RUNTIME_DIR/$tag.$r.out" 2>&1 &
-    RANKS_PIDS+=($!)
+    RANKS_PID[$tag.$r]=$!
   done
 }
 
 ranks_wait() {
   local tag="$1" r bad=0
-  for ((r = 0; r < RANKS_N; r++)); do
-    wait "${RANKS_PIDS[$r]}" ||
+  [ -n "${RANKS_NOF[$tag]:-}" ] || { echo "ranks_wait: no ranks started as '$tag'"; return 1; }
+  for ((r = 0; r < ${RANKS_NOF[$tag]:-0}; r++)); do
+    wait "${RANKS_PID[$tag.$r]}" ||
       { echo "$tag rank $r failed:"; cat "$FGBUFF_RUNTIME_DIR/$tag.$r.out"; bad=1; }
   done
   return $bad
@@ -37,11 +38,12 @@ ranks_wait() {
 
 ranks_same_hashes() {
   local tag="$1" steps="${2:-}" d="$FGBUFF_RUNTIME_DIR" r bad=0
+  [ -n "${RANKS_NOF[$tag]:-}" ] || { echo "ranks_same_hashes: no ranks started as '$tag'"; return 1; }
   if [ -n "$steps" ] && [ "$(grep -c hash "$d/$tag.0.out")" -ne "$steps" ]; then
     echo "$tag: missing steps"
     bad=1
   fi
-  for ((r = 1; r < RANKS_N; r++)); do
+  for ((r = 1; r < ${RANKS_NOF[$tag]:-0}; r++)); do
     diff <(grep hash "$d/$tag.0.out") <(grep hash "$d/$tag.$r.out") >/dev/null ||
       { echo "$tag: rank $r results differ from rank 0"; bad=1; }
   done

@@ -12,6 +12,7 @@
 set -u
 policy="${1:?policy}"
 source "$(dirname "$0")/../lib/world.sh"
+source "$(dirname "$0")/../lib/ranks.sh"
 bin="${FGBUFF_TEST_BIN:?}"
 sync="${FGBUFF_SYNC_BIN:?}"
 comp="${FGBUFF_COMP_BIN:?}"
@@ -20,28 +21,8 @@ world_start 3 --policy "$policy" || exit 1
 trap 'world_stop >/dev/null 2>&1' EXIT
 out="$FGBUFF_RUNTIME_DIR"
 rc=0
-start3() { # TAG CMD...: three ranks in the background, rank r on daemon r
-  local tag="$1" r
-  shift
-  pids=()
-  for r in 0 1 2; do
-    "$@" --rank $r --size 3 --socket "$out/cpu$r.sock" >"$out/$tag.$r.out" 2>&1 &
-    pids+=($!)
-  done
-}
-wait3() { # TAG STEPS: wait, then every rank printed STEPS hashes identical to rank 0's
-  local tag="$1" steps="$2" r
-  for r in 0 1 2; do
-    wait "${pids[$r]}" || { echo "$tag: rank $r failed:"; cat "$out/$tag.$r.out"; rc=1; }
-  done
-  [ "$(grep -c hash "$out/$tag.0.out")" -eq "$steps" ] || { echo "$tag: missing steps"; rc=1; }
-  for r in 1 2; do
-    diff <(grep hash "$out/$tag.0.out") <(grep hash "$out/$tag.$r.out") >/dev/null ||
-      { echo "$tag: rank $r results differ from rank 0"; rc=1; }
-  done
-}
 job="dense-$policy"
-start3 "$job" "$sync" --job "$job" --steps 12 --skip 2 --sleep-at 12 --sleep-ms 6000
+ranks_start "$job" 3 "$sync" --job "$job" --steps 12 --skip 2 --sleep-at 12 --sleep-ms 6000
 # Poll every daemon's status until all three show the plan and as many plan buffers issued as it
 # has buffers (the plan's first step depends on when its exchange completed; the clients sleep 6 s
 # inside step 12, so the job is still there).
@@ -85,19 +66,23 @@ for q in plans[1:]:
     assert q == p, f"plans differ across ranks: {p} vs {q}"
 PY
 grep -q "plan v[0-9]* ($policy)" "$out/status.0.txt" || { echo "status text lacks the plan:"; cat "$out/status.0.txt"; rc=1; }
-wait3 "$job" 12
+ranks_wait "$job" || rc=1
+ranks_same_hashes "$job" 12 || rc=1
 # Several steps in flight (each tensor waits only for its own previous step): buffers of
 # different steps are held at the same time.
 job="pipe-$policy"
-start3 "$job" "$sync" --job "$job" --steps 14 --skip 4 --pipeline 1
-wait3 "$job" 14
+ranks_start "$job" 3 "$sync" --job "$job" --steps 14 --skip 4 --pipeline 1
+ranks_wait "$job" || rc=1
+ranks_same_hashes "$job" 14 || rc=1
 # Twelve fp32 tensors of varied sizes (planclient: exact averages, tensor 3 never submitted).
 job="model-$policy"
-start3 "$job" "$bin/planclient" --job "$job" --steps 12 --skip 3
-wait3 "$job" 12
+ranks_start "$job" 3 "$bin/planclient" --job "$job" --steps 12 --skip 3
+ranks_wait "$job" || rc=1
+ranks_same_hashes "$job" 12 || rc=1
 job="topk-$policy"
-start3 "$job" "$comp" --job "$job" --compressor topk --density 0.01 --steps 12 --policy "$policy"
-wait3 "$job" 12
+ranks_start "$job" 3 "$comp" --job "$job" --compressor topk --density 0.01 --steps 12 --policy "$policy"
+ranks_wait "$job" || rc=1
+ranks_same_hashes "$job" 12 || rc=1
 world_stop || { echo "world_stop failed"; rc=1; }
 trap - EXIT
 [ $rc -eq 0 ] || cat "$FGBUFF_WORLD_LOG"

@@ -12,6 +12,7 @@
 # pre-issue goes on after them.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
+source "$(dirname "$0")/../lib/ranks.sh"
 bin="${FGBUFF_TEST_BIN:?}"
 sync="${FGBUFF_SYNC_BIN:?}"
 ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
@@ -21,26 +22,6 @@ trap 'world_stop >/dev/null 2>&1' EXIT
 out="$FGBUFF_RUNTIME_DIR"
 log="$FGBUFF_WORLD_LOG"
 rc=0
-start3() { # TAG CMD...: three ranks in the background, rank r on daemon r
-  local tag="$1" r
-  shift
-  for r in 0 1 2; do
-    "$@" --rank $r --size 3 --socket "$out/cpu$r.sock" >"$out/$tag.$r.out" 2>&1 &
-    eval "pid_${tag}_$r=\$!"
-  done
-}
-wait3() { # TAG STEPS: every rank succeeded with STEPS hashes identical to rank 0's
-  local tag="$1" steps="$2" r p
-  for r in 0 1 2; do
-    eval "p=\$pid_${tag}_$r"
-    wait "$p" || { echo "$tag: rank $r failed:"; cat "$out/$tag.$r.out"; rc=1; }
-  done
-  [ "$(grep -c hash "$out/$tag.0.out")" -eq "$steps" ] || { echo "$tag: missing steps"; rc=1; }
-  for r in 1 2; do
-    diff <(grep hash "$out/$tag.0.out") <(grep hash "$out/$tag.$r.out") >/dev/null ||
-      { echo "$tag: rank $r results differ from rank 0"; rc=1; }
-  done
-}
 # pre JOB FIELD: the leader's coordinator record of JOB, field of "preissue" (JSON), or "".
 pre() {
   "$ctl" --socket "$out/cpu0.sock" status --json 2>/dev/null | python3 -c '
@@ -59,7 +40,7 @@ wait_for() { # SECONDS CMD...: until CMD succeeds
 }
 
 # (1) 24 steps (warm-up 5, plan from step 8 or so), the last one sleeping 4 s inside the step.
-start3 pre "$sync" --job pre --steps 24 --skip 2 --sleep-at 24 --sleep-ms 4000
+ranks_start pre 3 "$sync" --job pre --steps 24 --skip 2 --sleep-at 24 --sleep-ms 4000
 active() { [ "$(pre pre active)" = true ] && [ "$(pre pre steps)" != "" ] && [ "$(pre pre steps)" -ge 3 ]; }
 wait_for 60 active || { echo "pre: pre-issue never active; leader status:"; pre pre why_not; rc=1; }
 items=$(pre pre items)
@@ -70,17 +51,20 @@ import json, sys
 print([j for j in json.load(sys.stdin)["coordinator"] if j["name"] == "pre"][0]["preissued"])')
   [ "$n" -ge 15 ] || { echo "pre: daemon $r received $n pre-issued ISSUEs"; rc=1; }
 done
-wait3 pre 24
+ranks_wait pre || rc=1
+ranks_same_hashes pre 24 || rc=1
 [ "$(grep -c "job 'pre': pre-issue on" "$log")" -ge 3 ] || { echo "pre: not every daemon logged pre-issue on"; rc=1; }
 
 # (2) Job pa runs 60 steps (sleeping 3 s inside step 20); once it is pre-issued, job pb joins the
 # same daemons (its communicator is created once pa's pre-issued step 20 ran) and stays 6 s in its
 # last step.
-start3 pa "$sync" --job pa --steps 60 --sleep-at 20 --sleep-ms 3000
+ranks_start pa 3 "$sync" --job pa --steps 60 --sleep-at 20 --sleep-ms 3000
 wait_for 60 eval '[ "$(pre pa active)" = true ]' || { echo "pa: pre-issue never active"; rc=1; }
-start3 pb "$sync" --job pb --steps 6 --sleep-at 6 --sleep-ms 6000
-wait3 pa 60
-wait3 pb 6
+ranks_start pb 3 "$sync" --job pb --steps 6 --sleep-at 6 --sleep-ms 6000
+ranks_wait pa || rc=1
+ranks_same_hashes pa 60 || rc=1
+ranks_wait pb || rc=1
+ranks_same_hashes pb 6 || rc=1
 # Every daemon switched pa back to agreement, after pb formed there (pa's last 40 steps take a few
 # ms, too short to poll the leader's "why_not"; coord-preissue checks it).
 [ "$(grep -c "job 'pa': pre-issue off" "$log")" -eq 3 ] || { echo "pa: pre-issue did not end on every daemon"; rc=1; }
@@ -106,12 +90,14 @@ for r in 0 2; do
 done
 grep -q "job 'pk': pre-issue on" "$log" || { echo "pk: the job was not pre-issued when rank 1 died"; rc=1; }
 wait_for 10 grep -q "job 'pk' rank 1 released" "$log" || { echo "pk: the dead client's job was not released"; rc=1; }
-start3 after "$sync" --job after --steps 12
-wait3 after 12
+ranks_start after 3 "$sync" --job after --steps 12
+ranks_wait after || rc=1
+ranks_same_hashes after 12 || rc=1
 
 # (4) 40 steps with an ad-hoc all-reduce after every 4th.
-start3 ad "$sync" --job ad --steps 40 --adhoc-every 4
-wait3 ad 40
+ranks_start ad 3 "$sync" --job ad --steps 40 --adhoc-every 4
+ranks_wait ad || rc=1
+ranks_same_hashes ad 40 || rc=1
 for r in 0 1 2; do
   [ "$(grep -c "^adhoc [0-9]* ok" "$out/ad.$r.out")" -eq 10 ] || { echo "ad: rank $r's ad-hoc all-reduces"; rc=1; }
 done
