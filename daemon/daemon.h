@@ -139,8 +139,6 @@ struct srv_job {
    * asks for pre-issue again). */
   uint64_t pre_next;
   uint8_t pre_seen, pre_adhoc, pre_live; /* pre_live: the last gradient ISSUE was pre-issued */
-  uint8_t sub_any;                       /* the client submitted or ended some step ... */
-  uint64_t sub_hi;                       /* ... the latest of them */
   srv_job *next;
 };
 

@@ -186,17 +186,20 @@ static int add_pending(srv_job *j, srv_tensor *t, uint64_t step, int flushed) {
   return 0;
 }
 
-/* The client's call order, for ad-hoc collectives under pre-issue (preissue.c). */
-static void note_sub(srv_job *j, uint64_t step) {
-  if (!j->sub_any || step > j->sub_hi) j->sub_hi = step;
-  j->sub_any = 1;
-}
-
-/* Every tensor the client ever submitted was submitted (or ended) for its latest step, or it began
- * none: a collective asked for now is between steps. The same on every rank of an SPMD job. */
-static int between_steps(const srv_job *j) {
-  for (uint32_t i = 0; j->sub_any && i < j->ntensors; i++)
-    if (j->tensors[i]->has_last && j->tensors[i]->last_step < j->sub_hi) return 0;
+/* The client's call order, for ad-hoc collectives under pre-issue (preissue.c): the latest step
+ * it began (submitted or ended any tensor of; *any 0: none yet), and whether every tensor it ever
+ * submitted reached that step — a collective asked for now is between steps. The same on every
+ * rank of an SPMD job. */
+static int between_steps(const srv_job *j, uint8_t *any, uint64_t *hi) {
+  *any = 0;
+  *hi = 0;
+  for (uint32_t i = 0; i < j->ntensors; i++) {
+    const srv_tensor *t = j->tensors[i];
+    if (t->has_last && (!*any || t->last_step > *hi)) *hi = t->last_step;
+    *any |= t->has_last;
+  }
+  for (uint32_t i = 0; i < j->ntensors; i++)
+    if (j->tensors[i]->has_last && j->tensors[i]->last_step < *hi) return 0;
   return 1;
 }
 
@@ -235,7 +238,6 @@ void srv_on_submit(srv_session *s, uint64_t req_id, const Fgbuff__V1__Submit *m)
     return;
   }
 #endif
-  note_sub(j, m->step);
   if (add_pending(j, t, m->step, 0) != 0) {
     srv_send_error(s, req_id, FGB_ENOMEM, "step", 0,
                    "step: too many unfinished steps (%d) or out of memory", SRV_MAX_INFLIGHT_STEPS);
@@ -274,7 +276,6 @@ void srv_on_end_step(srv_session *s, uint64_t req_id, const Fgbuff__V1__EndStep 
                    (unsigned long long)m->step);
     return;
   }
-  note_sub(j, m->step);
   uint32_t *keys = malloc(((size_t)j->ntensors + 1) * sizeof(uint32_t)), nkeys = 0;
   if (!keys) {
     srv_send_error(s, req_id, FGB_ENOMEM, "step", 0, "out of memory");
@@ -378,11 +379,13 @@ void srv_on_collective(srv_session *s, uint64_t req_id, const Fgbuff__V1__Collec
   }
   /* Between steps the collective passes the blocks numbered ahead (preissue.c). Inside a step it
    * cannot (ranks may have submitted different tensors): the job never asks for pre-issue again. */
-  if (!between_steps(j)) j->pre_adhoc = 1;
+  uint8_t sub_any;
+  uint64_t sub_hi;
+  if (!between_steps(j, &sub_any, &sub_hi)) j->pre_adhoc = 1;
   srv_coll *c = &j->colls[j->ncolls++];
   memset(c, 0, sizeof(*c));
-  c->sub_any = j->sub_any;
-  c->sub_hi = j->sub_hi;
+  c->sub_any = sub_any;
+  c->sub_hi = sub_hi;
   c->seq = m->seq;
   c->req_id = req_id;
   c->kind = (int)m->kind;
