@@ -436,6 +436,26 @@ static cli_cuda *ring_of(fgb_client *c, uint32_t tensor_id) {
   return a ? a->cuda : NULL;
 }
 
+/* 1 when `stream` is a non-blocking stream, not capturing, with nothing left to run. Work on the
+ * legacy default stream or a blocking stream also waits for the other's earlier work (implicit
+ * synchronisation), which a query of the stream alone does not cover; and a query would end a
+ * capture. Errors of these queries are cleared: the stream write then reports its own. */
+static int stream_idle(void *stream) {
+  cudaStream_t s = (cudaStream_t)stream;
+  if (s == NULL || s == cudaStreamLegacy || s == cudaStreamPerThread) return 0;
+  unsigned int fl = 0;
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamGetFlags(s, &fl) != cudaSuccess || !(fl & cudaStreamNonBlocking) ||
+      cudaStreamIsCapturing(s, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  cudaError_t q = cudaStreamQuery(s);
+  if (q == cudaSuccess) return 1;
+  if (q != cudaErrorNotReady) (void)cudaGetLastError();
+  return 0;
+}
+
 fgb_status cli_cuda_submit(fgb_client *c, uint32_t tensor_id, void *stream, uint32_t *slot,
                            uint32_t *seq) {
   cli_cuda *r = ring_of(c, tensor_id);
@@ -449,30 +469,9 @@ fgb_status cli_cuda_submit(fgb_client *c, uint32_t tensor_id, void *stream, uint
      * the host. The daemon sees it at once instead of after the stream write's launch latency
      * (5-15 us under MPS, on the critical path of a submit on an idle stream). A busy stream
      * (training: backward still running) writes it when it gets there, as before. */
-    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    /* Only on non-blocking streams: work submitted to the legacy default stream or a blocking
-     * stream also waits for the other's earlier work (implicit synchronisation), which a query
-     * of the stream alone does not cover. */
-    unsigned int fl = 0;
-    int dflt = stream == NULL || (cudaStream_t)stream == cudaStreamLegacy ||
-               (cudaStream_t)stream == cudaStreamPerThread;
-    if (r->ready_now && !dflt &&
-        (cudaStreamGetFlags((cudaStream_t)stream, &fl) != cudaSuccess ||
-         !(fl & cudaStreamNonBlocking))) {
-      (void)cudaGetLastError();
-      dflt = 1;
-    }
-    if (r->ready_now && !dflt && cudaStreamIsCapturing((cudaStream_t)stream, &cap) != cudaSuccess) {
-      (void)cudaGetLastError();
-      cap = cudaStreamCaptureStatusActive; /* unknown: the stream write is always right */
-    }
-    if (r->ready_now && !dflt && cap == cudaStreamCaptureStatusNone) { /* a query ends a capture */
-      cudaError_t q = cudaStreamQuery((cudaStream_t)stream);
-      if (q == cudaSuccess) {
-        cli_page_ready_now(r->page, *seq);
-        return FGB_OK;
-      }
-      if (q != cudaErrorNotReady) (void)cudaGetLastError(); /* the stream write reports it */
+    if (r->ready_now && stream_idle(stream)) {
+      cli_page_ready_now(r->page, *seq);
+      return FGB_OK;
     }
     const drv *dv = driver();
     CUresult cr = dv->write32((CUstream)stream, cli_page_ready_dev(r->page, *seq), *seq, 0);
