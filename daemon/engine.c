@@ -97,9 +97,19 @@ static uint64_t mono_us(void) {
   return (uint64_t)t.tv_sec * 1000000 + (uint64_t)t.tv_nsec / 1000;
 }
 
-/* Items whose path the trace follows: one-element gradient syncs (the latency benchmark's). */
+int srv_trace_level(void) {
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv("FGBUFF_GPU_TRACE");
+    v = !e ? 0 : strcmp(e, "all") == 0 ? 2 : 1;
+  }
+  return v;
+}
+
+/* Items whose path the trace follows: one-element gradient syncs (the latency benchmark's), or
+ * every single-tensor one with FGBUFF_GPU_TRACE=all. */
 static int traced(const srv_engine *e, const eng_item *it) {
-  return e->trace && it->kind == ENG_ISSUE && it->n == 1 && it->t[0].count == 1;
+  return e->trace && it->kind == ENG_ISSUE && it->n == 1 && (it->t[0].count == 1 || e->trace > 1);
 }
 
 static void stamp(const srv_engine *e, eng_item *it, int k) {
@@ -680,7 +690,7 @@ fgb_status eng_start_gpu(uv_loop_t *loop, const comm_ops *ops, const eng_gpu_ops
   }
   e->ops = ops;
   e->gpu = gpu;
-  e->trace = getenv("FGBUFF_GPU_TRACE") != NULL;
+  e->trace = srv_trace_level();
   /* The loop's window (server.c) and this one are set together by FGBUFF_HOT_US. */
   const char *hot = getenv("FGBUFF_HOT_US");
   char *end = NULL;

@@ -168,5 +168,8 @@ void eng_close_async(srv_engine *e);
  * a collective (do not finalise). */
 int eng_stop(srv_engine *e, int timeout_ms);
 void eng_item_free(eng_item *it);
+/* FGBUFF_GPU_TRACE: 0 unset, 2 "all" (every single-tensor collective is traced, not only the
+ * one-element ones of the latency benchmark), 1 otherwise. Read once. */
+int srv_trace_level(void);
 
 #endif

@@ -16,7 +16,8 @@
  * iteration pays the fixed per-tensor cost); K > 1 is how nccl-tests measure bandwidth and how a
  * training step looks (many gradients in flight): bus bandwidth over K x bytes. --raw-signal 1:
  * the raw baseline also writes a number into pinned host memory (cuStreamWriteValue32) and records
- * an event after each all-reduce, as fgbuffd's engine does (what those cost the stream). */
+ * an event after each all-reduce, as fgbuffd's engine does (what those cost the stream). --no4 1:
+ * skip the 4-byte size (traced runs of one size). */
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -67,7 +68,7 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   size_t minb = 64 << 10, maxb = (size_t)1 << 30;
   double scale = 1.0;
-  int batch = 1, raw_signal = 0;
+  int batch = 1, raw_signal = 0, no4 = 0;
   const char *label = "", *paths = "default";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--min")) minb = strtoull(argv[i + 1], NULL, 0);
@@ -77,6 +78,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--paths")) paths = argv[i + 1];
     if (!strcmp(argv[i], "--batch")) batch = atoi(argv[i + 1]);
     if (!strcmp(argv[i], "--raw-signal")) raw_signal = atoi(argv[i + 1]);
+    if (!strcmp(argv[i], "--no4")) no4 = atoi(argv[i + 1]); /* start at --min (traced runs) */
   }
   const char *plist[3] = {paths, NULL, NULL};
   if (!strcmp(paths, "both")) {
@@ -121,7 +123,7 @@ int main(int argc, char **argv) {
         label, label[0] ? ": " : "", batch, "bytes", "path", "raw_GB/s", "fgb_GB/s", "ratio",
         "raw_p50", "fgb_p50", "raw_p99", "fgb_p99");
   uint64_t step = 1;
-  for (size_t bytes = 4; bytes <= maxb; bytes = bytes == 4 ? minb : bytes * 4) {
+  for (size_t bytes = no4 ? minb : 4; bytes <= maxb; bytes = bytes == 4 ? minb : bytes * 4) {
     size_t count = bytes / 4;
     char *buf;
     CK(cudaMalloc((void **)&buf, bytes * (size_t)batch) == cudaSuccess);

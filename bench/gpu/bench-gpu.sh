@@ -32,6 +32,8 @@ run() {
     -x FGBUFF_CLIENT_TRACE -x FGBUFF_DONE_EVENT -x FGBUFF_DONE_PAGE -x FGBUFF_READY_EVENT -x FGBUFF_READY_NOW -x FGBUFF_SUBMIT_RING \
     "$build/bench/gpu/bench-gpu-allreduce" --label "$label" "$@"
   gpu_world_stop
+  # GPU_TRACE_LOG=FILE: the daemons' whole log is appended there (bench/gpu/trace-split.py reads it)
+  [ -z "${GPU_TRACE_LOG:-}" ] || cat "$GPU_WORLD_LOG" >> "$GPU_TRACE_LOG"
   # FGBUFF_GPU_TRACE=1: the daemons' per-collective timings of the 4-byte runs
   [ -z "${FGBUFF_GPU_TRACE:-}" ] || grep gtrace "$GPU_WORLD_LOG" | tail -12
 }

@@ -182,7 +182,7 @@ static int watch_poll(uint32_t i) {
   if (r == 0) return 0;
   uint32_t tid = w->tensor_id;
   uint64_t step = w->step;
-  if (getenv("FGBUFF_GPU_TRACE") && t->count == 1)
+  if (srv_trace_level() && (t->count == 1 || srv_trace_level() > 1))
     LOG_INFO("gtrace submit step %llu at %llu observed +%llu us", (unsigned long long)step,
              (unsigned long long)w->t_us, (unsigned long long)(srv_now_us() - w->t_us));
   drop_watch(i);

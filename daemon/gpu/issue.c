@@ -25,7 +25,10 @@ typedef struct gpu_exec {
   const eng_gpu_ops *gpu; /* first member (engine.c's exec_free dispatches on it) */
   comm *c;
   cudaEvent_t fin;
-  uint64_t t_start, t_enq; /* FGBUFF_GPU_TRACE: one-element collectives are timed in the log */
+  /* FGBUFF_GPU_TRACE: one-element collectives (every single-tensor one with =all) are timed in
+   * the log: host stamps at the start, after the settings agreement, after NCCL's enqueue, after
+   * the completion signals */
+  uint64_t t_start, t_agree, t_enq, t_sig;
   cudaEvent_t tev[4]; /* ... and on the GPU: before, after the collective, after scaling, end */
   /* Measured planning: the GPU time of the item's first dense collective (one NCCL group of
    * all-reduces, or the all-gather), read in g_poll once complete into the job's eng_stats. */
@@ -249,7 +252,8 @@ static int g_start(comm *c, int size, eng_item *it) {
   x->c = c;
   x->ckind = -1;
   it->priv = x;
-  if (g_trace < 0) g_trace = getenv("FGBUFF_GPU_TRACE") != NULL;
+  if (g_trace < 0) g_trace = srv_trace_level();
+  uint64_t t_in = g_trace ? mono_us() : 0;
   ncclComm_t nc = comm_nccl_handle(c);
   if (!nc) return fail(it, FGB_EPEER, "the job's communicator was aborted", NULL);
   int rank = 0;
@@ -270,7 +274,8 @@ static int g_start(comm *c, int size, eng_item *it) {
     if (st != FGB_OK) return fail(it, st, err, NULL);
   }
   if (g_trace) {
-    x->t_start = mono_us();
+    x->t_start = t_in;
+    x->t_agree = mono_us();
     for (int k = 0; k < 4; k++) x->tev[k] = ev_take(1);
     cudaEventRecord(x->tev[0], g_stream);
   }
@@ -375,6 +380,7 @@ static int g_start(comm *c, int size, eng_item *it) {
     return fail(it, FGB_EIO, "creating the completion event", "cudaEventCreateWithFlags failed");
   if ((ce = cudaEventRecord(x->fin, s)) != cudaSuccess)
     return fail(it, FGB_EIO, "recording the completion event", cudaGetErrorString(ce));
+  if (g_trace) x->t_sig = mono_us();
   return 0;
 }
 
@@ -393,15 +399,16 @@ static int g_poll(eng_item *it) {
       eng_stats_add(it->stats, x->ckind, (double)x->cbytes, (double)cms * 1e-3);
     for (uint32_t k = 0; k < x->ntm; k++) /* the stream is past every member's events */
       sp_timing_done(&x->tm[k], it->status == FGB_OK ? it->stats : NULL);
-    if (g_trace && it->n == 1 && it->t[0].count == 1) {
+    if (g_trace && it->n == 1 && (it->t[0].count == 1 || g_trace > 1)) {
       float ms[3] = {0, 0, 0};
       for (int k = 0; k < 3; k++) cudaEventElapsedTime(&ms[k], x->tev[k], x->tev[k + 1]);
       LOG_INFO(
-          "gtrace engine step %llu start %llu enqueue +%llu fin +%llu us; GPU: collective "
-          "%.1f, scale %.1f, done events %.1f us",
+          "gtrace engine step %llu start %llu agree +%llu enqueue +%llu signalled +%llu fin "
+          "+%llu us; GPU: collective %.1f, scale %.1f, done events %.1f us",
           (unsigned long long)it->t[0].step, (unsigned long long)x->t_start,
-          (unsigned long long)(x->t_enq - x->t_start), (unsigned long long)(mono_us() - x->t_start),
-          ms[0] * 1e3, ms[1] * 1e3, ms[2] * 1e3);
+          (unsigned long long)(x->t_agree - x->t_start),
+          (unsigned long long)(x->t_enq - x->t_start), (unsigned long long)(x->t_sig - x->t_start),
+          (unsigned long long)(mono_us() - x->t_start), ms[0] * 1e3, ms[1] * 1e3, ms[2] * 1e3);
     } else if (g_trace && it->coll == ENG_GRAD && it->status == FGB_OK) {
       uint32_t nc = 0; /* compressed members: the sparse path's GPU time, apart from control */
       uint64_t elems = 0;
