@@ -17,7 +17,8 @@
  * training step looks (many gradients in flight): bus bandwidth over K x bytes. --raw-signal 1:
  * the raw baseline also writes a number into pinned host memory (cuStreamWriteValue32) and records
  * an event after each all-reduce, as fgbuffd's engine does (what those cost the stream). --no4 1:
- * skip the 4-byte size (traced runs of one size). */
+ * skip the 4-byte size (traced runs of one size). BENCH_RAW_CALL=1: each rank prints the p50 host
+ * time of its raw ncclAllReduce call (stderr), to compare with the engine's traced enqueue. */
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -130,17 +131,20 @@ int main(int argc, char **argv) {
     CK(cudaMemset(buf, 0, bytes * (size_t)batch) == cudaSuccess);
     int n = iters_for(bytes, scale), warm = 3;
     double *tr = malloc(sizeof(double) * (size_t)n), *tf = malloc(sizeof(double) * (size_t)n);
+    double *tc = malloc(sizeof(double) * (size_t)n); /* host time of the raw enqueue calls */
     /* raw NCCL */
     for (int i = -warm; i < n; i++) {
       MPI_Barrier(MPI_COMM_WORLD);
       double t0 = now_us();
       for (int b = 0; b < batch; b++) {
+        if (b == 0 && i >= 0) tc[i] = now_us();
         CK(ncclAllReduce(buf + b * bytes, buf + b * bytes, count, ncclFloat32, ncclAvg, nc, s) ==
            ncclSuccess);
         if (raw_signal) {
           CK(cuStreamWriteValue32((CUstream)s, sig_dev, ++sig_n, 0) == CUDA_SUCCESS);
           CK(cudaEventRecord(sig_ev, s) == cudaSuccess);
         }
+        if (b == 0 && i >= 0) tc[i] = now_us() - tc[i];
       }
       CK(cudaStreamSynchronize(s) == cudaSuccess);
       if (i >= 0) tr[i] = now_us() - t0;
@@ -208,6 +212,10 @@ int main(int argc, char **argv) {
         fflush(stdout);
       }
     }
+    if (getenv("BENCH_RAW_CALL")) /* what the daemon's engine start is to be compared with */
+      fprintf(stderr, "# rank %d bytes %zu raw ncclAllReduce host call p50 %.1f us\n", rank, bytes,
+              pct(tc, n, 0.5));
+    free(tc);
     free(tr);
     free(tf);
     cudaFree(buf);

@@ -29,7 +29,7 @@ run() {
   # shellcheck disable=SC2086
   mpirun --oversubscribe ${BENCH_CLIENT_BIND:---bind-to none} -np 2 -x FGBUFF_RUNTIME_DIR -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE \
     -x NCCL_IB_DISABLE -x NCCL_SOCKET_IFNAME -x NCCL_NVLS_ENABLE -x FGBUFF_WAIT_SPIN_US \
-    -x FGBUFF_CLIENT_TRACE -x FGBUFF_DONE_EVENT -x FGBUFF_DONE_PAGE -x FGBUFF_READY_EVENT -x FGBUFF_READY_NOW -x FGBUFF_SUBMIT_RING \
+    -x FGBUFF_CLIENT_TRACE -x FGBUFF_DONE_EVENT -x FGBUFF_DONE_PAGE -x FGBUFF_READY_EVENT -x FGBUFF_READY_NOW -x FGBUFF_SUBMIT_RING -x BENCH_RAW_CALL \
     "$build/bench/gpu/bench-gpu-allreduce" --label "$label" "$@"
   gpu_world_stop
   # GPU_TRACE_LOG=FILE: the daemons' whole log is appended there (bench/gpu/trace-split.py reads it)
