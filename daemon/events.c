@@ -101,6 +101,12 @@ static void on_issue(srv *d, coord_event *ev) {
 }
 
 void srv_issue_event(srv *d, srv_job *j, coord_event *ev) {
+  /* A recall needs each pre-issued member's own seq; a plan's buffer item keeps only its last. */
+  if (ev->pre && !(ev->step & SRV_COLL_STEP))
+    for (uint32_t k = 0; k < ev->ntensors; k++) {
+      srv_tensor *t = tensor_by_key(j, ev->tensor_keys[k]);
+      if (t) srv_pre_note_seq(j, t->id, ev->step, ev->seq);
+    }
   /* Static plans hold a buffer's ISSUEs until its last member is agreed (plan_exec.c). */
   int plan = ev->step & SRV_COLL_STEP ? 0 : srv_plan_on_issue(j, ev);
   if (plan == 1) return;
@@ -308,6 +314,15 @@ void srv_coord_drain(srv *d) {
 #endif
         on_aborted(d, &ev);
         break;
+      case COORD_EV_RECALL:
+      case COORD_EV_REVOKE: {
+        srv_job *j = job_find(d, &ev.job, ev.job_key);
+        if (j && ev.kind == COORD_EV_RECALL)
+          srv_pre_recall(d, j, ev.recall_id);
+        else if (j)
+          srv_pre_revoke(d, j, ev.seq);
+        break;
+      }
       case COORD_EV_ERROR:
         /* A request of ours was rejected by the leader: a bug or a race with an abort/mismatch,
          * whose own events fail what is pending. */

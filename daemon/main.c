@@ -17,6 +17,7 @@
 #include "engine.h"
 #include "log.h"
 #include "plan_exec.h"
+#include "preissue.h"
 #include "rendezvous.h"
 #include "transport.h"
 #ifdef FGBUFF_HAVE_CUDA
@@ -202,6 +203,7 @@ int main(int argc, char **argv) {
                      .stall_ms = d.cfg.stall_timeout_ms,
                      .fusion_bytes = SRV_FUSION_BYTES}; /* "fusion" jobs; see plan_exec.h */
   d.coord = coord_new(&cc);
+  if (d.coord) coord_set_recall(d.coord, srv_recall_enabled());
 #ifdef FGBUFF_HAVE_CUDA
   if (d.coord && strncmp(d.cfg.device, "cuda:", 5) == 0 &&
       srv_gpu_start(&d, d.coord, err, sizeof(err)) != FGB_OK) {

@@ -30,15 +30,71 @@ typedef struct srv_held {
   struct srv_held *next;
 } srv_held;
 
-int srv_pre_enabled(void) {
-  static int v = -1;
-  if (v < 0) {
+/* FGBUFF_PREISSUE: "1" on, "0" off, unset: on for GPU daemons only (a CPU daemon's MPI
+ * collective cannot be aborted: the race in docs/architecture.md "Pre-issue"). */
+int srv_pre_enabled(const srv *d) {
+  static int v = -2;
+  if (v == -2) {
     const char *e = getenv("FGBUFF_PREISSUE");
-    v = e && strcmp(e, "1") == 0;
-    if (e && *e && strcmp(e, "0") != 0 && !v)
+    v = !e || !*e ? -1 : strcmp(e, "1") == 0 ? 1 : 0;
+    if (e && *e && strcmp(e, "0") != 0 && v != 1)
       LOG_WARN("FGBUFF_PREISSUE=%.40s: not 0 or 1, pre-issue stays off", e);
   }
+  return v >= 0 ? v : d->gpu != 0;
+}
+
+/* FGBUFF_RECALL=0 turns recalls off (tests prove with it that they are needed; comparisons). */
+int srv_recall_enabled(void) {
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv("FGBUFF_RECALL");
+    v = !(e && strcmp(e, "0") == 0);
+  }
   return v;
+}
+
+typedef struct srv_pre_seq {
+  uint64_t step, seq;
+  uint32_t tensor_id;
+} srv_pre_seq;
+
+/* Kept in seq order in [pre_seqs_head, npre_seqs); items are handed over in that order, so the
+ * lookup on the hot path finds its entry at the head. A forgotten entry gets tensor_id 0. */
+void srv_pre_note_seq(srv_job *j, uint32_t tensor_id, uint64_t step, uint64_t seq) {
+  if (j->pre_seqs_head > 0 && j->pre_seqs_head * 2 >= j->npre_seqs) { /* compact */
+    memmove(j->pre_seqs, j->pre_seqs + j->pre_seqs_head,
+            (j->npre_seqs - j->pre_seqs_head) * sizeof(*j->pre_seqs));
+    j->npre_seqs -= j->pre_seqs_head;
+    j->pre_seqs_head = 0;
+  }
+  if (j->npre_seqs == j->pre_seqs_cap) {
+    uint32_t cap = j->pre_seqs_cap ? j->pre_seqs_cap * 2 : 64;
+    srv_pre_seq *p = cap <= (1u << 20) ? realloc(j->pre_seqs, cap * sizeof(*p)) : NULL;
+    if (!p) return; /* a recall then treats the key as its item's last (revoked with it) */
+    j->pre_seqs = p;
+    j->pre_seqs_cap = cap;
+  }
+  j->pre_seqs[j->npre_seqs++] = (srv_pre_seq){.step = step, .seq = seq, .tensor_id = tensor_id};
+}
+
+/* The seq of a pre-issued member (forgotten with forget = 1), or `dflt` if not noted. */
+static uint64_t member_seq(srv_job *j, const eng_tensor *t, uint64_t dflt, int forget) {
+  for (uint32_t i = j->pre_seqs_head; i < j->npre_seqs; i++) {
+    srv_pre_seq *e = &j->pre_seqs[i];
+    if (e->tensor_id != t->tensor_id || e->step != t->step) continue;
+    uint64_t s = e->seq;
+    if (forget) e->tensor_id = 0;
+    while (j->pre_seqs_head < j->npre_seqs && j->pre_seqs[j->pre_seqs_head].tensor_id == 0)
+      j->pre_seqs_head++;
+    return s;
+  }
+  return dflt;
+}
+
+void srv_pre_free(srv_job *j) {
+  free(j->pre_seqs);
+  j->pre_seqs = NULL;
+  j->npre_seqs = j->pre_seqs_cap = j->pre_seqs_head = 0;
 }
 
 static srv_pending *pending_of(srv_job *j, uint32_t tensor_id, uint64_t step) {
@@ -72,9 +128,13 @@ static void start_members(srv_held *h) {
 
 void srv_pre_pump(srv *d) {
   if (!d->eng) return; /* the engine stopped (shutdown): nothing starts any more */
-  while (d->held && (!d->held->wait || members_ready(d->held))) {
+  while (d->held && (!d->held->wait || (!d->held->j->pre_hold && members_ready(d->held)))) {
     srv_held *h = d->held;
     if (h->wait) start_members(h);
+    if (h->it->pre && h->j) { /* handed over: a recall keeps it (every rank runs it) */
+      if (h->it->seq > h->j->pre_handed) h->j->pre_handed = h->it->seq;
+      for (uint32_t i = 0; i < h->it->n; i++) (void)member_seq(h->j, &h->it->t[i], 0, 1);
+    }
     d->held = h->next;
     if (!d->held) d->held_tail = NULL;
     d->nheld--;
@@ -192,17 +252,113 @@ static int plan_in_force(const srv_job *j, uint64_t u) {
   return 1;
 }
 
+/* Policy none (one collective per tensor, in the agreed order of the last full step): every
+ * registered tensor has its key, none has a compressor (see below), no planning exchange is
+ * pending and no decisions table is in force. Compressed tensors stay agreed on readiness: their
+ * first sync agrees the compressor settings and, on GPU, the sparse path's phases are run per
+ * agreed item; pre-issuing them has not been checked on GPU. */
+static int none_in_force(const srv_job *j) {
+  const srv_plan *pl = j->plan;
+  if (!pl || pl->xpending || pl->state != SRV_PLAN_NOTHING) return 0;
+  for (uint32_t i = 0; i < j->ntensors; i++)
+    if (!j->tensors[i]->key_known || j->tensors[i]->comp) return 0;
+  return 1;
+}
+
+/* An ad-hoc collective asked for inside a step and not done yet. */
+static int mid_step_coll(const srv_job *j) {
+  for (uint32_t i = 0; i < j->ncolls; i++)
+    if (j->colls[i].mid) return 1;
+  return 0;
+}
+
 void srv_pre_step(srv *d, srv_job *j, uint64_t step) {
-  if (!srv_pre_enabled() || !j->formed || j->aborted || (step & SRV_COLL_STEP) ||
-      !srv_plan_policy(j->policy))
+  int none = strcmp(j->policy, "none") == 0;
+  if (!srv_pre_enabled(d) || !j->formed || j->aborted || (step & SRV_COLL_STEP) ||
+      (!none && !srv_plan_policy(j->policy)))
     return;
   if (j->pre_seen && step < j->pre_next) return; /* not the first readiness of a new step */
   j->pre_seen = 1;
   j->pre_next = step + 1;
-  int on = !j->pre_adhoc && plan_in_force(j, step + 1);
+  int on = !j->pre_adhoc && !j->pre_hold && !mid_step_coll(j) &&
+           (none ? none_in_force(j) : plan_in_force(j, step + 1));
   fgb_status st = coord_preissue(d->coord, &j->id, on, step);
   if (st != FGB_OK && st != FGB_EAGAIN)
     LOG_WARN("job '%s': coord_preissue(step %llu): %d", j->id.name, (unsigned long long)step, st);
+}
+
+void srv_pre_mid_step(srv *d, srv_job *j) {
+  if (!srv_pre_enabled(d) || !j->formed) return;
+  if (!srv_recall_enabled()) { /* as before recalls: this job never asks for pre-issue again */
+    j->pre_adhoc = 1;
+    return;
+  }
+  fgb_status st = coord_recall(d->coord, &j->id);
+  if (st != FGB_OK && st != FGB_EAGAIN) LOG_WARN("job '%s': coord_recall: %d", j->id.name, st);
+}
+
+void srv_pre_recall(srv *d, srv_job *j, uint32_t recall_id) {
+  j->pre_hold = 1; /* nothing more of the job's waiting items starts until the REVOKE */
+  fgb_status st = coord_recall_answer(d->coord, &j->id, recall_id, j->pre_handed);
+  if (st != FGB_OK) LOG_WARN("job '%s': coord_recall_answer: %d", j->id.name, st);
+}
+
+static void end_waiting(srv *d, srv_job *j);
+
+/* Drops the members of h's item whose seq is above `kept`; returns how many are left. The
+ * dropped members' tensors, if submitted here, are reported ready again (they are numbered anew
+ * on readiness). A buffer's item may keep some members: every rank keeps the same ones. */
+static uint32_t revoke_members(srv *d, srv_job *j, srv_held *h, uint64_t kept) {
+  eng_item *it = h->it;
+  uint32_t n = 0;
+  uint64_t top = 0;
+  for (uint32_t i = 0; i < it->n; i++) {
+    eng_tensor *t = &it->t[i];
+    uint64_t s = member_seq(j, t, it->seq, 0);
+    if (s <= kept) {
+      if (s > top) top = s;
+      it->t[n++] = *t;
+      continue;
+    }
+    (void)member_seq(j, t, 0, 1);
+    j->revoked++;
+    srv_tensor *st = srv_tensor_get(d, t->tensor_id);
+    const srv_pending *p = pending_of(j, t->tensor_id, t->step);
+    if (st && st->key_known && p && !p->observing) {
+      fgb_status rc = coord_ready(d->coord, &j->id, t->step, &st->key, 1);
+      if (rc != FGB_OK)
+        LOG_WARN("job '%s': coord_ready(%s, step %llu) after a recall: %d", j->id.name, st->name,
+                 (unsigned long long)t->step, rc);
+    }
+  }
+  it->n = n;
+  if (n) it->seq = top;
+  return n;
+}
+
+void srv_pre_revoke(srv *d, srv_job *j, uint64_t kept) {
+  uint64_t before = j->revoked;
+  srv_held **pp = &d->held, *prev = NULL;
+  while (*pp) {
+    srv_held *h = *pp;
+    if (!h->wait || h->j != j || h->it->seq <= kept || revoke_members(d, j, h, kept)) {
+      prev = h;
+      pp = &h->next;
+      continue;
+    }
+    *pp = h->next;
+    if (d->held_tail == h) d->held_tail = prev;
+    d->nheld--;
+    if (j->inflight) j->inflight--;
+    eng_item_free(h->it);
+    free(h);
+  }
+  j->pre_hold = 0;
+  j->recalls++;
+  LOG_INFO("job '%s': recall: pre-issued collectives up to seq %llu kept, %llu revoked", j->id.name,
+           (unsigned long long)kept, (unsigned long long)(j->revoked - before));
+  if (j->left_clean) end_waiting(d, j); /* the kept ones, after its last step */
+  srv_pre_pump(d);
 }
 
 /* Job j's waiting items, turned into ones that start now on zeros in scratch memory: the client's
@@ -264,9 +420,12 @@ static void end_waiting(srv *d, srv_job *j) {
 }
 
 void srv_pre_abort(srv *d, srv_job *j) {
+  j->pre_hold = 0;
   end_waiting(d, j);
 }
 
 void srv_pre_client_gone(srv *d, srv_job *j) {
-  if (j->left_clean) end_waiting(d, j); /* mid-step: the leader's ABORT decides (srv_pre_abort) */
+  /* Mid-step: the leader's ABORT decides (srv_pre_abort). During a recall: its REVOKE (what is
+   * kept then runs on zeros) or the ABORT the leader sends for a departure during a recall. */
+  if (j->left_clean && !j->pre_hold) end_waiting(d, j);
 }

@@ -1,8 +1,9 @@
 /* daemon/preissue.h — pre-issue on the loop thread: engine items are handed over in world order
  * through one queue; a pre-issued ISSUE (numbered by the leader ahead of readiness, see
  * coordinator.c "Pre-issue") waits at its place until its tensors are ready on this rank, and
- * everything after it waits behind it. Enabled by FGBUFF_PREISSUE=1 (daemon environment; default
- * off). docs/architecture.md, "Control plane and agreement", says when it is safe. */
+ * everything after it waits behind it. FGBUFF_PREISSUE (daemon environment): default on for GPU
+ * daemons, off for CPU daemons. docs/architecture.md, "Control plane and agreement", says when it
+ * is safe. */
 #ifndef FGB_SRV_PREISSUE_H
 #define FGB_SRV_PREISSUE_H
 
@@ -12,8 +13,11 @@ struct srv;
 struct srv_job;
 struct eng_item;
 
-/* FGBUFF_PREISSUE=1 in the daemon's environment (read once). */
-int srv_pre_enabled(void);
+/* FGBUFF_PREISSUE (daemon environment, read once): 1 on, 0 off; unset: on for GPU daemons
+ * (--device cuda:...), off for CPU daemons (an MPI collective cannot be aborted). */
+int srv_pre_enabled(const struct srv *d);
+/* FGBUFF_RECALL=0 turns recalls off (default on): for the tests' proof that they are needed. */
+int srv_recall_enabled(void);
 /* Hand an item of the world order (FORM, ISSUE, XCHG, a RELEASE after a FORM) to the engine, behind
  * whatever waits. wait = 1: a pre-issued gradient ISSUE whose members may not be ready here yet
  * (they are marked issued, and flushed members zero-filled, when it starts). j may be NULL. */
@@ -33,6 +37,17 @@ void srv_pre_step(struct srv *d, struct srv_job *j, uint64_t step);
  * of an aborted job report FGB_EPEER (events.c). A mid-step departure waits for the ABORT. */
 void srv_pre_abort(struct srv *d, struct srv_job *j);
 void srv_pre_client_gone(struct srv *d, struct srv_job *j);
+/* Recall (coordinator.c, "Recall"): the client asked for an ad-hoc collective inside a step: ask
+ * the leader to take back the steps numbered ahead that no rank started. */
+void srv_pre_mid_step(struct srv *d, struct srv_job *j);
+/* COORD_EV_RECALL: hold the job's waiting items back, answer the highest seq handed over. */
+void srv_pre_recall(struct srv *d, struct srv_job *j, uint32_t recall_id);
+/* COORD_EV_REVOKE: drop the job's waiting members numbered above `kept`, report their tensors
+ * ready again if submitted here, and start what is kept in order. */
+void srv_pre_revoke(struct srv *d, struct srv_job *j, uint64_t kept);
+/* A pre-issued ISSUE of (tensor, step) got seq (before a plan folds it into a buffer's item). */
+void srv_pre_note_seq(struct srv_job *j, uint32_t tensor_id, uint64_t step, uint64_t seq);
+void srv_pre_free(struct srv_job *j);
 /* Items waiting (status). */
 uint32_t srv_pre_nwaiting(const struct srv *d);
 

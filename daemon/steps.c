@@ -378,12 +378,15 @@ void srv_on_collective(srv_session *s, uint64_t req_id, const Fgbuff__V1__Collec
     return;
   }
   /* Between steps the collective passes the blocks numbered ahead (preissue.c). Inside a step it
-   * cannot (ranks may have submitted different tensors): the job never asks for pre-issue again. */
+   * cannot (ranks may have submitted different tensors): the leader takes back the steps numbered
+   * ahead that no rank started (a recall), before the collective's READY reaches it. */
   uint8_t sub_any;
   uint64_t sub_hi;
-  if (!between_steps(j, &sub_any, &sub_hi)) j->pre_adhoc = 1;
+  int mid = !between_steps(j, &sub_any, &sub_hi);
+  if (mid) srv_pre_mid_step(s->d, j);
   srv_coll *c = &j->colls[j->ncolls++];
   memset(c, 0, sizeof(*c));
+  c->mid = (uint8_t)mid;
   c->sub_any = sub_any;
   c->sub_hi = sub_hi;
   c->seq = m->seq;
@@ -436,6 +439,7 @@ void srv_job_maybe_release(srv *d, srv_job *j) {
   free(j->steps);
   free(j->stalls);
   srv_plan_free(j);
+  srv_pre_free(j);
   free(j);
 }
 

@@ -27,6 +27,8 @@ enum {
   COORD_MSG_META = 3,
   COORD_MSG_READY = 4,
   COORD_MSG_PRE = 5,
+  COORD_MSG_RECALL = 6,
+  COORD_MSG_RECALLED = 7,
   COORD_MSG_FORMED = 16,
   COORD_MSG_REFUSED = 17,
   COORD_MSG_TENSOR_OK = 18,
@@ -36,6 +38,8 @@ enum {
   COORD_MSG_ABORT = 22,
   COORD_MSG_ERROR = 23,
   COORD_MSG_PREISSUE = 24,
+  COORD_MSG_RECALL_ASK = 25,
+  COORD_MSG_REVOKE = 26,
 };
 
 /* One decoded control message; which fields are meaningful depends on `type` (see the format
@@ -43,11 +47,13 @@ enum {
 typedef struct coord_msg {
   uint8_t type;
   coord_job_id job;
-  int32_t rank;  /* JOIN, LEAVE, META, READY, REFUSED: job rank of the sender's client */
-  int32_t size;  /* JOIN */
-  uint8_t abort; /* LEAVE */
-  uint8_t on;    /* PRE */
-  uint64_t job_key, seq, step, waited_ms;
+  int32_t rank;       /* JOIN, LEAVE, META, READY, REFUSED: job rank of the sender's client */
+  int32_t size;       /* JOIN */
+  uint8_t abort;      /* LEAVE */
+  uint8_t on;         /* PRE */
+  uint32_t recall_id; /* RECALLED, RECALL_ASK, REVOKE */
+  uint64_t job_key, seq, step, waited_ms; /* RECALLED: seq = highest handed over (0: none);
+                                            REVOKE: seq = highest kept */
   uint32_t tensor_key;
   coord_tensor_meta meta; /* META: full; TENSOR_OK, MISMATCH, STALL: meta.name only */
   uint32_t nkeys;         /* READY, ISSUE, PREISSUE (seq: the first key's; one seq per key) */
@@ -96,6 +102,7 @@ size_t coord_leader_status(const coord *c, char *buf, size_t cap, size_t off);
 coord_leader *coord_get_leader(coord *c);
 const coord_config *coord_cfg(const coord *c);
 uint64_t coord_now(const coord *c);
+int coord_recall_off(const coord *c); /* coord_set_recall(c, 0) was called */
 /* Send a leader→daemon message to world rank `to` (delivered in place when `to` is this daemon).
  */
 fgb_status coord_send(coord *c, int to, const coord_msg *m);
@@ -138,6 +145,7 @@ struct coord {
   uint64_t pre_items; /* ISSUEs received pre-issued (status) */
   uint32_t next_gen;
   int leader_lost;
+  int no_recall;        /* coord_set_recall(c, 0) */
   coord_leader *leader; /* world rank 0 only */
 };
 

@@ -30,6 +30,13 @@ typedef struct early_meta {
   coord_tensor_meta meta;
 } early_meta;
 
+/* One step numbered ahead of readiness: key i got seq seq0 + i. */
+typedef struct pre_block {
+  uint64_t step, seq0;
+  uint32_t n;
+  uint32_t *keys;
+} pre_block;
+
 typedef struct ljob {
   coord_job_id id;
   int size, formed, njoined, nleft;
@@ -61,6 +68,16 @@ typedef struct ljob {
   uint64_t pre_items, pre_steps;
   uint8_t pre_active; /* the last PRE found every condition met */
   char pre_why[96];   /* else which one failed (status) */
+  /* Recall (coord_pre.c): the blocks numbered since the last recall (the newest
+   * COORD_RECENT_DONE; older ones are settled), and the round in flight. */
+  pre_block plog[COORD_RECENT_DONE];
+  uint32_t plog_n, plog_pos;
+  uint8_t rc_on;             /* a recall round is in flight: answers awaited */
+  uint32_t rc_id;            /* the round's id (1, 2, ...) */
+  uint8_t *rc_got;           /* per job rank: answered this round */
+  int rc_missing;            /* answers still awaited */
+  uint64_t rc_max;           /* highest seq handed over so far in the answers (0: none) */
+  uint64_t recalls, revoked; /* status */
   struct ljob *next;
 } ljob;
 
@@ -98,6 +115,13 @@ void coord_pre_on_ready(ljob *j, uint64_t step);
  * READY completed a step). */
 void coord_pre_try(coord *c, ljob *j);
 fgb_status coord_lead_on_pre(coord *c, int from, const coord_msg *m, char *err, size_t errlen);
+/* Recall: RECALL (a rank asks), RECALLED (a daemon's answer); coord_pre_recall starts a round
+ * (also for a tensor registered while steps are numbered ahead). */
+fgb_status coord_lead_on_recall(coord *c, int from, const coord_msg *m, char *err, size_t errlen);
+fgb_status coord_lead_on_recalled(coord *c, int from, const coord_msg *m, char *err, size_t errlen);
+void coord_pre_recall(coord *c, ljob *j, const char *why);
+/* Forgets (step, key) as issued: a READY naming it counts again (a revoked pre-issued ISSUE). */
+void coord_lead_unmark_done(ljob *j, uint32_t key, uint64_t step);
 void coord_pre_free(ljob *j);
 /* Status fields of the job's pre-issue ("preissue":{...}), appended at off. */
 size_t coord_pre_status(const ljob *j, char *buf, size_t cap, size_t off);

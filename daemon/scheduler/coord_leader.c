@@ -310,6 +310,14 @@ static fgb_status on_leave(coord *c, int from, const coord_msg *m, char *err, si
     coord_lead_abort(c, j, m->rank, -1, t);
     return FGB_OK;
   }
+  /* The leaver's daemon may hand its waiting items over on zeros before its answer, or after:
+   * the round cannot tell what it started. Ending the job is what its next step would do. */
+  if (j->rc_on) {
+    coord_fmt(t, sizeof t, "rank %d of job '%s' left during a recall of its pre-issued steps",
+              m->rank, j->id.name);
+    coord_lead_abort(c, j, m->rank, -1, t);
+    return FGB_OK;
+  }
   j->left[m->rank] = 1;
   if (++j->nleft == j->size) coord_lead_forget(coord_get_leader(c), j);
   return FGB_OK;
@@ -358,6 +366,10 @@ static void process_meta(coord *c, ljob *j, int from, int rank, const coord_tens
       return;
     }
     k = (int64_t)j->ntensors - 1;
+    /* Its first READY would be numbered behind the steps already numbered ahead, which its
+     * client may only submit after it (deadlock): take back what no rank started. */
+    coord_fmt(t, sizeof t, "tensor '%.200s' registered", meta->name);
+    coord_pre_recall(c, j, t);
   }
   ltensor *t = &j->tensors[k];
   coord_msg_init(&m, COORD_MSG_TENSOR_OK);
@@ -417,6 +429,10 @@ fgb_status coord_leader_handle(coord *c, int from, const coord_msg *m, char *err
       return coord_lead_on_ready(c, from, m, err, errlen);
     case COORD_MSG_PRE:
       return coord_lead_on_pre(c, from, m, err, errlen);
+    case COORD_MSG_RECALL:
+      return coord_lead_on_recall(c, from, m, err, errlen);
+    case COORD_MSG_RECALLED:
+      return coord_lead_on_recalled(c, from, m, err, errlen);
   }
   coord_fmt(err, errlen, "control message %s is not for the leader", coord_msg_name(m->type));
   return FGB_EPROTO;

@@ -1,6 +1,7 @@
 /* daemon/scheduler/coord_member.c — what every daemon does with the leader's messages: FORMED,
- * ISSUE, REFUSED, TENSOR_OK, MISMATCH, STALL, ABORT and ERROR become events (after checks that
- * keep seqs increasing and world ranks in range), and this daemon's view for status.
+ * ISSUE, REFUSED, TENSOR_OK, MISMATCH, STALL, ABORT, ERROR, RECALL_ASK and REVOKE become events
+ * (after checks that keep seqs increasing and world ranks in range), and this daemon's view for
+ * status.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -184,6 +185,13 @@ fgb_status coord_member_deliver(coord *c, const coord_msg *m, char *err, size_t 
       return coord_push_event(c, &ev);
     case COORD_MSG_ERROR:
       coord_event_init(&ev, COORD_EV_ERROR, m);
+      return coord_push_event(c, &ev);
+    case COORD_MSG_RECALL_ASK:
+    case COORD_MSG_REVOKE:
+      /* Not joined here (any more): the leader ends the round by the LEAVE or ABORT it gets. */
+      if (!j || !j->formed || j->job_key != m->job_key) return FGB_OK;
+      coord_event_init(&ev, m->type == COORD_MSG_REVOKE ? COORD_EV_REVOKE : COORD_EV_RECALL, m);
+      ev.recall_id = m->recall_id;
       return coord_push_event(c, &ev);
     default:
       coord_fmt(err, errlen, "control message %s is not for a member daemon",

@@ -9,7 +9,18 @@
 
 #include "coord_lead.h"
 
+static void plog_clear(ljob *j) {
+  for (uint32_t i = 0; i < COORD_RECENT_DONE; i++) {
+    free(j->plog[i].keys);
+    j->plog[i].keys = NULL;
+  }
+  j->plog_n = j->plog_pos = 0;
+}
+
 void coord_pre_free(ljob *j) {
+  plog_clear(j);
+  free(j->rc_got);
+  j->rc_got = NULL;
   free(j->pre_want);
   free(j->pre_rank_step);
   free(j->rec_keys);
@@ -73,6 +84,7 @@ static const char *blocker(coord *c, const ljob *j, uint64_t u, char *t, size_t 
       return t;
     }
   if (j->nleft) return "a rank left";
+  if (j->rc_on) return "a recall is in flight";
   const ljob *o = neighbour(coord_get_leader(c), j);
   if (o) {
     coord_fmt(t, tl, "job '%.60s' shares a daemon", o->id.name);
@@ -103,6 +115,15 @@ static int try_once(coord *c, ljob *j) {
   p.step = u;
   p.nkeys = j->blk_n;
   p.keys = j->blk_keys; /* borrowed */
+  /* Logged for a recall: which (step, key) got which seq. Out of memory: not numbered. */
+  pre_block *b = &j->plog[j->plog_pos];
+  uint32_t *keys = malloc(j->blk_n * sizeof *keys);
+  if (!keys) return 0;
+  memcpy(keys, j->blk_keys, j->blk_n * sizeof *keys);
+  free(b->keys);
+  *b = (pre_block){.step = u, .seq0 = p.seq, .n = j->blk_n, .keys = keys};
+  j->plog_pos = (j->plog_pos + 1) % COORD_RECENT_DONE;
+  if (j->plog_n < COORD_RECENT_DONE) j->plog_n++;
   coord_get_leader(c)->next_seq += j->blk_n;
   for (uint32_t i = 0; i < j->blk_n; i++) coord_lead_mark_done(j, j->blk_keys[i], u);
   j->pre_last = j->full_next = u + 1;
@@ -154,10 +175,105 @@ fgb_status coord_lead_on_pre(coord *c, int from, const coord_msg *m, char *err, 
 size_t coord_pre_status(const ljob *j, char *buf, size_t cap, size_t off) {
   off = coord_json_putf(buf, cap, off,
                         ",\"preissue\":{\"active\":%s,\"steps\":%llu,\"items\":%llu,\"block\":%u,"
-                        "\"last_step\":%lld,\"why_not\":",
+                        "\"last_step\":%lld,\"recalls\":%llu,\"revoked\":%llu,\"why_not\":",
                         j->pre_active ? "true" : "false", (unsigned long long)j->pre_steps,
                         (unsigned long long)j->pre_items, j->blk_n,
-                        j->pre_last ? (long long)(j->pre_last - 1) : -1LL);
+                        j->pre_last ? (long long)(j->pre_last - 1) : -1LL,
+                        (unsigned long long)j->recalls, (unsigned long long)j->revoked);
   off = coord_json_str(buf, cap, off, j->pre_why);
   return coord_json_putf(buf, cap, off, "}");
+}
+
+/* ---- recall ---------------------------------------------------------------------------------- */
+/* Starts a round unless one is in flight, a rank left (the job ends by ABORT anyway), or nothing
+ * was numbered ahead since the last round. No step is numbered ahead until it ended. */
+void coord_pre_recall(coord *c, ljob *j, const char *why) {
+  if (coord_recall_off(c) || !j->formed || j->rc_on || j->nleft || !j->plog_n) return;
+  if (!j->rc_got) j->rc_got = calloc((size_t)j->size, 1);
+  if (!j->rc_got) return; /* out of memory: as before recalls existed */
+  memset(j->rc_got, 0, (size_t)j->size);
+  j->rc_on = 1;
+  j->rc_id++;
+  if (!j->rc_id) j->rc_id = 1; /* 0 is never a round */
+  j->rc_missing = j->size;
+  j->rc_max = 0;
+  j->pre_active = 0;
+  coord_fmt(j->pre_why, sizeof j->pre_why, "recall: %s", why);
+  coord_msg m;
+  coord_msg_init(&m, COORD_MSG_RECALL_ASK);
+  m.job = j->id;
+  m.job_key = j->job_key;
+  m.recall_id = j->rc_id;
+  coord_lead_send_members(c, j, &m, -1);
+}
+
+fgb_status coord_lead_on_recall(coord *c, int from, const coord_msg *m, char *err, size_t errlen) {
+  fgb_status st = FGB_OK;
+  char t[COORD_MAX_TEXT + 1];
+  ljob *j = coord_lead_member_job(c, from, m, &st, err, errlen);
+  if (!j) return st;
+  if (!j->formed) {
+    coord_fmt(t, sizeof t, "RECALL: job '%s' has not formed yet", j->id.name);
+    return coord_lead_error(c, from, &m->job, FGB_EINVAL, t, err, errlen);
+  }
+  /* This rank wants nothing numbered ahead until its next PRE says so again. */
+  if (j->pre_want) j->pre_want[m->rank] = 0;
+  coord_fmt(t, sizeof t, "rank %d asked (ad-hoc collective inside a step)", m->rank);
+  coord_pre_recall(c, j, t);
+  return FGB_OK;
+}
+
+/* Every answer is in: items up to S* (the highest seq any daemon handed over) run everywhere;
+ * the later ones are revoked everywhere and their (step, key) count as not issued again. */
+static void recall_end(coord *c, ljob *j) {
+  uint64_t keep = j->rc_max, low = UINT64_MAX, n = 0;
+  for (uint32_t b = 0; b < j->plog_n; b++) {
+    const pre_block *pb = &j->plog[b];
+    for (uint32_t i = 0; i < pb->n; i++) {
+      if (pb->seq0 + i <= keep) continue;
+      coord_lead_unmark_done(j, pb->keys[i], pb->step);
+      if (pb->step < low) low = pb->step;
+      n++;
+    }
+  }
+  plog_clear(j);
+  /* Numbered on readiness again from the first revoked step; a new block needs a step agreed in
+   * full (a partly kept step never is). */
+  if (n) {
+    if (j->full_next > low) j->full_next = low;
+    if (j->pre_last > low) j->pre_last = low;
+  }
+  j->blk_n = 0;
+  j->rec_n = 0;
+  j->rc_on = 0;
+  j->recalls++;
+  j->revoked += n;
+  coord_fmt(j->pre_why, sizeof j->pre_why, "recalled (kept up to seq %llu, %llu revoked)",
+            (unsigned long long)keep, (unsigned long long)n);
+  coord_msg m;
+  coord_msg_init(&m, COORD_MSG_REVOKE);
+  m.job = j->id;
+  m.job_key = j->job_key;
+  m.recall_id = j->rc_id;
+  m.seq = keep;
+  coord_lead_send_members(c, j, &m, -1);
+}
+
+fgb_status coord_lead_on_recalled(coord *c, int from, const coord_msg *m, char *err,
+                                  size_t errlen) {
+  fgb_status st = FGB_OK;
+  char t[COORD_MAX_TEXT + 1];
+  ljob *j = coord_lead_member_job(c, from, m, &st, err, errlen);
+  if (!j) return st;
+  if (!j->rc_on || m->recall_id != j->rc_id || j->rc_got[m->rank])
+    return FGB_OK; /* an earlier round's, or a repeat: changes nothing */
+  if (m->seq >= coord_get_leader(c)->next_seq) {
+    coord_fmt(t, sizeof t, "RECALLED: rank %d of job '%s' handed over seq %llu, never numbered",
+              m->rank, j->id.name, (unsigned long long)m->seq);
+    return coord_lead_error(c, from, &m->job, FGB_EINVAL, t, err, errlen);
+  }
+  j->rc_got[m->rank] = 1;
+  if (m->seq > j->rc_max) j->rc_max = m->seq;
+  if (--j->rc_missing == 0) recall_end(c, j);
+  return FGB_OK;
 }

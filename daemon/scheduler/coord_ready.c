@@ -94,6 +94,21 @@ void coord_lead_mark_done(ljob *j, uint32_t key, uint64_t step) {
   if (key < j->ntensors) mark_done(&j->tensors[key], step);
 }
 
+void coord_lead_unmark_done(ljob *j, uint32_t key, uint64_t step) {
+  if (key >= j->ntensors) return;
+  ltensor *t = &j->tensors[key];
+  uint64_t keep[COORD_RECENT_DONE];
+  uint8_t n = 0;
+  /* Oldest first: the ring's order is kept, so the oldest is still overwritten first. */
+  for (uint8_t i = 0; i < t->ndone; i++) {
+    uint8_t at = (uint8_t)((t->done_pos + COORD_RECENT_DONE - t->ndone + i) % COORD_RECENT_DONE);
+    if (t->done[at] != step) keep[n++] = t->done[at];
+  }
+  memcpy(t->done, keep, n * sizeof *keep);
+  t->ndone = n;
+  t->done_pos = (uint8_t)(n % COORD_RECENT_DONE);
+}
+
 /* ---- readiness ----------------------------------------------------------------------------- */
 static uint64_t tensor_bytes(const ltensor *t) {
   if (t->meta.bytes) return t->meta.bytes;

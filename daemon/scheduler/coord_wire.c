@@ -93,6 +93,14 @@ const char *coord_msg_name(uint8_t type) {
       return "ERROR";
     case COORD_MSG_PREISSUE:
       return "PREISSUE";
+    case COORD_MSG_RECALL:
+      return "RECALL";
+    case COORD_MSG_RECALLED:
+      return "RECALLED";
+    case COORD_MSG_RECALL_ASK:
+      return "RECALL_ASK";
+    case COORD_MSG_REVOKE:
+      return "REVOKE";
   }
   return "unknown";
 }
@@ -242,6 +250,20 @@ fgb_status coord_msg_encode(const coord_msg *m, uint8_t **out, size_t *outlen) {
       w_u32(&w, (uint32_t)m->rank);
       w_u8(&w, m->on ? 1 : 0);
       w_u64(&w, m->step);
+      break;
+    case COORD_MSG_RECALL:
+      w_u32(&w, (uint32_t)m->rank);
+      break;
+    case COORD_MSG_RECALLED:
+      w_u32(&w, (uint32_t)m->rank);
+      w_u32(&w, m->recall_id);
+      w_u64(&w, m->seq);
+      break;
+    case COORD_MSG_RECALL_ASK:
+    case COORD_MSG_REVOKE:
+      w_u64(&w, m->job_key);
+      w_u32(&w, m->recall_id);
+      if (m->type == COORD_MSG_REVOKE) w_u64(&w, m->seq);
       break;
     case COORD_MSG_READY:
     case COORD_MSG_ISSUE:
@@ -477,6 +499,22 @@ fgb_status coord_msg_decode(const uint8_t *p, size_t len, coord_msg *m, char *er
       if (!r.bad && m->on > 1) r_fail(&r, "PRE on flag not 0/1");
       m->step = r_u64(&r, "PRE step");
       if (!r.bad && (m->step & COORD_STEP_ADHOC)) r_fail(&r, "PRE step in the ad-hoc range");
+      break;
+    case COORD_MSG_RECALL:
+      m->rank = r_rank(&r, 0, COORD_MAX_JOB_SIZE - 1, "RECALL rank");
+      break;
+    case COORD_MSG_RECALLED:
+      m->rank = r_rank(&r, 0, COORD_MAX_JOB_SIZE - 1, "RECALLED rank");
+      m->recall_id = r_u32(&r, "RECALLED recall id");
+      m->seq = r_u64(&r, "RECALLED handed seq");
+      if (!r.bad && m->recall_id == 0) r_fail(&r, "RECALLED recall id 0");
+      break;
+    case COORD_MSG_RECALL_ASK:
+    case COORD_MSG_REVOKE:
+      m->job_key = r_u64(&r, "RECALL job key");
+      m->recall_id = r_u32(&r, "RECALL recall id");
+      if (m->type == COORD_MSG_REVOKE) m->seq = r_u64(&r, "REVOKE kept seq");
+      if (!r.bad && m->recall_id == 0) r_fail(&r, "RECALL recall id 0");
       break;
     case COORD_MSG_READY:
     case COORD_MSG_ISSUE:

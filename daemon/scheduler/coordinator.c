@@ -143,6 +143,14 @@ void coord_set_uid_maker(coord *c, fgb_status (*make_uid)(void *ud, uint8_t *uid
   c->uid_ud = ud;
 }
 
+void coord_set_recall(coord *c, int on) {
+  if (c) c->no_recall = !on;
+}
+
+int coord_recall_off(const coord *c) {
+  return c->no_recall;
+}
+
 coord *coord_new(const coord_config *cfg) {
   if (!cfg || cfg->world_size <= 0 || cfg->world_size > COORD_MAX_JOB_SIZE || cfg->world_rank < 0 ||
       cfg->world_rank >= cfg->world_size)
@@ -406,6 +414,33 @@ fgb_status coord_preissue(coord *c, const coord_job_id *job, int on, uint64_t st
   m.rank = j->rank;
   m.on = on ? 1 : 0;
   m.step = step;
+  return to_leader(c, &m);
+}
+
+fgb_status coord_recall(coord *c, const coord_job_id *job) {
+  local_job *j;
+  fgb_status st = local_check(c, job, &j);
+  if (st) return st;
+  if (!j->formed) return FGB_EAGAIN;
+  coord_msg m;
+  coord_msg_init(&m, COORD_MSG_RECALL);
+  m.job = *job;
+  m.rank = j->rank;
+  return to_leader(c, &m);
+}
+
+fgb_status coord_recall_answer(coord *c, const coord_job_id *job, uint32_t recall_id,
+                               uint64_t handed_seq) {
+  local_job *j;
+  fgb_status st = local_check(c, job, &j);
+  if (st) return st;
+  if (!j->formed || recall_id == 0) return FGB_EINVAL;
+  coord_msg m;
+  coord_msg_init(&m, COORD_MSG_RECALLED);
+  m.job = *job;
+  m.rank = j->rank;
+  m.recall_id = recall_id;
+  m.seq = handed_seq;
   return to_leader(c, &m);
 }
 

@@ -69,8 +69,14 @@ typedef enum coord_event_kind {
   COORD_EV_ISSUE,           /* run collective #seq of job job_key for step: tensor_keys[ntensors] */
   COORD_EV_STALL,           /* job_key/tensor_key/step ready on some ranks; missing_ranks listed */
   COORD_EV_JOB_ABORTED,     /* a rank of the job failed: failed_rank (job rank), text */
-  COORD_EV_ERROR, /* the leader rejected a request of this daemon (unknown job or tensor key, rank
-                     not in the job, READY before the job formed, ...): job, text */
+  COORD_EV_ERROR,  /* the leader rejected a request of this daemon (unknown job or tensor key, rank
+                      not in the job, READY before the job formed, ...): job, text */
+  COORD_EV_RECALL, /* the leader ends the job's pre-issue: hold back its waiting pre-issued
+                      ISSUEs from now on and answer coord_recall_answer(recall_id, the highest seq
+                      of the job's pre-issued ISSUEs handed to the engine, 0: none) */
+  COORD_EV_REVOKE, /* end of a recall: the job's pre-issued ISSUEs with seq > `seq` are revoked
+                      (never run: drop them, report their tensors ready again); those with
+                      seq <= `seq` run as numbered. Hold nothing back any more. */
 } coord_event_kind;
 
 typedef struct coord_event {
@@ -93,14 +99,18 @@ typedef struct coord_event {
   int nmissing;    /* STALL */
   int failed_rank; /* JOB_ABORTED: job rank that failed, -1 if unknown */
   char text[512];  /* human-readable reason naming what is wrong */
-  int code;    /* JOIN_REFUSED, ERROR: fgb_status of the refusal (FGB_EEXIST: rank or job already
-                  joined; FGB_EINVAL: size; FGB_ENOTFOUND: unknown job/key; ...) */
+  int code; /* JOIN_REFUSED, ERROR: fgb_status of the refusal (FGB_EEXIST: rank or job already
+               joined; FGB_EINVAL: size; FGB_ENOTFOUND: unknown job/key; ...) */
+  uint32_t recall_id; /* RECALL, REVOKE */
   uint8_t pre; /* ISSUE: pre-issued ahead of readiness (coord_preissue): the tensors may not be
                   ready on this rank yet; the daemon starts it once they are, in order */
 } coord_event;
 
 coord *coord_new(const coord_config *cfg);
 void coord_free(coord *c);
+/* on = 0: this leader starts no recall (FGBUFF_RECALL=0: the tests' proof that recalls are
+ * needed, same-run comparisons). Default on. */
+void coord_set_recall(coord *c, int on);
 /* Optional (GPU worlds): the leader calls make_uid once per formation for the job's transport
  * bootstrap id (ncclGetUniqueId), which FORMED carries to every rank (JOB_FORMED's uid). */
 void coord_set_uid_maker(coord *c, fgb_status (*make_uid)(void *ud, uint8_t *uid, size_t *len),
@@ -122,6 +132,15 @@ fgb_status coord_ready(coord *c, const coord_job_id *job, uint64_t step, const u
  * job made its first tensor of `step` ready, and this rank wants (on = 1) or does not want
  * (on = 0) the job's next step numbered ahead of readiness. FGB_EAGAIN before JOB_FORMED. */
 fgb_status coord_preissue(coord *c, const coord_job_id *job, int on, uint64_t step);
+/* Recall (semantics at the top of coordinator.c): this daemon's client of the job did something
+ * that ISSUEs numbered ahead of readiness may block (an ad-hoc collective inside a step): ask the
+ * leader to end the job's pre-issue and revoke what no rank started. Idempotent; cheap when
+ * nothing was pre-issued. Also stops this rank asking for pre-issue until its next PRE. */
+fgb_status coord_recall(coord *c, const coord_job_id *job);
+/* The answer to COORD_EV_RECALL `recall_id`: the highest seq of the job's pre-issued ISSUEs this
+ * daemon handed to its engine (0: none). From now on it hands none over until COORD_EV_REVOKE. */
+fgb_status coord_recall_answer(coord *c, const coord_job_id *job, uint32_t recall_id,
+                               uint64_t handed_seq);
 /* A peer daemon is gone (control-plane connection lost): every job with a rank there aborts. */
 void coord_peer_lost(coord *c, int world_rank);
 /* 1 once this (non-leader) daemon lost the leader (world rank 0): no ABORT can come any more. */

@@ -20,11 +20,17 @@
  * lines must still match across ranks. --die-at S: exit abruptly half-way through step S's
  * submits (a rank dying mid-step). --expect-peer S: step S must fail with FGB_EPEER (another rank
  * died); the client then exits 0 ("peer failure seen at step S").
+ * --mid-every K: in every K-th step, after half the step's submits, an ad-hoc all-reduce (sum) of
+ * the step's last tensor (not submitted yet), waited for before the rest is submitted; its sum is
+ * checked ("mid S ok"), then the tensor gets its gradient. --late-at S: half-way through step S's
+ * submits a 13th tensor ("late.grad", 333 fp32 in an arena of its own) is registered; it is
+ * submitted from that step on (after the others); its average is checked and hashed like theirs.
  *
  * usage: planclient --rank R --size N --socket PATH [--job NAME] [--steps S] [--reverse-at D]
  *          [--gap-ms G] [--skip K] [--sleep-ms MS]
  *          [--slow-at D --slow-ms MS] [--topk D [--mixed 1]] [--policy NAME]
  *          [--fp16 1] [--frac 1] [--die-at S] [--expect-peer S]
+ *          [--mid-every K] [--late-at S]
  * Exit status: 0 ok, 1 check failed, 2 usage. */
 #include <math.h>
 #include <stdint.h>
@@ -145,9 +151,75 @@ static int residuals(fgb_client *c, const uint32_t *tid, float **r) {
   return 0;
 }
 
+/* --mid-every: an ad-hoc sum inside step s over tensor k (not submitted yet in this step):
+ * (rank + 1) * s everywhere, then the gradient values it is submitted with. */
+static int mid_collective(fgb_client *c, uint32_t tid, void *p, int k, int rank, int size, int s) {
+  float *v = p;
+  for (uint64_t e = 0; e < counts[k]; e++) v[e] = (float)((rank + 1) * s);
+  if (fgb_allreduce(c, tid, FGB_OP_SUM, 120000))
+    return fprintf(stderr, "rank %d: all-reduce inside step %d: %s\n", rank, s,
+                   fgb_client_error(c)),
+           1;
+  float want = (float)(s * size * (size + 1) / 2);
+  for (uint64_t e = 0; e < counts[k]; e++)
+    if (v[e] != want)
+      return fprintf(stderr, "rank %d: all-reduce inside step %d: [%llu] = %g, want %g\n", rank, s,
+                     (unsigned long long)e, (double)v[e], (double)want),
+             1;
+  for (uint64_t e = 0; e < counts[k]; e++) {
+    float g = value(k, rank, s, e);
+    uint16_t h = f2h(g);
+    if (is_half(k))
+      memcpy((char *)p + 2 * e, &h, 2);
+    else
+      memcpy((char *)p + 4 * e, &g, 4);
+  }
+  printf("mid %d ok\n", s);
+  fflush(stdout);
+  return 0;
+}
+
+/* --late-at: a tensor registered once training runs. */
+#define LATE_N 333u
+static int late_register(fgb_client *c, int rank, uint32_t *tid, float **p) {
+  fgb_arena la;
+  if (fgb_arena_alloc_host(c, LATE_N * 4, &la)) return 1;
+  fgb_tensor_desc td = FGB_TENSOR_DESC_INIT;
+  td.name = "late.grad";
+  td.arena = la.id;
+  td.offset = 0;
+  td.count = LATE_N;
+  td.dtype = FGB_FLOAT32;
+  if (fgb_tensor_register(c, &td, tid)) return 1;
+  *p = la.ptr;
+  printf("rank %d registered late.grad\n", rank);
+  return 0;
+}
+
+static float late_value(int rank, int s, uint64_t e) {
+  return (float)((rank + 1) * 7 + (int)(e % 5) + s % 3);
+}
+
+static void late_fill(float *p, int rank, int s) {
+  for (uint64_t e = 0; e < LATE_N; e++) p[e] = late_value(rank, s, e);
+}
+
+static int late_check(const float *p, int rank, int size, int s) {
+  for (uint64_t e = 0; e < LATE_N; e++) {
+    float sum = 0;
+    for (int r = 0; r < size; r++) sum += late_value(r, s, e);
+    float want = sum / (float)size;
+    if (memcmp(&p[e], &want, sizeof want) != 0)
+      return fprintf(stderr, "rank %d step %d late.grad elem %llu: %g, want %g\n", rank, s,
+                     (unsigned long long)e, (double)p[e], (double)want),
+             1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int rank = -1, size = -1, steps = 12, reverse_at = -1, gap_ms = 0, skip = -1, sleep_ms = 0;
-  int slow_at = -1, slow_ms = 0, die_at = -1, expect_peer = -1;
+  int slow_at = -1, slow_ms = 0, die_at = -1, expect_peer = -1, mid_every = 0, late_at = -1;
   const char *job = "plantest", *sock = NULL, *policy = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *a = argv[i], *v = argv[i + 1];
@@ -187,6 +259,10 @@ int main(int argc, char **argv) {
       die_at = atoi(v);
     else if (!strcmp(a, "--expect-peer"))
       expect_peer = atoi(v);
+    else if (!strcmp(a, "--mid-every"))
+      mid_every = atoi(v);
+    else if (!strcmp(a, "--late-at"))
+      late_at = atoi(v);
     else
       return fprintf(stderr, "planclient: unknown option %s\n", a), 2;
   }
@@ -227,6 +303,8 @@ int main(int argc, char **argv) {
       return fprintf(stderr, "rank %d: register: %s\n", rank, fgb_client_error(c)), 1;
   }
   int fails = 0, dense_steps = 0, sparse_steps = 0, peer_seen = 0;
+  uint32_t late_tid = 0;
+  float *late_p = NULL;   /* --late-at: the late tensor's memory once registered */
   float *r0[NT], *r1[NT]; /* residuals before (zero before the first step) and after a step */
   for (int k = 0; k < NT; k++) {
     r0[k] = calloc(counts[k], 4);
@@ -248,6 +326,12 @@ int main(int argc, char **argv) {
     if (s == steps && sleep_ms > 0) usleep((useconds_t)sleep_ms * 1000);
     for (int j = 0; j < NT; j++) {
       int k = (reverse_at > 0 && s >= reverse_at) ? NT - 1 - j : j;
+      if (s == late_at && j == NT / 2 && late_register(c, rank, &late_tid, &late_p))
+        return fprintf(stderr, "rank %d: late tensor: %s\n", rank, fgb_client_error(c)), 1;
+      if (mid_every > 0 && s % mid_every == 0 && j == NT / 2) {
+        int last = (reverse_at > 0 && s >= reverse_at) ? 0 : NT - 1;
+        if (mid_collective(c, tid[last], (char *)a.ptr + off[last], last, rank, size, s)) return 1;
+      }
       if (slow_at > 0 && s >= slow_at && j == NT / 2 && slow_ms > 0)
         usleep((useconds_t)slow_ms * 1000);
       if (k == skip) continue;
@@ -262,6 +346,9 @@ int main(int argc, char **argv) {
       if (gap_ms > 0) usleep((useconds_t)gap_ms * 1000);
     }
     if (peer_seen) break; /* ends like a finished run (frees everything) */
+    if (late_p) late_fill(late_p, rank, s);
+    if (late_p && fgb_submit(c, late_tid, (uint64_t)s, NULL))
+      return fprintf(stderr, "rank %d: submit late: %s\n", rank, fgb_client_error(c)), 1;
     fgb_status wst = fgb_end_step(c, (uint64_t)s);
     if (wst == FGB_OK) wst = fgb_wait_step(c, (uint64_t)s, 120000);
     if (s == expect_peer && wst == FGB_EPEER) {
@@ -316,6 +403,11 @@ int main(int argc, char **argv) {
       }
       const unsigned char *b = (const unsigned char *)p;
       for (uint64_t i = 0; i < counts[k] * esize(k); i++) h = (h ^ b[i]) * 1099511628211ull;
+    }
+    if (late_p) {
+      fails += late_check(late_p, rank, size, s);
+      const unsigned char *b = (const unsigned char *)late_p;
+      for (uint64_t i = 0; i < LATE_N * 4; i++) h = (h ^ b[i]) * 1099511628211ull;
     }
     printf("step %d hash %016llx\n", s, (unsigned long long)h);
     fflush(stdout);
