@@ -27,6 +27,7 @@ typedef struct srv_held {
   eng_item *it;
   srv_job *j; /* kept alive by j->inflight, counted when the item was made */
   int wait;   /* a pre-issued ISSUE not started yet */
+  int kept;   /* ... kept by a recall: some rank started it */
   struct srv_held *next;
 } srv_held;
 
@@ -336,12 +337,53 @@ static uint32_t revoke_members(srv *d, srv_job *j, srv_held *h, uint64_t kept) {
   return n;
 }
 
+/* A kept item waits for a tensor this rank's client has not submitted for its step, while that
+ * client waits in an ad-hoc collective asked for inside that step, queued behind the item (frames
+ * and ring records are handled in the client's order, so it submitted everything it will before
+ * the collective). Another rank started the item: the ranks disagree on which tensors come before
+ * the collective, and no order can run both. Returns the tensor's name, or NULL. */
+static const char *disagrees(srv *d, srv_job *j, uint64_t *step) {
+  for (uint32_t i = 0; i < j->ncolls; i++) {
+    const srv_coll *c = &j->colls[i];
+    if (!c->mid) continue;
+    for (const srv_held *h = d->held; h; h = h->next) {
+      if (!h->wait || !h->kept || h->j != j) continue;
+      for (uint32_t k = 0; k < h->it->n; k++) {
+        const eng_tensor *t = &h->it->t[k];
+        const srv_tensor *st = srv_tensor_get(d, t->tensor_id);
+        if (!st || t->step > c->sub_hi || (st->has_last && st->last_step >= t->step)) continue;
+        *step = t->step;
+        return st->name;
+      }
+    }
+  }
+  return NULL;
+}
+
+void srv_pre_check_mid(srv *d, srv_job *j) {
+  uint64_t step = 0;
+  const char *name = disagrees(d, j, &step);
+  if (!name || j->aborted || !j->session) return;
+  /* Fail the job on every rank (the leader's ABORT ends the waiting items) instead of a hang
+   * that only the clients' timeouts would end. */
+  char why[512];
+  snprintf(why, sizeof(why),
+           "its ad-hoc collective inside step %llu waits behind the collective of tensor '%.100s' "
+           "(step %llu) that another rank started and this rank submits only after the "
+           "collective: the ranks disagree on which tensors come before the collective",
+           (unsigned long long)step, name, (unsigned long long)step);
+  LOG_ERROR("job '%s' rank %d: %s", j->id.name, j->rank, why);
+  fgb_status st = coord_leave(d->coord, &j->id, 1, why);
+  if (st != FGB_OK) LOG_WARN("job '%s': coord_leave: %d", j->id.name, st);
+}
+
 void srv_pre_revoke(srv *d, srv_job *j, uint64_t kept) {
   uint64_t before = j->revoked;
   srv_held **pp = &d->held, *prev = NULL;
   while (*pp) {
     srv_held *h = *pp;
     if (!h->wait || h->j != j || h->it->seq <= kept || revoke_members(d, j, h, kept)) {
+      if (h->wait && h->j == j) h->kept = 1;
       prev = h;
       pp = &h->next;
       continue;
@@ -357,6 +399,7 @@ void srv_pre_revoke(srv *d, srv_job *j, uint64_t kept) {
   j->recalls++;
   LOG_INFO("job '%s': recall: pre-issued collectives up to seq %llu kept, %llu revoked", j->id.name,
            (unsigned long long)kept, (unsigned long long)(j->revoked - before));
+  srv_pre_check_mid(d, j);
   if (j->left_clean) end_waiting(d, j); /* the kept ones, after its last step */
   srv_pre_pump(d);
 }

@@ -397,6 +397,7 @@ void srv_on_collective(srv_session *s, uint64_t req_id, const Fgbuff__V1__Collec
   c->tensor_id = t->id;
   c->dst_id = dst ? dst->id : 0;
   c->reported = (uint8_t)report_ready(s->d, j, t, SRV_COLL_STEP | m->seq);
+  if (mid) srv_pre_check_mid(s->d, j);
   srv_coord_drain(s->d);
 }
 

@@ -22,15 +22,17 @@
  * died); the client then exits 0 ("peer failure seen at step S").
  * --mid-every K: in every K-th step, after half the step's submits, an ad-hoc all-reduce (sum) of
  * the step's last tensor (not submitted yet), waited for before the rest is submitted; its sum is
- * checked ("mid S ok"), then the tensor gets its gradient. --late-at S: half-way through step S's
- * submits a 13th tensor ("late.grad", 333 fp32 in an arena of its own) is registered; it is
- * submitted from that step on (after the others); its average is checked and hashed like theirs.
+ * checked ("mid S ok"), then the tensor gets its gradient; --mid-after J: after J submits
+ * instead (1..NT-1; ranks giving different J disagree on what comes before the collective).
+ * --late-at S: half-way through step S's submits a 13th tensor ("late.grad", 333 fp32 in an arena
+ * of its own) is registered; it is submitted from that step on (after the others); its average is
+ * checked and hashed like theirs.
  *
  * usage: planclient --rank R --size N --socket PATH [--job NAME] [--steps S] [--reverse-at D]
  *          [--gap-ms G] [--skip K] [--sleep-ms MS]
  *          [--slow-at D --slow-ms MS] [--topk D [--mixed 1]] [--policy NAME]
  *          [--fp16 1] [--frac 1] [--die-at S] [--expect-peer S]
- *          [--mid-every K] [--late-at S]
+ *          [--mid-every K [--mid-after J]] [--late-at S]
  * Exit status: 0 ok, 1 check failed, 2 usage. */
 #include <math.h>
 #include <stdint.h>
@@ -220,6 +222,7 @@ static int late_check(const float *p, int rank, int size, int s) {
 int main(int argc, char **argv) {
   int rank = -1, size = -1, steps = 12, reverse_at = -1, gap_ms = 0, skip = -1, sleep_ms = 0;
   int slow_at = -1, slow_ms = 0, die_at = -1, expect_peer = -1, mid_every = 0, late_at = -1;
+  int mid_after = NT / 2;
   const char *job = "plantest", *sock = NULL, *policy = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *a = argv[i], *v = argv[i + 1];
@@ -261,12 +264,15 @@ int main(int argc, char **argv) {
       expect_peer = atoi(v);
     else if (!strcmp(a, "--mid-every"))
       mid_every = atoi(v);
+    else if (!strcmp(a, "--mid-after"))
+      mid_after = atoi(v);
     else if (!strcmp(a, "--late-at"))
       late_at = atoi(v);
     else
       return fprintf(stderr, "planclient: unknown option %s\n", a), 2;
   }
-  if (rank < 0 || size < 1 || steps < 1) return fprintf(stderr, "usage: planclient ...\n"), 2;
+  if (rank < 0 || size < 1 || steps < 1 || mid_after < 1 || mid_after >= NT)
+    return fprintf(stderr, "usage: planclient ...\n"), 2;
   fgb_client *c;
   if (fgb_client_new(&c) || fgb_connect(c, sock))
     return fprintf(stderr, "rank %d: connect: %s\n", rank, c ? fgb_client_error(c) : ""), 1;
@@ -328,7 +334,7 @@ int main(int argc, char **argv) {
       int k = (reverse_at > 0 && s >= reverse_at) ? NT - 1 - j : j;
       if (s == late_at && j == NT / 2 && late_register(c, rank, &late_tid, &late_p))
         return fprintf(stderr, "rank %d: late tensor: %s\n", rank, fgb_client_error(c)), 1;
-      if (mid_every > 0 && s % mid_every == 0 && j == NT / 2) {
+      if (mid_every > 0 && s % mid_every == 0 && j == mid_after) {
         int last = (reverse_at > 0 && s >= reverse_at) ? 0 : NT - 1;
         if (mid_collective(c, tid[last], (char *)a.ptr + off[last], last, rank, size, s)) return 1;
       }

@@ -1,0 +1,104 @@
+#!/bin/bash
+# Recall of pre-issued steps (FGBUFF_PREISSUE=1, three daemons, planclient's exact averages and
+# identical per-step hashes on every rank throughout):
+# (1) policy none pre-issues ("pre-issue on" on every daemon, items counted by the leader);
+# (2) every 6th (fgbuff: 10th) step an ad-hoc all-reduce inside the step (after half its submits), each client
+#     waiting for it before it submits the rest: the leader recalls the steps numbered ahead
+#     (log "recall: ... revoked"), the collectives run, results stay exact — policy none, then
+#     fgbuff (a static plan's buffers);
+# (3) a tensor registered half-way through step 8 of a pre-issued job and synced from that step on;
+# (4) ranks that disagree on which tensors come before a mid-step collective (rank 1 asks for it
+#     after 3 submits, the others after 6): never a hang — either every rank completes or the job
+#     fails on every rank with the message naming the disagreement, well before the timeouts.
+# With FGBUFF_RECALL=0 in the environment, (2) and (3) deadlock (the clients time out; tried by
+# hand: PRE_RECALL_TIMEOUT=20 FGBUFF_RECALL=0 bash test-preissue-recall.sh fails in (2) and (3)).
+set -u
+source "$(dirname "$0")/../lib/world.sh"
+source "$(dirname "$0")/../lib/ranks.sh"
+plan="${FGBUFF_PLAN_BIN:?}"
+ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
+tmo="${PRE_RECALL_TIMEOUT:-120}"
+export FGBUFF_PREISSUE=1
+world_start 3 || exit 1
+trap 'world_stop >/dev/null 2>&1' EXIT
+out="$FGBUFF_RUNTIME_DIR"
+log="$FGBUFF_WORLD_LOG"
+rc=0
+# pre JOB FIELD: the leader's "preissue" FIELD of JOB (JSON), or "" once the job is gone.
+pre() {
+  "$ctl" --socket "$out/cpu0.sock" status --json 2>/dev/null | python3 -c '
+import json, sys
+try:
+    js = [j for j in json.load(sys.stdin)["coordinator"] if j["name"] == sys.argv[1]]
+    print(json.dumps(js[0]["preissue"][sys.argv[2]]) if js else "")
+except Exception:
+    print("")' "$1" "$2"
+}
+run() { # TAG STEPS [planclient args]: run TAG on the three daemons, check results
+  local tag="$1" steps="$2"
+  shift 2
+  ranks_start "$tag" 3 timeout "$tmo" "$plan" --job "$tag" --steps "$steps" "$@"
+  ranks_wait "$tag" || rc=1
+  ranks_same_hashes "$tag" "$steps" || rc=1
+}
+on_everywhere() { # TAG
+  [ "$(grep -c "job '$1': pre-issue on" "$log")" -ge 3 ] || { echo "$1: not every daemon logged pre-issue on"; rc=1; }
+}
+recalled() { # TAG MIN: every daemon logged at least MIN recalls with something revoked
+  for r in 0 1 2; do
+    n=$(grep "fgbuffd\[$r\] info: job '$1': recall:" "$log" | grep -vc " 0 revoked")
+    [ "$n" -ge "$2" ] || { echo "$1: daemon $r logged $n recalls that revoked something (want >= $2)"; rc=1; }
+  done
+}
+
+# (1) policy none (the daemons' default): a long last step so that the leader's status is read.
+ranks_start nn 3 timeout "$tmo" "$plan" --job nn --steps 16 --sleep-ms 3000
+for _ in $(seq 1 100); do [ "$(pre nn items)" != "" ] && [ "$(pre nn items)" -ge 24 ] && break; sleep 0.1; done
+items=$(pre nn items)
+[ -n "$items" ] && [ "$items" -ge 24 ] || { echo "nn: the leader pre-issued '$items' items (want >= 24)"; rc=1; }
+ranks_wait nn || rc=1
+ranks_same_hashes nn 16 || rc=1
+on_everywhere nn
+
+# (2) mid-step collectives, policy none and fgbuff.
+run mid 24 --mid-every 6
+on_everywhere mid
+recalled mid 3
+for r in 0 1 2; do
+  [ "$(grep -c "^mid [0-9]* ok" "$out/mid.$r.out")" -eq 4 ] || { echo "mid: rank $r's collectives"; rc=1; }
+done
+run midf 30 --mid-every 10 --policy fgbuff
+on_everywhere midf
+recalled midf 2
+
+# (3) a tensor registered inside pre-issued step 8.
+run late 20 --late-at 8
+on_everywhere late
+recalled late 1
+grep -q "registered late.grad" "$out/late.0.out" || { echo "late: the tensor was not registered"; rc=1; }
+
+# (4) ranks disagreeing on what comes before the collective.
+for r in 0 1 2; do
+  ma=6
+  [ $r = 1 ] && ma=3
+  timeout 60 "$plan" --job dis --rank $r --size 3 --socket "$out/cpu$r.sock" --steps 12 \
+    --mid-every 6 --mid-after $ma >"$out/dis.$r.out" 2>&1 &
+  dpid[$r]=$!
+done
+ok=0
+for r in 0 1 2; do
+  wait "${dpid[$r]}"
+  drc=$?
+  [ $drc -eq 124 ] && { echo "dis: rank $r hung until its timeout"; rc=1; }
+  [ $drc -eq 0 ] && ok=$((ok + 1))
+done
+if [ $ok -ne 3 ]; then
+  grep -q "the ranks disagree on which tensors" "$out"/dis.*.out ||
+    { echo "dis: the failure does not name the disagreement"; cat "$out"/dis.*.out; rc=1; }
+fi
+echo "dis: $ok of 3 ranks completed"
+
+world_stop >/dev/null 2>&1
+trap - EXIT
+[ $rc -eq 0 ] || tail -n 60 "$log"
+exit $rc
