@@ -215,6 +215,9 @@ int main(int argc, char **argv) {
     LOG_ERROR("cannot create the coordinator");
     return fail(&b);
   }
+  LOG_INFO("pre-issue %s (FGBUFF_PREISSUE %.40s), recall %s", srv_pre_enabled(&d) ? "on" : "off",
+           getenv("FGBUFF_PREISSUE") ? getenv("FGBUFF_PREISSUE") : "unset: on for GPU daemons",
+           srv_recall_enabled() ? "on" : "off (FGBUFF_RECALL=0)");
   if (srv_server_start(&d, err, sizeof(err)) != FGB_OK ||
       srv_ctrl_connect(&d, b.addrs, b.token, err, sizeof(err)) != FGB_OK ||
 #ifdef FGBUFF_HAVE_CUDA

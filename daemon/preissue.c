@@ -306,21 +306,17 @@ void srv_pre_recall(srv *d, srv_job *j, uint32_t recall_id) {
 
 static void end_waiting(srv *d, srv_job *j);
 
-/* Drops the members of h's item whose seq is above `kept`; returns how many are left. The
- * dropped members' tensors, if submitted here, are reported ready again (they are numbered anew
- * on readiness). A buffer's item may keep some members: every rank keeps the same ones. */
-static uint32_t revoke_members(srv *d, srv_job *j, srv_held *h, uint64_t kept) {
+/* Whether h's item is revoked: every member numbered after `kept` (then its tensors, if
+ * submitted here, are reported ready again: they are numbered anew on readiness). A plan buffer
+ * with members on both sides of `kept` is kept whole on every rank (the same items and seqs
+ * everywhere): splitting it would leave its later members' buffer unable to complete. The leader
+ * forgets those later members as issued, but no READY names them (they wait in the item here). */
+static int item_revoked(srv *d, srv_job *j, srv_held *h, uint64_t kept) {
   eng_item *it = h->it;
-  uint32_t n = 0;
-  uint64_t top = 0;
+  for (uint32_t i = 0; i < it->n; i++)
+    if (member_seq(j, &it->t[i], it->seq, 0) <= kept) return 0;
   for (uint32_t i = 0; i < it->n; i++) {
     eng_tensor *t = &it->t[i];
-    uint64_t s = member_seq(j, t, it->seq, 0);
-    if (s <= kept) {
-      if (s > top) top = s;
-      it->t[n++] = *t;
-      continue;
-    }
     (void)member_seq(j, t, 0, 1);
     j->revoked++;
     srv_tensor *st = srv_tensor_get(d, t->tensor_id);
@@ -332,9 +328,7 @@ static uint32_t revoke_members(srv *d, srv_job *j, srv_held *h, uint64_t kept) {
                  (unsigned long long)t->step, rc);
     }
   }
-  it->n = n;
-  if (n) it->seq = top;
-  return n;
+  return 1;
 }
 
 /* A kept item waits for a tensor this rank's client has not submitted for its step, while that
@@ -382,7 +376,7 @@ void srv_pre_revoke(srv *d, srv_job *j, uint64_t kept) {
   srv_held **pp = &d->held, *prev = NULL;
   while (*pp) {
     srv_held *h = *pp;
-    if (!h->wait || h->j != j || h->it->seq <= kept || revoke_members(d, j, h, kept)) {
+    if (!h->wait || h->j != j || h->it->seq <= kept || !item_revoked(d, j, h, kept)) {
       if (h->wait && h->j == j) h->kept = 1;
       prev = h;
       pp = &h->next;
