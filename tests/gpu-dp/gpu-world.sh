@@ -57,4 +57,6 @@ gpu_world_stop() {
   kill -KILL "$GPU_WORLD_PID" 2>/dev/null
   wait "$GPU_WORLD_PID" 2>/dev/null
   unset GPU_WORLD_PID
+  # GPU_WORLD_KEEP=FILE: the daemons' log is appended there (GPU batches check which paths ran)
+  [ -z "${GPU_WORLD_KEEP:-}" ] || { echo "=== $0 $*"; cat "$GPU_WORLD_LOG"; } >>"$GPU_WORLD_KEEP"
 }

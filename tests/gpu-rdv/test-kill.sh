@@ -72,4 +72,5 @@ rdv_world_stop
 trap - EXIT
 kill -0 "$spid" 2>/dev/null && { echo "the survivor did not stop on SIGTERM"; rc=1; }
 [ $rc -eq 0 ] || tail -n 40 "$out"/daemon*.log
+[ -z "${GPU_WORLD_KEEP:-}" ] || { echo "=== $0 $*"; cat "$out"/daemon*.log; } >>"$GPU_WORLD_KEEP"
 exit $rc
