@@ -1,6 +1,7 @@
 /* daemon/preissue.c — pre-issue on the loop thread (see preissue.h): the queue that hands engine
- * items over in world order, the wait of a pre-issued ISSUE for its tensors' local readiness, and
- * what becomes of waiting items when a job ends or aborts.
+ * items over in world order, the wait of a pre-issued ISSUE for its tensors' local readiness, the
+ * member side of a recall (hold back, answer, revoke), and what becomes of waiting items when a
+ * job ends or aborts.
  *
  * Why one queue for everything: a pre-issued ISSUE is numbered before its tensors are ready, so the
  * loop cannot hand it to the engine yet; every later item of the world order (of any job: the

@@ -18,6 +18,9 @@
  *                u64 shape[ndim], u64 dense bytes
  *   4 READY      rank, u64 step, u32 n (1..65536), u32 keys[n]
  *   5 PRE        rank, u8 on (0|1), u64 step (below 2^63: this rank began `step`)
+ *   6 RECALL     rank (end the job's pre-issue: take back what no daemon started)
+ *   7 RECALLED   rank, u32 recall_id (>= 1), u64 seq (highest pre-issued seq of the job this
+ *                daemon handed to its engine; 0: none; must be below the leader's next seq)
  *   leader -> daemon
  *   16 FORMED    u64 job_key, u64 seq, u32 size (1..65536), u32 world_ranks[size] (job-rank
  *                order), u32 gens[size] (each rank's join generation), u32 uid_len (0..256),
@@ -32,6 +35,8 @@
  *   23 ERROR     i32 code (fgb_status -255..0), text (a request of this daemon was rejected)
  *   24 PREISSUE  as ISSUE, but key i of n gets seq + i (one ISSUE event per key, pre = 1);
  *                seq >= 1, seq + n must not wrap, step below 2^63
+ *   25 RECALL_ASK u64 job_key, u32 recall_id (>= 1)
+ *   26 REVOKE    u64 job_key, u32 recall_id (>= 1), u64 seq (the highest kept: S*)
  * Decoding checks every length and count against the bytes left and its cap, dtype and ndim
  * ranges, rank ranges, no NUL in names, and no trailing bytes; a malformed message is FGB_EPROTO
  * with a message and changes nothing. A daemon->leader type arriving at a non-leader, or a
@@ -114,6 +119,35 @@
  * member treats a pre-issued ISSUE as any other, except that its tensors may not be ready there
  * yet. A PRE of a step after the last step a cleanly departed rank began aborts the job ("left
  * with step s unfinished"), as a READY does. ABORTs go to the failed rank's daemon last.
+ * Recall (a pre-issued block can otherwise deadlock a client): (a) a client asks for an ad-hoc
+ * collective inside a step (some of its tensors submitted, not all) and waits for it before it
+ * submits the rest, or (b) a tensor is registered while steps are numbered ahead and its first
+ * READY would be numbered behind them. In (a) the member daemon sends RECALL (every rank does;
+ * idempotent) before the collective's READY; in (b) the leader starts the round itself when it
+ * adds the tensor. A RECALL also sets that rank's PRE to off (pre-issue resumes once its next PRE
+ * says on, after a step agreed in full). A round starts unless one is in flight, a rank left
+ * (the job then ends by ABORT anyway), recalls are off (coord_set_recall), or nothing was
+ * numbered ahead since the last round. The leader then numbers nothing ahead for the job and
+ * sends RECALL_ASK(id) to every member; each member's daemon from then on hands none of the
+ * job's waiting pre-issued ISSUEs to its engine and answers RECALLED(id, H) with the highest seq
+ * of the job's pre-issued ISSUEs it handed over (0: none). With every answer the leader takes
+ * S* = max H: seqs <= S* are kept (some daemon started them, so every daemon must run them);
+ * the (step, key)s it numbered ahead after S* (its log of the last 8 blocks) are forgotten as
+ * issued, so their READYs count again; it needs a new step agreed in full before it numbers
+ * ahead again, and numbers from the first revoked step on readiness. It sends REVOKE(id, S*) to
+ * every member: each drops its waiting items whose every member seq is above S* (a plan buffer
+ * with members on both sides is kept whole on every rank; nobody reports its later members, so
+ * forgetting them at the leader is harmless), reports the dropped tensors it already has ready
+ * (READY), and hands the kept ones over once ready. Revoked seqs are gaps in the world sequence
+ * (members only check that seqs increase; the engine never needs them consecutive). Races: an
+ * answer and a READY cross freely (a READY sent before a member's answer reaches the leader
+ * before it, so it meets the done mark, as without a recall); answers of another round, repeated
+ * ones, and ones for a job no longer known change nothing (the last get ERROR); ABORT or a lost
+ * daemon during a round forgets the job and the round; a clean LEAVE during a round aborts the
+ * job ("left during a recall": its daemon may have handed items over on zeros after answering);
+ * RECALL_ASK / REVOKE for a job not joined here (any more) are ignored, the leader ends the round
+ * by that job's LEAVE or ABORT. Decoding checks recall_id >= 1 and every length as for the other
+ * types.
  * Caps: names 1..255 bytes, ndim <= 8, job size <= 65536 and <= world size, 65536 keys per
  * message, 2^20 tensors and 2^22 pending entries per job, 65536 jobs at the leader, 1024 stall
  * records per member, text 511 bytes.
