@@ -141,12 +141,9 @@ struct srv_job {
   uint64_t pre_next;
   uint8_t pre_seen, pre_adhoc, pre_live; /* pre_live: the last gradient ISSUE was pre-issued */
   /* Recall (preissue.c): a round is in flight (waiting items are held back), the highest seq of
-   * a pre-issued item handed to the engine, and the seq of each pre-issued (step, key) not handed
-   * over yet (a buffer's item carries only its last member's seq). */
+   * a pre-issued item handed to the engine, rounds ended and tensors revoked here. */
   uint8_t pre_hold;
   uint64_t pre_handed, recalls, revoked;
-  struct srv_pre_seq *pre_seqs;
-  uint32_t npre_seqs, pre_seqs_cap, pre_seqs_head;
   srv_job *next;
 };
 

@@ -101,12 +101,6 @@ static void on_issue(srv *d, coord_event *ev) {
 }
 
 void srv_issue_event(srv *d, srv_job *j, coord_event *ev) {
-  /* A recall needs each pre-issued member's own seq; a plan's buffer item keeps only its last. */
-  if (ev->pre && !(ev->step & SRV_COLL_STEP))
-    for (uint32_t k = 0; k < ev->ntensors; k++) {
-      srv_tensor *t = tensor_by_key(j, ev->tensor_keys[k]);
-      if (t) srv_pre_note_seq(j, t->id, ev->step, ev->seq);
-    }
   /* Static plans hold a buffer's ISSUEs until its last member is agreed (plan_exec.c). */
   int plan = ev->step & SRV_COLL_STEP ? 0 : srv_plan_on_issue(j, ev);
   if (plan == 1) return;

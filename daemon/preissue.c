@@ -55,50 +55,6 @@ int srv_recall_enabled(void) {
   return v;
 }
 
-typedef struct srv_pre_seq {
-  uint64_t step, seq;
-  uint32_t tensor_id;
-} srv_pre_seq;
-
-/* Kept in seq order in [pre_seqs_head, npre_seqs); items are handed over in that order, so the
- * lookup on the hot path finds its entry at the head. A forgotten entry gets tensor_id 0. */
-void srv_pre_note_seq(srv_job *j, uint32_t tensor_id, uint64_t step, uint64_t seq) {
-  if (j->pre_seqs_head > 0 && j->pre_seqs_head * 2 >= j->npre_seqs) { /* compact */
-    memmove(j->pre_seqs, j->pre_seqs + j->pre_seqs_head,
-            (j->npre_seqs - j->pre_seqs_head) * sizeof(*j->pre_seqs));
-    j->npre_seqs -= j->pre_seqs_head;
-    j->pre_seqs_head = 0;
-  }
-  if (j->npre_seqs == j->pre_seqs_cap) {
-    uint32_t cap = j->pre_seqs_cap ? j->pre_seqs_cap * 2 : 64;
-    srv_pre_seq *p = cap <= (1u << 20) ? realloc(j->pre_seqs, cap * sizeof(*p)) : NULL;
-    if (!p) return; /* a recall then treats the key as its item's last (revoked with it) */
-    j->pre_seqs = p;
-    j->pre_seqs_cap = cap;
-  }
-  j->pre_seqs[j->npre_seqs++] = (srv_pre_seq){.step = step, .seq = seq, .tensor_id = tensor_id};
-}
-
-/* The seq of a pre-issued member (forgotten with forget = 1), or `dflt` if not noted. */
-static uint64_t member_seq(srv_job *j, const eng_tensor *t, uint64_t dflt, int forget) {
-  for (uint32_t i = j->pre_seqs_head; i < j->npre_seqs; i++) {
-    srv_pre_seq *e = &j->pre_seqs[i];
-    if (e->tensor_id != t->tensor_id || e->step != t->step) continue;
-    uint64_t s = e->seq;
-    if (forget) e->tensor_id = 0;
-    while (j->pre_seqs_head < j->npre_seqs && j->pre_seqs[j->pre_seqs_head].tensor_id == 0)
-      j->pre_seqs_head++;
-    return s;
-  }
-  return dflt;
-}
-
-void srv_pre_free(srv_job *j) {
-  free(j->pre_seqs);
-  j->pre_seqs = NULL;
-  j->npre_seqs = j->pre_seqs_cap = j->pre_seqs_head = 0;
-}
-
 static srv_pending *pending_of(srv_job *j, uint32_t tensor_id, uint64_t step) {
   for (uint32_t i = 0; i < j->npending; i++)
     if (j->pending[i].tensor_id == tensor_id && j->pending[i].step == step) return &j->pending[i];
@@ -133,10 +89,8 @@ void srv_pre_pump(srv *d) {
   while (d->held && (!d->held->wait || (!d->held->j->pre_hold && members_ready(d->held)))) {
     srv_held *h = d->held;
     if (h->wait) start_members(h);
-    if (h->it->pre && h->j) { /* handed over: a recall keeps it (every rank runs it) */
-      if (h->it->seq > h->j->pre_handed) h->j->pre_handed = h->it->seq;
-      for (uint32_t i = 0; i < h->it->n; i++) (void)member_seq(h->j, &h->it->t[i], 0, 1);
-    }
+    /* Handed over: a recall keeps it (every rank runs it). */
+    if (h->it->pre && h->j && h->it->seq > h->j->pre_handed) h->j->pre_handed = h->it->seq;
     d->held = h->next;
     if (!d->held) d->held_tail = NULL;
     d->nheld--;
@@ -307,18 +261,14 @@ void srv_pre_recall(srv *d, srv_job *j, uint32_t recall_id) {
 
 static void end_waiting(srv *d, srv_job *j);
 
-/* Whether h's item is revoked: every member numbered after `kept` (then its tensors, if
- * submitted here, are reported ready again: they are numbered anew on readiness). A plan buffer
- * with members on both sides of `kept` is kept whole on every rank (the same items and seqs
- * everywhere): splitting it would leave its later members' buffer unable to complete. The leader
- * forgets those later members as issued, but no READY names them (they wait in the item here). */
-static int item_revoked(srv *d, srv_job *j, srv_held *h, uint64_t kept) {
+/* Revokes h's item: numbered after `kept` (a plan buffer's item carries its last member's seq,
+ * the same on every rank: no rank started it). Its tensors, if submitted here, are reported ready
+ * again; they are numbered anew on readiness (the leader forgot every (step, key) it numbered
+ * ahead since the last round: the members of kept items are never reported again). */
+static void revoke_item(srv *d, srv_job *j, srv_held *h) {
   eng_item *it = h->it;
-  for (uint32_t i = 0; i < it->n; i++)
-    if (member_seq(j, &it->t[i], it->seq, 0) <= kept) return 0;
   for (uint32_t i = 0; i < it->n; i++) {
     eng_tensor *t = &it->t[i];
-    (void)member_seq(j, t, 0, 1);
     j->revoked++;
     srv_tensor *st = srv_tensor_get(d, t->tensor_id);
     const srv_pending *p = pending_of(j, t->tensor_id, t->step);
@@ -329,7 +279,6 @@ static int item_revoked(srv *d, srv_job *j, srv_held *h, uint64_t kept) {
                  (unsigned long long)t->step, rc);
     }
   }
-  return 1;
 }
 
 /* A kept item waits for a tensor this rank's client has not submitted for its step, while that
@@ -377,12 +326,13 @@ void srv_pre_revoke(srv *d, srv_job *j, uint64_t kept) {
   srv_held **pp = &d->held, *prev = NULL;
   while (*pp) {
     srv_held *h = *pp;
-    if (!h->wait || h->j != j || h->it->seq <= kept || !item_revoked(d, j, h, kept)) {
+    if (!h->wait || h->j != j || h->it->seq <= kept) {
       if (h->wait && h->j == j) h->kept = 1;
       prev = h;
       pp = &h->next;
       continue;
     }
+    revoke_item(d, j, h);
     *pp = h->next;
     if (d->held_tail == h) d->held_tail = prev;
     d->nheld--;

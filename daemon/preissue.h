@@ -42,16 +42,13 @@ void srv_pre_client_gone(struct srv *d, struct srv_job *j);
 void srv_pre_mid_step(struct srv *d, struct srv_job *j);
 /* COORD_EV_RECALL: hold the job's waiting items back, answer the highest seq handed over. */
 void srv_pre_recall(struct srv *d, struct srv_job *j, uint32_t recall_id);
-/* COORD_EV_REVOKE: drop the job's waiting members numbered above `kept`, report their tensors
- * ready again if submitted here, and start what is kept in order. */
+/* COORD_EV_REVOKE: drop the job's waiting items numbered above `kept` (an item's seq is its last
+ * member's), report their tensors ready again if submitted here, start what is kept in order. */
 void srv_pre_revoke(struct srv *d, struct srv_job *j, uint64_t kept);
 /* After a REVOKE or a mid-step collective: if an item a recall kept waits for a tensor this rank's
  * client submits only after its pending mid-step collective (the ranks disagree on what comes
  * before it), the job is aborted with a message saying so (no order can run it). */
 void srv_pre_check_mid(struct srv *d, struct srv_job *j);
-/* A pre-issued ISSUE of (tensor, step) got seq (before a plan folds it into a buffer's item). */
-void srv_pre_note_seq(struct srv_job *j, uint32_t tensor_id, uint64_t step, uint64_t seq);
-void srv_pre_free(struct srv_job *j);
 /* Items waiting (status). */
 uint32_t srv_pre_nwaiting(const struct srv *d);
 

@@ -440,7 +440,6 @@ void srv_job_maybe_release(srv *d, srv_job *j) {
   free(j->steps);
   free(j->stalls);
   srv_plan_free(j);
-  srv_pre_free(j);
   free(j);
 }
 

@@ -224,14 +224,18 @@ fgb_status coord_lead_on_recall(coord *c, int from, const coord_msg *m, char *er
 }
 
 /* Every answer is in: items up to S* (the highest seq any daemon handed over) run everywhere;
- * the later ones are revoked everywhere and their (step, key) count as not issued again. */
+ * the later ones are revoked everywhere. Members revoke whole engine items (a plan buffer's item
+ * carries its last member's seq), so a revoked item may hold members numbered <= S*: every
+ * (step, key) numbered ahead since the last round counts as not issued again. That is harmless
+ * for the kept ones: no daemon reports them any more (they wait in an item or ran), and a READY
+ * sent before a daemon's answer reached the leader before it. */
 static void recall_end(coord *c, ljob *j) {
   uint64_t keep = j->rc_max, low = UINT64_MAX, n = 0;
   for (uint32_t b = 0; b < j->plog_n; b++) {
     const pre_block *pb = &j->plog[b];
     for (uint32_t i = 0; i < pb->n; i++) {
-      if (pb->seq0 + i <= keep) continue;
       coord_lead_unmark_done(j, pb->keys[i], pb->step);
+      if (pb->seq0 + i <= keep) continue;
       if (pb->step < low) low = pb->step;
       n++;
     }

@@ -131,14 +131,15 @@
  * sends RECALL_ASK(id) to every member; each member's daemon from then on hands none of the
  * job's waiting pre-issued ISSUEs to its engine and answers RECALLED(id, H) with the highest seq
  * of the job's pre-issued ISSUEs it handed over (0: none). With every answer the leader takes
- * S* = max H: seqs <= S* are kept (some daemon started them, so every daemon must run them);
- * the (step, key)s it numbered ahead after S* (its log of the last 8 blocks) are forgotten as
- * issued, so their READYs count again; it needs a new step agreed in full before it numbers
- * ahead again, and numbers from the first revoked step on readiness. It sends REVOKE(id, S*) to
- * every member: each drops its waiting items whose every member seq is above S* (a plan buffer
- * with members on both sides is kept whole on every rank; nobody reports its later members, so
- * forgetting them at the leader is harmless), reports the dropped tensors it already has ready
- * (READY), and hands the kept ones over once ready. Revoked seqs are gaps in the world sequence
+ * S* = max H: items up to S* are kept (some daemon started them, so every daemon must run them).
+ * Every (step, key) it numbered ahead since the last round (its log of the last 8 blocks) is
+ * forgotten as issued, so READYs naming it count again (harmless for kept ones: no daemon reports
+ * those any more); it needs a new step agreed in full before it numbers ahead again, and numbers
+ * from the first revoked step on readiness. It sends REVOKE(id, S*) to every member: each drops
+ * its waiting engine items numbered above S* (an item is a plan buffer or one tensor; its seq is
+ * its last member's, the same on every daemon, so members numbered <= S* of a later buffer go
+ * with it everywhere), reports the dropped tensors it already has ready (READY), and hands the
+ * kept ones over once ready. Revoked seqs are gaps in the world sequence
  * (members only check that seqs increase; the engine never needs them consecutive). Races: an
  * answer and a READY cross freely (a READY sent before a member's answer reaches the leader
  * before it, so it meets the done mark, as without a recall); answers of another round, repeated
