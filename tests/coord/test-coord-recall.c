@@ -183,6 +183,22 @@ static void run(uint64_t seed, int leader_member) {
   CHECK(strstr(h_nth(&h, wr[0], COORD_EV_JOB_ABORTED, 0)->text, "during a recall") != NULL);
   if (seed == 1 && !leader_member) malformed(&h);
   h_free(&h);
+
+  /* A rank's client dies during a round: ABORT ends it; a late answer is an ERROR, no round. */
+  h_init(&h, ND, seed, 0, 0);
+  form(&h, &job);
+  warm(&h, &job);
+  REQUIRE(coord_recall(h.c[wr[1]], &job) == FGB_OK);
+  h_run(&h);
+  REQUIRE(h_count(&h, wr[1], COORD_EV_RECALL) == 1);
+  id = h_nth(&h, wr[1], COORD_EV_RECALL, 0)->recall_id;
+  REQUIRE(coord_recall_answer(h.c[wr[1]], &job, id, 0) == FGB_OK);
+  REQUIRE(coord_leave(h.c[wr[0]], &job, 1, "killed") == FGB_OK);
+  h_run(&h);
+  CHECK(h_count(&h, wr[1], COORD_EV_JOB_ABORTED) == 1 && h_count(&h, wr[1], COORD_EV_REVOKE) == 0);
+  CHECK(coord_recall_answer(h.c[wr[1]], &job, id, 0) == FGB_ENOTFOUND); /* forgotten here too */
+  CHECK(h.nproto == 0);
+  h_free(&h);
 }
 
 int main(void) {
