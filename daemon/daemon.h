@@ -144,6 +144,7 @@ struct srv_job {
    * a pre-issued item handed to the engine, rounds ended and tensors revoked here. */
   uint8_t pre_hold;
   uint64_t pre_handed, recalls, revoked;
+  uint64_t pre_stuck_ms; /* since when the first waiting item lacks a tensor (srv_pre_tick) */
   srv_job *next;
 };
 

@@ -55,6 +55,22 @@ int srv_recall_enabled(void) {
   return v;
 }
 
+/* FGBUFF_RECALL_STUCK_MS (default 1000, 0: never): see srv_pre_tick. */
+static uint64_t stuck_ms(void) {
+  static int64_t v = -1;
+  if (v < 0) {
+    const char *e = getenv("FGBUFF_RECALL_STUCK_MS");
+    char *end = NULL;
+    long long x = e && *e ? strtoll(e, &end, 10) : 1000;
+    if (e && *e && (*end || x < 0 || x > 3600000)) {
+      LOG_WARN("FGBUFF_RECALL_STUCK_MS=%.40s: not 0..3600000, 1000 used", e);
+      x = 1000;
+    }
+    v = x;
+  }
+  return (uint64_t)v;
+}
+
 static srv_pending *pending_of(srv_job *j, uint32_t tensor_id, uint64_t step) {
   for (uint32_t i = 0; i < j->npending; i++)
     if (j->pending[i].tensor_id == tensor_id && j->pending[i].step == step) return &j->pending[i];
@@ -251,6 +267,53 @@ void srv_pre_mid_step(srv *d, srv_job *j) {
   }
   fgb_status st = coord_recall(d->coord, &j->id);
   if (st != FGB_OK && st != FGB_EAGAIN) LOG_WARN("job '%s': coord_recall: %d", j->id.name, st);
+}
+
+/* A member of h that this rank's client has not submitted (or ended) yet, or NULL. */
+static const eng_tensor *unsubmitted(const srv_held *h) {
+  for (uint32_t i = 0; i < h->it->n; i++)
+    if (!pending_of(h->j, h->it->t[i].tensor_id, h->it->t[i].step)) return &h->it->t[i];
+  return NULL;
+}
+
+/* A client that makes a step's tensors ready in another order than the block's and waits for
+ * one before making the rest ready (submit B, wait B, submit A) waits forever behind the block's
+ * first item: nothing a daemon can see tells that wait from a slow client. When the job's first
+ * waiting item lacks a tensor this rank never submitted while a later one of its items is ready,
+ * for longer than FGBUFF_RECALL_STUCK_MS, this daemon asks for a recall: the unstarted items are
+ * agreed on readiness again (the order the client actually uses), and the client goes on after
+ * that delay instead of timing out. */
+void srv_pre_tick(srv *d) {
+  uint64_t lim = stuck_ms(), now = srv_now_ms();
+  if (!lim || !srv_recall_enabled()) return;
+  for (srv_job *j = d->jobs; j; j = j->next) {
+    const srv_held *first = NULL;
+    int later_ready = 0;
+    for (const srv_held *h = d->held; h; h = h->next) {
+      if (!h->wait || h->j != j) continue;
+      if (!first)
+        first = h;
+      else if (members_ready(h))
+        later_ready = 1;
+      if (later_ready) break;
+    }
+    const eng_tensor *t = first && later_ready && !j->pre_hold ? unsubmitted(first) : NULL;
+    if (!t) {
+      j->pre_stuck_ms = 0;
+      continue;
+    }
+    if (!j->pre_stuck_ms) j->pre_stuck_ms = now;
+    if (now - j->pre_stuck_ms < lim) continue;
+    const srv_tensor *st = srv_tensor_get(d, t->tensor_id);
+    LOG_WARN(
+        "job '%s': pre-issued collective #%llu waits %llu ms for tensor '%s' (step %llu) while "
+        "later ones are ready: the client's order differs from the block's: recall",
+        j->id.name, (unsigned long long)first->it->seq, (unsigned long long)(now - j->pre_stuck_ms),
+        st ? st->name : "?", (unsigned long long)t->step);
+    j->pre_stuck_ms = 0;
+    fgb_status rc = coord_recall(d->coord, &j->id);
+    if (rc != FGB_OK) LOG_WARN("job '%s': coord_recall: %d", j->id.name, rc);
+  }
 }
 
 void srv_pre_recall(srv *d, srv_job *j, uint32_t recall_id) {

@@ -40,6 +40,10 @@ void srv_pre_client_gone(struct srv *d, struct srv_job *j);
 /* Recall (coordinator.c, "Recall"): the client asked for an ad-hoc collective inside a step: ask
  * the leader to take back the steps numbered ahead that no rank started. */
 void srv_pre_mid_step(struct srv *d, struct srv_job *j);
+/* Every loop tick: a job whose first waiting item lacks a tensor the client never submitted,
+ * while a later item is ready, for FGBUFF_RECALL_STUCK_MS (default 1000; 0: never), asks for a
+ * recall (a client using another order than the block's and waiting in between). */
+void srv_pre_tick(struct srv *d);
 /* COORD_EV_RECALL: hold the job's waiting items back, answer the highest seq handed over. */
 void srv_pre_recall(struct srv *d, struct srv_job *j, uint32_t recall_id);
 /* COORD_EV_REVOKE: drop the job's waiting items numbered above `kept` (an item's seq is its last

@@ -444,6 +444,8 @@ void srv_job_maybe_release(srv *d, srv_job *j) {
 }
 
 void srv_jobs_tick(srv *d) {
+  srv_pre_tick(d);
+  srv_coord_drain(d);
   for (srv_job *j = d->jobs, *next; j; j = next) {
     next = j->next;
     if (!j->session) srv_job_maybe_release(d, j);

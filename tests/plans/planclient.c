@@ -24,6 +24,8 @@
  * the step's last tensor (not submitted yet), waited for before the rest is submitted; its sum is
  * checked ("mid S ok"), then the tensor gets its gradient; --mid-after J: after J submits
  * instead (1..NT-1; ranks giving different J disagree on what comes before the collective).
+ * --wait-each-at S: in step S the tensors go in reversed order, each waited for right after its
+ * submit (another order than the steps before, and a wait before the rest is submitted).
  * --late-at S: half-way through step S's submits a 13th tensor ("late.grad", 333 fp32 in an arena
  * of its own) is registered; it is submitted from that step on (after the others); its average is
  * checked and hashed like theirs.
@@ -33,6 +35,7 @@
  *          [--slow-at D --slow-ms MS] [--topk D [--mixed 1]] [--policy NAME]
  *          [--fp16 1] [--frac 1] [--die-at S] [--expect-peer S]
  *          [--mid-every K [--mid-after J]] [--late-at S]
+ *          [--wait-each-at S]
  * Exit status: 0 ok, 1 check failed, 2 usage. */
 #include <math.h>
 #include <stdint.h>
@@ -222,7 +225,7 @@ static int late_check(const float *p, int rank, int size, int s) {
 int main(int argc, char **argv) {
   int rank = -1, size = -1, steps = 12, reverse_at = -1, gap_ms = 0, skip = -1, sleep_ms = 0;
   int slow_at = -1, slow_ms = 0, die_at = -1, expect_peer = -1, mid_every = 0, late_at = -1;
-  int mid_after = NT / 2;
+  int mid_after = NT / 2, wait_each_at = -1;
   const char *job = "plantest", *sock = NULL, *policy = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *a = argv[i], *v = argv[i + 1];
@@ -264,6 +267,8 @@ int main(int argc, char **argv) {
       expect_peer = atoi(v);
     else if (!strcmp(a, "--mid-every"))
       mid_every = atoi(v);
+    else if (!strcmp(a, "--wait-each-at"))
+      wait_each_at = atoi(v);
     else if (!strcmp(a, "--mid-after"))
       mid_after = atoi(v);
     else if (!strcmp(a, "--late-at"))
@@ -331,7 +336,7 @@ int main(int argc, char **argv) {
     }
     if (s == steps && sleep_ms > 0) usleep((useconds_t)sleep_ms * 1000);
     for (int j = 0; j < NT; j++) {
-      int k = (reverse_at > 0 && s >= reverse_at) ? NT - 1 - j : j;
+      int k = ((reverse_at > 0 && s >= reverse_at) || s == wait_each_at) ? NT - 1 - j : j;
       if (s == late_at && j == NT / 2 && late_register(c, rank, &late_tid, &late_p))
         return fprintf(stderr, "rank %d: late tensor: %s\n", rank, fgb_client_error(c)), 1;
       if (mid_every > 0 && s % mid_every == 0 && j == mid_after) {
@@ -349,6 +354,10 @@ int main(int argc, char **argv) {
         break;
       }
       if (sst) return fprintf(stderr, "rank %d: submit: %s\n", rank, fgb_client_error(c)), 1;
+      if (s == wait_each_at && fgb_wait(c, tid[k], (uint64_t)s, 120000))
+        return fprintf(stderr, "rank %d: wait for tensor %d in step %d: %s\n", rank, k, s,
+                       fgb_client_error(c)),
+               1;
       if (gap_ms > 0) usleep((useconds_t)gap_ms * 1000);
     }
     if (peer_seen) break; /* ends like a finished run (frees everything) */

@@ -10,8 +10,12 @@
 # (4) ranks that disagree on which tensors come before a mid-step collective (rank 1 asks for it
 #     after 3 submits, the others after 6): never a hang — either every rank completes or the job
 #     fails on every rank with the message naming the disagreement, well before the timeouts.
-# With FGBUFF_RECALL=0 in the environment, (2) and (3) deadlock (the clients time out; tried by
-# hand: PRE_RECALL_TIMEOUT=20 FGBUFF_RECALL=0 bash test-preissue-recall.sh fails in (2) and (3)).
+# (5) in step 6 the clients go in reversed order and wait for each tensor right after its submit:
+#     the block's first item waits for a tensor submitted last, a later one is ready; after
+#     FGBUFF_RECALL_STUCK_MS (1000) the daemons recall ("the client's order differs") and the job
+#     completes.
+# With FGBUFF_RECALL=0 in the environment, (2), (3) and (5) deadlock (the clients time out; tried by
+# hand: PRE_RECALL_TIMEOUT=20 FGBUFF_RECALL=0 bash test-preissue-recall.sh fails in (2), (3) and (5)).
 set -u
 source "$(dirname "$0")/../lib/world.sh"
 source "$(dirname "$0")/../lib/ranks.sh"
@@ -97,6 +101,12 @@ if [ $ok -ne 3 ]; then
     { echo "dis: the failure does not name the disagreement"; cat "$out"/dis.*.out; rc=1; }
 fi
 echo "dis: $ok of 3 ranks completed"
+
+# (5) another order, waiting in between.
+run we 12 --wait-each-at 6
+grep -q "job 'we': pre-issued collective #[0-9]* waits [0-9]* ms for tensor .*the client's order differs" "$log" ||
+  { echo "we: no daemon recalled for the order"; rc=1; }
+recalled we 1
 
 world_stop >/dev/null 2>&1
 trap - EXIT
