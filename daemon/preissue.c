@@ -287,6 +287,7 @@ void srv_pre_tick(srv *d) {
   uint64_t lim = stuck_ms(), now = srv_now_ms();
   if (!lim || !srv_recall_enabled()) return;
   for (srv_job *j = d->jobs; j; j = j->next) {
+    if (!j->session || j->aborted) continue; /* its ABORT or REVOKE decides */
     const srv_held *first = NULL;
     int later_ready = 0;
     for (const srv_held *h = d->held; h; h = h->next) {
