@@ -182,6 +182,15 @@ static void on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Register
     srv_send_error(s, req_id, FGB_EINVAL, "kind", 0, "kind: unknown arena kind %d", (int)m->kind);
     return;
   }
+  if (s->d->gpu) {
+    /* The GPU engine hands every tensor pointer to NCCL and the kernels: host memory there is an
+     * illegal address, and that error poisons the daemon's CUDA context for every job. */
+    close_fds(fds, nfds);
+    srv_send_error(s, req_id, FGB_ENOTSUP, "kind", 0,
+                   "kind: this daemon drives a GPU and syncs device memory only: register it "
+                   "with fgb_arena_register_cuda (host memory needs a CPU daemon)");
+    return;
+  }
   if (nfds != 1) {
     close_fds(fds, nfds);
     srv_send_error(s, req_id, FGB_EINVAL, "num_fds", 0,

@@ -1,7 +1,8 @@
 /* tests/gpu-dp/test-bad.c — hostile CUDA arena registrations against a live GPU daemon (socket in
  * argv[1], the daemon of GPU 0): garbage and short IPC handles, a size beyond the allocation, a
- * bad event ring, memory of another GPU (through the client library): each gets an Error naming
- * the field, and a fresh connection is still served afterwards. Exit 77 without a GPU. */
+ * bad event ring, memory of another GPU and host memory (through the client library): each gets an
+ * Error naming the field, and a fresh connection is still served afterwards. Exit 77 without a
+ * GPU. */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +92,19 @@ int main(int argc, char **argv) {
   raw_free(e);
   raw_close(&r);
   check_alive("bad CUDA arenas");
+
+  { /* Host memory: NCCL and the kernels would fault on it and poison the context for every job */
+    fgb_client *c;
+    REQUIRE(fgb_client_new(&c) == FGB_OK && fgb_connect(c, sock) == FGB_OK);
+    fgb_arena a;
+    fgb_status st = fgb_arena_alloc_host(c, 4096, &a);
+    CHECK_MSG(st == FGB_ENOTSUP && strstr(fgb_client_error(c), "kind") &&
+                  strstr(fgb_client_error(c), "device memory"),
+              "host arena on a GPU daemon: status %d (%s)", st, fgb_client_error(c));
+    printf("ok  %-36s -> %s\n", "host arena on a GPU daemon", fgb_client_error(c));
+    fgb_client_free(c);
+    check_alive("a host arena");
+  }
 
   if (n >= 2) { /* memory of GPU 1 offered to GPU 0's daemon through the library */
     REQUIRE(cudaSetDevice(1) == cudaSuccess);
