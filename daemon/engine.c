@@ -76,7 +76,6 @@ struct srv_engine {
   int async_open;
   eng_done_cb cb;
   void *ud;
-  void (*before_result)(void *ud); /* eng_set_before_result */
   /* engine thread only */
   eng_comm *comms;
   cp_store *cps; /* compressor instances (compress_path.c) */
@@ -96,10 +95,6 @@ static uint64_t mono_us(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (uint64_t)t.tv_sec * 1000000 + (uint64_t)t.tv_nsec / 1000;
-}
-
-void eng_set_before_result(srv_engine *e, void (*fn)(void *ud)) {
-  e->before_result = fn;
 }
 
 int srv_trace_level(void) {
@@ -181,7 +176,6 @@ static void on_async(uv_async_t *h) {
   pthread_mutex_unlock(&e->out_mu);
   while (it) {
     eng_item *next = it->next;
-    if (e->before_result) e->before_result(e->ud);
     if (traced(e, it)) {
       /* Copied first: the callback frees the item. Logged after the Done went out. */
       uint64_t tr[5], step = it->t[0].step, t_loop = mono_us();

@@ -168,11 +168,6 @@ void eng_close_async(srv_engine *e);
  * a collective (do not finalise). */
 int eng_stop(srv_engine *e, int timeout_ms);
 void eng_item_free(eng_item *it);
-/* fn(ud) runs on the loop thread before each result is handed to the done callback. GPU daemons
- * poll the submission rings there: a collective ends a moment before its clients submit the next
- * tensor (they see the end on their streams), so the next Submit would otherwise wait behind the
- * previous one's bookkeeping (Done over the socket, step accounting). */
-void eng_set_before_result(srv_engine *e, void (*fn)(void *ud));
 /* FGBUFF_GPU_TRACE: 0 unset, 2 "all" (every single-tensor collective is traced, not only the
  * one-element ones of the latency benchmark), 1 otherwise. Read once. */
 int srv_trace_level(void);

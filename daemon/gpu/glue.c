@@ -17,7 +17,6 @@
 #include "gpu.h"
 #include "gpu_srv.h"
 #include "log.h"
-#include "ring.h"
 
 typedef struct watch {
   uint64_t t_us; /* when the submit arrived (FGBUFF_GPU_TRACE) */
@@ -58,17 +57,9 @@ void srv_gpu_announce(srv *d) {
   uv_idle_init(d->loop, &g_idle);
 }
 
-/* Submits first (engine.h, eng_set_before_result); FGBUFF_RING_FIRST=0 turns it off. */
-static void ring_first(void *ud) {
-  srv_ring_poll_all(ud);
-}
-
 fgb_status srv_gpu_engine_start(srv *d, char *err, size_t errlen) {
-  fgb_status st = eng_start_gpu(d->loop, &comm_nccl_ops, &gpu_engine_ops, srv_engine_result, d,
-                                &d->eng, err, errlen);
-  const char *e = getenv("FGBUFF_RING_FIRST");
-  if (st == FGB_OK && !(e && strcmp(e, "0") == 0)) eng_set_before_result(d->eng, ring_first);
-  return st;
+  return eng_start_gpu(d->loop, &comm_nccl_ops, &gpu_engine_ops, srv_engine_result, d, &d->eng, err,
+                       errlen);
 }
 
 int srv_gpu_sock_name(srv *d, char *out, size_t cap) {
