@@ -15,11 +15,12 @@ eng = re.compile(r"fgbuffd\[(\d+)\].*gtrace engine step (\d+) start (\d+) agree 
                  r"enqueue \+(\d+) signalled \+(\d+) fin \+(\d+)")
 loop = re.compile(r"fgbuffd\[(\d+)\].*gtrace loop step (\d+) queued (\d+): taken \+(\d+)")
 cli = re.compile(r"ctrace pid \d+ rank (\d+) tensor \d+ step (\d+) submit (\d+): sent \+(\d+)")
+pre = re.compile(r"fgbuffd\[(\d+)\].*gtrace preissue step (\d+) seq \d+ at (\d+)")
 
 rec = defaultdict(dict)
 for path in sys.argv[1:]:
     for line in open(path, errors="replace"):
-        for rx, kind in ((sub, "sub"), (eng, "eng"), (loop, "loop"), (cli, "cli")):
+        for rx, kind in ((sub, "sub"), (eng, "eng"), (loop, "loop"), (cli, "cli"), (pre, "pre")):
             m = rx.search(line)
             if m:
                 g = [int(x) for x in m.groups()]
@@ -46,9 +47,11 @@ for (rank, step), r in rec.items():
     seg[rank, "-> done signal + fin event"].append(sig - enq)
     seg[rank, "-> engine sees completion"].append(fin - sig)
     seg[rank, "client submit -> engine start"].append(start - t0)
+    if "pre" in r:  # a pre-issued step: when its ISSUE arrived, against the client's submit
+        seg[rank, "(pre-issued: ISSUE arrived, vs submit)"].append(r["pre"][0] - t0)
 skew = [abs(v[1] - v[0]) for v in starts.values() if len(v) == 2]
 for key in sorted(seg, key=lambda k: k[0]):
     v = seg[key]
-    print(f"rank {key[0]} {key[1]:<38} p50 {statistics.median(v):7.1f}  (n={len(v)})")
+    print(f"rank {key[0]} {key[1]:<40} p50 {statistics.median(v):7.1f}  (n={len(v)})")
 if skew:
     print(f"engine start skew between ranks          p50 {statistics.median(skew):7.1f}  (n={len(skew)})")
