@@ -113,18 +113,6 @@ void srv_pre_pump(srv *d) {
     eng_submit(d->eng, h->it);
     free(h);
   }
-  if (d->held && srv_trace_level()) { /* why the head waits (bench/gpu/trace-split.py) */
-    const srv_held *h = d->held;
-    const srv_pending *p =
-        h->it->n ? pending_of(h->j, h->it->t[0].tensor_id, h->it->t[0].step) : NULL;
-    LOG_INFO("gtrace pump head seq %llu step %llu job '%s' waits: %s",
-             (unsigned long long)h->it->seq, (unsigned long long)(h->it->n ? h->it->t[0].step : 0),
-             h->j ? h->j->id.name : "",
-             h->j && h->j->pre_hold ? "recall hold"
-             : !p                   ? "not submitted here"
-             : p->observing         ? "client's readiness not seen"
-                                    : "another member");
-  }
 }
 
 /* Logs when a job's gradient ISSUEs switch between pre-issued and agreed (tests read it). */
