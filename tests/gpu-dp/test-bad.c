@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fgbuff/client.h"
 #include "raw_expect.h"
@@ -94,15 +95,21 @@ int main(int argc, char **argv) {
   check_alive("bad CUDA arenas");
 
   { /* Host memory: NCCL and the kernels would fault on it and poison the context for every job */
-    fgb_client *c;
-    REQUIRE(fgb_client_new(&c) == FGB_OK && fgb_connect(c, sock) == FGB_OK);
-    fgb_arena a;
-    fgb_status st = fgb_arena_alloc_host(c, 4096, &a);
-    CHECK_MSG(st == FGB_ENOTSUP && strstr(fgb_client_error(c), "kind") &&
-                  strstr(fgb_client_error(c), "device memory"),
-              "host arena on a GPU daemon: status %d (%s)", st, fgb_client_error(c));
-    printf("ok  %-36s -> %s\n", "host arena on a GPU daemon", fgb_client_error(c));
-    fgb_client_free(c);
+    raw h;
+    REQUIRE(raw_connect(&h, sock) == 0 && raw_hello(&h) == 0);
+    int fd = raw_memfd(4096);
+    REQUIRE(fd >= 0);
+    Fgbuff__V1__RegisterArena ra = FGBUFF__V1__REGISTER_ARENA__INIT;
+    ra.kind = FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD;
+    ra.bytes = 4096;
+    Env env = FGBUFF__V1__ENVELOPE__INIT;
+    env.num_fds = 1;
+    env.body_case = FGBUFF__V1__ENVELOPE__BODY_REGISTER_ARENA;
+    env.register_arena = &ra;
+    raw_send(&h, &env, &fd, 1);
+    close(fd);
+    raw_expect_error(&h, 0, "kind", FGB_ENOTSUP, 0, "host arena on a GPU daemon");
+    raw_close(&h);
     check_alive("a host arena");
   }
 
