@@ -92,9 +92,14 @@ static void job_json(sbuf *b, const srv *d, const srv_job *j) {
   if (plan) srv_plan_status_json(j, plan, plen + 1);
   uint64_t rs = 0, ag = 0;
   srv_plan_split_counts(j, &rs, &ag);
-  sb_printf(b, "%s,\"plan_buffers_issued\":%llu,\"plan_split_rs\":%llu,\"plan_split_ag\":%llu}",
+  sb_printf(b, "%s,\"plan_buffers_issued\":%llu,\"plan_split_rs\":%llu,\"plan_split_ag\":%llu",
             plan ? plan : "null", (unsigned long long)srv_plan_buffers_issued(j),
             (unsigned long long)rs, (unsigned long long)ag);
+  /* This daemon's side of pre-issue (the leader's numbering is under "coordinator"): whether the
+   * job's last gradient collective was numbered ahead, and the recalls it took part in. */
+  sb_printf(b, ",\"preissue\":{\"live\":%s,\"recalls\":%llu,\"revoked\":%llu}}",
+            j->pre_live ? "true" : "false", (unsigned long long)j->recalls,
+            (unsigned long long)j->revoked);
   free(plan);
 }
 
@@ -118,6 +123,9 @@ static void job_text(sbuf *b, const srv *d, const srv_job *j) {
     sb_printf(b, "    submit ring: %s; %llu submits through it\n",
               srv_ring_attached(j->session) ? "on" : "off",
               (unsigned long long)srv_ring_submits(j->session));
+  sb_printf(b, "    pre-issue: %s; %llu recalls, %llu tensor syncs revoked\n",
+            j->pre_live ? "on (numbered ahead of readiness)" : "off (agreed on readiness)",
+            (unsigned long long)j->recalls, (unsigned long long)j->revoked);
   for (uint32_t i = 0; i < j->nstalls; i++) {
     const srv_stall *s = &j->stalls[i];
     sb_printf(b, "    STALL tensor %s step %llu: waiting %llu ms for world rank(s)", s->tensor,

@@ -48,6 +48,16 @@ run() { # TAG STEPS [planclient args]: run TAG on the three daemons, check resul
 on_everywhere() { # TAG
   [ "$(grep -c "job '$1': pre-issue on" "$log")" -ge 3 ] || { echo "$1: not every daemon logged pre-issue on"; rc=1; }
 }
+# mpre R JOB FIELD: daemon R's own "preissue" FIELD of JOB (its jobs[] status), or "".
+mpre() {
+  "$ctl" --socket "$out/cpu$1.sock" status --json 2>/dev/null | python3 -c '
+import json, sys
+try:
+    js = [j for j in json.load(sys.stdin)["jobs"] if j["name"] == sys.argv[1]]
+    print(json.dumps(js[0]["preissue"][sys.argv[2]]) if js else "")
+except Exception:
+    print("")' "$2" "$3"
+}
 recalled() { # TAG MIN: every daemon logged at least MIN recalls with something revoked
   for r in 0 1 2; do
     n=$(grep "fgbuffd\[$r\] info: job '$1': recall:" "$log" | grep -vc " 0 revoked")
@@ -64,8 +74,17 @@ ranks_wait nn || rc=1
 ranks_same_hashes nn 16 || rc=1
 on_everywhere nn
 
-# (2) mid-step collectives, policy none and fgbuff.
-run mid 24 --mid-every 6
+# (2) mid-step collectives, policy none and fgbuff; every daemon's status counts its recalls
+# (read during the long last step).
+ranks_start mid 3 timeout "$tmo" "$plan" --job mid --steps 24 --mid-every 6 --sleep-ms 3000
+for r in 0 1 2; do
+  for _ in $(seq 1 100); do [ "$(mpre $r mid recalls)" != "" ] && [ "$(mpre $r mid recalls)" -ge 3 ] && break; sleep 0.1; done
+  n=$(mpre $r mid recalls) v=$(mpre $r mid revoked)
+  [ -n "$n" ] && [ "$n" -ge 3 ] && [ -n "$v" ] && [ "$v" -ge 1 ] ||
+    { echo "mid: daemon $r's status shows recalls '$n', revoked '$v' (want >= 3, >= 1)"; rc=1; }
+done
+ranks_wait mid || rc=1
+ranks_same_hashes mid 24 || rc=1
 on_everywhere mid
 recalled mid 3
 for r in 0 1 2; do
