@@ -76,12 +76,20 @@ on_everywhere nn
 
 # (2) mid-step collectives, policy none and fgbuff; every daemon's status counts its recalls
 # (read during the long last step).
-ranks_start mid 3 timeout "$tmo" "$plan" --job mid --steps 24 --mid-every 6 --sleep-ms 3000
+ranks_start mid 3 timeout "$tmo" "$plan" --job mid --steps 24 --mid-every 6 --sleep-ms 8000
+declare -A seen # daemon -> "recalls/revoked" once its status showed >= 3 recalls, >= 1 revoked
+for _ in $(seq 1 600); do
+  for r in 0 1 2; do
+    [ -n "${seen[$r]:-}" ] && continue
+    n=$(mpre $r mid recalls)
+    v=$(mpre $r mid revoked)
+    [ -n "$n" ] && [ -n "$v" ] && [ "$n" -ge 3 ] && [ "$v" -ge 1 ] && seen[$r]="$n/$v"
+  done
+  [ ${#seen[@]} -eq 3 ] && break
+  sleep 0.1
+done
 for r in 0 1 2; do
-  for _ in $(seq 1 100); do [ "$(mpre $r mid recalls)" != "" ] && [ "$(mpre $r mid recalls)" -ge 3 ] && break; sleep 0.1; done
-  n=$(mpre $r mid recalls) v=$(mpre $r mid revoked)
-  [ -n "$n" ] && [ "$n" -ge 3 ] && [ -n "$v" ] && [ "$v" -ge 1 ] ||
-    { echo "mid: daemon $r's status shows recalls '$n', revoked '$v' (want >= 3, >= 1)"; rc=1; }
+  [ -n "${seen[$r]:-}" ] || { echo "mid: daemon $r's status never showed >= 3 recalls and >= 1 revoked"; rc=1; }
 done
 ranks_wait mid || rc=1
 ranks_same_hashes mid 24 || rc=1
