@@ -104,6 +104,10 @@ fgb_status coord_lead_error(coord *c, int to, const coord_job_id *job, fgb_statu
  * sender got ERROR, *st is set and NULL is returned). */
 ljob *coord_lead_member_job(coord *c, int from, const coord_msg *m, fgb_status *st, char *err,
                             size_t errlen);
+/* The same, and the job formed (else ERROR "<TYPE>: job '...' has not formed yet"): what a
+ * member's READY, PRE and RECALL need before anything of a step can be said. */
+ljob *coord_lead_formed_job(coord *c, int from, const coord_msg *m, fgb_status *st, char *err,
+                            size_t errlen);
 /* coord_ready.c */
 void coord_lead_free_entries(ljob *j);
 /* Remembers that (step, key) was issued: a later READY naming it is ignored as a late repeat. */

@@ -273,6 +273,16 @@ ljob *coord_lead_member_job(coord *c, int from, const coord_msg *m, fgb_status *
   return j;
 }
 
+ljob *coord_lead_formed_job(coord *c, int from, const coord_msg *m, fgb_status *st, char *err,
+                            size_t errlen) {
+  ljob *j = coord_lead_member_job(c, from, m, st, err, errlen);
+  if (!j || j->formed) return j;
+  char t[COORD_MAX_TEXT + 1];
+  coord_fmt(t, sizeof t, "%s: job '%s' has not formed yet", coord_msg_name(m->type), j->id.name);
+  *st = coord_lead_error(c, from, &m->job, FGB_EINVAL, t, err, errlen);
+  return NULL;
+}
+
 static fgb_status on_leave(coord *c, int from, const coord_msg *m, char *err, size_t errlen) {
   ljob *j = coord_lead_find(coord_get_leader(c), &m->job);
   if (!j) return FGB_OK; /* already aborted or forgotten: nothing left to do */

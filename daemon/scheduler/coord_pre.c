@@ -141,12 +141,8 @@ void coord_pre_try(coord *c, ljob *j) {
 fgb_status coord_lead_on_pre(coord *c, int from, const coord_msg *m, char *err, size_t errlen) {
   fgb_status st = FGB_OK;
   char t[COORD_MAX_TEXT + 1];
-  ljob *j = coord_lead_member_job(c, from, m, &st, err, errlen);
+  ljob *j = coord_lead_formed_job(c, from, m, &st, err, errlen);
   if (!j) return st;
-  if (!j->formed) {
-    coord_fmt(t, sizeof t, "PRE: job '%s' has not formed yet", j->id.name);
-    return coord_lead_error(c, from, &m->job, FGB_EINVAL, t, err, errlen);
-  }
   if (!j->pre_want) j->pre_want = calloc((size_t)j->size, 1);
   if (!j->pre_rank_step) j->pre_rank_step = calloc((size_t)j->size, sizeof *j->pre_rank_step);
   if (!j->pre_want || !j->pre_rank_step)
@@ -210,12 +206,8 @@ void coord_pre_recall(coord *c, ljob *j, const char *why) {
 fgb_status coord_lead_on_recall(coord *c, int from, const coord_msg *m, char *err, size_t errlen) {
   fgb_status st = FGB_OK;
   char t[COORD_MAX_TEXT + 1];
-  ljob *j = coord_lead_member_job(c, from, m, &st, err, errlen);
+  ljob *j = coord_lead_formed_job(c, from, m, &st, err, errlen);
   if (!j) return st;
-  if (!j->formed) {
-    coord_fmt(t, sizeof t, "RECALL: job '%s' has not formed yet", j->id.name);
-    return coord_lead_error(c, from, &m->job, FGB_EINVAL, t, err, errlen);
-  }
   /* This rank wants nothing numbered ahead until its next PRE says so again. */
   if (j->pre_want) j->pre_want[m->rank] = 0;
   coord_fmt(t, sizeof t, "rank %d asked (ad-hoc collective inside a step)", m->rank);

@@ -144,12 +144,8 @@ static void issue(coord *c, ljob *j, uint64_t step, uint32_t *keys, uint32_t n) 
 fgb_status coord_lead_on_ready(coord *c, int from, const coord_msg *m, char *err, size_t errlen) {
   fgb_status st = FGB_OK;
   char t[COORD_MAX_TEXT + 1];
-  ljob *j = coord_lead_member_job(c, from, m, &st, err, errlen);
+  ljob *j = coord_lead_formed_job(c, from, m, &st, err, errlen);
   if (!j) return st;
-  if (!j->formed) {
-    coord_fmt(t, sizeof t, "READY: job '%s' has not formed yet", j->id.name);
-    return coord_lead_error(c, from, &m->job, FGB_EINVAL, t, err, errlen);
-  }
   for (uint32_t i = 0; i < m->nkeys; i++) {
     uint32_t k = m->keys[i];
     if (k >= j->ntensors) {
