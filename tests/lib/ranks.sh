@@ -11,6 +11,9 @@
 #   ranks_poll_status N TRIES REGEX  # `fgbuffctl status --json` of each daemon into
 #                                    #   $FGBUFF_RUNTIME_DIR/status.r.json, every 0.25 s, until all
 #                                    #   N match REGEX (grep -q) or TRIES polls passed
+#   ranks_preissue R LIST JOB FIELD  # daemon R's `preissue` FIELD of JOB in its status list LIST
+#                                    #   ("coordinator": the leader's record, on daemon 0; "jobs":
+#                                    #   the daemon's own), as JSON, or "" once the job is gone
 # Inputs: FGBUFF_RUNTIME_DIR (world_start), FGBUFF_BIN_DIR (for fgbuffctl).
 
 declare -gA RANKS_PID RANKS_NOF # "TAG.r" -> pid; TAG -> number of ranks
@@ -63,4 +66,15 @@ ranks_poll_status() {
     [ $ok -eq "$n" ] && return 0
   done
   return 1
+}
+
+ranks_preissue() {
+  "${FGBUFF_BIN_DIR:?}/client/fgbuffctl" --socket "$FGBUFF_RUNTIME_DIR/cpu$1.sock" status --json \
+    2>/dev/null | python3 -c '
+import json, sys
+try:
+    js = [j for j in json.load(sys.stdin)[sys.argv[1]] if j["name"] == sys.argv[2]]
+    print(json.dumps(js[0]["preissue"][sys.argv[3]]) if js else "")
+except Exception:
+    print("")' "$2" "$3" "$4"
 }

@@ -20,7 +20,6 @@ set -u
 source "$(dirname "$0")/../lib/world.sh"
 source "$(dirname "$0")/../lib/ranks.sh"
 plan="${FGBUFF_PLAN_BIN:?}"
-ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
 tmo="${PRE_RECALL_TIMEOUT:-120}"
 export FGBUFF_PREISSUE=1
 world_start 3 || exit 1
@@ -29,15 +28,7 @@ out="$FGBUFF_RUNTIME_DIR"
 log="$FGBUFF_WORLD_LOG"
 rc=0
 # pre JOB FIELD: the leader's "preissue" FIELD of JOB (JSON), or "" once the job is gone.
-pre() {
-  "$ctl" --socket "$out/cpu0.sock" status --json 2>/dev/null | python3 -c '
-import json, sys
-try:
-    js = [j for j in json.load(sys.stdin)["coordinator"] if j["name"] == sys.argv[1]]
-    print(json.dumps(js[0]["preissue"][sys.argv[2]]) if js else "")
-except Exception:
-    print("")' "$1" "$2"
-}
+pre() { ranks_preissue 0 coordinator "$1" "$2"; }
 run() { # TAG STEPS [planclient args]: run TAG on the three daemons, check results
   local tag="$1" steps="$2"
   shift 2
@@ -49,15 +40,7 @@ on_everywhere() { # TAG
   [ "$(grep -c "job '$1': pre-issue on" "$log")" -ge 3 ] || { echo "$1: not every daemon logged pre-issue on"; rc=1; }
 }
 # mpre R JOB FIELD: daemon R's own "preissue" FIELD of JOB (its jobs[] status), or "".
-mpre() {
-  "$ctl" --socket "$out/cpu$1.sock" status --json 2>/dev/null | python3 -c '
-import json, sys
-try:
-    js = [j for j in json.load(sys.stdin)["jobs"] if j["name"] == sys.argv[1]]
-    print(json.dumps(js[0]["preissue"][sys.argv[2]]) if js else "")
-except Exception:
-    print("")' "$2" "$3"
-}
+mpre() { ranks_preissue "$1" jobs "$2" "$3"; }
 recalled() { # TAG MIN: every daemon logged at least MIN recalls with something revoked
   for r in 0 1 2; do
     n=$(grep "fgbuffd\[$r\] info: job '$1': recall:" "$log" | grep -vc " 0 revoked")

@@ -23,15 +23,7 @@ out="$FGBUFF_RUNTIME_DIR"
 log="$FGBUFF_WORLD_LOG"
 rc=0
 # pre JOB FIELD: the leader's coordinator record of JOB, field of "preissue" (JSON), or "".
-pre() {
-  "$ctl" --socket "$out/cpu0.sock" status --json 2>/dev/null | python3 -c '
-import json, sys
-try:
-    js = [j for j in json.load(sys.stdin)["coordinator"] if j["name"] == sys.argv[1]]
-    print(json.dumps(js[0]["preissue"][sys.argv[2]]) if js else "")
-except Exception:
-    print("")' "$1" "$2"
-}
+pre() { ranks_preissue 0 coordinator "$1" "$2"; }
 wait_for() { # SECONDS CMD...: until CMD succeeds
   local n=$(($1 * 10))
   shift
