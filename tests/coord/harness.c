@@ -179,6 +179,19 @@ coord_job_id h_job(const char *name, uint64_t incarnation) {
   return j;
 }
 
+void h_form_per_tensor(harness *h, const coord_job_id *job, const int *wr, int nranks, int nt) {
+  REQUIRE(nt >= 1 && nt <= 26);
+  for (int r = 0; r < nranks; r++) REQUIRE(coord_join(h->c[wr[r]], job, r, nranks) == FGB_OK);
+  for (int r = 0; r < nranks; r++)
+    for (int t = 0; t < nt; t++) {
+      char name[2] = {(char)('a' + t), 0};
+      coord_tensor_meta m = h_meta(name, 4, FGB_FLOAT32);
+      m.bytes = 1ull << 62; /* above any fusion threshold: one tensor per ISSUE */
+      REQUIRE(coord_register(h->c[wr[r]], job, &m) == FGB_OK);
+    }
+  h_run(h);
+}
+
 coord_tensor_meta h_meta(const char *name, uint64_t count, fgb_dtype dt) {
   coord_tensor_meta m;
   memset(&m, 0, sizeof m);

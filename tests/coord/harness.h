@@ -54,5 +54,9 @@ int h_count(const harness *h, int d, coord_event_kind k);
 const coord_event *h_nth(const harness *h, int d, coord_event_kind k, int nth);
 coord_job_id h_job(const char *name, uint64_t incarnation);
 coord_tensor_meta h_meta(const char *name, uint64_t count, fgb_dtype dt);
+/* Joins `job` with nranks ranks (rank r on world rank wr[r]), each registering nt fp32[4] tensors
+ * "a", "b", ... (nt <= 26) sized so that every tensor is its own ISSUE (no fusion), and runs the
+ * world until quiet: the setting of the pre-issue and recall tests. */
+void h_form_per_tensor(harness *h, const coord_job_id *job, const int *wr, int nranks, int nt);
 
 #endif

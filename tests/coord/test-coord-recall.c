@@ -23,15 +23,7 @@
 static int wr[2];
 
 static void form(harness *h, const coord_job_id *job) {
-  const char *names[NT] = {"a", "b", "c"};
-  for (int r = 0; r < 2; r++) REQUIRE(coord_join(h->c[wr[r]], job, r, 2) == FGB_OK);
-  for (int r = 0; r < 2; r++)
-    for (int t = 0; t < NT; t++) {
-      coord_tensor_meta m = h_meta(names[t], 4, FGB_FLOAT32);
-      m.bytes = 1ull << 62; /* one tensor per ISSUE */
-      REQUIRE(coord_register(h->c[wr[r]], job, &m) == FGB_OK);
-    }
-  h_run(h);
+  h_form_per_tensor(h, job, wr, 2, NT);
 }
 
 static void ready_all(harness *h, const coord_job_id *job, uint64_t step, uint32_t key) {
