@@ -170,3 +170,15 @@ int raw_memfd(size_t bytes) {
   }
   return fd;
 }
+
+uint64_t raw_send_arena(raw *r, int kind, uint64_t bytes, const int *fds, int nfds,
+                        uint32_t num_fds) {
+  Fgbuff__V1__RegisterArena a = FGBUFF__V1__REGISTER_ARENA__INIT;
+  a.kind = kind;
+  a.bytes = bytes;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
+  env.num_fds = num_fds;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_REGISTER_ARENA;
+  env.register_arena = &a;
+  return raw_send(r, &env, fds, nfds);
+}

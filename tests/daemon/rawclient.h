@@ -37,6 +37,10 @@ int raw_wait_hangup(raw *r, int timeout_ms);
 int raw_hello(raw *r);
 /* JoinJob round trip; returns the reply (JoinReply or Error) or NULL. */
 Fgbuff__V1__Envelope *raw_join(raw *r, const char *name, int rank, int size);
+/* Sends RegisterArena{kind, bytes} with nfds fds and envelope num_fds (the caller's, to be able
+ * to lie); returns the req_id. */
+uint64_t raw_send_arena(raw *r, int kind, uint64_t bytes, const int *fds, int nfds,
+                        uint32_t num_fds);
 /* A memfd of `bytes` (zeroed), or -1. */
 int raw_memfd(size_t bytes);
 

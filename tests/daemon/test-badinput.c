@@ -62,18 +62,6 @@ static uint64_t send_tensor(raw *r, const char *name, uint32_t arena, uint64_t o
   return raw_send(r, &env, NULL, 0);
 }
 
-static uint64_t send_arena(raw *r, int kind, uint64_t bytes, const int *fds, int nfds,
-                           uint32_t num_fds) {
-  Fgbuff__V1__RegisterArena a = FGBUFF__V1__REGISTER_ARENA__INIT;
-  a.kind = kind;
-  a.bytes = bytes;
-  Env env = FGBUFF__V1__ENVELOPE__INIT;
-  env.num_fds = num_fds;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_REGISTER_ARENA;
-  env.register_arena = &a;
-  return raw_send(r, &env, fds, nfds);
-}
-
 static uint64_t send_submit(raw *r, uint32_t tid, uint64_t step) {
   Fgbuff__V1__Submit s = FGBUFF__V1__SUBMIT__INIT;
   s.tensor_id = tid;
@@ -93,7 +81,7 @@ static uint32_t setup(raw *r, const char *job, int rank, int size, const char *s
   raw_free(e);
   int fd = raw_memfd(4096);
   REQUIRE(fd >= 0);
-  send_arena(r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 4096, &fd, 1, 1);
+  raw_send_arena(r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 4096, &fd, 1, 1);
   close(fd);
   e = raw_recv(r, 30000);
   REQUIRE(e && e->body_case == FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY);
@@ -179,33 +167,33 @@ static void fd_cases(void) {
   raw r = hello_conn();
   int fds[6];
   for (int i = 0; i < 6; i++) fds[i] = raw_memfd(4096);
-  send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 4096, fds, 6, 6);
+  raw_send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 4096, fds, 6, 6);
   raw_expect_error(&r, 0, "num_fds", FGB_EPROTO, 1, "too many fds (6)");
   raw_close(&r);
   check_alive("too many fds");
 
   r = hello_conn();
-  uint64_t req = send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 4096, NULL, 0, 1);
+  uint64_t req = raw_send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 4096, NULL, 0, 1);
   raw_expect_error(&r, req, "num_fds", FGB_EPROTO, 1, "announced fd missing");
   raw_close(&r);
 
   r = hello_conn();
-  req = send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 4096, fds, 1, 0);
+  req = raw_send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 4096, fds, 1, 0);
   raw_expect_error(&r, req, "num_fds", FGB_EPROTO, 1, "unannounced extra fd");
   raw_close(&r);
 
   r = hello_conn();
-  req = send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 4096, NULL, 0, 0);
+  req = raw_send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 4096, NULL, 0, 0);
   raw_expect_error(&r, req, "num_fds", FGB_EINVAL, 0, "memfd arena without fd");
-  req = send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 0, fds, 1, 1);
+  req = raw_send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 0, fds, 1, 1);
   raw_expect_error(&r, req, "bytes", FGB_EINVAL, 0, "arena of 0 bytes");
-  req = send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 1ull << 41, fds, 1, 1);
+  req = raw_send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 1ull << 41, fds, 1, 1);
   raw_expect_error(&r, req, "bytes", FGB_EINVAL, 0, "arena of 2 TiB");
-  req = send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 8192, fds, 1, 1);
+  req = raw_send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 8192, fds, 1, 1);
   raw_expect_error(&r, req, "bytes", FGB_EINVAL, 0, "arena larger than its memfd");
-  req = send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_CUDA_VMM_FD, 4096, fds, 1, 1);
+  req = raw_send_arena(&r, FGBUFF__V1__ARENA_KIND__ARENA_CUDA_VMM_FD, 4096, fds, 1, 1);
   raw_expect_error(&r, req, "kind", FGB_ENOTSUP, 0, "CUDA arena on a CPU daemon");
-  req = send_arena(&r, 42, 4096, fds, 1, 1);
+  req = raw_send_arena(&r, 42, 4096, fds, 1, 1);
   raw_expect_error(&r, req, "kind", FGB_EINVAL, 0, "unknown arena kind");
   raw_close(&r);
   for (int i = 0; i < 6; i++) close(fds[i]);

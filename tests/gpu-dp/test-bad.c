@@ -99,14 +99,7 @@ int main(int argc, char **argv) {
     REQUIRE(raw_connect(&h, sock) == 0 && raw_hello(&h) == 0);
     int fd = raw_memfd(4096);
     REQUIRE(fd >= 0);
-    Fgbuff__V1__RegisterArena ra = FGBUFF__V1__REGISTER_ARENA__INIT;
-    ra.kind = FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD;
-    ra.bytes = 4096;
-    Env env = FGBUFF__V1__ENVELOPE__INIT;
-    env.num_fds = 1;
-    env.body_case = FGBUFF__V1__ENVELOPE__BODY_REGISTER_ARENA;
-    env.register_arena = &ra;
-    raw_send(&h, &env, &fd, 1);
+    raw_send_arena(&h, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 4096, &fd, 1, 1);
     close(fd);
     raw_expect_error(&h, 0, "kind", FGB_ENOTSUP, 0, "host arena on a GPU daemon");
     raw_close(&h);

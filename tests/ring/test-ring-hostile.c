@@ -190,14 +190,7 @@ static void setup(raw *r, tring *t, const char *job, uint32_t *tid) {
   attach_ok(r, t);
   int fd = raw_memfd(4096);
   REQUIRE(fd >= 0);
-  Fgbuff__V1__RegisterArena a = FGBUFF__V1__REGISTER_ARENA__INIT;
-  a.kind = FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD;
-  a.bytes = 4096;
-  Env env = FGBUFF__V1__ENVELOPE__INIT;
-  env.num_fds = 1;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_REGISTER_ARENA;
-  env.register_arena = &a;
-  raw_send(r, &env, &fd, 1);
+  raw_send_arena(r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 4096, &fd, 1, 1);
   close(fd);
   e = raw_recv(r, 30000);
   REQUIRE(e && e->body_case == FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY);
