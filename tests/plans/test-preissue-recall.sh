@@ -60,7 +60,7 @@ on_everywhere nn
 # (2) mid-step collectives, policy none and fgbuff; every daemon's status counts its recalls
 # (read during the long last step).
 ranks_start mid 3 timeout "$tmo" "$plan" --job mid --steps 24 --mid-every 6 --sleep-ms 8000
-declare -A seen # daemon -> "recalls/revoked" once its status showed >= 3 recalls, >= 1 revoked
+declare -A seen=() # daemon -> "recalls/revoked" once its status showed >= 3 recalls, >= 1 revoked
 for _ in $(seq 1 600); do
   for r in 0 1 2; do
     [ -n "${seen[$r]:-}" ] && continue
