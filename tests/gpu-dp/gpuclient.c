@@ -17,6 +17,15 @@
  *             [--wait-ms MS]    (the waits' timeout, default 60000)
  *             [--idle-submit 1] (each tensor's stream is synchronised before its submit: the
  *                                client library host-writes the ready number, the fast path)
+ *             [--mid-every K]   (in every K-th step but step 0, after two submits, an ad-hoc
+ *                                all-reduce (sum) of w3, not submitted yet in that step, with
+ *                                (rank + 1) * step everywhere, checked ("mid STEP ok") and waited
+ *                                for before the rest is submitted: under pre-issue the daemons
+ *                                recall the step's items numbered ahead)
+ *             [--wait-each-at S] (in step S the tensors go in reversed order, each waited for on
+ *                                the host right after its submit: the block's first item waits
+ *                                for a tensor submitted last; the daemons recall after
+ *                                FGBUFF_RECALL_STUCK_MS)
  * Exit 0 all results right, 1 wrong or error, 77 fewer GPUs than needed. */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -96,6 +105,32 @@ static double now_s(void) {
   return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* --mid-every: w3's memory is written and read with synchronous copies (no stream of this client
+ * is involved: the held stream s still has this step's earlier inputs queued). */
+static int mid_sum(fgb_client *c, uint32_t tid, void *dptr, uint64_t n, int rank, int size,
+                   long step, void *scratch) {
+  float *tmp = scratch;
+  for (uint64_t i = 0; i < n; i++) tmp[i] = (float)((rank + 1) * step);
+  if (cudaMemcpy(dptr, tmp, n * 4, cudaMemcpyHostToDevice) != cudaSuccess)
+    return fprintf(stderr, "rank %d: mid copy in\n", rank), 1;
+  fgb_status st = fgb_allreduce(c, tid, FGB_OP_SUM, 60000);
+  if (st)
+    return fprintf(stderr, "rank %d: all-reduce inside step %ld: %s\n", rank, step,
+                   fgb_client_error(c)),
+           1;
+  if (cudaMemcpy(tmp, dptr, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess)
+    return fprintf(stderr, "rank %d: mid copy out\n", rank), 1;
+  float want = (float)(step * size * (size + 1) / 2);
+  for (uint64_t i = 0; i < n; i++)
+    if (tmp[i] != want)
+      return fprintf(stderr, "rank %d: all-reduce inside step %ld: [%llu] = %g, want %g\n", rank,
+                     step, (unsigned long long)i, (double)tmp[i], (double)want),
+             1;
+  printf("mid %ld ok\n", step);
+  fflush(stdout);
+  return 0;
+}
+
 #define DIE(...)                        \
   do {                                  \
     fprintf(stderr, "rank %d: ", rank); \
@@ -107,6 +142,7 @@ static double now_s(void) {
 int main(int argc, char **argv) {
   int rank = 0, size = 2, dev = 0, steps = 3;
   long die_at = -1, sleep_at = -1, sleep_ms = 0, stall_at = -1, kill_wait_at = -1, wait_ms = 60000;
+  long mid_every = 0, wait_each_at = -1;
   int idle_submit = 0;
   const char *sock = NULL, *job = "gpu-dp";
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -136,6 +172,10 @@ int main(int argc, char **argv) {
       kill_wait_at = atol(argv[i + 1]);
     else if (!strcmp(argv[i], "--wait-ms"))
       wait_ms = atol(argv[i + 1]);
+    else if (!strcmp(argv[i], "--mid-every"))
+      mid_every = atol(argv[i + 1]);
+    else if (!strcmp(argv[i], "--wait-each-at"))
+      wait_each_at = atol(argv[i + 1]);
   }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= dev) return 77;
@@ -185,7 +225,13 @@ int main(int argc, char **argv) {
     /* The stream is held 200 ms before the inputs land: a daemon that did not wait for the
      * event would reduce the previous contents. */
     cudaLaunchHostFunc(s, hold, (void *)(uintptr_t)(step == die_at ? 60000000 : 200000));
-    for (int t = 0; t < NT; t++) {
+    int rev = step == wait_each_at;
+    for (int j = 0; j < NT; j++) {
+      int t = rev ? NT - 1 - j : j;
+      if (mid_every > 0 && step > 0 && step % mid_every == 0 && j == 2 &&
+          mid_sum(c, tid[3], (char *)dmem[T[3].arena] + T[3].offset, T[3].count, rank, size, step,
+                  back))
+        return 1;
       for (uint64_t i = 0; i < T[t].count; i++) {
         float v = input(rank, (uint64_t)step, t, i);
         if (T[t].dt == FGB_FLOAT16)
@@ -199,6 +245,9 @@ int main(int argc, char **argv) {
       if (idle_submit && cudaStreamSynchronize(s) != cudaSuccess) DIE("stream synchronise");
       if (fgb_submit(c, tid[t], (uint64_t)step, s))
         DIE("submit %s: %s", T[t].name, fgb_client_error(c));
+      if (rev && fgb_wait(c, tid[t], (uint64_t)step, (int)wait_ms))
+        DIE("step %ld: wait for %s right after its submit: %s", step, T[t].name,
+            fgb_client_error(c));
       if (step == sleep_at && t == 0 && sleep_ms > 0) {
         printf("rank %d sleeping %ld ms in step %ld\n", rank, sleep_ms, step);
         fflush(stdout);
@@ -215,7 +264,8 @@ int main(int argc, char **argv) {
     double t0 = now_s();
     uint64_t hash = 1469598103934665603ull;
     for (int t = 0; t < NT; t++) {
-      fgb_status st = T[t].on_stream
+      fgb_status st = rev ? FGB_OK /* waited for right after its submit */
+                      : T[t].on_stream
                           ? fgb_wait_on_stream(c, tid[t], (uint64_t)step, s, (int)wait_ms)
                           : fgb_wait(c, tid[t], (uint64_t)step, (int)wait_ms);
       if (st) {
