@@ -6,14 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Same rule as bench-allreduce.c. */
-static int iters_for(size_t bytes, double scale) {
-  double it = (256.0 * 1024 * 1024 / (double)bytes) * scale;
-  if (it > 200 * scale) it = 200 * scale;
-  if (it < 1) it = 1;
-  return it < 5 && scale >= 1 ? 5 : (int)it;
-}
+#include "bench_util.h"
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
@@ -38,7 +31,7 @@ int main(int argc, char **argv) {
   if (x == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
   const float inv = 1.0f / (float)size;
   for (size_t b = lo; b <= hi; b *= 4) {
-    int n = (int)(b / sizeof(float)), it = iters_for(b, scale);
+    int n = (int)(b / sizeof(float)), it = bench_iters_for(b, scale);
     for (int i = 0; i < n; i++) x[i] = (float)(i % 97) * 0.01f;
     double t0 = 0;
     for (int i = 0; i < 3 + it; i++) {

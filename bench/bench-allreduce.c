@@ -10,21 +10,7 @@
 #include <time.h>
 
 #include "fgbuff/client.h"
-
-static double now_us(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
-}
-
-/* Iterations for a size: about 256 MiB moved per size, 5..200 iterations (the same on every rank,
- * so all ranks run the same steps). Shared with bench-allreduce-mpi.c's copy of this rule. */
-static int iters_for(size_t bytes, double scale) {
-  double it = (256.0 * 1024 * 1024 / (double)bytes) * scale;
-  if (it > 200 * scale) it = 200 * scale;
-  if (it < 1) it = 1;
-  return it < 5 && scale >= 1 ? 5 : (int)it;
-}
+#include "bench_util.h"
 
 #define CHECKED(call, what)                                                    \
   do {                                                                         \
@@ -60,12 +46,12 @@ static int run_size(size_t bytes, int iters, double *mean_us, int *rank_out) {
   const int warmup = 3;
   double t0 = 0;
   for (int i = 0; i < warmup + iters; i++) {
-    if (i == warmup) t0 = now_us();
+    if (i == warmup) t0 = bench_now_us();
     CHECKED(fgb_submit(c, t, (uint64_t)i, NULL), "submit");
     CHECKED(fgb_end_step(c, (uint64_t)i), "end step");
     CHECKED(fgb_wait_step(c, (uint64_t)i, 600000), "wait");
   }
-  *mean_us = (now_us() - t0) / iters;
+  *mean_us = (bench_now_us() - t0) / iters;
   *rank_out = rank;
   fgb_client_free(c);
   return 0;
@@ -88,7 +74,7 @@ int main(int argc, char **argv) {
   for (size_t b = lo; b <= hi; b *= 4) {
     double us;
     int rank;
-    int it = iters_for(b, scale);
+    int it = bench_iters_for(b, scale);
     if (run_size(b, it, &us, &rank) < 0) return 1;
     if (rank == 0) printf("%zu %.2f %d\n", b, us, it);
     fflush(stdout);

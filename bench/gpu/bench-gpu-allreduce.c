@@ -30,23 +30,7 @@
 #include <time.h>
 
 #include "fgbuff/client.h"
-
-static double now_us(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double pct(double *v, int n, double p) {
-  qsort(v, (size_t)n, sizeof *v, cmp);
-  int i = (int)ceil(p * n) - 1;
-  return v[i < 0 ? 0 : i];
-}
+#include "bench_util.h"
 
 static int iters_for(size_t bytes, double scale) {
   int n = bytes <= (1 << 20) ? 300 : bytes <= (64 << 20) ? 40 : 8;
@@ -135,19 +119,19 @@ int main(int argc, char **argv) {
     /* raw NCCL */
     for (int i = -warm; i < n; i++) {
       MPI_Barrier(MPI_COMM_WORLD);
-      double t0 = now_us();
+      double t0 = bench_now_us();
       for (int b = 0; b < batch; b++) {
-        if (b == 0 && i >= 0) tc[i] = now_us();
+        if (b == 0 && i >= 0) tc[i] = bench_now_us();
         CK(ncclAllReduce(buf + b * bytes, buf + b * bytes, count, ncclFloat32, ncclAvg, nc, s) ==
            ncclSuccess);
         if (raw_signal) {
           CK(cuStreamWriteValue32((CUstream)s, sig_dev, ++sig_n, 0) == CUDA_SUCCESS);
           CK(cudaEventRecord(sig_ev, s) == cudaSuccess);
         }
-        if (b == 0 && i >= 0) tc[i] = now_us() - tc[i];
+        if (b == 0 && i >= 0) tc[i] = bench_now_us() - tc[i];
       }
       CK(cudaStreamSynchronize(s) == cudaSuccess);
-      if (i >= 0) tr[i] = now_us() - t0;
+      if (i >= 0) tr[i] = bench_now_us() - t0;
     }
     /* through fgbuffd: a job per size and path, one tensor, its own arena (mapped once) */
     for (int pi = 0; pi < 3 && plist[pi]; pi++) {
@@ -186,7 +170,7 @@ int main(int argc, char **argv) {
       }
       for (int i = -warm; i < n; i++, step++) {
         MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = now_us();
+        double t0 = bench_now_us();
         fgb_status st = FGB_OK;
         for (int b = 0; b < batch && st == FGB_OK; b++) st = fgb_submit(cj, t[b], step, s);
         if (st == FGB_OK) st = fgb_end_step(cj, step);
@@ -197,15 +181,15 @@ int main(int argc, char **argv) {
           MPI_Abort(MPI_COMM_WORLD, 1);
         }
         CK(cudaStreamSynchronize(s) == cudaSuccess);
-        if (i >= 0) tf[i] = now_us() - t0;
+        if (i >= 0) tf[i] = bench_now_us() - t0;
       }
       fgb_client_free(cj);
       double sr = 0, sf = 0;
       for (int i = 0; i < n; i++) sr += tr[i], sf += tf[i];
       double factor = 2.0 * (size - 1) / size * (double)bytes * batch / 1e3; /* GB/s from us */
       double bwr = factor / (sr / n), bwf = factor / (sf / n);
-      double r50 = pct(tr, n, 0.5), r99 = pct(tr, n, 0.99), f50 = pct(tf, n, 0.5),
-             f99 = pct(tf, n, 0.99);
+      double r50 = bench_pct(tr, n, 0.5), r99 = bench_pct(tr, n, 0.99), f50 = bench_pct(tf, n, 0.5),
+             f99 = bench_pct(tf, n, 0.99);
       if (rank == 0) {
         printf("  %12zu %7s %10.2f %10.2f %6.3f %9.1f %9.1f %9.1f %9.1f\n", bytes, path, bwr, bwf,
                bwf / bwr, r50, f50, r99, f99);
@@ -214,7 +198,7 @@ int main(int argc, char **argv) {
     }
     if (getenv("BENCH_RAW_CALL")) /* what the daemon's engine start is to be compared with */
       fprintf(stderr, "# rank %d bytes %zu raw ncclAllReduce host call p50 %.1f us\n", rank, bytes,
-              pct(tc, n, 0.5));
+              bench_pct(tc, n, 0.5));
     free(tc);
     free(tr);
     free(tf);

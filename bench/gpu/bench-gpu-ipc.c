@@ -19,27 +19,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now_us(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double p50(const double *v, int n) {
-  double *w = malloc(sizeof(double) * (size_t)n);
-  if (!w) return NAN;
-  memcpy(w, v, sizeof(double) * (size_t)n);
-  qsort(w, (size_t)n, sizeof *w, cmp);
-  double r = w[(n - 1) / 2];
-  free(w);
-  return r;
-}
+#include "bench_util.h"
 
 /* The helper: allocates on the GPU, sends the IPC handle up the pipe, keeps the memory alive until
  * the parent closes its end of the other pipe. Runs before MPI or CUDA start in the parent. */
@@ -139,12 +119,12 @@ int main(int argc, char **argv) {
     for (int m = 0; m < NM; m++) { /* alternate: clock or thermal drift hits all modes alike */
       if (!ok[m]) continue;
       MPI_Barrier(MPI_COMM_WORLD);
-      double t0 = now_us();
+      double t0 = bench_now_us();
       CK(cudaEventRecord(e0, s) == cudaSuccess);
       CK(ncclAllReduce(buf[m], buf[m], bytes / 4, ncclFloat32, ncclAvg, nc, s) == ncclSuccess);
       CK(cudaEventRecord(e1, s) == cudaSuccess);
       CK(cudaStreamSynchronize(s) == cudaSuccess);
-      double t = now_us() - t0;
+      double t = bench_now_us() - t0;
       float ms = 0;
       CK(cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess);
       if (i >= 0) {
@@ -162,8 +142,8 @@ int main(int argc, char **argv) {
       double sum = 0;
       for (int i = 0; i < iters; i++) sum += th[m][i];
       double mean = sum / iters, bw = 2.0 * (size - 1) / size * (double)bytes / 1e3 / mean;
-      printf("  %-7s %10.1f %10.1f %10.1f %10.2f\n", name[m], p50(th[m], iters), p50(tg[m], iters),
-             mean, bw);
+      printf("  %-7s %10.1f %10.1f %10.1f %10.2f\n", name[m], bench_pct(th[m], iters, 0.5),
+             bench_pct(tg[m], iters, 0.5), mean, bw);
     }
     fflush(stdout);
   }

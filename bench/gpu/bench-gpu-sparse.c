@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "fgbuff/client.h"
+#include "bench_util.h"
 
 static int rank;
 
@@ -30,17 +31,6 @@ static int rank;
     }                                                                        \
   } while (0)
 
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 typedef struct res {
   double p50, mean, min;
 } res;
@@ -51,7 +41,7 @@ static res stats(double *v, int n) {
     r.mean += v[i] / n;
     if (v[i] < r.min) r.min = v[i];
   }
-  qsort(v, (size_t)n, sizeof *v, cmp);
+  bench_sort(v, (size_t)n);
   r.p50 = v[n / 2];
   return r;
 }
@@ -96,7 +86,7 @@ static res run_daemon(const char *label, const char *comp, double density, void 
   int warm = 3; /* the first step creates the compressor and agrees on its settings */
   for (int i = -warm; i < iters; i++) {
     MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = now_ms();
+    double t0 = bench_now_ms();
     uint64_t step = (uint64_t)(i + warm);
     fgb_status st = fgb_submit(c, t, step, s);
     if (st == FGB_OK) st = fgb_end_step(c, step);
@@ -106,7 +96,7 @@ static res run_daemon(const char *label, const char *comp, double density, void 
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
     CK(cudaStreamSynchronize(s) == cudaSuccess);
-    if (i >= 0) v[i] = now_ms() - t0;
+    if (i >= 0) v[i] = bench_now_ms() - t0;
   }
   char *js = NULL;
   if (strcmp(comp, "none") != 0 && fgb_status_json(c, &js) == FGB_OK) {
@@ -166,10 +156,10 @@ int main(int argc, char **argv) {
   double *v = malloc(sizeof(double) * (size_t)iters);
   for (int i = -3; i < iters; i++) {
     MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = now_ms();
+    double t0 = bench_now_ms();
     CK(ncclAllReduce(buf, buf, n, ncclFloat32, ncclAvg, nc, s) == ncclSuccess);
     CK(cudaStreamSynchronize(s) == cudaSuccess);
-    if (i >= 0) v[i] = now_ms() - t0;
+    if (i >= 0) v[i] = bench_now_ms() - t0;
   }
   res raw = stats(v, iters);
   res dense = run_daemon(label, "none", density, buf, n, iters, size, s);

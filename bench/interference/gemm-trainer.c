@@ -13,17 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
+#include "bench_util.h"
 
 int main(int argc, char **argv) {
   int dev = 0, n = 8192, batch = 20;
@@ -75,8 +65,8 @@ int main(int argc, char **argv) {
   cudaStreamSynchronize(s);
   size_t cap = 4096, k = 0;
   double *ms = malloc(cap * sizeof *ms);
-  double t0 = now_s();
-  while (now_s() - t0 < seconds && k < cap) {
+  double t0 = bench_now_s();
+  while (bench_now_s() - t0 < seconds && k < cap) {
     cudaEventRecord(e0, s);
     for (int i = 0; i < batch; i++)
       cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a, CUDA_R_16BF, n, b, CUDA_R_16BF,
@@ -87,14 +77,14 @@ int main(int argc, char **argv) {
     cudaEventElapsedTime(&f, e0, e1);
     ms[k++] = f / batch;
   }
-  double t_end = now_s();
+  double t_end = bench_now_s();
   if (cudaGetLastError() != cudaSuccess || k == 0) {
     fprintf(stderr, "gemm-trainer: CUDA error or no batch\n");
     return 1;
   }
   double sum = 0;
   for (size_t i = 0; i < k; i++) sum += ms[i];
-  qsort(ms, k, sizeof *ms, cmp);
+  bench_sort(ms, k);
   double med = ms[k / 2], mean = sum / k;
   printf("gemm n=%d ms_per_call median %.4f mean %.4f batches %zu tflops %.1f\n", n, med, mean, k,
          2.0 * n * n * (double)n / (med * 1e-3) / 1e12);

@@ -16,11 +16,7 @@
 
 #include "fgbuff/client.h"
 #include "gpu_client_util.h"
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
+#include "bench_util.h"
 
 int main(int argc, char **argv) {
   int period_ms = 30;
@@ -118,7 +114,7 @@ int main(int argc, char **argv) {
   }
   double span = gcu_now_s() - t_first, sum = 0;
   for (int k = 0; k < steps; k++) sum += lat[k];
-  qsort(lat, (size_t)steps, sizeof *lat, cmp);
+  bench_sort(lat, (size_t)steps);
   char what[96];
   if (comp[0])
     snprintf(what, sizeof what, "%s density %g", comp, density);
