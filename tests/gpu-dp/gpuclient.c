@@ -111,7 +111,10 @@ static int mid_sum(fgb_client *c, uint32_t tid, void *dptr, uint64_t n, int rank
                    long step, void *scratch) {
   float *tmp = scratch;
   for (uint64_t i = 0; i < n; i++) tmp[i] = (float)((rank + 1) * step);
-  if (cudaMemcpy(dptr, tmp, n * 4, cudaMemcpyHostToDevice) != cudaSuccess)
+  /* A copy from pageable memory may return before its DMA lands: the daemon reads the memory
+   * from another process, so the (legacy) default stream is synchronised too. */
+  if (cudaMemcpy(dptr, tmp, n * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaStreamSynchronize(0) != cudaSuccess)
     return fprintf(stderr, "rank %d: mid copy in\n", rank), 1;
   fgb_status st = fgb_allreduce(c, tid, FGB_OP_SUM, 60000);
   if (st)
