@@ -343,6 +343,7 @@ void srv_engine_result(void *ud, eng_item *it) {
              it->kind == ENG_FORM    ? "formation"
              : it->kind == ENG_ISSUE ? "collective"
              : it->kind == ENG_XCHG  ? "planning exchange"
+             : it->kind == ENG_STATE ? "compressor state transfer"
                                      : "release",
              (unsigned long long)it->seq, (unsigned long long)it->job_key, it->err);
   if (!j || it->kind == ENG_RELEASE) {
