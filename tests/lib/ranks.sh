@@ -7,10 +7,16 @@
 #                                    #   run at once)
 #   ranks_wait TAG                   # wait for TAG's ranks; a failed rank's output is printed; 1 if
 #                                    #   any failed
+#   ranks_alive TAG                  # 0 while any rank of TAG still runs (bounds a status poll by
+#                                    #   the job's life instead of a fixed time)
 #   ranks_same_hashes TAG [STEPS]    # every rank printed rank 0's hash lines (and STEPS of them)
 #   ranks_poll_status N TRIES REGEX  # `fgbuffctl status --json` of each daemon into
 #                                    #   $FGBUFF_RUNTIME_DIR/status.r.json, every 0.25 s, until all
 #                                    #   N match REGEX (grep -q) or TRIES polls passed
+#   ranks_read_status N              # one round: daemon 0's text status into status.0.txt and the
+#                                    #   N daemons' JSON into status.r.json (in $FGBUFF_RUNTIME_DIR),
+#                                    #   read at once (on a loaded machine, reads one after another
+#                                    #   can span the rest of a job's life); 1 if a read failed
 #   ranks_preissue R LIST JOB FIELD  # daemon R's `preissue` FIELD of JOB in its status list LIST
 #                                    #   ("coordinator": the leader's record, on daemon 0; "jobs":
 #                                    #   the daemon's own), as JSON, or "" once the job is gone
@@ -37,6 +43,14 @@ ranks_wait() {
       { echo "$tag rank $r failed:"; cat "$FGBUFF_RUNTIME_DIR/$tag.$r.out"; bad=1; }
   done
   return $bad
+}
+
+ranks_alive() {
+  local tag="$1" r
+  for ((r = 0; r < ${RANKS_NOF[$tag]:-0}; r++)); do
+    kill -0 "${RANKS_PID[$tag.$r]}" 2>/dev/null && return 0
+  done
+  return 1
 }
 
 ranks_same_hashes() {
@@ -66,6 +80,19 @@ ranks_poll_status() {
     [ $ok -eq "$n" ] && return 0
   done
   return 1
+}
+
+ranks_read_status() {
+  local n="$1" ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl" d="$FGBUFF_RUNTIME_DIR" r p bad=0
+  local -a ps=()
+  "$ctl" --socket "$d/cpu0.sock" status >"$d/status.0.txt" 2>/dev/null &
+  ps+=($!)
+  for ((r = 0; r < n; r++)); do
+    "$ctl" --socket "$d/cpu$r.sock" status --json >"$d/status.$r.json" 2>/dev/null &
+    ps+=($!)
+  done
+  for p in "${ps[@]}"; do wait "$p" || bad=1; done
+  return $bad
 }
 
 ranks_preissue() {

@@ -18,8 +18,8 @@
 # hang, and the daemons must still run a new job afterwards.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
+source "$(dirname "$0")/../lib/ranks.sh"
 bin="${FGBUFF_TEST_BIN:?}"
-ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
 export FGBUFF_DEAR_FUSION_MB=0.05
 rc=0
 startn() { # TAG N CMD...: N ranks in the background, rank r on daemon r
@@ -79,15 +79,15 @@ for n in 2 3; do
   files=()
   for ((r = 0; r < n; r++)); do files+=("$out/status.$r.json"); done
   ok=0
-  for _ in $(seq 1 80); do
+  # While every client runs (its last step sleeps); each round reads daemon 0's text status and
+  # every JSON one at once (ranks_read_status) and ends the poll when all show the split.
+  while kill -0 "${pids[@]}" 2>/dev/null; do
     sleep 0.25
-    for ((r = 0; r < n; r++)); do
-      "$ctl" --socket "$out/cpu$r.sock" status --json >"$out/status.$r.json" 2>/dev/null
-    done
-    split_status "$job" "${files[@]}" >/dev/null 2>&1 && { ok=1; break; }
+    ranks_read_status $n || continue
+    split_status "$job" "${files[@]}" >/dev/null 2>&1 &&
+      grep -q "split buffers: reduce-scatter in backward" "$out/status.0.txt" && { ok=1; break; }
   done
   [ $ok -eq 1 ] || { echo "$n daemons: status:"; split_status "$job" "${files[@]}"; rc=1; }
-  "$ctl" --socket "$out/cpu0.sock" status >"$out/status.0.txt" || { echo "status failed"; rc=1; }
   grep -q "split buffers: reduce-scatter in backward" "$out/status.0.txt" ||
     { echo "status text lacks the split buffers:"; cat "$out/status.0.txt"; rc=1; }
   waitn "$job" $n 12

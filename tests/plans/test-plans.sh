@@ -16,7 +16,6 @@ source "$(dirname "$0")/../lib/ranks.sh"
 bin="${FGBUFF_TEST_BIN:?}"
 sync="${FGBUFF_SYNC_BIN:?}"
 comp="${FGBUFF_COMP_BIN:?}"
-ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
 world_start 3 --policy "$policy" || exit 1
 trap 'world_stop >/dev/null 2>&1' EXIT
 out="$FGBUFF_RUNTIME_DIR"
@@ -26,27 +25,26 @@ ranks_start "$job" 3 "$sync" --job "$job" --steps 12 --skip 2 --sleep-at 12 --sl
 # Poll every daemon's status until all three show the plan and as many plan buffers issued as it
 # has buffers (the plan's first step depends on when its exchange completed; the clients sleep 6 s
 # inside step 12, so the job is still there).
-issued() { # FILE: 0 when the job's plan exists and at least one step ran as plan buffers
-  python3 - "$1" "$job" <<'PY'
+issued() { # FILE...: 0 when every file shows the job's plan and at least one step of its buffers
+  python3 - "$job" "$@" <<'PY'
 import json, sys
 try:
-    js = [j for j in json.load(open(sys.argv[1]))["jobs"] if j["name"] == sys.argv[2]]
-    p = js[0]["plan"]
-    sys.exit(0 if p and js[0]["plan_buffers_issued"] >= len(p["buffers"]) else 1)
+    for f in sys.argv[2:]:
+        js = [j for j in json.load(open(f))["jobs"] if j["name"] == sys.argv[1]]
+        p = js[0]["plan"]
+        if not p or js[0]["plan_buffers_issued"] < len(p["buffers"]):
+            sys.exit(1)
 except Exception:
     sys.exit(1)
 PY
 }
-for _ in $(seq 1 80); do
+# The poll lasts while the clients run; each round reads daemon 0's text status and the three JSON
+# ones at once (ranks_read_status) and ends the poll when all four show the plan.
+while ranks_alive "$job"; do
   sleep 0.25
-  n=0
-  for r in 0 1 2; do
-    "$ctl" --socket "$out/cpu$r.sock" status --json >"$out/status.$r.json" 2>/dev/null &&
-      issued "$out/status.$r.json" && n=$((n + 1))
-  done
-  [ $n -eq 3 ] && break
+  ranks_read_status 3 && issued "$out"/status.{0,1,2}.json &&
+    grep -q "plan v[0-9]* ($policy)" "$out/status.0.txt" && break
 done
-"$ctl" --socket "$out/cpu0.sock" status >"$out/status.0.txt" || { echo "status failed"; rc=1; }
 python3 - "$job" "$policy" "$out"/status.{0,1,2}.json <<'PY' || rc=1
 import json, sys
 job, policy = sys.argv[1], sys.argv[2]

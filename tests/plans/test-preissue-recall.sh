@@ -50,18 +50,22 @@ recalled() { # TAG MIN: every daemon logged at least MIN recalls with something 
 
 # (1) policy none (the daemons' default): a long last step so that the leader's status is read.
 ranks_start nn 3 timeout "$tmo" "$plan" --job nn --steps 16 --sleep-ms 3000
-for _ in $(seq 1 100); do [ "$(pre nn items)" != "" ] && [ "$(pre nn items)" -ge 24 ] && break; sleep 0.1; done
-items=$(pre nn items)
+items=""
+while ranks_alive nn; do
+  n=$(pre nn items)
+  [ -n "$n" ] && items=$n && [ "$n" -ge 24 ] && break
+  sleep 0.1
+done
 [ -n "$items" ] && [ "$items" -ge 24 ] || { echo "nn: the leader pre-issued '$items' items (want >= 24)"; rc=1; }
 ranks_wait nn || rc=1
 ranks_same_hashes nn 16 || rc=1
 on_everywhere nn
 
 # (2) mid-step collectives, policy none and fgbuff; every daemon's status counts its recalls
-# (read during the long last step).
+# (polled while the job runs; its last step is long).
 ranks_start mid 3 timeout "$tmo" "$plan" --job mid --steps 24 --mid-every 6 --sleep-ms 8000
 declare -A seen=() # daemon -> "recalls/revoked" once its status showed >= 3 recalls, >= 1 revoked
-for _ in $(seq 1 600); do
+while ranks_alive mid; do
   for r in 0 1 2; do
     [ -n "${seen[$r]:-}" ] && continue
     n=$(mpre $r mid recalls)
