@@ -325,6 +325,18 @@ void srv_pre_recall(srv *d, srv_job *j, uint32_t recall_id) {
 
 static void end_waiting(srv *d, srv_job *j);
 
+/* Unlinks h, a waiting item of j whose predecessor in the queue is prev (*pp points at h), and
+ * frees it with its engine item (it never reaches the engine). */
+static void free_waiting(srv *d, srv_job *j, srv_held **pp, srv_held *prev) {
+  srv_held *h = *pp;
+  *pp = h->next;
+  if (d->held_tail == h) d->held_tail = prev;
+  d->nheld--;
+  if (j->inflight) j->inflight--;
+  eng_item_free(h->it);
+  free(h);
+}
+
 /* Revokes h's item: numbered after `kept` (a plan buffer's item carries its last member's seq,
  * the same on every rank: no rank started it). Its tensors, if submitted here, are reported ready
  * again; they are numbered anew on readiness (the leader forgot every (step, key) it numbered
@@ -397,12 +409,7 @@ void srv_pre_revoke(srv *d, srv_job *j, uint64_t kept) {
       continue;
     }
     revoke_item(d, j, h);
-    *pp = h->next;
-    if (d->held_tail == h) d->held_tail = prev;
-    d->nheld--;
-    if (j->inflight) j->inflight--;
-    eng_item_free(h->it);
-    free(h);
+    free_waiting(d, j, pp, prev);
   }
   j->pre_hold = 0;
   j->recalls++;
@@ -447,12 +454,7 @@ static void drop_waiting(srv *d, srv_job *j) {
   while (*pp) {
     srv_held *h = *pp;
     if (h->wait && h->j == j) {
-      *pp = h->next;
-      if (d->held_tail == h) d->held_tail = prev;
-      d->nheld--;
-      if (j->inflight) j->inflight--;
-      eng_item_free(h->it);
-      free(h);
+      free_waiting(d, j, pp, prev);
     } else {
       prev = h;
       pp = &h->next;
