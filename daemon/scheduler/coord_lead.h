@@ -95,6 +95,8 @@ ljob *coord_lead_find(coord_leader *l, const coord_job_id *id);
 /* Unlinks and frees the job. */
 void coord_lead_forget(coord_leader *l, ljob *j);
 void coord_lead_send_members(coord *c, const ljob *j, const coord_msg *m, int exclude);
+/* m initialised as a leader message of `type` about job j (its id and key). */
+void coord_lead_job_msg(coord_msg *m, uint8_t type, const ljob *j);
 /* Every member but `exclude` (a lost daemon; -1: none) gets ABORT; the job is forgotten. */
 void coord_lead_abort(coord *c, ljob *j, int failed_rank, int exclude, const char *text);
 /* ERROR to `to` with text (also copied to err); returns st. */

@@ -128,6 +128,12 @@ void coord_lead_send_members(coord *c, const ljob *j, const coord_msg *m, int ex
   if (self >= 0) (void)coord_send(c, j->members[self], m);
 }
 
+void coord_lead_job_msg(coord_msg *m, uint8_t type, const ljob *j) {
+  coord_msg_init(m, type);
+  m->job = j->id;
+  m->job_key = j->job_key;
+}
+
 static void abort_to(coord *c, const ljob *j, int r, int exclude, coord_msg *m) {
   if (j->members[r] < 0 || j->members[r] == exclude) return;
   m->gen = j->gens[r]; /* the member matches it with its join */
@@ -136,9 +142,7 @@ static void abort_to(coord *c, const ljob *j, int r, int exclude, coord_msg *m) 
 
 void coord_lead_abort(coord *c, ljob *j, int failed_rank, int exclude, const char *text) {
   coord_msg m;
-  coord_msg_init(&m, COORD_MSG_ABORT);
-  m.job = j->id;
-  m.job_key = j->job_key;
+  coord_lead_job_msg(&m, COORD_MSG_ABORT, j);
   m.failed_rank = failed_rank;
   coord_fmt(m.text, sizeof m.text, "%s", text);
   /* The failed rank's daemon last: under pre-issue it completes the collectives already numbered
@@ -382,9 +386,7 @@ static void process_meta(coord *c, ljob *j, int from, int rank, const coord_tens
     coord_pre_recall(c, j, t);
   }
   ltensor *t = &j->tensors[k];
-  coord_msg_init(&m, COORD_MSG_TENSOR_OK);
-  m.job = j->id;
-  m.job_key = j->job_key;
+  coord_lead_job_msg(&m, COORD_MSG_TENSOR_OK, j);
   m.tensor_key = (uint32_t)k;
   memcpy(m.meta.name, meta->name, sizeof m.meta.name);
   if (t->bad) {

@@ -108,9 +108,7 @@ static int try_once(coord *c, ljob *j) {
   coord_fmt(j->pre_why, sizeof j->pre_why, "%s", no ? no : "");
   if (no) return 0;
   coord_msg p;
-  coord_msg_init(&p, COORD_MSG_PREISSUE);
-  p.job = j->id;
-  p.job_key = j->job_key;
+  coord_lead_job_msg(&p, COORD_MSG_PREISSUE, j);
   p.seq = coord_get_leader(c)->next_seq;
   p.step = u;
   p.nkeys = j->blk_n;
@@ -196,9 +194,7 @@ void coord_pre_recall(coord *c, ljob *j, const char *why) {
   j->pre_active = 0;
   coord_fmt(j->pre_why, sizeof j->pre_why, "recall: %s", why);
   coord_msg m;
-  coord_msg_init(&m, COORD_MSG_RECALL_ASK);
-  m.job = j->id;
-  m.job_key = j->job_key;
+  coord_lead_job_msg(&m, COORD_MSG_RECALL_ASK, j);
   m.recall_id = j->rc_id;
   coord_lead_send_members(c, j, &m, -1);
 }
@@ -247,9 +243,7 @@ static void recall_end(coord *c, ljob *j) {
   coord_fmt(j->pre_why, sizeof j->pre_why, "recalled (kept up to seq %llu, %llu revoked)",
             (unsigned long long)keep, (unsigned long long)n);
   coord_msg m;
-  coord_msg_init(&m, COORD_MSG_REVOKE);
-  m.job = j->id;
-  m.job_key = j->job_key;
+  coord_lead_job_msg(&m, COORD_MSG_REVOKE, j);
   m.recall_id = j->rc_id;
   m.seq = keep;
   coord_lead_send_members(c, j, &m, -1);

@@ -129,9 +129,7 @@ static void issue(coord *c, ljob *j, uint64_t step, uint32_t *keys, uint32_t n) 
       i++;
     }
     coord_msg m;
-    coord_msg_init(&m, COORD_MSG_ISSUE);
-    m.job = j->id;
-    m.job_key = j->job_key;
+    coord_lead_job_msg(&m, COORD_MSG_ISSUE, j);
     m.seq = coord_get_leader(c)->next_seq++;
     m.step = step;
     m.nkeys = i - start;
@@ -227,7 +225,7 @@ void coord_leader_tick(coord *c) {
       if (now - e->first_ms <= stall_ms) continue;
       e->stalled = 1;
       coord_msg m;
-      coord_msg_init(&m, COORD_MSG_STALL);
+      coord_lead_job_msg(&m, COORD_MSG_STALL, j);
       m.ranks = malloc((size_t)j->size * sizeof *m.ranks);
       if (!m.ranks) continue;
       char list[256];
@@ -239,8 +237,6 @@ void coord_leader_tick(coord *c) {
         if (off < sizeof list)
           off = coord_json_putf(list, sizeof list, off, "%s%d", off ? ", " : "", j->members[r]);
       }
-      m.job = j->id;
-      m.job_key = j->job_key;
       m.step = e->step;
       m.tensor_key = e->key;
       m.waited_ms = now - e->first_ms;

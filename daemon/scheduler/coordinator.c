@@ -356,6 +356,13 @@ void coord_drop_local(coord *c, local_job *j) {
   }
 }
 
+/* m initialised as this daemon's message of `type` about its job j (id, its client's rank). */
+static void member_msg(coord_msg *m, uint8_t type, const local_job *j) {
+  coord_msg_init(m, type);
+  m->job = j->id;
+  m->rank = j->rank;
+}
+
 static fgb_status local_check(coord *c, const coord_job_id *job, local_job **out) {
   if (!c || coord_job_check(job, NULL, 0)) return FGB_EINVAL;
   if (c->leader_lost) return FGB_EPEER;
@@ -377,9 +384,7 @@ fgb_status coord_join(coord *c, const coord_job_id *job, int rank, int size) {
   j->next = c->jobs;
   c->jobs = j;
   coord_msg m;
-  coord_msg_init(&m, COORD_MSG_JOIN);
-  m.job = *job;
-  m.rank = rank;
+  member_msg(&m, COORD_MSG_JOIN, j);
   m.size = size;
   m.gen = j->gen;
   fgb_status st = to_leader(c, &m);
@@ -392,9 +397,7 @@ fgb_status coord_leave(coord *c, const coord_job_id *job, int abort, const char 
   fgb_status st = local_check(c, job, &j);
   if (st) return st;
   coord_msg m;
-  coord_msg_init(&m, COORD_MSG_LEAVE);
-  m.job = *job;
-  m.rank = j->rank;
+  member_msg(&m, COORD_MSG_LEAVE, j);
   m.abort = abort ? 1 : 0;
   coord_fmt(m.text, sizeof m.text, "%s", why ? why : "");
   coord_drop_local(c, j);
@@ -407,9 +410,7 @@ fgb_status coord_register(coord *c, const coord_job_id *job, const coord_tensor_
   if (st) return st;
   if (coord_meta_check(meta, NULL, 0)) return FGB_EINVAL;
   coord_msg m;
-  coord_msg_init(&m, COORD_MSG_META);
-  m.job = *job;
-  m.rank = j->rank;
+  member_msg(&m, COORD_MSG_META, j);
   m.meta = *meta;
   for (uint32_t i = meta->ndim; i < COORD_MAX_DIMS; i++) m.meta.shape[i] = 0;
   return to_leader(c, &m);
@@ -425,9 +426,7 @@ fgb_status coord_ready(coord *c, const coord_job_id *job, uint64_t step, const u
   /* Batches above the wire cap travel as several READY messages, in order. */
   for (uint64_t off = 0; off < n; off += COORD_MAX_BATCH) {
     coord_msg m;
-    coord_msg_init(&m, COORD_MSG_READY);
-    m.job = *job;
-    m.rank = j->rank;
+    member_msg(&m, COORD_MSG_READY, j);
     m.step = step;
     m.nkeys = n - off < COORD_MAX_BATCH ? (uint32_t)(n - off) : COORD_MAX_BATCH;
     m.keys = (uint32_t *)(keys + off); /* borrowed: not cleared */
@@ -444,9 +443,7 @@ fgb_status coord_preissue(coord *c, const coord_job_id *job, int on, uint64_t st
   if (step & COORD_STEP_ADHOC) return FGB_EINVAL;
   if (!j->formed) return FGB_EAGAIN;
   coord_msg m;
-  coord_msg_init(&m, COORD_MSG_PRE);
-  m.job = *job;
-  m.rank = j->rank;
+  member_msg(&m, COORD_MSG_PRE, j);
   m.on = on ? 1 : 0;
   m.step = step;
   return to_leader(c, &m);
@@ -458,9 +455,7 @@ fgb_status coord_recall(coord *c, const coord_job_id *job) {
   if (st) return st;
   if (!j->formed) return FGB_EAGAIN;
   coord_msg m;
-  coord_msg_init(&m, COORD_MSG_RECALL);
-  m.job = *job;
-  m.rank = j->rank;
+  member_msg(&m, COORD_MSG_RECALL, j);
   return to_leader(c, &m);
 }
 
@@ -471,9 +466,7 @@ fgb_status coord_recall_answer(coord *c, const coord_job_id *job, uint32_t recal
   if (st) return st;
   if (!j->formed || recall_id == 0) return FGB_EINVAL;
   coord_msg m;
-  coord_msg_init(&m, COORD_MSG_RECALLED);
-  m.job = *job;
-  m.rank = j->rank;
+  member_msg(&m, COORD_MSG_RECALLED, j);
   m.recall_id = recall_id;
   m.seq = handed_seq;
   return to_leader(c, &m);
