@@ -106,10 +106,14 @@ int srv_trace_level(void) {
   return v;
 }
 
-/* Items whose path the trace follows: one-element gradient syncs (the latency benchmark's), or
- * every single-tensor one with FGBUFF_GPU_TRACE=all. */
+int srv_trace_tensor(uint64_t count) {
+  int v = srv_trace_level();
+  return v > 1 || (v && count == 1);
+}
+
+/* Items whose path the trace follows: single-tensor gradient syncs srv_trace_tensor picks. */
 static int traced(const srv_engine *e, const eng_item *it) {
-  return e->trace && it->kind == ENG_ISSUE && it->n == 1 && (it->t[0].count == 1 || e->trace > 1);
+  return e->trace && it->kind == ENG_ISSUE && it->n == 1 && srv_trace_tensor(it->t[0].count);
 }
 
 static void stamp(const srv_engine *e, eng_item *it, int k) {

@@ -171,5 +171,8 @@ void eng_item_free(eng_item *it);
 /* FGBUFF_GPU_TRACE: 0 unset, 2 "all" (every single-tensor collective is traced, not only the
  * one-element ones of the latency benchmark), 1 otherwise. Read once. */
 int srv_trace_level(void);
+/* Whether the trace follows a single tensor of `count` elements: the one-element syncs of the
+ * latency benchmark, or every one with FGBUFF_GPU_TRACE=all. */
+int srv_trace_tensor(uint64_t count);
 
 #endif

@@ -182,7 +182,7 @@ static int watch_poll(uint32_t i) {
   if (r == 0) return 0;
   uint32_t tid = w->tensor_id;
   uint64_t step = w->step, t_us = w->t_us, seen_us = srv_now_us();
-  int trace = srv_trace_level() && (t->count == 1 || srv_trace_level() > 1);
+  int trace = srv_trace_tensor(t->count);
   drop_watch(i);
   if (r < 0)
     LOG_WARN("tensor %u step %llu: querying the client's event failed", tid,

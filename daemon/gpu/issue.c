@@ -89,7 +89,6 @@ static void time_end(gpu_exec *x, cudaStream_t s) {
   if (cudaEventRecord(x->cev[1], s) != cudaSuccess) x->ckind = -1;
 }
 
-static int g_trace = -1;
 static uint64_t mono_us(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -252,8 +251,8 @@ static int g_start(comm *c, int size, eng_item *it) {
   x->c = c;
   x->ckind = -1;
   it->priv = x;
-  if (g_trace < 0) g_trace = srv_trace_level();
-  uint64_t t_in = g_trace ? mono_us() : 0;
+  const int trace = srv_trace_level();
+  uint64_t t_in = trace ? mono_us() : 0;
   ncclComm_t nc = comm_nccl_handle(c);
   if (!nc) return fail(it, FGB_EPEER, "the job's communicator was aborted", NULL);
   int rank = 0;
@@ -273,7 +272,7 @@ static int g_start(comm *c, int size, eng_item *it) {
     fgb_status st = sp_agree(&job, it, err, sizeof err);
     if (st != FGB_OK) return fail(it, st, err, NULL);
   }
-  if (g_trace) {
+  if (trace) {
     x->t_start = t_in;
     x->t_agree = mono_us();
     for (int k = 0; k < 4; k++) x->tev[k] = ev_take(1);
@@ -359,7 +358,7 @@ static int g_start(comm *c, int size, eng_item *it) {
     return fail_late(x, it, FGB_EIO, "NCCL", ncclGetErrorString(r));
   if (comm_nccl_settle(c, err, sizeof err) != FGB_OK) return fail_late(x, it, FGB_EIO, err, NULL);
   time_end(x, s);
-  if (g_trace) {
+  if (trace) {
     x->t_enq = mono_us();
     cudaEventRecord(x->tev[1], s);
   }
@@ -370,17 +369,17 @@ static int g_start(comm *c, int size, eng_item *it) {
       if (!compressed(it, i) && it->t[i].op == FGB_OP_AVERAGE && !fused_avg(&it->t[i]) &&
           gpu_scale_div(it->t[i].dtype, it->t[i].ptr, it->t[i].count, size, s) != FGB_OK)
         return fail_late(x, it, FGB_EIO, "the averaging kernel failed to launch", NULL);
-  if (g_trace) cudaEventRecord(x->tev[2], s);
+  if (trace) cudaEventRecord(x->tev[2], s);
   for (uint32_t i = 0; it->split != ENG_SPLIT_RS && i < it->n; i++) /* Done after the gather */
     if (it->t[i].done_ev &&
         gpu_done_signal(it->t[i].done_ev, it->t[i].zero_first, s, err, sizeof err) != FGB_OK)
       return fail_late(x, it, FGB_EIO, "signalling a tensor's completion", err);
-  if (g_trace) cudaEventRecord(x->tev[3], s);
+  if (trace) cudaEventRecord(x->tev[3], s);
   if (!(x->fin = ev_take(0)))
     return fail(it, FGB_EIO, "creating the completion event", "cudaEventCreateWithFlags failed");
   if ((ce = cudaEventRecord(x->fin, s)) != cudaSuccess)
     return fail(it, FGB_EIO, "recording the completion event", cudaGetErrorString(ce));
-  if (g_trace) x->t_sig = mono_us();
+  if (trace) x->t_sig = mono_us();
   return 0;
 }
 
@@ -399,7 +398,7 @@ static int g_poll(eng_item *it) {
       eng_stats_add(it->stats, x->ckind, (double)x->cbytes, (double)cms * 1e-3);
     for (uint32_t k = 0; k < x->ntm; k++) /* the stream is past every member's events */
       sp_timing_done(&x->tm[k], it->status == FGB_OK ? it->stats : NULL);
-    if (g_trace && it->n == 1 && (it->t[0].count == 1 || g_trace > 1)) {
+    if (it->n == 1 && srv_trace_tensor(it->t[0].count)) {
       float ms[3] = {0, 0, 0};
       for (int k = 0; k < 3; k++) cudaEventElapsedTime(&ms[k], x->tev[k], x->tev[k + 1]);
       LOG_INFO(
@@ -409,7 +408,7 @@ static int g_poll(eng_item *it) {
           (unsigned long long)(x->t_agree - x->t_start),
           (unsigned long long)(x->t_enq - x->t_start), (unsigned long long)(x->t_sig - x->t_start),
           (unsigned long long)(mono_us() - x->t_start), ms[0] * 1e3, ms[1] * 1e3, ms[2] * 1e3);
-    } else if (g_trace && it->coll == ENG_GRAD && it->status == FGB_OK) {
+    } else if (srv_trace_level() && it->coll == ENG_GRAD && it->status == FGB_OK) {
       uint32_t nc = 0; /* compressed members: the sparse path's GPU time, apart from control */
       uint64_t elems = 0;
       const char *name = "";
