@@ -10,9 +10,8 @@
 #   ranks_alive TAG                  # 0 while any rank of TAG still runs (bounds a status poll by
 #                                    #   the job's life instead of a fixed time)
 #   ranks_same_hashes TAG [STEPS]    # every rank printed rank 0's hash lines (and STEPS of them)
-#   ranks_poll_status N TRIES REGEX  # `fgbuffctl status --json` of each daemon into
-#                                    #   $FGBUFF_RUNTIME_DIR/status.r.json, every 0.25 s, until all
-#                                    #   N match REGEX (grep -q) or TRIES polls passed
+#   ranks_poll_status N TRIES REGEX  # ranks_read_status N every 0.25 s until all N JSON statuses
+#                                    #   match REGEX (grep -q) or TRIES polls passed
 #   ranks_read_status N              # one round: daemon 0's text status into status.0.txt and the
 #                                    #   N daemons' JSON into status.r.json (in $FGBUFF_RUNTIME_DIR),
 #                                    #   read at once (on a loaded machine, reads one after another
@@ -68,14 +67,13 @@ ranks_same_hashes() {
 }
 
 ranks_poll_status() {
-  local n="$1" tries="$2" re="$3" ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl" d="$FGBUFF_RUNTIME_DIR"
-  local i r ok
+  local n="$1" tries="$2" re="$3" d="$FGBUFF_RUNTIME_DIR" i r ok
   for ((i = 0; i < tries; i++)); do
     sleep 0.25
+    ranks_read_status "$n"
     ok=0
     for ((r = 0; r < n; r++)); do
-      "$ctl" --socket "$d/cpu$r.sock" status --json >"$d/status.$r.json" 2>/dev/null &&
-        grep -q "$re" "$d/status.$r.json" && ok=$((ok + 1))
+      grep -q "$re" "$d/status.$r.json" && ok=$((ok + 1))
     done
     [ $ok -eq "$n" ] && return 0
   done
