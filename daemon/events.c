@@ -101,8 +101,8 @@ static void on_issue(srv *d, coord_event *ev) {
 }
 
 void srv_issue_event(srv *d, srv_job *j, coord_event *ev) {
-  if (ev->pre &&
-      srv_trace_level()) /* when a step numbered ahead arrives (bench/gpu/trace-split.py) */
+  /* Traced: when a step numbered ahead arrives (bench/gpu/trace-split.py). */
+  if (ev->pre && srv_trace_level())
     LOG_INFO("gtrace preissue step %llu seq %llu at %llu", (unsigned long long)ev->step,
              (unsigned long long)ev->seq, (unsigned long long)srv_now_us());
   /* Static plans hold a buffer's ISSUEs until its last member is agreed (plan_exec.c). */
