@@ -85,7 +85,7 @@ static int rendezvous_check(srv_config *cfg, char *err, size_t errlen) {
 
 int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t errlen) {
   memset(cfg, 0, sizeof(*cfg));
-  cfg->log_level = SRV_LOG_INFO;
+  cfg->log_level = LOG_LEVEL_INFO;
   cfg->stall_timeout_ms = 10000;
   snprintf(cfg->default_policy, sizeof(cfg->default_policy), "none");
   cfg->rank = -1;
@@ -137,7 +137,7 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
         snprintf(cfg->runtime_dir, sizeof(cfg->runtime_dir), "%s", optarg);
         break;
       case O_LOG:
-        if ((cfg->log_level = srv_log_parse_level(optarg)) < 0) goto bad_value;
+        if ((cfg->log_level = log_parse_level(optarg)) < 0) goto bad_value;
         break;
       case O_STALL:
         if (parse_u64(optarg, 86400000ull, &cfg->stall_timeout_ms) || !cfg->stall_timeout_ms)
@@ -257,7 +257,7 @@ fgb_status srv_config_runtime_dir(srv_config *cfg, char *err, size_t errlen) {
 fgb_status srv_config_get(const srv_config *cfg, const char *key, char *val, size_t vallen,
                           char *err, size_t errlen) {
   if (strcmp(key, "log_level") == 0)
-    snprintf(val, vallen, "%s", srv_log_level_name(srv_log_level()));
+    snprintf(val, vallen, "%s", log_level_name(log_level()));
   else if (strcmp(key, "stall_timeout_ms") == 0)
     snprintf(val, vallen, "%llu", (unsigned long long)cfg->stall_timeout_ms);
   else if (strcmp(key, "default_policy") == 0)
@@ -279,13 +279,13 @@ fgb_status srv_config_get(const srv_config *cfg, const char *key, char *val, siz
 fgb_status srv_config_set(srv_config *cfg, const char *key, const char *val, char *err,
                           size_t errlen) {
   if (strcmp(key, "log_level") == 0) {
-    int l = srv_log_parse_level(val);
+    int l = log_parse_level(val);
     if (l < 0) {
       snprintf(err, errlen, "value: log_level '%.64s' is not debug, info, warn or error", val);
       return FGB_EINVAL;
     }
     cfg->log_level = l;
-    srv_log_set_level(l);
+    log_set_level(l);
   } else if (strcmp(key, "stall_timeout_ms") == 0) {
     uint64_t v;
     if (parse_u64(val, 86400000ull, &v) || v == 0) {

@@ -202,9 +202,6 @@ struct srv {
   uint32_t nheld;
 };
 
-uint64_t srv_now_ms(void);
-uint64_t srv_now_us(void);
-
 /* ---- server.c: client sockets ------------------------------------------------------------ */
 fgb_status srv_server_start(srv *d, char *err, size_t errlen);
 void srv_server_stop(srv *d);

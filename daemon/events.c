@@ -5,12 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "ctrl.h"
 #include "daemon.h"
 #include "engine.h"
 #include "log.h"
 #include "plan_exec.h"
 #include "preissue.h"
+#include "vec.h"
 #ifdef FGBUFF_HAVE_CUDA
 #include "gpu_srv.h"
 #endif
@@ -104,7 +106,7 @@ void srv_issue_event(srv *d, srv_job *j, coord_event *ev) {
   /* Traced: when a step numbered ahead arrives (bench/gpu/trace-split.py). */
   if (ev->pre && srv_trace_level())
     LOG_INFO("gtrace preissue step %llu seq %llu at %llu", (unsigned long long)ev->step,
-             (unsigned long long)ev->seq, (unsigned long long)srv_now_us());
+             (unsigned long long)ev->seq, (unsigned long long)clock_us());
   /* Static plans hold a buffer's ISSUEs until its last member is agreed (plan_exec.c). */
   int plan = ev->step & SRV_COLL_STEP ? 0 : srv_plan_on_issue(j, ev);
   if (plan == 1) return;
@@ -233,18 +235,12 @@ static void on_stall(srv *d, coord_event *ev) {
     if (j->stalls[i].key == ev->tensor_key && j->stalls[i].step == ev->step) s = &j->stalls[i];
   if (!s) {
     if (j->nstalls >= 64) return; /* enough to show what is wrong */
-    if (j->nstalls == j->stcap) {
-      uint32_t cap = j->stcap ? j->stcap * 2 : 8;
-      srv_stall *ns = realloc(j->stalls, cap * sizeof(*ns));
-      if (!ns) return;
-      j->stalls = ns;
-      j->stcap = cap;
-    }
+    if (VEC_RESERVE(j->stalls, j->stcap, j->nstalls, 8)) return;
     s = &j->stalls[j->nstalls++];
     memset(s, 0, sizeof(*s));
     s->key = ev->tensor_key;
     s->step = ev->step;
-    s->first_ms = srv_now_ms();
+    s->first_ms = clock_ms();
     srv_tensor *t = tensor_by_key(j, ev->tensor_key);
     snprintf(s->tensor, sizeof(s->tensor), "%s",
              t ? t->name : (ev->tensor_name[0] ? ev->tensor_name : "?"));
@@ -398,7 +394,7 @@ void srv_job_client_gone(srv_job *j) {
   srv *d = j->d;
   j->session = NULL;
   j->left = 1;
-  j->left_ms = srv_now_ms();
+  j->left_ms = clock_ms();
   /* Clean: nothing pending and every tensor finished the last step it took part in. A close
    * before the job formed, or in the middle of a step, aborts the job for the other ranks. */
   int clean = j->formed && !j->aborted && j->npending == 0 && j->ncolls == 0 && j->nsteps == 0;

@@ -12,6 +12,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "ctrl.h"
 #include "daemon.h"
 #include "engine.h"
@@ -27,21 +28,9 @@
 /* How long a rendezvous daemon waits for its world (systemd restarts it after a failure). */
 #define SRV_RDV_TIMEOUT_MS 300000
 
-uint64_t srv_now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
-uint64_t srv_now_us(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000 + (uint64_t)t.tv_nsec / 1000;
-}
-
 static void on_tick(uv_timer_t *t) {
   srv *d = t->data;
-  coord_tick(d->coord, srv_now_ms());
+  coord_tick(d->coord, clock_ms());
   srv_coord_drain(d);
   srv_jobs_tick(d);
   static int announced;
@@ -180,7 +169,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "fgbuffd: %s\n", err);
     return 2;
   }
-  srv_log_set_level(d.cfg.log_level);
+  log_set_level(d.cfg.log_level);
   if (srv_config_runtime_dir(&d.cfg, err, sizeof(err)) != FGB_OK) {
     fprintf(stderr, "fgbuffd: %s\n", err);
     return 1;
@@ -192,8 +181,8 @@ int main(int argc, char **argv) {
     LOG_ERROR("%s", err);
     return fail(&b);
   }
-  srv_log_set_rank(d.world_rank);
-  d.start_ms = srv_now_ms();
+  log_set_rank(d.world_rank);
+  d.start_ms = clock_ms();
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   d.daemon_id = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16) ^

@@ -25,6 +25,7 @@
 #include "plan_xchg.h"
 #include "preissue.h"
 #include "policy.h"
+#include "vec.h"
 
 #define SRV_UNFUSED (1ull << 62) /* above any cap, and total + bytes cannot wrap in the leader */
 
@@ -42,13 +43,7 @@ int srv_plan_policy(const char *name) {
 static int push_key(uint32_t **arr, uint32_t *n, uint32_t *cap, uint32_t key) {
   for (uint32_t i = 0; i < *n; i++)
     if ((*arr)[i] == key) return 0;
-  if (*n == *cap) {
-    uint32_t nc = *cap ? *cap * 2 : 64;
-    uint32_t *p = realloc(*arr, nc * sizeof(*p));
-    if (!p) return -1;
-    *arr = p;
-    *cap = nc;
-  }
+  if (vec_reserve((void **)arr, cap, *n, sizeof **arr, 64)) return -1;
   (*arr)[(*n)++] = key;
   return 0;
 }
@@ -379,13 +374,7 @@ int srv_plan_defer(srv_job *j, const coord_event *ev) {
   if (!pl ||
       !(pl->ndefer || (pl->xpending && !(ev->step & SRV_COLL_STEP) && ev->step >= pl->xfrom)))
     return 0;
-  if (pl->ndefer == pl->dcap) {
-    uint32_t nc = pl->dcap ? pl->dcap * 2 : 16;
-    coord_event *p = realloc(pl->defer, nc * sizeof(*p));
-    if (!p) goto nomem;
-    pl->defer = p;
-    pl->dcap = nc;
-  }
+  if (VEC_RESERVE(pl->defer, pl->dcap, pl->ndefer, 16)) goto nomem;
   coord_event *c = &pl->defer[pl->ndefer];
   memset(c, 0, sizeof(*c));
   c->kind = ev->kind;
@@ -633,13 +622,7 @@ int srv_plan_on_issue(srv_job *j, coord_event *ev) {
   for (; hi < pl->nholds && !h; hi++)
     if (pl->holds[hi].step == ev->step && pl->holds[hi].buf == b) h = &pl->holds[hi];
   if (!h) {
-    if (pl->nholds == pl->hcap) {
-      uint32_t nc = pl->hcap ? pl->hcap * 2 : 16;
-      plan_hold *p = realloc(pl->holds, nc * sizeof(*p));
-      if (!p) goto nomem;
-      pl->holds = p;
-      pl->hcap = nc;
-    }
+    if (VEC_RESERVE(pl->holds, pl->hcap, pl->nholds, 16)) goto nomem;
     hi = pl->nholds++;
     h = &pl->holds[hi];
     *h = (plan_hold){.step = ev->step, .buf = b, .n = 0};

@@ -14,6 +14,7 @@
 #include "plan_exec.h"
 #include "plan_internal.h"
 #include "preissue.h"
+#include "vec.h"
 
 static void split_drop(plan_split *s) {
   eng_split_unref(s->sb);
@@ -67,13 +68,7 @@ void srv_plan_split_issue(srv_job *j, eng_item *it) {
   eng_tensor *copy = NULL;
   eng_split *sb = eng_split_new();
   if (!pl || !sb || pl->nsplits == UINT32_MAX) goto nomem;
-  if (pl->nsplits == pl->spcap) {
-    uint32_t nc = pl->spcap ? pl->spcap * 2 : 16;
-    plan_split *p = realloc(pl->splits, nc * sizeof(*p));
-    if (!p) goto nomem;
-    pl->splits = p;
-    pl->spcap = nc;
-  }
+  if (VEC_RESERVE(pl->splits, pl->spcap, pl->nsplits, 16)) goto nomem;
   if (it->n && !(copy = malloc(it->n * sizeof(*copy)))) goto nomem;
   if (it->n) memcpy(copy, it->t, it->n * sizeof(*copy));
   plan_split *s = &pl->splits[pl->nsplits++];

@@ -7,6 +7,7 @@
  * loop cannot hand it to the engine yet; every later item of the world order (of any job: the
  * formation of a job that just arrived, a planning exchange) must wait behind it, or two daemons
  * could start collectives in different orders. The engine itself never waits on a client. */
+#include "clock.h"
 #include "preissue.h"
 
 #include <stdio.h>
@@ -284,7 +285,7 @@ static const eng_tensor *unsubmitted(const srv_held *h) {
  * agreed on readiness again (the order the client actually uses), and the client goes on after
  * that delay instead of timing out. */
 void srv_pre_tick(srv *d) {
-  uint64_t lim = stuck_ms(), now = srv_now_ms();
+  uint64_t lim = stuck_ms(), now = clock_ms();
   if (!lim || !srv_recall_enabled()) return;
   for (srv_job *j = d->jobs; j; j = j->next) {
     if (!j->session || j->aborted) continue; /* its ABORT or REVOKE decides */

@@ -18,6 +18,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "daemon.h"
 #ifdef FGBUFF_HAVE_CUDA
 #include "gpu_srv.h"
@@ -42,7 +43,7 @@ static uint64_t g_hot_us, g_hot_until;
 
 static void hot_cb(uv_idle_t *h) {
   srv *d = h->data;
-  if (srv_now_us() < g_hot_until) {
+  if (clock_us() < g_hot_until) {
     srv_ring_poll_all(d); /* submission rings: a load per ring, no syscall */
     sched_yield(); /* immediate on an idle core; hands an oversubscribed one to who needs it */
     return;
@@ -72,7 +73,7 @@ static void hot_setup(srv *d) {
 
 static void hot_touch(void) {
   if (!g_hot_init) return;
-  g_hot_until = srv_now_us() + g_hot_us;
+  g_hot_until = clock_us() + g_hot_us;
   if (!g_hot_on && uv_idle_start(&g_hot, hot_cb) == 0) {
     g_hot_on = 1;
     srv_ring_set_awake(g_hot.data, 1); /* clients need not ring the doorbell while we poll */
@@ -113,7 +114,7 @@ static int session_write(srv_session *s) {
       return -1;
     }
     s->out_off += (size_t)n;
-    s->out_since_ms = srv_now_ms();
+    s->out_since_ms = clock_ms();
   }
   if (s->out_off == s->out_len) {
     s->out_off = s->out_len = 0;
@@ -151,7 +152,7 @@ void srv_send(srv_session *s, Fgbuff__V1__Envelope *env) {
     s->out = nb;
     s->out_cap = cap;
   }
-  if (pending == 0) s->out_since_ms = srv_now_ms();
+  if (pending == 0) s->out_since_ms = clock_ms();
   uint8_t *p = s->out + s->out_len;
   p[0] = (uint8_t)len;
   p[1] = (uint8_t)(len >> 8);
@@ -223,8 +224,8 @@ void srv_send_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int statu
 }
 
 void srv_session_flush(srv_session *s, int timeout_ms) {
-  uint64_t until = srv_now_ms() + (uint64_t)timeout_ms;
-  while (!s->closing && s->out_len > s->out_off && srv_now_ms() < until) {
+  uint64_t until = clock_ms() + (uint64_t)timeout_ms;
+  while (!s->closing && s->out_len > s->out_off && clock_ms() < until) {
     if (session_write(s) != 0) break;
     if (s->out_len > s->out_off) {
       struct timespec ts = {0, 1000000};

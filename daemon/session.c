@@ -15,6 +15,7 @@
 #include "log.h"
 #include "plan_exec.h"
 #include "ring.h"
+#include "vec.h"
 #ifdef FGBUFF_HAVE_CUDA
 #include "gpu_srv.h"
 #endif
@@ -344,20 +345,8 @@ static void on_tensor(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
   srv_job *j = s->job;
   srv_tensor *t = calloc(1, sizeof(*t));
   if (!t) goto nomem;
-  if (j->ntensors == j->tcap) {
-    uint32_t cap = j->tcap ? j->tcap * 2 : 16;
-    srv_tensor **nt = realloc(j->tensors, cap * sizeof(*nt));
-    if (!nt) goto nomem;
-    j->tensors = nt;
-    j->tcap = cap;
-  }
-  if (d->ntensors == d->tcap) {
-    uint32_t cap = d->tcap ? d->tcap * 2 : 64;
-    srv_tensor **nt = realloc(d->tensors, cap * sizeof(*nt));
-    if (!nt) goto nomem;
-    d->tensors = nt;
-    d->tcap = cap;
-  }
+  if (VEC_RESERVE(j->tensors, j->tcap, j->ntensors, 16)) goto nomem;
+  if (VEC_RESERVE(d->tensors, d->tcap, d->ntensors, 64)) goto nomem;
   t->id = ++d->ntensors;
   d->tensors[t->id - 1] = t;
   j->tensors[j->ntensors++] = t;

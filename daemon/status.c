@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "daemon.h"
 #include "plan_exec.h"
 #include "ring.h"
@@ -57,7 +58,7 @@ static int sb_init(sbuf *b) {
 }
 
 static uint64_t waited_ms(const srv *d, const srv_stall *s) {
-  return srv_now_ms() - s->first_ms + d->cfg.stall_timeout_ms;
+  return clock_ms() - s->first_ms + d->cfg.stall_timeout_ms;
 }
 
 static void job_json(sbuf *b, const srv *d, const srv_job *j) {
@@ -149,7 +150,7 @@ fgb_status srv_status_build(srv *d, char **json, char **text) {
     free(j.p);
     return FGB_ENOMEM;
   }
-  uint64_t up = (srv_now_ms() - d->start_ms) / 1000;
+  uint64_t up = (clock_ms() - d->start_ms) / 1000;
   sb_printf(&j,
             "{\"rank\":%d,\"world_size\":%d,\"local_index\":%d,\"device\":\"%s\",\"uptime_s\":%llu,"
             "\"protocol_version\":%u,\"pid\":%d,\"socket\":\"%s\",\"default_policy\":\"%s\","

@@ -8,11 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "daemon.h"
 #include "engine.h"
 #include "log.h"
 #include "plan_exec.h"
 #include "preissue.h"
+#include "vec.h"
 #ifdef FGBUFF_HAVE_CUDA
 #include "gpu_srv.h"
 #endif
@@ -22,25 +24,15 @@ srv_tensor *srv_tensor_get(srv *d, uint32_t id) {
   return d->tensors[id - 1];
 }
 
-static int grow(void **arr, uint32_t *cap, uint32_t n, size_t elem) {
-  if (n < *cap) return 0;
-  uint32_t nc = *cap ? *cap * 2 : 16;
-  void *p = realloc(*arr, (size_t)nc * elem);
-  if (!p) return -1;
-  *arr = p;
-  *cap = nc;
-  return 0;
-}
-
 static srv_step *step_get(srv_job *j, uint64_t step, int create) {
   for (uint32_t i = 0; i < j->nsteps; i++)
     if (j->steps[i].step == step) return &j->steps[i];
   if (!create || j->nsteps >= SRV_MAX_INFLIGHT_STEPS) return NULL;
-  if (grow((void **)&j->steps, &j->scap, j->nsteps, sizeof(srv_step))) return NULL;
+  if (VEC_RESERVE(j->steps, j->scap, j->nsteps, 16)) return NULL;
   srv_step *st = &j->steps[j->nsteps++];
   memset(st, 0, sizeof(*st));
   st->step = step;
-  st->t0_us = srv_now_us();
+  st->t0_us = clock_us();
   return st;
 }
 
@@ -58,7 +50,7 @@ void srv_step_tensor_done(srv_job *j, uint32_t tensor_id, uint64_t step) {
     }
     if (complete) {
       j->steps_completed++;
-      j->last_step_latency_us = srv_now_us() - st->t0_us;
+      j->last_step_latency_us = clock_us() - st->t0_us;
       j->steps[i] = j->steps[--j->nsteps];
     }
     break;
@@ -105,7 +97,7 @@ void srv_fail_pending(srv_job *j, int code, const char *text, const srv_tensor *
 /* Report readiness of (tensor, step) once the job formed and the tensor has its job-wide key;
  * until then it waits (srv_report_waiting). Returns 1 when reported. */
 static int report_ready(srv *d, srv_job *j, srv_tensor *t, uint64_t step) {
-  srv_plan_on_ready(j, t, step, srv_now_us()); /* measured ready time (static policies) */
+  srv_plan_on_ready(j, t, step, clock_us()); /* measured ready time (static policies) */
   if (!t->key_known || !j->formed) return 0;
   if (srv_pre_waits_for(d, j, t->id, step)) return 1; /* pre-issued: it starts here, no READY */
   fgb_status st = coord_ready(d->coord, &j->id, step, &t->key, 1);
@@ -174,7 +166,7 @@ static srv_tensor *client_tensor(srv_session *s, uint64_t req_id, uint32_t id, c
 
 static int add_pending(srv_job *j, srv_tensor *t, uint64_t step, int flushed) {
   srv_step *st = step_get(j, step, 1);
-  if (!st || grow((void **)&j->pending, &j->pcap, j->npending, sizeof(srv_pending))) return -1;
+  if (!st || VEC_RESERVE(j->pending, j->pcap, j->npending, 16)) return -1;
   srv_pending *p = &j->pending[j->npending++];
   memset(p, 0, sizeof(*p));
   p->tensor_id = t->id;
@@ -373,7 +365,7 @@ void srv_on_collective(srv_session *s, uint64_t req_id, const Fgbuff__V1__Collec
                                      : dst->poison);
     return;
   }
-  if (grow((void **)&j->colls, &j->ccap, j->ncolls, sizeof(srv_coll))) {
+  if (VEC_RESERVE(j->colls, j->ccap, j->ncolls, 16)) {
     srv_send_error(s, req_id, FGB_ENOMEM, "seq", 0, "out of memory");
     return;
   }
@@ -411,7 +403,7 @@ void srv_on_collective(srv_session *s, uint64_t req_id, const Fgbuff__V1__Collec
 void srv_job_maybe_release(srv *d, srv_job *j) {
   if (j->session || j->inflight) return;
   if (!j->left_clean && !j->aborted && !j->refused && !coord_leader_gone(d->coord) &&
-      srv_now_ms() - j->left_ms < RELEASE_SAFETY_MS)
+      clock_ms() - j->left_ms < RELEASE_SAFETY_MS)
     return;
   for (srv_job **p = &d->jobs; *p; p = &(*p)->next) {
     if (*p == j) {
@@ -450,7 +442,7 @@ void srv_jobs_tick(srv *d) {
     next = j->next;
     if (!j->session) srv_job_maybe_release(d, j);
   }
-  uint64_t now = srv_now_ms();
+  uint64_t now = clock_ms();
   for (srv_session *s = d->sessions, *next; s; s = next) {
     next = s->next;
     if (s->close_why)

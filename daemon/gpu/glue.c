@@ -13,10 +13,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "daemon.h"
+#include "err.h"
 #include "gpu.h"
 #include "gpu_srv.h"
 #include "log.h"
+#include "vec.h"
 
 typedef struct watch {
   uint64_t t_us; /* when the submit arrived (FGBUFF_GPU_TRACE) */
@@ -181,7 +184,7 @@ static int watch_poll(uint32_t i) {
   }
   if (r == 0) return 0;
   uint32_t tid = w->tensor_id;
-  uint64_t step = w->step, t_us = w->t_us, seen_us = srv_now_us();
+  uint64_t step = w->step, t_us = w->t_us, seen_us = clock_us();
   int trace = srv_trace_tensor(t->count);
   drop_watch(i);
   if (r < 0)
@@ -205,23 +208,14 @@ static void on_idle(uv_idle_t *h) {
 
 fgb_status srv_gpu_observe(srv_tensor *t, uint32_t slot, uint32_t done_seq, uint64_t step,
                            char *err, size_t errlen) {
-  if (g_nw == g_wcap) {
-    uint32_t cap = g_wcap ? g_wcap * 2 : 64;
-    watch *n = realloc(g_w, cap * sizeof *n);
-    if (!n) {
-      snprintf(err, errlen, "out of memory");
-      return FGB_ENOMEM;
-    }
-    g_w = n;
-    g_wcap = cap;
-  }
+  if (VEC_RESERVE(g_w, g_wcap, g_nw, 64)) return err_set(err, errlen, FGB_ENOMEM, "out of memory");
   fgb_status st = gpu_arena_observe(t->arena->gpu, slot, err, errlen);
   if (st != FGB_OK) return st;
   t->gpu_slot = slot;
   t->gpu_seq = gpu_arena_has_page(t->arena->gpu) ? done_seq : 0; /* 0: the done event */
   t->arena->refs++;
   uint32_t rseq = gpu_arena_has_ready(t->arena->gpu) ? t->gpu_seq : 0;
-  g_w[g_nw++] = (watch){srv_now_us(), t->id, step, slot, rseq, t->arena};
+  g_w[g_nw++] = (watch){clock_us(), t->id, step, slot, rseq, t->arena};
   if (!g_idle_on) {
     uv_idle_start(&g_idle, on_idle);
     g_idle_on = 1;

@@ -3,21 +3,13 @@
  * (robust start-up fit, online refinement with forgetting).
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cost.h"
+#include "err.h"
 #include "planner.h"
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 /* ---- per-buffer costs ------------------------------------------------------------------------ */
 
@@ -102,13 +94,12 @@ static int cmp_sample(const void *a, const void *b) {
 fgb_status sched_fit_linear(const sched_sample *s, size_t n, double *alpha, double *beta, char *err,
                             size_t errlen) {
   if (!alpha || !beta || (!s && n)) {
-    set_err(err, errlen, "fit: null argument");
-    return FGB_EINVAL;
+    return err_set(err, errlen, FGB_EINVAL, "fit: null argument");
   }
   for (size_t i = 0; i < n; i++) {
     if (!isfinite(s[i].x) || !isfinite(s[i].seconds) || s[i].x < 0 || s[i].seconds < 0) {
-      set_err(err, errlen, "fit: sample %zu is invalid (x and seconds must be finite and >= 0)", i);
-      return FGB_EINVAL;
+      return err_set(err, errlen, FGB_EINVAL,
+                     "fit: sample %zu is invalid (x and seconds must be finite and >= 0)", i);
     }
   }
   sched_sample *v = malloc((n ? n : 1) * sizeof *v);
@@ -131,8 +122,7 @@ fgb_status sched_fit_linear(const sched_sample *s, size_t n, double *alpha, doub
   }
   if (m < 2) {
     free(v);
-    set_err(err, errlen, "fit: need samples at 2 distinct sizes, got %zu", m);
-    return FGB_EINVAL;
+    return err_set(err, errlen, FGB_EINVAL, "fit: need samples at 2 distinct sizes, got %zu", m);
   }
   /* Centred sums keep the normal equations well conditioned for byte counts near 1e9. */
   double mx = 0, my = 0;

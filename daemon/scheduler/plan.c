@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "err.h"
+#include "idpos.h"
 #include "policy.h"
 
 #define PLAN_MAGIC 0x50424746u /* "FGBP" read as little-endian u32 */
@@ -25,14 +27,6 @@
 /* Far above any model (GPT-scale models have ~1e3 tensors) yet small enough that a hostile count
  * cannot make the decoder allocate gigabytes before the length check catches it. */
 #define PLAN_MAX_TENSORS (1u << 22)
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 /* ---- copy / free ----------------------------------------------------------------------------- */
 
@@ -178,8 +172,7 @@ static int cmp_u32(const void *a, const void *b) {
 fgb_status sched_plan_decode(sched_plan *p, const uint8_t *buf, size_t len, char *err,
                              size_t errlen) {
   if (!p || (!buf && len)) {
-    set_err(err, errlen, "plan: null argument");
-    return FGB_EINVAL;
+    return err_set(err, errlen, FGB_EINVAL, "plan: null argument");
   }
   memset(p, 0, sizeof *p);
   rd r = {buf, len};
@@ -189,21 +182,19 @@ fgb_status sched_plan_decode(sched_plan *p, const uint8_t *buf, size_t len, char
   sched_plan t;
   memset(&t, 0, sizeof t);
   if (len < PLAN_HEADER_BYTES) {
-    set_err(err, errlen, "plan: %zu bytes, shorter than the %d-byte header", len,
-            PLAN_HEADER_BYTES);
-    return FGB_EPROTO;
+    return err_set(err, errlen, FGB_EPROTO, "plan: %zu bytes, shorter than the %d-byte header", len,
+                   PLAN_HEADER_BYTES);
   }
   get_u32(&r, &magic);
   get_u16(&r, &format);
   get_u16(&r, &reserved);
   if (magic != PLAN_MAGIC) {
-    set_err(err, errlen, "plan: bad magic 0x%08x", magic);
-    return FGB_EPROTO;
+    return err_set(err, errlen, FGB_EPROTO, "plan: bad magic 0x%08x", magic);
   }
   if (format != PLAN_FORMAT || reserved != 0) {
-    set_err(err, errlen, "plan: format %u (reserved %u) not supported; this build reads %u", format,
-            reserved, PLAN_FORMAT);
-    return FGB_EPROTO;
+    return err_set(err, errlen, FGB_EPROTO,
+                   "plan: format %u (reserved %u) not supported; this build reads %u", format,
+                   reserved, PLAN_FORMAT);
   }
   get_u64(&r, &t.version);
   get_u64(&r, &t.first_step);
@@ -216,34 +207,32 @@ fgb_status sched_plan_decode(sched_plan *p, const uint8_t *buf, size_t len, char
   /* policy: printable, NUL-terminated within 16 bytes, NUL-padded (canonical) */
   size_t nl = strnlen(t.policy, 16);
   if (nl == 0 || nl == 16) {
-    set_err(err, errlen, "plan: field policy is empty or not NUL-terminated");
-    return FGB_EPROTO;
+    return err_set(err, errlen, FGB_EPROTO, "plan: field policy is empty or not NUL-terminated");
   }
   for (size_t i = 0; i < 16; i++) {
     unsigned char ch = (unsigned char)t.policy[i];
     if ((i < nl && (ch < 0x21 || ch > 0x7e)) || (i >= nl && ch != 0)) {
-      set_err(err, errlen, "plan: field policy has a bad byte at %zu", i);
-      return FGB_EPROTO;
+      return err_set(err, errlen, FGB_EPROTO, "plan: field policy has a bad byte at %zu", i);
     }
   }
   if (!isfinite(t.predicted_iter_s) || t.predicted_iter_s < 0) {
-    set_err(err, errlen, "plan: field predicted_iter_s is not a finite, non-negative time");
-    return FGB_EPROTO;
+    return err_set(err, errlen, FGB_EPROTO,
+                   "plan: field predicted_iter_s is not a finite, non-negative time");
   }
   if (ntensors > PLAN_MAX_TENSORS || (size_t)ntensors * 4 > r.left) {
-    set_err(err, errlen, "plan: field ntensors %u exceeds the message (%zu bytes left)", ntensors,
-            r.left);
-    return FGB_EPROTO;
+    return err_set(err, errlen, FGB_EPROTO,
+                   "plan: field ntensors %u exceeds the message (%zu bytes left)", ntensors,
+                   r.left);
   }
   if (nbuffers > ntensors ||
       (size_t)nbuffers * PLAN_BUFFER_MIN_BYTES > r.left - (size_t)ntensors * 4) {
-    set_err(err, errlen, "plan: field nbuffers %u is inconsistent with ntensors %u or the length",
-            nbuffers, ntensors);
-    return FGB_EPROTO;
+    return err_set(err, errlen, FGB_EPROTO,
+                   "plan: field nbuffers %u is inconsistent with ntensors %u or the length",
+                   nbuffers, ntensors);
   }
   if (ntensors > 0 && nbuffers == 0) {
-    set_err(err, errlen, "plan: field nbuffers is 0 but the plan has %u tensors", ntensors);
-    return FGB_EPROTO;
+    return err_set(err, errlen, FGB_EPROTO, "plan: field nbuffers is 0 but the plan has %u tensors",
+                   ntensors);
   }
   t.ntensors = ntensors;
   t.nbuffers = nbuffers;
@@ -252,8 +241,7 @@ fgb_status sched_plan_decode(sched_plan *p, const uint8_t *buf, size_t len, char
   uint32_t *sorted = malloc((ntensors ? ntensors : 1) * sizeof *sorted);
   fgb_status st = FGB_EPROTO;
   if (!t.order || !t.buffers || !sorted) {
-    st = FGB_ENOMEM;
-    set_err(err, errlen, "plan: out of memory");
+    st = err_set(err, errlen, FGB_ENOMEM, "plan: out of memory");
     goto fail;
   }
   for (uint32_t i = 0; i < ntensors; i++) get_u32(&r, &t.order[i]);
@@ -261,7 +249,7 @@ fgb_status sched_plan_decode(sched_plan *p, const uint8_t *buf, size_t len, char
   qsort(sorted, ntensors, sizeof *sorted, cmp_u32);
   for (uint32_t i = 1; i < ntensors; i++) {
     if (sorted[i] == sorted[i - 1]) {
-      set_err(err, errlen, "plan: field order lists tensor %u twice", sorted[i]);
+      err_set(err, errlen, st, "plan: field order lists tensor %u twice", sorted[i]);
       goto fail;
     }
   }
@@ -272,45 +260,46 @@ fgb_status sched_plan_decode(sched_plan *p, const uint8_t *buf, size_t len, char
     if (get_u32(&r, &b->first) || get_u32(&r, &b->count) || get_u64(&r, &b->elems) ||
         get_u64(&r, &b->bytes) || get_u64(&r, &b->k) || get_u8(&r, &b->compress) ||
         get_u8(&r, &rl)) {
-      set_err(err, errlen, "plan: buffer %u is truncated", i);
+      err_set(err, errlen, st, "plan: buffer %u is truncated", i);
       goto fail;
     }
     if (b->first != next || b->count == 0 || b->count > ntensors - next) {
-      set_err(err, errlen, "plan: buffer %u field first/count (%u/%u) does not continue at %u", i,
-              b->first, b->count, next);
+      err_set(err, errlen, st, "plan: buffer %u field first/count (%u/%u) does not continue at %u",
+              i, b->first, b->count, next);
       goto fail;
     }
     next += b->count;
     if (b->compress > 1 || (b->compress && (b->k == 0 || b->k > b->elems)) ||
         (!b->compress && b->k != 0)) {
-      set_err(err, errlen, "plan: buffer %u field compress/k (%u/%llu) invalid for %llu elements",
-              i, b->compress, (unsigned long long)b->k, (unsigned long long)b->elems);
+      err_set(err, errlen, st,
+              "plan: buffer %u field compress/k (%u/%llu) invalid for %llu elements", i,
+              b->compress, (unsigned long long)b->k, (unsigned long long)b->elems);
       goto fail;
     }
     if (b->bytes < b->elems) {
-      set_err(err, errlen, "plan: buffer %u field bytes is smaller than elems", i);
+      err_set(err, errlen, st, "plan: buffer %u field bytes is smaller than elems", i);
       goto fail;
     }
     if (rl >= SCHED_REASON_MAX || get_bytes(&r, b->reason, rl)) {
-      set_err(err, errlen, "plan: buffer %u field reason (length %u) is too long or truncated", i,
-              rl);
+      err_set(err, errlen, st, "plan: buffer %u field reason (length %u) is too long or truncated",
+              i, rl);
       goto fail;
     }
     for (uint8_t j = 0; j < rl; j++) {
       unsigned char ch = (unsigned char)b->reason[j];
       if (ch < 0x20 || ch > 0x7e) {
-        set_err(err, errlen, "plan: buffer %u field reason has a non-printable byte", i);
+        err_set(err, errlen, st, "plan: buffer %u field reason has a non-printable byte", i);
         goto fail;
       }
     }
     b->reason[rl] = '\0';
   }
   if (next != ntensors) {
-    set_err(err, errlen, "plan: buffers cover %u of %u tensors", next, ntensors);
+    err_set(err, errlen, st, "plan: buffers cover %u of %u tensors", next, ntensors);
     goto fail;
   }
   if (r.left != 0) {
-    set_err(err, errlen, "plan: %zu trailing bytes", r.left);
+    err_set(err, errlen, st, "plan: %zu trailing bytes", r.left);
     goto fail;
   }
   free(sorted);
@@ -381,8 +370,7 @@ void sched_plan_stamp(sched_plan *p, const sched_plan *prev, uint64_t agreed_ste
 int sched_replan(const sched_policy_ops *ops, const sched_plan *cur, const sched_inputs *measured,
                  uint64_t agreed_step, uint64_t lead, sched_plan *next, char *err, size_t errlen) {
   if (!ops || !cur || !measured || !next) {
-    set_err(err, errlen, "replan: null argument");
-    return FGB_EINVAL;
+    return err_set(err, errlen, FGB_EINVAL, "replan: null argument");
   }
   if (!(ops->flags & SCHED_REPLANS) || !ops->should_replan) return 0;
   if (!ops->should_replan(cur, measured)) return 0;
@@ -413,15 +401,6 @@ void sched_agreed_free(sched_agreed *a) {
   memset(a, 0, sizeof *a);
 }
 
-typedef struct idpos {
-  uint32_t id, pos;
-} idpos;
-
-static int cmp_idpos(const void *a, const void *b) {
-  const idpos *x = a, *y = b;
-  return x->id < y->id ? -1 : x->id > y->id;
-}
-
 static int same_tensor(const sched_tensor *a, const sched_tensor *b) {
   return a->id == b->id && a->count == b->count && a->elem_size == b->elem_size &&
          a->compressible == b->compressible &&
@@ -435,15 +414,14 @@ static double max_d(double a, double b) {
 fgb_status sched_agree(const sched_rank_obs *obs, int nranks, const char *options,
                        sched_agreed *out, char *err, size_t errlen) {
   if (!obs || !out || nranks < 1) {
-    set_err(err, errlen, "agree: null argument or nranks < 1");
-    return FGB_EINVAL;
+    return err_set(err, errlen, FGB_EINVAL, "agree: null argument or nranks < 1");
   }
   memset(out, 0, sizeof *out);
   uint32_t n = obs[0].ntensors;
   for (int r = 0; r < nranks; r++) {
     if (obs[r].ntensors != n || (n && !obs[r].tensors)) {
-      set_err(err, errlen, "agree: rank %d observed %u tensors, rank 0 %u", r, obs[r].ntensors, n);
-      return FGB_EMISMATCH;
+      return err_set(err, errlen, FGB_EMISMATCH, "agree: rank %d observed %u tensors, rank 0 %u", r,
+                     obs[r].ntensors, n);
     }
   }
   sched_tensor *tens = malloc((n ? n : 1) * sizeof *tens);
@@ -451,8 +429,7 @@ fgb_status sched_agree(const sched_rank_obs *obs, int nranks, const char *option
   idpos *map = malloc((n ? n : 1) * sizeof *map);
   fgb_status st = FGB_EMISMATCH;
   if (!tens || !ready || !map) {
-    st = FGB_ENOMEM;
-    set_err(err, errlen, "agree: out of memory");
+    st = err_set(err, errlen, FGB_ENOMEM, "agree: out of memory");
     goto fail;
   }
   if (n) memcpy(tens, obs[0].tensors, n * sizeof *tens);
@@ -460,10 +437,10 @@ fgb_status sched_agree(const sched_rank_obs *obs, int nranks, const char *option
     map[i].id = tens[i].id;
     map[i].pos = i;
   }
-  qsort(map, n, sizeof *map, cmp_idpos);
+  qsort(map, n, sizeof *map, idpos_cmp);
   for (uint32_t i = 1; i < n; i++) {
     if (map[i].id == map[i - 1].id) {
-      set_err(err, errlen, "agree: rank 0 lists tensor %u twice", map[i].id);
+      err_set(err, errlen, st, "agree: rank 0 lists tensor %u twice", map[i].id);
       goto fail;
     }
   }
@@ -475,8 +452,7 @@ fgb_status sched_agree(const sched_rank_obs *obs, int nranks, const char *option
    * unique, "each found and identical" plus a per-rank seen mark proves the sets are equal. */
   unsigned char *seen = calloc(n ? n : 1, 1);
   if (!seen) {
-    st = FGB_ENOMEM;
-    set_err(err, errlen, "agree: out of memory");
+    st = err_set(err, errlen, FGB_ENOMEM, "agree: out of memory");
     goto fail;
   }
   for (int r = 0; r < nranks; r++) {
@@ -484,9 +460,9 @@ fgb_status sched_agree(const sched_rank_obs *obs, int nranks, const char *option
     for (uint32_t i = 0; i < n; i++) {
       const sched_tensor *t = &obs[r].tensors[i];
       idpos key = {t->id, 0};
-      idpos *hit = bsearch(&key, map, n, sizeof *map, cmp_idpos);
+      idpos *hit = bsearch(&key, map, n, sizeof *map, idpos_cmp);
       if (!hit || seen[hit->pos] || !same_tensor(t, &tens[hit->pos])) {
-        set_err(err, errlen, "agree: tensor %u on rank %d %s rank 0's", t->id, r,
+        err_set(err, errlen, st, "agree: tensor %u on rank %d %s rank 0's", t->id, r,
                 !hit             ? "is unknown to"
                 : seen[hit->pos] ? "is repeated, unlike"
                                  : "differs from");

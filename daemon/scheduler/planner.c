@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "idpos.h"
 #include "planner.h"
 #include "sim.h"
 
@@ -173,23 +174,14 @@ fgb_status sched_plan_finish(sched_plan *p, const sched_inputs *in, char *err, s
   return FGB_OK;
 }
 
-typedef struct idpos {
-  uint32_t id, pos;
-} idpos;
-
-static int cmp_idpos(const void *a, const void *b) {
-  const idpos *x = a, *y = b;
-  return x->id < y->id ? -1 : x->id > y->id;
-}
-
 fgb_status sched_positions(const sched_inputs *in, const uint32_t *ids, uint32_t n, int64_t *pos) {
   idpos *map = malloc((in->ntensors ? in->ntensors : 1) * sizeof *map);
   if (!map) return FGB_ENOMEM;
   for (uint32_t i = 0; i < in->ntensors; i++) map[i] = (idpos){in->tensors[i].id, i};
-  qsort(map, in->ntensors, sizeof *map, cmp_idpos);
+  qsort(map, in->ntensors, sizeof *map, idpos_cmp);
   for (uint32_t i = 0; i < n; i++) {
     idpos key = {ids[i], 0};
-    idpos *hit = bsearch(&key, map, in->ntensors, sizeof *map, cmp_idpos);
+    idpos *hit = bsearch(&key, map, in->ntensors, sizeof *map, idpos_cmp);
     pos[i] = hit ? (int64_t)hit->pos : -1;
   }
   free(map);

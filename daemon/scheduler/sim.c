@@ -3,21 +3,13 @@
  * tests can compare policies on constructed scenarios.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "err.h"
 #include "planner.h"
 #include "sim.h"
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 typedef struct simctx {
   const sched_inputs *in;
@@ -43,8 +35,7 @@ static fgb_status ctx_init(simctx *c, const sched_inputs *in, const sim_options 
   fgb_status st = sched_inputs_check(in, err, errlen);
   if (st != FGB_OK) return st;
   if (!o || !isfinite(o->fwd_s) || o->fwd_s < 0) {
-    set_err(err, errlen, "sim: fwd_s must be a finite time >= 0");
-    return FGB_EINVAL;
+    return err_set(err, errlen, FGB_EINVAL, "sim: fwd_s must be a finite time >= 0");
   }
   c->in = in;
   c->o = o;
@@ -57,8 +48,7 @@ static fgb_status ctx_init(simctx *c, const sched_inputs *in, const sim_options 
   if (!c->eff || !r->order || !r->buffers) {
     free(c->eff);
     sim_result_free(r);
-    set_err(err, errlen, "sim: out of memory");
-    return FGB_ENOMEM;
+    return err_set(err, errlen, FGB_ENOMEM, "sim: out of memory");
   }
   double flush = sched_flush_time(in);
   for (uint32_t i = 0; i < in->ntensors; i++) c->eff[i] = sched_ready_at(in, i, flush);
@@ -158,8 +148,7 @@ static void fail_ctx(simctx *c) {
 fgb_status sim_plan(const sched_inputs *in, const sched_plan *plan, const sim_options *o,
                     sim_result *r, char *err, size_t errlen) {
   if (!plan || !r) {
-    set_err(err, errlen, "sim: null argument");
-    return FGB_EINVAL;
+    return err_set(err, errlen, FGB_EINVAL, "sim: null argument");
   }
   simctx c;
   fgb_status st = ctx_init(&c, in, o, (plan->flags & SCHED_SPLIT) != 0, r, err, errlen);
@@ -168,12 +157,11 @@ fgb_status sim_plan(const sched_inputs *in, const sched_plan *plan, const sim_op
   unsigned char *seen = calloc(in->ntensors ? in->ntensors : 1, 1);
   st = FGB_EINVAL;
   if (!pos || !seen) {
-    st = FGB_ENOMEM;
-    set_err(err, errlen, "sim: out of memory");
+    st = err_set(err, errlen, FGB_ENOMEM, "sim: out of memory");
     goto fail;
   }
   if (plan->ntensors != in->ntensors || (plan->ntensors && (!plan->order || !plan->buffers))) {
-    set_err(err, errlen, "sim: plan has %u tensors, inputs %u", plan->ntensors, in->ntensors);
+    err_set(err, errlen, st, "sim: plan has %u tensors, inputs %u", plan->ntensors, in->ntensors);
     goto fail;
   }
   if (sched_positions(in, plan->order, plan->ntensors, pos) != FGB_OK) {
@@ -182,7 +170,7 @@ fgb_status sim_plan(const sched_inputs *in, const sched_plan *plan, const sim_op
   }
   for (uint32_t i = 0; i < plan->ntensors; i++) {
     if (pos[i] < 0 || seen[pos[i]]) {
-      set_err(err, errlen, "sim: plan tensor %u is unknown or repeated", plan->order[i]);
+      err_set(err, errlen, st, "sim: plan tensor %u is unknown or repeated", plan->order[i]);
       goto fail;
     }
     seen[pos[i]] = 1;
@@ -191,7 +179,7 @@ fgb_status sim_plan(const sched_inputs *in, const sched_plan *plan, const sim_op
   for (uint32_t b = 0; b < plan->nbuffers; b++) {
     const sched_buffer *pb = &plan->buffers[b];
     if (pb->first != next || pb->count == 0 || pb->count > plan->ntensors - next) {
-      set_err(err, errlen, "sim: plan buffer %u does not continue at tensor %u", b, next);
+      err_set(err, errlen, st, "sim: plan buffer %u does not continue at tensor %u", b, next);
       goto fail;
     }
     /* Sizes come from the members, decisions from the plan. */
@@ -204,14 +192,14 @@ fgb_status sim_plan(const sched_inputs *in, const sched_plan *plan, const sim_op
       r->order[r->ntensors++] = t->id;
     }
     if ((d.compress && (d.k == 0 || d.k > d.elems)) || (d.compress && c.split)) {
-      set_err(err, errlen, "sim: plan buffer %u has an invalid compression decision", b);
+      err_set(err, errlen, st, "sim: plan buffer %u has an invalid compression decision", b);
       goto fail;
     }
     issue(&c, pos + next, pb->count, &d, 0);
     next += pb->count;
   }
   if (next != plan->ntensors) {
-    set_err(err, errlen, "sim: plan buffers cover %u of %u tensors", next, plan->ntensors);
+    err_set(err, errlen, st, "sim: plan buffers cover %u of %u tensors", next, plan->ntensors);
     goto fail;
   }
   finish(&c);
@@ -248,8 +236,7 @@ static fgb_status sim_dynamic(const sched_inputs *in, const sched_policy_ops *op
   sched_buffer *groups = calloc(cap, sizeof *groups);
   st = FGB_EINVAL;
   if (!issued || !ids || !pos || !groups) {
-    st = FGB_ENOMEM;
-    set_err(err, errlen, "sim: out of memory");
+    st = err_set(err, errlen, FGB_ENOMEM, "sim: out of memory");
     goto fail;
   }
   double t = 0;
@@ -295,8 +282,8 @@ static fgb_status sim_dynamic(const sched_inputs *in, const sched_policy_ops *op
       at += d.count;
     }
     if (ng < 1 || (uint32_t)ng > m || at != m) {
-      set_err(err, errlen, "sim: policy %s composed invalid groups for %u ready tensors", ops->name,
-              m);
+      err_set(err, errlen, st, "sim: policy %s composed invalid groups for %u ready tensors",
+              ops->name, m);
       goto fail;
     }
     done += m;
@@ -320,8 +307,7 @@ fail:
 fgb_status sim_policy(const sched_inputs *in, const sched_policy_ops *ops, const sim_options *o,
                       sim_result *r, sched_plan *plan_out, char *err, size_t errlen) {
   if (!ops || !r || !o) {
-    set_err(err, errlen, "sim: null argument");
-    return FGB_EINVAL;
+    return err_set(err, errlen, FGB_EINVAL, "sim: null argument");
   }
   sched_plan p;
   memset(&p, 0, sizeof p);

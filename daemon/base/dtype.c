@@ -1,24 +1,13 @@
-/* daemon/dtype.c — fp16/bf16 <-> fp32 conversions and averaging for the engine (see dtype.h). */
+/* daemon/base/dtype.c — fp16/bf16 <-> fp32 conversions and averaging for the engine (dtype.h). */
 #include "dtype.h"
 
 #include <math.h>
 #include <string.h>
 
+#include "wire_dtype.h"
+
 uint32_t dtype_size(fgb_dtype dt) {
-  switch (dt) {
-    case FGB_FLOAT32:
-    case FGB_INT32:
-      return 4;
-    case FGB_FLOAT16:
-    case FGB_BFLOAT16:
-      return 2;
-    case FGB_FLOAT64:
-    case FGB_INT64:
-      return 8;
-    case FGB_UINT8:
-      return 1;
-  }
-  return 0;
+  return wire_dtype_size((uint32_t)dt); /* fgb_dtype values are the wire values */
 }
 
 fgb_dtype dtype_working(fgb_dtype dt) {

@@ -1,5 +1,5 @@
-/* daemon/dtype.h — element conversions for the engine: fp16/bf16 are summed in fp32 and rounded
- * back once (round to nearest even), and averages divide in the working type, so every rank
+/* daemon/base/dtype.h — element conversions for the engine: fp16/bf16 are summed in fp32 and
+ * rounded back once (round to nearest even), and averages divide in the working type, so every rank
  * computes the same bits. */
 #ifndef FGB_SRV_DTYPE_H
 #define FGB_SRV_DTYPE_H
