@@ -1,4 +1,4 @@
-/* daemon/compress_path.c — compressed gradient sync on the engine thread (see compress_path.h):
+/* engine/compress_path.c — compressed gradient sync on the engine thread (see compress_path.h):
  * keeps one compressor instance per (job, tensor), runs encode / collectives / decode on the host
  * and writes the average back into the client's arena.
  *

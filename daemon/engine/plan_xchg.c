@@ -1,4 +1,4 @@
-/* daemon/plan_xchg.c — one rank's planning contribution and the agreement on all of them (see
+/* engine/plan_xchg.c — one rank's planning contribution and the agreement on all of them (see
  * plan_xchg.h). A peer's contribution is untrusted: every field is checked, and anything wrong
  * becomes an error verdict — the same one on every rank, since every rank reads the same bytes. */
 #include "plan_xchg.h"

@@ -1,4 +1,4 @@
-/* daemon/eng_split.c — split all-reduces (policy dear) in the engine: the state two engine items
+/* engine/eng_split.c — split all-reduces (policy dear) in the engine: the state two engine items
  * share (engine.h, "Split all-reduce": reference counting, the loop's verdict that an all-gather
  * must not run) and the host data path (eng_split.h): one merge buffer per working type, padded
  * with zeros to a multiple of the job size, reduce-scattered in place, this rank's block averaged,

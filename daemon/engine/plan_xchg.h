@@ -1,4 +1,4 @@
-/* daemon/plan_xchg.h — the planning exchange of a job: what one rank contributes (the plan's
+/* daemon/engine/plan_xchg.h — the planning exchange of a job: what one rank contributes (the plan's
  * tensor list hash, its median ready times, the engine's measured costs) and the agreement every
  * rank runs on everyone's contributions on the engine thread: sched_agree, then the first plan or a
  * re-plan (static policies: order or time drift; dynamic ones, none and fusion: a changed

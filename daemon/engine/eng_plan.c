@@ -1,4 +1,4 @@
-/* daemon/eng_plan.c — timed samples of what the engine ran (per job), their fit, and the planning
+/* engine/eng_plan.c — timed samples of what the engine ran (per job), their fit, and the planning
  * exchange item (see eng_plan.h). The samples come from the engine's own clock around the calls it
  * makes, so they include the polling delay a real buffer sees. */
 #include "eng_plan.h"

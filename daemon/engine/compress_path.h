@@ -1,4 +1,4 @@
-/* daemon/compress_path.h — the engine-side compression pipeline: one compressor instance per
+/* daemon/engine/compress_path.h — the engine-side compression pipeline: one compressor instance per
  * (job, tensor) with its error-feedback state, driven through the job's transport, plus the
  * engine half of compressor state export/import. Engine thread only (see docs/compressors.md,
  * "Compression and plans in the daemon"). */

@@ -1,4 +1,4 @@
-/* daemon/eng_plan.h — the engine's half of measured planning: per job, timed samples of the
+/* daemon/engine/eng_plan.h — the engine's half of measured planning: per job, timed samples of the
  * collectives and compressor calls the engine ran (fitted to alpha + beta * x on demand), and the
  * ENG_XCHG item that exchanges planning inputs across the job's ranks in the world order and runs
  * the loop's agreement on them (docs/scheduling.md, "Measured planning inputs"). Engine thread. */

@@ -1,4 +1,4 @@
-/* daemon/engine.h — the engine thread: runs job formations and collectives strictly in the
+/* daemon/engine/engine.h — the engine thread: runs job formations and collectives strictly in the
  * world-agreed sequence order the loop thread hands them over in, and hands results back.
  *
  * Two queues, one per direction: eng_submit() appends to the engine's queue (mutex + condition

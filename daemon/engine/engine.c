@@ -1,4 +1,4 @@
-/* daemon/engine.c — the engine thread (see engine.h): executes FORM / ISSUE / RELEASE items in the
+/* engine/engine.c — the engine thread (see engine.h): executes FORM / ISSUE / RELEASE items in the
  * order the loop hands them over (the world sequence), keeps several collectives in flight, polls
  * them, converts, averages and writes results back into the clients' arenas.
  *

@@ -1,4 +1,4 @@
-/* daemon/eng_split.h — the engine's host data path of split all-reduces (policy dear; engine.h,
+/* engine/eng_split.h — the engine's host data path of split all-reduces (policy dear; engine.h,
  * "Split all-reduce"): the zero-padded merge buffers a split owns between its reduce-scatter and
  * its all-gather. Engine thread only; engine.c starts and polls the requests. */
 #ifndef FGB_SRV_ENG_SPLIT_H
