@@ -241,6 +241,8 @@ void srv_engine_result(void *ud, struct eng_item *it);
 void srv_job_maybe_release(srv *d, srv_job *j);
 void srv_jobs_tick(srv *d);
 srv_tensor *srv_tensor_get(srv *d, uint32_t id);
+/* The job's tensor with coordinator key `key` (NULL: none known yet). */
+srv_tensor *srv_tensor_by_key(const srv_job *j, uint32_t key);
 
 /* ---- comp_rpc.c: compressors at registration, state export/import ----------------------- */
 struct comp_ops;

@@ -41,12 +41,6 @@ static srv_tensor *tensor_by_name(srv_job *j, const char *name) {
   return NULL;
 }
 
-static srv_tensor *tensor_by_key(srv_job *j, uint32_t key) {
-  for (uint32_t i = 0; i < j->ntensors; i++)
-    if (j->tensors[i]->key_known && j->tensors[i]->key == key) return j->tensors[i];
-  return NULL;
-}
-
 static void on_formed(srv *d, coord_event *ev) {
   srv_job *j = job_find(d, &ev->job, ev->job_key);
   eng_item *it = calloc(1, sizeof(*it));
@@ -147,7 +141,7 @@ void srv_issue_event(srv *d, srv_job *j, coord_event *ev) {
   } else {
     it->coll = ENG_GRAD;
     for (uint32_t k = 0; k < ev->ntensors; k++) {
-      srv_tensor *t = tensor_by_key(j, ev->tensor_keys[k]);
+      srv_tensor *t = srv_tensor_by_key(j, ev->tensor_keys[k]);
       srv_pending *p = NULL;
       for (uint32_t i = 0; t && i < j->npending; i++)
         if (j->pending[i].tensor_id == t->id && j->pending[i].step == ev->step) p = &j->pending[i];
@@ -241,7 +235,7 @@ static void on_stall(srv *d, coord_event *ev) {
     s->key = ev->tensor_key;
     s->step = ev->step;
     s->first_ms = clock_ms();
-    srv_tensor *t = tensor_by_key(j, ev->tensor_key);
+    srv_tensor *t = srv_tensor_by_key(j, ev->tensor_key);
     snprintf(s->tensor, sizeof(s->tensor), "%s",
              t ? t->name : (ev->tensor_name[0] ? ev->tensor_name : "?"));
     LOG_WARN("job '%s': tensor '%s' step %llu waits for %d rank(s)", j->id.name, s->tensor,

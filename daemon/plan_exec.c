@@ -48,12 +48,6 @@ static int push_key(uint32_t **arr, uint32_t *n, uint32_t *cap, uint32_t key) {
   return 0;
 }
 
-static const srv_tensor *tensor_by_key(const srv_job *j, uint32_t key) {
-  for (uint32_t i = 0; i < j->ntensors; i++)
-    if (j->tensors[i]->key_known && j->tensors[i]->key == key) return j->tensors[i];
-  return NULL;
-}
-
 static int cmp_u32(const void *a, const void *b) {
   uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
   return x < y ? -1 : x > y;
@@ -136,7 +130,7 @@ static fgb_status build_list(srv_job *j, srv_plan *pl, sched_tensor **out, uint3
   qsort(rest, nrest, sizeof(*rest), cmp_u32);
   for (uint32_t i = 0; i < pl->nlast + nrest; i++) {
     uint32_t key = i < pl->nlast ? pl->last[i] : rest[i - pl->nlast];
-    const srv_tensor *t = tensor_by_key(j, key);
+    const srv_tensor *t = srv_tensor_by_key(j, key);
     if (!t) continue; /* cannot happen: an agreed key is registered here */
     ts[n++] = (sched_tensor){.id = key,
                              .count = t->count,
@@ -503,7 +497,7 @@ static void replan(srv_job *j, srv_plan *pl) {
 static int all_compressible(const srv_job *j, const sched_plan *p, uint32_t b) {
   const sched_buffer *sb = &p->buffers[b];
   for (uint32_t m = 0; m < sb->count; m++) {
-    const srv_tensor *t = tensor_by_key(j, p->order[sb->first + m]);
+    const srv_tensor *t = srv_tensor_by_key(j, p->order[sb->first + m]);
     if (!t || !t->comp) return 0;
   }
   return 1;
@@ -531,7 +525,7 @@ static int dyn_decision(const srv_job *j, const plan_ver *v, const coord_event *
   *has_comp = 0;
   for (uint32_t k = 0; k < ev->ntensors; k++) {
     uint32_t key = ev->tensor_keys[k];
-    const srv_tensor *t = tensor_by_key(j, key);
+    const srv_tensor *t = srv_tensor_by_key(j, key);
     if (!t || !t->comp) continue;
     *has_comp = 1;
     if (key >= v->nbuf_of || !v->buf_of[key] || v->plan.buffers[v->buf_of[key] - 1].compress)

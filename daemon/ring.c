@@ -24,6 +24,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "fds.h"
 #include "log.h"
 #include "ring.h"
 #include "ring_layout.h"
@@ -46,10 +47,6 @@ static _Atomic uint64_t *hdr_u64(const srv_ring *r, size_t off) {
 
 static _Atomic uint32_t *hdr_u32(const srv_ring *r, size_t off) {
   return (_Atomic uint32_t *)(void *)(r->base + off);
-}
-
-static void close_fds(int *fds, int nfds) {
-  for (int i = 0; i < nfds; i++) close(fds[i]);
 }
 
 static void ring_free_cb(uv_handle_t *h) {
@@ -155,7 +152,7 @@ void srv_on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__Attac
   void *map = MAP_FAILED;
   size_t need = 0;
   if (s->ring) {
-    close_fds(fds, nfds);
+    fds_close(fds, nfds);
     srv_send_error(s, req_id, FGB_EEXIST, "ring", 0, "ring: this connection already has a ring");
     return;
   }
@@ -231,7 +228,7 @@ void srv_on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__Attac
   return;
 fail:
   if (map != MAP_FAILED) munmap(map, need);
-  close_fds(fds, nfds);
+  fds_close(fds, nfds);
 }
 
 /* Garbage in the ring: the session cannot continue (its order is lost). */

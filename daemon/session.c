@@ -12,6 +12,7 @@
 
 #include "daemon.h"
 #include "dtype.h"
+#include "fds.h"
 #include "log.h"
 #include "plan_exec.h"
 #include "ring.h"
@@ -31,10 +32,6 @@ void srv_arena_unref(srv_arena *a) {
 #endif
   munmap(a->base, a->bytes);
   free(a);
-}
-
-static void close_fds(int *fds, int nfds) {
-  for (int i = 0; i < nfds; i++) close(fds[i]);
 }
 
 /* Names: 1..255 bytes, printable (no control characters), since they appear in logs and status. */
@@ -173,27 +170,27 @@ static void on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Register
 #endif
   if (m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_IPC ||
       m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_VMM_FD) {
-    close_fds(fds, nfds);
+    fds_close(fds, nfds);
     srv_send_error(s, req_id, FGB_ENOTSUP, "kind", 0,
                    "kind: CUDA arenas need a GPU daemon (--device cuda:...)");
     return;
   }
   if (m->kind != FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD) {
-    close_fds(fds, nfds);
+    fds_close(fds, nfds);
     srv_send_error(s, req_id, FGB_EINVAL, "kind", 0, "kind: unknown arena kind %d", (int)m->kind);
     return;
   }
   if (s->d->gpu) {
     /* The GPU engine hands every tensor pointer to NCCL and the kernels: host memory there is an
      * illegal address, and that error poisons the daemon's CUDA context for every job. */
-    close_fds(fds, nfds);
+    fds_close(fds, nfds);
     srv_send_error(s, req_id, FGB_ENOTSUP, "kind", 0,
                    "kind: this daemon drives a GPU and syncs device memory only: register it "
                    "with fgb_arena_register_cuda (host memory needs a CPU daemon)");
     return;
   }
   if (nfds != 1) {
-    close_fds(fds, nfds);
+    fds_close(fds, nfds);
     srv_send_error(s, req_id, FGB_EINVAL, "num_fds", 0,
                    "num_fds: a HOST_MEMFD arena comes with exactly 1 fd (got %d)", nfds);
     return;
@@ -436,14 +433,14 @@ static void on_config(srv_session *s, uint64_t req_id, const char *key, const ch
 void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *fds, int nfds) {
   Fgbuff__V1__Envelope *env = fgbuff__v1__envelope__unpack(NULL, len, frame);
   if (!env) {
-    close_fds(fds, nfds);
+    fds_close(fds, nfds);
     srv_send_error(s, 0, FGB_EPROTO, "envelope", 1,
                    "envelope: cannot decode a %u-byte frame as an Envelope", len);
     return;
   }
   uint64_t rq = env->req_id;
   if (env->num_fds != (uint32_t)nfds) {
-    close_fds(fds, nfds);
+    fds_close(fds, nfds);
     srv_send_error(s, rq, FGB_EPROTO, "num_fds", 1,
                    "num_fds: envelope announces %u fds but %d arrived with the frame", env->num_fds,
                    nfds);
@@ -452,13 +449,13 @@ void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *
   int takes_fds = env->body_case == FGBUFF__V1__ENVELOPE__BODY_REGISTER_ARENA ||
                   env->body_case == FGBUFF__V1__ENVELOPE__BODY_ATTACH_RING;
   if (nfds > 0 && !takes_fds) {
-    close_fds(fds, nfds);
+    fds_close(fds, nfds);
     srv_send_error(s, rq, FGB_EPROTO, "num_fds", 0, "num_fds: this message takes no fds (got %d)",
                    nfds);
     goto out;
   }
   if (!s->hello && env->body_case != FGBUFF__V1__ENVELOPE__BODY_HELLO) {
-    close_fds(fds, nfds);
+    fds_close(fds, nfds);
     srv_send_error(s, rq, FGB_EPROTO, "hello", 1, "the first message must be Hello");
     goto out;
   }

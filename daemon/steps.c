@@ -24,6 +24,12 @@ srv_tensor *srv_tensor_get(srv *d, uint32_t id) {
   return d->tensors[id - 1];
 }
 
+srv_tensor *srv_tensor_by_key(const srv_job *j, uint32_t key) {
+  for (uint32_t i = 0; i < j->ntensors; i++)
+    if (j->tensors[i]->key_known && j->tensors[i]->key == key) return j->tensors[i];
+  return NULL;
+}
+
 static srv_step *step_get(srv_job *j, uint64_t step, int create) {
   for (uint32_t i = 0; i < j->nsteps; i++)
     if (j->steps[i].step == step) return &j->steps[i];

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm_nccl.h"
 #include "delay.h"
 
 #define RAW_ALIGN 256
@@ -19,19 +20,6 @@ static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static ncclDataType_t raw_type(fgb_dtype dt) {
-  switch (dt) {
-    case FGB_FLOAT16:
-      return ncclFloat16;
-    case FGB_BFLOAT16:
-      return ncclBfloat16;
-    case FGB_FLOAT64:
-      return ncclFloat64;
-    default:
-      return ncclFloat32;
-  }
 }
 
 /* Rank 0 publishes the unique id by rename (readers never see a partial file); others poll. */
@@ -68,7 +56,7 @@ static int raw_id(int rank, const char *path, ncclUniqueId *id) {
   } while (0)
 
 int raw_nccl_run(const trc_trace *tr, int gpu, int rank, int size, const char *id_file, int warmup,
-                 int iters, int comm_iters, double *traced, double *comm) {
+                 int iters, int comm_iters, double *traced, double *comm_s) {
   int rc = 1;
   uint64_t *off = calloc(tr->n, sizeof *off), bytes = 0, *origin = NULL;
   cudaEvent_t *ev = calloc(tr->n, sizeof *ev);
@@ -109,14 +97,14 @@ int raw_nccl_run(const trc_trace *tr, int gpu, int rank, int size, const char *i
         CK(dly_spin_until(cs, origin, (uint64_t)(tr->t[i].ready_us * 1e3 + 0.5)) == 0, "spin");
       CK(cudaEventRecord(ev[i], cs) == cudaSuccess, "record");
       CK(cudaStreamWaitEvent(ns, ev[i], 0) == cudaSuccess, "wait event");
-      CK(ncclAllReduce(base + off[i], base + off[i], tr->t[i].numel, raw_type(tr->t[i].dtype),
+      CK(ncclAllReduce(base + off[i], base + off[i], tr->t[i].numel, comm_nccl_type(tr->t[i].dtype),
                        ncclAvg, nc, ns) == ncclSuccess,
          "ncclAllReduce");
     }
     CK(cudaStreamSynchronize(ns) == cudaSuccess, "comm stream sync");
     double t = now_s() - t0;
     if (s >= warmup && s < warmup + iters) traced[s - warmup] = t;
-    if (!timed) comm[s - warmup - iters] = t;
+    if (!timed) comm_s[s - warmup - iters] = t;
   }
   rc = 0;
 out:

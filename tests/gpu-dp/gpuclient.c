@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "fgbuff/client.h"
+#include "gpu_client_util.h"
 
 #define NT 4
 
@@ -55,54 +56,9 @@ static const spec T[NT] = {
     {"w3", 1, 20, 5000, FGB_FLOAT32, 0},
 };
 
-static uint16_t f2h(float f) { /* round to nearest even; inputs are normal and small */
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000, e = (x >> 23) & 0xff, m = x & 0x7fffff;
-  if (e == 0 && m == 0) return (uint16_t)sign;
-  int he = (int)e - 127 + 15;
-  if (he <= 0) return (uint16_t)sign; /* not produced by these inputs */
-  uint32_t hm = m >> 13, rest = m & 0x1fff;
-  if (rest > 0x1000 || (rest == 0x1000 && (hm & 1))) hm++;
-  if (hm == 0x400) {
-    hm = 0;
-    he++;
-  }
-  return (uint16_t)(sign | ((uint32_t)he << 10) | hm);
-}
-
-static float h2f(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
-  if (e == 0 && m == 0) {
-    float z;
-    memcpy(&z, &sign, 4);
-    return z;
-  }
-  uint32_t x = sign | ((e - 15 + 127) << 23) | (m << 13);
-  float f;
-  memcpy(&f, &x, 4);
-  return f;
-}
-
 static float input(int rank, uint64_t step, int t, uint64_t i) {
   uint64_t h = (i * 2654435761u + (uint64_t)t * 40503u + step * 977u + (uint64_t)rank * 7919u);
   return (float)((int)(h % 2001) - 1000) / 256.0f; /* exact in fp16 too */
-}
-
-static uint64_t fnv(const void *p, size_t n, uint64_t h) {
-  const uint8_t *b = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
-
-static void CUDART_CB hold(void *arg) {
-  usleep((useconds_t)(uintptr_t)arg);
-}
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
 /* --mid-every: w3's memory is written and read with synchronous copies (no stream of this client
@@ -143,25 +99,13 @@ static int mid_sum(fgb_client *c, uint32_t tid, void *dptr, uint64_t n, int rank
   } while (0)
 
 int main(int argc, char **argv) {
-  int rank = 0, size = 2, dev = 0, steps = 3;
+  gcu_args ga = {0, 2, 0, 3, NULL, "gpu-dp"};
   long die_at = -1, sleep_at = -1, sleep_ms = 0, stall_at = -1, kill_wait_at = -1, wait_ms = 60000;
   long mid_every = 0, wait_each_at = -1;
   int idle_submit = 0;
-  const char *sock = NULL, *job = "gpu-dp";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--rank"))
-      rank = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--size"))
-      size = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--device"))
-      dev = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--steps"))
-      steps = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--socket"))
-      sock = argv[i + 1];
-    else if (!strcmp(argv[i], "--job"))
-      job = argv[i + 1];
-    else if (!strcmp(argv[i], "--die-at"))
+  for (int i = 1; i + 1 < argc; i++) {
+    if (gcu_arg(argc, argv, &i, &ga)) continue;
+    if (!strcmp(argv[i], "--die-at"))
       die_at = atol(argv[i + 1]);
     else if (!strcmp(argv[i], "--idle-submit"))
       idle_submit = atoi(argv[i + 1]);
@@ -179,18 +123,13 @@ int main(int argc, char **argv) {
       mid_every = atol(argv[i + 1]);
     else if (!strcmp(argv[i], "--wait-each-at"))
       wait_each_at = atol(argv[i + 1]);
+    i++; /* the option's value (unknown options are skipped with theirs) */
   }
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= dev) return 77;
-  if (cudaSetDevice(dev) != cudaSuccess || cudaFree(0) != cudaSuccess)
-    DIE("cannot use GPU %d", dev);
+  int rank = ga.rank, size = ga.size, steps = ga.steps;
+  int bst = gcu_bind(&ga);
+  if (bst) return bst;
   fgb_client *c;
-  if (fgb_client_new(&c) || fgb_connect(c, sock)) DIE("connect: %s", fgb_client_error(c));
-  fgb_job_opts jo = FGB_JOB_OPTS_INIT;
-  jo.name = job;
-  jo.rank = rank;
-  jo.size = size;
-  if (fgb_join(c, &jo)) DIE("join: %s", fgb_client_error(c));
+  if (gcu_connect_join(&ga, NULL, &c)) return 1;
   size_t abytes[2] = {(size_t)1 << 20, 65536};
   void *dmem[2];
   fgb_arena ar[2];
@@ -227,7 +166,7 @@ int main(int argc, char **argv) {
     }
     /* The stream is held 200 ms before the inputs land: a daemon that did not wait for the
      * event would reduce the previous contents. */
-    cudaLaunchHostFunc(s, hold, (void *)(uintptr_t)(step == die_at ? 60000000 : 200000));
+    cudaLaunchHostFunc(s, gcu_hold, (void *)(uintptr_t)(step == die_at ? 60000000 : 200000));
     int rev = step == wait_each_at;
     for (int j = 0; j < NT; j++) {
       int t = rev ? NT - 1 - j : j;
@@ -238,7 +177,7 @@ int main(int argc, char **argv) {
       for (uint64_t i = 0; i < T[t].count; i++) {
         float v = input(rank, (uint64_t)step, t, i);
         if (T[t].dt == FGB_FLOAT16)
-          ((uint16_t *)host[t])[i] = f2h(v);
+          ((uint16_t *)host[t])[i] = gcu_f2h(v);
         else
           ((float *)host[t])[i] = v;
       }
@@ -264,7 +203,7 @@ int main(int argc, char **argv) {
       usleep(300000);
       raise(SIGKILL);
     }
-    double t0 = now_s();
+    double t0 = gcu_now_s();
     uint64_t hash = 1469598103934665603ull;
     for (int t = 0; t < NT; t++) {
       fgb_status st = rev ? FGB_OK /* waited for right after its submit */
@@ -273,7 +212,7 @@ int main(int argc, char **argv) {
                           : fgb_wait(c, tid[t], (uint64_t)step, (int)wait_ms);
       if (st) {
         printf("rank %d step %ld tensor %s: status %d (%s) after %.2f s: %s\n", rank, step,
-               T[t].name, st, fgb_strerror(st), now_s() - t0, fgb_client_error(c));
+               T[t].name, st, fgb_strerror(st), gcu_now_s() - t0, fgb_client_error(c));
         fflush(stdout);
         return st == FGB_EPEER ? 3 : 1;
       }
@@ -282,13 +221,13 @@ int main(int argc, char **argv) {
          * must release the stream, and the next call must report the loss. */
         printf("rank %d stream-waiting step %ld\n", rank, step);
         fflush(stdout);
-        double w0 = now_s();
+        double w0 = gcu_now_s();
         cudaError_t ce = cudaStreamSynchronize(s);
-        printf("rank %d stream released after %.2f s (%s)\n", rank, now_s() - w0,
+        printf("rank %d stream released after %.2f s (%s)\n", rank, gcu_now_s() - w0,
                cudaGetErrorString(ce));
         fgb_status ns = fgb_wait_step(c, (uint64_t)step, 20000);
         printf("rank %d next call: status %d (%s) after %.2f s: %s\n", rank, ns, fgb_strerror(ns),
-               now_s() - w0, fgb_client_error(c));
+               gcu_now_s() - w0, fgb_client_error(c));
         fflush(stdout);
         fgb_client_free(c);
         return ns != FGB_OK && ce == cudaSuccess ? 4 : 1;
@@ -297,13 +236,14 @@ int main(int argc, char **argv) {
       /* Read back on the stream that waited (fgb_wait_on_stream) or any stream (fgb_wait). */
       cudaMemcpyAsync(back, (char *)dmem[T[t].arena] + T[t].offset, b, cudaMemcpyDeviceToHost, s);
       cudaStreamSynchronize(s);
-      hash = fnv(back, b, hash);
+      hash = gcu_fnv(back, b, hash);
       uint64_t wrong = 0;
       for (uint64_t i = 0; i < T[t].count; i++) {
         float sum = 0;
         if (T[t].dt == FGB_FLOAT16) {
-          for (int r = 0; r < size; r++) sum = h2f(f2h(sum + h2f(f2h(input(r, step, t, i)))));
-          uint16_t want = f2h(h2f(f2h(sum)) / (float)size), got = ((uint16_t *)back)[i];
+          for (int r = 0; r < size; r++)
+            sum = gcu_h2f(gcu_f2h(sum + gcu_h2f(gcu_f2h(input(r, step, t, i)))));
+          uint16_t want = gcu_f2h(gcu_h2f(gcu_f2h(sum)) / (float)size), got = ((uint16_t *)back)[i];
           if (want != got) wrong++;
         } else {
           for (int r = 0; r < size; r++) sum += input(r, step, t, i);
