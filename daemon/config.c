@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "env.h"
 #include "log.h"
 #include "plan_exec.h"
 #include "policy.h"
@@ -58,7 +59,7 @@ int srv_policy_check(const char *name, char *err, size_t errlen) {
 /* A GPU world formed by --rendezvous needs a rank and a world size that fit; the shared secret file
  * comes from the flag or $FGBUFF_WORLD_SECRET_FILE (read in main, so a bad file is named there). */
 static int rendezvous_check(srv_config *cfg, char *err, size_t errlen) {
-  const char *env = getenv("FGBUFF_WORLD_SECRET_FILE");
+  const char *env = env_str(ENV_WORLD_SECRET_FILE);
   if (!cfg->rendezvous[0]) {
     if (cfg->rank < 0 && cfg->world < 0 && !cfg->secret_file[0]) return 0;
     snprintf(err, errlen, "--rank/--world/--secret-file need --rendezvous HOST:PORT (or mpirun)");
@@ -82,6 +83,14 @@ static int rendezvous_check(srv_config *cfg, char *err, size_t errlen) {
   return 0;
 }
 #endif
+
+/* --help's second part: the environment knobs, from their one table (base/env.c). */
+static void env_usage(FILE *f) {
+  size_t n;
+  const env_knob *k = env_knobs(&n);
+  fputs("environment:\n", f);
+  for (size_t i = 0; i < n; i++) fprintf(f, "  %-28s %s\n", k[i].name, k[i].doc);
+}
 
 int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t errlen) {
   memset(cfg, 0, sizeof(*cfg));
@@ -127,6 +136,7 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
     switch (c) {
       case 'h':
         fputs(usage, stdout);
+        env_usage(stdout);
         return 1;
       case O_DEVICE:
         if (strlen(optarg) >= sizeof(cfg->device)) goto bad_value;
@@ -225,7 +235,7 @@ fgb_status srv_config_runtime_dir(srv_config *cfg, char *err, size_t errlen) {
   int n;
   if (cfg->runtime_dir[0])
     n = snprintf(dir, sizeof(dir), "%s", cfg->runtime_dir);
-  else if ((env = getenv("FGBUFF_RUNTIME_DIR")) && *env)
+  else if ((env = env_str(ENV_RUNTIME_DIR)))
     n = snprintf(dir, sizeof(dir), "%s", env);
   else if ((env = getenv("XDG_RUNTIME_DIR")) && *env)
     n = snprintf(dir, sizeof(dir), "%s/fgbuff", env);

@@ -16,6 +16,7 @@
 #include "ctrl.h"
 #include "daemon.h"
 #include "engine.h"
+#include "env.h"
 #include "log.h"
 #include "plan_exec.h"
 #include "preissue.h"
@@ -205,7 +206,7 @@ int main(int argc, char **argv) {
     return fail(&b);
   }
   LOG_INFO("pre-issue %s (FGBUFF_PREISSUE %.40s), recall %s", srv_pre_enabled(&d) ? "on" : "off",
-           getenv("FGBUFF_PREISSUE") ? getenv("FGBUFF_PREISSUE") : "unset: on for GPU daemons",
+           env_str(ENV_PREISSUE) ? env_str(ENV_PREISSUE) : "unset: on for GPU daemons",
            srv_recall_enabled() ? "on" : "off (FGBUFF_RECALL=0)");
   if (srv_server_start(&d, err, sizeof(err)) != FGB_OK ||
       srv_ctrl_connect(&d, b.addrs, b.token, err, sizeof(err)) != FGB_OK ||

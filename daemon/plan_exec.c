@@ -10,6 +10,7 @@
  * fusion) go through the same exchanges for a per-tensor compression decision table (their plan):
  * the coordinator keeps composing the groups; a compressed tensor decided dense is flushed dense
  * (docs/scheduling.md, "Dynamic policies in fgbuffd"). Status: plan_status.c. */
+#include "env.h"
 #include "plan_exec.h"
 
 #include <math.h>
@@ -91,15 +92,7 @@ static srv_plan *plan_get(srv_job *j) {
  * all-reduce's (small buffers on NVLink).
  * Anything but a finite number in [1e-9, 1e9] is ignored with a warning. */
 double srv_plan_env_scale(void) {
-  const char *v = getenv("FGBUFF_PLAN_COMP_COST_SCALE");
-  if (!v || !*v) return 1.0;
-  char *end = NULL;
-  double x = strtod(v, &end);
-  if (!end || *end || !isfinite(x) || x < 1e-9 || x > 1e9) {
-    LOG_WARN("FGBUFF_PLAN_COMP_COST_SCALE=%.40s: not a number in [1e-9, 1e9], ignored", v);
-    return 1.0;
-  }
-  return x;
+  return env_num(ENV_PLAN_COMP_COST_SCALE);
 }
 
 static void ver_free(plan_ver *v) {

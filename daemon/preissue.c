@@ -8,6 +8,7 @@
  * formation of a job that just arrived, a planning exchange) must wait behind it, or two daemons
  * could start collectives in different orders. The engine itself never waits on a client. */
 #include "clock.h"
+#include "env.h"
 #include "preissue.h"
 
 #include <stdio.h>
@@ -36,40 +37,18 @@ typedef struct srv_held {
 /* FGBUFF_PREISSUE: "1" on, "0" off, unset: on for GPU daemons only (a CPU daemon's MPI
  * collective cannot be aborted: the race in docs/architecture.md "Pre-issue"). */
 int srv_pre_enabled(const srv *d) {
-  static int v = -2;
-  if (v == -2) {
-    const char *e = getenv("FGBUFF_PREISSUE");
-    v = !e || !*e ? -1 : strcmp(e, "1") == 0 ? 1 : 0;
-    if (e && *e && strcmp(e, "0") != 0 && v != 1)
-      LOG_WARN("FGBUFF_PREISSUE=%.40s: not 0 or 1, pre-issue stays off", e);
-  }
+  int v = (int)env_num(ENV_PREISSUE);
   return v >= 0 ? v : d->gpu != 0;
 }
 
 /* FGBUFF_RECALL=0 turns recalls off (tests prove with it that they are needed; comparisons). */
 int srv_recall_enabled(void) {
-  static int v = -1;
-  if (v < 0) {
-    const char *e = getenv("FGBUFF_RECALL");
-    v = !(e && strcmp(e, "0") == 0);
-  }
-  return v;
+  return env_num(ENV_RECALL) != 0;
 }
 
 /* FGBUFF_RECALL_STUCK_MS (default 1000, 0: never): see srv_pre_tick. */
 static uint64_t stuck_ms(void) {
-  static int64_t v = -1;
-  if (v < 0) {
-    const char *e = getenv("FGBUFF_RECALL_STUCK_MS");
-    char *end = NULL;
-    long long x = e && *e ? strtoll(e, &end, 10) : 1000;
-    if (e && *e && (*end || x < 0 || x > 3600000)) {
-      LOG_WARN("FGBUFF_RECALL_STUCK_MS=%.40s: not 0..3600000, 1000 used", e);
-      x = 1000;
-    }
-    v = x;
-  }
-  return (uint64_t)v;
+  return (uint64_t)env_num(ENV_RECALL_STUCK_MS);
 }
 
 static srv_pending *pending_of(srv_job *j, uint32_t tensor_id, uint64_t step) {

@@ -20,6 +20,7 @@
 
 #include "clock.h"
 #include "daemon.h"
+#include "env.h"
 #ifdef FGBUFF_HAVE_CUDA
 #include "gpu_srv.h"
 #endif
@@ -56,13 +57,7 @@ static void hot_cb(uv_idle_t *h) {
 }
 
 static void hot_setup(srv *d) {
-  const char *env = getenv("FGBUFF_HOT_US");
-  char *end = NULL;
-  long v = env && *env ? strtol(env, &end, 10) : -1;
-  if (env && *env && (*end || v < 0 || v > 1000000)) {
-    LOG_WARN("FGBUFF_HOT_US=%s is not a number of microseconds in 0..1000000; ignored", env);
-    v = -1;
-  }
+  long v = (long)env_num(ENV_HOT_US); /* -1: unset or invalid */
   g_hot_us = v >= 0 ? (uint64_t)v : d->gpu ? SRV_HOT_US_GPU : 0;
   if (g_hot_us == 0 || uv_idle_init(d->loop, &g_hot) != 0) return;
   g_hot.data = d;

@@ -18,6 +18,7 @@
 #include "dtype.h"
 #include "eng_plan.h"
 #include "eng_split.h"
+#include "env.h"
 #include "log.h"
 
 #define ENG_MAX_ACTIVE 16
@@ -98,12 +99,7 @@ static uint64_t mono_us(void) {
 }
 
 int srv_trace_level(void) {
-  static int v = -1;
-  if (v < 0) {
-    const char *e = getenv("FGBUFF_GPU_TRACE");
-    v = !e ? 0 : strcmp(e, "all") == 0 ? 2 : 1;
-  }
-  return v;
+  return (int)env_num(ENV_GPU_TRACE);
 }
 
 int srv_trace_tensor(uint64_t count) {
@@ -696,10 +692,7 @@ fgb_status eng_start_gpu(uv_loop_t *loop, const comm_ops *ops, const eng_gpu_ops
   e->gpu = gpu;
   e->trace = srv_trace_level();
   /* The loop's window (server.c) and this one are set together by FGBUFF_HOT_US. */
-  const char *hot = getenv("FGBUFF_HOT_US");
-  char *end = NULL;
-  long hv = hot && *hot ? strtol(hot, &end, 10) : -1;
-  if (hot && *hot && (*end || hv < 0 || hv > 1000000)) hv = -1; /* server.c warns */
+  long hv = (long)env_num(ENV_HOT_US); /* -1: unset or invalid */
   e->hot_us = hv >= 0 ? (uint64_t)hv : gpu ? ENG_HOT_US_GPU : 0;
   e->cps = cp_store_new();
   if (!e->cps) {

@@ -1,0 +1,106 @@
+/* daemon/base/env.c — the FGBUFF_* knob table and its one reading (see env.h). */
+#include "env.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+static const env_knob knobs[ENV_COUNT] = {
+    [ENV_HOT_US] = {"FGBUFF_HOT_US", ENV_KIND_INT, -1, 0, 1000000, NULL, 0, 0,
+                    "microseconds the loop and engine threads poll without sleeping after "
+                    "client traffic; unset: 2000 on GPU daemons, 0 (sleep) on CPU daemons"},
+    [ENV_PREISSUE] = {"FGBUFF_PREISSUE", ENV_KIND_WORDS, -1, 0, 1, "0 1", 0, 1,
+                      "pre-issue: 1 on, 0 off (also any other value, logged); unset: on for GPU "
+                      "daemons only"},
+    [ENV_RECALL] = {"FGBUFF_RECALL", ENV_KIND_WORDS, 1, 0, 0, "0", 1, 0,
+                    "0 turns pre-issue recalls off (tests and comparisons)"},
+    [ENV_RECALL_STUCK_MS] = {"FGBUFF_RECALL_STUCK_MS", ENV_KIND_INT, 1000, 0, 3600000, NULL, 0, 0,
+                             "ms a pre-issued item may wait for a tensor before a recall; 0 "
+                             "never"},
+    [ENV_PLAN_COMP_COST_SCALE] = {"FGBUFF_PLAN_COMP_COST_SCALE", ENV_KIND_DOUBLE, 1.0, 1e-9, 1e9,
+                                  NULL, 0, 0,
+                                  "factor on the measured compression cost in planning"},
+    [ENV_GPU_TRACE] = {"FGBUFF_GPU_TRACE", ENV_KIND_WORDS, 0, 2, 2, "all", 1, 0,
+                       "trace the GPU path: set, of single-element tensors; all, of every tensor"},
+    [ENV_WORLD_SECRET_FILE] = {"FGBUFF_WORLD_SECRET_FILE", ENV_KIND_PATH, 0, 0, 0, NULL, 0, 0,
+                               "the world's shared secret file (--rendezvous), when no "
+                               "--secret-file"},
+    [ENV_RUNTIME_DIR] = {"FGBUFF_RUNTIME_DIR", ENV_KIND_PATH, 0, 0, 0, NULL, 0, 0,
+                         "runtime directory (sockets), when no --runtime-dir"},
+};
+
+static double vals[ENV_COUNT];
+static const char *strs[ENV_COUNT];
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+/* The index of word w in the space-separated list, or -1. */
+static int word_index(const char *list, const char *w) {
+  size_t n = strlen(w);
+  int i = 0;
+  for (const char *p = list; *p; i++) {
+    size_t len = strcspn(p, " ");
+    if (len == n && strncmp(p, w, n) == 0) return i;
+    p += len;
+    p += *p == ' ';
+  }
+  return -1;
+}
+
+static double parse(const env_knob *k, const char *e) {
+  char *end = NULL;
+  switch (k->kind) {
+    case ENV_KIND_INT: {
+      if (!*e) return k->def;
+      long long x = strtoll(e, &end, 10);
+      if (*end || x < k->min || x > k->max) break;
+      return (double)x;
+    }
+    case ENV_KIND_DOUBLE: {
+      if (!*e) return k->def;
+      double x = strtod(e, &end);
+      if (!end || *end || !isfinite(x) || x < k->min || x > k->max) break;
+      return x;
+    }
+    case ENV_KIND_WORDS: {
+      int i = word_index(k->words, e);
+      if (i >= 0) return k->min + i;
+      if (!*e && k->def < 0)
+        return k->def; /* empty reads as unset where unset means "per device" */
+      if (k->warn_other)
+        LOG_WARN("%s=%.40s is not one of {%s}; %g used", k->name, e, k->words, k->other);
+      return k->other;
+    }
+    case ENV_KIND_PATH:
+      return 0;
+  }
+  /* "NAME=VALUE is not a number": tests/latency/test-hot-window.sh greps it. */
+  LOG_WARN("%s=%.40s is not a number in %.10g..%.10g; ignored, %s used", k->name, e, k->min, k->max,
+           k->def < 0 ? "the device's default" : "the default");
+  return k->def;
+}
+
+static void read_all(void) {
+  for (int i = 0; i < ENV_COUNT; i++) {
+    const char *e = getenv(knobs[i].name);
+    strs[i] = e && (*e || knobs[i].kind != ENV_KIND_PATH) ? e : NULL;
+    vals[i] = e ? parse(&knobs[i], e) : knobs[i].def;
+  }
+}
+
+const env_knob *env_knobs(size_t *n) {
+  *n = ENV_COUNT;
+  return knobs;
+}
+
+double env_num(env_id id) {
+  pthread_once(&once, read_all);
+  return (unsigned)id < ENV_COUNT ? vals[id] : 0;
+}
+
+const char *env_str(env_id id) {
+  pthread_once(&once, read_all);
+  return (unsigned)id < ENV_COUNT ? strs[id] : NULL;
+}

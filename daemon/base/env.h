@@ -1,0 +1,47 @@
+/* daemon/base/env.h — every FGBUFF_* environment knob of the daemon, declared once in env.c's
+ * table (name, kind, default, range, doc) and read once, at the first access from any thread; an
+ * invalid value is logged once and the default used. Knobs of comm/ and kernels/ (FGBUFF_MPI_*,
+ * FGBUFF_NCCL_*, FGB_KERN_*) and scheduler/'s FGBUFF_DEAR_FUSION_MB are read by those libraries. */
+#ifndef FGB_BASE_ENV_H
+#define FGB_BASE_ENV_H
+
+#include <stddef.h>
+
+typedef enum env_id {
+  ENV_HOT_US,               /* loop and engine hot window, us; -1 unset (per device) */
+  ENV_PREISSUE,             /* 1 on, 0 off, -1 unset (on for GPU daemons) */
+  ENV_RECALL,               /* 0 off, else 1 */
+  ENV_RECALL_STUCK_MS,      /* ms; 0 never */
+  ENV_PLAN_COMP_COST_SCALE, /* factor on the measured compression cost */
+  ENV_GPU_TRACE,            /* 0 off, 1 single-element tensors, 2 all */
+  ENV_WORLD_SECRET_FILE,    /* path or NULL */
+  ENV_RUNTIME_DIR,          /* path or NULL */
+  ENV_COUNT
+} env_id;
+
+typedef enum env_kind {
+  ENV_KIND_INT,    /* an integer in [min, max] */
+  ENV_KIND_DOUBLE, /* a finite number in [min, max] */
+  ENV_KIND_WORDS,  /* one of `words` (value: its index + min), else `other` */
+  ENV_KIND_PATH,   /* a non-empty string */
+} env_kind;
+
+typedef struct env_knob {
+  const char *name;
+  env_kind kind;
+  double def;        /* unset or empty (WORDS: unset only) */
+  double min, max;   /* INT / DOUBLE range; WORDS: min is the value of words[0] */
+  const char *words; /* WORDS: space-separated */
+  double other;      /* WORDS: the value of any other word */
+  int warn_other;    /* WORDS: any other word is a mistake, logged */
+  const char *doc;
+} env_knob;
+
+/* The table (n knobs), for docs and listings. */
+const env_knob *env_knobs(size_t *n);
+/* The knob's number (its default when unset or invalid). */
+double env_num(env_id id);
+/* The knob's raw string, NULL when unset (PATH: also when empty). */
+const char *env_str(env_id id);
+
+#endif

@@ -1,0 +1,107 @@
+/* tests/base/test-base.c — daemon/base/ alone (linked against fgb_base only): the growable array,
+ * the error helper, the shared dtype table, idpos, fds_close and the FGBUFF_* knob table (set in
+ * this process's environment before the first read). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "dtype.h"
+#include "env.h"
+#include "err.h"
+#include "fds.h"
+#include "idpos.h"
+#include "test.h"
+#include "vec.h"
+#include "wire_dtype.h"
+
+static void test_vec(void) {
+  uint64_t *a = NULL;
+  uint32_t n = 0, cap = 0;
+  for (uint32_t i = 0; i < 1000; i++) {
+    CHECK(VEC_RESERVE(a, cap, n, 16) == 0);
+    a[n++] = i;
+  }
+  CHECK(cap == 1024); /* 16, doubled: the first capacities the call sites had */
+  for (uint32_t i = 0; i < n; i++) CHECK(a[i] == i);
+  uint32_t before = cap;
+  CHECK(VEC_RESERVE(a, cap, 5, 16) == 0 && cap == before); /* room already */
+  free(a);
+  /* Overflow of the element count is refused, leaving the array alone. */
+  void *p = NULL;
+  uint32_t c2 = 0x80000000u;
+  CHECK(vec_reserve(&p, &c2, 0x80000000u, 8, 16) == -1 && p == NULL && c2 == 0x80000000u);
+}
+
+static void test_err(void) {
+  char e[16];
+  CHECK(err_set(e, sizeof e, -7, "x=%d", 42) == -7 && strcmp(e, "x=42") == 0);
+  CHECK(err_set(NULL, 0, -3, "ignored") == -3);
+  CHECK(err_set(e, sizeof e, 0, "%s", "a long message cut") == 0 && strlen(e) == 15);
+}
+
+static void test_dtype(void) {
+  CHECK(wire_dtype_size(0) == 0 && wire_dtype_size(8) == 0 && wire_dtype_size(UINT32_MAX) == 0);
+  CHECK(dtype_size(FGB_FLOAT32) == 4 && dtype_size(FGB_FLOAT16) == 2 &&
+        dtype_size(FGB_BFLOAT16) == 2);
+  CHECK(dtype_size(FGB_FLOAT64) == 8 && dtype_size(FGB_INT32) == 4 && dtype_size(FGB_INT64) == 8);
+  CHECK(dtype_size(FGB_UINT8) == 1);
+}
+
+static void test_idpos(void) {
+  idpos m[4] = {{9, 0}, {2, 1}, {7, 2}, {4, 3}};
+  qsort(m, 4, sizeof *m, idpos_cmp);
+  CHECK(m[0].id == 2 && m[1].id == 4 && m[2].id == 7 && m[3].id == 9);
+  idpos key = {7, 0}, *hit = bsearch(&key, m, 4, sizeof *m, idpos_cmp);
+  CHECK(hit && hit->pos == 2);
+}
+
+static void test_fds(void) {
+  int fds[2];
+  CHECK(pipe(fds) == 0);
+  fds_close(fds, 2);
+  CHECK(fcntl(fds[0], F_GETFD) == -1 && errno == EBADF);
+  CHECK(fcntl(fds[1], F_GETFD) == -1 && errno == EBADF);
+}
+
+static void test_env(void) {
+  size_t n;
+  const env_knob *k = env_knobs(&n);
+  CHECK(n == ENV_COUNT);
+  for (size_t i = 0; i < n; i++)
+    CHECK(k[i].name && strncmp(k[i].name, "FGBUFF_", 7) == 0 && k[i].doc);
+  /* Read once, at the first access: set before it. */
+  setenv("FGBUFF_HOT_US", "12x", 1);             /* invalid: -1 (the device's default), logged */
+  setenv("FGBUFF_PREISSUE", "yes", 1);           /* not 0/1: off, logged */
+  unsetenv("FGBUFF_RECALL");                     /* unset: on */
+  setenv("FGBUFF_RECALL_STUCK_MS", "250", 1);    /* in range */
+  setenv("FGBUFF_PLAN_COMP_COST_SCALE", "0", 1); /* below 1e-9: the default 1 */
+  setenv("FGBUFF_GPU_TRACE", "", 1);             /* set but empty: single-element tensors */
+  setenv("FGBUFF_RUNTIME_DIR", "", 1);           /* empty path: none */
+  setenv("FGBUFF_WORLD_SECRET_FILE", "/s", 1);
+  CHECK(env_num(ENV_HOT_US) == -1);
+  CHECK(env_num(ENV_PREISSUE) == 0);
+  CHECK(env_num(ENV_RECALL) == 1);
+  CHECK(env_num(ENV_RECALL_STUCK_MS) == 250);
+  CHECK(env_num(ENV_PLAN_COMP_COST_SCALE) == 1.0);
+  CHECK(env_num(ENV_GPU_TRACE) == 1);
+  CHECK(env_str(ENV_RUNTIME_DIR) == NULL);
+  CHECK(env_str(ENV_WORLD_SECRET_FILE) && strcmp(env_str(ENV_WORLD_SECRET_FILE), "/s") == 0);
+  CHECK(env_str(ENV_PREISSUE) && strcmp(env_str(ENV_PREISSUE), "yes") == 0);
+  setenv("FGBUFF_RECALL_STUCK_MS", "9", 1); /* read once: no change now */
+  CHECK(env_num(ENV_RECALL_STUCK_MS) == 250);
+}
+
+int main(void) {
+  uint64_t t0 = clock_ms(), u0 = clock_us();
+  test_vec();
+  test_err();
+  test_dtype();
+  test_idpos();
+  test_fds();
+  test_env();
+  CHECK(clock_ms() >= t0 && clock_us() >= u0);
+  return test_failures_ ? 1 : 0;
+}
