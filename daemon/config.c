@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "env.h"
+#include "err.h"
 #include "log.h"
 #include "plan_exec.h"
 #include "policy.h"
@@ -84,6 +86,8 @@ static int rendezvous_check(srv_config *cfg, char *err, size_t errlen) {
 }
 #endif
 
+static void keys_usage(FILE *f);
+
 /* --help's second part: the environment knobs, from their one table (base/env.c). */
 static void env_usage(FILE *f) {
   size_t n;
@@ -136,6 +140,7 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
     switch (c) {
       case 'h':
         fputs(usage, stdout);
+        keys_usage(stdout);
         env_usage(stdout);
         return 1;
       case O_DEVICE:
@@ -264,73 +269,108 @@ fgb_status srv_config_runtime_dir(srv_config *cfg, char *err, size_t errlen) {
   return FGB_OK;
 }
 
+/* ---- live settings: one table drives ConfigGet and ConfigSet ------------------------------ */
+
+typedef enum { KEY_LOG_LEVEL, KEY_POLICY, KEY_U64, KEY_U32 } key_kind;
+
+typedef struct cfg_key {
+  const char *name;
+  key_kind kind;
+  size_t off;      /* KEY_U64 / KEY_U32: the field in srv_config */
+  uint64_t lo, hi; /* their range */
+  const char *doc;
+} cfg_key;
+
+static const cfg_key keys[] = {
+    {"log_level", KEY_LOG_LEVEL, 0, 0, 0, "debug, info, warn or error"},
+    {"stall_timeout_ms", KEY_U64, offsetof(srv_config, stall_timeout_ms), 1, 86400000ull,
+     "ms a tensor may wait for a rank before the job is told it stalls"},
+    {"default_policy", KEY_POLICY, 0, 0, 0, "merge policy of jobs that name none"},
+    /* Static-policy jobs agree these across their ranks (plan_exec.c): every rank's value goes
+     * into the job's planning exchange and the largest is applied at the agreed step. */
+    {"plan_warmup_steps", KEY_U32, offsetof(srv_config, plan_warmup_steps), SRV_PLAN_MIN_WARMUP,
+     SRV_PLAN_MAX_STEPS, "static policies: steps as \"none\" before the first plan"},
+    {"replan_steps", KEY_U32, offsetof(srv_config, replan_steps), SRV_PLAN_MIN_REPLAN,
+     SRV_PLAN_MAX_STEPS, "re-planning policies: steps between re-plan checks"},
+};
+#define NKEYS (sizeof keys / sizeof keys[0])
+
+static const cfg_key *key_find(const char *name, char *err, size_t errlen) {
+  for (size_t i = 0; i < NKEYS; i++)
+    if (strcmp(keys[i].name, name) == 0) return &keys[i];
+  char names[256];
+  size_t off = 0;
+  names[0] = 0;
+  for (size_t i = 0; i < NKEYS; i++) {
+    int w = snprintf(names + off, sizeof(names) - off, "%s%s", i ? ", " : "", keys[i].name);
+    if (w > 0 && (size_t)w < sizeof(names) - off) off += (size_t)w;
+  }
+  snprintf(err, errlen, "key: unknown setting '%.64s' (%s)", name, names);
+  return NULL;
+}
+
 fgb_status srv_config_get(const srv_config *cfg, const char *key, char *val, size_t vallen,
                           char *err, size_t errlen) {
-  if (strcmp(key, "log_level") == 0)
-    snprintf(val, vallen, "%s", log_level_name(log_level()));
-  else if (strcmp(key, "stall_timeout_ms") == 0)
-    snprintf(val, vallen, "%llu", (unsigned long long)cfg->stall_timeout_ms);
-  else if (strcmp(key, "default_policy") == 0)
-    snprintf(val, vallen, "%s", cfg->default_policy);
-  else if (strcmp(key, "plan_warmup_steps") == 0)
-    snprintf(val, vallen, "%u", cfg->plan_warmup_steps);
-  else if (strcmp(key, "replan_steps") == 0)
-    snprintf(val, vallen, "%u", cfg->replan_steps);
-  else {
-    snprintf(err, errlen,
-             "key: unknown setting '%.64s' (log_level, stall_timeout_ms, "
-             "default_policy, plan_warmup_steps, replan_steps)",
-             key);
-    return FGB_ENOTFOUND;
+  const cfg_key *k = key_find(key, err, errlen);
+  if (!k) return FGB_ENOTFOUND;
+  const char *field = (const char *)cfg + k->off;
+  switch (k->kind) {
+    case KEY_LOG_LEVEL:
+      snprintf(val, vallen, "%s", log_level_name(log_level()));
+      break;
+    case KEY_POLICY:
+      snprintf(val, vallen, "%s", cfg->default_policy);
+      break;
+    case KEY_U64:
+      snprintf(val, vallen, "%llu", (unsigned long long)*(const uint64_t *)(const void *)field);
+      break;
+    case KEY_U32:
+      snprintf(val, vallen, "%u", *(const uint32_t *)(const void *)field);
+      break;
   }
   return FGB_OK;
 }
 
 fgb_status srv_config_set(srv_config *cfg, const char *key, const char *val, char *err,
                           size_t errlen) {
-  if (strcmp(key, "log_level") == 0) {
-    int l = log_parse_level(val);
-    if (l < 0) {
-      snprintf(err, errlen, "value: log_level '%.64s' is not debug, info, warn or error", val);
-      return FGB_EINVAL;
+  const cfg_key *k = key_find(key, err, errlen);
+  if (!k) return FGB_ENOTFOUND;
+  char *field = (char *)cfg + k->off;
+  switch (k->kind) {
+    case KEY_LOG_LEVEL: {
+      int l = log_parse_level(val);
+      if (l < 0)
+        return err_set(err, errlen, FGB_EINVAL,
+                       "value: log_level '%.64s' is not debug, info, warn or error", val);
+      cfg->log_level = l;
+      log_set_level(l);
+      break;
     }
-    cfg->log_level = l;
-    log_set_level(l);
-  } else if (strcmp(key, "stall_timeout_ms") == 0) {
-    uint64_t v;
-    if (parse_u64(val, 86400000ull, &v) || v == 0) {
-      snprintf(err, errlen, "value: stall_timeout_ms '%.64s' is not in 1..86400000", val);
-      return FGB_EINVAL;
+    case KEY_POLICY: {
+      char perr[160];
+      int p = srv_policy_check(val, perr, sizeof(perr));
+      if (p != 1) return err_set(err, errlen, p < 0 ? FGB_ENOTSUP : FGB_EINVAL, "value: %s", perr);
+      snprintf(cfg->default_policy, sizeof(cfg->default_policy), "%s", val);
+      break;
     }
-    cfg->stall_timeout_ms = v;
-  } else if (strcmp(key, "default_policy") == 0) {
-    char perr[160];
-    int k = srv_policy_check(val, perr, sizeof(perr));
-    if (k != 1) {
-      snprintf(err, errlen, "value: %s", perr);
-      return k < 0 ? FGB_ENOTSUP : FGB_EINVAL;
+    case KEY_U64:
+    case KEY_U32: {
+      uint64_t v;
+      if (parse_u64(val, k->hi, &v) || v < k->lo)
+        return err_set(err, errlen, FGB_EINVAL, "value: %s '%.64s' is not in %llu..%llu", k->name,
+                       val, (unsigned long long)k->lo, (unsigned long long)k->hi);
+      if (k->kind == KEY_U64)
+        *(uint64_t *)(void *)field = v;
+      else
+        *(uint32_t *)(void *)field = (uint32_t)v;
+      break;
     }
-    snprintf(cfg->default_policy, sizeof(cfg->default_policy), "%s", val);
-  } else if (strcmp(key, "plan_warmup_steps") == 0 || strcmp(key, "replan_steps") == 0) {
-    /* Static-policy jobs agree these across their ranks (plan_exec.c): every rank's value goes
-     * into the job's planning exchange and the largest is applied at the agreed step. */
-    int warm = key[0] == 'p';
-    uint64_t v, lo = warm ? SRV_PLAN_MIN_WARMUP : SRV_PLAN_MIN_REPLAN;
-    if (parse_u64(val, SRV_PLAN_MAX_STEPS, &v) || v < lo) {
-      snprintf(err, errlen, "value: %s '%.64s' is not in %llu..%u", key, val,
-               (unsigned long long)lo, SRV_PLAN_MAX_STEPS);
-      return FGB_EINVAL;
-    }
-    if (warm)
-      cfg->plan_warmup_steps = (uint32_t)v;
-    else
-      cfg->replan_steps = (uint32_t)v;
-  } else {
-    snprintf(err, errlen,
-             "key: unknown setting '%.64s' (log_level, stall_timeout_ms, "
-             "default_policy, plan_warmup_steps, replan_steps)",
-             key);
-    return FGB_ENOTFOUND;
   }
   return FGB_OK;
+}
+
+/* --help: the live settings, from the table. */
+static void keys_usage(FILE *f) {
+  fputs("live settings (fgbuffctl get KEY, fgbuffctl set KEY VALUE):\n", f);
+  for (size_t i = 0; i < NKEYS; i++) fprintf(f, "  %-28s %s\n", keys[i].name, keys[i].doc);
 }
