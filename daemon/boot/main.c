@@ -1,4 +1,4 @@
-/* daemon/main.c — fgbuffd: command line, bootstrap (world, local index, control-plane addresses
+/* boot/main.c — fgbuffd: command line, bootstrap (world, local index, control-plane addresses
  * and secret: by MPI under a launcher, or by --rendezvous without MPI for GPU daemons), the loop
  * thread (this thread after bootstrap) and the engine thread, signals and an orderly shutdown.
  * See docs/architecture.md for the design and docs/protocol.md for the wire. */

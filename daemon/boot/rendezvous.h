@@ -1,4 +1,4 @@
-/* daemon/rendezvous.h — world formation without MPI, for GPU daemons started by systemd
+/* daemon/boot/rendezvous.h — world formation without MPI, for GPU daemons started by systemd
  * (--rendezvous HOST:PORT --rank R --world N). World rank 0 listens on HOST:PORT; every other rank
  * connects (retrying until the deadline) and sends its rank, the world size, its control-plane
  * address and its hostname; once all have arrived, rank 0 answers each with the full table and the

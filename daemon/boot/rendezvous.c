@@ -1,4 +1,4 @@
-/* daemon/rendezvous.c — world formation without MPI (see rendezvous.h): rank 0 serves every peer
+/* boot/rendezvous.c — world formation without MPI (see rendezvous.h): rank 0 serves every peer
  * at once with poll(2), so a silent or hostile connection cannot hold the others back.
  *
  * Wire v2, little-endian. Hello (peer -> rank 0, RDV_HELLO bytes): u32 magic "FGR2", u32 rank,

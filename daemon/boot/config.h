@@ -1,4 +1,4 @@
-/* daemon/config.h — fgbuffd's settings: command line, environment defaults, the runtime directory,
+/* boot/config.h — fgbuffd's settings: command line, environment defaults, the runtime directory,
  * and the live-settable keys (ConfigGet/ConfigSet). */
 #ifndef FGB_SRV_CONFIG_H
 #define FGB_SRV_CONFIG_H

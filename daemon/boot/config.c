@@ -1,4 +1,4 @@
-/* daemon/config.c — command line and live settings of fgbuffd (see config.h). Every value is
+/* daemon/boot/config.c — command line and live settings of fgbuffd (see config.h). Every value is
  * checked and a bad one named; nothing here exits, main decides. */
 #include "config.h"
 
