@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "coordinator.h"
+#include "dp.h"
 #include "fgbuff.pb-c.h"
 #include "fgbuff/client.h"
 #include "wire.h"
@@ -40,6 +41,7 @@ typedef struct srv_arena {
   uint8_t *base;
   size_t bytes;
   void *gpu;              /* CUDA arena (daemon/gpu/), NULL for host memory */
+  const dp_ops *dp;       /* ... and the data plane that closes it */
   struct srv_arena *next; /* in the session's list */
 } srv_arena;
 
@@ -196,7 +198,8 @@ struct srv {
   srv_tensor **tensors; /* by id - 1 */
   uint32_t ntensors, tcap;
   int stopping;
-  int gpu; /* a GPU daemon (--device cuda:...): daemon/gpu/ */
+  int gpu;          /* a GPU daemon (--device cuda:...): daemon/gpu/ */
+  const dp_ops *dp; /* its data plane (srv_gpu_start); NULL on a host daemon */
   /* Engine items waiting to be handed over in world order (preissue.c). */
   struct srv_held *held, *held_tail;
   uint32_t nheld;
@@ -234,6 +237,8 @@ void srv_fail_pending(srv_job *j, int code, const char *text, const srv_tensor *
 void srv_step_tensor_done(srv_job *j, uint32_t tensor_id, uint64_t step);
 /* Report readiness that waited for the job's formation or a tensor's key (only: that tensor). */
 void srv_report_waiting(srv *d, srv_job *j, const srv_tensor *only);
+/* The data plane (d->dp) saw the client's event of (tensor, step) complete: report it ready. */
+void srv_gpu_observed(srv *d, uint32_t tensor_id, uint64_t step);
 /* events.c: coordinator events and engine results. */
 struct eng_item;
 void srv_engine_result(void *ud, struct eng_item *it);

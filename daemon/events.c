@@ -13,9 +13,6 @@
 #include "plan_exec.h"
 #include "preissue.h"
 #include "vec.h"
-#ifdef FGBUFF_HAVE_CUDA
-#include "gpu_srv.h"
-#endif
 
 /* The job an event is about: by job key once known (keys start at 1; events before formation,
  * such as a refused join, carry key 0), else by name and incarnation. */
@@ -160,9 +157,7 @@ void srv_issue_event(srv *d, srv_job *j, coord_event *ev) {
                                .dtype = t->dtype,
                                .op = t->op,
                                .zero_first = ev->pre ? 0 : p->flushed};
-#ifdef FGBUFF_HAVE_CUDA
-      if (!ev->pre) ts[it->n].done_ev = srv_gpu_done_event(t);
-#endif
+      if (!ev->pre && d->dp) ts[it->n].done_ev = d->dp->done_signal(t);
       srv_comp_fill(t, &ts[it->n]);
       /* The plan sends this buffer dense: 2, or 4 (split) */
       ts[it->n++].flush_dense = (plan == 2 || plan == 4) && t->comp;
@@ -297,9 +292,7 @@ void srv_coord_drain(srv *d) {
         on_stall(d, &ev);
         break;
       case COORD_EV_JOB_ABORTED:
-#ifdef FGBUFF_HAVE_CUDA
-        if (d->gpu) gpu_job_aborted(ev.job_key); /* the engine aborts its communicator */
-#endif
+        if (d->dp) d->dp->job_aborted(ev.job_key); /* the engine aborts its communicator */
         on_aborted(d, &ev);
         break;
       case COORD_EV_RECALL:

@@ -22,9 +22,6 @@
 #include "plan_exec.h"
 #include "plan_internal.h"
 #include "policy.h"
-#ifdef FGBUFF_HAVE_CUDA
-#include "gpu_srv.h"
-#endif
 
 typedef struct srv_held {
   eng_item *it;
@@ -73,10 +70,9 @@ static void start_members(srv_held *h) {
     srv_pending *p = pending_of(h->j, t->tensor_id, t->step);
     p->issued = 1;
     t->zero_first = p->flushed;
-#ifdef FGBUFF_HAVE_CUDA
-    srv_tensor *st = srv_tensor_get(h->j->d, t->tensor_id);
-    t->done_ev = st ? srv_gpu_done_event(st) : NULL;
-#endif
+    const dp_ops *dp = h->j->d->dp;
+    srv_tensor *st = dp ? srv_tensor_get(h->j->d, t->tensor_id) : NULL;
+    t->done_ev = st ? dp->done_signal(st) : NULL;
   }
 }
 

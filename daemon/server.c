@@ -21,9 +21,6 @@
 #include "clock.h"
 #include "daemon.h"
 #include "env.h"
-#ifdef FGBUFF_HAVE_CUDA
-#include "gpu_srv.h"
-#endif
 #include "log.h"
 #include "ring.h"
 
@@ -197,9 +194,7 @@ void srv_send_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_DONE;
   srv_tensor *t = srv_tensor_get(s->d, tensor_id);
   if (t && t->arena && t->arena->gpu) d.event_slot = t->gpu_slot; /* GPU: the done event's slot */
-#ifdef FGBUFF_HAVE_CUDA
-  if (status != 0) srv_gpu_done_failed(t); /* a stream waiting on its done page proceeds */
-#endif
+  if (status != 0 && s->d->dp) s->d->dp->done_failed(t); /* a stream waiting on it proceeds */
   env.done = &d;
   srv_send(s, &env);
   hot_touch(); /* the client's next Submit usually follows within the window */
@@ -401,9 +396,7 @@ static void on_connection(uv_stream_t *server, int status) {
 fgb_status srv_server_start(srv *d, char *err, size_t errlen) {
   int n = snprintf(d->sock_path, sizeof(d->sock_path), "%s/cpu%d.sock", d->cfg.runtime_dir,
                    d->local_index);
-#ifdef FGBUFF_HAVE_CUDA
-  if (d->gpu) n = srv_gpu_sock_name(d, d->sock_path, sizeof(d->sock_path));
-#endif
+  if (d->dp) n = d->dp->sock_name(d, d->sock_path, sizeof(d->sock_path));
   if (n < 0 || (size_t)n >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
     snprintf(err, errlen, "socket path %s is too long for a Unix socket", d->sock_path);
     return FGB_EINVAL;

@@ -17,19 +17,14 @@
 #include "plan_exec.h"
 #include "ring.h"
 #include "vec.h"
-#ifdef FGBUFF_HAVE_CUDA
-#include "gpu_srv.h"
-#endif
 
 void srv_arena_unref(srv_arena *a) {
   if (--a->refs > 0) return;
-#ifdef FGBUFF_HAVE_CUDA
   if (a->gpu) {
-    srv_gpu_arena_close(a);
+    a->dp->arena_close(a);
     free(a);
     return;
   }
-#endif
   munmap(a->base, a->bytes);
   free(a);
 }
@@ -161,13 +156,11 @@ static void on_join(srv_session *s, uint64_t req_id, const Fgbuff__V1__JoinJob *
 
 static void on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__RegisterArena *m, int *fds,
                      int nfds) {
-#ifdef FGBUFF_HAVE_CUDA
-  if (s->d->gpu && (m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_IPC ||
-                    m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_VMM_FD)) {
-    srv_gpu_on_arena(s, req_id, m, fds, nfds);
+  if (s->d->dp && (m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_IPC ||
+                   m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_VMM_FD)) {
+    s->d->dp->arena_open(s, req_id, m, fds, nfds);
     return;
   }
-#endif
   if (m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_IPC ||
       m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_VMM_FD) {
     fds_close(fds, nfds);

@@ -11,9 +11,6 @@
 #include "daemon.h"
 #include "plan_exec.h"
 #include "ring.h"
-#ifdef FGBUFF_HAVE_CUDA
-#include "gpu_srv.h"
-#endif
 
 typedef struct sbuf {
   char *p;
@@ -158,17 +155,15 @@ fgb_status srv_status_build(srv *d, char **json, char **text) {
             d->world_rank, d->world_size, d->local_index, d->cfg.device, (unsigned long long)up,
             FGB_PROTOCOL_VERSION, (int)getpid(), d->sock_path, d->cfg.default_policy,
             (unsigned long long)d->cfg.stall_timeout_ms);
-#ifdef FGBUFF_HAVE_CUDA
-  if (d->gpu) { /* before "jobs": the GPU, MPS and the daemon's device memory */
+  if (d->dp) { /* before "jobs": the GPU, MPS and the daemon's device memory */
     char g[512];
-    srv_gpu_status_json(g, sizeof(g));
+    d->dp->status_json(g, sizeof(g));
     j.len -= 8; /* "jobs":[ */
     sb_printf(&j, "\"gpu\":%s,\"jobs\":[", g);
     sb_printf(&t, "GPU %s\n", g);
-    srv_gpu_mem_text(g, sizeof(g));
+    d->dp->mem_text(g, sizeof(g));
     sb_printf(&t, "%s", g);
   }
-#endif
   sb_printf(&t, "fgbuffd rank %d of %d (local %d), device %s, pid %d, up %llu s, protocol v%u\n",
             d->world_rank, d->world_size, d->local_index, d->cfg.device, (int)getpid(),
             (unsigned long long)up, FGB_PROTOCOL_VERSION);

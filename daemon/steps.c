@@ -15,9 +15,6 @@
 #include "plan_exec.h"
 #include "preissue.h"
 #include "vec.h"
-#ifdef FGBUFF_HAVE_CUDA
-#include "gpu_srv.h"
-#endif
 
 srv_tensor *srv_tensor_get(srv *d, uint32_t id) {
   if (id == 0 || id > d->ntensors) return NULL;
@@ -112,7 +109,6 @@ static int report_ready(srv *d, srv_job *j, srv_tensor *t, uint64_t step) {
   return 1;
 }
 
-#ifdef FGBUFF_HAVE_CUDA
 /* The client's event of (tensor, step) is seen complete: report it ready. */
 void srv_gpu_observed(srv *d, uint32_t tensor_id, uint64_t step) {
   srv_tensor *t = srv_tensor_get(d, tensor_id);
@@ -128,7 +124,6 @@ void srv_gpu_observed(srv *d, uint32_t tensor_id, uint64_t step) {
     return;
   }
 }
-#endif
 
 void srv_report_waiting(srv *d, srv_job *j, const srv_tensor *only) {
   for (uint32_t i = 0; i < j->npending; i++) {
@@ -229,29 +224,26 @@ void srv_on_submit(srv_session *s, uint64_t req_id, const Fgbuff__V1__Submit *m)
                   j->aborted ? j->abort_text : t->poison);
     return;
   }
-#ifdef FGBUFF_HAVE_CUDA
   char gerr[256];
-  if (t->arena->gpu && srv_gpu_slot_check(t, m->event_slot, gerr, sizeof(gerr)) != 0) {
+  const dp_ops *dp = t->arena->gpu ? s->d->dp : NULL; /* a device arena: a device daemon */
+  if (dp && dp->slot_check(t, m->event_slot, gerr, sizeof(gerr)) != 0) {
     srv_send_error(s, req_id, FGB_EINVAL, "event_slot", 0, "%s", gerr);
     return;
   }
-#endif
   if (add_pending(j, t, m->step, 0) != 0) {
     srv_send_error(s, req_id, FGB_ENOMEM, "step", 0,
                    "step: too many unfinished steps (%d) or out of memory", SRV_MAX_INFLIGHT_STEPS);
     return;
   }
-#ifdef FGBUFF_HAVE_CUDA
-  if (t->arena->gpu) { /* ready once the client's event is seen complete */
-    fgb_status gst = srv_gpu_observe(t, m->event_slot, m->done_seq, m->step, gerr, sizeof(gerr));
+  if (dp) { /* ready once the client's event is seen complete */
+    fgb_status gst = dp->observe(t, m->event_slot, m->done_seq, m->step, gerr, sizeof(gerr));
     if (gst == FGB_OK) {
       j->pending[j->npending - 1].observing = 1;
-      srv_gpu_observe_now();
+      dp->observe_now();
       return;
     }
     LOG_WARN("tensor '%s' step %llu: %s", t->name, (unsigned long long)m->step, gerr);
   }
-#endif
   j->pending[j->npending - 1].reported = (uint8_t)report_ready(s->d, j, t, m->step);
   srv_pre_pump(s->d);
   srv_pre_step(s->d, j, m->step); /* the first of a step: the leader may pre-issue the next */

@@ -57,7 +57,6 @@ int srv_policy_check(const char *name, char *err, size_t errlen) {
   return 0;
 }
 
-#ifdef FGBUFF_HAVE_CUDA
 /* A GPU world formed by --rendezvous needs a rank and a world size that fit; the shared secret file
  * comes from the flag or $FGBUFF_WORLD_SECRET_FILE (read in main, so a bad file is named there). */
 static int rendezvous_check(srv_config *cfg, char *err, size_t errlen) {
@@ -84,7 +83,6 @@ static int rendezvous_check(srv_config *cfg, char *err, size_t errlen) {
   }
   return 0;
 }
-#endif
 
 static void keys_usage(FILE *f);
 
@@ -213,10 +211,8 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
     snprintf(err, errlen, "--device is required (cpu)\n%s", usage);
     return 2;
   }
-#ifdef FGBUFF_HAVE_CUDA
-  if (strncmp(cfg->device, "cuda:", 5) == 0 && cfg->device[5]) /* bound in main */
-    return rendezvous_check(cfg, err, errlen);
-#endif
+  if (srv_build_has_cuda && strncmp(cfg->device, "cuda:", 5) == 0 && cfg->device[5])
+    return rendezvous_check(cfg, err, errlen); /* the device is bound in main */
   if (strcmp(cfg->device, "cpu") != 0) {
     if (strncmp(cfg->device, "cuda:", 5) == 0)
       snprintf(err, errlen, "--device %s: this build has only the CPU data path", cfg->device);

@@ -29,6 +29,9 @@ typedef struct srv_config {
   uint32_t replan_steps;          /* re-planning policies: steps between re-plan checks */
 } srv_config;
 
+/* 1 in a build with the GPU data plane (FGBUFF_HAVE_CUDA; defined in main.c). */
+extern const int srv_build_has_cuda;
+
 /* Parse argv into cfg (defaults first). Returns 0, or 2 with a message in err for a bad command
  * line (the caller prints it and exits 2), or 1 when --help was printed. */
 int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t errlen);

@@ -26,6 +26,12 @@
 #include "gpu_srv.h"
 #endif
 
+#ifdef FGBUFF_HAVE_CUDA
+const int srv_build_has_cuda = 1;
+#else
+const int srv_build_has_cuda = 0;
+#endif
+
 /* How long a rendezvous daemon waits for its world (systemd restarts it after a failure). */
 #define SRV_RDV_TIMEOUT_MS 300000
 

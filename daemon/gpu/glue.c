@@ -43,6 +43,7 @@ fgb_status srv_gpu_start(srv *d, coord *c, char *err, size_t errlen) {
   fgb_status st = gpu_bind(d->cfg.device, err, errlen);
   if (st != FGB_OK) return st;
   d->gpu = 1;
+  d->dp = &srv_gpu_dp;
   g_d = d;
   if ((st = gpu_engine_init(err, errlen)) != FGB_OK) return st;
   coord_set_uid_maker(c, gpu_make_uid, d);
@@ -139,6 +140,7 @@ void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
   a->base = base;
   a->bytes = m->bytes;
   a->gpu = ga;
+  a->dp = &srv_gpu_dp;
   a->next = s->arenas;
   s->arenas = a;
   s->narenas++;
@@ -249,3 +251,19 @@ void srv_gpu_stop(srv *d) {
 size_t srv_gpu_status_json(char *buf, size_t cap) {
   return gpu_status_json(buf, cap);
 }
+
+/* The loop thread's view of this data plane (dp.h). */
+const dp_ops srv_gpu_dp = {
+    .name = "cuda",
+    .sock_name = srv_gpu_sock_name,
+    .arena_open = srv_gpu_on_arena,
+    .arena_close = srv_gpu_arena_close,
+    .slot_check = srv_gpu_slot_check,
+    .observe = srv_gpu_observe,
+    .observe_now = srv_gpu_observe_now,
+    .done_signal = srv_gpu_done_event,
+    .done_failed = srv_gpu_done_failed,
+    .job_aborted = gpu_job_aborted,
+    .status_json = srv_gpu_status_json,
+    .mem_text = srv_gpu_mem_text,
+};

@@ -1,5 +1,6 @@
-/* daemon/gpu/gpu_srv.h — the hooks the daemon's loop-thread files call on a GPU daemon (d->gpu);
- * each is one line at its call site, under #ifdef FGBUFF_HAVE_CUDA. Implemented in glue.c. */
+/* daemon/gpu/gpu_srv.h — the GPU data plane's entry points, implemented in glue.c: start-up and
+ * shutdown (boot/main.c, under #ifdef FGBUFF_HAVE_CUDA), and the rest, which the loop-thread files
+ * reach through srv_gpu_dp (dp.h), set as d->dp by srv_gpu_start. */
 #ifndef FGB_SRV_GPU_SRV_H
 #define FGB_SRV_GPU_SRV_H
 
@@ -7,6 +8,8 @@
 
 /* main.c: bind cfg.device, create the engine stream, give the coordinator the uid hook. */
 fgb_status srv_gpu_start(srv *d, coord *c, char *err, size_t errlen);
+/* The data-plane ops of a GPU daemon (d->dp, a->dp of its arenas). */
+extern const dp_ops srv_gpu_dp;
 /* main.c, after the loop exists: log the GPU and the MPS state (a warning without MPS). */
 void srv_gpu_announce(srv *d);
 fgb_status srv_gpu_engine_start(srv *d, char *err, size_t errlen);
@@ -23,7 +26,6 @@ int srv_gpu_slot_check(srv_tensor *t, uint32_t slot, char *err, size_t errlen);
 /* done_seq: Submit.done_seq (the number for the arena's done page; 0 or no page: done event). */
 fgb_status srv_gpu_observe(srv_tensor *t, uint32_t slot, uint32_t done_seq, uint64_t step,
                            char *err, size_t errlen);
-void srv_gpu_observed(srv *d, uint32_t tensor_id, uint64_t step);
 /* Look at the submit srv_gpu_observe just added once, now, if that is only a load (a done page's
  * ready number): a client that host-wrote it (its stream was idle) is reported without waiting
  * for the loop's next pass. May call srv_gpu_observed. */
