@@ -227,27 +227,28 @@ int srv_hot_active(void);
 void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *fds, int nfds);
 void srv_arena_unref(srv_arena *a);
 
-/* ---- steps.c: submits, agreement, engine results, failures --------------------------- */
+/* ---- steps.c: submits, end of step, ad-hoc collectives, readiness, failures, job release -- */
 void srv_on_submit(srv_session *s, uint64_t req_id, const Fgbuff__V1__Submit *m);
 void srv_on_end_step(srv_session *s, uint64_t req_id, const Fgbuff__V1__EndStep *m);
 void srv_on_collective(srv_session *s, uint64_t req_id, const Fgbuff__V1__Collective *m);
-void srv_coord_drain(srv *d);
-void srv_job_client_gone(srv_job *j);
 void srv_fail_pending(srv_job *j, int code, const char *text, const srv_tensor *only);
 void srv_step_tensor_done(srv_job *j, uint32_t tensor_id, uint64_t step);
 /* Report readiness that waited for the job's formation or a tensor's key (only: that tensor). */
 void srv_report_waiting(srv *d, srv_job *j, const srv_tensor *only);
 /* The data plane (d->dp) saw the client's event of (tensor, step) complete: report it ready. */
 void srv_gpu_observed(srv *d, uint32_t tensor_id, uint64_t step);
-/* events.c: coordinator events and engine results. */
-struct eng_item;
-void srv_engine_result(void *ud, struct eng_item *it);
 /* Free the job once its client is gone and the engine holds no work on it. */
 void srv_job_maybe_release(srv *d, srv_job *j);
 void srv_jobs_tick(srv *d);
 srv_tensor *srv_tensor_get(srv *d, uint32_t id);
 /* The job's tensor with coordinator key `key` (NULL: none known yet). */
 srv_tensor *srv_tensor_by_key(const srv_job *j, uint32_t key);
+
+/* ---- events.c: coordinator events, engine results, a client gone ------------------------- */
+void srv_coord_drain(srv *d);
+struct eng_item;
+void srv_engine_result(void *ud, struct eng_item *it);
+void srv_job_client_gone(srv_job *j);
 
 /* ---- comp_rpc.c: compressors at registration, state export/import ----------------------- */
 struct comp_ops;
