@@ -1,6 +1,6 @@
 /* daemon/ctrl.c — the TCP control plane between daemons (see ctrl.h). Everything runs on the loop
  * thread. Messages to a peer that is not connected yet wait in its queue; a connection that breaks
- * or sends a malformed frame is closed and reported with coord_peer_lost. */
+ * or sends a malformed frame is closed and reported up as a lost peer (ctrl_cbs). */
 #include "ctrl.h"
 
 #include <arpa/inet.h>
@@ -30,6 +30,8 @@ typedef struct ctrl_msg {
 
 struct srv_ctrl {
   srv *d;
+  const ctrl_cbs *cbs;
+  void *ud;
   uv_tcp_t listener;
   int listening;
   ctrl_conn *conns;
@@ -118,7 +120,7 @@ void srv_ctrl_send(srv_ctrl *cp, int peer, const uint8_t *bytes, size_t len) {
   }
   if (peer == d->world_rank) { /* to ourselves: no socket needed */
     char err[256];
-    if (coord_on_message(d->coord, peer, bytes, len, err, sizeof(err)) != FGB_OK)
+    if (cp->cbs->on_message(cp->ud, peer, bytes, len, err, sizeof(err)) != FGB_OK)
       LOG_WARN("control plane: own message rejected: %s", err);
     return;
   }
@@ -157,12 +159,12 @@ static void conn_close(ctrl_conn *c, const char *why) {
   if (c->peer == 0) {
     LOG_ERROR("control plane: lost the leader (rank 0): %s", why);
     for (int r = 0; r < d->world_size; r++)
-      if (r != d->world_rank) coord_peer_lost(d->coord, r);
+      if (r != d->world_rank) cp->cbs->on_peer_lost(cp->ud, r);
   } else {
     LOG_ERROR("control plane: lost rank %d: %s", c->peer, why);
-    coord_peer_lost(d->coord, c->peer);
+    cp->cbs->on_peer_lost(cp->ud, c->peer);
   }
-  srv_coord_drain(d);
+  cp->cbs->after_input(cp->ud);
 }
 
 static void on_frame(ctrl_conn *c, const uint8_t *p, size_t len) {
@@ -198,9 +200,9 @@ static void on_frame(ctrl_conn *c, const uint8_t *p, size_t len) {
     return;
   }
   char err[256];
-  if (coord_on_message(d->coord, src, p + 8, len - 8, err, sizeof(err)) != FGB_OK)
+  if (cp->cbs->on_message(cp->ud, src, p + 8, len - 8, err, sizeof(err)) != FGB_OK)
     LOG_WARN("control plane: malformed message from rank %d: %s", src, err);
-  srv_coord_drain(d);
+  cp->cbs->after_input(cp->ud);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -308,10 +310,13 @@ static void advertised_host(srv *d, char *host, size_t len) {
   freeaddrinfo(res);
 }
 
-fgb_status srv_ctrl_listen(srv *d, char addr[CTRL_ADDR_MAX], char *err, size_t errlen) {
+fgb_status srv_ctrl_listen(srv *d, const ctrl_cbs *cbs, void *ud, char addr[CTRL_ADDR_MAX],
+                           char *err, size_t errlen) {
   srv_ctrl *cp = calloc(1, sizeof(*cp));
   if (!cp) return snprintf(err, errlen, "out of memory"), FGB_ENOMEM;
   cp->d = d;
+  cp->cbs = cbs;
+  cp->ud = ud;
   cp->by_rank = calloc((size_t)d->world_size, sizeof(*cp->by_rank));
   cp->queue = calloc((size_t)d->world_size, sizeof(*cp->queue));
   cp->qtail = calloc((size_t)d->world_size, sizeof(*cp->qtail));

@@ -1,6 +1,6 @@
 /* daemon/ctrl.h — the control plane between daemons: TCP on the loop thread, a star around world
- * rank 0 (the coordinator's leader). Carries the coordinator's byte strings; a lost connection is
- * reported to the coordinator as a lost peer.
+ * rank 0 (the coordinator's leader). Carries the coordinator's byte strings up through ctrl_cbs; a
+ * lost connection is reported as a lost peer.
  *
  * Frame: u32 LE length of what follows, i32 LE source world rank, i32 LE destination world rank,
  * then the coordinator's bytes. The first frame of a non-leader is its hello (destination -1, the
@@ -19,9 +19,22 @@
 #define CTRL_MAX_FRAME (64u << 20)
 #define CTRL_TOKEN 16
 
+/* What the control plane hands up (it carries bytes and never names their reader). */
+typedef struct ctrl_cbs {
+  /* A message for this rank from world rank src (src is this rank for one it sent itself). */
+  fgb_status (*on_message)(void *ud, int src, const uint8_t *bytes, size_t len, char *err,
+                           size_t errlen);
+  /* World rank `rank` became unreachable. */
+  void (*on_peer_lost)(void *ud, int rank);
+  /* A frame from a peer or a lost connection has been handed up (not after a message to itself). */
+  void (*after_input)(void *ud);
+} ctrl_cbs;
+
 /* Listen on an ephemeral TCP port; *addr gets "host:port" to advertise (host: cfg->cp_addr, else
- * the address gethostname() resolves to, else 127.0.0.1). Call before the address exchange. */
-fgb_status srv_ctrl_listen(srv *d, char addr[CTRL_ADDR_MAX], char *err, size_t errlen);
+ * the address gethostname() resolves to, else 127.0.0.1). Call before the address exchange. cbs
+ * (static) and ud receive what arrives. */
+fgb_status srv_ctrl_listen(srv *d, const ctrl_cbs *cbs, void *ud, char addr[CTRL_ADDR_MAX],
+                           char *err, size_t errlen);
 /* With every rank's address (world_size x CTRL_ADDR_MAX bytes) and the world's secret: non-leaders
  * connect to rank 0. */
 fgb_status srv_ctrl_connect(srv *d, const char *addrs, const uint8_t token[CTRL_TOKEN], char *err,

@@ -1,10 +1,11 @@
 /* daemon/ring.c — the consumer side of the clients' submission rings (docs/protocol.md,
  * "Submission ring"). A ring is client-writable shared memory: each record is copied out once,
- * then checked (position, check word, ordering count) before srv_on_submit sees it as if it came
- * on the socket; the header's constant line and the head index are checked on every look, and any
- * garbage closes that session with a fatal Error naming it. The daemon only indexes the mapping
- * with its own copies of the tail and slot count, so nothing the client writes can move a read
- * outside it, and one look consumes at most `slots` records, so no client can keep the loop busy.
+ * then checked (position, check word, ordering count) before the ring's on_submit (srv_on_submit)
+ * sees it as if it came on the socket; the header's constant line and the head index are checked on
+ * every look, and any garbage closes that session with a fatal Error naming it. The daemon only
+ * indexes the mapping with its own copies of the tail and slot count, so nothing the client writes
+ * can move a read outside it, and one look consumes at most `slots` records, so no client can keep
+ * the loop busy.
  *
  * Order with the socket: a record carries the number of socket frames the client had sent before
  * it; it is consumed once exactly that many frames of the session were handled (server.c drains
@@ -31,6 +32,7 @@
 
 struct srv_ring {
   srv_session *s; /* NULL once closed */
+  const ring_cbs *cbs;
   uint8_t *base;
   size_t bytes;
   uint32_t slots; /* from AttachRing, checked; never re-read from the mapping */
@@ -148,7 +150,7 @@ static void ring_bell_cb(uv_poll_t *h, int status, int events) {
   } while (0)
 
 void srv_on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__AttachRing *m, int *fds,
-                        int nfds) {
+                        int nfds, const ring_cbs *cbs) {
   void *map = MAP_FAILED;
   size_t need = 0;
   if (s->ring) {
@@ -206,6 +208,7 @@ void srv_on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__Attac
   }
   close(fds[0]);
   r->s = s;
+  r->cbs = cbs;
   r->base = map;
   r->bytes = need;
   r->slots = m->slots;
@@ -293,7 +296,7 @@ int srv_ring_drain(srv_session *s) {
     m.step = rec.step;
     m.event_slot = rec.event_slot;
     m.done_seq = rec.done_seq;
-    srv_on_submit(s, rec.req_id, &m); /* the socket's handler: same checks, same errors */
+    r->cbs->on_submit(s, rec.req_id, &m); /* the socket's handler: same checks, same errors */
     if (s->closing || s->close_why || s->ring != r) break;
   }
   if (n) srv_hot_touch(); /* as a Submit read from the socket: a step's round trips follow */

@@ -8,12 +8,18 @@
 
 #include "daemon.h"
 
-/* AttachRing with its two fds (memfd, eventfd): checked, mapped, watched; Ok or an Error. */
+/* What a ring hands up: each record, decoded into the Submit the socket would have carried. */
+typedef struct ring_cbs {
+  void (*on_submit)(srv_session *s, uint64_t req_id, const Fgbuff__V1__Submit *m);
+} ring_cbs;
+
+/* AttachRing with its two fds (memfd, eventfd): checked, mapped, watched; Ok or an Error. Its
+ * records go to cbs (static). */
 void srv_on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__AttachRing *m, int *fds,
-                        int nfds);
+                        int nfds, const ring_cbs *cbs);
 
 /* Consume the session's records that are due: those written after at most s->frames_in socket
- * frames. Each goes to srv_on_submit. Garbage in the ring closes the session (fatal Error).
+ * frames. Each goes to the ring's on_submit. Garbage in the ring closes the session (fatal Error).
  * Returns how many records were consumed. */
 int srv_ring_drain(srv_session *s);
 

@@ -423,6 +423,9 @@ static void on_config(srv_session *s, uint64_t req_id, const char *key, const ch
   srv_send(s, &env);
 }
 
+/* A ring's records take the socket's Submit path (ring.c hands them up). */
+static const ring_cbs ring_up = {srv_on_submit};
+
 void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *fds, int nfds) {
   Fgbuff__V1__Envelope *env = fgbuff__v1__envelope__unpack(NULL, len, frame);
   if (!env) {
@@ -490,7 +493,7 @@ void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *
       srv_on_state_import(s, rq, env->state_import);
       break;
     case FGBUFF__V1__ENVELOPE__BODY_ATTACH_RING:
-      srv_on_attach_ring(s, rq, env->attach_ring, fds, nfds);
+      srv_on_attach_ring(s, rq, env->attach_ring, fds, nfds, &ring_up);
       break;
     case FGBUFF__V1__ENVELOPE__BODY__NOT_SET:
       srv_send_error(s, rq, FGB_EPROTO, "body", 0,

@@ -98,6 +98,22 @@ static int fail(const boot *b) {
 
 /* Under a launcher: world and local index from MPI, addresses by MPI_Allgather, the secret (random
  * on rank 0) by MPI_Bcast. */
+/* The control plane's bytes go to the coordinator, whose queue is drained after each input. */
+static fgb_status ctrl_message(void *ud, int src, const uint8_t *bytes, size_t len, char *err,
+                               size_t errlen) {
+  return coord_on_message(((srv *)ud)->coord, src, bytes, len, err, errlen);
+}
+
+static void ctrl_peer_lost(void *ud, int rank) {
+  coord_peer_lost(((srv *)ud)->coord, rank);
+}
+
+static void ctrl_after_input(void *ud) {
+  srv_coord_drain(ud);
+}
+
+static const ctrl_cbs ctrl_up = {ctrl_message, ctrl_peer_lost, ctrl_after_input};
+
 static int boot_mpi(srv *d, boot *b, char *err, size_t errlen) {
   int provided = 0;
   if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
@@ -125,7 +141,7 @@ static int boot_mpi(srv *d, boot *b, char *err, size_t errlen) {
   /* Control-plane addresses are exchanged on this thread before the engine takes over MPI. */
   b->addrs = calloc((size_t)d->world_size, CTRL_ADDR_MAX);
   if (!b->addrs) return snprintf(err, errlen, "out of memory"), -1;
-  if (srv_ctrl_listen(d, b->addr, err, errlen) != FGB_OK) return -1;
+  if (srv_ctrl_listen(d, &ctrl_up, d, b->addr, err, errlen) != FGB_OK) return -1;
   if (MPI_Allgather(b->addr, CTRL_ADDR_MAX, MPI_CHAR, b->addrs, CTRL_ADDR_MAX, MPI_CHAR,
                     MPI_COMM_WORLD) != MPI_SUCCESS)
     return snprintf(err, errlen, "control plane bootstrap failed: MPI_Allgather"), -1;
@@ -151,7 +167,7 @@ static int boot_rdv(srv *d, boot *b, char *err, size_t errlen) {
   b->addrs = calloc((size_t)d->world_size, CTRL_ADDR_MAX);
   char *hosts = calloc((size_t)d->world_size, RDV_HOST_MAX);
   if (!b->addrs || !hosts) return free(hosts), snprintf(err, errlen, "out of memory"), -1;
-  if (srv_ctrl_listen(d, b->addr, err, errlen) != FGB_OK) return free(hosts), -1;
+  if (srv_ctrl_listen(d, &ctrl_up, d, b->addr, err, errlen) != FGB_OK) return free(hosts), -1;
   LOG_INFO("rendezvous: rank %d of %d at %s%s, waiting up to %d s", d->world_rank, d->world_size,
            d->cfg.rendezvous, d->cfg.secret_file[0] ? " (keyed)" : "", SRV_RDV_TIMEOUT_MS / 1000);
   srv_rdv_args a = {.hostport = d->cfg.rendezvous,
