@@ -35,14 +35,15 @@ while IFS='|' read -r name dir allow lib; do
   while IFS= read -r line; do
     file="${line%%:*}" inc="$(sed -E 's/.*#include "([^"]+)".*/\1/' <<<"$line")"
     [ -e "$(dirname "$file")/$inc" ] && continue # beside the file
-    [ -n "$(find "$root/$dir" -name "$(basename "$inc")" -path "*$inc" | head -1)" ] && continue
+    [ -n "$(find "$root/$dir" -name "$(basename "$inc")" -path "*$inc" || true)" ] && continue
     ok=0
     for a in $allow; do
       if [ -e "$root/$a/$inc" ]; then ok=1; break; fi
     done
     grep -qx "$name $inc" <<<"$EXCEPT" && ok=1
     if [ $ok = 0 ]; then
-      where="$(cd "$root" && git ls-files | grep -E "(^|/)$inc\$" | head -1)"
+      where="$(cd "$root" && git ls-files | grep -E "(^|/)$inc\$" || true)"
+      where="${where%%$'\n'*}"
       echo "layer-check: ${file#"$root"/} ($name) includes \"$inc\" (${where:-not in the tree}): not $name's folder nor one below it"
       fail=1
     fi
