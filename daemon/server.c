@@ -21,6 +21,7 @@
 #include "clock.h"
 #include "daemon.h"
 #include "env.h"
+#include "fds.h"
 #include "log.h"
 #include "ring.h"
 
@@ -271,7 +272,7 @@ static void session_read(srv_session *s) {
     if (s->ring && st != WIRE_ERR_SIZE && st != WIRE_ERR_FDS && st != WIRE_ERR_IO)
       srv_ring_drain(s);
     if (s->closing || s->close_why) { /* a garbage ring */
-      for (int i = 0; i < nfds; i++) close(fds[i]);
+      fds_close(fds, nfds);
       return;
     }
     if (st == WIRE_AGAIN) return;

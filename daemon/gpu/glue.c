@@ -16,6 +16,7 @@
 #include "clock.h"
 #include "daemon.h"
 #include "err.h"
+#include "fds.h"
 #include "gpu.h"
 #include "gpu_srv.h"
 #include "log.h"
@@ -79,7 +80,7 @@ void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
   int vmm = m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_VMM_FD;
   int page = m->done_page ? 1 : 0; /* the done page is the last fd */
   if (nfds < page || (!vmm && nfds != page)) {
-    for (int i = 0; i < nfds; i++) close(fds[i]);
+    fds_close(fds, nfds);
     srv_send_error(s, req_id, FGB_EINVAL, "num_fds", 0,
                    "num_fds: %d fds; a CUDA_IPC arena comes with none but its done page's, a "
                    "done page (done_page %d) with its fd last",
@@ -87,7 +88,7 @@ void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
     return;
   }
   if (s->narenas >= SRV_MAX_ARENAS) {
-    for (int i = 0; i < nfds; i++) close(fds[i]);
+    fds_close(fds, nfds);
     srv_send_error(s, req_id, FGB_EINVAL, "bytes", 0, "too many arenas on one connection (%d)",
                    SRV_MAX_ARENAS);
     return;
@@ -122,7 +123,7 @@ void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
     }
   }
   /* The imported allocations hold the memory now; the fds are not needed either way. */
-  for (int i = 0; i < nfds; i++) close(fds[i]);
+  fds_close(fds, nfds);
   if (st != FGB_OK) {
     LOG_WARN("client pid %u: CUDA %s arena refused: %s", s->pid, vmm ? "VMM" : "IPC", err);
     srv_send_error(s, req_id, st, field, 0, "%s", err);
