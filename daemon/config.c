@@ -13,11 +13,13 @@
 #include "log.h"
 #include "plan_exec.h"
 #include "policy.h"
+#include "service.h"
 
 static const char usage[] =
     "usage: fgbuffd --device cpu [--runtime-dir DIR] [--log-level debug|info|warn|error]\n"
     "               [--stall-timeout-ms N] [--policy NAME] [--allow-uid UID]... [--cp-addr HOST]\n"
     "               [--rendezvous HOST:PORT --rank R --world N [--secret-file F]]\n"
+    "       fgbuffd --version\n"
     "CPU daemons run under a launcher: mpirun -np N fgbuffd --device cpu\n";
 
 static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
@@ -117,6 +119,7 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
                                        {"cp-addr", required_argument, 0, O_CP},
                                        {"secret-file", required_argument, 0, O_SECRET},
                                        {"help", no_argument, 0, 'h'},
+                                       {"version", no_argument, 0, 'V'},
                                        {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
@@ -127,6 +130,9 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
     switch (c) {
       case 'h':
         fputs(usage, stdout);
+        return 1;
+      case 'V':
+        printf("fgbuffd %s\n", FGBUFF_VERSION);
         return 1;
       case O_DEVICE:
         if (strlen(optarg) >= sizeof(cfg->device)) goto bad_value;

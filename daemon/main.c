@@ -19,6 +19,7 @@
 #include "plan_exec.h"
 #include "preissue.h"
 #include "rendezvous.h"
+#include "service.h"
 #include "transport.h"
 #ifdef FGBUFF_HAVE_CUDA
 #include "gpu_srv.h"
@@ -39,6 +40,9 @@ uint64_t srv_now_us(void) {
   return (uint64_t)t.tv_sec * 1000000 + (uint64_t)t.tv_nsec / 1000;
 }
 
+/* The leader's advertised control-plane address, for the formation deadline's message. */
+static char leader_addr[CTRL_ADDR_MAX];
+
 static void on_tick(uv_timer_t *t) {
   srv *d = t->data;
   coord_tick(d->coord, srv_now_ms());
@@ -51,12 +55,14 @@ static void on_tick(uv_timer_t *t) {
     LOG_INFO("fgbuffd: ready rank %d of %d socket %s pid %d", d->world_rank, d->world_size,
              d->sock_path, (int)getpid());
   }
+  srv_service_tick(d, d->cp && srv_ctrl_ready(d->cp), leader_addr);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
   srv *d = h->data;
   if (d->stopping) return;
   LOG_INFO("signal %d: shutting down", signum);
+  srv_notify("STOPPING=1");
   d->stopping = 1;
   srv_server_stop(d); /* every client gets Error FGB_ECLOSED "daemon shutting down" */
   srv_ctrl_close(d);
@@ -234,6 +240,7 @@ int main(int argc, char **argv) {
       "world rank %d of %d, local index %d, device %s, socket %s, control plane %s, "
       "leader %s",
       d.world_rank, d.world_size, d.local_index, d.cfg.device, d.sock_path, b.addr, b.addrs);
+  snprintf(leader_addr, sizeof(leader_addr), "%.*s", CTRL_ADDR_MAX - 1, b.addrs);
   free(b.addrs);
 #ifdef FGBUFF_HAVE_CUDA
   if (d.gpu) srv_gpu_announce(&d);
@@ -270,6 +277,7 @@ int main(int argc, char **argv) {
     if (pthread_create(&wd, NULL, finalize_watchdog, NULL) == 0) pthread_detach(wd);
     MPI_Finalize();
   }
+  srv_notify("STATUS=stopped");
   LOG_INFO("stopped");
 #ifdef FGBUFF_HAVE_CUDA
   /* The CUDA runtime's exit-time teardown can wait on an observer stream that waits forever on a
