@@ -19,6 +19,7 @@ static const char usage[] =
     "usage: fgbuffd --device cpu [--runtime-dir DIR] [--log-level debug|info|warn|error]\n"
     "               [--stall-timeout-ms N] [--policy NAME] [--allow-uid UID]... [--cp-addr HOST]\n"
     "               [--rendezvous HOST:PORT --rank R --world N [--secret-file F]]\n"
+    "               [--metrics-listen 127.0.0.1:PORT]\n"
     "       fgbuffd --version\n"
     "CPU daemons run under a launcher: mpirun -np N fgbuffd --device cpu\n";
 
@@ -105,7 +106,8 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
     O_RANK,
     O_WORLD,
     O_CP,
-    O_SECRET
+    O_SECRET,
+    O_METRICS
   };
   static const struct option opts[] = {{"device", required_argument, 0, O_DEVICE},
                                        {"runtime-dir", required_argument, 0, O_RTDIR},
@@ -118,6 +120,7 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
                                        {"world", required_argument, 0, O_WORLD},
                                        {"cp-addr", required_argument, 0, O_CP},
                                        {"secret-file", required_argument, 0, O_SECRET},
+                                       {"metrics-listen", required_argument, 0, O_METRICS},
                                        {"help", no_argument, 0, 'h'},
                                        {"version", no_argument, 0, 'V'},
                                        {0, 0, 0, 0}};
@@ -183,6 +186,10 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
       case O_SECRET:
         if (!*optarg || strlen(optarg) >= sizeof(cfg->secret_file)) goto bad_value;
         snprintf(cfg->secret_file, sizeof(cfg->secret_file), "%s", optarg);
+        break;
+      case O_METRICS:
+        if (!strchr(optarg, ':') || strlen(optarg) >= sizeof(cfg->metrics_listen)) goto bad_value;
+        snprintf(cfg->metrics_listen, sizeof(cfg->metrics_listen), "%s", optarg);
         break;
       case ':':
         snprintf(err, errlen, "%s needs a value\n%s", argv[optind - 1], usage);

@@ -16,6 +16,7 @@
 #include "daemon.h"
 #include "engine.h"
 #include "log.h"
+#include "metrics.h"
 #include "plan_exec.h"
 #include "preissue.h"
 #include "rendezvous.h"
@@ -66,6 +67,7 @@ static void on_signal(uv_signal_t *h, int signum) {
   d->stopping = 1;
   srv_server_stop(d); /* every client gets Error FGB_ECLOSED "daemon shutting down" */
   srv_ctrl_close(d);
+  srv_metrics_close();
 #ifdef FGBUFF_HAVE_CUDA
   if (d->gpu) srv_gpu_stop(d);
 #endif
@@ -242,6 +244,11 @@ int main(int argc, char **argv) {
       d.world_rank, d.world_size, d.local_index, d.cfg.device, d.sock_path, b.addr, b.addrs);
   snprintf(leader_addr, sizeof(leader_addr), "%.*s", CTRL_ADDR_MAX - 1, b.addrs);
   free(b.addrs);
+  if (d.cfg.metrics_listen[0] &&
+      srv_metrics_listen(&d, d.cfg.metrics_listen, err, sizeof(err)) != FGB_OK) {
+    LOG_ERROR("%s", err);
+    return fail(&b);
+  }
 #ifdef FGBUFF_HAVE_CUDA
   if (d.gpu) srv_gpu_announce(&d);
 #endif

@@ -27,6 +27,7 @@ static int usage(const char *why) {
           "  get KEY            print a live setting\n"
           "  set KEY VALUE      change a live setting\n"
           "  config list        every live setting with its value\n"
+          "  metrics            the daemon's counters as Prometheus text\n"
           "  ping               check that the daemon answers; prints the round trip\n"
           "fgbuffctl --version prints the version.\n"
           "Default socket: $FGBUFF_SOCKET, else <runtime dir>/cpu<index>.sock (see client.h).\n"
@@ -83,7 +84,7 @@ int main(int argc, char **argv) {
   } else if (strcmp(cmd, "config") == 0) {
     if (i >= argc || strcmp(argv[i], "list") != 0) return usage("config wants 'list'");
     i++;
-  } else if (strcmp(cmd, "ping") != 0) {
+  } else if (strcmp(cmd, "ping") != 0 && strcmp(cmd, "metrics") != 0) {
     return usage("unknown command");
   }
   if (i != argc) return usage("too many arguments");
@@ -126,7 +127,9 @@ int main(int argc, char **argv) {
       printf("fgbuffd answered in %.3f ms\n",
              (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
     }
-  } else if (strcmp(cmd, "status") == 0)
+  } else if (strcmp(cmd, "metrics") == 0)
+    s = fgb_metrics_text(c, &out);
+  else if (strcmp(cmd, "status") == 0)
     s = json ? fgb_status_json(c, &out) : fgb_status_text(c, &out);
   else if (strcmp(cmd, "get") == 0)
     s = fgb_config_get(c, key, &out);
