@@ -71,8 +71,17 @@ int srv_lock_socket(const char *sock_path, char *err, size_t errlen) {
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     int e = errno;
     char pid[32] = "?";
-    ssize_t r = pread(fd, pid, sizeof(pid) - 1, 0);
-    if (r > 0) pid[r] = 0;
+    /* The holder writes its pid just after taking the lock: give it a moment when both started
+     * at once. */
+    for (int i = 0; i < 40; i++) {
+      ssize_t r = pread(fd, pid, sizeof(pid) - 1, 0);
+      if (r > 0 && memchr(pid, '\n', (size_t)r)) {
+        pid[r] = 0;
+        break;
+      }
+      snprintf(pid, sizeof(pid), "?");
+      usleep(5000);
+    }
     pid[strcspn(pid, "\n")] = 0;
     close(fd);
     if (e == EWOULDBLOCK) {
@@ -119,26 +128,30 @@ static int is_loopback(const char *host) {
   return lo;
 }
 
-void srv_form_explain(const char *leader_addr, int world_rank, int world_size, uint64_t waited_ms,
-                      char *out, size_t outlen) {
+void srv_leader_hint(const char *leader_addr, char *out, size_t outlen) {
   char host[256];
   snprintf(host, sizeof(host), "%s", leader_addr);
   char *colon = strrchr(host, ':');
   if (colon) *colon = 0;
-  int n = snprintf(out, outlen,
-                   "world of %d did not form within %llu ms (rank %d): the leader (rank 0) "
-                   "advertises its control plane at %s",
-                   world_size, (unsigned long long)waited_ms, world_rank, leader_addr);
-  if (n < 0 || (size_t)n >= outlen) return;
   if (is_loopback(host))
-    snprintf(out + n, outlen - (size_t)n,
-             ", a loopback address (the leader's hostname resolves to it): daemons on other hosts "
-             "cannot reach it; give every daemon --cp-addr with an address its peers reach");
+    snprintf(out, outlen,
+             "%s is a loopback address (the leader's hostname resolves to it): daemons on other "
+             "hosts cannot reach it; give every daemon --cp-addr with an address its peers reach",
+             host);
   else
-    snprintf(out + n, outlen - (size_t)n,
-             "; check that every host reaches it (firewall, --cp-addr) and that all %d daemons "
-             "started",
-             world_size);
+    snprintf(out, outlen,
+             "check that every host reaches %s (routes, firewall; --cp-addr chooses the address)",
+             leader_addr);
+}
+
+void srv_form_explain(const char *leader_addr, int world_rank, int world_size, uint64_t waited_ms,
+                      char *out, size_t outlen) {
+  char hint[384];
+  srv_leader_hint(leader_addr, hint, sizeof(hint));
+  snprintf(out, outlen,
+           "world of %d did not form within %llu ms (rank %d): the leader (rank 0) advertises its "
+           "control plane at %s; %s",
+           world_size, (unsigned long long)waited_ms, world_rank, leader_addr, hint);
 }
 
 /* Formation deadline default: every daemon already started (MPI or the rendezvous saw them all),

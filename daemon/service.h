@@ -34,6 +34,10 @@ int srv_lock_socket(const char *sock_path, char *err, size_t errlen);
 /* The formation deadline in ms: $FGBUFF_FORM_TIMEOUT_MS, else def. */
 uint64_t srv_form_timeout_ms(uint64_t def);
 
+/* What to check when the leader's control-plane address cannot be reached: names a loopback one
+ * (a hostname on 127.0.1.1, as Debian installs it) and --cp-addr. */
+void srv_leader_hint(const char *leader_addr, char *out, size_t outlen);
+
 /* Explain why a world did not form: names the leader's advertised control-plane address and says
  * when it is a loopback one that peers on other hosts cannot reach. */
 void srv_form_explain(const char *leader_addr, int world_rank, int world_size, uint64_t waited_ms,
