@@ -1,6 +1,7 @@
 /* daemon/config.c — command line and live settings of fgbuffd (see config.h). Every value is
  * checked and a bad one named; nothing here exits, main decides. */
 #include "config.h"
+#include "config_file.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -19,7 +20,7 @@ static const char usage[] =
     "usage: fgbuffd --device cpu [--runtime-dir DIR] [--log-level debug|info|warn|error]\n"
     "               [--stall-timeout-ms N] [--policy NAME] [--allow-uid UID]... [--cp-addr HOST]\n"
     "               [--rendezvous HOST:PORT --rank R --world N [--secret-file F]]\n"
-    "               [--metrics-listen 127.0.0.1:PORT]\n"
+    "               [--metrics-listen 127.0.0.1:PORT] [--config FILE]\n"
     "       fgbuffd --version\n"
     "CPU daemons run under a launcher: mpirun -np N fgbuffd --device cpu\n";
 
@@ -128,7 +129,8 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
   optind = 1;
   int c;
   uint64_t v;
-  char perr[160];
+  char perr[160], where[600]; /* where: "config FILE line N: " for an entry of the file */
+  if (srv_config_file_merge(argc, argv, opts, &argc, &argv, err, errlen) != 0) return 2;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
       case 'h':
@@ -154,7 +156,8 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
         break;
       case O_POLICY:
         if (srv_policy_check(optarg, perr, sizeof(perr)) != 1) {
-          snprintf(err, errlen, "--policy: %s", perr);
+          srv_config_file_where(optind - 1, where, sizeof(where));
+          snprintf(err, errlen, "%s--policy: %s", where, perr);
           return 2;
         }
         snprintf(cfg->default_policy, sizeof(cfg->default_policy), "%s", optarg);
@@ -200,7 +203,8 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
     }
     continue;
   bad_value:
-    snprintf(err, errlen, "--%s: bad value '%s'", opts[c - 1].name, optarg);
+    srv_config_file_where(optind - 1, where, sizeof(where));
+    snprintf(err, errlen, "%s--%s: bad value '%s'", where, opts[c - 1].name, optarg);
     return 2;
   }
   if (optind < argc) {

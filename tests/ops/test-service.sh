@@ -65,6 +65,26 @@ for kind in path abstract; do
   for r in 0 1; do grep -q "^${dpids[$r]} STOPPING=1" "$out" || bad "$kind: no STOPPING=1 from rank $r"; done
 done
 
+# The configuration file: every flag as key = value, flags override, unknown keys and bad values
+# are errors naming file, line and key. The example in deploy/ is all comments: it must parse.
+cf="$tmp/fgbuffd.conf"
+printf '# test\nlog-level = debug\nstall_timeout_ms = 1234  # comment\npolicy = fusion\n' >"$cf"
+world_start 2 --config "$cf" --stall-timeout-ms 999 || bad "world with --config did not start"
+[ "$("$ctl" --socket "$FGBUFF_RUNTIME_DIR/cpu0.sock" get log_level)" = debug ] || bad "log-level from the file not applied"
+[ "$("$ctl" --socket "$FGBUFF_RUNTIME_DIR/cpu1.sock" get default_policy)" = fusion ] || bad "policy from the file not applied"
+[ "$("$ctl" --socket "$FGBUFF_RUNTIME_DIR/cpu0.sock" get stall_timeout_ms)" = 999 ] || bad "the flag did not override the file"
+world_stop || bad "world with --config: stop failed"
+printf 'log-level = info\nno_such_key = 1\n' >"$cf"
+"$bin" --config "$cf" --device cpu >/dev/null 2>"$tmp/cf.err"
+[ $? = 2 ] && grep -q "config $cf line 2: unknown key 'no-such-key'" "$tmp/cf.err" || bad "unknown key: $(cat "$tmp/cf.err")"
+printf 'device = cpu\n\nstall-timeout-ms = soon\n' >"$cf"
+"$bin" --config "$cf" >/dev/null 2>"$tmp/cf.err"
+[ $? = 2 ] && grep -q "config $cf line 3: --stall-timeout-ms: bad value 'soon'" "$tmp/cf.err" || bad "bad value: $(cat "$tmp/cf.err")"
+# The example's CPU settings, uncommented, are valid (checked before --help prints).
+sed -n '/^# GPU worlds/q; s/^# \([a-z-]* = \)/\1/p' "$src/deploy/fgbuffd.conf.example" >"$cf"
+[ "$(grep -c ' = ' "$cf")" -ge 7 ] || bad "the example lost its settings: $(cat "$cf")"
+"$bin" --config "$cf" --device cpu --help >/dev/null 2>"$tmp/cf.err" || bad "deploy/fgbuffd.conf.example: $(cat "$tmp/cf.err")"
+
 # Two daemons of index 0 started at the same moment on one runtime directory (singleton MPI, no
 # mpirun), stderr marked as the journal: one serves, the other exits 1 naming the holder.
 rt="$tmp/rt" && mkdir -m 700 "$rt"
