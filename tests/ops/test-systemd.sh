@@ -84,6 +84,8 @@ cat >"$units/fgbuffd-cpu.service.d/test.conf" <<CONF
 Environment=PATH=$D/bin:/usr/bin:/bin OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 StandardOutput=append:$D/cpu.log
 StandardError=append:$D/cpu.log
+# 1 s instead of 30 s: a missing WATCHDOG=1 would get the world killed within the test.
+WatchdogSec=1s
 CONF
 # Sandboxing options this kernel cannot set up (the unit then fails with 226/NAMESPACE) are turned
 # off for this run only, and said so; on a usual Debian kernel all of them work.
@@ -101,6 +103,11 @@ echo "start returned after $((SECONDS - t0)) s"
 [ "$(grep -c 'fgbuffd: ready' "$D/cpu.log")" = 2 ] || bad "start returned before both daemons were ready: $(cat "$D/cpu.log")"
 uc show -p StatusText fgbuffd-cpu | grep -q 'StatusText=world rank [01] of 2 formed' ||
   bad "no STATUS from the daemons: $(uc show -p StatusText fgbuffd-cpu)"
+# The daemons' WATCHDOG=1 (mpirun's children: WATCHDOG_PID is their parent) keep it alive; without
+# them systemd would kill the unit 1 s after start (Result=watchdog) and restart it.
+sleep 2.5
+props="$(uc show -p ActiveState,NRestarts fgbuffd-cpu)"
+grep -qx ActiveState=active <<<"$props" && grep -qx NRestarts=0 <<<"$props" || bad "watchdog: $(tr '\n' ' ' <<<"$props")"
 "$ctl" --socket "$xdg/fgbuff/cpu0.sock" status >"$D/status" || bad "fgbuffctl status failed"
 grep -q . "$D/status" || bad "empty status"
 [ "$("$ctl" --socket "$xdg/fgbuff/cpu1.sock" get stall_timeout_ms)" = 20000 ] || bad "cpu.env's FGBUFF_ARGS not applied"
