@@ -18,9 +18,9 @@
 
 static const char usage[] =
     "usage: fgbuffd --device cpu [--runtime-dir DIR] [--log-level debug|info|warn|error]\n"
-    "               [--stall-timeout-ms N] [--policy NAME] [--allow-uid UID]... [--cp-addr HOST]\n"
+    "               [--stall-timeout-ms N] [--policy NAME] [--allow-uid UID]...\n"
     "               [--rendezvous HOST:PORT --rank R --world N [--secret-file F]]\n"
-    "               [--metrics-listen 127.0.0.1:PORT] [--config FILE]\n"
+    "               [--cp-addr HOST|if:NAME] [--metrics-listen 127.0.0.1:PORT] [--config FILE]\n"
     "       fgbuffd --version\n"
     "CPU daemons run under a launcher: mpirun -np N fgbuffd --device cpu\n";
 

@@ -193,6 +193,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "fgbuffd: %s\n", err);
     return 1;
   }
+  if (srv_cp_addr_resolve(d.cfg.cp_addr, sizeof(d.cfg.cp_addr), err, sizeof(err)) != 0) {
+    fprintf(stderr, "fgbuffd: %s\n", err);
+    return 1;
+  }
   signal(SIGPIPE, SIG_IGN);
   d.loop = uv_default_loop();
   boot b = {0};

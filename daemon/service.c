@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,4 +203,26 @@ void srv_service_tick(srv *d, int formed, const char *leader_addr) {
     srv_notify(st);
     snprintf(last_status, sizeof(last_status), "%s", st);
   }
+}
+
+int srv_cp_addr_resolve(char *cp_addr, size_t len, char *err, size_t errlen) {
+  if (strncmp(cp_addr, "if:", 3) != 0) return 0;
+  const char *name = cp_addr + 3;
+  struct ifaddrs *ifs = NULL;
+  if (getifaddrs(&ifs) != 0) {
+    snprintf(err, errlen, "--cp-addr %s: getifaddrs: %s", cp_addr, strerror(errno));
+    return -1;
+  }
+  char found[INET_ADDRSTRLEN] = "";
+  for (struct ifaddrs *i = ifs; i && !found[0]; i = i->ifa_next)
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && strcmp(i->ifa_name, name) == 0)
+      inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, found, sizeof(found));
+  freeifaddrs(ifs);
+  if (!found[0]) {
+    snprintf(err, errlen, "--cp-addr %s: no interface '%s' with an IPv4 address", cp_addr, name);
+    return -1;
+  }
+  LOG_INFO("control plane: advertising %s (interface %s)", found, name);
+  snprintf(cp_addr, len, "%s", found);
+  return 0;
 }

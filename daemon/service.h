@@ -9,6 +9,10 @@
 
 #ifndef FGBUFF_VERSION
 #define FGBUFF_VERSION "unknown"
+/* --cp-addr if:NAME (as NCCL_SOCKET_IFNAME): replace it with the first IPv4 address of interface
+ * NAME. Other values are left alone. Returns 0, or -1 with err naming the interface. */
+int srv_cp_addr_resolve(char *cp_addr, size_t len, char *err, size_t errlen);
+
 /* Called from the loop's 100 ms tick: once the world formed (formed != 0), READY=1 and a STATUS=
  * line, the STATUS again when it changes, WATCHDOG=1 at the watchdog interval; before it formed,
  * the formation deadline (the daemon exits 1 with srv_form_explain's message). leader_addr: the
@@ -42,6 +46,10 @@ void srv_leader_hint(const char *leader_addr, char *out, size_t outlen);
  * when it is a loopback one that peers on other hosts cannot reach. */
 void srv_form_explain(const char *leader_addr, int world_rank, int world_size, uint64_t waited_ms,
                       char *out, size_t outlen);
+
+/* --cp-addr if:NAME (as NCCL_SOCKET_IFNAME): replace it with the first IPv4 address of interface
+ * NAME. Other values are left alone. Returns 0, or -1 with err naming the interface. */
+int srv_cp_addr_resolve(char *cp_addr, size_t len, char *err, size_t errlen);
 
 /* Called from the loop's 100 ms tick: once the world formed (formed != 0), READY=1 and a STATUS=
  * line, the STATUS again when it changes, WATCHDOG=1 at the watchdog interval; before it formed,

@@ -7,7 +7,7 @@
 #     loopback address and --cp-addr. (A route sends 127.0.1.1 over the veth, where nothing
 #     answers: the connect hangs as on hosts that drop it; without the route it fails at once,
 #     and that error names the address the same way.)
-#  2. With --cp-addr (each daemon's veth address): the world forms and the trainer trains.
+#  2. With --cp-addr if:fgbnet0 (each namespace's veth): the world forms and the trainer trains.
 # Usage: test-twohost.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 build="$(cd "$1" && pwd)" src="$(cd "$2" && pwd)"
@@ -42,9 +42,10 @@ for i in 0 1; do
   ip -n "$n" addr del 127.0.0.1/8 dev lo
   ip -n "$n" addr add 127.0.0.1/32 dev lo
   ip netns exec "$n" sysctl -qw net.ipv4.conf.all.route_localnet=1
-  ip -n "$n" addr add "${addr[$i]}/24" dev "${tag}v$i"
-  ip -n "$n" link set "${tag}v$i" up
-  tc -n "$n" qdisc add dev "${tag}v$i" root tbf rate 400mbit burst 256kb latency 50ms
+  ip -n "$n" link set "${tag}v$i" name fgbnet0 # the same name on both hosts, for --cp-addr if:
+  ip -n "$n" addr add "${addr[$i]}/24" dev fgbnet0
+  ip -n "$n" link set fgbnet0 up
+  tc -n "$n" qdisc add dev fgbnet0 root tbf rate 400mbit burst 256kb latency 50ms
   # What Debian's installer writes: the host name on 127.0.1.1 (ip netns exec mounts this file).
   mkdir -p "/etc/netns/$n" && printf '127.0.0.1 localhost\n127.0.1.1 %s\n' "$(hostname)" >"/etc/netns/$n/hosts"
 done
@@ -59,12 +60,13 @@ AGENT
 chmod +x "$D/agent"
 printf '%s slots=1\n%s slots=1\n' "${addr[0]}" "${addr[1]}" >"$D/hosts"
 # Each "host" has its own runtime directory (both daemons are local index 0 of their host), named
-# by the address on its namespace's veth; with CP_ADDR=1 that address is also its --cp-addr.
+# by the address on its namespace's veth; with CP_ADDR=1 the daemon advertises that interface's
+# address (--cp-addr if:fgbnet0, as NCCL_SOCKET_IFNAME names one).
 cat >"$D/fgbuffd-host" <<'WRAP'
 #!/bin/bash
 a="$(ip -o -4 addr show to 127.10.0.0/24 | awk '{ split($4, x, "/"); print x[1] }')"
 mkdir -p -m 700 "$RT/$a"
-[ "$CP_ADDR" = 1 ] && set -- --cp-addr "$a" "$@"
+[ "$CP_ADDR" = 1 ] && set -- --cp-addr if:fgbnet0 "$@"
 exec "$FGBUFFD" "$@" --runtime-dir "$RT/$a"
 WRAP
 chmod +x "$D/fgbuffd-host"
@@ -81,7 +83,7 @@ fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 
 # 1. No --cp-addr: the leader advertises 127.0.1.1; fails at the deadline (4 s), never hangs.
-ip -n "${ns[1]}" route add 127.0.1.1/32 dev "${tag}v1"
+ip -n "${ns[1]}" route add 127.0.1.1/32 dev fgbnet0
 t0=$SECONDS
 world "$D/w1.log" 0
 for _ in $(seq 300); do kill -0 "$mpid" 2>/dev/null || break; sleep 0.1; done
@@ -89,7 +91,7 @@ if kill -0 "$mpid" 2>/dev/null; then bad "world without --cp-addr still running 
 wait "$mpid"
 rc=$?
 mpid=""
-ip -n "${ns[1]}" route del 127.0.1.1/32 dev "${tag}v1"
+ip -n "${ns[1]}" route del 127.0.1.1/32 dev fgbnet0
 echo "without --cp-addr: mpirun exit $rc after $((SECONDS - t0)) s"
 [ "$rc" != 0 ] || bad "world without --cp-addr exited 0"
 grep -q 'leader 127.0.1.1:' "$D/w1.log" || bad "the leader did not advertise 127.0.1.1: $(cat "$D/w1.log")"
@@ -102,6 +104,7 @@ world "$D/w2.log" 1
 for _ in $(seq 300); do [ "$(grep -c 'fgbuffd: ready' "$D/w2.log")" = 2 ] && break; kill -0 "$mpid" 2>/dev/null || break; sleep 0.1; done
 [ "$(grep -c 'fgbuffd: ready' "$D/w2.log")" = 2 ] || { bad "world with --cp-addr did not form: $(cat "$D/w2.log")"; exit 1; }
 grep -q "leader ${addr[0]}:" "$D/w2.log" || bad "leader not at ${addr[0]}"
+grep -q "control plane: advertising ${addr[1]} (interface fgbnet0)" "$D/w2.log" || bad "rank 1 did not use if:fgbnet0"
 tp=()
 for r in 0 1; do
   ip netns exec "${ns[$r]}" env RANK=$r WORLD_SIZE=2 FGBUFF_LOCAL_INDEX=0 FGBUFF_RUNTIME_DIR="$D/rt/${addr[$r]}" \
