@@ -185,6 +185,10 @@ void srv_service_tick(srv *d, int formed, const char *leader_addr) {
     fflush(NULL);
     _exit(1); /* under mpirun the rest of the world goes down with us */
   }
+  /* One unit for the whole world (mpirun under NotifyAccess=all): only the leader, whose control
+   * plane is complete once every daemon connected, says READY and STATUS. */
+  const char *who = getenv("FGBUFF_NOTIFY");
+  if (who && strcmp(who, "leader") == 0 && d->world_rank != 0) return;
   int jobs = 0, clients = 0;
   for (srv_job *j = d->jobs; j; j = j->next) jobs++;
   for (srv_session *s = d->sessions; s; s = s->next) clients++;

@@ -16,7 +16,8 @@ int srv_cp_addr_resolve(char *cp_addr, size_t len, char *err, size_t errlen);
 /* Called from the loop's 100 ms tick: once the world formed (formed != 0), READY=1 and a STATUS=
  * line, the STATUS again when it changes, WATCHDOG=1 at the watchdog interval; before it formed,
  * the formation deadline (the daemon exits 1 with srv_form_explain's message). leader_addr: the
- * leader's advertised control-plane address. */
+ * leader's advertised control-plane address. With $FGBUFF_NOTIFY=leader only world rank 0 sends
+ * READY/STATUS (a unit running the whole world: its READY means every daemon connected). */
 struct srv;
 void srv_service_tick(struct srv *d, int formed, const char *leader_addr);
 
@@ -54,7 +55,8 @@ int srv_cp_addr_resolve(char *cp_addr, size_t len, char *err, size_t errlen);
 /* Called from the loop's 100 ms tick: once the world formed (formed != 0), READY=1 and a STATUS=
  * line, the STATUS again when it changes, WATCHDOG=1 at the watchdog interval; before it formed,
  * the formation deadline (the daemon exits 1 with srv_form_explain's message). leader_addr: the
- * leader's advertised control-plane address. */
+ * leader's advertised control-plane address. With $FGBUFF_NOTIFY=leader only world rank 0 sends
+ * READY/STATUS (a unit running the whole world: its READY means every daemon connected). */
 struct srv;
 void srv_service_tick(struct srv *d, int formed, const char *leader_addr);
 

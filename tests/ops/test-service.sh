@@ -65,6 +65,17 @@ for kind in path abstract; do
   for r in 0 1; do grep -q "^${dpids[$r]} STOPPING=1" "$out" || bad "$kind: no STOPPING=1 from rank $r"; done
 done
 
+# FGBUFF_NOTIFY=leader (one unit for the whole world): READY and STATUS from world rank 0 only.
+out="$tmp/notify-leader.log"
+start_listener "$tmp/notify-leader.sock" "$out"
+NOTIFY_SOCKET="$tmp/notify-leader.sock" FGBUFF_NOTIFY=leader world_start 2 || bad "world did not start (leader)"
+mapfile -t dpids < <(world_daemon_pids)
+for _ in $(seq 50); do grep -q 'READY=1' "$out" && break; sleep 0.1; done
+sleep 0.3
+grep -q "^${dpids[0]} READY=1|STATUS=world rank 0 of 2 formed" "$out" || bad "leader: no READY from rank 0"
+! grep -q "^${dpids[1]} .*\(READY\|STATUS\)" "$out" || bad "leader: rank 1 sent READY/STATUS: $(cat "$out")"
+world_stop || bad "leader: world_stop failed"
+
 # The configuration file: every flag as key = value, flags override, unknown keys and bad values
 # are errors naming file, line and key. The example in deploy/ is all comments: it must parse.
 cf="$tmp/fgbuffd.conf"

@@ -99,15 +99,18 @@ uc daemon-reload
 t0=$SECONDS
 uc start fgbuffd-cpu.service || bad "start failed: $(uc status fgbuffd-cpu 2>&1 | tail -5); $(cat "$D/cpu.log")"
 echo "start returned after $((SECONDS - t0)) s"
-# Type=notify: start returned only after READY=1, so the world has formed by now.
-[ "$(grep -c 'fgbuffd: ready' "$D/cpu.log")" = 2 ] || bad "start returned before both daemons were ready: $(cat "$D/cpu.log")"
-uc show -p StatusText fgbuffd-cpu | grep -q 'StatusText=world rank [01] of 2 formed' ||
+# Type=notify: start returned only after rank 0's READY=1, i.e. once both daemons connected (the
+# log lines travel through mpirun's pipe: allow them a moment).
+uc show -p StatusText fgbuffd-cpu | grep -qx 'StatusText=world rank 0 of 2 formed; 0 jobs, 0 clients; socket .*/cpu0.sock' ||
   bad "no STATUS from the daemons: $(uc show -p StatusText fgbuffd-cpu)"
 # The daemons' WATCHDOG=1 (mpirun's children: WATCHDOG_PID is their parent) keep it alive; without
 # them systemd would kill the unit 1 s after start (Result=watchdog) and restart it.
 sleep 2.5
 props="$(uc show -p ActiveState,NRestarts fgbuffd-cpu)"
 grep -qx ActiveState=active <<<"$props" && grep -qx NRestarts=0 <<<"$props" || bad "watchdog: $(tr '\n' ' ' <<<"$props")"
+for _ in $(seq 20); do [ "$(grep -c 'fgbuffd: ready' "$D/cpu.log")" = 2 ] && break; sleep 0.1; done
+[ "$(grep -c 'fgbuffd: ready' "$D/cpu.log")" = 2 ] || bad "both daemons not ready: $(cat "$D/cpu.log")"
+grep -q 'control plane: all 1 peers connected' "$D/cpu.log" || bad "the leader did not see its peer"
 "$ctl" --socket "$xdg/fgbuff/cpu0.sock" status >"$D/status" || bad "fgbuffctl status failed"
 grep -q . "$D/status" || bad "empty status"
 [ "$("$ctl" --socket "$xdg/fgbuff/cpu1.sock" get stall_timeout_ms)" = 20000 ] || bad "cpu.env's FGBUFF_ARGS not applied"
