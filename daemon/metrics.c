@@ -139,9 +139,11 @@ typedef struct mconn {
   size_t len;
   char *resp;
   int answered;
+  struct mconn *next, **prev; /* open connections, closed at shutdown (they hold the loop) */
 } mconn;
 
 static uv_tcp_t mlistener;
+static mconn *mconns;
 
 static void mconn_closed(uv_handle_t *h) {
   mconn *c = h->data;
@@ -150,7 +152,10 @@ static void mconn_closed(uv_handle_t *h) {
 }
 
 static void mconn_close(mconn *c) {
-  if (!uv_is_closing((uv_handle_t *)&c->tcp)) uv_close((uv_handle_t *)&c->tcp, mconn_closed);
+  if (uv_is_closing((uv_handle_t *)&c->tcp)) return;
+  *c->prev = c->next;
+  if (c->next) c->next->prev = c->prev;
+  uv_close((uv_handle_t *)&c->tcp, mconn_closed);
 }
 
 static void on_written(uv_write_t *w, int status) {
@@ -209,6 +214,10 @@ static void on_conn(uv_stream_t *server, int status) {
   c->d = server->data;
   uv_tcp_init(server->loop, &c->tcp);
   c->tcp.data = c;
+  c->next = mconns;
+  if (mconns) mconns->prev = &c->next;
+  c->prev = &mconns;
+  mconns = c;
   if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
       uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
     mconn_close(c);
@@ -246,4 +255,5 @@ fgb_status srv_metrics_listen(srv *d, const char *hostport, char *err, size_t er
 void srv_metrics_close(void) {
   if (mlistener.data && !uv_is_closing((uv_handle_t *)&mlistener))
     uv_close((uv_handle_t *)&mlistener, NULL);
+  while (mconns) mconn_close(mconns);
 }

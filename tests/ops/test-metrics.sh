@@ -84,5 +84,13 @@ done
 grep -q '"status":"success".*"fgbuff_job":"metrics-test"' <<<"$ans" ||
   bad "PromQL '$q' answered: $ans; prometheus log: $(tail -5 "$D/prom.log")"
 echo "PromQL: $ans"
+# An idle connection to the metrics port must not hold a stopping daemon.
+for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+exec 3<>"/dev/tcp/127.0.0.1/$mport" || bad "cannot connect to the metrics port"
+t0=$SECONDS
+WORLD_STOP_TIMEOUT=15 world_stop || bad "world_stop with an idle metrics connection failed"
+exec 3<&-
+[ $((SECONDS - t0)) -le 10 ] || bad "stop took $((SECONDS - t0)) s"
+[ "$(grep -c 'info: stopped$' "$FGBUFF_WORLD_LOG")" = 2 ] || bad "daemons did not both log stopped"
 [ $fail = 0 ] && echo "metrics: ok"
 exit $fail
