@@ -13,6 +13,10 @@ set -uo pipefail
 build="$(cd "$1" && pwd)" src="$(cd "$2" && pwd)"
 command -v ip >/dev/null && command -v tc >/dev/null || { echo "FAIL: ip/tc missing (bash deploy/install-ops-deps.sh)"; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Sanitizer builds, as tests/lib/world.sh: leak reports inside OpenMPI need its components kept
+# loaded and the slow unwinder, so tests/lsan.supp can match them.
+export OMPI_MCA_mca_base_component_disable_dlclose=1
+if [ -n "${ASAN_OPTIONS:-}" ]; then export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"; fi
 tag="fgb$$"
 ns=("${tag}a" "${tag}b") addr=(127.10.0.1 127.10.0.2)
 D="$(mktemp -d "${TMPDIR:-/tmp}/fgb-twohost.XXXXXX")"
