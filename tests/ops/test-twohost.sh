@@ -20,7 +20,8 @@ if [ -n "${ASAN_OPTIONS:-}" ]; then export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwi
 tag="fgb$$"
 ns=("${tag}a" "${tag}b") addr=(127.10.0.1 127.10.0.2)
 D="$(mktemp -d "${TMPDIR:-/tmp}/fgb-twohost.XXXXXX")"
-mpid=""
+mpid="" made_etc_netns=0
+[ -d /etc/netns ] || made_etc_netns=1
 cleanup() {
   [ -n "$mpid" ] && { kill -TERM "$mpid" 2>/dev/null; sleep 1; kill -KILL "$mpid" 2>/dev/null; wait "$mpid" 2>/dev/null; }
   for n in "${ns[@]}"; do
@@ -29,6 +30,7 @@ cleanup() {
     ip netns del "$n" 2>/dev/null
     rm -rf "/etc/netns/$n"
   done
+  [ "$made_etc_netns" = 1 ] && rmdir /etc/netns 2>/dev/null
   [ -n "${KEEP:-}" ] || rm -rf "$D"
 }
 trap cleanup EXIT
