@@ -48,12 +48,13 @@ static char *cli_strdup(fgb_client *c, const char *s, fgb_status *st) {
   return d;
 }
 
-static fgb_status cli_status(fgb_client *c, char **json, char **text) {
+static fgb_status cli_status(fgb_client *c, char **json, char **text, int metrics) {
   if (c == NULL) return FGB_EINVAL;
   if ((json == NULL) == (text == NULL)) return cli_fail(c, FGB_EINVAL, "output pointer is NULL");
   fgb_status s = cli_ready(c);
   if (s) return s;
   Fgbuff__V1__StatusRequest m = FGBUFF__V1__STATUS_REQUEST__INIT;
+  m.metrics = metrics;
   Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *r = NULL;
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_STATUS;
   env.status = &m;
@@ -68,11 +69,15 @@ static fgb_status cli_status(fgb_client *c, char **json, char **text) {
 }
 
 CLI_API fgb_status fgb_status_json(fgb_client *c, char **json) {
-  return cli_status(c, json, NULL);
+  return cli_status(c, json, NULL, 0);
 }
 
 CLI_API fgb_status fgb_status_text(fgb_client *c, char **text) {
-  return cli_status(c, NULL, text);
+  return cli_status(c, NULL, text, 0);
+}
+
+CLI_API fgb_status fgb_metrics_text(fgb_client *c, char **text) {
+  return cli_status(c, NULL, text, 1);
 }
 
 static fgb_status cli_check_key(fgb_client *c, const char *key, const char *value) {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "service.h"
 
 typedef struct ctrl_conn {
   srv_ctrl *cp;
@@ -358,7 +359,14 @@ fgb_status srv_ctrl_connect(srv *d, const char *addrs, const uint8_t token[CTRL_
   if (!c) return snprintf(err, errlen, "out of memory"), FGB_ENOMEM;
   cp->creq.data = c;
   int rc = uv_tcp_connect(&cp->creq, &c->tcp, (struct sockaddr *)&sa, on_connect);
-  if (rc != 0) return snprintf(err, errlen, "connect to the leader: %s", uv_strerror(rc)), FGB_EIO;
+  if (rc != 0) { /* service.c names a loopback leader address */
+    char hint[384];
+    *colon = ':';
+    srv_leader_hint(leader, hint, sizeof(hint));
+    return snprintf(err, errlen, "connect to the leader at %.64s: %s; %s", leader, uv_strerror(rc),
+                    hint),
+           FGB_EIO;
+  }
   return FGB_OK;
 }
 

@@ -24,6 +24,7 @@
 #include "fds.h"
 #include "log.h"
 #include "ring.h"
+#include "service.h"
 
 static void session_poll_cb(uv_poll_t *h, int status, int events);
 
@@ -402,6 +403,9 @@ fgb_status srv_server_start(srv *d, char *err, size_t errlen) {
     snprintf(err, errlen, "socket path %s is too long for a Unix socket", d->sock_path);
     return FGB_EINVAL;
   }
+  /* The lock decides between two daemons of one index started at once (service.c). */
+  fgb_status lk = srv_lock_socket(d->sock_path, err, errlen);
+  if (lk != FGB_OK) return lk;
   /* A socket file left by a dead daemon is removed; a live daemon's is not stolen. */
   int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (probe >= 0) {

@@ -14,6 +14,7 @@
 #include "dtype.h"
 #include "fds.h"
 #include "log.h"
+#include "metrics.h"
 #include "plan_exec.h"
 #include "ring.h"
 #include "vec.h"
@@ -380,9 +381,13 @@ nomem:
   srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory");
 }
 
-static void on_status(srv_session *s, uint64_t req_id) {
+static void on_status(srv_session *s, uint64_t req_id, int metrics) {
   char *json = NULL, *text = NULL;
-  if (srv_status_build(s->d, &json, &text) != FGB_OK) {
+  if (metrics) { /* metrics.c: Prometheus text in .text, no document */
+    text = srv_metrics_text(s->d);
+    json = text ? calloc(1, 1) : NULL;
+  }
+  if (metrics ? !json : srv_status_build(s->d, &json, &text) != FGB_OK) {
     free(json);
     free(text);
     srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory for the status");
@@ -478,7 +483,7 @@ void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *
       srv_on_collective(s, rq, env->collective);
       break;
     case FGBUFF__V1__ENVELOPE__BODY_STATUS:
-      on_status(s, rq);
+      on_status(s, rq, env->status && env->status->metrics);
       break;
     case FGBUFF__V1__ENVELOPE__BODY_CONFIG_GET:
       on_config(s, rq, env->config_get->key, NULL);

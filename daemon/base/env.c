@@ -30,6 +30,11 @@ static const env_knob knobs[ENV_COUNT] = {
                                "--secret-file"},
     [ENV_RUNTIME_DIR] = {"FGBUFF_RUNTIME_DIR", ENV_KIND_PATH, 0, 0, 0, NULL, 0, 0,
                          "runtime directory (sockets), when no --runtime-dir"},
+    [ENV_FORM_TIMEOUT_MS] = {"FGBUFF_FORM_TIMEOUT_MS", ENV_KIND_INT, 60000, 1, 86400000, NULL, 0, 0,
+                             "ms a daemon waits for its world to form before it gives up"},
+    [ENV_NOTIFY] = {"FGBUFF_NOTIFY", ENV_KIND_WORDS, 0, 1, 1, "leader", 1, 0,
+                    "leader: only world rank 0 sends sd_notify READY/STATUS (one unit for the "
+                    "whole world under mpirun); unset: every daemon"},
 };
 
 static double vals[ENV_COUNT];

@@ -16,6 +16,8 @@ typedef enum env_id {
   ENV_GPU_TRACE,            /* 0 off, 1 single-element tensors, 2 all */
   ENV_WORLD_SECRET_FILE,    /* path or NULL */
   ENV_RUNTIME_DIR,          /* path or NULL */
+  ENV_FORM_TIMEOUT_MS,      /* ms a daemon waits for its world to form */
+  ENV_NOTIFY,               /* 1: only world rank 0 sends READY/STATUS (systemd); 0 every rank */
   ENV_COUNT
 } env_id;
 

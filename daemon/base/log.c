@@ -5,7 +5,9 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static atomic_int g_level = LOG_LEVEL_INFO;
@@ -34,6 +36,26 @@ const char *log_level_name(int level) {
   return (level >= 0 && level < 4) ? names[level] : "?";
 }
 
+/* 1 when stderr is the journal ($JOURNAL_STREAM = "dev:ino" of our stderr, set by systemd):
+ * lines then start with a syslog priority, "<3>" for errors, so `journalctl -p err` finds them.
+ * FGBUFF_LOG_SYSLOG=1|0 forces it: daemons under mpirun write to mpirun's pipe, not the journal.
+ * Read here and not through base/env: env's warnings are log lines themselves. */
+static int to_journal(void) {
+  static atomic_int cached = -1;
+  int v = atomic_load(&cached);
+  if (v >= 0) return v;
+  const char *js = getenv("JOURNAL_STREAM"), *force = getenv("FGBUFF_LOG_SYSLOG");
+  unsigned long long dev, ino;
+  struct stat st;
+  if (force && (strcmp(force, "0") == 0 || strcmp(force, "1") == 0))
+    v = force[0] == '1';
+  else
+    v = js && sscanf(js, "%llu:%llu", &dev, &ino) == 2 && fstat(2, &st) == 0 &&
+        (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+  atomic_store(&cached, v);
+  return v;
+}
+
 void log_line(int level, const char *fmt, ...) {
   if (level < atomic_load(&g_level)) return;
   char msg[1024];
@@ -45,6 +67,8 @@ void log_line(int level, const char *fmt, ...) {
   clock_gettime(CLOCK_REALTIME, &ts);
   struct tm tm;
   gmtime_r(&ts.tv_sec, &tm);
-  fprintf(stderr, "%02d:%02d:%02d.%03ld fgbuffd[%d] %s: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
-          ts.tv_nsec / 1000000, atomic_load(&g_rank), names[level], msg);
+  static const char *const prio[] = {"<7>", "<6>", "<4>", "<3>"};
+  fprintf(stderr, "%s%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ fgbuffd[%d] %s: %s\n",
+          to_journal() ? prio[level] : "", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+          tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, atomic_load(&g_rank), names[level], msg);
 }

@@ -1,6 +1,7 @@
 /* daemon/boot/config.c — command line and live settings of fgbuffd (see config.h). Every value is
  * checked and a bad one named; nothing here exits, main decides. */
 #include "config.h"
+#include "config_file.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -16,11 +17,14 @@
 #include "log.h"
 #include "plan_exec.h"
 #include "policy.h"
+#include "service.h"
 
 static const char usage[] =
     "usage: fgbuffd --device cpu [--runtime-dir DIR] [--log-level debug|info|warn|error]\n"
-    "               [--stall-timeout-ms N] [--policy NAME] [--allow-uid UID]... [--cp-addr HOST]\n"
+    "               [--stall-timeout-ms N] [--policy NAME] [--allow-uid UID]...\n"
     "               [--rendezvous HOST:PORT --rank R --world N [--secret-file F]]\n"
+    "               [--cp-addr HOST|if:NAME] [--metrics-listen 127.0.0.1:PORT] [--config FILE]\n"
+    "       fgbuffd --version\n"
     "CPU daemons run under a launcher: mpirun -np N fgbuffd --device cpu\n";
 
 static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
@@ -114,7 +118,8 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
     O_RANK,
     O_WORLD,
     O_CP,
-    O_SECRET
+    O_SECRET,
+    O_METRICS
   };
   static const struct option opts[] = {{"device", required_argument, 0, O_DEVICE},
                                        {"runtime-dir", required_argument, 0, O_RTDIR},
@@ -127,19 +132,25 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
                                        {"world", required_argument, 0, O_WORLD},
                                        {"cp-addr", required_argument, 0, O_CP},
                                        {"secret-file", required_argument, 0, O_SECRET},
+                                       {"metrics-listen", required_argument, 0, O_METRICS},
                                        {"help", no_argument, 0, 'h'},
+                                       {"version", no_argument, 0, 'V'},
                                        {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
   int c;
   uint64_t v;
-  char perr[160];
+  char perr[160], where[600]; /* where: "config FILE line N: " for an entry of the file */
+  if (srv_config_file_merge(argc, argv, opts, &argc, &argv, err, errlen) != 0) return 2;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
       case 'h':
         fputs(usage, stdout);
         keys_usage(stdout);
         env_usage(stdout);
+        return 1;
+      case 'V':
+        printf("fgbuffd %s\n", FGBUFF_VERSION);
         return 1;
       case O_DEVICE:
         if (strlen(optarg) >= sizeof(cfg->device)) goto bad_value;
@@ -158,7 +169,8 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
         break;
       case O_POLICY:
         if (srv_policy_check(optarg, perr, sizeof(perr)) != 1) {
-          snprintf(err, errlen, "--policy: %s", perr);
+          srv_config_file_where(optind - 1, where, sizeof(where));
+          snprintf(err, errlen, "%s--policy: %s", where, perr);
           return 2;
         }
         snprintf(cfg->default_policy, sizeof(cfg->default_policy), "%s", optarg);
@@ -191,6 +203,10 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
         if (!*optarg || strlen(optarg) >= sizeof(cfg->secret_file)) goto bad_value;
         snprintf(cfg->secret_file, sizeof(cfg->secret_file), "%s", optarg);
         break;
+      case O_METRICS:
+        if (!strchr(optarg, ':') || strlen(optarg) >= sizeof(cfg->metrics_listen)) goto bad_value;
+        snprintf(cfg->metrics_listen, sizeof(cfg->metrics_listen), "%s", optarg);
+        break;
       case ':':
         snprintf(err, errlen, "%s needs a value\n%s", argv[optind - 1], usage);
         return 2;
@@ -200,7 +216,8 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
     }
     continue;
   bad_value:
-    snprintf(err, errlen, "--%s: bad value '%s'", opts[c - 1].name, optarg);
+    srv_config_file_where(optind - 1, where, sizeof(where));
+    snprintf(err, errlen, "%s--%s: bad value '%s'", where, opts[c - 1].name, optarg);
     return 2;
   }
   if (optind < argc) {

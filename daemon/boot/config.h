@@ -27,6 +27,7 @@ typedef struct srv_config {
   char cp_addr[128];              /* advertised control-plane host, "" = from gethostname() */
   uint32_t plan_warmup_steps;     /* static policies: steps as "none" before the first plan */
   uint32_t replan_steps;          /* re-planning policies: steps between re-plan checks */
+  char metrics_listen[64];        /* --metrics-listen IPV4:PORT (metrics.c), "" = off */
 } srv_config;
 
 /* 1 in a build with the GPU data plane (FGBUFF_HAVE_CUDA; defined in main.c). */

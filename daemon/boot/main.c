@@ -18,9 +18,11 @@
 #include "engine.h"
 #include "env.h"
 #include "log.h"
+#include "metrics.h"
 #include "plan_exec.h"
 #include "preissue.h"
 #include "rendezvous.h"
+#include "service.h"
 #include "transport.h"
 #ifdef FGBUFF_HAVE_CUDA
 #include "gpu_srv.h"
@@ -35,6 +37,9 @@ const int srv_build_has_cuda = 0;
 /* How long a rendezvous daemon waits for its world (systemd restarts it after a failure). */
 #define SRV_RDV_TIMEOUT_MS 300000
 
+/* The leader's advertised control-plane address, for the formation deadline's message. */
+static char leader_addr[CTRL_ADDR_MAX];
+
 static void on_tick(uv_timer_t *t) {
   srv *d = t->data;
   coord_tick(d->coord, clock_ms());
@@ -47,15 +52,18 @@ static void on_tick(uv_timer_t *t) {
     LOG_INFO("fgbuffd: ready rank %d of %d socket %s pid %d", d->world_rank, d->world_size,
              d->sock_path, (int)getpid());
   }
+  srv_service_tick(d, d->cp && srv_ctrl_ready(d->cp), leader_addr);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
   srv *d = h->data;
   if (d->stopping) return;
   LOG_INFO("signal %d: shutting down", signum);
+  srv_notify("STOPPING=1");
   d->stopping = 1;
   srv_server_stop(d); /* every client gets Error FGB_ECLOSED "daemon shutting down" */
   srv_ctrl_close(d);
+  srv_metrics_close();
 #ifdef FGBUFF_HAVE_CUDA
   if (d->gpu) srv_gpu_stop(d);
 #endif
@@ -197,6 +205,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "fgbuffd: %s\n", err);
     return 1;
   }
+  if (srv_cp_addr_resolve(d.cfg.cp_addr, sizeof(d.cfg.cp_addr), err, sizeof(err)) != 0) {
+    fprintf(stderr, "fgbuffd: %s\n", err);
+    return 1;
+  }
   signal(SIGPIPE, SIG_IGN);
   d.loop = uv_default_loop();
   boot b = {0};
@@ -246,7 +258,13 @@ int main(int argc, char **argv) {
       "world rank %d of %d, local index %d, device %s, socket %s, control plane %s, "
       "leader %s",
       d.world_rank, d.world_size, d.local_index, d.cfg.device, d.sock_path, b.addr, b.addrs);
+  snprintf(leader_addr, sizeof(leader_addr), "%.*s", CTRL_ADDR_MAX - 1, b.addrs);
   free(b.addrs);
+  if (d.cfg.metrics_listen[0] &&
+      srv_metrics_listen(&d, d.cfg.metrics_listen, err, sizeof(err)) != FGB_OK) {
+    LOG_ERROR("%s", err);
+    return fail(&b);
+  }
 #ifdef FGBUFF_HAVE_CUDA
   if (d.gpu) srv_gpu_announce(&d);
 #endif
@@ -282,6 +300,7 @@ int main(int argc, char **argv) {
     if (pthread_create(&wd, NULL, finalize_watchdog, NULL) == 0) pthread_detach(wd);
     MPI_Finalize();
   }
+  srv_notify("STATUS=stopped");
   LOG_INFO("stopped");
 #ifdef FGBUFF_HAVE_CUDA
   /* The CUDA runtime's exit-time teardown can wait on an observer stream that waits forever on a

@@ -210,6 +210,9 @@ fgb_status fgb_status_json(fgb_client *c, char **json);
 /* The same status rendered for people, as `fgbuffctl status` prints it (round trip); *text is
  * malloc'ed, free() it. Needs no job: a connected handle suffices. */
 fgb_status fgb_status_text(fgb_client *c, char **text);
+/* The daemon's counters as Prometheus text exposition (`fgbuffctl metrics`; the same text as its
+ * --metrics-listen endpoint); *text is malloc'ed, free() it. Needs no job. */
+fgb_status fgb_metrics_text(fgb_client *c, char **text);
 
 /* Read or change a live setting, e.g. "log_level", "stall_timeout_ms", "job.<name>.policy"
  * (round trip). value_out gets a malloc'ed string; free() it. */

@@ -1,0 +1,260 @@
+/* daemon/metrics.c — Prometheus text exposition of the daemon's counters, served on an opt-in
+ * plain-HTTP listener (--metrics-listen HOST:PORT, GET /metrics) on the loop thread. Labels: the
+ * world rank and device on every series, fgbuff_job ("job" is Prometheus's own target label) and
+ * incarnation on per-job series; never one per tensor, so the series count stays bounded. */
+#include "metrics.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "ctrl.h"
+#include "daemon.h"
+#include "log.h"
+#include "service.h"
+
+typedef struct mbuf {
+  char *p;
+  size_t len, cap;
+  int oom;
+} mbuf;
+
+static void mb_printf(mbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void mb_printf(mbuf *b, const char *fmt, ...) {
+  for (; !b->oom;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) break;
+    if (b->p && (size_t)n < b->cap - b->len) {
+      b->len += (size_t)n;
+      return;
+    }
+    size_t cap = b->cap * 2 + (size_t)n + 1024;
+    char *np = realloc(b->p, cap);
+    if (!np) break;
+    b->p = np;
+    b->cap = cap;
+  }
+  b->oom = 1;
+}
+
+static void family(mbuf *b, const char *name, const char *type, const char *help) {
+  mb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+char *srv_metrics_text(srv *d) {
+  mbuf b = {0};
+  char base[160]; /* labels on every series */
+  snprintf(base, sizeof(base), "world_rank=\"%d\",device=\"%.64s\"", d->world_rank, d->cfg.device);
+  family(&b, "fgbuff_build_info", "gauge", "fgbuffd's version (value 1).");
+  mb_printf(&b, "fgbuff_build_info{%s,version=\"%s\"} 1\n", base, FGBUFF_VERSION);
+  family(&b, "fgbuff_up", "gauge", "1 once the daemon's world formed, else 0.");
+  mb_printf(&b, "fgbuff_up{%s} %d\n", base, d->cp && srv_ctrl_ready(d->cp) ? 1 : 0);
+  family(&b, "fgbuff_start_time_seconds", "gauge", "When the daemon started, Unix time.");
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  mb_printf(
+      &b, "fgbuff_start_time_seconds{%s} %.3f\n", base,
+      (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 - (double)(clock_ms() - d->start_ms) / 1e3);
+  family(&b, "fgbuff_world_size", "gauge", "Daemons in this daemon's world.");
+  mb_printf(&b, "fgbuff_world_size{%s} %d\n", base, d->world_size);
+  int clients = 0, jobs = 0;
+  for (srv_session *s = d->sessions; s; s = s->next) clients++;
+  for (srv_job *j = d->jobs; j; j = j->next) jobs++;
+  family(&b, "fgbuff_clients", "gauge", "Connected clients (trainers and fgbuffctl).");
+  mb_printf(&b, "fgbuff_clients{%s} %d\n", base, clients);
+  family(&b, "fgbuff_jobs", "gauge", "Jobs this daemon serves.");
+  mb_printf(&b, "fgbuff_jobs{%s} %d\n", base, jobs);
+  static const struct {
+    const char *name, *type, *help;
+  } per_job[] = {
+      {"fgbuff_job_steps_total", "counter", "Training steps completed."},
+      {"fgbuff_job_wire_sent_bytes_total", "counter", "Bytes this daemon sent for the job."},
+      {"fgbuff_job_wire_received_bytes_total", "counter",
+       "Bytes this daemon received for the job."},
+      {"fgbuff_job_last_step_duration_seconds", "gauge",
+       "Synchronisation latency of the job's last step."},
+      {"fgbuff_job_tensors", "gauge", "Tensors the job registered."},
+      {"fgbuff_job_stalled_tensors", "gauge", "Tensors waiting past the stall timeout now."},
+      {"fgbuff_job_recalls_total", "counter", "Pre-issued steps recalled."},
+      {"fgbuff_job_revoked_total", "counter", "Tensor syncs revoked by recalls."},
+      {"fgbuff_job_aborted", "gauge", "1 when the job was aborted."},
+  };
+  for (size_t k = 0; k < sizeof(per_job) / sizeof(per_job[0]); k++) {
+    if (!jobs) break;
+    family(&b, per_job[k].name, per_job[k].type, per_job[k].help);
+    for (srv_job *j = d->jobs; j; j = j->next) {
+      /* Job names were checked printable without quotes or backslashes at registration. */
+      mb_printf(&b, "%s{%s,fgbuff_job=\"%s\",incarnation=\"%llu\"} ", per_job[k].name, base,
+                j->id.name, (unsigned long long)j->id.incarnation);
+      switch (k) {
+        case 0:
+          mb_printf(&b, "%llu\n", (unsigned long long)j->steps_completed);
+          break;
+        case 1:
+          mb_printf(&b, "%llu\n", (unsigned long long)j->bytes_sent);
+          break;
+        case 2:
+          mb_printf(&b, "%llu\n", (unsigned long long)j->bytes_received);
+          break;
+        case 3:
+          mb_printf(&b, "%.6f\n", (double)j->last_step_latency_us / 1e6);
+          break;
+        case 4:
+          mb_printf(&b, "%u\n", j->ntensors);
+          break;
+        case 5:
+          mb_printf(&b, "%u\n", j->nstalls);
+          break;
+        case 6:
+          mb_printf(&b, "%llu\n", (unsigned long long)j->recalls);
+          break;
+        case 7:
+          mb_printf(&b, "%llu\n", (unsigned long long)j->revoked);
+          break;
+        default:
+          mb_printf(&b, "%d\n", j->aborted ? 1 : 0);
+          break;
+      }
+    }
+  }
+  if (b.oom) {
+    free(b.p);
+    return NULL;
+  }
+  return b.p;
+}
+
+/* ---- the HTTP listener: one request per connection, answered and closed ---------------- */
+
+typedef struct mconn {
+  uv_tcp_t tcp;
+  uv_write_t wr;
+  srv *d;
+  char req[2048];
+  size_t len;
+  char *resp;
+  int answered;
+  struct mconn *next, **prev; /* open connections, closed at shutdown (they hold the loop) */
+} mconn;
+
+static uv_tcp_t mlistener;
+static mconn *mconns;
+
+static void mconn_closed(uv_handle_t *h) {
+  mconn *c = h->data;
+  free(c->resp);
+  free(c);
+}
+
+static void mconn_close(mconn *c) {
+  if (uv_is_closing((uv_handle_t *)&c->tcp)) return;
+  *c->prev = c->next;
+  if (c->next) c->next->prev = c->prev;
+  uv_close((uv_handle_t *)&c->tcp, mconn_closed);
+}
+
+static void on_written(uv_write_t *w, int status) {
+  (void)status;
+  mconn_close(w->data);
+}
+
+static void answer(mconn *c) {
+  c->answered = 1;
+  uv_read_stop((uv_stream_t *)&c->tcp);
+  int get = strncmp(c->req, "GET /metrics ", 13) == 0 || strncmp(c->req, "GET /metrics?", 13) == 0;
+  char *body = get ? srv_metrics_text(c->d) : NULL;
+  const char *st = get ? (body ? "200 OK" : "500 Internal Server Error") : "404 Not Found";
+  const char *text = body ? body : get ? "out of memory\n" : "only GET /metrics here\n";
+  size_t n = strlen(text), cap = n + 256;
+  c->resp = malloc(cap);
+  if (!c->resp) {
+    free(body);
+    mconn_close(c);
+    return;
+  }
+  int h = snprintf(c->resp, cap,
+                   "HTTP/1.0 %s\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+                   "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                   st, n);
+  memcpy(c->resp + h, text, n);
+  free(body);
+  uv_buf_t buf = uv_buf_init(c->resp, (unsigned)((size_t)h + n));
+  c->wr.data = c;
+  if (uv_write(&c->wr, (uv_stream_t *)&c->tcp, &buf, 1, on_written) != 0) mconn_close(c);
+}
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
+  (void)hint;
+  mconn *c = h->data;
+  *buf = uv_buf_init(c->req + c->len, (unsigned)(sizeof(c->req) - 1 - c->len));
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+  (void)buf;
+  mconn *c = s->data;
+  if (n < 0) {
+    mconn_close(c);
+    return;
+  }
+  c->len += (size_t)n;
+  c->req[c->len] = 0;
+  if (strstr(c->req, "\r\n\r\n") || strstr(c->req, "\n\n") || c->len == sizeof(c->req) - 1)
+    answer(c);
+}
+
+static void on_conn(uv_stream_t *server, int status) {
+  if (status < 0) return;
+  mconn *c = calloc(1, sizeof(*c));
+  if (!c) return;
+  c->d = server->data;
+  uv_tcp_init(server->loop, &c->tcp);
+  c->tcp.data = c;
+  c->next = mconns;
+  if (mconns) mconns->prev = &c->next;
+  c->prev = &mconns;
+  mconns = c;
+  if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
+      uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
+    mconn_close(c);
+}
+
+fgb_status srv_metrics_listen(srv *d, const char *hostport, char *err, size_t errlen) {
+  char host[64];
+  const char *colon = strrchr(hostport, ':');
+  if (!colon || (size_t)(colon - hostport) >= sizeof(host))
+    return snprintf(err, errlen, "--metrics-listen '%s': want IPV4:PORT", hostport), FGB_EINVAL;
+  memcpy(host, hostport, (size_t)(colon - hostport));
+  host[colon - hostport] = 0;
+  char *end;
+  long port = strtol(colon + 1, &end, 10);
+  struct sockaddr_in sa;
+  /* The daemons of one host share the flag (mpirun, a unit's FGBUFF_ARGS): local index i takes
+   * PORT + i. */
+  port += d->local_index;
+  if (*end || port < 1 || port > 65535 || uv_ip4_addr(host, (int)port, &sa) != 0)
+    return snprintf(err, errlen, "--metrics-listen '%s': want IPV4:PORT", hostport), FGB_EINVAL;
+  uv_tcp_init(d->loop, &mlistener);
+  mlistener.data = d;
+  int rc = uv_tcp_bind(&mlistener, (struct sockaddr *)&sa, 0);
+  if (rc == 0) rc = uv_listen((uv_stream_t *)&mlistener, 16, on_conn);
+  if (rc != 0) {
+    uv_close((uv_handle_t *)&mlistener, NULL);
+    return snprintf(err, errlen, "--metrics-listen %s (port %ld for local index %d): %s", hostport,
+                    port, d->local_index, uv_strerror(rc)),
+           FGB_EIO;
+  }
+  LOG_INFO("metrics: http://%s:%ld/metrics", host, port);
+  return FGB_OK;
+}
+
+void srv_metrics_close(void) {
+  if (mlistener.data && !uv_is_closing((uv_handle_t *)&mlistener))
+    uv_close((uv_handle_t *)&mlistener, NULL);
+  while (mconns) mconn_close(mconns);
+}

@@ -1,0 +1,219 @@
+/* daemon/service.c — fgbuffd as a node service (see service.h): the sd_notify protocol is one
+ * datagram on an AF_UNIX socket, so no libsystemd; the lock is flock(2), released by the kernel
+ * whenever the process dies, so a crashed daemon never blocks its successor. */
+#include "service.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "daemon.h"
+#include "env.h"
+#include "fgbuff/client.h"
+#include "log.h"
+
+int srv_notify(const char *msg) {
+  static int warned;
+  const char *path = getenv("NOTIFY_SOCKET");
+  if (!path || !*path) return 0;
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  size_t n = strlen(path);
+  if ((path[0] != '/' && path[0] != '@') || n >= sizeof(sa.sun_path)) {
+    if (!warned++) LOG_WARN("NOTIFY_SOCKET '%.100s': not a socket path; not notifying", path);
+    return -1;
+  }
+  memcpy(sa.sun_path, path, n);
+  if (path[0] == '@') sa.sun_path[0] = 0; /* abstract: the name is not NUL-terminated */
+  socklen_t salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + (path[0] == '/'));
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  ssize_t w = sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&sa, salen);
+  int e = errno;
+  close(fd);
+  if (w < 0) {
+    if (!warned++) LOG_WARN("sd_notify to %.100s: %s", path, strerror(e));
+    return -1;
+  }
+  return 1;
+}
+
+uint64_t srv_notify_watchdog_ms(void) {
+  const char *us = getenv("WATCHDOG_USEC"), *pid = getenv("WATCHDOG_PID");
+  if (!us || !*us) return 0;
+  char *end;
+  unsigned long long v = strtoull(us, &end, 10);
+  if (*end || v < 2000) return 0;
+  if (pid && *pid) {
+    long p = strtol(pid, &end, 10);
+    if (*end || (p != (long)getpid() && p != (long)getppid())) return 0;
+  }
+  return v / 2000; /* half the interval, in ms */
+}
+
+int srv_lock_socket(const char *sock_path, char *err, size_t errlen) {
+  char path[4096];
+  if ((size_t)snprintf(path, sizeof(path), "%s.lock", sock_path) >= sizeof(path)) {
+    snprintf(err, errlen, "lock file path too long");
+    return FGB_EINVAL;
+  }
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    snprintf(err, errlen, "lock file %s: %s", path, strerror(errno));
+    return FGB_EIO;
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    char pid[32] = "?";
+    /* The holder writes its pid just after taking the lock: give it a moment when both started
+     * at once. */
+    for (int i = 0; i < 40; i++) {
+      ssize_t r = pread(fd, pid, sizeof(pid) - 1, 0);
+      if (r > 0 && memchr(pid, '\n', (size_t)r)) {
+        pid[r] = 0;
+        break;
+      }
+      snprintf(pid, sizeof(pid), "?");
+      usleep(5000);
+    }
+    pid[strcspn(pid, "\n")] = 0;
+    close(fd);
+    if (e == EWOULDBLOCK) {
+      snprintf(err, errlen, "another daemon (pid %s) holds %s: it serves %s", pid, path, sock_path);
+      return FGB_EEXIST;
+    }
+    snprintf(err, errlen, "lock file %s: %s", path, strerror(e));
+    return FGB_EIO;
+  }
+  char buf[32];
+  int n = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, buf, (size_t)n, 0) != n)
+    LOG_WARN("lock file %s: cannot write our pid", path);
+  return FGB_OK; /* fd stays open (and locked) until the process exits */
+}
+
+/* 1 when host (a literal or a name) is or resolves to a 127.0.0.0/8 or ::1 address. */
+static int is_loopback(const char *host) {
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL, *r;
+  if (getaddrinfo(host, NULL, &hints, &res) != 0) return 0;
+  int lo = 0;
+  for (r = res; r; r = r->ai_next) {
+    if (r->ai_family == AF_INET &&
+        (ntohl(((struct sockaddr_in *)r->ai_addr)->sin_addr.s_addr) >> 24) == 127)
+      lo = 1;
+    if (r->ai_family == AF_INET6 &&
+        memcmp(&((struct sockaddr_in6 *)r->ai_addr)->sin6_addr, &in6addr_loopback, 16) == 0)
+      lo = 1;
+  }
+  freeaddrinfo(res);
+  return lo;
+}
+
+void srv_leader_hint(const char *leader_addr, char *out, size_t outlen) {
+  char host[256];
+  snprintf(host, sizeof(host), "%s", leader_addr);
+  char *colon = strrchr(host, ':');
+  if (colon) *colon = 0;
+  if (is_loopback(host))
+    snprintf(out, outlen,
+             "%s is a loopback address (the leader's hostname resolves to it): daemons on other "
+             "hosts cannot reach it; give every daemon --cp-addr with an address its peers reach",
+             host);
+  else
+    snprintf(out, outlen,
+             "check that every host reaches %s (routes, firewall; --cp-addr chooses the address)",
+             leader_addr);
+}
+
+void srv_form_explain(const char *leader_addr, int world_rank, int world_size, uint64_t waited_ms,
+                      char *out, size_t outlen) {
+  char hint[384];
+  srv_leader_hint(leader_addr, hint, sizeof(hint));
+  snprintf(out, outlen,
+           "world of %d did not form within %llu ms (rank %d): the leader (rank 0) advertises its "
+           "control plane at %s; %s",
+           world_size, (unsigned long long)waited_ms, world_rank, leader_addr, hint);
+}
+
+/* Formation deadline default: every daemon already started (MPI or the rendezvous saw them all),
+ * so connecting the control plane takes well under a second when the addresses are right. */
+
+void srv_service_tick(srv *d, int formed, const char *leader_addr) {
+  static uint64_t wd_ms, wd_last, form_deadline;
+  static int ready, wd_init;
+  static char last_status[300];
+  uint64_t now = clock_ms();
+  if (!wd_init) {
+    wd_init = 1;
+    wd_ms = srv_notify_watchdog_ms();
+    form_deadline = d->start_ms + (uint64_t)env_num(ENV_FORM_TIMEOUT_MS);
+  }
+  if (wd_ms && now - wd_last >= wd_ms) { /* the loop thread runs this: a stuck loop stops it */
+    wd_last = now;
+    srv_notify("WATCHDOG=1");
+  }
+  if (!formed) {
+    if (now < form_deadline || d->stopping) return;
+    char msg[768];
+    srv_form_explain(leader_addr, d->world_rank, d->world_size, now - d->start_ms, msg,
+                     sizeof(msg));
+    LOG_ERROR("%s", msg);
+    char st[800];
+    snprintf(st, sizeof(st), "STATUS=%s\nERRNO=110", msg);
+    srv_notify(st);
+    fflush(NULL);
+    _exit(1); /* under mpirun the rest of the world goes down with us */
+  }
+  /* One unit for the whole world (mpirun under NotifyAccess=all): only the leader, whose control
+   * plane is complete once every daemon connected, says READY and STATUS. */
+  if (env_num(ENV_NOTIFY) == 1 && d->world_rank != 0) return;
+  int jobs = 0, clients = 0;
+  for (srv_job *j = d->jobs; j; j = j->next) jobs++;
+  for (srv_session *s = d->sessions; s; s = s->next) clients++;
+  char st[300];
+  snprintf(st, sizeof(st),
+           "STATUS=world rank %d of %d formed; %d job%s, %d client%s; socket %.120s", d->world_rank,
+           d->world_size, jobs, jobs == 1 ? "" : "s", clients, clients == 1 ? "" : "s",
+           d->sock_path);
+  if (!ready) {
+    ready = 1;
+    char msg[320];
+    snprintf(msg, sizeof(msg), "READY=1\n%s", st);
+    srv_notify(msg);
+    snprintf(last_status, sizeof(last_status), "%s", st);
+  } else if (strcmp(st, last_status) != 0) {
+    srv_notify(st);
+    snprintf(last_status, sizeof(last_status), "%s", st);
+  }
+}
+
+int srv_cp_addr_resolve(char *cp_addr, size_t len, char *err, size_t errlen) {
+  if (strncmp(cp_addr, "if:", 3) != 0) return 0;
+  const char *name = cp_addr + 3;
+  struct ifaddrs *ifs = NULL;
+  if (getifaddrs(&ifs) != 0) {
+    snprintf(err, errlen, "--cp-addr %s: getifaddrs: %s", cp_addr, strerror(errno));
+    return -1;
+  }
+  char found[INET_ADDRSTRLEN] = "";
+  for (struct ifaddrs *i = ifs; i && !found[0]; i = i->ifa_next)
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && strcmp(i->ifa_name, name) == 0)
+      inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, found, sizeof(found));
+  freeifaddrs(ifs);
+  if (!found[0]) {
+    snprintf(err, errlen, "--cp-addr %s: no interface '%s' with an IPv4 address", cp_addr, name);
+    return -1;
+  }
+  LOG_INFO("control plane: advertising %s (interface %s)", found, name);
+  snprintf(cp_addr, len, "%s", found);
+  return 0;
+}

@@ -1,0 +1,96 @@
+#!/bin/bash
+# test-metrics: the daemons' Prometheus metrics. While the C trainer runs (2 ranks), `fgbuffctl
+# metrics` passes `promtool check metrics` with no lint message and carries the job's series
+# (fgbuff_job label, steps counted); a real Prometheus server scrapes both daemons'
+# --metrics-listen endpoints on 127.0.0.1 and answers a PromQL query over them.
+# Usage: test-metrics.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+build="$(cd "$1" && pwd)" src="$(cd "$2" && pwd)"
+for c in promtool prometheus curl; do
+  command -v "$c" >/dev/null || { echo "FAIL: $c missing (bash deploy/install-ops-deps.sh)"; exit 1; }
+done
+export FGBUFF_BIN_DIR="$build"
+source "$src/tests/lib/world.sh"
+ctl="$build/client/fgbuffctl"
+D="$(mktemp -d "${TMPDIR:-/tmp}/fgb-metrics.XXXXXX")"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  world_stop >/dev/null 2>&1
+  rm -rf "$D"
+}
+trap cleanup EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+# Two free ports in a row for the daemons (local index i listens on PORT+i), one for Prometheus.
+free_port() { python3 -c 'import socket
+for p in range(20000 + __import__("os").getpid() % 20000, 65000, 7):
+    try:
+        a = socket.socket(); a.bind(("127.0.0.1", p)); b = socket.socket(); b.bind(("127.0.0.1", p + 1))
+        print(p); break
+    except OSError: pass'; }
+mport="$(free_port)"
+world_start 2 --metrics-listen "127.0.0.1:$mport" || { bad "world did not start"; exit 1; }
+grep -q "metrics: http://127.0.0.1:$((mport + 1))/metrics" "$FGBUFF_WORLD_LOG" || bad "daemon 1 not on PORT+1"
+
+cat >"$D/prom.yml" <<YML
+global:
+  scrape_interval: 1s
+  scrape_timeout: 900ms
+scrape_configs:
+  - job_name: fgbuff
+    static_configs:
+      - targets: ["127.0.0.1:$mport", "127.0.0.1:$((mport + 1))"]
+YML
+pport="$(free_port)"
+prometheus --config.file="$D/prom.yml" --storage.tsdb.path="$D/tsdb" --web.listen-address="127.0.0.1:$pport" \
+  >"$D/prom.log" 2>&1 &
+pids+=($!)
+
+export FGBUFF_JOB=metrics-test FGBUFF_INCARNATION=$$
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 FGBUFF_LOCAL_INDEX=$r "$build/examples/c_trainer" --epochs 30 --batch 32 \
+    >"$D/rank$r.log" 2>&1 &
+  pids+=($!)
+done
+# Once steps are counted the job's series are there.
+for _ in $(seq 100); do
+  "$ctl" --socket "$FGBUFF_RUNTIME_DIR/cpu0.sock" metrics >"$D/m0.txt" 2>&1
+  grep -Eq '^fgbuff_job_steps_total\{.*fgbuff_job="metrics-test".*\} [1-9]' "$D/m0.txt" && break
+  sleep 0.1
+done
+grep -Eq '^fgbuff_job_steps_total\{world_rank="0",device="cpu",fgbuff_job="metrics-test",incarnation="'$$'"\} [1-9]' "$D/m0.txt" ||
+  bad "no counted steps for the job: $(cat "$D/m0.txt")"
+grep -Eq '^fgbuff_job_wire_sent_bytes_total\{.*\} [1-9]' "$D/m0.txt" || bad "no wire bytes"
+grep -q '^fgbuff_up{world_rank="0",device="cpu"} 1$' "$D/m0.txt" || bad "fgbuff_up is not 1"
+! grep -q '[{,]job="' "$D/m0.txt" || bad "a label named job (Prometheus's own)"
+lint="$(promtool check metrics <"$D/m0.txt" 2>&1)"
+prc=$?
+[ "$prc" = 0 ] && [ -z "$lint" ] || bad "promtool check metrics exit $prc: $lint"
+# The HTTP endpoint serves the same families.
+curl -sf "http://127.0.0.1:$((mport + 1))/metrics" >"$D/m1.txt" || bad "GET /metrics on daemon 1 failed"
+grep -q '^fgbuff_world_size{world_rank="1",device="cpu"} 2$' "$D/m1.txt" || bad "daemon 1's endpoint: $(head -20 "$D/m1.txt")"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$mport/other")" = 404 ] || bad "not 404 off /metrics"
+
+# PromQL over what Prometheus scraped: the steps both daemons counted for the job.
+q='sum by (fgbuff_job) (fgbuff_job_steps_total{fgbuff_job="metrics-test"}) > 0 and on() count(fgbuff_up == 1) == 2'
+ans=""
+for _ in $(seq 150); do
+  ans="$(curl -s --get "http://127.0.0.1:$pport/api/v1/query" --data-urlencode "query=$q")"
+  grep -q '"fgbuff_job":"metrics-test"' <<<"$ans" && break
+  sleep 0.2
+done
+grep -q '"status":"success".*"fgbuff_job":"metrics-test"' <<<"$ans" ||
+  bad "PromQL '$q' answered: $ans; prometheus log: $(tail -5 "$D/prom.log")"
+echo "PromQL: $ans"
+# An idle connection to the metrics port must not hold a stopping daemon.
+for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+exec 3<>"/dev/tcp/127.0.0.1/$mport" || bad "cannot connect to the metrics port"
+t0=$SECONDS
+WORLD_STOP_TIMEOUT=15 world_stop || bad "world_stop with an idle metrics connection failed"
+exec 3<&-
+[ $((SECONDS - t0)) -le 10 ] || bad "stop took $((SECONDS - t0)) s"
+[ "$(grep -c 'info: stopped$' "$FGBUFF_WORLD_LOG")" = 2 ] || bad "daemons did not both log stopped"
+[ $fail = 0 ] && echo "metrics: ok"
+exit $fail
