@@ -205,6 +205,12 @@ fgb_status kern_topk_rows(const comp_exec *ex, const float *a, uint64_t rows, ui
   KERN_DISPATCH(topk_rows, a, rows, cols, k1, out, ws);
 }
 
+fgb_status kern_topk_fibres(const comp_exec *ex, const float *a, uint64_t outer, uint64_t len,
+                            uint64_t inner, uint32_t k1, const kern_sel *out, uint32_t *bits,
+                            kern_ws *ws) {
+  KERN_DISPATCH(topk_fibres, a, outer, len, inner, k1, out, bits, ws);
+}
+
 fgb_status kern_randomk_indices(const comp_exec *ex, uint64_t n, uint32_t k, uint64_t seed,
                                 uint32_t buffer_id, uint64_t step, int32_t *idx) {
   KERN_DISPATCH(randomk_indices, n, k, seed, buffer_id, step, idx);

@@ -69,6 +69,9 @@ typedef struct comp_params {
   uint64_t seed;       /* shared by all ranks of the job (Random-k, sampling) */
   uint32_t buffer_id;  /* stable id of the buffer in the plan (keys Random-k's generator) */
   uint64_t rows, cols; /* 2-D view: rows * cols == n; rows = 1 for a vector */
+  uint64_t inner;      /* product of the dimensions after dim 1 (a conv weight [out, in, kh, kw]:
+                          kh kw, rows = out, cols = in kh kw); 0 or 1: none. Must divide cols.
+                          ADTopk selects along dim 1 per (row, inner) fibre */
   const char *options; /* algorithm options "key=value,key=value" (NULL = defaults); unknown keys
                           are an error naming the key */
 } comp_params;

@@ -2,6 +2,7 @@
  * capped threshold select, row-wise top-k, Random-k), and the COO decode that every rank runs on
  * the same received bytes in rank order. Ties always go to the lower index. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -134,6 +135,51 @@ fgb_status kern_cpu_topk_rows(const float *a, uint64_t rows, uint64_t cols, uint
   if (rows * k1 > out->capacity) return FGB_EINVAL;
   uint32_t j = 0;
   for (uint64_t r = 0; r < rows; r++) j += topk_range(out, a, r * cols, cols, k1, j);
+  finish(out, j);
+  return FGB_OK;
+}
+
+fgb_status kern_cpu_topk_fibres(const float *a, uint64_t outer, uint64_t len, uint64_t inner,
+                                uint32_t k1, const kern_sel *out, uint32_t *bits, kern_ws *ws) {
+  (void)bits;
+  if (inner <= 1) return kern_cpu_topk_rows(a, outer, len, k1, out, ws);
+  if (len == 0 || inner > UINT64_MAX / len || outer > UINT64_MAX / (len * inner)) return FGB_EINVAL;
+  const uint64_t blk = len * inner;
+  fgb_status s = check_sel(out, a, outer * blk);
+  if (s) return s;
+  if (out->defer) return FGB_EINVAL;
+  if (k1 < 1) k1 = 1;
+  if (k1 > len) k1 = (uint32_t)len;
+  if (outer * inner * k1 > out->capacity) return FGB_EINVAL; /* <= n <= 2^31: no overflow */
+  float *fib = malloc(len * sizeof *fib);
+  uint32_t *T = malloc(inner * sizeof *T);
+  uint64_t *eq = malloc(inner * sizeof *eq);
+  if (fib == NULL || T == NULL || eq == NULL) {
+    free(fib);
+    free(T);
+    free(eq);
+    return FGB_ENOMEM;
+  }
+  PAYLOAD_PTRS(out);
+  uint32_t j = 0;
+  for (uint64_t o = 0; o < outer; o++) {
+    const uint64_t base = o * blk;
+    for (uint64_t f = 0; f < inner; f++) {
+      for (uint64_t c = 0; c < len; c++) fib[c] = a[base + c * inner + f];
+      T[f] = kern_cpu_radix_kth(fib, len, k1, &eq[f]);
+    }
+    /* One walk of the block in index order: fibre f's ties go to its lower c first. */
+    for (uint64_t i = 0, f = 0; i < blk; i++, f = f + 1 == inner ? 0 : f + 1) {
+      uint32_t key = kern_abs_key(a[base + i]);
+      if (key > T[f] || (key == T[f] && eq[f] > 0)) {
+        if (key == T[f]) eq[f]--;
+        emit(out, vals32, vals16, idx, j++, a, base + i);
+      }
+    }
+  }
+  free(fib);
+  free(T);
+  free(eq);
   finish(out, j);
   return FGB_OK;
 }

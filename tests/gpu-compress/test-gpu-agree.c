@@ -3,6 +3,7 @@
  * mask, fp32 and fp16 values) on every path of the GPU top-k — sampled bound, candidates overflow
  * (heavy ties), everything selected, lengths not a multiple of 4, an unaligned base, n > 2^24 —
  * the capped threshold select on its three paths, row-wise top-k (block-per-row and device-wide),
+ * fibre-wise top-k (ADTopk on conv weights),
  * exact kth, Random-k, gather/scatter, COO decode (sorted, duplicated and hostile payloads, fused
  * and dense scaling) and the Philox fill bitwise; statistics, fits and the low-rank GEMMs within
  * tolerance. Size of the big case: -n N (default 2^24 + 5). */
@@ -143,6 +144,29 @@ static void agree_rows(const float *a, uint64_t rows, uint64_t cols, uint32_t k1
   snprintf(buf, sizeof buf, "topk_rows %llux%llu k1=%u fp16=%d", (unsigned long long)rows,
            (unsigned long long)cols, k1, fp16);
   io_check(&io, buf);
+  kern_ws_destroy(&CPU, wc);
+  kern_ws_destroy(&GPU, wg);
+}
+
+/* Fibre-wise (ADTopk on a conv weight [outer, len, inner]): same payload bytes, same residual. */
+static void agree_fibres(const float *a, uint64_t outer, uint64_t len, uint64_t inner, uint32_t k1,
+                         int fp16) {
+  sel_io io;
+  const uint64_t n = outer * len * inner;
+  uint32_t cap = (uint32_t)(outer * inner * (k1 < len ? k1 : len)) + 3;
+  io_init(&io, a, n, cap, fp16, 1, 0);
+  kern_ws *wc = NULL, *wg = NULL;
+  REQUIRE(kern_ws_create(&CPU, n, cap, &wc) == FGB_OK);
+  REQUIRE(kern_ws_create(&GPU, n, cap, &wg) == FGB_OK);
+  uint32_t *bits = ct_dev(&GPU, NULL, ((n + 31) / 32) * 4);
+  kern_sel sc = io_sel(&io, 0), sg = io_sel(&io, 1);
+  REQUIRE(kern_topk_fibres(&CPU, io.ha, outer, len, inner, k1, &sc, NULL, wc) == FGB_OK);
+  REQUIRE(kern_topk_fibres(&GPU, io.da, outer, len, inner, k1, &sg, bits, wg) == FGB_OK);
+  char buf[160];
+  snprintf(buf, sizeof buf, "topk_fibres %llux%llux%llu k1=%u fp16=%d", (unsigned long long)outer,
+           (unsigned long long)len, (unsigned long long)inner, k1, fp16);
+  io_check(&io, buf);
+  kern_free(&GPU, bits);
   kern_ws_destroy(&CPU, wc);
   kern_ws_destroy(&GPU, wg);
 }
@@ -373,6 +397,21 @@ static void agree_selections(uint64_t big) {
       for (uint64_t i = 0; i < rows * cols; i += 5) a[i] = 0.25f; /* ties inside rows */
       agree_rows(a, rows, cols, (uint32_t)(cols / 50 + 1), q & 1);
       agree_rows(a, rows, cols, (uint32_t)cols, 0);
+      free(a);
+    }
+  }
+  /* Fibre-wise (conv weights): 3x3 and 5x5 kernels, a fibre longer than a block, k1 = len, ties
+   * inside fibres (every 5th element) and across fibre boundaries of a bitmap word. */
+  {
+    uint64_t shapes[][3] = {{64, 64, 9}, {7, 300, 25}, {3, 1000, 9}, {33, 5, 7}, {2, 3, 2}};
+    for (int q = 0; q < 5; q++) {
+      uint64_t outer = shapes[q][0], len = shapes[q][1], inner = shapes[q][2];
+      uint64_t n = outer * len * inner;
+      float *a = ct_xmalloc(n * 4);
+      ct_fill(a, n, CT_STUDENT3, 1.0, 120 + q);
+      for (uint64_t i = 0; i < n; i += 5) a[i] = 0.25f;
+      agree_fibres(a, outer, len, inner, (uint32_t)(len / 50 + 1), q & 1);
+      agree_fibres(a, outer, len, inner, (uint32_t)len, 0);
       free(a);
     }
   }
