@@ -69,7 +69,8 @@ comp_params cp_tensor_params(const eng_tensor *t, uint64_t job_key, int rank, in
                    .seed = cp_job_seed(job_key),
                    .buffer_id = t->key,
                    .rows = t->rows,
-                   .cols = t->cols};
+                   .cols = t->cols,
+                   .inner = t->inner};
   return p;
 }
 
