@@ -339,10 +339,18 @@ int main(int argc, char **argv) {
     const char *name, *opts;
     int matrix;
   } comps[] = {
-      {"none", NULL, 0},    {"fp16", NULL, 0},         {"topk", NULL, 0},
-      {"randomk", NULL, 0}, {"dgc", NULL, 0},          {"gaussiank", NULL, 0},
-      {"redsync", NULL, 0}, {"sidco", NULL, 0},        {"oktopk", NULL, 0},
-      {"adtopk", NULL, 1},  {"powersgd", "rank=4", 1}, {"acpsgd", "rank=4", 1},
+      {"none", NULL, 0},
+      {"fp16", NULL, 0},
+      {"topk", NULL, 0},
+      {"randomk", NULL, 0},
+      {"dgc", NULL, 0},
+      {"gaussiank", NULL, 0},
+      {"redsync", NULL, 0},
+      {"sidco", NULL, 0},
+      {"oktopk", NULL, 0},
+      {"adtopk", NULL, 1},
+      {"powersgd", "rank=4,start_step=0", 1},
+      {"acpsgd", "rank=4", 1},
   };
   for (int si = 0; si < nsizes; si++) {
     uint64_t n = sizes[si];

@@ -177,24 +177,26 @@ typedef struct comp_lowrank {
   uint64_t n, rows, cols; /* the 2-D view; a vector is 1 x n */
   uint32_t r;             /* rank, at most min(rows, cols) */
   int ef, dense;          /* error feedback; all-reduced dense (vector or poor compression rate) */
+  uint64_t start_step;    /* steps before it: dense warm-up (all-reduce of G + E, E flushed) */
+  int warm;               /* the current step is a warm-up step */
   float *M;               /* n: G + E during a step, the residual E between steps */
   float *P, *Q;           /* rows x r, cols x r: the summed (received) factors; Q is warm start */
   float *Pl, *Ql;         /* rows x r, cols x r: the local factors (sent) */
   float *send, *recv;     /* n each: dense fallback */
 } comp_lowrank;
 
-/* Checks, options rank (default def_rank), ef, min_compression_rate, and the buffers. Q starts
- * from Philox keyed by (seed, buffer_id), and P too when fill_p. On error nothing stays allocated.
- */
+/* Checks, options rank (default def_rank), ef, min_compression_rate, start_step (default
+ * def_start), and the buffers. Q starts from Philox keyed by (seed, buffer_id), and P too when
+ * fill_p. On error nothing stays allocated. */
 fgb_status comp_lowrank_init(comp_lowrank *lr, const char *name, const comp_params *p, uint64_t n,
-                             const comp_exec *ex, int64_t def_rank, int fill_p, char *err,
-                             size_t errlen);
+                             const comp_exec *ex, int64_t def_rank, int64_t def_start, int fill_p,
+                             char *err, size_t errlen);
 void comp_lowrank_free(comp_lowrank *lr);
 /* Start a step: ph is an fp32 all-reduce. *done = 1 (the caller returns the status as is) for NULL
- * arguments and for a dense step (ph is the whole flushed gradient). Else M = G (+ E with EF) and
- * the caller lays out its factor's phase. */
+ * arguments and for a dense step — dense buffer, or a warm-up step (step < start_step): ph is the
+ * whole flushed gradient. Else M = G (+ E with EF) and the caller lays out its factor's phase. */
 fgb_status comp_lowrank_begin(comp_lowrank *lr, const comp_exec *ex, const float *grad,
-                              comp_phase *ph, int *done, char *err, size_t errlen);
+                              uint64_t step, comp_phase *ph, int *done, char *err, size_t errlen);
 /* State blob: M (EF), P (with_p), Q, then up to 2 extra regions of the compressor's own. */
 fgb_status comp_lowrank_export(comp_lowrank *lr, const comp_exec *ex, int with_p,
                                const comp_region *extra, int nextra, void **buf, size_t *bytes);
