@@ -11,8 +11,10 @@
  * Q [engine runs the collective] ... decode(out, scale) scatter-add / reconstruct, times scale
  *
  * Rules every implementation keeps (tests check them):
- *  - Payloads have a fixed capacity known at create time (no size exchange, no host sync on GPU):
- *    the COO layout below with the count in the header, on the device.
+ *  - Payloads have a fixed capacity known at create time: the COO layout below with the count in
+ *    the header, on the device. Either all of it is all-gathered (no size exchange, no host sync
+ *    on GPU), or (payload=var of the threshold methods) the headers are all-gathered first and
+ *    then only each rank's count moves (ALLGATHERV; one host read of the P counts).
  *  - decode is bitwise identical on every rank for the same received bytes: accumulate in rank
  *    order, never with floating-point atomics.
  *  - The residual update is fused into the selection pass.
@@ -39,15 +41,22 @@ typedef enum comp_coll {
   COMP_COLL_NONE = 0,      /* nothing to communicate in this phase */
   COMP_COLL_ALLREDUCE = 1, /* recv = sum over ranks of send; `count` elements of `dtype` */
   COMP_COLL_ALLGATHER = 2, /* recv[r * bytes .. ] = rank r's send; `bytes` per rank */
+  /* recv[r * stride ..] = rank r's rbytes[r] bytes (rbytes[rank] == bytes, each <= stride): a
+   * variable-size all-gather (MPI_Allgatherv; NCCL grouped send/recv). The sizes were agreed by an
+   * earlier phase, so every rank passes the same rbytes. */
+  COMP_COLL_ALLGATHERV = 3,
 } comp_coll;
 
 typedef struct comp_phase {
   comp_coll coll;
   const void *send;
   void *recv;
-  size_t count;    /* ALLREDUCE: elements */
-  fgb_dtype dtype; /* ALLREDUCE: FGB_FLOAT32 or FGB_FLOAT16 */
-  size_t bytes;    /* ALLGATHER: bytes per rank (recv holds nranks * bytes) */
+  size_t count;         /* ALLREDUCE: elements */
+  fgb_dtype dtype;      /* ALLREDUCE: FGB_FLOAT32 or FGB_FLOAT16 */
+  size_t bytes;         /* ALLGATHER: bytes per rank (recv holds nranks * bytes); ALLGATHERV:
+                           this rank's bytes */
+  const size_t *rbytes; /* ALLGATHERV: nranks entries, host memory of the compressor */
+  size_t stride;        /* ALLGATHERV: slot of each rank in recv (recv holds nranks * stride) */
 } comp_phase;
 
 #define COMP_DONE 0 /* advance(): no further phase */
