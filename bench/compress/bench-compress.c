@@ -234,6 +234,12 @@ static int prime(cctx *x, float *g1) {
         for (int r = 0; r < P; r++)
           CK(cudaMemcpyAsync((char *)x->ph[q].recv + r * p0->bytes, x->ph[r].send, p0->bytes,
                              cudaMemcpyDeviceToDevice, g_s));
+    } else if (p0->coll == COMP_COLL_ALLGATHERV) { /* payload=var: each rank's packed entries */
+      for (int q = 0; q < P; q++)
+        for (int r = 0; r < P; r++)
+          if (p0->rbytes[r])
+            CK(cudaMemcpyAsync((char *)x->ph[q].recv + r * p0->stride, x->ph[r].send, p0->rbytes[r],
+                               cudaMemcpyDeviceToDevice, g_s));
     } else if (p0->coll == COMP_COLL_ALLREDUCE) { /* values only matter for realism: rank 0's */
       size_t es = p0->dtype == FGB_FLOAT16 ? 2 : 4;
       for (int q = 0; q < P; q++)
@@ -345,6 +351,7 @@ int main(int argc, char **argv) {
       {"randomk", NULL, 0},
       {"dgc", NULL, 0},
       {"gaussiank", NULL, 0},
+      {"gaussiank", "payload=fixed", 0},
       {"redsync", NULL, 0},
       {"sidco", NULL, 0},
       {"oktopk", NULL, 0},
