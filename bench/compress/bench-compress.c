@@ -354,7 +354,7 @@ int main(int argc, char **argv) {
       {"gaussiank", "payload=fixed", 0},
       {"redsync", NULL, 0},
       {"sidco", NULL, 0},
-      {"oktopk", NULL, 0},
+      {"oktopk", "warmup=0", 0},
       {"adtopk", NULL, 1},
       {"powersgd", "rank=4,start_step=0", 1},
       {"acpsgd", "rank=4", 1},

@@ -17,7 +17,7 @@ static const cross_case cases[] = {
     {"adtopk", NULL, 9},
     {"adtopk", "interleave=1", 9},
     {"randomk", NULL, 0},
-    {"oktopk", "refresh=1", 0},
+    {"oktopk", "refresh=1,warmup=0", 0},
     {"fp16", NULL, 0},
     {"none", NULL, 0},
 };

@@ -93,6 +93,7 @@ static void run_case(const gt_case *c, cudaStream_t s) {
    * its two collectives: not capturable by design; the fixed layout runs the same kernels. */
   char opts[160];
   int thr = !strcmp(c->name, "gaussiank") || !strcmp(c->name, "sidco") ||
+            !strcmp(c->name, "oktopk") ||
             (!strcmp(c->name, "redsync") && c->options && strstr(c->options, "bisect"));
   snprintf(opts, sizeof opts, "%s%s%s", c->options ? c->options : "", thr && c->options ? "," : "",
            thr ? "payload=fixed" : "");
