@@ -20,6 +20,12 @@ fgb_status comm_nccl_settle(comm *c, char *err, size_t errlen);
  * rank's own block copied on the stream. ncclInvalidArgument for sizes that do not fit. */
 ncclResult_t comm_nccl_allgatherv(ncclComm_t nc, int rank, int size, const void *send, size_t bytes,
                                   void *recv, const size_t *rbytes, size_t stride, cudaStream_t s);
+/* Variable-size all-to-all on stream s: sbytes[q] bytes at send + soff[q] to rank q, rbytes[r] from
+ * rank r at recv + r * stride; one group of ncclSend/ncclRecv, the own block copied on the stream.
+ * ncclInvalidArgument for sizes that do not fit. */
+ncclResult_t comm_nccl_alltoallv(ncclComm_t nc, int rank, int size, const void *send,
+                                 const size_t *sbytes, const size_t *soff, void *recv,
+                                 const size_t *rbytes, size_t stride, cudaStream_t s);
 /* 0 healthy, negative after an asynchronous error (err says which). */
 int comm_nccl_check(comm *c, char *err, size_t errlen);
 

@@ -257,6 +257,38 @@ ncclResult_t comm_nccl_allgatherv(ncclComm_t nc, int rank, int size, const void 
   return res != ncclSuccess && res != ncclInProgress ? res : end;
 }
 
+ncclResult_t comm_nccl_alltoallv(ncclComm_t nc, int rank, int size, const void *send,
+                                 const size_t *sbytes, const size_t *soff, void *recv,
+                                 const size_t *rbytes, size_t stride, cudaStream_t s) {
+  if (sbytes == NULL || soff == NULL || rbytes == NULL || rank < 0 || rank >= size ||
+      sbytes[rank] != rbytes[rank])
+    return ncclInvalidArgument;
+  for (int r = 0; r < size; r++)
+    if (rbytes[r] > stride) return ncclInvalidArgument;
+  if (sbytes[rank] &&
+      cudaMemcpyAsync((char *)recv + (size_t)rank * stride, (const char *)send + soff[rank],
+                      sbytes[rank], cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+    return ncclUnhandledCudaError;
+  ncclResult_t res = ncclGroupStart();
+  for (int r = 0; r < size && (res == ncclSuccess || res == ncclInProgress); r++) {
+    if (r == rank) continue;
+    if (sbytes[r]) res = ncclSend((const char *)send + soff[r], sbytes[r], ncclUint8, r, nc, s);
+    if (rbytes[r] && (res == ncclSuccess || res == ncclInProgress))
+      res = ncclRecv((char *)recv + (size_t)r * stride, rbytes[r], ncclUint8, r, nc, s);
+  }
+  ncclResult_t end = ncclGroupEnd();
+  return res != ncclSuccess && res != ncclInProgress ? res : end;
+}
+
+static fgb_status nccl_alltoallv(comm *c, const void *send, const size_t *sbytes,
+                                 const size_t *soff, void *recv, const size_t *rbytes,
+                                 size_t stride, comm_req **req, char *err, size_t errlen) {
+  return finish_enqueue(c,
+                        comm_nccl_alltoallv(c->nc, c->rank, c->size, send, sbytes, soff, recv,
+                                            rbytes, stride, c->stream),
+                        req, err, errlen);
+}
+
 static fgb_status nccl_allgatherv(comm *c, const void *send, size_t bytes, void *recv,
                                   const size_t *rbytes, size_t stride, comm_req **req, char *err,
                                   size_t errlen) {
@@ -331,4 +363,5 @@ const comm_ops comm_nccl_ops = {
     .destroy = nccl_destroy,
     .reduce_scatter = nccl_reduce_scatter,
     .allgatherv = nccl_allgatherv,
+    .alltoallv = nccl_alltoallv,
 };

@@ -45,6 +45,10 @@ typedef enum comp_coll {
    * variable-size all-gather (MPI_Allgatherv; NCCL grouped send/recv). The sizes were agreed by an
    * earlier phase, so every rank passes the same rbytes. */
   COMP_COLL_ALLGATHERV = 3,
+  /* To each rank q, sbytes[q] bytes from send + soff[q]; from each rank r, rbytes[r] bytes into
+   * recv + r * stride (each <= stride): a variable-size all-to-all (MPI_Alltoallv; NCCL grouped
+   * send/recv). rbytes[r] equals what rank r sends here; the sizes were agreed beforehand. */
+  COMP_COLL_ALLTOALLV = 4,
 } comp_coll;
 
 typedef struct comp_phase {
@@ -55,8 +59,10 @@ typedef struct comp_phase {
   fgb_dtype dtype;      /* ALLREDUCE: FGB_FLOAT32 or FGB_FLOAT16 */
   size_t bytes;         /* ALLGATHER: bytes per rank (recv holds nranks * bytes); ALLGATHERV:
                            this rank's bytes */
-  const size_t *rbytes; /* ALLGATHERV: nranks entries, host memory of the compressor */
-  size_t stride;        /* ALLGATHERV: slot of each rank in recv (recv holds nranks * stride) */
+  const size_t *rbytes; /* ALLGATHERV, ALLTOALLV: nranks entries, host memory of the compressor */
+  size_t stride;        /* ALLGATHERV, ALLTOALLV: slot of each rank in recv (nranks * stride) */
+  const size_t *sbytes; /* ALLTOALLV: bytes to each rank (nranks entries, host) */
+  const size_t *soff;   /* ALLTOALLV: their offsets in send (nranks entries, host) */
 } comp_phase;
 
 #define COMP_DONE 0 /* advance(): no further phase */

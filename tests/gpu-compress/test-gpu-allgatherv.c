@@ -4,7 +4,8 @@
  * sends a rank-specific byte pattern of its own size — 0 bytes on rank 1, the whole slot on the
  * last rank, 37 r + 5 otherwise — and every rank's receive buffer must hold each rank's bytes at
  * r * stride with the rest of every slot untouched. Sizes that do not fit a slot, or a rank's own
- * size that differs from what it sends, are refused before anything is enqueued. */
+ * size that differs from what it sends, are refused before anything is enqueued. Then
+ * comm_nccl_alltoallv (Ok-Topk's split-reduce) with a different size and offset per pair. */
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdlib.h>
@@ -73,6 +74,40 @@ int main(void) {
         bad += host[(size_t)r * STRIDE + i] != want;
       }
       CHECK_MSG(bad == 0, "rank %d's slot %d: %zu bytes wrong (%zu sent)", q, r, bad, rb[r]);
+    }
+  }
+  /* comm_nccl_alltoallv (Ok-Topk's split-reduce): rank r sends (r + q) % 5 * 11 bytes, from offset
+   * 64 q of its send buffer, to rank q; rank q's slot r must hold them, the rest untouched. */
+  size_t sb[MAXG][MAXG], so[MAXG][MAXG], rbv[MAXG][MAXG];
+  for (int r = 0; r < P; r++)
+    for (int q = 0; q < P; q++) {
+      sb[r][q] = (size_t)((r + q) % 5) * 11;
+      so[r][q] = (size_t)q * 64;
+      rbv[q][r] = sb[r][q];
+    }
+  for (int r = 0; r < P; r++) {
+    REQUIRE(cudaSetDevice(r) == cudaSuccess);
+    REQUIRE(cudaMemset(recv[r], FILL, (size_t)P * STRIDE) == cudaSuccess);
+  }
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  for (int r = 0; r < P; r++) {
+    REQUIRE(cudaSetDevice(r) == cudaSuccess);
+    ncclResult_t res =
+        comm_nccl_alltoallv(comms[r], r, P, send[r], sb[r], so[r], recv[r], rbv[r], STRIDE, st[r]);
+    CHECK_MSG(res == ncclSuccess, "alltoallv rank %d: %s", r, ncclGetErrorString(res));
+  }
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  for (int q = 0; q < P; q++) {
+    REQUIRE(cudaSetDevice(q) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(st[q]) == cudaSuccess);
+    REQUIRE(cudaMemcpy(host, recv[q], (size_t)P * STRIDE, cudaMemcpyDeviceToHost) == cudaSuccess);
+    for (int r = 0; r < P; r++) {
+      size_t bad = 0;
+      for (size_t i = 0; i < STRIDE; i++) {
+        unsigned char want = i < sb[r][q] ? pat(r, so[r][q] + i) : (unsigned char)FILL;
+        bad += host[(size_t)r * STRIDE + i] != want;
+      }
+      CHECK_MSG(bad == 0, "alltoallv: rank %d's slot %d: %zu bytes wrong", q, r, bad);
     }
   }
   for (int r = 0; r < P; r++) {
