@@ -213,6 +213,18 @@ static fgb_status run_phase(const cp_job *job, cp_inst *i, const comp_phase *ph,
       *sent += ph->bytes;
       for (int r = 0; r < job->size; r++) *recv += ph->rbytes[r];
     }
+  } else if (ph->coll == COMP_COLL_ALLTOALLV) {
+    if (!job->ops->alltoallv) {
+      snprintf(err, errlen, "transport %s has no variable-size all-to-all", job->ops->name);
+      return FGB_ENOTSUP;
+    }
+    st = job->ops->alltoallv(job->c, ph->send, ph->sbytes, ph->soff, ph->recv, ph->rbytes,
+                             ph->stride, &req, err, errlen);
+    if (st == FGB_OK)
+      for (int r = 0; r < job->size; r++) {
+        *sent += ph->sbytes[r];
+        *recv += ph->rbytes[r];
+      }
   } else if (ph->coll == COMP_COLL_ALLREDUCE) {
     st = job->ops->allreduce(job->c, ph->send, ph->recv, ph->count, ph->dtype, &req, err, errlen);
     if (st == FGB_OK) {

@@ -460,6 +460,16 @@ static fgb_status run_phase(const sp_job *job, const sp_inst *i, const comp_phas
                                           ph->rbytes, ph->stride, s),
                      i->ops->name, err, errlen);
   }
+  if (ph->coll == COMP_COLL_ALLTOALLV) {
+    for (int r = 0; r < job->size; r++) {
+      *sent += ph->sbytes[r];
+      *recv += ph->rbytes[r];
+    }
+    return nccl_done(job,
+                     comm_nccl_alltoallv(nc, job->rank, job->size, ph->send, ph->sbytes, ph->soff,
+                                         ph->recv, ph->rbytes, ph->stride, s),
+                     i->ops->name, err, errlen);
+  }
   if (ph->coll == COMP_COLL_ALLREDUCE) {
     ncclDataType_t nt = comm_nccl_type(ph->dtype);
     if (nt == ncclNumTypes || (ph->dtype != FGB_FLOAT32 && ph->dtype != FGB_FLOAT16)) {
