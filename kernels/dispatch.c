@@ -180,6 +180,11 @@ fgb_status kern_coo_restore(const comp_exec *ex, const void *local, int fp16, co
   KERN_DISPATCH(coo_restore, local, fp16, global, r);
 }
 
+fgb_status kern_coo_split(const comp_exec *ex, const void *payload, int fp16,
+                          const uint32_t *bounds, int P, uint32_t *out) {
+  KERN_DISPATCH(coo_split, payload, fp16, bounds, P, out);
+}
+
 fgb_status kern_sample_abs(const comp_exec *ex, const float *a, uint64_t n, uint64_t start,
                            uint64_t stride, uint32_t m, float *out) {
   KERN_DISPATCH(sample_abs, a, n, start, stride, m, out);

@@ -365,6 +365,14 @@ fgb_status kern_coo_decode(const comp_exec *ex, const void *recv, size_t stride,
  * count_local lookups (merge walk or binary search). */
 fgb_status kern_coo_restore(const comp_exec *ex, const void *local, int fp16, const void *global,
                             float *r);
+/* Ok-Topk's split of the local payload by region: the payload (ascending indices, count from its
+ * header, fp16 values when `fp16`) and bounds[0..P] (device, ascending, bounds[0] = 0, bounds[P] =
+ * n): out[j] = the first entry whose index >= bounds[j] (j < P; out[P] = count), so region j's
+ * entries are [out[j], out[j+1]); out[P+1+q'] for q = q'+1 = 1..P-1 = the index of entry
+ * floor(q count / P) (bounds[q] when count = 0), this rank's proposal of the balanced boundaries.
+ * 2P u32 to out (device). One tiny launch, binary searches. */
+fgb_status kern_coo_split(const comp_exec *ex, const void *payload, int fp16,
+                          const uint32_t *bounds, int P, uint32_t *out);
 
 /* ---- low-rank (PowerSGD, ACP-SGD); matrices row-major, thin factors rows x r / cols x r ------ */
 
@@ -440,6 +448,8 @@ fgb_status kern_fill_uniform(const comp_exec *ex, float *out, uint64_t count, ui
   fgb_status kern_##B##_defer_apply(const kern_defer *df, uint64_t n EXTRA);                       \
   fgb_status kern_##B##_coo_restore(const void *local, int fp16, const void *global,               \
                                     float *r EXTRA);                                               \
+  fgb_status kern_##B##_coo_split(const void *payload, int fp16, const uint32_t *bounds, int P,    \
+                                  uint32_t *out EXTRA);                                            \
   fgb_status kern_##B##_sample_abs(const float *a, uint64_t n, uint64_t start, uint64_t stride,    \
                                    uint32_t m, float *out EXTRA);                                  \
   fgb_status kern_##B##_kth_abs(const float *x, uint32_t m, uint32_t kth, kern_ctl *ctl,           \

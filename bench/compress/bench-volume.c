@@ -3,7 +3,8 @@
  * in one process and their collectives are simulated in memory, phase by phase, exactly as the
  * engine drives them; the bytes are those of the phases (payload layouts, headers included), the
  * same quantities fgbuffd counts. Received = what a rank gets from the P - 1 others: all-gather
- * (P - 1) bytes, all-gatherv the others' sizes, all-reduce 2 (P - 1) / P of the vector (ring).
+ * (P - 1) bytes, all-gatherv and all-to-all-v the others' sizes, all-reduce 2 (P - 1) / P of the
+ * vector (ring).
  * Input: a conv weight [256, 64, 3, 3] (n = 147456) of Gaussian gradients, density 0.01, steps
  * 1000-1003 (after PowerSGD's warm-up; the mean over 4 steps; Ok-Topk counts its own steps, so
  * it runs with warmup=0). Prints numbers, never pass/fail.
@@ -60,6 +61,15 @@ static double collective(comp_phase *ph, int P) {
     for (int r = 1; r < P; r++) got += (double)p0->rbytes[r];
     return got;
   }
+  if (p0->coll == COMP_COLL_ALLTOALLV) {
+    for (int q = 0; q < P; q++)
+      for (int r = 0; r < P; r++)
+        memcpy((char *)ph[q].recv + (size_t)r * p0->stride,
+               (const char *)ph[r].send + ph[r].soff[q], ph[r].sbytes[q]);
+    double got = 0;
+    for (int r = 1; r < P; r++) got += (double)p0->rbytes[r];
+    return got;
+  }
   if (p0->coll == COMP_COLL_ALLREDUCE) {
     size_t es = p0->dtype == FGB_FLOAT16 ? 2 : 4;
     if (es != 4) DIE("fp16 all-reduce not simulated");
@@ -111,7 +121,8 @@ int main(int argc, char **argv) {
       {"redsync", "mode=bisect", "8k(P-1)"},
       {"redsync", "mode=bisect,payload=fixed", "8k(P-1)"},
       {"oktopk", "warmup=0", "<= 6k(P-1)/P words"},
-      {"oktopk", "warmup=0,payload=fixed", "<= 6k(P-1)/P words"},
+      {"oktopk", "warmup=0,split=0", "<= 6k(P-1)/P words"},
+      {"oktopk", "warmup=0,split=0,payload=fixed", "<= 6k(P-1)/P words"},
       {"adtopk", NULL, "8(P-1) out kh kw k1"},
       {"adtopk", "view=rows", "8k(P-1)"},
       {"randomk", NULL, "ring 2(P-1)/P 4k"},
@@ -168,8 +179,9 @@ int main(int argc, char **argv) {
           }
           if (more == COMP_DONE) break;
         }
-        if (ops->decode(st[0], &CPU, out, 1.0f / P, err, sizeof err))
-          DIE("%s decode: %s", cases[c].name, err);
+        for (int r = 0; r < P; r++) /* every rank: decode also updates state (Ok-Topk) */
+          if (ops->decode(st[r], &CPU, out, 1.0f / P, err, sizeof err))
+            DIE("%s decode: %s", cases[c].name, err);
       }
       got /= steps;
       double want = paper(cases[c].name, cases[c].options, P, k);

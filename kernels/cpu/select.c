@@ -277,3 +277,29 @@ fgb_status kern_cpu_coo_restore(const void *local, int fp16, const void *global,
   }
   return FGB_OK;
 }
+
+fgb_status kern_cpu_coo_split(const void *payload, int fp16, const uint32_t *bounds, int P,
+                              uint32_t *out) {
+  if (payload == NULL || bounds == NULL || out == NULL || P < 1) return FGB_EINVAL;
+  const comp_coo_header *h = payload;
+  const uint32_t c = h->count;
+  const int32_t *idx = kern_coo_indices((void *)payload, h->capacity, fp16 ? 2 : 4);
+  for (int j = 0; j <= P; j++) {
+    uint32_t lo = 0, hi = c; /* first entry with idx >= bounds[j] */
+    if (j == P) {
+      lo = c;
+    } else {
+      while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if ((uint32_t)idx[mid] < bounds[j])
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+    }
+    out[j] = lo;
+  }
+  for (int q = 1; q < P; q++)
+    out[P + q] = c ? (uint32_t)idx[(uint64_t)q * c / (uint64_t)P] : bounds[q];
+  return FGB_OK;
+}

@@ -155,9 +155,23 @@ static inline void ct_job_collective(ct_job *j) {
   for (int r = 1; r < j->P; r++) {
     REQUIRE(j->ph[r].coll == p0->coll);
     REQUIRE(j->ph[r].count == p0->count);
-    REQUIRE(p0->coll == COMP_COLL_ALLGATHERV || j->ph[r].bytes == p0->bytes);
+    REQUIRE(p0->coll == COMP_COLL_ALLGATHERV || p0->coll == COMP_COLL_ALLTOALLV ||
+            j->ph[r].bytes == p0->bytes);
   }
-  if (p0->coll == COMP_COLL_ALLGATHERV) {
+  if (p0->coll == COMP_COLL_ALLTOALLV) {
+    /* Rank r's block for q goes to q's slot r; q expects exactly that many bytes. */
+    for (int q = 0; q < j->P; q++) {
+      REQUIRE(j->ph[q].stride == p0->stride && j->ph[q].rbytes && j->ph[q].sbytes && j->ph[q].soff);
+      for (int r = 0; r < j->P; r++) {
+        size_t b = j->ph[r].sbytes[q];
+        REQUIRE(j->ph[q].rbytes[r] == b && b <= p0->stride);
+        if (b)
+          REQUIRE(kern_memcpy(&j->ex, (char *)j->ph[q].recv + (size_t)r * p0->stride,
+                              (const char *)j->ph[r].send + j->ph[r].soff[q], b) == FGB_OK);
+      }
+    }
+    for (int r = 0; r < j->P; r++) j->moved += j->ph[0].rbytes[r];
+  } else if (p0->coll == COMP_COLL_ALLGATHERV) {
     /* Every rank agrees on every size, its own is what it sends, each fits its slot. */
     for (int q = 0; q < j->P; q++) {
       REQUIRE(j->ph[q].stride == p0->stride && j->ph[q].rbytes != NULL);
