@@ -1,7 +1,8 @@
 /* tests/compress/test-cross.c — the CUDA kernels against the CPU reference (run with --gpu; it
  * skips without a GPU, and a CPU-only build does not register it): for the compressors whose
  * result is defined exactly — exact, row-wise and fibre-wise (conv) top-k, Random-k, Ok-Topk with
- * an exact threshold every step, fp16, none — three ranks over three steps produce the same payload
+ * an exact threshold every step and with its split-reduce (refresh=2: exact and split steps
+ * alternate), fp16, none — three ranks over three steps produce the same payload
  * bytes, the same decode and the same exported state, bit for bit, on both backends. */
 #include "comp_test.h"
 
@@ -18,6 +19,7 @@ static const cross_case cases[] = {
     {"adtopk", "interleave=1", 9},
     {"randomk", NULL, 0},
     {"oktopk", "refresh=1,warmup=0", 0},
+    {"oktopk", "refresh=2,warmup=0", 0},
     {"fp16", NULL, 0},
     {"none", NULL, 0},
 };
@@ -25,7 +27,7 @@ static const cross_case cases[] = {
 enum { P = 3 };
 
 static size_t send_bytes(const comp_phase *ph) {
-  if (ph->coll == COMP_COLL_ALLGATHER) return ph->bytes;
+  if (ph->coll == COMP_COLL_ALLGATHER || ph->coll == COMP_COLL_ALLGATHERV) return ph->bytes;
   return ph->count * (ph->dtype == FGB_FLOAT16 ? 2 : 4);
 }
 

@@ -3,7 +3,7 @@
  * mask, fp32 and fp16 values) on every path of the GPU top-k — sampled bound, candidates overflow
  * (heavy ties), everything selected, lengths not a multiple of 4, an unaligned base, n > 2^24 —
  * the capped threshold select on its three paths, row-wise top-k (block-per-row and device-wide),
- * fibre-wise top-k (ADTopk on conv weights),
+ * fibre-wise top-k (ADTopk on conv weights), Ok-Topk's region split,
  * exact kth, Random-k, gather/scatter, COO decode (sorted, duplicated and hostile payloads, fused
  * and dense scaling) and the Philox fill bitwise; statistics, fits and the low-rank GEMMs within
  * tolerance. Size of the big case: -n N (default 2^24 + 5). */
@@ -551,8 +551,39 @@ static void agree_lowrank(void) {
   free(Mg);
 }
 
+/* kern_coo_split (Ok-Topk's region offsets and boundary proposals) on the same payloads: ascending
+ * indices, fp32 and fp16 layouts, an empty payload, regions with no entries, P = 1 .. 32. */
+static void agree_split(void) {
+  const uint32_t cap = 1000, n = 100000;
+  for (int fp16 = 0; fp16 < 2; fp16++)
+    for (int P = 1; P <= 32; P = P * 2 + 1) {
+      for (uint32_t c = 0; c <= cap; c += 997) {
+        size_t pb = comp_coo_bytes(cap, fp16 ? 2 : 4);
+        void *hp = ct_xmalloc(pb);
+        comp_coo_header h = {c, cap};
+        memcpy(hp, &h, sizeof h);
+        int32_t *idx = kern_coo_indices(hp, cap, fp16 ? 2 : 4);
+        for (uint32_t q = 0; q < c; q++) idx[q] = (int32_t)(q * 37 + (q > c / 2 ? 40000 : 0));
+        uint32_t bounds[34], oc[66], og[66];
+        for (int j = 0; j <= P; j++) bounds[j] = (uint32_t)((uint64_t)n * j / P);
+        void *dp = ct_dev(&GPU, hp, pb);
+        uint32_t *db = ct_dev(&GPU, bounds, (P + 1) * 4), *dout = ct_dev(&GPU, NULL, 2 * P * 4);
+        REQUIRE(kern_coo_split(&CPU, hp, fp16, bounds, P, oc) == FGB_OK);
+        REQUIRE(kern_coo_split(&GPU, dp, fp16, db, P, dout) == FGB_OK);
+        ct_get(&GPU, og, dout, 2 * P * 4);
+        CHECK_MSG(!memcmp(oc, og, 2 * P * 4), "coo_split P=%d c=%u fp16=%d differ", P, c, fp16);
+        CHECK(oc[P] == c && oc[0] == 0);
+        kern_free(&GPU, dp);
+        kern_free(&GPU, db);
+        kern_free(&GPU, dout);
+        free(hp);
+      }
+    }
+}
+
 int main(int argc, char **argv) {
   gt_require_gpu();
+  agree_split();
   uint64_t big = ct_arg_n(argc, argv, (1ull << 24) + 5);
   agree_dense(100003);
   agree_stats(1000003);
