@@ -21,12 +21,15 @@ static void names_list(char *out, size_t len) {
   }
 }
 
-/* The 2-D view a low-rank compressor works on: first dimension x the rest (1 x n for vectors). */
+/* The 2-D view a low-rank compressor works on: first dimension x the rest (1 x n for vectors);
+ * inner: the product of the dimensions after the second (ADTopk's fibres), 1 if none. */
 static void view_2d(uint32_t ndim, const uint64_t *shape, uint64_t count, uint64_t *rows,
-                    uint64_t *cols) {
+                    uint64_t *cols, uint64_t *inner) {
+  *inner = 1;
   if (ndim >= 2 && shape[0] > 0 && count % shape[0] == 0) {
     *rows = shape[0];
     *cols = count / shape[0];
+    if (shape[1] > 0 && *cols % shape[1] == 0) *inner = *cols / shape[1];
   } else {
     *rows = 1;
     *cols = count;
@@ -61,7 +64,7 @@ fgb_status srv_comp_check(srv_job *j, const Fgbuff__V1__RegisterTensor *m,
   for (size_t i = 0; i < m->n_shape && i < COORD_MAX_DIMS; i++) shape[i] = m->shape[i];
   comp_params p = {
       .density = m->density, .nranks = j->size, .rank = j->rank, .seed = 1, .buffer_id = 0};
-  view_2d((uint32_t)m->n_shape, shape, m->count, &p.rows, &p.cols);
+  view_2d((uint32_t)m->n_shape, shape, m->count, &p.rows, &p.cols, &p.inner);
   comp_exec ex = {0, NULL};
   void *st = NULL;
   char cerr[384];
@@ -82,7 +85,7 @@ void srv_comp_fill(const srv_tensor *t, eng_tensor *et) {
   if (!t->comp) return;
   et->density = t->density;
   et->key = t->key;
-  view_2d(t->ndim, t->shape, t->count, &et->rows, &et->cols);
+  view_2d(t->ndim, t->shape, t->count, &et->rows, &et->cols, &et->inner);
 }
 
 /* The tensor a state request names, or an error sent to the client. */

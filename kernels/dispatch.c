@@ -180,6 +180,11 @@ fgb_status kern_coo_restore(const comp_exec *ex, const void *local, int fp16, co
   KERN_DISPATCH(coo_restore, local, fp16, global, r);
 }
 
+fgb_status kern_coo_split(const comp_exec *ex, const void *payload, int fp16,
+                          const uint32_t *bounds, int P, uint32_t *out) {
+  KERN_DISPATCH(coo_split, payload, fp16, bounds, P, out);
+}
+
 fgb_status kern_sample_abs(const comp_exec *ex, const float *a, uint64_t n, uint64_t start,
                            uint64_t stride, uint32_t m, float *out) {
   KERN_DISPATCH(sample_abs, a, n, start, stride, m, out);
@@ -203,6 +208,12 @@ fgb_status kern_select_thr(const comp_exec *ex, const float *a, uint64_t n, cons
 fgb_status kern_topk_rows(const comp_exec *ex, const float *a, uint64_t rows, uint64_t cols,
                           uint32_t k1, const kern_sel *out, kern_ws *ws) {
   KERN_DISPATCH(topk_rows, a, rows, cols, k1, out, ws);
+}
+
+fgb_status kern_topk_fibres(const comp_exec *ex, const float *a, uint64_t outer, uint64_t len,
+                            uint64_t inner, uint32_t k1, const kern_sel *out, uint32_t *bits,
+                            kern_ws *ws) {
+  KERN_DISPATCH(topk_fibres, a, outer, len, inner, k1, out, bits, ws);
 }
 
 fgb_status kern_randomk_indices(const comp_exec *ex, uint64_t n, uint32_t k, uint64_t seed,

@@ -322,6 +322,17 @@ fgb_status kern_select_thr(const comp_exec *ex, const float *a, uint64_t n, cons
  * (k1 clamped to [1, cols]; capacity must hold rows * k1). Cost R1 + sorting of short rows. */
 fgb_status kern_topk_rows(const comp_exec *ex, const float *a, uint64_t rows, uint64_t cols,
                           uint32_t k1, const kern_sel *out, kern_ws *ws);
+/* Fibre-wise top-k (ADTopk's all-dimension selection of an N-D tensor along dim 1): a is viewed
+ * as outer x len x inner, row-major (a conv weight [out, in, kh, kw]: outer = out, len = in,
+ * inner = kh kw); fibre (o, s) is a[(o len + c) inner + s], c < len. Each fibre keeps its k1
+ * largest |a| (ties by lower c; k1 clamped to [1, len]); count = outer inner k1, emitted block by
+ * block (o) in ascending index order, so the payload is ascending. inner <= 1 is kern_topk_rows
+ * (outer, len). bits: for inner > 1 on the GPU, ceil(outer len inner / 32) words of device scratch
+ * (marks of the selected entries; the CPU ignores it). kern_sel.defer is refused.
+ * Cost R2 (a select per fibre, then one ordered emission per block) + the bitmap. */
+fgb_status kern_topk_fibres(const comp_exec *ex, const float *a, uint64_t outer, uint64_t len,
+                            uint64_t inner, uint32_t k1, const kern_sel *out, uint32_t *bits,
+                            kern_ws *ws);
 
 /* Random-k indices, identical on every rank for (seed, buffer_id, step): stratified sampling, one
  * index drawn uniformly in each of the k strata [floor(j n / k), floor((j+1) n / k)), so they are
@@ -354,6 +365,14 @@ fgb_status kern_coo_decode(const comp_exec *ex, const void *recv, size_t stride,
  * count_local lookups (merge walk or binary search). */
 fgb_status kern_coo_restore(const comp_exec *ex, const void *local, int fp16, const void *global,
                             float *r);
+/* Ok-Topk's split of the local payload by region: the payload (ascending indices, count from its
+ * header, fp16 values when `fp16`) and bounds[0..P] (device, ascending, bounds[0] = 0, bounds[P] =
+ * n): out[j] = the first entry whose index >= bounds[j] (j < P; out[P] = count), so region j's
+ * entries are [out[j], out[j+1]); out[P+1+q'] for q = q'+1 = 1..P-1 = the index of entry
+ * floor(q count / P) (bounds[q] when count = 0), this rank's proposal of the balanced boundaries.
+ * 2P u32 to out (device). One tiny launch, binary searches. */
+fgb_status kern_coo_split(const comp_exec *ex, const void *payload, int fp16,
+                          const uint32_t *bounds, int P, uint32_t *out);
 
 /* ---- low-rank (PowerSGD, ACP-SGD); matrices row-major, thin factors rows x r / cols x r ------ */
 
@@ -429,6 +448,8 @@ fgb_status kern_fill_uniform(const comp_exec *ex, float *out, uint64_t count, ui
   fgb_status kern_##B##_defer_apply(const kern_defer *df, uint64_t n EXTRA);                       \
   fgb_status kern_##B##_coo_restore(const void *local, int fp16, const void *global,               \
                                     float *r EXTRA);                                               \
+  fgb_status kern_##B##_coo_split(const void *payload, int fp16, const uint32_t *bounds, int P,    \
+                                  uint32_t *out EXTRA);                                            \
   fgb_status kern_##B##_sample_abs(const float *a, uint64_t n, uint64_t start, uint64_t stride,    \
                                    uint32_t m, float *out EXTRA);                                  \
   fgb_status kern_##B##_kth_abs(const float *x, uint32_t m, uint32_t kth, kern_ctl *ctl,           \
@@ -439,6 +460,9 @@ fgb_status kern_fill_uniform(const comp_exec *ex, float *out, uint64_t count, ui
                                    const kern_sel *out, kern_ws *ws EXTRA);                        \
   fgb_status kern_##B##_topk_rows(const float *a, uint64_t rows, uint64_t cols, uint32_t k1,       \
                                   const kern_sel *out, kern_ws *ws EXTRA);                         \
+  fgb_status kern_##B##_topk_fibres(const float *a, uint64_t outer, uint64_t len, uint64_t inner,  \
+                                    uint32_t k1, const kern_sel *out, uint32_t *bits,              \
+                                    kern_ws *ws EXTRA);                                            \
   fgb_status kern_##B##_randomk_indices(uint64_t n, uint32_t k, uint64_t seed, uint32_t buffer_id, \
                                         uint64_t step, int32_t *idx EXTRA);                        \
   fgb_status kern_##B##_gather(const float *a, const int32_t *idx, uint32_t k, float *vals,        \

@@ -8,7 +8,7 @@
  * (-k 0: skip the bare kernels; the copy baseline still runs: a profiler then sees the compressor's
  * kernels first)
  * Low-rank and ADTopk need a rows x cols view: they run on floor(sqrt n) x (n / rows) (printed),
- * within 0.1% of n. */
+ * within 0.1% of n; ADTopk also on a conv weight [n / 4608, 512, 3, 3] (its fibres along 512). */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdint.h>
@@ -234,6 +234,12 @@ static int prime(cctx *x, float *g1) {
         for (int r = 0; r < P; r++)
           CK(cudaMemcpyAsync((char *)x->ph[q].recv + r * p0->bytes, x->ph[r].send, p0->bytes,
                              cudaMemcpyDeviceToDevice, g_s));
+    } else if (p0->coll == COMP_COLL_ALLGATHERV) { /* payload=var: each rank's packed entries */
+      for (int q = 0; q < P; q++)
+        for (int r = 0; r < P; r++)
+          if (p0->rbytes[r])
+            CK(cudaMemcpyAsync((char *)x->ph[q].recv + r * p0->stride, x->ph[r].send, p0->rbytes[r],
+                               cudaMemcpyDeviceToDevice, g_s));
     } else if (p0->coll == COMP_COLL_ALLREDUCE) { /* values only matter for realism: rank 0's */
       size_t es = p0->dtype == FGB_FLOAT16 ? 2 : 4;
       for (int q = 0; q < P; q++)
@@ -259,7 +265,12 @@ static void bench_compressor(const char *name, const char *opts, float *g, float
   if (x.ops == NULL) return;
   comp_params p = {.density = d, .nranks = P, .seed = 1, .buffer_id = 0, .options = opts};
   uint64_t nn = n;
-  if (matrix) {
+  if (matrix == 2) { /* a conv weight [out, 512, 3, 3]: ADTopk's fibres along in */
+    p.cols = 512 * 9;
+    p.rows = n / p.cols;
+    p.inner = 9;
+    nn = p.rows * p.cols;
+  } else if (matrix) {
     p.rows = (uint64_t)floor(sqrt((double)n));
     p.cols = n / p.rows;
     nn = p.rows * p.cols;
@@ -277,7 +288,10 @@ static void bench_compressor(const char *name, const char *opts, float *g, float
   char label[96];
   snprintf(label, sizeof label, "%s%s%s%s", name, opts ? "(" : "", opts ? opts : "",
            opts ? ")" : "");
-  if (matrix)
+  if (matrix == 2)
+    snprintf(label + strlen(label), sizeof label - strlen(label), " [%llu,512,3,3]",
+             (unsigned long long)p.rows);
+  else if (matrix)
     snprintf(label + strlen(label), sizeof label - strlen(label), " %llux%llu",
              (unsigned long long)p.rows, (unsigned long long)p.cols);
   char what[128];
@@ -339,10 +353,20 @@ int main(int argc, char **argv) {
     const char *name, *opts;
     int matrix;
   } comps[] = {
-      {"none", NULL, 0},    {"fp16", NULL, 0},         {"topk", NULL, 0},
-      {"randomk", NULL, 0}, {"dgc", NULL, 0},          {"gaussiank", NULL, 0},
-      {"redsync", NULL, 0}, {"sidco", NULL, 0},        {"oktopk", NULL, 0},
-      {"adtopk", NULL, 1},  {"powersgd", "rank=4", 1}, {"acpsgd", "rank=4", 1},
+      {"none", NULL, 0},
+      {"fp16", NULL, 0},
+      {"topk", NULL, 0},
+      {"randomk", NULL, 0},
+      {"dgc", NULL, 0},
+      {"gaussiank", NULL, 0},
+      {"gaussiank", "payload=fixed", 0},
+      {"redsync", NULL, 0},
+      {"sidco", NULL, 0},
+      {"oktopk", "warmup=0", 0},
+      {"adtopk", NULL, 1},
+      {"adtopk", NULL, 2},
+      {"powersgd", "rank=4,start_step=0", 1},
+      {"acpsgd", "rank=4", 1},
   };
   for (int si = 0; si < nsizes; si++) {
     uint64_t n = sizes[si];

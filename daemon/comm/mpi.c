@@ -37,6 +37,7 @@ struct comm_req {
   void *move_dst;
   const void *move_src;
   size_t move_bytes;
+  int *vcounts; /* allgatherv / alltoallv: counts and displacements, kept until completion */
 };
 
 static size_t max_count(void) {
@@ -243,6 +244,98 @@ static fgb_status mpi_allgather(comm *c, const void *send, void *recv, size_t by
   return FGB_OK;
 }
 
+/* One MPI_Iallgatherv of bytes: rank r's rbytes[r] land at recv + r * stride. The counts and
+ * displacements are ints: the whole receive buffer must stay under 2 GiB (the variable-size
+ * sparse payloads are far below). */
+static fgb_status mpi_allgatherv(comm *c, const void *send, size_t bytes, void *recv,
+                                 const size_t *rbytes, size_t stride, comm_req **req, char *err,
+                                 size_t errlen) {
+  if (rbytes == NULL || rbytes[c->rank] != bytes) {
+    snprintf(err, errlen, "MPI transport: allgatherv sizes do not include this rank's %zu", bytes);
+    return FGB_EINVAL;
+  }
+  if (stride > (size_t)0x7fffffff / (size_t)c->size) {
+    snprintf(err, errlen, "MPI transport: allgatherv of %d x %zu bytes exceeds an int", c->size,
+             stride);
+    return FGB_ENOTSUP;
+  }
+  for (int r = 0; r < c->size; r++)
+    if (rbytes[r] > stride) {
+      snprintf(err, errlen, "MPI transport: allgatherv block %d (%zu bytes) exceeds its slot", r,
+               rbytes[r]);
+      return FGB_EINVAL;
+    }
+  comm_req *q = new_req(err, errlen);
+  if (!q) return FGB_ENOMEM;
+  q->vcounts = malloc(2 * (size_t)c->size * sizeof(int));
+  if (!q->vcounts) {
+    free(q);
+    snprintf(err, errlen, "MPI transport: out of memory");
+    return FGB_ENOMEM;
+  }
+  int *cnt = q->vcounts, *displ = q->vcounts + c->size;
+  for (int r = 0; r < c->size; r++) {
+    cnt[r] = (int)rbytes[r];
+    displ[r] = (int)((size_t)r * stride);
+  }
+  int rc = MPI_Iallgatherv(send, (int)bytes, MPI_BYTE, recv, cnt, displ, MPI_BYTE, c->c, &q->r[0]);
+  if (rc != MPI_SUCCESS) {
+    mpi_err(rc, "MPI_Iallgatherv", err, errlen);
+    free(q->vcounts);
+    free(q);
+    return FGB_EIO;
+  }
+  q->n = 1;
+  *req = q;
+  return FGB_OK;
+}
+
+/* One MPI_Ialltoallv of bytes (Ok-Topk's split-reduce). Int counts and displacements: send and
+ * receive buffers under 2 GiB. */
+static fgb_status mpi_alltoallv(comm *c, const void *send, const size_t *sbytes, const size_t *soff,
+                                void *recv, const size_t *rbytes, size_t stride, comm_req **req,
+                                char *err, size_t errlen) {
+  if (sbytes == NULL || soff == NULL || rbytes == NULL) {
+    snprintf(err, errlen, "MPI transport: alltoallv without sizes");
+    return FGB_EINVAL;
+  }
+  if (stride > (size_t)0x7fffffff / (size_t)c->size) {
+    snprintf(err, errlen, "MPI transport: alltoallv of %d x %zu bytes exceeds an int", c->size,
+             stride);
+    return FGB_ENOTSUP;
+  }
+  for (int r = 0; r < c->size; r++)
+    if (rbytes[r] > stride || sbytes[r] > 0x7fffffff || soff[r] > 0x7fffffff - sbytes[r]) {
+      snprintf(err, errlen, "MPI transport: alltoallv block %d does not fit", r);
+      return FGB_EINVAL;
+    }
+  comm_req *q = new_req(err, errlen);
+  if (!q) return FGB_ENOMEM;
+  q->vcounts = malloc(4 * (size_t)c->size * sizeof(int));
+  if (!q->vcounts) {
+    free(q);
+    snprintf(err, errlen, "MPI transport: out of memory");
+    return FGB_ENOMEM;
+  }
+  int *sc = q->vcounts, *sd = sc + c->size, *rcnt = sd + c->size, *rd = rcnt + c->size;
+  for (int r = 0; r < c->size; r++) {
+    sc[r] = (int)sbytes[r];
+    sd[r] = (int)soff[r];
+    rcnt[r] = (int)rbytes[r];
+    rd[r] = (int)((size_t)r * stride);
+  }
+  int rc = MPI_Ialltoallv(send, sc, sd, MPI_BYTE, recv, rcnt, rd, MPI_BYTE, c->c, &q->r[0]);
+  if (rc != MPI_SUCCESS) {
+    mpi_err(rc, "MPI_Ialltoallv", err, errlen);
+    free(q->vcounts);
+    free(q);
+    return FGB_EIO;
+  }
+  q->n = 1;
+  *req = q;
+  return FGB_OK;
+}
+
 /* One MPI_Ireduce_scatter_block (blocking for large blocks, as mpi_allreduce and for the same
  * reason); the block count must fit an int (a larger block is refused, not split: the blocks of
  * several chunks would interleave). */
@@ -321,6 +414,7 @@ static int mpi_test(comm_req *req, char *err, size_t errlen) {
   if (rc == MPI_SUCCESS && !flag) return 0;
   if (req->block != MPI_DATATYPE_NULL) MPI_Type_free(&req->block);
   if (rc == MPI_SUCCESS && req->move_bytes) memmove(req->move_dst, req->move_src, req->move_bytes);
+  free(req->vcounts);
   free(req);
   if (rc != MPI_SUCCESS) {
     mpi_err(rc, "MPI_Testall", err, errlen);
@@ -351,4 +445,6 @@ const comm_ops comm_mpi_ops = {
     .abort = mpi_abort,
     .destroy = mpi_destroy,
     .reduce_scatter = mpi_reduce_scatter,
+    .allgatherv = mpi_allgatherv,
+    .alltoallv = mpi_alltoallv,
 };

@@ -87,11 +87,11 @@ static fgb_status nccl_create(const comm_job_spec *spec, comm **out, char *err, 
   memcpy(&id, spec->uid, sizeof id);
   c->stream = (cudaStream_t)spec->stream;
   c->t0_ms = now_ms();
+  c->rank = spec->job_rank; /* also for allgatherv's peer loop */
+  c->size = spec->job_size;
   if (!getenv("FGBUFF_NCCL_NONBLOCKING")) {
     c->threaded = 1;
     c->id = id;
-    c->rank = spec->job_rank;
-    c->size = spec->job_size;
     cudaGetDevice(&c->dev);
     if (pthread_create(&c->th, NULL, init_thread, c) != 0) {
       snprintf(err, errlen, "cannot start the NCCL init thread");
@@ -236,6 +236,68 @@ static fgb_status nccl_allgather(comm *c, const void *send, void *recv, size_t b
                         req, err, errlen);
 }
 
+ncclResult_t comm_nccl_allgatherv(ncclComm_t nc, int rank, int size, const void *send, size_t bytes,
+                                  void *recv, const size_t *rbytes, size_t stride, cudaStream_t s) {
+  if (rbytes == NULL || rank < 0 || rank >= size || rbytes[rank] != bytes)
+    return ncclInvalidArgument;
+  for (int r = 0; r < size; r++)
+    if (rbytes[r] > stride) return ncclInvalidArgument;
+  char *own = (char *)recv + (size_t)rank * stride;
+  if (bytes && own != send &&
+      cudaMemcpyAsync(own, send, bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+    return ncclUnhandledCudaError;
+  ncclResult_t res = ncclGroupStart();
+  for (int r = 0; r < size && (res == ncclSuccess || res == ncclInProgress); r++) {
+    if (r == rank) continue;
+    if (bytes) res = ncclSend(send, bytes, ncclUint8, r, nc, s);
+    if (rbytes[r] && (res == ncclSuccess || res == ncclInProgress))
+      res = ncclRecv((char *)recv + (size_t)r * stride, rbytes[r], ncclUint8, r, nc, s);
+  }
+  ncclResult_t end = ncclGroupEnd();
+  return res != ncclSuccess && res != ncclInProgress ? res : end;
+}
+
+ncclResult_t comm_nccl_alltoallv(ncclComm_t nc, int rank, int size, const void *send,
+                                 const size_t *sbytes, const size_t *soff, void *recv,
+                                 const size_t *rbytes, size_t stride, cudaStream_t s) {
+  if (sbytes == NULL || soff == NULL || rbytes == NULL || rank < 0 || rank >= size ||
+      sbytes[rank] != rbytes[rank])
+    return ncclInvalidArgument;
+  for (int r = 0; r < size; r++)
+    if (rbytes[r] > stride) return ncclInvalidArgument;
+  if (sbytes[rank] &&
+      cudaMemcpyAsync((char *)recv + (size_t)rank * stride, (const char *)send + soff[rank],
+                      sbytes[rank], cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+    return ncclUnhandledCudaError;
+  ncclResult_t res = ncclGroupStart();
+  for (int r = 0; r < size && (res == ncclSuccess || res == ncclInProgress); r++) {
+    if (r == rank) continue;
+    if (sbytes[r]) res = ncclSend((const char *)send + soff[r], sbytes[r], ncclUint8, r, nc, s);
+    if (rbytes[r] && (res == ncclSuccess || res == ncclInProgress))
+      res = ncclRecv((char *)recv + (size_t)r * stride, rbytes[r], ncclUint8, r, nc, s);
+  }
+  ncclResult_t end = ncclGroupEnd();
+  return res != ncclSuccess && res != ncclInProgress ? res : end;
+}
+
+static fgb_status nccl_alltoallv(comm *c, const void *send, const size_t *sbytes,
+                                 const size_t *soff, void *recv, const size_t *rbytes,
+                                 size_t stride, comm_req **req, char *err, size_t errlen) {
+  return finish_enqueue(c,
+                        comm_nccl_alltoallv(c->nc, c->rank, c->size, send, sbytes, soff, recv,
+                                            rbytes, stride, c->stream),
+                        req, err, errlen);
+}
+
+static fgb_status nccl_allgatherv(comm *c, const void *send, size_t bytes, void *recv,
+                                  const size_t *rbytes, size_t stride, comm_req **req, char *err,
+                                  size_t errlen) {
+  return finish_enqueue(
+      c,
+      comm_nccl_allgatherv(c->nc, c->rank, c->size, send, bytes, recv, rbytes, stride, c->stream),
+      req, err, errlen);
+}
+
 /* In place when recv == send + rank * count_per_rank elements (NCCL's own definition). */
 static fgb_status nccl_reduce_scatter(comm *c, const void *send, void *recv, size_t count_per_rank,
                                       fgb_dtype dt, comm_req **req, char *err, size_t errlen) {
@@ -300,4 +362,6 @@ const comm_ops comm_nccl_ops = {
     .abort = nccl_abort,
     .destroy = nccl_destroy,
     .reduce_scatter = nccl_reduce_scatter,
+    .allgatherv = nccl_allgatherv,
+    .alltoallv = nccl_alltoallv,
 };

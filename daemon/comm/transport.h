@@ -66,6 +66,20 @@ typedef struct comm_ops {
    * bytes_per_rank. Split all-reduces (policy dear, engine.c) use the pair in place. */
   fgb_status (*reduce_scatter)(comm *c, const void *send, void *recv, size_t count_per_rank,
                                fgb_dtype dt, comm_req **req, char *err, size_t errlen);
+  /* Variable-size all-gather: rank r's rbytes[r] bytes land at recv + r * stride (rbytes[rank] ==
+   * bytes, each <= stride; every rank passes the same rbytes, agreed beforehand). MPI:
+   * MPI_Iallgatherv; NCCL: grouped ncclSend/ncclRecv, the rank's own block copied on the stream.
+   * NULL: the transport has none (variable-size payloads then fail with FGB_ENOTSUP). */
+  fgb_status (*allgatherv)(comm *c, const void *send, size_t bytes, void *recv,
+                           const size_t *rbytes, size_t stride, comm_req **req, char *err,
+                           size_t errlen);
+  /* Variable-size all-to-all: sbytes[q] bytes at send + soff[q] go to rank q; rbytes[r] bytes from
+   * rank r land at recv + r * stride (each <= stride; rbytes[r] is what rank r sends here, agreed
+   * beforehand). MPI: MPI_Ialltoallv; NCCL: grouped ncclSend/ncclRecv, the own block copied.
+   * NULL: none (Ok-Topk's split-reduce then fails with FGB_ENOTSUP). */
+  fgb_status (*alltoallv)(comm *c, const void *send, const size_t *sbytes, const size_t *soff,
+                          void *recv, const size_t *rbytes, size_t stride, comm_req **req,
+                          char *err, size_t errlen);
 } comm_ops;
 
 extern const comm_ops comm_mpi_ops;

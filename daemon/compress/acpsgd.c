@@ -5,7 +5,8 @@
  * by (seed, buffer_id), identical on every rank (the public code draws them unseeded). The parity
  * is the instance's own step counter (exported with the state), not the engine's step number, so a
  * dense-flushed step does not break the alternation. Vectors and poorly compressible matrices are
- * all-reduced dense, as in powersgd.c. */
+ * all-reduced dense, as in powersgd.c. start_step=N: dense warm-up steps first (default 0: the
+ * public acpsgd.py compresses from its first step); they do not advance the parity. */
 #include <stdlib.h>
 
 #include "comp_common.h"
@@ -23,7 +24,7 @@ static fgb_status acpsgd_create(const comp_params *p, uint64_t n, const comp_exe
     return FGB_ENOMEM;
   }
   /* Both factors start seeded: either may be the first one orthonormalised. */
-  fgb_status rc = comp_lowrank_init(&s->lr, "acpsgd", p, n, ex, 4, 1, err, errlen);
+  fgb_status rc = comp_lowrank_init(&s->lr, "acpsgd", p, n, ex, 4, 0, 1, err, errlen);
   if (rc) {
     free(s);
     return rc;
@@ -37,7 +38,7 @@ static fgb_status acpsgd_encode(void *st, const comp_exec *ex, const float *grad
   acpsgd_state *s = st;
   comp_lowrank *l = &s->lr;
   int done;
-  fgb_status rc = comp_lowrank_begin(l, ex, grad, ph, &done, err, errlen);
+  fgb_status rc = comp_lowrank_begin(l, ex, grad, step, ph, &done, err, errlen);
   if (done) return rc;
   if ((s->t & 1) == 0) { /* P-step */
     if (!rc) rc = kern_orthonormalize(ex, l->Q, l->cols, l->r, 1e-8f);

@@ -252,6 +252,7 @@ fgb_status comp_sparse_init(comp_sparse *cs, const char *name, const comp_params
   cs->ex = *ex;
   cs->n = n;
   cs->nranks = p->nranks;
+  cs->rank = p->rank;
   cs->k = k;
   cs->cap = cs->step_cap = cap;
   cs->fp16 = fp16;
@@ -281,6 +282,14 @@ void comp_sparse_free(comp_sparse *cs) {
   kern_free(ex, cs->ctl);
   kern_ws_destroy(ex, cs->ws);
   kern_free(ex, cs->hist);
+  kern_free(ex, cs->hdrs);
+  kern_free(ex, cs->pack);
+  free(cs->counts);
+  free(cs->rbytes);
+  cs->hdrs = cs->pack = NULL;
+  cs->counts = NULL;
+  cs->rbytes = NULL;
+  cs->var = 0;
   cs->hist = NULL;
   cs->resid = cs->work = NULL;
   cs->payload = cs->recv = NULL;
@@ -358,8 +367,67 @@ void comp_sparse_phase(const comp_sparse *cs, comp_phase *ph) {
   memset(ph, 0, sizeof *ph);
   ph->coll = COMP_COLL_ALLGATHER;
   ph->send = cs->payload;
+  ph->recv = cs->var ? cs->hdrs : cs->recv;
+  ph->bytes = cs->var ? sizeof(comp_coo_header) : comp_coo_bytes(cs->step_cap, cs->fp16 ? 2 : 4);
+}
+
+const char *const comp_payload_names[] = {"var", "fixed", NULL};
+
+fgb_status comp_sparse_var_init(comp_sparse *cs, char *err, size_t errlen) {
+  size_t P = (size_t)cs->nranks;
+  fgb_status s = kern_alloc(&cs->ex, P * sizeof(comp_coo_header), &cs->hdrs);
+  if (!s) s = kern_alloc(&cs->ex, comp_coo_bytes(cs->cap, cs->fp16 ? 2 : 4), &cs->pack);
+  if (!s && ((cs->counts = calloc(P, sizeof(comp_coo_header))) == NULL ||
+             (cs->rbytes = calloc(P, sizeof(size_t))) == NULL))
+    s = FGB_ENOMEM;
+  if (s) {
+    comp_alloc_err(cs->name, s, err, errlen);
+    return s;
+  }
+  cs->var = 1;
+  return FGB_OK;
+}
+
+int comp_sparse_advance(comp_sparse *cs, int phase, comp_phase *ph, char *err, size_t errlen) {
+  if (ph == NULL) return comp_errf(err, errlen, "%s: NULL phase", cs->name);
+  if (!cs->var || phase >= 2) return COMP_DONE;
+  if (phase != 1) return comp_errf(err, errlen, "%s: no phase %d", cs->name, phase);
+  const comp_exec *ex = &cs->ex;
+  const size_t vb = cs->fp16 ? 2 : 4, cap = cs->step_cap, P = (size_t)cs->nranks;
+  fgb_status rc = kern_to_host(ex, cs->counts, cs->hdrs, P * sizeof(comp_coo_header));
+  if (rc) return rc;
+  /* Every rank derives the same sizes from the same gathered headers; a count above the capacity
+   * (only a broken peer sends one) is clamped, and decode counts what does not fit as bad. */
+  for (size_t r = 0; r < P; r++) {
+    uint32_t c = cs->counts[2 * r];
+    cs->rbytes[r] = comp_coo_bytes(c < cap ? c : cap, vb);
+  }
+  /* Pack: header {count, count}, the values (zero past count, so the padding is too), indices. */
+  uint32_t c = cs->counts[2 * (size_t)cs->rank];
+  if (c > cap) c = (uint32_t)cap;
+  comp_coo_header h = {c, c};
+  size_t vbytes = ((size_t)c * vb + 3u) & ~(size_t)3u;
+  rc = kern_from_host(ex, cs->pack, &h, sizeof h);
+  if (!rc && vbytes)
+    rc = kern_memcpy(ex, kern_coo_values(cs->pack), kern_coo_values(cs->payload), vbytes);
+  if (!rc && c)
+    rc = kern_memcpy(ex, kern_coo_indices(cs->pack, c, vb), kern_coo_indices(cs->payload, cap, vb),
+                     (size_t)c * sizeof(int32_t));
+  if (rc) return rc;
+  memset(ph, 0, sizeof *ph);
+  ph->coll = COMP_COLL_ALLGATHERV;
+  ph->send = cs->pack;
   ph->recv = cs->recv;
-  ph->bytes = comp_coo_bytes(cs->step_cap, cs->fp16 ? 2 : 4);
+  ph->bytes = cs->rbytes[cs->rank];
+  ph->rbytes = cs->rbytes;
+  ph->stride = comp_coo_bytes(cap, vb);
+  return COMP_MORE;
+}
+
+int comp_sparse_op_advance(void *st, const comp_exec *ex, int phase, comp_phase *ph, char *err,
+                           size_t errlen) {
+  (void)ex;
+  return comp_sparse_advance(st, phase, ph, err, errlen);
 }
 
 fgb_status comp_sparse_decode(comp_sparse *cs, float *out, float scale) {
@@ -434,6 +502,7 @@ int comp_thr_opts_add(comp_opt *opts, comp_thr_opts *t) {
   opts[no++] = (comp_opt){"adapt_iters", COMP_OPT_INT, &t->iters, 0, 64, NULL};
   opts[no++] = (comp_opt){"capacity", COMP_OPT_DOUBLE, &t->capf, 1, 16, NULL};
   opts[no++] = (comp_opt){"search", COMP_OPT_ENUM, &t->search, 0, 0, comp_search_names};
+  opts[no++] = (comp_opt){"payload", COMP_OPT_ENUM, &t->payload, 0, 0, comp_payload_names};
   return no;
 }
 
@@ -443,5 +512,8 @@ fgb_status comp_thr_init(comp_sparse *cs, const char *name, const comp_params *p
   uint32_t k = comp_k(n, rho);
   double c = ceil(t->capf * k);
   uint32_t cap = c > (double)n ? (uint32_t)n : (uint32_t)c;
-  return comp_sparse_init(cs, name, p, n, ex, k, cap, t->fp16, t->ef, err, errlen);
+  fgb_status s = comp_sparse_init(cs, name, p, n, ex, k, cap, t->fp16, t->ef, err, errlen);
+  if (!s && t->payload == COMP_PAYLOAD_VAR && (s = comp_sparse_var_init(cs, err, errlen)))
+    comp_sparse_free(cs);
+  return s;
 }

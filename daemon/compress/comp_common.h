@@ -96,6 +96,14 @@ typedef struct comp_sparse {
   kern_ctl *ctl;     /* device scalars */
   kern_ws *ws;
   uint32_t *hist; /* KERN_HIST_BINS, device: the threshold methods' magnitude histogram */
+  /* payload=var (comp_sparse_var_init): phase 0 all-gathers the 8-byte headers (the counts), then
+   * phase 1 moves each rank's `count` entries only, packed as a COO of capacity = count, into
+   * its slot of recv (same stride as the fixed layout: decode is unchanged). */
+  int var, rank;
+  void *hdrs;       /* device, nranks * 8: the gathered headers */
+  void *pack;       /* device, comp_coo_bytes(cap): this rank's packed entries */
+  uint32_t *counts; /* host, nranks * 2 */
+  size_t *rbytes;   /* host, nranks: each rank's packed bytes this step */
 } comp_sparse;
 
 /* Allocate for n elements and payload capacity cap. */
@@ -128,8 +136,20 @@ fgb_status comp_sparse_thr_search(comp_sparse *cs, const float *grad, uint32_t f
 kern_sel comp_sparse_sel(comp_sparse *cs, float *a, float *mask);
 /* kern_select_thr of a at cs->ctl's threshold. */
 fgb_status comp_sparse_select_thr(comp_sparse *cs, float *a, const kern_sel *sel);
-/* Phase 0: allgather of this step's payload layout. */
+/* Phase 0: allgather of this step's payload layout (payload=var: of the headers only). */
 void comp_sparse_phase(const comp_sparse *cs, comp_phase *ph);
+/* payload=var: allocate the count phase's buffers and turn it on. */
+fgb_status comp_sparse_var_init(comp_sparse *cs, char *err, size_t errlen);
+/* advance() of a sparsifier: with payload=var, phase 1 reads the gathered counts (a host read; on
+ * GPU a sync of the stream), packs this rank's entries and lays out the ALLGATHERV; COMP_DONE
+ * otherwise. */
+int comp_sparse_advance(comp_sparse *cs, int phase, comp_phase *ph, char *err, size_t errlen);
+int comp_sparse_op_advance(void *st, const comp_exec *ex, int phase, comp_phase *ph, char *err,
+                           size_t errlen);
+/* Option "payload" (names in comp_payload_names): var (the default of the threshold methods) or
+ * fixed (the whole capacity all-gathered in one phase, no size exchange, no host sync). */
+enum { COMP_PAYLOAD_VAR = 0, COMP_PAYLOAD_FIXED = 1 };
+extern const char *const comp_payload_names[];
 fgb_status comp_sparse_decode(comp_sparse *cs, float *out, float scale);
 fgb_status comp_sparse_flush(comp_sparse *cs, const float *grad, float *dense);
 /* Export/import residual + ctl, plus `extra` regions of the compressor's own. */
@@ -154,17 +174,19 @@ int comp_sparse_opts(comp_opt *opts, int *fp16, int *ef);
 /* ---- threshold methods (gaussiank, sidco) ---------------------------------------------------- */
 
 /* Their common options: fp16_values, ef, adapt_iters, capacity (payload = ceil(capacity k)),
- * search (comp_search_names). Set the defaults before comp_thr_opts_add. */
+ * search (comp_search_names), payload (comp_payload_names). Set the defaults before
+ * comp_thr_opts_add. */
 typedef struct comp_thr_opts {
-  int fp16, ef, search;
+  int fp16, ef, search, payload;
   int64_t iters;
   double capf;
 } comp_thr_opts;
 
-/* Fills opts[0..4] with the common options writing into t; returns 5. */
+/* Fills opts[0..5] with the common options writing into t; returns 6. */
 int comp_thr_opts_add(comp_opt *opts, comp_thr_opts *t);
-/* comp_sparse_init with k = comp_k(n, rho) and capacity min(n, ceil(capf k)). On error nothing
- * stays allocated in cs and err names the compressor. */
+/* comp_sparse_init with k = comp_k(n, rho) and capacity min(n, ceil(capf k)), and
+ * comp_sparse_var_init with payload=var. On error nothing stays allocated in cs and err names the
+ * compressor. */
 fgb_status comp_thr_init(comp_sparse *cs, const char *name, const comp_params *p, uint64_t n,
                          const comp_exec *ex, double rho, const comp_thr_opts *t, char *err,
                          size_t errlen);
@@ -177,24 +199,26 @@ typedef struct comp_lowrank {
   uint64_t n, rows, cols; /* the 2-D view; a vector is 1 x n */
   uint32_t r;             /* rank, at most min(rows, cols) */
   int ef, dense;          /* error feedback; all-reduced dense (vector or poor compression rate) */
+  uint64_t start_step;    /* steps before it: dense warm-up (all-reduce of G + E, E flushed) */
+  int warm;               /* the current step is a warm-up step */
   float *M;               /* n: G + E during a step, the residual E between steps */
   float *P, *Q;           /* rows x r, cols x r: the summed (received) factors; Q is warm start */
   float *Pl, *Ql;         /* rows x r, cols x r: the local factors (sent) */
   float *send, *recv;     /* n each: dense fallback */
 } comp_lowrank;
 
-/* Checks, options rank (default def_rank), ef, min_compression_rate, and the buffers. Q starts
- * from Philox keyed by (seed, buffer_id), and P too when fill_p. On error nothing stays allocated.
- */
+/* Checks, options rank (default def_rank), ef, min_compression_rate, start_step (default
+ * def_start), and the buffers. Q starts from Philox keyed by (seed, buffer_id), and P too when
+ * fill_p. On error nothing stays allocated. */
 fgb_status comp_lowrank_init(comp_lowrank *lr, const char *name, const comp_params *p, uint64_t n,
-                             const comp_exec *ex, int64_t def_rank, int fill_p, char *err,
-                             size_t errlen);
+                             const comp_exec *ex, int64_t def_rank, int64_t def_start, int fill_p,
+                             char *err, size_t errlen);
 void comp_lowrank_free(comp_lowrank *lr);
 /* Start a step: ph is an fp32 all-reduce. *done = 1 (the caller returns the status as is) for NULL
- * arguments and for a dense step (ph is the whole flushed gradient). Else M = G (+ E with EF) and
- * the caller lays out its factor's phase. */
+ * arguments and for a dense step — dense buffer, or a warm-up step (step < start_step): ph is the
+ * whole flushed gradient. Else M = G (+ E with EF) and the caller lays out its factor's phase. */
 fgb_status comp_lowrank_begin(comp_lowrank *lr, const comp_exec *ex, const float *grad,
-                              comp_phase *ph, int *done, char *err, size_t errlen);
+                              uint64_t step, comp_phase *ph, int *done, char *err, size_t errlen);
 /* State blob: M (EF), P (with_p), Q, then up to 2 extra regions of the compressor's own. */
 fgb_status comp_lowrank_export(comp_lowrank *lr, const comp_exec *ex, int with_p,
                                const comp_region *extra, int nextra, void **buf, size_t *bytes);

@@ -11,8 +11,10 @@
  * Q [engine runs the collective] ... decode(out, scale) scatter-add / reconstruct, times scale
  *
  * Rules every implementation keeps (tests check them):
- *  - Payloads have a fixed capacity known at create time (no size exchange, no host sync on GPU):
- *    the COO layout below with the count in the header, on the device.
+ *  - Payloads have a fixed capacity known at create time: the COO layout below with the count in
+ *    the header, on the device. Either all of it is all-gathered (no size exchange, no host sync
+ *    on GPU), or (payload=var of the threshold methods) the headers are all-gathered first and
+ *    then only each rank's count moves (ALLGATHERV; one host read of the P counts).
  *  - decode is bitwise identical on every rank for the same received bytes: accumulate in rank
  *    order, never with floating-point atomics.
  *  - The residual update is fused into the selection pass.
@@ -39,15 +41,28 @@ typedef enum comp_coll {
   COMP_COLL_NONE = 0,      /* nothing to communicate in this phase */
   COMP_COLL_ALLREDUCE = 1, /* recv = sum over ranks of send; `count` elements of `dtype` */
   COMP_COLL_ALLGATHER = 2, /* recv[r * bytes .. ] = rank r's send; `bytes` per rank */
+  /* recv[r * stride ..] = rank r's rbytes[r] bytes (rbytes[rank] == bytes, each <= stride): a
+   * variable-size all-gather (MPI_Allgatherv; NCCL grouped send/recv). The sizes were agreed by an
+   * earlier phase, so every rank passes the same rbytes. */
+  COMP_COLL_ALLGATHERV = 3,
+  /* To each rank q, sbytes[q] bytes from send + soff[q]; from each rank r, rbytes[r] bytes into
+   * recv + r * stride (each <= stride): a variable-size all-to-all (MPI_Alltoallv; NCCL grouped
+   * send/recv). rbytes[r] equals what rank r sends here; the sizes were agreed beforehand. */
+  COMP_COLL_ALLTOALLV = 4,
 } comp_coll;
 
 typedef struct comp_phase {
   comp_coll coll;
   const void *send;
   void *recv;
-  size_t count;    /* ALLREDUCE: elements */
-  fgb_dtype dtype; /* ALLREDUCE: FGB_FLOAT32 or FGB_FLOAT16 */
-  size_t bytes;    /* ALLGATHER: bytes per rank (recv holds nranks * bytes) */
+  size_t count;         /* ALLREDUCE: elements */
+  fgb_dtype dtype;      /* ALLREDUCE: FGB_FLOAT32 or FGB_FLOAT16 */
+  size_t bytes;         /* ALLGATHER: bytes per rank (recv holds nranks * bytes); ALLGATHERV:
+                           this rank's bytes */
+  const size_t *rbytes; /* ALLGATHERV, ALLTOALLV: nranks entries, host memory of the compressor */
+  size_t stride;        /* ALLGATHERV, ALLTOALLV: slot of each rank in recv (nranks * stride) */
+  const size_t *sbytes; /* ALLTOALLV: bytes to each rank (nranks entries, host) */
+  const size_t *soff;   /* ALLTOALLV: their offsets in send (nranks entries, host) */
 } comp_phase;
 
 #define COMP_DONE 0 /* advance(): no further phase */
@@ -69,6 +84,9 @@ typedef struct comp_params {
   uint64_t seed;       /* shared by all ranks of the job (Random-k, sampling) */
   uint32_t buffer_id;  /* stable id of the buffer in the plan (keys Random-k's generator) */
   uint64_t rows, cols; /* 2-D view: rows * cols == n; rows = 1 for a vector */
+  uint64_t inner;      /* product of the dimensions after dim 1 (a conv weight [out, in, kh, kw]:
+                          kh kw, rows = out, cols = in kh kw); 0 or 1: none. Must divide cols.
+                          ADTopk selects along dim 1 per (row, inner) fibre */
   const char *options; /* algorithm options "key=value,key=value" (NULL = defaults); unknown keys
                           are an error naming the key */
 } comp_params;

@@ -1,8 +1,9 @@
 /* daemon/compress/dgc.c — Deep Gradient Compression (Lin et al., ICLR 2018). Momentum correction
  * (u = m u + g; v += u, or Nesterov) with momentum-factor masking, optional local gradient
  * clipping, a threshold from the exact top of a strided ~1% sample, a bounded adaptation loop on
- * the device (accept [0.8k, 1.3k]; its counts read off the histogram the momentum pass takes, or
- * with search=count a pass each), and a hard cap at k = ceil(n density) that keeps the LARGEST
+ * the device (too few below 0.8k lowers it; too many ends it, and the hard cap takes the exact
+ * top-k, as the reference's resampling; its counts read off the histogram the momentum pass takes,
+ * or with search=count a pass each), and a hard cap at k = ceil(n density) that keeps the LARGEST
  * entries (the public code truncates by index, which favours low indices). Warm-up densities per
  * epoch. The optimizer must not apply its own momentum to these tensors (the gradient is
  * momentum-corrected). */
@@ -33,7 +34,8 @@ typedef struct dgc_state {
   kern_defer df;
   double momentum, clip;
   int nesterov, masking, adapt_iters, strided;
-  int search; /* COMP_SEARCH_*: adaptation counts from the histogram of v, or a pass per round */
+  int resample; /* more than 1.3k candidates: accept, the capped select takes the exact top-k */
+  int search;   /* COMP_SEARCH_*: adaptation counts from the histogram of v, or a pass per round */
   int64_t warmup_epochs, steps_per_epoch;
   uint64_t seed;
   uint32_t buffer_id;
@@ -75,7 +77,7 @@ static fgb_status dgc_create(const comp_params *p, uint64_t n, const comp_exec *
   fgb_status rc = comp_check_common("dgc", p, n, ex, 1, err, errlen);
   if (rc) return rc;
   double rho, sample = 0.01, momentum = 0.9, clip = 0, coeff = 0;
-  int fp16 = 0, nesterov = 0, masking = 1, strided = 1, search = 0;
+  int fp16 = 0, nesterov = 0, masking = 1, strided = 1, search = 0, resample = 1;
   int64_t iters = 10, wu = 0, spe = 0;
   if ((rc = comp_density("dgc", p, 0.001, &rho, err, errlen))) return rc;
   comp_opt opts[] = {
@@ -91,6 +93,7 @@ static fgb_status dgc_create(const comp_params *p, uint64_t n, const comp_exec *
       {"steps_per_epoch", COMP_OPT_INT, &spe, 0, 1e15, NULL},
       {"warmup_coeff", COMP_OPT_DOUBLE, &coeff, 0, 1, NULL},
       {"search", COMP_OPT_ENUM, &search, 0, 0, comp_search_names},
+      {"resample", COMP_OPT_BOOL, &resample, 0, 1, NULL},
   };
   if ((rc = comp_parse_options("dgc", p->options, opts, sizeof opts / sizeof opts[0], err, errlen)))
     return rc;
@@ -108,6 +111,7 @@ static fgb_status dgc_create(const comp_params *p, uint64_t n, const comp_exec *
   s->masking = masking;
   s->adapt_iters = (int)iters;
   s->strided = strided;
+  s->resample = resample;
   s->search = search;
   s->warmup_epochs = wu;
   s->steps_per_epoch = spe;
@@ -162,7 +166,11 @@ static fgb_status dgc_encode(void *st, const comp_exec *ex, const float *grad, u
   /* The sample positions are a pure function of (seed, buffer, step): no device round trip.
    * strided: every stride-th entry from a random start; else one random entry per stratum. */
   uint64_t start = kern_philox_u32(s->seed, 0x44474331u, s->buffer_id, step) % pl->stride;
-  kern_adapt ad = {KERN_ADAPT_BRACKET, pl->k, 0.8, 1.3, 0.8, 1.3, (uint32_t)s->adapt_iters};
+  /* resample (the reference's default): too many candidates end the search at once and the
+   * select's hard cap takes their exact top k, as the reference's resampling; only too few
+   * (< 0.8k) lowers the threshold. resample=0: above 1.3k the threshold is raised too. */
+  kern_adapt ad = {KERN_ADAPT_BRACKET,      pl->k, 0.8, s->resample ? 1e30 : 1.3, 0.8, 1.3,
+                   (uint32_t)s->adapt_iters};
   kern_replay rp = {KERN_THR_KEEP, 0.0, 1, KERN_THR_KEEP, 0.0, ad}; /* thr: the sample's */
   if (!rc && s->search == COMP_SEARCH_HIST && s->strided && pl->k < n) {
     /* The momentum pass with the histogram of v, the strided sample and its exact kth, and the

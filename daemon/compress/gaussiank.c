@@ -35,7 +35,7 @@ static fgb_status gaussiank_create(const comp_params *p, uint64_t n, const comp_
   double rho;
   comp_thr_opts t = {.fp16 = 0, .ef = 1, .search = 0, .iters = 8, .capf = 1.5};
   if ((rc = comp_density("gaussiank", p, 0.01, &rho, err, errlen))) return rc;
-  comp_opt opts[5];
+  comp_opt opts[6];
   int no = comp_thr_opts_add(opts, &t);
   if ((rc = comp_parse_options("gaussiank", p->options, opts, no, err, errlen))) return rc;
   gaussiank_state *s = calloc(1, sizeof *s);
@@ -77,7 +77,7 @@ const comp_ops comp_gaussiank_ops = {
     .create = gaussiank_create,
     .destroy = comp_sparse_op_destroy,
     .encode = gaussiank_encode,
-    .advance = NULL,
+    .advance = comp_sparse_op_advance,
     .decode = comp_sparse_op_decode,
     .flush_dense = comp_sparse_op_flush,
     .state_export = comp_sparse_op_export,

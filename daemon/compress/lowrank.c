@@ -17,11 +17,11 @@ static fgb_status lowrank_alloc(comp_lowrank *lr, const comp_params *p, const co
                                 int fill_p) {
   uint64_t n = lr->n, r = lr->r;
   fgb_status rc = kern_alloc(ex, n * sizeof(float), (void **)&lr->M);
-  if (lr->dense) {
+  if (lr->dense || lr->start_step > 0) { /* the dense steps' buffers */
     if (!rc) rc = kern_alloc(ex, n * sizeof(float), (void **)&lr->send);
     if (!rc) rc = kern_alloc(ex, n * sizeof(float), (void **)&lr->recv);
-    return rc;
   }
+  if (lr->dense) return rc;
   size_t pb = lr->rows * r * sizeof(float), qb = lr->cols * r * sizeof(float);
   if (!rc) rc = kern_alloc(ex, pb, (void **)&lr->P);
   if (!rc) rc = kern_alloc(ex, qb, (void **)&lr->Q);
@@ -34,21 +34,22 @@ static fgb_status lowrank_alloc(comp_lowrank *lr, const comp_params *p, const co
 }
 
 fgb_status comp_lowrank_init(comp_lowrank *lr, const char *name, const comp_params *p, uint64_t n,
-                             const comp_exec *ex, int64_t def_rank, int fill_p, char *err,
-                             size_t errlen) {
+                             const comp_exec *ex, int64_t def_rank, int64_t def_start, int fill_p,
+                             char *err, size_t errlen) {
   memset(lr, 0, sizeof *lr);
   fgb_status rc = comp_check_common(name, p, n, ex, 0, err, errlen);
   if (rc) return rc;
   double rho, min_rate = 2.0;
   int ef = 1;
-  int64_t rank = def_rank;
+  int64_t rank = def_rank, start = def_start;
   if ((rc = comp_density(name, p, 1.0, &rho, err, errlen))) return rc; /* checked, unused */
   comp_opt opts[] = {
       {"rank", COMP_OPT_INT, &rank, 1, KERN_MAX_RANK, NULL},
       {"ef", COMP_OPT_BOOL, &ef, 0, 1, NULL},
       {"min_compression_rate", COMP_OPT_DOUBLE, &min_rate, 0, 1e9, NULL},
+      {"start_step", COMP_OPT_INT, &start, 0, 1e15, NULL},
   };
-  if ((rc = comp_parse_options(name, p->options, opts, 3, err, errlen))) return rc;
+  if ((rc = comp_parse_options(name, p->options, opts, 4, err, errlen))) return rc;
   lr->name = name;
   lr->ex = *ex;
   lr->n = n;
@@ -59,6 +60,7 @@ fgb_status comp_lowrank_init(comp_lowrank *lr, const char *name, const comp_para
   if (r > lr->cols) r = lr->cols;
   lr->r = (uint32_t)r;
   lr->ef = ef;
+  lr->start_step = (uint64_t)start;
   /* Vectors, and matrices whose rate rows*cols / ((rows+cols) r) is below min_rate, go dense. */
   lr->dense = lr->rows < 2 || lr->cols < 2 ||
               (double)n / ((double)(lr->rows + lr->cols) * (double)r) < min_rate;
@@ -71,13 +73,14 @@ fgb_status comp_lowrank_init(comp_lowrank *lr, const char *name, const comp_para
 }
 
 fgb_status comp_lowrank_begin(comp_lowrank *lr, const comp_exec *ex, const float *grad,
-                              comp_phase *ph, int *done, char *err, size_t errlen) {
+                              uint64_t step, comp_phase *ph, int *done, char *err, size_t errlen) {
   *done = 1;
   if (grad == NULL || ph == NULL) return comp_errf(err, errlen, "%s: NULL grad or phase", lr->name);
   memset(ph, 0, sizeof *ph);
   ph->coll = COMP_COLL_ALLREDUCE;
   ph->dtype = FGB_FLOAT32;
-  if (lr->dense) {
+  lr->warm = !lr->dense && step < lr->start_step;
+  if (lr->dense || lr->warm) {
     ph->send = lr->send;
     ph->recv = lr->recv;
     ph->count = lr->n;
@@ -128,7 +131,7 @@ fgb_status comp_lowrank_op_decode(void *st, const comp_exec *ex, float *out, flo
                                   size_t errlen) {
   comp_lowrank *lr = st;
   if (out == NULL) return comp_errf(err, errlen, "%s: NULL out", lr->name);
-  if (lr->dense) return kern_scale(ex, out, lr->recv, lr->n, scale);
+  if (lr->dense || lr->warm) return kern_scale(ex, out, lr->recv, lr->n, scale);
   return kern_outer(ex, out, lr->rows, lr->cols, lr->P, lr->Q, lr->r, scale, 0.0f);
 }
 

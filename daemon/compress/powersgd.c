@@ -5,11 +5,15 @@
  * keyed by (seed, buffer_id): identical on every rank without a broadcast (GRACE redraws it every
  * step — no warm start — from an unsynchronised RNG). Vectors, and matrices whose compression rate
  * rows*cols / ((rows+cols) r) is below min_compression_rate, are all-reduced dense with EF flushed.
- */
+ * The first start_step steps (default 100, as the reference) are dense warm-up steps. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "comp_common.h"
+
+/* Dense warm-up steps before compressing: the reference powersgd.py's
+ * start_compressing_after_num_steps (PyTorch's hook: start_powerSGD_iter = 1000). */
+#define POWERSGD_START 100
 
 /* The comp_lowrank alone: P receives the summed P, Q the summed Q (next step's warm start). */
 typedef struct powersgd_state {
@@ -24,7 +28,8 @@ static fgb_status powersgd_create(const comp_params *p, uint64_t n, const comp_e
     return FGB_ENOMEM;
   }
   /* Only Q is seeded: P is always computed (M Q) before it is read. */
-  fgb_status rc = comp_lowrank_init(&s->lr, "powersgd", p, n, ex, 1, 0, err, errlen);
+  fgb_status rc =
+      comp_lowrank_init(&s->lr, "powersgd", p, n, ex, 1, POWERSGD_START, 0, err, errlen);
   if (rc) {
     free(s);
     return rc;
@@ -37,7 +42,7 @@ static fgb_status powersgd_encode(void *st, const comp_exec *ex, const float *gr
                                   comp_phase *ph, char *err, size_t errlen) {
   comp_lowrank *l = &((powersgd_state *)st)->lr;
   int done;
-  fgb_status rc = comp_lowrank_begin(l, ex, grad, ph, &done, err, errlen);
+  fgb_status rc = comp_lowrank_begin(l, ex, grad, step, ph, &done, err, errlen);
   if (done) return rc;
   if (!rc) rc = kern_mm(ex, l->M, l->rows, l->cols, l->Q, l->r, l->Pl);
   ph->send = l->Pl;
@@ -50,7 +55,7 @@ static int powersgd_advance(void *st, const comp_exec *ex, int phase, comp_phase
                             size_t errlen) {
   comp_lowrank *l = &((powersgd_state *)st)->lr;
   if (ph == NULL) return comp_errf(err, errlen, "powersgd: NULL phase");
-  if (l->dense || phase >= 2) return COMP_DONE;
+  if (l->dense || l->warm || phase >= 2) return COMP_DONE;
   if (phase != 1) return comp_errf(err, errlen, "powersgd: no phase %d", phase);
   fgb_status rc = kern_orthonormalize(ex, l->P, l->rows, l->r, 1e-8f);
   if (!rc) rc = kern_mm_t(ex, l->M, l->rows, l->cols, l->P, l->r, l->Ql);

@@ -20,12 +20,13 @@ static fgb_status redsync_create(const comp_params *p, uint64_t n, const comp_ex
   fgb_status rc = comp_check_common("redsync", p, n, ex, 1, err, errlen);
   if (rc) return rc;
   double rho;
-  int fp16 = 0, ef = 1, search = 0, mode = 0;
+  int fp16 = 0, ef = 1, search = 0, mode = 0, payload = COMP_PAYLOAD_VAR;
   if ((rc = comp_density("redsync", p, 0.01, &rho, err, errlen))) return rc;
-  comp_opt opts[4];
+  comp_opt opts[5];
   int no = comp_sparse_opts(opts, &fp16, &ef);
   opts[no++] = (comp_opt){"mode", COMP_OPT_ENUM, &mode, 0, 0, redsync_modes};
   opts[no++] = (comp_opt){"search", COMP_OPT_ENUM, &search, 0, 0, comp_search_names};
+  opts[no++] = (comp_opt){"payload", COMP_OPT_ENUM, &payload, 0, 0, comp_payload_names};
   if ((rc = comp_parse_options("redsync", p->options, opts, no, err, errlen))) return rc;
   redsync_state *s = calloc(1, sizeof *s);
   if (s == NULL) {
@@ -40,6 +41,12 @@ static fgb_status redsync_create(const comp_params *p, uint64_t n, const comp_ex
   if ((rc = comp_sparse_init(&s->cs, "redsync", p, n, ex, k, (uint32_t)cap, fp16, ef, err,
                              errlen))) {
     free(s);
+    return rc;
+  }
+  /* bisect sends between k and 2k: only what was selected moves. trim always sends exactly k, its
+   * capacity, so there is nothing to save and it keeps the one fixed all-gather. */
+  if (mode && payload == COMP_PAYLOAD_VAR && (rc = comp_sparse_var_init(&s->cs, err, errlen))) {
+    comp_sparse_op_destroy(s);
     return rc;
   }
   *state = s;
@@ -90,7 +97,7 @@ const comp_ops comp_redsync_ops = {
     .create = redsync_create,
     .destroy = comp_sparse_op_destroy,
     .encode = redsync_encode,
-    .advance = NULL,
+    .advance = comp_sparse_op_advance,
     .decode = comp_sparse_op_decode,
     .flush_dense = comp_sparse_op_flush,
     .state_export = comp_sparse_op_export,

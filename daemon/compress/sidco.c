@@ -28,7 +28,7 @@ static fgb_status sidco_create(const comp_params *p, uint64_t n, const comp_exec
   int64_t stages = 3;
   comp_thr_opts t = {.fp16 = 0, .ef = 1, .search = 0, .iters = 4, .capf = 1.5};
   if ((rc = comp_density("sidco", p, 0.01, &rho, err, errlen))) return rc;
-  comp_opt opts[8];
+  comp_opt opts[9];
   int no = comp_thr_opts_add(opts, &t);
   opts[no++] = (comp_opt){"dist", COMP_OPT_ENUM, &dist, 0, 0, sidco_dists};
   opts[no++] = (comp_opt){"stages", COMP_OPT_INT, &stages, 1, 8, NULL};
@@ -82,7 +82,7 @@ const comp_ops comp_sidco_ops = {
     .create = sidco_create,
     .destroy = comp_sparse_op_destroy,
     .encode = sidco_encode,
-    .advance = NULL,
+    .advance = comp_sparse_op_advance,
     .decode = comp_sparse_op_decode,
     .flush_dense = comp_sparse_op_flush,
     .state_export = comp_sparse_op_export,

@@ -69,7 +69,8 @@ comp_params cp_tensor_params(const eng_tensor *t, uint64_t job_key, int rank, in
                    .seed = cp_job_seed(job_key),
                    .buffer_id = t->key,
                    .rows = t->rows,
-                   .cols = t->cols};
+                   .cols = t->cols,
+                   .inner = t->inner};
   return p;
 }
 
@@ -201,6 +202,29 @@ static fgb_status run_phase(const cp_job *job, cp_inst *i, const comp_phase *ph,
       *sent += ph->bytes;
       *recv += ph->bytes * (uint64_t)job->size;
     }
+  } else if (ph->coll == COMP_COLL_ALLGATHERV) {
+    if (!job->ops->allgatherv) {
+      snprintf(err, errlen, "transport %s has no variable-size all-gather", job->ops->name);
+      return FGB_ENOTSUP;
+    }
+    st = job->ops->allgatherv(job->c, ph->send, ph->bytes, ph->recv, ph->rbytes, ph->stride, &req,
+                              err, errlen);
+    if (st == FGB_OK) {
+      *sent += ph->bytes;
+      for (int r = 0; r < job->size; r++) *recv += ph->rbytes[r];
+    }
+  } else if (ph->coll == COMP_COLL_ALLTOALLV) {
+    if (!job->ops->alltoallv) {
+      snprintf(err, errlen, "transport %s has no variable-size all-to-all", job->ops->name);
+      return FGB_ENOTSUP;
+    }
+    st = job->ops->alltoallv(job->c, ph->send, ph->sbytes, ph->soff, ph->recv, ph->rbytes,
+                             ph->stride, &req, err, errlen);
+    if (st == FGB_OK)
+      for (int r = 0; r < job->size; r++) {
+        *sent += ph->sbytes[r];
+        *recv += ph->rbytes[r];
+      }
   } else if (ph->coll == COMP_COLL_ALLREDUCE) {
     st = job->ops->allreduce(job->c, ph->send, ph->recv, ph->count, ph->dtype, &req, err, errlen);
     if (st == FGB_OK) {
@@ -266,6 +290,8 @@ fgb_status cp_sync(cp_store *s, const cp_job *job, const eng_tensor *t, uint64_t
       eng_stats_add(job->stats, EPS_ALLGATHER, (double)ph.bytes, eng_now_s() - t0);
       if (ph.bytes > 8) gathered += (double)(ph.bytes - 8) / 8.0 * job->size;
     }
+    if (st == FGB_OK && ph.coll == COMP_COLL_ALLGATHERV)
+      for (int r = 0; r < job->size; r++) gathered += (double)(ph.rbytes[r] - 8) / 8.0;
     if (st != FGB_OK || !i->ops->advance) break;
     int r = i->ops->advance(i->st, &cp_host, phase, &ph, err, errlen);
     if (r < 0) st = (fgb_status)r;

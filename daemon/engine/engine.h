@@ -58,6 +58,7 @@ typedef struct eng_tensor {
   const struct comp_ops *comp;
   double density;
   uint64_t rows, cols; /* the shape's 2-D view */
+  uint64_t inner;      /* product of the dims after the second (ADTopk's fibres; 1 if none) */
   uint32_t key;        /* job-wide tensor key: the compressor's buffer_id */
   /* The plan sends this compressed tensor's buffer dense this step: its residual is folded into
    * what is sent and cleared (cp_flush), then it joins the dense all-reduce. */

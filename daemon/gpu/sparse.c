@@ -452,6 +452,24 @@ static fgb_status run_phase(const sp_job *job, const sp_inst *i, const comp_phas
     return nccl_done(job, ncclAllGather(ph->send, ph->recv, ph->bytes, ncclUint8, nc, s),
                      i->ops->name, err, errlen);
   }
+  if (ph->coll == COMP_COLL_ALLGATHERV) {
+    *sent += ph->bytes;
+    for (int r = 0; r < job->size; r++) *recv += ph->rbytes[r];
+    return nccl_done(job,
+                     comm_nccl_allgatherv(nc, job->rank, job->size, ph->send, ph->bytes, ph->recv,
+                                          ph->rbytes, ph->stride, s),
+                     i->ops->name, err, errlen);
+  }
+  if (ph->coll == COMP_COLL_ALLTOALLV) {
+    for (int r = 0; r < job->size; r++) {
+      *sent += ph->sbytes[r];
+      *recv += ph->rbytes[r];
+    }
+    return nccl_done(job,
+                     comm_nccl_alltoallv(nc, job->rank, job->size, ph->send, ph->sbytes, ph->soff,
+                                         ph->recv, ph->rbytes, ph->stride, s),
+                     i->ops->name, err, errlen);
+  }
   if (ph->coll == COMP_COLL_ALLREDUCE) {
     ncclDataType_t nt = comm_nccl_type(ph->dtype);
     if (nt == ncclNumTypes || (ph->dtype != FGB_FLOAT32 && ph->dtype != FGB_FLOAT16)) {
@@ -525,6 +543,8 @@ fgb_status sp_sync_timed(const sp_job *job, const eng_tensor *t, sp_timing *tm, 
     st = run_phase(job, i, &ph, sent, recv, err, errlen);
     if (st == FGB_OK && ph.coll == COMP_COLL_ALLGATHER && ph.bytes > 8)
       gathered += (double)(ph.bytes - 8) / 8.0 * job->size;
+    if (st == FGB_OK && ph.coll == COMP_COLL_ALLGATHERV)
+      for (int r = 0; r < job->size; r++) gathered += (double)(ph.rbytes[r] - 8) / 8.0;
     if (st != FGB_OK || !i->ops->advance) break;
     int r = i->ops->advance(i->st, &ex, phase, &ph, err, errlen);
     if (r < 0) st = (fgb_status)r;

@@ -2,6 +2,7 @@
  * capped threshold select, row-wise top-k, Random-k), and the COO decode that every rank runs on
  * the same received bytes in rank order. Ties always go to the lower index. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -138,6 +139,51 @@ fgb_status kern_cpu_topk_rows(const float *a, uint64_t rows, uint64_t cols, uint
   return FGB_OK;
 }
 
+fgb_status kern_cpu_topk_fibres(const float *a, uint64_t outer, uint64_t len, uint64_t inner,
+                                uint32_t k1, const kern_sel *out, uint32_t *bits, kern_ws *ws) {
+  (void)bits;
+  if (inner <= 1) return kern_cpu_topk_rows(a, outer, len, k1, out, ws);
+  if (len == 0 || inner > UINT64_MAX / len || outer > UINT64_MAX / (len * inner)) return FGB_EINVAL;
+  const uint64_t blk = len * inner;
+  fgb_status s = check_sel(out, a, outer * blk);
+  if (s) return s;
+  if (out->defer) return FGB_EINVAL;
+  if (k1 < 1) k1 = 1;
+  if (k1 > len) k1 = (uint32_t)len;
+  if (outer * inner * k1 > out->capacity) return FGB_EINVAL; /* <= n <= 2^31: no overflow */
+  float *fib = malloc(len * sizeof *fib);
+  uint32_t *T = malloc(inner * sizeof *T);
+  uint64_t *eq = malloc(inner * sizeof *eq);
+  if (fib == NULL || T == NULL || eq == NULL) {
+    free(fib);
+    free(T);
+    free(eq);
+    return FGB_ENOMEM;
+  }
+  PAYLOAD_PTRS(out);
+  uint32_t j = 0;
+  for (uint64_t o = 0; o < outer; o++) {
+    const uint64_t base = o * blk;
+    for (uint64_t f = 0; f < inner; f++) {
+      for (uint64_t c = 0; c < len; c++) fib[c] = a[base + c * inner + f];
+      T[f] = kern_cpu_radix_kth(fib, len, k1, &eq[f]);
+    }
+    /* One walk of the block in index order: fibre f's ties go to its lower c first. */
+    for (uint64_t i = 0, f = 0; i < blk; i++, f = f + 1 == inner ? 0 : f + 1) {
+      uint32_t key = kern_abs_key(a[base + i]);
+      if (key > T[f] || (key == T[f] && eq[f] > 0)) {
+        if (key == T[f]) eq[f]--;
+        emit(out, vals32, vals16, idx, j++, a, base + i);
+      }
+    }
+  }
+  free(fib);
+  free(T);
+  free(eq);
+  finish(out, j);
+  return FGB_OK;
+}
+
 fgb_status kern_cpu_randomk_indices(uint64_t n, uint32_t k, uint64_t seed, uint32_t buffer_id,
                                     uint64_t step, int32_t *idx) {
   if (k == 0) return FGB_OK;
@@ -229,5 +275,31 @@ fgb_status kern_cpu_coo_restore(const void *local, int fp16, const void *global,
     float x = fp16 ? kern_half_to_float(((const uint16_t *)vl)[j]) : ((const float *)vl)[j];
     r[il[j]] = kern_nan_canon(r[il[j]] + x);
   }
+  return FGB_OK;
+}
+
+fgb_status kern_cpu_coo_split(const void *payload, int fp16, const uint32_t *bounds, int P,
+                              uint32_t *out) {
+  if (payload == NULL || bounds == NULL || out == NULL || P < 1) return FGB_EINVAL;
+  const comp_coo_header *h = payload;
+  const uint32_t c = h->count;
+  const int32_t *idx = kern_coo_indices((void *)payload, h->capacity, fp16 ? 2 : 4);
+  for (int j = 0; j <= P; j++) {
+    uint32_t lo = 0, hi = c; /* first entry with idx >= bounds[j] */
+    if (j == P) {
+      lo = c;
+    } else {
+      while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if ((uint32_t)idx[mid] < bounds[j])
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+    }
+    out[j] = lo;
+  }
+  for (int q = 1; q < P; q++)
+    out[P + q] = c ? (uint32_t)idx[(uint64_t)q * c / (uint64_t)P] : bounds[q];
   return FGB_OK;
 }

@@ -499,3 +499,37 @@ extern "C" fgb_status kern_cuda_coo_restore(const void *local, int fp16, const v
       (const char *)local, fp16 ? 2 : 4, (const char *)global, r);
   return kc_launched();
 }
+
+/* kern_coo_split: one thread per output (2P of them), binary searches on the payload's indices. */
+__global__ void k_coo_split(const char *payload, uint32_t vb, const uint32_t *bounds, int P,
+                            uint32_t *out) {
+  const uint32_t c = ld_u32(payload), cap = ld_u32(payload + 4);
+  const char *idx = payload + coo_bytes(cap, vb) - (uint64_t)cap * 4;
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < 2 * P; t += gridDim.x * blockDim.x) {
+    if (t == P) {
+      out[P] = c;
+    } else if (t < P) {
+      uint32_t lo = 0, hi = c;
+      while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (ld_u32(idx + 4ull * mid) < bounds[t])
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      out[t] = lo;
+    } else {
+      const int q = t - P;
+      out[t] = c ? ld_u32(idx + 4ull * ((uint64_t)q * c / (uint64_t)P)) : bounds[q];
+    }
+  }
+}
+
+extern "C" fgb_status kern_cuda_coo_split(const void *payload, int fp16, const uint32_t *bounds,
+                                          int P, uint32_t *out, void *stream) {
+  if (payload == NULL || bounds == NULL || out == NULL || P < 1) return FGB_EINVAL;
+  const int blocks = (2 * P + 255) / 256;
+  k_coo_split<<<blocks, 256, 0, KC_STREAM(stream)>>>((const char *)payload, fp16 ? 2 : 4, bounds, P,
+                                                     out);
+  return kc_launched();
+}

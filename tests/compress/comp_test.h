@@ -115,6 +115,7 @@ typedef struct ct_job {
   void *st[CT_MAXP];
   comp_phase ph[CT_MAXP];
   char err[256];
+  uint64_t moved; /* bytes each rank received, summed over every phase run (all-reduce: count) */
 } ct_job;
 
 static inline fgb_status ct_job_create(ct_job *j, const char *name, const comp_exec *ex, int P,
@@ -153,15 +154,45 @@ static inline void ct_job_collective(ct_job *j) {
   comp_phase *p0 = &j->ph[0];
   for (int r = 1; r < j->P; r++) {
     REQUIRE(j->ph[r].coll == p0->coll);
-    REQUIRE(j->ph[r].bytes == p0->bytes && j->ph[r].count == p0->count);
+    REQUIRE(j->ph[r].count == p0->count);
+    REQUIRE(p0->coll == COMP_COLL_ALLGATHERV || p0->coll == COMP_COLL_ALLTOALLV ||
+            j->ph[r].bytes == p0->bytes);
   }
-  if (p0->coll == COMP_COLL_ALLGATHER) {
+  if (p0->coll == COMP_COLL_ALLTOALLV) {
+    /* Rank r's block for q goes to q's slot r; q expects exactly that many bytes. */
+    for (int q = 0; q < j->P; q++) {
+      REQUIRE(j->ph[q].stride == p0->stride && j->ph[q].rbytes && j->ph[q].sbytes && j->ph[q].soff);
+      for (int r = 0; r < j->P; r++) {
+        size_t b = j->ph[r].sbytes[q];
+        REQUIRE(j->ph[q].rbytes[r] == b && b <= p0->stride);
+        if (b)
+          REQUIRE(kern_memcpy(&j->ex, (char *)j->ph[q].recv + (size_t)r * p0->stride,
+                              (const char *)j->ph[r].send + j->ph[r].soff[q], b) == FGB_OK);
+      }
+    }
+    for (int r = 0; r < j->P; r++) j->moved += j->ph[0].rbytes[r];
+  } else if (p0->coll == COMP_COLL_ALLGATHERV) {
+    /* Every rank agrees on every size, its own is what it sends, each fits its slot. */
+    for (int q = 0; q < j->P; q++) {
+      REQUIRE(j->ph[q].stride == p0->stride && j->ph[q].rbytes != NULL);
+      REQUIRE(j->ph[q].rbytes[q] == j->ph[q].bytes);
+      for (int r = 0; r < j->P; r++) {
+        REQUIRE(j->ph[q].rbytes[r] == p0->rbytes[r] && p0->rbytes[r] <= p0->stride);
+        if (p0->rbytes[r])
+          REQUIRE(kern_memcpy(&j->ex, (char *)j->ph[q].recv + (size_t)r * p0->stride, j->ph[r].send,
+                              p0->rbytes[r]) == FGB_OK);
+      }
+    }
+    for (int r = 0; r < j->P; r++) j->moved += p0->rbytes[r];
+  } else if (p0->coll == COMP_COLL_ALLGATHER) {
+    j->moved += p0->bytes * (size_t)j->P;
     for (int q = 0; q < j->P; q++)
       for (int r = 0; r < j->P; r++)
         REQUIRE(kern_memcpy(&j->ex, (char *)j->ph[q].recv + (size_t)r * p0->bytes, j->ph[r].send,
                             p0->bytes) == FGB_OK);
   } else if (p0->coll == COMP_COLL_ALLREDUCE) {
     size_t es = p0->dtype == FGB_FLOAT16 ? 2 : 4, bytes = p0->count * es;
+    j->moved += bytes;
     char *sum = ct_xmalloc(bytes), *x = ct_xmalloc(bytes);
     for (int r = 0; r < j->P; r++) {
       ct_get(&j->ex, r ? x : sum, j->ph[r].send, bytes);

@@ -1,37 +1,49 @@
 /* tests/compress/test-cross.c — the CUDA kernels against the CPU reference (run with --gpu; it
  * skips without a GPU, and a CPU-only build does not register it): for the compressors whose
- * result is defined exactly — exact and row-wise top-k, Random-k, Ok-Topk with an exact threshold
- * every step, fp16, none — three ranks over three steps produce the same payload bytes, the same
- * decode and the same exported state, bit for bit, on both backends. */
+ * result is defined exactly — exact, row-wise and fibre-wise (conv) top-k, Random-k, Ok-Topk with
+ * an exact threshold every step and with its split-reduce (refresh=2: exact and split steps
+ * alternate), fp16, none — three ranks over three steps produce the same payload
+ * bytes, the same decode and the same exported state, bit for bit, on both backends. */
 #include "comp_test.h"
 
 typedef struct cross_case {
   const char *name, *options;
+  uint64_t inner; /* comp_params.inner (cols 333 = 37 x 9 then) */
 } cross_case;
 
 static const cross_case cases[] = {
-    {"topk", NULL},    {"topk", "fp16_values=1"}, {"adtopk", NULL}, {"adtopk", "interleave=1"},
-    {"randomk", NULL}, {"oktopk", "refresh=1"},   {"fp16", NULL},   {"none", NULL},
+    {"topk", NULL, 0},
+    {"topk", "fp16_values=1", 0},
+    {"adtopk", NULL, 0},
+    {"adtopk", NULL, 9},
+    {"adtopk", "interleave=1", 9},
+    {"randomk", NULL, 0},
+    {"oktopk", "refresh=1,warmup=0", 0},
+    {"oktopk", "refresh=2,warmup=0", 0},
+    {"fp16", NULL, 0},
+    {"none", NULL, 0},
 };
 
 enum { P = 3 };
 
 static size_t send_bytes(const comp_phase *ph) {
-  if (ph->coll == COMP_COLL_ALLGATHER) return ph->bytes;
+  if (ph->coll == COMP_COLL_ALLGATHER || ph->coll == COMP_COLL_ALLGATHERV) return ph->bytes;
   return ph->count * (ph->dtype == FGB_FLOAT16 ? 2 : 4);
 }
 
 int main(int argc, char **argv) {
   comp_exec gpu = ct_exec(argc, argv), cpu = {0, NULL};
   if (!gpu.on_gpu) TEST_SKIP("compares the CUDA kernels with the CPU reference: run with --gpu");
-  const uint64_t rows = 307, cols = 331, n = rows * cols;
-  float *g = ct_xmalloc(n * 4), *oc = ct_xmalloc(n * 4), *og = ct_xmalloc(n * 4);
+  const uint64_t rows = 307, nmax = rows * 333;
+  float *g = ct_xmalloc(nmax * 4), *oc = ct_xmalloc(nmax * 4), *og = ct_xmalloc(nmax * 4);
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const uint64_t cols = cases[c].inner ? 333 : 331, n = rows * cols;
     comp_params p = {.density = 0.01,
                      .seed = 17,
                      .buffer_id = 5,
                      .rows = rows,
                      .cols = cols,
+                     .inner = cases[c].inner,
                      .options = cases[c].options};
     ct_job jc, jg;
     REQUIRE(ct_job_create(&jc, cases[c].name, &cpu, P, n, &p) == FGB_OK);

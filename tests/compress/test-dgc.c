@@ -119,6 +119,34 @@ int main(int argc, char **argv) {
     }
     ct_job_destroy(&j);
   }
+  /* More than 1.3k candidates pass the sampled threshold (every |v| equal: the sample's kth lets
+   * all N pass): the reference resamples, i.e. sends the exact top k (here the k lowest indices).
+   * resample=0 keeps raising the threshold above the common magnitude and sends nothing. Both
+   * search modes. Then a heavy mass of equal entries under a few large ones, where the sample
+   * sees only the mass. */
+  for (int search = 0; search < 2; search++)
+    for (int resample = 0; resample < 2; resample++) {
+      char opts[96];
+      snprintf(opts, sizeof opts, "momentum=0,resample=%d,search=%s", resample,
+               search ? "count" : "hist");
+      comp_params p = {.density = 0.01, .options = opts};
+      ct_job j;
+      REQUIRE(ct_job_create(&j, "dgc", &ex, 1, N, &p) == FGB_OK);
+      for (int i = 0; i < N; i++) g[i] = i & 1 ? -0.5f : 0.5f;
+      REQUIRE(kern_from_host(&ex, dg, g, sizeof g) == FGB_OK);
+      REQUIRE(ct_job_step(&j, &dg, 0, NULL, 1.0f) == FGB_OK);
+      comp_coo_header h = ct_header(&j, 0);
+      if (resample) {
+        CHECK_MSG(h.count == 50, "%s: %u sent, want exactly k = 50", opts, h.count);
+        int32_t idx[50];
+        size_t off = sizeof h + (size_t)h.capacity * 4;
+        REQUIRE(kern_to_host(&ex, idx, (char *)j.ph[0].send + off, sizeof idx) == FGB_OK);
+        for (int q = 0; q < 50; q++) CHECK(idx[q] == q);
+      } else {
+        CHECK_MSG(h.count < 40, "%s: %u sent (the search overshoots)", opts, h.count);
+      }
+      ct_job_destroy(&j);
+    }
   kern_free(&ex, dg);
   kern_free(&ex, dout);
   TEST_DONE();

@@ -24,8 +24,8 @@ static const ef_case cases[] = {
     {"adtopk", NULL},
     {"adtopk", "interleave=1"},
     {"fp16", NULL},
-    {"oktopk", "refresh=2"},
-    {"oktopk", "fp16_values=1"},
+    {"oktopk", "refresh=2,warmup=0"},
+    {"oktopk", "fp16_values=1,warmup=0"},
 };
 
 int main(int argc, char **argv) {

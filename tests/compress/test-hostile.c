@@ -90,11 +90,21 @@ int main(int argc, char **argv) {
 #endif
   /* Bad option values name the key. */
   const char *bad_opts[][2] = {
-      {"topk", "ef=2"},         {"topk", "fp16_values=yes"},   {"dgc", "momentum=1.5"},
-      {"dgc", "momentum=nan"},  {"dgc", "adapt_iters=-1"},     {"dgc", "warmup_epochs=2"},
-      {"sidco", "dist=normal"}, {"sidco", "stages=0"},         {"redsync", "mode=x"},
-      {"powersgd", "rank=0"},   {"acpsgd", "rank=1e9"},        {"gaussiank", "capacity=0.5"},
-      {"topk", "ef=1,ef=0"},    {"adtopk", "dense_below=abc"},
+      {"topk", "ef=2"},
+      {"topk", "fp16_values=yes"},
+      {"dgc", "momentum=1.5"},
+      {"dgc", "momentum=nan"},
+      {"dgc", "adapt_iters=-1"},
+      {"dgc", "warmup_epochs=2"},
+      {"sidco", "dist=normal"},
+      {"sidco", "stages=0"},
+      {"redsync", "mode=x"},
+      {"powersgd", "rank=0"},
+      {"acpsgd", "rank=1e9"},
+      {"powersgd", "start_step=-1"},
+      {"gaussiank", "capacity=0.5"},
+      {"topk", "ef=1,ef=0"},
+      {"adtopk", "dense_below=abc"},
   };
   for (size_t q = 0; q < sizeof bad_opts / sizeof bad_opts[0]; q++) {
     comp_params p = {.nranks = 1, .options = bad_opts[q][1]};

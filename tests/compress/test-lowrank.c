@@ -35,7 +35,8 @@ static void run(const comp_exec *ex, const char *name) {
   const int n = ROWS * COLS;
   float G0[ROWS * COLS], G1[ROWS * COLS], avg[ROWS * COLS], o0[ROWS * COLS], o1[ROWS * COLS];
   float E0[ROWS * COLS], E1[ROWS * COLS], want[ROWS * COLS];
-  comp_params p = {.rows = ROWS, .cols = COLS, .seed = 3, .buffer_id = 1, .options = "rank=4"};
+  comp_params p = {
+      .rows = ROWS, .cols = COLS, .seed = 3, .buffer_id = 1, .options = "rank=4,start_step=0"};
   int acp = !strcmp(name, "acpsgd");
   /* Two ranks, same column space. */
   lowrank(G0, 10, 11);
@@ -132,7 +133,8 @@ static void warm_start(const comp_exec *ex, const char *name) {
   double best = 0, first = 0, last = 0;
   for (int j = 2; j < M; j++) best += (double)sig[j] * sig[j];
   best = sqrt(best);
-  comp_params p = {.nranks = 1, .rows = ROWS, .cols = COLS, .seed = 4, .options = "rank=2,ef=0"};
+  comp_params p = {
+      .nranks = 1, .rows = ROWS, .cols = COLS, .seed = 4, .options = "rank=2,ef=0,start_step=0"};
   ct_job j;
   REQUIRE(ct_job_create(&j, name, ex, 1, ROWS * COLS, &p) == FGB_OK);
   float *dg = ct_dev(ex, G, sizeof G), *dout = ct_dev(ex, NULL, sizeof o);
@@ -155,8 +157,53 @@ static void warm_start(const comp_exec *ex, const char *name) {
   ct_job_destroy(&j);
 }
 
+/* Dense warm-up: before start_step (options; NULL = the default, `def`) every step all-reduces
+ * G + E whole — out is the exact average, the residual is cleared — and then compression starts
+ * (PowerSGD: P then Q; ACP-SGD: a P-step first, the warm-up does not advance its parity). */
+static void warmup(const comp_exec *ex, const char *name, const char *options, uint64_t start) {
+  const int n = ROWS * COLS;
+  static float G0[ROWS * COLS], G1[ROWS * COLS], o[ROWS * COLS], E[ROWS * COLS];
+  comp_params p = {.rows = ROWS, .cols = COLS, .seed = 5, .buffer_id = 2, .options = options};
+  ct_job j;
+  REQUIRE(ct_job_create(&j, name, ex, 2, n, &p) == FGB_OK);
+  float *dg[2] = {ct_dev(ex, NULL, sizeof G0), ct_dev(ex, NULL, sizeof G0)};
+  float *dout[2] = {ct_dev(ex, NULL, sizeof o), ct_dev(ex, NULL, sizeof o)};
+  uint64_t bad = 0;
+  for (uint64_t step = 0; step <= start + 1; step++) {
+    ct_fill(G0, n, CT_GAUSS, 1.0, 300 + 2 * step);
+    ct_fill(G1, n, CT_LAPLACE, 1.0, 301 + 2 * step);
+    REQUIRE(kern_from_host(ex, dg[0], G0, sizeof G0) == FGB_OK);
+    REQUIRE(kern_from_host(ex, dg[1], G1, sizeof G1) == FGB_OK);
+    REQUIRE(ct_job_step(&j, dg, step, dout, 0.5f) == FGB_OK);
+    if (step < start) {
+      ct_get(ex, o, dout[1], sizeof o);
+      REQUIRE(ct_residual(&j, 0, E));
+      for (int i = 0; i < n; i++) bad += o[i] != (G0[i] + G1[i]) * 0.5f || E[i] != 0.0f;
+      CHECK_MSG(j.ph[0].coll == COMP_COLL_ALLREDUCE && j.ph[0].count == (size_t)n,
+                "%s(%s) step %llu: phase count %zu, want the dense %d", name, options,
+                (unsigned long long)step, j.ph[0].count, n);
+    } else {
+      /* The last phase: PowerSGD's Q (cols r); ACP-SGD's P at start, Q at start + 1. */
+      size_t want = !strcmp(name, "acpsgd") && step == start ? ROWS * 2 : COLS * 2;
+      CHECK_MSG(j.ph[0].count == want, "%s(%s) step %llu: phase count %zu, want %zu", name, options,
+                (unsigned long long)step, j.ph[0].count, want);
+    }
+  }
+  CHECK_MSG(bad == 0, "%s(%s): %llu entries of the warm-up steps not the average", name, options,
+            (unsigned long long)bad);
+  for (int r = 0; r < 2; r++) {
+    kern_free(ex, dg[r]);
+    kern_free(ex, dout[r]);
+  }
+  ct_job_destroy(&j);
+}
+
 int main(int argc, char **argv) {
   comp_exec ex = ct_exec(argc, argv);
+  warmup(&ex, "powersgd", "rank=2", 100); /* the reference's default */
+  warmup(&ex, "powersgd", "rank=2,start_step=3", 3);
+  warmup(&ex, "acpsgd", "rank=2", 0); /* its public code has no warm-up */
+  warmup(&ex, "acpsgd", "rank=2,start_step=5", 5);
   run(&ex, "powersgd");
   run(&ex, "acpsgd");
   warm_start(&ex, "powersgd");

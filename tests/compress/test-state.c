@@ -10,9 +10,16 @@ typedef struct st_case {
 } st_case;
 
 static const st_case cases[] = {
-    {"fp16", NULL},         {"topk", NULL},       {"randomk", NULL},    {"dgc", "nesterov=1"},
-    {"gaussiank", NULL},    {"redsync", NULL},    {"sidco", "dist=gp"}, {"adtopk", "interleave=1"},
-    {"powersgd", "rank=2"}, {"acpsgd", "rank=2"},
+    {"fp16", NULL},
+    {"topk", NULL},
+    {"randomk", NULL},
+    {"dgc", "nesterov=1"},
+    {"gaussiank", NULL},
+    {"redsync", NULL},
+    {"sidco", "dist=gp"},
+    {"adtopk", "interleave=1"},
+    {"powersgd", "rank=2,start_step=0"},
+    {"acpsgd", "rank=2"},
 };
 
 static void *export_state(ct_job *j, size_t *bytes) {

@@ -80,9 +80,9 @@ static void f_destroy(comm *c) {
   ndestroy++;
   free(c);
 }
-static const comm_ops fake = {"fake",      f_make_uid,  f_create,    f_ready,
-                              f_allreduce, f_allgather, f_broadcast, f_test,
-                              f_abort,     f_destroy,   NULL};
+static const comm_ops fake = {"fake",      f_make_uid,  f_create, f_ready, f_allreduce,
+                              f_allgather, f_broadcast, f_test,   f_abort, f_destroy,
+                              NULL,        NULL,        NULL};
 
 static eng_item *results[8];
 static int nresults;

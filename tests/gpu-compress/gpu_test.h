@@ -50,8 +50,8 @@ static const gt_case gt_cases[] = {
     {"adtopk", "interleave=1", 1, GT_EXACT},
     {"powersgd", "rank=4", 1, GT_LOWRANK},
     {"acpsgd", "rank=4", 1, GT_LOWRANK},
-    {"oktopk", "refresh=1", 0, GT_EXACT}, /* exact local threshold every step */
-    {"oktopk", NULL, 0, GT_THRESH},
+    {"oktopk", "refresh=1,warmup=0", 0, GT_EXACT}, /* exact thresholds every step */
+    {"oktopk", "warmup=0", 0, GT_THRESH},
 };
 #define GT_NCASES (sizeof gt_cases / sizeof gt_cases[0])
 

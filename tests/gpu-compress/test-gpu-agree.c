@@ -3,6 +3,7 @@
  * mask, fp32 and fp16 values) on every path of the GPU top-k — sampled bound, candidates overflow
  * (heavy ties), everything selected, lengths not a multiple of 4, an unaligned base, n > 2^24 —
  * the capped threshold select on its three paths, row-wise top-k (block-per-row and device-wide),
+ * fibre-wise top-k (ADTopk on conv weights), Ok-Topk's region split,
  * exact kth, Random-k, gather/scatter, COO decode (sorted, duplicated and hostile payloads, fused
  * and dense scaling) and the Philox fill bitwise; statistics, fits and the low-rank GEMMs within
  * tolerance. Size of the big case: -n N (default 2^24 + 5). */
@@ -143,6 +144,29 @@ static void agree_rows(const float *a, uint64_t rows, uint64_t cols, uint32_t k1
   snprintf(buf, sizeof buf, "topk_rows %llux%llu k1=%u fp16=%d", (unsigned long long)rows,
            (unsigned long long)cols, k1, fp16);
   io_check(&io, buf);
+  kern_ws_destroy(&CPU, wc);
+  kern_ws_destroy(&GPU, wg);
+}
+
+/* Fibre-wise (ADTopk on a conv weight [outer, len, inner]): same payload bytes, same residual. */
+static void agree_fibres(const float *a, uint64_t outer, uint64_t len, uint64_t inner, uint32_t k1,
+                         int fp16) {
+  sel_io io;
+  const uint64_t n = outer * len * inner;
+  uint32_t cap = (uint32_t)(outer * inner * (k1 < len ? k1 : len)) + 3;
+  io_init(&io, a, n, cap, fp16, 1, 0);
+  kern_ws *wc = NULL, *wg = NULL;
+  REQUIRE(kern_ws_create(&CPU, n, cap, &wc) == FGB_OK);
+  REQUIRE(kern_ws_create(&GPU, n, cap, &wg) == FGB_OK);
+  uint32_t *bits = ct_dev(&GPU, NULL, ((n + 31) / 32) * 4);
+  kern_sel sc = io_sel(&io, 0), sg = io_sel(&io, 1);
+  REQUIRE(kern_topk_fibres(&CPU, io.ha, outer, len, inner, k1, &sc, NULL, wc) == FGB_OK);
+  REQUIRE(kern_topk_fibres(&GPU, io.da, outer, len, inner, k1, &sg, bits, wg) == FGB_OK);
+  char buf[160];
+  snprintf(buf, sizeof buf, "topk_fibres %llux%llux%llu k1=%u fp16=%d", (unsigned long long)outer,
+           (unsigned long long)len, (unsigned long long)inner, k1, fp16);
+  io_check(&io, buf);
+  kern_free(&GPU, bits);
   kern_ws_destroy(&CPU, wc);
   kern_ws_destroy(&GPU, wg);
 }
@@ -376,6 +400,21 @@ static void agree_selections(uint64_t big) {
       free(a);
     }
   }
+  /* Fibre-wise (conv weights): 3x3 and 5x5 kernels, a fibre longer than a block, k1 = len, ties
+   * inside fibres (every 5th element) and across fibre boundaries of a bitmap word. */
+  {
+    uint64_t shapes[][3] = {{64, 64, 9}, {7, 300, 25}, {3, 1000, 9}, {33, 5, 7}, {2, 3, 2}};
+    for (int q = 0; q < 5; q++) {
+      uint64_t outer = shapes[q][0], len = shapes[q][1], inner = shapes[q][2];
+      uint64_t n = outer * len * inner;
+      float *a = ct_xmalloc(n * 4);
+      ct_fill(a, n, CT_STUDENT3, 1.0, 120 + q);
+      for (uint64_t i = 0; i < n; i += 5) a[i] = 0.25f;
+      agree_fibres(a, outer, len, inner, (uint32_t)(len / 50 + 1), q & 1);
+      agree_fibres(a, outer, len, inner, (uint32_t)len, 0);
+      free(a);
+    }
+  }
   /* Beyond 2^24 elements. */
   {
     float *a = ct_xmalloc(big * 4);
@@ -512,8 +551,39 @@ static void agree_lowrank(void) {
   free(Mg);
 }
 
+/* kern_coo_split (Ok-Topk's region offsets and boundary proposals) on the same payloads: ascending
+ * indices, fp32 and fp16 layouts, an empty payload, regions with no entries, P = 1 .. 32. */
+static void agree_split(void) {
+  const uint32_t cap = 1000, n = 100000;
+  for (int fp16 = 0; fp16 < 2; fp16++)
+    for (int P = 1; P <= 32; P = P * 2 + 1) {
+      for (uint32_t c = 0; c <= cap; c += 997) {
+        size_t pb = comp_coo_bytes(cap, fp16 ? 2 : 4);
+        void *hp = ct_xmalloc(pb);
+        comp_coo_header h = {c, cap};
+        memcpy(hp, &h, sizeof h);
+        int32_t *idx = kern_coo_indices(hp, cap, fp16 ? 2 : 4);
+        for (uint32_t q = 0; q < c; q++) idx[q] = (int32_t)(q * 37 + (q > c / 2 ? 40000 : 0));
+        uint32_t bounds[34], oc[66], og[66];
+        for (int j = 0; j <= P; j++) bounds[j] = (uint32_t)((uint64_t)n * j / P);
+        void *dp = ct_dev(&GPU, hp, pb);
+        uint32_t *db = ct_dev(&GPU, bounds, (P + 1) * 4), *dout = ct_dev(&GPU, NULL, 2 * P * 4);
+        REQUIRE(kern_coo_split(&CPU, hp, fp16, bounds, P, oc) == FGB_OK);
+        REQUIRE(kern_coo_split(&GPU, dp, fp16, db, P, dout) == FGB_OK);
+        ct_get(&GPU, og, dout, 2 * P * 4);
+        CHECK_MSG(!memcmp(oc, og, 2 * P * 4), "coo_split P=%d c=%u fp16=%d differ", P, c, fp16);
+        CHECK(oc[P] == c && oc[0] == 0);
+        kern_free(&GPU, dp);
+        kern_free(&GPU, db);
+        kern_free(&GPU, dout);
+        free(hp);
+      }
+    }
+}
+
 int main(int argc, char **argv) {
   gt_require_gpu();
+  agree_split();
   uint64_t big = ct_arg_n(argc, argv, (1ull << 24) + 5);
   agree_dense(100003);
   agree_stats(1000003);

@@ -1,0 +1,124 @@
+/* tests/compress/test-varsize.c — variable-size payloads of the threshold methods (payload=var,
+ * their default): the 8-byte headers are all-gathered first, then each rank moves only its count
+ * entries (ALLGATHERV). Against payload=fixed on the same inputs (3 ranks, 3 steps, error
+ * feedback): the same decode and the same residual bit for bit on every rank, the phase sizes
+ * agreed by all ranks and equal to the formula (8 P + sum over ranks of 8 + (4 + value bytes)
+ * count), fewer bytes than the fixed capacity, fp16 values (odd counts: padding) included;
+ * RedSync's trim mode keeps its one fixed all-gather (exactly k, nothing to save). */
+#include "comp_test.h"
+
+enum { P = 3 };
+
+typedef struct vcase {
+  const char *name, *options;
+} vcase;
+
+static const vcase cases[] = {
+    {"gaussiank", NULL},        {"gaussiank", "fp16_values=1"},
+    {"sidco", "dist=gp"},       {"sidco", "dist=exp,search=count"},
+    {"redsync", "mode=bisect"},
+};
+
+static char *with(const char *opts, const char *payload, char *buf, size_t len) {
+  snprintf(buf, len, "%s%s%s", opts ? opts : "", opts ? "," : "", payload);
+  return buf;
+}
+
+int main(int argc, char **argv) {
+  comp_exec ex = ct_exec(argc, argv);
+  const uint64_t n = 200003;
+  float *g = ct_xmalloc(n * 4), *ov = ct_xmalloc(n * 4), *of = ct_xmalloc(n * 4),
+        *rv = ct_xmalloc(n * 4), *rf = ct_xmalloc(n * 4);
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    char bv[128], bf[128];
+    comp_params pv = {.density = 0.01,
+                      .seed = 9,
+                      .options = with(cases[c].options, "payload=var", bv, sizeof bv)};
+    comp_params pf = pv;
+    pf.options = with(cases[c].options, "payload=fixed", bf, sizeof bf);
+    ct_job jv, jf;
+    REQUIRE(ct_job_create(&jv, cases[c].name, &ex, P, n, &pv) == FGB_OK);
+    REQUIRE(ct_job_create(&jf, cases[c].name, &ex, P, n, &pf) == FGB_OK);
+    int fp16 = cases[c].options && strstr(cases[c].options, "fp16_values=1");
+    float *dg[P], *dov[P], *dof[P];
+    for (int r = 0; r < P; r++) {
+      dg[r] = ct_dev(&ex, NULL, n * 4);
+      dov[r] = ct_dev(&ex, NULL, n * 4);
+      dof[r] = ct_dev(&ex, NULL, n * 4);
+    }
+    for (uint64_t step = 0; step < 3; step++) {
+      for (int r = 0; r < P; r++) {
+        ct_fill(g, n, (ct_dist)((step + r) % 3), 1.0 + r, 500 + 10 * step + r);
+        REQUIRE(kern_from_host(&ex, dg[r], g, n * 4) == FGB_OK);
+      }
+      jv.moved = jf.moved = 0;
+      REQUIRE(ct_job_step(&jv, dg, step, NULL, 1.0f / P) == FGB_OK);
+      /* The headers the count phase gathered are the ones the fixed run sends (same selection). */
+      uint32_t cnt[P], cap = 0;
+      uint64_t want = 8 * P;
+      for (int r = 0; r < P; r++) {
+        CHECK(jv.ph[r].coll == COMP_COLL_ALLGATHERV);
+        uint32_t h[2];
+        ct_get(&ex, h, jv.ph[r].send, sizeof h);
+        CHECK_MSG(h[0] == h[1], "%s: packed capacity %u != count %u", cases[c].name, h[1], h[0]);
+        cnt[r] = h[0];
+        want += comp_coo_bytes(cnt[r], fp16 ? 2 : 4);
+      }
+      for (int r = 0; r < P; r++) {
+        REQUIRE(jv.ops->decode(jv.st[r], &ex, dov[r], 1.0f / P, jv.err, sizeof jv.err) == FGB_OK);
+      }
+      REQUIRE(ct_job_step(&jf, dg, step, dof, 1.0f / P) == FGB_OK);
+      CHECK(jf.ph[0].coll == COMP_COLL_ALLGATHER);
+      for (int r = 0; r < P; r++) {
+        comp_coo_header h = ct_header(&jf, r);
+        CHECK_MSG(h.count == cnt[r], "%s(%s) step %llu rank %d: var sent %u, fixed %u",
+                  cases[c].name, cases[c].options ? cases[c].options : "", (unsigned long long)step,
+                  r, cnt[r], h.count);
+        cap = h.capacity;
+      }
+      CHECK_MSG(jv.moved == want, "%s step %llu: %llu bytes received, formula %llu", cases[c].name,
+                (unsigned long long)step, (unsigned long long)jv.moved, (unsigned long long)want);
+      CHECK(jf.moved == (uint64_t)P * comp_coo_bytes(cap, fp16 ? 2 : 4));
+      CHECK_MSG(jv.moved < jf.moved, "%s: var %llu bytes not below fixed %llu", cases[c].name,
+                (unsigned long long)jv.moved, (unsigned long long)jf.moved);
+      for (int r = 0; r < P; r++) {
+        ct_get(&ex, ov, dov[r], n * 4);
+        ct_get(&ex, of, dof[r], n * 4);
+        CHECK_MSG(!memcmp(ov, of, n * 4), "%s step %llu rank %d: decodes differ", cases[c].name,
+                  (unsigned long long)step, r);
+        REQUIRE(ct_residual(&jv, r, rv));
+        REQUIRE(ct_residual(&jf, r, rf));
+        CHECK_MSG(!memcmp(rv, rf, n * 4), "%s step %llu rank %d: residuals differ", cases[c].name,
+                  (unsigned long long)step, r);
+      }
+    }
+    for (int r = 0; r < P; r++) {
+      kern_free(&ex, dg[r]);
+      kern_free(&ex, dov[r]);
+      kern_free(&ex, dof[r]);
+    }
+    ct_job_destroy(&jv);
+    ct_job_destroy(&jf);
+  }
+  /* RedSync trim sends exactly k = its capacity: one fixed all-gather, no count phase. */
+  {
+    comp_params p = {.density = 0.01};
+    ct_job j;
+    REQUIRE(ct_job_create(&j, "redsync", &ex, P, n, &p) == FGB_OK);
+    float *dg[P];
+    for (int r = 0; r < P; r++) {
+      ct_fill(g, n, CT_GAUSS, 1.0, 700 + r);
+      dg[r] = ct_dev(&ex, g, n * 4);
+    }
+    REQUIRE(ct_job_step(&j, dg, 0, NULL, 1.0f) == FGB_OK);
+    CHECK(j.ph[0].coll == COMP_COLL_ALLGATHER && j.ph[0].bytes == comp_coo_bytes(2000, 4));
+    for (int r = 0; r < P; r++) kern_free(&ex, dg[r]);
+    ct_job_destroy(&j);
+  }
+  free(g);
+  free(ov);
+  free(of);
+  free(rv);
+  free(rf);
+  TEST_DONE();
+}
