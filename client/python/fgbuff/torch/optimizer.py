@@ -185,6 +185,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _fgb_make_hook(self, e: _Entry) -> Callable[[torch.Tensor], None]:
         def hook(p: torch.Tensor) -> None:
             self._fgb_adopt(e)
+            self._fgb_synchronized = False
             e.count += 1
             if e.count > self._fgb_bpps:
                 raise AssertionError(
@@ -215,8 +216,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _fgb_submit(self, e: _Entry) -> None:
         cl = self._fgb_client
         assert cl is not None
-        if self._fgb_synchronized:
-            self._fgb_synchronized = False
         if e.staged:
             e.slot.copy_(e.grad.reshape(-1))
         if self._fgb_predivide != 1.0:
@@ -237,7 +236,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         cl = self._fgb_client
         if cl is None:
             raise RuntimeError("fgbuff: this DistributedOptimizer was closed")
-        if self._fgb_synchronized and self._fgb_submitted == 0:
+        if self._fgb_synchronized:
             return
         step = self._fgb_step
         for e in self._fgb_order:  # partial accumulations (count < N) are submitted as they are
@@ -284,7 +283,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         if self._fgb_should_sync:
-            if self._fgb_synchronized and self._fgb_submitted == 0:
+            if self._fgb_synchronized:
                 warnings.warn("optimizer.step() called after optimizer.synchronize() without "
                               "optimizer.skip_synchronize(); not synchronising twice")
             else:
