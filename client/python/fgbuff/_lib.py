@@ -60,9 +60,13 @@ class fgb_tensor_desc(ctypes.Structure):
     ]
 
 
+_notes: List[str] = []  # searches that gave no path (named in the error)
+
+
 def _candidates() -> List[str]:
     """Every path tried, in order (files that may not exist)."""
     out: List[str] = []
+    _notes.clear()
     env = os.environ.get("FGBUFF_CLIENT_LIB")
     if env:
         out.append(env)
@@ -74,11 +78,17 @@ def _candidates() -> List[str]:
             ).stdout.strip()
             if libdir:
                 out.append(os.path.join(libdir, LIBNAME))
-        except (OSError, subprocess.SubprocessError):
-            pass
+            else:
+                _notes.append("pkg-config fgbuff-client (no such package)")
+        except (OSError, subprocess.SubprocessError) as e:
+            _notes.append(f"pkg-config fgbuff-client ({e})")
+    else:
+        _notes.append("pkg-config (not installed)")
     found = ctypes.util.find_library("fgbuff_client")
     if found:
         out.append(found)
+    else:
+        _notes.append("ctypes.util.find_library('fgbuff_client') (none)")
     multiarch = sysconfig.get_config_var("MULTIARCH") or ""
     for d in (os.path.join(sys.prefix, "lib"), "/usr/local/lib",
               os.path.join("/usr/local/lib", multiarch), os.path.join("/usr/lib", multiarch),
@@ -162,7 +172,7 @@ def load() -> ctypes.CDLL:
             return lib
         raise LibraryNotFound(
             "fgbuff: cannot load libfgbuff_client; searched, in order:\n  "
-            + "\n  ".join(tried)
+            + "\n  ".join(tried + _notes)
             + "\nSet FGBUFF_CLIENT_LIB to the library file, install it "
             "(cmake --install build --component client) or build it (cmake --build build)."
         )

@@ -1,0 +1,33 @@
+#!/bin/bash
+# examples/pytorch/accuracy.sh [EPOCHS] — the docs/pytorch.md accuracy table: fashion_mnist.py on
+# 3 CPU ranks (a world of 3 daemons), dense vs top-k 0.01 (policy fgbuff) vs DGC 0.001 vs PowerSGD,
+# the same epochs, seed and learning rate. Needs the build in build/. Prints a markdown table.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+EPOCHS="${1:-2}"
+export FGBUFF_BIN_DIR="$PWD/build" PYTHONPATH="$PWD/client/python" OMP_NUM_THREADS=1
+export FGBUFF_CLIENT_LIB="$PWD/build/client/libfgbuff_client.so"
+source tests/lib/world.sh
+world_start 3 || exit 1
+trap 'world_stop >/dev/null 2>&1' EXIT
+LOG="$(mktemp -d "${TMPDIR:-/tmp}/fgb-acc.XXXXXX")"
+rows=()
+run() { # label args...
+  local label="$1"
+  shift
+  FGBUFF_JOB="acc$RANDOM" mpirun --oversubscribe -np 3 -x PYTHONPATH -x FGBUFF_RUNTIME_DIR -x OMP_NUM_THREADS \
+    -x FGBUFF_CLIENT_LIB -x FGBUFF_JOB python3 examples/pytorch/fashion_mnist.py --quiet --epochs "$EPOCHS" "$@" \
+    >"$LOG/$label.log" 2>&1 || { echo "$label failed:"; tail -20 "$LOG/$label.log"; return 1; }
+  cat "$LOG/$label.log"
+  local last
+  last="$(grep '^epoch' "$LOG/$label.log" | tail -1)"
+  rows+=("| $label | \`$*\` | $(echo "$last" | awk '{print $5}') | $(echo "$last" | awk '{print $3}') | $(echo "$last" | awk '{print $7}') |")
+}
+run dense
+run topk --compressor topk --density 0.01 --policy fgbuff
+run dgc --compressor dgc --density 0.001
+run powersgd --compressor powersgd
+echo
+echo "| run | options | test accuracy | loss | samples/s |"
+echo "|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
