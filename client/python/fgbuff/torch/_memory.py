@@ -17,7 +17,10 @@ class SharedMemory:
     def __init__(self, client: C.Client):
         self.client = client
         dev = str(client.status_json().get("device", "cpu"))
-        self.daemon_device = torch.device("cpu") if dev == "cpu" else torch.device(dev)
+        # a GPU daemon serves the GPU of this process's current CUDA device (the client library
+        # picked the daemon from it); its own index may differ (CUDA_VISIBLE_DEVICES)
+        self.daemon_device = (torch.device("cpu") if dev == "cpu" else
+                              torch.device("cuda", torch.cuda.current_device()))
         self._keep: List[object] = []
 
     @property

@@ -14,7 +14,8 @@ Future that a waiter thread completes once the daemon's Done arrived and the ave
 back. The last bucket of an iteration ends the daemon's step (a bucket DDP never handed over is
 synchronised as zeros). On GPU the copies and the wait are ordered on a side stream that waits for
 the current one (the compute stream itself never waits), and the Future is completed on that side
-stream. The copy in and out is the cost of a CPU world (DDP's buckets are not shared memory);
+stream (the waiter thread polls for the daemon's Done first, so a slow bucket never holds the
+handle's lock against the next bucket's submit). The copy in and out is the cost of a CPU world (DDP's buckets are not shared memory);
 registering DDP's own bucket memory (zero-copy with gradient_as_bucket_view=True) needs the
 daemon to release registrations and is not done yet.
 """
@@ -24,6 +25,7 @@ daemon to release registrations and is not done yet.
 import os
 import queue
 import threading
+import time
 from typing import Any, Dict, Optional, Tuple
 
 import torch
@@ -101,10 +103,26 @@ class FgbuffHookState:
             item = self._q.get()
             if item is None:
                 return
-            tid, step, slot, buf, fut = item
+            tid, step, slot, buf, fut, side = item
             try:
                 cl = self.client
                 assert cl is not None
+                if side is not None:
+                    # GPU: poll for the Done (the handle's lock is free between polls, so the
+                    # autograd thread's submits go on), then the stream wait returns at once;
+                    # the copy back and the Future's completion are ordered on the side stream.
+                    waited = 0.0
+                    while not cl.test(tid, step):
+                        time.sleep(0.0002)
+                        waited += 0.0002
+                        if waited * 1000 >= self.timeout_ms:
+                            raise C.Timeout(C.ETIMEDOUT, f"bucket {tid} step {step}",
+                                            "fgbuff ddp hook")
+                    cl.wait_on_stream(tid, step, int(side.cuda_stream), self.timeout_ms)
+                    with torch.cuda.stream(side):
+                        buf.copy_(slot, non_blocking=True)
+                        fut.set_result(buf)
+                    continue
                 waited = 0
                 while True:  # short waits: the handle's lock is free between them for submits
                     try:
@@ -145,21 +163,20 @@ def fgbuff_hook(state: FgbuffHookState,
         side = state.side.get(dev)
         if side is None:
             side = state.side[dev] = torch.cuda.Stream(dev)
-        side.wait_stream(torch.cuda.current_stream(dev))
+        side.wait_stream(torch.cuda.current_stream(dev))  # the compute stream never waits
         with torch.cuda.stream(side):
             slot.copy_(buf, non_blocking=True)
-            cl.submit(tid, step, int(side.cuda_stream))
-            if bucket.is_last():
-                cl.end_step(step)
-            cl.wait_on_stream(tid, step, int(side.cuda_stream), state.timeout_ms)
-            buf.copy_(slot, non_blocking=True)
-            fut.set_result(buf)
+            buf.record_stream(side)
+        cl.submit(tid, step, int(side.cuda_stream))
+        if bucket.is_last():
+            cl.end_step(step)
+        state._q.put((tid, step, slot, buf, fut, side))
     else:
         slot.copy_(buf)
         cl.submit(tid, step)
         if bucket.is_last():
             cl.end_step(step)
-        state._q.put((tid, step, slot, buf, fut))
+        state._q.put((tid, step, slot, buf, fut, None))
     if bucket.is_last():
         state.iter += 1
         state.fgbuff_iters += 1
