@@ -379,3 +379,42 @@ def test_sync_batch_norm_equals_batch_norm_on_the_whole_batch():
     torch.testing.assert_close(sbn(x.detach()), torch.nn.functional.batch_norm(
         x.detach(), bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.1, 1e-5),
         rtol=1e-5, atol=1e-5)
+
+
+def test_grad_scaler_order_skips_overflow_step_on_every_rank():
+    """synchronize() -> scaler.unscale_(opt) -> with opt.skip_synchronize(): scaler.step(opt).
+    An overflow on one rank (in a top-k tensor) makes every rank skip the step and lower the
+    scale; the following steps train normally (the residuals were not poisoned)."""
+    m = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR),
+                                   named_parameters=m.named_parameters(), compressor="topk",
+                                   density=0.25, job_name="scaler")
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8)
+
+    def step(s, overflow):
+        opt.zero_grad()
+        h = None
+        if overflow and hvd.rank() == hvd.size() - 1:
+            h = m[2].weight.register_hook(lambda g: g * float("inf"))
+        scaler.scale(loss_fn(m, *batches(s, hvd.rank()))).backward()
+        if h is not None:
+            h.remove()
+        opt.synchronize()
+        scaler.unscale_(opt)
+        with opt.skip_synchronize():
+            scaler.step(opt)
+        scaler.update()
+
+    step(0, False)
+    before = [p.detach().clone() for p in m.parameters()]
+    step(1, True)
+    assert scaler.get_scale() == 2.0 ** 7  # the skipped step halved the scale on every rank
+    assert all(torch.equal(a, b) for a, b in zip(before, m.parameters()))
+    for s in range(2, 5):
+        step(s, False)
+    assert scaler.get_scale() == 2.0 ** 7
+    assert all(torch.isfinite(p).all() for p in m.parameters())
+    assert not all(torch.equal(a, b) for a, b in zip(before, m.parameters()))
+    flat = torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+    allp = hvd.allgather(flat.unsqueeze(0))
+    assert all(torch.equal(allp[0], allp[i]) for i in range(hvd.size()))
