@@ -418,3 +418,16 @@ def test_grad_scaler_order_skips_overflow_step_on_every_rank():
     flat = torch.cat([p.detach().reshape(-1) for p in m.parameters()])
     allp = hvd.allgather(flat.unsqueeze(0))
     assert all(torch.equal(allp[0], allp[i]) for i in range(hvd.size()))
+
+
+def test_allreduce_is_differentiable():
+    xs = all_inputs((4,), torch.float64, seed=9)
+    x = xs[hvd.rank()].clone().requires_grad_(True)
+    w = torch.arange(1.0, 5.0, dtype=torch.float64) * (hvd.rank() + 1)
+    (hvd.allreduce(x, op=hvd.Sum, name="diff") * w).sum().backward()
+    # d/dx_r of sum_q <w_q, sum_p x_p> = sum_q w_q
+    wsum = sum(torch.arange(1.0, 5.0, dtype=torch.float64) * (q + 1) for q in range(hvd.size()))
+    torch.testing.assert_close(x.grad, wsum)
+    y = xs[hvd.rank()].clone().requires_grad_(True)
+    hvd.allreduce(y).sum().backward()  # Average: the gradient of the mean is averaged too
+    torch.testing.assert_close(y.grad, torch.ones(4, dtype=torch.float64))

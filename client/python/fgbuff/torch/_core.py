@@ -304,13 +304,36 @@ def _allreduce_async(tensor: torch.Tensor, out: Optional[torch.Tensor], average:
     return _new_handle(co.submit(run))
 
 
+class _AllreduceFn(torch.autograd.Function):
+    """Horovod's differentiable allreduce: the gradient is the same reduction (with the same
+    scaling) of the incoming gradient; defined for Sum and Average."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, op: int, name: Optional[str], pre: float,
+                post: float, compression: Any) -> torch.Tensor:
+        ctx.op, ctx.name, ctx.pre, ctx.post = op, name, pre, post
+        return synchronize(allreduce_async(tensor, None, name, op, pre, post, None, compression))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        g = synchronize(allreduce_async(grad.contiguous(), None,
+                                        f"{ctx.name}.grad" if ctx.name else None, ctx.op,
+                                        ctx.pre, ctx.post))
+        return g, None, None, None, None, None
+
+
 def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
               compression: Any = Compression.none, op: Optional[int] = None,
               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
               process_set: Any = None) -> torch.Tensor:
-    """A new tensor: the reduction of `tensor` over all ranks (default: Average). Not
-    differentiable (Horovod's allreduce is; use a loss all-reduce outside autograd)."""
-    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
+    """A new tensor: the reduction of `tensor` over all ranks (default: Average). Differentiable
+    for Sum and Average (its gradient is the same reduction of the incoming gradient)."""
+    rop = _reduce_op(average, op)
+    if tensor.requires_grad and torch.is_grad_enabled() and rop in (AVERAGE, SUM):
+        _no_process_sets(process_set)
+        return _AllreduceFn.apply(tensor, rop, name, prescale_factor, postscale_factor,
+                                  compression)
+    return synchronize(allreduce_async(tensor, None, name, rop, prescale_factor,
                                        postscale_factor, process_set, compression))
 
 
