@@ -544,11 +544,3 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
         sd = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
         optimizer.load_state_dict(sd)
 
-
-def _adhoc_client() -> C.Client:
-    return _coll().client
-
-
-def _op_name(op: int) -> str:
-    return A.OP_NAMES.get(op, str(op))
-
