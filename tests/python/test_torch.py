@@ -431,3 +431,19 @@ def test_allreduce_is_differentiable():
     y = xs[hvd.rank()].clone().requires_grad_(True)
     hvd.allreduce(y).sum().backward()  # Average: the gradient of the mean is averaged too
     torch.testing.assert_close(y.grad, torch.ones(4, dtype=torch.float64))
+
+
+def test_distributed_optimizer_fp16_compression_and_predivide():
+    """Compression.fp16 stages float32 gradients through a float16 buffer (copied in and out);
+    gradient_predivide_factor splits the averaging around the sum. Both still follow the
+    single-process trajectory (fp16 rounding: 1e-3)."""
+    ref = reference(steps=3)
+    m = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR),
+                                   named_parameters=m.named_parameters(),
+                                   compression=hvd.Compression.fp16,
+                                   gradient_predivide_factor=2.0)
+    train(m, opt, steps=3)
+    assert all(p.grad.dtype == torch.float32 for p in m.parameters())
+    assert params_close(m, ref, atol=1e-3)
+    assert not params_close(m, make_model(), atol=1e-3)  # it did train
