@@ -246,7 +246,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if flagged:
             tid, flag = self._fgb_flag
             flag.fill_(1.0)
-            cl.submit(tid, step, 0)
+            cl.submit(tid, step,
+                      int(torch.cuda.current_stream(flag.device).cuda_stream) if flag.is_cuda
+                      else 0)
         cl.end_step(step)
         if any(e.slot.is_cuda for e in self._fgb_order):
             for e in self._fgb_order:
