@@ -14,8 +14,9 @@ optimizers (a GAN's two) step independently and an EndStep never flushes another
 
 Non-finite gradients and compressors: a tensor with a compressor keeps error-feedback state in the
 daemon; an inf/NaN entering it would poison every later step. So a compressed gradient that is not
-finite on a rank is submitted as zeros and the rank raises a step flag (a 1-element SUM tensor of
-the same job); when any rank raised it, every rank's synchronised gradients are set to NaN, so a
+finite on a rank is submitted as zeros and counted in a step flag (a 1-element SUM tensor of the
+same job, submitted every step; all of it computed on the device, no host sync); when any rank
+counted one, every rank's synchronised gradients become NaN, so a
 GradScaler skips the step on every rank (as a dense all-reduce of an inf would), while the
 residuals received only zeros from that rank. Dense tensors have no state: their inf/NaN propagate
 as in Horovod.
@@ -95,7 +96,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._fgb_should_sync = True
         self._fgb_synchronized = False
         self._fgb_submitted = 0
-        self._fgb_nonfinite = False
         self._fgb_step = 0
         self._fgb_entries: Dict[int, _Entry] = {}  # id(param) -> entry
         self._fgb_order: List[_Entry] = []
@@ -220,9 +220,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             e.slot.copy_(e.grad.reshape(-1))
         if self._fgb_predivide != 1.0:
             e.slot.div_(self._fgb_predivide)
-        if e.compressed and not bool(torch.isfinite(e.slot).all()):
-            e.slot.zero_()
-            self._fgb_nonfinite = True
+        if e.compressed and self._fgb_flag is not None:
+            # device-side, no host sync: a non-finite gradient is replaced by zeros and counted
+            ok = torch.isfinite(e.slot).all()
+            e.slot.copy_(torch.where(ok, e.slot, torch.zeros((), dtype=e.slot.dtype,
+                                                              device=e.slot.device)))
+            flag = self._fgb_flag[1]
+            flag.add_((~ok).to(device=flag.device, dtype=flag.dtype))
         self._fgb_submitted += 1
         stream = 0
         if e.slot.is_cuda:
@@ -242,34 +246,41 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for e in self._fgb_order:  # partial accumulations (count < N) are submitted as they are
             if 0 < e.count < self._fgb_bpps:
                 self._fgb_submit(e)
-        flagged = self._fgb_flag is not None and self._fgb_nonfinite
-        if flagged:
+        if self._fgb_flag is not None:  # this rank's count of non-finite compressed tensors
             tid, flag = self._fgb_flag
-            flag.fill_(1.0)
             cl.submit(tid, step,
                       int(torch.cuda.current_stream(flag.device).cuda_stream) if flag.is_cuda
                       else 0)
         cl.end_step(step)
-        if any(e.slot.is_cuda for e in self._fgb_order):
+        if self._fgb_mem.on_gpu:
             for e in self._fgb_order:
                 stream = int(torch.cuda.current_stream(e.slot.device).cuda_stream)
                 cl.wait_on_stream(e.tid, step, stream)
             if self._fgb_flag is not None:
-                cl.wait(self._fgb_flag[0], step)
+                flag = self._fgb_flag[1]
+                cl.wait_on_stream(self._fgb_flag[0], step,
+                                  int(torch.cuda.current_stream(flag.device).cuda_stream))
         else:
             cl.wait_step(step)
-        poison = self._fgb_flag is not None and float(self._fgb_flag[1].item()) > 0.0
+        poison = None
+        if self._fgb_flag is not None:
+            # NaN where any rank counted a non-finite tensor, else 0: added to every gradient,
+            # on the stream, without reading the flag on the host
+            flag = self._fgb_flag[1]
+            poison = torch.where(flag > 0, torch.full_like(flag, float("nan")),
+                                 torch.zeros_like(flag))
         for e in self._fgb_order:
             if self._fgb_predivide != 1.0:
                 e.slot.mul_(self._fgb_predivide)
-            if poison:
-                e.slot.fill_(float("nan"))
+            if poison is not None:
+                e.slot.add_(poison.to(device=e.slot.device, dtype=e.slot.dtype))
             if e.staged:
                 e.grad.copy_(e.slot.view(e.grad.shape).to(e.grad.dtype))
             e.count = 0
             if e.param.grad is None or e.param.grad.data_ptr() != e.grad.data_ptr():
                 e.param.grad = e.grad
-        self._fgb_nonfinite = False
+        if self._fgb_flag is not None:
+            self._fgb_flag[1].zero_()
         self._fgb_submitted = 0
         self._fgb_step += 1
         self._fgb_synchronized = True
