@@ -26,6 +26,7 @@ import torch
 
 from .. import client as C
 from ._dtypes import fgb_dtype
+from ._connect import connect, make_current
 from ._memory import SharedMemory
 
 META_N = 16
@@ -76,20 +77,28 @@ class MismatchError(C.Mismatch):
 
 
 class Collectives:
-    def __init__(self, job: str, policy: Optional[str] = None):
+    def __init__(self, job: str, policy: Optional[str] = None,
+                 device: Optional[torch.device] = None):
+        """`device`: connect on this device (_connect.device_of); None: fgb_connect(NULL) from
+        the calling thread as it is."""
         self.job = job
-        self.client = C.Client()
+        mem_dev: Optional[torch.device] = None
+        if device is None:
+            self.client = C.Client()
+        else:
+            self.client, mem_dev = connect(device)
         try:
             self.client.join(name=job, policy=policy)
             self.rank, self.size = self.client.job_rank()
-            self.mem = SharedMemory(self.client)
+            self.mem = SharedMemory(self.client, mem_dev)
         except BaseException:
             self.client.close()
             raise
         self._regs: Dict[Tuple[str, int, int], Tuple[int, torch.Tensor]] = {}
         self._chunk: Optional[Tuple[C.Arena, torch.Tensor]] = None
         self._chunk_used = 0
-        self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix=f"fgbuff-{job}")
+        self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix=f"fgbuff-{job}",
+                                           initializer=self._init_worker)
         self._closed = False
         self._lock = threading.Lock()
         self.meta_tid, self.meta = self._scratch("meta", C.INT64, META_N, exact=True)
@@ -120,6 +129,25 @@ class Collectives:
                                           C.OP_SUM)
         self._regs[key] = (tid, view)
         return tid, view
+
+    def _init_worker(self) -> None:
+        """The worker thread works on the handle's GPU (its context current), not on cuda:0."""
+        d = self.mem.daemon_device
+        if d.type == "cuda":
+            make_current(d.index)
+
+    def check_device(self, tensors: Sequence[Optional[torch.Tensor]], what: str) -> None:
+        """CPU tensors go anywhere (staged through the handle's memory); a CUDA tensor must be on
+        the GPU this handle serves when it is connected to a GPU daemon."""
+        d = self.mem.daemon_device
+        if d.type != "cuda":
+            return
+        for t in tensors:
+            if t is not None and t.device.type == "cuda" and t.device.index != d.index:
+                raise ValueError(f"fgbuff.torch.{what}: tensor on {t.device}, but this process's "
+                                 f"fgbuff handle {self.job!r} serves {d} (its first collective "
+                                 f"ran there); keep all tensors on one GPU per process "
+                                 f"(torch.cuda.set_device(hvd.local_rank()))")
 
     # ---- execution
     def submit(self, fn: Callable[[], object]) -> cf.Future:

@@ -18,6 +18,7 @@ import torch
 
 from .. import client as C
 from . import _adhoc as A
+from . import _connect
 from ._adhoc import ADASUM, AVERAGE, MAX, MIN, PRODUCT, SUM
 from .compression import Compression
 
@@ -28,6 +29,7 @@ class _State:
         self.coll: Optional[A.Collectives] = None
         self.bwd: Optional[A.Collectives] = None
         self.base = "torch"
+        self.initialized = False
         self.rank = 0
         self.size = 1
         self.n_opt = 0
@@ -79,19 +81,31 @@ def remove_process_set(*args: Any, **kwargs: Any) -> Any:
     raise NotImplementedError("fgbuff.torch: process sets are not supported")
 
 
+_RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+_SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+
+
 def init(comm: Any = None, process_sets: Any = None, job: Optional[str] = None) -> None:
-    """Connect to the local daemon and join this process's ad-hoc job. Rank and size come from
-    the launcher's environment (mpirun, torchrun, srun); the daemon checks them."""
+    """Take rank and size from the launcher's environment (mpirun, torchrun, srun: the variables
+    fgb_join reads). No CUDA context is needed: Horovod scripts call init() before
+    torch.cuda.set_device(). The ad-hoc job's handle connects on first use, on the device of the
+    tensors involved (a GPU daemon is found from that device's context); the daemon then checks
+    rank and size."""
     if comm is not None:
         raise NotImplementedError("fgbuff.torch.init: an MPI communicator is not supported")
     if process_sets:
         raise NotImplementedError("fgbuff.torch.init: process sets are not supported")
     with _S.lock:
-        if _S.coll is not None:
+        if _S.initialized:
             return
+        size = _env_int(_SIZE_VARS, 1)
+        rank = _env_int(_RANK_VARS, 0)
+        if size < 1 or not 0 <= rank < size:
+            raise ValueError(f"fgbuff.torch.init: rank {rank} outside a world of size {size} "
+                             "(launcher environment)")
         _S.base = job or os.environ.get("FGBUFF_JOB") or "torch"
-        _S.coll = A.Collectives(f"{_S.base}.coll")
-        _S.rank, _S.size = _S.coll.rank, _S.coll.size
+        _S.rank, _S.size = rank, size
+        _S.initialized = True
 
 
 def shutdown() -> None:
@@ -107,44 +121,69 @@ def shutdown() -> None:
                 c.close()
         _S.coll = _S.bwd = None
         _S.handles.clear()
+        _S.initialized = False
 
 
 def is_initialized() -> bool:
-    return _S.coll is not None
+    return _S.initialized
 
 
-def _coll() -> A.Collectives:
-    if _S.coll is None:
+def _check_init() -> None:
+    if not _S.initialized:
         raise ValueError("fgbuff.torch has not been initialized; use fgbuff.torch.init().")
-    return _S.coll
 
 
-def _bwd() -> A.Collectives:
+def _open(job: str, tensors: Iterable[Optional[torch.Tensor]]) -> A.Collectives:
+    co = A.Collectives(job, device=_connect.device_of(tensors))
+    if (co.rank, co.size) != (_S.rank, _S.size):
+        co.close()
+        raise RuntimeError(f"fgbuff: job {job} gave rank {co.rank}/{co.size}, not "
+                           f"{_S.rank}/{_S.size} (launcher environment)")
+    return co
+
+
+def _coll(*tensors: Optional[torch.Tensor], what: str = "collective") -> A.Collectives:
+    """The ad-hoc job's handle, connected on first use on the device of `tensors` (CPU tensors:
+    the current CUDA device on a GPU world); a CUDA tensor on another GPU raises."""
+    _check_init()
+    co = _S.coll
+    if co is None:
+        with _S.lock:
+            if _S.coll is None:
+                _S.coll = _open(f"{_S.base}.coll", tensors)
+            co = _S.coll
+    co.check_device(tensors, what)
+    return co
+
+
+def _bwd(*tensors: Optional[torch.Tensor]) -> A.Collectives:
+    _check_init()
     with _S.lock:
         if _S.bwd is None:
-            _coll()
-            _S.bwd = A.Collectives(f"{_S.base}.bwd")
-        return _S.bwd
+            _S.bwd = _open(f"{_S.base}.bwd", tensors)
+        co = _S.bwd
+    co.check_device(tensors, "SyncBatchNorm")
+    return co
 
 
 def rank() -> int:
-    _coll()
+    _check_init()
     return _S.rank
 
 
 def size() -> int:
-    _coll()
+    _check_init()
     return _S.size
 
 
 def local_rank() -> int:
-    _coll()
+    _check_init()
     return _env_int(("OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK", "MPI_LOCALRANKID",
                      "SLURM_LOCALID", "FGBUFF_LOCAL_INDEX"), 0)
 
 
 def local_size() -> int:
-    _coll()
+    _check_init()
     return _env_int(("OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS"),
                     _S.size)
 
@@ -289,7 +328,7 @@ def _allreduce_async(tensor: torch.Tensor, out: Optional[torch.Tensor], average:
                      process_set: Any, compression: Any) -> int:
     _no_process_sets(process_set)
     rop = _reduce_op(average, op)
-    co = _coll()
+    co = _coll(tensor, out, what="allreduce")
     src = tensor.detach()
     wire, ctx = compression.compress(src)
     dst = out if out is not None else torch.empty_like(src)
@@ -365,7 +404,7 @@ def _grouped(tensors: List[torch.Tensor], inplace: bool, average: Optional[bool]
              process_set: Any) -> int:
     _no_process_sets(process_set)
     rop = _reduce_op(average, op)
-    co = _coll()
+    co = _coll(*tensors, what="grouped_allreduce")
     srcs = [t.detach().clone() for t in tensors]
     outs = list(tensors) if inplace else [torch.empty_like(t) for t in tensors]
 
@@ -398,7 +437,7 @@ def grouped_allreduce_(tensors: List[torch.Tensor], average: Optional[bool] = No
 def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
                     process_set: Any = None) -> int:
     _no_process_sets(process_set)
-    co = _coll()
+    co = _coll(tensor, what="allgather")
     src = tensor.detach().clone()
     return _new_handle(co.submit(lambda: co.allgather(src, name)))
 
@@ -420,7 +459,7 @@ def grouped_allgather(tensors: List[torch.Tensor], name: Optional[str] = None,
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                     process_set: Any = None) -> int:
     _no_process_sets(process_set)
-    co = _coll()
+    co = _coll(tensor, what="broadcast")
     src = tensor.detach().clone()
     out = torch.empty_like(src, memory_format=torch.contiguous_format)
     return _new_handle(co.submit(lambda: co.broadcast(src, out, root_rank, name)))
@@ -429,7 +468,7 @@ def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = 
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                      process_set: Any = None) -> int:
     _no_process_sets(process_set)
-    co = _coll()
+    co = _coll(tensor, what="broadcast_")
     t = tensor.detach()
     if not t.is_contiguous():
         raise ValueError("fgbuff.torch.broadcast_: the tensor must be contiguous")
@@ -453,7 +492,7 @@ def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
 
 def barrier(process_set: Any = None) -> None:
     _no_process_sets(process_set)
-    co = _coll()
+    co = _coll(what="barrier")
     co.run(co.barrier)
 
 
@@ -518,7 +557,7 @@ def broadcast_parameters(params: Any, root_rank: int) -> None:
         if not isinstance(p, torch.Tensor):
             raise ValueError(f"fgbuff.torch.broadcast_parameters: {n} is not a tensor")
         tensors.append((n, p.data if isinstance(p, torch.nn.Parameter) else p))
-    co = _coll()
+    co = _coll(*[t for _, t in tensors], what="broadcast_parameters")
     bad = [n for n, t in tensors if not t.is_contiguous()]
     if bad:
         raise ValueError(f"fgbuff.torch.broadcast_parameters: not contiguous: {bad}")

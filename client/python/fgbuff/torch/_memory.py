@@ -5,7 +5,7 @@ arena release yet: docs/pytorch.md, "Limits")."""
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -14,13 +14,16 @@ from ._dtypes import host_tensor
 
 
 class SharedMemory:
-    def __init__(self, client: C.Client):
+    def __init__(self, client: C.Client, device: Optional[torch.device] = None):
+        """`device`: the device the client was connected on (_connect.connect's answer); None:
+        cpu for a CPU daemon, else the current CUDA device (the client library picked the GPU
+        daemon from the current context; the daemon's own index may differ: CUDA_VISIBLE_DEVICES)"""
         self.client = client
-        dev = str(client.status_json().get("device", "cpu"))
-        # a GPU daemon serves the GPU of this process's current CUDA device (the client library
-        # picked the daemon from it); its own index may differ (CUDA_VISIBLE_DEVICES)
-        self.daemon_device = (torch.device("cpu") if dev == "cpu" else
-                              torch.device("cuda", torch.cuda.current_device()))
+        if device is None:
+            dev = str(client.status_json().get("device", "cpu"))
+            device = (torch.device("cpu") if dev == "cpu" else
+                      torch.device("cuda", torch.cuda.current_device()))
+        self.daemon_device = device
         self._keep: List[object] = []
 
     @property

@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from .. import client as C
+from . import _connect
 from ._dtypes import fgb_dtype
 from ._memory import SharedMemory
 
@@ -58,11 +59,15 @@ class FgbuffHookState:
         self._thread: Optional[threading.Thread] = None
         self.fgbuff_iters = 0  # iterations synchronised through the daemon
 
-    def _connect(self) -> C.Client:
+    def _connect(self, buf: Optional[torch.Tensor] = None) -> C.Client:
         if self.client is None:
-            cl = C.Client()
-            cl.join(name=self.job_name, policy=self.policy)
-            self.client, self.mem = cl, SharedMemory(cl)
+            cl, mem_dev = _connect.connect(_connect.device_of([buf]))
+            try:
+                cl.join(name=self.job_name, policy=self.policy)
+            except BaseException:
+                cl.close()
+                raise
+            self.client, self.mem = cl, SharedMemory(cl, mem_dev)
             self._thread = threading.Thread(target=self._waiter, name="fgbuff-ddp-wait",
                                             daemon=True)
             self._thread.start()
@@ -84,7 +89,7 @@ class FgbuffHookState:
                 raise RuntimeError(f"fgbuff ddp hook: bucket {index} changed size after "
                                    "registration (start_iter too small?)")
             return hit
-        cl = self._connect()
+        cl = self._connect(buf)
         fdt = fgb_dtype(buf.dtype)
         if fdt is None:
             raise TypeError(f"fgbuff ddp hook: bucket dtype {buf.dtype}")

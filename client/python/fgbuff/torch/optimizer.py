@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import torch
 
 from .. import client as C
-from . import _core
+from . import _connect, _core
 from ._adhoc import ADASUM, AVERAGE, SUM
 from ._dtypes import fgb_dtype
 from ._memory import SharedMemory
@@ -116,17 +116,28 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         else:
             by_id = {id(p): f"allreduce.noname.{i}" for i, p in enumerate(all_params)}
 
-        co = _core._coll()
+        _core._check_init()
         job = job_name or f"{_core._S.base}.opt{_core._S.n_opt}"
         _core._S.n_opt += 1
         self._fgb_job = job
-        cl = C.Client()
+        # connected on the parameters' device (the GPU daemon of their GPU on a GPU world; CPU
+        # parameters on a GPU world are staged through the current CUDA device)
+        want = _connect.device_of(p for p in all_params if p.requires_grad)
+        cl, mem_dev = _connect.connect(want)
         self._fgb_client = cl
         cl.join(name=job, policy=policy)
         r, s = cl.job_rank()
-        if (r, s) != (co.rank, co.size):
-            raise RuntimeError(f"fgbuff: job {job} gave rank {r}/{s}, not {co.rank}/{co.size}")
-        self._fgb_mem = SharedMemory(cl)
+        if (r, s) != (_core._S.rank, _core._S.size):
+            raise RuntimeError(f"fgbuff: job {job} gave rank {r}/{s}, not "
+                               f"{_core._S.rank}/{_core._S.size}")
+        self._fgb_mem = SharedMemory(cl, mem_dev)
+        if mem_dev.type == "cuda":
+            other = sorted({str(p.device) for p in all_params
+                            if p.device.type == "cuda" and p.device != mem_dev})
+            if other:
+                raise ValueError(f"fgbuff.torch.DistributedOptimizer: parameters on {other}, but "
+                                 f"this optimizer's daemon serves {mem_dev} (one GPU per "
+                                 "process)")
         filt = compress_filter or _default_filter
 
         # group parameters by (device, wire dtype), in the optimizer's order

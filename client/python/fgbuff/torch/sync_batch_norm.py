@@ -18,7 +18,7 @@ from ._adhoc import SUM
 
 
 def _sum_all(t: torch.Tensor, backward: bool) -> torch.Tensor:
-    co = _core._bwd() if backward else _core._coll()
+    co = _core._bwd(t) if backward else _core._coll(t, what="SyncBatchNorm")
     out = torch.empty_like(t)
     co.run(lambda: co.allreduce(t, out, SUM, None, 1.0, 1.0))
     return out
