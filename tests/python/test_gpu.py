@@ -1,8 +1,13 @@
 """GPU tier (a host with 2+ GPUs, one fgbuffd per GPU under MPS; run-gpu.sh starts them): the
 collective and optimizer checks with CUDA tensors, fp32 and bf16; an ordering test with a held-back
-stream; the DDP hook against NCCL DDP. Skips cleanly without CUDA."""
+stream; the DDP hook against NCCL DDP; CPU tensors on a GPU world; and, in fresh processes (one per
+rank, its own jobs), Horovod's order: hvd.init() before torch.cuda.set_device(). Skips cleanly
+without CUDA."""
 
 import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -119,3 +124,95 @@ def test_ddp_hook_equals_nccl_ddp():
     for p, q in zip(ref.parameters(), got.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5)
     st.close()
+
+
+def test_cpu_tensor_collectives_on_gpu_world():
+    """CPU tensors on a GPU world are staged through the current device; results stay on CPU."""
+    r, n = hvd.rank(), hvd.size()
+    x = torch.arange(6, dtype=torch.float64).view(2, 3) + r
+    s = hvd.allreduce(x, op=hvd.Sum)
+    assert s.device.type == "cpu"
+    torch.testing.assert_close(s, sum(torch.arange(6, dtype=torch.float64).view(2, 3) + q
+                                      for q in range(n)))
+    assert torch.equal(hvd.allreduce(x.int(), op=hvd.Max), x.int() - r + n - 1)
+    ag = hvd.allgather(torch.full((r + 1, 2), r, dtype=torch.int64))
+    assert ag.device.type == "cpu"
+    assert torch.equal(ag, torch.cat([torch.full((q + 1, 2), q, dtype=torch.int64)
+                                      for q in range(n)]))
+    b = torch.full((4,), float(r))
+    assert torch.equal(hvd.broadcast(b, n - 1), torch.full((4,), float(n - 1)))
+    hvd.broadcast_(b, 0)
+    assert torch.equal(b, torch.zeros(4))
+    assert hvd.broadcast_object({"from": r, "s": "x" * 1000}, 1) == {"from": 1, "s": "x" * 1000}
+    assert hvd.allgather_object(("r", r)) == [("r", q) for q in range(n)]
+    hvd.barrier()
+
+
+_INIT_FIRST = textwrap.dedent(r"""
+    import os, sys
+    import torch
+    import fgbuff.torch as hvd
+
+    cpu_first = sys.argv[1] == "cpu_first"
+    hvd.init()  # Horovod's order: before any CUDA call
+    assert not torch.cuda.is_initialized(), "hvd.init() initialized CUDA"
+    r, n, lr = hvd.rank(), hvd.size(), hvd.local_rank()
+    if cpu_first:  # object/barrier traffic before the script picked its GPU
+        assert hvd.broadcast_object({"v": r}, 0) == {"v": 0}
+        assert hvd.allgather_object(r) == list(range(n))
+        hvd.barrier()
+    torch.cuda.set_device(lr)
+    dev = torch.device("cuda", lr)
+    x = torch.full((5, 3), float(r + 1), device=dev)
+    y = hvd.allreduce(x, op=hvd.Sum)
+    assert y.device == dev, y.device
+    assert torch.equal(y.cpu(), torch.full((5, 3), n * (n + 1) / 2)), y
+    assert torch.equal(hvd.allreduce(x).cpu(), torch.full((5, 3), (n + 1) / 2))
+    assert torch.equal(hvd.broadcast(x, n - 1).cpu(), torch.full((5, 3), float(n)))
+    c = hvd.allreduce(torch.arange(4, dtype=torch.float64) + r, op=hvd.Sum)
+    assert c.device.type == "cpu" and torch.equal(c, n * torch.arange(4.0, dtype=torch.float64)
+                                                  + n * (n - 1) / 2), c
+    assert hvd.broadcast_object(("o", r), 1 % n) == ("o", 1 % n)
+    assert hvd.allgather_object(r * 10) == [q * 10 for q in range(n)]
+    hvd.barrier()
+    if torch.cuda.device_count() > 1:  # a handle serves one GPU
+        other = torch.ones(2, device=torch.device("cuda", (lr + 1) % torch.cuda.device_count()))
+        try:
+            hvd.allreduce(other)
+        except ValueError as e:
+            assert "serves" in str(e), e
+        else:
+            raise AssertionError("a tensor on another GPU was accepted")
+    # a DistributedOptimizer step: averaged gradients on every rank
+    torch.manual_seed(r)  # different initial weights: broadcast_parameters makes them rank 0's
+    m = torch.nn.Linear(4, 2).to(dev)
+    hvd.broadcast_parameters(m.state_dict(), root_rank=0)
+    w0, b0 = m.weight.detach().clone(), m.bias.detach().clone()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                   named_parameters=m.named_parameters())
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    opt.zero_grad()
+    m(torch.full((3, 4), float(r + 1), device=dev)).sum().backward()
+    opt.step()
+    torch.cuda.synchronize()
+    # d/dW of the sum = 3 * (r + 1) everywhere, d/db = 3; averaged over ranks
+    gw = 3 * (n + 1) / 2
+    torch.testing.assert_close(m.weight.detach(), w0 - 0.1 * gw, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(m.bias.detach(), b0 - 0.1 * 3, rtol=1e-6, atol=1e-6)
+    ws = hvd.allgather(m.weight.detach().reshape(1, -1))
+    assert all(torch.equal(ws[0], ws[q]) for q in range(n))
+    hvd.shutdown()
+    print("init-first ok", r, flush=True)
+""")
+
+
+@pytest.mark.parametrize("variant", ["gpu_first", "cpu_first"])
+def test_init_before_set_device(variant):
+    """A fresh process per rank runs Horovod's order (init, then set_device) on its own jobs: a
+    GPU collective, CPU collectives and objects, a DistributedOptimizer step; cpu_first also
+    exchanges objects before the script set its device."""
+    env = dict(os.environ, FGBUFF_JOB=f"initfirst.{variant}")
+    p = subprocess.run([sys.executable, "-c", _INIT_FIRST, variant], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, f"rank {hvd.rank()}:\n{p.stdout}\n{p.stderr}"
+    assert "init-first ok" in p.stdout
