@@ -445,3 +445,27 @@ def test_distributed_optimizer_fp16_compression_and_predivide():
     assert all(p.grad.dtype == torch.float32 for p in m.parameters())
     assert params_close(m, ref, atol=1e-3)
     assert not params_close(m, make_model(), atol=1e-3)  # it did train
+
+
+def test_init_needs_no_daemon_and_a_missing_daemon_names_the_paths(tmp_path):
+    """init() takes rank/size from the launcher env without connecting; the first collective
+    connects, and with no daemon its error names the socket paths it tried."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch, fgbuff.torch as hvd\n"
+            "hvd.init()\n"
+            "print('init', hvd.rank(), hvd.size(), flush=True)\n"
+            "try:\n"
+            "    hvd.allreduce(torch.ones(2))\n"
+            "except OSError as e:\n"
+            "    print('error', e)\n")
+    env = dict(os.environ, FGBUFF_RUNTIME_DIR=str(tmp_path / "none"))
+    env.pop("FGBUFF_SOCKET", None)
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert f"init {hvd.rank()} {hvd.size()}" in p.stdout, p.stdout
+    err = [ln for ln in p.stdout.splitlines() if ln.startswith("error")]
+    assert err and "tried" in err[0] and str(tmp_path / "none" / "cpu") in err[0], p.stdout
