@@ -3,7 +3,7 @@
 # then the same suite under AddressSanitizer + UndefinedBehaviorSanitizer, then the format check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash deploy/install-deps.sh
+bash deploy/install-deps.sh       # also pip-installs torch, numpy, pytest when missing (tests/python)
 bash deploy/install-ops-deps.sh   # tests/ops/: systemd, Slurm + munge, Prometheus, iproute2
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # CI runs as root
 export OMPI_MCA_rmaps_base_oversubscribe=1

@@ -1,0 +1,331 @@
+"""fgbuff.client — a thin, torch-free wrapper of every call of fgbuff/client.h.
+
+One Client is one fgb_client handle; every call on it takes the handle's lock (autograd hooks run
+on other threads than the training loop), so a handle may be shared by threads. A status other
+than FGB_OK raises the FgbError subclass of its code, carrying fgb_client_error()'s text (for
+daemon-side errors, the daemon's message naming the offending field).
+
+    from fgbuff.client import Client, FLOAT32
+    c = Client()                       # connects: $FGBUFF_SOCKET or the local CPU daemon
+    c.join(name="demo")                # rank/size from the launcher environment
+    a = c.arena_alloc_host(4 * 1024)   # shared memory; a.view() is a memoryview of it
+    t = c.tensor_register("x", a, 0, 1024, FLOAT32)
+    c.allreduce(t, SUM)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Sequence, Tuple, Type
+
+from . import _lib
+
+# status codes
+OK = 0
+EINVAL, ENOMEM, EIO, EPROTO, ENOTFOUND, EEXIST, ETIMEDOUT = -1, -2, -3, -4, -5, -6, -7
+EPEER, ECLOSED, ENOTSUP, EMISMATCH, EAGAIN, EPERM = -8, -9, -10, -11, -12, -13
+
+# element types (wire values)
+FLOAT32, FLOAT16, BFLOAT16, FLOAT64, INT32, INT64, UINT8 = 1, 2, 3, 4, 5, 6, 7
+DTYPE_NAMES = {FLOAT32: "float32", FLOAT16: "float16", BFLOAT16: "bfloat16", FLOAT64: "float64",
+               INT32: "int32", INT64: "int64", UINT8: "uint8"}
+
+# reductions
+OP_AVERAGE, OP_SUM = 1, 2
+
+WAIT_FOREVER = -1
+
+
+class FgbError(RuntimeError):
+    """An fgb_status other than FGB_OK. .status is the code, .message the handle's error text."""
+
+    status = 0
+
+    def __init__(self, status: int, message: str, call: str = ""):
+        self.status = status
+        self.message = message
+        self.call = call
+        name = strerror(status)
+        super().__init__(f"{call}: {name}: {message}" if call else f"{name}: {message}")
+
+
+class InvalidArgument(FgbError, ValueError):
+    status = EINVAL
+
+
+class OutOfMemory(FgbError, MemoryError):
+    status = ENOMEM
+
+
+class IOFailure(FgbError, OSError):
+    status = EIO
+
+
+class ProtocolError(FgbError):
+    status = EPROTO
+
+
+class NotFound(FgbError, LookupError):
+    status = ENOTFOUND
+
+
+class AlreadyExists(FgbError):
+    status = EEXIST
+
+
+class Timeout(FgbError, TimeoutError):
+    status = ETIMEDOUT
+
+
+class PeerFailed(FgbError):
+    """Another rank of the job failed (its client or daemon died, or the job was aborted)."""
+
+    status = EPEER
+
+
+class Closed(FgbError, ConnectionError):
+    status = ECLOSED
+
+
+class NotSupported(FgbError):
+    status = ENOTSUP
+
+
+class Mismatch(FgbError, ValueError):
+    """Cross-rank metadata mismatch (same name, different count/dtype/shape/compressor)."""
+
+    status = EMISMATCH
+
+
+class Again(FgbError):
+    status = EAGAIN
+
+
+class PermissionDenied(FgbError, PermissionError):
+    status = EPERM
+
+
+_BY_CODE: Dict[int, Type[FgbError]] = {
+    cls.status: cls
+    for cls in (InvalidArgument, OutOfMemory, IOFailure, ProtocolError, NotFound, AlreadyExists,
+                Timeout, PeerFailed, Closed, NotSupported, Mismatch, Again, PermissionDenied)
+}
+
+
+def error_class(status: int) -> Type[FgbError]:
+    return _BY_CODE.get(status, FgbError)
+
+
+def strerror(status: int) -> str:
+    return _lib.load().fgb_strerror(status).decode()
+
+
+def dtype_size(dtype: int) -> int:
+    return int(_lib.load().fgb_dtype_size(dtype))
+
+
+@dataclass(frozen=True)
+class Arena:
+    """Memory shared with the daemon: id, base address in this process, size in bytes."""
+
+    id: int
+    ptr: int
+    bytes: int
+    host: bool
+
+    def view(self) -> memoryview:
+        """A writable memoryview of a host arena (valid while its Client is open)."""
+        if not self.host:
+            raise TypeError("fgbuff: a device arena has no host view")
+        return memoryview((ctypes.c_char * self.bytes).from_address(self.ptr)).cast("B")
+
+
+class Client:
+    """One connection to a daemon (an fgb_client handle), thread-safe through one lock."""
+
+    def __init__(self, socket_path: Optional[str] = None, connect: bool = True):
+        self._L = _lib.load()
+        self._lock = threading.RLock()
+        h = ctypes.c_void_p()
+        st = self._L.fgb_client_new(ctypes.byref(h))
+        if st != OK:
+            raise error_class(st)(st, "fgb_client_new failed", "fgb_client_new")
+        self._h: Optional[ctypes.c_void_p] = h
+        self._arenas = []
+        if connect:
+            try:
+                self.connect(socket_path)
+            except BaseException:
+                self.close()
+                raise
+
+    # ---- plumbing
+    def _handle(self) -> ctypes.c_void_p:
+        if self._h is None:
+            raise Closed(ECLOSED, "this Client was closed", "fgbuff.client")
+        return self._h
+
+    def _check(self, st: int, call: str) -> None:
+        if st != OK:
+            msg = self._L.fgb_client_error(self._h)
+            raise error_class(st)(st, msg.decode(errors="replace") if msg else "", call)
+
+    def _call(self, name: str, *args: Any) -> int:
+        with self._lock:
+            st = getattr(self._L, name)(self._handle(), *args)
+            self._check(st, name)
+            return st
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The handle's lock (hold it to make several calls atomic)."""
+        return self._lock
+
+    def last_error(self) -> str:
+        with self._lock:
+            if self._h is None:
+                return ""
+            return self._L.fgb_client_error(self._h).decode(errors="replace")
+
+    def close(self) -> None:
+        """Close the connection (the daemon releases this handle's registrations) and unmap."""
+        with self._lock:
+            if self._h is not None:
+                self._L.fgb_client_free(self._h)
+                self._h = None
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ---- connection and job
+    def connect(self, socket_path: Optional[str] = None) -> None:
+        self._call("fgb_connect", socket_path.encode() if socket_path else None)
+
+    def join(self, name: Optional[str] = None, incarnation: int = 0, rank: int = -1,
+             size: int = -1, policy: Optional[str] = None, keep_state: bool = False) -> None:
+        o = _lib.fgb_job_opts(name.encode() if name else None, incarnation, rank, size,
+                              policy.encode() if policy else None, 1 if keep_state else 0)
+        self._call("fgb_join", ctypes.byref(o))
+
+    def job_rank(self) -> Tuple[int, int]:
+        r, s = ctypes.c_int32(), ctypes.c_int32()
+        self._call("fgb_job_rank", ctypes.byref(r), ctypes.byref(s))
+        return r.value, s.value
+
+    # ---- arenas and tensors
+    def arena_alloc_host(self, nbytes: int) -> Arena:
+        a = _lib.fgb_arena()
+        self._call("fgb_arena_alloc_host", ctypes.c_size_t(nbytes), ctypes.byref(a))
+        return Arena(a.id, a.ptr or 0, a.bytes, True)
+
+    def arena_register_cuda(self, dev_ptr: int, nbytes: int) -> Arena:
+        a = _lib.fgb_arena()
+        self._call("fgb_arena_register_cuda", ctypes.c_void_p(dev_ptr), ctypes.c_size_t(nbytes),
+                   ctypes.byref(a))
+        return Arena(a.id, a.ptr or 0, a.bytes, False)
+
+    def tensor_register(self, name: str, arena: "Arena | int", offset: int, count: int,
+                        dtype: int = FLOAT32, shape: Sequence[int] = (), op: int = OP_AVERAGE,
+                        compressor: Optional[str] = None, density: float = 0.0) -> int:
+        if len(shape) > _lib.FGB_MAX_DIMS:
+            raise InvalidArgument(EINVAL, f"tensor {name}: {len(shape)} dimensions, at most "
+                                  f"{_lib.FGB_MAX_DIMS}", "fgb_tensor_register")
+        d = _lib.fgb_tensor_desc()
+        d.name = name.encode()
+        d.arena = arena.id if isinstance(arena, Arena) else int(arena)
+        d.offset, d.count, d.dtype = offset, count, dtype
+        d.ndim = len(shape)
+        for i, s in enumerate(shape):
+            d.shape[i] = int(s)
+        d.op = op
+        d.compressor = compressor.encode() if compressor else None
+        d.density = float(density)
+        tid = ctypes.c_uint32()
+        self._call("fgb_tensor_register", ctypes.byref(d), ctypes.byref(tid))
+        return tid.value
+
+    # ---- gradient synchronisation
+    def submit(self, tensor_id: int, step: int, stream: int = 0) -> None:
+        self._call("fgb_submit", tensor_id, step, ctypes.c_void_p(stream or None))
+
+    def end_step(self, step: int) -> None:
+        self._call("fgb_end_step", step)
+
+    def wait(self, tensor_id: int, step: int, timeout_ms: int = WAIT_FOREVER) -> None:
+        self._call("fgb_wait", tensor_id, step, timeout_ms)
+
+    def wait_on_stream(self, tensor_id: int, step: int, stream: int,
+                       timeout_ms: int = WAIT_FOREVER) -> None:
+        self._call("fgb_wait_on_stream", tensor_id, step, ctypes.c_void_p(stream or None),
+                   timeout_ms)
+
+    def test(self, tensor_id: int, step: int) -> bool:
+        """True when done, False when not yet; raises on an error."""
+        with self._lock:
+            st = self._L.fgb_test(self._handle(), tensor_id, step)
+            if st == EAGAIN:
+                return False
+            self._check(st, "fgb_test")
+            return True
+
+    def wait_step(self, step: int, timeout_ms: int = WAIT_FOREVER) -> None:
+        self._call("fgb_wait_step", step, timeout_ms)
+
+    # ---- ad-hoc collectives (blocking)
+    def allreduce(self, tensor_id: int, op: int = OP_SUM, timeout_ms: int = WAIT_FOREVER) -> None:
+        self._call("fgb_allreduce", tensor_id, op, timeout_ms)
+
+    def broadcast(self, tensor_id: int, root: int, timeout_ms: int = WAIT_FOREVER) -> None:
+        self._call("fgb_broadcast", tensor_id, root, timeout_ms)
+
+    def allgather(self, src_tensor: int, dst_tensor: int,
+                  timeout_ms: int = WAIT_FOREVER) -> None:
+        self._call("fgb_allgather", src_tensor, dst_tensor, timeout_ms)
+
+    # ---- status, configuration, state
+    def _malloced_string(self, name: str, *args: Any) -> str:
+        p = ctypes.c_void_p()
+        with self._lock:
+            self._call(name, *args, ctypes.byref(p))
+        try:
+            return ctypes.string_at(p.value).decode(errors="replace") if p.value else ""
+        finally:
+            if p.value:
+                _lib.free(p.value)
+
+    def status_json(self) -> Dict[str, Any]:
+        return json.loads(self._malloced_string("fgb_status_json"))
+
+    def status_text(self) -> str:
+        return self._malloced_string("fgb_status_text")
+
+    def config_get(self, key: str) -> str:
+        return self._malloced_string("fgb_config_get", key.encode())
+
+    def config_set(self, key: str, value: str) -> None:
+        self._call("fgb_config_set", key.encode(), str(value).encode())
+
+    def state_export(self, tensor_id: int) -> bytes:
+        p, n = ctypes.c_void_p(), ctypes.c_size_t()
+        self._call("fgb_state_export", tensor_id, ctypes.byref(p), ctypes.byref(n))
+        try:
+            return ctypes.string_at(p.value, n.value) if p.value else b""
+        finally:
+            if p.value:
+                _lib.free(p.value)
+
+    def state_import(self, tensor_id: int, data: bytes) -> None:
+        buf = ctypes.create_string_buffer(bytes(data), len(data))
+        self._call("fgb_state_import", tensor_id, buf, len(data))

@@ -1,0 +1,188 @@
+"""fgbuff.torch.ddp — a DistributedDataParallel communication hook that averages (and optionally
+compresses) DDP's gradient buckets through fgbuffd.
+
+    import fgbuff.torch.ddp as fddp
+    state = fddp.FgbuffHookState(compressor="topk", density=0.01)
+    model.register_comm_hook(state, fddp.fgbuff_hook)
+
+DDP allocates its buckets anew at the bucket rebuild after the first iteration, so the first
+`start_iter` iterations (default 2) use the process group's own all-reduce (as PyTorch's PowerSGD
+hook does), and buckets are registered with the daemon once, at the first iteration after that.
+Each bucket gets a slot in memory shared with the daemon (one arena per bucket, job
+`<base>.ddp` or job_name=); a hook copies the bucket into its slot, submits it, and returns a
+Future that a waiter thread completes once the daemon's Done arrived and the average is copied
+back. The last bucket of an iteration ends the daemon's step (a bucket DDP never handed over is
+synchronised as zeros). On GPU the copies and the wait are ordered on a side stream that waits for
+the current one (the compute stream itself never waits), and the Future is completed on that side
+stream (the waiter thread polls for the daemon's Done first, so a slow bucket never holds the
+handle's lock against the next bucket's submit). The copy in and out is the cost of a CPU world (DDP's buckets are not shared memory);
+registering DDP's own bucket memory (zero-copy with gradient_as_bucket_view=True) needs the
+daemon to release registrations and is not done yet.
+"""
+
+# (no "from __future__ import annotations": DDP checks the hook's annotations as objects)
+
+import os
+import queue
+import threading
+import time
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+
+from .. import client as C
+from . import _connect
+from ._dtypes import fgb_dtype
+from ._memory import SharedMemory
+
+
+class FgbuffHookState:
+    def __init__(self, process_group: Any = None, compressor: Optional[str] = None,
+                 density: float = 0.0, policy: Optional[str] = None,
+                 job_name: Optional[str] = None, start_iter: int = 2,
+                 timeout_ms: int = 600000):
+        if start_iter < 2:
+            raise ValueError("fgbuff ddp hook: start_iter must be >= 2 (DDP rebuilds its "
+                             "buckets after the first iteration)")
+        self.process_group = process_group
+        self.compressor, self.density, self.policy = compressor, density, policy
+        self.job_name = job_name or f"{os.environ.get('FGBUFF_JOB') or 'torch'}.ddp"
+        self.start_iter = start_iter
+        self.timeout_ms = timeout_ms
+        self.iter = 0
+        self.client: Optional[C.Client] = None
+        self.mem: Optional[SharedMemory] = None
+        self.buckets: Dict[int, Tuple[int, torch.Tensor]] = {}
+        self.side: Dict[torch.device, Any] = {}
+        self._q: "queue.Queue[Any]" = queue.Queue()
+        self._thread: Optional[threading.Thread] = None
+        self.fgbuff_iters = 0  # iterations synchronised through the daemon
+
+    def _connect(self, buf: Optional[torch.Tensor] = None) -> C.Client:
+        if self.client is None:
+            cl, mem_dev = _connect.connect(_connect.device_of([buf]))
+            try:
+                cl.join(name=self.job_name, policy=self.policy)
+            except BaseException:
+                cl.close()
+                raise
+            self.client, self.mem = cl, SharedMemory(cl, mem_dev)
+            self._thread = threading.Thread(target=self._waiter, name="fgbuff-ddp-wait",
+                                            daemon=True)
+            self._thread.start()
+        return self.client
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._q.put(None)
+            self._thread.join()
+            self._thread = None
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+    def _slot(self, index: int, buf: torch.Tensor) -> Tuple[int, torch.Tensor]:
+        hit = self.buckets.get(index)
+        if hit is not None:
+            if hit[1].numel() != buf.numel() or hit[1].dtype != buf.dtype:
+                raise RuntimeError(f"fgbuff ddp hook: bucket {index} changed size after "
+                                   "registration (start_iter too small?)")
+            return hit
+        cl = self._connect(buf)
+        fdt = fgb_dtype(buf.dtype)
+        if fdt is None:
+            raise TypeError(f"fgbuff ddp hook: bucket dtype {buf.dtype}")
+        assert self.mem is not None
+        arena, base = self.mem.alloc(buf.numel() * buf.element_size())
+        slot = base[:buf.numel() * buf.element_size()].view(buf.dtype)
+        comp = self.compressor if self.compressor and buf.dtype.is_floating_point else None
+        tid = cl.tensor_register(f"ddp.bucket{index}", arena, 0, buf.numel(), fdt,
+                                 (buf.numel(),), C.OP_AVERAGE, comp,
+                                 self.density if comp else 0.0)
+        self.buckets[index] = (tid, slot)
+        return tid, slot
+
+    def _waiter(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            tid, step, slot, buf, fut, side = item
+            try:
+                cl = self.client
+                assert cl is not None
+                if side is not None:
+                    # GPU: poll for the Done (the handle's lock is free between polls, so the
+                    # autograd thread's submits go on), then the stream wait returns at once;
+                    # the copy back and the Future's completion are ordered on the side stream.
+                    waited = 0.0
+                    while not cl.test(tid, step):
+                        time.sleep(0.0002)
+                        waited += 0.0002
+                        if waited * 1000 >= self.timeout_ms:
+                            raise C.Timeout(C.ETIMEDOUT, f"bucket {tid} step {step}",
+                                            "fgbuff ddp hook")
+                    cl.wait_on_stream(tid, step, int(side.cuda_stream), self.timeout_ms)
+                    with torch.cuda.stream(side):
+                        buf.copy_(slot, non_blocking=True)
+                        fut.set_result(buf)
+                    continue
+                waited = 0
+                while True:  # short waits: the handle's lock is free between them for submits
+                    try:
+                        cl.wait(tid, step, 20)
+                        break
+                    except C.Timeout:
+                        waited += 20
+                        if waited >= self.timeout_ms:
+                            raise
+                buf.copy_(slot)
+                fut.set_result(buf)
+            except BaseException as e:  # noqa: BLE001 — handed to the Future
+                fut.set_exception(e)
+
+
+def _allreduce_fut(state: FgbuffHookState, buf: torch.Tensor) -> torch.futures.Future:
+    group = state.process_group if state.process_group is not None else dist.group.WORLD
+    world = dist.get_world_size(group)
+    fut = dist.all_reduce(buf, group=group, async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0].div_(world))
+
+
+def fgbuff_hook(state: FgbuffHookState,
+                bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook: the bucket averaged over ranks by fgbuffd (after warm-up)."""
+    buf = bucket.buffer()
+    if state.iter < state.start_iter:
+        fut = _allreduce_fut(state, buf)
+        if bucket.is_last():
+            state.iter += 1
+        return fut
+    step = state.iter - state.start_iter
+    tid, slot = state._slot(bucket.index(), buf)
+    cl = state._connect()
+    fut: torch.futures.Future = torch.futures.Future()
+    if buf.is_cuda:
+        dev = buf.device
+        side = state.side.get(dev)
+        if side is None:
+            side = state.side[dev] = torch.cuda.Stream(dev)
+        side.wait_stream(torch.cuda.current_stream(dev))  # the compute stream never waits
+        with torch.cuda.stream(side):
+            slot.copy_(buf, non_blocking=True)
+            buf.record_stream(side)
+        cl.submit(tid, step, int(side.cuda_stream))
+        if bucket.is_last():
+            cl.end_step(step)
+        state._q.put((tid, step, slot, buf, fut, side))
+    else:
+        slot.copy_(buf)
+        cl.submit(tid, step)
+        if bucket.is_last():
+            cl.end_step(step)
+        state._q.put((tid, step, slot, buf, fut, None))
+    if bucket.is_last():
+        state.iter += 1
+        state.fgbuff_iters += 1
+    return fut

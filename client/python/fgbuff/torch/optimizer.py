@@ -1,0 +1,407 @@
+"""DistributedOptimizer: Horovod's wrapper, with gradients living in memory shared with fgbuffd.
+
+Per (device, dtype) one flat buffer is allocated once (a host arena on a CPU daemon, driver
+memory registered with fgb_arena_register_cuda on a GPU daemon); every parameter's `.grad` is a
+view into its slot made with the parameter's own strides. Autograd accumulates into the view in
+place; a gradient autograd allocated afresh (after `.grad = None`) is copied into the slot and
+`.grad` is pointed back at the view (never `set_()`). A post-accumulate-grad hook submits the
+slot once its `backward_passes_per_step`-th accumulation is final (on the current stream on GPU);
+synchronize() ends the step (parameters that got no gradient are synchronised as zeros, as
+Horovod does) and waits — on GPU with fgb_wait_on_stream, so the host does not block per tensor.
+
+Each DistributedOptimizer is its own job on the daemons (`<base>.optN` or job_name=), so several
+optimizers (a GAN's two) step independently and an EndStep never flushes another's tensors.
+
+Non-finite gradients and compressors: a tensor with a compressor keeps error-feedback state in the
+daemon; an inf/NaN entering it would poison every later step. So a compressed gradient that is not
+finite on a rank is submitted as zeros and counted in a step flag (a 1-element SUM tensor of the
+same job, submitted every step; all of it computed on the device, no host sync); when any rank
+counted one, every rank's synchronised gradients become NaN, so a
+GradScaler skips the step on every rank (as a dense all-reduce of an inf would), while the
+residuals received only zeros from that rank. Dense tensors have no state: their inf/NaN propagate
+as in Horovod.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+
+from .. import client as C
+from . import _connect, _core
+from ._adhoc import ADASUM, AVERAGE, SUM
+from ._dtypes import fgb_dtype
+from ._memory import SharedMemory
+from .compression import Compression
+
+_ALIGN = 256  # bytes; slots start on this boundary
+
+
+@dataclass
+class _Entry:
+    name: str
+    param: torch.nn.Parameter
+    slot: torch.Tensor  # flat, in shared memory
+    grad: torch.Tensor  # what p.grad must be: a strided view of slot, or a private tensor
+    staged: bool  # grad is not slot (wire dtype differs): copy in/out
+    tid: int = -1
+    compressed: bool = False
+    count: int = 0
+    hook: Any = None
+
+
+def _default_filter(name: str, p: torch.nn.Parameter) -> bool:
+    return p.dim() >= 2
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    def __init__(self, params: Any, named_parameters: Optional[Sequence[Tuple[str, Any]]],
+                 compression: Any, backward_passes_per_step: int, op: int,
+                 gradient_predivide_factor: float, sparse_as_dense: bool,
+                 compressor: Optional[str], density: float, policy: Optional[str],
+                 job_name: Optional[str], compress_filter: Optional[Callable[..., bool]],
+                 compressor_options: Optional[Dict[str, Any]]):
+        super(self.__class__, self).__init__(params)
+        self._fgb_client: Optional[C.Client] = None
+        if compressor_options:
+            raise NotImplementedError(
+                "fgbuff.torch.DistributedOptimizer: compressor_options cannot reach the daemon "
+                "yet (RegisterTensor carries only the compressor name and density)")
+        if op == ADASUM:
+            raise NotImplementedError("fgbuff.torch: Adasum is not supported")
+        if op not in (AVERAGE, SUM):
+            raise ValueError("fgbuff.torch.DistributedOptimizer: op must be Average or Sum")
+        if gradient_predivide_factor != 1.0 and op != AVERAGE:
+            raise ValueError("gradient_predivide_factor is only supported with op=Average")
+        if backward_passes_per_step < 1:
+            raise ValueError("backward_passes_per_step must be >= 1")
+        if compressor and compressor.lower() == "dgc":
+            for g in self.param_groups:
+                if float(g.get("momentum", 0.0) or 0.0) != 0.0:
+                    raise ValueError(
+                        "fgbuff.torch.DistributedOptimizer: compressor 'dgc' applies momentum "
+                        "correction inside the daemon (its option momentum, 0.9 by default); the "
+                        f"wrapped optimizer must not add its own, but has momentum="
+                        f"{g['momentum']}. Construct it with momentum=0 (e.g. "
+                        "torch.optim.SGD(params, lr, momentum=0)).")
+        self._fgb_compression = compression
+        self._fgb_bpps = backward_passes_per_step
+        self._fgb_op = op
+        self._fgb_predivide = float(gradient_predivide_factor)
+        self._fgb_sparse_as_dense = sparse_as_dense
+        self._fgb_should_sync = True
+        self._fgb_synchronized = False
+        self._fgb_submitted = 0
+        self._fgb_step = 0
+        self._fgb_entries: Dict[int, _Entry] = {}  # id(param) -> entry
+        self._fgb_order: List[_Entry] = []
+        self._fgb_flag: Optional[Tuple[int, torch.Tensor]] = None
+
+        all_params = [p for g in self.param_groups for p in g["params"]]
+        if named_parameters is not None:
+            named = list(named_parameters)
+            names = [n for n, _ in named]
+            dups = sorted({n for n in names if names.count(n) > 1})
+            if dups:
+                raise ValueError(f"fgbuff.torch.DistributedOptimizer: duplicate names {dups}")
+            by_id = {id(p): n for n, p in named}
+            missing = [i for i, p in enumerate(all_params) if id(p) not in by_id]
+            if missing:
+                raise ValueError("fgbuff.torch.DistributedOptimizer: named_parameters does not "
+                                 "name every parameter of the optimizer")
+        else:
+            by_id = {id(p): f"allreduce.noname.{i}" for i, p in enumerate(all_params)}
+
+        _core._check_init()
+        job = job_name or f"{_core._S.base}.opt{_core._S.n_opt}"
+        _core._S.n_opt += 1
+        self._fgb_job = job
+        # connected on the parameters' device (the GPU daemon of their GPU on a GPU world; CPU
+        # parameters on a GPU world are staged through the current CUDA device)
+        want = _connect.device_of(p for p in all_params if p.requires_grad)
+        cl, mem_dev = _connect.connect(want)
+        self._fgb_client = cl
+        cl.join(name=job, policy=policy)
+        r, s = cl.job_rank()
+        if (r, s) != (_core._S.rank, _core._S.size):
+            raise RuntimeError(f"fgbuff: job {job} gave rank {r}/{s}, not "
+                               f"{_core._S.rank}/{_core._S.size}")
+        self._fgb_mem = SharedMemory(cl, mem_dev)
+        if mem_dev.type == "cuda":
+            other = sorted({str(p.device) for p in all_params
+                            if p.device.type == "cuda" and p.device != mem_dev})
+            if other:
+                raise ValueError(f"fgbuff.torch.DistributedOptimizer: parameters on {other}, but "
+                                 f"this optimizer's daemon serves {mem_dev} (one GPU per "
+                                 "process)")
+        filt = compress_filter or _default_filter
+
+        # group parameters by (device, wire dtype), in the optimizer's order
+        seen, groups = set(), {}
+        for p in all_params:
+            if id(p) in seen or not p.requires_grad:
+                continue
+            seen.add(id(p))
+            wire = p.dtype
+            if compression is Compression.fp16 and p.dtype.is_floating_point:
+                wire = torch.float16
+            if fgb_dtype(wire) is None:
+                raise TypeError(f"fgbuff.torch: parameter {by_id[id(p)]} has dtype {p.dtype}, "
+                                "which the daemon cannot reduce")
+            groups.setdefault((p.device, wire), []).append(p)
+        for (dev, wire), ps in groups.items():
+            esz = torch.empty(0, dtype=wire).element_size()
+            offs, total = [], 0
+            for p in ps:
+                total = (total + _ALIGN - 1) // _ALIGN * _ALIGN
+                offs.append(total)
+                total += p.numel() * esz
+            arena, base = self._fgb_mem.alloc(total)
+            flat = base.view(wire)
+            for p, off in zip(ps, offs):
+                name = by_id[id(p)]
+                n = p.numel()
+                e0 = off // esz
+                slot = flat[e0:e0 + n]
+                staged = wire != p.dtype or p.device != flat.device
+                if staged:
+                    grad = torch.zeros_like(p)
+                else:
+                    strides = p.stride() if _dense(p) else _contig_strides(p.shape)
+                    grad = torch.as_strided(flat, p.shape, strides, e0)
+                compressed = bool(compressor) and wire.is_floating_point and bool(filt(name, p))
+                shape = tuple(p.shape) if 0 < p.dim() <= 8 else ((n,) if p.dim() else ())
+                e = _Entry(name, p, slot, grad, staged, compressed=compressed)
+                e.tid = cl.tensor_register(name, arena, off, n, fgb_dtype(wire), shape,
+                                           C.OP_SUM if op == SUM else C.OP_AVERAGE,
+                                           compressor if compressed else None,
+                                           density if compressed else 0.0)
+                p.grad = grad
+                e.hook = p.register_post_accumulate_grad_hook(self._fgb_make_hook(e))
+                self._fgb_entries[id(p)] = e
+                self._fgb_order.append(e)
+        if any(e.compressed for e in self._fgb_order):
+            arena, base = self._fgb_mem.alloc(64)
+            flag = base[:4].view(torch.float32)
+            tid = cl.tensor_register("__fgbuff.nonfinite", arena, 0, 1, C.FLOAT32, (1,),
+                                     C.OP_SUM)
+            self._fgb_flag = (tid, flag)
+        _core._S.optimizers.append(self)
+
+    # ---- hooks (autograd's thread)
+    def _fgb_make_hook(self, e: _Entry) -> Callable[[torch.Tensor], None]:
+        def hook(p: torch.Tensor) -> None:
+            self._fgb_adopt(e)
+            self._fgb_synchronized = False
+            e.count += 1
+            if e.count > self._fgb_bpps:
+                raise AssertionError(
+                    f"fgbuff: gradient of {e.name} computed more than backward_passes_per_step="
+                    f"{self._fgb_bpps} times before step(); increase backward_passes_per_step")
+            if e.count == self._fgb_bpps:
+                self._fgb_submit(e)
+
+        return hook
+
+    def _fgb_adopt(self, e: _Entry) -> None:
+        """Make p.grad the entry's tensor again, copying a gradient autograd allocated afresh."""
+        p = e.param
+        g = p.grad
+        if g is None:
+            e.grad.zero_()
+        elif g.is_sparse:
+            if not self._fgb_sparse_as_dense:
+                raise NotImplementedError(
+                    f"fgbuff: sparse gradient of {e.name}; pass sparse_as_dense=True")
+            e.grad.copy_(g.to_dense())
+        elif g.data_ptr() != e.grad.data_ptr() or g.stride() != e.grad.stride():
+            e.grad.copy_(g)
+        else:
+            return
+        p.grad = e.grad
+
+    def _fgb_submit(self, e: _Entry) -> None:
+        cl = self._fgb_client
+        assert cl is not None
+        if e.staged:
+            e.slot.copy_(e.grad.reshape(-1))
+        if self._fgb_predivide != 1.0:
+            e.slot.div_(self._fgb_predivide)
+        if e.compressed and self._fgb_flag is not None:
+            # device-side, no host sync: a non-finite gradient is replaced by zeros and counted
+            ok = torch.isfinite(e.slot).all()
+            e.slot.copy_(torch.where(ok, e.slot, torch.zeros((), dtype=e.slot.dtype,
+                                                              device=e.slot.device)))
+            flag = self._fgb_flag[1]
+            flag.add_((~ok).to(device=flag.device, dtype=flag.dtype))
+        self._fgb_submitted += 1
+        stream = 0
+        if e.slot.is_cuda:
+            stream = int(torch.cuda.current_stream(e.slot.device).cuda_stream)
+        cl.submit(e.tid, self._fgb_step, stream)
+
+    # ---- Horovod's surface
+    def synchronize(self) -> None:
+        """End this step on the daemons and wait for every averaged gradient (parameters whose
+        gradient never arrived are synchronised as zeros)."""
+        cl = self._fgb_client
+        if cl is None:
+            raise RuntimeError("fgbuff: this DistributedOptimizer was closed")
+        if self._fgb_synchronized:
+            return
+        step = self._fgb_step
+        for e in self._fgb_order:  # partial accumulations (count < N) are submitted as they are
+            if 0 < e.count < self._fgb_bpps:
+                self._fgb_submit(e)
+        if self._fgb_flag is not None:  # this rank's count of non-finite compressed tensors
+            tid, flag = self._fgb_flag
+            cl.submit(tid, step,
+                      int(torch.cuda.current_stream(flag.device).cuda_stream) if flag.is_cuda
+                      else 0)
+        cl.end_step(step)
+        if self._fgb_mem.on_gpu:
+            for e in self._fgb_order:
+                stream = int(torch.cuda.current_stream(e.slot.device).cuda_stream)
+                cl.wait_on_stream(e.tid, step, stream)
+            if self._fgb_flag is not None:
+                flag = self._fgb_flag[1]
+                cl.wait_on_stream(self._fgb_flag[0], step,
+                                  int(torch.cuda.current_stream(flag.device).cuda_stream))
+        else:
+            cl.wait_step(step)
+        poison = None
+        if self._fgb_flag is not None:
+            # NaN where any rank counted a non-finite tensor, else 0: added to every gradient,
+            # on the stream, without reading the flag on the host
+            flag = self._fgb_flag[1]
+            poison = torch.where(flag > 0, torch.full_like(flag, float("nan")),
+                                 torch.zeros_like(flag))
+        for e in self._fgb_order:
+            if self._fgb_predivide != 1.0:
+                e.slot.mul_(self._fgb_predivide)
+            if poison is not None:
+                e.slot.add_(poison.to(device=e.slot.device, dtype=e.slot.dtype))
+            if e.staged:
+                e.grad.copy_(e.slot.view(e.grad.shape).to(e.grad.dtype))
+            e.count = 0
+            if e.param.grad is None or e.param.grad.data_ptr() != e.grad.data_ptr():
+                e.param.grad = e.grad
+        if self._fgb_flag is not None:
+            self._fgb_flag[1].zero_()
+        self._fgb_submitted = 0
+        self._fgb_step += 1
+        self._fgb_synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self) -> Iterator[None]:
+        """step() inside this block does not synchronize (call synchronize() before it)."""
+        self._fgb_should_sync = False
+        try:
+            yield
+        finally:
+            self._fgb_should_sync = True
+
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        if self._fgb_should_sync:
+            if self._fgb_synchronized:
+                warnings.warn("optimizer.step() called after optimizer.synchronize() without "
+                              "optimizer.skip_synchronize(); not synchronising twice")
+            else:
+                self.synchronize()
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Zero every gradient in place; managed parameters keep `.grad` as their view into the
+        shared buffer (set_to_none is ignored for them, as DDP's bucket views are)."""
+        for g in self.param_groups:
+            for p in g["params"]:
+                e = self._fgb_entries.get(id(p))
+                if e is None:
+                    if set_to_none:
+                        p.grad = None
+                    elif p.grad is not None:
+                        p.grad.zero_()
+                    continue
+                e.grad.zero_()
+                if e.staged:
+                    e.slot.zero_()
+                if p.grad is None or p.grad.data_ptr() != e.grad.data_ptr():
+                    p.grad = e.grad
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        for e in self._fgb_order:
+            e.count = 0
+        super(self.__class__, self).load_state_dict(state_dict)
+
+    def _fgb_close(self) -> None:
+        for e in self._fgb_order:
+            if e.hook is not None:
+                e.hook.remove()
+                e.hook = None
+            # .grad must not outlive the shared memory it views
+            if e.param.grad is not None and not e.staged:
+                e.param.grad = e.param.grad.detach().clone()
+        if self._fgb_client is not None:
+            self._fgb_client.close()
+            self._fgb_client = None
+        if self in _core._S.optimizers:
+            _core._S.optimizers.remove(self)
+
+    def fgbuff_state_export(self) -> Dict[str, bytes]:
+        """The daemon's compressor state (residuals, momenta) of every compressed tensor."""
+        assert self._fgb_client is not None
+        return {e.name: self._fgb_client.state_export(e.tid)
+                for e in self._fgb_order if e.compressed}
+
+    def fgbuff_state_import(self, state: Dict[str, bytes]) -> None:
+        assert self._fgb_client is not None
+        for e in self._fgb_order:
+            if e.compressed and e.name in state:
+                self._fgb_client.state_import(e.tid, state[e.name])
+
+
+def _dense(p: torch.Tensor) -> bool:
+    if p.is_contiguous() or p.is_contiguous(memory_format=torch.channels_last):
+        return True
+    return False
+
+
+def _contig_strides(shape: Sequence[int]) -> Tuple[int, ...]:
+    st, acc = [], 1
+    for s in reversed(list(shape)):
+        st.append(acc)
+        acc *= max(1, int(s))
+    return tuple(reversed(st))
+
+
+def DistributedOptimizer(optimizer: torch.optim.Optimizer,
+                         named_parameters: Optional[Sequence[Tuple[str, Any]]] = None,
+                         compression: Any = Compression.none,
+                         backward_passes_per_step: int = 1, op: int = AVERAGE,
+                         gradient_predivide_factor: float = 1.0, num_groups: int = 0,
+                         groups: Any = None, sparse_as_dense: bool = False,
+                         process_set: Any = None, *, compressor: Optional[str] = None,
+                         density: float = 0.0, policy: Optional[str] = None,
+                         job_name: Optional[str] = None,
+                         compress_filter: Optional[Callable[[str, Any], bool]] = None,
+                         compressor_options: Optional[Dict[str, Any]] = None
+                         ) -> torch.optim.Optimizer:
+    """Wrap `optimizer` so its gradients are synchronised by fgbuffd before each step.
+
+    Horovod's arguments keep their meaning; fgbuff's own: compressor ("topk", "dgc", "powersgd",
+    ... run in the daemon with error feedback; applied to parameters for which
+    compress_filter(name, p) is true, by default those with 2+ dimensions), density, policy (the
+    job's merge policy: "none", "fusion", "fgbuff", ...), job_name (default <base>.optN)."""
+    _core._no_process_sets(process_set)
+    if num_groups or groups:
+        warnings.warn("fgbuff: num_groups/groups are ignored (the daemon's merge policy groups)")
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+               dict(_DistributedOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
+               op, gradient_predivide_factor, sparse_as_dense, compressor, density, policy,
+               job_name, compress_filter, compressor_options)
+

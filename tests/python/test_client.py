@@ -1,0 +1,98 @@
+"""Tier 0, torch-free: fgbuff.client against a CPU world of daemons, one process per rank.
+Exact allreduce/broadcast/allgather, the daemon's error text in exceptions, a dead peer raising
+within 10 s (last: it ends rank 1)."""
+
+import os
+import struct
+import sys
+import time
+
+import pytest
+
+from fgbuff import client as C
+
+TO = 60000
+
+
+@pytest.fixture(scope="module")
+def job(world):
+    c = C.Client()
+    c.join(name="tier0")
+    yield c
+    c.close()
+
+
+def test_job_rank_matches_launcher(job, world):
+    assert job.job_rank() == world
+    assert "torch" not in sys.modules  # tier 0 stays torch-free
+
+
+def _f64(view, n):
+    return list(struct.unpack(f"{n}d", bytes(view[: 8 * n])))
+
+
+def test_allreduce_broadcast_allgather_exact(job, world):
+    r, n = world
+    a = job.arena_alloc_host(1 << 16)
+    v = a.view()
+    cnt = 5
+    t = job.tensor_register("ar", a, 0, cnt, C.FLOAT64, (cnt,))
+    v[: 8 * cnt] = struct.pack(f"{cnt}d", *[r * 10.0 + i + 0.25 for i in range(cnt)])
+    job.allreduce(t, C.OP_SUM, TO)
+    assert _f64(v, cnt) == [sum(q * 10.0 + i + 0.25 for q in range(n)) for i in range(cnt)]
+    v[: 8 * cnt] = struct.pack(f"{cnt}d", *[r * 10.0 + i for i in range(cnt)])
+    job.allreduce(t, C.OP_AVERAGE, TO)
+    assert _f64(v, cnt) == [sum(q * 10.0 + i for q in range(n)) / n for i in range(cnt)]
+    # int64 broadcast from the last rank
+    b = job.tensor_register("bc", a, 1024, 3, C.INT64, (3,))
+    v[1024:1048] = struct.pack("3q", r, -r, 1 << 40)
+    job.broadcast(b, n - 1, TO)
+    assert struct.unpack("3q", bytes(v[1024:1048])) == (n - 1, -(n - 1), 1 << 40)
+    # uint8 allgather in rank order
+    s = job.tensor_register("gs", a, 2048, 4, C.UINT8, (4,))
+    d = job.tensor_register("gd", a, 4096, 4 * n, C.UINT8, (4 * n,))
+    v[2048:2052] = bytes([r, r + 1, 255 - r, 7])
+    job.allgather(s, d, TO)
+    assert bytes(v[4096:4096 + 4 * n]) == b"".join(bytes([q, q + 1, 255 - q, 7]) for q in range(n))
+
+
+def test_errors_carry_the_daemons_text(job):
+    a = job.arena_alloc_host(4096)
+    with pytest.raises(C.InvalidArgument) as e:
+        job.tensor_register("too-long", a, 4000, 1000, C.FLOAT32)
+    assert e.value.status == C.EINVAL
+    assert "too-long" in str(e.value) and "run past" in str(e.value)
+    with pytest.raises(C.NotFound):
+        job.allreduce(987654, C.OP_SUM, TO)
+    with pytest.raises(C.InvalidArgument) as e:
+        job.tensor_register("badcomp", a, 0, 16, C.FLOAT32, (16,), compressor="no-such-comp")
+    assert "no-such-comp" in str(e.value)
+    assert job.status_json()["device"] == "cpu"
+    assert "tier0" in job.status_text()
+
+
+def test_library_lookup_error_names_places(tmp_path):
+    import subprocess
+
+    env = dict(os.environ, FGBUFF_CLIENT_LIB=str(tmp_path / "nope.so"), PKG_CONFIG_PATH="")
+    code = ("import fgbuff._lib as L\n"
+            "L._candidates = lambda: [L.os.environ['FGBUFF_CLIENT_LIB']]\n"
+            "try:\n    L.load()\nexcept L.LibraryNotFound as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60).stdout
+    assert "nope.so (absent)" in out and "FGBUFF_CLIENT_LIB" in out
+
+
+def test_dead_peer_raises_within_10s(job, world):
+    r, n = world
+    a = job.arena_alloc_host(4096)
+    t = job.tensor_register("dead", a, 0, 4, C.FLOAT32, (4,))
+    if r == n - 1:
+        time.sleep(0.5)
+        os._exit(0)  # dies without a goodbye; the launcher tolerates rc 0
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    with pytest.raises((C.PeerFailed, C.Closed)) as e:
+        job.allreduce(t, C.OP_SUM, 30000)
+    took = time.monotonic() - t0
+    assert took < 10.0, f"took {took:.1f}s: {e.value}"

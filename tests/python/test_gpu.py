@@ -1,0 +1,218 @@
+"""GPU tier (a host with 2+ GPUs, one fgbuffd per GPU under MPS; run-gpu.sh starts them): the
+collective and optimizer checks with CUDA tensors, fp32 and bf16; an ordering test with a held-back
+stream; the DDP hook against NCCL DDP; CPU tensors on a GPU world; and, in fresh processes (one per
+rank, its own jobs), Horovod's order: hvd.init() before torch.cuda.set_device(). Skips cleanly
+without CUDA."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+
+import fgbuff.torch as hvd  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def initialized(world):
+    lr = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0")))
+    torch.cuda.set_device(lr)
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")  # the context exists before the client picks its daemon
+    hvd.init()
+    assert (hvd.rank(), hvd.size()) == world
+    yield
+    hvd.shutdown()
+
+
+def dev():
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def inputs(rank, shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(1000 * seed + rank)
+    return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_collectives_cuda(dtype):
+    xs = [inputs(r, (33, 7), dtype, 1) for r in range(hvd.size())]
+    x = xs[hvd.rank()].to(dev())
+    got = hvd.allreduce(x, op=hvd.Sum)
+    assert got.is_cuda and got.dtype == dtype
+    tol = dict(rtol=1e-2, atol=1e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.cpu(), torch.stack([t.double() for t in xs]).sum(0).to(dtype),
+                               **tol)
+    torch.testing.assert_close(hvd.allreduce(x, op=hvd.Max).cpu(), torch.stack(xs).amax(0))
+    ag = hvd.allgather(xs[hvd.rank()][: hvd.rank() + 1].to(dev()))
+    assert torch.equal(ag.cpu(), torch.cat([t[: r + 1] for r, t in enumerate(xs)]))
+    assert torch.equal(hvd.broadcast(x, 1).cpu(), xs[1])
+
+
+def make(dtype):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Tanh(),
+                               torch.nn.Linear(256, 10)).to(dev(), dtype)
+
+
+def batch(step, rank, dtype):
+    g = torch.Generator().manual_seed(7919 * step + rank)
+    return (torch.randn(16, 64, generator=g).to(dev(), dtype),
+            torch.randint(0, 10, (16,), generator=g).to(dev()))
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("hold", [False, True])
+def test_optimizer_cuda_equals_single_process(dtype, atol, hold):
+    """hold=True: a long kernel holds the stream back before backward, so the gradients (and the
+    submits recorded on the stream) come late; the step must still read the averaged result."""
+    ref = make(dtype)
+    ro = torch.optim.SGD(ref.parameters(), lr=0.1)
+    m = make(dtype)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                   named_parameters=m.named_parameters(),
+                                   job_name=f"gpuopt.{dtype}.{hold}")
+    for s in range(4):
+        xs, ys = zip(*[batch(s, r, dtype) for r in range(hvd.size())])
+        ro.zero_grad()
+        torch.nn.functional.cross_entropy(ref(torch.cat(xs)).float(), torch.cat(ys)).backward()
+        ro.step()
+        opt.zero_grad()
+        out = m(xs[hvd.rank()])
+        if hold:
+            torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time on the current stream
+        torch.nn.functional.cross_entropy(out.float(), ys[hvd.rank()]).backward()
+        opt.step()
+    torch.cuda.synchronize()
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.float(), q.float(), rtol=0, atol=atol)
+
+
+def test_ddp_hook_equals_nccl_ddp():
+    import torch.distributed as dist
+
+    import fgbuff.torch.ddp as fddp
+
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29517")
+        dist.init_process_group("nccl", rank=hvd.rank(), world_size=hvd.size())
+
+    def run(state):
+        m = torch.nn.parallel.DistributedDataParallel(make(torch.float32), bucket_cap_mb=0.05,
+                                                      gradient_as_bucket_view=True)
+        if state is not None:
+            m.register_comm_hook(state, fddp.fgbuff_hook)
+        o = torch.optim.SGD(m.parameters(), lr=0.1)
+        for s in range(6):
+            x, y = batch(s, hvd.rank(), torch.float32)
+            o.zero_grad()
+            torch.nn.functional.cross_entropy(m(x), y).backward()
+            o.step()
+        torch.cuda.synchronize()
+        return m
+
+    ref = run(None)
+    st = fddp.FgbuffHookState(job_name="gpu.ddp")
+    got = run(st)
+    assert st.fgbuff_iters == 4
+    for p, q in zip(ref.parameters(), got.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5)
+    st.close()
+
+
+def test_cpu_tensor_collectives_on_gpu_world():
+    """CPU tensors on a GPU world are staged through the current device; results stay on CPU."""
+    r, n = hvd.rank(), hvd.size()
+    x = torch.arange(6, dtype=torch.float64).view(2, 3) + r
+    s = hvd.allreduce(x, op=hvd.Sum)
+    assert s.device.type == "cpu"
+    torch.testing.assert_close(s, sum(torch.arange(6, dtype=torch.float64).view(2, 3) + q
+                                      for q in range(n)))
+    assert torch.equal(hvd.allreduce(x.int(), op=hvd.Max), x.int() - r + n - 1)
+    ag = hvd.allgather(torch.full((r + 1, 2), r, dtype=torch.int64))
+    assert ag.device.type == "cpu"
+    assert torch.equal(ag, torch.cat([torch.full((q + 1, 2), q, dtype=torch.int64)
+                                      for q in range(n)]))
+    b = torch.full((4,), float(r))
+    assert torch.equal(hvd.broadcast(b, n - 1), torch.full((4,), float(n - 1)))
+    hvd.broadcast_(b, 0)
+    assert torch.equal(b, torch.zeros(4))
+    assert hvd.broadcast_object({"from": r, "s": "x" * 1000}, 1) == {"from": 1, "s": "x" * 1000}
+    assert hvd.allgather_object(("r", r)) == [("r", q) for q in range(n)]
+    hvd.barrier()
+
+
+_INIT_FIRST = textwrap.dedent(r"""
+    import os, sys
+    import torch
+    import fgbuff.torch as hvd
+
+    cpu_first = sys.argv[1] == "cpu_first"
+    hvd.init()  # Horovod's order: before any CUDA call
+    assert not torch.cuda.is_initialized(), "hvd.init() initialized CUDA"
+    r, n, lr = hvd.rank(), hvd.size(), hvd.local_rank()
+    if cpu_first:  # object/barrier traffic before the script picked its GPU
+        assert hvd.broadcast_object({"v": r}, 0) == {"v": 0}
+        assert hvd.allgather_object(r) == list(range(n))
+        hvd.barrier()
+    torch.cuda.set_device(lr)
+    dev = torch.device("cuda", lr)
+    x = torch.full((5, 3), float(r + 1), device=dev)
+    y = hvd.allreduce(x, op=hvd.Sum)
+    assert y.device == dev, y.device
+    assert torch.equal(y.cpu(), torch.full((5, 3), n * (n + 1) / 2)), y
+    assert torch.equal(hvd.allreduce(x).cpu(), torch.full((5, 3), (n + 1) / 2))
+    assert torch.equal(hvd.broadcast(x, n - 1).cpu(), torch.full((5, 3), float(n)))
+    c = hvd.allreduce(torch.arange(4, dtype=torch.float64) + r, op=hvd.Sum)
+    assert c.device.type == "cpu" and torch.equal(c, n * torch.arange(4.0, dtype=torch.float64)
+                                                  + n * (n - 1) / 2), c
+    assert hvd.broadcast_object(("o", r), 1 % n) == ("o", 1 % n)
+    assert hvd.allgather_object(r * 10) == [q * 10 for q in range(n)]
+    hvd.barrier()
+    if torch.cuda.device_count() > 1:  # a handle serves one GPU
+        other = torch.ones(2, device=torch.device("cuda", (lr + 1) % torch.cuda.device_count()))
+        try:
+            hvd.allreduce(other)
+        except ValueError as e:
+            assert "serves" in str(e), e
+        else:
+            raise AssertionError("a tensor on another GPU was accepted")
+    # a DistributedOptimizer step: averaged gradients on every rank
+    torch.manual_seed(r)  # different initial weights: broadcast_parameters makes them rank 0's
+    m = torch.nn.Linear(4, 2).to(dev)
+    hvd.broadcast_parameters(m.state_dict(), root_rank=0)
+    w0, b0 = m.weight.detach().clone(), m.bias.detach().clone()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                   named_parameters=m.named_parameters())
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    opt.zero_grad()
+    m(torch.full((3, 4), float(r + 1), device=dev)).sum().backward()
+    opt.step()
+    torch.cuda.synchronize()
+    # d/dW of the sum = 3 * (r + 1) everywhere, d/db = 3; averaged over ranks
+    gw = 3 * (n + 1) / 2
+    torch.testing.assert_close(m.weight.detach(), w0 - 0.1 * gw, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(m.bias.detach(), b0 - 0.1 * 3, rtol=1e-6, atol=1e-6)
+    ws = hvd.allgather(m.weight.detach().reshape(1, -1))
+    assert all(torch.equal(ws[0], ws[q]) for q in range(n))
+    hvd.shutdown()
+    print("init-first ok", r, flush=True)
+""")
+
+
+@pytest.mark.parametrize("variant", ["gpu_first", "cpu_first"])
+def test_init_before_set_device(variant):
+    """A fresh process per rank runs Horovod's order (init, then set_device) on its own jobs: a
+    GPU collective, CPU collectives and objects, a DistributedOptimizer step; cpu_first also
+    exchanges objects before the script set its device."""
+    env = dict(os.environ, FGBUFF_JOB=f"initfirst.{variant}")
+    p = subprocess.run([sys.executable, "-c", _INIT_FIRST, variant], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, f"rank {hvd.rank()}:\n{p.stdout}\n{p.stderr}"
+    assert "init-first ok" in p.stdout
