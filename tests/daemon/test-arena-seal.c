@@ -22,7 +22,8 @@ static void refused(raw *r, int fd, uint64_t bytes, const char *field, const cha
   REQUIRE(fd >= 0);
   uint64_t req = raw_send_arena(r, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, bytes, &fd, 1, 1);
   raw_expect_error(r, req, field, FGB_EINVAL, 0, what);
-  /* The attack: shrink it (a sealed one cannot). Harmless only because the daemon did not map it. */
+  /* The attack: shrink it (a sealed one cannot). Harmless only because the daemon did not map it.
+   */
   if (strcmp(field, "num_fds") == 0) CHECK(ftruncate(fd, 0) == 0);
   close(fd);
 }
