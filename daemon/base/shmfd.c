@@ -16,7 +16,9 @@ static const char *seal_names(int seals, char *buf, size_t n) {
   static const struct {
     int bit;
     const char *name;
-  } tab[] = {{F_SEAL_SEAL, "SEAL"}, {F_SEAL_SHRINK, "SHRINK"}, {F_SEAL_GROW, "GROW"},
+  } tab[] = {{F_SEAL_SEAL, "SEAL"},
+             {F_SEAL_SHRINK, "SHRINK"},
+             {F_SEAL_GROW, "GROW"},
              {F_SEAL_WRITE, "WRITE"}};
   size_t len = 0;
   buf[0] = 0;
