@@ -22,6 +22,7 @@
 #include "daemon.h"
 #include "env.h"
 #include "fds.h"
+#include "linger.h"
 #include "log.h"
 #include "ring.h"
 #include "service.h"
@@ -180,10 +181,7 @@ void srv_send_error(srv_session *s, uint64_t req_id, int code, const char *field
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_ERROR;
   env.error = &e;
   srv_send(s, &env);
-  if (fatal) {
-    srv_session_flush(s, 200);
-    srv_session_close(s, msg);
-  }
+  if (fatal) srv_session_close(s, msg); /* the Error is still written: srv_linger */
 }
 
 void srv_send_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status, const char *err) {
@@ -257,6 +255,7 @@ void srv_session_close(srv_session *s, const char *why) {
     s->arenas = a->next;
     srv_arena_unref(a);
   }
+  if (srv_linger(s, session_free_cb)) return; /* queued replies first, without blocking */
   uv_poll_stop(&s->poll);
   uv_close((uv_handle_t *)&s->poll, session_free_cb);
 }
