@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "conncap.h"
 #include "daemon.h"
 #include "env.h"
 #include "fds.h"
@@ -235,6 +236,7 @@ static void session_free_cb(uv_handle_t *h) {
 void srv_session_close(srv_session *s, const char *why) {
   if (s->closing) return;
   s->closing = 1;
+  srv_conn_remove(s->uid);
   srv *d = s->d;
   LOG_INFO("session %llu (pid %u, %s) closed: %s", (unsigned long long)s->id, s->pid,
            s->name[0] ? s->name : "?", why);
@@ -336,7 +338,7 @@ static int peer_allowed(srv *d, int fd, uid_t *uid_out, pid_t *pid_out) {
 static void on_connection(uv_stream_t *server, int status) {
   srv *d = server->data;
   if (status < 0) {
-    LOG_WARN("accept: %s", uv_strerror(status));
+    srv_conn_accept_failed(status, "accept");
     return;
   }
   uv_pipe_t *tmp = malloc(sizeof(*tmp));
@@ -352,7 +354,7 @@ static void on_connection(uv_stream_t *server, int status) {
   if (uv_fileno((uv_handle_t *)tmp, &ufd) == 0) fd = fcntl(ufd, F_DUPFD_CLOEXEC, 3);
   uv_close((uv_handle_t *)tmp, (uv_close_cb)free);
   if (fd < 0) {
-    LOG_WARN("accept: cannot take the connection's fd: %s", strerror(errno));
+    srv_conn_accept_failed(uv_translate_sys_error(errno), "accept: taking the connection's fd");
     return;
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -377,6 +379,8 @@ static void on_connection(uv_stream_t *server, int status) {
   s->poll.data = s;
   s->next = d->sessions;
   d->sessions = s;
+  char why[160];
+  int over = srv_conn_add(s->uid, why, sizeof(why)); /* srv_session_close gives it back */
   LOG_DEBUG("session %llu: connection from pid %d uid %u", (unsigned long long)s->id, (int)pid,
             (unsigned)s->uid);
   if (!ok) {
@@ -385,6 +389,10 @@ static void on_connection(uv_stream_t *server, int status) {
     srv_send_error(s, 0, FGB_EPERM, "uid", 1,
                    "uid %u is not allowed by this daemon (runs as uid %u; see --allow-uid)",
                    (unsigned)s->uid, (unsigned)getuid());
+    return;
+  }
+  if (over) {
+    srv_send_error(s, 0, FGB_ENOMEM, "connections", 1, "%s", why);
     return;
   }
   if (d->stopping) {
