@@ -3,7 +3,8 @@
 # through setpriv) behind the socket gets nothing from fgb_connect, which fails with FGB_EPERM
 # naming the socket, the uid found and the one expected; FGBUFF_DAEMON_UID naming another uid
 # still refuses it; FGBUFF_DAEMON_UID naming its uid lets the client through (the fake then sees
-# the Hello: the negative control that the fake would have received our messages).
+# the Hello: the negative control that the fake would have received our messages). And the
+# default runtime directory: owned by another uid, mode 0777, or a link of another uid: refused.
 # usage: test-daemon-uid.sh PEERCONNECT
 set -u
 pc="${1:?peerconnect binary}"
@@ -97,6 +98,27 @@ case_run "FGBUFF_DAEMON_UID=$other" 1 FGBUFF_DAEMON_UID=$other
 [ "$got_bytes" != "?" ] && [ "$got_bytes" -gt 0 ] ||
   { echo "FAIL: trusted fake daemon received nothing (got $got_bytes): the control did not work"; rc=1; }
 grep -qF "status -13" "$dir/out" && { echo "FAIL: refused a daemon FGBUFF_DAEMON_UID names"; rc=1; }
+
+# The default runtime directory (FGBUFF_RUNTIME_DIR here; /tmp/fgbuff-<uid> alike) must be owned
+# by a trusted uid and not writable by every user: checked before connecting.
+rt="$dir/rt"
+mkdir "$rt" && chmod 700 "$rt"
+rtcase() { # NAME EXPECT_STATUS TEXT...
+  local name="$1" want="$2"
+  shift 2
+  FGBUFF_RUNTIME_DIR="$rt" FGBUFF_SOCKET= "$pc" - >"$dir/out" 2>&1
+  echo "$name: $(tail -1 "$dir/out")"
+  grep -qF "status $want" "$dir/out" || { echo "FAIL $name: not status $want"; rc=1; }
+  for t in "$@"; do grep -qF -- "$t" "$dir/out" || { echo "FAIL $name: lacks \"$t\""; rc=1; }; done
+}
+rtcase "runtime dir of ours, no daemon (control)" -3 "$rt/cpu0.sock"
+chown $other "$rt"
+rtcase "runtime dir owned by uid $other" -13 "$rt" "uid $other"
+chown "$(id -u)" "$rt" && chmod 777 "$rt"
+rtcase "runtime dir mode 0777" -13 "$rt" "writable by every user"
+chmod 700 "$rt"
+ln -s "$rt" "$dir/link" && chown -h $other "$dir/link"
+rt="$dir/link" rtcase "runtime dir a link made by uid $other" -13 "symbolic link" "uid $other"
 
 [ $rc -eq 0 ] && echo "PASS"
 exit $rc

@@ -100,8 +100,9 @@ const char *fgb_client_error(const fgb_client *c);
  * ($FGBUFF_RUNTIME_DIR, else $XDG_RUNTIME_DIR/fgbuff, else /tmp/fgbuff-<uid>):
  * "<dir>/cpu<index>.sock". Before sending anything, checks that the process behind the socket
  * runs as our uid, root, or $FGBUFF_DAEMON_UID (a decimal uid): otherwise FGB_EPERM naming the
- * socket, the uid found and the one expected. Fails with FGB_EPROTO naming both versions when
- * the daemon speaks another protocol version. */
+ * socket, the uid found and the one expected; the default runtime directory must be owned by
+ * one of those uids and not writable by every user (FGB_EPERM). Fails with FGB_EPROTO naming both
+ * versions when the daemon speaks another protocol version. */
 fgb_status fgb_connect(fgb_client *c, const char *socket_path);
 
 /* ---- job ---------------------------------------------------------------------------------------
