@@ -372,7 +372,9 @@ fgb_status srv_ctrl_listen(srv *d, const ctrl_cbs *cbs, void *ud, char addr[CTRL
   cp->listener.data = cp;
   cp->listening = 1;
   struct sockaddr_in sa;
-  uv_ip4_addr("0.0.0.0", 0, &sa);
+  /* --cp-addr as an IPv4 address (if:NAME is resolved to one): listen there only. */
+  if (!d->cfg.cp_addr[0] || uv_ip4_addr(d->cfg.cp_addr, 0, &sa) != 0)
+    uv_ip4_addr("0.0.0.0", 0, &sa);
   int rc = uv_tcp_bind(&cp->listener, (struct sockaddr *)&sa, 0);
   if (rc == 0) rc = uv_listen((uv_stream_t *)&cp->listener, 256, on_accept);
   if (rc != 0) return snprintf(err, errlen, "control plane listen: %s", uv_strerror(rc)), FGB_EIO;

@@ -5,17 +5,24 @@
 #    once and the leader's RSS grows by less than 8 MB (it grew ~64 MiB per connection before);
 # 2. a connection that sends nothing is closed within the hello deadline (5 s, + the 1 s timer);
 # 3. of 80 idle connections at once, those beyond 64 are refused at once, with a log line;
+# 0. with --cp-addr 127.0.0.1 the port listens on that address only (it was 0.0.0.0);
 # all while a bystander job of 2 ranks trains, and a new job works afterwards.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
 bin="${FGBUFF_TEST_BIN:?}"
-world_start 2 || exit 1
+world_start 2 --cp-addr 127.0.0.1 || exit 1
 trap 'kill "${p[@]}" 2>/dev/null; world_stop >/dev/null 2>&1' EXIT
 out="$FGBUFF_RUNTIME_DIR"
 rc=0
 port=$(sed -n 's/.*fgbuffd\[0\] info: world rank 0 of .* control plane [^ ]*:\([0-9]*\), leader.*/\1/p' "$FGBUFF_WORLD_LOG")
 [ -n "$port" ] || { echo "no control-plane port in the log"; exit 1; }
 leader=$(world_daemon_pid 0)
+# 0. --cp-addr 127.0.0.1: the port listens there, not on every interface.
+if command -v ss >/dev/null; then
+  ss -Hltn "sport = :$port" | tee "$out/ss.txt"
+  grep -q "127.0.0.1:$port" "$out/ss.txt" && ! grep -qE "(0.0.0.0|\*):$port" "$out/ss.txt" ||
+    { echo "FAIL: the control plane does not listen on --cp-addr 127.0.0.1 only"; rc=1; }
+fi
 p=()
 for r in 0 1; do
   "$bin/syncclient" --job bystander --rank $r --size 2 --steps 400 --socket "$out/cpu$r.sock" \
