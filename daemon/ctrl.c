@@ -306,13 +306,17 @@ static void hello_timer_free_cb(uv_handle_t *h) {
 static void hello_timer_cb(uv_timer_t *t) {
   srv_ctrl *cp = t->data;
   uint64_t now = clock_ms();
+  int late = 0;
   for (ctrl_conn *c = cp->conns, *next; c; c = next) {
     next = c->next;
     if (c->accepted_ms && now - c->accepted_ms > CTRL_HELLO_MS) {
-      LOG_WARN("control plane: closed a connection that sent no hello within %d ms", CTRL_HELLO_MS);
+      late++;
       conn_close(c, "no hello in time");
     }
   }
+  if (late) /* one line per tick, not per connection */
+    LOG_WARN("control plane: closed %d connection(s) that sent no hello within %d ms", late,
+             CTRL_HELLO_MS);
 }
 
 static void on_connect(uv_connect_t *req, int status) {

@@ -101,6 +101,8 @@ for r in 0 1; do
 done
 python3 "$out/prehello.py" "$port" "$leader" "$limit_mb" rest || rc=1
 grep -q "connections without a hello; refused" "$FGBUFF_WORLD_LOG" || { echo "no refusal logged"; rc=1; }
+grep -q "closed 1 connection(s) that sent no hello within 5000 ms" "$FGBUFF_WORLD_LOG" ||
+  { echo "the late hello was not logged"; rc=1; }
 n=$(grep -c "connections without a hello; refused" "$FGBUFF_WORLD_LOG")
 [ "$n" -le 2 ] || { echo "refusal logged $n times (expected one line per 10 s)"; rc=1; }
 for r in 0 1; do wait "${p[$r]}" || { echo "bystander rank $r failed:"; cat "$out/b$r.out"; rc=1; }; done
