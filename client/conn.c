@@ -395,6 +395,11 @@ static fgb_status cli_open(fgb_client *c, const char *path) {
     return cli_fail(c, FGB_EIO, "cannot connect to fgbuffd at %s: %s (is the daemon running?)",
                     path, strerror(e));
   }
+  fgb_status pc = cli_check_peer(c, s, path); /* before anything of ours reaches it */
+  if (pc) {
+    close(s);
+    return pc;
+  }
   /* Non-blocking so reads can be bounded by poll (wire_read_wait); sends still complete. */
   if (fcntl(s, F_SETFL, fcntl(s, F_GETFL) | O_NONBLOCK) < 0) {
     int e = errno;

@@ -64,6 +64,7 @@ fgb_status cli_default_socket(fgb_client *c, char *out, size_t outlen) {
     snprintf(dir, sizeof(dir), "%s/fgbuff", x);
   else
     snprintf(dir, sizeof(dir), "/tmp/fgbuff-%u", (unsigned)getuid());
+  if ((st = cli_check_dir(c, dir))) return st; /* e.g. a /tmp/fgbuff-<uid> someone else made */
 #ifdef FGBUFF_HAVE_CUDA
   /* A thread with a current CUDA context talks to its GPU's daemon (launchers' local ranks and
    * FGBUFF_LOCAL_INDEX name CPU daemons). */

@@ -117,6 +117,12 @@ fgb_status cli_code(int32_t code);
 
 /* env.c */
 fgb_status cli_default_socket(fgb_client *c, char *out, size_t outlen);
+/* peer.c: FGB_OK when the process behind sock runs as our uid, root or $FGBUFF_DAEMON_UID; else
+ * FGB_EPERM naming path, the uid found and the one expected. */
+fgb_status cli_check_peer(fgb_client *c, int sock, const char *path);
+/* peer.c: FGB_OK when the runtime directory dir (if it exists) is owned by a uid cli_check_peer
+ * trusts (a symbolic link too) and not writable by every user; else FGB_EPERM naming it. */
+fgb_status cli_check_dir(fgb_client *c, const char *dir);
 fgb_status cli_job_defaults(fgb_client *c, const fgb_job_opts *in, const char **name,
                             uint64_t *incarnation, int32_t *rank, int32_t *size);
 

@@ -10,14 +10,23 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "service.h"
+
+/* Before its hello a connection is anyone's (the port listens on every interface): it may send
+ * one hello-sized frame, within CTRL_HELLO_MS, and at most CTRL_PEND_MAX wait at once — as
+ * boot/rendezvous.c does. Before, a stranger could make the leader buffer 64 MiB frames. */
+#define CTRL_HELLO_FRAME (8 + CTRL_TOKEN)
+#define CTRL_HELLO_MS 5000
+#define CTRL_PEND_MAX 64
 
 typedef struct ctrl_conn {
   srv_ctrl *cp;
   uv_tcp_t tcp;
   int peer; /* world rank, -1 until the hello */
   int connected, closing;
+  uint64_t accepted_ms; /* leader side, until the hello: when accepted (0: not pending) */
   uint8_t *in;
   size_t in_len, in_cap;
   struct ctrl_conn *next;
@@ -43,6 +52,9 @@ struct srv_ctrl {
   uint8_t token[CTRL_TOKEN];
   int lost_reported;
   uv_connect_t creq;
+  uv_timer_t *hello_timer; /* closes accepted connections whose hello is late */
+  int npend;               /* accepted connections without a hello yet */
+  uint64_t refused, refused_logged_ms;
 };
 
 static void put32(uint8_t *p, uint32_t v) {
@@ -152,6 +164,7 @@ static void conn_close(ctrl_conn *c, const char *why) {
       break;
     }
   }
+  if (c->accepted_ms) cp->npend--;
   uv_close((uv_handle_t *)&c->tcp, conn_free_cb);
   if (c->peer < 0 || cp->by_rank[c->peer] != c) return;
   cp->by_rank[c->peer] = NULL;
@@ -184,6 +197,8 @@ static void on_frame(ctrl_conn *c, const uint8_t *p, size_t len) {
     }
     c->peer = src;
     c->connected = 1;
+    c->accepted_ms = 0;
+    cp->npend--;
     cp->by_rank[src] = c;
     cp->nhello++;
     LOG_DEBUG("control plane: rank %d connected", src);
@@ -208,8 +223,9 @@ static void on_frame(ctrl_conn *c, const uint8_t *p, size_t len) {
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   ctrl_conn *c = h->data;
-  if (c->in_cap - c->in_len < 65536) {
-    size_t cap = c->in_cap ? c->in_cap * 2 : 131072;
+  size_t room = c->accepted_ms ? CTRL_HELLO_FRAME + 4 : 65536; /* no more than a hello before it */
+  if (c->in_cap - c->in_len < room) {
+    size_t cap = c->in_cap ? c->in_cap * 2 : room * 2;
     uint8_t *nb = realloc(c->in, cap);
     if (!nb) {
       *buf = uv_buf_init(NULL, 0);
@@ -231,7 +247,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   size_t off = 0;
   while (!c->closing && c->in_len - off >= 4) {
     uint32_t l = get32(c->in + off);
-    if (l < 8 || l > CTRL_MAX_FRAME) {
+    if (l < 8 || l > (c->accepted_ms ? CTRL_HELLO_FRAME : CTRL_MAX_FRAME)) {
       conn_close(c, "frame length out of range");
       return;
     }
@@ -262,13 +278,45 @@ static void on_accept(uv_stream_t *server, int status) {
   if (status < 0) return;
   ctrl_conn *c = conn_new(cp);
   if (!c) return;
+  c->accepted_ms = clock_ms();
+  cp->npend++;
   if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
       uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
     conn_close(c, "accept failed");
     return;
   }
   /* Only the leader serves peers; a non-leader closes whatever connects to it. */
-  if (cp->d->world_rank != 0) conn_close(c, "not the leader");
+  if (cp->d->world_rank != 0) {
+    conn_close(c, "not the leader");
+  } else if (cp->npend > CTRL_PEND_MAX) {
+    cp->refused++;
+    if (c->accepted_ms - cp->refused_logged_ms >= 10000) { /* one line per 10 s */
+      LOG_WARN("control plane: %d connections without a hello; refused %llu more so far",
+               CTRL_PEND_MAX, (unsigned long long)cp->refused);
+      cp->refused_logged_ms = c->accepted_ms;
+    }
+    conn_close(c, "too many connections without a hello");
+  }
+}
+
+static void hello_timer_free_cb(uv_handle_t *h) {
+  free(h);
+}
+
+static void hello_timer_cb(uv_timer_t *t) {
+  srv_ctrl *cp = t->data;
+  uint64_t now = clock_ms();
+  int late = 0;
+  for (ctrl_conn *c = cp->conns, *next; c; c = next) {
+    next = c->next;
+    if (c->accepted_ms && now - c->accepted_ms > CTRL_HELLO_MS) {
+      late++;
+      conn_close(c, "no hello in time");
+    }
+  }
+  if (late) /* one line per tick, not per connection */
+    LOG_WARN("control plane: closed %d connection(s) that sent no hello within %d ms", late,
+             CTRL_HELLO_MS);
 }
 
 static void on_connect(uv_connect_t *req, int status) {
@@ -328,10 +376,18 @@ fgb_status srv_ctrl_listen(srv *d, const ctrl_cbs *cbs, void *ud, char addr[CTRL
   cp->listener.data = cp;
   cp->listening = 1;
   struct sockaddr_in sa;
-  uv_ip4_addr("0.0.0.0", 0, &sa);
+  /* --cp-addr as an IPv4 address (if:NAME is resolved to one): listen there only. */
+  if (!d->cfg.cp_addr[0] || uv_ip4_addr(d->cfg.cp_addr, 0, &sa) != 0)
+    uv_ip4_addr("0.0.0.0", 0, &sa);
   int rc = uv_tcp_bind(&cp->listener, (struct sockaddr *)&sa, 0);
   if (rc == 0) rc = uv_listen((uv_stream_t *)&cp->listener, 256, on_accept);
   if (rc != 0) return snprintf(err, errlen, "control plane listen: %s", uv_strerror(rc)), FGB_EIO;
+  if ((cp->hello_timer = malloc(sizeof(*cp->hello_timer))) != NULL) {
+    uv_timer_init(d->loop, cp->hello_timer);
+    cp->hello_timer->data = cp;
+    uv_timer_start(cp->hello_timer, hello_timer_cb, 1000, 1000);
+    uv_unref((uv_handle_t *)cp->hello_timer);
+  }
   struct sockaddr_storage ss;
   int sl = sizeof(ss);
   uv_tcp_getsockname(&cp->listener, (struct sockaddr *)&ss, &sl);
@@ -382,6 +438,7 @@ void srv_ctrl_close(srv *d) {
     cp->listening = 0;
     uv_close((uv_handle_t *)&cp->listener, NULL);
   }
+  if (cp->hello_timer) uv_close((uv_handle_t *)cp->hello_timer, hello_timer_free_cb);
   while (cp->conns) conn_close(cp->conns, "shutting down");
   for (int r = 0; r < d->world_size; r++) {
     while (cp->queue[r]) {

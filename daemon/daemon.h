@@ -30,7 +30,7 @@ typedef struct srv_ring srv_ring;
 #define SRV_MAX_ARENAS 1024 /* per session */
 #define SRV_MAX_TENSORS_PER_JOB 65536
 #define SRV_MAX_INFLIGHT_STEPS 1024 /* distinct unfinished steps per job */
-#define SRV_OUT_MAX (64u << 20) /* queued reply bytes before a client that stopped reading goes */
+#define SRV_OUT_MAX (8ul << 20) /* queued reply bytes before a client that stopped reading goes */
 #define SRV_OUT_STUCK_MS 10000  /* ... or this long without progress */
 
 /* Host memory shared by a client (memfd). Refcounted: tensors keep it mapped after the client is

@@ -19,9 +19,11 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "conncap.h"
 #include "daemon.h"
 #include "env.h"
 #include "fds.h"
+#include "linger.h"
 #include "log.h"
 #include "ring.h"
 #include "service.h"
@@ -180,10 +182,7 @@ void srv_send_error(srv_session *s, uint64_t req_id, int code, const char *field
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_ERROR;
   env.error = &e;
   srv_send(s, &env);
-  if (fatal) {
-    srv_session_flush(s, 200);
-    srv_session_close(s, msg);
-  }
+  if (fatal) srv_session_close(s, msg); /* the Error is still written: srv_linger */
 }
 
 void srv_send_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status, const char *err) {
@@ -237,6 +236,7 @@ static void session_free_cb(uv_handle_t *h) {
 void srv_session_close(srv_session *s, const char *why) {
   if (s->closing) return;
   s->closing = 1;
+  srv_conn_remove(s->uid);
   srv *d = s->d;
   LOG_INFO("session %llu (pid %u, %s) closed: %s", (unsigned long long)s->id, s->pid,
            s->name[0] ? s->name : "?", why);
@@ -257,6 +257,7 @@ void srv_session_close(srv_session *s, const char *why) {
     s->arenas = a->next;
     srv_arena_unref(a);
   }
+  if (srv_linger(s, session_free_cb)) return; /* queued replies first, without blocking */
   uv_poll_stop(&s->poll);
   uv_close((uv_handle_t *)&s->poll, session_free_cb);
 }
@@ -337,7 +338,7 @@ static int peer_allowed(srv *d, int fd, uid_t *uid_out, pid_t *pid_out) {
 static void on_connection(uv_stream_t *server, int status) {
   srv *d = server->data;
   if (status < 0) {
-    LOG_WARN("accept: %s", uv_strerror(status));
+    srv_conn_accept_failed(status, "accept");
     return;
   }
   uv_pipe_t *tmp = malloc(sizeof(*tmp));
@@ -353,7 +354,7 @@ static void on_connection(uv_stream_t *server, int status) {
   if (uv_fileno((uv_handle_t *)tmp, &ufd) == 0) fd = fcntl(ufd, F_DUPFD_CLOEXEC, 3);
   uv_close((uv_handle_t *)tmp, (uv_close_cb)free);
   if (fd < 0) {
-    LOG_WARN("accept: cannot take the connection's fd: %s", strerror(errno));
+    srv_conn_accept_failed(uv_translate_sys_error(errno), "accept: taking the connection's fd");
     return;
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -378,6 +379,8 @@ static void on_connection(uv_stream_t *server, int status) {
   s->poll.data = s;
   s->next = d->sessions;
   d->sessions = s;
+  char why[160];
+  int over = srv_conn_add(s->uid, why, sizeof(why)); /* srv_session_close gives it back */
   LOG_DEBUG("session %llu: connection from pid %d uid %u", (unsigned long long)s->id, (int)pid,
             (unsigned)s->uid);
   if (!ok) {
@@ -386,6 +389,10 @@ static void on_connection(uv_stream_t *server, int status) {
     srv_send_error(s, 0, FGB_EPERM, "uid", 1,
                    "uid %u is not allowed by this daemon (runs as uid %u; see --allow-uid)",
                    (unsigned)s->uid, (unsigned)getuid());
+    return;
+  }
+  if (over) {
+    srv_send_error(s, 0, FGB_ENOMEM, "connections", 1, "%s", why);
     return;
   }
   if (d->stopping) {

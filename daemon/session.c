@@ -3,6 +3,7 @@
  * status and configuration live here; the per-step protocol (Submit, EndStep, Collective) is in
  * steps.c. Every field is untrusted: a bad one gets an Error naming it, and only a connection that
  * cannot continue is closed. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "metrics.h"
 #include "plan_exec.h"
 #include "ring.h"
+#include "shmfd.h"
 #include "vec.h"
 
 void srv_arena_unref(srv_arena *a) {
@@ -202,18 +204,12 @@ static void on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Register
                    SRV_MAX_ARENAS);
     return;
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  /* Only a memfd sealed against shrinking: a truncated file would SIGBUS the daemon (issue 15). */
+  const char *field;
+  char why[320];
+  if (shmfd_check(fd, m->bytes, F_SEAL_SHRINK, "the arena's fd", &field, why, sizeof(why))) {
     close(fd);
-    srv_send_error(s, req_id, FGB_EINVAL, "num_fds", 0,
-                   "num_fds: the arena's fd is not a memfd or regular file");
-    return;
-  }
-  if ((uint64_t)st.st_size < m->bytes) {
-    close(fd);
-    srv_send_error(s, req_id, FGB_EINVAL, "bytes", 0,
-                   "bytes: arena size %llu is larger than the memfd (%llu bytes)",
-                   (unsigned long long)m->bytes, (unsigned long long)st.st_size);
+    srv_send_error(s, req_id, FGB_EINVAL, field, 0, "%s", why);
     return;
   }
   void *p = mmap(NULL, m->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -161,10 +161,19 @@ Fgbuff__V1__Envelope *raw_join(raw *r, const char *name, int rank, int size) {
   return raw_recv(r, 30000);
 }
 
-int raw_memfd(size_t bytes) {
-  int fd = memfd_create("rawclient", MFD_CLOEXEC);
+int raw_memfd_unsealed(size_t bytes) {
+  int fd = memfd_create("rawclient", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return -1;
   if (ftruncate(fd, (off_t)bytes) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int raw_memfd(size_t bytes) {
+  int fd = raw_memfd_unsealed(bytes);
+  if (fd >= 0 && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
     close(fd);
     return -1;
   }

@@ -41,7 +41,10 @@ Fgbuff__V1__Envelope *raw_join(raw *r, const char *name, int rank, int size);
  * to lie); returns the req_id. */
 uint64_t raw_send_arena(raw *r, int kind, uint64_t bytes, const int *fds, int nfds,
                         uint32_t num_fds);
-/* A memfd of `bytes` (zeroed), or -1. */
+/* A memfd of `bytes` (zeroed) sealed against resizing (what the daemon accepts as an arena), or
+ * -1. */
 int raw_memfd(size_t bytes);
+/* The same without seals (still sealable: F_ADD_SEALS works on it), or -1. */
+int raw_memfd_unsealed(size_t bytes);
 
 #endif

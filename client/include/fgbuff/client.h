@@ -98,8 +98,11 @@ const char *fgb_client_error(const fgb_client *c);
  * socket_path NULL means: $FGBUFF_SOCKET if set, else the CPU daemon of local index
  * $FGBUFF_LOCAL_INDEX (default: the launcher's local rank, else 0) in the runtime directory
  * ($FGBUFF_RUNTIME_DIR, else $XDG_RUNTIME_DIR/fgbuff, else /tmp/fgbuff-<uid>):
- * "<dir>/cpu<index>.sock". Fails with FGB_EPROTO naming both versions when the daemon speaks
- * another protocol version. */
+ * "<dir>/cpu<index>.sock". Before sending anything, checks that the process behind the socket
+ * runs as our uid, root, or $FGBUFF_DAEMON_UID (a decimal uid): otherwise FGB_EPERM naming the
+ * socket, the uid found and the one expected; the default runtime directory must be owned by
+ * one of those uids and not writable by every user (FGB_EPERM). Fails with FGB_EPROTO naming both
+ * versions when the daemon speaks another protocol version. */
 fgb_status fgb_connect(fgb_client *c, const char *socket_path);
 
 /* ---- job ---------------------------------------------------------------------------------------

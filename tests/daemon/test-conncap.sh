@@ -1,0 +1,66 @@
+#!/bin/bash
+# Client connections are capped (issue 15): under RLIMIT_NOFILE 256 a daemon holds at most
+# (256 - 128) / 2 = 64 connections, 48 of one uid. 120 idle connections of one uid: those beyond
+# the per-uid cap get a fatal Error naming `connections` and are closed, the refusal is logged
+# once, a bystander job trains throughout, and a new job works once the flood is gone.
+set -u
+source "$(dirname "$0")/../lib/world.sh"
+bin="${FGBUFF_TEST_BIN:?}"
+ulimit -n 256 || { echo "SKIP: cannot set RLIMIT_NOFILE"; exit 77; }
+world_start 2 || exit 1
+trap 'kill "${p[@]}" 2>/dev/null; world_stop >/dev/null 2>&1' EXIT
+out="$FGBUFF_RUNTIME_DIR"
+rc=0
+p=()
+for r in 0 1; do
+  "$bin/syncclient" --job bystander --rank $r --size 2 --steps 300 --socket "$out/cpu$r.sock" \
+    >"$out/b$r.out" 2>&1 &
+  p[$r]=$!
+done
+sleep 0.3
+python3 - "$out/cpu0.sock" <<'PY' || rc=1
+import socket, sys, time
+path = sys.argv[1]
+socks = []
+for _ in range(120):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    socks.append(s)
+time.sleep(1.0)
+closed, named = 0, 0
+for s in socks:
+    s.setblocking(False)
+    data = b""
+    try:
+        while True:
+            b = s.recv(4096)
+            if not b:
+                closed += 1
+                break
+            data += b
+    except BlockingIOError:
+        pass
+    if b"connections: uid" in data:
+        named += 1
+print(f"120 idle connections: {closed} closed by the daemon, {named} told why")
+ok = 60 <= closed <= 80 and named == closed
+if not ok:
+    print("FAIL: expected the ~73 connections beyond the per-uid cap (48) refused with a reason")
+for s in socks:
+    s.close()
+sys.exit(0 if ok else 1)
+PY
+n=$(grep -c "refusing connections: uid" "$FGBUFF_WORLD_LOG")
+echo "refusal log lines: $n"
+[ "$n" -eq 1 ] || { echo "expected 1 refusal line, got $n"; rc=1; }
+for r in 0 1; do wait "${p[$r]}" || { echo "bystander rank $r failed:"; cat "$out/b$r.out"; rc=1; }; done
+for r in 0 1; do
+  "$bin/syncclient" --job after --rank $r --size 2 --steps 2 --socket "$out/cpu$r.sock" \
+    >"$out/c$r.out" 2>&1 &
+  p[$r]=$!
+done
+for r in 0 1; do wait "${p[$r]}" || { echo "rank $r failed afterwards:"; cat "$out/c$r.out"; rc=1; }; done
+world_stop || { echo "world_stop failed"; rc=1; }
+trap - EXIT
+[ $rc -eq 0 ] || tail -30 "$FGBUFF_WORLD_LOG"
+exit $rc
