@@ -28,6 +28,10 @@
 
 static void session_poll_cb(uv_poll_t *h, int status, int events);
 
+/* The layers above: frames go up, and a closing session is handed up to release its job and
+ * arenas (srv_server_start). */
+static const server_cbs *g_cbs;
+
 /* ---- hot window --------------------------------------------------------------------------------
  * While an idle handle is active libuv polls with a zero timeout, so the loop thread never sleeps
  * in epoll_wait: each event of a step is seen as soon as it is posted instead of after a wake-up
@@ -148,10 +152,7 @@ void srv_send(srv_session *s, Fgbuff__V1__Envelope *env) {
   }
   if (pending == 0) s->out_since_ms = clock_ms();
   uint8_t *p = s->out + s->out_len;
-  p[0] = (uint8_t)len;
-  p[1] = (uint8_t)(len >> 8);
-  p[2] = (uint8_t)(len >> 16);
-  p[3] = (uint8_t)(len >> 24);
+  wire_put_len(p, (uint32_t)len);
   fgbuff__v1__envelope__pack(env, p + FGB_WIRE_HDR);
   s->out_len += len + FGB_WIRE_HDR;
   if (session_write(s) != 0) {
@@ -184,22 +185,6 @@ void srv_send_error(srv_session *s, uint64_t req_id, int code, const char *field
     srv_session_flush(s, 200);
     srv_session_close(s, msg);
   }
-}
-
-void srv_send_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status, const char *err) {
-  Fgbuff__V1__Done d = FGBUFF__V1__DONE__INIT;
-  d.tensor_id = tensor_id;
-  d.step = step;
-  d.status = status;
-  d.error = (char *)(err ? err : "");
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_DONE;
-  srv_tensor *t = srv_tensor_get(s->d, tensor_id);
-  if (t && t->arena && t->arena->gpu) d.event_slot = t->gpu_slot; /* GPU: the done event's slot */
-  if (status != 0 && s->d->dp) s->d->dp->done_failed(t); /* a stream waiting on it proceeds */
-  env.done = &d;
-  srv_send(s, &env);
-  hot_touch(); /* the client's next Submit usually follows within the window */
 }
 
 void srv_send_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int status,
@@ -247,16 +232,7 @@ void srv_session_close(srv_session *s, const char *why) {
     }
   }
   srv_ring_close(s);
-  if (s->job) {
-    srv_job *j = s->job;
-    s->job = NULL;
-    srv_job_client_gone(j);
-  }
-  while (s->arenas) {
-    srv_arena *a = s->arenas;
-    s->arenas = a->next;
-    srv_arena_unref(a);
-  }
+  g_cbs->on_close(s);
   uv_poll_stop(&s->poll);
   uv_close((uv_handle_t *)&s->poll, session_free_cb);
 }
@@ -278,7 +254,7 @@ static void session_read(srv_session *s) {
     }
     if (st == WIRE_AGAIN) return;
     if (st == WIRE_FRAME) {
-      srv_session_frame(s, frame, len, fds, nfds);
+      g_cbs->on_frame(s, frame, len, fds, nfds);
       s->frames_in++;
       if (s->closing || s->close_why) return; /* a doomed session is closed by the poll callback */
       continue;
@@ -395,7 +371,8 @@ static void on_connection(uv_stream_t *server, int status) {
   session_set_events(s);
 }
 
-fgb_status srv_server_start(srv *d, char *err, size_t errlen) {
+fgb_status srv_server_start(srv *d, const server_cbs *cbs, char *err, size_t errlen) {
+  g_cbs = cbs;
   int n = snprintf(d->sock_path, sizeof(d->sock_path), "%s/cpu%d.sock", d->cfg.runtime_dir,
                    d->local_index);
   if (d->dp) n = d->dp->sock_name(d, d->sock_path, sizeof(d->sock_path));

@@ -431,6 +431,20 @@ static void on_config(srv_session *s, uint64_t req_id, const char *key, const ch
 /* A ring's records take the socket's Submit path (ring.c hands them up). */
 static const ring_cbs ring_up = {srv_on_submit};
 
+/* server.c closes a session: its job learns that the client left, its arenas lose a reference. */
+static void session_closed(srv_session *s) {
+  if (s->job) {
+    srv_job *j = s->job;
+    s->job = NULL;
+    srv_job_client_gone(j);
+  }
+  while (s->arenas) {
+    srv_arena *a = s->arenas;
+    s->arenas = a->next;
+    srv_arena_unref(a);
+  }
+}
+
 void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *fds, int nfds) {
   Fgbuff__V1__Envelope *env = fgbuff__v1__envelope__unpack(NULL, len, frame);
   if (!env) {
@@ -512,3 +526,5 @@ void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *
 out:
   fgbuff__v1__envelope__free_unpacked(env, NULL);
 }
+
+const server_cbs srv_session_cbs = {srv_session_frame, session_closed};
