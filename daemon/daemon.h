@@ -213,15 +213,18 @@ typedef struct server_cbs {
   /* s is closing (its ring is closed, its replies are not sent any more): release what the layers
    * above attached to it. */
   void (*on_close)(srv_session *s);
+  /* Refuse s (a peer's uid not allowed, a frame or fds the reader rejects, shutdown): reply the
+   * error, then close it. */
+  void (*on_fatal)(srv_session *s, int code, const char *field, const char *msg);
 } server_cbs;
 fgb_status srv_server_start(srv *d, const server_cbs *cbs, char *err, size_t errlen);
 void srv_server_stop(srv *d);
-/* Pack and queue an envelope for the client (never blocks; a client that stops reading is dropped
- * later). */
-void srv_send(srv_session *s, Fgbuff__V1__Envelope *env);
-void srv_send_error(srv_session *s, uint64_t req_id, int code, const char *field, int fatal,
-                    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-void srv_send_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int status, const char *err);
+/* Room for one reply frame of len payload bytes at the end of s's queue, its header written: the
+ * payload goes there, then srv_out_commit queues it and writes what the socket takes (never
+ * blocks; a client that stops reading is dropped later). NULL: s is closing or marked to close, or
+ * len does not fit a frame (logged). */
+uint8_t *srv_out_reserve(srv_session *s, size_t len);
+void srv_out_commit(srv_session *s, size_t len);
 /* Close a session (deferred free); the job is told its client left. */
 void srv_session_close(srv_session *s, const char *why);
 /* Best-effort synchronous flush of queued replies, for shutdown. */
@@ -236,6 +239,14 @@ void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *
 /* The table srv_server_start is given: frames to srv_session_frame; a close releases the job
  * and the arenas. */
 extern const server_cbs srv_session_cbs;
+
+/* ---- reply.c: envelopes to a client -------------------------------------------------- */
+/* Pack and queue an envelope for the client (srv_out_reserve's rules). */
+void srv_send(srv_session *s, Fgbuff__V1__Envelope *env);
+/* An Error reply; fatal: flush for up to 200 ms, then close the session. */
+void srv_send_error(srv_session *s, uint64_t req_id, int code, const char *field, int fatal,
+                    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+void srv_send_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int status, const char *err);
 
 /* ---- steps.c: submits, end of step, ad-hoc collectives, readiness, failures, job release -- */
 srv_tensor *srv_tensor_get(srv *d, uint32_t id);

@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,20 +123,19 @@ static int session_write(srv_session *s) {
   return 0;
 }
 
-void srv_send(srv_session *s, Fgbuff__V1__Envelope *env) {
-  if (s->closing || s->close_why) return;
-  size_t len = fgbuff__v1__envelope__get_packed_size(env);
+uint8_t *srv_out_reserve(srv_session *s, size_t len) {
+  if (s->closing || s->close_why) return NULL;
   if (len == 0 || len > FGB_WIRE_MAX_FRAME) {
     LOG_ERROR("session %llu: reply of %zu bytes does not fit a frame; dropped",
               (unsigned long long)s->id, len);
-    return;
+    return NULL;
   }
   size_t pending = s->out_len - s->out_off;
   if (pending + len + FGB_WIRE_HDR > SRV_OUT_MAX) {
     LOG_WARN("session %llu (pid %u): client stopped reading (%zu reply bytes queued); dropping it",
              (unsigned long long)s->id, s->pid, pending);
     s->close_why = "client stopped reading its replies";
-    return;
+    return NULL;
   }
   if (s->out_len + len + FGB_WIRE_HDR > s->out_cap) {
     size_t cap = s->out_cap ? s->out_cap : 4096;
@@ -145,7 +143,7 @@ void srv_send(srv_session *s, Fgbuff__V1__Envelope *env) {
     uint8_t *nb = realloc(s->out, cap);
     if (!nb) {
       s->close_why = "out of memory for replies";
-      return;
+      return NULL;
     }
     s->out = nb;
     s->out_cap = cap;
@@ -153,51 +151,16 @@ void srv_send(srv_session *s, Fgbuff__V1__Envelope *env) {
   if (pending == 0) s->out_since_ms = clock_ms();
   uint8_t *p = s->out + s->out_len;
   wire_put_len(p, (uint32_t)len);
-  fgbuff__v1__envelope__pack(env, p + FGB_WIRE_HDR);
+  return p + FGB_WIRE_HDR;
+}
+
+void srv_out_commit(srv_session *s, size_t len) {
   s->out_len += len + FGB_WIRE_HDR;
   if (session_write(s) != 0) {
     s->close_why = "send failed";
     return;
   }
   session_set_events(s);
-}
-
-void srv_send_error(srv_session *s, uint64_t req_id, int code, const char *field, int fatal,
-                    const char *fmt, ...) {
-  char msg[768];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  LOG_DEBUG("session %llu: error %d (%s)%s: %s", (unsigned long long)s->id, code, field,
-            fatal ? " fatal" : "", msg);
-  Fgbuff__V1__Error e = FGBUFF__V1__ERROR__INIT;
-  e.code = code;
-  e.message = msg;
-  e.field = (char *)field;
-  e.fatal = fatal;
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.req_id = req_id;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_ERROR;
-  env.error = &e;
-  srv_send(s, &env);
-  if (fatal) {
-    srv_session_flush(s, 200);
-    srv_session_close(s, msg);
-  }
-}
-
-void srv_send_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int status,
-                        const char *err) {
-  Fgbuff__V1__CollectiveDone d = FGBUFF__V1__COLLECTIVE_DONE__INIT;
-  d.seq = seq;
-  d.status = status;
-  d.error = (char *)(err ? err : "");
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.req_id = req_id;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_COLLECTIVE_DONE;
-  env.collective_done = &d;
-  srv_send(s, &env);
 }
 
 void srv_session_flush(srv_session *s, int timeout_ms) {
@@ -262,12 +225,12 @@ static void session_read(srv_session *s) {
     if (st == WIRE_EOF) {
       srv_session_close(s, "client closed the connection");
     } else if (st == WIRE_ERR_SIZE) {
-      srv_send_error(s, 0, FGB_EPROTO, "length", 1, "%s", err);
+      g_cbs->on_fatal(s, FGB_EPROTO, "length", err);
     } else if (st == WIRE_ERR_FDS) {
-      srv_send_error(s, 0, FGB_EPROTO, "num_fds", 1, "%s", err);
+      g_cbs->on_fatal(s, FGB_EPROTO, "num_fds", err);
     } else if (strncmp(err, "truncated", 9) == 0) {
       /* The peer closed (or half-closed) inside a frame; answer in case it still reads. */
-      srv_send_error(s, 0, FGB_EPROTO, "length", 1, "%s", err);
+      g_cbs->on_fatal(s, FGB_EPROTO, "length", err);
     } else {
       srv_session_close(s, err);
     }
@@ -359,13 +322,15 @@ static void on_connection(uv_stream_t *server, int status) {
   if (!ok) {
     LOG_WARN("refused a client of uid %u (pid %d): not our uid, root or --allow-uid",
              (unsigned)s->uid, (int)pid);
-    srv_send_error(s, 0, FGB_EPERM, "uid", 1,
-                   "uid %u is not allowed by this daemon (runs as uid %u; see --allow-uid)",
-                   (unsigned)s->uid, (unsigned)getuid());
+    char msg[128];
+    snprintf(msg, sizeof(msg),
+             "uid %u is not allowed by this daemon (runs as uid %u; see --allow-uid)",
+             (unsigned)s->uid, (unsigned)getuid());
+    g_cbs->on_fatal(s, FGB_EPERM, "uid", msg);
     return;
   }
   if (d->stopping) {
-    srv_send_error(s, 0, FGB_ECLOSED, "", 1, "daemon shutting down");
+    g_cbs->on_fatal(s, FGB_ECLOSED, "", "daemon shutting down");
     return;
   }
   session_set_events(s);
@@ -423,7 +388,7 @@ void srv_server_stop(srv *d) {
   }
   while (d->sessions) {
     srv_session *s = d->sessions;
-    srv_send_error(s, 0, FGB_ECLOSED, "", 1, "daemon shutting down");
+    g_cbs->on_fatal(s, FGB_ECLOSED, "", "daemon shutting down");
     if (d->sessions == s) srv_session_close(s, "daemon shutting down");
   }
 }

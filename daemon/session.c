@@ -527,4 +527,9 @@ out:
   fgbuff__v1__envelope__free_unpacked(env, NULL);
 }
 
-const server_cbs srv_session_cbs = {srv_session_frame, session_closed};
+/* server.c's own refusals (a peer's uid, a bad frame, shutdown): an error reply, then the close. */
+static void session_fatal(srv_session *s, int code, const char *field, const char *msg) {
+  srv_send_error(s, 0, code, field, 1, "%s", msg);
+}
+
+const server_cbs srv_session_cbs = {srv_session_frame, session_closed, session_fatal};
