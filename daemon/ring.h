@@ -8,15 +8,26 @@
 
 #include "daemon.h"
 
-/* What a ring hands up: each record, decoded into the Submit the socket would have carried. */
+struct fgb_ring_rec;
+
+/* What a ring hands up (the ring names nothing above it). */
 typedef struct ring_cbs {
-  void (*on_submit)(srv_session *s, uint64_t req_id, const Fgbuff__V1__Submit *m);
+  /* A record, checked and due (session.c passes it to the socket's Submit handler). */
+  void (*on_record)(srv_session *s, const struct fgb_ring_rec *rec);
+  /* Garbage in the ring or a broken doorbell: reply the error, then close s. */
+  void (*on_fatal)(srv_session *s, int code, const char *field, const char *msg);
 } ring_cbs;
 
-/* AttachRing with its two fds (memfd, eventfd): checked, mapped, watched; Ok or an Error. Its
- * records go to cbs (static). */
-void srv_on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__AttachRing *m, int *fds,
-                        int nfds, const ring_cbs *cbs);
+/* AttachRing's sizes, as the client announced them. */
+typedef struct srv_ring_sizes {
+  uint32_t slots, slot_bytes;
+} srv_ring_sizes;
+
+/* Attach a ring with its two fds (memfd, eventfd), which this takes in every case: checked,
+ * mapped, watched. Its records go to cbs (static). FGB_OK, or the refusal's code with *field and
+ * err (the client keeps using the socket). */
+fgb_status srv_ring_attach(srv_session *s, const srv_ring_sizes *m, int *fds, int nfds,
+                           const ring_cbs *cbs, const char **field, char *err, size_t errlen);
 
 /* Consume the session's records that are due: those written after at most s->frames_in socket
  * frames. Each goes to the ring's on_submit. Garbage in the ring closes the session (fatal Error).

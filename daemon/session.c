@@ -17,6 +17,7 @@
 #include "metrics.h"
 #include "plan_exec.h"
 #include "ring.h"
+#include "ring_layout.h"
 #include "vec.h"
 
 void srv_arena_unref(srv_arena *a) {
@@ -428,8 +429,41 @@ static void on_config(srv_session *s, uint64_t req_id, const char *key, const ch
   srv_send(s, &env);
 }
 
+/* server.c's and ring.c's own refusals (a peer's uid, a bad frame, garbage in a ring, shutdown):
+ * an error reply, then the close. */
+static void session_fatal(srv_session *s, int code, const char *field, const char *msg) {
+  srv_send_error(s, 0, code, field, 1, "%s", msg);
+}
+
 /* A ring's records take the socket's Submit path (ring.c hands them up). */
-static const ring_cbs ring_up = {srv_on_submit};
+static void ring_record(srv_session *s, const fgb_ring_rec *rec) {
+  Fgbuff__V1__Submit m = FGBUFF__V1__SUBMIT__INIT;
+  m.tensor_id = rec->tensor_id;
+  m.step = rec->step;
+  m.event_slot = rec->event_slot;
+  m.done_seq = rec->done_seq;
+  srv_on_submit(s, rec->req_id, &m);
+}
+
+static const ring_cbs ring_up = {ring_record, session_fatal};
+
+static void on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__AttachRing *m,
+                           int *fds, int nfds) {
+  srv_ring_sizes sz = {m->slots, m->slot_bytes};
+  const char *field = "ring";
+  char err[768];
+  fgb_status rc = srv_ring_attach(s, &sz, fds, nfds, &ring_up, &field, err, sizeof(err));
+  if (rc != FGB_OK) {
+    srv_send_error(s, req_id, rc, field, 0, "%s", err);
+    return;
+  }
+  Fgbuff__V1__Ok ok = FGBUFF__V1__OK__INIT;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
+  env.req_id = req_id;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_OK;
+  env.ok = &ok;
+  srv_send(s, &env);
+}
 
 /* server.c closes a session: its job learns that the client left, its arenas lose a reference. */
 static void session_closed(srv_session *s) {
@@ -512,7 +546,7 @@ void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *
       srv_on_state_import(s, rq, env->state_import);
       break;
     case FGBUFF__V1__ENVELOPE__BODY_ATTACH_RING:
-      srv_on_attach_ring(s, rq, env->attach_ring, fds, nfds, &ring_up);
+      on_attach_ring(s, rq, env->attach_ring, fds, nfds);
       break;
     case FGBUFF__V1__ENVELOPE__BODY__NOT_SET:
       srv_send_error(s, rq, FGB_EPROTO, "body", 0,
@@ -525,11 +559,6 @@ void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *
   }
 out:
   fgbuff__v1__envelope__free_unpacked(env, NULL);
-}
-
-/* server.c's own refusals (a peer's uid, a bad frame, shutdown): an error reply, then the close. */
-static void session_fatal(srv_session *s, int code, const char *field, const char *msg) {
-  srv_send_error(s, 0, code, field, 1, "%s", msg);
 }
 
 const server_cbs srv_session_cbs = {srv_session_frame, session_closed, session_fatal};
