@@ -1,4 +1,4 @@
-/* daemon/ring.c — the consumer side of the clients' submission rings (docs/protocol.md,
+/* daemon/net/ring.c — the consumer side of the clients' submission rings (docs/protocol.md,
  * "Submission ring"). A ring is client-writable shared memory: each record is copied out once,
  * then checked (position, check word, ordering count) before the ring's on_record (session.c:
  * srv_on_submit) sees it as if it came on the socket; the header's constant line and the head index

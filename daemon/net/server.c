@@ -1,4 +1,4 @@
-/* daemon/server.c — the client side of the loop thread: the Unix socket, peer credentials, and
+/* daemon/net/server.c — the client side of the loop thread: the Unix socket, peer credentials, and
  * per-connection I/O. Connections are accepted with libuv, then the fd is dup'ed out of libuv and
  * driven with a uv_poll_t, because libuv cannot hand over the memfds that arrive with SCM_RIGHTS;
  * proto/wire.h's reader does the recvmsg. Replies go through a per-session queue written when the

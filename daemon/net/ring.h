@@ -1,6 +1,7 @@
-/* daemon/ring.h — fgbuffd's side of the clients' submission rings (docs/protocol.md, "Submission
- * ring"; layout in proto/ring_layout.h): attaching one to a session, consuming its records in
- * order with the session's socket frames, the doorbell, and what status shows. Loop thread only. */
+/* daemon/net/ring.h — fgbuffd's side of the clients' submission rings (docs/protocol.md,
+ * "Submission ring"; layout in proto/ring_layout.h): attaching one to a session, consuming its
+ * records in order with the session's socket frames, the doorbell, and what status shows. Loop
+ * thread only. */
 #ifndef FGB_SRV_RING_H
 #define FGB_SRV_RING_H
 
