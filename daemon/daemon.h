@@ -241,8 +241,16 @@ void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *
 extern const server_cbs srv_session_cbs;
 
 /* ---- reply.c: envelopes to a client -------------------------------------------------- */
-/* Pack and queue an envelope for the client (srv_out_reserve's rules). */
-void srv_send(srv_session *s, Fgbuff__V1__Envelope *env);
+/* The one place a reply envelope is built: body is the message body_case names (a reply kind:
+ * HelloReply, JoinReply, ArenaReply, TensorReply, Done, CollectiveDone, Error, Ok, StatusReply,
+ * ConfigReply, StateReply; any other is logged and not sent), req_id 0 for Done. Packed into s's
+ * queue by srv_out_reserve's rules (a reply larger than a frame is logged and dropped). */
+void srv_reply(srv_session *s, uint64_t req_id, Fgbuff__V1__Envelope__BodyCase body_case,
+               void *body);
+/* That envelope's packed size, for a handler that answers a reply too large for a frame with an
+ * Error instead (0: not a reply kind). */
+size_t srv_reply_size(uint64_t req_id, Fgbuff__V1__Envelope__BodyCase body_case, void *body);
+void srv_reply_ok(srv_session *s, uint64_t req_id);
 /* An Error reply; fatal: flush for up to 200 ms, then close the session. */
 void srv_send_error(srv_session *s, uint64_t req_id, int code, const char *field, int fatal,
                     const char *fmt, ...) __attribute__((format(printf, 6, 7)));

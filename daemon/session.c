@@ -64,11 +64,7 @@ static void on_hello(srv_session *s, uint64_t req_id, const Fgbuff__V1__Hello *m
   r.device = d->cfg.device;
   r.daemon_id = d->daemon_id;
   r.submit_ring = 1; /* AttachRing is understood (ring.c) */
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.req_id = req_id;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_HELLO_REPLY;
-  env.hello_reply = &r;
-  srv_send(s, &env);
+  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_HELLO_REPLY, &r);
 }
 
 static void on_join(srv_session *s, uint64_t req_id, const Fgbuff__V1__JoinJob *m) {
@@ -148,11 +144,7 @@ static void on_join(srv_session *s, uint64_t req_id, const Fgbuff__V1__JoinJob *
   r.job_id = j->local_id;
   r.rank = j->rank;
   r.size = j->size;
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.req_id = req_id;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_JOIN_REPLY;
-  env.join_reply = &r;
-  srv_send(s, &env);
+  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_JOIN_REPLY, &r);
   srv_coord_drain(d); /* a refusal from the coordinator arrives as an Error after the reply */
 }
 
@@ -239,11 +231,7 @@ static void on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Register
   s->narenas++;
   Fgbuff__V1__ArenaReply r = FGBUFF__V1__ARENA_REPLY__INIT;
   r.arena_id = a->id;
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.req_id = req_id;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY;
-  env.arena_reply = &r;
-  srv_send(s, &env);
+  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY, &r);
 }
 
 static fgb_status tensor_check(srv_session *s, const Fgbuff__V1__RegisterTensor *m, srv_arena **ao,
@@ -357,11 +345,7 @@ static void on_tensor(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
   snprintf(t->name, sizeof(t->name), "%s", m->name);
   Fgbuff__V1__TensorReply r = FGBUFF__V1__TENSOR_REPLY__INIT;
   r.tensor_id = t->id;
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.req_id = req_id;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_TENSOR_REPLY;
-  env.tensor_reply = &r;
-  srv_send(s, &env);
+  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_TENSOR_REPLY, &r);
   coord_tensor_meta meta;
   memset(&meta, 0, sizeof(meta));
   snprintf(meta.name, sizeof(meta.name), "%s", t->name);
@@ -397,15 +381,11 @@ static void on_status(srv_session *s, uint64_t req_id, int metrics) {
   Fgbuff__V1__StatusReply r = FGBUFF__V1__STATUS_REPLY__INIT;
   r.json = json;
   r.text = text;
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.req_id = req_id;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_STATUS_REPLY;
-  env.status_reply = &r;
-  if (fgbuff__v1__envelope__get_packed_size(&env) > FGB_WIRE_MAX_FRAME)
+  if (srv_reply_size(req_id, FGBUFF__V1__ENVELOPE__BODY_STATUS_REPLY, &r) > FGB_WIRE_MAX_FRAME)
     srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "status document larger than a frame (%zu bytes)",
                    strlen(json) + strlen(text));
   else
-    srv_send(s, &env);
+    srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_STATUS_REPLY, &r);
   free(json);
   free(text);
 }
@@ -422,11 +402,7 @@ static void on_config(srv_session *s, uint64_t req_id, const char *key, const ch
   Fgbuff__V1__ConfigReply r = FGBUFF__V1__CONFIG_REPLY__INIT;
   r.key = (char *)key;
   r.value = val;
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.req_id = req_id;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_CONFIG_REPLY;
-  env.config_reply = &r;
-  srv_send(s, &env);
+  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_CONFIG_REPLY, &r);
 }
 
 /* server.c's and ring.c's own refusals (a peer's uid, a bad frame, garbage in a ring, shutdown):
@@ -457,12 +433,7 @@ static void on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__At
     srv_send_error(s, req_id, rc, field, 0, "%s", err);
     return;
   }
-  Fgbuff__V1__Ok ok = FGBUFF__V1__OK__INIT;
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.req_id = req_id;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_OK;
-  env.ok = &ok;
-  srv_send(s, &env);
+  srv_reply_ok(s, req_id);
 }
 
 /* server.c closes a session: its job learns that the client left, its arenas lose a reference. */

@@ -35,13 +35,10 @@ void srv_send_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status
   d.step = step;
   d.status = status;
   d.error = (char *)(err ? err : "");
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_DONE;
   srv_tensor *t = srv_tensor_get(s->d, tensor_id);
   if (t && t->arena && t->arena->gpu) d.event_slot = t->gpu_slot; /* GPU: the done event's slot */
   if (status != 0 && s->d->dp) s->d->dp->done_failed(t); /* a stream waiting on it proceeds */
-  env.done = &d;
-  srv_send(s, &env);
+  srv_reply(s, 0, FGBUFF__V1__ENVELOPE__BODY_DONE, &d);
   srv_hot_touch(); /* the client's next Submit usually follows within the window */
 }
 
