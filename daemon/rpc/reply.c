@@ -1,6 +1,7 @@
-/* daemon/reply.c — replies to a client: every reply envelope is built here (srv_reply) and packed
- * straight into the session's reply queue (server.c's srv_out_reserve/commit, which know bytes and
- * frames only); the Error and CollectiveDone replies that several files send are filled here too.
+/* daemon/rpc/reply.c — replies to a client: every reply envelope is built here (srv_reply) and
+ * packed straight into the session's reply queue (server.c's srv_out_reserve/commit, which know
+ * bytes and frames only); the Error and CollectiveDone replies that several files send are filled
+ * here too.
  */
 #include <stdarg.h>
 #include <stdio.h>
