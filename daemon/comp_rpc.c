@@ -9,6 +9,7 @@
 #include "compressor.h"
 #include "daemon.h"
 #include "engine.h"
+#include "preissue.h"
 
 /* "a, b, c" of the registered compressors. */
 static void names_list(char *out, size_t len) {
@@ -139,7 +140,7 @@ static void state_submit(srv_session *s, uint64_t req_id, srv_tensor *t, int imp
   it->n = 1;
   it->t = et;
   j->inflight++;
-  eng_submit(s->d->eng, it);
+  srv_eng_submit_now(s->d, it);
 }
 
 void srv_on_state_export(srv_session *s, uint64_t req_id, const Fgbuff__V1__StateExport *m) {

@@ -435,7 +435,7 @@ void srv_job_maybe_release(srv *d, srv_job *j) {
     if (rel) {
       rel->kind = ENG_RELEASE;
       rel->job_key = j->key;
-      eng_submit(d->eng, rel);
+      srv_eng_submit_now(d, rel);
     }
   }
   LOG_INFO("job '%s' rank %d released", j->id.name, j->rank);
