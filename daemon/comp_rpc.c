@@ -9,6 +9,7 @@
 #include "compressor.h"
 #include "daemon.h"
 #include "engine.h"
+#include "preissue.h"
 
 /* "a, b, c" of the registered compressors. */
 static void names_list(char *out, size_t len) {
@@ -142,7 +143,7 @@ static void state_submit(srv_session *s, uint64_t req_id, srv_tensor *t, int imp
   it->n = 1;
   it->t = et;
   j->inflight++;
-  eng_submit(s->d->eng, it);
+  srv_eng_submit_now(s->d, it);
 }
 
 void srv_on_state_export(srv_session *s, uint64_t req_id, const Fgbuff__V1__StateExport *m) {
@@ -162,24 +163,17 @@ void srv_state_result(srv_job *j, eng_item *it) {
     srv_send_error(s, it->req_id, it->status, "state", 0, "state: %s", it->err);
     return;
   }
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.req_id = it->req_id;
   if (it->state_import) {
-    Fgbuff__V1__Ok ok = FGBUFF__V1__OK__INIT;
-    env.body_case = FGBUFF__V1__ENVELOPE__BODY_OK;
-    env.ok = &ok;
-    srv_send(s, &env);
+    srv_reply_ok(s, it->req_id);
     return;
   }
   Fgbuff__V1__StateReply r = FGBUFF__V1__STATE_REPLY__INIT;
   r.state.data = it->state;
   r.state.len = it->state_bytes;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY;
-  env.state_reply = &r;
-  if (fgbuff__v1__envelope__get_packed_size(&env) > FGB_WIRE_MAX_FRAME)
+  if (srv_reply_size(it->req_id, FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY, &r) > FGB_WIRE_MAX_FRAME)
     srv_send_error(s, it->req_id, FGB_ENOTSUP, "tensor_id", 0,
                    "tensor_id: state of %zu bytes is larger than a frame (%u bytes)",
                    it->state_bytes, FGB_WIRE_MAX_FRAME);
   else
-    srv_send(s, &env);
+    srv_reply(s, it->req_id, FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY, &r);
 }

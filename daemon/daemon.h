@@ -206,28 +206,60 @@ struct srv {
 };
 
 /* ---- server.c: client sockets ------------------------------------------------------------ */
-fgb_status srv_server_start(srv *d, char *err, size_t errlen);
+/* What the server hands up (it names nothing above it). */
+typedef struct server_cbs {
+  /* A complete frame of session s; the fds that came with it belong to the callee. */
+  void (*on_frame)(srv_session *s, const uint8_t *frame, uint32_t len, int *fds, int nfds);
+  /* s is closing (its ring is closed, its replies are not sent any more): release what the layers
+   * above attached to it. */
+  void (*on_close)(srv_session *s);
+  /* Refuse s (a peer's uid not allowed, a frame or fds the reader rejects, shutdown): reply the
+   * error, then close it. */
+  void (*on_fatal)(srv_session *s, int code, const char *field, const char *msg);
+} server_cbs;
+fgb_status srv_server_start(srv *d, const server_cbs *cbs, char *err, size_t errlen);
 void srv_server_stop(srv *d);
-/* Pack and queue an envelope for the client (never blocks; a client that stops reading is dropped
- * later). */
-void srv_send(srv_session *s, Fgbuff__V1__Envelope *env);
-void srv_send_error(srv_session *s, uint64_t req_id, int code, const char *field, int fatal,
-                    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-void srv_send_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status, const char *err);
-void srv_send_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int status, const char *err);
+/* Room for one reply frame of len payload bytes at the end of s's queue, its header written: the
+ * payload goes there, then srv_out_commit queues it and writes what the socket takes (never
+ * blocks; a client that stops reading is dropped later). NULL: s is closing or marked to close, or
+ * len does not fit a frame (logged). */
+uint8_t *srv_out_reserve(srv_session *s, size_t len);
+void srv_out_commit(srv_session *s, size_t len);
 /* Close a session (deferred free); the job is told its client left. */
 void srv_session_close(srv_session *s, const char *why);
-/* Best-effort synchronous flush of queued replies, for shutdown. */
-void srv_session_flush(srv_session *s, int timeout_ms);
 /* The hot window (server.c): arm it (client traffic), and whether the loop is polling now. */
 void srv_hot_touch(void);
 int srv_hot_active(void);
 
 /* ---- session.c: one frame from a client ------------------------------------------------- */
-void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *fds, int nfds);
 void srv_arena_unref(srv_arena *a);
+void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *fds, int nfds);
+/* The table srv_server_start is given: frames to srv_session_frame; a close releases the job
+ * and the arenas. */
+extern const server_cbs srv_session_cbs;
+
+/* ---- reply.c: envelopes to a client -------------------------------------------------- */
+/* The one place a reply envelope is built: body is the message body_case names (a reply kind:
+ * HelloReply, JoinReply, ArenaReply, TensorReply, Done, CollectiveDone, Error, Ok, StatusReply,
+ * ConfigReply, StateReply; any other is logged and not sent), req_id 0 for Done. Packed into s's
+ * queue by srv_out_reserve's rules (a reply larger than a frame is logged and dropped). */
+void srv_reply(srv_session *s, uint64_t req_id, Fgbuff__V1__Envelope__BodyCase body_case,
+               void *body);
+/* That envelope's packed size, for a handler that answers a reply too large for a frame with an
+ * Error instead (0: not a reply kind). */
+size_t srv_reply_size(uint64_t req_id, Fgbuff__V1__Envelope__BodyCase body_case, void *body);
+void srv_reply_ok(srv_session *s, uint64_t req_id);
+/* An Error reply; fatal: flush for up to 200 ms, then close the session. */
+void srv_send_error(srv_session *s, uint64_t req_id, int code, const char *field, int fatal,
+                    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+void srv_send_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int status, const char *err);
 
 /* ---- steps.c: submits, end of step, ad-hoc collectives, readiness, failures, job release -- */
+srv_tensor *srv_tensor_get(srv *d, uint32_t id);
+/* The job's tensor with coordinator key `key` (NULL: none known yet). */
+srv_tensor *srv_tensor_by_key(const srv_job *j, uint32_t key);
+/* Queue a Done for (tensor, step) with its GPU event slot; a failure releases the done signal. */
+void srv_send_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status, const char *err);
 void srv_on_submit(srv_session *s, uint64_t req_id, const Fgbuff__V1__Submit *m);
 void srv_on_end_step(srv_session *s, uint64_t req_id, const Fgbuff__V1__EndStep *m);
 void srv_on_collective(srv_session *s, uint64_t req_id, const Fgbuff__V1__Collective *m);
@@ -240,9 +272,6 @@ void srv_gpu_observed(srv *d, uint32_t tensor_id, uint64_t step);
 /* Free the job once its client is gone and the engine holds no work on it. */
 void srv_job_maybe_release(srv *d, srv_job *j);
 void srv_jobs_tick(srv *d);
-srv_tensor *srv_tensor_get(srv *d, uint32_t id);
-/* The job's tensor with coordinator key `key` (NULL: none known yet). */
-srv_tensor *srv_tensor_by_key(const srv_job *j, uint32_t key);
 
 /* ---- events.c: coordinator events, engine results, a client gone ------------------------- */
 void srv_coord_drain(srv *d);

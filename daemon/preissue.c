@@ -169,6 +169,10 @@ void srv_eng_submit(srv *d, srv_job *j, eng_item *it, int wait) {
   srv_pre_pump(d);
 }
 
+void srv_eng_submit_now(srv *d, eng_item *it) {
+  eng_submit(d->eng, it);
+}
+
 int srv_pre_waits_for(const srv *d, const srv_job *j, uint32_t tensor_id, uint64_t step) {
   for (const srv_held *h = d->held; h; h = h->next) {
     if (!h->wait || h->j != j) continue;

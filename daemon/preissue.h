@@ -22,6 +22,10 @@ int srv_recall_enabled(void);
  * whatever waits. wait = 1: a pre-issued gradient ISSUE whose members may not be ready here yet
  * (they are marked issued, and flushed members zero-filled, when it starts). j may be NULL. */
 void srv_eng_submit(struct srv *d, struct srv_job *j, struct eng_item *it, int wait);
+/* Hand an item outside the world order (a job's RELEASE after its client left, a compressor state
+ * export/import) to the engine at once, not behind waiting items: the engine's one entry from the
+ * loop thread is this file. */
+void srv_eng_submit_now(struct srv *d, struct eng_item *it);
 /* Start what became ready at the head of the queue, in order. */
 void srv_pre_pump(struct srv *d);
 /* 1 when a waiting pre-issued item names (tensor, step): its readiness is not reported. */

@@ -18,6 +18,7 @@
 #include "metrics.h"
 #include "plan_exec.h"
 #include "ring.h"
+#include "ring_layout.h"
 #include "shmfd.h"
 #include "vec.h"
 
@@ -65,11 +66,7 @@ static void on_hello(srv_session *s, uint64_t req_id, const Fgbuff__V1__Hello *m
   r.device = d->cfg.device;
   r.daemon_id = d->daemon_id;
   r.submit_ring = 1; /* AttachRing is understood (ring.c) */
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.req_id = req_id;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_HELLO_REPLY;
-  env.hello_reply = &r;
-  srv_send(s, &env);
+  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_HELLO_REPLY, &r);
 }
 
 static void on_join(srv_session *s, uint64_t req_id, const Fgbuff__V1__JoinJob *m) {
@@ -149,11 +146,7 @@ static void on_join(srv_session *s, uint64_t req_id, const Fgbuff__V1__JoinJob *
   r.job_id = j->local_id;
   r.rank = j->rank;
   r.size = j->size;
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.req_id = req_id;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_JOIN_REPLY;
-  env.join_reply = &r;
-  srv_send(s, &env);
+  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_JOIN_REPLY, &r);
   srv_coord_drain(d); /* a refusal from the coordinator arrives as an Error after the reply */
 }
 
@@ -234,11 +227,7 @@ static void on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Register
   s->narenas++;
   Fgbuff__V1__ArenaReply r = FGBUFF__V1__ARENA_REPLY__INIT;
   r.arena_id = a->id;
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.req_id = req_id;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY;
-  env.arena_reply = &r;
-  srv_send(s, &env);
+  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY, &r);
 }
 
 static fgb_status tensor_check(srv_session *s, const Fgbuff__V1__RegisterTensor *m, srv_arena **ao,
@@ -352,11 +341,7 @@ static void on_tensor(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
   snprintf(t->name, sizeof(t->name), "%s", m->name);
   Fgbuff__V1__TensorReply r = FGBUFF__V1__TENSOR_REPLY__INIT;
   r.tensor_id = t->id;
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.req_id = req_id;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_TENSOR_REPLY;
-  env.tensor_reply = &r;
-  srv_send(s, &env);
+  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_TENSOR_REPLY, &r);
   coord_tensor_meta meta;
   memset(&meta, 0, sizeof(meta));
   snprintf(meta.name, sizeof(meta.name), "%s", t->name);
@@ -392,15 +377,11 @@ static void on_status(srv_session *s, uint64_t req_id, int metrics) {
   Fgbuff__V1__StatusReply r = FGBUFF__V1__STATUS_REPLY__INIT;
   r.json = json;
   r.text = text;
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.req_id = req_id;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_STATUS_REPLY;
-  env.status_reply = &r;
-  if (fgbuff__v1__envelope__get_packed_size(&env) > FGB_WIRE_MAX_FRAME)
+  if (srv_reply_size(req_id, FGBUFF__V1__ENVELOPE__BODY_STATUS_REPLY, &r) > FGB_WIRE_MAX_FRAME)
     srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "status document larger than a frame (%zu bytes)",
                    strlen(json) + strlen(text));
   else
-    srv_send(s, &env);
+    srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_STATUS_REPLY, &r);
   free(json);
   free(text);
 }
@@ -417,15 +398,53 @@ static void on_config(srv_session *s, uint64_t req_id, const char *key, const ch
   Fgbuff__V1__ConfigReply r = FGBUFF__V1__CONFIG_REPLY__INIT;
   r.key = (char *)key;
   r.value = val;
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.req_id = req_id;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_CONFIG_REPLY;
-  env.config_reply = &r;
-  srv_send(s, &env);
+  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_CONFIG_REPLY, &r);
+}
+
+/* server.c's and ring.c's own refusals (a peer's uid, a bad frame, garbage in a ring, shutdown):
+ * an error reply, then the close. */
+static void session_fatal(srv_session *s, int code, const char *field, const char *msg) {
+  srv_send_error(s, 0, code, field, 1, "%s", msg);
 }
 
 /* A ring's records take the socket's Submit path (ring.c hands them up). */
-static const ring_cbs ring_up = {srv_on_submit};
+static void ring_record(srv_session *s, const fgb_ring_rec *rec) {
+  Fgbuff__V1__Submit m = FGBUFF__V1__SUBMIT__INIT;
+  m.tensor_id = rec->tensor_id;
+  m.step = rec->step;
+  m.event_slot = rec->event_slot;
+  m.done_seq = rec->done_seq;
+  srv_on_submit(s, rec->req_id, &m);
+}
+
+static const ring_cbs ring_up = {ring_record, session_fatal};
+
+static void on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__AttachRing *m,
+                           int *fds, int nfds) {
+  srv_ring_sizes sz = {m->slots, m->slot_bytes};
+  const char *field = "ring";
+  char err[768];
+  fgb_status rc = srv_ring_attach(s, &sz, fds, nfds, &ring_up, &field, err, sizeof(err));
+  if (rc != FGB_OK) {
+    srv_send_error(s, req_id, rc, field, 0, "%s", err);
+    return;
+  }
+  srv_reply_ok(s, req_id);
+}
+
+/* server.c closes a session: its job learns that the client left, its arenas lose a reference. */
+static void session_closed(srv_session *s) {
+  if (s->job) {
+    srv_job *j = s->job;
+    s->job = NULL;
+    srv_job_client_gone(j);
+  }
+  while (s->arenas) {
+    srv_arena *a = s->arenas;
+    s->arenas = a->next;
+    srv_arena_unref(a);
+  }
+}
 
 void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *fds, int nfds) {
   Fgbuff__V1__Envelope *env = fgbuff__v1__envelope__unpack(NULL, len, frame);
@@ -494,7 +513,7 @@ void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *
       srv_on_state_import(s, rq, env->state_import);
       break;
     case FGBUFF__V1__ENVELOPE__BODY_ATTACH_RING:
-      srv_on_attach_ring(s, rq, env->attach_ring, fds, nfds, &ring_up);
+      on_attach_ring(s, rq, env->attach_ring, fds, nfds);
       break;
     case FGBUFF__V1__ENVELOPE__BODY__NOT_SET:
       srv_send_error(s, rq, FGB_EPROTO, "body", 0,
@@ -508,3 +527,5 @@ void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *
 out:
   fgbuff__v1__envelope__free_unpacked(env, NULL);
 }
+
+const server_cbs srv_session_cbs = {srv_session_frame, session_closed, session_fatal};

@@ -27,6 +27,21 @@ srv_tensor *srv_tensor_by_key(const srv_job *j, uint32_t key) {
   return NULL;
 }
 
+/* Done names the GPU event slot of the tensor's last submit, and a failure releases the stream
+ * that waits on its done signal: both need the tensor, which server.c does not know. */
+void srv_send_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status, const char *err) {
+  Fgbuff__V1__Done d = FGBUFF__V1__DONE__INIT;
+  d.tensor_id = tensor_id;
+  d.step = step;
+  d.status = status;
+  d.error = (char *)(err ? err : "");
+  srv_tensor *t = srv_tensor_get(s->d, tensor_id);
+  if (t && t->arena && t->arena->gpu) d.event_slot = t->gpu_slot; /* GPU: the done event's slot */
+  if (status != 0 && s->d->dp) s->d->dp->done_failed(t); /* a stream waiting on it proceeds */
+  srv_reply(s, 0, FGBUFF__V1__ENVELOPE__BODY_DONE, &d);
+  srv_hot_touch(); /* the client's next Submit usually follows within the window */
+}
+
 static srv_step *step_get(srv_job *j, uint64_t step, int create) {
   for (uint32_t i = 0; i < j->nsteps; i++)
     if (j->steps[i].step == step) return &j->steps[i];
@@ -420,7 +435,7 @@ void srv_job_maybe_release(srv *d, srv_job *j) {
     if (rel) {
       rel->kind = ENG_RELEASE;
       rel->job_key = j->key;
-      eng_submit(d->eng, rel);
+      srv_eng_submit_now(d, rel);
     }
   }
   LOG_INFO("job '%s' rank %d released", j->id.name, j->rank);

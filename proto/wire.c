@@ -164,8 +164,8 @@ wire_status wire_read_wait(wire_reader *r, int sock, int timeout_ms, const uint8
 
 int wire_send(int sock, const void *payload, uint32_t len, const int *fds, int nfds) {
   if (len == 0 || len > FGB_WIRE_MAX_FRAME || nfds < 0 || nfds > FGB_WIRE_MAX_FDS) return -EINVAL;
-  uint8_t hdr[FGB_WIRE_HDR] = {(uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16),
-                               (uint8_t)(len >> 24)};
+  uint8_t hdr[FGB_WIRE_HDR];
+  wire_put_len(hdr, len);
   union {
     struct cmsghdr align;
     char buf[CMSG_SPACE(sizeof(int) * FGB_WIRE_MAX_FDS)];

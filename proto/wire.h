@@ -17,6 +17,14 @@
 #define FGB_WIRE_MAX_FDS 4 /* per frame; more is refused (and the extra fds closed) */
 #define FGB_WIRE_HDR 4
 
+/* Write a frame's header (its payload length, little-endian) at p. */
+static inline void wire_put_len(uint8_t p[FGB_WIRE_HDR], uint32_t len) {
+  p[0] = (uint8_t)len;
+  p[1] = (uint8_t)(len >> 8);
+  p[2] = (uint8_t)(len >> 16);
+  p[3] = (uint8_t)(len >> 24);
+}
+
 /* Incremental frame reader. Caller-allocated; wire_reader_init before use, wire_reader_close after.
  */
 typedef struct wire_reader {

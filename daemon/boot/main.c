@@ -242,7 +242,7 @@ int main(int argc, char **argv) {
   LOG_INFO("pre-issue %s (FGBUFF_PREISSUE %.40s), recall %s", srv_pre_enabled(&d) ? "on" : "off",
            env_str(ENV_PREISSUE) ? env_str(ENV_PREISSUE) : "unset: on for GPU daemons",
            srv_recall_enabled() ? "on" : "off (FGBUFF_RECALL=0)");
-  if (srv_server_start(&d, err, sizeof(err)) != FGB_OK ||
+  if (srv_server_start(&d, &srv_session_cbs, err, sizeof(err)) != FGB_OK ||
       srv_ctrl_connect(&d, b.addrs, b.token, err, sizeof(err)) != FGB_OK ||
 #ifdef FGBUFF_HAVE_CUDA
       (d.gpu ? srv_gpu_engine_start(&d, err, sizeof(err)) :

@@ -153,11 +153,7 @@ void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
   r.event_handles.len = dlen;
   r.done_page = has_page;
   r.ready_page = has_page && m->ready_page;
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.req_id = req_id;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY;
-  env.arena_reply = &r;
-  srv_send(s, &env);
+  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY, &r);
   free(dh);
 }
 

@@ -1,11 +1,11 @@
-/* daemon/ring.c — the consumer side of the clients' submission rings (docs/protocol.md,
+/* daemon/net/ring.c — the consumer side of the clients' submission rings (docs/protocol.md,
  * "Submission ring"). A ring is client-writable shared memory: each record is copied out once,
- * then checked (position, check word, ordering count) before the ring's on_submit (srv_on_submit)
- * sees it as if it came on the socket; the header's constant line and the head index are checked on
- * every look, and any garbage closes that session with a fatal Error naming it. The daemon only
- * indexes the mapping with its own copies of the tail and slot count, so nothing the client writes
- * can move a read outside it, and one look consumes at most `slots` records, so no client can keep
- * the loop busy.
+ * then checked (position, check word, ordering count) before the ring's on_record (session.c:
+ * srv_on_submit) sees it as if it came on the socket; the header's constant line and the head index
+ * are checked on every look, and any garbage closes that session with a fatal Error naming it. The
+ * daemon only indexes the mapping with its own copies of the tail and slot count, so nothing the
+ * client writes can move a read outside it, and one look consumes at most `slots` records, so no
+ * client can keep the loop busy.
  *
  * Order with the socket: a record carries the number of socket frames the client had sent before
  * it; it is consumed once exactly that many frames of the session were handled (server.c drains
@@ -130,33 +130,37 @@ static void ring_bell_cb(uv_poll_t *h, int status, int events) {
   uint64_t v;
   /* clears the counter; EAGAIN: nothing to clear */
   if (bell_read(r->efd, r->nowait, &v) < 0 && errno == EPERM) {
-    srv_send_error(s, 0, FGB_EPROTO, "ring", 1,
-                   "ring: the doorbell eventfd was made blocking (O_NONBLOCK cleared)");
+    r->cbs->on_fatal(s, FGB_EPROTO, "ring",
+                     "ring: the doorbell eventfd was made blocking (O_NONBLOCK cleared)");
     return;
   }
   if (status < 0) {
-    srv_send_error(s, 0, FGB_EPROTO, "ring", 1, "ring: the doorbell eventfd failed (%s)",
-                   uv_strerror(status));
+    char msg[128];
+    snprintf(msg, sizeof(msg), "ring: the doorbell eventfd failed (%s)", uv_strerror(status));
+    r->cbs->on_fatal(s, FGB_EPROTO, "ring", msg);
     return;
   }
   srv_ring_drain(s);
 }
 
 /* A refusal at attach: the client keeps using the socket. */
-#define REFUSE(field, ...)                                        \
-  do {                                                            \
-    srv_send_error(s, req_id, FGB_EINVAL, field, 0, __VA_ARGS__); \
-    goto fail;                                                    \
+#define REFUSE(fld, ...)                \
+  do {                                  \
+    *field = fld;                       \
+    snprintf(err, errlen, __VA_ARGS__); \
+    goto fail;                          \
   } while (0)
 
-void srv_on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__AttachRing *m, int *fds,
-                        int nfds, const ring_cbs *cbs) {
+fgb_status srv_ring_attach(srv_session *s, const srv_ring_sizes *m, int *fds, int nfds,
+                           const ring_cbs *cbs, const char **field, char *err, size_t errlen) {
   void *map = MAP_FAILED;
   size_t need = 0;
+  fgb_status code = FGB_EINVAL;
   if (s->ring) {
     fds_close(fds, nfds);
-    srv_send_error(s, req_id, FGB_EEXIST, "ring", 0, "ring: this connection already has a ring");
-    return;
+    *field = "ring";
+    snprintf(err, errlen, "ring: this connection already has a ring");
+    return FGB_EEXIST;
   }
   if (nfds != 2)
     REFUSE("num_fds", "num_fds: AttachRing comes with 2 fds (ring memfd, doorbell eventfd), got %d",
@@ -199,8 +203,8 @@ void srv_on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__Attac
     REFUSE("ring", "ring: head is %llu at attach (must be 0)", (unsigned long long)head);
   srv_ring *r = calloc(1, sizeof(*r));
   if (!r) {
-    srv_send_error(s, req_id, FGB_ENOMEM, "ring", 0, "out of memory");
-    goto fail;
+    code = FGB_ENOMEM;
+    REFUSE("ring", "out of memory");
   }
   if (uv_poll_init(s->d->loop, &r->bell, fds[1]) != 0) {
     free(r);
@@ -222,29 +226,25 @@ void srv_on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__Attac
   s->ring = r;
   LOG_DEBUG("session %llu: submission ring of %u slots attached", (unsigned long long)s->id,
             r->slots);
-  Fgbuff__V1__Ok ok = FGBUFF__V1__OK__INIT;
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.req_id = req_id;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_OK;
-  env.ok = &ok;
-  srv_send(s, &env);
-  return;
+  return FGB_OK;
 fail:
   if (map != MAP_FAILED) munmap(map, need);
   fds_close(fds, nfds);
+  return code;
 }
 
 /* Garbage in the ring: the session cannot continue (its order is lost). */
 static int ring_fatal(srv_session *s, int consumed, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int ring_fatal(srv_session *s, int consumed, const char *fmt, ...) {
+  const ring_cbs *cbs = s->ring->cbs;
   char msg[512];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
   LOG_WARN("session %llu (pid %u): %s", (unsigned long long)s->id, s->pid, msg);
-  srv_send_error(s, 0, FGB_EPROTO, "ring", 1, "%s", msg);
+  cbs->on_fatal(s, FGB_EPROTO, "ring", msg);
   return consumed;
 }
 
@@ -291,12 +291,7 @@ int srv_ring_drain(srv_session *s) {
     atomic_store_explicit(hdr_u64(r, FGB_RING_OFF_TAIL), r->tail, memory_order_release);
     r->submits++;
     n++;
-    Fgbuff__V1__Submit m = FGBUFF__V1__SUBMIT__INIT;
-    m.tensor_id = rec.tensor_id;
-    m.step = rec.step;
-    m.event_slot = rec.event_slot;
-    m.done_seq = rec.done_seq;
-    r->cbs->on_submit(s, rec.req_id, &m); /* the socket's handler: same checks, same errors */
+    r->cbs->on_record(s, &rec); /* the socket's Submit handler: same checks, same errors */
     if (s->closing || s->close_why || s->ring != r) break;
   }
   if (n) srv_hot_touch(); /* as a Submit read from the socket: a step's round trips follow */

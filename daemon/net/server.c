@@ -1,4 +1,4 @@
-/* daemon/server.c — the client side of the loop thread: the Unix socket, peer credentials, and
+/* daemon/net/server.c — the client side of the loop thread: the Unix socket, peer credentials, and
  * per-connection I/O. Connections are accepted with libuv, then the fd is dup'ed out of libuv and
  * driven with a uv_poll_t, because libuv cannot hand over the memfds that arrive with SCM_RIGHTS;
  * proto/wire.h's reader does the recvmsg. Replies go through a per-session queue written when the
@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +28,10 @@
 #include "service.h"
 
 static void session_poll_cb(uv_poll_t *h, int status, int events);
+
+/* The layers above: frames go up, and a closing session is handed up to release its job and
+ * arenas (srv_server_start). */
+static const server_cbs *g_cbs;
 
 /* ---- hot window --------------------------------------------------------------------------------
  * While an idle handle is active libuv polls with a zero timeout, so the loop thread never sleeps
@@ -122,20 +125,19 @@ static int session_write(srv_session *s) {
   return 0;
 }
 
-void srv_send(srv_session *s, Fgbuff__V1__Envelope *env) {
-  if (s->closing || s->close_why) return;
-  size_t len = fgbuff__v1__envelope__get_packed_size(env);
+uint8_t *srv_out_reserve(srv_session *s, size_t len) {
+  if (s->closing || s->close_why) return NULL;
   if (len == 0 || len > FGB_WIRE_MAX_FRAME) {
     LOG_ERROR("session %llu: reply of %zu bytes does not fit a frame; dropped",
               (unsigned long long)s->id, len);
-    return;
+    return NULL;
   }
   size_t pending = s->out_len - s->out_off;
   if (pending + len + FGB_WIRE_HDR > SRV_OUT_MAX) {
     LOG_WARN("session %llu (pid %u): client stopped reading (%zu reply bytes queued); dropping it",
              (unsigned long long)s->id, s->pid, pending);
     s->close_why = "client stopped reading its replies";
-    return;
+    return NULL;
   }
   if (s->out_len + len + FGB_WIRE_HDR > s->out_cap) {
     size_t cap = s->out_cap ? s->out_cap : 4096;
@@ -143,86 +145,24 @@ void srv_send(srv_session *s, Fgbuff__V1__Envelope *env) {
     uint8_t *nb = realloc(s->out, cap);
     if (!nb) {
       s->close_why = "out of memory for replies";
-      return;
+      return NULL;
     }
     s->out = nb;
     s->out_cap = cap;
   }
   if (pending == 0) s->out_since_ms = clock_ms();
   uint8_t *p = s->out + s->out_len;
-  p[0] = (uint8_t)len;
-  p[1] = (uint8_t)(len >> 8);
-  p[2] = (uint8_t)(len >> 16);
-  p[3] = (uint8_t)(len >> 24);
-  fgbuff__v1__envelope__pack(env, p + FGB_WIRE_HDR);
+  wire_put_len(p, (uint32_t)len);
+  return p + FGB_WIRE_HDR;
+}
+
+void srv_out_commit(srv_session *s, size_t len) {
   s->out_len += len + FGB_WIRE_HDR;
   if (session_write(s) != 0) {
     s->close_why = "send failed";
     return;
   }
   session_set_events(s);
-}
-
-void srv_send_error(srv_session *s, uint64_t req_id, int code, const char *field, int fatal,
-                    const char *fmt, ...) {
-  char msg[768];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  LOG_DEBUG("session %llu: error %d (%s)%s: %s", (unsigned long long)s->id, code, field,
-            fatal ? " fatal" : "", msg);
-  Fgbuff__V1__Error e = FGBUFF__V1__ERROR__INIT;
-  e.code = code;
-  e.message = msg;
-  e.field = (char *)field;
-  e.fatal = fatal;
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.req_id = req_id;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_ERROR;
-  env.error = &e;
-  srv_send(s, &env);
-  if (fatal) srv_session_close(s, msg); /* the Error is still written: srv_linger */
-}
-
-void srv_send_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status, const char *err) {
-  Fgbuff__V1__Done d = FGBUFF__V1__DONE__INIT;
-  d.tensor_id = tensor_id;
-  d.step = step;
-  d.status = status;
-  d.error = (char *)(err ? err : "");
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_DONE;
-  srv_tensor *t = srv_tensor_get(s->d, tensor_id);
-  if (t && t->arena && t->arena->gpu) d.event_slot = t->gpu_slot; /* GPU: the done event's slot */
-  if (status != 0 && s->d->dp) s->d->dp->done_failed(t); /* a stream waiting on it proceeds */
-  env.done = &d;
-  srv_send(s, &env);
-  hot_touch(); /* the client's next Submit usually follows within the window */
-}
-
-void srv_send_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int status,
-                        const char *err) {
-  Fgbuff__V1__CollectiveDone d = FGBUFF__V1__COLLECTIVE_DONE__INIT;
-  d.seq = seq;
-  d.status = status;
-  d.error = (char *)(err ? err : "");
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-  env.req_id = req_id;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_COLLECTIVE_DONE;
-  env.collective_done = &d;
-  srv_send(s, &env);
-}
-
-void srv_session_flush(srv_session *s, int timeout_ms) {
-  uint64_t until = clock_ms() + (uint64_t)timeout_ms;
-  while (!s->closing && s->out_len > s->out_off && clock_ms() < until) {
-    if (session_write(s) != 0) break;
-    if (s->out_len > s->out_off) {
-      struct timespec ts = {0, 1000000};
-      nanosleep(&ts, NULL);
-    }
-  }
 }
 
 static void session_free_cb(uv_handle_t *h) {
@@ -247,16 +187,7 @@ void srv_session_close(srv_session *s, const char *why) {
     }
   }
   srv_ring_close(s);
-  if (s->job) {
-    srv_job *j = s->job;
-    s->job = NULL;
-    srv_job_client_gone(j);
-  }
-  while (s->arenas) {
-    srv_arena *a = s->arenas;
-    s->arenas = a->next;
-    srv_arena_unref(a);
-  }
+  g_cbs->on_close(s);
   if (srv_linger(s, session_free_cb)) return; /* queued replies first, without blocking */
   uv_poll_stop(&s->poll);
   uv_close((uv_handle_t *)&s->poll, session_free_cb);
@@ -279,7 +210,7 @@ static void session_read(srv_session *s) {
     }
     if (st == WIRE_AGAIN) return;
     if (st == WIRE_FRAME) {
-      srv_session_frame(s, frame, len, fds, nfds);
+      g_cbs->on_frame(s, frame, len, fds, nfds);
       s->frames_in++;
       if (s->closing || s->close_why) return; /* a doomed session is closed by the poll callback */
       continue;
@@ -287,12 +218,12 @@ static void session_read(srv_session *s) {
     if (st == WIRE_EOF) {
       srv_session_close(s, "client closed the connection");
     } else if (st == WIRE_ERR_SIZE) {
-      srv_send_error(s, 0, FGB_EPROTO, "length", 1, "%s", err);
+      g_cbs->on_fatal(s, FGB_EPROTO, "length", err);
     } else if (st == WIRE_ERR_FDS) {
-      srv_send_error(s, 0, FGB_EPROTO, "num_fds", 1, "%s", err);
+      g_cbs->on_fatal(s, FGB_EPROTO, "num_fds", err);
     } else if (strncmp(err, "truncated", 9) == 0) {
       /* The peer closed (or half-closed) inside a frame; answer in case it still reads. */
-      srv_send_error(s, 0, FGB_EPROTO, "length", 1, "%s", err);
+      g_cbs->on_fatal(s, FGB_EPROTO, "length", err);
     } else {
       srv_session_close(s, err);
     }
@@ -386,23 +317,26 @@ static void on_connection(uv_stream_t *server, int status) {
   if (!ok) {
     LOG_WARN("refused a client of uid %u (pid %d): not our uid, root or --allow-uid",
              (unsigned)s->uid, (int)pid);
-    srv_send_error(s, 0, FGB_EPERM, "uid", 1,
-                   "uid %u is not allowed by this daemon (runs as uid %u; see --allow-uid)",
-                   (unsigned)s->uid, (unsigned)getuid());
+    char msg[128];
+    snprintf(msg, sizeof(msg),
+             "uid %u is not allowed by this daemon (runs as uid %u; see --allow-uid)",
+             (unsigned)s->uid, (unsigned)getuid());
+    g_cbs->on_fatal(s, FGB_EPERM, "uid", msg);
     return;
   }
   if (over) {
-    srv_send_error(s, 0, FGB_ENOMEM, "connections", 1, "%s", why);
+    g_cbs->on_fatal(s, FGB_ENOMEM, "connections", why);
     return;
   }
   if (d->stopping) {
-    srv_send_error(s, 0, FGB_ECLOSED, "", 1, "daemon shutting down");
+    g_cbs->on_fatal(s, FGB_ECLOSED, "", "daemon shutting down");
     return;
   }
   session_set_events(s);
 }
 
-fgb_status srv_server_start(srv *d, char *err, size_t errlen) {
+fgb_status srv_server_start(srv *d, const server_cbs *cbs, char *err, size_t errlen) {
+  g_cbs = cbs;
   int n = snprintf(d->sock_path, sizeof(d->sock_path), "%s/cpu%d.sock", d->cfg.runtime_dir,
                    d->local_index);
   if (d->dp) n = d->dp->sock_name(d, d->sock_path, sizeof(d->sock_path));
@@ -453,7 +387,7 @@ void srv_server_stop(srv *d) {
   }
   while (d->sessions) {
     srv_session *s = d->sessions;
-    srv_send_error(s, 0, FGB_ECLOSED, "", 1, "daemon shutting down");
+    g_cbs->on_fatal(s, FGB_ECLOSED, "", "daemon shutting down");
     if (d->sessions == s) srv_session_close(s, "daemon shutting down");
   }
 }

@@ -1,5 +1,5 @@
-/* daemon/metrics.h — the daemon's counters as Prometheus text, and the opt-in HTTP listener that
- * serves them (--metrics-listen). Loop thread only. */
+/* daemon/rpc/metrics.h — the daemon's counters as Prometheus text, and the opt-in HTTP listener
+ * that serves them (--metrics-listen). Loop thread only. */
 #ifndef FGB_SRV_METRICS_H
 #define FGB_SRV_METRICS_H
 

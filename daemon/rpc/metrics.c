@@ -1,4 +1,4 @@
-/* daemon/metrics.c — Prometheus text exposition of the daemon's counters, served on an opt-in
+/* daemon/rpc/metrics.c — Prometheus text exposition of the daemon's counters, served on an opt-in
  * plain-HTTP listener (--metrics-listen HOST:PORT, GET /metrics) on the loop thread. Labels: the
  * world rank and device on every series, fgbuff_job ("job" is Prometheus's own target label) and
  * incarnation on per-job series; never one per tensor, so the series count stays bounded. */

@@ -1,5 +1,5 @@
-/* daemon/plan_status.c — a job's plan for fgbuffctl status: the plan JSON with the inputs it was
- * planned from (agreed, so byte-equal on every rank), and the text rendering; for the dynamic
+/* daemon/rpc/plan_status.c — a job's plan for fgbuffctl status: the plan JSON with the inputs it
+ * was planned from (agreed, so byte-equal on every rank), and the text rendering; for the dynamic
  * policies (none, fusion) the plan is the per-tensor compression decision table, listed per tensor
  * with its name, also in the log when adopted. */
 #include <math.h>

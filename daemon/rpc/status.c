@@ -1,4 +1,4 @@
-/* daemon/status.c — the status document (StatusReply): JSON for tools, the same for people.
+/* daemon/rpc/status.c — the status document (StatusReply): JSON for tools, the same for people.
  * Names that appear here were validated as printable without quotes or backslashes at
  * registration, so they are emitted without escaping. */
 #include <stdarg.h>

@@ -1,6 +1,6 @@
-/* daemon/ctrl.c — the TCP control plane between daemons (see ctrl.h). Everything runs on the loop
- * thread. Messages to a peer that is not connected yet wait in its queue; a connection that breaks
- * or sends a malformed frame is closed and reported up as a lost peer (ctrl_cbs). */
+/* daemon/net/ctrl.c — the TCP control plane between daemons (see ctrl.h). Everything runs on the
+ * loop thread. Messages to a peer that is not connected yet wait in its queue; a connection that
+ * breaks or sends a malformed frame is closed and reported up as a lost peer (ctrl_cbs). */
 #include "ctrl.h"
 
 #include <arpa/inet.h>

@@ -1,6 +1,6 @@
-/* daemon/ctrl.h — the control plane between daemons: TCP on the loop thread, a star around world
- * rank 0 (the coordinator's leader). Carries the coordinator's byte strings up through ctrl_cbs; a
- * lost connection is reported as a lost peer.
+/* daemon/net/ctrl.h — the control plane between daemons: TCP on the loop thread, a star around
+ * world rank 0 (the coordinator's leader). Carries the coordinator's byte strings up through
+ * ctrl_cbs; a lost connection is reported as a lost peer.
  *
  * Frame: u32 LE length of what follows, i32 LE source world rank, i32 LE destination world rank,
  * then the coordinator's bytes. The first frame of a non-leader is its hello (destination -1, the
