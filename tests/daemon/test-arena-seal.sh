@@ -5,18 +5,13 @@ set -u
 source "$(dirname "$0")/../lib/world.sh"
 bin="${FGBUFF_TEST_BIN:?}"
 world_start 2 || exit 1
-trap 'kill "${p[@]}" 2>/dev/null; world_stop >/dev/null 2>&1' EXIT
+trap 'kill "${WORLD_JOB2_PIDS[@]}" 2>/dev/null; world_stop >/dev/null 2>&1' EXIT
 out="$FGBUFF_RUNTIME_DIR"
 rc=0
-p=()
-for r in 0 1; do
-  "$bin/syncclient" --job bystander --rank $r --size 2 --steps 200 --socket "$out/cpu$r.sock" \
-    >"$out/b$r.out" 2>&1 &
-  p[$r]=$!
-done
+world_job2_start bystander 200
 "$bin/test-arena-seal" || rc=1
-for r in 0 1; do wait "${p[$r]}" || { echo "bystander rank $r failed:"; cat "$out/b$r.out"; rc=1; }; done
-for d in $(world_daemon_pids); do kill -0 "$d" 2>/dev/null || { echo "daemon $d died"; rc=1; }; done
+world_job2_wait bystander || rc=1
+world_daemons_alive || rc=1
 world_stop || { echo "world_stop failed"; rc=1; }
 trap - EXIT
 [ $rc -eq 0 ] || tail -30 "$FGBUFF_WORLD_LOG"

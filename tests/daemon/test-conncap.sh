@@ -5,18 +5,13 @@
 # once, a bystander job trains throughout, and a new job works once the flood is gone.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
-bin="${FGBUFF_TEST_BIN:?}"
+: "${FGBUFF_TEST_BIN:?}"
 ulimit -n 256 || { echo "SKIP: cannot set RLIMIT_NOFILE"; exit 77; }
 world_start 2 || exit 1
-trap 'kill "${p[@]}" 2>/dev/null; world_stop >/dev/null 2>&1' EXIT
+trap 'kill "${WORLD_JOB2_PIDS[@]}" 2>/dev/null; world_stop >/dev/null 2>&1' EXIT
 out="$FGBUFF_RUNTIME_DIR"
 rc=0
-p=()
-for r in 0 1; do
-  "$bin/syncclient" --job bystander --rank $r --size 2 --steps 300 --socket "$out/cpu$r.sock" \
-    >"$out/b$r.out" 2>&1 &
-  p[$r]=$!
-done
+world_job2_start bystander 300
 sleep 0.3
 python3 - "$out/cpu0.sock" <<'PY' || rc=1
 import socket, sys, time
@@ -53,13 +48,9 @@ PY
 n=$(grep -c "refusing connections: uid" "$FGBUFF_WORLD_LOG")
 echo "refusal log lines: $n"
 [ "$n" -eq 1 ] || { echo "expected 1 refusal line, got $n"; rc=1; }
-for r in 0 1; do wait "${p[$r]}" || { echo "bystander rank $r failed:"; cat "$out/b$r.out"; rc=1; }; done
-for r in 0 1; do
-  "$bin/syncclient" --job after --rank $r --size 2 --steps 2 --socket "$out/cpu$r.sock" \
-    >"$out/c$r.out" 2>&1 &
-  p[$r]=$!
-done
-for r in 0 1; do wait "${p[$r]}" || { echo "rank $r failed afterwards:"; cat "$out/c$r.out"; rc=1; }; done
+world_job2_wait bystander || rc=1
+world_job2_start after 2
+world_job2_wait after || rc=1
 world_stop || { echo "world_stop failed"; rc=1; }
 trap - EXIT
 [ $rc -eq 0 ] || tail -30 "$FGBUFF_WORLD_LOG"

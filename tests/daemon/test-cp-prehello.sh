@@ -10,10 +10,9 @@
 # 2 and 3 while a bystander job of 2 ranks trains; a new job works afterwards.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
-bin="${FGBUFF_TEST_BIN:?}"
+: "${FGBUFF_TEST_BIN:?}"
 world_start 2 --cp-addr 127.0.0.1 || exit 1
-p=()
-trap 'kill "${p[@]}" 2>/dev/null; world_stop >/dev/null 2>&1' EXIT
+trap 'kill "${WORLD_JOB2_PIDS[@]}" 2>/dev/null; world_stop >/dev/null 2>&1' EXIT
 out="$FGBUFF_RUNTIME_DIR"
 rc=0
 port=$(sed -n 's/.*fgbuffd\[0\] info: world rank 0 of .* control plane [^ ]*:\([0-9]*\), leader.*/\1/p' "$FGBUFF_WORLD_LOG")
@@ -93,25 +92,16 @@ else:
 sys.exit(0 if ok else 1)
 PY
 python3 "$out/prehello.py" "$port" "$leader" "$limit_mb" big || rc=1
-p=()
-for r in 0 1; do
-  "$bin/syncclient" --job bystander --rank $r --size 2 --steps 400 --socket "$out/cpu$r.sock" \
-    >"$out/b$r.out" 2>&1 &
-  p[$r]=$!
-done
+world_job2_start bystander 400
 python3 "$out/prehello.py" "$port" "$leader" "$limit_mb" rest || rc=1
 grep -q "connections without a hello; refused" "$FGBUFF_WORLD_LOG" || { echo "no refusal logged"; rc=1; }
 grep -q "closed 1 connection(s) that sent no hello within 5000 ms" "$FGBUFF_WORLD_LOG" ||
   { echo "the late hello was not logged"; rc=1; }
 n=$(grep -c "connections without a hello; refused" "$FGBUFF_WORLD_LOG")
 [ "$n" -le 2 ] || { echo "refusal logged $n times (expected one line per 10 s)"; rc=1; }
-for r in 0 1; do wait "${p[$r]}" || { echo "bystander rank $r failed:"; cat "$out/b$r.out"; rc=1; }; done
-for r in 0 1; do
-  "$bin/syncclient" --job after --rank $r --size 2 --steps 2 --socket "$out/cpu$r.sock" \
-    >"$out/c$r.out" 2>&1 &
-  p[$r]=$!
-done
-for r in 0 1; do wait "${p[$r]}" || { echo "rank $r failed afterwards:"; cat "$out/c$r.out"; rc=1; }; done
+world_job2_wait bystander || rc=1
+world_job2_start after 2
+world_job2_wait after || rc=1
 world_stop || { echo "world_stop failed"; rc=1; }
 trap - EXIT
 [ $rc -eq 0 ] || tail -30 "$FGBUFF_WORLD_LOG"

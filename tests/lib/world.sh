@@ -6,6 +6,7 @@
 #   ... clients connect to $FGBUFF_RUNTIME_DIR/cpu<i>.sock (libfgbuff_client finds them itself) ...
 #   world_daemon_pid R / world_daemon_pids   # pid of world rank R / all, in rank order
 #   world_stop                               # SIGTERM, bounded wait, then SIGKILL
+#   world_job2_start JOB STEPS / world_job2_wait JOB   # a 2-rank syncclient job in the background
 #
 # Inputs: FGBUFF_BIN_DIR (build dir holding daemon/fgbuffd, or the folder holding fgbuffd itself;
 # default: build/ next to this file's repository), WORLD_START_TIMEOUT (s, default 60),
@@ -105,4 +106,35 @@ world_stop() {
   fi
   unset FGBUFF_WORLD_PID
   return "$rc"
+}
+
+# world_job2_start JOB STEPS: a 2-rank job of $FGBUFF_TEST_BIN/syncclient on daemons 0 and 1, in
+# the background, output in $FGBUFF_RUNTIME_DIR/JOB<rank>.out; its pids in WORLD_JOB2_PIDS (a
+# trap may kill them), which world_job2_wait JOB waits for.
+WORLD_JOB2_PIDS=()
+world_job2_start() {
+  local r
+  WORLD_JOB2_PIDS=()
+  for r in 0 1; do
+    "$FGBUFF_TEST_BIN/syncclient" --job "$1" --rank "$r" --size 2 --steps "$2" \
+      --socket "$FGBUFF_RUNTIME_DIR/cpu$r.sock" >"$FGBUFF_RUNTIME_DIR/$1$r.out" 2>&1 &
+    WORLD_JOB2_PIDS[r]=$!
+  done
+}
+
+# world_job2_wait JOB: wait for the job world_job2_start started last; 1, with the output of each
+# failed rank, when one failed.
+world_job2_wait() {
+  local r rc=0
+  for r in 0 1; do
+    wait "${WORLD_JOB2_PIDS[r]}" || { echo "job $1 rank $r failed:"; cat "$FGBUFF_RUNTIME_DIR/$1$r.out"; rc=1; }
+  done
+  return $rc
+}
+
+# world_daemons_alive: 1, naming each, when a daemon of the world has died.
+world_daemons_alive() {
+  local d rc=0
+  for d in $(world_daemon_pids); do kill -0 "$d" 2>/dev/null || { echo "daemon $d died"; rc=1; }; done
+  return $rc
 }
