@@ -23,7 +23,8 @@ _LOCAL_VARS = ("FGBUFF_LOCAL_INDEX", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
                "MPI_LOCALRANKID", "SLURM_LOCALID")
 
 
-def _env_int(names: Iterable[str], default: int) -> int:
+def env_int(names: Iterable[str], default: int) -> int:
+    """The first of the environment variables `names` that holds an integer, else default."""
     for n in names:
         v = os.environ.get(n)
         if v not in (None, ""):
@@ -45,7 +46,7 @@ def runtime_dir() -> str:
 
 
 def cpu_socket() -> str:
-    return os.path.join(runtime_dir(), f"cpu{_env_int(_LOCAL_VARS, 0)}.sock")
+    return os.path.join(runtime_dir(), f"cpu{env_int(_LOCAL_VARS, 0)}.sock")
 
 
 def gpu_socket(index: int) -> Optional[str]:
@@ -78,7 +79,7 @@ def default_cuda_index() -> int:
     if torch.cuda.is_initialized():
         return torch.cuda.current_device()
     n = max(1, torch.cuda.device_count())
-    return _env_int(_LOCAL_VARS[1:], 0) % n
+    return env_int(_LOCAL_VARS[1:], 0) % n
 
 
 def device_of(tensors: Iterable[Optional[torch.Tensor]]) -> torch.device:

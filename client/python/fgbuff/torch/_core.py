@@ -19,6 +19,7 @@ import torch
 from .. import client as C
 from . import _adhoc as A
 from . import _connect
+from ._connect import env_int as _env_int
 from ._adhoc import ADASUM, AVERAGE, MAX, MIN, PRODUCT, SUM
 from .compression import Compression
 
@@ -39,17 +40,6 @@ class _State:
 
 
 _S = _State()
-
-
-def _env_int(names: Iterable[str], default: int) -> int:
-    for n in names:
-        v = os.environ.get(n)
-        if v not in (None, ""):
-            try:
-                return int(v)
-            except ValueError:
-                pass
-    return default
 
 
 def _no_process_sets(process_set: Any) -> None:
