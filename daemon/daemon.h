@@ -30,6 +30,7 @@ typedef struct srv_ring srv_ring;
 #define SRV_MAX_ARENAS 1024 /* per session */
 #define SRV_MAX_TENSORS_PER_JOB 65536
 #define SRV_MAX_INFLIGHT_STEPS 1024 /* distinct unfinished steps per job */
+#define SRV_STEP_BUCKETS 13     /* step-duration histogram buckets (rpc/metrics.c), +Inf apart */
 #define SRV_OUT_MAX (8ul << 20) /* queued reply bytes before a client that stopped reading goes */
 #define SRV_OUT_STUCK_MS 10000  /* ... or this long without progress */
 
@@ -136,6 +137,9 @@ struct srv_job {
   uint32_t nstalls, stcap;
   uint32_t inflight; /* engine items not completed */
   uint64_t steps_completed, bytes_sent, bytes_received, last_step_latency_us;
+  /* Gradient bytes handed to gradient syncs (before compression; events.c), and every completed
+   * step's latency as a histogram (srv_metrics_step: counts per bucket, not cumulative). */
+  uint64_t grad_bytes, step_sum_us, step_hist[SRV_STEP_BUCKETS + 1];
   struct srv_plan *plan; /* static merge policies (plan_exec.c); NULL until the first ISSUE */
   /* Pre-issue (preissue.c): the next step whose first readiness is told to the leader, whether
    * one was, and whether the client asked for an ad-hoc collective inside a step (then it never

@@ -8,6 +8,7 @@
 #include "clock.h"
 #include "ctrl.h"
 #include "daemon.h"
+#include "dtype.h"
 #include "engine.h"
 #include "log.h"
 #include "plan_exec.h"
@@ -350,6 +351,9 @@ void srv_engine_result(void *ud, eng_item *it) {
   if (it->kind == ENG_ISSUE) {
     j->bytes_sent += it->bytes_sent;
     j->bytes_received += it->bytes_received;
+    if (it->coll == ENG_GRAD && it->split != ENG_SPLIT_AG) /* a split sync counts once */
+      for (uint32_t i = 0; i < it->n; i++)
+        j->grad_bytes += it->t[i].count * dtype_size(it->t[i].dtype);
     const char *err = it->status ? it->err : "";
     if (it->coll != ENG_GRAD) {
       for (uint32_t i = 0; i < j->ncolls; i++) {

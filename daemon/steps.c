@@ -12,6 +12,7 @@
 #include "daemon.h"
 #include "engine.h"
 #include "log.h"
+#include "metrics.h"
 #include "plan_exec.h"
 #include "preissue.h"
 #include "vec.h"
@@ -69,6 +70,7 @@ void srv_step_tensor_done(srv_job *j, uint32_t tensor_id, uint64_t step) {
     if (complete) {
       j->steps_completed++;
       j->last_step_latency_us = clock_us() - st->t0_us;
+      srv_metrics_step(j, j->last_step_latency_us);
       j->steps[i] = j->steps[--j->nsteps];
     }
     break;

@@ -1,11 +1,12 @@
 /* fgbuffctl — watch and configure a running fgbuffd: `status [--json]`, `get KEY`, `set KEY VALUE`,
- * `config list`, `ping`.
+ * `config list`, `ping`, `metrics`, `top [--interval SEC] [--count N]`.
  * It connects (Hello) without joining a job. Exit codes: 0 ok, 1 the daemon returned an error,
  * 2 usage error, 3 cannot connect. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fgbuff/client.h"
 
@@ -21,18 +22,145 @@ enum { CTL_OK = 0, CTL_DAEMON = 1, CTL_USAGE = 2, CTL_CONNECT = 3 };
 
 static int usage(const char *why) {
   if (why) fprintf(stderr, "fgbuffctl: %s\n", why);
-  fprintf(stderr,
-          "usage: fgbuffctl [--socket PATH | --index N] COMMAND\n"
-          "  status [--json]    the daemon's status (text, or the JSON document)\n"
-          "  get KEY            print a live setting\n"
-          "  set KEY VALUE      change a live setting\n"
-          "  config list        every live setting with its value\n"
-          "  metrics            the daemon's counters as Prometheus text\n"
-          "  ping               check that the daemon answers; prints the round trip\n"
-          "fgbuffctl --version prints the version.\n"
-          "Default socket: $FGBUFF_SOCKET, else <runtime dir>/cpu<index>.sock (see client.h).\n"
-          "Exit codes: 0 ok, 1 daemon error, 2 usage error, 3 cannot connect.\n");
+  fprintf(
+      stderr,
+      "usage: fgbuffctl [--socket PATH | --index N] COMMAND\n"
+      "  status [--json]    the daemon's status (text, or the JSON document)\n"
+      "  get KEY            print a live setting\n"
+      "  set KEY VALUE      change a live setting\n"
+      "  config list        every live setting with its value\n"
+      "  metrics            the daemon's counters as Prometheus text\n"
+      "  ping               check that the daemon answers; prints the round trip\n"
+      "  top [--interval SEC] [--count N]\n"
+      "                     every job's step time, wire bytes, compression ratio, stalls and\n"
+      "                     recalls, refreshed each SEC (default 1) N times (default: forever)\n"
+      "fgbuffctl --version prints the version.\n"
+      "Default socket: $FGBUFF_SOCKET, else <runtime dir>/cpu<index>.sock (see client.h).\n"
+      "Exit codes: 0 ok, 1 daemon error, 2 usage error, 3 cannot connect.\n");
   return CTL_USAGE;
+}
+
+/* ---- top: rates between two status documents ------------------------------------------ */
+
+typedef struct top_job {
+  char name[128];
+  unsigned long long inc, steps, sent, grad, sum_us, last_us, recalls;
+  int stalls;
+} top_job;
+
+/* The number after "key": inside [p, end), or -1 when absent. */
+static long long jnum(const char *p, const char *end, const char *key) {
+  char k[64];
+  snprintf(k, sizeof(k), "\"%s\":", key);
+  const char *q = strstr(p, k);
+  if (!q || q >= end) return -1;
+  return strtoll(q + strlen(k), NULL, 10);
+}
+
+/* The jobs of a status document (names are printable without quotes: the daemon checks them). */
+static int top_parse(const char *js, top_job *out, int cap) {
+  const char *p = strstr(js, "\"jobs\":[");
+  const char *stop = strstr(js, "],\"coordinator\":");
+  if (!p) return -1;
+  if (!stop) stop = js + strlen(js);
+  int n = 0;
+  for (p = strstr(p, "{\"name\":\""); p && p < stop && n < cap; n++) {
+    const char *next = strstr(p + 1, "{\"name\":\"");
+    const char *end = next && next < stop ? next : stop;
+    top_job *t = &out[n];
+    memset(t, 0, sizeof(*t));
+    const char *nm = p + 9, *q = strchr(nm, '"');
+    size_t len = q && q < end ? (size_t)(q - nm) : 0;
+    if (len >= sizeof(t->name)) len = sizeof(t->name) - 1;
+    memcpy(t->name, nm, len);
+    t->inc = (unsigned long long)jnum(p, end, "incarnation");
+    t->steps = (unsigned long long)jnum(p, end, "steps_completed");
+    t->sent = (unsigned long long)jnum(p, end, "bytes_sent");
+    long long g = jnum(p, end, "gradient_bytes"), s = jnum(p, end, "step_latency_sum_us");
+    t->grad = g < 0 ? 0 : (unsigned long long)g;
+    t->sum_us = s < 0 ? 0 : (unsigned long long)s;
+    t->last_us = (unsigned long long)jnum(p, end, "last_step_latency_us");
+    long long r = jnum(p, end, "recalls");
+    t->recalls = r < 0 ? 0 : (unsigned long long)r;
+    for (const char *m = strstr(p, "\"missing_ranks\""); m && m < end;
+         m = strstr(m + 1, "\"missing_ranks\""))
+      t->stalls++;
+    p = next;
+  }
+  return n;
+}
+
+static void human(char *b, size_t n, double v) {
+  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int k = 0;
+  while (v >= 1024 && k < 4) v /= 1024, k++;
+  snprintf(b, n, k ? "%.1f%s" : "%.0f%s", v, u[k]);
+}
+
+enum { TOP_MAX_JOBS = 256 };
+
+static int run_top(fgb_client *c, double interval, long count) {
+  static top_job prev[TOP_MAX_JOBS], cur[TOP_MAX_JOBS];
+  int nprev = -1, tty = isatty(STDOUT_FILENO);
+  struct timespec tp = {0, 0};
+  for (long it = 0; count < 0 || it < count; it++) {
+    if (it) {
+      struct timespec ts = {(time_t)interval, (long)((interval - (double)(time_t)interval) * 1e9)};
+      nanosleep(&ts, NULL);
+    }
+    char *js = NULL;
+    fgb_status s = fgb_status_json(c, &js);
+    if (s != FGB_OK) {
+      fprintf(stderr, "fgbuffctl: %s: %s\n", fgb_strerror(s), fgb_client_error(c));
+      return (s == FGB_ECLOSED || s == FGB_EIO) ? CTL_CONNECT : CTL_DAEMON;
+    }
+    struct timespec tn;
+    clock_gettime(CLOCK_MONOTONIC, &tn);
+    int n = top_parse(js, cur, TOP_MAX_JOBS);
+    free(js);
+    if (n < 0) {
+      fprintf(stderr, "fgbuffctl: the status document has no jobs list\n");
+      return CTL_DAEMON;
+    }
+    double dt =
+        nprev < 0 ? 0 : (double)(tn.tv_sec - tp.tv_sec) + (double)(tn.tv_nsec - tp.tv_nsec) / 1e9;
+    if (tty) fputs("\033[H\033[2J", stdout);
+    char cnt[24] = "inf";
+    if (count > 0) snprintf(cnt, sizeof(cnt), "%ld", count);
+    printf(
+        "fgbuffctl top: %d job(s); refresh %ld of %s, every %.3g s (rates over the last %.2f s)\n",
+        n, it + 1, cnt, interval, dt);
+    printf("%-24s %8s %10s %11s %11s %11s %7s %7s %6s %7s\n", "JOB/INCARNATION", "STEPS", "STEP_MS",
+           "WIRE/STEP", "WIRE/S", "GRAD/S", "RATIO", "HIDDEN", "STALLS", "RECALLS");
+    for (int k = 0; k < n; k++) {
+      const top_job *t = &cur[k], *o = NULL;
+      for (int m = 0; m < nprev; m++)
+        if (strcmp(prev[m].name, t->name) == 0 && prev[m].inc == t->inc) o = &prev[m];
+      unsigned long long dsteps = o && t->steps >= o->steps ? t->steps - o->steps : 0;
+      unsigned long long dsent = o && t->sent >= o->sent ? t->sent - o->sent : 0;
+      unsigned long long dgrad = o && t->grad >= o->grad ? t->grad - o->grad : 0;
+      /* Step time: the mean over the interval's steps, else the last step's. */
+      double step_ms = dsteps && t->sum_us >= o->sum_us
+                           ? (double)(t->sum_us - o->sum_us) / 1e3 / (double)dsteps
+                           : (double)t->last_us / 1e3;
+      char id[64], wps[16] = "-", ws[16] = "-", gs[16] = "-", ratio[16] = "-";
+      snprintf(id, sizeof(id), "%.40s/%llu", t->name, t->inc);
+      if (dsteps) human(wps, sizeof(wps), (double)dsent / (double)dsteps);
+      if (o && dt > 0) human(ws, sizeof(ws), (double)dsent / dt);
+      if (o && dt > 0) human(gs, sizeof(gs), (double)dgrad / dt);
+      if (dsent) snprintf(ratio, sizeof(ratio), "%.2f", (double)dgrad / (double)dsent);
+      /* HIDDEN: the share of communication overlapped with compute; the status document does not
+       * carry it yet, so "-". */
+      printf("%-24s %8llu %10.3f %11s %11s %11s %7s %7s %6d %7llu\n", id, t->steps, step_ms, wps,
+             ws, gs, ratio, "-", t->stalls, t->recalls);
+    }
+    if (n == 0) printf("  no jobs\n");
+    fflush(stdout);
+    memcpy(prev, cur, sizeof(cur[0]) * (size_t)n);
+    nprev = n;
+    tp = tn;
+  }
+  return CTL_OK;
 }
 
 static int parse_index(const char *s, long *out) {
@@ -72,7 +200,23 @@ int main(int argc, char **argv) {
   const char *cmd = argv[i++];
   int json = 0;
   const char *key = NULL, *value = NULL;
-  if (strcmp(cmd, "status") == 0) {
+  double interval = 1.0;
+  long count = -1;
+  if (strcmp(cmd, "top") == 0) {
+    for (; i < argc; i++) {
+      char *end;
+      if (strcmp(argv[i], "--interval") == 0 && i + 1 < argc) {
+        interval = strtod(argv[++i], &end);
+        if (*end || !(interval >= 0.05 && interval <= 86400))
+          return usage("--interval wants seconds, 0.05 to 86400");
+      } else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
+        count = strtol(argv[++i], &end, 10);
+        if (*end || count < 1) return usage("--count wants a positive integer");
+      } else {
+        return usage("top: unknown option");
+      }
+    }
+  } else if (strcmp(cmd, "status") == 0) {
     if (i < argc && strcmp(argv[i], "--json") == 0) json = 1, i++;
   } else if (strcmp(cmd, "get") == 0) {
     if (i >= argc) return usage("get needs KEY");
@@ -101,6 +245,11 @@ int main(int argc, char **argv) {
     return CTL_CONNECT;
   }
   char *out = NULL;
+  if (strcmp(cmd, "top") == 0) {
+    int rc = run_top(c, interval, count);
+    fgb_client_free(c);
+    return rc;
+  }
   if (strcmp(cmd, "config") == 0) {
     int rc = CTL_OK;
     for (size_t k = 0; k < sizeof(live_keys) / sizeof(live_keys[0]) && rc == CTL_OK; k++) {

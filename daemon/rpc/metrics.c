@@ -47,6 +47,17 @@ static void family(mbuf *b, const char *name, const char *type, const char *help
   mb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* Upper bounds of the step-duration buckets, in seconds (SRV_STEP_BUCKETS of them, then +Inf). */
+static const double step_le[SRV_STEP_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                 0.25,  0.5,    1,     2.5,  5,     10};
+
+void srv_metrics_step(srv_job *j, uint64_t us) {
+  int k = 0;
+  while (k < SRV_STEP_BUCKETS && (double)us / 1e6 > step_le[k]) k++;
+  j->step_hist[k]++;
+  j->step_sum_us += us;
+}
+
 char *srv_metrics_text(srv *d) {
   mbuf b = {0};
   char base[160]; /* labels on every series */
@@ -77,6 +88,8 @@ char *srv_metrics_text(srv *d) {
       {"fgbuff_job_wire_sent_bytes_total", "counter", "Bytes this daemon sent for the job."},
       {"fgbuff_job_wire_received_bytes_total", "counter",
        "Bytes this daemon received for the job."},
+      {"fgbuff_job_gradient_bytes_total", "counter",
+       "Gradient bytes this daemon synchronised for the job, before compression."},
       {"fgbuff_job_last_step_duration_seconds", "gauge",
        "Synchronisation latency of the job's last step."},
       {"fgbuff_job_tensors", "gauge", "Tensors the job registered."},
@@ -103,18 +116,21 @@ char *srv_metrics_text(srv *d) {
           mb_printf(&b, "%llu\n", (unsigned long long)j->bytes_received);
           break;
         case 3:
-          mb_printf(&b, "%.6f\n", (double)j->last_step_latency_us / 1e6);
+          mb_printf(&b, "%llu\n", (unsigned long long)j->grad_bytes);
           break;
         case 4:
-          mb_printf(&b, "%u\n", j->ntensors);
+          mb_printf(&b, "%.6f\n", (double)j->last_step_latency_us / 1e6);
           break;
         case 5:
-          mb_printf(&b, "%u\n", j->nstalls);
+          mb_printf(&b, "%u\n", j->ntensors);
           break;
         case 6:
-          mb_printf(&b, "%llu\n", (unsigned long long)j->recalls);
+          mb_printf(&b, "%u\n", j->nstalls);
           break;
         case 7:
+          mb_printf(&b, "%llu\n", (unsigned long long)j->recalls);
+          break;
+        case 8:
           mb_printf(&b, "%llu\n", (unsigned long long)j->revoked);
           break;
         default:
@@ -122,6 +138,27 @@ char *srv_metrics_text(srv *d) {
           break;
       }
     }
+  }
+  if (jobs)
+    family(&b, "fgbuff_job_step_duration_seconds", "histogram",
+           "Synchronisation latency of each completed step (first submit to last tensor done).");
+  for (srv_job *j = d->jobs; j; j = j->next) {
+    char l[640];
+    snprintf(l, sizeof(l), "%s,fgbuff_job=\"%s\",incarnation=\"%llu\"", base, j->id.name,
+             (unsigned long long)j->id.incarnation);
+    uint64_t cum = 0;
+    for (int k = 0; k <= SRV_STEP_BUCKETS; k++) {
+      cum += j->step_hist[k];
+      if (k < SRV_STEP_BUCKETS)
+        mb_printf(&b, "fgbuff_job_step_duration_seconds_bucket{%s,le=\"%g\"} %llu\n", l, step_le[k],
+                  (unsigned long long)cum);
+      else
+        mb_printf(&b, "fgbuff_job_step_duration_seconds_bucket{%s,le=\"+Inf\"} %llu\n", l,
+                  (unsigned long long)cum);
+    }
+    mb_printf(&b, "fgbuff_job_step_duration_seconds_sum{%s} %.6f\n", l,
+              (double)j->step_sum_us / 1e6);
+    mb_printf(&b, "fgbuff_job_step_duration_seconds_count{%s} %llu\n", l, (unsigned long long)cum);
   }
   if (b.oom) {
     free(b.p);

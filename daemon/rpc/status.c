@@ -64,12 +64,14 @@ static void job_json(sbuf *b, const srv *d, const srv_job *j) {
   sb_printf(b,
             "{\"name\":\"%s\",\"incarnation\":%llu,\"rank\":%d,\"size\":%d,\"ranks_joined\":%s,"
             "\"formed\":%s,\"clients\":%d,\"tensors\":%u,\"steps_completed\":%llu,"
-            "\"bytes_sent\":%llu,\"bytes_received\":%llu,\"last_step_latency_us\":%llu,"
+            "\"bytes_sent\":%llu,\"bytes_received\":%llu,\"gradient_bytes\":%llu,"
+            "\"last_step_latency_us\":%llu,\"step_latency_sum_us\":%llu,"
             "\"policy\":\"%s\",\"state\":\"%s\",\"stalls\":[",
             j->id.name, (unsigned long long)j->id.incarnation, j->rank, j->size,
             j->formed ? size_s : "null", j->formed ? "true" : "false", j->session ? 1 : 0,
             j->ntensors, (unsigned long long)j->steps_completed, (unsigned long long)j->bytes_sent,
-            (unsigned long long)j->bytes_received, (unsigned long long)j->last_step_latency_us,
+            (unsigned long long)j->bytes_received, (unsigned long long)j->grad_bytes,
+            (unsigned long long)j->last_step_latency_us, (unsigned long long)j->step_sum_us,
             j->policy,
             j->aborted   ? "aborted"
             : j->refused ? "refused"

@@ -64,6 +64,16 @@ grep -Eq '^fgbuff_job_steps_total\{world_rank="0",device="cpu",fgbuff_job="metri
   bad "no counted steps for the job: $(cat "$D/m0.txt")"
 grep -Eq '^fgbuff_job_wire_sent_bytes_total\{.*\} [1-9]' "$D/m0.txt" || bad "no wire bytes"
 grep -q '^fgbuff_up{world_rank="0",device="cpu"} 1$' "$D/m0.txt" || bad "fgbuff_up is not 1"
+grep -Eq '^fgbuff_job_gradient_bytes_total\{.*fgbuff_job="metrics-test".*\} [1-9]' "$D/m0.txt" || bad "no gradient bytes"
+# The step-duration histogram: typed, cumulative buckets ending in +Inf == _count == steps counted
+# at least once (one document, so _count equals the +Inf bucket exactly).
+grep -q '^# TYPE fgbuff_job_step_duration_seconds histogram$' "$D/m0.txt" || bad "no step histogram family"
+inf="$(sed -nE 's/^fgbuff_job_step_duration_seconds_bucket\{.*fgbuff_job="metrics-test".*le="\+Inf"\} ([0-9]+)$/\1/p' "$D/m0.txt")"
+cnt="$(sed -nE 's/^fgbuff_job_step_duration_seconds_count\{.*fgbuff_job="metrics-test".*\} ([0-9]+)$/\1/p' "$D/m0.txt")"
+[ -n "$inf" ] && [ "$inf" = "$cnt" ] && [ "$cnt" -gt 0 ] || bad "histogram +Inf '$inf' vs _count '$cnt'"
+grep -Eq '^fgbuff_job_step_duration_seconds_sum\{.*\} [0-9]*\.[0-9]*[1-9]' "$D/m0.txt" || bad "histogram _sum is 0"
+sed -nE 's/^fgbuff_job_step_duration_seconds_bucket\{.*fgbuff_job="metrics-test".*\} ([0-9]+)$/\1/p' "$D/m0.txt" |
+  awk 'NR > 1 && $1 < p { bad = 1 } { p = $1 } END { exit bad }' || bad "buckets not cumulative"
 ! grep -q '[{,]job="' "$D/m0.txt" || bad "a label named job (Prometheus's own)"
 lint="$(promtool check metrics <"$D/m0.txt" 2>&1)"
 prc=$?
@@ -84,6 +94,12 @@ done
 grep -q '"status":"success".*"fgbuff_job":"metrics-test"' <<<"$ans" ||
   bad "PromQL '$q' answered: $ans; prometheus log: $(tail -5 "$D/prom.log")"
 echo "PromQL: $ans"
+# The histogram answers a quantile: the median step duration, a positive number of seconds.
+q='histogram_quantile(0.5, sum by (le) (fgbuff_job_step_duration_seconds_bucket{fgbuff_job="metrics-test"}))'
+ans="$(curl -s --get "http://127.0.0.1:$pport/api/v1/query" --data-urlencode "query=$q")"
+med="$(python3 -c 'import json,sys; r=json.loads(sys.argv[1])["data"]["result"]; print(r[0]["value"][1] if r else "")' "$ans" 2>/dev/null)"
+awk -v m="$med" 'BEGIN { exit !(m + 0 > 0 && m + 0 <= 10) }' || bad "histogram_quantile answered: $ans"
+echo "median step duration: $med s"
 # An idle connection to the metrics port must not hold a stopping daemon.
 for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
 exec 3<>"/dev/tcp/127.0.0.1/$mport" || bad "cannot connect to the metrics port"
