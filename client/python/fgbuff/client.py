@@ -27,6 +27,7 @@ from . import _lib
 OK = 0
 EINVAL, ENOMEM, EIO, EPROTO, ENOTFOUND, EEXIST, ETIMEDOUT = -1, -2, -3, -4, -5, -6, -7
 EPEER, ECLOSED, ENOTSUP, EMISMATCH, EAGAIN, EPERM = -8, -9, -10, -11, -12, -13
+EBUSY = -14
 
 # element types (wire values)
 FLOAT32, FLOAT16, BFLOAT16, FLOAT64, INT32, INT64, UINT8 = 1, 2, 3, 4, 5, 6, 7
@@ -108,10 +109,17 @@ class PermissionDenied(FgbError, PermissionError):
     status = EPERM
 
 
+class Busy(FgbError):
+    """In use: a tensor with a step in flight, an arena that still holds tensors."""
+
+    status = EBUSY
+
+
 _BY_CODE: Dict[int, Type[FgbError]] = {
     cls.status: cls
     for cls in (InvalidArgument, OutOfMemory, IOFailure, ProtocolError, NotFound, AlreadyExists,
-                Timeout, PeerFailed, Closed, NotSupported, Mismatch, Again, PermissionDenied)
+                Timeout, PeerFailed, Closed, NotSupported, Mismatch, Again, PermissionDenied,
+                Busy)
 }
 
 
