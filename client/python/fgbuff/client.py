@@ -264,6 +264,21 @@ class Client:
         self._call("fgb_tensor_register", ctypes.byref(d), ctypes.byref(tid))
         return tid.value
 
+    def tensor_release(self, tensor_id: int) -> None:
+        """Release a registration between steps (fgb_tensor_release): EndStep stops flushing it and
+        its name may be registered again. Busy while a step of the job is in flight here."""
+        self._call("fgb_tensor_release", ctypes.c_uint32(tensor_id))
+
+    def arena_release(self, arena: "Arena | int") -> None:
+        """Release an arena no tensor lives in (fgb_arena_release); Busy otherwise. A host arena
+        is unmapped: its views must not be used any more."""
+        a = _lib.fgb_arena()
+        if isinstance(arena, Arena):
+            a.id, a.ptr, a.bytes = arena.id, arena.ptr or None, arena.bytes
+        else:
+            a.id = int(arena)
+        self._call("fgb_arena_release", ctypes.byref(a))
+
     # ---- gradient synchronisation
     def submit(self, tensor_id: int, step: int, stream: int = 0) -> None:
         self._call("fgb_submit", tensor_id, step, ctypes.c_void_p(stream or None))
