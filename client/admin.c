@@ -38,6 +38,8 @@ CLI_API const char *fgb_strerror(fgb_status s) {
       return "FGB_EAGAIN: not complete yet";
     case FGB_EPERM:
       return "FGB_EPERM: permission denied";
+    case FGB_EBUSY:
+      return "FGB_EBUSY: in use";
   }
   return "unknown fgb_status";
 }

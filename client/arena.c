@@ -246,3 +246,55 @@ CLI_API fgb_status fgb_tensor_register(fgb_client *c, const fgb_tensor_desc *des
   *tensor_id = id;
   return FGB_OK;
 }
+
+CLI_API fgb_status fgb_tensor_release(fgb_client *c, uint32_t tensor_id) {
+  if (c == NULL) return FGB_EINVAL;
+  fgb_status s = cli_ready(c);
+  if (s) return s;
+  /* The daemon judges the id (its Error names tensor_id); our record goes once it agreed. */
+  Fgbuff__V1__ReleaseTensor rt = FGBUFF__V1__RELEASE_TENSOR__INIT;
+  rt.tensor_id = tensor_id;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *r = NULL;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_RELEASE_TENSOR;
+  env.release_tensor = &rt;
+  s = cli_call(c, &env, NULL, 0, FGBUFF__V1__ENVELOPE__BODY_OK, CLI_RPC_TIMEOUT_MS, &r);
+  if (s) return s;
+  fgbuff__v1__envelope__free_unpacked(r, NULL);
+  for (size_t i = 0; i < c->n_tensors; i++) {
+    if (c->tensors[i].id == tensor_id) {
+      c->tensors[i] = c->tensors[--c->n_tensors];
+      break;
+    }
+  }
+  return FGB_OK;
+}
+
+CLI_API fgb_status fgb_arena_release(fgb_client *c, fgb_arena *arena) {
+  if (c == NULL) return FGB_EINVAL;
+  if (arena == NULL) return cli_fail(c, FGB_EINVAL, "arena is NULL");
+  fgb_status s = cli_ready(c);
+  if (s) return s;
+  /* The daemon judges the id and "still holds tensors" (its Error names arena_id). */
+  Fgbuff__V1__ReleaseArena ra = FGBUFF__V1__RELEASE_ARENA__INIT;
+  ra.arena_id = arena->id;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *r = NULL;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_RELEASE_ARENA;
+  env.release_arena = &ra;
+  s = cli_call(c, &env, NULL, 0, FGBUFF__V1__ENVELOPE__BODY_OK, CLI_RPC_TIMEOUT_MS, &r);
+  if (s) return s;
+  fgbuff__v1__envelope__free_unpacked(r, NULL);
+  size_t i = 0;
+  while (i < c->n_arenas && c->arenas[i].id != arena->id) i++;
+  if (i == c->n_arenas) /* the daemon released an arena we never recorded */
+    return cli_fail(c, FGB_EPROTO, "fgbuffd released arena %u unknown to this client", arena->id);
+#ifdef FGBUFF_HAVE_CUDA
+  if (c->arenas[i].cuda)
+    cli_cuda_arena_free(&c->arenas[i]); /* device memory stays the caller's */
+  else
+#endif
+    munmap(c->arenas[i].ptr, c->arenas[i].bytes);
+  c->arenas[i] = c->arenas[--c->n_arenas];
+  arena->ptr = NULL;
+  arena->bytes = 0;
+  return FGB_OK;
+}

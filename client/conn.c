@@ -68,7 +68,7 @@ int cli_remaining(int64_t deadline, int timeout_ms) {
 }
 
 fgb_status cli_code(int32_t code) {
-  return (code <= FGB_EINVAL && code >= FGB_EPERM) ? code : FGB_EPROTO;
+  return (code <= FGB_EINVAL && code >= FGB_EBUSY) ? code : FGB_EPROTO;
 }
 
 CLI_API fgb_status fgb_client_new(fgb_client **out) {

@@ -362,6 +362,91 @@ nomem:
   srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory");
 }
 
+/* ReleaseTensor: the tensor leaves its job on this rank at once (EndStep stops flushing it, its
+ * name may be registered again). Only between steps: refused (FGB_EBUSY) while it has a step or
+ * a collective unfinished here, or the engine holds any work of the job. The coordinator's
+ * name -> key agreement lasts as long as the job: a name registered again gets its old key and
+ * must keep its count, dtype and shape. Every rank releases it (as every rank registered it), or
+ * the ranks that keep it wait for the others in their next step. Static plans and compressor
+ * state are kept per key across steps: those jobs and tensors are refused (FGB_ENOTSUP). */
+static void on_release_tensor(srv_session *s, uint64_t req_id, const Fgbuff__V1__ReleaseTensor *m) {
+  srv *d = s->d;
+  srv_job *j = s->job;
+  uint32_t id = m->tensor_id;
+  if (!j) {
+    srv_send_error(s, req_id, FGB_EPROTO, "tensor_id", 0,
+                   "tensor_id %u: no job joined on this connection", id);
+    return;
+  }
+  srv_tensor *t = srv_tensor_get(d, id);
+  if (!t || t->job != j) {
+    srv_send_error(s, req_id, FGB_ENOTFOUND, "tensor_id", 0,
+                   "tensor_id %u: not a tensor of job '%s' on this connection", id, j->id.name);
+    return;
+  }
+  if (t->comp || srv_plan_policy(j->policy)) {
+    srv_send_error(s, req_id, FGB_ENOTSUP, "tensor_id", 0,
+                   "tensor_id %u ('%s'): cannot release a tensor %s (not supported yet)", id,
+                   t->name, t->comp ? "with a compressor" : "under a static merge policy");
+    return;
+  }
+  int busy = j->inflight > 0;
+  for (uint32_t i = 0; i < j->npending && !busy; i++) busy = j->pending[i].tensor_id == id;
+  for (uint32_t i = 0; i < j->ncolls && !busy; i++)
+    busy = j->colls[i].tensor_id == id || j->colls[i].dst_id == id;
+  if (busy) {
+    srv_send_error(s, req_id, FGB_EBUSY, "tensor_id", 0,
+                   "tensor_id %u ('%s'): a step or collective of job '%s' is still in flight; "
+                   "wait for it, then release",
+                   id, t->name, j->id.name);
+    return;
+  }
+  uint32_t k = 0;
+  while (k < j->ntensors && j->tensors[k] != t) k++;
+  if (k < j->ntensors) {
+    memmove(&j->tensors[k], &j->tensors[k + 1], (j->ntensors - k - 1) * sizeof(*j->tensors));
+    j->ntensors--;
+  }
+  d->tensors[id - 1] = NULL;
+  LOG_INFO("job '%s' rank %d released tensor %u '%s'", j->id.name, j->rank, id, t->name);
+  srv_arena_unref(t->arena);
+  free(t);
+  srv_reply_ok(s, req_id);
+}
+
+/* ReleaseArena: unmap (or close, GPU) an arena of this connection that no tensor lives in. */
+static void on_release_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__ReleaseArena *m) {
+  srv *d = s->d;
+  srv_arena **pa = &s->arenas;
+  while (*pa && (*pa)->id != m->arena_id) pa = &(*pa)->next;
+  if (!*pa) {
+    srv_send_error(s, req_id, FGB_ENOTFOUND, "arena_id", 0,
+                   "arena_id %u: not an arena of this connection", m->arena_id);
+    return;
+  }
+  srv_arena *a = *pa;
+  uint32_t n = 0;
+  const char *first = NULL;
+  for (uint32_t i = 0; i < d->ntensors; i++) {
+    const srv_tensor *t = d->tensors[i];
+    if (t && t->arena == a) {
+      if (!first) first = t->name;
+      n++;
+    }
+  }
+  if (n) {
+    srv_send_error(
+        s, req_id, FGB_EBUSY, "arena_id", 0,
+        "arena_id %u: %u registered tensor%s still live%s in it ('%s'); release %s first", a->id, n,
+        n == 1 ? "" : "s", n == 1 ? "s" : "", first, n == 1 ? "it" : "them");
+    return;
+  }
+  *pa = a->next;
+  s->narenas--;
+  srv_arena_unref(a); /* the last reference unless the engine still holds work on it */
+  srv_reply_ok(s, req_id);
+}
+
 static void on_status(srv_session *s, uint64_t req_id, int metrics) {
   char *json = NULL, *text = NULL;
   if (metrics) { /* metrics.c: Prometheus text in .text, no document */
@@ -514,6 +599,12 @@ void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *
       break;
     case FGBUFF__V1__ENVELOPE__BODY_ATTACH_RING:
       on_attach_ring(s, rq, env->attach_ring, fds, nfds);
+      break;
+    case FGBUFF__V1__ENVELOPE__BODY_RELEASE_TENSOR:
+      on_release_tensor(s, rq, env->release_tensor);
+      break;
+    case FGBUFF__V1__ENVELOPE__BODY_RELEASE_ARENA:
+      on_release_arena(s, rq, env->release_arena);
       break;
     case FGBUFF__V1__ENVELOPE__BODY__NOT_SET:
       srv_send_error(s, rq, FGB_EPROTO, "body", 0,

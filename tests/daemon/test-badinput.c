@@ -328,6 +328,85 @@ static void tensor_cases(void) {
 }
 
 /* Same name, different count on two ranks: both ranks' submits fail with FGB_EMISMATCH. */
+static uint64_t send_release(raw *r, int arena, uint32_t id) {
+  Fgbuff__V1__ReleaseTensor t = FGBUFF__V1__RELEASE_TENSOR__INIT;
+  Fgbuff__V1__ReleaseArena a = FGBUFF__V1__RELEASE_ARENA__INIT;
+  Env env = FGBUFF__V1__ENVELOPE__INIT;
+  if (arena) {
+    a.arena_id = id;
+    env.body_case = FGBUFF__V1__ENVELOPE__BODY_RELEASE_ARENA;
+    env.release_arena = &a;
+  } else {
+    t.tensor_id = id;
+    env.body_case = FGBUFF__V1__ENVELOPE__BODY_RELEASE_TENSOR;
+    env.release_tensor = &t;
+  }
+  return raw_send(r, &env, NULL, 0);
+}
+
+static void expect_ok(raw *r, uint64_t req, const char *what) {
+  Env *e = raw_recv(r, 30000);
+  CHECK_MSG(e && e->req_id == req && e->body_case == FGBUFF__V1__ENVELOPE__BODY_OK,
+            "%s: expected Ok, got body %d", what, e ? (int)e->body_case : -1);
+  raw_free(e);
+}
+
+/* ReleaseTensor / ReleaseArena with ids that are not the caller's. */
+static void release_cases(void) {
+  raw n = hello_conn(); /* no job */
+  uint64_t q = send_release(&n, 0, 1);
+  raw_expect_error(&n, q, "tensor_id", FGB_EPROTO, 0, "release_tensor without a job");
+  q = send_release(&n, 1, 0);
+  raw_expect_error(&n, q, "arena_id", FGB_ENOTFOUND, 0, "release_arena without arenas");
+  raw_close(&n);
+  raw r, o;
+  uint32_t arena = setup(&r, "badrelease", 0, 1, sock0);
+  uint32_t oarena = setup(&o, "badrelease-other", 0, 1, sock0);
+  int fd = raw_memfd(4096); /* o's second arena: an id r never had */
+  REQUIRE(fd >= 0);
+  raw_send_arena(&o, FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, 4096, &fd, 1, 1);
+  close(fd);
+  Env *e = raw_recv(&o, 30000);
+  REQUIRE(e && e->body_case == FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY);
+  uint32_t oarena2 = e->arena_reply->arena_id;
+  raw_free(e);
+  uint32_t t = tensor_ok(&r, "w", arena, 4), ot = tensor_ok(&o, "w", oarena, 4);
+  q = send_release(&r, 0, 0);
+  raw_expect_error(&r, q, "tensor_id", FGB_ENOTFOUND, 0, "tensor_id 0");
+  q = send_release(&r, 0, UINT32_MAX);
+  raw_expect_error(&r, q, "tensor_id", FGB_ENOTFOUND, 0, "tensor_id 2^32-1");
+  q = send_release(&r, 0, ot);
+  raw_expect_error(&r, q, "tensor_id", FGB_ENOTFOUND, 0, "another connection's tensor");
+  q = send_release(&r, 1, oarena2);
+  raw_expect_error(&r, q, "arena_id", FGB_ENOTFOUND, 0, "another connection's arena");
+  q = send_release(&r, 1, UINT32_MAX);
+  raw_expect_error(&r, q, "arena_id", FGB_ENOTFOUND, 0, "arena_id 2^32-1");
+  q = send_release(&r, 1, arena);
+  raw_expect_error(&r, q, "arena_id", FGB_EBUSY, 0, "arena holding a tensor");
+  q = send_tensor(&r, "c", arena, 64, 16, 1, NULL, 0, "topk", 0.25);
+  e = raw_recv(&r, 30000);
+  REQUIRE(e && e->req_id == q && e->body_case == FGBUFF__V1__ENVELOPE__BODY_TENSOR_REPLY);
+  uint32_t ct = e->tensor_reply->tensor_id;
+  raw_free(e);
+  q = send_release(&r, 0, ct);
+  raw_expect_error(&r, q, "tensor_id", FGB_ENOTSUP, 0, "a tensor with a compressor");
+  q = send_release(&r, 0, t);
+  expect_ok(&r, q, "release w");
+  q = send_release(&r, 0, t);
+  raw_expect_error(&r, q, "tensor_id", FGB_ENOTFOUND, 0, "w released twice");
+  q = send_submit(&r, t, 0);
+  raw_expect_error(&r, q, "tensor_id", FGB_ENOTFOUND, 0, "submit of a released tensor");
+  raw_close(&r); /* the compressed tensor keeps the arena until the job goes */
+  q = send_release(&o, 0, ot);
+  expect_ok(&o, q, "release o's w");
+  q = send_release(&o, 1, oarena);
+  expect_ok(&o, q, "release o's first arena");
+  q = send_tensor(&o, "w", oarena, 0, 4, 1, NULL, 0, "", 0);
+  raw_expect_error(&o, q, "arena_id", FGB_ENOTFOUND, 0, "tensor in a released arena");
+  raw_close(&o);
+  check_alive("release cases");
+}
+
 static void mismatch_case(void) {
   raw a, b;
   uint32_t aa = setup(&a, "mismatch", 0, 2, sock0);
@@ -407,6 +486,7 @@ int main(void) {
   fd_cases();
   job_cases();
   tensor_cases();
+  release_cases();
   mismatch_case();
   refused_join_case();
   slow_reader_case();

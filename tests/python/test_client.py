@@ -83,6 +83,34 @@ def test_library_lookup_error_names_places(tmp_path):
     assert "nope.so (absent)" in out and "FGBUFF_CLIENT_LIB" in out
 
 
+def test_release_tensor_and_arena(job, world):
+    a = job.arena_alloc_host(4096)
+    v = a.view()
+    t = job.tensor_register("rel.x", a, 0, 4, C.FLOAT32, (4,))
+    g = job.tensor_register("rel.g", a, 64, 4, C.FLOAT32, (4,))
+    job.tensor_release(t)
+    with pytest.raises(C.NotFound) as e:
+        job.tensor_release(t)
+    assert "tensor_id" in str(e.value)
+    with pytest.raises(C.Busy) as e:
+        job.arena_release(a)
+    assert "arena_id" in str(e.value)
+    v[0:16] = struct.pack("4f", 777.0, 777.0, 777.0, 777.0)
+    v[64:80] = struct.pack("4f", 2.0, 2.0, 2.0, 2.0)
+    job.submit(g, 0)
+    job.end_step(0)  # flushes the job's other tensors, never the released one
+    job.wait_step(0, TO)
+    assert struct.unpack("4f", bytes(v[0:16])) == (777.0,) * 4
+    assert struct.unpack("4f", bytes(v[64:80])) == (2.0,) * 4
+    t2 = job.tensor_register("rel.x", a, 0, 4, C.FLOAT32, (4,))  # the name again
+    assert t2 != t
+    job.tensor_release(t2)
+    job.tensor_release(g)
+    job.arena_release(a)
+    with pytest.raises(C.NotFound):
+        job.arena_release(a)
+
+
 def test_dead_peer_raises_within_10s(job, world):
     r, n = world
     a = job.arena_alloc_host(4096)

@@ -57,6 +57,7 @@ enum {
   FGB_EMISMATCH = -11, /* cross-rank metadata mismatch (same name, different count/dtype/shape) */
   FGB_EAGAIN = -12,    /* not complete yet (fgb_test) */
   FGB_EPERM = -13,     /* refused by the daemon's peer-credential policy */
+  FGB_EBUSY = -14,     /* in use: a tensor with a step in flight, an arena holding tensors */
 };
 
 /* Static name of a status code ("FGB_EINVAL: invalid argument"). Never NULL. */
@@ -138,7 +139,8 @@ typedef struct fgb_arena {
 } fgb_arena;
 
 /* Allocate `bytes` of host memory shared with the daemon (a memfd sent by SCM_RIGHTS) and register
- * it (round trip). The memory is zero-filled and stays mapped until fgb_client_free. */
+ * it (round trip). The memory is zero-filled and stays mapped until fgb_arena_release or
+ * fgb_client_free. */
 fgb_status fgb_arena_alloc_host(fgb_client *c, size_t bytes, fgb_arena *out);
 
 /* Register device memory: the base of a cudaMalloc allocation (legacy CUDA IPC handle), or a cuMem
@@ -167,6 +169,20 @@ typedef struct fgb_tensor_desc {
  * the name is new in the job, and — once every rank registered it — that count, dtype and shape
  * agree on every rank (a mismatch fails the next submit on every rank with FGB_EMISMATCH). */
 fgb_status fgb_tensor_register(fgb_client *c, const fgb_tensor_desc *desc, uint32_t *tensor_id);
+
+/* Release a tensor registration (round trip): from then on EndStep no longer flushes it (its
+ * memory is not written again) and its name may be registered again. Call it between steps, once
+ * every submit and collective of the tensor was waited for: FGB_EBUSY while a step or collective
+ * of the job is in flight on this rank. Release a tensor on every rank of the job (as every rank
+ * registered it): a rank that keeps it waits for the others in its next step. A name registered
+ * again must keep its count, dtype and shape (the job agreed them once). FGB_ENOTSUP for a tensor
+ * with a compressor or a job under a static merge policy; FGB_ENOTFOUND for an unknown id. */
+fgb_status fgb_tensor_release(fgb_client *c, uint32_t tensor_id);
+
+/* Release an arena (round trip): the daemon unmaps (closes, for device memory) its mapping and
+ * this process's host mapping is unmapped (device memory stays the caller's); arena->ptr is
+ * cleared. FGB_EBUSY while a registered tensor lives in it (release those first). */
+fgb_status fgb_arena_release(fgb_client *c, fgb_arena *arena);
 
 /* ---- gradient synchronisation ---------------------------------------------------------------- */
 /* Hand the tensor's current contents for step `step` to the daemon (send only). On GPU the client

@@ -124,6 +124,8 @@ def _prototypes(lib: ctypes.CDLL) -> None:
         "fgb_arena_alloc_host": (st, [P, c.c_size_t, c.POINTER(fgb_arena)]),
         "fgb_arena_register_cuda": (st, [P, P, c.c_size_t, c.POINTER(fgb_arena)]),
         "fgb_tensor_register": (st, [P, c.POINTER(fgb_tensor_desc), c.POINTER(c.c_uint32)]),
+        "fgb_tensor_release": (st, [P, c.c_uint32]),
+        "fgb_arena_release": (st, [P, c.POINTER(fgb_arena)]),
         "fgb_submit": (st, [P, c.c_uint32, c.c_uint64, P]),
         "fgb_end_step": (st, [P, c.c_uint64]),
         "fgb_wait": (st, [P, c.c_uint32, c.c_uint64, c.c_int]),

@@ -27,6 +27,7 @@ from . import _lib
 OK = 0
 EINVAL, ENOMEM, EIO, EPROTO, ENOTFOUND, EEXIST, ETIMEDOUT = -1, -2, -3, -4, -5, -6, -7
 EPEER, ECLOSED, ENOTSUP, EMISMATCH, EAGAIN, EPERM = -8, -9, -10, -11, -12, -13
+EBUSY = -14
 
 # element types (wire values)
 FLOAT32, FLOAT16, BFLOAT16, FLOAT64, INT32, INT64, UINT8 = 1, 2, 3, 4, 5, 6, 7
@@ -108,10 +109,17 @@ class PermissionDenied(FgbError, PermissionError):
     status = EPERM
 
 
+class Busy(FgbError):
+    """In use: a tensor with a step in flight, an arena that still holds tensors."""
+
+    status = EBUSY
+
+
 _BY_CODE: Dict[int, Type[FgbError]] = {
     cls.status: cls
     for cls in (InvalidArgument, OutOfMemory, IOFailure, ProtocolError, NotFound, AlreadyExists,
-                Timeout, PeerFailed, Closed, NotSupported, Mismatch, Again, PermissionDenied)
+                Timeout, PeerFailed, Closed, NotSupported, Mismatch, Again, PermissionDenied,
+                Busy)
 }
 
 
@@ -255,6 +263,21 @@ class Client:
         tid = ctypes.c_uint32()
         self._call("fgb_tensor_register", ctypes.byref(d), ctypes.byref(tid))
         return tid.value
+
+    def tensor_release(self, tensor_id: int) -> None:
+        """Release a registration between steps (fgb_tensor_release): EndStep stops flushing it and
+        its name may be registered again. Busy while a step of the job is in flight here."""
+        self._call("fgb_tensor_release", ctypes.c_uint32(tensor_id))
+
+    def arena_release(self, arena: "Arena | int") -> None:
+        """Release an arena no tensor lives in (fgb_arena_release); Busy otherwise. A host arena
+        is unmapped: its views must not be used any more."""
+        a = _lib.fgb_arena()
+        if isinstance(arena, Arena):
+            a.id, a.ptr, a.bytes = arena.id, arena.ptr or None, arena.bytes
+        else:
+            a.id = int(arena)
+        self._call("fgb_arena_release", ctypes.byref(a))
 
     # ---- gradient synchronisation
     def submit(self, tensor_id: int, step: int, stream: int = 0) -> None:
