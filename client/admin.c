@@ -166,10 +166,8 @@ CLI_API fgb_status fgb_state_import(fgb_client *c, uint32_t tensor_id, const voi
   m.tensor_id = tensor_id;
   m.state.data = (uint8_t *)data;
   m.state.len = bytes;
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *r = NULL;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_STATE_IMPORT;
   env.state_import = &m;
-  s = cli_call(c, &env, NULL, 0, FGBUFF__V1__ENVELOPE__BODY_OK, CLI_RPC_TIMEOUT_MS, &r);
-  if (r) fgbuff__v1__envelope__free_unpacked(r, NULL);
-  return s;
+  return cli_call_ok(c, &env);
 }

@@ -254,12 +254,11 @@ CLI_API fgb_status fgb_tensor_release(fgb_client *c, uint32_t tensor_id) {
   /* The daemon judges the id (its Error names tensor_id); our record goes once it agreed. */
   Fgbuff__V1__ReleaseTensor rt = FGBUFF__V1__RELEASE_TENSOR__INIT;
   rt.tensor_id = tensor_id;
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *r = NULL;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_RELEASE_TENSOR;
   env.release_tensor = &rt;
-  s = cli_call(c, &env, NULL, 0, FGBUFF__V1__ENVELOPE__BODY_OK, CLI_RPC_TIMEOUT_MS, &r);
+  s = cli_call_ok(c, &env);
   if (s) return s;
-  fgbuff__v1__envelope__free_unpacked(r, NULL);
   for (size_t i = 0; i < c->n_tensors; i++) {
     if (c->tensors[i].id == tensor_id) {
       c->tensors[i] = c->tensors[--c->n_tensors];
@@ -277,12 +276,11 @@ CLI_API fgb_status fgb_arena_release(fgb_client *c, fgb_arena *arena) {
   /* The daemon judges the id and "still holds tensors" (its Error names arena_id). */
   Fgbuff__V1__ReleaseArena ra = FGBUFF__V1__RELEASE_ARENA__INIT;
   ra.arena_id = arena->id;
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *r = NULL;
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_RELEASE_ARENA;
   env.release_arena = &ra;
-  s = cli_call(c, &env, NULL, 0, FGBUFF__V1__ENVELOPE__BODY_OK, CLI_RPC_TIMEOUT_MS, &r);
+  s = cli_call_ok(c, &env);
   if (s) return s;
-  fgbuff__v1__envelope__free_unpacked(r, NULL);
   size_t i = 0;
   while (i < c->n_arenas && c->arenas[i].id != arena->id) i++;
   if (i == c->n_arenas) /* the daemon released an arena we never recorded */

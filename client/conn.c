@@ -373,6 +373,13 @@ fgb_status cli_call(fgb_client *c, Fgbuff__V1__Envelope *env, const int *fds, in
   return FGB_OK;
 }
 
+fgb_status cli_call_ok(fgb_client *c, Fgbuff__V1__Envelope *env) {
+  Fgbuff__V1__Envelope *r = NULL;
+  fgb_status s = cli_call(c, env, NULL, 0, FGBUFF__V1__ENVELOPE__BODY_OK, CLI_RPC_TIMEOUT_MS, &r);
+  if (r) fgbuff__v1__envelope__free_unpacked(r, NULL);
+  return s;
+}
+
 /* ---- connect and handshake ------------------------------------------------------------------ */
 static fgb_status cli_open(fgb_client *c, const char *path) {
   struct sockaddr_un sa;

@@ -95,6 +95,8 @@ fgb_status cli_send(fgb_client *c, Fgbuff__V1__Envelope *env, const int *fds, in
 fgb_status cli_call(fgb_client *c, Fgbuff__V1__Envelope *env, const int *fds, int nfds,
                     Fgbuff__V1__Envelope__BodyCase want, int timeout_ms,
                     Fgbuff__V1__Envelope **reply);
+/* cli_call for a request whose answer is a plain Ok (no fds, the RPC timeout). */
+fgb_status cli_call_ok(fgb_client *c, Fgbuff__V1__Envelope *env);
 fgb_status cli_pump(fgb_client *c, int timeout_ms);
 fgb_status cli_take_pending(fgb_client *c);
 cli_done *cli_find_done(fgb_client *c, uint32_t tensor_id, uint64_t step);
