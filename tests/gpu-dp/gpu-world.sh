@@ -28,11 +28,13 @@ gpu_world_start() {
   FGBUFF_RUNTIME_DIR="$(mktemp -d "${TMPDIR:-/tmp}/fgbuff-gpu.XXXXXX")"
   chmod 700 "$FGBUFF_RUNTIME_DIR"
   export FGBUFF_RUNTIME_DIR GPU_WORLD_LOG="$FGBUFF_RUNTIME_DIR/world.log"
+  : >"$GPU_WORLD_LOG" # before mpirun's own redirection: the wait below must never read a missing file
   mpirun --oversubscribe --bind-to none -np "$n" bash -c "exec ${GPU_DAEMON_WRAP:-} $d --device cuda:\$OMPI_COMM_WORLD_RANK \
     --runtime-dir $FGBUFF_RUNTIME_DIR ${GPU_DAEMON_ARGS:-}" >"$GPU_WORLD_LOG" 2>&1 &
   GPU_WORLD_PID=$!
   local deadline=$((SECONDS + 90))
-  while [ "$(grep -c 'fgbuffd: ready' "$GPU_WORLD_LOG" 2>/dev/null)" -lt "$n" ]; do
+  local ready
+  while ready=$(grep -c 'fgbuffd: ready' "$GPU_WORLD_LOG"); [ "${ready:-0}" -lt "$n" ]; do
     if ! kill -0 "$GPU_WORLD_PID" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
       echo "gpu_world_start failed; log:"; cat "$GPU_WORLD_LOG"; return 1
     fi
