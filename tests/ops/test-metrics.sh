@@ -5,24 +5,11 @@
 # --metrics-listen endpoints on 127.0.0.1 and answers a PromQL query over them.
 # Usage: test-metrics.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-build="$(cd "$1" && pwd)" src="$(cd "$2" && pwd)"
+source "$(dirname "$0")/lib.sh"
+ops_init "$1" "$2" metrics
 for c in promtool prometheus curl; do
   command -v "$c" >/dev/null || { echo "FAIL: $c missing (bash deploy/install-ops-deps.sh)"; exit 1; }
 done
-export FGBUFF_BIN_DIR="$build"
-source "$src/tests/lib/world.sh"
-ctl="$build/client/fgbuffctl"
-D="$(mktemp -d "${TMPDIR:-/tmp}/fgb-metrics.XXXXXX")"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-  world_stop >/dev/null 2>&1
-  rm -rf "$D"
-}
-trap cleanup EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
 # Two free ports in a row for the daemons (local index i listens on PORT+i), one for Prometheus.
 free_port() { python3 -c 'import socket
 for p in range(20000 + __import__("os").getpid() % 20000, 65000, 7):

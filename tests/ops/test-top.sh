@@ -5,21 +5,8 @@
 # per second, a compression ratio; without a TTY there is no ANSI clear.
 # Usage: test-top.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-build="$(cd "$1" && pwd)" src="$(cd "$2" && pwd)"
-export FGBUFF_BIN_DIR="$build"
-source "$src/tests/lib/world.sh"
-ctl="$build/client/fgbuffctl"
-D="$(mktemp -d "${TMPDIR:-/tmp}/fgb-top.XXXXXX")"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-  world_stop >/dev/null 2>&1
-  rm -rf "$D"
-}
-trap cleanup EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
+source "$(dirname "$0")/lib.sh"
+ops_init "$1" "$2" top
 world_start 2 || { bad "world did not start"; exit 1; }
 sock="$FGBUFF_RUNTIME_DIR/cpu0.sock"
 job=top-test
