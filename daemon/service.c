@@ -144,9 +144,6 @@ void srv_form_explain(const char *leader_addr, int world_rank, int world_size, u
            world_size, (unsigned long long)waited_ms, world_rank, leader_addr, hint);
 }
 
-/* Formation deadline default: every daemon already started (MPI or the rendezvous saw them all),
- * so connecting the control plane takes well under a second when the addresses are right. */
-
 void srv_service_tick(srv *d, int formed, const char *leader_addr) {
   static uint64_t wd_ms, wd_last, form_deadline;
   static int ready, wd_init;
@@ -155,6 +152,8 @@ void srv_service_tick(srv *d, int formed, const char *leader_addr) {
   if (!wd_init) {
     wd_init = 1;
     wd_ms = srv_notify_watchdog_ms();
+    /* Every daemon has started by now (MPI or the rendezvous saw them all), so the control plane
+     * connects in well under a second when the addresses are right: FGBUFF_FORM_TIMEOUT_MS. */
     form_deadline = d->start_ms + (uint64_t)env_num(ENV_FORM_TIMEOUT_MS);
   }
   if (wd_ms && now - wd_last >= wd_ms) { /* the loop thread runs this: a stuck loop stops it */
