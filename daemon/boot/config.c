@@ -23,7 +23,8 @@ static const char usage[] =
     "usage: fgbuffd --device cpu [--runtime-dir DIR] [--log-level debug|info|warn|error]\n"
     "               [--stall-timeout-ms N] [--policy NAME] [--allow-uid UID]...\n"
     "               [--rendezvous HOST:PORT --rank R --world N [--secret-file F]]\n"
-    "               [--cp-addr HOST|if:NAME] [--metrics-listen 127.0.0.1:PORT] [--config FILE]\n"
+    "               [--cp-addr HOST|if:NAME] [--cp-port PORT[-LAST]]\n"
+    "               [--metrics-listen 127.0.0.1:PORT] [--config FILE]\n"
     "       fgbuffd --version\n"
     "CPU daemons run under a launcher: mpirun -np N fgbuffd --device cpu\n";
 
@@ -34,6 +35,25 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
   unsigned long long v = strtoull(s, &end, 10);
   if (errno || *end || v > max) return -1;
   *out = v;
+  return 0;
+}
+
+/* "PORT" or "FIRST-LAST" (1..65535, FIRST <= LAST): the control plane's port range. */
+static int parse_port_range(const char *s, uint16_t *lo, uint16_t *hi) {
+  char first[8];
+  const char *dash = strchr(s, '-');
+  size_t n = dash ? (size_t)(dash - s) : strlen(s);
+  uint64_t a, b;
+  if (n == 0 || n >= sizeof(first)) return -1;
+  memcpy(first, s, n);
+  first[n] = 0;
+  if (parse_u64(first, 65535, &a) || a == 0) return -1;
+  if (!dash)
+    b = a;
+  else if (parse_u64(dash + 1, 65535, &b) || b < a)
+    return -1;
+  *lo = (uint16_t)a;
+  *hi = (uint16_t)b;
   return 0;
 }
 
@@ -118,6 +138,7 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
     O_RANK,
     O_WORLD,
     O_CP,
+    O_CP_PORT,
     O_SECRET,
     O_METRICS
   };
@@ -131,6 +152,7 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
                                        {"rank", required_argument, 0, O_RANK},
                                        {"world", required_argument, 0, O_WORLD},
                                        {"cp-addr", required_argument, 0, O_CP},
+                                       {"cp-port", required_argument, 0, O_CP_PORT},
                                        {"secret-file", required_argument, 0, O_SECRET},
                                        {"metrics-listen", required_argument, 0, O_METRICS},
                                        {"help", no_argument, 0, 'h'},
@@ -198,6 +220,9 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
       case O_CP:
         if (!*optarg || strlen(optarg) >= sizeof(cfg->cp_addr)) goto bad_value;
         snprintf(cfg->cp_addr, sizeof(cfg->cp_addr), "%s", optarg);
+        break;
+      case O_CP_PORT:
+        if (parse_port_range(optarg, &cfg->cp_port_lo, &cfg->cp_port_hi)) goto bad_value;
         break;
       case O_SECRET:
         if (!*optarg || strlen(optarg) >= sizeof(cfg->secret_file)) goto bad_value;

@@ -21,13 +21,14 @@ typedef struct srv_config {
   char default_policy[SRV_POLICY_MAX];
   uid_t allow_uids[SRV_MAX_ALLOW_UIDS];
   int nallow_uids;
-  char rendezvous[256];           /* HOST:PORT, GPU worlds only */
-  int rank, world;                /* with --rendezvous */
-  char secret_file[PATH_MAX / 4]; /* --secret-file / $FGBUFF_WORLD_SECRET_FILE, "" = none */
-  char cp_addr[128];              /* advertised control-plane host, "" = from gethostname() */
-  uint32_t plan_warmup_steps;     /* static policies: steps as "none" before the first plan */
-  uint32_t replan_steps;          /* re-planning policies: steps between re-plan checks */
-  char metrics_listen[64];        /* --metrics-listen IPV4:PORT (metrics.c), "" = off */
+  char rendezvous[256];            /* HOST:PORT, GPU worlds only */
+  int rank, world;                 /* with --rendezvous */
+  char secret_file[PATH_MAX / 4];  /* --secret-file / $FGBUFF_WORLD_SECRET_FILE, "" = none */
+  char cp_addr[128];               /* advertised control-plane host, "" = from gethostname() */
+  uint16_t cp_port_lo, cp_port_hi; /* --cp-port LO[-HI]: the control plane's port range, 0 = any */
+  uint32_t plan_warmup_steps;      /* static policies: steps as "none" before the first plan */
+  uint32_t replan_steps;           /* re-planning policies: steps between re-plan checks */
+  char metrics_listen[64];         /* --metrics-listen IPV4:PORT (metrics.c), "" = off */
 } srv_config;
 
 /* 1 in a build with the GPU data plane (FGBUFF_HAVE_CUDA; defined in main.c). */

@@ -4,6 +4,7 @@
 #include "ctrl.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +15,7 @@
 #include "log.h"
 #include "service.h"
 
-/* Before its hello a connection is anyone's (the port listens on every interface): it may send
+/* Before its hello a connection is anyone's (the port may listen on every interface): it may send
  * one hello-sized frame, within CTRL_HELLO_MS, and at most CTRL_PEND_MAX wait at once — as
  * boot/rendezvous.c does. Before, a stranger could make the leader buffer 64 MiB frames. */
 #define CTRL_HELLO_FRAME (8 + CTRL_TOKEN)
@@ -359,6 +360,37 @@ static void advertised_host(srv *d, char *host, size_t len) {
   freeaddrinfo(res);
 }
 
+/* The listening socket: on --cp-addr's IPv4 address (if:NAME is resolved to one) or every
+ * interface, on the first free port of --cp-port's range (firewalls open a range, as for NCCL's
+ * and Horovod's ports) or any port. Returns the fd, or -1 with err naming the range. */
+static int listen_socket(srv *d, char *err, size_t errlen) {
+  struct sockaddr_in sa;
+  if (!d->cfg.cp_addr[0] || uv_ip4_addr(d->cfg.cp_addr, 0, &sa) != 0)
+    uv_ip4_addr("0.0.0.0", 0, &sa);
+  unsigned lo = d->cfg.cp_port_lo, hi = lo ? d->cfg.cp_port_hi : 0;
+  int last_errno = 0;
+  for (unsigned port = lo; port <= hi; port++) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+      snprintf(err, errlen, "control plane listen: socket: %s", strerror(errno));
+      return -1;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)); /* TIME_WAIT of a restart */
+    sa.sin_port = htons((uint16_t)port);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(fd, 256) == 0) return fd;
+    last_errno = errno;
+    close(fd);
+    if (last_errno != EADDRINUSE && last_errno != EACCES) break;
+  }
+  if (lo)
+    snprintf(err, errlen, "control plane listen: no port of --cp-port %u-%u free on %s (%s)", lo,
+             hi, d->cfg.cp_addr[0] ? d->cfg.cp_addr : "0.0.0.0", strerror(last_errno));
+  else
+    snprintf(err, errlen, "control plane listen: %s", strerror(last_errno));
+  return -1;
+}
+
 fgb_status srv_ctrl_listen(srv *d, const ctrl_cbs *cbs, void *ud, char addr[CTRL_ADDR_MAX],
                            char *err, size_t errlen) {
   srv_ctrl *cp = calloc(1, sizeof(*cp));
@@ -375,12 +407,13 @@ fgb_status srv_ctrl_listen(srv *d, const ctrl_cbs *cbs, void *ud, char addr[CTRL
   uv_tcp_init(d->loop, &cp->listener);
   cp->listener.data = cp;
   cp->listening = 1;
-  struct sockaddr_in sa;
-  /* --cp-addr as an IPv4 address (if:NAME is resolved to one): listen there only. */
-  if (!d->cfg.cp_addr[0] || uv_ip4_addr(d->cfg.cp_addr, 0, &sa) != 0)
-    uv_ip4_addr("0.0.0.0", 0, &sa);
-  int rc = uv_tcp_bind(&cp->listener, (struct sockaddr *)&sa, 0);
-  if (rc == 0) rc = uv_listen((uv_stream_t *)&cp->listener, 256, on_accept);
+  int fd = listen_socket(d, err, errlen);
+  if (fd < 0) return FGB_EIO;
+  int rc = uv_tcp_open(&cp->listener, fd); /* from here the handle owns fd */
+  if (rc != 0)
+    close(fd);
+  else
+    rc = uv_listen((uv_stream_t *)&cp->listener, 256, on_accept);
   if (rc != 0) return snprintf(err, errlen, "control plane listen: %s", uv_strerror(rc)), FGB_EIO;
   if ((cp->hello_timer = malloc(sizeof(*cp->hello_timer))) != NULL) {
     uv_timer_init(d->loop, cp->hello_timer);
