@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +23,8 @@
 
 static const char usage[] =
     "usage: fgbuffd --device cpu [--runtime-dir DIR] [--log-level debug|info|warn|error]\n"
-    "               [--stall-timeout-ms N] [--policy NAME] [--allow-uid UID]...\n"
+    "               [--stall-timeout-ms N] [--policy NAME] [--allow-uid UID|USER]...\n"
+    "               [--allow-group GID|GROUP]...\n"
     "               [--rendezvous HOST:PORT --rank R --world N [--secret-file F]]\n"
     "               [--cp-addr HOST|if:NAME] [--cp-port PORT[-LAST]]\n"
     "               [--metrics-listen 127.0.0.1:PORT] [--config FILE]\n"
@@ -122,6 +125,7 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
   memset(cfg, 0, sizeof(*cfg));
   cfg->log_level = LOG_LEVEL_INFO;
   cfg->stall_timeout_ms = 10000;
+  cfg->access = srv_config_access(cfg); /* 0700 / 0600 until flags and the runtime directory */
   snprintf(cfg->default_policy, sizeof(cfg->default_policy), "none");
   cfg->rank = -1;
   cfg->world = -1;
@@ -134,6 +138,7 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
     O_STALL,
     O_POLICY,
     O_ALLOW,
+    O_ALLOW_GROUP,
     O_RDV,
     O_RANK,
     O_WORLD,
@@ -148,6 +153,7 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
                                        {"stall-timeout-ms", required_argument, 0, O_STALL},
                                        {"policy", required_argument, 0, O_POLICY},
                                        {"allow-uid", required_argument, 0, O_ALLOW},
+                                       {"allow-group", required_argument, 0, O_ALLOW_GROUP},
                                        {"rendezvous", required_argument, 0, O_RDV},
                                        {"rank", required_argument, 0, O_RANK},
                                        {"world", required_argument, 0, O_WORLD},
@@ -198,12 +204,28 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
         snprintf(cfg->default_policy, sizeof(cfg->default_policy), "%s", optarg);
         break;
       case O_ALLOW:
-        if (parse_u64(optarg, 0xfffffffeu, &v)) goto bad_value;
         if (cfg->nallow_uids == SRV_MAX_ALLOW_UIDS) {
           snprintf(err, errlen, "--allow-uid: at most %d uids", SRV_MAX_ALLOW_UIDS);
           return 2;
         }
+        if (parse_u64(optarg, 0xfffffffeu, &v)) {
+          struct passwd *pw = getpwnam(optarg); /* a user name (start-up only: not reentrant) */
+          if (!pw) goto bad_value;
+          v = pw->pw_uid;
+        }
         cfg->allow_uids[cfg->nallow_uids++] = (uid_t)v;
+        break;
+      case O_ALLOW_GROUP:
+        if (cfg->nallow_gids == SRV_MAX_ALLOW_UIDS) {
+          snprintf(err, errlen, "--allow-group: at most %d groups", SRV_MAX_ALLOW_UIDS);
+          return 2;
+        }
+        if (parse_u64(optarg, 0xfffffffeu, &v)) {
+          struct group *gr = getgrnam(optarg);
+          if (!gr) goto bad_value;
+          v = gr->gr_gid;
+        }
+        cfg->allow_gids[cfg->nallow_gids++] = (gid_t)v;
         break;
       case O_RDV:
         if (!strchr(optarg, ':') || strlen(optarg) >= sizeof(cfg->rendezvous)) goto bad_value;
@@ -272,6 +294,8 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
   return 0;
 }
 
+static void warn_unreachable(const char *dir);
+
 fgb_status srv_config_runtime_dir(srv_config *cfg, char *err, size_t errlen) {
   char dir[sizeof(cfg->runtime_dir)];
   const char *env;
@@ -303,8 +327,51 @@ fgb_status srv_config_runtime_dir(srv_config *cfg, char *err, size_t errlen) {
              (unsigned)st.st_uid, (unsigned)getuid());
     return FGB_EIO;
   }
+  srv_access a = cfg->access = srv_config_access(cfg);
+  if (a.group != (gid_t)-1 && chown(dir, (uid_t)-1, a.group) != 0) {
+    snprintf(err, errlen, "--allow-group %u: giving runtime directory %s to the group: %s",
+             (unsigned)a.group, dir, strerror(errno));
+    return FGB_EPERM;
+  }
+  if (chmod(dir, a.dir_mode) != 0) {
+    snprintf(err, errlen, "runtime directory %s: chmod %o: %s", dir, (unsigned)a.dir_mode,
+             strerror(errno));
+    return FGB_EIO;
+  }
+  if (a.dir_mode != 0700) warn_unreachable(dir);
   snprintf(cfg->runtime_dir, sizeof(cfg->runtime_dir), "%s", dir);
   return FGB_OK;
+}
+
+srv_access srv_config_access(const srv_config *cfg) {
+  srv_access a = {.dir_mode = 0700, .sock_mode = 0600, .group = (gid_t)-1};
+  if (cfg->nallow_uids == 0 && cfg->nallow_gids == 1) {
+    a.dir_mode = 0710; /* the group searches the directory and writes the socket, others nothing */
+    a.sock_mode = 0660;
+    a.group = cfg->allow_gids[0];
+  } else if (cfg->nallow_uids || cfg->nallow_gids) {
+    a.dir_mode = 0711; /* anyone reaches the socket by its name (no listing); SO_PEERCRED decides */
+    a.sock_mode = 0666;
+  }
+  return a;
+}
+
+/* Other users reach the socket only if every folder above the runtime directory lets them search
+ * it ($XDG_RUNTIME_DIR is 0700): say so at start rather than leave them with EACCES. */
+static void warn_unreachable(const char *dir) {
+  char p[sizeof(((srv_config *)0)->runtime_dir)];
+  snprintf(p, sizeof(p), "%s", dir);
+  for (char *slash = strrchr(p, '/'); slash && slash != p; slash = strrchr(p, '/')) {
+    *slash = 0;
+    struct stat st;
+    if (stat(p, &st) == 0 && !(st.st_mode & S_IXOTH) && !(st.st_mode & S_IXGRP)) {
+      LOG_WARN(
+          "--allow-uid/--allow-group: other users cannot reach %s: %s (mode %o) is not "
+          "searchable by them; use --runtime-dir in a folder they can search (e.g. /run/fgbuff)",
+          dir, p, (unsigned)(st.st_mode & 07777));
+      return;
+    }
+  }
 }
 
 /* ---- live settings: one table drives ConfigGet and ConfigSet ------------------------------ */

@@ -13,6 +13,12 @@
 #define SRV_MAX_ALLOW_UIDS 16
 #define SRV_POLICY_MAX 32
 
+/* Who may reach the socket: the runtime directory's and the socket's modes and group (-1: keep)
+ * from --allow-uid / --allow-group (0700 and 0600 with neither). SO_PEERCRED decides after. */
+typedef struct srv_access {
+  mode_t dir_mode, sock_mode;
+  gid_t group;
+} srv_access;
 typedef struct srv_config {
   char device[64]; /* "cpu" (the only data path so far) or "cuda:..." */
   char runtime_dir[PATH_MAX - 32];
@@ -21,6 +27,9 @@ typedef struct srv_config {
   char default_policy[SRV_POLICY_MAX];
   uid_t allow_uids[SRV_MAX_ALLOW_UIDS];
   int nallow_uids;
+  gid_t allow_gids[SRV_MAX_ALLOW_UIDS]; /* --allow-group: clients with one of these groups */
+  int nallow_gids;
+  srv_access access;               /* from the two above, by srv_config_runtime_dir */
   char rendezvous[256];            /* HOST:PORT, GPU worlds only */
   int rank, world;                 /* with --rendezvous */
   char secret_file[PATH_MAX / 4];  /* --secret-file / $FGBUFF_WORLD_SECRET_FILE, "" = none */
@@ -38,8 +47,12 @@ extern const int srv_build_has_cuda;
  * line (the caller prints it and exits 2), or 1 when --help was printed. */
 int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t errlen);
 
+/* The runtime directory's and socket's access, set by srv_config_runtime_dir. */
+srv_access srv_config_access(const srv_config *cfg);
+
 /* Resolve the runtime directory (flag, $FGBUFF_RUNTIME_DIR, $XDG_RUNTIME_DIR/fgbuff,
- * /tmp/fgbuff-<uid>) into cfg->runtime_dir and create it 0700 if missing. */
+ * /tmp/fgbuff-<uid>) into cfg->runtime_dir, create it if missing and set its mode (and group) from
+ * srv_config_access: 0700 unless other uids or a group may connect. */
 fgb_status srv_config_runtime_dir(srv_config *cfg, char *err, size_t errlen);
 
 /* 1: a policy the daemon runs; 0: unknown name; -1: registered but not wired in (err says). */

@@ -263,6 +263,18 @@ static int peer_allowed(srv *d, int fd, uid_t *uid_out, pid_t *pid_out) {
   if (cr.uid == getuid() || cr.uid == 0) return 1;
   for (int i = 0; i < d->cfg.nallow_uids; i++)
     if (d->cfg.allow_uids[i] == cr.uid) return 1;
+  if (!d->cfg.nallow_gids) return 0;
+  /* --allow-group: the peer's primary group or one of its supplementary groups (SO_PEERGROUPS,
+   * the groups the peer process had when it connected). */
+  gid_t groups[256];
+  socklen_t gl = sizeof(groups);
+  int ng =
+      getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &gl) == 0 ? (int)(gl / sizeof(gid_t)) : 0;
+  for (int i = 0; i < d->cfg.nallow_gids; i++) {
+    if (d->cfg.allow_gids[i] == cr.gid) return 1;
+    for (int k = 0; k < ng; k++)
+      if (d->cfg.allow_gids[i] == groups[k]) return 1;
+  }
   return 0;
 }
 
@@ -315,12 +327,13 @@ static void on_connection(uv_stream_t *server, int status) {
   LOG_DEBUG("session %llu: connection from pid %d uid %u", (unsigned long long)s->id, (int)pid,
             (unsigned)s->uid);
   if (!ok) {
-    LOG_WARN("refused a client of uid %u (pid %d): not our uid, root or --allow-uid",
+    LOG_WARN("refused a client of uid %u (pid %d): not our uid, root, --allow-uid or --allow-group",
              (unsigned)s->uid, (int)pid);
     char msg[128];
-    snprintf(msg, sizeof(msg),
-             "uid %u is not allowed by this daemon (runs as uid %u; see --allow-uid)",
-             (unsigned)s->uid, (unsigned)getuid());
+    snprintf(
+        msg, sizeof(msg),
+        "uid %u is not allowed by this daemon (runs as uid %u; see --allow-uid, --allow-group)",
+        (unsigned)s->uid, (unsigned)getuid());
     g_cbs->on_fatal(s, FGB_EPERM, "uid", msg);
     return;
   }
@@ -363,7 +376,8 @@ fgb_status srv_server_start(srv *d, const server_cbs *cbs, char *err, size_t err
   uv_pipe_init(d->loop, &d->listener, 0);
   d->listener.data = d;
   /* Create the socket with the right mode from the start (no window with a wider one). */
-  mode_t old = umask(d->cfg.nallow_uids ? 0117 : 0177);
+  srv_access a = d->cfg.access; /* boot/config.c: srv_config_runtime_dir */
+  mode_t old = umask(0777 & ~a.sock_mode);
   int rc = uv_pipe_bind(&d->listener, d->sock_path);
   umask(old);
   if (rc == 0) rc = uv_listen((uv_stream_t *)&d->listener, 128, on_connection);
@@ -372,7 +386,10 @@ fgb_status srv_server_start(srv *d, const server_cbs *cbs, char *err, size_t err
     uv_close((uv_handle_t *)&d->listener, NULL);
     return FGB_EIO;
   }
-  chmod(d->sock_path, d->cfg.nallow_uids ? 0660 : 0600);
+  if (a.group != (gid_t)-1 && chown(d->sock_path, (uid_t)-1, a.group) != 0)
+    LOG_WARN("--allow-group %u: giving %s to the group: %s", (unsigned)a.group, d->sock_path,
+             strerror(errno));
+  chmod(d->sock_path, a.sock_mode);
   d->listening = 1;
   hot_setup(d);
   return FGB_OK;
