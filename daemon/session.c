@@ -128,7 +128,12 @@ static void on_join(srv_session *s, uint64_t req_id, const Fgbuff__V1__JoinJob *
   snprintf(j->policy, sizeof(j->policy), "%s", policy);
   j->session = s;
   snprintf(j->client_desc, sizeof(j->client_desc), "pid %u %s", s->pid, s->name);
-  fgb_status st = coord_join(d->coord, &j->id, m->rank, m->size);
+  /* Fusion settings (the leader holds and packs agreed tensors, coordinator.c "Fusion"): this
+   * daemon's live keys for a fusion job; other policies announce unfusable sizes, no cycle. */
+  int fuse = strcmp(j->policy, "fusion") == 0;
+  fgb_status st =
+      coord_join_fusion(d->coord, &j->id, m->rank, m->size, fuse ? d->cfg.fusion_bytes : 0,
+                        fuse ? d->cfg.fusion_cycle_ms : 0);
   if (st != FGB_OK) {
     free(j);
     srv_send_error(s, req_id, st, "rank", 0, "join: the coordinator refused job '%s' rank %d",

@@ -35,6 +35,14 @@ static const env_knob knobs[ENV_COUNT] = {
     [ENV_NOTIFY] = {"FGBUFF_NOTIFY", ENV_KIND_WORDS, 0, 1, 1, "leader", 1, 0,
                     "leader: only world rank 0 sends sd_notify READY/STATUS (one unit for the "
                     "whole world under mpirun); unset: every daemon"},
+    /* Horovod's HOROVOD_FUSION_THRESHOLD and HOROVOD_CYCLE_TIME; bounds: coordinator.h. */
+    [ENV_FUSION_BYTES] = {"FGBUFF_FUSION_BYTES", ENV_KIND_INT, 134217728, 0, 1099511627776.0, NULL,
+                          0, 0,
+                          "policy fusion: bytes per fused collective at most (0: no fusion); the "
+                          "live key fusion_bytes starts at it"},
+    [ENV_FUSION_CYCLE_MS] = {"FGBUFF_FUSION_CYCLE_MS", ENV_KIND_INT, 1, 0, 10000, NULL, 0, 0,
+                             "policy fusion: ms agreed tensors wait for more to fuse with (0: "
+                             "none); the live key fusion_cycle_ms starts at it"},
 };
 
 static double vals[ENV_COUNT];

@@ -18,6 +18,8 @@ typedef enum env_id {
   ENV_RUNTIME_DIR,          /* path or NULL */
   ENV_FORM_TIMEOUT_MS,      /* ms a daemon waits for its world to form */
   ENV_NOTIFY,               /* 1: only world rank 0 sends READY/STATUS (systemd); 0 every rank */
+  ENV_FUSION_BYTES,         /* start value of the live key fusion_bytes */
+  ENV_FUSION_CYCLE_MS,      /* start value of the live key fusion_cycle_ms */
   ENV_COUNT
 } env_id;
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "env.h"
+#include "coordinator.h"
 #include "err.h"
 #include "log.h"
 #include "plan_exec.h"
@@ -131,6 +132,8 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
   cfg->world = -1;
   cfg->plan_warmup_steps = SRV_PLAN_WARMUP_STEPS;
   cfg->replan_steps = SRV_PLAN_REPLAN_STEPS;
+  cfg->fusion_bytes = (uint64_t)env_num(ENV_FUSION_BYTES);
+  cfg->fusion_cycle_ms = (uint32_t)env_num(ENV_FUSION_CYCLE_MS);
   enum {
     O_DEVICE = 1,
     O_RTDIR,
@@ -397,6 +400,12 @@ static const cfg_key keys[] = {
      SRV_PLAN_MAX_STEPS, "static policies: steps as \"none\" before the first plan"},
     {"replan_steps", KEY_U32, offsetof(srv_config, replan_steps), SRV_PLAN_MIN_REPLAN,
      SRV_PLAN_MAX_STEPS, "re-planning policies: steps between re-plan checks"},
+    /* A fusion job takes each daemon's values when it joins; the leader uses the largest over
+     * the job's ranks (coordinator.c, "Fusion"). */
+    {"fusion_bytes", KEY_U64, offsetof(srv_config, fusion_bytes), 0, COORD_MAX_FUSION_BYTES,
+     "policy fusion: bytes per fused collective at most (0: no fusion)"},
+    {"fusion_cycle_ms", KEY_U32, offsetof(srv_config, fusion_cycle_ms), 0, COORD_MAX_CYCLE_MS,
+     "policy fusion: ms agreed tensors wait for more to fuse with (0: none)"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

@@ -37,6 +37,8 @@ typedef struct srv_config {
   uint16_t cp_port_lo, cp_port_hi; /* --cp-port LO[-HI]: the control plane's port range, 0 = any */
   uint32_t plan_warmup_steps;      /* static policies: steps as "none" before the first plan */
   uint32_t replan_steps;           /* re-planning policies: steps between re-plan checks */
+  uint64_t fusion_bytes;           /* policy fusion: threshold (bytes per fused collective) */
+  uint32_t fusion_cycle_ms;        /* policy fusion: cycle time (ms) */
   char metrics_listen[64];         /* --metrics-listen IPV4:PORT (metrics.c), "" = off */
 } srv_config;
 
@@ -58,7 +60,8 @@ fgb_status srv_config_runtime_dir(srv_config *cfg, char *err, size_t errlen);
 /* 1: a policy the daemon runs; 0: unknown name; -1: registered but not wired in (err says). */
 int srv_policy_check(const char *name, char *err, size_t errlen);
 
-/* Live settings: log_level, stall_timeout_ms, default_policy, plan_warmup_steps, replan_steps.
+/* Live settings: log_level, stall_timeout_ms, default_policy, plan_warmup_steps, replan_steps,
+ * fusion_bytes, fusion_cycle_ms.
  * Unknown key -> FGB_ENOTFOUND; a bad value -> FGB_EINVAL; err names the key or value. */
 fgb_status srv_config_get(const srv_config *cfg, const char *key, char *val, size_t vallen,
                           char *err, size_t errlen);

@@ -55,6 +55,34 @@ static void on_tick(uv_timer_t *t) {
   srv_service_tick(d, d->cp && srv_ctrl_ready(d->cp), leader_addr);
 }
 
+/* Fusion cycles (coordinator.c, "Fusion"): the leader holds a fusion job's agreed tensors for its
+ * cycle (1 ms by default), much shorter than the 100 ms tick. Before the loop blocks, a one-shot
+ * timer is armed for the coordinator's next due time, if any, and ticks it then. */
+static uv_prepare_t fuse_prep;
+static uv_timer_t fuse_timer;
+static uint64_t fuse_at = UINT64_MAX; /* when fuse_timer fires (UINT64_MAX: not armed) */
+
+static uint64_t coord_clock_ms(void *ud) {
+  (void)ud;
+  return clock_ms();
+}
+
+static void on_fuse_timer(uv_timer_t *t) {
+  srv *d = t->data;
+  fuse_at = UINT64_MAX;
+  coord_tick(d->coord, clock_ms());
+  srv_coord_drain(d);
+}
+
+static void on_fuse_prepare(uv_prepare_t *p) {
+  srv *d = p->data;
+  uint64_t due = coord_next_due(d->coord);
+  if (due == UINT64_MAX || due >= fuse_at) return;
+  uint64_t now = clock_ms();
+  fuse_at = due;
+  uv_timer_start(&fuse_timer, on_fuse_timer, due > now ? due - now : 0, 0);
+}
+
 static void on_signal(uv_signal_t *h, int signum) {
   srv *d = h->data;
   if (d->stopping) return;
@@ -69,6 +97,10 @@ static void on_signal(uv_signal_t *h, int signum) {
 #endif
   uv_timer_stop(&d->tick);
   uv_close((uv_handle_t *)&d->tick, NULL);
+  uv_prepare_stop(&fuse_prep);
+  uv_close((uv_handle_t *)&fuse_prep, NULL);
+  uv_timer_stop(&fuse_timer);
+  uv_close((uv_handle_t *)&fuse_timer, NULL);
   uv_close((uv_handle_t *)&d->sigterm, NULL);
   uv_close((uv_handle_t *)&d->sigint, NULL);
   /* Closing the handles restores the default action: a second SIGTERM (systemd, world_stop) must
@@ -271,6 +303,11 @@ int main(int argc, char **argv) {
   uv_timer_init(d.loop, &d.tick);
   d.tick.data = &d;
   uv_timer_start(&d.tick, on_tick, 100, 100);
+  coord_set_clock(d.coord, coord_clock_ms, NULL);
+  uv_timer_init(d.loop, &fuse_timer);
+  uv_prepare_init(d.loop, &fuse_prep);
+  fuse_timer.data = fuse_prep.data = &d;
+  uv_prepare_start(&fuse_prep, on_fuse_prepare);
   uv_signal_init(d.loop, &d.sigterm);
   uv_signal_init(d.loop, &d.sigint);
   d.sigterm.data = d.sigint.data = &d;

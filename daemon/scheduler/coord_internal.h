@@ -10,7 +10,7 @@
 
 #include "coordinator.h"
 
-#define COORD_WIRE_VERSION 1u
+#define COORD_WIRE_VERSION 2u        /* 2: JOIN carries the rank's fusion settings */
 #define COORD_MAX_BATCH 65536u       /* keys per READY/ISSUE message */
 #define COORD_MAX_JOB_SIZE 65536     /* ranks per job (and missing ranks per STALL) */
 #define COORD_MAX_TENSORS (1u << 20) /* tensors per job */
@@ -63,8 +63,10 @@ typedef struct coord_msg {
   int32_t failed_rank; /* ABORT */
   int32_t code;        /* REFUSED, ERROR: fgb_status (-255..0) */
   uint32_t gen;        /* JOIN, REFUSED, ABORT: the sender's join generation (see coordinator.c) */
-  uint32_t *gens;      /* FORMED: join generation per job rank (nranks; owned) */
-  uint32_t uid_len;    /* FORMED: transport bootstrap id (0..COORD_MAX_UID bytes) */
+  uint64_t fusion_bytes; /* JOIN: the rank's fusion threshold (0..COORD_MAX_FUSION_BYTES) */
+  uint32_t cycle_ms;     /* JOIN: the rank's fusion cycle (0..COORD_MAX_CYCLE_MS) */
+  uint32_t *gens;        /* FORMED: join generation per job rank (nranks; owned) */
+  uint32_t uid_len;      /* FORMED: transport bootstrap id (0..COORD_MAX_UID bytes) */
   uint8_t uid[COORD_MAX_UID];
   char text[COORD_MAX_TEXT + 1];
 } coord_msg;
@@ -96,12 +98,16 @@ void coord_leader_free(coord_leader *l);
 fgb_status coord_leader_handle(coord *c, int from, const coord_msg *m, char *err, size_t errlen);
 void coord_leader_peer_lost(coord *c, int world_rank);
 void coord_leader_tick(coord *c);
+/* coord_fuse.c: the earliest end of a held fusion cycle (UINT64_MAX: none). */
+uint64_t coord_fuse_due(const coord *c);
 size_t coord_leader_status(const coord *c, char *buf, size_t cap, size_t off);
 
 /* ---- coordinator.c: services the leader uses ---- */
 coord_leader *coord_get_leader(coord *c);
 const coord_config *coord_cfg(const coord *c);
 uint64_t coord_now(const coord *c);
+/* coord_set_clock's clock if set, else coord_now. */
+uint64_t coord_clock(const coord *c);
 int coord_recall_off(const coord *c); /* coord_set_recall(c, 0) was called */
 /* Send a leader→daemon message to world rank `to` (delivered in place when `to` is this daemon).
  */
@@ -115,7 +121,8 @@ typedef struct local_job {
   int *world_ranks; /* after FORMED */
   uint32_t gen;     /* this join's generation: tells its FORMED/REFUSED/ABORT from stale ones */
   uint32_t tensors_ok;
-  uint64_t pre_items; /* this job's ISSUEs received pre-issued */
+  uint64_t pre_items;           /* this job's ISSUEs received pre-issued */
+  uint64_t issues, issued_keys; /* ISSUEs received (a pre-issued key counts as one) and keys */
   struct local_job *next;
 } local_job;
 
@@ -135,7 +142,9 @@ struct coord {
   fgb_status (*make_uid)(void *ud, uint8_t *uid, size_t *len); /* coord_set_uid_maker */
   void *uid_ud;
   uint64_t now;
-  int ticked;     /* coord_tick was called: `now` is a time */
+  int ticked;                  /* coord_tick was called: `now` is a time */
+  uint64_t (*clock)(void *ud); /* coord_set_clock */
+  void *clock_ud;
   coord_event *q; /* FIFO: [qhead, qhead + qlen) */
   size_t qhead, qlen, qcap;
   local_job *jobs;

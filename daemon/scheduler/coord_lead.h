@@ -78,6 +78,17 @@ typedef struct ljob {
   int rc_missing;            /* answers still awaited */
   uint64_t rc_max;           /* highest seq handed over so far in the answers (0: none) */
   uint64_t recalls, revoked; /* status */
+  /* Fusion (coord_fuse.c): each rank's JOIN settings, the job's (largest over its ranks, fixed at
+   * formation), and the open group held for the cycle: keys in agreed order, all of fz_step. */
+  uint64_t *fz_rank_bytes;
+  uint32_t *fz_rank_cycle;
+  uint64_t fz_limit;
+  uint32_t fz_cycle;
+  uint32_t *fz_keys;
+  uint32_t fz_n, fz_cap;
+  uint64_t fz_step, fz_bytes, fz_since; /* fz_since: when its first tensor was agreed (ms) */
+  uint64_t fz_full, fz_timed;           /* status: groups issued full, and at their cycle's end */
+  uint64_t issues, issued_keys;         /* status: ISSUEs numbered (a pre-issued key: one) */
   struct ljob *next;
 } ljob;
 
@@ -110,6 +121,23 @@ ljob *coord_lead_member_job(coord *c, int from, const coord_msg *m, fgb_status *
  * member's READY, PRE and RECALL need before anything of a step can be said. */
 ljob *coord_lead_formed_job(coord *c, int from, const coord_msg *m, fgb_status *st, char *err,
                             size_t errlen);
+/* coord_fuse.c */
+/* Numbers and sends one ISSUE of keys[0..n) (1 <= n <= COORD_MAX_BATCH) of job j and step. */
+void coord_lead_issue(coord *c, ljob *j, uint64_t step, const uint32_t *keys, uint32_t n);
+/* Keys of one job and step just agreed (completed by one READY), in agreed order: issued or
+ * held by the job's fusion settings. */
+void coord_fuse_agreed(coord *c, ljob *j, uint64_t step, const uint32_t *keys, uint32_t n);
+/* Issues the held group, if any (1 if something was issued). */
+int coord_fuse_flush(coord *c, ljob *j);
+/* Issues every held group whose cycle ended by coord_now (from coord_leader_tick). */
+void coord_fuse_tick(coord *c);
+/* At formation: the job's settings from its ranks' JOINs. */
+void coord_fuse_form(ljob *j);
+/* JOIN of job rank r: records its settings (0 on out of memory: the caller refuses). */
+int coord_fuse_join(ljob *j, int r, uint64_t bytes, uint32_t cycle_ms);
+void coord_fuse_free(ljob *j);
+/* Status fields (",\"issues\":...,\"fusion\":{...}"), appended at off. */
+size_t coord_fuse_status(const ljob *j, char *buf, size_t cap, size_t off);
 /* coord_ready.c */
 void coord_lead_free_entries(ljob *j);
 /* Remembers that (step, key) was issued: a later READY naming it is ignored as a late repeat. */

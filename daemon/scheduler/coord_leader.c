@@ -16,6 +16,7 @@ coord_leader *coord_leader_new(void) {
 static void job_free(ljob *j) {
   coord_lead_free_entries(j);
   coord_pre_free(j);
+  coord_fuse_free(j); /* a held group is dropped: the job's ABORT fails its tensors */
   free(j->members);
   free(j->gens);
   free(j->left);
@@ -187,6 +188,7 @@ static fgb_status form_job(coord *c, ljob *j) {
       m.uid_len = (uint32_t)ul; /* else 0: every rank's communicator creation fails, named */
   }
   j->formed = 1;
+  coord_fuse_form(j);
   coord_lead_send_members(c, j, &m, -1);
   for (uint32_t i = 0; i < j->nearly; i++)
     process_meta(c, j, j->early[i].from, j->early[i].rank, &j->early[i].meta);
@@ -251,6 +253,10 @@ static fgb_status on_join(coord *c, int from, const coord_msg *m, char *err, siz
     l->jobs = j;
     l->njobs++;
   }
+  if (!coord_fuse_join(j, m->rank, m->fusion_bytes, m->cycle_ms)) {
+    if (!j->njoined) coord_lead_forget(l, j);
+    return refuse(c, from, m, FGB_ENOMEM, "leader out of memory", err, errlen);
+  }
   j->members[m->rank] = from;
   j->gens[m->rank] = m->gen;
   j->njoined++;
@@ -309,6 +315,8 @@ static fgb_status on_leave(coord *c, int from, const coord_msg *m, char *err, si
     if (j->njoined == 0) coord_lead_forget(coord_get_leader(c), j);
     return FGB_OK;
   }
+  /* Held tensors were reported by the leaver too: it takes part, so they go before it leaves. */
+  if (coord_fuse_flush(c, j)) coord_pre_try(c, j);
   int found = 0;
   uint64_t step = 0;
   for (size_t i = 0; i < j->scap; i++) {

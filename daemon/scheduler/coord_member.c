@@ -92,6 +92,10 @@ fgb_status coord_member_deliver(coord *c, const coord_msg *m, char *err, size_t 
       if (!keys) return FGB_ENOMEM;
       memcpy(keys, m->keys, (size_t)m->nkeys * sizeof *keys);
       c->last_seq = m->seq;
+      if (j) {
+        j->issues++;
+        j->issued_keys += m->nkeys;
+      }
       stall_clear_issued(c, m);
       coord_event_init(&ev, COORD_EV_ISSUE, m);
       ev.ntensors = m->nkeys;
@@ -111,7 +115,11 @@ fgb_status coord_member_deliver(coord *c, const coord_msg *m, char *err, size_t 
       if (!keys) return FGB_ENOMEM;
       c->last_seq = m->seq + m->nkeys - 1;
       c->pre_items += m->nkeys;
-      if (j) j->pre_items += m->nkeys;
+      if (j) {
+        j->pre_items += m->nkeys;
+        j->issues += m->nkeys;
+        j->issued_keys += m->nkeys;
+      }
       for (uint32_t i = 0; i < m->nkeys; i++) {
         coord_event_init(&ev, COORD_EV_ISSUE, m);
         ev.seq = m->seq + i;
@@ -255,10 +263,12 @@ size_t coord_status_json(const coord *c, char *buf, size_t cap) {
     off = coord_json_putf(buf, cap, off,
                           ",\"incarnation\":%llu,\"key\":%llu,\"size\":%d,\"rank\":%d,"
                           "\"formed\":%s,\"tensors\":%u,\"next_seq\":%llu,"
-                          "\"preissued\":%llu,\"ranks\":[",
+                          "\"preissued\":%llu,\"issues\":%llu,\"issued_tensors\":%llu,"
+                          "\"ranks\":[",
                           (unsigned long long)j->id.incarnation, (unsigned long long)j->job_key,
                           j->size, j->rank, j->formed ? "true" : "false", j->tensors_ok,
-                          (unsigned long long)c->last_seq + 1, (unsigned long long)j->pre_items);
+                          (unsigned long long)c->last_seq + 1, (unsigned long long)j->pre_items,
+                          (unsigned long long)j->issues, (unsigned long long)j->issued_keys);
     for (int i = 0; j->formed && i < j->size; i++)
       off = coord_json_putf(buf, cap, off, "%s%d", i ? "," : "", j->world_ranks[i]);
     off = coord_json_putf(buf, cap, off, "],\"stalls\":[");

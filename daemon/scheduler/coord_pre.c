@@ -95,6 +95,7 @@ static const char *blocker(coord *c, const ljob *j, uint64_t u, char *t, size_t 
   /* An agreed ISSUE numbered after the block would wait behind it on every daemon, while the
    * clients wait for it before they make the block's step ready. */
   if (j->nentries) return "collectives wait for agreement";
+  if (j->fz_n) return "agreed tensors are held for fusion"; /* same: they go before the block */
   return NULL;
 }
 
@@ -127,6 +128,8 @@ static int try_once(coord *c, ljob *j) {
   j->pre_last = j->full_next = u + 1;
   j->pre_items += j->blk_n;
   j->pre_steps++;
+  j->issues += j->blk_n;
+  j->issued_keys += j->blk_n;
   coord_lead_send_members(c, j, &p, -1);
   return 1;
 }

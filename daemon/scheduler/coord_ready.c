@@ -1,7 +1,7 @@
 /* daemon/scheduler/coord_ready.c — the leader's readiness table: per job, which ranks reported
- * each (step, tensor key); completed entries are numbered in the world sequence and issued
- * (fused up to cfg.fusion_bytes), entries waiting too long are reported as stalls. Also the
- * leader's status. Semantics are described at the top of coordinator.c.
+ * each (step, tensor key); completed entries go to the job's fusion (coord_fuse.c), which numbers
+ * them in the world sequence, entries waiting too long are reported as stalls. Also the leader's
+ * status. Semantics are described at the top of coordinator.c.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -110,35 +110,6 @@ void coord_lead_unmark_done(ljob *j, uint32_t key, uint64_t step) {
 }
 
 /* ---- readiness ----------------------------------------------------------------------------- */
-static uint64_t tensor_bytes(const ltensor *t) {
-  if (t->meta.bytes) return t->meta.bytes;
-  uint64_t es = coord_dtype_size(t->meta.dtype);
-  return t->meta.count > UINT64_MAX / es ? UINT64_MAX : t->meta.count * es;
-}
-
-/* Numbers and sends completed keys of one job and step, in the given order, fused greedily. */
-static void issue(coord *c, ljob *j, uint64_t step, uint32_t *keys, uint32_t n) {
-  uint64_t limit = coord_cfg(c)->fusion_bytes;
-  for (uint32_t i = 0; i < n;) {
-    uint32_t start = i;
-    uint64_t total = tensor_bytes(&j->tensors[keys[i++]]);
-    while (limit && i < n && i - start < COORD_MAX_BATCH) {
-      uint64_t b = tensor_bytes(&j->tensors[keys[i]]);
-      if (b > limit || total + b > limit) break;
-      total += b;
-      i++;
-    }
-    coord_msg m;
-    coord_lead_job_msg(&m, COORD_MSG_ISSUE, j);
-    m.seq = coord_get_leader(c)->next_seq++;
-    m.step = step;
-    m.nkeys = i - start;
-    m.keys = keys + start; /* borrowed */
-    coord_pre_record(j, step, m.keys, m.nkeys);
-    coord_lead_send_members(c, j, &m, -1);
-  }
-}
-
 fgb_status coord_lead_on_ready(coord *c, int from, const coord_msg *m, char *err, size_t errlen) {
   fgb_status st = FGB_OK;
   char t[COORD_MAX_TEXT + 1];
@@ -194,7 +165,7 @@ fgb_status coord_lead_on_ready(coord *c, int from, const coord_msg *m, char *err
     mark_done(tn, m->step);
     done[nd++] = k;
   }
-  issue(c, j, m->step, done, nd);
+  coord_fuse_agreed(c, j, m->step, done, nd); /* issued now or held for the cycle */
   free(done);
   if (nd) coord_pre_try(c, j); /* a step issued in full: the next one may go ahead of readiness */
   /* A rank that left cleanly can never complete entries it lacks: that is an abort. */
@@ -215,6 +186,7 @@ fgb_status coord_lead_on_ready(coord *c, int from, const coord_msg *m, char *err
 
 /* ---- stalls and status --------------------------------------------------------------------- */
 void coord_leader_tick(coord *c) {
+  coord_fuse_tick(c); /* held groups whose cycle ended */
   uint64_t stall_ms = coord_cfg(c)->stall_ms, now = coord_now(c);
   if (!stall_ms) return;
   for (ljob *j = coord_get_leader(c)->jobs; j; j = j->next) {
@@ -292,6 +264,7 @@ size_t coord_leader_status(const coord *c, char *buf, size_t cap, size_t off) {
     }
     off = coord_json_putf(buf, cap, off, "]");
     off = coord_pre_status(j, buf, cap, off);
+    off = coord_fuse_status(j, buf, cap, off);
     off = coord_json_putf(buf, cap, off, "}");
   }
   return coord_json_putf(buf, cap, off, "]");

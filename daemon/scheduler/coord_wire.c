@@ -231,6 +231,12 @@ fgb_status coord_msg_encode(const coord_msg *m, uint8_t **out, size_t *outlen) {
       w_u32(&w, (uint32_t)m->rank);
       w_u32(&w, (uint32_t)m->size);
       w_u32(&w, m->gen);
+      if (m->fusion_bytes > COORD_MAX_FUSION_BYTES || m->cycle_ms > COORD_MAX_CYCLE_MS) {
+        free(w.p);
+        return FGB_EINVAL;
+      }
+      w_u64(&w, m->fusion_bytes);
+      w_u32(&w, m->cycle_ms);
       break;
     case COORD_MSG_LEAVE:
       w_u32(&w, (uint32_t)m->rank);
@@ -474,6 +480,11 @@ fgb_status coord_msg_decode(const uint8_t *p, size_t len, coord_msg *m, char *er
       m->size = r_rank(&r, 1, COORD_MAX_JOB_SIZE, "JOIN size");
       if (!r.bad && m->rank >= m->size) r_fail(&r, "JOIN rank >= size");
       m->gen = r_u32(&r, "JOIN generation");
+      m->fusion_bytes = r_u64(&r, "JOIN fusion bytes");
+      if (!r.bad && m->fusion_bytes > COORD_MAX_FUSION_BYTES)
+        r_fail(&r, "JOIN fusion bytes > 2^40");
+      m->cycle_ms = r_u32(&r, "JOIN cycle ms");
+      if (!r.bad && m->cycle_ms > COORD_MAX_CYCLE_MS) r_fail(&r, "JOIN cycle ms > 10000");
       break;
     case COORD_MSG_LEAVE:
       m->rank = r_rank(&r, 0, COORD_MAX_JOB_SIZE - 1, "LEAVE rank");

@@ -9,10 +9,11 @@
  * SEND to itself), in the same order as they would travel, so its events keep sequence order.
  *
  * ---- Wire format (little-endian; all messages) ------------------------------------------------
- *   u8 version (= 1)   u8 type   job: name (u8 len 1..255, bytes, no NUL), u64 incarnation
+ *   u8 version (= 2)   u8 type   job: name (u8 len 1..255, bytes, no NUL), u64 incarnation
  * then by type ("rank" = job rank, i32 sent as u32; text = u16 len 0..511 + bytes):
  *   daemon -> leader
- *   1 JOIN       rank (0..size-1), size (1..65536), u32 gen
+ *   1 JOIN       rank (0..size-1), size (1..65536), u32 gen, u64 fusion_bytes (0..2^40),
+ *                u32 cycle_ms (0..10000)
  *   2 LEAVE      rank, u8 abort (0|1), text why
  *   3 META       rank, name tensor, u64 count, u8 dtype (fgb_dtype 1..7), u8 ndim (0..8),
  *                u64 shape[ndim], u64 dense bytes
@@ -37,6 +38,8 @@
  *                seq >= 1, seq + n must not wrap, step below 2^63
  *   25 RECALL_ASK u64 job_key, u32 recall_id (>= 1)
  *   26 REVOKE    u64 job_key, u32 recall_id (>= 1), u64 seq (the highest kept: S*)
+ * Version 1 had no fusion settings in JOIN; a message of another version is FGB_EPROTO
+ * ("control message version V, expected 2"): every daemon of a world runs the same version.
  * Decoding checks every length and count against the bytes left and its cap, dtype and ndim
  * ranges, rank ranges, no NUL in names, and no trailing bytes; a malformed message is FGB_EPROTO
  * with a message and changes nothing. A daemon->leader type arriving at a non-leader, or a
@@ -64,9 +67,20 @@
  * pending (step, key) again changes nothing, and a report of a (step, key) among the last 8
  * completed steps of that key is ignored as a late repeat (a (step, key) is never legitimately
  * reported after it was issued; steps need not increase). Entries completed by one READY all
- * belong to one job and step; they are issued in the order that last READY listed them, grouped
- * greedily up to cfg.fusion_bytes dense bytes (0: one tensor per ISSUE; a tensor larger than the
- * limit goes alone), each group with the next world seq, sent to every member in job-rank order
+ * belong to one job and step; they are agreed in the order that last READY listed them.
+ * Fusion (coord_fuse.c; Horovod's cycle and threshold): each JOIN carries the rank's fusion_bytes
+ * and cycle_ms (coord_join: cfg.fusion_bytes and 0); at formation the job takes the largest of
+ * each over its ranks. Agreed tensors are packed in agreed order into groups of at most
+ * fusion_bytes dense bytes (META's bytes; 0: one tensor per group), a group never spans two
+ * steps, and a tensor larger than the limit goes alone. With cycle_ms = 0 the groups of what one
+ * READY completed are issued at once. With cycle_ms > 0 the open group is held: it is issued when
+ * the next agreed tensor does not fit (or is of another step), when it reaches the limit or
+ * 65536 keys exactly, on the first coord_tick at or after cycle_ms past its first tensor's
+ * agreement (coord_set_clock's time, else the last tick's; coord_next_due says when), and before
+ * a clean LEAVE of a rank is handled; a tensor larger than the limit and ad-hoc steps are issued
+ * at once, without waiting for (or flushing) the held group. An ABORT drops the held group (its
+ * tensors fail on every daemon with the job). Each group gets the next world seq and goes to
+ * every member in job-rank order
  * (also to members that left cleanly: they reported the entry, so they take part). The leader
  * sends in seq order and links deliver in order, so every daemon sees FORMED/ISSUE in increasing
  * seq (a member rejects a non-increasing seq as FGB_EPROTO).
@@ -100,9 +114,13 @@
  * array into buf (cut at cap) and returns the length the whole text needs, like snprintf: the
  * leader lists its table (per job: name, incarnation, key, size, joined, formed, tensors, pending,
  * next_seq, ranks = world rank per job rank or -1, stalls [{step, key, tensor, waited_ms,
- * missing}], preissue {active, steps, items, block, last_step, why_not}); other daemons list
+ * missing}], preissue {active, steps, items, block, last_step, why_not}, issues and
+ * issued_tensors = ISSUEs numbered (a pre-issued key counts as one) and the keys in them,
+ * fusion {bytes, cycle_ms, held, full, timed}: the job's settings, keys held now, groups issued
+ * because full and because their cycle ended); other daemons list
  * their own jobs (rank, tensors = TENSOR_OKs received, next_seq = last seq seen + 1, preissued =
- * ISSUEs received pre-issued, ranks once formed, and the stalls the leader reported).
+ * ISSUEs received pre-issued, issues and issued_tensors as received, ranks once formed, and the
+ * stalls the leader reported).
  * Pre-issue (static plans, so that steady state needs no leader round trip): a daemon calls
  * coord_preissue(on, s) when its client made its first tensor of step s ready; on = 1 says this
  * rank's static plan is in force and wants step s + 1 numbered ahead of readiness. The leader
@@ -170,6 +188,16 @@ const coord_config *coord_cfg(const coord *c) {
 
 uint64_t coord_now(const coord *c) {
   return c->now;
+}
+
+uint64_t coord_clock(const coord *c) {
+  return c->clock ? c->clock(c->clock_ud) : c->now;
+}
+
+void coord_set_clock(coord *c, uint64_t (*now_ms)(void *ud), void *ud) {
+  if (!c) return;
+  c->clock = now_ms;
+  c->clock_ud = ud;
 }
 
 void coord_set_uid_maker(coord *c, fgb_status (*make_uid)(void *ud, uint8_t *uid, size_t *len),
@@ -371,8 +399,14 @@ static fgb_status local_check(coord *c, const coord_job_id *job, local_job **out
 }
 
 fgb_status coord_join(coord *c, const coord_job_id *job, int rank, int size) {
+  return coord_join_fusion(c, job, rank, size, c ? c->cfg.fusion_bytes : 0, 0);
+}
+
+fgb_status coord_join_fusion(coord *c, const coord_job_id *job, int rank, int size,
+                             uint64_t fusion_bytes, uint32_t cycle_ms) {
   if (!c || coord_job_check(job, NULL, 0)) return FGB_EINVAL;
   if (size < 1 || size > c->cfg.world_size || rank < 0 || rank >= size) return FGB_EINVAL;
+  if (fusion_bytes > COORD_MAX_FUSION_BYTES || cycle_ms > COORD_MAX_CYCLE_MS) return FGB_EINVAL;
   if (c->leader_lost) return FGB_EPEER;
   if (coord_find_local(c, job)) return FGB_EEXIST;
   local_job *j = calloc(1, sizeof *j);
@@ -387,6 +421,8 @@ fgb_status coord_join(coord *c, const coord_job_id *job, int rank, int size) {
   member_msg(&m, COORD_MSG_JOIN, j);
   m.size = size;
   m.gen = j->gen;
+  m.fusion_bytes = fusion_bytes;
+  m.cycle_ms = cycle_ms;
   fgb_status st = to_leader(c, &m);
   if (st) coord_drop_local(c, j); /* not sent: as if never joined */
   return st;
@@ -470,6 +506,10 @@ fgb_status coord_recall_answer(coord *c, const coord_job_id *job, uint32_t recal
   m.recall_id = recall_id;
   m.seq = handed_seq;
   return to_leader(c, &m);
+}
+
+uint64_t coord_next_due(const coord *c) {
+  return c && c->leader ? coord_fuse_due(c) : UINT64_MAX;
 }
 
 int coord_leader_gone(const coord *c) {

@@ -30,6 +30,9 @@
 #define COORD_MAX_UID 256 /* transport bootstrap id carried in FORMED (NCCL unique id) */
 /* Steps with this bit are the daemon's ad-hoc collectives (bit | client seq): never pre-issued. */
 #define COORD_STEP_ADHOC (1ull << 63)
+/* Bounds of a job's fusion settings (coord_join_fusion; JOIN on the wire). */
+#define COORD_MAX_FUSION_BYTES (1ull << 40)
+#define COORD_MAX_CYCLE_MS 10000u
 
 typedef struct coord coord;
 
@@ -37,8 +40,9 @@ typedef struct coord_config {
   int world_rank;
   int world_size;
   uint64_t stall_ms; /* report a tensor ready on some ranks but not others after this long */
-  uint32_t
-      fusion_bytes; /* dynamic policies: max bytes per issued group (0 = one tensor per group) */
+  /* coord_join's fusion threshold: max dense bytes per issued group (0 = one tensor per group),
+   * with no cycle (what one READY completes is issued at once). coord_join_fusion sets both. */
+  uint32_t fusion_bytes;
 } coord_config;
 
 /* Job identity: name + incarnation (two runs with the same name never merge). */
@@ -119,6 +123,16 @@ void coord_set_uid_maker(coord *c, fgb_status (*make_uid)(void *ud, uint8_t *uid
 /* ---- local events (this daemon's clients) -------------------------------------------------- */
 /* A client joined a job on this daemon as job rank `rank` of `size`. */
 fgb_status coord_join(coord *c, const coord_job_id *job, int rank, int size);
+/* The same, with this rank's fusion settings for the job (Horovod's HOROVOD_FUSION_THRESHOLD and
+ * HOROVOD_CYCLE_TIME): the leader holds the job's agreed-ready tensors for up to cycle_ms after
+ * the first of a cycle and issues them packed, in agreed order, into groups of at most
+ * fusion_bytes dense bytes (as announced in coord_tensor_meta.bytes); a full group goes at once,
+ * a tensor above the threshold goes alone at once; fusion_bytes = 0: one tensor per ISSUE;
+ * cycle_ms = 0: what one READY completes is issued at once. The job uses the largest value of
+ * each over its ranks. fusion_bytes <= COORD_MAX_FUSION_BYTES, cycle_ms <= COORD_MAX_CYCLE_MS
+ * (else FGB_EINVAL). coord_join is this with (cfg.fusion_bytes, 0). */
+fgb_status coord_join_fusion(coord *c, const coord_job_id *job, int rank, int size,
+                             uint64_t fusion_bytes, uint32_t cycle_ms);
 /* The client of the job on this daemon left or died (abort == 1: died mid-job; others get
  * COORD_EV_JOB_ABORTED; abort == 0: clean close after its last step). */
 fgb_status coord_leave(coord *c, const coord_job_id *job, int abort, const char *why);
@@ -153,8 +167,16 @@ int coord_leader_gone(const coord *c);
  * COORD_EV_ERROR and the link may stay open. */
 fgb_status coord_on_message(coord *c, int from, const uint8_t *bytes, size_t len, char *err,
                             size_t errlen);
-/* Advance time (ms, monotonic) for stall detection. */
+/* Advance time (ms, monotonic) for stall detection and fusion cycles (a held group whose cycle
+ * ended is issued). */
 void coord_tick(coord *c, uint64_t now_ms);
+/* Optional: a clock (ms, the one coord_tick is given) the leader reads when a fusion cycle
+ * starts, so that it starts when its first tensor is agreed rather than at the last tick. Without
+ * it the last tick's time is used. */
+void coord_set_clock(coord *c, uint64_t (*now_ms)(void *ud), void *ud);
+/* The earliest time (ms) at which coord_tick has a fusion cycle to end, UINT64_MAX if none: the
+ * daemon ticks at that time (coord_tick alone would end a cycle at the next periodic tick). */
+uint64_t coord_next_due(const coord *c);
 
 /* ---- outputs ------------------------------------------------------------------------------ */
 /* Pop the next output event; returns 1 with *ev filled, or 0 when none. */
