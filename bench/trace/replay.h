@@ -37,11 +37,12 @@ double rp_now_s(void);
 void rp_sleep_until(double t);
 
 /* The fgbuffd run (fgbrun.c): connect, join, register, run every step. 0, 1 (error, printed) or 3
- * (FGB_ENOTSUP: rank 0 printed "RESULT status=not-supported"). Rank and size of the job into *rank, *size. */
+ * (FGB_ENOTSUP: rank 0 printed "RESULT status=not-supported"). The job's rank and size into *rank
+ * and *size; *run for the PLAN line, freed by rp_fgbuffd_free (also after a failure). */
 typedef struct rp_run rp_run;
 int rp_fgbuffd(const trc_trace *tr, const rp_opts *o, const char *job, rp_times *out, rp_run **run,
                int *rank, int *size);
-/* The PLAN line (rank 0, after RESULT; r may be NULL). */
+/* The PLAN line (rank 0, after RESULT; r may be NULL: nothing printed). */
 void rp_fgbuffd_plan(rp_run *r, const char *job, const char *policy);
 void rp_fgbuffd_free(rp_run *r);
 
