@@ -203,13 +203,12 @@ out:
   return rc;
 }
 
-static int make_events(raw_ctx *x, cudaEvent_t **ev, uint32_t n, int timing) {
+static int make_events(cudaEvent_t **ev, uint32_t n, int timing) {
   if (!(*ev = calloc(n ? n : 1, sizeof **ev))) return 1;
   for (uint32_t i = 0; i < n; i++)
     if (cudaEventCreateWithFlags(&(*ev)[i], timing ? cudaEventDefault : cudaEventDisableTiming) !=
         cudaSuccess)
       return 1;
-  (void)x;
   return 0;
 }
 
@@ -245,11 +244,10 @@ int raw_nccl_run(const trc_trace *tr, const rp_opts *o, int rank, int size, rp_t
   CK(cudaStreamCreateWithFlags(&x.cs, cudaStreamNonBlocking) == cudaSuccess, "compute stream");
   CK(cudaStreamCreateWithFlags(&x.ns, cudaStreamNonBlocking) == cudaSuccess, "comm stream");
   CK(cudaMemset(x.base, 0, bytes) == cudaSuccess, "cudaMemset");
-  CK(make_events(&x, &x.ready, x.ncoll, tl) == 0 && make_events(&x, &x.done, x.ncoll, tl) == 0,
-     "events");
+  CK(make_events(&x.ready, x.ncoll, tl) == 0 && make_events(&x.done, x.ncoll, tl) == 0, "events");
   if (tl) {
-    CK(make_events(&x, &x.start, x.ncoll, 1) == 0 && make_events(&x, &x.end, x.ncoll, 1) == 0 &&
-           make_events(&x, &x.lev, tr->nlayers, 1) == 0 && cudaEventCreate(&x.org) == cudaSuccess,
+    CK(make_events(&x.start, x.ncoll, 1) == 0 && make_events(&x.end, x.ncoll, 1) == 0 &&
+           make_events(&x.lev, tr->nlayers, 1) == 0 && cudaEventCreate(&x.org) == cudaSuccess,
        "timeline events");
     CK((x.issue_s = calloc(x.ncoll, sizeof *x.issue_s)) != NULL, "allocation");
   }
