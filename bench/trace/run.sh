@@ -14,9 +14,10 @@
 # Usage: bench/trace/run.sh BUILD_DIR TRACE [TRACE...] [--cpu] [--policies "none raw fusion ..."]
 #          [--comps "dense topk"] [--nets "nvlink slow"] [--iters N] [--warmup W]
 #          [--comm-iters K] [--scale X] [--density D] [--timeout S] [--no-forward]
-#          [--timeline DIR]
+#          [--timeline DIR] [--topk-policies "none ..."]
 #   --cpu      CPU daemons and host arenas (for testing without a GPU; network label "cpu")
 #   --no-forward  replay without the forward even where the trace has forward layers
+#   --topk-policies P  run the compressed comps (--comps other than dense) only for these policies
 #   --timeline DIR  one traced configuration per network: the daemons with FGBUFF_GPU_TRACE=all,
 #              the clients with FGBUFF_CLIENT_TRACE=1, every replay with --timeline (default
 #              policies "raw rawbucket none", comps dense, iters 4); every log kept in DIR, and
@@ -30,7 +31,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 src="$(cd "$here/../.." && pwd)"
 build="$(cd "${1:?usage: run.sh BUILD_DIR TRACE [TRACE...] [options]}" && pwd)"
 shift
-traces=() cpu=0 policies="" comps="" iters="" no_forward=0 tl=""
+traces=() cpu=0 policies="" comps="" iters="" no_forward=0 tl="" topk_policies=""
 nets="nvlink slow" warmup=8 comm_iters=3 scale=1 density=0.01 tmo=90 keep="" dyn_warmup=3
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -47,6 +48,7 @@ while [ $# -gt 0 ]; do
   --timeout) tmo="$2"; shift ;;
   --keep) keep="$2"; shift ;;
   --no-forward) no_forward=1 ;;
+  --topk-policies) topk_policies="$2"; shift ;;
   --timeline) tl="$2"; shift ;;
   -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   *) traces+=("$(cd "$(dirname "$1")" && pwd)/$(basename "$1")") ;;
@@ -238,6 +240,7 @@ for net in $nets; do
   for ti in "${!traces[@]}"; do
     for pol in $policies; do
       for comp in $comps; do
+        [ "$comp" = dense ] || [ -z "$topk_policies" ] || [[ " $topk_policies " == *" $pol "* ]] || continue
         t0=$SECONDS
         replay_one "${traces[$ti]}" "$pol" "$comp" "$net" "$ti-$pol-$comp-$net"
         runtimes+="$ti-$pol-$comp-$net:$((SECONDS - t0))s "
