@@ -231,12 +231,18 @@ int raw_nccl_run(const trc_trace *tr, const rp_opts *o, int rank, int size, rp_t
   CK(x.off && x.boff && x.bytes && x.coll_of, "allocation");
   for (uint32_t i = 0; i < tr->n; i++) {
     x.off[i] = bytes;
-    x.boff[i] = bbytes; /* DDP's bucket: the members' views packed, in bucket order */
     x.bytes[i] = tr->t[i].numel * fgb_dtype_size(tr->t[i].dtype);
     bytes += (x.bytes[i] + RAW_ALIGN - 1) / RAW_ALIGN * RAW_ALIGN;
-    bbytes += x.bytes[i];
   }
   CK(plan_colls(&x, plan, planlen) == 0, "allocation");
+  /* DDP's buckets: each its own aligned flat buffer (one allocation), the members' views packed */
+  for (uint32_t c = 0; c < x.ncoll; c++) {
+    bbytes = (bbytes + RAW_ALIGN - 1) / RAW_ALIGN * RAW_ALIGN;
+    for (uint32_t i = x.coll[c].first; i < x.coll[c].first + x.coll[c].count; i++) {
+      x.boff[i] = bbytes;
+      bbytes += x.bytes[i];
+    }
+  }
   CK(cudaSetDevice(o->gpu) == cudaSuccess, "cudaSetDevice");
   CK(cudaMalloc((void **)&x.base, bytes) == cudaSuccess, "cudaMalloc arena");
   if (o->raw_bucketed) CK(cudaMalloc((void **)&x.bucket, bbytes) == cudaSuccess, "cudaMalloc");
