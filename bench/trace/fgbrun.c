@@ -40,7 +40,12 @@ struct rp_run {
   double *done_s;  /* per tensor: its Done seen (CPU forward only; < 0: not yet) */
   double *layer_s; /* per layer: its forward spin begins (its tensors synchronised) */
 #ifdef FGBUFF_HAVE_CUDA
-  cudaEvent_t *lev; /* --timeline on GPU: [0] origin, [1 + l] layer l begins, [1 + L] forward end */
+  /* --timeline on GPU: lev [0] origin, [1 + l] layer l begins, [1 + L] forward end; tev per
+   * tensor: its result visible on the GPU, seen by a probe stream that waits for each tensor in
+   * ready order (exact where results complete in that order, as under none; else the latest of
+   * the tensor's and every earlier one's) */
+  cudaEvent_t *lev, *tev;
+  void *probe;
 #endif
 };
 
@@ -251,14 +256,21 @@ static void timeline(rp_run *r, uint64_t step, int measured, double t0, double s
       r->rank, (unsigned long long)step, measured, t0 * 1e6, (t0 + tr->backward_us * 1e-6) * 1e6,
       (t0 + sync_end) * 1e6, fwd_end > 0 ? (t0 + fwd_end) * 1e6 : 0.0,
       r->o->forward ? tr->nlayers : 0);
-  for (uint32_t i = 0; i < tr->n; i++)
+  for (uint32_t i = 0; i < tr->n; i++) {
+    /* CPU: the Done seen by the host during the forward; GPU: the probe stream's event */
+    double done = r->gpu < 0 && r->o->forward ? r->done_s[i] : 0;
+#ifdef FGBUFF_HAVE_CUDA
+    float ms = 0;
+    if (r->tev && cudaEventElapsedTime(&ms, r->lev[0], r->tev[i]) == cudaSuccess)
+      done = t0 + (double)ms * 1e-3;
+#endif
     printf(
         "rtrace rank %d mode fgbuffd step %llu tensor %u name %s bytes %llu ready_us %.1f "
         "submit_us %.1f done_us %.1f\n",
         r->rank, (unsigned long long)step, i, tr->t[i].name,
         (unsigned long long)(tr->t[i].numel * fgb_dtype_size(tr->t[i].dtype)),
-        (t0 + (double)r->ready_ns[i] * 1e-9) * 1e6, r->sub_s[i] * 1e6,
-        r->gpu < 0 && r->o->forward ? r->done_s[i] * 1e6 : 0.0);
+        (t0 + (double)r->ready_ns[i] * 1e-9) * 1e6, r->sub_s[i] * 1e6, done * 1e6);
+  }
   for (uint32_t l = 0; r->o->forward && l < tr->nlayers; l++) {
     double begin = r->layer_s[l];
 #ifdef FGBUFF_HAVE_CUDA
@@ -309,9 +321,19 @@ static int run_step(rp_run *r, uint64_t step, int traced, int measured, double *
     if (rc) return rc;
     if (r->gpu < 0) fwd_end = rp_now_s() - t0;
   }
+#ifdef FGBUFF_HAVE_CUDA
+  /* After the forward's enqueue: where a wait blocks the host (no done page), the forward's own
+   * waits were first. */
+  for (uint32_t i = 0; r->tev && traced && i < r->tr->n; i++) {
+    if ((st = fgb_wait_on_stream(r->c, r->tid[i], step, r->probe, RP_WAIT_MS)))
+      return fail(r, "wait on the probe stream", st);
+    if ((ce = cudaEventRecord(r->tev[i], r->probe))) return cuda_fail("probe event", ce);
+  }
+#endif
   if ((st = fgb_wait_step(r->c, step, RP_WAIT_MS))) return fail(r, "wait step", st);
   *sync_end = (last_done > 0 ? last_done : rp_now_s()) - t0;
 #ifdef FGBUFF_HAVE_CUDA
+  if (r->tev && traced && (ce = cudaStreamSynchronize(r->probe))) return cuda_fail("probe", ce);
   if (fwd && r->gpu >= 0) {
     uint64_t st2[2];
     if ((ce = cudaStreamSynchronize(r->stream)) ||
@@ -342,10 +364,18 @@ int rp_fgbuffd(const trc_trace *tr, const rp_opts *o, const char *job, rp_times 
   *size = r->size;
   if (rc) return rc;
 #ifdef FGBUFF_HAVE_CUDA
-  if (o->timeline && r->gpu >= 0 && o->forward) {
-    if (!(r->lev = calloc(tr->nlayers + 2, sizeof *r->lev))) return 1;
+  if (o->timeline && r->gpu >= 0) {
+    cudaStream_t ps;
+    if (!(r->lev = calloc(tr->nlayers + 2, sizeof *r->lev)) ||
+        !(r->tev = calloc(tr->n, sizeof *r->tev)))
+      return 1;
     for (uint32_t k = 0; k < tr->nlayers + 2; k++)
       if (cudaEventCreate(&r->lev[k]) != cudaSuccess) return cuda_fail("event", 1);
+    for (uint32_t k = 0; k < tr->n; k++)
+      if (cudaEventCreate(&r->tev[k]) != cudaSuccess) return cuda_fail("event", 1);
+    if (cudaStreamCreateWithFlags(&ps, cudaStreamNonBlocking) != cudaSuccess)
+      return cuda_fail("probe stream", 1);
+    r->probe = ps;
   }
 #endif
   int total = o->warmup + o->iters + o->comm_iters;
@@ -368,7 +398,11 @@ void rp_fgbuffd_free(rp_run *r) {
 #ifdef FGBUFF_HAVE_CUDA
   for (uint32_t k = 0; r->lev && k < r->tr->nlayers + 2; k++)
     if (r->lev[k]) cudaEventDestroy(r->lev[k]);
+  for (uint32_t k = 0; r->tev && k < r->tr->n; k++)
+    if (r->tev[k]) cudaEventDestroy(r->tev[k]);
+  if (r->probe) cudaStreamDestroy((cudaStream_t)r->probe);
   free(r->lev);
+  free(r->tev);
 #endif
   fgb_client_free(r->c);
   free(r->tid);

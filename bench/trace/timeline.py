@@ -28,7 +28,10 @@ backward) on each rank. For each run the step shown is the measured step with th
            previous end) + the GPU "collective" time (its first event is recorded at agree,
            so it includes waiting behind earlier collectives on the daemon's stream);
            CPU daemons: the loop line's taken/fin (host times; the engine runs one at a time)
-    fin    the engine saw completion (host), done-sent: the Done left the daemon
+    done   measured: the replay's probe stream saw the tensor's result (GPU, placed on the host
+           clock by the step's origin event; in ready order, so exact where results complete in
+           that order, as under none); CPU: the host saw the Done during the forward
+    fin    the engine saw completion (host), sent: the Done left the daemon
 Only single-tensor items are logged by the daemons (gtrace); buffers of fusion or static plans and
 DeAR's split halves are not (README, "Timeline").
 
@@ -162,7 +165,8 @@ def fgb_rows(st, t0, dm, rank, lo, hi):
         t = tens[k] if k < len(tens) else {}
         r = {"what": t.get("name", "?"), "bytes": int(t.get("bytes", 0) or 0),
              "ready": f(t, "ready_us") - t0 if t else None,
-             "seen": sub[k]["seen"] - t0 if k < len(sub) else None}
+             "seen": sub[k]["seen"] - t0 if k < len(sub) else None,
+             "done": f(t, "done_us") - t0 if f(t, "done_us") > 0 else None}
         if e:
             agree = e["start"] + e["agree"]
             start = max(agree, prev_end) if prev_end is not None else agree
@@ -287,14 +291,14 @@ def main():
         print("\n== %s, network %s, rank %d, step %d (origin %.0f us): %s" %
               (name, a.net, a.rank, step, t0, note))
         if mode == "fgbuffd":
-            print("%4s %-40s %10s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s" %
+            print("%4s %-36s %10s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s" %
                   ("#", "tensor (by order)", "bytes", "ready", "seen", "issue", "enq",
-                   "start~", "end~", "gap", "late~", "fin", "sent"))
+                   "start~", "end~", "gap~", "late~", "done", "fin", "sent"))
             for k, r in enumerate(rows[:a.rows or None]):
-                print("%4d %-40.40s %10d %s %s %s %s %s %s %s %s %s %s" %
+                print("%4d %-36.36s %10d %s %s %s %s %s %s %s %s %s %s %s" %
                       (k, r["what"], r["bytes"], ms(r["ready"]), ms(r["seen"]), ms(r["issue"]),
                        ms(r.get("enq")), ms(r["start"]), ms(r["end"]), ms(r["gap"]),
-                       ms(r["late"]), ms(r["fin"]), ms(r["sent"])))
+                       ms(r["late"]), ms(r["done"]), ms(r["fin"]), ms(r["sent"])))
         else:
             print("%4s %-40s %10s %8s %8s %8s %8s %8s %8s %8s" %
                   ("#", "tensor / bucket (last member +others)", "bytes", "ready", "issue",
@@ -310,15 +314,23 @@ def main():
     if len(per_tensor) > 1:
         names = list(per_tensor)
         n = max(len(v) for v in per_tensor.values())
-        print("\n== side by side, per tensor (ms from each run's origin): start / end / late")
-        print("%4s %-36s" % ("#", "tensor") + "".join(" | %-26.26s" % x for x in names))
+        print("\n== side by side, per tensor (ms from each run's origin): start / end / late; "
+              "end is measured (raw: the all-reduce's end event; fgbuffd: its result visible to "
+              "the replay's probe stream, else the estimate ~)")
+        print("%4s %-36s" % ("#", "tensor") + "".join(" | %-27.27s" % x for x in names))
         for k in range(n if not a.rows else min(n, a.rows)):
             w = next((v[k]["what"] for v in per_tensor.values() if k < len(v)), "?")
             cells = []
             for x in names:
                 r = per_tensor[x][k] if k < len(per_tensor[x]) else None
-                cells.append(" | %s %s %s" % (ms(r["start"]), ms(r["end"]), ms(r["late"]))
-                             if r and r.get("start") is not None else " | %26s" % "-")
+                if not r or r.get("start") is None:
+                    cells.append(" | %27s" % "-")
+                    continue
+                measured = r.get("done") is not None and "seen" in r  # fgbuffd, probed
+                end = r["done"] if measured else r["end"]
+                cells.append(" | %s %s%s %s" % (ms(r["start"]), ms(end),
+                                                "~" if not measured and r.get("est") else " ",
+                                                ms(r["late"])))
             print("%4d %-36.36s" % (k, w) + "".join(cells))
     print("\n== summary (ms from each run's origin; busy: union of the collectives; gaps: idle "
           "inside it, and stretches > 50 us; late: sum of the positive lates)")
