@@ -127,7 +127,12 @@ print_tables() {
       if [ -z "$base" ]; then
         base="$none_it" base_name="none dense (no raw baseline on this network)"
       fi
-      echo "   $net: vs_base = iter_ms / $base_name's iter_ms ($base ms); vs_none = / none dense's"
+      case "$base_name" in
+      raw) base_name="raw (raw NCCL per tensor), the better raw baseline" ;;
+      rawbucket) base_name="rawbucket (raw NCCL in DDP's buckets), the better raw baseline" ;;
+      esac
+      echo "   $net: vs_base = iter_ms / that of $base_name ($base ms); vs_none = iter_ms / none" \
+        "dense's"
       printf "%-7s %-9s %-6s %9s %7s %7s %8s %8s %9s %9s %8s %7s %8s  %s\n" net policy comp iter_ms \
         vs_base vs_none bwd_ms fwd_ms sync_end exposed comm_ms hidden stall_ms plan
       for pol in $policies; do
