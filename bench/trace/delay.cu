@@ -1,7 +1,8 @@
 /* bench/trace/delay.cu — GPU helpers of the trace replay (delay.h): the time origin, the spin
- * that delays a stream to a ready time, and a fill of the gradient arena. The spin is one thread:
- * it keeps the stream busy without taking the SMs the daemon's collectives need (a real backward
- * pass would compete with them; this replay does not model that contention). */
+ * that delays a stream to a ready time, the spin that stands for a forward layer's time, and a
+ * fill of the gradient arena. The spins are one thread: they keep the stream busy without taking
+ * the SMs the daemon's collectives need (a real backward or forward pass would compete with them;
+ * this replay does not model that contention). */
 #include <cuda_runtime.h>
 
 #include "delay.h"
@@ -18,6 +19,11 @@ static __global__ void k_stamp(unsigned long long *o) {
 
 static __global__ void k_spin(const unsigned long long *o, unsigned long long off) {
   unsigned long long target = *o + off;
+  while (gtimer() < target) __nanosleep(1000);
+}
+
+static __global__ void k_spin_for(unsigned long long ns) {
+  unsigned long long target = gtimer() + ns;
   while (gtimer() < target) __nanosleep(1000);
 }
 
@@ -39,6 +45,12 @@ extern "C" int dly_stamp(void *stream, uint64_t *dev_origin) {
 
 extern "C" int dly_spin_until(void *stream, const uint64_t *dev_origin, uint64_t offset_ns) {
   k_spin<<<1, 1, 0, (cudaStream_t)stream>>>((const unsigned long long *)dev_origin, offset_ns);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int dly_spin_for(void *stream, uint64_t ns) {
+  if (ns == 0) return 0;
+  k_spin_for<<<1, 1, 0, (cudaStream_t)stream>>>(ns);
   return (int)cudaGetLastError();
 }
 

@@ -16,6 +16,8 @@ extern "C" {
 int dly_stamp(void *stream, uint64_t *dev_origin);
 /* Holds the stream until the global timer reaches *dev_origin + offset_ns (one thread spins). */
 int dly_spin_until(void *stream, const uint64_t *dev_origin, uint64_t offset_ns);
+/* Holds the stream for ns from when the kernel starts (a forward layer's time; one thread). */
+int dly_spin_for(void *stream, uint64_t ns);
 /* Fills n fp32 values with small deterministic pseudo-random numbers (|x| < 1e-2). */
 int dly_fill_f32(void *stream, float *dst, uint64_t n, uint32_t seed);
 

@@ -4,8 +4,9 @@
 needed), for bench/trace/replay.c. `--synthetic` writes a clearly labelled SYNTHETIC trace of the
 same parameters without torch (for developing the replay on a machine without a GPU).
 
-Trace format (text, version 1). Lines starting with '#' are header lines "# key: value":
-  # fgbuff-trace: 1
+Trace format (text, version 2; version 1 is the same without the "forward" lines, and replays
+without a forward pass). Lines starting with '#' are header lines "# key: value":
+  # fgbuff-trace: 2
   # model: resnet50 | bert-base
   # source: measured | SYNTHETIC (not measured: ...)
   # gpu: <torch.cuda.get_device_name> (or "none")
@@ -13,10 +14,22 @@ Trace format (text, version 1). Lines starting with '#' are header lines "# key:
   # iterations: N (median of N timed passes after W warm-up)
   # tensors: <count>            # elements: <sum of numel>
   # forward_us: <median forward time>   # backward_us: <median time to the last gradient>
+  # forward_layers: L           (version 2: the forward pass per layer, the L lines below)
+  # forward_prologue_us: <median time from the forward's start to the first layer's start>
+  # forward_columns: layer,module,fwd_us,tensors
+  # forward: <layer>,<module>,<fwd_us>,<tensor>;<tensor>...   (L lines, in forward order)
   # columns: index,name,numel,dtype,shape,ready_us
-then one row per parameter, in the order its gradient became ready (ascending ready_us):
+A forward layer is a module that owns parameters directly (conv, batch norm, linear, embedding,
+layer norm), in the order its forward starts (its first call; a module called twice in one forward
+is refused). layer 0..L-1 in that order; module its name; tensors its own parameters (the rows'
+names, joined by ';'; every row is in exactly one layer); fwd_us the median over the timed passes
+of (CUDA event in the next layer's forward pre-hook, or the event after the loss for the last
+layer) - (CUDA event in this layer's forward pre-hook): the layer's forward and whatever runs
+between it and the next layer (activations, pooling, attention, the loss). forward_prologue_us +
+the sum of fwd_us is the forward the replay runs (close to forward_us, a median of totals).
+Then one row per parameter, in the order its gradient became ready (ascending ready_us):
   index   0.. in that order
-  name    the parameter's name (no commas)
+  name    the parameter's name (no commas, no ';')
   numel   elements
   dtype   float32 | float16 | bfloat16 (the gradient's dtype)
   shape   dims joined by 'x' (e.g. 64x3x7x7)
@@ -247,11 +260,22 @@ def record(args):
             ev.record()
             cur[name] = ev
         p.register_post_accumulate_grad_hook(hook)
+    # The forward per layer: an event in the pre-hook of every module owning parameters directly.
+    owners = [(mn, m) for mn, m in model.named_modules() if list(m.parameters(recurse=False))]
+    fcalls = []
+    for mn, m in owners:
+        def pre(mod, inp, name=mn):
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            fcalls.append((name, ev))
+        m.register_forward_pre_hook(pre)
+    order, segs, prologue = None, {mn: [] for mn, _ in owners}, []
     ready = {n: [] for n, _ in named}
     fwd, bwd = [], []
     for it in range(args.warmup + args.iters):
         opt.zero_grad(set_to_none=True)
         cur.clear()
+        fcalls.clear()
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         e0.record()
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp):
@@ -265,6 +289,18 @@ def record(args):
         if it < args.warmup:
             continue
         fwd.append(e0.elapsed_time(e1) * 1e3)
+        names = [n for n, _ in fcalls]
+        if len(set(names)) != len(names) or len(names) != len(owners):
+            sys.exit("record.py: %d module calls for %d parameter-owning modules in pass %d (a "
+                     "module called twice, or one not called)" % (len(names), len(owners), it))
+        if order is None:
+            order = names
+        elif names != order:
+            sys.exit("record.py: the forward's module order changed in pass %d" % it)
+        evs = [ev for _, ev in fcalls] + [e1]
+        prologue.append(e0.elapsed_time(evs[0]) * 1e3)
+        for k, n in enumerate(names):
+            segs[n].append(evs[k].elapsed_time(evs[k + 1]) * 1e3)
         times = {n: e1.elapsed_time(ev) * 1e3 for n, ev in cur.items()}
         for n in times:
             ready[n].append(times[n])
@@ -289,7 +325,12 @@ def record(args):
         "forward_us": "%.1f" % statistics.median(fwd),
         "backward_us": "%.1f" % statistics.median(bwd),
     }
-    write(args, head, [(t, n, tuple(p.shape), dtypes[n]) for t, n, p in rows])
+    mods = dict(owners)
+    layers = [(mn, statistics.median(segs[mn]),
+               [mn + "." + pn if mn else pn for pn, _ in mods[mn].named_parameters(recurse=False)])
+              for mn in order]
+    write(args, head, [(t, n, tuple(p.shape), dtypes[n]) for t, n, p in rows],
+          statistics.median(prologue), layers)
 
 
 def synthetic(args):
@@ -307,25 +348,50 @@ def synthetic(args):
         "gpu": "none", "torch": "none", "precision": "fp32 (assumed)", "batch": "none",
         "iterations": "0 (synthetic)", "forward_us": "%.1f" % (bwd_us / 2), "backward_us": "%.1f" % t,
     }
-    write(args, head, rows)
+    # Forward layers: the modules in registration order (the forward order of both models), half
+    # a per-layer constant and half in proportion to the layer's elements; a 2% prologue.
+    fwd_us, mods = bwd_us / 2, []
+    for n, s in spec:
+        mod = n.rsplit(".", 1)[0] if "." in n else ""
+        if not mods or mods[-1][0] != mod:
+            mods.append((mod, []))
+        mods[-1][1].append((n, numel(s)))
+    pro, rest = 0.02 * fwd_us, 0.98 * fwd_us
+    layers = [(m, 0.5 * rest / len(mods) + 0.5 * rest * sum(k for _, k in ts) / tot,
+               [n for n, _ in ts]) for m, ts in mods]
+    write(args, head, rows, pro, layers)
 
 
-def write(args, head, rows):
+def write(args, head, rows, prologue_us, layers):
+    """rows: (ready_us, name, shape, dtype); layers: (module, fwd_us, [tensor names]) in forward
+    order, every row's name in exactly one layer."""
     rows = sorted(rows, key=lambda r: r[0])
+    names = [n for _, _, ts in layers for n in ts]
+    if sorted(names) != sorted(r[1] for r in rows):
+        sys.exit("record.py: the forward layers do not hold every parameter exactly once")
+    for _, n, _, _ in rows:
+        if ";" in n or "," in n:
+            sys.exit("record.py: parameter name %r has ',' or ';'" % n)
     out = open(args.out, "w") if args.out else sys.stdout
-    out.write("# fgbuff-trace: 1\n# model: %s\n" % args.model)
+    out.write("# fgbuff-trace: 2\n# model: %s\n" % args.model)
     for k in ("source", "gpu", "torch", "precision", "batch", "iterations"):
         out.write("# %s: %s\n" % (k, head[k]))
     out.write("# tensors: %d\n# elements: %d\n" % (len(rows), sum(numel(r[2]) for r in rows)))
     out.write("# forward_us: %s\n# backward_us: %s\n" % (head["forward_us"], head["backward_us"]))
+    out.write("# forward_layers: %d\n# forward_prologue_us: %.1f\n" % (len(layers), prologue_us))
+    out.write("# forward_columns: layer,module,fwd_us,tensors\n")
+    for i, (m, us, ts) in enumerate(layers):
+        out.write("# forward: %d,%s,%.1f,%s\n" % (i, m or "(root)", us, ";".join(ts)))
     out.write("# columns: index,name,numel,dtype,shape,ready_us\n")
     for i, (t, n, s, dt) in enumerate(rows):
         out.write("%d,%s,%d,%s,%s,%.1f\n" % (i, n, numel(s), dt, "x".join(map(str, s)) or "1", t))
     if args.out:
         out.close()
-        print("wrote %s: %s, %d tensors, %d elements, backward %s us, source %s" %
-              (args.out, args.model, len(rows), sum(numel(r[2]) for r in rows),
-               head["backward_us"], head["source"].split(" ")[0]))
+        print("wrote %s: %s, %d tensors, %d elements, backward %s us, forward %d layers %.1f us, "
+              "source %s" % (args.out, args.model, len(rows), sum(numel(r[2]) for r in rows),
+                             head["backward_us"], len(layers),
+                             prologue_us + sum(us for _, us, _ in layers),
+                             head["source"].split(" ")[0]))
 
 
 def main():

@@ -5,13 +5,24 @@
 # sockets), and prints one table per trace against the same-run baseline (policy none, dense).
 # Numbers, never pass/fail.
 #
-# Policy "raw" (GPU only, dense only) is the baseline without fgbuffd: one ncclAllReduce per tensor
-# at its ready time (trace-replay --raw-nccl).
+# Policies "raw" and "rawbucket" (GPU only, dense only) are the baselines without fgbuffd: one
+# ncclAllReduce per tensor at its ready time (trace-replay --raw-nccl), and DDP's buckets (25 MiB,
+# the first 1 MiB, filled in ready order, copied in and out; --raw-bucketed). Every table shows
+# both (n/a with --cpu); vs_base is iter_ms over the better of the two (named above the rows).
+# A trace with forward layers (format 2) is replayed with the next step's forward (README).
 #
 # Usage: bench/trace/run.sh BUILD_DIR TRACE [TRACE...] [--cpu] [--policies "none raw fusion ..."]
 #          [--comps "dense topk"] [--nets "nvlink slow"] [--iters N] [--warmup W]
-#          [--comm-iters K] [--scale X] [--density D] [--timeout S]
+#          [--comm-iters K] [--scale X] [--density D] [--timeout S] [--no-forward]
+#          [--timeline DIR] [--topk-policies "none ..."]
 #   --cpu      CPU daemons and host arenas (for testing without a GPU; network label "cpu")
+#   --no-forward  replay without the forward even where the trace has forward layers
+#   --topk-policies P  run the compressed comps (--comps other than dense) only for these policies
+# MPS=1 (GPU): everything runs under an MPS control daemon started here (bench/gpu/mps.sh).
+#   --timeline DIR  one traced configuration per network: the daemons with FGBUFF_GPU_TRACE=all,
+#              the clients with FGBUFF_CLIENT_TRACE=1, every replay with --timeline (default
+#              policies "raw rawbucket none", comps dense, iters 4); every log kept in DIR, and
+#              bench/trace/timeline.py prints each network's per-collective timeline from them
 #   --scale X  replay every tensor with X times its elements (ready times unchanged)
 #   --timeout  seconds per replay run (default 90); a run over it is reported as "timeout"
 #   --dyn-warmup W  warm-up steps of the policies without a plan (none raw fusion; default 3)
@@ -21,8 +32,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 src="$(cd "$here/../.." && pwd)"
 build="$(cd "${1:?usage: run.sh BUILD_DIR TRACE [TRACE...] [options]}" && pwd)"
 shift
-traces=() cpu=0 policies="none raw fusion syncea omgs dear fgbuff rgmerge" comps="dense topk"
-nets="nvlink slow" iters=10 warmup=8 comm_iters=3 scale=1 density=0.01 tmo=90 keep="" dyn_warmup=3
+traces=() cpu=0 policies="" comps="" iters="" no_forward=0 tl="" topk_policies=""
+nets="nvlink slow" warmup=8 comm_iters=3 scale=1 density=0.01 tmo=90 keep="" dyn_warmup=3
 while [ $# -gt 0 ]; do
   case "$1" in
   --cpu) cpu=1 ;;
@@ -37,20 +48,27 @@ while [ $# -gt 0 ]; do
   --density) density="$2"; shift ;;
   --timeout) tmo="$2"; shift ;;
   --keep) keep="$2"; shift ;;
+  --no-forward) no_forward=1 ;;
+  --topk-policies) topk_policies="$2"; shift ;;
+  --timeline) tl="$2"; shift ;;
   -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   *) traces+=("$(cd "$(dirname "$1")" && pwd)/$(basename "$1")") ;;
   esac
   shift
 done
 [ ${#traces[@]} -gt 0 ] || { echo "run.sh: no trace given" >&2; exit 2; }
+if [ -n "$tl" ]; then
+  : "${policies:=raw rawbucket none}" "${comps:=dense}" "${iters:=4}"
+  mkdir -p "$tl" && tl="$(cd "$tl" && pwd)" && keep="$tl"
+  export FGBUFF_GPU_TRACE=all FGBUFF_CLIENT_TRACE=1
+fi
+: "${policies:=none raw rawbucket fusion syncea omgs dear fgbuff rgmerge}" "${comps:=dense topk}"
+: "${iters:=10}"
 replay="$build/bench/trace/trace-replay"
 [ -x "$replay" ] || { echo "run.sh: $replay not built" >&2; exit 1; }
 export FGBUFF_BIN_DIR="$build"
 out="$(mktemp -d "${TMPDIR:-/tmp}/fgb-trace.XXXXXX")"
-if [ "$cpu" = 1 ]; then
-  nets="cpu"
-  policies="$(sed 's/\braw\b//g' <<<"$policies")"
-fi
+[ "$cpu" = 1 ] && nets="cpu"
 
 if [ "$cpu" = 1 ]; then
   source "$src/tests/lib/world.sh"
@@ -59,13 +77,17 @@ if [ "$cpu" = 1 ]; then
   machine="CPU: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores"
 else
   source "$src/tests/gpu-dp/gpu-world.sh"
+  source "$src/bench/gpu/mps.sh"
   gpu_need 2
+  if [ "${MPS:-0}" = 1 ]; then
+    mps_start || exit 1
+  fi
   start_world() { gpu_world_start 2; }
   stop_world() { gpu_world_stop; }
-  machine="GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -2 | paste -sd, -)"
+  machine="GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -2 | paste -sd, -), MPS ${MPS:-0}"
 fi
 # A killed run (timeout) must not leave daemons on the GPUs: stop them on TERM/INT too.
-trap 'stop_world; save_logs; [ -z "$keep" ] || { mkdir -p "$keep" && cp -r "$out"/. "$keep"/; }; rm -rf "$out"' EXIT
+trap 'stop_world; save_logs; [ "$cpu" = 1 ] || mps_stop; [ -z "$keep" ] || { mkdir -p "$keep" && cp -r "$out"/. "$keep"/; }; rm -rf "$out"' EXIT
 # The daemons' log of the current network, into $out (kept with --keep).
 save_logs() {
   local l="${GPU_WORLD_LOG:-${FGBUFF_WORLD_LOG:-}}"
@@ -89,22 +111,45 @@ print_tables() {
       "$(sed -n 's/^# elements: //p' "$t") elements; recorded on $(sed -n 's/^# gpu: //p' "$t")," \
       "$(sed -n 's/^# precision: //p' "$t")"
     echo "   source: $(sed -n 's/^# source: //p' "$t")"
-    echo "   replayed on $machine; iter = traced forward + time to the last Done; exposed = last Done" \
-      "- end of backward; comm = all tensors submitted at once; hidden = 1 - exposed/comm"
-    printf "%-7s %-8s %-6s %9s %6s %8s %9s %9s %8s %7s  %s\n" net policy comp iter_ms vs_base bwd_ms \
-      sync_end exposed comm_ms hidden plan
+    echo "   replayed on $machine; $(fwd_note "$t")"
+    echo "   exposed = last Done - end of backward; comm = all tensors submitted at once; hidden =" \
+      "1 - exposed/comm; stall = iter - bwd - fwd (what synchronisation adds to the step)"
     for net in $nets; do
-      base=""
-      [ -f "$out/res.$ti-none-dense-$net" ] && base="$(field iter_ms "$(grep '^RESULT' "$out/res.$ti-none-dense-$net")")"
+      base="" base_name="" none_it=""
+      for pol in raw rawbucket; do # the better raw baseline of this network
+        b="$(field iter_ms "$(grep -h '^RESULT' "$out/res.$ti-$pol-dense-$net" 2>/dev/null)")"
+        [ -n "$b" ] || continue
+        if [ -z "$base" ] || awk -v a="$b" -v c="$base" 'BEGIN { exit !(a < c) }'; then
+          base="$b" base_name="$pol"
+        fi
+      done
+      none_it="$(field iter_ms "$(grep -h '^RESULT' "$out/res.$ti-none-dense-$net" 2>/dev/null)")"
+      if [ -z "$base" ]; then
+        base="$none_it" base_name="none dense (no raw baseline on this network)"
+      fi
+      case "$base_name" in
+      raw) base_name="raw (raw NCCL per tensor), the better raw baseline" ;;
+      rawbucket) base_name="rawbucket (raw NCCL in DDP's buckets), the better raw baseline" ;;
+      esac
+      echo "   $net: vs_base = iter_ms / that of $base_name ($base ms); vs_none = iter_ms / none" \
+        "dense's"
+      printf "%-7s %-9s %-6s %9s %7s %7s %8s %8s %9s %9s %8s %7s %8s  %s\n" net policy comp iter_ms \
+        vs_base vs_none bwd_ms fwd_ms sync_end exposed comm_ms hidden stall_ms plan
       for pol in $policies; do
         for comp in $comps; do
           f="$out/res.$ti-$pol-$comp-$net"
+          case "$pol" in raw | rawbucket)
+            if [ "$cpu" = 1 ] && [ "$comp" = dense ]; then
+              printf "%-7s %-9s %-6s %s\n" "$net" "$pol" "$comp" "n/a (raw NCCL baselines need GPUs)"
+              continue
+            fi ;;
+          esac
           [ -f "$f" ] || continue
           res="$(grep -h '^RESULT' "$f")"
           if [ -z "$res" ]; then
             case "$(cat "$f")" in
-            NOTSUP*) printf "%-7s %-8s %-6s %s\n" "$net" "$pol" "$comp" "not supported: $(cut -c8-160 "$f")" ;;
-            *) printf "%-7s %-8s %-6s %s\n" "$net" "$pol" "$comp" "$(cut -c1-200 "$f")" ;;
+            NOTSUP*) printf "%-7s %-9s %-6s %s\n" "$net" "$pol" "$comp" "not supported: $(cut -c8-160 "$f")" ;;
+            *) printf "%-7s %-9s %-6s %s\n" "$net" "$pol" "$comp" "$(cut -c1-200 "$f")" ;;
             esac
             continue
           fi
@@ -113,11 +158,11 @@ print_tables() {
           policy=*) plan="v$(field version " $plan") from step $(field first_step " $plan"): $(field buffers " $plan") buffers ($(field compressed " $plan") compressed, $(field plan_buffers_issued " $plan") issued), predicted $(field predicted_ms " $plan") ms, tensors per buffer $(field tensors_per_buffer " $plan" | cut -c1-50)" ;;
           esac
           it="$(field iter_ms "$res")"
-          ratio="-"
-          [ -n "$base" ] && ratio="$(awk -v a="$it" -v b="$base" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')"
-          printf "%-7s %-8s %-6s %9s %6s %8s %9s %9s %8s %6s%%  %s\n" "$net" "$pol" "$comp" "$it" "$ratio" \
-            "$(field bwd_ms "$res")" "$(field sync_end_ms "$res")" "$(field exposed_ms "$res")" \
-            "$(field comm_ms "$res")" "$(field hidden_pct "$res")" "$plan"
+          printf "%-7s %-9s %-6s %9s %7s %7s %8s %8s %9s %9s %8s %6s%% %8s  %s\n" "$net" "$pol" "$comp" \
+            "$it" "$(ratio "$it" "$base")" "$(ratio "$it" "$none_it")" "$(field bwd_ms "$res")" \
+            "$(field fwd_ms "$res")" "$(field sync_end_ms "$res")" "$(field exposed_ms "$res")" \
+            "$(field comm_ms "$res")" "$(field hidden_pct "$res")" "$(field stall_ms "$res")" \
+            "$(cut -c1-160 <<<"$plan")"
         done
       done
     done
@@ -131,15 +176,19 @@ print_tables() {
 replay_one() {
   local trace="$1" pol="$2" comp="$3" net="$4" key="$5" r pids=() rcs=()
   local w="$warmup"
-  case "$pol" in none | raw | fusion) [ "$dyn_warmup" -lt "$w" ] && w="$dyn_warmup" ;; esac
+  case "$pol" in none | raw | rawbucket | fusion) [ "$dyn_warmup" -lt "$w" ] && w="$dyn_warmup" ;; esac
   local args=(--trace "$trace" --policy "$pol" --iters "$iters" --warmup "$w"
     --comm-iters "$comm_iters" --scale "$scale" --job "trace-$key" --label "$net")
   [ "$comp" = dense ] || args+=(--compressor "$comp" --density "$density")
-  if [ "$pol" = raw ]; then
-    [ "$comp" = dense ] || return 0
+  [ "$no_forward" = 0 ] || args+=(--no-forward)
+  [ -z "$tl" ] || args+=(--timeline)
+  case "$pol" in
+  raw | rawbucket)
+    [ "$comp" = dense ] && [ "$cpu" = 0 ] || return 0
     rm -f "$out/ncclid.$key"
-    args+=(--raw-nccl "$out/ncclid.$key")
-  fi
+    [ "$pol" = raw ] && args+=(--raw-nccl "$out/ncclid.$key") || args+=(--raw-bucketed "$out/ncclid.$key")
+    ;;
+  esac
   for r in 0 1; do
     if [ "$cpu" = 1 ]; then
       FGBUFF_INCARNATION=$$ RANK=$r WORLD_SIZE=2 FGBUFF_LOCAL_INDEX=$r \
@@ -168,11 +217,22 @@ replay_one() {
 }
 
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }' || echo -; }
+# How iter_ms is made, from the trace's header (format 2 with forward layers: replayed).
+fwd_note() {
+  if [ "$no_forward" = 0 ] && grep -q '^# forward_layers: [1-9]' "$1"; then
+    echo "iter = measured: start of backward to the end of the next forward, replayed per layer" \
+      "($(sed -n 's/^# forward_layers: //p' "$1") layers, each after its tensors are synchronised)"
+  else
+    echo "iter = traced forward + time to the last Done (NOTE: forward not replayed:" \
+      "$([ "$no_forward" = 1 ] && echo "--no-forward" || echo "the trace has no forward layers, format 1"))"
+  fi
+}
 
 runtimes=""
 echo "machine: $machine"
 echo "policies: $policies; compression: $comps (top-k density $density); iters $iters after" \
-  "$warmup warm-up (static plans start after 5 + 2 steps; none/raw/fusion: $dyn_warmup), comm-only" \
+  "$warmup warm-up (static plans start after 5 + 2 steps; none/raw/rawbucket/fusion: $dyn_warmup), comm-only" \
   "iters $comm_iters, scale $scale"
 for net in $nets; do
   case "$net" in
@@ -190,6 +250,7 @@ for net in $nets; do
   for ti in "${!traces[@]}"; do
     for pol in $policies; do
       for comp in $comps; do
+        [ "$comp" = dense ] || [ -z "$topk_policies" ] || [[ " $topk_policies " == *" $pol "* ]] || continue
         t0=$SECONDS
         replay_one "${traces[$ti]}" "$pol" "$comp" "$net" "$ti-$pol-$comp-$net"
         runtimes+="$ti-$pol-$comp-$net:$((SECONDS - t0))s "
@@ -201,3 +262,13 @@ for net in $nets; do
 done
 
 print_tables
+if [ -n "$tl" ]; then
+  for net in $nets; do
+    for ti in "${!traces[@]}"; do
+      echo
+      echo "== timeline: $(basename "${traces[$ti]}"), network $net (logs in $tl)"
+      python3 "$here/timeline.py" --dir "$out" --trace-index "$ti" --net "$net" \
+        --chrome "$tl/timeline-$ti-$net.json" || echo "timeline.py failed"
+    done
+  done
+fi

@@ -1,7 +1,9 @@
 /* bench/trace/trace.c — the trace parser behind trace.h: header lines "# key: value", a fixed
- * column line, then rows "index,name,numel,dtype,shape,ready_us". Strict on purpose: a trace that
- * parses is one whose replay means what the file says (indices in order, shapes that multiply to
- * numel, unique names, ascending finite ready times). */
+ * column line, then rows "index,name,numel,dtype,shape,ready_us"; format 2 adds header lines
+ * "# forward: layer,module,fwd_us,tensors" (tensors joined by ';'), resolved against the rows once
+ * they are read. Strict on purpose: a trace that parses is one whose replay means what the file
+ * says (indices in order, shapes that multiply to numel, unique names, ascending finite ready
+ * times, every tensor in exactly one forward layer). */
 #include "trace.h"
 
 #include <ctype.h>
@@ -14,6 +16,20 @@
 
 #define TRC_LINE_MAX 4096
 #define TRC_COLUMNS "index,name,numel,dtype,shape,ready_us"
+#define TRC_FWD_COLUMNS "layer,module,fwd_us,tensors"
+
+/* Parser state beyond the trace: which header lines were seen, and each forward layer's tensor
+ * names until the rows they name are read. */
+typedef struct trc_parse {
+  trc_trace *tr;
+  const char *path;
+  char *err;
+  size_t errlen;
+  int version, columns, fwd_columns;
+  long declared_layers; /* "# forward_layers: L"; -1 when absent */
+  char **names;         /* per layer: its tensor list as written */
+  long *line_of;        /* per layer: its line, for errors */
+} trc_parse;
 
 static fgb_status bad(char *err, size_t errlen, const char *path, long line, const char *fmt, ...) {
   char msg[512];
@@ -72,21 +88,77 @@ static void head_copy(char *dst, const char *v) {
     if (!isprint((unsigned char)*p)) *p = '?';
 }
 
+/* A time in us in [0, 6e8], the whole string. */
+static int parse_time(const char *s, double *out) {
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || *end || !isfinite(v) || v < 0 || v > TRC_MAX_READY_US) return -1;
+  *out = v;
+  return 0;
+}
+
+/* "# forward: layer,module,fwd_us,tensors": the layer's time and module now, its tensors once the
+ * rows are read (trc_resolve). */
+static fgb_status fwd_line(trc_parse *p, char *v, long line) {
+  trc_trace *tr = p->tr;
+  char *f[4];
+  int nf = 0;
+  for (char *q = v; nf < 4; nf++) {
+    f[nf] = q;
+    char *c = nf < 3 ? strchr(q, ',') : NULL;
+    if (!c) {
+      nf++;
+      break;
+    }
+    *c = '\0';
+    q = c + 1;
+  }
+  if (nf != 4 || strchr(f[3], ','))
+    return bad(p->err, p->errlen, p->path, line, "forward: expected 4 fields (%s)",
+               TRC_FWD_COLUMNS);
+  uint64_t idx;
+  if (parse_u64(f[0], 0, TRC_MAX_LAYERS - 1, &idx) || idx != tr->nlayers)
+    return bad(p->err, p->errlen, p->path, line,
+               "forward: layer \"%s\" is not %u (layers are numbered in order)", f[0], tr->nlayers);
+  if (p->declared_layers < 0 || tr->nlayers >= (uint64_t)p->declared_layers)
+    return bad(p->err, p->errlen, p->path, line,
+               "forward: more layers than \"# forward_layers\" declared before them");
+  trc_layer *l = &tr->layers[tr->nlayers];
+  size_t ml = strlen(f[1]);
+  if (ml == 0 || ml > FGB_MAX_NAME)
+    return bad(p->err, p->errlen, p->path, line, "forward: module name length %zu not in [1, %d]",
+               ml, FGB_MAX_NAME);
+  for (size_t i = 0; i < ml; i++)
+    if (!isgraph((unsigned char)f[1][i]))
+      return bad(p->err, p->errlen, p->path, line, "forward: module: non-printable at byte %zu", i);
+  memcpy(l->module, f[1], ml + 1);
+  if (parse_time(f[2], &l->fwd_us))
+    return bad(p->err, p->errlen, p->path, line, "forward: fwd_us \"%s\" is not a time in [0, 6e8]",
+               f[2]);
+  if (!f[3][0])
+    return bad(p->err, p->errlen, p->path, line, "forward: layer %u names no tensor", tr->nlayers);
+  if (!(p->names[tr->nlayers] = strdup(f[3]))) return FGB_ENOMEM;
+  p->line_of[tr->nlayers] = line;
+  tr->nlayers++;
+  return FGB_OK;
+}
+
 /* A header line "# key: value" (already without the leading "# "). */
-static fgb_status header(trc_trace *tr, char *h, int *version, int *columns, const char *path,
-                         long line, char *err, size_t errlen) {
+static fgb_status header(trc_parse *p, char *h, long line) {
+  trc_trace *tr = p->tr;
   char *colon = strstr(h, ": ");
   if (!colon) return FGB_OK; /* free-form comment */
   *colon = '\0';
-  const char *key = h, *val = colon + 2;
+  const char *key = h;
+  char *val = colon + 2;
   if (!strcmp(key, "fgbuff-trace")) {
-    if (strcmp(val, "1"))
-      return bad(err, errlen, path, line, "fgbuff-trace: format %s is not 1", val);
-    *version = 1;
+    if (strcmp(val, "1") && strcmp(val, "2"))
+      return bad(p->err, p->errlen, p->path, line, "fgbuff-trace: format %s is not 1 or 2", val);
+    p->version = tr->version = val[0] - '0';
   } else if (!strcmp(key, "columns")) {
     if (strcmp(val, TRC_COLUMNS))
-      return bad(err, errlen, path, line, "columns: expected \"%s\"", TRC_COLUMNS);
-    *columns = 1;
+      return bad(p->err, p->errlen, p->path, line, "columns: expected \"%s\"", TRC_COLUMNS);
+    p->columns = 1;
   } else if (!strcmp(key, "model")) {
     head_copy(tr->model, val);
   } else if (!strcmp(key, "source")) {
@@ -96,13 +168,82 @@ static fgb_status header(trc_trace *tr, char *h, int *version, int *columns, con
   } else if (!strcmp(key, "precision")) {
     head_copy(tr->precision, val);
   } else if (!strcmp(key, "forward_us")) {
-    char *end;
-    double v = strtod(val, &end);
-    if (*end || !isfinite(v) || v < 0 || v > TRC_MAX_READY_US)
-      return bad(err, errlen, path, line, "forward_us: \"%s\" is not a time in [0, 6e8]", val);
-    tr->forward_us = v;
+    if (parse_time(val, &tr->forward_us))
+      return bad(p->err, p->errlen, p->path, line, "forward_us: \"%s\" is not a time in [0, 6e8]",
+                 val);
+  } else if (!strcmp(key, "forward_layers") || !strcmp(key, "forward_prologue_us") ||
+             !strcmp(key, "forward_columns") || !strcmp(key, "forward")) {
+    if (p->version != 2)
+      return bad(p->err, p->errlen, p->path, line,
+                 "%s: forward layers need \"# fgbuff-trace: 2\" before them", key);
+    if (!strcmp(key, "forward")) return fwd_line(p, val, line);
+    if (!strcmp(key, "forward_columns")) {
+      if (strcmp(val, TRC_FWD_COLUMNS))
+        return bad(p->err, p->errlen, p->path, line, "forward_columns: expected \"%s\"",
+                   TRC_FWD_COLUMNS);
+      p->fwd_columns = 1;
+    } else if (!strcmp(key, "forward_prologue_us")) {
+      if (parse_time(val, &tr->prologue_us))
+        return bad(p->err, p->errlen, p->path, line,
+                   "forward_prologue_us: \"%s\" is not a time in [0, 6e8]", val);
+    } else {
+      uint64_t n;
+      if (p->declared_layers >= 0 || parse_u64(val, 0, TRC_MAX_LAYERS, &n))
+        return bad(p->err, p->errlen, p->path, line,
+                   "forward_layers: \"%s\" not in [0, %d] or given twice", val, TRC_MAX_LAYERS);
+      p->declared_layers = (long)n;
+    }
   }
   return FGB_OK;
+}
+
+/* After the rows: every layer's tensor names to row indices; every row in exactly one layer. */
+static fgb_status trc_resolve(trc_parse *p, long last_line) {
+  trc_trace *tr = p->tr;
+  if (p->declared_layers <= 0) {
+    if (tr->nlayers) /* cannot happen: fwd_line refuses layers beyond the declared count */
+      return bad(p->err, p->errlen, p->path, last_line, "forward: layers without forward_layers");
+    tr->prologue_us = 0;
+    return FGB_OK;
+  }
+  if (!p->fwd_columns || tr->nlayers != (uint32_t)p->declared_layers)
+    return bad(p->err, p->errlen, p->path, last_line,
+               "forward: %u layer lines for %ld declared (and \"# forward_columns: %s\" needed)",
+               tr->nlayers, p->declared_layers, TRC_FWD_COLUMNS);
+  for (uint32_t i = 0; i < tr->n; i++) tr->layer_of[i] = UINT32_MAX;
+  uint32_t used = 0;
+  for (uint32_t l = 0; l < tr->nlayers; l++) {
+    trc_layer *ly = &tr->layers[l];
+    ly->first = used;
+    for (char *save = NULL, *tok = strtok_r(p->names[l], ";", &save); tok;
+         tok = strtok_r(NULL, ";", &save)) {
+      uint32_t i = 0;
+      while (i < tr->n && strcmp(tr->t[i].name, tok)) i++;
+      if (i == tr->n)
+        return bad(p->err, p->errlen, p->path, p->line_of[l],
+                   "forward: layer %u names \"%s\", which no row has", l, tok);
+      if (tr->layer_of[i] != UINT32_MAX)
+        return bad(p->err, p->errlen, p->path, p->line_of[l],
+                   "forward: \"%s\" already belongs to layer %u", tok, tr->layer_of[i]);
+      tr->layer_of[i] = l;
+      tr->layer_tensor[used++] = i;
+    }
+    ly->count = used - ly->first;
+    if (!ly->count)
+      return bad(p->err, p->errlen, p->path, p->line_of[l], "forward: layer %u names no tensor", l);
+  }
+  for (uint32_t i = 0; i < tr->n; i++)
+    if (tr->layer_of[i] == UINT32_MAX)
+      return bad(p->err, p->errlen, p->path, last_line,
+                 "forward: tensor \"%s\" (row %u) is in no layer", tr->t[i].name, i);
+  return FGB_OK;
+}
+
+double trc_forward_total_us(const trc_trace *t) {
+  if (!t->nlayers) return 0;
+  double s = t->prologue_us;
+  for (uint32_t l = 0; l < t->nlayers; l++) s += t->layers[l].fwd_us;
+  return s;
 }
 
 static fgb_status row(trc_trace *tr, char *l, const char *path, long line, char *err,
@@ -143,9 +284,8 @@ static fgb_status row(trc_trace *tr, char *l, const char *path, long line, char 
   if (parse_shape(f[4], numel, t))
     return bad(err, errlen, path, line, "shape: not 1..%d dims in [1, 2^36] whose product is %llu",
                FGB_MAX_DIMS, (unsigned long long)numel);
-  char *end;
-  double r = strtod(f[5], &end);
-  if (end == f[5] || *end || !isfinite(r) || r < 0 || r > TRC_MAX_READY_US)
+  double r;
+  if (parse_time(f[5], &r))
     return bad(err, errlen, path, line, "ready_us: \"%s\" is not a time in [0, 6e8]", f[5]);
   if (tr->n > 0 && r < tr->t[tr->n - 1].ready_us)
     return bad(err, errlen, path, line, "ready_us: %.1f before the previous row's %.1f", r,
@@ -171,13 +311,17 @@ fgb_status trc_load(const char *path, trc_trace *out, char *err, size_t errlen) 
     return FGB_EIO;
   }
   fgb_status st = FGB_OK;
+  trc_parse p = {.tr = out, .path = path, .err = err, .errlen = errlen, .declared_layers = -1};
   out->t = calloc(TRC_MAX_TENSORS, sizeof *out->t);
+  out->layers = calloc(TRC_MAX_LAYERS, sizeof *out->layers);
+  out->layer_tensor = calloc(TRC_MAX_TENSORS, sizeof *out->layer_tensor);
+  out->layer_of = calloc(TRC_MAX_TENSORS, sizeof *out->layer_of);
+  p.names = calloc(TRC_MAX_LAYERS, sizeof *p.names);
+  p.line_of = calloc(TRC_MAX_LAYERS, sizeof *p.line_of);
   char *l = malloc(TRC_LINE_MAX + 2);
-  if (!out->t || !l) {
+  if (!out->t || !out->layers || !out->layer_tensor || !out->layer_of || !p.names || !p.line_of ||
+      !l)
     st = FGB_ENOMEM;
-    if (err && errlen) snprintf(err, errlen, "%s: out of memory", path);
-  }
-  int version = 0, columns = 0;
   long line = 0;
   while (st == FGB_OK && fgets(l, TRC_LINE_MAX + 2, fp)) {
     line++;
@@ -189,13 +333,12 @@ fgb_status trc_load(const char *path, trc_trace *out, char *err, size_t errlen) 
     while (len && (l[len - 1] == '\n' || l[len - 1] == '\r')) l[--len] = '\0';
     if (len == 0) continue;
     if (l[0] == '#') {
-      st = header(out, l + (l[1] == ' ' ? 2 : 1), &version, &columns, path, line, err, errlen);
+      st = header(&p, l + (l[1] == ' ' ? 2 : 1), line);
       continue;
     }
-    if (!version || !columns) {
+    if (!p.version || !p.columns) {
       st = bad(err, errlen, path, line,
-               "a row before the \"# fgbuff-trace: 1\" and \"# columns\" "
-               "header lines");
+               "a row before the \"# fgbuff-trace: 1|2\" and \"# columns\" header lines");
       break;
     }
     st = row(out, l, path, line, err, errlen);
@@ -205,6 +348,11 @@ fgb_status trc_load(const char *path, trc_trace *out, char *err, size_t errlen) 
     if (err && errlen) snprintf(err, errlen, "%s: read error", path);
   }
   if (st == FGB_OK && out->n == 0) st = bad(err, errlen, path, line, "rows: the trace is empty");
+  if (st == FGB_OK) st = trc_resolve(&p, line);
+  if (st == FGB_ENOMEM && err && errlen) snprintf(err, errlen, "%s: out of memory", path);
+  for (uint32_t i = 0; p.names && i < out->nlayers; i++) free(p.names[i]);
+  free(p.names);
+  free(p.line_of);
   free(l);
   fclose(fp);
   if (st != FGB_OK) trc_free(out);
@@ -214,6 +362,11 @@ fgb_status trc_load(const char *path, trc_trace *out, char *err, size_t errlen) 
 void trc_free(trc_trace *t) {
   if (!t) return;
   free(t->t);
+  free(t->layers);
+  free(t->layer_tensor);
+  free(t->layer_of);
   t->t = NULL;
-  t->n = 0;
+  t->layers = NULL;
+  t->layer_tensor = t->layer_of = NULL;
+  t->n = t->nlayers = 0;
 }

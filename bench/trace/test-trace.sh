@@ -1,0 +1,132 @@
+#!/bin/bash
+# bench/trace/test-trace.sh BUILD_DIR format|smoke — ctest of the trace replay's inputs and plumbing
+# (its numbers are never pass/fail).
+#   format: every committed trace parses (trace-replay --check); the synthetic ones are format 2
+#     with every tensor in one forward layer and are what record.py --synthetic writes today;
+#     malformed forward sections are refused with the line and field named.
+#   smoke: run.sh on CPU daemons, a format-2 and a format-1 trace: RESULT rows with the forward
+#     replayed (iter_ms >= bwd_ms + fwd_ms) or not (iter = fwd + max(sync_end, bwd)), the raw rows
+#     n/a; run.sh --timeline writes rtrace lines and timeline.py prints the step's collectives.
+set -u
+build="$(cd "${1:?usage: test-trace.sh BUILD_DIR format|smoke}" && pwd)"
+here="$(cd "$(dirname "$0")" && pwd)"
+replay="$build/bench/trace/trace-replay"
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/fgb-test-trace.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+bad() {
+  echo "FAIL: $*"
+  fails=$((fails + 1))
+}
+ok() { echo "ok: $*"; }
+
+# A copy of synthetic-resnet50.csv with sed expression $1 applied; must be refused with $2.
+refuse() {
+  sed "$1" "$here/synthetic-resnet50.csv" >"$tmp/bad.csv"
+  local out
+  if out="$("$replay" --trace "$tmp/bad.csv" --check 2>&1)"; then
+    bad "accepted: $3"
+  elif grep -q -- "$2" <<<"$out"; then
+    ok "refused ($3): $(tail -1 <<<"$out" | cut -c1-140)"
+  else
+    bad "$3: refused with '$out', expected '$2'"
+  fi
+}
+
+format() {
+  for t in "$here"/*.csv; do
+    if out="$("$replay" --trace "$t" --check)"; then
+      ok "$(head -1 <<<"$out" | cut -c1-150)"
+    else
+      bad "$(basename "$t") does not parse"
+    fi
+  done
+  for m in resnet50 bert-base; do
+    local t="$here/synthetic-$m.csv" out n layers
+    out="$("$replay" --trace "$t" --check)"
+    n="$(sed -n 's/.* tensors=\([0-9]*\) .*/\1/p' <<<"$out" | head -1)"
+    layers="$(sed -n 's/.* layers=\([0-9]*\) .*/\1/p' <<<"$out" | head -1)"
+    [ "$(head -1 <<<"$out" | grep -c 'version=2')" = 1 ] && [ "${layers:-0}" -gt 0 ] ||
+      bad "synthetic-$m.csv: not format 2 with forward layers"
+    # every row in exactly one layer: the LAYER lines list 0..n-1 once each
+    if [ "$(grep '^LAYER' <<<"$out" | sed 's/.*tensors=//' | tr ',' '\n' | sort -n | uniq |
+      wc -l)" = "$n" ] && [ "$(grep '^LAYER' <<<"$out" | sed 's/.*tensors=//' | tr ',' '\n' |
+        wc -l)" = "$n" ]; then
+      ok "synthetic-$m.csv: $layers layers hold its $n tensors once each"
+    else
+      bad "synthetic-$m.csv: the layers do not hold every tensor once"
+    fi
+    if python3 "$here/record.py" --model "$m" --synthetic --out "$tmp/syn.csv" >/dev/null &&
+      cmp -s "$tmp/syn.csv" "$t"; then
+      ok "record.py --synthetic writes synthetic-$m.csv as committed"
+    else
+      bad "record.py --synthetic --model $m differs from the committed synthetic-$m.csv"
+    fi
+  done
+  refuse 's/^# fgbuff-trace: 2/# fgbuff-trace: 1/' 'need "# fgbuff-trace: 2"' "forward lines in format 1"
+  refuse '/^# forward: 3,/d' 'layer "4" is not 3' "a layer missing"
+  refuse 's/^# forward_layers: 107/# forward_layers: 108/' 'layer lines for 108 declared' \
+    "fewer layers than declared"
+  refuse 's/^# forward: 1,bn1,137.5,bn1.weight;bn1.bias/# forward: 1,bn1,137.5,bn1.weight;conv1.weight/' \
+    'already belongs to layer 0' "a tensor in two layers"
+  refuse 's/^# forward: 1,bn1,137.5,bn1.weight;bn1.bias/# forward: 1,bn1,137.5,bn1.weight/' \
+    'bn1.bias" (row 158) is in no layer' "a tensor in no layer"
+  refuse 's/^# forward: 1,bn1,137.5,bn1.weight;bn1.bias/# forward: 1,bn1,137.5,bn1.weight;bn1.bias;nope/' \
+    'names "nope", which no row has' "an unknown tensor"
+  refuse 's/^# forward: 1,bn1,137.5,/# forward: 1,bn1,-1,/' 'fwd_us "-1" is not a time' \
+    "a negative forward time"
+  refuse 's/^# forward_columns: .*/# forward_columns: layer,module,tensors/' 'forward_columns: expected' \
+    "other forward columns"
+}
+
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+smoke() {
+  local out res
+  out="$(bash "$here/run.sh" "$build" "$here/synthetic-resnet50.csv" "$here/resnet50.csv" --cpu \
+    --scale 0.01 --iters 3 --warmup 2 --comm-iters 1 --policies "none raw rawbucket dear" \
+    --comps dense --keep "$tmp/keep" 2>&1)"
+  echo "$out" | tail -20
+  res="$(grep -h '^RESULT' "$tmp/keep/res.0-none-dense-cpu" 2>/dev/null)"
+  if [ -n "$res" ] && [ "$(field forward "$res")" = replayed ] &&
+    awk -v i="$(field iter_ms "$res")" -v b="$(field bwd_ms "$res")" -v f="$(field fwd_ms "$res")" \
+      'BEGIN { exit !(i >= b + f - 0.5 && f > 29 && f < 31) }'; then
+    ok "format 2: forward replayed, iter_ms $(field iter_ms "$res") >= bwd + fwd"
+  else
+    bad "format 2: no replayed forward in '$res'"
+  fi
+  res="$(grep -h '^RESULT' "$tmp/keep/res.1-none-dense-cpu" 2>/dev/null)"
+  if [ -n "$res" ] && [ "$(field forward "$res")" = "not-replayed(v1)" ] &&
+    awk -v i="$(field iter_ms "$res")" -v s="$(field sync_end_ms "$res")" \
+      -v b="$(field bwd_ms "$res")" -v f="$(field fwd_ms "$res")" \
+      'BEGIN { m = s > b ? s : b; exit !(i > f + m - 0.03 && i < f + m + 0.03) }'; then
+    ok "format 1: forward not replayed, iter_ms = fwd + max(sync_end, bwd)"
+  else
+    bad "format 1: '$res'"
+  fi
+  [ "$(grep -c 'rawbucket dense  n/a' <<<"$out")" = 2 ] && [ "$(grep -c 'raw       dense  n/a' <<<"$out")" = 2 ] &&
+    ok "raw rows n/a on CPU in both tables" || bad "raw rows not printed as n/a"
+  [ -n "$(grep -h '^RESULT' "$tmp/keep/res.0-dear-dense-cpu" 2>/dev/null)" ] && ok "dear replayed" ||
+    bad "dear: $(cat "$tmp/keep/res.0-dear-dense-cpu" 2>/dev/null)"
+  out="$(bash "$here/run.sh" "$build" "$here/synthetic-resnet50.csv" --cpu --scale 0.01 --iters 2 \
+    --warmup 1 --comm-iters 1 --timeline "$tmp/tl" 2>&1)"
+  if grep -q '^rtrace rank 0 mode fgbuffd step 1 tensor 160 ' "$tmp/tl/o.0-none-dense-cpu.0" &&
+    grep -q '^rtrace rank 0 mode fgbuffd step 1 layer 106 ' "$tmp/tl/o.0-none-dense-cpu.0" &&
+    grep -q 'gtrace loop step' "$tmp/tl/daemons-cpu.log" &&
+    grep -A2 '^run .*colls' <<<"$out" | grep -q '^none dense  *161 '; then
+    ok "--timeline: rtrace and gtrace lines kept, timeline.py summarised 161 collectives"
+  else
+    bad "--timeline: $(tail -5 <<<"$out")"
+  fi
+}
+
+case "${2:-}" in
+format) format ;;
+smoke) smoke ;;
+*)
+  echo "usage: test-trace.sh BUILD_DIR format|smoke" >&2
+  exit 2
+  ;;
+esac
+[ "$fails" = 0 ] || { echo "$fails check(s) failed"; exit 1; }
+echo "all checks passed"
