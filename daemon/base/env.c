@@ -43,6 +43,10 @@ static const env_knob knobs[ENV_COUNT] = {
     [ENV_FUSION_CYCLE_MS] = {"FGBUFF_FUSION_CYCLE_MS", ENV_KIND_INT, 1, 0, 10000, NULL, 0, 0,
                              "policy fusion: ms agreed tensors wait for more to fuse with (0: "
                              "none); the live key fusion_cycle_ms starts at it"},
+    [ENV_GPU_PACK] = {"FGBUFF_GPU_PACK", ENV_KIND_WORDS, 1, 0, 0, "0", 1, 0,
+                      "0: a GPU buffer's dense members of one dtype are all-reduced one by one in "
+                      "an NCCL group instead of copied into one staging buffer and all-reduced "
+                      "once (comparisons)"},
 };
 
 static double vals[ENV_COUNT];

@@ -20,6 +20,7 @@ typedef enum env_id {
   ENV_NOTIFY,               /* 1: only world rank 0 sends READY/STATUS (systemd); 0 every rank */
   ENV_FUSION_BYTES,         /* start value of the live key fusion_bytes */
   ENV_FUSION_CYCLE_MS,      /* start value of the live key fusion_cycle_ms */
+  ENV_GPU_PACK,             /* 1: a GPU buffer's dense members go through one packed all-reduce */
   ENV_COUNT
 } env_id;
 

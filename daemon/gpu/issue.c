@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "env.h"
 #include "log.h"
 
 #include "dtype.h"
@@ -244,6 +245,91 @@ static fgb_status split_scale(eng_item *it, int rank, int size, cudaStream_t s) 
   return FGB_OK;
 }
 
+/* ---- dense members: packed into one staging buffer, as DDP's buckets ----------------------- */
+/* One all-reduce per run of same-dtype, same-reduction dense members, through a staging buffer
+ * (copy in, all-reduce, copy out, all on the engine stream): over sockets every collective pays
+ * the transport's per-operation cost, so an NCCL group of 100 small all-reduces took as long as
+ * 100 single ones (bench/trace, fusion dense ResNet-50 slow: comm 38.6 ms against 32 ms for raw
+ * NCCL over DDP's 5 buckets); DDP copies into its buckets the same way. The engine stream orders
+ * every item, so one staging buffer serves them all; it grows stream-ordered (cudaMallocAsync)
+ * and is never shrunk. FGBUFF_GPU_PACK=0: one NCCL group of in-place all-reduces instead. */
+static void *g_stage;
+static size_t g_stage_cap;
+
+static int stage_reserve(size_t bytes, cudaStream_t s) {
+  if (bytes <= g_stage_cap) return 0;
+  size_t cap = bytes < ((size_t)4 << 20) ? ((size_t)4 << 20) : bytes + bytes / 4;
+  void *p = NULL;
+  if (cudaMallocAsync(&p, cap, s) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  if (g_stage) cudaFreeAsync(g_stage, s);
+  g_stage = p;
+  g_stage_cap = cap;
+  return 0;
+}
+
+static fgb_status nccl_failed(ncclResult_t r, char *err, size_t errlen) {
+  snprintf(err, errlen, "NCCL: %s", ncclGetErrorString(r));
+  return FGB_EIO;
+}
+
+#define NCCL_OK(r) ((r) == ncclSuccess || (r) == ncclInProgress)
+
+/* Members [i, end) of it, all dense, in order; bytes counted once per member. */
+static fgb_status dense_run(comm *c, eng_item *it, uint32_t i, uint32_t end, ncclComm_t nc,
+                            cudaStream_t s, char *err, size_t errlen) {
+  for (uint32_t j = i; j < end; j++) {
+    uint64_t b = it->t[j].count * dtype_size(it->t[j].dtype);
+    it->bytes_sent += b;
+    it->bytes_received += b;
+  }
+  const int pack = env_num(ENV_GPU_PACK) != 0;
+  while (i < end) {
+    const eng_tensor *t0 = &it->t[i];
+    size_t esz = dtype_size(t0->dtype);
+    uint32_t k = i + 1;
+    uint64_t count = t0->count;
+    while (k < end && it->t[k].dtype == t0->dtype && fused_avg(&it->t[k]) == fused_avg(t0))
+      count += it->t[k++].count;
+    ncclRedOp_t op = fused_avg(t0) ? ncclAvg : ncclSum;
+    ncclResult_t r = ncclSuccess;
+    if (pack && k - i > 1 && stage_reserve(count * esz, s) == 0) {
+      char *stage = g_stage;
+      size_t off = 0;
+      for (uint32_t j = i; j < k; off += it->t[j++].count * esz)
+        if (cudaMemcpyAsync(stage + off, it->t[j].ptr, it->t[j].count * esz,
+                            cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+          return snprintf(err, errlen, "packing a buffer: %s",
+                          cudaGetErrorString(cudaGetLastError())),
+                 FGB_EIO;
+      r = ncclAllReduce(stage, stage, count, comm_nccl_type(t0->dtype), op, nc, s);
+      if (!NCCL_OK(r)) return nccl_failed(r, err, errlen);
+      /* A non-blocking communicator may still be enqueueing: the copies must follow it. */
+      fgb_status st = comm_nccl_settle(c, err, errlen);
+      if (st != FGB_OK) return st;
+      off = 0;
+      for (uint32_t j = i; j < k; off += it->t[j++].count * esz)
+        if (cudaMemcpyAsync(it->t[j].ptr, stage + off, it->t[j].count * esz,
+                            cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+          return snprintf(err, errlen, "unpacking a buffer: %s",
+                          cudaGetErrorString(cudaGetLastError())),
+                 FGB_EIO;
+    } else {
+      ncclGroupStart();
+      for (uint32_t j = i; j < k && NCCL_OK(r); j++)
+        r = ncclAllReduce(it->t[j].ptr, it->t[j].ptr, it->t[j].count,
+                          comm_nccl_type(it->t[j].dtype), op, nc, s);
+      ncclResult_t g = ncclGroupEnd();
+      if (NCCL_OK(r)) r = g;
+      if (!NCCL_OK(r)) return nccl_failed(r, err, errlen);
+    }
+    i = k;
+  }
+  return FGB_OK;
+}
+
 static int g_start(comm *c, int size, eng_item *it) {
   gpu_exec *x = calloc(1, sizeof *x);
   if (!x) return fail(it, FGB_ENOMEM, "out of memory", NULL);
@@ -335,20 +421,13 @@ static int g_start(comm *c, int size, eng_item *it) {
       if (!(nc = comm_nccl_handle(c))) /* aborted during a compressed member's host wait */
         return fail_late(x, it, FGB_EPEER, "a rank of the job failed", NULL);
       uint64_t gbytes = 0; /* the group's bytes: one sample of alpha + beta * bytes */
-      for (uint32_t k = i; k < it->n && !compressed(it, k); k++)
-        gbytes += it->t[k].count * dtype_size(it->t[k].dtype);
+      uint32_t end = i;
+      for (; end < it->n && !compressed(it, end); end++)
+        gbytes += it->t[end].count * dtype_size(it->t[end].dtype);
       time_begin(x, it, EPS_ALLREDUCE, gbytes, s);
-      ncclGroupStart();
-      for (; i < it->n && !compressed(it, i) && (r == ncclSuccess || r == ncclInProgress); i++) {
-        eng_tensor *t = &it->t[i];
-        r = ncclAllReduce(t->ptr, t->ptr, t->count, comm_nccl_type(t->dtype),
-                          fused_avg(t) ? ncclAvg : ncclSum, nc, s);
-        it->bytes_sent += t->count * dtype_size(t->dtype);
-        it->bytes_received += t->count * dtype_size(t->dtype);
-      }
-      ncclResult_t g = ncclGroupEnd();
-      if (r == ncclSuccess || r == ncclInProgress) r = g;
-      if (r != ncclSuccess && r != ncclInProgress) break;
+      fgb_status st = dense_run(c, it, i, end, nc, s, err, sizeof err);
+      if (st != FGB_OK) return fail_late(x, it, st, err, NULL);
+      i = end;
       if (comm_nccl_settle(c, err, sizeof err) != FGB_OK)
         return fail_late(x, it, FGB_EIO, err, NULL);
       time_end(x, s);
