@@ -2,20 +2,23 @@
 # examples/pytorch/accuracy.sh [EPOCHS] — the docs/pytorch.md accuracy table: fashion_mnist.py on
 # 3 CPU ranks (a world of 3 daemons), dense vs top-k 0.01 (policy fgbuff) vs PowerSGD at lr 0.05,
 # and dense vs DGC 0.001 at lr 0.01; the same epochs and seed. Needs the build in build/. Prints a markdown table.
+# RANKS=N: N ranks and daemons instead of 3; ONLY="dense topk": only the runs with these labels.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 EPOCHS="${1:-2}"
 export FGBUFF_BIN_DIR="$PWD/build" PYTHONPATH="$PWD/client/python" OMP_NUM_THREADS=1
 export FGBUFF_CLIENT_LIB="$PWD/build/client/libfgbuff_client.so"
 source tests/lib/world.sh
-world_start 3 || exit 1
+RANKS="${RANKS:-3}"
+world_start "$RANKS" || exit 1
 trap 'world_stop >/dev/null 2>&1' EXIT
 LOG="$(mktemp -d "${TMPDIR:-/tmp}/fgb-acc.XXXXXX")"
 rows=()
 run() { # label args...
   local label="$1"
   shift
-  FGBUFF_JOB="acc$RANDOM" mpirun --oversubscribe -np 3 -x PYTHONPATH -x FGBUFF_RUNTIME_DIR -x OMP_NUM_THREADS \
+  if [ -n "${ONLY:-}" ] && ! grep -qw -- "$label" <<<"$ONLY"; then return 0; fi
+  FGBUFF_JOB="acc$RANDOM" mpirun --oversubscribe -np "$RANKS" -x PYTHONPATH -x FGBUFF_RUNTIME_DIR -x OMP_NUM_THREADS \
     -x FGBUFF_CLIENT_LIB -x FGBUFF_JOB python3 examples/pytorch/fashion_mnist.py --quiet --epochs "$EPOCHS" "$@" \
     >"$LOG/$label.log" 2>&1 || { echo "$label failed:"; tail -20 "$LOG/$label.log"; return 1; }
   cat "$LOG/$label.log"
