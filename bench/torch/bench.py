@@ -260,6 +260,8 @@ class Run:
             n = self.batch_size(name) * (1 if kind == "single" else self.size)
             med = statistics.median(times)
             q = statistics.quantiles(times, n=10) if len(times) >= 2 else [med] * 9
+            if a.duration_min > 0:  # every step after the warm-up was measured
+                row.update(steps=len(times), note=f"{note}; {a.duration_min:g} min run")
             row.update(step_ms=f"{med * 1e3:.3f}", step_ms_p10=f"{q[0] * 1e3:.3f}",
                        step_ms_p90=f"{q[-1] * 1e3:.3f}", samples_per_s=f"{n / med:.2f}")
             if stats is not None:

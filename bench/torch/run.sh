@@ -63,6 +63,7 @@ res="$out/results.csv"
 export FGBUFF_BIN_DIR="$build" PYTHONPATH="$src/client/python${PYTHONPATH:+:$PYTHONPATH}"
 export FGBUFF_CLIENT_LIB="$build/client/libfgbuff_client.so" PYTHONDONTWRITEBYTECODE=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-lo}" # the trainers' control group: one host
 [ -x "$build/daemon/fgbuffd" ] || { echo "run.sh: $build/daemon/fgbuffd not built" >&2; exit 1; }
 python3 -c 'import torch' 2>/dev/null || { echo "run.sh: torch missing: skipped"; exit 77; }
 
@@ -197,7 +198,7 @@ trap - EXIT
 echo
 report
 rc=$?
-echo "results: $res, $out/results.json; logs in $out"
+echo "results: $res, $out/results.json; logs in $out; $SECONDS s in all"
 if [ "$dur" != 0 ]; then
   echo "curves: $(ls "$out"/curve-*.csv 2>/dev/null | paste -sd' '); plot: python3 $here/plot.py $out"
 fi
