@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """bench/torch/report.py — the table of bench/torch/run.sh from its results CSV (torch-free).
 
-    report.py RESULTS.csv [--json OUT.json] [--expect-models a,b --expect-configs x,y --nets n,m]
+    report.py RESULTS.csv [MORE.csv...] [--json OUT.json]
+              [--expect-models a,b --expect-configs x,y --nets n,m [--first-net-only c,d]]
     report.py RESULTS.csv --add-failed NET MODEL CONFIG REASON
 
 Per row: samples/s (median step), the ratio to DDP of the same model and network, the ratio to
 N x single GPU (the `single` row of the same model, from the same network if measured there, else
 from the first network that has one: marked *), the loss after the fixed steps, its place against
-the two dense DDP seeds' spread, and for fgbuff rows the host time of fgbuff.torch per step (ms,
+the two dense DDP seeds' spread (`ddp` and `ddp-seed2` of the same network, else of the first
+network that has both: marked *), and for fgbuff rows the host time of fgbuff.torch per step (ms,
 and % of the step) and the daemon's plan. With --expect-*, exits 1 when a requested row is missing,
 failed, or has a non-finite or non-positive throughput or loss (the CI check).
 """
@@ -51,23 +53,31 @@ def add_failed(path, net, model, config, reason):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("csv")
+    p.add_argument("csv", nargs="+")
     p.add_argument("--json")
     p.add_argument("--expect-models")
     p.add_argument("--expect-configs")
     p.add_argument("--nets")
+    p.add_argument("--first-net-only", default="",
+                   help="configs expected on the first of --nets only")
     p.add_argument("--add-failed", nargs=4, metavar=("NET", "MODEL", "CONFIG", "REASON"))
     a = p.parse_args()
     if a.add_failed:
-        add_failed(a.csv, *a.add_failed)
+        add_failed(a.csv[0], *a.add_failed)
         return 0
-    rows = load(a.csv)
+    rows = [r for path in a.csv for r in load(path)]
     nets = list(OrderedDict.fromkeys(r["net"] for r in rows))
     models = list(OrderedDict.fromkeys(r["model"] for r in rows))
     single = {}  # model -> (net, samples/s)
+    spread = {}  # (net, model) -> [ddp loss, ddp-seed2 loss]
     for r in rows:
+        if r.get("status") != "ok":
+            continue
         if r["config"] == "single" and num(r.get("samples_per_s")):
             single.setdefault(r["model"], (r["net"], num(r["samples_per_s"])))
+        if r["config"] in ("ddp", "ddp-seed2") and num(r.get("loss")) is not None:
+            spread.setdefault((r["net"], r["model"]), {})[r["config"]] = num(r["loss"])
+    spread = {k: sorted(v.values()) for k, v in spread.items() if len(v) == 2}
     devs = sorted({r["device"] for r in rows if r.get("device")})
     print(f"device: {', '.join(devs) or '?'}; ranks: "
           f"{', '.join(sorted({r['ngpus'] for r in rows if r.get('ngpus')}))}; MPS: "
@@ -87,9 +97,10 @@ def main():
             ddp = next((num(r["samples_per_s"]) for r in ok if r["config"] == "ddp"), None)
             sn = next(((r["net"], num(r["samples_per_s"])) for r in ok if r["config"] == "single"),
                       None) or single.get(model)
-            seeds = [num(r["loss"]) for r in ok if r["config"] in ("ddp", "ddp-seed2")
-                     and num(r["loss"]) is not None]
-            lo, hi = (min(seeds), max(seeds)) if len(seeds) == 2 else (None, None)
+            sp_net = net if (net, model) in spread else next(
+                (n for n in nets if (n, model) in spread), None)
+            lo, hi = spread[(sp_net, model)] if sp_net else (None, None)
+            star = "*" if sp_net and sp_net != net else ""
             print(f"{'config':17} {unit + '/s':>11} {'step ms':>8} {'vs DDP':>7} "
                   f"{'vs Nx1':>7} {'loss':>8} {'vs seeds':>9} {'host ms':>8} {'host %':>6}  plan")
             for r in rs:
@@ -106,7 +117,8 @@ def main():
                 place = "-"
                 if loss is not None and lo is not None and r["config"] not in ("ddp", "ddp-seed2",
                                                                                "single"):
-                    place = "within" if lo <= loss <= hi else f"{loss - (hi if loss > hi else lo):+.3f}"
+                    place = ("within" if lo <= loss <= hi else
+                             f"{loss - (hi if loss > hi else lo):+.3f}") + star
                 elif loss is None:
                     place = "NaN"
                 host = num(r.get("host_ms"))
@@ -118,18 +130,22 @@ def main():
                 d.update(vs_ddp=vd, vs_n_single=vs, loss_vs_seeds=place, host_pct=hp)
                 out.append(d)
             if lo is not None:
-                print(f"dense DDP loss spread (init seeds 42, 43): {lo:.4f} .. {hi:.4f}")
-    print("\nvs Nx1: samples/s / (ranks x single-GPU samples/s); * = single GPU measured on "
-          "another network of the same run. host ms: fgbuff.torch's hook + synchronize() time per "
+                print(f"dense DDP loss spread (init seeds 42, 43): {lo:.4f} .. {hi:.4f}"
+                      + (f" (from network {sp_net})" if star else ""))
+    print("\nvs Nx1: samples/s / (ranks x single-GPU samples/s); * = single GPU (or, for vs "
+          "seeds, the two DDP seeds) measured on another network of the same run. host ms: fgbuff.torch's hook + synchronize() time per "
           "step on rank 0 (CPU daemons: synchronize includes the wait for the result).")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)
     if a.expect_models:
         bad = []
-        for net in (a.nets or ",".join(nets)).split(","):
+        first_only = set(a.first_net_only.split(","))
+        for ni, net in enumerate((a.nets or ",".join(nets)).split(",")):
             for m in a.expect_models.split(","):
                 for c in a.expect_configs.split(","):
+                    if ni > 0 and c in first_only:
+                        continue
                     r = [x for x in rows if (x["net"], x["model"], x["config"]) == (net, m, c)]
                     if not r:
                         bad.append(f"{net}/{m}/{c}: missing")

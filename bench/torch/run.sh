@@ -6,15 +6,16 @@
 #
 # Usage: bench/torch/run.sh BUILD_DIR [--gpus N] [--models resnet50,resnet50-amp,gpt2]
 #          [--configs single,ddp,...] [--nets nvlink,slow] [--steps N] [--warmup W] [--quick]
-#          [--out DIR] [--no-mps] [--item-timeout S] [--single-each-net] [--channels-last]
+#          [--out DIR] [--no-mps] [--item-timeout S] [--every-net] [--channels-last]
 #          [--duration-min M] [--cpu]
-#   --quick          20 warm-up + 50 measured steps (default 20 + 100)
+#   --quick          20 warm-up + 50 measured steps (default 20 + 100), --item-timeout 120
 #   --cpu            tiny models on CPU: gloo DDP and CPU daemons, 2 ranks, network label "cpu"
 #   --duration-min M convergence mode: each config trains M minutes (default models resnet50-amp,
 #                    configs ddp,topk-fgbuff, nets slow); loss curves in DIR/curve-*.csv, plotted
 #                    by bench/torch/plot.py
-#   --single-each-net measure the single-GPU row on every network (default: the first only; the
-#                    ratio to N x single then uses it for every network)
+#   --every-net      run `single` and `ddp-seed2` on every network (default: the first only; they
+#                    do not depend on the network: the ratio to N x single and the loss spread
+#                    then use the first network's rows, marked *)
 # Every daemon, MPS server and trainer this script starts is stopped by PID at exit (also on
 # failure, timeout or Ctrl-C). A config that crashes or hangs (--item-timeout, default 300 s) is
 # reported as FAILED and the run goes on with the next one.
@@ -24,7 +25,7 @@ src="$(cd "$here/../.." && pwd)"
 build="$(cd "${1:?usage: run.sh BUILD_DIR [options]}" && pwd)"
 shift
 gpus=2 models="" configs="" nets="" steps=100 warmup=20 out="" mps=1 cpu=0 item_tmo=300
-single_each=0 chl=0 dur=0
+single_each=0 chl=0 dur=0 quick=0 tmo_set=0
 while [ $# -gt 0 ]; do
   case "$1" in
   --gpus) gpus="$2"; shift ;;
@@ -33,19 +34,20 @@ while [ $# -gt 0 ]; do
   --nets) nets="$2"; shift ;;
   --steps) steps="$2"; shift ;;
   --warmup) warmup="$2"; shift ;;
-  --quick) steps=50 warmup=20 ;;
+  --quick) steps=50 warmup=20 quick=1 ;;
   --out) out="$2"; shift ;;
   --no-mps) mps=0 ;;
   --mps) mps=1 ;;
   --cpu) cpu=1 ;;
-  --item-timeout) item_tmo="$2"; shift ;;
-  --single-each-net) single_each=1 ;;
+  --item-timeout) item_tmo="$2" tmo_set=1; shift ;;
+  --every-net) single_each=1 ;;
   --channels-last) chl=1 ;;
   --duration-min) dur="$2"; shift ;;
   *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
+[ "$quick" = 1 ] && [ "$tmo_set" = 0 ] && item_tmo=120
 if [ "$dur" != 0 ]; then
   : "${models:=resnet50-amp}" "${configs:=ddp,topk-fgbuff}" "${nets:=slow}"
 fi
@@ -54,8 +56,10 @@ fi
 for n in t.body:
     if isinstance(n, ast.Assign) and getattr(n.targets[0], 'id', '') == 'CONFIGS':
         print(','.join(k.value for k in n.value.keys))")}"
+# --cpu: network label "cpu" (labels given with --nets are kept: only the label and the NCCL
+# variables change, which CPU daemons do not use)
+[ "$cpu" = 1 ] && { nets="${nets:-cpu}" gpus=2 mps=0; }
 : "${nets:=nvlink,slow}"
-[ "$cpu" = 1 ] && { nets=cpu gpus=2 mps=0; }
 out="${out:-$(mktemp -d "${TMPDIR:-/tmp}/fgb-bench-torch.XXXXXX")}"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
@@ -111,7 +115,8 @@ cleanup() {
 report() {
   [ -s "$res" ] || { echo "run.sh: no results"; return 1; }
   python3 "$here/report.py" "$res" --json "$out/results.json" --expect-models "$models" \
-    --expect-configs "$configs" --nets "$nets"
+    --expect-configs "$configs" --nets "$nets" \
+    $([ "$single_each" = 0 ] && echo --first-net-only single,ddp-seed2)
 }
 trap cleanup EXIT
 trap 'echo "run.sh: interrupted; results so far:"; cleanup; report; exit 143' TERM INT
@@ -131,7 +136,7 @@ for net in ${nets//,/ }; do
   esac
   cfgs="$configs"
   if [ "$first" = 0 ] && [ "$single_each" = 0 ]; then
-    cfgs="$(tr ',' '\n' <<<"$configs" | grep -vx single | paste -sd,)"
+    cfgs="$(tr ',' '\n' <<<"$configs" | grep -vx -e single -e ddp-seed2 | paste -sd,)"
   fi
   first=0
   [ -n "$cfgs" ] || continue
