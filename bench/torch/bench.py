@@ -27,6 +27,7 @@ import argparse
 import csv
 import datetime
 import gc
+import json
 import os
 import statistics
 import sys
@@ -72,7 +73,8 @@ MODELS = {
 }
 
 FIELDS = ["net", "model", "config", "note", "device", "ngpus", "mps", "batch", "unit", "warmup",
-          "steps", "step_ms", "step_ms_p10", "step_ms_p90", "samples_per_s", "loss", "host_ms",
+          "steps", "step_ms", "step_ms_p10", "step_ms_p90", "samples_per_s", "bwd_ms",
+          "after_bwd_ms", "loss", "host_ms",
           "host_hook_ms", "host_sync_ms", "host_calls", "plan", "status", "seconds", "when"]
 
 
@@ -208,11 +210,12 @@ class Run:
                "ngpus": self.size, "mps": a.mps, "batch": self.batch_size(name),
                "unit": MODELS[name][2], "warmup": a.warmup, "steps": a.steps, "status": "ok",
                "host_ms": "", "host_hook_ms": "", "host_sync_ms": "", "host_calls": "",
-               "plan": ""}
+               "plan": "", "bwd_ms": "", "after_bwd_ms": ""}
         t_item = time.perf_counter()
         active = kind != "single" or self.rank == 0
         model = opt = ddp = None
         stats = curve = None
+        times, bwds, losses = [], [], []
         if active:
             model = self.model(name, seed)
             momentum = 0.0 if comp == "dgc" else 0.9  # DGC's momentum runs in the daemon
@@ -244,9 +247,11 @@ class Run:
             data = self.data(name)
             if a.duration_min > 0:
                 curve = []
-            times, losses = self.train(name, train, opt, data, stats, curve)
+            times, bwds, losses = self.train(name, model, train, opt, data, stats, curve)
             if stats is not None:
                 row["plan"] = plan_summary(opt)
+                if self.rank == 0:  # the daemon's view of the job: plan inputs, costs, counters
+                    self.dump_status(opt, name, cfg)
         if a.duration_min > 0:
             self.gather_curve(name, cfg, curve if active else None)
         # results: rank 0's times; loss averaged over the active ranks
@@ -264,6 +269,10 @@ class Run:
                 row.update(steps=len(times), note=f"{note}; {a.duration_min:g} min run")
             row.update(step_ms=f"{med * 1e3:.3f}", step_ms_p10=f"{q[0] * 1e3:.3f}",
                        step_ms_p90=f"{q[-1] * 1e3:.3f}", samples_per_s=f"{n / med:.2f}")
+            if bwds and len(bwds) == len(times):
+                after = statistics.median(t - b for t, b in zip(times, bwds))
+                row.update(bwd_ms=f"{statistics.median(bwds) * 1e3:.3f}",
+                           after_bwd_ms=f"{after * 1e3:.3f}")
             if stats is not None:
                 k = stats["steps"] or 1
                 row.update(host_ms=f"{(stats['hook'] + stats['sync']) / k * 1e3:.3f}",
@@ -281,10 +290,29 @@ class Run:
         row["when"] = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S")
         return row
 
-    def train(self, name, model, opt, data, stats, curve):
+    def train(self, name, model, train, opt, data, stats, curve):
+        """Returns per measured step (seconds): the step times and the times from the step's
+        start to its last gradient (the end of backward's compute: the latest
+        post-accumulate-grad hook of the model's first 4 parameters, which backward reaches
+        last; CUDA events on GPU), and every step's loss."""
         a = self.a
         cuda = self.dev.type == "cuda"
-        times, losses = [], []
+        times, bwds, losses = [], [], []
+        first = [p for p in model.parameters() if p.requires_grad][:4]
+        marks = {}  # index -> CUDA event or perf_counter time of this step's hook
+        evs = [torch.cuda.Event(enable_timing=True) for _ in first] if cuda else []
+        ev0 = torch.cuda.Event(enable_timing=True) if cuda else None
+
+        def mark(i):
+            def hook(_):
+                if cuda:
+                    evs[i].record()
+                    marks[i] = evs[i]
+                else:
+                    marks[i] = time.perf_counter()
+            return hook
+
+        handles = [p.register_post_accumulate_grad_hook(mark(i)) for i, p in enumerate(first)]
         t_start = time.perf_counter()
         deadline = t_start + a.duration_min * 60 if curve is not None else None
         s = 0
@@ -299,8 +327,11 @@ class Run:
             if cuda:
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
+            marks.clear()
+            if cuda:
+                ev0.record()
             opt.zero_grad(set_to_none=False)
-            loss = self.loss_fn(name, model, x, y)
+            loss = self.loss_fn(name, train, x, y)
             loss.backward()
             opt.step()
             if cuda:
@@ -308,6 +339,9 @@ class Run:
             t1 = time.perf_counter()
             if s >= a.warmup:
                 times.append(t1 - t0)
+                if marks:
+                    bwds.append(max(ev0.elapsed_time(e) / 1e3 for e in marks.values()) if cuda
+                                else max(marks.values()) - t0)
                 if stats is not None:
                     stats["steps"] += 1
             lv = float(loss.detach())
@@ -315,9 +349,22 @@ class Run:
             if curve is not None:
                 curve.append((s + 1, t1 - t_start, lv))
             s += 1
+        for h in handles:
+            h.remove()
         if not times:  # duration mode shorter than the warm-up
             times = [t1 - t0]
-        return times, losses
+        return times, bwds, losses
+
+    def dump_status(self, opt, name, cfg):
+        path = os.path.join(os.path.dirname(os.path.abspath(self.a.out)),
+                            f"status-{self.a.net}-{name}-{cfg.replace(':', '_')}.json")
+        try:
+            st = opt._fgb_client.status_json()
+            js = [j for j in st.get("jobs", []) if j.get("name") == opt._fgb_job]
+            with open(path, "w") as f:
+                json.dump({"device": st.get("device"), "job": js[0] if js else None}, f)
+        except Exception as e:  # diagnostics only: the row stands without it
+            print(f"bench.py: status of {opt._fgb_job}: {e}", file=sys.stderr)
 
     def gather_curve(self, name, cfg, curve):
         """Rank 0 writes the loss curve, each step's loss averaged over the active ranks (every

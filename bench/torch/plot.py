@@ -79,7 +79,9 @@ def main():
                 devs.add(f"{r['ngpus']} x {r['device']}")
         r = info.get((net, model, config), {})
         rate = r.get("samples_per_s")
-        label = f"{config or name}" + (f" ({float(rate):.0f} {r.get('unit', '')}/s)" if rate else "")
+        label = config or name
+        if rate:
+            label += f" ({float(rate):.0f} {r.get('unit', '')}/s)"
         label += f", {steps[-1]} steps"
         sm = moving(loss, max(1, a.smooth))
         line, = ax_t.plot([w / 60 for w in wall], sm, label=label)

@@ -24,7 +24,8 @@ import sys
 from collections import OrderedDict
 
 FIELDS = ["net", "model", "config", "note", "device", "ngpus", "mps", "batch", "unit", "warmup",
-          "steps", "step_ms", "step_ms_p10", "step_ms_p90", "samples_per_s", "loss", "host_ms",
+          "steps", "step_ms", "step_ms_p10", "step_ms_p90", "samples_per_s", "bwd_ms",
+          "after_bwd_ms", "loss", "host_ms",
           "host_hook_ms", "host_sync_ms", "host_calls", "plan", "status", "seconds", "when"]
 
 
@@ -101,8 +102,9 @@ def main():
                 (n for n in nets if (n, model) in spread), None)
             lo, hi = spread[(sp_net, model)] if sp_net else (None, None)
             star = "*" if sp_net and sp_net != net else ""
-            print(f"{'config':17} {unit + '/s':>11} {'step ms':>8} {'vs DDP':>7} "
-                  f"{'vs Nx1':>7} {'loss':>8} {'vs seeds':>9} {'host ms':>8} {'host %':>6}  plan")
+            print(f"{'config':17} {unit + '/s':>11} {'step ms':>8} {'bwd ms':>7} {'after':>7} "
+                  f"{'vs DDP':>7} {'vs Nx1':>7} {'loss':>8} {'vs seeds':>9} {'host ms':>8} "
+                  f"{'host %':>6}  plan")
             for r in rs:
                 if r.get("status") != "ok":
                     print(f"{r['config']:17} {r.get('status', '')}")
@@ -123,7 +125,10 @@ def main():
                     place = "NaN"
                 host = num(r.get("host_ms"))
                 hp = f"{100 * host / step:.1f}" if host is not None and step else "-"
-                print(f"{r['config']:17} {sps or 0:11.1f} {step or 0:8.2f} {vd:>7} {vs:>7} "
+                bwd, aft = num(r.get("bwd_ms")), num(r.get("after_bwd_ms"))
+                print(f"{r['config']:17} {sps or 0:11.1f} {step or 0:8.2f} "
+                      f"{'-' if bwd is None else f'{bwd:.2f}':>7} "
+                      f"{'-' if aft is None else f'{aft:.2f}':>7} {vd:>7} {vs:>7} "
                       f"{r['loss']:>8} {place:>9} {r.get('host_ms') or '-':>8} {hp:>6}  "
                       f"{r.get('plan', '')}")
                 d = dict(r)
@@ -132,9 +137,13 @@ def main():
             if lo is not None:
                 print(f"dense DDP loss spread (init seeds 42, 43): {lo:.4f} .. {hi:.4f}"
                       + (f" (from network {sp_net})" if star else ""))
-    print("\nvs Nx1: samples/s / (ranks x single-GPU samples/s); * = single GPU (or, for vs "
-          "seeds, the two DDP seeds) measured on another network of the same run. host ms: fgbuff.torch's hook + synchronize() time per "
-          "step on rank 0 (CPU daemons: synchronize includes the wait for the result).")
+    print("\nbwd ms: median time from the step's start to its last gradient (forward + "
+          "backward compute); after: median of step - that (exposed communication, "
+          "synchronize, optimizer step).")
+    print("vs Nx1: samples/s / (ranks x single-GPU samples/s); * = single GPU (or, for vs "
+          "seeds, the two DDP seeds) measured on another network of the same run.")
+    print("host ms: fgbuff.torch's hook + synchronize() time per step on rank 0 (CPU daemons: "
+          "synchronize includes the wait for the result).")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -94,9 +94,8 @@ else
   }
   world_alive() {
     local p
-    for p in $(sed -n 's/.*fgbuffd: ready rank [0-9]* .* pid \([0-9]*\).*/\1/p' "$GPU_WORLD_LOG"); do
-      kill -0 "$p" 2>/dev/null || return 1
-    done
+    local p
+    for p in $(gpu_world_pid '[0-9]*'); do kill -0 "$p" 2>/dev/null || return 1; done
   }
 fi
 net=none
@@ -114,9 +113,10 @@ cleanup() {
 }
 report() {
   [ -s "$res" ] || { echo "run.sh: no results"; return 1; }
+  local extra=()
+  [ "$single_each" = 0 ] && extra=(--first-net-only "single,ddp-seed2")
   python3 "$here/report.py" "$res" --json "$out/results.json" --expect-models "$models" \
-    --expect-configs "$configs" --nets "$nets" \
-    $([ "$single_each" = 0 ] && echo --first-net-only single,ddp-seed2)
+    --expect-configs "$configs" --nets "$nets" "${extra[@]}"
 }
 trap cleanup EXIT
 trap 'echo "run.sh: interrupted; results so far:"; cleanup; report; exit 143' TERM INT
@@ -179,7 +179,8 @@ for net in ${nets//,/ }; do
       [ "$rc" = 124 ] && why="timeout"
       grep -q "exceeded .* s; exiting" "$log" && why="hung over --item-timeout $item_tmo s"
       # the first exception of a rank (its last line), or an abort's what()
-      err="$(grep -E '^(\[rank[0-9]+\]: )?[A-Za-z_.]+(Error|Exception|Invalid[A-Za-z]*|Mismatch|Timeout|PeerFailed|NotFound|IOFailure|[A-Z][a-z]+Failure): |what\(\): ' "$log" |
+      exc='(Error|Exception|Invalid[A-Za-z]*|Mismatch|Timeout|PeerFailed|NotFound|Failure)'
+      err="$(grep -E "^(\[rank[0-9]+\]: )?[A-Za-z_.]*$exc: |what\(\): " "$log" |
         grep -v ChildFailedError | head -1 | sed 's/^\[rank[0-9]*\]: //' | cut -c1-240)"
       echo "  $m $c: FAILED ($why) $err; log $log"
       python3 "$here/report.py" "$res" --add-failed "$net" "$m" "$c" "$why: $err"
@@ -205,6 +206,7 @@ report
 rc=$?
 echo "results: $res, $out/results.json; logs in $out; $SECONDS s in all"
 if [ "$dur" != 0 ]; then
-  echo "curves: $(ls "$out"/curve-*.csv 2>/dev/null | paste -sd' '); plot: python3 $here/plot.py $out"
+  echo "curves: $(find "$out" -name 'curve-*.csv' | sort | paste -sd' ')"
+  echo "plot: python3 $here/plot.py $out"
 fi
 exit $rc

@@ -18,20 +18,22 @@ bash "$run" "$BUILD" --cpu --steps 2 --warmup 1 --out "$OUT/all" >"$OUT/all.txt"
 rc=$?
 cat "$OUT/all.txt"
 [ "$rc" -eq 0 ] || bad "run.sh --cpu exited $rc"
-configs="$(PYTHONPATH="$SRC/client/python" FGBUFF_CLIENT_LIB="$BUILD/client/libfgbuff_client.so" python3 "$SRC/bench/torch/bench.py" --list --out /dev/null | awk '{print $1}')"
+configs="$(PYTHONPATH="$SRC/client/python" FGBUFF_CLIENT_LIB="$BUILD/client/libfgbuff_client.so" \
+  python3 "$SRC/bench/torch/bench.py" --list --out /dev/null | awk '{print $1}')"
 [ "$(wc -w <<<"$configs")" -ge 13 ] || bad "bench.py --list gives $(wc -w <<<"$configs") configs"
 # the printed table: per model, one line per config with numbers in the throughput, step, ratio
 # and loss columns
 for m in ${models//,/ }; do
   tab="$(awk -v m="$m" '/^== net cpu, model / { on = ($5 == m ":") } on' "$OUT/all.txt")"
   for c in $configs; do
-    awk -v c="$c" '$1 == c && $2 + 0 > 0 && $3 + 0 > 0 && $6 ~ /^[0-9.]+$/ && $6 + 0 > 0 { ok = 1 }
-      END { exit !ok }' <<<"$tab" || bad "table of $m: no good row for $c"
+    # columns: config, samples/s, step ms, bwd ms, after, vs DDP, vs Nx1, loss
+    awk -v c="$c" '$1 == c && $2 + 0 > 0 && $3 + 0 > 0 && $4 + 0 > 0 && $8 ~ /^[0-9.]+$/ &&
+      $8 + 0 > 0 { ok = 1 } END { exit !ok }' <<<"$tab" || bad "table of $m: no good row for $c"
   done
   # fgbuff dense averages exactly what DDP averages: the same loss after the same steps
-  ddp="$(awk '$1 == "ddp" { print $6 }' <<<"$tab")"
+  ddp="$(awk '$1 == "ddp" { print $8 }' <<<"$tab")"
   for c in dense-none dense-fgbuff; do
-    [ "$(awk -v c="$c" '$1 == c { print $6 }' <<<"$tab")" = "$ddp" ] ||
+    [ "$(awk -v c="$c" '$1 == c { print $8 }' <<<"$tab")" = "$ddp" ] ||
       bad "$m: $c loss differs from DDP's ($ddp)"
   done
 done
@@ -63,7 +65,8 @@ python3 "$SRC/bench/torch/report.py" "$OUT/nan.csv" --expect-models gpt2 --expec
   >/dev/null && bad "report.py accepted a NaN loss"
 # a config that crashes is reported and the run goes on
 bash "$run" "$BUILD" --cpu --steps 2 --warmup 1 --models gpt2 \
-  --configs ddp,fgb:no-such-compressor:0.01:none,dense-none --out "$OUT/crash" >"$OUT/crash.txt" 2>&1
+  --configs ddp,fgb:no-such-compressor:0.01:none,dense-none --out "$OUT/crash" \
+  >"$OUT/crash.txt" 2>&1
 rc=$?
 cat "$OUT/crash.txt"
 [ "$rc" -ne 0 ] || bad "run.sh exited 0 with a crashing config"
