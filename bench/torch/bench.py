@@ -213,7 +213,7 @@ class Run:
                "plan": "", "bwd_ms": "", "after_bwd_ms": ""}
         t_item = time.perf_counter()
         active = kind != "single" or self.rank == 0
-        model = opt = ddp = None
+        model = opt = ddp = train = data = None
         stats = curve = None
         times, bwds, losses = [], [], []
         if active:
@@ -281,7 +281,7 @@ class Run:
                            host_calls=f"{stats['calls'] / k:.0f}")
         if kind == "fgb" and opt is not None:
             opt._fgb_close()  # its job's handle and registrations: one job per item
-        del model, opt, ddp
+        model = opt = ddp = train = data = None
         gc.collect()
         if self.dev.type == "cuda":
             torch.cuda.empty_cache()

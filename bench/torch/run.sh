@@ -121,10 +121,19 @@ report() {
 trap cleanup EXIT
 trap 'echo "run.sh: interrupted; results so far:"; cleanup; report; exit 143' TERM INT
 
+mps_label=off
 if [ "$cpu" = 0 ] && [ "$mps" = 1 ]; then
-  mps_start && mps_on=1 || echo "run.sh: MPS did not start: running without it"
+  # an MPS control daemon this environment already names (CUDA_MPS_PIPE_DIRECTORY) is used as it
+  # is, neither started nor stopped here; otherwise bench/gpu/mps.sh starts a private one
+  if [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] &&
+    echo get_server_list | timeout 5 nvidia-cuda-mps-control >/dev/null 2>&1; then
+    mps_label="on (already running)"
+  elif mps_start; then
+    mps_on=1 mps_label=on
+  else
+    echo "run.sh: MPS did not start: running without it"
+  fi
 fi
-mps_label=$([ "$mps_on" = 1 ] && echo on || echo off)
 nm=$(tr ',' '\n' <<<"$models" | grep -c .)
 echo "run.sh: models $models; configs $configs; nets $nets; $gpus ranks; $warmup warm-up +" \
   "$steps measured steps; MPS $mps_label; out $out"
@@ -164,8 +173,8 @@ for net in ${nets//,/ }; do
     [ "$cpu" = 1 ] && args+=(--cpu)
     [ "$chl" = 1 ] && args+=(--channels-last)
     FGBUFF_JOB="bt$$.$net.$attempt" FGBUFF_INCARNATION=$(( ($$ << 8) + attempt )) \
-      timeout -k 10 "$limit" torchrun --standalone --nproc-per-node "$gpus" "$here/bench.py" \
-      "${args[@]}" >"$log" 2>&1 &
+      timeout -k 10 "$limit" python3 -m torch.distributed.run --standalone \
+      --nproc-per-node "$gpus" "$here/bench.py" "${args[@]}" >"$log" 2>&1 &
     tpid=$!
     wait "$tpid"
     rc=$?
