@@ -94,16 +94,15 @@ else
   }
   world_alive() {
     local p
-    local p
     for p in $(gpu_world_pid '[0-9]*'); do kill -0 "$p" 2>/dev/null || return 1; done
   }
 fi
 net=none
 cleanup() {
-  if [ -n "$tpid" ]; then
-    kill -TERM "$tpid" 2>/dev/null
+  if [ -n "$tpid" ]; then # timeout(1) leads the trainers' process group: signal the group
+    kill -TERM -- "-$tpid" 2>/dev/null || kill -TERM "$tpid" 2>/dev/null
     sleep 2
-    kill -KILL "$tpid" 2>/dev/null
+    kill -KILL -- "-$tpid" 2>/dev/null
     wait "$tpid" 2>/dev/null
     tpid=""
   fi
