@@ -110,6 +110,10 @@ def parse():
     p.add_argument("--item-timeout", type=float, default=300,
                    help="seconds an item may take before this process exits (124)")
     p.add_argument("--duration-min", type=float, default=0.0)
+    p.add_argument("--timeline", type=int, default=0, metavar="K",
+                   help="write the last K steps of each item, CLOCK_MONOTONIC us, to "
+                        "timeline-<net>-<model>-<config>.csv (rank 0), to lay beside the "
+                        "daemons' FGBUFF_GPU_TRACE lines")
     p.add_argument("--list", action="store_true")
     a = p.parse_args()
     if a.list:
@@ -273,6 +277,8 @@ class Run:
                 after = statistics.median(t - b for t, b in zip(times, bwds))
                 row.update(bwd_ms=f"{statistics.median(bwds) * 1e3:.3f}",
                            after_bwd_ms=f"{after * 1e3:.3f}")
+            if a.timeline and active:
+                self.write_timeline(name, cfg)
             if stats is not None:
                 k = stats["steps"] or 1
                 row.update(host_ms=f"{(stats['hook'] + stats['sync']) / k * 1e3:.3f}",
@@ -298,6 +304,7 @@ class Run:
         a = self.a
         cuda = self.dev.type == "cuda"
         times, bwds, losses = [], [], []
+        self.tl = []  # (step, start, last gradient, sync start, sync end, end): monotonic us
         first = [p for p in model.parameters() if p.requires_grad][:4]
         marks = {}  # index -> CUDA event or perf_counter time of this step's hook
         evs = [torch.cuda.Event(enable_timing=True) for _ in first] if cuda else []
@@ -327,6 +334,7 @@ class Run:
             if cuda:
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
+            m0 = time.monotonic_ns() // 1000
             marks.clear()
             if cuda:
                 ev0.record()
@@ -337,11 +345,19 @@ class Run:
             if cuda:
                 torch.cuda.synchronize()
             t1 = time.perf_counter()
+            m1 = time.monotonic_ns() // 1000
+            bwd = None
+            if marks:
+                bwd = (max(ev0.elapsed_time(e) / 1e3 for e in marks.values()) if cuda
+                       else max(marks.values()) - t0)
+            if a.timeline:
+                sy = stats["last_sync"] if stats is not None else (0, 0)
+                self.tl.append((s, m0, m0 + int((bwd or 0) * 1e6), sy[0], sy[1], m1))
+                del self.tl[:-a.timeline]
             if s >= a.warmup:
                 times.append(t1 - t0)
-                if marks:
-                    bwds.append(max(ev0.elapsed_time(e) / 1e3 for e in marks.values()) if cuda
-                                else max(marks.values()) - t0)
+                if bwd is not None:
+                    bwds.append(bwd)
                 if stats is not None:
                     stats["steps"] += 1
             lv = float(loss.detach())
@@ -354,6 +370,17 @@ class Run:
         if not times:  # duration mode shorter than the warm-up
             times = [t1 - t0]
         return times, bwds, losses
+
+    def write_timeline(self, name, cfg):
+        path = os.path.join(os.path.dirname(os.path.abspath(self.a.out)),
+                            f"timeline-{self.a.net}-{name}-{cfg.replace(':', '_')}.csv")
+        with open(path, "w") as f:
+            f.write("# rank 0, CLOCK_MONOTONIC us (the daemons' gtrace clock); last_grad = start "
+                    "+ the CUDA-event time to the last gradient; sync_* = synchronize() on the "
+                    "host (fgbuff rows); step = the fgbuff job's step\n")
+            f.write("step,start_us,last_grad_us,sync_start_us,sync_end_us,end_us\n")
+            for row in self.tl:
+                f.write(",".join(str(v) for v in row) + "\n")
 
     def dump_status(self, opt, name, cfg):
         path = os.path.join(os.path.dirname(os.path.abspath(self.a.out)),
@@ -392,7 +419,7 @@ def instrument(opt):
     """Time fgbuff.torch's host code per step: the post-accumulate-grad hook's work (adopting the
     gradient, the non-finite guard and fgb_submit) and synchronize() (end_step, the per-tensor
     waits; on a CPU daemon this includes waiting for the result)."""
-    st = {"hook": 0.0, "sync": 0.0, "calls": 0, "steps": 0}
+    st = {"hook": 0.0, "sync": 0.0, "calls": 0, "steps": 0, "last_sync": (0, 0)}
     pc = time.perf_counter
     adopt, submit, sync = opt._fgb_adopt, opt._fgb_submit, opt.synchronize
 
@@ -408,9 +435,10 @@ def instrument(opt):
         st["calls"] += 1
 
     def t_sync():
-        t = pc()
+        t, m = pc(), time.monotonic_ns() // 1000
         sync()
         st["sync"] += pc() - t
+        st["last_sync"] = (m, time.monotonic_ns() // 1000)
 
     opt._fgb_adopt, opt._fgb_submit, opt.synchronize = t_adopt, t_submit, t_sync
     return st

@@ -7,12 +7,15 @@
 # Usage: bench/torch/run.sh BUILD_DIR [--gpus N] [--models resnet50,resnet50-amp,gpt2]
 #          [--configs single,ddp,...] [--nets nvlink,slow] [--steps N] [--warmup W] [--quick]
 #          [--out DIR] [--no-mps] [--item-timeout S] [--every-net] [--channels-last]
-#          [--duration-min M] [--cpu]
+#          [--duration-min M] [--timeline K] [--cpu]
 #   --quick          20 warm-up + 50 measured steps (default 20 + 100), --item-timeout 120
 #   --cpu            tiny models on CPU: gloo DDP and CPU daemons, 2 ranks, network label "cpu"
 #   --duration-min M convergence mode: each config trains M minutes (default models resnet50-amp,
 #                    configs ddp,topk-fgbuff, nets slow); loss curves in DIR/curve-*.csv, plotted
 #                    by bench/torch/plot.py
+#   --timeline K     the last K steps of each item as CLOCK_MONOTONIC times (timeline-*.csv) and
+#                    the daemons' per-collective trace (FGBUFF_GPU_TRACE=all, daemons-<net>.log):
+#                    where a step's time goes; use on a few configs (the trace is per tensor)
 #   --every-net      run `single` and `ddp-seed2` on every network (default: the first only; they
 #                    do not depend on the network: the ratio to N x single and the loss spread
 #                    then use the first network's rows, marked *)
@@ -25,7 +28,7 @@ src="$(cd "$here/../.." && pwd)"
 build="$(cd "${1:?usage: run.sh BUILD_DIR [options]}" && pwd)"
 shift
 gpus=2 models="" configs="" nets="" steps=100 warmup=20 out="" mps=1 cpu=0 item_tmo=300
-single_each=0 chl=0 dur=0 quick=0 tmo_set=0
+single_each=0 chl=0 dur=0 quick=0 tmo_set=0 timeline=0
 while [ $# -gt 0 ]; do
   case "$1" in
   --gpus) gpus="$2"; shift ;;
@@ -43,6 +46,7 @@ while [ $# -gt 0 ]; do
   --every-net) single_each=1 ;;
   --channels-last) chl=1 ;;
   --duration-min) dur="$2"; shift ;;
+  --timeline) timeline="$2"; shift ;;
   *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -72,6 +76,7 @@ export GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-lo}" # the trainers' control gr
 python3 -c 'import torch' 2>/dev/null || { echo "run.sh: torch missing: skipped"; exit 77; }
 
 tpid="" mps_on=0
+[ "$timeline" != 0 ] && export FGBUFF_GPU_TRACE=all # the daemons' gtrace lines (GPU daemons)
 if [ "$cpu" = 1 ]; then
   export OMP_NUM_THREADS=1
   source "$src/tests/lib/world.sh"
@@ -171,6 +176,7 @@ for net in ${nets//,/ }; do
       --duration-min "$dur")
     [ "$cpu" = 1 ] && args+=(--cpu)
     [ "$chl" = 1 ] && args+=(--channels-last)
+    [ "$timeline" != 0 ] && args+=(--timeline "$timeline")
     FGBUFF_JOB="bt$$.$net.$attempt" FGBUFF_INCARNATION=$(( ($$ << 8) + attempt )) \
       timeout -k 10 "$limit" python3 -m torch.distributed.run --standalone \
       --nproc-per-node "$gpus" "$here/bench.py" "${args[@]}" >"$log" 2>&1 &
