@@ -4,7 +4,8 @@
     plot.py DIR [--out docs/torch-convergence.png] [--title TEXT] [--smooth N]
 
 Reads DIR/curve-<net>-<model>-<config>.csv (step, wall_s, loss: the loss of each step averaged
-over the ranks) and DIR/results.csv (the device and throughput, for the legend), and draws the
+over the ranks) and DIR/results*.csv (the device and throughput, for the legend; several runs'
+results may be copied in as results-<anything>.csv), and draws the
 loss against wall-clock time (left: speed and convergence at once) and against the step (right:
 the same steps, so a compressed run's loss per step is compared with DDP's). --smooth N draws the
 moving average over N steps (default 20) over the raw curve. Runs where matplotlib is installed
@@ -58,8 +59,7 @@ def main():
         print(f"plot.py: no curve-*.csv in {a.dir}", file=sys.stderr)
         return 1
     info = {}
-    res = os.path.join(a.dir, "results.csv")
-    if os.path.exists(res):
+    for res in sorted(glob.glob(os.path.join(a.dir, "results*.csv"))):  # several runs' copies
         with open(res, newline="") as f:
             for r in csv.DictReader(f):
                 info[(r["net"], r["model"], r["config"])] = r
