@@ -100,6 +100,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._fgb_entries: Dict[int, _Entry] = {}  # id(param) -> entry
         self._fgb_order: List[_Entry] = []
         self._fgb_flag: Optional[Tuple[int, torch.Tensor]] = None
+        self._fgb_flats: List[torch.Tensor] = []  # the gradient buffers, one per (device, dtype)
 
         all_params = [p for g in self.param_groups for p in g["params"]]
         if named_parameters is not None:
@@ -162,6 +163,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 total += p.numel() * esz
             arena, base = self._fgb_mem.alloc(total)
             flat = base.view(wire)
+            self._fgb_flats.append(flat[:(offs[-1] // esz) + ps[-1].numel()] if ps else flat)
             for p, off in zip(ps, offs):
                 name = by_id[id(p)]
                 n = p.numel()
@@ -233,11 +235,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             e.slot.div_(self._fgb_predivide)
         if e.compressed and self._fgb_flag is not None:
             # device-side, no host sync: a non-finite gradient is replaced by zeros and counted
-            ok = torch.isfinite(e.slot).all()
-            e.slot.copy_(torch.where(ok, e.slot, torch.zeros((), dtype=e.slot.dtype,
-                                                              device=e.slot.device)))
-            flag = self._fgb_flag[1]
-            flag.add_((~ok).to(device=flag.device, dtype=flag.dtype))
+            # (in place, 5 small kernels: this runs per tensor in backward, on the host's path)
+            bad = torch.isfinite(e.slot).all().logical_not_()
+            e.slot.masked_fill_(bad, 0)
+            self._fgb_flag[1].add_(bad)  # the flag lives in the same memory (device) as slots
         self._fgb_submitted += 1
         stream = 0
         if e.slot.is_cuda:
@@ -264,13 +265,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                       else 0)
         cl.end_step(step)
         if self._fgb_mem.on_gpu:
+            # every slot (and the flag) lives on the daemon's device: one stream handle
+            stream = int(torch.cuda.current_stream(self._fgb_mem.daemon_device).cuda_stream)
+            wait = cl.wait_on_stream
             for e in self._fgb_order:
-                stream = int(torch.cuda.current_stream(e.slot.device).cuda_stream)
-                cl.wait_on_stream(e.tid, step, stream)
+                wait(e.tid, step, stream)
             if self._fgb_flag is not None:
-                flag = self._fgb_flag[1]
-                cl.wait_on_stream(self._fgb_flag[0], step,
-                                  int(torch.cuda.current_stream(flag.device).cuda_stream))
+                wait(self._fgb_flag[0], step, stream)
         else:
             cl.wait_step(step)
         poison = None
@@ -280,11 +281,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             flag = self._fgb_flag[1]
             poison = torch.where(flag > 0, torch.full_like(flag, float("nan")),
                                  torch.zeros_like(flag))
+        if poison is not None:  # one add per flat buffer, not one per tensor
+            for flat in self._fgb_flats:
+                flat.add_(poison.to(device=flat.device, dtype=flat.dtype))
         for e in self._fgb_order:
             if self._fgb_predivide != 1.0:
                 e.slot.mul_(self._fgb_predivide)
-            if poison is not None:
-                e.slot.add_(poison.to(device=e.slot.device, dtype=e.slot.dtype))
             if e.staged:
                 e.grad.copy_(e.slot.view(e.grad.shape).to(e.grad.dtype))
             e.count = 0

@@ -1,0 +1,519 @@
+#!/usr/bin/env python3
+"""bench/torch/bench.py — one rank of the end-to-end training benchmark (issue 18), launched by
+bench/torch/run.sh under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT): runs a list
+of items (model x config) one after the other in the same processes and appends one CSV row per
+item to --out (rank 0). The models are those of examples/pytorch (imported, not copied).
+
+Configs (--configs, comma-separated; see CONFIGS below or `--list`):
+  single             rank 0 alone, no communication (the other ranks wait)
+  ddp, ddp-seed2     torch DistributedDataParallel (NCCL on GPU, gloo on CPU), default buckets;
+                     ddp-seed2 starts from another initialisation seed (the loss spread)
+  ddp-powersgd       DDP + torch's powerSGD_hook, matrix_approximation_rank=4
+  <anything else>    fgbuff.torch.DistributedOptimizer (Horovod API) with a compressor, density
+                     and merge policy; also `fgb:COMPRESSOR:DENSITY:POLICY` (COMPRESSOR "dense")
+
+Per item: step time = wall time of one training step (zero_grad, forward, backward, optimizer
+step) ending with torch.cuda.synchronize(), on rank 0; the median over --steps steps after
+--warmup steps. Samples (images or sequences) per second = global batch / median. The loss is the
+mean over ranks of the loss of the last step (step warmup + steps), from the same data on every
+config (a fixed set of batches per rank, seed --data-seed + rank). fgbuff rows also report the
+host time spent in fgbuff.torch's hooks (gradient adoption + submit) and synchronize() per step.
+
+Duration mode (--duration-min M): each item trains for M minutes instead and writes
+`<out dir>/curve-<net>-<model>-<config>.csv` (step, wall seconds, loss mean over ranks).
+"""
+
+import argparse
+import csv
+import datetime
+import gc
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "examples", "pytorch"))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import fgbuff.torch as hvd  # noqa: E402
+from gpt2_synthetic import GPT2  # noqa: E402
+from resnet50_synthetic import ResNet50  # noqa: E402
+
+# name: (kind, compressor, density, policy, note)
+CONFIGS = {
+    "single": ("single", None, 0.0, None, "1 GPU, no communication"),
+    "ddp": ("ddp", None, 0.0, None, "DDP, default buckets"),
+    "ddp-seed2": ("ddp", None, 0.0, None, "DDP, init seed + 1 (loss spread)"),
+    "ddp-powersgd": ("ddp-powersgd", None, 0.0, None, "DDP + powerSGD_hook rank 4"),
+    "dense-none": ("fgb", None, 0.0, "none", "fgbuff dense, policy none"),
+    "dense-fgbuff": ("fgb", None, 0.0, "fgbuff", "fgbuff dense, policy fgbuff"),
+    "topk-fgbuff": ("fgb", "topk", 0.01, "fgbuff", "top-k 0.01, policy fgbuff"),
+    "topk-rgmerge": ("fgb", "topk", 0.01, "rgmerge", "top-k 0.01, policy rgmerge"),
+    "dgc-rgmerge": ("fgb", "dgc", 0.001, "rgmerge", "DGC 0.001, policy rgmerge"),
+    "powersgd-daemon": ("fgb", "powersgd", 0.0, "none",
+                        "daemon PowerSGD, its defaults: rank 1, dense for 100 steps"),
+    "acpsgd-daemon": ("fgb", "acpsgd", 0.0, "none", "daemon ACP-SGD rank 4 (PowerSGD family)"),
+    "gaussiank": ("fgb", "gaussiank", 0.01, "fgbuff", "Gaussian-k 0.01, policy fgbuff"),
+    "auto": ("fgb", "topk", 0.01, "fusion",
+             "top-k 0.01, policy fusion: per tensor compress or dense by measured cost"),
+}
+DEFAULT_CONFIGS = list(CONFIGS)
+
+# name: (builder key, autocast dtype or None, unit)
+MODELS = {
+    "resnet50": ("resnet50", None, "images"),
+    "resnet50-amp": ("resnet50", torch.bfloat16, "images"),
+    "gpt2": ("gpt2", torch.bfloat16, "sequences"),
+}
+
+FIELDS = ["net", "model", "config", "note", "device", "ngpus", "mps", "batch", "unit", "warmup",
+          "steps", "step_ms", "step_ms_p10", "step_ms_p90", "samples_per_s", "bwd_ms",
+          "after_bwd_ms", "loss", "host_ms",
+          "host_hook_ms", "host_sync_ms", "host_calls", "plan", "status", "seconds", "when"]
+
+
+def config_of(name):
+    if name in CONFIGS:
+        return CONFIGS[name]
+    if name.startswith("fgb:"):
+        parts = name.split(":")
+        if len(parts) != 4:
+            raise SystemExit(f"bench.py: config {name}: want fgb:COMPRESSOR:DENSITY:POLICY")
+        comp = None if parts[1] in ("", "dense", "none") else parts[1]
+        return ("fgb", comp, float(parts[2] or 0), parts[3] or None, name)
+    raise SystemExit(f"bench.py: unknown config {name} (known: {', '.join(CONFIGS)})")
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="resnet50,resnet50-amp,gpt2")
+    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS))
+    p.add_argument("--net", default="nvlink", help="label of the network (set up by run.sh)")
+    p.add_argument("--steps", type=int, default=100, help="measured steps")
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--seed", type=int, default=42, help="model initialisation seed")
+    p.add_argument("--data-seed", type=int, default=1000)
+    p.add_argument("--data-batches", type=int, default=1,
+                   help="distinct batches per rank, cycled (default 1; 16 in duration mode)")
+    p.add_argument("--cpu", action="store_true", help="tiny models on CPU (gloo, CPU daemons)")
+    p.add_argument("--channels-last", action="store_true", help="ResNet-50 in channels_last")
+    p.add_argument("--mps", default="unknown", help="label: whether MPS is on (run.sh)")
+    p.add_argument("--out", required=True, help="results CSV (appended by rank 0)")
+    p.add_argument("--progress", default=None, help="rank 0 appends START/DONE lines here")
+    p.add_argument("--skip", type=int, default=0, help="skip the first N items (a relaunch)")
+    p.add_argument("--item-timeout", type=float, default=300,
+                   help="seconds an item may take before this process exits (124)")
+    p.add_argument("--duration-min", type=float, default=0.0)
+    p.add_argument("--timeline", type=int, default=0, metavar="K",
+                   help="write the last K steps of each item, CLOCK_MONOTONIC us, to "
+                        "timeline-<net>-<model>-<config>.csv (rank 0), to lay beside the "
+                        "daemons' FGBUFF_GPU_TRACE lines")
+    p.add_argument("--list", action="store_true")
+    a = p.parse_args()
+    if a.list:
+        for k, v in CONFIGS.items():
+            print(f"{k:16} {v[4]}")
+        sys.exit(0)
+    a.models = [m for m in a.models.split(",") if m]
+    a.configs = [c for c in a.configs.split(",") if c]
+    for m in a.models:
+        if m not in MODELS:
+            raise SystemExit(f"bench.py: unknown model {m} (known: {', '.join(MODELS)})")
+    for c in a.configs:
+        config_of(c)
+    if a.duration_min > 0 and a.data_batches == 1:
+        a.data_batches = 16
+    return a
+
+
+class Run:
+    def __init__(self, a):
+        self.a = a
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.size = int(os.environ.get("WORLD_SIZE", "1"))
+        self.local = int(os.environ.get("LOCAL_RANK", "0"))
+        if a.cpu:
+            self.dev = torch.device("cpu")
+            backend = "gloo"
+        else:
+            torch.cuda.set_device(self.local)
+            self.dev = torch.device("cuda", self.local)
+            backend = "nccl"
+        kw = {"device_id": self.dev} if backend == "nccl" else {}
+        dist.init_process_group(backend, rank=self.rank, world_size=self.size,
+                                timeout=datetime.timedelta(seconds=max(600, a.item_timeout * 2)),
+                                **kw)
+        self.ctl = dist.new_group(backend="gloo")  # barriers and result exchange
+        hvd.init()
+        self.devname = ("cpu" if a.cpu else torch.cuda.get_device_name(self.dev))
+        self.base = os.environ.get("FGBUFF_JOB", "bench")
+
+    # ---- models and data
+    def model(self, name, seed):
+        kind = MODELS[name][0]
+        torch.manual_seed(seed)
+        if kind == "resnet50":
+            m = ResNet50(8, 10) if self.a.cpu else ResNet50(64, 1000)
+            m = m.to(self.dev)
+            if self.a.channels_last:
+                m = m.to(memory_format=torch.channels_last)
+        else:
+            if self.a.cpu:
+                m = GPT2(vocab=1000, ctx=32, layers=2, d=64, heads=2)
+            else:
+                m = GPT2(vocab=50257, ctx=1024, layers=12, d=768, heads=12)
+            m = m.to(self.dev)
+        return m
+
+    def batch_size(self, name):
+        if MODELS[name][0] == "resnet50":
+            return 4 if self.a.cpu else 64
+        return 4 if self.a.cpu else 8
+
+    def data(self, name):
+        g = torch.Generator().manual_seed(self.a.data_seed + self.rank)
+        b = self.batch_size(name)
+        out = []
+        for _ in range(self.a.data_batches):
+            if MODELS[name][0] == "resnet50":
+                img, classes = (32, 10) if self.a.cpu else (224, 1000)
+                x = torch.randn(b, 3, img, img, generator=g).to(self.dev)
+                if self.a.channels_last:
+                    x = x.to(memory_format=torch.channels_last)
+                y = torch.randint(0, classes, (b,), generator=g).to(self.dev)
+            else:
+                seq, vocab = (32, 1000) if self.a.cpu else (512, 50257)
+                tok = torch.randint(0, vocab, (b, seq + 1), generator=g).to(self.dev)
+                x, y = tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
+            out.append((x, y))
+        return out
+
+    def loss_fn(self, name, model, x, y):
+        amp = MODELS[name][1]
+        with torch.autocast(self.dev.type, dtype=amp, enabled=amp is not None):
+            out = model(x)
+            if MODELS[name][0] == "gpt2":
+                return F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), y.reshape(-1))
+            return F.cross_entropy(out.float(), y)
+
+    def lr(self, name):
+        return 0.01 if MODELS[name][0] == "resnet50" else 0.02
+
+    # ---- one item
+    def item(self, name, cfg):
+        kind, comp, density, policy, note = config_of(cfg)
+        a = self.a
+        seed = a.seed + (1 if cfg == "ddp-seed2" else 0)
+        row = {"net": a.net, "model": name, "config": cfg, "note": note, "device": self.devname,
+               "ngpus": self.size, "mps": a.mps, "batch": self.batch_size(name),
+               "unit": MODELS[name][2], "warmup": a.warmup, "steps": a.steps, "status": "ok",
+               "host_ms": "", "host_hook_ms": "", "host_sync_ms": "", "host_calls": "",
+               "plan": "", "bwd_ms": "", "after_bwd_ms": ""}
+        t_item = time.perf_counter()
+        active = kind != "single" or self.rank == 0
+        model = opt = ddp = train = data = None
+        stats = curve = None
+        times, bwds, losses = [], [], []
+        if active:
+            model = self.model(name, seed)
+            momentum = 0.0 if comp == "dgc" else 0.9  # DGC's momentum runs in the daemon
+            params = model.parameters()
+            opt = torch.optim.SGD(params, lr=self.lr(name), momentum=momentum,
+                                  weight_decay=1e-4 if MODELS[name][0] == "resnet50" else 0.0)
+            train = model
+            if kind.startswith("ddp"):
+                kw = {}
+                if kind == "ddp-powersgd" and self.dev.type == "cpu":
+                    # gloo runs the hook's chained all-reduces (P, then Q from a callback) in the
+                    # order each rank's callbacks fire: with several buckets that order differs
+                    # between ranks (a size-mismatch abort). One bucket on CPU; GPU: default.
+                    kw["bucket_cap_mb"] = 1024
+                ddp = torch.nn.parallel.DistributedDataParallel(
+                    model, device_ids=[self.local] if self.dev.type == "cuda" else None, **kw)
+                if kind == "ddp-powersgd":
+                    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
+
+                    state = ps.PowerSGDState(process_group=None, matrix_approximation_rank=4,
+                                             start_powerSGD_iter=2)
+                    ddp.register_comm_hook(state, ps.powerSGD_hook)
+                train = ddp
+            elif kind == "fgb":
+                opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                               compressor=comp, density=density, policy=policy,
+                                               job_name=f"{self.base}.{name}.{cfg}")
+                stats = instrument(opt)
+            data = self.data(name)
+            if a.duration_min > 0:
+                curve = []
+            times, bwds, losses = self.train(name, model, train, opt, data, stats, curve)
+            if stats is not None:
+                row["plan"] = plan_summary(opt)
+                if self.rank == 0:  # the daemon's view of the job: plan inputs, costs, counters
+                    self.dump_status(opt, name, cfg)
+        if a.duration_min > 0:
+            self.gather_curve(name, cfg, curve if active else None)
+        # results: rank 0's times; loss averaged over the active ranks
+        if active:
+            lt = torch.tensor([losses[-1], 1.0], dtype=torch.float64)
+        else:
+            lt = torch.zeros(2, dtype=torch.float64)
+        dist.all_reduce(lt, group=self.ctl)
+        row["loss"] = f"{lt[0].item() / lt[1].item():.5f}"
+        if self.rank == 0:
+            n = self.batch_size(name) * (1 if kind == "single" else self.size)
+            med = statistics.median(times)
+            q = statistics.quantiles(times, n=10) if len(times) >= 2 else [med] * 9
+            if a.duration_min > 0:  # every step after the warm-up was measured
+                row.update(steps=len(times), note=f"{note}; {a.duration_min:g} min run")
+            row.update(step_ms=f"{med * 1e3:.3f}", step_ms_p10=f"{q[0] * 1e3:.3f}",
+                       step_ms_p90=f"{q[-1] * 1e3:.3f}", samples_per_s=f"{n / med:.2f}")
+            if bwds and len(bwds) == len(times):
+                after = statistics.median(t - b for t, b in zip(times, bwds))
+                row.update(bwd_ms=f"{statistics.median(bwds) * 1e3:.3f}",
+                           after_bwd_ms=f"{after * 1e3:.3f}")
+            if a.timeline and active:
+                self.write_timeline(name, cfg)
+            if stats is not None:
+                k = stats["steps"] or 1
+                row.update(host_ms=f"{(stats['hook'] + stats['sync']) / k * 1e3:.3f}",
+                           host_hook_ms=f"{stats['hook'] / k * 1e3:.3f}",
+                           host_sync_ms=f"{stats['sync'] / k * 1e3:.3f}",
+                           host_calls=f"{stats['calls'] / k:.0f}")
+        if kind == "fgb" and opt is not None:
+            opt._fgb_close()  # its job's handle and registrations: one job per item
+        model = opt = ddp = train = data = None
+        gc.collect()
+        if self.dev.type == "cuda":
+            torch.cuda.empty_cache()
+        dist.barrier(group=self.ctl)
+        row["seconds"] = f"{time.perf_counter() - t_item:.1f}"
+        row["when"] = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S")
+        return row
+
+    def train(self, name, model, train, opt, data, stats, curve):
+        """Returns per measured step (seconds): the step times and the times from the step's
+        start to its last gradient (the end of backward's compute: the latest
+        post-accumulate-grad hook of the model's first 4 parameters, which backward reaches
+        last; CUDA events on GPU), and every step's loss."""
+        a = self.a
+        cuda = self.dev.type == "cuda"
+        times, bwds, losses = [], [], []
+        self.tl = []  # (step, start, last gradient, sync start, sync end, end): monotonic us
+        first = [p for p in model.parameters() if p.requires_grad][:4]
+        marks = {}  # index -> CUDA event or perf_counter time of this step's hook
+        evs = [torch.cuda.Event(enable_timing=True) for _ in first] if cuda else []
+        ev0 = torch.cuda.Event(enable_timing=True) if cuda else None
+
+        def mark(i):
+            def hook(_):
+                if cuda:
+                    evs[i].record()
+                    marks[i] = evs[i]
+                else:
+                    marks[i] = time.perf_counter()
+            return hook
+
+        handles = [p.register_post_accumulate_grad_hook(mark(i)) for i, p in enumerate(first)]
+        t_start = time.perf_counter()
+        deadline = t_start + a.duration_min * 60 if curve is not None else None
+        s = 0
+        while True:
+            if deadline is None and s >= a.warmup + a.steps:
+                break
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
+            x, y = data[s % len(data)]
+            if stats is not None and s == a.warmup:
+                stats.update(hook=0.0, sync=0.0, calls=0, steps=0)
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            m0 = time.monotonic_ns() // 1000
+            marks.clear()
+            if cuda:
+                ev0.record()
+            opt.zero_grad(set_to_none=False)
+            loss = self.loss_fn(name, train, x, y)
+            loss.backward()
+            opt.step()
+            if cuda:
+                torch.cuda.synchronize()
+            t1 = time.perf_counter()
+            m1 = time.monotonic_ns() // 1000
+            bwd = None
+            if marks:
+                bwd = (max(ev0.elapsed_time(e) / 1e3 for e in marks.values()) if cuda
+                       else max(marks.values()) - t0)
+            if a.timeline:
+                sy = stats["last_sync"] if stats is not None else (0, 0)
+                self.tl.append((s, m0, m0 + int((bwd or 0) * 1e6), sy[0], sy[1], m1))
+                del self.tl[:-a.timeline]
+            if s >= a.warmup:
+                times.append(t1 - t0)
+                if bwd is not None:
+                    bwds.append(bwd)
+                if stats is not None:
+                    stats["steps"] += 1
+            lv = float(loss.detach())
+            losses.append(lv)
+            if curve is not None:
+                curve.append((s + 1, t1 - t_start, lv))
+            s += 1
+        for h in handles:
+            h.remove()
+        if not times:  # duration mode shorter than the warm-up
+            times = [t1 - t0]
+        return times, bwds, losses
+
+    def write_timeline(self, name, cfg):
+        path = os.path.join(os.path.dirname(os.path.abspath(self.a.out)),
+                            f"timeline-{self.a.net}-{name}-{cfg.replace(':', '_')}.csv")
+        with open(path, "w") as f:
+            f.write("# rank 0, CLOCK_MONOTONIC us (the daemons' gtrace clock); last_grad = start "
+                    "+ the CUDA-event time to the last gradient; sync_* = synchronize() on the "
+                    "host (fgbuff rows); step = the fgbuff job's step\n")
+            f.write("step,start_us,last_grad_us,sync_start_us,sync_end_us,end_us\n")
+            for row in self.tl:
+                f.write(",".join(str(v) for v in row) + "\n")
+
+    def dump_status(self, opt, name, cfg):
+        path = os.path.join(os.path.dirname(os.path.abspath(self.a.out)),
+                            f"status-{self.a.net}-{name}-{cfg.replace(':', '_')}.json")
+        try:
+            st = opt._fgb_client.status_json()
+            js = [j for j in st.get("jobs", []) if j.get("name") == opt._fgb_job]
+            with open(path, "w") as f:
+                json.dump({"device": st.get("device"), "job": js[0] if js else None}, f)
+        except Exception as e:  # diagnostics only: the row stands without it
+            print(f"bench.py: status of {opt._fgb_job}: {e}", file=sys.stderr)
+
+    def gather_curve(self, name, cfg, curve):
+        """Rank 0 writes the loss curve, each step's loss averaged over the active ranks (every
+        rank of a DDP/fgbuff item steps in lockstep; `single` has rank 0 only)."""
+        big = 1 << 62
+        n = torch.tensor([len(curve) if curve is not None else big], dtype=torch.int64)
+        dist.all_reduce(n, op=dist.ReduceOp.MIN, group=self.ctl)
+        m = int(n.item())
+        lt = torch.zeros(m + 1, dtype=torch.float64)
+        if curve is not None:
+            lt[:m] = torch.tensor([c[2] for c in curve[:m]], dtype=torch.float64)
+            lt[m] = 1.0
+        dist.all_reduce(lt, group=self.ctl)
+        lt[:m] /= lt[m]
+        if self.rank == 0:
+            path = os.path.join(os.path.dirname(os.path.abspath(self.a.out)),
+                                f"curve-{self.a.net}-{name}-{cfg}.csv")
+            with open(path, "w") as f:
+                f.write("step,wall_s,loss\n")
+                for i in range(m):
+                    f.write(f"{curve[i][0]},{curve[i][1]:.4f},{lt[i].item():.6f}\n")
+
+
+def instrument(opt):
+    """Time fgbuff.torch's host code per step: the post-accumulate-grad hook's work (adopting the
+    gradient, the non-finite guard and fgb_submit) and synchronize() (end_step, the per-tensor
+    waits; on a CPU daemon this includes waiting for the result)."""
+    st = {"hook": 0.0, "sync": 0.0, "calls": 0, "steps": 0, "last_sync": (0, 0)}
+    pc = time.perf_counter
+    adopt, submit, sync = opt._fgb_adopt, opt._fgb_submit, opt.synchronize
+
+    def t_adopt(e):
+        t = pc()
+        adopt(e)
+        st["hook"] += pc() - t
+
+    def t_submit(e):
+        t = pc()
+        submit(e)
+        st["hook"] += pc() - t
+        st["calls"] += 1
+
+    def t_sync():
+        t, m = pc(), time.monotonic_ns() // 1000
+        sync()
+        st["sync"] += pc() - t
+        st["last_sync"] = (m, time.monotonic_ns() // 1000)
+
+    opt._fgb_adopt, opt._fgb_submit, opt.synchronize = t_adopt, t_submit, t_sync
+    return st
+
+
+def plan_summary(opt):
+    """The daemon's plan or decision table for this optimizer's job: buffers, compressed ones and
+    the share of elements they hold (e.g. "v2 fgbuff: 12 buffers, 9 compressed (97% of elems)")."""
+    try:
+        st = opt._fgb_client.status_json()
+        js = [j for j in st.get("jobs", []) if j.get("name") == opt._fgb_job]
+        if not js or not js[0].get("plan"):
+            return "no plan"
+        p = js[0]["plan"]
+        bufs = p.get("buffers", [])
+        comp = [b for b in bufs if b.get("compress")]
+        el = sum(b.get("elems", 0) for b in bufs) or 1
+        ce = sum(b.get("elems", 0) for b in comp)
+        return (f"v{p.get('version')} {p.get('policy')}: {len(bufs)} buffers, {len(comp)} "
+                f"compressed ({100.0 * ce / el:.0f}% of elems)")
+    except Exception as e:  # a status the benchmark cannot read must not lose the row
+        return f"status unreadable: {type(e).__name__}"
+
+
+def watchdog(seconds, what):
+    """Exit the process (124) if the current item takes longer than `seconds`."""
+    ev = threading.Event()
+
+    def run():
+        if not ev.wait(seconds):
+            print(f"bench.py: {what} exceeded {seconds:.0f} s; exiting", file=sys.stderr,
+                  flush=True)
+            os._exit(124)
+
+    threading.Thread(target=run, daemon=True).start()
+    return ev
+
+
+def main():
+    a = parse()
+    r = Run(a)
+    items = [(m, c) for m in a.models for c in a.configs]
+    if r.rank == 0:
+        print(f"bench.py: {r.devname}, {r.size} ranks, torch {torch.__version__}, net {a.net}, "
+              f"{len(items) - a.skip} items", flush=True)
+    new = not os.path.exists(a.out) or os.path.getsize(a.out) == 0
+    for i, (m, c) in enumerate(items):
+        if i < a.skip:
+            continue
+        if r.rank == 0 and a.progress:
+            with open(a.progress, "a") as f:
+                f.write(f"START {i} {m} {c}\n")
+        limit = a.item_timeout + (a.duration_min * 60 if a.duration_min > 0 else 0)
+        ev = watchdog(limit, f"item {m} {c}")
+        row = r.item(m, c)
+        ev.set()
+        if r.rank == 0:
+            with open(a.out, "a", newline="") as f:
+                w = csv.DictWriter(f, FIELDS)
+                if new:
+                    w.writeheader()
+                    new = False
+                w.writerow(row)
+            if a.progress:
+                with open(a.progress, "a") as f:
+                    f.write(f"DONE {i} {m} {c}\n")
+            extra = f" host {row['host_ms']} ms/step" if row["host_ms"] else ""
+            print(f"  {m:13} {c:16} {row.get('samples_per_s', '-'):>10} {row['unit']}/s  "
+                  f"step {row.get('step_ms', '-')} ms  loss {row['loss']}{extra}  "
+                  f"({row['seconds']} s)", flush=True)
+    dist.barrier(group=r.ctl)
+    hvd.shutdown()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""bench/torch/plot.py — loss curves of a bench/torch/run.sh --duration-min run, to a PNG.
+
+    plot.py DIR [--out docs/torch-convergence.png] [--title TEXT] [--smooth N]
+
+Reads DIR/curve-<net>-<model>-<config>.csv (step, wall_s, loss: the loss of each step averaged
+over the ranks) and DIR/results*.csv (the device and throughput, for the legend; several runs'
+results may be copied in as results-<anything>.csv), and draws the
+loss against wall-clock time (left: speed and convergence at once) and against the step (right:
+the same steps, so a compressed run's loss per step is compared with DDP's). --smooth N draws the
+moving average over N steps (default 20) over the raw curve. Runs where matplotlib is installed
+(not needed on the GPU host: copy DIR back and plot here).
+"""
+
+import argparse
+import csv
+import glob
+import os
+import sys
+
+
+def read_curve(path):
+    steps, wall, loss = [], [], []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            steps.append(int(r["step"]))
+            wall.append(float(r["wall_s"]))
+            loss.append(float(r["loss"]))
+    return steps, wall, loss
+
+
+def moving(xs, n):
+    out, acc = [], 0.0
+    for i, x in enumerate(xs):
+        acc += x
+        if i >= n:
+            acc -= xs[i - n]
+        out.append(acc / min(i + 1, n))
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("dir")
+    p.add_argument("--out", default=None, help="PNG path (default docs/torch-convergence.png)")
+    p.add_argument("--title", default=None)
+    p.add_argument("--smooth", type=int, default=20)
+    a = p.parse_args()
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plot.py: matplotlib is missing (pip install matplotlib)", file=sys.stderr)
+        return 2
+    files = sorted(glob.glob(os.path.join(a.dir, "curve-*.csv")))
+    if not files:
+        print(f"plot.py: no curve-*.csv in {a.dir}", file=sys.stderr)
+        return 1
+    info = {}
+    for res in sorted(glob.glob(os.path.join(a.dir, "results*.csv"))):  # several runs' copies
+        with open(res, newline="") as f:
+            for r in csv.DictReader(f):
+                info[(r["net"], r["model"], r["config"])] = r
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = a.out or os.path.join(here, "..", "..", "docs", "torch-convergence.png")
+    fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
+    devs = set()
+    for path in files:
+        name = os.path.basename(path)[len("curve-"):-len(".csv")]
+        steps, wall, loss = read_curve(path)
+        if not steps:
+            continue
+        net, model, config = name, "", ""
+        for (n, m, c), r in info.items():
+            if name == f"{n}-{m}-{c}":
+                net, model, config = n, m, c
+                devs.add(f"{r['ngpus']} x {r['device']}")
+        r = info.get((net, model, config), {})
+        rate = r.get("samples_per_s")
+        label = config or name
+        if rate:
+            label += f" ({float(rate):.0f} {r.get('unit', '')}/s)"
+        label += f", {steps[-1]} steps"
+        sm = moving(loss, max(1, a.smooth))
+        line, = ax_t.plot([w / 60 for w in wall], sm, label=label)
+        ax_t.plot([w / 60 for w in wall], loss, color=line.get_color(), alpha=0.2, lw=0.5)
+        ax_s.plot(steps, sm, color=line.get_color(), label=label)
+        ax_s.plot(steps, loss, color=line.get_color(), alpha=0.2, lw=0.5)
+    ax_t.set_xlabel("wall time (min)")
+    ax_s.set_xlabel("step")
+    ax_t.set_ylabel(f"training loss (mean over ranks; moving average of {a.smooth} steps)")
+    for ax in (ax_t, ax_s):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    title = a.title or ("bench/torch convergence run" + (f": {', '.join(sorted(devs))}" if devs
+                                                          else ""))
+    fig.suptitle(title)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    fig.savefig(out, dpi=110)
+    print(f"plot.py: wrote {out} ({len(files)} curves)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

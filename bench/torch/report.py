@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""bench/torch/report.py — the table of bench/torch/run.sh from its results CSV (torch-free).
+
+    report.py RESULTS.csv [MORE.csv...] [--json OUT.json]
+              [--expect-models a,b --expect-configs x,y --nets n,m [--first-net-only c,d]]
+    report.py RESULTS.csv --add-failed NET MODEL CONFIG REASON
+
+Per row: samples/s (median step), the ratio to DDP of the same model and network, the ratio to
+N x single GPU (the `single` row of the same model, from the same network if measured there, else
+from the first network that has one: marked *), the loss after the fixed steps, its place against
+the two dense DDP seeds' spread (`ddp` and `ddp-seed2` of the same network, else of the first
+network that has both: marked *), and for fgbuff rows the host time of fgbuff.torch per step (ms,
+and % of the step) and the daemon's plan. With --expect-*, exits 1 when a requested row is missing,
+failed, or has a non-finite or non-positive throughput or loss (the CI check).
+"""
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+
+from collections import OrderedDict
+
+FIELDS = ["net", "model", "config", "note", "device", "ngpus", "mps", "batch", "unit", "warmup",
+          "steps", "step_ms", "step_ms_p10", "step_ms_p90", "samples_per_s", "bwd_ms",
+          "after_bwd_ms", "loss", "host_ms",
+          "host_hook_ms", "host_sync_ms", "host_calls", "plan", "status", "seconds", "when"]
+
+
+def num(x):
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def load(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def add_failed(path, net, model, config, reason):
+    new = not os.path.exists(path) or os.path.getsize(path) == 0
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, FIELDS)
+        if new:
+            w.writeheader()
+        w.writerow({"net": net, "model": model, "config": config,
+                    "status": "FAILED: " + reason.replace("\n", " ")[:300]})
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("csv", nargs="+")
+    p.add_argument("--json")
+    p.add_argument("--expect-models")
+    p.add_argument("--expect-configs")
+    p.add_argument("--nets")
+    p.add_argument("--first-net-only", default="",
+                   help="configs expected on the first of --nets only")
+    p.add_argument("--add-failed", nargs=4, metavar=("NET", "MODEL", "CONFIG", "REASON"))
+    a = p.parse_args()
+    if a.add_failed:
+        add_failed(a.csv[0], *a.add_failed)
+        return 0
+    rows = [r for path in a.csv for r in load(path)]
+    nets = list(OrderedDict.fromkeys(r["net"] for r in rows))
+    models = list(OrderedDict.fromkeys(r["model"] for r in rows))
+    single = {}  # model -> (net, samples/s)
+    spread = {}  # (net, model) -> [ddp loss, ddp-seed2 loss]
+    for r in rows:
+        if r.get("status") != "ok":
+            continue
+        if r["config"] == "single" and num(r.get("samples_per_s")):
+            single.setdefault(r["model"], (r["net"], num(r["samples_per_s"])))
+        if r["config"] in ("ddp", "ddp-seed2") and num(r.get("loss")) is not None:
+            spread.setdefault((r["net"], r["model"]), {})[r["config"]] = num(r["loss"])
+    spread = {k: sorted(v.values()) for k, v in spread.items() if len(v) == 2}
+    devs = sorted({r["device"] for r in rows if r.get("device")})
+    print(f"device: {', '.join(devs) or '?'}; ranks: "
+          f"{', '.join(sorted({r['ngpus'] for r in rows if r.get('ngpus')}))}; MPS: "
+          f"{', '.join(sorted({r['mps'] for r in rows if r.get('mps')}))} (all rows, DDP too)")
+    out = []
+    for net in nets:
+        for model in models:
+            rs = [r for r in rows if r["net"] == net and r["model"] == model]
+            if not rs:
+                continue
+            ok = [r for r in rs if r.get("status") == "ok"]
+            unit = ok[0]["unit"] if ok else "samples"
+            r0 = ok[0] if ok else {}
+            print(f"\n== net {net}, model {model}: batch {r0.get('batch', '?')}/GPU, "
+                  f"{r0.get('warmup', '?')} warm-up + {r0.get('steps', '?')} measured steps; "
+                  f"{unit}/s from the median CUDA-synchronised step on rank 0")
+            ddp = next((num(r["samples_per_s"]) for r in ok if r["config"] == "ddp"), None)
+            sn = next(((r["net"], num(r["samples_per_s"])) for r in ok if r["config"] == "single"),
+                      None) or single.get(model)
+            sp_net = net if (net, model) in spread else next(
+                (n for n in nets if (n, model) in spread), None)
+            lo, hi = spread[(sp_net, model)] if sp_net else (None, None)
+            star = "*" if sp_net and sp_net != net else ""
+            print(f"{'config':17} {unit + '/s':>11} {'step ms':>8} {'bwd ms':>7} {'after':>7} "
+                  f"{'vs DDP':>7} {'vs Nx1':>7} {'loss':>8} {'vs seeds':>9} {'host ms':>8} "
+                  f"{'host %':>6}  plan")
+            for r in rs:
+                if r.get("status") != "ok":
+                    print(f"{r['config']:17} {r.get('status', '')}")
+                    out.append(dict(r))
+                    continue
+                sps, step, loss = num(r["samples_per_s"]), num(r["step_ms"]), num(r["loss"])
+                n = int(r["ngpus"]) if r["config"] != "single" else 1
+                vd = f"{sps / ddp:.2f}" if sps and ddp else "-"
+                vs = "-"
+                if sps and sn and sn[1]:
+                    vs = f"{sps / (n * sn[1]):.2f}" + ("*" if sn[0] != net else "")
+                place = "-"
+                if loss is not None and lo is not None and r["config"] not in ("ddp", "ddp-seed2",
+                                                                               "single"):
+                    place = ("within" if lo <= loss <= hi else
+                             f"{loss - (hi if loss > hi else lo):+.3f}") + star
+                elif loss is None:
+                    place = "NaN"
+                host = num(r.get("host_ms"))
+                hp = f"{100 * host / step:.1f}" if host is not None and step else "-"
+                bwd, aft = num(r.get("bwd_ms")), num(r.get("after_bwd_ms"))
+                print(f"{r['config']:17} {sps or 0:11.1f} {step or 0:8.2f} "
+                      f"{'-' if bwd is None else f'{bwd:.2f}':>7} "
+                      f"{'-' if aft is None else f'{aft:.2f}':>7} {vd:>7} {vs:>7} "
+                      f"{r['loss']:>8} {place:>9} {r.get('host_ms') or '-':>8} {hp:>6}  "
+                      f"{r.get('plan', '')}")
+                d = dict(r)
+                d.update(vs_ddp=vd, vs_n_single=vs, loss_vs_seeds=place, host_pct=hp)
+                out.append(d)
+            if lo is not None:
+                print(f"dense DDP loss spread (init seeds 42, 43): {lo:.4f} .. {hi:.4f}"
+                      + (f" (from network {sp_net})" if star else ""))
+    print("\nbwd ms: median time from the step's start to its last gradient (forward + "
+          "backward compute); after: median of step - that (exposed communication, "
+          "synchronize, optimizer step).")
+    print("vs Nx1: samples/s / (ranks x single-GPU samples/s); * = single GPU (or, for vs "
+          "seeds, the two DDP seeds) measured on another network of the same run.")
+    print("host ms: fgbuff.torch's hook + synchronize() time per step on rank 0 (CPU daemons: "
+          "synchronize includes the wait for the result).")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+    if a.expect_models:
+        bad = []
+        first_only = set(a.first_net_only.split(","))
+        for ni, net in enumerate((a.nets or ",".join(nets)).split(",")):
+            for m in a.expect_models.split(","):
+                for c in a.expect_configs.split(","):
+                    if ni > 0 and c in first_only:
+                        continue
+                    r = [x for x in rows if (x["net"], x["model"], x["config"]) == (net, m, c)]
+                    if not r:
+                        bad.append(f"{net}/{m}/{c}: missing")
+                    elif r[0].get("status") != "ok":
+                        bad.append(f"{net}/{m}/{c}: {r[0].get('status')}")
+                    elif not (num(r[0]["samples_per_s"]) or 0) > 0 or num(r[0]["loss"]) is None:
+                        bad.append(f"{net}/{m}/{c}: samples/s {r[0]['samples_per_s']} loss "
+                                   f"{r[0]['loss']}")
+        if bad:
+            print("report: bad rows:\n  " + "\n  ".join(bad))
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+#!/bin/bash
+# bench/torch/test-bench.sh BUILD SRC — ctest bench.torch_cpu: bench/torch/run.sh --cpu (tiny
+# models, gloo DDP and 2 CPU daemons) with every config x every model for a few steps must print
+# every row with a finite throughput and loss and exit 0; fgbuff dense must give DDP's loss exactly
+# (same seed, same data, Average); a config that crashes (an unknown compressor) must become a
+# FAILED row, the configs after it must still run, and run.sh must exit non-zero; report.py must
+# reject a missing row and a NaN loss (negative controls of the check itself).
+set -uo pipefail
+BUILD="$1" SRC="$2"
+python3 -c 'import torch' 2>/dev/null || { echo "torch missing: skipped"; exit 77; }
+OUT="$(mktemp -d "${TMPDIR:-/tmp}/fgb-bench-torch-test.XXXXXX")"
+trap 'rm -rf "$OUT"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+run="$SRC/bench/torch/run.sh"
+models=resnet50,resnet50-amp,gpt2
+bash "$run" "$BUILD" --cpu --steps 2 --warmup 1 --out "$OUT/all" >"$OUT/all.txt" 2>&1
+rc=$?
+cat "$OUT/all.txt"
+[ "$rc" -eq 0 ] || bad "run.sh --cpu exited $rc"
+configs="$(PYTHONPATH="$SRC/client/python" FGBUFF_CLIENT_LIB="$BUILD/client/libfgbuff_client.so" \
+  python3 "$SRC/bench/torch/bench.py" --list --out /dev/null | awk '{print $1}')"
+[ "$(wc -w <<<"$configs")" -ge 13 ] || bad "bench.py --list gives $(wc -w <<<"$configs") configs"
+# the printed table: per model, one line per config with numbers in the throughput, step, ratio
+# and loss columns
+for m in ${models//,/ }; do
+  tab="$(awk -v m="$m" '/^== net cpu, model / { on = ($5 == m ":") } on' "$OUT/all.txt")"
+  for c in $configs; do
+    # columns: config, samples/s, step ms, bwd ms, after, vs DDP, vs Nx1, loss
+    awk -v c="$c" '$1 == c && $2 + 0 > 0 && $3 + 0 > 0 && $4 + 0 > 0 && $8 ~ /^[0-9.]+$/ &&
+      $8 + 0 > 0 { ok = 1 } END { exit !ok }' <<<"$tab" || bad "table of $m: no good row for $c"
+  done
+  # fgbuff dense averages exactly what DDP averages: the same loss after the same steps
+  ddp="$(awk '$1 == "ddp" { print $8 }' <<<"$tab")"
+  for c in dense-none dense-fgbuff; do
+    [ "$(awk -v c="$c" '$1 == c { print $8 }' <<<"$tab")" = "$ddp" ] ||
+      bad "$m: $c loss differs from DDP's ($ddp)"
+  done
+done
+grep -q "dense DDP loss spread" "$OUT/all.txt" || bad "no loss spread line"
+python3 - "$OUT/all/results.json" <<'EOF' || bad "results.json"
+import json, math, sys
+rows = json.load(open(sys.argv[1]))
+assert len(rows) >= 39, len(rows)
+for r in rows:
+    assert r["status"] == "ok" and math.isfinite(float(r["samples_per_s"])), r
+    if r["config"] not in ("single", "ddp", "ddp-seed2", "ddp-powersgd"):
+        assert float(r["host_ms"]) > 0 and int(r["host_calls"]) > 0, r
+EOF
+# negative controls of the check: a missing row and a NaN loss are refused
+python3 "$SRC/bench/torch/report.py" "$OUT/all/results.csv" --expect-models gpt2 \
+  --expect-configs ddp,no-such-config >/dev/null && bad "report.py accepted a missing row"
+python3 - "$OUT/all/results.csv" "$OUT/nan.csv" <<'EOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+for r in rows:
+    if r["model"] == "gpt2" and r["config"] == "ddp":
+        r["loss"] = "nan"
+w = csv.DictWriter(open(sys.argv[2], "w", newline=""), list(rows[0]))
+w.writeheader()
+w.writerows(rows)
+EOF
+grep -q ',nan,' "$OUT/nan.csv" || bad "the NaN control did not change the file"
+python3 "$SRC/bench/torch/report.py" "$OUT/nan.csv" --expect-models gpt2 --expect-configs ddp \
+  >/dev/null && bad "report.py accepted a NaN loss"
+# a config that crashes is reported and the run goes on
+bash "$run" "$BUILD" --cpu --steps 2 --warmup 1 --models gpt2 \
+  --configs ddp,fgb:no-such-compressor:0.01:none,dense-none --out "$OUT/crash" \
+  >"$OUT/crash.txt" 2>&1
+rc=$?
+cat "$OUT/crash.txt"
+[ "$rc" -ne 0 ] || bad "run.sh exited 0 with a crashing config"
+grep -q '^fgb:no-such-compressor:0.01:none *FAILED' "$OUT/crash.txt" || bad "no FAILED row"
+awk '$1 == "dense-none" && $2 + 0 > 0 { ok = 1 } END { exit !ok }' "$OUT/crash.txt" ||
+  bad "the config after the crash did not run"
+exit "$fail"
