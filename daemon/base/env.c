@@ -35,6 +35,9 @@ static const env_knob knobs[ENV_COUNT] = {
     [ENV_NOTIFY] = {"FGBUFF_NOTIFY", ENV_KIND_WORDS, 0, 1, 1, "leader", 1, 0,
                     "leader: only world rank 0 sends sd_notify READY/STATUS (one unit for the "
                     "whole world under mpirun); unset: every daemon"},
+    [ENV_TIMELINE_SPANS] = {"FGBUFF_TIMELINE_SPANS", ENV_KIND_INT, 65536, 1, 16777216, NULL, 0, 0,
+                            "spans a timeline keeps (fgbuffctl timeline start without "
+                            "--capacity); later ones are dropped and the dump says truncated"},
 };
 
 static double vals[ENV_COUNT];

@@ -18,6 +18,7 @@ typedef enum env_id {
   ENV_RUNTIME_DIR,          /* path or NULL */
   ENV_FORM_TIMEOUT_MS,      /* ms a daemon waits for its world to form */
   ENV_NOTIFY,               /* 1: only world rank 0 sends READY/STATUS (systemd); 0 every rank */
+  ENV_TIMELINE_SPANS,       /* spans a timeline keeps when START names no capacity */
   ENV_COUNT
 } env_id;
 
