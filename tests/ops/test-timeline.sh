@@ -6,7 +6,8 @@
 # merged --all-local dump are valid Chrome trace JSON (timeline-check.py: lanes named, starts
 # monotone and non-overlapping per lane, every span inside the trainers' CLOCK_MONOTONIC window,
 # the dense job has wait/communicate/write-back and the topk job wait/compress/communicate/
-# decompress, both daemons present); a dump paged in 4 KiB pages has the same events. Then a
+# decompress, both daemons present); a dump paged in 4 KiB pages has the same events; fgbuff.client
+# starts, stops and dumps an empty recording. Then a
 # plain `start` takes FGBUFF_TIMELINE_SPANS (40): after 6 more steps the dump has at most 40
 # spans per daemon and says truncated, and `stop` reports the drops.
 # Usage: test-timeline.sh BUILD_DIR SOURCE_DIR   (TIMELINE_KEEP=DIR keeps the JSON files)
@@ -73,6 +74,22 @@ FGBUFF_TIMELINE_PAGE_BYTES=4096 "$ctl" --socket "$s0" timeline dump -o "$D/paged
 python3 "$check" "$D/paged.json" --same-events "$D/r0.json" >/dev/null || bad "paged dump differs"
 FGBUFF_TIMELINE_PAGE_BYTES=100 "$ctl" --socket "$s0" timeline dump >/dev/null 2>"$D/small.err"
 [ $? = 1 ] && grep -q "max_bytes" "$D/small.err" || bad "a 100-byte page accepted: $(cat "$D/small.err")"
+
+# Python (fgbuff.client): the same calls; a 2-step recording of its own.
+FGBUFF_CLIENT_LIB="$build/client/libfgbuff_client.so" PYTHONPATH="$src/client/python" python3 - "$s0" \
+  >"$D/py.txt" 2>&1 <<'PY' || bad "python timeline: $(cat "$D/py.txt")"
+import json, sys
+from fgbuff.client import Client
+with Client(sys.argv[1]) as c:
+    st = c.timeline_start(1000)
+    assert st["recording"] and st["capacity"] == 1000, st
+    st = c.timeline_stop()
+    assert not st["recording"] and st["spans"] == 0, st
+    doc = json.loads(c.timeline_dump())
+    assert doc["otherData"]["spans"] == 0 and doc["otherData"]["capacity"] == 1000, doc["otherData"]
+    assert [e for e in doc["traceEvents"] if e["ph"] == "X"] == []
+print("python timeline ok")
+PY
 
 # The bound: FGBUFF_TIMELINE_SPANS=40, stop-when-full.
 "$ctl" --socket "$s0" timeline start --all-local >"$D/start2.txt" 2>&1 || bad "start (env capacity) failed"
