@@ -191,9 +191,20 @@ static void tb_printf(tbuf *b, const char *fmt, ...) {
   va_end(ap);
   if (n < 0) {
     b->oom = 1;
-    return;
+  } else if ((size_t)n < sizeof(tmp)) {
+    tb_put(b, tmp, (size_t)n);
+  } else { /* longer than the stack buffer: format again into the heap */
+    char *h = malloc((size_t)n + 1);
+    if (!h) {
+      b->oom = 1;
+      return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(h, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    tb_put(b, h, (size_t)n);
+    free(h);
   }
-  tb_put(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
 }
 
 /* The length of the valid UTF-8 sequence at s (1..4), or 0. */
