@@ -9,7 +9,8 @@
 # decompress, both daemons present); a dump paged in 4 KiB pages has the same events; fgbuff.client
 # starts, stops and dumps an empty recording. Then a
 # plain `start` takes FGBUFF_TIMELINE_SPANS (40): after 6 more steps the dump has at most 40
-# spans per daemon and says truncated, and `stop` reports the drops.
+# spans per daemon and says truncated, and `stop` reports the drops. Last, a 400-step recording
+# whose document is larger than a 1 MiB frame comes whole.
 # Usage: test-timeline.sh BUILD_DIR SOURCE_DIR   (TIMELINE_KEEP=DIR keeps the JSON files)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -103,6 +104,15 @@ for r in 0 1; do
   [ $r = 0 ] || "$ctl" --socket "$s1" timeline dump -o "$D/bound1.json" 2>/dev/null || bad "bound dump 1"
   python3 "$check" "$D/bound$r.json" --max-spans 40 --spans-match || bad "rank $r's bounded dump"
 done
+# A document larger than one 1 MiB frame (pages at the default size): 400 steps, ~4800 spans.
+"$ctl" --socket "$s0" timeline start --capacity 100000 >/dev/null 2>&1 || bad "start (big) failed"
+train tl-big 400 --batch 8
+"$ctl" --socket "$s0" timeline dump -o "$D/big.json" 2>/dev/null || bad "big dump failed"
+size=$(stat -c %s "$D/big.json")
+[ "$size" -gt 1048576 ] || bad "the big dump has only $size bytes (not more than a frame)"
+python3 "$check" "$D/big.json" --pids 0 --spans-match --job tl-big:wait,communicate,write-back ||
+  bad "big dump"
+
 # TIMELINE_KEEP=DIR keeps the dumps (to open them in Perfetto).
 [ -n "${TIMELINE_KEEP:-}" ] && mkdir -p "$TIMELINE_KEEP" && cp "$D"/*.json "$TIMELINE_KEEP"/
 [ $fail = 0 ] && echo "timeline: ok"
