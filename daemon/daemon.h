@@ -301,6 +301,8 @@ void srv_state_result(srv_job *j, struct eng_item *it);
 
 /* ---- rpc/timeline.c: TimelineRequest (start, stop, dump the engine's spans) --------------- */
 void srv_on_timeline(srv_session *s, uint64_t req_id, const Fgbuff__V1__TimelineRequest *m);
+/* Start-up: FGBUFF_TIMELINE_START=1 starts recording at once (after the engine started). */
+void srv_timeline_boot(srv *d);
 
 /* ---- status.c ---------------------------------------------------------------------------- */
 /* The status document (JSON) and its text rendering; both malloc'ed. */

@@ -19,6 +19,7 @@ typedef enum env_id {
   ENV_FORM_TIMEOUT_MS,      /* ms a daemon waits for its world to form */
   ENV_NOTIFY,               /* 1: only world rank 0 sends READY/STATUS (systemd); 0 every rank */
   ENV_TIMELINE_SPANS,       /* spans a timeline keeps when START names no capacity */
+  ENV_TIMELINE_START,       /* 1: record a timeline from the daemon's start */
   ENV_COUNT
 } env_id;
 

@@ -434,6 +434,18 @@ static void on_dump(srv_session *s, uint64_t req_id, const Fgbuff__V1__TimelineR
   if (r.done) snap_free();
 }
 
+void srv_timeline_boot(srv *d) {
+  if (env_num(ENV_TIMELINE_START) != 1) return;
+  uint32_t cap = (uint32_t)env_num(ENV_TIMELINE_SPANS);
+  char err[256];
+  if (tl_start(cap, err, sizeof(err)) != FGB_OK) {
+    LOG_WARN("FGBUFF_TIMELINE_START: %s; not recording", err);
+    return;
+  }
+  if (d->eng) eng_set_label(d->eng, label_item, d);
+  LOG_INFO("timeline: recording from the start (FGBUFF_TIMELINE_START, at most %u spans)", cap);
+}
+
 void srv_on_timeline(srv_session *s, uint64_t req_id, const Fgbuff__V1__TimelineRequest *m) {
   srv *d = s->d;
   Fgbuff__V1__TimelineReply r = FGBUFF__V1__TIMELINE_REPLY__INIT;

@@ -9,8 +9,9 @@
 # decompress, both daemons present); a dump paged in 4 KiB pages has the same events; fgbuff.client
 # starts, stops and dumps an empty recording. Then a
 # plain `start` takes FGBUFF_TIMELINE_SPANS (40): after 6 more steps the dump has at most 40
-# spans per daemon and says truncated, and `stop` reports the drops. Last, a 400-step recording
-# whose document is larger than a 1 MiB frame comes whole.
+# spans per daemon and says truncated, and `stop` reports the drops. A 400-step recording whose
+# document is larger than a 1 MiB frame comes whole. Last, daemons restarted with
+# FGBUFF_TIMELINE_START=1 record without a `start`.
 # Usage: test-timeline.sh BUILD_DIR SOURCE_DIR   (TIMELINE_KEEP=DIR keeps the JSON files)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -112,6 +113,16 @@ size=$(stat -c %s "$D/big.json")
 [ "$size" -gt 1048576 ] || bad "the big dump has only $size bytes (not more than a frame)"
 python3 "$check" "$D/big.json" --pids 0 --spans-match --job tl-big:wait,communicate,write-back ||
   bad "big dump"
+
+# FGBUFF_TIMELINE_START=1: daemons that record from their start (no `timeline start`).
+world_stop >/dev/null 2>&1
+FGBUFF_TIMELINE_START=1 world_start 2 || bad "world with FGBUFF_TIMELINE_START did not start"
+s0="$FGBUFF_RUNTIME_DIR/cpu0.sock"
+train tl-boot 2
+"$ctl" --socket "$s0" timeline dump -o "$D/boot.json" 2>"$D/boot.err" || bad "dump (boot): $(cat "$D/boot.err")"
+grep -q "still recording" "$D/boot.err" || bad "not recording from the start: $(cat "$D/boot.err")"
+python3 "$check" "$D/boot.json" --pids 0 --spans-match --job tl-boot:wait,communicate,write-back ||
+  bad "boot dump"
 
 # TIMELINE_KEEP=DIR keeps the dumps (to open them in Perfetto).
 [ -n "${TIMELINE_KEEP:-}" ] && mkdir -p "$TIMELINE_KEEP" && cp "$D"/*.json "$TIMELINE_KEEP"/
