@@ -171,3 +171,109 @@ CLI_API fgb_status fgb_state_import(fgb_client *c, uint32_t tensor_id, const voi
   env.state_import = &m;
   return cli_call_ok(c, &env);
 }
+
+/* ---- timeline ------------------------------------------------------------------------------- */
+
+static void tl_stats_of(const Fgbuff__V1__TimelineReply *r, fgb_timeline_stats *st) {
+  if (!st) return;
+  st->recording = r->recording;
+  st->capacity = r->capacity;
+  st->spans = r->spans;
+  st->dropped = r->dropped;
+}
+
+/* One TimelineRequest round trip; *out gets the reply envelope (free it). */
+static fgb_status tl_call(fgb_client *c, Fgbuff__V1__TimelineRequest *m,
+                          Fgbuff__V1__Envelope **out) {
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_TIMELINE;
+  env.timeline = m;
+  fgb_status s = cli_call(c, &env, NULL, 0, FGBUFF__V1__ENVELOPE__BODY_TIMELINE_REPLY,
+                          CLI_RPC_TIMEOUT_MS, out);
+  /* A daemon older than the message answers that the envelope has no body it knows. */
+  if (s == FGB_EPROTO && strstr(fgb_client_error(c), "body:"))
+    return cli_fail(c, FGB_ENOTSUP,
+                    "this fgbuffd does not record timelines (it is older than "
+                    "the client library)");
+  return s;
+}
+
+static fgb_status tl_action(fgb_client *c, Fgbuff__V1__TimelineAction a, uint32_t capacity,
+                            fgb_timeline_stats *st) {
+  if (c == NULL) return FGB_EINVAL;
+  fgb_status s = cli_ready(c);
+  if (s) return s;
+  Fgbuff__V1__TimelineRequest m = FGBUFF__V1__TIMELINE_REQUEST__INIT;
+  m.action = a;
+  m.capacity = capacity;
+  Fgbuff__V1__Envelope *r = NULL;
+  if ((s = tl_call(c, &m, &r)) != FGB_OK) return s;
+  tl_stats_of(r->timeline_reply, st);
+  fgbuff__v1__envelope__free_unpacked(r, NULL);
+  return FGB_OK;
+}
+
+CLI_API fgb_status fgb_timeline_start(fgb_client *c, uint32_t capacity, fgb_timeline_stats *st) {
+  return tl_action(c, FGBUFF__V1__TIMELINE_ACTION__TIMELINE_START, capacity, st);
+}
+
+CLI_API fgb_status fgb_timeline_stop(fgb_client *c, fgb_timeline_stats *st) {
+  return tl_action(c, FGBUFF__V1__TIMELINE_ACTION__TIMELINE_STOP, 0, st);
+}
+
+CLI_API fgb_status fgb_timeline_dump(fgb_client *c, char **json, size_t *len,
+                                     fgb_timeline_stats *st) {
+  if (c == NULL) return FGB_EINVAL;
+  if (json == NULL || len == NULL) return cli_fail(c, FGB_EINVAL, "json or len is NULL");
+  fgb_status s = cli_ready(c);
+  if (s) return s;
+  char *doc = NULL;
+  size_t n = 0, cap = 0;
+  uint64_t off = 0, id = 0;
+  /* FGBUFF_TIMELINE_PAGE_BYTES: smaller pages than a frame (tests page with it; >= 4096). */
+  const char *pe = getenv("FGBUFF_TIMELINE_PAGE_BYTES");
+  uint32_t page = pe ? (uint32_t)strtoul(pe, NULL, 10) : 0;
+  for (;;) {
+    Fgbuff__V1__TimelineRequest m = FGBUFF__V1__TIMELINE_REQUEST__INIT;
+    m.action = FGBUFF__V1__TIMELINE_ACTION__TIMELINE_DUMP;
+    m.offset = off;
+    m.dump_id = id;
+    m.max_bytes = page;
+    Fgbuff__V1__Envelope *r = NULL;
+    if ((s = tl_call(c, &m, &r)) != FGB_OK) break;
+    const Fgbuff__V1__TimelineReply *p = r->timeline_reply;
+    size_t k = strlen(p->json);
+    if (p->next_offset <= off && !p->done) { /* no progress: a broken daemon, not a loop */
+      fgbuff__v1__envelope__free_unpacked(r, NULL);
+      s = cli_fail(c, FGB_EPROTO, "timeline dump: page at offset %llu made no progress",
+                   (unsigned long long)off);
+      break;
+    }
+    if (n + k + 1 > cap) {
+      size_t nc = (n + k + 1) * 2;
+      char *nd = realloc(doc, nc);
+      if (!nd) {
+        fgbuff__v1__envelope__free_unpacked(r, NULL);
+        s = cli_fail(c, FGB_ENOMEM, "out of memory for a %zu-byte timeline", n + k);
+        break;
+      }
+      doc = nd;
+      cap = nc;
+    }
+    memcpy(doc + n, p->json, k);
+    n += k;
+    doc[n] = 0;
+    off = p->next_offset;
+    id = p->dump_id;
+    int done = p->done;
+    tl_stats_of(p, st);
+    fgbuff__v1__envelope__free_unpacked(r, NULL);
+    if (done) {
+      *json = doc;
+      *len = n;
+      return FGB_OK;
+    }
+  }
+  free(doc);
+  return s;
+}

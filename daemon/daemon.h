@@ -78,6 +78,8 @@ typedef struct srv_pending {
   uint8_t reported;  /* coord_ready called (needs the key) */
   uint8_t issued;    /* handed to the engine */
   uint8_t observing; /* GPU: waiting until the client's event is seen complete */
+  uint64_t
+      ready_us; /* ready here (submitted, flushed or seen complete), while a timeline records */
 } srv_pending;
 
 /* An ad-hoc collective (Collective message) waiting for agreement or the engine. */
@@ -245,8 +247,9 @@ extern const server_cbs srv_session_cbs;
 /* ---- reply.c: envelopes to a client -------------------------------------------------- */
 /* The one place a reply envelope is built: body is the message body_case names (a reply kind:
  * HelloReply, JoinReply, ArenaReply, TensorReply, Done, CollectiveDone, Error, Ok, StatusReply,
- * ConfigReply, StateReply; any other is logged and not sent), req_id 0 for Done. Packed into s's
- * queue by srv_out_reserve's rules (a reply larger than a frame is logged and dropped). */
+ * ConfigReply, StateReply, TimelineReply; any other is logged and not sent), req_id 0 for Done.
+ * Packed into s's queue by srv_out_reserve's rules (a reply larger than a frame is logged and
+ * dropped). */
 void srv_reply(srv_session *s, uint64_t req_id, Fgbuff__V1__Envelope__BodyCase body_case,
                void *body);
 /* That envelope's packed size, for a handler that answers a reply too large for a frame with an
@@ -295,6 +298,11 @@ void srv_on_state_export(srv_session *s, uint64_t req_id, const Fgbuff__V1__Stat
 void srv_on_state_import(srv_session *s, uint64_t req_id, const Fgbuff__V1__StateImport *m);
 /* The engine finished an ENG_STATE item: reply to the client. */
 void srv_state_result(srv_job *j, struct eng_item *it);
+
+/* ---- rpc/timeline.c: TimelineRequest (start, stop, dump the engine's spans) --------------- */
+void srv_on_timeline(srv_session *s, uint64_t req_id, const Fgbuff__V1__TimelineRequest *m);
+/* Start-up: FGBUFF_TIMELINE_START=1 starts recording at once (after the engine started). */
+void srv_timeline_boot(srv *d);
 
 /* ---- status.c ---------------------------------------------------------------------------- */
 /* The status document (JSON) and its text rendering; both malloc'ed. */

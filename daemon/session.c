@@ -611,6 +611,9 @@ void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *
     case FGBUFF__V1__ENVELOPE__BODY_RELEASE_ARENA:
       on_release_arena(s, rq, env->release_arena);
       break;
+    case FGBUFF__V1__ENVELOPE__BODY_TIMELINE:
+      srv_on_timeline(s, rq, env->timeline);
+      break;
     case FGBUFF__V1__ENVELOPE__BODY__NOT_SET:
       srv_send_error(s, rq, FGB_EPROTO, "body", 0,
                      "body: envelope has no known message (unknown type from a newer client?)");

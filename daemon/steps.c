@@ -134,6 +134,7 @@ void srv_gpu_observed(srv *d, uint32_t tensor_id, uint64_t step) {
     srv_pending *p = &j->pending[i];
     if (p->tensor_id != tensor_id || p->step != step || !p->observing) continue;
     p->observing = 0;
+    if (tl_on()) p->ready_us = clock_us(); /* GPU: ready is now (the timeline's wait span) */
     p->reported = (uint8_t)report_ready(d, j, t, step);
     srv_pre_pump(d);
     srv_pre_step(d, j, step); /* after the pump: the leader's work is off this item's path */
@@ -190,6 +191,7 @@ static int add_pending(srv_job *j, srv_tensor *t, uint64_t step, int flushed) {
   p->tensor_id = t->id;
   p->step = step;
   p->flushed = (uint8_t)flushed;
+  if (tl_on()) p->ready_us = clock_us(); /* the timeline's wait span starts here (CPU) */
   st->outstanding++;
   t->has_last = 1;
   t->last_step = step;

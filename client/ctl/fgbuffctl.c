@@ -1,5 +1,6 @@
 /* fgbuffctl — watch and configure a running fgbuffd: `status [--json]`, `get KEY`, `set KEY VALUE`,
- * `config list`, `ping`, `metrics`, `top [--interval SEC] [--count N]`.
+ * `config list`, `ping`, `metrics`, `top [--interval SEC] [--count N]`,
+ * `timeline start|stop|dump` (timeline.c).
  * It connects (Hello) without joining a job. Exit codes: 0 ok, 1 the daemon returned an error,
  * 2 usage error, 3 cannot connect. */
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "fgbuff/client.h"
+#include "ctl_timeline.h"
 
 #ifndef FGBUFF_VERSION
 #define FGBUFF_VERSION "unknown"
@@ -34,6 +36,14 @@ static int usage(const char *why) {
       "  top [--interval SEC] [--count N]\n"
       "                     every job's step time, wire bytes, compression ratio, stalls and\n"
       "                     recalls, refreshed each SEC (default 1) N times (default: forever)\n"
+      "  timeline start [--capacity N] [--all-local]\n"
+      "                     record spans of every synchronised buffer (at most N; default the\n"
+      "                     daemon's FGBUFF_TIMELINE_SPANS, 65536)\n"
+      "  timeline stop [--all-local]\n"
+      "  timeline dump [-o FILE] [--all-local]\n"
+      "                     the spans as Chrome trace JSON (Perfetto, chrome://tracing) on stdout\n"
+      "                     or in FILE; --all-local: every daemon of this node's runtime\n"
+      "                     directory, merged into one document\n"
       "fgbuffctl --version prints the version.\n"
       "Default socket: $FGBUFF_SOCKET, else <runtime dir>/cpu<index>.sock (see client.h).\n"
       "Exit codes: 0 ok, 1 daemon error, 2 usage error, 3 cannot connect.\n");
@@ -202,6 +212,7 @@ int main(int argc, char **argv) {
   const char *key = NULL, *value = NULL;
   double interval = 1.0;
   long count = -1;
+  if (strcmp(cmd, "timeline") == 0) return ctl_timeline(sock, argc - i, argv + i);
   if (strcmp(cmd, "top") == 0) {
     for (; i < argc; i++) {
       char *end;

@@ -47,6 +47,12 @@ static const env_knob knobs[ENV_COUNT] = {
                       "0: a GPU buffer's dense members of one dtype are all-reduced one by one in "
                       "an NCCL group instead of copied into one staging buffer and all-reduced "
                       "once (comparisons)"},
+    [ENV_TIMELINE_SPANS] = {"FGBUFF_TIMELINE_SPANS", ENV_KIND_INT, 65536, 1, 16777216, NULL, 0, 0,
+                            "spans a timeline keeps (fgbuffctl timeline start without "
+                            "--capacity); later ones are dropped and the dump says truncated"},
+    [ENV_TIMELINE_START] = {"FGBUFF_TIMELINE_START", ENV_KIND_WORDS, 0, 1, 1, "1", 0, 1,
+                            "1: the daemon records a timeline from its start (as `fgbuffctl "
+                            "timeline start`; benchmarks with and without it)"},
 };
 
 static double vals[ENV_COUNT];

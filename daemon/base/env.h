@@ -21,6 +21,8 @@ typedef enum env_id {
   ENV_FUSION_BYTES,         /* start value of the live key fusion_bytes */
   ENV_FUSION_CYCLE_MS,      /* start value of the live key fusion_cycle_ms */
   ENV_GPU_PACK,             /* 1: a GPU buffer's dense members go through one packed all-reduce */
+  ENV_TIMELINE_SPANS,       /* spans a timeline keeps when START names no capacity */
+  ENV_TIMELINE_START,       /* 1: record a timeline from the daemon's start */
   ENV_COUNT
 } env_id;
 

@@ -297,6 +297,7 @@ int main(int argc, char **argv) {
     LOG_ERROR("%s", err);
     return fail(&b);
   }
+  srv_timeline_boot(&d);
 #ifdef FGBUFF_HAVE_CUDA
   if (d.gpu) srv_gpu_announce(&d);
 #endif

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "dtype.h"
 #include "eng_plan.h"
 
@@ -263,6 +264,21 @@ static fgb_status wait_req(const cp_job *job, cp_inst *i, comm_req *req, char *e
   }
 }
 
+/* Timeline: a span of one compressed member (its own name, one tensor). */
+static void tl_member_span(const cp_job *job, const eng_tensor *t, int phase, uint64_t t0,
+                           uint64_t t1, uint64_t bytes) {
+  tl_span sp = {.ts_us = t0,
+                .dur_us = t1 > t0 ? t1 - t0 : 0,
+                .step = t->step,
+                .bytes = bytes,
+                .seq = job->tl_seq,
+                .comp = t->comp ? t->comp->name : NULL,
+                .name = t->tl_name,
+                .ntensors = 1,
+                .phase = (uint8_t)phase};
+  tl_add(job->tl, &sp);
+}
+
 fgb_status cp_sync(cp_store *s, const cp_job *job, const eng_tensor *t, uint64_t *sent,
                    uint64_t *recv, char *err, size_t errlen) {
   cp_inst *i = NULL;
@@ -274,6 +290,8 @@ fgb_status cp_sync(cp_store *s, const cp_job *job, const eng_tensor *t, uint64_t
   }
   /* A flushed tensor was zeroed by the engine: it goes through the same compressor, so its
    * residual still takes part and every rank runs the same phases. */
+  const int tl = job->tl && tl_on();
+  uint64_t tl0 = tl ? clock_us() : 0, tl1 = 0, wire = *sent;
   dtype_to_working(t->dtype, t->ptr, i->work, t->count);
   comp_phase ph;
   memset(&ph, 0, sizeof(ph));
@@ -283,6 +301,10 @@ fgb_status cp_sync(cp_store *s, const cp_job *job, const eng_tensor *t, uint64_t
   i->flushed = 0;
   st = i->ops->encode(i->st, &cp_host, i->work, t->step, &ph, err, errlen);
   if (st == FGB_OK) eng_stats_add(job->stats, EPS_ENCODE, (double)t->count, eng_now_s() - t0);
+  if (tl && st == FGB_OK) {
+    tl1 = clock_us();
+    tl_member_span(job, t, TL_COMPRESS, tl0, tl1, t->count * dtype_size(t->dtype));
+  }
   for (int phase = 1; st == FGB_OK; phase++) {
     t0 = eng_now_s();
     st = run_phase(job, i, &ph, sent, recv, err, errlen);
@@ -298,12 +320,17 @@ fgb_status cp_sync(cp_store *s, const cp_job *job, const eng_tensor *t, uint64_t
     if (r != COMP_MORE) break;
   }
   if (st != FGB_OK) return st;
+  if (tl) { /* every phase's collective, with the advances between them */
+    tl0 = clock_us();
+    tl_member_span(job, t, TL_COMMUNICATE, tl1, tl0, *sent - wire);
+  }
   float scale = t->op == FGB_OP_AVERAGE ? 1.0f / (float)job->size : 1.0f;
   t0 = eng_now_s();
   st = i->ops->decode(i->st, &cp_host, i->work, scale, err, errlen);
   if (st != FGB_OK) return st;
   if (gathered > 0) eng_stats_add(job->stats, EPS_DECODE, gathered, eng_now_s() - t0);
   dtype_from_working(t->dtype, i->work, t->ptr, t->count);
+  if (tl) tl_member_span(job, t, TL_DECOMPRESS, tl0, clock_us(), t->count * dtype_size(t->dtype));
   return FGB_OK;
 }
 

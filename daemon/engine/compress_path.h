@@ -10,6 +10,7 @@
 
 #include "compressor.h"
 #include "engine.h"
+#include "timeline.h"
 #include "transport.h"
 
 typedef struct cp_store cp_store;
@@ -25,6 +26,8 @@ typedef struct cp_job {
   int (*cancel)(void *ud);
   void *cancel_ud;
   struct eng_stats *stats; /* timed encode / all-gather / decode for measured planning, or NULL */
+  const tl_label *tl; /* timeline: the item's label while recording (cp_sync's spans), or NULL */
+  uint64_t tl_seq;    /* ... and its world sequence number */
 } cp_job;
 
 cp_store *cp_store_new(void);

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "compress_path.h"
 #include "dtype.h"
 #include "eng_plan.h"
@@ -48,7 +49,8 @@ typedef struct eng_group {
   eng_wgroup w;
   uint8_t *buf; /* malloc'ed merge buffer, or NULL: in place on t[first].ptr */
   comm_req *req;
-  double t0; /* start (eng_now_s), for the job's cost samples */
+  double t0;      /* start (eng_now_s), for the job's cost samples */
+  uint64_t tl_us; /* ... and in us for the timeline (0: not recording) */
 } eng_group;
 
 typedef struct eng_exec {
@@ -56,9 +58,10 @@ typedef struct eng_exec {
   eng_comm *ec;
   eng_group g[ENG_MAX_GROUPS];
   int ng;
-  comm_req *req; /* broadcast / allgather */
-  double t0;     /* its start */
-  int left;      /* requests still in flight */
+  comm_req *req;  /* broadcast / allgather */
+  double t0;      /* its start */
+  uint64_t tl_us; /* ... in us for the timeline (0: not recording) */
+  int left;       /* requests still in flight */
 } eng_exec;
 
 struct srv_engine {
@@ -84,6 +87,9 @@ struct srv_engine {
   int nactive;
   uint64_t hot_us; /* 0: sleep when idle, poll with the CPU back-off (see ENG_GPU_SPIN_US) */
   int trace;       /* FGBUFF_GPU_TRACE */
+  /* Timeline labels (loop thread, eng_submit) */
+  void (*label)(void *ud, eng_item *it);
+  void *label_ud;
 };
 
 static uint64_t mono_ms(void) {
@@ -105,6 +111,30 @@ int srv_trace_level(void) {
 int srv_trace_tensor(uint64_t count) {
   int v = srv_trace_level();
   return v > 1 || (v && count == 1);
+}
+
+/* Timeline (timeline.h): a span of item it's buffer from t0 to t1 (us). */
+static void tl_item_span(const eng_item *it, int phase, uint64_t t0, uint64_t t1, uint64_t bytes,
+                         uint64_t extra_us) {
+  if (!it->tl.gen || !tl_on()) return;
+  tl_span s = {.ts_us = t0,
+               .dur_us = t1 > t0 ? t1 - t0 : 0,
+               .step = it->n ? it->t[0].step : 0,
+               .bytes = bytes,
+               .seq = it->seq,
+               .extra_us = extra_us,
+               .phase = (uint8_t)phase,
+               .coll = (uint8_t)it->coll};
+  for (uint32_t i = 0; i < it->n && !s.comp; i++)
+    s.comp = it->t[i].comp ? it->t[i].comp->name : NULL;
+  tl_add(&it->tl, &s);
+}
+
+/* The input bytes of an item's tensors. */
+static uint64_t item_bytes(const eng_item *it) {
+  uint64_t b = 0;
+  for (uint32_t i = 0; i < it->n; i++) b += it->t[i].count * dtype_size(it->t[i].dtype);
+  return b;
 }
 
 /* Items whose path the trace follows: single-tensor gradient syncs srv_trace_tensor picks. */
@@ -273,7 +303,7 @@ static int stop_due(void *ud) {
 }
 
 static cp_job cp_job_of(srv_engine *e, eng_comm *ec) {
-  return (cp_job){ec->job_key, ec->rank, ec->size, e->ops, ec->c, stop_due, e, ec->stats};
+  return (cp_job){ec->job_key, ec->rank, ec->size, e->ops, ec->c, stop_due, e, ec->stats, NULL, 0};
 }
 
 /* Export or import one tensor's compressor state (after every earlier item of the queue). */
@@ -331,9 +361,11 @@ static int start_split(srv_engine *e, eng_item *it, eng_exec *x) {
   } else {
     n = eng_split_rs_start(it->sbuf, e->ops, x->ec->c, x->ec->rank, x->ec->size, it, req, &ng);
   }
+  uint64_t tl_us = it->tl.gen && tl_on() ? clock_us() : 0;
   for (int g = 0; g < ng; g++) {
     x->g[g].req = req[g];
     x->g[g].t0 = eng_now_s();
+    x->g[g].tl_us = tl_us;
   }
   x->ng = ng;
   x->left = n > 0 ? n : 0;
@@ -366,6 +398,8 @@ static int start_issue(srv_engine *e, eng_item *it) {
     /* Compressor settings agreed across ranks (once per tensor; the same verdict everywhere),
      * then compressed tensors, each to completion (compress_path.c says why), in ISSUE order. */
     cp_job job = cp_job_of(e, x->ec);
+    job.tl = it->tl.gen ? &it->tl : NULL; /* cp_sync's spans */
+    job.tl_seq = it->seq;
     for (uint32_t i = 0; i < it->n; i++)
       if ((it->status = cp_agree(e->cps, &job, &it->t[i], it->err, sizeof(it->err))) != FGB_OK)
         return -1;
@@ -397,6 +431,7 @@ static int start_issue(srv_engine *e, eng_item *it) {
       return -1;
     }
     x->t0 = eng_now_s();
+    x->tl_us = it->tl.gen && tl_on() ? clock_us() : 0;
     it->bytes_received = it->coll == ENG_BROADCAST ? bytes : bytes * (uint64_t)x->ec->size;
     x->left = 1;
     return 0;
@@ -421,6 +456,7 @@ static int start_issue(srv_engine *e, eng_item *it) {
       buf = g->buf;
     }
     g->t0 = eng_now_s();
+    g->tl_us = it->tl.gen && tl_on() ? clock_us() : 0;
     fgb_status st = e->ops->allreduce(x->ec->c, buf, buf, g->w.count, g->w.wdt, &g->req, it->err,
                                       sizeof(it->err));
     if (st != FGB_OK) {
@@ -466,6 +502,9 @@ static int poll_item(srv_engine *e, eng_item *it) {
     if (r == 0) return 0;
     x->req = NULL;
     x->left--;
+    if (x->tl_us)
+      tl_item_span(it, TL_COMMUNICATE, x->tl_us, clock_us(),
+                   it->t[0].count * dtype_size(it->t[0].dtype), 0);
     if (r > 0 && it->coll == ENG_ALLGATHER)
       eng_stats_add(x->ec->stats, EPS_ALLGATHER,
                     (double)(it->t[0].count * dtype_size(it->t[0].dtype)), eng_now_s() - x->t0);
@@ -481,6 +520,9 @@ static int poll_item(srv_engine *e, eng_item *it) {
     if (r == 0) continue;
     g->req = NULL;
     x->left--;
+    if (g->tl_us) /* a split half's groups carry no working group: the item's bytes */
+      tl_item_span(it, TL_COMMUNICATE, g->tl_us, clock_us(),
+                   it->split ? item_bytes(it) : g->w.count * dtype_size(g->w.wdt), 0);
     if (r > 0 && !it->split) /* a half is no all-reduce sample */
       eng_stats_add(x->ec->stats, EPS_ALLREDUCE, (double)(g->w.count * dtype_size(g->w.wdt)),
                     eng_now_s() - g->t0);
@@ -490,12 +532,19 @@ static int poll_item(srv_engine *e, eng_item *it) {
     }
   }
   if (x->left > 0) return 0;
+  uint64_t wb0 = it->tl.gen && tl_on() && it->status == FGB_OK ? clock_us() : 0;
   if (it->status == FGB_OK && it->split == ENG_SPLIT_RS)
     eng_split_rs_finish(it->sbuf, it);
   else if (it->status == FGB_OK && it->split == ENG_SPLIT_AG)
     eng_split_ag_finish(it->sbuf, it);
   else if (it->status == FGB_OK && it->coll != ENG_BROADCAST && it->coll != ENG_ALLGATHER)
     finish_allreduce(it);
+  /* write-back: averaging and copying the dense members back (compressed members decoded in
+   * cp_sync); a broadcast or all-gather wrote in place */
+  int dense = 0;
+  for (uint32_t i = 0; i < it->n; i++) dense |= it->t[i].comp == NULL;
+  if (wb0 && dense && it->coll != ENG_BROADCAST && it->coll != ENG_ALLGATHER)
+    tl_item_span(it, TL_WRITEBACK, wb0, clock_us(), item_bytes(it), 0);
   return 1;
 }
 
@@ -543,6 +592,11 @@ static void start_item(srv_engine *e, eng_item *it) {
   it->status = FGB_OK;
   it->err[0] = 0;
   stamp(e, it, TR_TAKEN);
+  if (it->tl.gen && it->kind == ENG_ISSUE && tl_on()) {
+    /* wait: the buffer ready on this daemon (else handed over) -> started here */
+    uint64_t now = clock_us(), from = it->tl.ready_us ? it->tl.ready_us : it->tl.handed_us;
+    tl_item_span(it, TL_WAIT, from <= now ? from : now, now, item_bytes(it), it->tl.handed_us);
+  }
   if (e->gpu && it->kind == ENG_ISSUE) {
     int r = start_gpu_issue(e, it);
     stamp(e, it, TR_STARTED);
@@ -726,9 +780,15 @@ int eng_can_xchg(const srv_engine *e) {
   return !e->gpu || (e->gpu->xchg && e->gpu->timed);
 }
 
+void eng_set_label(srv_engine *e, void (*label)(void *ud, eng_item *it), void *ud) {
+  e->label = label;
+  e->label_ud = ud;
+}
+
 void eng_submit(srv_engine *e, eng_item *it) {
   it->next = NULL;
   it->priv = NULL;
+  if (it->kind == ENG_ISSUE && e->label && tl_on()) e->label(e->label_ud, it);
   stamp(e, it, TR_QUEUED);
   pthread_mutex_lock(&e->mu);
   if (e->stop) {

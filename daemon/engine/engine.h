@@ -11,6 +11,7 @@
 #include <uv.h>
 
 #include "fgbuff/client.h"
+#include "timeline.h"
 #include "transport.h"
 
 typedef struct srv_engine srv_engine;
@@ -63,6 +64,7 @@ typedef struct eng_tensor {
   /* The plan sends this compressed tensor's buffer dense this step: its residual is folded into
    * what is sent and cleared (cp_flush), then it joins the dense all-reduce. */
   uint8_t flush_dense;
+  uint32_t tl_name; /* timeline (timeline.h): the tensor's interned name while recording, else 0 */
 } eng_tensor;
 
 /* Split all-reduce (policy dear, SCHED_SPLIT plans): one plan buffer runs as a reduce-scatter item
@@ -122,6 +124,9 @@ typedef struct eng_item {
   /* FGBUFF_GPU_TRACE (engine.c): CLOCK_MONOTONIC us when queued, taken, started, finished,
    * delivered */
   uint64_t trace_us[5];
+  /* Timeline (timeline.h): names and ready time, set by the label hook at eng_submit while a
+   * timeline records (gen 0: none; the item then records no spans). */
+  tl_label tl;
 } eng_item;
 
 typedef void (*eng_done_cb)(void *ud, eng_item *it);
@@ -160,8 +165,12 @@ fgb_status eng_start_gpu(uv_loop_t *loop, const comm_ops *ops, const eng_gpu_ops
                          eng_done_cb cb, void *ud, srv_engine **out, char *err, size_t errlen);
 /* 1 when the engine runs ENG_XCHG items (host data path, or a GPU path with the xchg hooks). */
 int eng_can_xchg(const srv_engine *e);
-/* Hand an item over (ownership passes to the engine until it comes back through cb). */
+/* Hand an item over (ownership passes to the engine until it comes back through cb). While a
+ * timeline records, the label hook (eng_set_label) first fills it->tl and its tensors' tl_name. */
 void eng_submit(srv_engine *e, eng_item *it);
+/* Loop thread: the hook that labels ISSUE items for the timeline (called from eng_submit, on the
+ * loop thread, only while recording). */
+void eng_set_label(srv_engine *e, void (*label)(void *ud, eng_item *it), void *ud);
 /* Close the result channel (loop thread, during shutdown: no more callbacks after this). */
 void eng_close_async(srv_engine *e);
 /* Stop: in-flight collectives get up to timeout_ms to finish, queued ones are dropped. Joins the

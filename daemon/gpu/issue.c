@@ -40,6 +40,13 @@ typedef struct gpu_exec {
   /* ... and the encode / decode GPU times of its compressed members (sparse.c's event pool). */
   sp_timing *tm;
   uint32_t ntm, ntm_cap;
+  /* Timeline (engine/timeline.h), while recording: events before the first dense collective, after
+   * the collectives, at the end (write-back done); the host time of the enqueue; the reference
+   * that places GPU events on the host clock. */
+  int tl, tl_c0;
+  cudaEvent_t tlev[3];
+  uint64_t tl_enq0, tl_enq1;
+  struct tl_ref *ref;
 } gpu_exec;
 
 /* Events reused for the daemon's life (engine thread only): creating three per item (the timing
@@ -97,6 +104,91 @@ static uint64_t mono_us(void) {
 }
 
 static cudaStream_t g_stream;
+
+/* ---- timeline: GPU events on the host clock ---------------------------------------------------
+ * A reference event recorded on an otherwise idle stream and synchronised at once happens between
+ * two host stamps (a few us apart); any later timing event E then happened at
+ * ref.host_us + elapsed(ref, E). A reference serves for a second (float milliseconds keep ~0.1 us
+ * there, and the GPU's clock cannot drift far from CLOCK_MONOTONIC in it); items in flight keep
+ * theirs (counted). Engine thread only. */
+typedef struct tl_ref {
+  cudaEvent_t ev;
+  uint64_t host_us;
+  int refs;
+} tl_ref;
+static tl_ref *g_ref;
+static cudaStream_t g_tl_stream;
+
+static void tl_ref_put(tl_ref *r) {
+  if (r && --r->refs == 0) {
+    ev_give(r->ev, 1);
+    free(r);
+  }
+}
+
+static tl_ref *tl_ref_get(void) {
+  uint64_t now = mono_us();
+  if (!g_ref || now - g_ref->host_us > 1000000) {
+    tl_ref *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    if ((!g_tl_stream &&
+         cudaStreamCreateWithFlags(&g_tl_stream, cudaStreamNonBlocking) != cudaSuccess) ||
+        !(r->ev = ev_take(1))) {
+      (void)cudaGetLastError();
+      free(r);
+      return NULL;
+    }
+    uint64_t t0 = 0, t1 = 0;
+    for (int k = 0; k < 3; k++) { /* a preempted host stamp: try again, keep the tightest */
+      t0 = mono_us();
+      if (cudaEventRecord(r->ev, g_tl_stream) != cudaSuccess ||
+          cudaEventSynchronize(r->ev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        ev_give(r->ev, 1);
+        free(r);
+        return NULL;
+      }
+      t1 = mono_us();
+      if (t1 - t0 <= 20) break;
+    }
+    r->host_us = t0 + (t1 - t0) / 2;
+    r->refs = 1; /* g_ref's */
+    tl_ref_put(g_ref);
+    g_ref = r;
+  }
+  g_ref->refs++;
+  return g_ref;
+}
+
+/* The host time of timing event e (recorded after x->ref was taken); 0 when it cannot be read. */
+static uint64_t tl_at(const tl_ref *r, cudaEvent_t e) {
+  float ms = 0;
+  if (!r || !e || cudaEventElapsedTime(&ms, r->ev, e) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return ms > 0 ? r->host_us + (uint64_t)((double)ms * 1000.0 + 0.5) : r->host_us;
+}
+
+/* Start timing an item for the timeline (before anything is enqueued). */
+static void tl_begin(gpu_exec *x, const eng_item *it) {
+  if (!it->tl.gen || !tl_on()) return;
+  x->ref = tl_ref_get();
+  for (int k = 0; k < 3; k++) x->tlev[k] = ev_take(1);
+  x->tl = x->ref && x->tlev[0] && x->tlev[1] && x->tlev[2];
+  x->tl_enq0 = mono_us();
+}
+
+/* Mark tlev[k] on the stream (k 0: once, before the item's first dense collective). */
+static void tl_mark(gpu_exec *x, int k, cudaStream_t s) {
+  if (!x->tl || (k == 0 && x->tl_c0)) return;
+  if (cudaEventRecord(x->tlev[k], s) != cudaSuccess) {
+    (void)cudaGetLastError();
+    x->tl = 0;
+    return;
+  }
+  if (k == 0) x->tl_c0 = 1;
+}
 
 /* Jobs aborted by the loop thread, for the engine thread to abort their communicators. */
 #define GPU_MAX_ABORTS 64
@@ -339,6 +431,7 @@ static int g_start(comm *c, int size, eng_item *it) {
   it->priv = x;
   const int trace = srv_trace_level();
   uint64_t t_in = trace ? mono_us() : 0;
+  tl_begin(x, it);
   ncclComm_t nc = comm_nccl_handle(c);
   if (!nc) return fail(it, FGB_EPEER, "the job's communicator was aborted", NULL);
   int rank = 0;
@@ -383,6 +476,7 @@ static int g_start(comm *c, int size, eng_item *it) {
   eng_tensor *t0 = &it->t[0];
   if (it->coll == ENG_BROADCAST) {
     size_t bytes = t0->count * dtype_size(t0->dtype);
+    tl_mark(x, 0, s);
     r = ncclBroadcast(t0->ptr, t0->ptr, bytes, ncclUint8, it->root, nc, s);
     it->bytes_sent += bytes;
     it->bytes_received += bytes;
@@ -395,25 +489,30 @@ static int g_start(comm *c, int size, eng_item *it) {
     }
     if (!(nc = comm_nccl_handle(c))) /* aborted during a compressed member's host wait */
       return fail_late(x, it, FGB_EPEER, "a rank of the job failed", NULL);
+    tl_mark(x, 0, s);
     r = split_enqueue(it, nc, rank, size, s);
   } else if (it->coll == ENG_ALLGATHER) {
     size_t bytes = t0->count * dtype_size(t0->dtype);
     time_begin(x, it, EPS_ALLGATHER, bytes, s);
+    tl_mark(x, 0, s);
     r = ncclAllGather(t0->ptr, it->dst, bytes, ncclUint8, nc, s);
     it->bytes_sent += bytes;
     it->bytes_received += bytes * (uint64_t)size;
   } else {
-    /* In the item's order: each run of dense members is one NCCL group, each compressed member
-     * its own encode / collectives / decode, all on the one stream (identical on every rank). */
+    /* In the item's order: each run of dense members is packed (dense_run), each compressed
+     * member its own encode / collectives / decode, all on the one stream (identical on every
+     * rank). */
     uint32_t i = 0;
-    for (uint32_t k = 0; it->stats && k < it->n; k++) x->ntm_cap += compressed(it, k);
+    for (uint32_t k = 0; (it->stats || x->tl) && k < it->n; k++) x->ntm_cap += compressed(it, k);
     if (x->ntm_cap && !(x->tm = calloc(x->ntm_cap, sizeof *x->tm)))
       x->ntm_cap = 0; /* out of memory: no samples, the sync goes on */
     while (i < it->n) {
       if (compressed(it, i)) {
         sp_timing *tm = x->ntm < x->ntm_cap ? &x->tm[x->ntm++] : NULL;
+        uint64_t sent0 = it->bytes_sent;
         fgb_status st = sp_sync_timed(&job, &it->t[i], tm, &it->bytes_sent, &it->bytes_received,
                                       err, sizeof err);
+        if (tm) tm->wire = it->bytes_sent - sent0;
         if (st != FGB_OK) return fail_late(x, it, st, err, NULL);
         i++;
         continue;
@@ -425,6 +524,7 @@ static int g_start(comm *c, int size, eng_item *it) {
       for (; end < it->n && !compressed(it, end); end++)
         gbytes += it->t[end].count * dtype_size(it->t[end].dtype);
       time_begin(x, it, EPS_ALLREDUCE, gbytes, s);
+      tl_mark(x, 0, s);
       fgb_status st = dense_run(c, it, i, end, nc, s, err, sizeof err);
       if (st != FGB_OK) return fail_late(x, it, st, err, NULL);
       i = end;
@@ -441,6 +541,8 @@ static int g_start(comm *c, int size, eng_item *it) {
     x->t_enq = mono_us();
     cudaEventRecord(x->tev[1], s);
   }
+  tl_mark(x, 1, s);
+  x->tl_enq1 = x->tl ? mono_us() : 0;
   if (it->split == ENG_SPLIT_RS && split_scale(it, rank, size, s) != FGB_OK)
     return fail_late(x, it, FGB_EIO, "the averaging kernel failed to launch", NULL);
   if (it->coll != ENG_BROADCAST && it->coll != ENG_ALLGATHER && !it->split)
@@ -454,12 +556,57 @@ static int g_start(comm *c, int size, eng_item *it) {
         gpu_done_signal(it->t[i].done_ev, it->t[i].zero_first, s, err, sizeof err) != FGB_OK)
       return fail_late(x, it, FGB_EIO, "signalling a tensor's completion", err);
   if (trace) cudaEventRecord(x->tev[3], s);
+  tl_mark(x, 2, s);
   if (!(x->fin = ev_take(0)))
     return fail(it, FGB_EIO, "creating the completion event", "cudaEventCreateWithFlags failed");
   if ((ce = cudaEventRecord(x->fin, s)) != cudaSuccess)
     return fail(it, FGB_EIO, "recording the completion event", cudaGetErrorString(ce));
   if (trace) x->t_sig = mono_us();
   return 0;
+}
+
+/* A span of the item (name 0: its first tensor and count) or of one member. */
+static void tl_put(const eng_item *it, const eng_tensor *t, int phase, uint64_t a, uint64_t b,
+                   uint64_t bytes, uint64_t extra) {
+  if (!a || !b) return; /* an event that could not be read */
+  tl_span sp = {.ts_us = a,
+                .dur_us = b > a ? b - a : 0,
+                .step = it->n ? it->t[0].step : 0,
+                .bytes = bytes,
+                .seq = it->seq,
+                .extra_us = extra,
+                .comp = t && t->comp ? t->comp->name : NULL,
+                .name = t ? t->tl_name : 0,
+                .ntensors = t ? 1 : 0,
+                .phase = (uint8_t)phase,
+                .gpu = 1,
+                .coll = (uint8_t)it->coll};
+  tl_add(&it->tl, &sp);
+}
+
+/* The completed item's spans from its events: the dense collectives and the write-back, and each
+ * timed compressed member's encode, collectives and decode. */
+static void gpu_tl_spans(gpu_exec *x, const eng_item *it) {
+  uint64_t dense = 0;
+  for (uint32_t i = 0; i < it->n; i++)
+    if (!compressed(it, i)) dense += it->t[i].count * dtype_size(it->t[i].dtype);
+  if (x->tl_c0) {
+    uint64_t c0 = tl_at(x->ref, x->tlev[0]), c1 = tl_at(x->ref, x->tlev[1]);
+    tl_put(it, NULL, TL_COMMUNICATE, c0, c1, dense, x->tl_enq1 - x->tl_enq0);
+    if (it->coll != ENG_BROADCAST && it->coll != ENG_ALLGATHER) /* scale, done signals */
+      tl_put(it, NULL, TL_WRITEBACK, c1, tl_at(x->ref, x->tlev[2]), dense, 0);
+  }
+  for (uint32_t k = 0; k < x->ntm; k++) {
+    void *ev[4];
+    const sp_timing *tm = &x->tm[k];
+    if (!tm->t || !sp_timing_events(tm, ev)) continue;
+    uint64_t e[4] = {0, 0, 0, 0}, bytes = tm->t->count * dtype_size(tm->t->dtype);
+    for (int q = 0; q < 4; q++)
+      if (q < 2 ? tm->enc_ok : tm->dec_rec) e[q] = tl_at(x->ref, (cudaEvent_t)ev[q]);
+    tl_put(it, tm->t, TL_COMPRESS, e[0], e[1], bytes, 0);
+    tl_put(it, tm->t, TL_COMMUNICATE, e[1], e[2], tm->wire, 0);
+    tl_put(it, tm->t, TL_DECOMPRESS, e[2], e[3], bytes, 0);
+  }
 }
 
 static int g_poll(eng_item *it) {
@@ -475,6 +622,7 @@ static int g_poll(eng_item *it) {
     if (x->ckind >= 0 && x->cended && it->status == FGB_OK &&
         cudaEventElapsedTime(&cms, x->cev[0], x->cev[1]) == cudaSuccess)
       eng_stats_add(it->stats, x->ckind, (double)x->cbytes, (double)cms * 1e-3);
+    if (x->tl && it->status == FGB_OK) gpu_tl_spans(x, it); /* before the timing slots go back */
     for (uint32_t k = 0; k < x->ntm; k++) /* the stream is past every member's events */
       sp_timing_done(&x->tm[k], it->status == FGB_OK ? it->stats : NULL);
     if (it->n == 1 && srv_trace_tensor(it->t[0].count)) {
@@ -527,6 +675,8 @@ static void g_free(eng_item *it) {
   ev_give(x->fin, 0);
   for (int k = 0; k < 4; k++) ev_give(x->tev[k], 1);
   for (int k = 0; k < 2; k++) ev_give(x->cev[k], 1);
+  for (int k = 0; k < 3; k++) ev_give(x->tlev[k], 1);
+  tl_ref_put(x->ref);
   for (uint32_t k = 0; k < x->ntm; k++) sp_timing_done(&x->tm[k], NULL); /* slots not yet read */
   free(x->tm);
   free(x);

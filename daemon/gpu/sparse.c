@@ -429,6 +429,12 @@ void sp_timing_done(sp_timing *tm, struct eng_stats *stats) {
   tm->slot = -1;
 }
 
+int sp_timing_events(const sp_timing *tm, void *ev[4]) {
+  if (!tm || tm->slot < 0 || tm->slot >= SP_TIMERS) return 0;
+  for (int k = 0; k < 4; k++) ev[k] = g_tev[tm->slot][k];
+  return 1;
+}
+
 /* Record a timing event; a failure only loses the sample (error cleared, see timer_take). */
 static int timer_mark(cudaEvent_t ev, cudaStream_t s) {
   if (cudaEventRecord(ev, s) == cudaSuccess) return 1;
@@ -514,6 +520,7 @@ fgb_status sp_sync_timed(const sp_job *job, const eng_tensor *t, sp_timing *tm, 
   if (tm) {
     memset(tm, 0, sizeof *tm);
     tm->slot = -1;
+    tm->t = t;
   }
   sp_inst *i = NULL;
   fgb_status st = inst_get(job, t, &i, err, errlen);
@@ -552,10 +559,12 @@ fgb_status sp_sync_timed(const sp_job *job, const eng_tensor *t, sp_timing *tm, 
   }
   if (st != FGB_OK) return st;
   float scale = t->op == FGB_OP_AVERAGE ? 1.0f / (float)job->size : 1.0f;
-  rec = ev && gathered > 0 && timer_mark(ev[2], s);
+  /* The timeline (while recording) wants the decode's events even without a planning sample. */
+  rec = ev && (gathered > 0 || tl_on()) && timer_mark(ev[2], s);
   if ((st = i->ops->decode(i->st, &ex, w, scale, err, errlen)) != FGB_OK) return st;
   if (rec && timer_mark(ev[3], s)) {
-    tm->dec_ok = 1;
+    tm->dec_rec = 1;
+    tm->dec_ok = gathered > 0;
     tm->dec_x = gathered;
   }
   if (t->dtype != FGB_FLOAT32 && gpu_from_f32(t->dtype, w, t->ptr, t->count, s) != FGB_OK) {

@@ -35,6 +35,9 @@ typedef struct sp_timing {
   int slot;            /* pool slot, -1: none */
   int enc_ok, dec_ok;  /* recorded in this use */
   double enc_x, dec_x; /* elements encoded; gathered elements decoded (P * k) */
+  int dec_rec;         /* the decode's events recorded (also without a sample: timeline) */
+  const eng_tensor *t; /* the member timed */
+  uint64_t wire;       /* its bytes sent (issue.c fills it in, for the timeline) */
 } sp_timing;
 /* sp_sync, timed into *tm (NULL: untimed, as sp_sync). */
 fgb_status sp_sync_timed(const sp_job *job, const eng_tensor *t, sp_timing *tm, uint64_t *sent,
@@ -43,6 +46,9 @@ fgb_status sp_sync_timed(const sp_job *job, const eng_tensor *t, sp_timing *tm, 
  * samples (seconds per element) to stats, then give the slot back. stats NULL: give it back only.
  */
 void sp_timing_done(sp_timing *tm, struct eng_stats *stats);
+/* The slot's four events (encode start, end, decode start, end) for the timeline, before
+ * sp_timing_done; 0 when tm has no slot. */
+int sp_timing_events(const sp_timing *tm, void *ev[4]);
 /* The plan sends this compressed tensor dense this step (t->flush_dense): fold its residual into
  * the gradient in the client's memory and clear it (the compressor's flush_dense), enqueued on the
  * engine stream; the caller then all-reduces it with the dense members. */

@@ -49,6 +49,9 @@ static int env_build(Fgbuff__V1__Envelope *env, uint64_t req_id,
     case FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY:
       env->state_reply = body;
       return 1;
+    case FGBUFF__V1__ENVELOPE__BODY_TIMELINE_REPLY:
+      env->timeline_reply = body;
+      return 1;
     default:
       return 0;
   }

@@ -154,7 +154,7 @@ int main(void) {
     free(buf);
     free(body);
   }
-  CHECK_MSG(bodies == 26, "expected the 26 body types of protocol v1, found %d", bodies);
+  CHECK_MSG(bodies == 28, "expected the 28 body types of protocol v1, found %d", bodies);
   wire_reader_close(&rd);
   close(sv[0]);
   close(sv[1]);

@@ -244,6 +244,30 @@ fgb_status fgb_config_set(fgb_client *c, const char *key, const char *value);
 fgb_status fgb_state_export(fgb_client *c, uint32_t tensor_id, void **data, size_t *bytes);
 fgb_status fgb_state_import(fgb_client *c, uint32_t tensor_id, const void *data, size_t bytes);
 
+/* ---- timeline (docs/operations.md, "Timeline") ------------------------------------------------
+ * The daemon records spans of every synchronised buffer (wait, compress, communicate, decompress,
+ * write-back; CLOCK_MONOTONIC microseconds) between start and stop, into a bounded buffer that
+ * keeps the first `capacity` spans and counts the rest as dropped. The dump is a Chrome trace JSON
+ * document (Perfetto, chrome://tracing). Needs no job. */
+typedef struct fgb_timeline_stats {
+  int recording;     /* 1 while the daemon records */
+  uint32_t capacity; /* spans the current (or last) recording keeps at most */
+  uint64_t spans;    /* spans kept */
+  uint64_t dropped;  /* spans not kept because the capacity was reached (the dump is truncated) */
+} fgb_timeline_stats;
+/* Start a recording of at most `capacity` spans (0: the daemon's FGBUFF_TIMELINE_SPANS, default
+ * 65536), discarding the previous one (round trip). stats (may be NULL) gets the state after. */
+fgb_status fgb_timeline_start(fgb_client *c, uint32_t capacity, fgb_timeline_stats *stats);
+/* Stop recording; the spans stay for dumps until the next start (round trip). */
+fgb_status fgb_timeline_stop(fgb_client *c, fgb_timeline_stats *stats);
+/* The recording as one Chrome trace JSON document (*json malloc'ed and NUL-terminated, free() it;
+ * *len its length), fetched in pages of at most a frame (one round trip per ~1 MiB). Allowed while
+ * recording (the spans so far). FGB_ENOTFOUND when the daemon never recorded one; FGB_EAGAIN when
+ * another dump or a new recording replaced the snapshot midway (dump again); FGB_ENOTSUP from a
+ * daemon without timelines. stats (may be NULL): the dump's counts. $FGBUFF_TIMELINE_PAGE_BYTES
+ * (>= 4096) asks for smaller pages (tests). */
+fgb_status fgb_timeline_dump(fgb_client *c, char **json, size_t *len, fgb_timeline_stats *stats);
+
 #ifdef __cplusplus
 }
 #endif

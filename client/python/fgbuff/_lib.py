@@ -34,6 +34,11 @@ class fgb_arena(ctypes.Structure):
     _fields_ = [("id", ctypes.c_uint32), ("ptr", ctypes.c_void_p), ("bytes", ctypes.c_size_t)]
 
 
+class fgb_timeline_stats(ctypes.Structure):
+    _fields_ = [("recording", ctypes.c_int), ("capacity", ctypes.c_uint32),
+                ("spans", ctypes.c_uint64), ("dropped", ctypes.c_uint64)]
+
+
 class fgb_job_opts(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_char_p),
@@ -141,6 +146,10 @@ def _prototypes(lib: ctypes.CDLL) -> None:
         "fgb_config_set": (st, [P, c.c_char_p, c.c_char_p]),
         "fgb_state_export": (st, [P, c.c_uint32, c.POINTER(c.c_void_p), c.POINTER(c.c_size_t)]),
         "fgb_state_import": (st, [P, c.c_uint32, c.c_void_p, c.c_size_t]),
+        "fgb_timeline_start": (st, [P, c.c_uint32, c.POINTER(fgb_timeline_stats)]),
+        "fgb_timeline_stop": (st, [P, c.POINTER(fgb_timeline_stats)]),
+        "fgb_timeline_dump": (st, [P, c.POINTER(c.c_void_p), c.POINTER(c.c_size_t),
+                                   c.POINTER(fgb_timeline_stats)]),
     }
     for name, (res, args) in protos.items():
         fn = getattr(lib, name)

@@ -349,6 +349,34 @@ class Client:
             if p.value:
                 _lib.free(p.value)
 
+    # ---- timeline (docs/operations.md, "Timeline")
+    @staticmethod
+    def _tl_stats(s: "_lib.fgb_timeline_stats") -> Dict[str, Any]:
+        return {"recording": bool(s.recording), "capacity": s.capacity, "spans": s.spans,
+                "dropped": s.dropped}
+
+    def timeline_start(self, capacity: int = 0) -> Dict[str, Any]:
+        """Start recording the daemon's spans (at most `capacity`; 0: its FGBUFF_TIMELINE_SPANS)."""
+        s = _lib.fgb_timeline_stats()
+        self._call("fgb_timeline_start", ctypes.c_uint32(capacity), ctypes.byref(s))
+        return self._tl_stats(s)
+
+    def timeline_stop(self) -> Dict[str, Any]:
+        """Stop recording; returns {recording, capacity, spans, dropped}."""
+        s = _lib.fgb_timeline_stats()
+        self._call("fgb_timeline_stop", ctypes.byref(s))
+        return self._tl_stats(s)
+
+    def timeline_dump(self) -> str:
+        """The recording as Chrome trace JSON text (Perfetto, chrome://tracing)."""
+        p, n, s = ctypes.c_void_p(), ctypes.c_size_t(), _lib.fgb_timeline_stats()
+        self._call("fgb_timeline_dump", ctypes.byref(p), ctypes.byref(n), ctypes.byref(s))
+        try:
+            return ctypes.string_at(p.value, n.value).decode() if p.value else ""
+        finally:
+            if p.value:
+                _lib.free(p.value)
+
     def state_import(self, tensor_id: int, data: bytes) -> None:
         buf = ctypes.create_string_buffer(bytes(data), len(data))
         self._call("fgb_state_import", tensor_id, buf, len(data))
