@@ -139,6 +139,9 @@ fgb_status cli_ready(fgb_client *c) {
   return FGB_OK;
 }
 
+static fgb_status cli_read(fgb_client *c, int timeout_ms, uint64_t want,
+                           Fgbuff__V1__Envelope **reply);
+
 fgb_status cli_send(fgb_client *c, Fgbuff__V1__Envelope *env, const int *fds, int nfds) {
   env->req_id = ++c->next_req;
   env->num_fds = (uint32_t)nfds;
@@ -154,6 +157,13 @@ fgb_status cli_send(fgb_client *c, Fgbuff__V1__Envelope *env, const int *fds, in
   if (buf != stackbuf) free(buf);
   if (rc == 0) c->sent_frames++;
   if (rc == -EPIPE || rc == -ECONNRESET) {
+    /* The daemon may have refused this connection with a fatal Error (a uid it does not allow,
+     * too many connections) and closed before we wrote: its words beat "Broken pipe". */
+    for (int i = 0; i < 16 && !c->lost; i++) {
+      fgb_status s = cli_read(c, 0, 0, NULL);
+      if (c->lost) return s;
+      if (s != FGB_OK) break;
+    }
     char why[CLI_ERR_LEN];
     snprintf(why, sizeof(why), "connection to fgbuffd at %s closed (sending: %s)", c->path,
              strerror(-rc));
