@@ -8,10 +8,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "core.h" /* SRV_POLICY_MAX */
 #include "fgbuff/client.h"
 
 #define SRV_MAX_ALLOW_UIDS 16
-#define SRV_POLICY_MAX 32
 
 typedef struct srv_config {
   char device[64]; /* "cpu" (the only data path so far) or "cuda:..." */
