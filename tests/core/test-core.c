@@ -4,13 +4,15 @@
  * the end-of-step flush, an ad-hoc collective, the refusals of bad submits (no job, unknown tensor,
  * a step submitted twice, a step behind, a collective's bad kind, op or seq), a client gone
  * mid-step (the other rank's pending tensor fails with FGB_EPEER, the job is released), a released
- * tensor, and that every entry point drains the coordinator exactly once (twice for the tick: two
- * inputs), also when another entry point is called from inside it. */
+ * tensor, a collective inside a step (a recall under FGBUFF_PREISSUE=1, which ctest runs as
+ * core-units-preissue), and that every entry point drains the coordinator exactly once (twice for
+ * the tick: two inputs), also when another entry point is called from inside it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
+#include "preissue.h"
 #include "test.h"
 #include "world.h"
 
@@ -229,6 +231,45 @@ static void test_client_gone(void) {
   w_stop(&w);
 }
 
+/* A collective asked for inside a step (after a, before b; c is flushed by every step's EndStep,
+ * so the steps' blocks are whole and the leader numbers them ahead). With pre-issue on
+ * (FGBUFF_PREISSUE=1: core-units-preissue) the steps numbered ahead are recalled first; either way
+ * every Done and the CollectiveDone arrive, with the data combined. */
+static void test_mid_step_collective(void) {
+  world w;
+  w_start(&w, 2);
+  w_join(&w, "ms", "none");
+  uint32_t a = w_tensor(&w, "a", 2, OFF_A), b = w_tensor(&w, "b", 2, OFF_B);
+  uint32_t c = w_tensor(&w, "c", 2, OFF_C);
+  for (uint64_t step = 1; step <= 4; step++) {
+    for (int r = 0; r < 2; r++) {
+      w_rank *x = &w.r[r];
+      core_submit(&x->c, x->job, &x->sess, 1, a, step, 0, 0);
+      if (step == 4) {
+        core_coll_args ar = {.seq = 7, .kind = ENG_ALLREDUCE, .op = FGB_OP_SUM, .tensor_id = c};
+        DRAINS(&x->c, 1, core_collective(&x->c, x->job, &x->sess, 70, &ar));
+        CHECK(x->job->colls[x->job->ncolls - 1].mid == 1);
+      }
+      core_submit(&x->c, x->job, &x->sess, 2, b, step, 0, 0);
+      core_end_step(&x->c, x->job, &x->sess, 3, step); /* c takes part in every step: zeros */
+    }
+    for (int r = 0; r < 2; r++)
+      W_UNTIL(&w,
+              dones(&w, r, a, step, 0) + dones(&w, r, b, step, 0) + dones(&w, r, c, step, 0) == 3);
+  }
+  for (int r = 0; r < 2; r++) {
+    W_UNTIL(&w, w_count(&w.r[r], REC_COLL, 0) == 1);
+    CHECK(w_last(&w.r[r], REC_COLL)->status == 0); /* (c's data: zeros of the flush after it) */
+    CHECK(w_count(&w.r[r], REC_ERR, 0) == 0 && !w.r[r].job->aborted);
+  }
+  uint64_t recalls = w.r[0].job->recalls + w.r[1].job->recalls;
+  if (srv_pre_enabled(&w.r[0].c))
+    CHECK_MSG(recalls > 0, "pre-issue on, but no recall");
+  else
+    CHECK(recalls == 0);
+  w_stop(&w);
+}
+
 /* A join the core refuses: the same (name, incarnation) twice on one daemon. */
 static void test_join_twice(void) {
   world w;
@@ -250,6 +291,7 @@ int main(void) {
   test_collective();
   test_errors();
   test_client_gone();
+  test_mid_step_collective();
   test_join_twice();
   TEST_DONE();
 }
