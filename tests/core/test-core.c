@@ -5,13 +5,15 @@
  * a step submitted twice, a step behind, a collective's bad kind, op or seq), a client gone
  * mid-step (the other rank's pending tensor fails with FGB_EPEER, the job is released), a released
  * tensor, a collective inside a step (a recall under FGBUFF_PREISSUE=1, which ctest runs as
- * core-units-preissue), and that every entry point drains the coordinator exactly once (twice for
- * the tick: two inputs), also when another entry point is called from inside it. */
+ * core-units-preissue), static plans (fgbuff; rgmerge with re-plans), and that every entry point
+ * drains the coordinator exactly once (twice for the tick: two inputs), also when another entry
+ * point is called from inside it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
+#include "plan_exec.h"
 #include "preissue.h"
 #include "test.h"
 #include "world.h"
@@ -178,6 +180,16 @@ static void test_errors(void) {
   DRAINS(c, 1, core_collective(c, x->job, &x->sess, 11, &bad));
   CHECK(strcmp(last_err(x)->field, "dst_tensor_id") == 0);
   CHECK(x->job->ncolls == 0);
+  bad =
+      (core_coll_args){.seq = 1ull << 63, .kind = ENG_ALLREDUCE, .op = FGB_OP_SUM, .tensor_id = a};
+  DRAINS(c, 1, core_collective(c, x->job, &x->sess, 15, &bad));
+  CHECK(last_err(x)->status == FGB_EINVAL && strcmp(last_err(x)->field, "seq") == 0);
+  core_coll_args ar = {.seq = 3, .kind = ENG_ALLREDUCE, .op = FGB_OP_SUM, .tensor_id = a};
+  DRAINS(c, 1, core_collective(c, x->job, &x->sess, 16, &ar));
+  CHECK(x->job->ncolls == 1);
+  DRAINS(c, 1, core_collective(c, x->job, &x->sess, 17, &ar)); /* the same seq again */
+  CHECK(last_err(x)->status == FGB_EEXIST && strcmp(last_err(x)->field, "seq") == 0);
+  CHECK(x->job->ncolls == 1);
   /* An entry point called from inside another (here from the error reply of a submit) leaves
    * the drain to the outer one. */
   x->on_error = nested_entry;
@@ -194,8 +206,11 @@ static void test_errors(void) {
   DRAINS(c, 2, core_tick(c, w_now_ms())); /* the clock, then pre-issue's stuck check */
   /* Rank 1 catches up: step 5 completes, a can be released, its id is unknown afterwards. */
   w_rank *y = &w.r[1];
+  core_collective(&y->c, y->job, &y->sess, 16, &ar);
   core_submit(&y->c, y->job, &y->sess, 1, a, 5, 0, 0);
   for (int r = 0; r < 2; r++) W_UNTIL(&w, dones(&w, r, a, 5, 0) == 1);
+  for (int r = 0; r < 2; r++) W_UNTIL(&w, w_count(&w.r[r], REC_COLL, 0) == 1);
+  CHECK(w_last(x, REC_COLL)->req_id == 16 && w_last(x, REC_COLL)->status == 0);
   for (int r = 0; r < 2; r++) {
     CHECK(core_tensor_release(&w.r[r].c, w.r[r].job, a, err, sizeof(err)) == FGB_OK);
     CHECK(srv_tensor_get(&w.r[r].c, a) == NULL && w.r[r].job->ntensors == 0);
@@ -270,6 +285,44 @@ static void test_mid_step_collective(void) {
   w_stop(&w);
 }
 
+/* A static policy: warm-up steps run per tensor, then the agreed plan's buffers reach the engine
+ * as one item each (policy `policy`, 3 tensors, `steps` steps); every Done arrives with the data
+ * averaged. replan: the re-plan period (rgmerge re-plans when the measured time drifted: the run
+ * crosses plan versions when it does; timing decides, so the version is not checked). */
+static void test_plan(const char *policy, uint32_t replan, int steps) {
+  world w;
+  w_start(&w, 2);
+  uint32_t warmup = 2;
+  for (int r = 0; r < 2; r++) {
+    w.r[r].c.plan_warmup_steps = &warmup;
+    w.r[r].c.replan_steps = &replan;
+  }
+  w_join(&w, "pl", policy);
+  uint32_t t[3] = {w_tensor(&w, "a", 8, OFF_A), w_tensor(&w, "b", 8, OFF_B),
+                   w_tensor(&w, "c", 8, OFF_C)};
+  for (uint64_t step = 1; step <= (uint64_t)steps; step++) {
+    for (int r = 0; r < 2; r++) {
+      for (int k = 0; k < 3; k++) w_f32(&w, r, (uint64_t)k * 4096)[0] = (float)(r * 2);
+      for (int k = 2; k >= 0; k--) { /* backward order */
+        w_rank *x = &w.r[r];
+        DRAINS(&x->c, 1, core_submit(&x->c, x->job, &x->sess, 1, t[k], step, 0, 0));
+      }
+    }
+    for (int r = 0; r < 2; r++)
+      W_UNTIL(&w, dones(&w, r, t[0], step, 0) + dones(&w, r, t[1], step, 0) +
+                          dones(&w, r, t[2], step, 0) ==
+                      3);
+    for (int r = 0; r < 2; r++)
+      for (int k = 0; k < 3; k++) CHECK(w_f32(&w, r, (uint64_t)k * 4096)[0] == 1.0f);
+  }
+  for (int r = 0; r < 2; r++) {
+    CHECK(w_count(&w.r[r], REC_ERR, 0) == 0);
+    CHECK_MSG(srv_plan_buffers_issued(w.r[r].job) > 0, "%s: no plan buffer issued", policy);
+    CHECK(w.r[r].job->steps_completed == (uint64_t)steps);
+  }
+  w_stop(&w);
+}
+
 /* A join the core refuses: the same (name, incarnation) twice on one daemon. */
 static void test_join_twice(void) {
   world w;
@@ -292,6 +345,8 @@ int main(void) {
   test_errors();
   test_client_gone();
   test_mid_step_collective();
+  test_plan("fgbuff", 50, 8);
+  test_plan("rgmerge", 3, 12);
   test_join_twice();
   TEST_DONE();
 }
