@@ -268,6 +268,7 @@ fgb_status core_tensor_release(core *d, srv_job *j, uint32_t id, char *err, size
 }
 
 void core_free_jobs(core *d) {
+  srv_pre_free(d);
   while (d->jobs) {
     srv_job *j = d->jobs;
     j->session = NULL; /* fgbuffd: every session is closed by now */

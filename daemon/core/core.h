@@ -271,7 +271,7 @@ void srv_arena_unref(srv_arena *a);
 fgb_status core_tensor_release(core *d, srv_job *j, uint32_t id, char *err, size_t errlen);
 /* Free the job once its client is gone and the engine holds no work on it. */
 void srv_job_maybe_release(core *d, srv_job *j);
-/* Free every job (shutdown: no client left and the engine stopped). */
+/* Free every job and what waits for the engine (shutdown: no client left, the engine stopped). */
 void core_free_jobs(core *d);
 
 #endif

@@ -186,6 +186,17 @@ uint32_t srv_pre_nwaiting(const core *d) {
   return d->nheld;
 }
 
+void srv_pre_free(core *d) {
+  while (d->held) {
+    srv_held *h = d->held;
+    d->held = h->next;
+    eng_item_free(h->it);
+    free(h);
+  }
+  d->held_tail = NULL;
+  d->nheld = 0;
+}
+
 /* Whether this rank wants step u numbered ahead of readiness: its static plan is in force for u
  * and stays so (no exchange pending, u not the step a re-planning policy observes its order in),
  * and the policy's items all travel through the ordered queue (split plans do not yet). */

@@ -59,5 +59,8 @@ void srv_pre_revoke(struct core *d, struct srv_job *j, uint64_t kept);
 void srv_pre_check_mid(struct core *d, struct srv_job *j);
 /* Items waiting (status). */
 uint32_t srv_pre_nwaiting(const struct core *d);
+/* Shutdown (the engine stopped): free what still waits (items of steps numbered ahead that no
+ * client made ready). */
+void srv_pre_free(struct core *d);
 
 #endif
