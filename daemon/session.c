@@ -15,6 +15,7 @@
 #include "ctrl.h"
 #include "daemon.h"
 #include "dtype.h"
+#include "engine.h"
 #include "fds.h"
 #include "log.h"
 #include "metrics.h"
@@ -375,8 +376,16 @@ static void on_config(srv_session *s, uint64_t req_id, const char *key, const ch
   srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_CONFIG_REPLY, &r);
 }
 
+/* The core takes the wire's collective kinds and reduce ops as they come: the same numbers. */
+_Static_assert((int)FGBUFF__V1__COLLECTIVE_KIND__COLLECTIVE_ALLREDUCE == ENG_ALLREDUCE &&
+                   (int)FGBUFF__V1__COLLECTIVE_KIND__COLLECTIVE_BROADCAST == ENG_BROADCAST &&
+                   (int)FGBUFF__V1__COLLECTIVE_KIND__COLLECTIVE_ALLGATHER == ENG_ALLGATHER,
+               "collective kinds: wire != engine");
+_Static_assert((int)FGBUFF__V1__REDUCE_OP__REDUCE_OP_AVERAGE == FGB_OP_AVERAGE &&
+                   (int)FGBUFF__V1__REDUCE_OP__REDUCE_OP_SUM == FGB_OP_SUM,
+               "reduce ops: wire != fgb_reduce_op");
+
 static void on_collective(srv_session *s, uint64_t req_id, const Fgbuff__V1__Collective *m) {
-  /* The wire's kinds and reduce ops have the numbers of ENG_ALLREDUCE.. and fgb_reduce_op. */
   core_coll_args a = {.seq = m->seq,
                       .kind = (int)m->kind,
                       .op = (int)m->op,
