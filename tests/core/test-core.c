@@ -5,12 +5,14 @@
  * a step submitted twice, a step behind, a collective's bad kind, op or seq), a client gone
  * mid-step (the other rank's pending tensor fails with FGB_EPEER, the job is released), a released
  * tensor, a collective inside a step (a recall under FGBUFF_PREISSUE=1, which ctest runs as
- * core-units-preissue), static plans (fgbuff; rgmerge with re-plans), and that every entry point
+ * core-units-preissue), static plans (fgbuff; rgmerge with re-plans), device arenas through a fake
+ * dp_ops, and that every entry point
  * drains the coordinator exactly once (twice for the tick: two inputs), also when another entry
  * point is called from inside it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "engine.h"
 #include "plan_exec.h"
@@ -323,6 +325,111 @@ static void test_plan(const char *policy, uint32_t replan, int steps) {
   w_stop(&w);
 }
 
+/* ---- a fake device data plane (dp_ops): device arenas whose readiness the test reports --------
+ */
+static int g_now_reports; /* observe_now reports the watch it was just given (a nested entry) */
+static uint32_t g_watch_tensor;
+static uint64_t g_watch_step;
+static int g_watching, g_failed, g_aborted, g_closed;
+static core *g_dp_core; /* the core whose submit runs (observe_now takes no arguments) */
+
+static void fdp_arena_close(struct srv_arena *a) {
+  munmap(a->base, a->bytes);
+  g_closed++;
+}
+static int fdp_slot_check(struct srv_tensor *t, uint32_t slot, char *err, size_t errlen) {
+  (void)t;
+  if (slot < 8) return 0;
+  snprintf(err, errlen, "event_slot: %u outside 0..7", slot);
+  return -1;
+}
+static fgb_status fdp_observe(struct srv_tensor *t, uint32_t slot, uint32_t done_seq, uint64_t step,
+                              char *err, size_t errlen) {
+  (void)done_seq, (void)err, (void)errlen;
+  t->gpu_slot = slot;
+  g_watch_tensor = t->id;
+  g_watch_step = step;
+  g_watching = 1;
+  return FGB_OK;
+}
+static void fdp_observe_now(void) {
+  if (!g_now_reports || !g_watching) return;
+  g_watching = 0;
+  core_gpu_observed(g_dp_core, g_watch_tensor, g_watch_step);
+}
+static void *fdp_done_signal(const struct srv_tensor *t) {
+  (void)t;
+  return NULL;
+}
+static void fdp_done_failed(const struct srv_tensor *t) {
+  (void)t;
+  g_failed++;
+}
+static void fdp_job_aborted(uint64_t job_key) {
+  (void)job_key;
+  g_aborted++;
+}
+static const dp_ops fake_dp = {.name = "fake",
+                               .arena_close = fdp_arena_close,
+                               .slot_check = fdp_slot_check,
+                               .observe = fdp_observe,
+                               .observe_now = fdp_observe_now,
+                               .done_signal = fdp_done_signal,
+                               .done_failed = fdp_done_failed,
+                               .job_aborted = fdp_job_aborted};
+
+/* Device arenas through dp_ops: a submit is ready only once the data plane reports the client's
+ * event passed (core_gpu_observed), Done names the event slot, a bad slot is refused, observe_now
+ * reporting at once is an entry inside core_submit (one drain), a failed Done releases the done
+ * signal and an abort reaches the data plane. */
+static void test_dp(void) {
+  world w;
+  w_start(&w, 2);
+  for (int r = 0; r < 2; r++) {
+    w.r[r].c.dp = &fake_dp;
+    w.r[r].arena->gpu = w.r[r].arena; /* any non-NULL handle: a device arena */
+    w.r[r].arena->dp = &fake_dp;
+  }
+  w_join(&w, "dp", "none");
+  uint32_t a = w_tensor(&w, "a", 2, OFF_A), b = w_tensor(&w, "b", 2, OFF_B);
+  for (int r = 0; r < 2; r++) {
+    w_rank *x = &w.r[r];
+    g_dp_core = &x->c;
+    DRAINS(&x->c, 1, core_submit(&x->c, x->job, &x->sess, 1, a, 1, 9, 0));
+    CHECK(last_err(x)->status == FGB_EINVAL && strcmp(last_err(x)->field, "event_slot") == 0);
+    DRAINS(&x->c, 1, core_submit(&x->c, x->job, &x->sess, 2, a, 1, (uint32_t)(3 + r), 0));
+    CHECK(g_watching && g_watch_tensor == a && g_watch_step == 1);
+    CHECK(x->job->npending == 1 && x->job->pending[0].observing && !x->job->pending[0].reported);
+    g_watching = 0;
+  }
+  for (int i = 0; i < 200; i++) w_pump(&w); /* nothing is ready: no Done */
+  CHECK(dones(&w, 0, a, 1, 0) == 0 && dones(&w, 1, a, 1, 0) == 0);
+  for (int r = 0; r < 2; r++) DRAINS(&w.r[r].c, 1, core_gpu_observed(&w.r[r].c, a, 1));
+  for (int r = 0; r < 2; r++) W_UNTIL(&w, dones(&w, r, a, 1, 0) == 1);
+  for (int r = 0; r < 2; r++) CHECK(w_last(&w.r[r], REC_DONE)->slot == (uint32_t)(3 + r));
+  g_now_reports = 1; /* the data plane sees the event passed at once */
+  for (int r = 0; r < 2; r++) {
+    w_rank *x = &w.r[r];
+    g_dp_core = &x->c;
+    DRAINS(&x->c, 1, core_submit(&x->c, x->job, &x->sess, 3, a, 2, 1, 0));
+    CHECK(x->job->pending[0].reported && !x->job->pending[0].observing);
+  }
+  for (int r = 0; r < 2; r++) W_UNTIL(&w, dones(&w, r, a, 2, 0) == 1);
+  /* Rank 1 leaves in the middle of step 3: rank 0's b fails (its done signal released). */
+  g_dp_core = &w.r[0].c;
+  core_submit(&w.r[0].c, w.r[0].job, &w.r[0].sess, 4, b, 3, 2, 0);
+  g_dp_core = &w.r[1].c;
+  core_submit(&w.r[1].c, w.r[1].job, &w.r[1].sess, 4, a, 3, 2, 0);
+  srv_job *gone = w.r[1].job;
+  w.r[1].job = NULL;
+  core_client_gone(gone);
+  W_UNTIL(&w, dones(&w, 0, b, 3, FGB_EPEER) == 1);
+  CHECK(g_failed >= 1 && g_aborted >= 1);
+  g_now_reports = 0;
+  w_stop(&w);
+  CHECK(g_closed == 2); /* each device arena closed through the data plane */
+}
+
 /* A join the core refuses: the same (name, incarnation) twice on one daemon. */
 static void test_join_twice(void) {
   world w;
@@ -347,6 +454,7 @@ int main(void) {
   test_mid_step_collective();
   test_plan("fgbuff", 50, 8);
   test_plan("rgmerge", 3, 12);
+  test_dp();
   test_join_twice();
   TEST_DONE();
 }

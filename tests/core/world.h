@@ -20,9 +20,10 @@ enum { REC_ERR = 1, REC_OK, REC_JOINED, REC_TENSOR, REC_DONE, REC_COLL, REC_STAT
 typedef struct w_rec {
   int kind;
   uint64_t req_id;
-  uint32_t id; /* REC_TENSOR, REC_DONE: the tensor */
-  uint64_t n;  /* REC_DONE: the step; REC_COLL: the seq */
-  int status;  /* REC_ERR: the code; REC_DONE, REC_COLL: the status */
+  uint32_t id;   /* REC_TENSOR, REC_DONE: the tensor */
+  uint64_t n;    /* REC_DONE: the step; REC_COLL: the seq */
+  int status;    /* REC_ERR: the code; REC_DONE, REC_COLL: the status */
+  uint32_t slot; /* REC_DONE: the GPU event slot named */
   char field[32];
   char msg[512];
 } w_rec;
