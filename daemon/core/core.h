@@ -208,7 +208,7 @@ struct core {
 /* Zero d, then set what the owner must. */
 void core_init(core *d, coord *c, const core_cbs *cbs, void *ud);
 
-/* ---- entry points (each drains the coordinator once when it gave it input) ---------------- */
+/* ---- entry points: each drains the coordinator once on its way out (core_tick twice) -------- */
 /* JoinJob after the layer above checked its fields: a new rank of job (name, incarnation) on
  * session s, replied through cbs->joined (an Error for a duplicate rank here, out of memory or a
  * coordinator refusal). Returns the job or NULL. */
@@ -254,11 +254,13 @@ void core_state(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uin
 void core_gpu_observed(core *d, uint32_t tensor_id, uint64_t step);
 /* The control plane handed the coordinator input (ctrl_cbs.after_input). */
 void core_after_input(core *d);
-/* The loop's timer: the coordinator's clock, pre-issue's stuck check, releases. */
+/* The loop's timer: the coordinator's clock, pre-issue's stuck check (a drain after each), then
+ * the release of jobs whose client left. */
 void core_tick(core *d, uint64_t now_ms);
 /* j's client is gone (its session closed). */
 void core_client_gone(srv_job *j);
-/* The engine's results (eng_done_cb; ud is the core). Hands the coordinator nothing: no drain. */
+/* The engine's results (eng_done_cb; ud is the core). A result hands the coordinator nothing
+ * today, so its drain finds the queue empty; it drains anyway, like every entry point. */
 void core_engine_result(void *ud, struct eng_item *it);
 
 /* ---- lookups and lifetimes (no coordinator input) -------------------------------------------- */
