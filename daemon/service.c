@@ -176,7 +176,7 @@ void srv_service_tick(srv *d, int formed, const char *leader_addr) {
    * plane is complete once every daemon connected, says READY and STATUS. */
   if (env_num(ENV_NOTIFY) == 1 && d->world_rank != 0) return;
   int jobs = 0, clients = 0;
-  for (srv_job *j = d->jobs; j; j = j->next) jobs++;
+  for (srv_job *j = d->core.jobs; j; j = j->next) jobs++;
   for (srv_session *s = d->sessions; s; s = s->next) clients++;
   char st[300];
   snprintf(st, sizeof(st),

@@ -1,8 +1,9 @@
 /* daemon/session.c — one client frame: decode the envelope, check framing-level invariants
- * (num_fds, Hello first, version) and dispatch. Handlers for the handshake, jobs, arenas, tensors,
- * status and configuration live here; the per-step protocol (Submit, EndStep, Collective) is in
- * steps.c. Every field is untrusted: a bad one gets an Error naming it, and only a connection that
- * cannot continue is closed. */
+ * (num_fds, Hello first, version) and dispatch. Handlers for the handshake, arenas, status and
+ * configuration live here; jobs, tensors and the per-step protocol (Submit, EndStep, Collective)
+ * go to the job core (core/core.h) once their fields are checked, and come back through
+ * srv_core_cbs. Every field is untrusted: a bad one gets an Error naming it, and only a connection
+ * that cannot continue is closed. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,8 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ctrl.h"
 #include "daemon.h"
 #include "dtype.h"
+#include "engine.h"
 #include "fds.h"
 #include "log.h"
 #include "metrics.h"
@@ -21,17 +24,6 @@
 #include "ring_layout.h"
 #include "shmfd.h"
 #include "vec.h"
-
-void srv_arena_unref(srv_arena *a) {
-  if (--a->refs > 0) return;
-  if (a->gpu) {
-    a->dp->arena_close(a);
-    free(a);
-    return;
-  }
-  munmap(a->base, a->bytes);
-  free(a);
-}
 
 /* Names: 1..255 bytes, printable (no control characters), since they appear in logs and status. */
 static int name_ok(const char *s) {
@@ -105,61 +97,28 @@ static void on_join(srv_session *s, uint64_t req_id, const Fgbuff__V1__JoinJob *
     srv_send_error(s, req_id, pk < 0 ? FGB_ENOTSUP : FGB_EINVAL, "policy", 0, "policy: %s", perr);
     return;
   }
-  for (srv_job *j = d->jobs; j; j = j->next) {
-    if (j->id.incarnation == m->incarnation && strcmp(j->id.name, m->name) == 0) {
-      srv_send_error(s, req_id, FGB_EEXIST, "rank", 0,
-                     "rank: job '%s' incarnation %llu already has rank %d on this daemon%s",
-                     m->name, (unsigned long long)m->incarnation, j->rank,
-                     j->session ? "" : " (its client left; use a new incarnation)");
-      return;
-    }
-  }
-  srv_job *j = calloc(1, sizeof(*j));
-  if (!j) {
-    srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory");
-    return;
-  }
-  j->d = d;
-  j->local_id = ++d->next_job_id;
-  snprintf(j->id.name, sizeof(j->id.name), "%s", m->name);
-  j->id.incarnation = m->incarnation;
-  j->rank = m->rank;
-  j->size = m->size;
-  snprintf(j->policy, sizeof(j->policy), "%s", policy);
-  j->session = s;
-  snprintf(j->client_desc, sizeof(j->client_desc), "pid %u %s", s->pid, s->name);
+  char desc[96];
+  snprintf(desc, sizeof(desc), "pid %u %s", s->pid, s->name);
   /* Fusion settings (the leader holds and packs agreed tensors, coordinator.c "Fusion"): this
    * daemon's live keys for a fusion job; other policies announce unfusable sizes, no cycle. */
-  int fuse = strcmp(j->policy, "fusion") == 0;
-  fgb_status st =
-      coord_join_fusion(d->coord, &j->id, m->rank, m->size, fuse ? d->cfg.fusion_bytes : 0,
-                        fuse ? d->cfg.fusion_cycle_ms : 0);
-  if (st != FGB_OK) {
-    free(j);
-    srv_send_error(s, req_id, st, "rank", 0, "join: the coordinator refused job '%s' rank %d",
-                   m->name, m->rank);
-    srv_coord_drain(d);
-    return;
-  }
-  j->next = d->jobs;
-  d->jobs = j;
-  s->job = j;
-  LOG_INFO("session %llu joined job '%s' incarnation %llu as rank %d of %d (policy %s)",
-           (unsigned long long)s->id, j->id.name, (unsigned long long)j->id.incarnation, j->rank,
-           j->size, j->policy);
-  Fgbuff__V1__JoinReply r = FGBUFF__V1__JOIN_REPLY__INIT;
-  r.job_id = j->local_id;
-  r.rank = j->rank;
-  r.size = j->size;
-  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_JOIN_REPLY, &r);
-  srv_coord_drain(d); /* a refusal from the coordinator arrives as an Error after the reply */
+  int fuse = strcmp(policy, "fusion") == 0;
+  core_join_args a = {.name = m->name,
+                      .incarnation = m->incarnation,
+                      .rank = m->rank,
+                      .size = m->size,
+                      .policy = policy,
+                      .client_desc = desc,
+                      .fusion_bytes = fuse ? d->cfg.fusion_bytes : 0,
+                      .cycle_ms = fuse ? d->cfg.fusion_cycle_ms : 0,
+                      .uid = (uint32_t)s->uid};
+  core_join(&d->core, s, req_id, &a);
 }
 
 static void on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__RegisterArena *m, int *fds,
                      int nfds) {
-  if (s->d->dp && (m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_IPC ||
-                   m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_VMM_FD)) {
-    s->d->dp->arena_open(s, req_id, m, fds, nfds);
+  if (s->d->core.dp && (m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_IPC ||
+                        m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_VMM_FD)) {
+    s->d->core.dp->arena_open(s, req_id, m, fds, nfds);
     return;
   }
   if (m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_IPC ||
@@ -174,7 +133,7 @@ static void on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Register
     srv_send_error(s, req_id, FGB_EINVAL, "kind", 0, "kind: unknown arena kind %d", (int)m->kind);
     return;
   }
-  if (s->d->gpu) {
+  if (s->d->core.gpu) {
     /* The GPU engine hands every tensor pointer to NCCL and the kernels: host memory there is an
      * illegal address, and that error poisons the daemon's CUDA context for every job. */
     fds_close(fds, nfds);
@@ -311,60 +270,25 @@ static fgb_status tensor_check(srv_session *s, const Fgbuff__V1__RegisterTensor 
 }
 
 static void on_tensor(srv_session *s, uint64_t req_id, const Fgbuff__V1__RegisterTensor *m) {
-  srv *d = s->d;
   srv_arena *a = NULL;
   const char *field;
   char err[512];
   fgb_status st = tensor_check(s, m, &a, &field, err, sizeof(err));
-  const struct comp_ops *cops = NULL;
-  if (st == FGB_OK && (st = srv_comp_check(s->job, m, &cops, err, sizeof(err))) != FGB_OK)
-    field = strncmp(err, "density", 7) == 0 ? "density" : "compressor";
   if (st != FGB_OK) {
     srv_send_error(s, req_id, st, field, 0, "%s", err);
     return;
   }
-  srv_job *j = s->job;
-  srv_tensor *t = calloc(1, sizeof(*t));
-  if (!t) goto nomem;
-  if (VEC_RESERVE(j->tensors, j->tcap, j->ntensors, 16)) goto nomem;
-  if (VEC_RESERVE(d->tensors, d->tcap, d->ntensors, 64)) goto nomem;
-  t->id = ++d->ntensors;
-  d->tensors[t->id - 1] = t;
-  j->tensors[j->ntensors++] = t;
-  t->job = j;
-  t->arena = a;
-  a->refs++;
-  t->ptr = a->base + m->offset;
-  t->count = m->count;
-  t->dtype = (fgb_dtype)m->dtype;
-  t->esize = dtype_size(t->dtype);
-  t->op = m->op == FGBUFF__V1__REDUCE_OP__REDUCE_OP_SUM ? FGB_OP_SUM : FGB_OP_AVERAGE;
-  t->comp = cops;
-  t->density = m->density;
-  t->ndim = (uint32_t)m->n_shape;
-  for (size_t i = 0; i < m->n_shape; i++) t->shape[i] = m->shape[i];
-  snprintf(t->name, sizeof(t->name), "%s", m->name);
-  Fgbuff__V1__TensorReply r = FGBUFF__V1__TENSOR_REPLY__INIT;
-  r.tensor_id = t->id;
-  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_TENSOR_REPLY, &r);
-  coord_tensor_meta meta;
-  memset(&meta, 0, sizeof(meta));
-  snprintf(meta.name, sizeof(meta.name), "%s", t->name);
-  meta.count = t->count;
-  meta.dtype = t->dtype;
-  meta.ndim = t->ndim;
-  for (uint32_t i = 0; i < t->ndim; i++) meta.shape[i] = t->shape[i];
-  meta.bytes = srv_policy_group_bytes(j, t);
-  if (coord_register(d->coord, &j->id, &meta) != FGB_OK) {
-    t->poisoned = 1;
-    snprintf(t->poison, sizeof(t->poison), "tensor '%s': the coordinator refused its registration",
-             t->name);
-  }
-  srv_coord_drain(d);
-  return;
-nomem:
-  free(t);
-  srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory");
+  core_tensor_args ta = {.name = m->name,
+                         .arena = a,
+                         .offset = m->offset,
+                         .count = m->count,
+                         .dtype = (fgb_dtype)m->dtype,
+                         .op = (int)m->op, /* the wire's numbers are fgb_reduce_op's */
+                         .compressor = m->compressor,
+                         .density = m->density,
+                         .ndim = (uint32_t)m->n_shape,
+                         .shape = m->shape};
+  core_tensor_register(&s->d->core, s->job, s, req_id, &ta);
 }
 
 /* ReleaseTensor: the tensor leaves its job on this rank at once (EndStep stops flushing it, its
@@ -383,39 +307,12 @@ static void on_release_tensor(srv_session *s, uint64_t req_id, const Fgbuff__V1_
                    "tensor_id %u: no job joined on this connection", id);
     return;
   }
-  srv_tensor *t = srv_tensor_get(d, id);
-  if (!t || t->job != j) {
-    srv_send_error(s, req_id, FGB_ENOTFOUND, "tensor_id", 0,
-                   "tensor_id %u: not a tensor of job '%s' on this connection", id, j->id.name);
+  char err[768];
+  fgb_status st = core_tensor_release(&d->core, j, id, err, sizeof(err));
+  if (st != FGB_OK) {
+    srv_send_error(s, req_id, st, "tensor_id", 0, "%s", err);
     return;
   }
-  if (t->comp || srv_plan_policy(j->policy)) {
-    srv_send_error(s, req_id, FGB_ENOTSUP, "tensor_id", 0,
-                   "tensor_id %u ('%s'): cannot release a tensor %s (not supported yet)", id,
-                   t->name, t->comp ? "with a compressor" : "under a static merge policy");
-    return;
-  }
-  int busy = j->inflight > 0;
-  for (uint32_t i = 0; i < j->npending && !busy; i++) busy = j->pending[i].tensor_id == id;
-  for (uint32_t i = 0; i < j->ncolls && !busy; i++)
-    busy = j->colls[i].tensor_id == id || j->colls[i].dst_id == id;
-  if (busy) {
-    srv_send_error(s, req_id, FGB_EBUSY, "tensor_id", 0,
-                   "tensor_id %u ('%s'): a step or collective of job '%s' is still in flight; "
-                   "wait for it, then release",
-                   id, t->name, j->id.name);
-    return;
-  }
-  uint32_t k = 0;
-  while (k < j->ntensors && j->tensors[k] != t) k++;
-  if (k < j->ntensors) {
-    memmove(&j->tensors[k], &j->tensors[k + 1], (j->ntensors - k - 1) * sizeof(*j->tensors));
-    j->ntensors--;
-  }
-  d->tensors[id - 1] = NULL;
-  LOG_INFO("job '%s' rank %d released tensor %u '%s'", j->id.name, j->rank, id, t->name);
-  srv_arena_unref(t->arena);
-  free(t);
   srv_reply_ok(s, req_id);
 }
 
@@ -432,8 +329,8 @@ static void on_release_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__
   srv_arena *a = *pa;
   uint32_t n = 0;
   const char *first = NULL;
-  for (uint32_t i = 0; i < d->ntensors; i++) {
-    const srv_tensor *t = d->tensors[i];
+  for (uint32_t i = 0; i < d->core.ntensors; i++) {
+    const srv_tensor *t = d->core.tensors[i];
     if (t && t->arena == a) {
       if (!first) first = t->name;
       n++;
@@ -491,6 +388,25 @@ static void on_config(srv_session *s, uint64_t req_id, const char *key, const ch
   srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_CONFIG_REPLY, &r);
 }
 
+/* The core takes the wire's collective kinds and reduce ops as they come: the same numbers. */
+_Static_assert((int)FGBUFF__V1__COLLECTIVE_KIND__COLLECTIVE_ALLREDUCE == ENG_ALLREDUCE &&
+                   (int)FGBUFF__V1__COLLECTIVE_KIND__COLLECTIVE_BROADCAST == ENG_BROADCAST &&
+                   (int)FGBUFF__V1__COLLECTIVE_KIND__COLLECTIVE_ALLGATHER == ENG_ALLGATHER,
+               "collective kinds: wire != engine");
+_Static_assert((int)FGBUFF__V1__REDUCE_OP__REDUCE_OP_AVERAGE == FGB_OP_AVERAGE &&
+                   (int)FGBUFF__V1__REDUCE_OP__REDUCE_OP_SUM == FGB_OP_SUM,
+               "reduce ops: wire != fgb_reduce_op");
+
+static void on_collective(srv_session *s, uint64_t req_id, const Fgbuff__V1__Collective *m) {
+  core_coll_args a = {.seq = m->seq,
+                      .kind = (int)m->kind,
+                      .op = (int)m->op,
+                      .root = m->root,
+                      .tensor_id = m->tensor_id,
+                      .dst_tensor_id = m->dst_tensor_id};
+  core_collective(&s->d->core, s->job, s, req_id, &a);
+}
+
 /* server.c's and ring.c's own refusals (a peer's uid, a bad frame, garbage in a ring, shutdown):
  * an error reply, then the close. */
 static void session_fatal(srv_session *s, int code, const char *field, const char *msg) {
@@ -499,12 +415,8 @@ static void session_fatal(srv_session *s, int code, const char *field, const cha
 
 /* A ring's records take the socket's Submit path (ring.c hands them up). */
 static void ring_record(srv_session *s, const fgb_ring_rec *rec) {
-  Fgbuff__V1__Submit m = FGBUFF__V1__SUBMIT__INIT;
-  m.tensor_id = rec->tensor_id;
-  m.step = rec->step;
-  m.event_slot = rec->event_slot;
-  m.done_seq = rec->done_seq;
-  srv_on_submit(s, rec->req_id, &m);
+  core_submit(&s->d->core, s->job, s, rec->req_id, rec->tensor_id, rec->step, rec->event_slot,
+              rec->done_seq);
 }
 
 static const ring_cbs ring_up = {ring_record, session_fatal};
@@ -527,7 +439,7 @@ static void session_closed(srv_session *s) {
   if (s->job) {
     srv_job *j = s->job;
     s->job = NULL;
-    srv_job_client_gone(j);
+    core_client_gone(j);
   }
   while (s->arenas) {
     srv_arena *a = s->arenas;
@@ -579,13 +491,14 @@ void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *
       on_tensor(s, rq, env->register_tensor);
       break;
     case FGBUFF__V1__ENVELOPE__BODY_SUBMIT:
-      srv_on_submit(s, rq, env->submit);
+      core_submit(&s->d->core, s->job, s, rq, env->submit->tensor_id, env->submit->step,
+                  env->submit->event_slot, env->submit->done_seq);
       break;
     case FGBUFF__V1__ENVELOPE__BODY_END_STEP:
-      srv_on_end_step(s, rq, env->end_step);
+      core_end_step(&s->d->core, s->job, s, rq, env->end_step->step);
       break;
     case FGBUFF__V1__ENVELOPE__BODY_COLLECTIVE:
-      srv_on_collective(s, rq, env->collective);
+      on_collective(s, rq, env->collective);
       break;
     case FGBUFF__V1__ENVELOPE__BODY_STATUS:
       on_status(s, rq, env->status && env->status->metrics);
@@ -597,10 +510,11 @@ void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *
       on_config(s, rq, env->config_set->key, env->config_set->value);
       break;
     case FGBUFF__V1__ENVELOPE__BODY_STATE_EXPORT:
-      srv_on_state_export(s, rq, env->state_export);
+      core_state(&s->d->core, s->job, s, rq, env->state_export->tensor_id, 0, NULL, 0);
       break;
     case FGBUFF__V1__ENVELOPE__BODY_STATE_IMPORT:
-      srv_on_state_import(s, rq, env->state_import);
+      core_state(&s->d->core, s->job, s, rq, env->state_import->tensor_id, 1,
+                 env->state_import->state.data, env->state_import->state.len);
       break;
     case FGBUFF__V1__ENVELOPE__BODY_ATTACH_RING:
       on_attach_ring(s, rq, env->attach_ring, fds, nfds);
@@ -628,3 +542,70 @@ out:
 }
 
 const server_cbs srv_session_cbs = {srv_session_frame, session_closed, session_fatal};
+
+/* ---- the core's replies (core_cbs): envelopes through rpc/reply.c ---------------------------- */
+static void core_error_cb(void *ud, struct srv_session *s, uint64_t req_id, int code,
+                          const char *field, const char *msg) {
+  (void)ud;
+  srv_send_error(s, req_id, code, field, 0, "%s", msg);
+}
+
+static void core_ok_cb(void *ud, struct srv_session *s, uint64_t req_id) {
+  (void)ud;
+  srv_reply_ok(s, req_id);
+}
+
+static void core_joined_cb(void *ud, struct srv_session *s, uint64_t req_id, const srv_job *cj) {
+  (void)ud;
+  srv_job *j = (srv_job *)cj;
+  s->job = j;
+  LOG_INFO("session %llu joined job '%s' incarnation %llu as rank %d of %d (policy %s)",
+           (unsigned long long)s->id, j->id.name, (unsigned long long)j->id.incarnation, j->rank,
+           j->size, j->policy);
+  Fgbuff__V1__JoinReply r = FGBUFF__V1__JOIN_REPLY__INIT;
+  r.job_id = j->local_id;
+  r.rank = j->rank;
+  r.size = j->size;
+  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_JOIN_REPLY, &r);
+}
+
+static void core_tensor_cb(void *ud, struct srv_session *s, uint64_t req_id, uint32_t tensor_id) {
+  (void)ud;
+  Fgbuff__V1__TensorReply r = FGBUFF__V1__TENSOR_REPLY__INIT;
+  r.tensor_id = tensor_id;
+  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_TENSOR_REPLY, &r);
+}
+
+static void core_done_cb(void *ud, struct srv_session *s, uint32_t tensor_id, uint64_t step,
+                         int status, const char *err, uint32_t event_slot) {
+  (void)ud;
+  srv_reply_done(s, tensor_id, step, status, err, event_slot);
+}
+
+static void core_coll_done_cb(void *ud, struct srv_session *s, uint64_t req_id, uint64_t seq,
+                              int status, const char *err) {
+  (void)ud;
+  srv_send_coll_done(s, req_id, seq, status, err);
+}
+
+static void core_state_cb(void *ud, struct srv_session *s, uint64_t req_id, const void *data,
+                          size_t len) {
+  (void)ud;
+  Fgbuff__V1__StateReply r = FGBUFF__V1__STATE_REPLY__INIT;
+  r.state.data = (uint8_t *)data;
+  r.state.len = len;
+  if (srv_reply_size(req_id, FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY, &r) > FGB_WIRE_MAX_FRAME)
+    srv_send_error(s, req_id, FGB_ENOTSUP, "tensor_id", 0,
+                   "tensor_id: state of %zu bytes is larger than a frame (%u bytes)", len,
+                   FGB_WIRE_MAX_FRAME);
+  else
+    srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY, &r);
+}
+
+static void core_send_cb(void *ud, int peer, const uint8_t *bytes, size_t len) {
+  srv *d = ud;
+  if (d->cp) srv_ctrl_send(d->cp, peer, bytes, len);
+}
+
+const core_cbs srv_core_cbs = {core_error_cb, core_ok_cb,        core_joined_cb, core_tensor_cb,
+                               core_done_cb,  core_coll_done_cb, core_state_cb,  core_send_cb};

@@ -8,10 +8,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "core.h" /* SRV_POLICY_MAX */
 #include "fgbuff/client.h"
 
 #define SRV_MAX_ALLOW_UIDS 16
-#define SRV_POLICY_MAX 32
 
 /* Who may reach the socket: the runtime directory's and the socket's modes and group (-1: keep)
  * from --allow-uid / --allow-group (0700 and 0600 with neither). SO_PEERCRED decides after. */

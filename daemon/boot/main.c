@@ -42,9 +42,8 @@ static char leader_addr[CTRL_ADDR_MAX];
 
 static void on_tick(uv_timer_t *t) {
   srv *d = t->data;
-  coord_tick(d->coord, clock_ms());
-  srv_coord_drain(d);
-  srv_jobs_tick(d);
+  core_tick(&d->core, clock_ms());
+  srv_sessions_tick(d);
   static int announced;
   if (!announced && d->cp && srv_ctrl_ready(d->cp)) {
     announced = 1;
@@ -70,13 +69,12 @@ static uint64_t coord_clock_ms(void *ud) {
 static void on_fuse_timer(uv_timer_t *t) {
   srv *d = t->data;
   fuse_at = UINT64_MAX;
-  coord_tick(d->coord, clock_ms());
-  srv_coord_drain(d);
+  core_clock(&d->core, clock_ms());
 }
 
 static void on_fuse_prepare(uv_prepare_t *p) {
   srv *d = p->data;
-  uint64_t due = coord_next_due(d->coord);
+  uint64_t due = coord_next_due(d->core.coord);
   if (due == UINT64_MAX || due >= fuse_at) return;
   uint64_t now = clock_ms();
   fuse_at = due;
@@ -93,7 +91,7 @@ static void on_signal(uv_signal_t *h, int signum) {
   srv_ctrl_close(d);
   srv_metrics_close();
 #ifdef FGBUFF_HAVE_CUDA
-  if (d->gpu) srv_gpu_stop(d);
+  if (d->core.gpu) srv_gpu_stop(d);
 #endif
   uv_timer_stop(&d->tick);
   uv_close((uv_handle_t *)&d->tick, NULL);
@@ -107,7 +105,7 @@ static void on_signal(uv_signal_t *h, int signum) {
    * not kill us in the middle of the orderly stop. */
   signal(SIGTERM, SIG_IGN);
   signal(SIGINT, SIG_IGN);
-  eng_close_async(d->eng);
+  eng_close_async(d->core.eng);
 }
 
 /* MPI_Finalize waits for every rank; if the others keep running it could wait forever. */
@@ -141,15 +139,15 @@ static int fail(const boot *b) {
 /* The control plane's bytes go to the coordinator, whose queue is drained after each input. */
 static fgb_status ctrl_message(void *ud, int src, const uint8_t *bytes, size_t len, char *err,
                                size_t errlen) {
-  return coord_on_message(((srv *)ud)->coord, src, bytes, len, err, errlen);
+  return coord_on_message(((srv *)ud)->core.coord, src, bytes, len, err, errlen);
 }
 
 static void ctrl_peer_lost(void *ud, int rank) {
-  coord_peer_lost(((srv *)ud)->coord, rank);
+  coord_peer_lost(((srv *)ud)->core.coord, rank);
 }
 
 static void ctrl_after_input(void *ud) {
-  srv_coord_drain(ud);
+  core_after_input(&((srv *)ud)->core);
 }
 
 static const ctrl_cbs ctrl_up = {ctrl_message, ctrl_peer_lost, ctrl_after_input};
@@ -258,31 +256,36 @@ int main(int argc, char **argv) {
                      .world_size = d.world_size,
                      .stall_ms = d.cfg.stall_timeout_ms,
                      .fusion_bytes = SRV_FUSION_BYTES}; /* "fusion" jobs; see plan_exec.h */
-  d.coord = coord_new(&cc);
-  if (d.coord) coord_set_recall(d.coord, srv_recall_enabled());
+  core_init(&d.core, coord_new(&cc), &srv_core_cbs, &d);
+  d.core.world_rank = d.world_rank;
+  d.core.device = d.cfg.device;
+  d.core.plan_warmup_steps = &d.cfg.plan_warmup_steps; /* live: ConfigSet changes them */
+  d.core.replan_steps = &d.cfg.replan_steps;
+  if (d.core.coord) coord_set_recall(d.core.coord, srv_recall_enabled());
 #ifdef FGBUFF_HAVE_CUDA
-  if (d.coord && strncmp(d.cfg.device, "cuda:", 5) == 0 &&
-      srv_gpu_start(&d, d.coord, err, sizeof(err)) != FGB_OK) {
+  if (d.core.coord && strncmp(d.cfg.device, "cuda:", 5) == 0 &&
+      srv_gpu_start(&d, d.core.coord, err, sizeof(err)) != FGB_OK) {
     LOG_ERROR("%s", err);
     return fail(&b);
   }
 #endif
-  if (!d.coord) {
+  if (!d.core.coord) {
     LOG_ERROR("cannot create the coordinator");
     return fail(&b);
   }
-  LOG_INFO("pre-issue %s (FGBUFF_PREISSUE %.40s), recall %s", srv_pre_enabled(&d) ? "on" : "off",
+  LOG_INFO("pre-issue %s (FGBUFF_PREISSUE %.40s), recall %s",
+           srv_pre_enabled(&d.core) ? "on" : "off",
            env_str(ENV_PREISSUE) ? env_str(ENV_PREISSUE) : "unset: on for GPU daemons",
            srv_recall_enabled() ? "on" : "off (FGBUFF_RECALL=0)");
   if (srv_server_start(&d, &srv_session_cbs, err, sizeof(err)) != FGB_OK ||
       srv_ctrl_connect(&d, b.addrs, b.token, err, sizeof(err)) != FGB_OK ||
 #ifdef FGBUFF_HAVE_CUDA
-      (d.gpu ? srv_gpu_engine_start(&d, err, sizeof(err)) :
+      (d.core.gpu ? srv_gpu_engine_start(&d, err, sizeof(err)) :
 #else
       (
 #endif
-             eng_start(d.loop, &comm_mpi_ops, srv_engine_result, &d, &d.eng, err, sizeof(err))) !=
-          FGB_OK) {
+                  eng_start(d.loop, &comm_mpi_ops, core_engine_result, &d.core, &d.core.eng, err,
+                            sizeof(err))) != FGB_OK) {
     LOG_ERROR("%s", err);
     return fail(&b);
   }
@@ -299,12 +302,12 @@ int main(int argc, char **argv) {
   }
   srv_timeline_boot(&d);
 #ifdef FGBUFF_HAVE_CUDA
-  if (d.gpu) srv_gpu_announce(&d);
+  if (d.core.gpu) srv_gpu_announce(&d);
 #endif
   uv_timer_init(d.loop, &d.tick);
   d.tick.data = &d;
   uv_timer_start(&d.tick, on_tick, 100, 100);
-  coord_set_clock(d.coord, coord_clock_ms, NULL);
+  coord_set_clock(d.core.coord, coord_clock_ms, NULL);
   uv_timer_init(d.loop, &fuse_timer);
   uv_prepare_init(d.loop, &fuse_prep);
   fuse_timer.data = fuse_prep.data = &d;
@@ -317,21 +320,15 @@ int main(int argc, char **argv) {
 
   uv_run(d.loop, UV_RUN_DEFAULT);
 
-  int clean = eng_stop(d.eng, 5000) == 0;
-  d.eng = NULL;
+  int clean = eng_stop(d.core.eng, 5000) == 0;
+  d.core.eng = NULL;
   if (!clean) {
     /* The engine may still read and write arenas: leave them mapped and MPI alone. */
     LOG_WARN("engine stuck in a collective; exiting without MPI_Finalize");
     return 0;
   }
-  while (d.jobs) { /* no client left and the engine stopped: free what remains */
-    srv_job *j = d.jobs;
-    j->inflight = 0;
-    j->aborted = 1;
-    srv_job_maybe_release(&d, j);
-  }
-  coord_free(d.coord);
-  free(d.tensors);
+  core_free_jobs(&d.core); /* no client left and the engine stopped: free what remains */
+  coord_free(d.core.coord);
   uv_loop_close(d.loop);
   if (b.mpi) {
     pthread_t wd;
@@ -343,7 +340,7 @@ int main(int argc, char **argv) {
 #ifdef FGBUFF_HAVE_CUDA
   /* The CUDA runtime's exit-time teardown can wait on an observer stream that waits forever on a
    * dead client's event; the driver reclaims everything of an exiting process anyway. */
-  if (d.gpu) {
+  if (d.core.gpu) {
     fflush(NULL);
     _exit(0);
   }

@@ -43,8 +43,8 @@ fgb_status srv_gpu_start(srv *d, coord *c, char *err, size_t errlen) {
   setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   fgb_status st = gpu_bind(d->cfg.device, err, errlen);
   if (st != FGB_OK) return st;
-  d->gpu = 1;
-  d->dp = &srv_gpu_dp;
+  d->core.gpu = 1;
+  d->core.dp = &srv_gpu_dp;
   g_d = d;
   if ((st = gpu_engine_init(err, errlen)) != FGB_OK) return st;
   coord_set_uid_maker(c, gpu_make_uid, d);
@@ -63,8 +63,8 @@ void srv_gpu_announce(srv *d) {
 }
 
 fgb_status srv_gpu_engine_start(srv *d, char *err, size_t errlen) {
-  return eng_start_gpu(d->loop, &comm_nccl_ops, &gpu_engine_ops, srv_engine_result, d, &d->eng, err,
-                       errlen);
+  return eng_start_gpu(d->loop, &comm_nccl_ops, &gpu_engine_ops, core_engine_result, &d->core,
+                       &d->core.eng, err, errlen);
 }
 
 int srv_gpu_sock_name(srv *d, char *out, size_t cap) {
@@ -175,7 +175,7 @@ static void drop_watch(uint32_t i) {
  * returns 1; still waiting, 0. */
 static int watch_poll(uint32_t i) {
   watch *w = &g_w[i];
-  srv_tensor *t = srv_tensor_get(g_d, w->tensor_id);
+  srv_tensor *t = srv_tensor_get(&g_d->core, w->tensor_id);
   int r = w->seq ? gpu_arena_ready_seen(w->a->gpu, w->seq) : gpu_arena_observed(w->a->gpu, w->slot);
   if (!t || !t->job || t->job->aborted) { /* nothing to report to any more */
     drop_watch(i);
@@ -189,7 +189,7 @@ static int watch_poll(uint32_t i) {
   if (r < 0)
     LOG_WARN("tensor %u step %llu: querying the client's event failed", tid,
              (unsigned long long)step);
-  srv_gpu_observed(g_d, tid, step);
+  core_gpu_observed(&g_d->core, tid, step);
   if (trace) /* after the report: a log write costs ~10 us, which the trace measured itself */
     LOG_INFO("gtrace submit step %llu at %llu observed +%llu us", (unsigned long long)step,
              (unsigned long long)t_us, (unsigned long long)(seen_us - t_us));

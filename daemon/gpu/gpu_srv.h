@@ -20,15 +20,16 @@ int srv_gpu_sock_name(srv *d, char *out, size_t cap);
 void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__RegisterArena *m, int *fds,
                       int nfds);
 void srv_gpu_arena_close(srv_arena *a);
-/* steps.c: a submit of a tensor in a CUDA arena: check the slot, then watch the client's event;
- * the submit is reported ready by srv_gpu_observed (steps.c) once the client's GPU passed it. */
+/* core/steps.c: a submit of a tensor in a CUDA arena: check the slot, then watch the client's
+ * event; the submit is reported ready by core_gpu_observed (core.h) once the client's GPU passed
+ * it. */
 int srv_gpu_slot_check(srv_tensor *t, uint32_t slot, char *err, size_t errlen);
 /* done_seq: Submit.done_seq (the number for the arena's done page; 0 or no page: done event). */
 fgb_status srv_gpu_observe(srv_tensor *t, uint32_t slot, uint32_t done_seq, uint64_t step,
                            char *err, size_t errlen);
 /* Look at the submit srv_gpu_observe just added once, now, if that is only a load (a done page's
  * ready number): a client that host-wrote it (its stream was idle) is reported without waiting
- * for the loop's next pass. May call srv_gpu_observed. */
+ * for the loop's next pass. May call core_gpu_observed. */
 void srv_gpu_observe_now(void);
 /* events.c: the done event of the tensor's current slot for the engine; a job's abort. */
 void *srv_gpu_done_event(const srv_tensor *t);

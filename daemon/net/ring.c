@@ -1,7 +1,7 @@
 /* daemon/net/ring.c — the consumer side of the clients' submission rings (docs/protocol.md,
  * "Submission ring"). A ring is client-writable shared memory: each record is copied out once,
  * then checked (position, check word, ordering count) before the ring's on_record (session.c:
- * srv_on_submit) sees it as if it came on the socket; the header's constant line and the head index
+ * core_submit) sees it as if it came on the socket; the header's constant line and the head index
  * are checked on every look, and any garbage closes that session with a fatal Error naming it. The
  * daemon only indexes the mapping with its own copies of the tail and slot count, so nothing the
  * client writes can move a read outside it, and one look consumes at most `slots` records, so no

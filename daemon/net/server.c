@@ -62,7 +62,7 @@ static void hot_cb(uv_idle_t *h) {
 
 static void hot_setup(srv *d) {
   long v = (long)env_num(ENV_HOT_US); /* -1: unset or invalid */
-  g_hot_us = v >= 0 ? (uint64_t)v : d->gpu ? SRV_HOT_US_GPU : 0;
+  g_hot_us = v >= 0 ? (uint64_t)v : d->core.gpu ? SRV_HOT_US_GPU : 0;
   if (g_hot_us == 0 || uv_idle_init(d->loop, &g_hot) != 0) return;
   g_hot.data = d;
   g_hot_init = 1;
@@ -191,6 +191,17 @@ void srv_session_close(srv_session *s, const char *why) {
   if (srv_linger(s, session_free_cb)) return; /* queued replies first, without blocking */
   uv_poll_stop(&s->poll);
   uv_close((uv_handle_t *)&s->poll, session_free_cb);
+}
+
+void srv_sessions_tick(srv *d) {
+  uint64_t now = clock_ms();
+  for (srv_session *s = d->sessions, *next; s; s = next) {
+    next = s->next;
+    if (s->close_why)
+      srv_session_close(s, s->close_why);
+    else if (s->out_len > s->out_off && now - s->out_since_ms > SRV_OUT_STUCK_MS)
+      srv_session_close(s, "client stopped reading its replies");
+  }
 }
 
 static void session_read(srv_session *s) {
@@ -352,7 +363,7 @@ fgb_status srv_server_start(srv *d, const server_cbs *cbs, char *err, size_t err
   g_cbs = cbs;
   int n = snprintf(d->sock_path, sizeof(d->sock_path), "%s/cpu%d.sock", d->cfg.runtime_dir,
                    d->local_index);
-  if (d->dp) n = d->dp->sock_name(d, d->sock_path, sizeof(d->sock_path));
+  if (d->core.dp) n = d->core.dp->sock_name(d, d->sock_path, sizeof(d->sock_path));
   if (n < 0 || (size_t)n >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
     snprintf(err, errlen, "socket path %s is too long for a Unix socket", d->sock_path);
     return FGB_EINVAL;

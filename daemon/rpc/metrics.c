@@ -47,17 +47,6 @@ static void family(mbuf *b, const char *name, const char *type, const char *help
   mb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* Upper bounds of the step-duration buckets, in seconds (SRV_STEP_BUCKETS of them, then +Inf). */
-static const double step_le[SRV_STEP_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                                 0.25,  0.5,    1,     2.5,  5,     10};
-
-void srv_metrics_step(srv_job *j, uint64_t us) {
-  int k = 0;
-  while (k < SRV_STEP_BUCKETS && (double)us / 1e6 > step_le[k]) k++;
-  j->step_hist[k]++;
-  j->step_sum_us += us;
-}
-
 char *srv_metrics_text(srv *d) {
   mbuf b = {0};
   char base[160]; /* labels on every series */
@@ -76,7 +65,7 @@ char *srv_metrics_text(srv *d) {
   mb_printf(&b, "fgbuff_world_size{%s} %d\n", base, d->world_size);
   int clients = 0, jobs = 0;
   for (srv_session *s = d->sessions; s; s = s->next) clients++;
-  for (srv_job *j = d->jobs; j; j = j->next) jobs++;
+  for (srv_job *j = d->core.jobs; j; j = j->next) jobs++;
   family(&b, "fgbuff_clients", "gauge", "Connected clients (trainers and fgbuffctl).");
   mb_printf(&b, "fgbuff_clients{%s} %d\n", base, clients);
   family(&b, "fgbuff_jobs", "gauge", "Jobs this daemon serves.");
@@ -101,7 +90,7 @@ char *srv_metrics_text(srv *d) {
   for (size_t k = 0; k < sizeof(per_job) / sizeof(per_job[0]); k++) {
     if (!jobs) break;
     family(&b, per_job[k].name, per_job[k].type, per_job[k].help);
-    for (srv_job *j = d->jobs; j; j = j->next) {
+    for (srv_job *j = d->core.jobs; j; j = j->next) {
       /* Job names were checked printable without quotes or backslashes at registration. */
       mb_printf(&b, "%s{%s,fgbuff_job=\"%s\",incarnation=\"%llu\"} ", per_job[k].name, base,
                 j->id.name, (unsigned long long)j->id.incarnation);
@@ -142,7 +131,7 @@ char *srv_metrics_text(srv *d) {
   if (jobs)
     family(&b, "fgbuff_job_step_duration_seconds", "histogram",
            "Synchronisation latency of each completed step (first submit to last tensor done).");
-  for (srv_job *j = d->jobs; j; j = j->next) {
+  for (srv_job *j = d->core.jobs; j; j = j->next) {
     char l[640];
     snprintf(l, sizeof(l), "%s,fgbuff_job=\"%s\",incarnation=\"%llu\"", base, j->id.name,
              (unsigned long long)j->id.incarnation);
@@ -150,8 +139,8 @@ char *srv_metrics_text(srv *d) {
     for (int k = 0; k <= SRV_STEP_BUCKETS; k++) {
       cum += j->step_hist[k];
       if (k < SRV_STEP_BUCKETS)
-        mb_printf(&b, "fgbuff_job_step_duration_seconds_bucket{%s,le=\"%g\"} %llu\n", l, step_le[k],
-                  (unsigned long long)cum);
+        mb_printf(&b, "fgbuff_job_step_duration_seconds_bucket{%s,le=\"%g\"} %llu\n", l,
+                  core_step_le[k], (unsigned long long)cum);
       else
         mb_printf(&b, "fgbuff_job_step_duration_seconds_bucket{%s,le=\"+Inf\"} %llu\n", l,
                   (unsigned long long)cum);

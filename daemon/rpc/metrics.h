@@ -8,9 +8,6 @@
 #include "fgbuff/client.h"
 
 struct srv;
-struct srv_job;
-/* A step of the job completed in `us` microseconds: into its step-duration histogram. */
-void srv_metrics_step(struct srv_job *j, uint64_t us);
 /* The exposition text (malloc'ed), or NULL when out of memory. */
 char *srv_metrics_text(struct srv *d);
 /* Listen on IPV4:PORT+local index (127.0.0.1:9400 for daemon 0, :9401 for 1, ...) and answer

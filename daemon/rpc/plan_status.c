@@ -63,18 +63,6 @@ static void decisions_json(const srv_job *j, const sched_plan *p, char *buf, siz
   tput(buf, cap, off, "]");
 }
 
-void srv_plan_log_table(const srv_job *j, const sched_plan *p) {
-  for (uint32_t b = 0; b < p->nbuffers; b++) {
-    const sched_buffer *sb = &p->buffers[b];
-    for (uint32_t m = 0; m < sb->count; m++) {
-      uint32_t key = p->order[sb->first + m];
-      LOG_INFO("job '%s': plan v%llu: tensor %u '%.64s': %s k=%llu (%s)", j->id.name,
-               (unsigned long long)p->version, key, key_name(j, key),
-               sb->compress ? "compress" : "dense", (unsigned long long)sb->k, sb->reason);
-    }
-  }
-}
-
 static const char *const cost_names[] = {"allreduce", "allgather", "encode", "decode"};
 
 /* The agreed inputs as a JSON object (appended like tput). Numbers print with 17 digits: the
@@ -149,7 +137,7 @@ size_t srv_plan_status_text(const srv_job *j, char *buf, size_t cap) {
   }
   if (!pl || pl->state == 0) {
     tput(buf, cap, &off, "    plan: warming up (%u steps as 'none')\n",
-         pl ? pl->warmup : j->d->cfg.plan_warmup_steps);
+         pl ? pl->warmup : *j->d->plan_warmup_steps);
     return off;
   }
   if (pl->state < 0) {

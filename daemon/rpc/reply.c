@@ -109,3 +109,15 @@ void srv_send_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int statu
   d.error = (char *)(err ? err : "");
   srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_COLLECTIVE_DONE, &d);
 }
+
+void srv_reply_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status, const char *err,
+                    uint32_t event_slot) {
+  Fgbuff__V1__Done d = FGBUFF__V1__DONE__INIT;
+  d.tensor_id = tensor_id;
+  d.step = step;
+  d.status = status;
+  d.error = (char *)(err ? err : "");
+  d.event_slot = event_slot; /* GPU: the done event's slot */
+  srv_reply(s, 0, FGBUFF__V1__ENVELOPE__BODY_DONE, &d);
+  srv_hot_touch(); /* the client's next Submit usually follows within the window */
+}

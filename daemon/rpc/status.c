@@ -157,13 +157,13 @@ fgb_status srv_status_build(srv *d, char **json, char **text) {
             d->world_rank, d->world_size, d->local_index, d->cfg.device, (unsigned long long)up,
             FGB_PROTOCOL_VERSION, (int)getpid(), d->sock_path, d->cfg.default_policy,
             (unsigned long long)d->cfg.stall_timeout_ms);
-  if (d->dp) { /* before "jobs": the GPU, MPS and the daemon's device memory */
+  if (d->core.dp) { /* before "jobs": the GPU, MPS and the daemon's device memory */
     char g[512];
-    d->dp->status_json(g, sizeof(g));
+    d->core.dp->status_json(g, sizeof(g));
     j.len -= 8; /* "jobs":[ */
     sb_printf(&j, "\"gpu\":%s,\"jobs\":[", g);
     sb_printf(&t, "GPU %s\n", g);
-    d->dp->mem_text(g, sizeof(g));
+    d->core.dp->mem_text(g, sizeof(g));
     sb_printf(&t, "%s", g);
   }
   sb_printf(&t, "fgbuffd rank %d of %d (local %d), device %s, pid %d, up %llu s, protocol v%u\n",
@@ -172,7 +172,7 @@ fgb_status srv_status_build(srv *d, char **json, char **text) {
   sb_printf(&t, "socket %s; default policy %s; stall timeout %llu ms\n", d->sock_path,
             d->cfg.default_policy, (unsigned long long)d->cfg.stall_timeout_ms);
   int n = 0;
-  for (const srv_job *x = d->jobs; x; x = x->next, n++) {
+  for (const srv_job *x = d->core.jobs; x; x = x->next, n++) {
     if (n) sb_printf(&j, ",");
     job_json(&j, d, x);
     job_text(&t, d, x);
@@ -188,7 +188,7 @@ fgb_status srv_status_build(srv *d, char **json, char **text) {
       break;
     }
     cb[0] = 0;
-    size_t len = coord_status_json(d->coord, cb, cap);
+    size_t len = coord_status_json(d->core.coord, cb, cap);
     if (len < cap || cap >= (FGB_WIRE_MAX_FRAME / 4)) {
       sb_printf(&j, "%s", len ? cb : "null");
       free(cb);

@@ -38,7 +38,7 @@ static void label_item(void *ud, eng_item *it) {
   tl_label_init(&it->tl);
   if (!it->tl.gen) return;
   srv_job *j = NULL;
-  for (srv_job *q = d->jobs; q && !j; q = q->next)
+  for (srv_job *q = d->core.jobs; q && !j; q = q->next)
     if (q->key_known && q->key == it->job_key) j = q;
   it->tl.job = tl_intern(j ? j->id.name : "?");
   it->tl.policy = tl_intern(j ? j->policy : "");
@@ -46,7 +46,7 @@ static void label_item(void *ud, eng_item *it) {
   it->tl.handed_us = clock_us();
   uint64_t ready = 0;
   for (uint32_t i = 0; i < it->n; i++) {
-    srv_tensor *t = srv_tensor_get(d, it->t[i].tensor_id);
+    srv_tensor *t = srv_tensor_get(&d->core, it->t[i].tensor_id);
     it->t[i].tl_name = t ? tl_intern(t->name) : 0;
     for (uint32_t k = 0; j && k < j->npending; k++) {
       const srv_pending *p = &j->pending[k];
@@ -340,9 +340,9 @@ static void render_tail(srv *d, tbuf *b) {
             "\"world_rank\":%d,\"world_size\":%d,\"local_index\":%d,\"device\":",
             FGBUFF_VERSION, d->world_rank, d->world_size, d->local_index);
   tb_str(b, d->cfg.device);
-  if (d->dp) {
+  if (d->core.dp) {
     char g[512];
-    if (d->dp->status_json(g, sizeof(g)) < sizeof(g)) {
+    if (d->core.dp->status_json(g, sizeof(g)) < sizeof(g)) {
       tb_put(b, ",\"gpu\":", 7);
       tb_put(b, g, strlen(g));
     }
@@ -442,7 +442,7 @@ void srv_timeline_boot(srv *d) {
     LOG_WARN("FGBUFF_TIMELINE_START: %s; not recording", err);
     return;
   }
-  if (d->eng) eng_set_label(d->eng, label_item, d);
+  if (d->core.eng) eng_set_label(d->core.eng, label_item, d);
   LOG_INFO("timeline: recording from the start (FGBUFF_TIMELINE_START, at most %u spans)", cap);
 }
 
@@ -459,7 +459,7 @@ void srv_on_timeline(srv_session *s, uint64_t req_id, const Fgbuff__V1__Timeline
         return;
       }
       snap_free();
-      if (d->eng) eng_set_label(d->eng, label_item, d);
+      if (d->core.eng) eng_set_label(d->core.eng, label_item, d);
       LOG_INFO("timeline: recording (at most %u spans)", cap);
       break;
     }

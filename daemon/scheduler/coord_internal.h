@@ -10,7 +10,7 @@
 
 #include "coordinator.h"
 
-#define COORD_WIRE_VERSION 2u        /* 2: JOIN carries the rank's fusion settings */
+#define COORD_WIRE_VERSION 2u        /* 2: JOIN carries the rank's fusion settings and uid */
 #define COORD_MAX_BATCH 65536u       /* keys per READY/ISSUE message */
 #define COORD_MAX_JOB_SIZE 65536     /* ranks per job (and missing ranks per STALL) */
 #define COORD_MAX_TENSORS (1u << 20) /* tensors per job */
@@ -65,6 +65,7 @@ typedef struct coord_msg {
   uint32_t gen;        /* JOIN, REFUSED, ABORT: the sender's join generation (see coordinator.c) */
   uint64_t fusion_bytes; /* JOIN: the rank's fusion threshold (0..COORD_MAX_FUSION_BYTES) */
   uint32_t cycle_ms;     /* JOIN: the rank's fusion cycle (0..COORD_MAX_CYCLE_MS) */
+  uint32_t client_uid;   /* JOIN: the joining client's uid (COORD_UID_NONE: not given) */
   uint32_t *gens;        /* FORMED: join generation per job rank (nranks; owned) */
   uint32_t uid_len;      /* FORMED: transport bootstrap id (0..COORD_MAX_UID bytes) */
   uint8_t uid[COORD_MAX_UID];

@@ -40,6 +40,7 @@ typedef struct pre_block {
 typedef struct ljob {
   coord_job_id id;
   int size, formed, njoined, nleft;
+  uint32_t uid; /* the first joiner's client uid: every rank's must be the same */
   uint64_t job_key;
   int *members;   /* world rank per job rank, -1 if not joined */
   uint32_t *gens; /* join generation per job rank (echoed in FORMED and ABORT) */

@@ -230,6 +230,14 @@ static fgb_status on_join(coord *c, int from, const coord_msg *m, char *err, siz
                 jn, inc, m->rank, j->members[m->rank]);
       return refuse(c, from, m, FGB_EEXIST, t, err, errlen);
     }
+    if (j->uid != m->client_uid) {
+      coord_fmt(t, sizeof t,
+                "job '%s' (incarnation %llu) belongs to uid %d: rank %d's client on world rank %d "
+                "is uid %d (every rank of a job must come from the uid that formed it)",
+                jn, inc, j->uid == COORD_UID_NONE ? -1 : (int)j->uid, m->rank, from,
+                m->client_uid == COORD_UID_NONE ? -1 : (int)m->client_uid);
+      return refuse(c, from, m, FGB_EPERM, t, err, errlen);
+    }
   } else {
     if (l->njobs >= COORD_MAX_JOBS) {
       coord_fmt(t, sizeof t, "job '%s' (incarnation %llu): the leader already tracks %u jobs", jn,
@@ -248,6 +256,7 @@ static fgb_status on_join(coord *c, int from, const coord_msg *m, char *err, siz
     }
     j->id = m->job;
     j->size = m->size;
+    j->uid = m->client_uid;
     for (int r = 0; r < j->size; r++) j->members[r] = -1;
     j->next = l->jobs;
     l->jobs = j;

@@ -237,6 +237,7 @@ fgb_status coord_msg_encode(const coord_msg *m, uint8_t **out, size_t *outlen) {
       }
       w_u64(&w, m->fusion_bytes);
       w_u32(&w, m->cycle_ms);
+      w_u32(&w, m->client_uid);
       break;
     case COORD_MSG_LEAVE:
       w_u32(&w, (uint32_t)m->rank);
@@ -485,6 +486,7 @@ fgb_status coord_msg_decode(const uint8_t *p, size_t len, coord_msg *m, char *er
         r_fail(&r, "JOIN fusion bytes > 2^40");
       m->cycle_ms = r_u32(&r, "JOIN cycle ms");
       if (!r.bad && m->cycle_ms > COORD_MAX_CYCLE_MS) r_fail(&r, "JOIN cycle ms > 10000");
+      m->client_uid = r_u32(&r, "JOIN uid");
       break;
     case COORD_MSG_LEAVE:
       m->rank = r_rank(&r, 0, COORD_MAX_JOB_SIZE - 1, "LEAVE rank");

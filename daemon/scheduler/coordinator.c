@@ -404,6 +404,11 @@ fgb_status coord_join(coord *c, const coord_job_id *job, int rank, int size) {
 
 fgb_status coord_join_fusion(coord *c, const coord_job_id *job, int rank, int size,
                              uint64_t fusion_bytes, uint32_t cycle_ms) {
+  return coord_join_owned(c, job, rank, size, fusion_bytes, cycle_ms, COORD_UID_NONE);
+}
+
+fgb_status coord_join_owned(coord *c, const coord_job_id *job, int rank, int size,
+                            uint64_t fusion_bytes, uint32_t cycle_ms, uint32_t uid) {
   if (!c || coord_job_check(job, NULL, 0)) return FGB_EINVAL;
   if (size < 1 || size > c->cfg.world_size || rank < 0 || rank >= size) return FGB_EINVAL;
   if (fusion_bytes > COORD_MAX_FUSION_BYTES || cycle_ms > COORD_MAX_CYCLE_MS) return FGB_EINVAL;
@@ -423,6 +428,7 @@ fgb_status coord_join_fusion(coord *c, const coord_job_id *job, int rank, int si
   m.gen = j->gen;
   m.fusion_bytes = fusion_bytes;
   m.cycle_ms = cycle_ms;
+  m.client_uid = uid;
   fgb_status st = to_leader(c, &m);
   if (st) coord_drop_local(c, j); /* not sent: as if never joined */
   return st;

@@ -133,6 +133,13 @@ fgb_status coord_join(coord *c, const coord_job_id *job, int rank, int size);
  * (else FGB_EINVAL). coord_join is this with (cfg.fusion_bytes, 0). */
 fgb_status coord_join_fusion(coord *c, const coord_job_id *job, int rank, int size,
                              uint64_t fusion_bytes, uint32_t cycle_ms);
+/* The same, with the uid of the client that joined (SO_PEERCRED): a job is bound to the uid of its
+ * first joiner; the leader refuses (COORD_EV_JOIN_REFUSED, FGB_EPERM) a rank joined by another uid,
+ * so another user allowed on a daemon cannot take a rank of someone else's job. Ranks joined
+ * through coord_join / coord_join_fusion carry COORD_UID_NONE, which matches only itself. */
+#define COORD_UID_NONE 0xffffffffu
+fgb_status coord_join_owned(coord *c, const coord_job_id *job, int rank, int size,
+                            uint64_t fusion_bytes, uint32_t cycle_ms, uint32_t uid);
 /* The client of the job on this daemon left or died (abort == 1: died mid-job; others get
  * COORD_EV_JOB_ABORTED; abort == 0: clean close after its last step). */
 fgb_status coord_leave(coord *c, const coord_job_id *job, int abort, const char *why);

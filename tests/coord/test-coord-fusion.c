@@ -334,28 +334,29 @@ static void wire(void) {
   m.gen = 3;
   m.fusion_bytes = 12345;
   m.cycle_ms = 9;
+  m.client_uid = 1234;
   uint8_t *b;
   size_t n;
   REQUIRE(coord_msg_encode(&m, &b, &n) == FGB_OK);
   coord_msg d;
   char err[256];
   REQUIRE(coord_msg_decode(b, n, &d, err, sizeof err) == FGB_OK);
-  CHECK(d.fusion_bytes == 12345 && d.cycle_ms == 9 && d.gen == 3);
+  CHECK(d.fusion_bytes == 12345 && d.cycle_ms == 9 && d.gen == 3 && d.client_uid == 1234);
   coord_msg_clear(&d);
-  /* cycle_ms is the last field: 10001 is refused by the decoder. */
-  b[n - 4] = (uint8_t)(10001 & 0xff), b[n - 3] = (uint8_t)(10001 >> 8);
+  /* cycle_ms is followed by the uid (4 bytes): 10001 is refused by the decoder. */
+  b[n - 8] = (uint8_t)(10001 & 0xff), b[n - 7] = (uint8_t)(10001 >> 8);
   CHECK(coord_msg_decode(b, n, &d, err, sizeof err) == FGB_EPROTO && strstr(err, "cycle"));
-  b[n - 4] = 9, b[n - 3] = 0;
-  b[n - 5] = 0x01; /* fusion_bytes' top byte: 2^56 + ... */
+  b[n - 8] = 9, b[n - 7] = 0;
+  b[n - 9] = 0x01; /* fusion_bytes' top byte: 2^56 + ... */
   CHECK(coord_msg_decode(b, n, &d, err, sizeof err) == FGB_EPROTO && strstr(err, "fusion bytes"));
-  b[n - 5] = 0;
+  b[n - 9] = 0;
   b[0] = 1; /* version 1 (no fusion fields) */
   CHECK(coord_msg_decode(b, n, &d, err, sizeof err) == FGB_EPROTO &&
         strstr(err, "version 1, expected 2"));
   b[0] = 2;
   CHECK(coord_msg_decode(b, n, &d, err, sizeof err) == FGB_OK);
   coord_msg_clear(&d);
-  CHECK(coord_msg_decode(b, n - 12, &d, err, sizeof err) == FGB_EPROTO); /* a version-1 JOIN */
+  CHECK(coord_msg_decode(b, n - 4, &d, err, sizeof err) == FGB_EPROTO); /* a JOIN without its uid */
   free(b);
   m.cycle_ms = COORD_MAX_CYCLE_MS + 1;
   CHECK(coord_msg_encode(&m, &b, &n) == FGB_EINVAL);

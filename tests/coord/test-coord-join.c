@@ -115,5 +115,30 @@ int main(void) {
   }
   CHECK(h.nproto == 0);
   h_free(&h);
+
+  /* A job is bound to its first joiner's uid: another uid's client is refused a free rank
+   * (FGB_EPERM, naming both uids), and the rank stays free for the owner's client. */
+  h_init(&h, 3, 43, 0, 0);
+  coord_job_id own = h_job("owned", 1);
+  REQUIRE(coord_join_owned(h.c[0], &own, 0, 3, 0, 0, 1000) == FGB_OK);
+  REQUIRE(coord_join_owned(h.c[1], &own, 1, 3, 0, 0, 1000) == FGB_OK);
+  h_run(&h);
+  REQUIRE(coord_join_owned(h.c[2], &own, 2, 3, 0, 0, 1001) == FGB_OK);
+  h_run(&h);
+  CHECK(h_count(&h, 2, COORD_EV_JOIN_REFUSED) == 1);
+  CHECK(h_count(&h, 2, COORD_EV_JOIN_REFUSED) == 1 &&
+        h_nth(&h, 2, COORD_EV_JOIN_REFUSED, 0)->code == FGB_EPERM);
+  CHECK(has_text(&h, 2, COORD_EV_JOIN_REFUSED, "job 'owned' (incarnation 1) belongs to uid 1000") &&
+        has_text(&h, 2, COORD_EV_JOIN_REFUSED, "is uid 1001"));
+  for (int d = 0; d < 3; d++) CHECK(h_count(&h, d, COORD_EV_JOB_FORMED) == 0);
+  /* Unbound joins (coord_join) do not match a bound job either. */
+  REQUIRE(coord_join(h.c[2], &own, 2, 3) == FGB_OK);
+  h_run(&h);
+  CHECK(h_count(&h, 2, COORD_EV_JOIN_REFUSED) == 2);
+  REQUIRE(coord_join_owned(h.c[2], &own, 2, 3, 0, 0, 1000) == FGB_OK);
+  h_run(&h);
+  for (int d = 0; d < 3; d++) CHECK(h_count(&h, d, COORD_EV_JOB_FORMED) == 1);
+  CHECK(h.nproto == 0);
+  h_free(&h);
   TEST_DONE();
 }

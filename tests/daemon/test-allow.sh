@@ -6,7 +6,10 @@
 #     one with G only as a supplementary group connect (fgbuffctl ping); a fourth uid is refused
 #     with an error naming --allow-uid;
 #  3. --allow-group G alone: directory 0710 and socket 0660, both of group G; a member connects,
-#     another uid cannot reach the socket.
+#     another uid cannot reach the socket;
+#  4. a job is bound to the uid that formed it: with rank 0 of root's job joined, an allowed uid's
+#     trainer asking for rank 1 of that job is refused (naming both uids), and root's rank 1 then
+#     joins and the job trains.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
 : "${FGBUFF_BIN_DIR:?}"
@@ -49,5 +52,23 @@ world_start 1 --allow-group 62002 || exit 1
 [ "$(mode "$FGBUFF_RUNTIME_DIR/cpu0.sock")" = "660 62002" ] || bad "socket $(mode "$FGBUFF_RUNTIME_DIR/cpu0.sock"), want 660 62002"
 out="$(ping_as 61004 61004 62002)" || bad "--allow-group 62002 alone: a member refused: $out"
 out="$(ping_as 61005 61005 "")" && bad "--allow-group 62002 alone: a non-member connected: $out"
-[ "$fail" = 0 ] && echo "PASS: --allow-uid/--allow-group set the modes; members connect, others do not"
+world_stop >/dev/null 2>&1
+
+# 4. Jobs bound to their uid.
+world_start 2 --allow-uid 61001 || exit 1
+trainer="$FGBUFF_BIN_DIR/examples/c_trainer"
+export FGBUFF_JOB=owned FGBUFF_INCARNATION=$$ WORLD_SIZE=2
+RANK=0 FGBUFF_LOCAL_INDEX=0 timeout 120 "$trainer" --steps 30 --batch 32 >"$FGBUFF_RUNTIME_DIR/r0.log" 2>&1 &
+r0=$!
+for _ in $(seq 100); do
+  "$ctl" --socket "$FGBUFF_RUNTIME_DIR/cpu0.sock" status 2>/dev/null | grep -q owned && break
+  sleep 0.1
+done
+out="$(cd / && RANK=1 FGBUFF_LOCAL_INDEX=1 FGBUFF_DAEMON_UID=0 timeout 60 setpriv --reuid 61001 --regid 61001 \
+  --clear-groups "$trainer" --steps 30 --batch 32 2>&1)" && bad "uid 61001 took rank 1 of root's job: $out"
+grep -q "belongs to uid 0.*is uid 61001" <<<"$out" || bad "the refusal does not name both uids: $out"
+RANK=1 FGBUFF_LOCAL_INDEX=1 timeout 120 "$trainer" --steps 30 --batch 32 >"$FGBUFF_RUNTIME_DIR/r1.log" 2>&1 ||
+  bad "root's rank 1 failed after the refusal: $(tail -3 "$FGBUFF_RUNTIME_DIR/r1.log")"
+wait "$r0" || bad "root's rank 0 failed: $(tail -3 "$FGBUFF_RUNTIME_DIR/r0.log")"
+[ "$fail" = 0 ] && echo "PASS: --allow-uid/--allow-group set the modes; members connect, others do not; jobs keep their uid"
 exit "$fail"

@@ -1,5 +1,5 @@
-/* daemon/plan_exec.c — how a job's merge policy shapes what the coordinator issues and what the
- * engine runs (see plan_exec.h). Dynamic policies: the leader fuses greedily by the bytes each
+/* daemon/core/plan_exec.c — how a job's merge policy shapes what the coordinator issues and what
+ * the engine runs (see plan_exec.h). Dynamic policies: the leader fuses greedily by the bytes each
  * tensor announced at registration (coord_tensor_meta.bytes, taken from the first rank that
  * registered it, so every rank receives the same groups); a tensor announcing more than the cap is
  * never fused. Static policies: every tensor travels alone through the coordinator; the plan is
@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "cost.h"
-#include "daemon.h"
+#include "core_internal.h"
 #include "engine.h"
 #include "log.h"
 #include "plan_internal.h"
@@ -47,6 +47,20 @@ static int push_key(uint32_t **arr, uint32_t *n, uint32_t *cap, uint32_t key) {
   if (vec_reserve((void **)arr, cap, *n, sizeof **arr, 64)) return -1;
   (*arr)[(*n)++] = key;
   return 0;
+}
+
+/* A dynamic job's adopted decision table, one line per tensor. */
+static void log_table(const srv_job *j, const sched_plan *p) {
+  for (uint32_t b = 0; b < p->nbuffers; b++) {
+    const sched_buffer *sb = &p->buffers[b];
+    for (uint32_t m = 0; m < sb->count; m++) {
+      uint32_t key = p->order[sb->first + m];
+      const srv_tensor *t = srv_tensor_by_key(j, key);
+      LOG_INFO("job '%s': plan v%llu: tensor %u '%.64s': %s k=%llu (%s)", j->id.name,
+               (unsigned long long)p->version, key, t ? t->name : "",
+               sb->compress ? "compress" : "dense", (unsigned long long)sb->k, sb->reason);
+    }
+  }
 }
 
 static int cmp_u32(const void *a, const void *b) {
@@ -80,8 +94,8 @@ static srv_plan *plan_get(srv_job *j) {
   srv_plan *pl = calloc(1, sizeof(*pl));
   if (!pl) return NULL;
   pl->ops = sched_find(j->policy);
-  pl->warmup = j->d->cfg.plan_warmup_steps; /* CPU jobs replace both by the agreed values */
-  pl->every = j->d->cfg.replan_steps;
+  pl->warmup = *j->d->plan_warmup_steps; /* CPU jobs replace both by the agreed values */
+  pl->every = *j->d->replan_steps;
   return j->plan = pl;
 }
 
@@ -236,7 +250,7 @@ static void adopt(srv_job *j, srv_plan *pl, plan_ver *nv, uint64_t at, const cha
         (unsigned long long)at, (unsigned long long)nv->plan.version, nv->plan.nbuffers,
         nv->plan.ntensors, (unsigned long long)nv->plan.first_step, why);
   log_decisions(j, &nv->plan);
-  if (nv->plan.flags & SCHED_DYNAMIC) srv_plan_log_table(j, &nv->plan);
+  if (nv->plan.flags & SCHED_DYNAMIC) log_table(j, &nv->plan);
 }
 
 /* ---- measured ready times ------------------------------------------------------------------ */
@@ -311,8 +325,8 @@ static int start_xchg(srv_job *j, srv_plan *pl, uint64_t at, const sched_plan *c
   c->comp_scale = srv_plan_env_scale();
   c->deflt = plan_costs;
   c->config_only = config_only;
-  c->warmup = j->d->cfg.plan_warmup_steps;
-  c->every = j->d->cfg.replan_steps;
+  c->warmup = *j->d->plan_warmup_steps;
+  c->every = *j->d->replan_steps;
   c->lo_warmup = SRV_PLAN_MIN_WARMUP;
   c->lo_every = SRV_PLAN_MIN_REPLAN;
   c->hi_steps = SRV_PLAN_MAX_STEPS;

@@ -1,6 +1,7 @@
-/* daemon/steps.c — the per-step protocol on the loop thread: Submit / EndStep / Collective become
- * readiness for the coordinator; agreed ISSUE and JOB_FORMED events become engine items (in the
- * world order); engine results become Done / CollectiveDone replies; aborts fail what is pending.
+/* daemon/core/steps.c — the per-step protocol on the loop thread: Submit / EndStep / Collective
+ * become readiness for the coordinator; agreed ISSUE and JOB_FORMED events become engine items (in
+ * the world order); engine results become Done / CollectiveDone replies; aborts fail what is
+ * pending. Entered through core.c, which drains the coordinator after each call.
  *
  * A job's arena memory stays mapped until the engine holds no work on it, so a dead client's
  * tensors can still take part in collectives the other ranks already started. */
@@ -9,15 +10,17 @@
 #include <string.h>
 
 #include "clock.h"
-#include "daemon.h"
+#include "core_internal.h"
 #include "engine.h"
 #include "log.h"
-#include "metrics.h"
 #include "plan_exec.h"
 #include "preissue.h"
 #include "vec.h"
 
-srv_tensor *srv_tensor_get(srv *d, uint32_t id) {
+const double core_step_le[SRV_STEP_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                               0.25,  0.5,    1,     2.5,  5,     10};
+
+srv_tensor *srv_tensor_get(const core *d, uint32_t id) {
   if (id == 0 || id > d->ntensors) return NULL;
   return d->tensors[id - 1];
 }
@@ -29,18 +32,13 @@ srv_tensor *srv_tensor_by_key(const srv_job *j, uint32_t key) {
 }
 
 /* Done names the GPU event slot of the tensor's last submit, and a failure releases the stream
- * that waits on its done signal: both need the tensor, which server.c does not know. */
-void srv_send_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status, const char *err) {
-  Fgbuff__V1__Done d = FGBUFF__V1__DONE__INIT;
-  d.tensor_id = tensor_id;
-  d.step = step;
-  d.status = status;
-  d.error = (char *)(err ? err : "");
-  srv_tensor *t = srv_tensor_get(s->d, tensor_id);
-  if (t && t->arena && t->arena->gpu) d.event_slot = t->gpu_slot; /* GPU: the done event's slot */
-  if (status != 0 && s->d->dp) s->d->dp->done_failed(t); /* a stream waiting on it proceeds */
-  srv_reply(s, 0, FGBUFF__V1__ENVELOPE__BODY_DONE, &d);
-  srv_hot_touch(); /* the client's next Submit usually follows within the window */
+ * that waits on its done signal: both need the tensor, which the reply's layer does not know. */
+void srv_send_done(core *d, struct srv_session *s, uint32_t tensor_id, uint64_t step, int status,
+                   const char *err) {
+  srv_tensor *t = srv_tensor_get(d, tensor_id);
+  uint32_t slot = t && t->arena && t->arena->gpu ? t->gpu_slot : 0; /* GPU: the done event's slot */
+  if (status != 0 && d->dp) d->dp->done_failed(t); /* a stream waiting on it proceeds */
+  d->cbs->done(d->ud, s, tensor_id, step, status, err ? err : "", slot);
 }
 
 static srv_step *step_get(srv_job *j, uint64_t step, int create) {
@@ -70,7 +68,10 @@ void srv_step_tensor_done(srv_job *j, uint32_t tensor_id, uint64_t step) {
     if (complete) {
       j->steps_completed++;
       j->last_step_latency_us = clock_us() - st->t0_us;
-      srv_metrics_step(j, j->last_step_latency_us);
+      int k = 0; /* the step-duration histogram (rpc/metrics.c prints it) */
+      while (k < SRV_STEP_BUCKETS && (double)j->last_step_latency_us / 1e6 > core_step_le[k]) k++;
+      j->step_hist[k]++;
+      j->step_sum_us += j->last_step_latency_us;
       j->steps[i] = j->steps[--j->nsteps];
     }
     break;
@@ -100,7 +101,7 @@ void srv_fail_pending(srv_job *j, int code, const char *text, const srv_tensor *
     uint32_t tid = p->tensor_id;
     uint64_t step = p->step;
     pending_remove(j, i);
-    if (j->session) srv_send_done(j->session, tid, step, code, text);
+    if (j->session) srv_send_done(j->d, j->session, tid, step, code, text);
     srv_step_tensor_done(j, tid, step);
   }
   for (uint32_t i = 0; i < j->ncolls;) {
@@ -109,14 +110,14 @@ void srv_fail_pending(srv_job *j, int code, const char *text, const srv_tensor *
       i++;
       continue;
     }
-    if (j->session) srv_send_coll_done(j->session, c->req_id, c->seq, code, text);
+    if (j->session) j->d->cbs->coll_done(j->d->ud, j->session, c->req_id, c->seq, code, text);
     j->colls[i] = j->colls[--j->ncolls];
   }
 }
 
 /* Report readiness of (tensor, step) once the job formed and the tensor has its job-wide key;
  * until then it waits (srv_report_waiting). Returns 1 when reported. */
-static int report_ready(srv *d, srv_job *j, srv_tensor *t, uint64_t step) {
+static int report_ready(core *d, srv_job *j, srv_tensor *t, uint64_t step) {
   srv_plan_on_ready(j, t, step, clock_us()); /* measured ready time (static policies) */
   if (!t->key_known || !j->formed) return 0;
   if (srv_pre_waits_for(d, j, t->id, step)) return 1; /* pre-issued: it starts here, no READY */
@@ -127,7 +128,7 @@ static int report_ready(srv *d, srv_job *j, srv_tensor *t, uint64_t step) {
 }
 
 /* The client's event of (tensor, step) is seen complete: report it ready. */
-void srv_gpu_observed(srv *d, uint32_t tensor_id, uint64_t step) {
+void srv_gpu_observed(core *d, uint32_t tensor_id, uint64_t step) {
   srv_tensor *t = srv_tensor_get(d, tensor_id);
   srv_job *j = t ? t->job : NULL;
   for (uint32_t i = 0; j && i < j->npending; i++) {
@@ -138,12 +139,11 @@ void srv_gpu_observed(srv *d, uint32_t tensor_id, uint64_t step) {
     p->reported = (uint8_t)report_ready(d, j, t, step);
     srv_pre_pump(d);
     srv_pre_step(d, j, step); /* after the pump: the leader's work is off this item's path */
-    srv_coord_drain(d);
     return;
   }
 }
 
-void srv_report_waiting(srv *d, srv_job *j, const srv_tensor *only) {
+void srv_report_waiting(core *d, srv_job *j, const srv_tensor *only) {
   for (uint32_t i = 0; i < j->npending; i++) {
     srv_pending *p = &j->pending[i];
     srv_tensor *t = srv_tensor_get(d, p->tensor_id);
@@ -159,25 +159,25 @@ void srv_report_waiting(srv *d, srv_job *j, const srv_tensor *only) {
 }
 
 /* Common checks of a tensor named by a client; sends the Error and returns NULL when bad. */
-static srv_tensor *client_tensor(srv_session *s, uint64_t req_id, uint32_t id, const char *field) {
-  srv_tensor *t = srv_tensor_get(s->d, id);
-  if (!s->job) {
-    srv_send_error(s, req_id, FGB_EPROTO, field, 0, "%s %u: no job joined on this connection",
-                   field, id);
+static srv_tensor *client_tensor(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
+                                 uint32_t id, const char *field) {
+  srv_tensor *t = srv_tensor_get(d, id);
+  if (!j) {
+    core_error(d, s, req_id, FGB_EPROTO, field, "%s %u: no job joined on this connection", field,
+               id);
     return NULL;
   }
   if (!t) {
-    srv_send_error(s, req_id, FGB_ENOTFOUND, field, 0, "%s %u: unknown tensor", field, id);
+    core_error(d, s, req_id, FGB_ENOTFOUND, field, "%s %u: unknown tensor", field, id);
     return NULL;
   }
-  if (t->job != s->job) {
-    srv_send_error(s, req_id, FGB_ENOTFOUND, field, 0, "%s %u: not a tensor of job '%s'", field, id,
-                   s->job->id.name);
+  if (t->job != j) {
+    core_error(d, s, req_id, FGB_ENOTFOUND, field, "%s %u: not a tensor of job '%s'", field, id,
+               j->id.name);
     return NULL;
   }
-  if (s->job->refused) {
-    srv_send_error(s, req_id, s->job->refuse_code, s->job->refuse_field, 0, "%s",
-                   s->job->refuse_text);
+  if (j->refused) {
+    core_error(d, s, req_id, j->refuse_code, j->refuse_field, "%s", j->refuse_text);
     return NULL;
   }
   return t;
@@ -215,175 +215,168 @@ static int between_steps(const srv_job *j, uint8_t *any, uint64_t *hi) {
   return 1;
 }
 
-void srv_on_submit(srv_session *s, uint64_t req_id, const Fgbuff__V1__Submit *m) {
-  srv_tensor *t = client_tensor(s, req_id, m->tensor_id, "tensor_id");
+void srv_on_submit(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
+                   uint64_t step, uint32_t event_slot, uint32_t done_seq) {
+  srv_tensor *t = client_tensor(d, j, s, req_id, tensor_id, "tensor_id");
   if (!t) return;
-  srv_job *j = s->job;
-  if (m->step & SRV_COLL_STEP) {
-    srv_send_error(s, req_id, FGB_EINVAL, "step", 0, "step: %llu is in the collectives' range",
-                   (unsigned long long)m->step);
+  if (step & SRV_COLL_STEP) {
+    core_error(d, s, req_id, FGB_EINVAL, "step", "step: %llu is in the collectives' range",
+               (unsigned long long)step);
     return;
   }
-  if (t->has_last && m->step <= t->last_step) {
-    if (m->step == t->last_step)
-      srv_send_error(s, req_id, FGB_EEXIST, "step", 0,
-                     "step: tensor_id %u ('%s') was already submitted for step %llu", t->id,
-                     t->name, (unsigned long long)m->step);
+  if (t->has_last && step <= t->last_step) {
+    if (step == t->last_step)
+      core_error(d, s, req_id, FGB_EEXIST, "step",
+                 "step: tensor_id %u ('%s') was already submitted for step %llu", t->id, t->name,
+                 (unsigned long long)step);
     else
-      srv_send_error(s, req_id, FGB_EINVAL, "step", 0,
-                     "step: %llu is before step %llu already submitted for tensor_id %u ('%s')",
-                     (unsigned long long)m->step, (unsigned long long)t->last_step, t->id, t->name);
+      core_error(d, s, req_id, FGB_EINVAL, "step",
+                 "step: %llu is before step %llu already submitted for tensor_id %u ('%s')",
+                 (unsigned long long)step, (unsigned long long)t->last_step, t->id, t->name);
     return;
   }
   if (j->aborted || t->poisoned) {
     t->has_last = 1;
-    t->last_step = m->step;
-    t->gpu_seq = m->done_seq; /* the failed Done host-writes it: a stream may wait on it */
-    srv_send_done(s, t->id, m->step, j->aborted ? FGB_EPEER : FGB_EMISMATCH,
+    t->last_step = step;
+    t->gpu_seq = done_seq; /* the failed Done host-writes it: a stream may wait on it */
+    srv_send_done(d, s, t->id, step, j->aborted ? FGB_EPEER : FGB_EMISMATCH,
                   j->aborted ? j->abort_text : t->poison);
     return;
   }
   char gerr[256];
-  const dp_ops *dp = t->arena->gpu ? s->d->dp : NULL; /* a device arena: a device daemon */
-  if (dp && dp->slot_check(t, m->event_slot, gerr, sizeof(gerr)) != 0) {
-    srv_send_error(s, req_id, FGB_EINVAL, "event_slot", 0, "%s", gerr);
+  const dp_ops *dp = t->arena->gpu ? d->dp : NULL; /* a device arena: a device daemon */
+  if (dp && dp->slot_check(t, event_slot, gerr, sizeof(gerr)) != 0) {
+    core_error(d, s, req_id, FGB_EINVAL, "event_slot", "%s", gerr);
     return;
   }
-  if (add_pending(j, t, m->step, 0) != 0) {
-    srv_send_error(s, req_id, FGB_ENOMEM, "step", 0,
-                   "step: too many unfinished steps (%d) or out of memory", SRV_MAX_INFLIGHT_STEPS);
+  if (add_pending(j, t, step, 0) != 0) {
+    core_error(d, s, req_id, FGB_ENOMEM, "step",
+               "step: too many unfinished steps (%d) or out of memory", SRV_MAX_INFLIGHT_STEPS);
     return;
   }
   if (dp) { /* ready once the client's event is seen complete */
-    fgb_status gst = dp->observe(t, m->event_slot, m->done_seq, m->step, gerr, sizeof(gerr));
+    fgb_status gst = dp->observe(t, event_slot, done_seq, step, gerr, sizeof(gerr));
     if (gst == FGB_OK) {
       j->pending[j->npending - 1].observing = 1;
       dp->observe_now();
       return;
     }
-    LOG_WARN("tensor '%s' step %llu: %s", t->name, (unsigned long long)m->step, gerr);
+    LOG_WARN("tensor '%s' step %llu: %s", t->name, (unsigned long long)step, gerr);
   }
-  j->pending[j->npending - 1].reported = (uint8_t)report_ready(s->d, j, t, m->step);
-  srv_pre_pump(s->d);
-  srv_pre_step(s->d, j, m->step); /* the first of a step: the leader may pre-issue the next */
-  srv_coord_drain(s->d);
+  j->pending[j->npending - 1].reported = (uint8_t)report_ready(d, j, t, step);
+  srv_pre_pump(d);
+  srv_pre_step(d, j, step); /* the first of a step: the leader may pre-issue the next */
 }
 
-void srv_on_end_step(srv_session *s, uint64_t req_id, const Fgbuff__V1__EndStep *m) {
-  srv *d = s->d;
-  srv_job *j = s->job;
+void srv_on_end_step(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint64_t step) {
   if (!j) {
-    srv_send_error(s, req_id, FGB_EPROTO, "step", 0, "end_step: no job joined on this connection");
+    core_error(d, s, req_id, FGB_EPROTO, "step", "end_step: no job joined on this connection");
     return;
   }
   if (j->refused) {
-    srv_send_error(s, req_id, j->refuse_code, j->refuse_field, 0, "%s", j->refuse_text);
+    core_error(d, s, req_id, j->refuse_code, j->refuse_field, "%s", j->refuse_text);
     return;
   }
-  if (m->step & SRV_COLL_STEP) {
-    srv_send_error(s, req_id, FGB_EINVAL, "step", 0, "step: %llu is in the collectives' range",
-                   (unsigned long long)m->step);
+  if (step & SRV_COLL_STEP) {
+    core_error(d, s, req_id, FGB_EINVAL, "step", "step: %llu is in the collectives' range",
+               (unsigned long long)step);
     return;
   }
   uint32_t *keys = malloc(((size_t)j->ntensors + 1) * sizeof(uint32_t)), nkeys = 0;
   if (!keys) {
-    srv_send_error(s, req_id, FGB_ENOMEM, "step", 0, "out of memory");
+    core_error(d, s, req_id, FGB_ENOMEM, "step", "out of memory");
     return;
   }
   for (uint32_t i = 0; i < j->ntensors; i++) {
     srv_tensor *t = j->tensors[i];
-    if (t->has_last && t->last_step >= m->step) continue; /* submitted (or moved past it) */
+    if (t->has_last && t->last_step >= step) continue; /* submitted (or moved past it) */
     if (j->aborted || t->poisoned) {
       t->has_last = 1;
-      t->last_step = m->step;
-      srv_send_done(s, t->id, m->step, j->aborted ? FGB_EPEER : FGB_EMISMATCH,
+      t->last_step = step;
+      srv_send_done(d, s, t->id, step, j->aborted ? FGB_EPEER : FGB_EMISMATCH,
                     j->aborted ? j->abort_text : t->poison);
       continue;
     }
-    if (add_pending(j, t, m->step, 1) != 0) {
-      srv_send_error(s, req_id, FGB_ENOMEM, "step", 0,
-                     "step: too many unfinished steps (%d) or out of memory",
-                     SRV_MAX_INFLIGHT_STEPS);
+    if (add_pending(j, t, step, 1) != 0) {
+      core_error(d, s, req_id, FGB_ENOMEM, "step",
+                 "step: too many unfinished steps (%d) or out of memory", SRV_MAX_INFLIGHT_STEPS);
       break;
     }
     if (t->key_known && j->formed) {
-      if (!srv_pre_waits_for(d, j, t->id, m->step)) keys[nkeys++] = t->key;
+      if (!srv_pre_waits_for(d, j, t->id, step)) keys[nkeys++] = t->key;
       j->pending[j->npending - 1].reported = 1;
     }
   }
-  srv_step *st = step_get(j, m->step, 0);
+  srv_step *st = step_get(j, step, 0);
   if (st) st->ended = 1;
   if (nkeys) {
-    fgb_status rc = coord_ready(d->coord, &j->id, m->step, keys, nkeys);
-    if (rc != FGB_OK)
-      LOG_WARN("coord_ready(end of step %llu): %d", (unsigned long long)m->step, rc);
+    fgb_status rc = coord_ready(d->coord, &j->id, step, keys, nkeys);
+    if (rc != FGB_OK) LOG_WARN("coord_ready(end of step %llu): %d", (unsigned long long)step, rc);
   }
   free(keys);
   srv_pre_pump(d);
-  srv_pre_step(d, j, m->step);
-  srv_coord_drain(d);
+  srv_pre_step(d, j, step);
 }
 
-void srv_on_collective(srv_session *s, uint64_t req_id, const Fgbuff__V1__Collective *m) {
-  srv_tensor *t = client_tensor(s, req_id, m->tensor_id, "tensor_id");
+void srv_on_collective(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
+                       const core_coll_args *m) {
+  srv_tensor *t = client_tensor(d, j, s, req_id, m->tensor_id, "tensor_id");
   if (!t) return;
-  srv_job *j = s->job;
   srv_tensor *dst = NULL;
   if (m->seq & SRV_COLL_STEP) {
-    srv_send_error(s, req_id, FGB_EINVAL, "seq", 0, "seq: %llu too large (below 2^63)",
-                   (unsigned long long)m->seq);
+    core_error(d, s, req_id, FGB_EINVAL, "seq", "seq: %llu too large (below 2^63)",
+               (unsigned long long)m->seq);
     return;
   }
   for (uint32_t i = 0; i < j->ncolls; i++) {
     if (j->colls[i].seq == m->seq) {
-      srv_send_error(s, req_id, FGB_EEXIST, "seq", 0, "seq: collective %llu is already pending",
-                     (unsigned long long)m->seq);
+      core_error(d, s, req_id, FGB_EEXIST, "seq", "seq: collective %llu is already pending",
+                 (unsigned long long)m->seq);
       return;
     }
   }
   int op = FGB_OP_SUM;
   switch (m->kind) {
-    case FGBUFF__V1__COLLECTIVE_KIND__COLLECTIVE_ALLREDUCE:
-      if (m->op != FGBUFF__V1__REDUCE_OP__REDUCE_OP_AVERAGE &&
-          m->op != FGBUFF__V1__REDUCE_OP__REDUCE_OP_SUM) {
-        srv_send_error(s, req_id, FGB_EINVAL, "op", 0, "op: unknown reduce op %d", (int)m->op);
+    case ENG_ALLREDUCE:
+      if (m->op != FGB_OP_AVERAGE && m->op != FGB_OP_SUM) {
+        core_error(d, s, req_id, FGB_EINVAL, "op", "op: unknown reduce op %d", (int)m->op);
         return;
       }
-      op = m->op == FGBUFF__V1__REDUCE_OP__REDUCE_OP_AVERAGE ? FGB_OP_AVERAGE : FGB_OP_SUM;
+      op = m->op;
       break;
-    case FGBUFF__V1__COLLECTIVE_KIND__COLLECTIVE_BROADCAST:
+    case ENG_BROADCAST:
       if (m->root < 0 || m->root >= j->size) {
-        srv_send_error(s, req_id, FGB_EINVAL, "root", 0, "root: %d outside the job's ranks 0..%d",
-                       m->root, j->size - 1);
+        core_error(d, s, req_id, FGB_EINVAL, "root", "root: %d outside the job's ranks 0..%d",
+                   m->root, j->size - 1);
         return;
       }
       break;
-    case FGBUFF__V1__COLLECTIVE_KIND__COLLECTIVE_ALLGATHER:
-      dst = client_tensor(s, req_id, m->dst_tensor_id, "dst_tensor_id");
+    case ENG_ALLGATHER:
+      dst = client_tensor(d, j, s, req_id, m->dst_tensor_id, "dst_tensor_id");
       if (!dst) return;
       if (dst == t || dst->dtype != t->dtype || dst->count / (uint64_t)j->size != t->count ||
           dst->count % (uint64_t)j->size != 0) {
-        srv_send_error(s, req_id, FGB_EINVAL, "dst_tensor_id", 0,
-                       "dst_tensor_id: %u must be another tensor of the same dtype with count "
-                       "%llu x job size %d",
-                       m->dst_tensor_id, (unsigned long long)t->count, j->size);
+        core_error(d, s, req_id, FGB_EINVAL, "dst_tensor_id",
+                   "dst_tensor_id: %u must be another tensor of the same dtype with count "
+                   "%llu x job size %d",
+                   m->dst_tensor_id, (unsigned long long)t->count, j->size);
         return;
       }
       break;
     default:
-      srv_send_error(s, req_id, FGB_EINVAL, "kind", 0, "kind: unknown collective kind %d",
-                     (int)m->kind);
+      core_error(d, s, req_id, FGB_EINVAL, "kind", "kind: unknown collective kind %d",
+                 (int)m->kind);
       return;
   }
   if (j->aborted || t->poisoned || (dst && dst->poisoned)) {
-    srv_send_coll_done(s, req_id, m->seq, j->aborted ? FGB_EPEER : FGB_EMISMATCH,
-                       j->aborted    ? j->abort_text
-                       : t->poisoned ? t->poison
-                                     : dst->poison);
+    d->cbs->coll_done(d->ud, s, req_id, m->seq, j->aborted ? FGB_EPEER : FGB_EMISMATCH,
+                      j->aborted    ? j->abort_text
+                      : t->poisoned ? t->poison
+                                    : dst->poison);
     return;
   }
   if (VEC_RESERVE(j->colls, j->ccap, j->ncolls, 16)) {
-    srv_send_error(s, req_id, FGB_ENOMEM, "seq", 0, "out of memory");
+    core_error(d, s, req_id, FGB_ENOMEM, "seq", "out of memory");
     return;
   }
   /* Between steps the collective passes the blocks numbered ahead (preissue.c). Inside a step it
@@ -392,7 +385,7 @@ void srv_on_collective(srv_session *s, uint64_t req_id, const Fgbuff__V1__Collec
   uint8_t sub_any;
   uint64_t sub_hi;
   int mid = !between_steps(j, &sub_any, &sub_hi);
-  if (mid) srv_pre_mid_step(s->d, j);
+  if (mid) srv_pre_mid_step(d, j);
   srv_coll *c = &j->colls[j->ncolls++];
   memset(c, 0, sizeof(*c));
   c->mid = (uint8_t)mid;
@@ -400,14 +393,13 @@ void srv_on_collective(srv_session *s, uint64_t req_id, const Fgbuff__V1__Collec
   c->sub_hi = sub_hi;
   c->seq = m->seq;
   c->req_id = req_id;
-  c->kind = (int)m->kind;
+  c->kind = m->kind;
   c->op = op;
   c->root = m->root;
   c->tensor_id = t->id;
   c->dst_id = dst ? dst->id : 0;
-  c->reported = (uint8_t)report_ready(s->d, j, t, SRV_COLL_STEP | m->seq);
-  if (mid) srv_pre_check_mid(s->d, j);
-  srv_coord_drain(s->d);
+  c->reported = (uint8_t)report_ready(d, j, t, SRV_COLL_STEP | m->seq);
+  if (mid) srv_pre_check_mid(d, j);
 }
 
 /* ---- release ------------------------------------------------------------------------- */
@@ -417,7 +409,7 @@ void srv_on_collective(srv_session *s, uint64_t req_id, const Fgbuff__V1__Collec
  * release then. The long timer is only a safety net (a LEAVE the leader rejected). */
 #define RELEASE_SAFETY_MS 600000
 
-void srv_job_maybe_release(srv *d, srv_job *j) {
+void srv_job_maybe_release(core *d, srv_job *j) {
   if (j->session || j->inflight) return;
   if (!j->left_clean && !j->aborted && !j->refused && !coord_leader_gone(d->coord) &&
       clock_ms() - j->left_ms < RELEASE_SAFETY_MS)
@@ -452,19 +444,9 @@ void srv_job_maybe_release(srv *d, srv_job *j) {
   free(j);
 }
 
-void srv_jobs_tick(srv *d) {
-  srv_pre_tick(d);
-  srv_coord_drain(d);
+void srv_jobs_tick(core *d) {
   for (srv_job *j = d->jobs, *next; j; j = next) {
     next = j->next;
     if (!j->session) srv_job_maybe_release(d, j);
-  }
-  uint64_t now = clock_ms();
-  for (srv_session *s = d->sessions, *next; s; s = next) {
-    next = s->next;
-    if (s->close_why)
-      srv_session_close(s, s->close_why);
-    else if (s->out_len > s->out_off && now - s->out_since_ms > SRV_OUT_STUCK_MS)
-      srv_session_close(s, "client stopped reading its replies");
   }
 }

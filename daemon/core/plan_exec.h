@@ -1,9 +1,9 @@
-/* daemon/plan_exec.h — merge policies in fgbuffd. The dynamic ones run through the coordinator:
- * "none" issues every tensor alone, "fusion" lets the leader fuse the dense tensors that become
- * ready together into one ISSUE (one merge buffer in the engine) up to SRV_FUSION_BYTES. Static
- * policies (fgbuff, rgmerge, syncea, omgs, dear) plan from the job's agreed ISSUE stream and hold
- * a plan buffer's ISSUEs until all its members are agreed, then hand the engine one merge buffer
- * (docs/scheduling.md, "Static plans in fgbuffd"). */
+/* daemon/core/plan_exec.h — merge policies in fgbuffd. The dynamic ones run through the
+ * coordinator: "none" issues every tensor alone, "fusion" lets the leader fuse the dense tensors
+ * that become ready together into one ISSUE (one merge buffer in the engine) up to
+ * SRV_FUSION_BYTES. Static policies (fgbuff, rgmerge, syncea, omgs, dear) plan from the job's
+ * agreed ISSUE stream and hold a plan buffer's ISSUEs until all its members are agreed, then hand
+ * the engine one merge buffer (docs/scheduling.md, "Static plans in fgbuffd"). */
 #ifndef FGB_SRV_PLAN_EXEC_H
 #define FGB_SRV_PLAN_EXEC_H
 
@@ -24,7 +24,7 @@
 #define SRV_PLAN_MIN_REPLAN (SRV_PLAN_LEAD + 1)
 #define SRV_PLAN_MAX_STEPS 100000
 
-struct srv;
+struct core;
 struct srv_job;
 struct srv_tensor;
 struct coord_event;
@@ -58,7 +58,7 @@ void srv_plan_on_ready(struct srv_job *j, const struct srv_tensor *t, uint64_t s
  * through srv_issue_event, in order, once the exchange is back. */
 int srv_plan_defer(struct srv_job *j, const struct coord_event *ev);
 /* events.c: run an agreed ISSUE of the job (plan holds, then the engine). */
-void srv_issue_event(struct srv *d, struct srv_job *j, struct coord_event *ev);
+void srv_issue_event(struct core *d, struct srv_job *j, struct coord_event *ev);
 /* The engine finished the job's ENG_XCHG item: adopt its verdict, replay deferred ISSUEs. */
 struct eng_item;
 void srv_plan_xchg_done(struct srv_job *j, struct eng_item *it);

@@ -1,13 +1,13 @@
-/* daemon/comp_rpc.c — the loop-thread side of compression: RegisterTensor's compressor check,
- * the compressor fields of the engine's tensors, and StateExport / StateImport, which run as
- * ENG_STATE items on the engine thread (it owns the instances, see compress_path.c). */
+/* daemon/core/comp.c — the loop-thread side of compression: a registered tensor's compressor
+ * check, the compressor fields of the engine's tensors, and compressor state export / import, which
+ * run as ENG_STATE items on the engine thread (it owns the instances, see compress_path.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "compress_path.h"
 #include "compressor.h"
-#include "daemon.h"
+#include "core_internal.h"
 #include "engine.h"
 #include "preissue.h"
 
@@ -37,10 +37,10 @@ static void view_2d(uint32_t ndim, const uint64_t *shape, uint64_t count, uint64
   }
 }
 
-fgb_status srv_comp_check(srv_job *j, const Fgbuff__V1__RegisterTensor *m,
-                          const struct comp_ops **out, char *err, size_t errlen) {
+fgb_status srv_comp_check(const srv_job *j, const core_tensor_args *m, const struct comp_ops **out,
+                          char *err, size_t errlen) {
   *out = NULL;
-  if (!m->compressor[0] || strcmp(m->compressor, "none") == 0) return FGB_OK;
+  if (!m->compressor || !m->compressor[0] || strcmp(m->compressor, "none") == 0) return FGB_OK;
   const comp_ops *ops = comp_find(m->compressor);
   if (!ops) {
     char names[512];
@@ -49,12 +49,12 @@ fgb_status srv_comp_check(srv_job *j, const Fgbuff__V1__RegisterTensor *m,
              names);
     return FGB_EINVAL;
   }
-  if (strncmp(j->d->cfg.device, "cuda:", 5) == 0 && !(ops->caps & COMP_CAP_CUDA)) {
+  if (strncmp(j->d->device, "cuda:", 5) == 0 && !(ops->caps & COMP_CAP_CUDA)) {
     /* GPU daemons run compressors on the device (daemon/gpu/sparse.c): CUDA kernels needed. */
     snprintf(err, errlen, "compressor: '%s' has no CUDA implementation in this build", ops->name);
     return FGB_ENOTSUP;
   }
-  fgb_dtype dt = (fgb_dtype)m->dtype;
+  fgb_dtype dt = m->dtype;
   if (dt != FGB_FLOAT32 && dt != FGB_FLOAT16 && dt != FGB_BFLOAT16) {
     snprintf(err, errlen, "compressor: '%s' needs a floating-point tensor (fp32, fp16, bf16)",
              ops->name);
@@ -62,10 +62,10 @@ fgb_status srv_comp_check(srv_job *j, const Fgbuff__V1__RegisterTensor *m,
   }
   /* A trial instance validates density and shape with the compressor's own checks and words. */
   uint64_t shape[COORD_MAX_DIMS] = {0};
-  for (size_t i = 0; i < m->n_shape && i < COORD_MAX_DIMS; i++) shape[i] = m->shape[i];
+  for (size_t i = 0; i < m->ndim && i < COORD_MAX_DIMS; i++) shape[i] = m->shape[i];
   comp_params p = {
       .density = m->density, .nranks = j->size, .rank = j->rank, .seed = 1, .buffer_id = 0};
-  view_2d((uint32_t)m->n_shape, shape, m->count, &p.rows, &p.cols, &p.inner);
+  view_2d(m->ndim, shape, m->count, &p.rows, &p.cols, &p.inner);
   comp_exec ex = {0, NULL};
   void *st = NULL;
   char cerr[384];
@@ -90,26 +90,26 @@ void srv_comp_fill(const srv_tensor *t, eng_tensor *et) {
 }
 
 /* The tensor a state request names, or an error sent to the client. */
-static srv_tensor *state_tensor(srv_session *s, uint64_t req_id, uint32_t tensor_id) {
-  srv_job *j = s->job;
+static srv_tensor *state_tensor(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
+                                uint32_t tensor_id) {
   if (!j) {
-    srv_send_error(s, req_id, FGB_EPROTO, "tensor_id", 0, "state export/import before joining");
+    core_error(d, s, req_id, FGB_EPROTO, "tensor_id", "state export/import before joining");
     return NULL;
   }
-  srv_tensor *t = srv_tensor_get(s->d, tensor_id);
+  srv_tensor *t = srv_tensor_get(d, tensor_id);
   if (!t || t->job != j) {
-    srv_send_error(s, req_id, FGB_ENOTFOUND, "tensor_id", 0,
-                   "tensor_id: %u is not a tensor of this job", tensor_id);
+    core_error(d, s, req_id, FGB_ENOTFOUND, "tensor_id",
+               "tensor_id: %u is not a tensor of this job", tensor_id);
     return NULL;
   }
   if (!t->comp) {
-    srv_send_error(s, req_id, FGB_EINVAL, "tensor_id", 0,
-                   "tensor_id: tensor '%s' has no compressor (dense): no state", t->name);
+    core_error(d, s, req_id, FGB_EINVAL, "tensor_id",
+               "tensor_id: tensor '%s' has no compressor (dense): no state", t->name);
     return NULL;
   }
   if (j->aborted || !j->formed || !t->key_known) {
-    srv_send_error(
-        s, req_id, j->aborted ? FGB_EPEER : FGB_EAGAIN, "tensor_id", 0,
+    core_error(
+        d, s, req_id, j->aborted ? FGB_EPEER : FGB_EAGAIN, "tensor_id",
         "tensor_id: tensor '%s': %s", t->name,
         j->aborted ? j->abort_text : "the job has not formed or the tensor is not agreed yet");
     return NULL;
@@ -117,9 +117,8 @@ static srv_tensor *state_tensor(srv_session *s, uint64_t req_id, uint32_t tensor
   return t;
 }
 
-static void state_submit(srv_session *s, uint64_t req_id, srv_tensor *t, int import,
-                         const uint8_t *data, size_t len) {
-  srv_job *j = s->job;
+static void state_submit(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, srv_tensor *t,
+                         int import, const uint8_t *data, size_t len) {
   eng_item *it = calloc(1, sizeof(*it));
   eng_tensor *et = calloc(1, sizeof(*et));
   void *copy = import && len ? malloc(len) : NULL;
@@ -127,7 +126,7 @@ static void state_submit(srv_session *s, uint64_t req_id, srv_tensor *t, int imp
     free(it);
     free(et);
     free(copy);
-    srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory");
+    core_error(d, s, req_id, FGB_ENOMEM, "", "out of memory");
     return;
   }
   if (copy) memcpy(copy, data, len);
@@ -143,37 +142,25 @@ static void state_submit(srv_session *s, uint64_t req_id, srv_tensor *t, int imp
   it->n = 1;
   it->t = et;
   j->inflight++;
-  srv_eng_submit_now(s->d, it);
+  srv_eng_submit_now(d, it);
 }
 
-void srv_on_state_export(srv_session *s, uint64_t req_id, const Fgbuff__V1__StateExport *m) {
-  srv_tensor *t = state_tensor(s, req_id, m->tensor_id);
-  if (t) state_submit(s, req_id, t, 0, NULL, 0);
-}
-
-void srv_on_state_import(srv_session *s, uint64_t req_id, const Fgbuff__V1__StateImport *m) {
-  srv_tensor *t = state_tensor(s, req_id, m->tensor_id);
-  if (t) state_submit(s, req_id, t, 1, m->state.data, m->state.len);
+void srv_on_state(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
+                  int import, const uint8_t *data, size_t len) {
+  srv_tensor *t = state_tensor(d, j, s, req_id, tensor_id);
+  if (t) state_submit(d, j, s, req_id, t, import, data, len);
 }
 
 void srv_state_result(srv_job *j, eng_item *it) {
-  srv_session *s = j->session;
+  core *d = j->d;
+  struct srv_session *s = j->session;
   if (!s) return;
   if (it->status != FGB_OK) {
-    srv_send_error(s, it->req_id, it->status, "state", 0, "state: %s", it->err);
+    core_error(d, s, it->req_id, it->status, "state", "state: %s", it->err);
     return;
   }
-  if (it->state_import) {
-    srv_reply_ok(s, it->req_id);
-    return;
-  }
-  Fgbuff__V1__StateReply r = FGBUFF__V1__STATE_REPLY__INIT;
-  r.state.data = it->state;
-  r.state.len = it->state_bytes;
-  if (srv_reply_size(it->req_id, FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY, &r) > FGB_WIRE_MAX_FRAME)
-    srv_send_error(s, it->req_id, FGB_ENOTSUP, "tensor_id", 0,
-                   "tensor_id: state of %zu bytes is larger than a frame (%u bytes)",
-                   it->state_bytes, FGB_WIRE_MAX_FRAME);
+  if (it->state_import)
+    d->cbs->ok(d->ud, s, it->req_id);
   else
-    srv_reply(s, it->req_id, FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY, &r);
+    d->cbs->state(d->ud, s, it->req_id, it->state, it->state_bytes);
 }

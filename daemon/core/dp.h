@@ -1,16 +1,18 @@
-/* daemon/dp.h — the data-plane ops table: what the loop thread asks of a device data plane beyond
- * the host path. daemon/gpu/ implements it (glue.c's srv_gpu_dp, set as d->dp by srv_gpu_start);
- * a host daemon has none (d->dp NULL: host arenas need none of these). The loop-thread files call
- * through it, so #ifdef FGBUFF_HAVE_CUDA stays in boot/main.c and CMake. */
+/* daemon/core/dp.h — the data-plane ops table: what the loop thread asks of a device data plane
+ * beyond the host path. daemon/gpu/ implements it (glue.c's srv_gpu_dp, set as the core's dp by
+ * srv_gpu_start); a host daemon has none (NULL: host arenas need none of these). The loop-thread
+ * files call through it, so #ifdef FGBUFF_HAVE_CUDA stays in boot/main.c and CMake. The core uses
+ * the hooks from slot_check on; sock_name and arena_open belong to the layers above it, whose types
+ * are only named here (no protobuf header is included). */
 #ifndef FGB_SRV_DP_H
 #define FGB_SRV_DP_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fgbuff.pb-c.h"
 #include "fgbuff/client.h"
 
+struct Fgbuff__V1__RegisterArena;
 struct srv;
 struct srv_session;
 struct srv_arena;
@@ -21,11 +23,11 @@ typedef struct dp_ops {
   /* server.c: the socket's name (the GPU's UUID); the length as snprintf returns it. */
   int (*sock_name)(struct srv *d, char *out, size_t cap);
   /* session.c: RegisterArena of a device kind (replies itself); the last unref of its arena. */
-  void (*arena_open)(struct srv_session *s, uint64_t req_id, const Fgbuff__V1__RegisterArena *m,
-                     int *fds, int nfds);
+  void (*arena_open)(struct srv_session *s, uint64_t req_id,
+                     const struct Fgbuff__V1__RegisterArena *m, int *fds, int nfds);
   void (*arena_close)(struct srv_arena *a);
   /* steps.c: a submit of a tensor in a device arena: check its event slot, then watch the
-   * client's event; srv_gpu_observed (steps.c) reports it ready once the client passed it.
+   * client's event; core_gpu_observed (core.h) reports it ready once the client passed it.
    * observe_now looks at the watch just added once, now, when that is only a load. */
   int (*slot_check)(struct srv_tensor *t, uint32_t slot, char *err, size_t errlen);
   fgb_status (*observe)(struct srv_tensor *t, uint32_t slot, uint32_t done_seq, uint64_t step,

@@ -1,13 +1,12 @@
-/* daemon/events.c — what comes back to the loop thread: coordinator events (formation, tensor
- * checks, agreed collectives, stalls, aborts), engine results (Done, CollectiveDone) and the
+/* daemon/core/events.c — what comes back to the loop thread: coordinator events (formation,
+ * tensor checks, agreed collectives, stalls, aborts), engine results (Done, CollectiveDone) and the
  * release of a job whose client is gone. Split from steps.c, which handles what clients send. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
-#include "ctrl.h"
-#include "daemon.h"
+#include "core_internal.h"
 #include "dtype.h"
 #include "engine.h"
 #include "log.h"
@@ -17,7 +16,7 @@
 
 /* The job an event is about: by job key once known (keys start at 1; events before formation,
  * such as a refused join, carry key 0), else by name and incarnation. */
-static srv_job *job_find(srv *d, const coord_job_id *id, uint64_t key) {
+static srv_job *job_find(core *d, const coord_job_id *id, uint64_t key) {
   if (key)
     for (srv_job *j = d->jobs; j; j = j->next)
       if (j->key_known && j->key == key) return j;
@@ -39,7 +38,7 @@ static srv_tensor *tensor_by_name(srv_job *j, const char *name) {
   return NULL;
 }
 
-static void on_formed(srv *d, coord_event *ev) {
+static void on_formed(core *d, coord_event *ev) {
   srv_job *j = job_find(d, &ev->job, ev->job_key);
   eng_item *it = calloc(1, sizeof(*it));
   int *wr = calloc((size_t)ev->job_size, sizeof(int));
@@ -81,7 +80,7 @@ static void on_formed(srv *d, coord_event *ev) {
   }
 }
 
-static void on_issue(srv *d, coord_event *ev) {
+static void on_issue(core *d, coord_event *ev) {
   srv_job *j = job_find(d, &ev->job, ev->job_key);
   if (!j) {
     LOG_ERROR("collective #%llu of an unknown job %016llx: cannot take part",
@@ -94,7 +93,7 @@ static void on_issue(srv *d, coord_event *ev) {
   srv_issue_event(d, j, ev);
 }
 
-void srv_issue_event(srv *d, srv_job *j, coord_event *ev) {
+void srv_issue_event(core *d, srv_job *j, coord_event *ev) {
   /* Traced: when a step numbered ahead arrives (bench/gpu/trace-split.py). */
   if (ev->pre && srv_trace_level())
     LOG_INFO("gtrace preissue step %llu seq %llu at %llu", (unsigned long long)ev->step,
@@ -180,7 +179,7 @@ drop:
   free(it);
 }
 
-static void on_tensor_ok(srv *d, coord_event *ev) {
+static void on_tensor_ok(core *d, coord_event *ev) {
   srv_job *j = job_find(d, &ev->job, ev->job_key);
   srv_tensor *t = j ? tensor_by_name(j, ev->tensor_name) : NULL;
   if (!t) return;
@@ -189,7 +188,7 @@ static void on_tensor_ok(srv *d, coord_event *ev) {
   srv_report_waiting(d, j, t);
 }
 
-static void on_mismatch(srv *d, coord_event *ev) {
+static void on_mismatch(core *d, coord_event *ev) {
   srv_job *j = job_find(d, &ev->job, ev->job_key);
   srv_tensor *t = j ? tensor_by_name(j, ev->tensor_name) : NULL;
   LOG_WARN("job '%s': %s", ev->job.name, ev->text);
@@ -199,7 +198,7 @@ static void on_mismatch(srv *d, coord_event *ev) {
   srv_fail_pending(j, FGB_EMISMATCH, t->poison, t);
 }
 
-static void on_refused(srv *d, coord_event *ev) {
+static void on_refused(core *d, coord_event *ev) {
   srv_job *j = job_find(d, &ev->job, ev->job_key);
   LOG_WARN("job '%s': join refused: %s", ev->job.name, ev->text);
   if (!j) return;
@@ -212,12 +211,12 @@ static void on_refused(srv *d, coord_event *ev) {
   j->refuse_code = size ? FGB_EINVAL : FGB_EEXIST;
   j->refuse_field = size ? "size" : "rank";
   if (j->session)
-    srv_send_error(j->session, 0, size ? FGB_EINVAL : FGB_EEXIST, size ? "size" : "rank", 0, "%s",
-                   ev->text);
+    core_error(d, j->session, 0, size ? FGB_EINVAL : FGB_EEXIST, size ? "size" : "rank", "%s",
+               ev->text);
   srv_fail_pending(j, size ? FGB_EINVAL : FGB_EEXIST, ev->text, NULL);
 }
 
-static void on_stall(srv *d, coord_event *ev) {
+static void on_stall(core *d, coord_event *ev) {
   srv_job *j = job_find(d, &ev->job, ev->job_key);
   if (!j) return;
   srv_stall *s = NULL;
@@ -241,7 +240,7 @@ static void on_stall(srv *d, coord_event *ev) {
   for (int i = 0; i < ev->nmissing && i < 16; i++) s->missing[s->nmissing++] = ev->world_ranks[i];
 }
 
-static void on_aborted(srv *d, coord_event *ev) {
+static void on_aborted(core *d, coord_event *ev) {
   srv_job *j = job_find(d, &ev->job, ev->job_key);
   LOG_WARN("job '%s' aborted: %s", ev->job.name, ev->text);
   if (!j) return;
@@ -265,14 +264,14 @@ static void on_aborted(srv *d, coord_event *ev) {
   srv_job_maybe_release(d, j);
 }
 
-void srv_coord_drain(srv *d) {
-  if (d->draining) return; /* the outer drain loop picks up what handlers cause */
-  d->draining = 1;
+/* Every event the coordinator has queued, in order (core_drain: once per entry point; what the
+ * handlers cause is picked up by this loop). */
+void srv_coord_events(core *d) {
   coord_event ev;
   while (coord_next_event(d->coord, &ev)) {
     switch (ev.kind) {
       case COORD_EV_SEND:
-        if (d->cp) srv_ctrl_send(d->cp, ev.peer, ev.bytes, ev.len);
+        d->cbs->send(d->ud, ev.peer, ev.bytes, ev.len);
         break;
       case COORD_EV_JOB_FORMED:
         on_formed(d, &ev);
@@ -313,12 +312,10 @@ void srv_coord_drain(srv *d) {
     }
     coord_event_free(&ev);
   }
-  d->draining = 0;
 }
 
 /* ---- engine results -------------------------------------------------------------------- */
-void srv_engine_result(void *ud, eng_item *it) {
-  srv *d = ud;
+void srv_engine_result(core *d, eng_item *it) {
   srv_job *j = NULL;
   for (srv_job *x = d->jobs; x; x = x->next)
     if (x->key_known && x->key == it->job_key) j = x;
@@ -359,7 +356,7 @@ void srv_engine_result(void *ud, eng_item *it) {
       for (uint32_t i = 0; i < j->ncolls; i++) {
         if (j->colls[i].seq != it->coll_seq) continue;
         if (j->session)
-          srv_send_coll_done(j->session, j->colls[i].req_id, it->coll_seq, it->status, err);
+          d->cbs->coll_done(d->ud, j->session, j->colls[i].req_id, it->coll_seq, it->status, err);
         j->colls[i] = j->colls[--j->ncolls];
         break;
       }
@@ -369,7 +366,7 @@ void srv_engine_result(void *ud, eng_item *it) {
         for (uint32_t i = 0; i < j->npending; i++) {
           if (j->pending[i].tensor_id != t->tensor_id || j->pending[i].step != t->step) continue;
           j->pending[i] = j->pending[--j->npending];
-          if (j->session) srv_send_done(j->session, t->tensor_id, t->step, it->status, err);
+          if (j->session) srv_send_done(d, j->session, t->tensor_id, t->step, it->status, err);
           srv_step_tensor_done(j, t->tensor_id, t->step);
           break;
         }
@@ -382,7 +379,7 @@ void srv_engine_result(void *ud, eng_item *it) {
 
 /* ---- client gone, release ------------------------------------------------------------- */
 void srv_job_client_gone(srv_job *j) {
-  srv *d = j->d;
+  core *d = j->d;
   j->session = NULL;
   j->left = 1;
   j->left_ms = clock_ms();
@@ -399,10 +396,4 @@ void srv_job_client_gone(srv_job *j) {
   }
   LOG_INFO("job '%s' rank %d: client left (%s)", j->id.name, j->rank,
            clean ? "clean" : "mid-job: aborting the job");
-  /* On the leader the job's ABORT to this daemon comes out of this drain, and on_aborted may
-   * release j: hold it (as an engine item would) until the drain is done. */
-  j->inflight++;
-  srv_coord_drain(d);
-  j->inflight--;
-  srv_job_maybe_release(d, j);
 }

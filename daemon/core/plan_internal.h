@@ -1,4 +1,4 @@
-/* daemon/plan_internal.h — the per-job state of static merge plans in fgbuffd, shared by
+/* daemon/core/plan_internal.h — the per-job state of static merge plans in fgbuffd, shared by
  * plan_exec.c (observing, exchanging, holding) and plan_status.c (fgbuffctl status). Loop thread
  * only. */
 #ifndef FGB_SRV_PLAN_INTERNAL_H
@@ -96,9 +96,5 @@ void srv_plan_split_free(srv_plan *pl);
 /* A dynamic job (none, fusion) whose ranks had no tensor with a compressor at its start: no
  * decision table, no further exchanges (plan_exec.c). */
 #define SRV_PLAN_NOTHING (-2)
-
-struct srv_job;
-/* Log a dynamic job's adopted decision table, one line per tensor (plan_status.c). */
-void srv_plan_log_table(const struct srv_job *j, const sched_plan *p);
 
 #endif

@@ -1,7 +1,7 @@
-/* daemon/preissue.c — pre-issue on the loop thread (see preissue.h): the queue that hands engine
- * items over in world order, the wait of a pre-issued ISSUE for its tensors' local readiness, the
- * member side of a recall (hold back, answer, revoke), and what becomes of waiting items when a
- * job ends or aborts.
+/* daemon/core/preissue.c — pre-issue on the loop thread (see preissue.h): the queue that hands
+ * engine items over in world order, the wait of a pre-issued ISSUE for its tensors' local
+ * readiness, the member side of a recall (hold back, answer, revoke), and what becomes of waiting
+ * items when a job ends or aborts.
  *
  * Why one queue for everything: a pre-issued ISSUE is numbered before its tensors are ready, so the
  * loop cannot hand it to the engine yet; every later item of the world order (of any job: the
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon.h"
+#include "core_internal.h"
 #include "dtype.h"
 #include "engine.h"
 #include "log.h"
@@ -33,7 +33,7 @@ typedef struct srv_held {
 
 /* FGBUFF_PREISSUE: "1" on, "0" off, unset: on for GPU daemons only (a CPU daemon's MPI
  * collective cannot be aborted: the race in docs/architecture.md "Pre-issue"). */
-int srv_pre_enabled(const srv *d) {
+int srv_pre_enabled(const core *d) {
   int v = (int)env_num(ENV_PREISSUE);
   return v >= 0 ? v : d->gpu != 0;
 }
@@ -76,7 +76,7 @@ static void start_members(srv_held *h) {
   }
 }
 
-void srv_pre_pump(srv *d) {
+void srv_pre_pump(core *d) {
   if (!d->eng) return; /* the engine stopped (shutdown): nothing starts any more */
   while (d->held && (!d->held->wait || (!d->held->j->pre_hold && members_ready(d->held)))) {
     srv_held *h = d->held;
@@ -111,7 +111,7 @@ static void log_mode(srv_job *j, const eng_item *it, int wait) {
  * steps.c stops pre-issue for that job, and docs/architecture.md lists the case.) Items of other
  * jobs are never passed: pre-issue runs only while no other job shares the daemons, and a job
  * formed since waits behind the block (not started anywhere). */
-static srv_held **adhoc_slot(srv *d, srv_job *j, const eng_item *it) {
+static srv_held **adhoc_slot(core *d, srv_job *j, const eng_item *it) {
   const srv_coll *c = NULL;
   if (!j || it->kind != ENG_ISSUE || it->coll == ENG_GRAD) return NULL;
   for (uint32_t i = 0; i < j->ncolls; i++)
@@ -125,7 +125,7 @@ static srv_held **adhoc_slot(srv *d, srv_job *j, const eng_item *it) {
   return NULL;
 }
 
-void srv_eng_submit(srv *d, srv_job *j, eng_item *it, int wait) {
+void srv_eng_submit(core *d, srv_job *j, eng_item *it, int wait) {
   log_mode(j, it, wait);
   if (!d->held && !wait) {
     eng_submit(d->eng, it);
@@ -169,11 +169,11 @@ void srv_eng_submit(srv *d, srv_job *j, eng_item *it, int wait) {
   srv_pre_pump(d);
 }
 
-void srv_eng_submit_now(srv *d, eng_item *it) {
+void srv_eng_submit_now(core *d, eng_item *it) {
   eng_submit(d->eng, it);
 }
 
-int srv_pre_waits_for(const srv *d, const srv_job *j, uint32_t tensor_id, uint64_t step) {
+int srv_pre_waits_for(const core *d, const srv_job *j, uint32_t tensor_id, uint64_t step) {
   for (const srv_held *h = d->held; h; h = h->next) {
     if (!h->wait || h->j != j) continue;
     for (uint32_t i = 0; i < h->it->n; i++)
@@ -182,8 +182,19 @@ int srv_pre_waits_for(const srv *d, const srv_job *j, uint32_t tensor_id, uint64
   return 0;
 }
 
-uint32_t srv_pre_nwaiting(const srv *d) {
+uint32_t srv_pre_nwaiting(const core *d) {
   return d->nheld;
+}
+
+void srv_pre_free(core *d) {
+  while (d->held) {
+    srv_held *h = d->held;
+    d->held = h->next;
+    eng_item_free(h->it);
+    free(h);
+  }
+  d->held_tail = NULL;
+  d->nheld = 0;
 }
 
 /* Whether this rank wants step u numbered ahead of readiness: its static plan is in force for u
@@ -224,7 +235,7 @@ static int mid_step_coll(const srv_job *j) {
   return 0;
 }
 
-void srv_pre_step(srv *d, srv_job *j, uint64_t step) {
+void srv_pre_step(core *d, srv_job *j, uint64_t step) {
   int none = strcmp(j->policy, "none") == 0;
   if (!srv_pre_enabled(d) || !j->formed || j->aborted || (step & SRV_COLL_STEP) ||
       (!none && !srv_plan_policy(j->policy)))
@@ -239,7 +250,7 @@ void srv_pre_step(srv *d, srv_job *j, uint64_t step) {
     LOG_WARN("job '%s': coord_preissue(step %llu): %d", j->id.name, (unsigned long long)step, st);
 }
 
-void srv_pre_mid_step(srv *d, srv_job *j) {
+void srv_pre_mid_step(core *d, srv_job *j) {
   if (!srv_pre_enabled(d) || !j->formed) return;
   if (!srv_recall_enabled()) { /* as before recalls: this job never asks for pre-issue again */
     j->pre_adhoc = 1;
@@ -263,7 +274,7 @@ static const eng_tensor *unsubmitted(const srv_held *h) {
  * for longer than FGBUFF_RECALL_STUCK_MS, this daemon asks for a recall: the unstarted items are
  * agreed on readiness again (the order the client actually uses), and the client goes on after
  * that delay instead of timing out. */
-void srv_pre_tick(srv *d) {
+void srv_pre_tick(core *d) {
   uint64_t lim = stuck_ms(), now = clock_ms();
   if (!lim || !srv_recall_enabled()) return;
   for (srv_job *j = d->jobs; j; j = j->next) {
@@ -297,17 +308,17 @@ void srv_pre_tick(srv *d) {
   }
 }
 
-void srv_pre_recall(srv *d, srv_job *j, uint32_t recall_id) {
+void srv_pre_recall(core *d, srv_job *j, uint32_t recall_id) {
   j->pre_hold = 1; /* nothing more of the job's waiting items starts until the REVOKE */
   fgb_status st = coord_recall_answer(d->coord, &j->id, recall_id, j->pre_handed);
   if (st != FGB_OK) LOG_WARN("job '%s': coord_recall_answer: %d", j->id.name, st);
 }
 
-static void end_waiting(srv *d, srv_job *j);
+static void end_waiting(core *d, srv_job *j);
 
 /* Unlinks h, a waiting item of j whose predecessor in the queue is prev (*pp points at h), and
  * frees it with its engine item (it never reaches the engine). */
-static void free_waiting(srv *d, srv_job *j, srv_held **pp, srv_held *prev) {
+static void free_waiting(core *d, srv_job *j, srv_held **pp, srv_held *prev) {
   srv_held *h = *pp;
   *pp = h->next;
   if (d->held_tail == h) d->held_tail = prev;
@@ -321,7 +332,7 @@ static void free_waiting(srv *d, srv_job *j, srv_held **pp, srv_held *prev) {
  * the same on every rank: no rank started it). Its tensors, if submitted here, are reported ready
  * again; they are numbered anew on readiness (the leader forgot every (step, key) it numbered
  * ahead since the last round: the members of kept items are never reported again). */
-static void revoke_item(srv *d, srv_job *j, srv_held *h) {
+static void revoke_item(core *d, srv_job *j, srv_held *h) {
   eng_item *it = h->it;
   for (uint32_t i = 0; i < it->n; i++) {
     eng_tensor *t = &it->t[i];
@@ -342,7 +353,7 @@ static void revoke_item(srv *d, srv_job *j, srv_held *h) {
  * and ring records are handled in the client's order, so it submitted everything it will before
  * the collective). Another rank started the item: the ranks disagree on which tensors come before
  * the collective, and no order can run both. Returns the tensor's name, or NULL. */
-static const char *disagrees(srv *d, srv_job *j, uint64_t *step) {
+static const char *disagrees(core *d, srv_job *j, uint64_t *step) {
   for (uint32_t i = 0; i < j->ncolls; i++) {
     const srv_coll *c = &j->colls[i];
     if (!c->mid) continue;
@@ -360,7 +371,7 @@ static const char *disagrees(srv *d, srv_job *j, uint64_t *step) {
   return NULL;
 }
 
-void srv_pre_check_mid(srv *d, srv_job *j) {
+void srv_pre_check_mid(core *d, srv_job *j) {
   uint64_t step = 0;
   const char *name = disagrees(d, j, &step);
   if (!name || j->aborted || !j->session) return;
@@ -377,7 +388,7 @@ void srv_pre_check_mid(srv *d, srv_job *j) {
   if (st != FGB_OK) LOG_WARN("job '%s': coord_leave: %d", j->id.name, st);
 }
 
-void srv_pre_revoke(srv *d, srv_job *j, uint64_t kept) {
+void srv_pre_revoke(core *d, srv_job *j, uint64_t kept) {
   uint64_t before = j->revoked;
   srv_held **pp = &d->held, *prev = NULL;
   while (*pp) {
@@ -403,7 +414,7 @@ void srv_pre_revoke(srv *d, srv_job *j, uint64_t kept) {
 /* Job j's waiting items, turned into ones that start now on zeros in scratch memory: the client's
  * memory is no longer ours to write (it was told the job failed, or it left and may use that
  * memory for something else). */
-static void run_on_zeros(srv *d, srv_job *j) {
+static void run_on_zeros(core *d, srv_job *j) {
   for (srv_held *h = d->held; h; h = h->next) {
     if (!h->wait || h->j != j) continue;
     eng_item *it = h->it;
@@ -429,7 +440,7 @@ static void run_on_zeros(srv *d, srv_job *j) {
 }
 
 /* Drops job j's waiting items (GPU: its communicator is aborted, they could not finish). */
-static void drop_waiting(srv *d, srv_job *j) {
+static void drop_waiting(core *d, srv_job *j) {
   srv_held **pp = &d->held, *prev = NULL;
   while (*pp) {
     srv_held *h = *pp;
@@ -445,7 +456,7 @@ static void drop_waiting(srv *d, srv_job *j) {
 /* GPU daemons drop them (host scratch is no device memory; a peer that started one is released
  * by the communicator's abort); CPU daemons run them on zeros (an MPI collective cannot be
  * aborted, and a peer may have started it). */
-static void end_waiting(srv *d, srv_job *j) {
+static void end_waiting(core *d, srv_job *j) {
   if (d->gpu)
     drop_waiting(d, j);
   else
@@ -453,12 +464,12 @@ static void end_waiting(srv *d, srv_job *j) {
   srv_pre_pump(d);
 }
 
-void srv_pre_abort(srv *d, srv_job *j) {
+void srv_pre_abort(core *d, srv_job *j) {
   j->pre_hold = 0;
   end_waiting(d, j);
 }
 
-void srv_pre_client_gone(srv *d, srv_job *j) {
+void srv_pre_client_gone(core *d, srv_job *j) {
   /* Mid-step: the leader's ABORT decides (srv_pre_abort). During a recall: its REVOKE (what is
    * kept then runs on zeros) or the ABORT the leader sends for a departure during a recall. */
   if (j->left_clean && !j->pre_hold) end_waiting(d, j);

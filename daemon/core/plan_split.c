@@ -1,14 +1,14 @@
-/* daemon/plan_split.c — split plan buffers (policy dear, SCHED_SPLIT) in fgbuffd: each buffer runs
- * as a reduce-scatter item where it completes in backward, and an all-gather item placed after its
- * step's last reduce-scatter, in forward order (engine.h, "Split all-reduce"). The placement is a
- * function of the plan and the agreed ISSUE stream only, so every rank submits the same items in
+/* daemon/core/plan_split.c — split plan buffers (policy dear, SCHED_SPLIT) in fgbuffd: each buffer
+ * runs as a reduce-scatter item where it completes in backward, and an all-gather item placed after
+ * its step's last reduce-scatter, in forward order (engine.h, "Split all-reduce"). The placement is
+ * a function of the plan and the agreed ISSUE stream only, so every rank submits the same items in
  * the same world order (through preissue.c's ordered queue, behind anything held there; split
  * plans are never pre-issued themselves); nothing here waits on a client. Loop thread only. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon.h"
+#include "core_internal.h"
 #include "engine.h"
 #include "log.h"
 #include "plan_exec.h"

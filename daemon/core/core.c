@@ -1,0 +1,290 @@
+/* daemon/core/core.c — the job core's facade (core.h): its entry points, the one place the
+ * coordinator's event queue is drained, jobs and tensors coming and going, arena lifetimes.
+ *
+ * The drain: each entry point counts itself in d->depth and drains once on its way out when it is
+ * the outermost one. An entry point reached from inside another (the data plane's observe_now
+ * calling core_gpu_observed during a submit, a reply whose session closes calling
+ * core_client_gone during a drain) leaves the drain to the outer one, whose loop picks up the
+ * events it caused. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "clock.h"
+#include "core_internal.h"
+#include "dtype.h"
+#include "engine.h"
+#include "log.h"
+#include "plan_exec.h"
+#include "preissue.h"
+#include "vec.h"
+
+void core_init(core *d, coord *c, const core_cbs *cbs, void *ud) {
+  memset(d, 0, sizeof(*d));
+  d->coord = c;
+  d->cbs = cbs;
+  d->ud = ud;
+}
+
+void core_error(core *d, struct srv_session *s, uint64_t req_id, int code, const char *field,
+                const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  d->cbs->error(d->ud, s, req_id, code, field, msg);
+}
+
+void core_drain(core *d) {
+  d->drains++;
+  srv_coord_events(d);
+}
+
+static void enter(core *d) {
+  d->depth++;
+}
+
+static void leave(core *d) {
+  if (d->depth == 1) core_drain(d);
+  d->depth--;
+}
+
+/* ---- entry points ---------------------------------------------------------------------------- */
+srv_job *core_join(core *d, struct srv_session *s, uint64_t req_id, const core_join_args *a) {
+  const char *name = a->name;
+  uint64_t incarnation = a->incarnation;
+  int rank = a->rank, size = a->size;
+  enter(d);
+  for (srv_job *j = d->jobs; j; j = j->next) {
+    if (j->id.incarnation == incarnation && strcmp(j->id.name, name) == 0) {
+      core_error(d, s, req_id, FGB_EEXIST, "rank",
+                 "rank: job '%s' incarnation %llu already has rank %d on this daemon%s", name,
+                 (unsigned long long)incarnation, j->rank,
+                 j->session ? "" : " (its client left; use a new incarnation)");
+      leave(d);
+      return NULL;
+    }
+  }
+  srv_job *j = calloc(1, sizeof(*j));
+  if (!j) {
+    core_error(d, s, req_id, FGB_ENOMEM, "", "out of memory");
+    leave(d);
+    return NULL;
+  }
+  j->d = d;
+  j->local_id = ++d->next_job_id;
+  snprintf(j->id.name, sizeof(j->id.name), "%s", name);
+  j->id.incarnation = incarnation;
+  j->rank = rank;
+  j->size = size;
+  snprintf(j->policy, sizeof(j->policy), "%s", a->policy);
+  j->session = s;
+  snprintf(j->client_desc, sizeof(j->client_desc), "%s", a->client_desc);
+  fgb_status st =
+      coord_join_owned(d->coord, &j->id, rank, size, a->fusion_bytes, a->cycle_ms, a->uid);
+  if (st != FGB_OK) {
+    free(j);
+    core_error(d, s, req_id, st, "rank", "join: the coordinator refused job '%s' rank %d", name,
+               rank);
+    leave(d);
+    return NULL;
+  }
+  j->next = d->jobs;
+  d->jobs = j;
+  d->cbs->joined(d->ud, s, req_id, j);
+  leave(d); /* a refusal from the coordinator arrives as an Error after the reply */
+  return j;
+}
+
+void core_tensor_register(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
+                          const core_tensor_args *a) {
+  const struct comp_ops *cops = NULL;
+  char err[512];
+  enter(d);
+  fgb_status st = srv_comp_check(j, a, &cops, err, sizeof(err));
+  if (st != FGB_OK) {
+    core_error(d, s, req_id, st, strncmp(err, "density", 7) == 0 ? "density" : "compressor", "%s",
+               err);
+    leave(d);
+    return;
+  }
+  srv_tensor *t = calloc(1, sizeof(*t));
+  if (!t) goto nomem;
+  if (VEC_RESERVE(j->tensors, j->tcap, j->ntensors, 16)) goto nomem;
+  if (VEC_RESERVE(d->tensors, d->tcap, d->ntensors, 64)) goto nomem;
+  t->id = ++d->ntensors;
+  d->tensors[t->id - 1] = t;
+  j->tensors[j->ntensors++] = t;
+  t->job = j;
+  t->arena = a->arena;
+  a->arena->refs++;
+  t->ptr = a->arena->base + a->offset;
+  t->count = a->count;
+  t->dtype = a->dtype;
+  t->esize = dtype_size(t->dtype);
+  t->op = a->op == FGB_OP_SUM ? FGB_OP_SUM : FGB_OP_AVERAGE;
+  t->comp = cops;
+  t->density = a->density;
+  t->ndim = a->ndim;
+  for (uint32_t i = 0; i < a->ndim && i < COORD_MAX_DIMS; i++) t->shape[i] = a->shape[i];
+  snprintf(t->name, sizeof(t->name), "%s", a->name);
+  d->cbs->tensor(d->ud, s, req_id, t->id);
+  coord_tensor_meta meta;
+  memset(&meta, 0, sizeof(meta));
+  snprintf(meta.name, sizeof(meta.name), "%s", t->name);
+  meta.count = t->count;
+  meta.dtype = t->dtype;
+  meta.ndim = t->ndim;
+  for (uint32_t i = 0; i < t->ndim; i++) meta.shape[i] = t->shape[i];
+  meta.bytes = srv_policy_group_bytes(j, t);
+  if (coord_register(d->coord, &j->id, &meta) != FGB_OK) {
+    t->poisoned = 1;
+    snprintf(t->poison, sizeof(t->poison), "tensor '%s': the coordinator refused its registration",
+             t->name);
+  }
+  leave(d);
+  return;
+nomem:
+  free(t);
+  core_error(d, s, req_id, FGB_ENOMEM, "", "out of memory");
+  leave(d);
+}
+
+void core_submit(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
+                 uint64_t step, uint32_t event_slot, uint32_t done_seq) {
+  enter(d);
+  srv_on_submit(d, j, s, req_id, tensor_id, step, event_slot, done_seq);
+  leave(d);
+}
+
+void core_end_step(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint64_t step) {
+  enter(d);
+  srv_on_end_step(d, j, s, req_id, step);
+  leave(d);
+}
+
+void core_collective(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
+                     const core_coll_args *a) {
+  enter(d);
+  srv_on_collective(d, j, s, req_id, a);
+  leave(d);
+}
+
+void core_state(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
+                int import, const uint8_t *data, size_t len) {
+  enter(d);
+  srv_on_state(d, j, s, req_id, tensor_id, import, data, len);
+  leave(d);
+}
+
+void core_gpu_observed(core *d, uint32_t tensor_id, uint64_t step) {
+  enter(d);
+  srv_gpu_observed(d, tensor_id, step);
+  leave(d);
+}
+
+void core_after_input(core *d) {
+  enter(d);
+  leave(d);
+}
+
+/* Two inputs in their old order, drained after each: the clock's events first (an abort drops
+ * waiting items before pre-issue's stuck check looks at them), then the check's recall. */
+void core_tick(core *d, uint64_t now_ms) {
+  enter(d);
+  coord_tick(d->coord, now_ms);
+  if (d->depth == 1) core_drain(d);
+  srv_pre_tick(d);
+  leave(d);
+  srv_jobs_tick(d);
+}
+
+void core_clock(core *d, uint64_t now_ms) {
+  enter(d);
+  coord_tick(d->coord, now_ms);
+  leave(d);
+}
+
+void core_client_gone(srv_job *j) {
+  core *d = j->d;
+  enter(d);
+  srv_job_client_gone(j);
+  /* On the leader the job's ABORT to this daemon comes out of this drain, and on_aborted may
+   * release j: hold it (as an engine item would) until the drain is done. */
+  j->inflight++;
+  leave(d);
+  j->inflight--;
+  srv_job_maybe_release(d, j);
+}
+
+void core_engine_result(void *ud, struct eng_item *it) {
+  core *d = ud;
+  enter(d);
+  srv_engine_result(d, it);
+  leave(d);
+}
+
+/* ---- lookups and lifetimes ------------------------------------------------------------------- */
+void srv_arena_unref(srv_arena *a) {
+  if (--a->refs > 0) return;
+  if (a->gpu) {
+    a->dp->arena_close(a);
+    free(a);
+    return;
+  }
+  munmap(a->base, a->bytes);
+  free(a);
+}
+
+/* Only between steps: refused (FGB_EBUSY) while the tensor has a step or a collective unfinished
+ * here, or the engine holds any work of the job (session.c's ReleaseTensor says the rest). */
+fgb_status core_tensor_release(core *d, srv_job *j, uint32_t id, char *err, size_t errlen) {
+  srv_tensor *t = srv_tensor_get(d, id);
+  if (!t || t->job != j)
+    return snprintf(err, errlen, "tensor_id %u: not a tensor of job '%s' on this connection", id,
+                    j->id.name),
+           FGB_ENOTFOUND;
+  if (t->comp || srv_plan_policy(j->policy))
+    return snprintf(err, errlen,
+                    "tensor_id %u ('%s'): cannot release a tensor %s (not supported yet)", id,
+                    t->name, t->comp ? "with a compressor" : "under a static merge policy"),
+           FGB_ENOTSUP;
+  int busy = j->inflight > 0;
+  for (uint32_t i = 0; i < j->npending && !busy; i++) busy = j->pending[i].tensor_id == id;
+  for (uint32_t i = 0; i < j->ncolls && !busy; i++)
+    busy = j->colls[i].tensor_id == id || j->colls[i].dst_id == id;
+  if (busy)
+    return snprintf(err, errlen,
+                    "tensor_id %u ('%s'): a step or collective of job '%s' is still in flight; "
+                    "wait for it, then release",
+                    id, t->name, j->id.name),
+           FGB_EBUSY;
+  uint32_t k = 0;
+  while (k < j->ntensors && j->tensors[k] != t) k++;
+  if (k < j->ntensors) {
+    memmove(&j->tensors[k], &j->tensors[k + 1], (j->ntensors - k - 1) * sizeof(*j->tensors));
+    j->ntensors--;
+  }
+  d->tensors[id - 1] = NULL;
+  LOG_INFO("job '%s' rank %d released tensor %u '%s'", j->id.name, j->rank, id, t->name);
+  srv_arena_unref(t->arena);
+  free(t);
+  return FGB_OK;
+}
+
+void core_free_jobs(core *d) {
+  srv_pre_free(d);
+  while (d->jobs) {
+    srv_job *j = d->jobs;
+    j->session = NULL; /* fgbuffd: every session is closed by now */
+    j->inflight = 0;
+    j->aborted = 1;
+    srv_job_maybe_release(d, j);
+  }
+  free(d->tensors);
+  d->tensors = NULL;
+  d->ntensors = d->tcap = 0;
+}

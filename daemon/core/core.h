@@ -1,0 +1,291 @@
+/* daemon/core/core.h — the job core of fgbuffd's loop thread: jobs, arenas, tensors and the
+ * per-step bookkeeping that turns submits into agreed collectives and Done replies, the one ordered
+ * path to the engine (preissue.c), plans (plan_exec.c, plan_split.c) and coordinator events
+ * (events.c). Plain C arguments only: no protobuf, no sockets, no libuv handles.
+ *
+ * The layer above (session.c) decodes a client's frame and calls one entry point of this facade;
+ * what goes back to a client or a peer leaves through the core_cbs table it was handed (a session
+ * is an opaque pointer here). Every entry point that hands the coordinator input drains its event
+ * queue exactly once before it returns (core_drain is not called from anywhere else); an entry
+ * point called while another runs (a callback of the data plane, a reply that closes its session)
+ * leaves the drain to the outer one, whose loop picks up what it caused.
+ *
+ * Everything here is owned and touched by the loop thread only; the engine thread sees copies
+ * (engine.h's eng_item) and raw arena pointers, which stay mapped while it holds work on them. */
+#ifndef FGB_CORE_H
+#define FGB_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coordinator.h"
+#include "dp.h"
+#include "fgbuff/client.h"
+
+typedef struct core core;
+typedef struct srv_job srv_job;
+struct srv_session; /* the layer above's client connection: opaque to the core */
+struct srv_engine;
+struct eng_item;
+
+#define SRV_COLL_STEP (1ull << 63) /* steps with this bit are ad-hoc collectives: bit | seq */
+#define SRV_MAX_COUNT (1ull << 40)
+#define SRV_MAX_TENSORS_PER_JOB 65536
+#define SRV_MAX_INFLIGHT_STEPS 1024 /* distinct unfinished steps per job */
+#define SRV_STEP_BUCKETS 13         /* step-duration histogram buckets, +Inf apart */
+#define SRV_POLICY_MAX 32
+
+/* The step-duration histogram's upper bounds in seconds (rpc/metrics.c prints them). */
+extern const double core_step_le[SRV_STEP_BUCKETS];
+
+/* Memory shared by a client: a mapped memfd (base, bytes) or a device arena (gpu, dp). Refcounted:
+ * tensors keep it mapped after the client is gone until the engine has finished with them. */
+typedef struct srv_arena {
+  uint32_t id; /* per session */
+  int refs;
+  uint8_t *base;
+  size_t bytes;
+  void *gpu;              /* CUDA arena (daemon/gpu/), NULL for host memory */
+  const dp_ops *dp;       /* ... and the data plane that closes it */
+  struct srv_arena *next; /* in the session's list */
+} srv_arena;
+
+typedef struct srv_tensor {
+  uint32_t id; /* daemon-wide, never reused */
+  srv_job *job;
+  srv_arena *arena;
+  uint8_t *ptr;
+  uint64_t count;
+  fgb_dtype dtype;
+  uint32_t esize;
+  int op; /* FGB_OP_* */
+  uint32_t ndim;
+  uint64_t shape[COORD_MAX_DIMS];
+  char name[COORD_MAX_NAME + 1];
+  int key_known;
+  uint32_t key; /* job-wide key from the coordinator */
+  int has_last;
+  uint64_t last_step; /* last step submitted or flushed */
+  int poisoned;
+  char poison[512];
+  uint32_t gpu_slot;           /* CUDA arenas: event slot of the last submit (named in Done) */
+  uint32_t gpu_seq;            /* ... with a done page: the last submit's done_seq (0: none) */
+  const struct comp_ops *comp; /* NULL: dense (compressor "none") */
+  double density;
+} srv_tensor;
+
+/* A tensor handed to the agreement for one step; Done not sent yet. */
+typedef struct srv_pending {
+  uint32_t tensor_id;
+  uint64_t step;
+  uint8_t flushed;   /* contributes zeros (EndStep) */
+  uint8_t reported;  /* coord_ready called (needs the key) */
+  uint8_t issued;    /* handed to the engine */
+  uint8_t observing; /* GPU: waiting until the client's event is seen complete */
+  uint64_t
+      ready_us; /* ready here (submitted, flushed or seen complete), while a timeline records */
+} srv_pending;
+
+/* An ad-hoc collective waiting for agreement or the engine. */
+typedef struct srv_coll {
+  uint64_t seq, req_id;
+  int kind, op, root;
+  uint32_t tensor_id, dst_id;
+  uint8_t reported, issued;
+  /* The client's call order (preissue.c): the latest step it had submitted or ended when it
+   * asked for this collective (sub_any 0: none yet). */
+  uint8_t sub_any;
+  uint64_t sub_hi;
+  uint8_t mid; /* asked for inside a step (some of the step's tensors submitted, not all) */
+} srv_coll;
+
+typedef struct srv_step {
+  uint64_t step;
+  uint32_t outstanding;
+  int ended;
+  uint64_t t0_us;
+} srv_step;
+
+typedef struct srv_stall {
+  char tensor[COORD_MAX_NAME + 1];
+  uint32_t key;
+  uint64_t step;
+  int missing[16];
+  int nmissing;
+  uint64_t first_ms;
+} srv_stall;
+
+/* This daemon's rank of a job (one rank per daemon and job). */
+struct srv_job {
+  core *d;
+  uint64_t local_id;
+  coord_job_id id;
+  uint64_t key;
+  int key_known;
+  int rank, size;
+  char policy[SRV_POLICY_MAX];
+  struct srv_session *session; /* NULL once the client left */
+  char client_desc[96];
+  int formed, refused, aborted, left, left_clean;
+  char refuse_text[512], abort_text[512];
+  int refuse_code;          /* the refusal's code and field, repeated to every later call */
+  const char *refuse_field; /* "rank" or "size" (static) */
+  uint64_t left_ms;
+  srv_tensor **tensors; /* job-local order of registration */
+  uint32_t ntensors, tcap;
+  srv_pending *pending;
+  uint32_t npending, pcap;
+  srv_coll *colls;
+  uint32_t ncolls, ccap;
+  srv_step *steps;
+  uint32_t nsteps, scap;
+  srv_stall *stalls;
+  uint32_t nstalls, stcap;
+  uint32_t inflight; /* engine items not completed */
+  uint64_t steps_completed, bytes_sent, bytes_received, last_step_latency_us;
+  /* Gradient bytes handed to gradient syncs (before compression; events.c), and every completed
+   * step's latency as a histogram (counts per bucket of core_step_le, not cumulative). */
+  uint64_t grad_bytes, step_sum_us, step_hist[SRV_STEP_BUCKETS + 1];
+  struct srv_plan *plan; /* static merge policies (plan_exec.c); NULL until the first ISSUE */
+  /* Pre-issue (preissue.c): the next step whose first readiness is told to the leader, whether
+   * one was, and whether the client asked for an ad-hoc collective inside a step (then it never
+   * asks for pre-issue again). */
+  uint64_t pre_next;
+  uint8_t pre_seen, pre_adhoc, pre_live; /* pre_live: the last gradient ISSUE was pre-issued */
+  /* Recall (preissue.c): a round is in flight (waiting items are held back), the highest seq of
+   * a pre-issued item handed to the engine, rounds ended and tensors revoked here. */
+  uint8_t pre_hold;
+  uint64_t pre_handed, recalls, revoked;
+  uint64_t pre_stuck_ms; /* since when the first waiting item lacks a tensor (srv_pre_tick) */
+  srv_job *next;
+};
+
+/* What the core hands up: replies to a client (s: the session the job or request came from,
+ * never NULL) and the coordinator's bytes for a peer. ud is core.ud. */
+typedef struct core_cbs {
+  /* A request refused (not fatal to the connection). */
+  void (*error)(void *ud, struct srv_session *s, uint64_t req_id, int code, const char *field,
+                const char *msg);
+  void (*ok)(void *ud, struct srv_session *s, uint64_t req_id);
+  void (*joined)(void *ud, struct srv_session *s, uint64_t req_id, const srv_job *j);
+  void (*tensor)(void *ud, struct srv_session *s, uint64_t req_id, uint32_t tensor_id);
+  /* Done of (tensor, step); event_slot: the GPU event slot of the tensor's last submit (0 on a
+   * host arena). */
+  void (*done)(void *ud, struct srv_session *s, uint32_t tensor_id, uint64_t step, int status,
+               const char *err, uint32_t event_slot);
+  void (*coll_done)(void *ud, struct srv_session *s, uint64_t req_id, uint64_t seq, int status,
+                    const char *err);
+  /* A compressor state export's bytes (the layer above checks that they fit a frame). */
+  void (*state)(void *ud, struct srv_session *s, uint64_t req_id, const void *data, size_t len);
+  /* COORD_EV_SEND: bytes for world rank `peer` on the control plane. */
+  void (*send)(void *ud, int peer, const uint8_t *bytes, size_t len);
+} core_cbs;
+
+/* Engine items waiting to be handed over in world order (preissue.c). */
+struct srv_held;
+
+struct core {
+  /* Set by the owner before the first call (core_init zeroes the rest). */
+  coord *coord;
+  const core_cbs *cbs;
+  void *ud;
+  int world_rank;
+  int gpu;                /* a GPU daemon (--device cuda:...): daemon/gpu/ */
+  const char *device;     /* the daemon's --device */
+  const dp_ops *dp;       /* its data plane; NULL on a host daemon */
+  struct srv_engine *eng; /* NULL until started and once stopped */
+  /* The live settings plan_warmup_steps and replan_steps (boot/config.c's table owns them). */
+  const uint32_t *plan_warmup_steps, *replan_steps;
+  /* Owned by the core. */
+  srv_job *jobs;
+  srv_tensor **tensors; /* by id - 1 */
+  uint32_t ntensors, tcap;
+  uint64_t next_job_id;
+  struct srv_held *held, *held_tail;
+  uint32_t nheld;
+  int depth;       /* entry points running (the outermost drains) */
+  uint64_t drains; /* coordinator drains so far (tests count them per entry point) */
+};
+
+/* Zero d, then set what the owner must. */
+void core_init(core *d, coord *c, const core_cbs *cbs, void *ud);
+
+/* ---- entry points: each drains the coordinator once on its way out (core_tick twice) -------- */
+/* JoinJob after the layer above checked its fields: a new rank of job (name, incarnation) on
+ * session s, replied through cbs->joined (an Error for a duplicate rank here, out of memory or a
+ * coordinator refusal). Returns the job or NULL. */
+typedef struct core_join_args {
+  const char *name;
+  uint64_t incarnation;
+  int rank, size;
+  const char *policy;
+  const char *client_desc;
+  uint64_t fusion_bytes; /* policy fusion: this daemon's threshold and cycle (coord_join_owned) */
+  uint32_t cycle_ms;
+  uint32_t uid; /* the client's uid: the job is bound to its first joiner's (COORD_UID_NONE) */
+} core_join_args;
+srv_job *core_join(core *d, struct srv_session *s, uint64_t req_id, const core_join_args *a);
+
+/* RegisterTensor of job j in arena a, after the layer above checked the frame's fields against
+ * the arena: the compressor check, then the tensor (replied through cbs->tensor) and its
+ * registration with the coordinator. */
+typedef struct core_tensor_args {
+  const char *name;
+  srv_arena *arena;
+  uint64_t offset, count;
+  fgb_dtype dtype;
+  int op;                 /* FGB_OP_SUM, else FGB_OP_AVERAGE */
+  const char *compressor; /* "" or "none": dense */
+  double density;
+  uint32_t ndim;
+  const uint64_t *shape;
+} core_tensor_args;
+void core_tensor_register(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
+                          const core_tensor_args *a);
+
+/* Submit / EndStep / Collective of session s, whose job is j (NULL: none joined yet). */
+void core_submit(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
+                 uint64_t step, uint32_t event_slot, uint32_t done_seq);
+void core_end_step(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint64_t step);
+/* kind: ENG_ALLREDUCE, ENG_BROADCAST or ENG_ALLGATHER; op: FGB_OP_AVERAGE or FGB_OP_SUM (the
+ * wire's enums have the same numbers); anything else is refused naming the value. */
+typedef struct core_coll_args {
+  uint64_t seq;
+  int kind, op, root;
+  uint32_t tensor_id, dst_tensor_id;
+} core_coll_args;
+void core_collective(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
+                     const core_coll_args *a);
+/* StateExport / StateImport of a compressed tensor (runs on the engine; replied on its result). */
+void core_state(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
+                int import, const uint8_t *data, size_t len);
+
+/* The data plane saw the client's event of (tensor, step) complete: report it ready. */
+void core_gpu_observed(core *d, uint32_t tensor_id, uint64_t step);
+/* The control plane handed the coordinator input (ctrl_cbs.after_input). */
+void core_after_input(core *d);
+/* The loop's timer: the coordinator's clock, pre-issue's stuck check (a drain after each), then
+ * the release of jobs whose client left. */
+void core_tick(core *d, uint64_t now_ms);
+/* The coordinator's clock alone (the fusion cycle's timer: coord_next_due), then one drain. */
+void core_clock(core *d, uint64_t now_ms);
+/* j's client is gone (its session closed). */
+void core_client_gone(srv_job *j);
+/* The engine's results (eng_done_cb; ud is the core). A result hands the coordinator nothing
+ * today, so its drain finds the queue empty; it drains anyway, like every entry point. */
+void core_engine_result(void *ud, struct eng_item *it);
+
+/* ---- lookups and lifetimes (no coordinator input) -------------------------------------------- */
+srv_tensor *srv_tensor_get(const core *d, uint32_t id);
+/* The job's tensor with coordinator key `key` (NULL: none known yet). */
+srv_tensor *srv_tensor_by_key(const srv_job *j, uint32_t key);
+/* Drop a reference of a; the last one unmaps it (or closes it through its data plane). */
+void srv_arena_unref(srv_arena *a);
+/* ReleaseTensor's bookkeeping: FGB_OK (the tensor is gone), or a refusal with its text. */
+fgb_status core_tensor_release(core *d, srv_job *j, uint32_t id, char *err, size_t errlen);
+/* Free the job once its client is gone and the engine holds no work on it. */
+void srv_job_maybe_release(core *d, srv_job *j);
+/* Free every job and what waits for the engine (shutdown: no client left, the engine stopped). */
+void core_free_jobs(core *d);
+
+#endif

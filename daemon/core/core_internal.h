@@ -1,0 +1,55 @@
+/* daemon/core/core_internal.h — what the core's files call of each other (the facade is core.h;
+ * pre-issue and plans have their own headers). One section per file. None of these drains the
+ * coordinator: core.c's entry points do, once. */
+#ifndef FGB_CORE_INTERNAL_H
+#define FGB_CORE_INTERNAL_H
+
+#include <stdarg.h>
+
+#include "core.h"
+
+struct comp_ops;
+struct eng_tensor;
+
+/* ---- core.c: the facade's helpers --------------------------------------------------------- */
+/* An Error reply to s (cbs->error), formatted. */
+void core_error(core *d, struct srv_session *s, uint64_t req_id, int code, const char *field,
+                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Drain the coordinator's events (events.c's handlers); only core.c's entry points call it. */
+void core_drain(core *d);
+
+/* ---- steps.c: submits, end of step, ad-hoc collectives, readiness, failures, job release -- */
+/* Done of (tensor, step) to s with its GPU event slot; a failure releases the done signal. */
+void srv_send_done(core *d, struct srv_session *s, uint32_t tensor_id, uint64_t step, int status,
+                   const char *err);
+void srv_on_submit(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
+                   uint64_t step, uint32_t event_slot, uint32_t done_seq);
+void srv_on_end_step(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint64_t step);
+void srv_on_collective(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
+                       const core_coll_args *m);
+void srv_fail_pending(srv_job *j, int code, const char *text, const srv_tensor *only);
+void srv_step_tensor_done(srv_job *j, uint32_t tensor_id, uint64_t step);
+/* Report readiness that waited for the job's formation or a tensor's key (only: that tensor). */
+void srv_report_waiting(core *d, srv_job *j, const srv_tensor *only);
+/* The data plane saw the client's event of (tensor, step) complete: report it ready. */
+void srv_gpu_observed(core *d, uint32_t tensor_id, uint64_t step);
+/* Releases of jobs whose client left (core_tick). */
+void srv_jobs_tick(core *d);
+
+/* ---- events.c: coordinator events, engine results, a client gone ------------------------- */
+void srv_coord_events(core *d);
+void srv_engine_result(core *d, struct eng_item *it);
+void srv_job_client_gone(srv_job *j);
+
+/* ---- comp.c: compressors at registration, state export/import ---------------------------- */
+/* Check a tensor's compressor and density (creating a trial instance); *ops NULL: dense. */
+fgb_status srv_comp_check(const srv_job *j, const core_tensor_args *a, const struct comp_ops **ops,
+                          char *err, size_t errlen);
+/* Fill an engine tensor's compressor fields from the registered tensor. */
+void srv_comp_fill(const srv_tensor *t, struct eng_tensor *et);
+void srv_on_state(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
+                  int import, const uint8_t *data, size_t len);
+/* The engine finished an ENG_STATE item: reply to the client. */
+void srv_state_result(srv_job *j, struct eng_item *it);
+
+#endif
