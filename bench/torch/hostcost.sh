@@ -3,22 +3,26 @@
 # in 2 ranks (torchrun) against a world of 2 daemons this script starts and stops by PID: CPU
 # daemons by default, GPU daemons with --device cuda (2 GPUs; --mps under a private MPS server).
 #
-# Usage: bench/torch/hostcost.sh BUILD_DIR [--device cpu|cuda] [--mps] [hostcost.py options...]
+# Usage: bench/torch/hostcost.sh BUILD_DIR [--device cpu|cuda] [--mps] [--pkg DIR]
+#          [hostcost.py options: --tensors N --steps S --configs plain,noop,dense,topk --csv F]
+#   --pkg DIR   the fgbuff Python package from DIR (e.g. another checkout's client/python) instead
+#               of this tree's, with BUILD_DIR's library: the "before" of a change in one run
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
 src="$(cd "$here/../.." && pwd)"
 build="$(cd "${1:?usage: hostcost.sh BUILD_DIR [--device cpu|cuda] [--mps] [options]}" && pwd)"
 shift
-dev=cpu mps=0 args=()
+dev=cpu mps=0 args=() pkg="$src/client/python"
 while [ $# -gt 0 ]; do
   case "$1" in
   --device) dev="$2"; args+=(--device "$2"); shift ;;
   --mps) mps=1 ;;
+  --pkg) pkg="$(cd "$2" && pwd)"; shift ;;
   *) args+=("$1") ;;
   esac
   shift
 done
-export FGBUFF_BIN_DIR="$build" PYTHONPATH="$src/client/python${PYTHONPATH:+:$PYTHONPATH}"
+export FGBUFF_BIN_DIR="$build" PYTHONPATH="$pkg${PYTHONPATH:+:$PYTHONPATH}"
 export FGBUFF_CLIENT_LIB="$build/client/libfgbuff_client.so" PYTHONDONTWRITEBYTECODE=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1 FGBUFF_JOB="hc$$" FGBUFF_INCARNATION=$(( ($$ << 8) + RANDOM % 256 ))

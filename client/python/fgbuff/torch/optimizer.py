@@ -7,7 +7,8 @@ place; a gradient autograd allocated afresh (after `.grad = None`) is copied int
 `.grad` is pointed back at the view (never `set_()`). A post-accumulate-grad hook submits the
 slot once its `backward_passes_per_step`-th accumulation is final (on the current stream on GPU);
 synchronize() ends the step (parameters that got no gradient are synchronised as zeros, as
-Horovod does) and waits — on GPU with fgb_wait_on_stream, so the host does not block per tensor.
+Horovod does) and waits — on GPU with one fgb_wait_many_on_stream for every tensor (done-page
+stream waits batched), so the host neither blocks nor makes a driver call per tensor.
 
 Each DistributedOptimizer is its own job on the daemons (`<base>.optN` or job_name=), so several
 optimizers (a GAN's two) step independently and an EndStep never flushes another's tensors.
@@ -15,8 +16,11 @@ optimizers (a GAN's two) step independently and an EndStep never flushes another
 Non-finite gradients and compressors: a tensor with a compressor keeps error-feedback state in the
 daemon; an inf/NaN entering it would poison every later step. So a compressed gradient that is not
 finite on a rank is submitted as zeros and counted in a step flag (a 1-element SUM tensor of the
-same job, submitted every step; all of it computed on the device, no host sync); when any rank
-counted one, every rank's synchronised gradients become NaN, so a
+same job, submitted every step; all of it computed on the device, no host sync). In the hook, 3
+ops into preallocated tensors: norm = vector_norm(g, inf) (NaN propagates, never overflows),
+ok = norm < inf (the tensor's bit of a bool vector), g = where(ok, g, 0); synchronize() sums the
+false bits into the flag once per step. When any rank counted one, every rank's synchronised
+gradients become NaN, so a
 GradScaler skips the step on every rank (as a dense all-reduce of an inf would), while the
 residuals received only zeros from that rank. Dense tensors have no state: their inf/NaN propagate
 as in Horovod.
