@@ -215,6 +215,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 e.ok = self._fgb_oks[k]
         for e in self._fgb_order:
             e.dev = e.slot.device.index if e.slot.is_cuda else -1
+        dd = self._fgb_mem.daemon_device
+        self._fgb_wait_dev = ((dd.index if dd.index is not None else torch.cuda.current_device())
+                              if dd.type == "cuda" else -1)
         # what synchronize() waits on, as one array for fgb_wait_many_on_stream
         self._fgb_wait_ids = cl.tensor_ids([e.tid for e in self._fgb_order] +
                                            ([self._fgb_flag[0]] if self._fgb_flag else []))
@@ -294,7 +297,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._fgb_mem.on_gpu:
             # every slot (and the flag) lives on the daemon's device: one stream, one call for
             # every tensor (the done-page waits go to the stream as one batch)
-            stream = _raw_stream(self._fgb_mem.daemon_device.index)
+            stream = _raw_stream(self._fgb_wait_dev)
             cl.wait_many_on_stream(self._fgb_wait_ids, step, stream)
         else:
             cl.wait_step(step)
