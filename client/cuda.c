@@ -53,6 +53,8 @@ typedef struct drv {
   /* stream memory operations (the done page); NULL when the driver lacks them */
   CUresult (*wait32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
   CUresult (*write32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+  /* many of those in one call (fgb_wait_many_on_stream); NULL: one wait32 per number */
+  CUresult (*batch)(CUstream, unsigned int, CUstreamBatchMemOpParams *, unsigned int);
 } drv;
 
 static const drv *driver(void) {
@@ -79,6 +81,8 @@ static const drv *driver(void) {
   *(void **)&d.wait32 = dlsym(h, "cuStreamWaitValue32_v2");
   *(void **)&d.write32 = dlsym(h, "cuStreamWriteValue32_v2");
   if (!d.write32) d.wait32 = NULL; /* both or neither */
+  *(void **)&d.batch = dlsym(h, "cuStreamBatchMemOp_v2");
+  if (!d.wait32) d.batch = NULL;
   return d.ok ? &d : NULL;
 }
 
@@ -500,6 +504,50 @@ fgb_status cli_cuda_wait_seq(fgb_client *c, uint32_t tensor_id, uint32_t seq, vo
     return cli_fail(c, FGB_EIO, "cuStreamWaitValue32 on the done page: %s", cu_err(dv, cr));
   cli_page_deadline(r->page, seq, timeout_ms);
   return FGB_OK;
+}
+
+fgb_status cli_cuda_wait_seqs(fgb_client *c, const uint32_t *tensor_ids, const uint32_t *seqs,
+                              size_t n, void *stream, int timeout_ms) {
+  const drv *dv = driver();
+  if (!dv || !dv->wait32)
+    return cli_fail(c, FGB_EPROTO, "no stream memory operations to wait with");
+  CUstreamBatchMemOpParams op[CLI_BATCH_MEMOPS];
+  cli_page *pg[CLI_BATCH_MEMOPS];
+  for (size_t i = 0; i < n;) {
+    size_t m = n - i < CLI_BATCH_MEMOPS ? n - i : CLI_BATCH_MEMOPS;
+    for (size_t k = 0; k < m; k++) {
+      cli_cuda *r = ring_of(c, tensor_ids[i + k]);
+      if (!r || !r->page || seqs[i + k] == 0)
+        return cli_fail(c, FGB_EPROTO, "tensor %u: no done page to wait on", tensor_ids[i + k]);
+      pg[k] = r->page;
+      memset(&op[k], 0, sizeof op[k]);
+      op[k].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+      op[k].waitValue.address = cli_page_dev(r->page, seqs[i + k]);
+      op[k].waitValue.value = seqs[i + k];
+      op[k].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+    }
+    if (dv->batch) {
+      CUresult cr = dv->batch((CUstream)stream, (unsigned int)m, op, 0);
+      if (cr != CUDA_SUCCESS)
+        return cli_fail(c, FGB_EIO, "cuStreamBatchMemOp of %zu done-page waits: %s", m,
+                        cu_err(dv, cr));
+    }
+    for (size_t k = 0; k < m; k++) {
+      if (!dv->batch) {
+        CUresult cr = dv->wait32((CUstream)stream, op[k].waitValue.address, seqs[i + k],
+                                 CU_STREAM_WAIT_VALUE_GEQ);
+        if (cr != CUDA_SUCCESS)
+          return cli_fail(c, FGB_EIO, "cuStreamWaitValue32 on the done page: %s", cu_err(dv, cr));
+      }
+      cli_page_deadline(pg[k], seqs[i + k], timeout_ms);
+    }
+    i += m;
+  }
+  return FGB_OK;
+}
+
+int cli_cuda_on_device(fgb_client *c, uint32_t tensor_id) {
+  return ring_of(c, tensor_id) != NULL;
 }
 
 fgb_status cli_cuda_expired(fgb_client *c) {

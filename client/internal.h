@@ -137,6 +137,14 @@ fgb_status cli_cuda_wait_stream(fgb_client *c, uint32_t tensor_id, uint32_t slot
 /* Makes the stream wait until the done page holds seq (stream-ordered: returns at once). */
 fgb_status cli_cuda_wait_seq(fgb_client *c, uint32_t tensor_id, uint32_t seq, void *stream,
                              int timeout_ms);
+/* The same for n tensors (their seqs), enqueued as cuStreamBatchMemOp calls of at most
+ * CLI_BATCH_MEMOPS operations (the driver takes fewer than 256 per call). Nothing is enqueued past
+ * a failure (FGB_EIO); the batches before it are. */
+#define CLI_BATCH_MEMOPS 255
+fgb_status cli_cuda_wait_seqs(fgb_client *c, const uint32_t *tensor_ids, const uint32_t *seqs,
+                              size_t n, void *stream, int timeout_ms);
+/* 1 when the tensor lives in device memory (a CUDA arena). */
+int cli_cuda_on_device(fgb_client *c, uint32_t tensor_id);
 /* FGB_ETIMEDOUT once after the watchdog released a stream wait past its timeout. */
 fgb_status cli_cuda_expired(fgb_client *c);
 /* Host-writes done-page sequence numbers so no stream waits forever: up to seq for one tensor's

@@ -201,6 +201,86 @@ CLI_API fgb_status fgb_wait_on_stream(fgb_client *c, uint32_t tensor_id, uint64_
 #endif
 }
 
+#ifdef FGBUFF_HAVE_CUDA
+/* The done-page waits fgb_wait_many_on_stream gathered: one cuStreamBatchMemOp per
+ * CLI_BATCH_MEMOPS; where the batch cannot be enqueued, each tensor as fgb_wait_on_stream does
+ * (its single stream wait, else a host wait). No socket is read between gathering a tensor (its
+ * Done was not there) and marking it early_valid here, so no Done of it is buffered unseen. */
+static fgb_status flush_page_waits(fgb_client *c, const uint32_t *ids, const uint32_t *seqs,
+                                   size_t *nb, uint64_t step, void *stream, int timeout_ms) {
+  size_t n = *nb;
+  *nb = 0;
+  if (n == 0) return FGB_OK;
+  fgb_status s = cli_cuda_wait_seqs(c, ids, seqs, n, stream, timeout_ms);
+  if (s == FGB_OK) {
+    for (size_t k = 0; k < n; k++) {
+      cli_tensor *t = cli_tensor_mut(c, ids[k]);
+      t->early_valid = 1; /* conn.c: its Done is consumed (or made the pending error) on arrival */
+      t->early_step = step;
+      wait_trace(c, ids[k], step, NULL, "memop, batched");
+    }
+    return FGB_OK;
+  }
+  for (size_t k = 0; k < n; k++) {
+    if (!wait_on_page(c, ids[k], step, stream, timeout_ms, &s))
+      s = fgb_wait_on_stream(c, ids[k], step, stream, timeout_ms);
+    if (s) return s;
+  }
+  return FGB_OK;
+}
+#endif
+
+CLI_API fgb_status fgb_wait_many_on_stream(fgb_client *c, const uint32_t *tensor_ids, size_t n,
+                                           uint64_t step, void *stream, int timeout_ms) {
+  if (c == NULL) return FGB_EINVAL;
+  fgb_status s = cli_ready(c);
+  if (s || n == 0) return s;
+  if (tensor_ids == NULL)
+    return cli_fail(c, FGB_EINVAL, "fgb_wait_many_on_stream: tensor_ids is NULL (n = %zu)", n);
+  for (size_t i = 0; i < n; i++)
+    if (cli_tensor_find(c, tensor_ids[i]) == NULL)
+      return cli_fail(c, FGB_ENOTFOUND,
+                      "tensor id %u (index %zu of %zu) was not registered through this handle",
+                      tensor_ids[i], i, n);
+#ifdef FGBUFF_HAVE_CUDA
+  uint32_t ids[CLI_BATCH_MEMOPS], seqs[CLI_BATCH_MEMOPS];
+  size_t nb = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t id = tensor_ids[i];
+    cli_tensor *t = cli_tensor_mut(c, id);
+    if (!cli_cuda_on_device(c, id)) { /* host memory: the result is in place once Done */
+      if ((s = flush_page_waits(c, ids, seqs, &nb, step, stream, timeout_ms)) ||
+          (s = fgb_wait(c, id, step, timeout_ms)))
+        return s;
+      continue;
+    }
+    /* as wait_on_page: the stream waits on the page for this submit's number */
+    if (t->sub_valid && t->sub_step == step && t->done_once && cli_cuda_has_page(c, id)) {
+      if (cli_find_done(c, id, step) != NULL) { /* already here: nothing to wait on */
+        if (wait_on_page(c, id, step, stream, timeout_ms, &s) && s) return s;
+        continue;
+      }
+      ids[nb] = id;
+      seqs[nb] = t->sub_seq;
+      if (++nb == CLI_BATCH_MEMOPS &&
+          (s = flush_page_waits(c, ids, seqs, &nb, step, stream, timeout_ms)))
+        return s;
+      continue;
+    }
+    /* a first sync, a tensor not submitted this step, done events: waits on the host */
+    if ((s = flush_page_waits(c, ids, seqs, &nb, step, stream, timeout_ms)) ||
+        (s = fgb_wait_on_stream(c, id, step, stream, timeout_ms)))
+      return s;
+  }
+  return flush_page_waits(c, ids, seqs, &nb, step, stream, timeout_ms);
+#else
+  (void)stream; /* no device arenas without CUDA: every tensor lives in host memory */
+  for (size_t i = 0; i < n; i++)
+    if ((s = fgb_wait(c, tensor_ids[i], step, timeout_ms))) return s;
+  return FGB_OK;
+#endif
+}
+
 CLI_API fgb_status fgb_wait_step(fgb_client *c, uint64_t step, int timeout_ms) {
   if (c == NULL) return FGB_EINVAL;
   fgb_status s = cli_ready(c);

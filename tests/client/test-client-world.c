@@ -1,8 +1,9 @@
 /* test-client-world: one rank of a 2-rank job against real daemons (test-client-world.sh starts a
  * world and two of these). Checks, with exact values: gradient averaging of a submitted tensor;
  * end-of-step flushing — a tensor only rank 1 submits averages with rank 0's zeros; per-tensor
- * fgb_wait/fgb_test; ad-hoc all-reduce (sum, average), broadcast and all-gather; a refused
- * collective (bad root) reported as an error; the daemon's status JSON naming the job. */
+ * fgb_wait/fgb_test; fgb_wait_many_on_stream on host-arena tensors and its errors; ad-hoc
+ * all-reduce (sum, average), broadcast and all-gather; a refused collective (bad root) reported as
+ * an error; the daemon's status JSON naming the job. */
 #include <unistd.h>
 
 #include "fgbuff/client.h"
@@ -70,6 +71,31 @@ int main(void) {
   }
   CHECK(fgb_wait_step(c, 1, TO) == FGB_OK);
   CHECK(all_eq(u, 8, 0.0f));
+
+  /* Step 2: fgb_wait_many_on_stream over host-arena tensors (waited for on the host): g averaged,
+   * u submitted by rank 0 only. Its errors first: an unknown id fails naming the id and its index
+   * before anything is waited for; ids NULL with n > 0 is invalid; n = 0 waits for nothing. */
+  for (int i = 0; i < 16; i++) g[i] = (float)(rank + 1) * 2.0f * (float)i;
+  for (int i = 0; i < 8; i++) u[i] = 6.0f;
+  CHECK(fgb_submit(c, id[0], 2, NULL) == FGB_OK);
+  if (rank == 0) CHECK(fgb_submit(c, id[1], 2, NULL) == FGB_OK);
+  CHECK(fgb_end_step(c, 2) == FGB_OK);
+  uint32_t bad[2] = {id[0], 9999};
+  s = fgb_wait_many_on_stream(c, bad, 2, 2, NULL, TO);
+  CHECK_MSG(s == FGB_ENOTFOUND && strstr(fgb_client_error(c), "9999") &&
+                strstr(fgb_client_error(c), "index 1"),
+            "wait_many unknown id: %d %s", s, fgb_client_error(c));
+  s = fgb_wait_many_on_stream(c, NULL, 1, 2, NULL, TO);
+  CHECK_MSG(s == FGB_EINVAL, "wait_many ids NULL: %d", s);
+  CHECK(fgb_wait_many_on_stream(c, NULL, 0, 2, NULL, TO) == FGB_OK);
+  CHECK(fgb_wait_many_on_stream(NULL, id, 2, 2, NULL, TO) == FGB_EINVAL);
+  s = fgb_wait_many_on_stream(c, id, 2, 2, NULL, TO);
+  CHECK_MSG(s == FGB_OK, "wait_many step 2: %s", fgb_client_error(c));
+  ok = 1;
+  for (int i = 0; i < 16; i++) ok &= g[i] == 3.0f * (float)i;
+  CHECK_MSG(ok, "step 2: g is not the average of both ranks after fgb_wait_many_on_stream");
+  CHECK_MSG(all_eq(u, 8, 3.0f), "step 2: u = %g, want 3 (rank 1 flushed zeros)", (double)u[0]);
+  CHECK(fgb_wait_step(c, 2, TO) == FGB_OK);
 
   /* Ad-hoc collectives. */
   for (int i = 0; i < 4; i++) src[i] = (float)(rank + 1);

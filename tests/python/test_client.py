@@ -111,6 +111,29 @@ def test_release_tensor_and_arena(job, world):
         job.arena_release(a)
 
 
+def test_wait_many_on_stream_host_tensors(job, world):
+    """fgb_wait_many_on_stream on host-arena tensors waits on the host: the results are in place
+    when it returns; an unknown id is named with its index; an empty list waits for nothing."""
+    r, n = world
+    a = job.arena_alloc_host(4096)
+    v = a.view()
+    x = job.tensor_register("wm.x", a, 0, 4, C.FLOAT32, (4,))
+    y = job.tensor_register("wm.y", a, 64, 4, C.FLOAT32, (4,))
+    v[0:16] = struct.pack("4f", *[(r + 1) * 1.0 + i for i in range(4)])
+    v[64:80] = struct.pack("4f", 5.0, 5.0, 5.0, 5.0)
+    job.submit(x, 1)  # y is not submitted: flushed as zeros by end_step
+    job.end_step(1)
+    with pytest.raises(C.NotFound) as e:
+        job.wait_many_on_stream([x, 987654], 1, 0, TO)
+    assert "987654" in str(e.value) and "index 1" in str(e.value)
+    job.wait_many_on_stream([], 1, 0, TO)
+    job.wait_many_on_stream(C.Client.tensor_ids([x, y]), 1, 0, TO)
+    mean = sum(q + 1.0 for q in range(n)) / n
+    assert struct.unpack("4f", bytes(v[0:16])) == tuple(mean + i for i in range(4))
+    assert struct.unpack("4f", bytes(v[64:80])) == (0.0,) * 4
+    job.wait_step(1, TO)
+
+
 def test_dead_peer_raises_within_10s(job, world):
     r, n = world
     a = job.arena_alloc_host(4096)

@@ -93,6 +93,66 @@ def test_optimizer_cuda_equals_single_process(dtype, atol, hold):
         torch.testing.assert_close(p.float(), q.float(), rtol=0, atol=atol)
 
 
+def test_optimizer_cuda_300_tensors_batched_stream_waits():
+    """300 parameters: synchronize()'s fgb_wait_many_on_stream enqueues the done-page waits in two
+    cuStreamBatchMemOp calls (255 + 46); a held-back stream makes every Done late, so the step
+    must read the averaged result through the stream waits."""
+    n, lr = 300, 0.5
+    torch.manual_seed(0)
+    p0 = [torch.randn(4, 4) for _ in range(n)]
+    ps = [torch.nn.Parameter(t.to(dev())) for t in p0]
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(ps, lr=lr),
+                                   named_parameters=[(f"w{i}", p) for i, p in enumerate(ps)],
+                                   job_name="gpuopt.many")
+    want = [t.double() for t in p0]
+    for s in range(4):
+        xs = [[inputs(r, (4, 4), torch.float32, 100 * s + i) for i in range(n)]
+              for r in range(hvd.size())]
+        for i in range(n):
+            want[i] = want[i] - lr * sum(x[i].double() for x in xs) / hvd.size()
+        opt.zero_grad()
+        mine = [x.to(dev()) for x in xs[hvd.rank()]]
+        torch.cuda._sleep(100_000_000)  # the gradients (and their submits) come late
+        sum((p * x).sum() for p, x in zip(ps, mine)).backward()
+        opt.step()
+    torch.cuda.synchronize()
+    for p, w in zip(ps, want):
+        torch.testing.assert_close(p.detach().cpu().double(), w, rtol=0, atol=1e-5)
+
+
+def test_topk_nonfinite_on_gpu_skipped_everywhere_then_finite():
+    """The device-side non-finite guard (vector_norm, lt, where; the flag summed once per step):
+    an inf on rank 1 in a compressed tensor poisons every rank's gradients of that step, and the
+    next steps are finite (the residuals got zeros)."""
+    m = make(torch.float32)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.01),
+                                   named_parameters=m.named_parameters(), compressor="topk",
+                                   density=0.25, job_name="gpuopt.nonfinite")
+
+    def step(s, poison=False):
+        opt.zero_grad()
+        x, y = batch(s, hvd.rank(), torch.float32)
+        h = m[0].weight.register_hook(lambda g: g * float("inf")) if poison else None
+        torch.nn.functional.cross_entropy(m(x), y).backward()
+        if h is not None:
+            h.remove()
+        opt.synchronize()
+
+    for s in range(2):
+        step(s)
+        with opt.skip_synchronize():
+            opt.step()
+    step(2, poison=hvd.rank() == 1)
+    assert all(not torch.isfinite(p.grad).all() for p in m.parameters())
+    opt.zero_grad()
+    for s in range(3, 5):
+        step(s)
+        assert all(torch.isfinite(p.grad).all() for p in m.parameters())
+        with opt.skip_synchronize():
+            opt.step()
+    assert all(torch.isfinite(p).all() for p in m.parameters())
+
+
 def test_ddp_hook_equals_nccl_ddp():
     import torch.distributed as dist
 

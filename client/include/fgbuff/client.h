@@ -210,6 +210,18 @@ fgb_status fgb_wait(fgb_client *c, uint32_t tensor_id, uint64_t step, int timeou
 fgb_status fgb_wait_on_stream(fgb_client *c, uint32_t tensor_id, uint64_t step, void *stream,
                               int timeout_ms);
 
+/* fgb_wait_on_stream for tensor_ids[0..n) in one call (what a framework's end of step does):
+ * every id is checked first (an unknown one fails with FGB_ENOTFOUND naming it and its index,
+ * and nothing is waited for); then, in order, each tensor of a device arena is waited for as
+ * fgb_wait_on_stream does, except that the done-page stream waits are enqueued together
+ * (cuStreamBatchMemOp, up to 255 per driver call), and a tensor of a host arena as fgb_wait does
+ * (its result is in host memory: the host blocks; the only case in a build without CUDA, where
+ * `stream` is unused). The first failure is returned; tensors after it in the list may not have
+ * been waited for. n = 0 waits for nothing (tensor_ids may be NULL) and returns FGB_OK, or the
+ * handle's pending error. */
+fgb_status fgb_wait_many_on_stream(fgb_client *c, const uint32_t *tensor_ids, size_t n,
+                                   uint64_t step, void *stream, int timeout_ms);
+
 /* Non-blocking: FGB_OK when done, FGB_EAGAIN when not yet, or an error. */
 fgb_status fgb_test(fgb_client *c, uint32_t tensor_id, uint64_t step);
 

@@ -163,6 +163,9 @@ class Client:
             raise error_class(st)(st, "fgb_client_new failed", "fgb_client_new")
         self._h: Optional[ctypes.c_void_p] = h
         self._arenas = []
+        # the per-step calls, bound once (argtypes/restype are set by _lib)
+        self._f_submit = self._L.fgb_submit
+        self._f_wait_many = self._L.fgb_wait_many_on_stream
         if connect:
             try:
                 self.connect(socket_path)
@@ -281,7 +284,14 @@ class Client:
 
     # ---- gradient synchronisation
     def submit(self, tensor_id: int, step: int, stream: int = 0) -> None:
-        self._call("fgb_submit", tensor_id, step, ctypes.c_void_p(stream or None))
+        # the per-tensor hot path of a training step: no per-call lookups or ctypes objects
+        with self._lock:
+            h = self._h
+            if h is None:
+                self._handle()
+            st = self._f_submit(h, tensor_id, step, stream or None)
+            if st:
+                self._check(st, "fgb_submit")
 
     def end_step(self, step: int) -> None:
         self._call("fgb_end_step", step)
@@ -293,6 +303,23 @@ class Client:
                        timeout_ms: int = WAIT_FOREVER) -> None:
         self._call("fgb_wait_on_stream", tensor_id, step, ctypes.c_void_p(stream or None),
                    timeout_ms)
+
+    @staticmethod
+    def tensor_ids(ids: Sequence[int]) -> "ctypes.Array[ctypes.c_uint32]":
+        """A reusable array of tensor ids for wait_many_on_stream (build it once)."""
+        return (ctypes.c_uint32 * len(ids))(*ids)
+
+    def wait_many_on_stream(self, tensor_ids: "Sequence[int] | ctypes.Array[ctypes.c_uint32]",
+                            step: int, stream: int, timeout_ms: int = WAIT_FOREVER) -> None:
+        """fgb_wait_many_on_stream: wait_on_stream for every tensor in one call (done-page
+        stream waits enqueued as one batch); tensors in host memory are waited for on the host.
+        Pass an array from tensor_ids() to avoid building one per call."""
+        arr = tensor_ids if isinstance(tensor_ids, ctypes.Array) else self.tensor_ids(tensor_ids)
+        with self._lock:
+            h = self._handle()
+            st = self._f_wait_many(h, arr, len(arr), step, stream or None, timeout_ms)
+            if st:
+                self._check(st, "fgb_wait_many_on_stream")
 
     def test(self, tensor_id: int, step: int) -> bool:
         """True when done, False when not yet; raises on an error."""

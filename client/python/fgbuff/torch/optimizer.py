@@ -7,7 +7,8 @@ place; a gradient autograd allocated afresh (after `.grad = None`) is copied int
 `.grad` is pointed back at the view (never `set_()`). A post-accumulate-grad hook submits the
 slot once its `backward_passes_per_step`-th accumulation is final (on the current stream on GPU);
 synchronize() ends the step (parameters that got no gradient are synchronised as zeros, as
-Horovod does) and waits — on GPU with fgb_wait_on_stream, so the host does not block per tensor.
+Horovod does) and waits — on GPU with one fgb_wait_many_on_stream for every tensor (done-page
+stream waits batched), so the host neither blocks nor makes a driver call per tensor.
 
 Each DistributedOptimizer is its own job on the daemons (`<base>.optN` or job_name=), so several
 optimizers (a GAN's two) step independently and an EndStep never flushes another's tensors.
@@ -15,8 +16,11 @@ optimizers (a GAN's two) step independently and an EndStep never flushes another
 Non-finite gradients and compressors: a tensor with a compressor keeps error-feedback state in the
 daemon; an inf/NaN entering it would poison every later step. So a compressed gradient that is not
 finite on a rank is submitted as zeros and counted in a step flag (a 1-element SUM tensor of the
-same job, submitted every step; all of it computed on the device, no host sync); when any rank
-counted one, every rank's synchronised gradients become NaN, so a
+same job, submitted every step; all of it computed on the device, no host sync). In the hook, 3
+ops into preallocated tensors: norm = vector_norm(g, inf) (NaN propagates, never overflows),
+ok = norm < inf (the tensor's bit of a bool vector), g = where(ok, g, 0); synchronize() sums the
+false bits into the flag once per step. When any rank counted one, every rank's synchronised
+gradients become NaN, so a
 GradScaler skips the step on every rank (as a dense all-reduce of an inf would), while the
 residuals received only zeros from that rank. Dense tensors have no state: their inf/NaN propagate
 as in Horovod.
@@ -52,6 +56,11 @@ class _Entry:
     compressed: bool = False
     count: int = 0
     hook: Any = None
+    # the non-finite guard of a compressed tensor (preallocated: no allocation per step)
+    norm: Optional[torch.Tensor] = None  # 0-dim, the slot's dtype: max |slot| (NaN propagates)
+    ok: Optional[torch.Tensor] = None  # 0-dim bool view into the optimizer's `oks`: norm < inf
+    zero: Optional[torch.Tensor] = None  # 0-dim 0 of the slot's dtype (torch.where's other)
+    dev: int = -1  # CUDA device index of the slot (-1: host memory)
 
 
 def _default_filter(name: str, p: torch.nn.Parameter) -> bool:
@@ -186,12 +195,32 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 e.hook = p.register_post_accumulate_grad_hook(self._fgb_make_hook(e))
                 self._fgb_entries[id(p)] = e
                 self._fgb_order.append(e)
-        if any(e.compressed for e in self._fgb_order):
+        self._fgb_oks: Optional[torch.Tensor] = None
+        guarded = [e for e in self._fgb_order if e.compressed]
+        if guarded:
             arena, base = self._fgb_mem.alloc(64)
             flag = base[:4].view(torch.float32)
             tid = cl.tensor_register("__fgbuff.nonfinite", arena, 0, 1, C.FLOAT32, (1,),
                                      C.OP_SUM)
             self._fgb_flag = (tid, flag)
+            # one "finite" bit per compressed tensor, on the flag's device; reset every step
+            self._fgb_oks = torch.ones(len(guarded), dtype=torch.bool, device=flag.device)
+            zeros: Dict[Tuple[Any, Any], torch.Tensor] = {}
+            for k, e in enumerate(guarded):
+                key = (e.slot.device, e.slot.dtype)
+                if key not in zeros:
+                    zeros[key] = torch.zeros((), dtype=e.slot.dtype, device=e.slot.device)
+                e.zero = zeros[key]
+                e.norm = torch.empty((), dtype=e.slot.dtype, device=e.slot.device)
+                e.ok = self._fgb_oks[k]
+        for e in self._fgb_order:
+            e.dev = e.slot.device.index if e.slot.is_cuda else -1
+        dd = self._fgb_mem.daemon_device
+        self._fgb_wait_dev = ((dd.index if dd.index is not None else torch.cuda.current_device())
+                              if dd.type == "cuda" else -1)
+        # what synchronize() waits on, as one array for fgb_wait_many_on_stream
+        self._fgb_wait_ids = cl.tensor_ids([e.tid for e in self._fgb_order] +
+                                           ([self._fgb_flag[0]] if self._fgb_flag else []))
         _core._S.optimizers.append(self)
 
     # ---- hooks (autograd's thread)
@@ -213,6 +242,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Make p.grad the entry's tensor again, copying a gradient autograd allocated afresh."""
         p = e.param
         g = p.grad
+        if g is e.grad:  # the common case: autograd accumulated into the view (same object)
+            return
         if g is None:
             e.grad.zero_()
         elif g.is_sparse:
@@ -233,17 +264,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             e.slot.copy_(e.grad.reshape(-1))
         if self._fgb_predivide != 1.0:
             e.slot.div_(self._fgb_predivide)
-        if e.compressed and self._fgb_flag is not None:
-            # device-side, no host sync: a non-finite gradient is replaced by zeros and counted
-            # (in place, 5 small kernels: this runs per tensor in backward, on the host's path)
-            bad = torch.isfinite(e.slot).all().logical_not_()
-            e.slot.masked_fill_(bad, 0)
-            self._fgb_flag[1].add_(bad)  # the flag lives in the same memory (device) as slots
+        if e.ok is not None:
+            # device-side, no host sync, 3 ops into preallocated tensors: max |g| (one reduction,
+            # NaN propagates, never overflows), its "< inf" bit, and the slot zeroed where that
+            # bit is false; synchronize() counts the false bits of the step into the flag
+            _vnorm(e.slot, _INF, out=e.norm)
+            torch.lt(e.norm, _INF, out=e.ok)
+            torch.where(e.ok, e.slot, e.zero, out=e.slot)
         self._fgb_submitted += 1
-        stream = 0
-        if e.slot.is_cuda:
-            stream = int(torch.cuda.current_stream(e.slot.device).cuda_stream)
-        cl.submit(e.tid, self._fgb_step, stream)
+        cl.submit(e.tid, self._fgb_step, _raw_stream(e.dev) if e.dev >= 0 else 0)
 
     # ---- Horovod's surface
     def synchronize(self) -> None:
@@ -255,23 +284,21 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._fgb_synchronized:
             return
         step = self._fgb_step
-        for e in self._fgb_order:  # partial accumulations (count < N) are submitted as they are
-            if 0 < e.count < self._fgb_bpps:
-                self._fgb_submit(e)
+        if self._fgb_bpps > 1:  # partial accumulations (count < N) are submitted as they are
+            for e in self._fgb_order:
+                if 0 < e.count < self._fgb_bpps:
+                    self._fgb_submit(e)
         if self._fgb_flag is not None:  # this rank's count of non-finite compressed tensors
             tid, flag = self._fgb_flag
-            cl.submit(tid, step,
-                      int(torch.cuda.current_stream(flag.device).cuda_stream) if flag.is_cuda
-                      else 0)
+            assert self._fgb_oks is not None
+            torch.sum(self._fgb_oks.logical_not(), 0, dtype=torch.float32, out=flag[0])
+            cl.submit(tid, step, _raw_stream(flag.device.index) if flag.is_cuda else 0)
         cl.end_step(step)
         if self._fgb_mem.on_gpu:
-            # every slot (and the flag) lives on the daemon's device: one stream handle
-            stream = int(torch.cuda.current_stream(self._fgb_mem.daemon_device).cuda_stream)
-            wait = cl.wait_on_stream
-            for e in self._fgb_order:
-                wait(e.tid, step, stream)
-            if self._fgb_flag is not None:
-                wait(self._fgb_flag[0], step, stream)
+            # every slot (and the flag) lives on the daemon's device: one stream, one call for
+            # every tensor (the done-page waits go to the stream as one batch)
+            stream = _raw_stream(self._fgb_wait_dev)
+            cl.wait_many_on_stream(self._fgb_wait_ids, step, stream)
         else:
             cl.wait_step(step)
         poison = None
@@ -284,16 +311,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if poison is not None:  # one add per flat buffer, not one per tensor
             for flat in self._fgb_flats:
                 flat.add_(poison.to(device=flat.device, dtype=flat.dtype))
+        pre = self._fgb_predivide
         for e in self._fgb_order:
-            if self._fgb_predivide != 1.0:
-                e.slot.mul_(self._fgb_predivide)
+            if pre != 1.0:
+                e.slot.mul_(pre)
             if e.staged:
                 e.grad.copy_(e.slot.view(e.grad.shape).to(e.grad.dtype))
             e.count = 0
-            if e.param.grad is None or e.param.grad.data_ptr() != e.grad.data_ptr():
+            g = e.param.grad
+            if g is not e.grad and (g is None or g.data_ptr() != e.grad.data_ptr()):
                 e.param.grad = e.grad
-        if self._fgb_flag is not None:
-            self._fgb_flag[1].zero_()
+        if self._fgb_oks is not None:  # (the flag is overwritten by the next step's count)
+            self._fgb_oks.fill_(True)
         self._fgb_submitted = 0
         self._fgb_step += 1
         self._fgb_synchronized = True
@@ -364,6 +393,19 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for e in self._fgb_order:
             if e.compressed and e.name in state:
                 self._fgb_client.state_import(e.tid, state[e.name])
+
+
+_INF = float("inf")
+_vnorm = torch.linalg.vector_norm
+_raw_stream_fn = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _raw_stream(device_index: int) -> int:
+    """The calling thread's current CUDA stream of the device, as the cudaStream_t's integer
+    (torch's raw accessor: no Stream object per call)."""
+    if _raw_stream_fn is not None:
+        return int(_raw_stream_fn(device_index))
+    return int(torch.cuda.current_stream(device_index).cuda_stream)
 
 
 def _dense(p: torch.Tensor) -> bool:
