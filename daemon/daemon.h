@@ -100,7 +100,8 @@ void srv_sessions_tick(srv *d);
 void srv_hot_touch(void);
 int srv_hot_active(void);
 
-/* ---- session.c: one frame from a client ------------------------------------------------- */
+/* ---- rpc/decode.c, rpc/session.c: a client's frames and the tables rpc/ hands out ------------ */
+/* One frame of s: the envelope decoded, checked, dispatched to its handler (rpc/h_*.c). */
 void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *fds, int nfds);
 /* The table srv_server_start is given: frames to srv_session_frame; a close releases the job
  * and the arenas. */
