@@ -28,9 +28,9 @@ static void on_hello(srv_session *s, uint64_t req_id, const Fgbuff__V1__Hello *m
     return;
   }
   s->hello = 1;
-  if (m->pid) s->pid = m->pid;
-  snprintf(s->name, sizeof(s->name), "%s", m->client_name ? m->client_name : "");
-  for (char *p = s->name; *p; p++)
+  if (m->pid) s->c.pid = m->pid;
+  snprintf(s->c.name, sizeof(s->c.name), "%s", m->client_name ? m->client_name : "");
+  for (char *p = s->c.name; *p; p++)
     if ((unsigned char)*p < 0x20 || *p == '"' || *p == '\\' || *p == 0x7f) *p = '?';
   Fgbuff__V1__HelloReply r = FGBUFF__V1__HELLO_REPLY__INIT;
   r.protocol_version = FGB_PROTOCOL_VERSION;
@@ -79,7 +79,7 @@ static void on_join(srv_session *s, uint64_t req_id, const Fgbuff__V1__JoinJob *
     return;
   }
   char desc[96];
-  snprintf(desc, sizeof(desc), "pid %u %s", s->pid, s->name);
+  snprintf(desc, sizeof(desc), "pid %u %s", s->c.pid, s->c.name);
   /* Fusion settings (the leader holds and packs agreed tensors, coordinator.c "Fusion"): this
    * daemon's live keys for a fusion job; other policies announce unfusable sizes, no cycle. */
   int fuse = strcmp(policy, "fusion") == 0;
@@ -91,7 +91,7 @@ static void on_join(srv_session *s, uint64_t req_id, const Fgbuff__V1__JoinJob *
                       .client_desc = desc,
                       .fusion_bytes = fuse ? d->cfg.fusion_bytes : 0,
                       .cycle_ms = fuse ? d->cfg.fusion_cycle_ms : 0,
-                      .uid = (uint32_t)s->uid};
+                      .uid = (uint32_t)s->c.uid};
   core_join(&d->core, s, req_id, &a);
 }
 

@@ -3,6 +3,8 @@
  * session's job and arenas, the server's own refusals become a fatal Error); a submission ring
  * gets rpc_ring_cbs (its records take the socket's Submit path); the core gets srv_core_cbs (its
  * replies become envelopes through reply.c, its coordinator bytes go to the control plane). */
+#include <stddef.h>
+
 #include "ctrl.h"
 #include "log.h"
 #include "ring.h"
@@ -11,12 +13,13 @@
 
 /* server.c's and ring.c's own refusals (a peer's uid, a bad frame, garbage in a ring, shutdown):
  * an error reply, then the close. */
-static void session_fatal(srv_session *s, int code, const char *field, const char *msg) {
-  srv_send_error(s, 0, code, field, 1, "%s", msg);
+static void session_fatal(srv_conn *c, int code, const char *field, const char *msg) {
+  srv_send_error(SRV_SESSION(c), 0, code, field, 1, "%s", msg);
 }
 
 /* A ring's records take the socket's Submit path (ring.c hands them up). */
-static void ring_record(srv_session *s, const fgb_ring_rec *rec) {
+static void ring_record(srv_conn *c, const fgb_ring_rec *rec) {
+  srv_session *s = SRV_SESSION(c);
   core_submit(&s->d->core, s->job, s, rec->req_id, rec->tensor_id, rec->step, rec->event_slot,
               rec->done_seq);
 }
@@ -24,7 +27,8 @@ static void ring_record(srv_session *s, const fgb_ring_rec *rec) {
 const ring_cbs rpc_ring_cbs = {ring_record, session_fatal};
 
 /* server.c closes a session: its job learns that the client left, its arenas lose a reference. */
-static void session_closed(srv_session *s) {
+static void session_closed(srv_conn *c) {
+  srv_session *s = SRV_SESSION(c);
   if (s->job) {
     srv_job *j = s->job;
     s->job = NULL;
@@ -37,7 +41,19 @@ static void session_closed(srv_session *s) {
   }
 }
 
-const server_cbs srv_session_cbs = {srv_session_frame, session_closed, session_fatal};
+/* server.c accepted a connection: the session it begins is zeroed; arena ids start at 1. */
+static void session_open(srv_conn *c) {
+  srv_session *s = SRV_SESSION(c);
+  s->d = (srv *)((char *)c->net - offsetof(srv, net));
+  s->next_arena_id = 1;
+}
+
+static void session_frame(srv_conn *c, const uint8_t *frame, uint32_t len, int *fds, int nfds) {
+  srv_session_frame(SRV_SESSION(c), frame, len, fds, nfds);
+}
+
+const server_cbs srv_session_cbs = {sizeof(srv_session), session_open, session_frame,
+                                    session_closed, session_fatal};
 
 /* ---- the core's replies (core_cbs): envelopes through rpc/reply.c ---------------------------- */
 static void core_error_cb(void *ud, struct srv_session *s, uint64_t req_id, int code,
@@ -56,7 +72,7 @@ static void core_joined_cb(void *ud, struct srv_session *s, uint64_t req_id, con
   srv_job *j = (srv_job *)cj;
   s->job = j;
   LOG_INFO("session %llu joined job '%s' incarnation %llu as rank %d of %d (policy %s)",
-           (unsigned long long)s->id, j->id.name, (unsigned long long)j->id.incarnation, j->rank,
+           (unsigned long long)s->c.id, j->id.name, (unsigned long long)j->id.incarnation, j->rank,
            j->size, j->policy);
   Fgbuff__V1__JoinReply r = FGBUFF__V1__JOIN_REPLY__INIT;
   r.job_id = j->local_id;
@@ -100,7 +116,7 @@ static void core_state_cb(void *ud, struct srv_session *s, uint64_t req_id, cons
 
 static void core_send_cb(void *ud, int peer, const uint8_t *bytes, size_t len) {
   srv *d = ud;
-  if (d->cp) srv_ctrl_send(d->cp, peer, bytes, len);
+  if (d->net.cp) srv_ctrl_send(d->net.cp, peer, bytes, len);
 }
 
 const core_cbs srv_core_cbs = {core_error_cb, core_ok_cb,        core_joined_cb, core_tensor_cb,
