@@ -13,94 +13,44 @@
 #include "dp.h"
 #include "fgbuff.pb-c.h"
 #include "fgbuff/client.h"
+#include "net.h"
 #include "wire.h"
 
 typedef struct srv srv;
 typedef struct srv_session srv_session;
-typedef struct srv_ctrl srv_ctrl;
 typedef struct srv_engine srv_engine;
-typedef struct srv_ring srv_ring;
 
 #define SRV_MAX_ARENA_BYTES (1ull << 40)
-#define SRV_MAX_ARENAS 1024     /* per session */
-#define SRV_OUT_MAX (8ul << 20) /* queued reply bytes before a client that stopped reading goes */
-#define SRV_OUT_STUCK_MS 10000  /* ... or this long without progress */
+#define SRV_MAX_ARENAS 1024 /* per session */
 
+/* A client session: net/'s connection (first: the server allocates sessions and hands up c), then
+ * what rpc/ keeps of it. */
 struct srv_session {
+  srv_conn c;
   srv *d;
-  uint64_t id;
-  int fd;
-  uv_poll_t poll;
-  int poll_events;
-  wire_reader rd;
   int hello;
-  uint32_t pid;
-  uid_t uid;
-  char name[64];
   srv_job *job;
   srv_arena *arenas;
   uint32_t narenas, next_arena_id;
-  uint8_t *out; /* queued reply bytes (frames), out_off already written */
-  size_t out_len, out_off, out_cap;
-  uint64_t out_since_ms; /* when the queue last stopped draining */
-  int closing;
-  /* Set by srv_send instead of closing at once: its callers hold job pointers that the close
-   * could free (client gone -> job released); srv_sessions_tick closes the session. */
-  const char *close_why;
-  /* ring.c: the submission ring (NULL: Submits come on the socket only), and the socket frames
-   * handled so far (a ring record is consumed once the frames sent before it were handled). */
-  srv_ring *ring;
-  uint64_t frames_in;
-  srv_session *next;
 };
+/* The session a connection of the server begins. */
+#define SRV_SESSION(conn) ((srv_session *)(conn))
 
 struct srv {
   srv_config cfg;
   int world_rank, world_size, local_index;
   uint64_t daemon_id, start_ms;
   uv_loop_t *loop;
-  uv_pipe_t listener;
-  int listening;
-  char sock_path[PATH_MAX];
   uv_signal_t sigterm, sigint;
   uv_timer_t tick;
-  srv_ctrl *cp;
-  srv_session *sessions;
-  uint64_t next_session_id;
-  int stopping;
+  /* net/: the server's sessions and socket, the control plane (d->net.cp), stopping. */
+  srv_net net;
   /* The job core (core/core.h): coordinator, engine, data plane, jobs and tensors. */
   core core;
 };
 
-/* ---- server.c: client sockets ------------------------------------------------------------ */
-/* What the server hands up (it names nothing above it). */
-typedef struct server_cbs {
-  /* A complete frame of session s; the fds that came with it belong to the callee. */
-  void (*on_frame)(srv_session *s, const uint8_t *frame, uint32_t len, int *fds, int nfds);
-  /* s is closing (its ring is closed, its replies are not sent any more): release what the layers
-   * above attached to it. */
-  void (*on_close)(srv_session *s);
-  /* Refuse s (a peer's uid not allowed, a frame or fds the reader rejects, shutdown): reply the
-   * error, then close it. */
-  void (*on_fatal)(srv_session *s, int code, const char *field, const char *msg);
-} server_cbs;
-fgb_status srv_server_start(srv *d, const server_cbs *cbs, char *err, size_t errlen);
-void srv_server_stop(srv *d);
-/* Room for one reply frame of len payload bytes at the end of s's queue, its header written: the
- * payload goes there, then srv_out_commit queues it and writes what the socket takes (never
- * blocks; a client that stops reading is dropped later). NULL: s is closing or marked to close, or
- * len does not fit a frame (logged). */
-uint8_t *srv_out_reserve(srv_session *s, size_t len);
-void srv_out_commit(srv_session *s, size_t len);
-/* Close a session (deferred free); the job is told its client left. */
-void srv_session_close(srv_session *s, const char *why);
-/* The loop's timer: close the sessions marked to close and those that stopped reading. */
-void srv_sessions_tick(srv *d);
-/* The hot window (server.c): arm it (client traffic), and whether the loop is polling now. */
-void srv_hot_touch(void);
-int srv_hot_active(void);
-
-/* ---- session.c: one frame from a client ------------------------------------------------- */
+/* ---- rpc/decode.c, rpc/session.c: a client's frames and the tables rpc/ hands out ------------ */
+/* One frame of s: the envelope decoded, checked, dispatched to its handler (rpc/h_*.c). */
 void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *fds, int nfds);
 /* The table srv_server_start is given: frames to srv_session_frame; a close releases the job
  * and the arenas. */

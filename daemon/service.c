@@ -1,6 +1,5 @@
 /* daemon/service.c — fgbuffd as a node service (see service.h): the sd_notify protocol is one
- * datagram on an AF_UNIX socket, so no libsystemd; the lock is flock(2), released by the kernel
- * whenever the process dies, so a crashed daemon never blocks its successor. */
+ * datagram on an AF_UNIX socket, so no libsystemd. */
 #include "service.h"
 
 #include <arpa/inet.h>
@@ -17,6 +16,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "ctrl.h"
 #include "daemon.h"
 #include "env.h"
 #include "fgbuff/client.h"
@@ -60,80 +60,6 @@ uint64_t srv_notify_watchdog_ms(void) {
   return v / 2000; /* half the interval, in ms */
 }
 
-int srv_lock_socket(const char *sock_path, char *err, size_t errlen) {
-  char path[4096];
-  if ((size_t)snprintf(path, sizeof(path), "%s.lock", sock_path) >= sizeof(path)) {
-    snprintf(err, errlen, "lock file path too long");
-    return FGB_EINVAL;
-  }
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) {
-    snprintf(err, errlen, "lock file %s: %s", path, strerror(errno));
-    return FGB_EIO;
-  }
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    int e = errno;
-    char pid[32] = "?";
-    /* The holder writes its pid just after taking the lock: give it a moment when both started
-     * at once. */
-    for (int i = 0; i < 40; i++) {
-      ssize_t r = pread(fd, pid, sizeof(pid) - 1, 0);
-      if (r > 0 && memchr(pid, '\n', (size_t)r)) {
-        pid[r] = 0;
-        break;
-      }
-      snprintf(pid, sizeof(pid), "?");
-      usleep(5000);
-    }
-    pid[strcspn(pid, "\n")] = 0;
-    close(fd);
-    if (e == EWOULDBLOCK) {
-      snprintf(err, errlen, "another daemon (pid %s) holds %s: it serves %s", pid, path, sock_path);
-      return FGB_EEXIST;
-    }
-    snprintf(err, errlen, "lock file %s: %s", path, strerror(e));
-    return FGB_EIO;
-  }
-  char buf[32];
-  int n = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
-  if (ftruncate(fd, 0) != 0 || pwrite(fd, buf, (size_t)n, 0) != n)
-    LOG_WARN("lock file %s: cannot write our pid", path);
-  return FGB_OK; /* fd stays open (and locked) until the process exits */
-}
-
-/* 1 when host (a literal or a name) is or resolves to a 127.0.0.0/8 or ::1 address. */
-static int is_loopback(const char *host) {
-  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL, *r;
-  if (getaddrinfo(host, NULL, &hints, &res) != 0) return 0;
-  int lo = 0;
-  for (r = res; r; r = r->ai_next) {
-    if (r->ai_family == AF_INET &&
-        (ntohl(((struct sockaddr_in *)r->ai_addr)->sin_addr.s_addr) >> 24) == 127)
-      lo = 1;
-    if (r->ai_family == AF_INET6 &&
-        memcmp(&((struct sockaddr_in6 *)r->ai_addr)->sin6_addr, &in6addr_loopback, 16) == 0)
-      lo = 1;
-  }
-  freeaddrinfo(res);
-  return lo;
-}
-
-void srv_leader_hint(const char *leader_addr, char *out, size_t outlen) {
-  char host[256];
-  snprintf(host, sizeof(host), "%s", leader_addr);
-  char *colon = strrchr(host, ':');
-  if (colon) *colon = 0;
-  if (is_loopback(host))
-    snprintf(out, outlen,
-             "%s is a loopback address (the leader's hostname resolves to it): daemons on other "
-             "hosts cannot reach it; give every daemon --cp-addr with an address its peers reach",
-             host);
-  else
-    snprintf(out, outlen,
-             "check that every host reaches %s (routes, firewall; --cp-addr chooses the address)",
-             leader_addr);
-}
-
 void srv_form_explain(const char *leader_addr, int world_rank, int world_size, uint64_t waited_ms,
                       char *out, size_t outlen) {
   char hint[384];
@@ -161,7 +87,7 @@ void srv_service_tick(srv *d, int formed, const char *leader_addr) {
     srv_notify("WATCHDOG=1");
   }
   if (!formed) {
-    if (now < form_deadline || d->stopping) return;
+    if (now < form_deadline || d->net.stopping) return;
     char msg[768];
     srv_form_explain(leader_addr, d->world_rank, d->world_size, now - d->start_ms, msg,
                      sizeof(msg));
@@ -177,12 +103,12 @@ void srv_service_tick(srv *d, int formed, const char *leader_addr) {
   if (env_num(ENV_NOTIFY) == 1 && d->world_rank != 0) return;
   int jobs = 0, clients = 0;
   for (srv_job *j = d->core.jobs; j; j = j->next) jobs++;
-  for (srv_session *s = d->sessions; s; s = s->next) clients++;
+  for (const srv_conn *c = d->net.sessions; c; c = c->next) clients++;
   char st[300];
   snprintf(st, sizeof(st),
            "STATUS=world rank %d of %d formed; %d job%s, %d client%s; socket %.120s", d->world_rank,
            d->world_size, jobs, jobs == 1 ? "" : "s", clients, clients == 1 ? "" : "s",
-           d->sock_path);
+           d->net.sock_path);
   if (!ready) {
     ready = 1;
     char msg[320];

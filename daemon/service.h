@@ -1,6 +1,7 @@
 /* daemon/service.h — what fgbuffd needs to run as a node service (systemd, Slurm): the sd_notify
- * datagram (READY/STATUS/WATCHDOG, no libsystemd), a lock per socket so two daemons of one index
- * never both serve, and the world-formation deadline with a message that names address problems. */
+ * datagram (READY/STATUS/WATCHDOG, no libsystemd) and the world-formation deadline with a message
+ * that names address problems (net/ctrl.h's srv_leader_hint). The lock per socket, so two daemons
+ * of one index never both serve, is net/server.c's. */
 #ifndef FGB_SRV_SERVICE_H
 #define FGB_SRV_SERVICE_H
 
@@ -9,18 +10,6 @@
 
 #ifndef FGBUFF_VERSION
 #define FGBUFF_VERSION "unknown"
-/* --cp-addr if:NAME (as NCCL_SOCKET_IFNAME): replace it with the first IPv4 address of interface
- * NAME. Other values are left alone. Returns 0, or -1 with err naming the interface. */
-int srv_cp_addr_resolve(char *cp_addr, size_t len, char *err, size_t errlen);
-
-/* Called from the loop's 100 ms tick: once the world formed (formed != 0), READY=1 and a STATUS=
- * line, the STATUS again when it changes, WATCHDOG=1 at the watchdog interval; before it formed,
- * the formation deadline (the daemon exits 1 with srv_form_explain's message). leader_addr: the
- * leader's advertised control-plane address. With FGBUFF_NOTIFY=leader (base/env) only world rank 0
- * sends READY/STATUS (a unit running the whole world: its READY means every daemon connected). */
-struct srv;
-void srv_service_tick(struct srv *d, int formed, const char *leader_addr);
-
 #endif
 
 /* Send one sd_notify datagram (e.g. "READY=1\nSTATUS=...") to $NOTIFY_SOCKET (a path, or '@' for
@@ -30,15 +19,6 @@ int srv_notify(const char *msg);
 /* How often to send WATCHDOG=1, in ms: half of $WATCHDOG_USEC when it is set and $WATCHDOG_PID is
  * unset, our pid or our parent's (mpirun as the unit's main process); 0 = no watchdog. */
 uint64_t srv_notify_watchdog_ms(void);
-
-/* Take an exclusive lock on "<sock_path>.lock" (created 0600, our pid written in it) and keep it
- * for the life of the process. FGB_EEXIST with the holder's pid in err when another daemon has it.
- */
-int srv_lock_socket(const char *sock_path, char *err, size_t errlen);
-
-/* What to check when the leader's control-plane address cannot be reached: names a loopback one
- * (a hostname on 127.0.1.1, as Debian installs it) and --cp-addr. */
-void srv_leader_hint(const char *leader_addr, char *out, size_t outlen);
 
 /* Explain why a world did not form: names the leader's advertised control-plane address and says
  * when it is a loopback one that peers on other hosts cannot reach. */

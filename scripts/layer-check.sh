@@ -18,6 +18,7 @@ compress | daemon/compress  | kernels client/include                        | da
 sched    | daemon/scheduler | daemon/base kernels client/include            | daemon/scheduler/libfgb_sched.a
 engine   | daemon/engine    | daemon/base daemon/compress daemon/scheduler daemon/comm kernels client/include | daemon/engine/libfgb_engine.a
 core     | daemon/core      | daemon/base daemon/compress daemon/scheduler daemon/engine kernels client/include | daemon/core/libfgb_core.a
+net      | daemon/net       | daemon/base proto client/include                | daemon/net/libfgb_net.a
 "
 # Known exceptions, one per line ("layer header"), each a piece of issue 14 still open.
 # kernels.h takes comp_exec from compress/compressor.h until that header takes it from kernels/.

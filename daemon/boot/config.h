@@ -10,15 +10,10 @@
 
 #include "core.h" /* SRV_POLICY_MAX */
 #include "fgbuff/client.h"
+#include "net.h" /* srv_access */
 
 #define SRV_MAX_ALLOW_UIDS 16
 
-/* Who may reach the socket: the runtime directory's and the socket's modes and group (-1: keep)
- * from --allow-uid / --allow-group (0700 and 0600 with neither). SO_PEERCRED decides after. */
-typedef struct srv_access {
-  mode_t dir_mode, sock_mode;
-  gid_t group;
-} srv_access;
 typedef struct srv_config {
   char device[64]; /* "cpu" (the only data path so far) or "cuda:..." */
   char runtime_dir[PATH_MAX - 32];

@@ -43,15 +43,15 @@ static char leader_addr[CTRL_ADDR_MAX];
 static void on_tick(uv_timer_t *t) {
   srv *d = t->data;
   core_tick(&d->core, clock_ms());
-  srv_sessions_tick(d);
+  srv_sessions_tick(&d->net);
   static int announced;
-  if (!announced && d->cp && srv_ctrl_ready(d->cp)) {
+  if (!announced && d->net.cp && srv_ctrl_ready(d->net.cp)) {
     announced = 1;
     /* world.sh waits for this line (with the pid) from every daemon. */
     LOG_INFO("fgbuffd: ready rank %d of %d socket %s pid %d", d->world_rank, d->world_size,
-             d->sock_path, (int)getpid());
+             d->net.sock_path, (int)getpid());
   }
-  srv_service_tick(d, d->cp && srv_ctrl_ready(d->cp), leader_addr);
+  srv_service_tick(d, d->net.cp && srv_ctrl_ready(d->net.cp), leader_addr);
 }
 
 /* Fusion cycles (coordinator.c, "Fusion"): the leader holds a fusion job's agreed tensors for its
@@ -83,12 +83,12 @@ static void on_fuse_prepare(uv_prepare_t *p) {
 
 static void on_signal(uv_signal_t *h, int signum) {
   srv *d = h->data;
-  if (d->stopping) return;
+  if (d->net.stopping) return;
   LOG_INFO("signal %d: shutting down", signum);
   srv_notify("STOPPING=1");
-  d->stopping = 1;
-  srv_server_stop(d); /* every client gets Error FGB_ECLOSED "daemon shutting down" */
-  srv_ctrl_close(d);
+  d->net.stopping = 1;
+  srv_server_stop(&d->net); /* every client gets Error FGB_ECLOSED "daemon shutting down" */
+  srv_ctrl_close(&d->net);
   srv_metrics_close();
 #ifdef FGBUFF_HAVE_CUDA
   if (d->core.gpu) srv_gpu_stop(d);
@@ -152,6 +152,35 @@ static void ctrl_after_input(void *ud) {
 
 static const ctrl_cbs ctrl_up = {ctrl_message, ctrl_peer_lost, ctrl_after_input};
 
+/* The GPU data plane names the socket (dp_ops' sock_name). */
+static int dp_sock_name(void *ud, char *out, size_t cap) {
+  srv *d = ud;
+  return d->core.dp->sock_name(d, out, cap);
+}
+
+/* What net/ needs of the daemon (net.h, srv_net), from the settings and the world as far as they
+ * are known: before the control plane listens, and again before the server starts (local index,
+ * data plane). */
+static void net_config(srv *d) {
+  srv_net *n = &d->net;
+  n->loop = d->loop;
+  n->world_rank = d->world_rank;
+  n->world_size = d->world_size;
+  n->local_index = d->local_index;
+  n->runtime_dir = d->cfg.runtime_dir;
+  n->access = d->cfg.access;
+  n->allow_uids = d->cfg.allow_uids;
+  n->nallow_uids = d->cfg.nallow_uids;
+  n->allow_gids = d->cfg.allow_gids;
+  n->nallow_gids = d->cfg.nallow_gids;
+  n->cp_addr = d->cfg.cp_addr;
+  n->cp_port_lo = d->cfg.cp_port_lo;
+  n->cp_port_hi = d->cfg.cp_port_hi;
+  n->hot_default = d->core.gpu;
+  n->sock_name = d->core.dp ? dp_sock_name : NULL;
+  n->sock_name_ud = d;
+}
+
 static int boot_mpi(srv *d, boot *b, char *err, size_t errlen) {
   int provided = 0;
   if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
@@ -179,7 +208,8 @@ static int boot_mpi(srv *d, boot *b, char *err, size_t errlen) {
   /* Control-plane addresses are exchanged on this thread before the engine takes over MPI. */
   b->addrs = calloc((size_t)d->world_size, CTRL_ADDR_MAX);
   if (!b->addrs) return snprintf(err, errlen, "out of memory"), -1;
-  if (srv_ctrl_listen(d, &ctrl_up, d, b->addr, err, errlen) != FGB_OK) return -1;
+  net_config(d);
+  if (srv_ctrl_listen(&d->net, &ctrl_up, d, b->addr, err, errlen) != FGB_OK) return -1;
   if (MPI_Allgather(b->addr, CTRL_ADDR_MAX, MPI_CHAR, b->addrs, CTRL_ADDR_MAX, MPI_CHAR,
                     MPI_COMM_WORLD) != MPI_SUCCESS)
     return snprintf(err, errlen, "control plane bootstrap failed: MPI_Allgather"), -1;
@@ -205,7 +235,8 @@ static int boot_rdv(srv *d, boot *b, char *err, size_t errlen) {
   b->addrs = calloc((size_t)d->world_size, CTRL_ADDR_MAX);
   char *hosts = calloc((size_t)d->world_size, RDV_HOST_MAX);
   if (!b->addrs || !hosts) return free(hosts), snprintf(err, errlen, "out of memory"), -1;
-  if (srv_ctrl_listen(d, &ctrl_up, d, b->addr, err, errlen) != FGB_OK) return free(hosts), -1;
+  net_config(d);
+  if (srv_ctrl_listen(&d->net, &ctrl_up, d, b->addr, err, errlen) != FGB_OK) return free(hosts), -1;
   LOG_INFO("rendezvous: rank %d of %d at %s%s, waiting up to %d s", d->world_rank, d->world_size,
            d->cfg.rendezvous, d->cfg.secret_file[0] ? " (keyed)" : "", SRV_RDV_TIMEOUT_MS / 1000);
   srv_rdv_args a = {.hostport = d->cfg.rendezvous,
@@ -277,8 +308,9 @@ int main(int argc, char **argv) {
            srv_pre_enabled(&d.core) ? "on" : "off",
            env_str(ENV_PREISSUE) ? env_str(ENV_PREISSUE) : "unset: on for GPU daemons",
            srv_recall_enabled() ? "on" : "off (FGBUFF_RECALL=0)");
-  if (srv_server_start(&d, &srv_session_cbs, err, sizeof(err)) != FGB_OK ||
-      srv_ctrl_connect(&d, b.addrs, b.token, err, sizeof(err)) != FGB_OK ||
+  net_config(&d);
+  if (srv_server_start(&d.net, &srv_session_cbs, err, sizeof(err)) != FGB_OK ||
+      srv_ctrl_connect(&d.net, b.addrs, b.token, err, sizeof(err)) != FGB_OK ||
 #ifdef FGBUFF_HAVE_CUDA
       (d.core.gpu ? srv_gpu_engine_start(&d, err, sizeof(err)) :
 #else
@@ -292,7 +324,7 @@ int main(int argc, char **argv) {
   LOG_INFO(
       "world rank %d of %d, local index %d, device %s, socket %s, control plane %s, "
       "leader %s",
-      d.world_rank, d.world_size, d.local_index, d.cfg.device, d.sock_path, b.addr, b.addrs);
+      d.world_rank, d.world_size, d.local_index, d.cfg.device, d.net.sock_path, b.addr, b.addrs);
   snprintf(leader_addr, sizeof(leader_addr), "%.*s", CTRL_ADDR_MAX - 1, b.addrs);
   free(b.addrs);
   if (d.cfg.metrics_listen[0] &&

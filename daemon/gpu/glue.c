@@ -117,7 +117,7 @@ void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
       st = pst;
       field = "done_page";
     } else if (pst != FGB_OK) { /* the client falls back to the done events */
-      LOG_INFO("client pid %u: no done page (%s)", s->pid, err);
+      LOG_INFO("client pid %u: no done page (%s)", s->c.pid, err);
     } else {
       has_page = 1;
     }
@@ -125,7 +125,7 @@ void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
   /* The imported allocations hold the memory now; the fds are not needed either way. */
   fds_close(fds, nfds);
   if (st != FGB_OK) {
-    LOG_WARN("client pid %u: CUDA %s arena refused: %s", s->pid, vmm ? "VMM" : "IPC", err);
+    LOG_WARN("client pid %u: CUDA %s arena refused: %s", s->c.pid, vmm ? "VMM" : "IPC", err);
     srv_send_error(s, req_id, st, field, 0, "%s", err);
     return;
   }
@@ -145,7 +145,7 @@ void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
   a->next = s->arenas;
   s->arenas = a;
   s->narenas++;
-  LOG_DEBUG("client pid %u: CUDA %s arena %u, %llu bytes, %u event slots", s->pid,
+  LOG_DEBUG("client pid %u: CUDA %s arena %u, %llu bytes, %u event slots", s->c.pid,
             vmm ? "VMM" : "IPC", a->id, (unsigned long long)m->bytes, gpu_arena_slots(ga));
   Fgbuff__V1__ArenaReply r = FGBUFF__V1__ARENA_REPLY__INIT;
   r.arena_id = a->id;

@@ -13,7 +13,6 @@
 
 #include "clock.h"
 #include "log.h"
-#include "service.h"
 
 /* Before its hello a connection is anyone's (the port may listen on every interface): it may send
  * one hello-sized frame, within CTRL_HELLO_MS, and at most CTRL_PEND_MAX wait at once — as
@@ -40,7 +39,7 @@ typedef struct ctrl_msg {
 } ctrl_msg;
 
 struct srv_ctrl {
-  srv *d;
+  srv_net *d;
   const ctrl_cbs *cbs;
   void *ud;
   uv_tcp_t listener;
@@ -127,7 +126,7 @@ static void flush_queue(srv_ctrl *cp, int rank) {
 }
 
 void srv_ctrl_send(srv_ctrl *cp, int peer, const uint8_t *bytes, size_t len) {
-  srv *d = cp->d;
+  srv_net *d = cp->d;
   if (peer < 0 || peer >= d->world_size || len > CTRL_MAX_FRAME - 8) {
     LOG_ERROR("control plane: message for rank %d (%zu bytes) dropped", peer, len);
     return;
@@ -158,7 +157,7 @@ static void conn_close(ctrl_conn *c, const char *why) {
   if (c->closing) return;
   c->closing = 1;
   srv_ctrl *cp = c->cp;
-  srv *d = cp->d;
+  srv_net *d = cp->d;
   for (ctrl_conn **p = &cp->conns; *p; p = &(*p)->next) {
     if (*p == c) {
       *p = c->next;
@@ -184,7 +183,7 @@ static void conn_close(ctrl_conn *c, const char *why) {
 
 static void on_frame(ctrl_conn *c, const uint8_t *p, size_t len) {
   srv_ctrl *cp = c->cp;
-  srv *d = cp->d;
+  srv_net *d = cp->d;
   int src = (int)get32(p), dst = (int)get32(p + 4);
   if (c->peer < 0) { /* leader side: the hello names the rank */
     /* Constant-time comparison of the secret. */
@@ -344,9 +343,9 @@ static void on_connect(uv_connect_t *req, int status) {
   LOG_INFO("control plane: connected to the leader");
 }
 
-static void advertised_host(srv *d, char *host, size_t len) {
-  if (d->cfg.cp_addr[0]) {
-    snprintf(host, len, "%.100s", d->cfg.cp_addr);
+static void advertised_host(srv_net *d, char *host, size_t len) {
+  if (d->cp_addr[0]) {
+    snprintf(host, len, "%.100s", d->cp_addr);
     return;
   }
   snprintf(host, len, "127.0.0.1");
@@ -363,11 +362,10 @@ static void advertised_host(srv *d, char *host, size_t len) {
 /* The listening socket: on --cp-addr's IPv4 address (if:NAME is resolved to one) or every
  * interface, on the first free port of --cp-port's range (firewalls open a range, as for NCCL's
  * and Horovod's ports) or any port. Returns the fd, or -1 with err naming the range. */
-static int listen_socket(srv *d, char *err, size_t errlen) {
+static int listen_socket(srv_net *d, char *err, size_t errlen) {
   struct sockaddr_in sa;
-  if (!d->cfg.cp_addr[0] || uv_ip4_addr(d->cfg.cp_addr, 0, &sa) != 0)
-    uv_ip4_addr("0.0.0.0", 0, &sa);
-  unsigned lo = d->cfg.cp_port_lo, hi = lo ? d->cfg.cp_port_hi : 0;
+  if (!d->cp_addr[0] || uv_ip4_addr(d->cp_addr, 0, &sa) != 0) uv_ip4_addr("0.0.0.0", 0, &sa);
+  unsigned lo = d->cp_port_lo, hi = lo ? d->cp_port_hi : 0;
   int last_errno = 0;
   for (unsigned port = lo; port <= hi; port++) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -385,13 +383,13 @@ static int listen_socket(srv *d, char *err, size_t errlen) {
   }
   if (lo)
     snprintf(err, errlen, "control plane listen: no port of --cp-port %u-%u free on %s (%s)", lo,
-             hi, d->cfg.cp_addr[0] ? d->cfg.cp_addr : "0.0.0.0", strerror(last_errno));
+             hi, d->cp_addr[0] ? d->cp_addr : "0.0.0.0", strerror(last_errno));
   else
     snprintf(err, errlen, "control plane listen: %s", strerror(last_errno));
   return -1;
 }
 
-fgb_status srv_ctrl_listen(srv *d, const ctrl_cbs *cbs, void *ud, char addr[CTRL_ADDR_MAX],
+fgb_status srv_ctrl_listen(srv_net *d, const ctrl_cbs *cbs, void *ud, char addr[CTRL_ADDR_MAX],
                            char *err, size_t errlen) {
   srv_ctrl *cp = calloc(1, sizeof(*cp));
   if (!cp) return snprintf(err, errlen, "out of memory"), FGB_ENOMEM;
@@ -430,8 +428,8 @@ fgb_status srv_ctrl_listen(srv *d, const ctrl_cbs *cbs, void *ud, char addr[CTRL
   return FGB_OK;
 }
 
-fgb_status srv_ctrl_connect(srv *d, const char *addrs, const uint8_t token[CTRL_TOKEN], char *err,
-                            size_t errlen) {
+fgb_status srv_ctrl_connect(srv_net *d, const char *addrs, const uint8_t token[CTRL_TOKEN],
+                            char *err, size_t errlen) {
   srv_ctrl *cp = d->cp;
   memcpy(cp->token, token, CTRL_TOKEN);
   if (d->world_rank == 0) return FGB_OK;
@@ -464,7 +462,7 @@ int srv_ctrl_ready(const srv_ctrl *cp) {
   return cp->by_rank[0] && cp->by_rank[0]->connected;
 }
 
-void srv_ctrl_close(srv *d) {
+void srv_ctrl_close(srv_net *d) {
   srv_ctrl *cp = d->cp;
   if (!cp) return;
   if (cp->listening) {
@@ -485,4 +483,37 @@ void srv_ctrl_close(srv *d) {
   free(cp->qtail);
   free(cp);
   d->cp = NULL;
+}
+
+/* 1 when host (a literal or a name) is or resolves to a 127.0.0.0/8 or ::1 address. */
+static int is_loopback(const char *host) {
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL, *r;
+  if (getaddrinfo(host, NULL, &hints, &res) != 0) return 0;
+  int lo = 0;
+  for (r = res; r; r = r->ai_next) {
+    if (r->ai_family == AF_INET &&
+        (ntohl(((struct sockaddr_in *)r->ai_addr)->sin_addr.s_addr) >> 24) == 127)
+      lo = 1;
+    if (r->ai_family == AF_INET6 &&
+        memcmp(&((struct sockaddr_in6 *)r->ai_addr)->sin6_addr, &in6addr_loopback, 16) == 0)
+      lo = 1;
+  }
+  freeaddrinfo(res);
+  return lo;
+}
+
+void srv_leader_hint(const char *leader_addr, char *out, size_t outlen) {
+  char host[256];
+  snprintf(host, sizeof(host), "%s", leader_addr);
+  char *colon = strrchr(host, ':');
+  if (colon) *colon = 0;
+  if (is_loopback(host))
+    snprintf(out, outlen,
+             "%s is a loopback address (the leader's hostname resolves to it): daemons on other "
+             "hosts cannot reach it; give every daemon --cp-addr with an address its peers reach",
+             host);
+  else
+    snprintf(out, outlen,
+             "check that every host reaches %s (routes, firewall; --cp-addr chooses the address)",
+             leader_addr);
 }

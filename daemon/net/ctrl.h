@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "daemon.h"
+#include "net.h"
 
 #define CTRL_ADDR_MAX 128
 #define CTRL_MAX_FRAME (64u << 20)
@@ -33,16 +33,19 @@ typedef struct ctrl_cbs {
 /* Listen on an ephemeral TCP port; *addr gets "host:port" to advertise (host: cfg->cp_addr, else
  * the address gethostname() resolves to, else 127.0.0.1). Call before the address exchange. cbs
  * (static) and ud receive what arrives. */
-fgb_status srv_ctrl_listen(srv *d, const ctrl_cbs *cbs, void *ud, char addr[CTRL_ADDR_MAX],
+fgb_status srv_ctrl_listen(srv_net *d, const ctrl_cbs *cbs, void *ud, char addr[CTRL_ADDR_MAX],
                            char *err, size_t errlen);
 /* With every rank's address (world_size x CTRL_ADDR_MAX bytes) and the world's secret: non-leaders
  * connect to rank 0. */
-fgb_status srv_ctrl_connect(srv *d, const char *addrs, const uint8_t token[CTRL_TOKEN], char *err,
-                            size_t errlen);
+fgb_status srv_ctrl_connect(srv_net *d, const char *addrs, const uint8_t token[CTRL_TOKEN],
+                            char *err, size_t errlen);
 /* Queue a coordinator message for world rank `peer` (copied). */
 void srv_ctrl_send(srv_ctrl *cp, int peer, const uint8_t *bytes, size_t len);
 /* 1 once every peer this rank talks to is connected (leader: all hellos received). */
 int srv_ctrl_ready(const srv_ctrl *cp);
-void srv_ctrl_close(srv *d);
+void srv_ctrl_close(srv_net *d);
+/* What to check when the leader's control-plane address cannot be reached: names a loopback one
+ * (a hostname on 127.0.1.1, as Debian installs it) and --cp-addr. */
+void srv_leader_hint(const char *leader_addr, char *out, size_t outlen);
 
 #endif

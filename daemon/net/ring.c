@@ -31,7 +31,7 @@
 #include "ring_layout.h"
 
 struct srv_ring {
-  srv_session *s; /* NULL once closed */
+  srv_conn *s; /* NULL once closed */
   const ring_cbs *cbs;
   uint8_t *base;
   size_t bytes;
@@ -58,7 +58,7 @@ static void ring_free_cb(uv_handle_t *h) {
   free(r);
 }
 
-void srv_ring_close(srv_session *s) {
+void srv_ring_close(srv_conn *s) {
   srv_ring *r = s->ring;
   if (!r) return;
   s->ring = NULL;
@@ -67,11 +67,11 @@ void srv_ring_close(srv_session *s) {
   uv_close((uv_handle_t *)&r->bell, ring_free_cb);
 }
 
-int srv_ring_attached(const srv_session *s) {
+int srv_ring_attached(const srv_conn *s) {
   return s && s->ring;
 }
 
-uint64_t srv_ring_submits(const srv_session *s) {
+uint64_t srv_ring_submits(const srv_conn *s) {
   return s && s->ring ? s->ring->submits : 0;
 }
 
@@ -125,7 +125,7 @@ static int counting_eventfd(int fd, int *nowait) {
 static void ring_bell_cb(uv_poll_t *h, int status, int events) {
   (void)events;
   srv_ring *r = h->data;
-  srv_session *s = r->s;
+  srv_conn *s = r->s;
   if (!s || s->closing) return;
   uint64_t v;
   /* clears the counter; EAGAIN: nothing to clear */
@@ -151,7 +151,7 @@ static void ring_bell_cb(uv_poll_t *h, int status, int events) {
     goto fail;                          \
   } while (0)
 
-fgb_status srv_ring_attach(srv_session *s, const srv_ring_sizes *m, int *fds, int nfds,
+fgb_status srv_ring_attach(srv_conn *s, const srv_ring_sizes *m, int *fds, int nfds,
                            const ring_cbs *cbs, const char **field, char *err, size_t errlen) {
   void *map = MAP_FAILED;
   size_t need = 0;
@@ -206,7 +206,7 @@ fgb_status srv_ring_attach(srv_session *s, const srv_ring_sizes *m, int *fds, in
     code = FGB_ENOMEM;
     REFUSE("ring", "out of memory");
   }
-  if (uv_poll_init(s->d->loop, &r->bell, fds[1]) != 0) {
+  if (uv_poll_init(s->net->loop, &r->bell, fds[1]) != 0) {
     free(r);
     REFUSE("ring", "ring: cannot watch the doorbell eventfd");
   }
@@ -234,9 +234,9 @@ fail:
 }
 
 /* Garbage in the ring: the session cannot continue (its order is lost). */
-static int ring_fatal(srv_session *s, int consumed, const char *fmt, ...)
+static int ring_fatal(srv_conn *s, int consumed, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static int ring_fatal(srv_session *s, int consumed, const char *fmt, ...) {
+static int ring_fatal(srv_conn *s, int consumed, const char *fmt, ...) {
   const ring_cbs *cbs = s->ring->cbs;
   char msg[512];
   va_list ap;
@@ -248,7 +248,7 @@ static int ring_fatal(srv_session *s, int consumed, const char *fmt, ...) {
   return consumed;
 }
 
-int srv_ring_drain(srv_session *s) {
+int srv_ring_drain(srv_conn *s) {
   srv_ring *r = s->ring;
   if (!r || s->closing || s->close_why) return 0;
   uint64_t head = atomic_load_explicit(hdr_u64(r, FGB_RING_OFF_HEAD), memory_order_acquire);
@@ -298,17 +298,17 @@ int srv_ring_drain(srv_session *s) {
   return n;
 }
 
-int srv_ring_poll_all(srv *d) {
+int srv_ring_poll_all(srv_net *d) {
   int n = 0;
-  for (srv_session *s = d->sessions, *next; s; s = next) {
+  for (srv_conn *s = d->sessions, *next; s; s = next) {
     next = s->next; /* a garbage ring closes (unlinks) its session */
     if (s->ring) n += srv_ring_drain(s);
   }
   return n;
 }
 
-int srv_ring_set_awake(srv *d, int awake) {
-  for (srv_session *s = d->sessions; s; s = s->next)
+int srv_ring_set_awake(srv_net *d, int awake) {
+  for (srv_conn *s = d->sessions; s; s = s->next)
     if (s->ring)
       atomic_store_explicit(hdr_u32(s->ring, FGB_RING_OFF_AWAKE), (uint32_t)(awake != 0),
                             memory_order_relaxed);

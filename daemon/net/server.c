@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -19,13 +20,12 @@
 
 #include "clock.h"
 #include "conncap.h"
-#include "daemon.h"
 #include "env.h"
 #include "fds.h"
 #include "linger.h"
 #include "log.h"
+#include "net.h"
 #include "ring.h"
-#include "service.h"
 
 static void session_poll_cb(uv_poll_t *h, int status, int events);
 
@@ -47,7 +47,7 @@ static int g_hot_init, g_hot_on;
 static uint64_t g_hot_us, g_hot_until;
 
 static void hot_cb(uv_idle_t *h) {
-  srv *d = h->data;
+  srv_net *d = h->data;
   if (clock_us() < g_hot_until) {
     srv_ring_poll_all(d); /* submission rings: a load per ring, no syscall */
     sched_yield(); /* immediate on an idle core; hands an oversubscribed one to who needs it */
@@ -60,9 +60,9 @@ static void hot_cb(uv_idle_t *h) {
   srv_ring_set_awake(d, 0);
 }
 
-static void hot_setup(srv *d) {
+static void hot_setup(srv_net *d) {
   long v = (long)env_num(ENV_HOT_US); /* -1: unset or invalid */
-  g_hot_us = v >= 0 ? (uint64_t)v : d->core.gpu ? SRV_HOT_US_GPU : 0;
+  g_hot_us = v >= 0 ? (uint64_t)v : d->hot_default ? SRV_HOT_US_GPU : 0;
   if (g_hot_us == 0 || uv_idle_init(d->loop, &g_hot) != 0) return;
   g_hot.data = d;
   g_hot_init = 1;
@@ -94,7 +94,7 @@ static void hot_close(void) {
   uv_close((uv_handle_t *)&g_hot, NULL);
 }
 
-static void session_set_events(srv_session *s) {
+static void session_set_events(srv_conn *s) {
   int ev = UV_READABLE | UV_DISCONNECT;
   if (s->out_len > s->out_off) ev |= UV_WRITABLE;
   if (ev != s->poll_events) {
@@ -104,7 +104,7 @@ static void session_set_events(srv_session *s) {
 }
 
 /* Write what the socket takes now. Returns -1 when the client must be dropped. */
-static int session_write(srv_session *s) {
+static int session_write(srv_conn *s) {
   while (s->out_off < s->out_len) {
     ssize_t n = send(s->fd, s->out + s->out_off, s->out_len - s->out_off, MSG_NOSIGNAL);
     if (n < 0) {
@@ -125,7 +125,7 @@ static int session_write(srv_session *s) {
   return 0;
 }
 
-uint8_t *srv_out_reserve(srv_session *s, size_t len) {
+uint8_t *srv_out_reserve(srv_conn *s, size_t len) {
   if (s->closing || s->close_why) return NULL;
   if (len == 0 || len > FGB_WIRE_MAX_FRAME) {
     LOG_ERROR("session %llu: reply of %zu bytes does not fit a frame; dropped",
@@ -156,7 +156,7 @@ uint8_t *srv_out_reserve(srv_session *s, size_t len) {
   return p + FGB_WIRE_HDR;
 }
 
-void srv_out_commit(srv_session *s, size_t len) {
+void srv_out_commit(srv_conn *s, size_t len) {
   s->out_len += len + FGB_WIRE_HDR;
   if (session_write(s) != 0) {
     s->close_why = "send failed";
@@ -166,21 +166,21 @@ void srv_out_commit(srv_session *s, size_t len) {
 }
 
 static void session_free_cb(uv_handle_t *h) {
-  srv_session *s = h->data;
+  srv_conn *s = h->data;
   close(s->fd);
   wire_reader_close(&s->rd);
   free(s->out);
   free(s);
 }
 
-void srv_session_close(srv_session *s, const char *why) {
+void srv_session_close(srv_conn *s, const char *why) {
   if (s->closing) return;
   s->closing = 1;
   srv_conn_remove(s->uid);
-  srv *d = s->d;
+  srv_net *d = s->net;
   LOG_INFO("session %llu (pid %u, %s) closed: %s", (unsigned long long)s->id, s->pid,
            s->name[0] ? s->name : "?", why);
-  for (srv_session **p = &d->sessions; *p; p = &(*p)->next) {
+  for (srv_conn **p = &d->sessions; *p; p = &(*p)->next) {
     if (*p == s) {
       *p = s->next;
       break;
@@ -193,9 +193,9 @@ void srv_session_close(srv_session *s, const char *why) {
   uv_close((uv_handle_t *)&s->poll, session_free_cb);
 }
 
-void srv_sessions_tick(srv *d) {
+void srv_sessions_tick(srv_net *d) {
   uint64_t now = clock_ms();
-  for (srv_session *s = d->sessions, *next; s; s = next) {
+  for (srv_conn *s = d->sessions, *next; s; s = next) {
     next = s->next;
     if (s->close_why)
       srv_session_close(s, s->close_why);
@@ -204,7 +204,7 @@ void srv_sessions_tick(srv *d) {
   }
 }
 
-static void session_read(srv_session *s) {
+static void session_read(srv_conn *s) {
   char err[256];
   hot_touch(); /* a Submit starts a step's round trips (readiness, ISSUE, engine, Done) */
   for (;;) {
@@ -243,7 +243,7 @@ static void session_read(srv_session *s) {
 }
 
 static void session_poll_cb(uv_poll_t *h, int status, int events) {
-  srv_session *s = h->data;
+  srv_conn *s = h->data;
   if (s->closing) return;
   if (s->close_why) { /* a send failed under a caller: close here, on a clean stack */
     srv_session_close(s, s->close_why);
@@ -265,32 +265,32 @@ static void session_poll_cb(uv_poll_t *h, int status, int events) {
   if (!s->closing) session_set_events(s);
 }
 
-static int peer_allowed(srv *d, int fd, uid_t *uid_out, pid_t *pid_out) {
+static int peer_allowed(srv_net *d, int fd, uid_t *uid_out, pid_t *pid_out) {
   struct ucred cr;
   socklen_t l = sizeof(cr);
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &l) != 0) return 0;
   *uid_out = cr.uid;
   *pid_out = cr.pid;
   if (cr.uid == getuid() || cr.uid == 0) return 1;
-  for (int i = 0; i < d->cfg.nallow_uids; i++)
-    if (d->cfg.allow_uids[i] == cr.uid) return 1;
-  if (!d->cfg.nallow_gids) return 0;
+  for (int i = 0; i < d->nallow_uids; i++)
+    if (d->allow_uids[i] == cr.uid) return 1;
+  if (!d->nallow_gids) return 0;
   /* --allow-group: the peer's primary group or one of its supplementary groups (SO_PEERGROUPS,
    * the groups the peer process had when it connected). */
   gid_t groups[256];
   socklen_t gl = sizeof(groups);
   int ng =
       getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &gl) == 0 ? (int)(gl / sizeof(gid_t)) : 0;
-  for (int i = 0; i < d->cfg.nallow_gids; i++) {
-    if (d->cfg.allow_gids[i] == cr.gid) return 1;
+  for (int i = 0; i < d->nallow_gids; i++) {
+    if (d->allow_gids[i] == cr.gid) return 1;
     for (int k = 0; k < ng; k++)
-      if (d->cfg.allow_gids[i] == groups[k]) return 1;
+      if (d->allow_gids[i] == groups[k]) return 1;
   }
   return 0;
 }
 
 static void on_connection(uv_stream_t *server, int status) {
-  srv *d = server->data;
+  srv_net *d = server->data;
   if (status < 0) {
     srv_conn_accept_failed(status, "accept");
     return;
@@ -312,15 +312,14 @@ static void on_connection(uv_stream_t *server, int status) {
     return;
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-  srv_session *s = calloc(1, sizeof(*s));
+  srv_conn *s = calloc(1, g_cbs->size);
   if (!s) {
     close(fd);
     return;
   }
-  s->d = d;
+  s->net = d;
   s->id = ++d->next_session_id;
   s->fd = fd;
-  s->next_arena_id = 1;
   wire_reader_init(&s->rd);
   pid_t pid = 0;
   int ok = peer_allowed(d, fd, &s->uid, &pid);
@@ -333,6 +332,7 @@ static void on_connection(uv_stream_t *server, int status) {
   s->poll.data = s;
   s->next = d->sessions;
   d->sessions = s;
+  g_cbs->on_open(s);
   char why[160];
   int over = srv_conn_add(s->uid, why, sizeof(why)); /* srv_session_close gives it back */
   LOG_DEBUG("session %llu: connection from pid %d uid %u", (unsigned long long)s->id, (int)pid,
@@ -359,17 +359,62 @@ static void on_connection(uv_stream_t *server, int status) {
   session_set_events(s);
 }
 
-fgb_status srv_server_start(srv *d, const server_cbs *cbs, char *err, size_t errlen) {
+/* Take an exclusive lock on "<sock_path>.lock" (created 0600, our pid written in it) and keep it
+ * for the life of the process: flock(2), released by the kernel whenever the process dies, so a
+ * crashed daemon never blocks its successor. FGB_EEXIST with the holder's pid in err when another
+ * daemon has it. */
+static int lock_socket(const char *sock_path, char *err, size_t errlen) {
+  char path[4096];
+  if ((size_t)snprintf(path, sizeof(path), "%s.lock", sock_path) >= sizeof(path)) {
+    snprintf(err, errlen, "lock file path too long");
+    return FGB_EINVAL;
+  }
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    snprintf(err, errlen, "lock file %s: %s", path, strerror(errno));
+    return FGB_EIO;
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    char pid[32] = "?";
+    /* The holder writes its pid just after taking the lock: give it a moment when both started
+     * at once. */
+    for (int i = 0; i < 40; i++) {
+      ssize_t r = pread(fd, pid, sizeof(pid) - 1, 0);
+      if (r > 0 && memchr(pid, '\n', (size_t)r)) {
+        pid[r] = 0;
+        break;
+      }
+      snprintf(pid, sizeof(pid), "?");
+      usleep(5000);
+    }
+    pid[strcspn(pid, "\n")] = 0;
+    close(fd);
+    if (e == EWOULDBLOCK) {
+      snprintf(err, errlen, "another daemon (pid %s) holds %s: it serves %s", pid, path, sock_path);
+      return FGB_EEXIST;
+    }
+    snprintf(err, errlen, "lock file %s: %s", path, strerror(e));
+    return FGB_EIO;
+  }
+  char buf[32];
+  int n = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, buf, (size_t)n, 0) != n)
+    LOG_WARN("lock file %s: cannot write our pid", path);
+  return FGB_OK; /* fd stays open (and locked) until the process exits */
+}
+
+fgb_status srv_server_start(srv_net *d, const server_cbs *cbs, char *err, size_t errlen) {
   g_cbs = cbs;
-  int n = snprintf(d->sock_path, sizeof(d->sock_path), "%s/cpu%d.sock", d->cfg.runtime_dir,
-                   d->local_index);
-  if (d->core.dp) n = d->core.dp->sock_name(d, d->sock_path, sizeof(d->sock_path));
+  int n =
+      snprintf(d->sock_path, sizeof(d->sock_path), "%s/cpu%d.sock", d->runtime_dir, d->local_index);
+  if (d->sock_name) n = d->sock_name(d->sock_name_ud, d->sock_path, sizeof(d->sock_path));
   if (n < 0 || (size_t)n >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
     snprintf(err, errlen, "socket path %s is too long for a Unix socket", d->sock_path);
     return FGB_EINVAL;
   }
-  /* The lock decides between two daemons of one index started at once (service.c). */
-  fgb_status lk = srv_lock_socket(d->sock_path, err, errlen);
+  /* The lock decides between two daemons of one index started at once. */
+  fgb_status lk = lock_socket(d->sock_path, err, errlen);
   if (lk != FGB_OK) return lk;
   /* A socket file left by a dead daemon is removed; a live daemon's is not stolen. */
   int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -387,7 +432,7 @@ fgb_status srv_server_start(srv *d, const server_cbs *cbs, char *err, size_t err
   uv_pipe_init(d->loop, &d->listener, 0);
   d->listener.data = d;
   /* Create the socket with the right mode from the start (no window with a wider one). */
-  srv_access a = d->cfg.access; /* boot/config.c: srv_config_runtime_dir */
+  srv_access a = d->access;
   mode_t old = umask(0777 & ~a.sock_mode);
   int rc = uv_pipe_bind(&d->listener, d->sock_path);
   umask(old);
@@ -406,7 +451,7 @@ fgb_status srv_server_start(srv *d, const server_cbs *cbs, char *err, size_t err
   return FGB_OK;
 }
 
-void srv_server_stop(srv *d) {
+void srv_server_stop(srv_net *d) {
   hot_close();
   if (d->listening) {
     d->listening = 0;
@@ -414,7 +459,7 @@ void srv_server_stop(srv *d) {
     unlink(d->sock_path);
   }
   while (d->sessions) {
-    srv_session *s = d->sessions;
+    srv_conn *s = d->sessions;
     g_cbs->on_fatal(s, FGB_ECLOSED, "", "daemon shutting down");
     if (d->sessions == s) srv_session_close(s, "daemon shutting down");
   }

@@ -54,7 +54,7 @@ char *srv_metrics_text(srv *d) {
   family(&b, "fgbuff_build_info", "gauge", "fgbuffd's version (value 1).");
   mb_printf(&b, "fgbuff_build_info{%s,version=\"%s\"} 1\n", base, FGBUFF_VERSION);
   family(&b, "fgbuff_up", "gauge", "1 once the daemon's world formed, else 0.");
-  mb_printf(&b, "fgbuff_up{%s} %d\n", base, d->cp && srv_ctrl_ready(d->cp) ? 1 : 0);
+  mb_printf(&b, "fgbuff_up{%s} %d\n", base, d->net.cp && srv_ctrl_ready(d->net.cp) ? 1 : 0);
   family(&b, "fgbuff_start_time_seconds", "gauge", "When the daemon started, Unix time.");
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -64,7 +64,7 @@ char *srv_metrics_text(srv *d) {
   family(&b, "fgbuff_world_size", "gauge", "Daemons in this daemon's world.");
   mb_printf(&b, "fgbuff_world_size{%s} %d\n", base, d->world_size);
   int clients = 0, jobs = 0;
-  for (srv_session *s = d->sessions; s; s = s->next) clients++;
+  for (const srv_conn *c = d->net.sessions; c; c = c->next) clients++;
   for (srv_job *j = d->core.jobs; j; j = j->next) jobs++;
   family(&b, "fgbuff_clients", "gauge", "Connected clients (trainers and fgbuffctl).");
   mb_printf(&b, "fgbuff_clients{%s} %d\n", base, clients);

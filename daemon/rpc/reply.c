@@ -61,15 +61,15 @@ void srv_reply(srv_session *s, uint64_t req_id, Fgbuff__V1__Envelope__BodyCase b
                void *body) {
   Fgbuff__V1__Envelope env;
   if (!env_build(&env, req_id, body_case, body)) {
-    LOG_ERROR("session %llu: body %d is not a reply; not sent", (unsigned long long)s->id,
+    LOG_ERROR("session %llu: body %d is not a reply; not sent", (unsigned long long)s->c.id,
               (int)body_case);
     return;
   }
   size_t len = fgbuff__v1__envelope__get_packed_size(&env);
-  uint8_t *p = srv_out_reserve(s, len);
+  uint8_t *p = srv_out_reserve(&s->c, len);
   if (!p) return;
   fgbuff__v1__envelope__pack(&env, p);
-  srv_out_commit(s, len);
+  srv_out_commit(&s->c, len);
 }
 
 size_t srv_reply_size(uint64_t req_id, Fgbuff__V1__Envelope__BodyCase body_case, void *body) {
@@ -90,7 +90,7 @@ void srv_send_error(srv_session *s, uint64_t req_id, int code, const char *field
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  LOG_DEBUG("session %llu: error %d (%s)%s: %s", (unsigned long long)s->id, code, field,
+  LOG_DEBUG("session %llu: error %d (%s)%s: %s", (unsigned long long)s->c.id, code, field,
             fatal ? " fatal" : "", msg);
   Fgbuff__V1__Error e = FGBUFF__V1__ERROR__INIT;
   e.code = code;
@@ -98,7 +98,7 @@ void srv_send_error(srv_session *s, uint64_t req_id, int code, const char *field
   e.field = (char *)field;
   e.fatal = fatal;
   srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_ERROR, &e);
-  if (fatal) srv_session_close(s, msg); /* the Error is still written: srv_linger */
+  if (fatal) srv_session_close(&s->c, msg); /* the Error is still written: srv_linger */
 }
 
 void srv_send_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int status,

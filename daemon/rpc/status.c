@@ -85,8 +85,8 @@ static void job_json(sbuf *b, const srv *d, const srv_job *j) {
     sb_printf(b, "],\"waited_ms\":%llu}", (unsigned long long)waited_ms(d, s));
   }
   sb_printf(b, "],\"submit_ring\":%s,\"ring_submits\":%llu,\"plan\":",
-            srv_ring_attached(j->session) ? "true" : "false",
-            (unsigned long long)srv_ring_submits(j->session));
+            srv_ring_attached(&j->session->c) ? "true" : "false",
+            (unsigned long long)srv_ring_submits(&j->session->c));
   size_t plen = srv_plan_status_json(j, NULL, 0);
   char *plan = malloc(plen + 1);
   if (plan) srv_plan_status_json(j, plan, plen + 1);
@@ -121,8 +121,8 @@ static void job_text(sbuf *b, const srv *d, const srv_job *j) {
             (unsigned long long)j->bytes_sent, (unsigned long long)j->bytes_received);
   if (j->session)
     sb_printf(b, "    submit ring: %s; %llu submits through it\n",
-              srv_ring_attached(j->session) ? "on" : "off",
-              (unsigned long long)srv_ring_submits(j->session));
+              srv_ring_attached(&j->session->c) ? "on" : "off",
+              (unsigned long long)srv_ring_submits(&j->session->c));
   sb_printf(b, "    pre-issue: %s; %llu recalls, %llu tensor syncs revoked\n",
             j->pre_live ? "on (numbered ahead of readiness)" : "off (agreed on readiness)",
             (unsigned long long)j->recalls, (unsigned long long)j->revoked);
@@ -155,7 +155,7 @@ fgb_status srv_status_build(srv *d, char **json, char **text) {
             "\"protocol_version\":%u,\"pid\":%d,\"socket\":\"%s\",\"default_policy\":\"%s\","
             "\"stall_timeout_ms\":%llu,\"jobs\":[",
             d->world_rank, d->world_size, d->local_index, d->cfg.device, (unsigned long long)up,
-            FGB_PROTOCOL_VERSION, (int)getpid(), d->sock_path, d->cfg.default_policy,
+            FGB_PROTOCOL_VERSION, (int)getpid(), d->net.sock_path, d->cfg.default_policy,
             (unsigned long long)d->cfg.stall_timeout_ms);
   if (d->core.dp) { /* before "jobs": the GPU, MPS and the daemon's device memory */
     char g[512];
@@ -169,7 +169,7 @@ fgb_status srv_status_build(srv *d, char **json, char **text) {
   sb_printf(&t, "fgbuffd rank %d of %d (local %d), device %s, pid %d, up %llu s, protocol v%u\n",
             d->world_rank, d->world_size, d->local_index, d->cfg.device, (int)getpid(),
             (unsigned long long)up, FGB_PROTOCOL_VERSION);
-  sb_printf(&t, "socket %s; default policy %s; stall timeout %llu ms\n", d->sock_path,
+  sb_printf(&t, "socket %s; default policy %s; stall timeout %llu ms\n", d->net.sock_path,
             d->cfg.default_policy, (unsigned long long)d->cfg.stall_timeout_ms);
   int n = 0;
   for (const srv_job *x = d->core.jobs; x; x = x->next, n++) {

@@ -1,4 +1,4 @@
-/* daemon/conncap.c — connection limits of the Unix-socket server (see conncap.h). Loop thread
+/* daemon/net/conncap.c — connection limits of the Unix-socket server (see conncap.h). Loop thread
  * only; one server per process, so the counts are file-static. Issue 15: ~20,000 idle
  * connections of one uid exhausted the daemon's fds, the log filled with EMFILE lines, and new
  * jobs hung. */

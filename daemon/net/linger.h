@@ -1,4 +1,4 @@
-/* daemon/linger.h — the last replies of a closed session (a fatal Error, usually) written from
+/* daemon/net/linger.h — the last replies of a closed session (a fatal Error, usually) written from
  * the loop, never with a blocking flush: a client that leaves its replies unread must not stall
  * the loop thread that every job shares. */
 #ifndef FGB_LINGER_H
@@ -6,7 +6,7 @@
 
 #include <uv.h>
 
-#include "daemon.h"
+#include "net.h"
 
 /* How long a closed session's queued replies may take to drain before the socket is closed. */
 #define SRV_LINGER_MS 200
@@ -15,6 +15,6 @@
  * open: when replies are queued, takes the handle over (writable only), closes it with free_cb
  * once they are written, the peer hangs up or SRV_LINGER_MS passed, and returns 1. Returns 0
  * (nothing queued, the socket failed, no memory): the caller closes the handle itself. */
-int srv_linger(srv_session *s, uv_close_cb free_cb);
+int srv_linger(srv_conn *s, uv_close_cb free_cb);
 
 #endif

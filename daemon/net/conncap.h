@@ -1,5 +1,5 @@
-/* daemon/conncap.h — how many client connections the daemon holds, in total and per uid, and the
- * refusals when a node's users open too many: one clear log line per cause and 10 s, never a
+/* daemon/net/conncap.h — how many client connections the daemon holds, in total and per uid, and
+ * the refusals when a node's users open too many: one clear log line per cause and 10 s, never a
  * flood of misleading errnos, and file descriptors left for the daemon's own work. */
 #ifndef FGB_CONNCAP_H
 #define FGB_CONNCAP_H

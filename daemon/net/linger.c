@@ -1,7 +1,7 @@
-/* daemon/linger.c — closed sessions whose replies are still queued: their poll handle writes what
- * the socket takes, and one timer closes those still waiting after SRV_LINGER_MS. Before, a fatal
- * Error was flushed for up to 200 ms on the loop thread, and N clients that left replies unread
- * froze every job for N x 200 ms (issue 15). */
+/* daemon/net/linger.c — closed sessions whose replies are still queued: their poll handle writes
+ * what the socket takes, and one timer closes those still waiting after SRV_LINGER_MS. Before, a
+ * fatal Error was flushed for up to 200 ms on the loop thread, and N clients that left replies
+ * unread froze every job for N x 200 ms (issue 15). */
 #include "linger.h"
 
 #include <errno.h>
@@ -11,7 +11,7 @@
 #include "clock.h"
 
 typedef struct lnode {
-  srv_session *s;
+  srv_conn *s;
   uint64_t until_ms;
   uv_close_cb free_cb;
   struct lnode *next;
@@ -21,7 +21,7 @@ static lnode *g_list;
 static uv_timer_t *g_timer; /* while g_list is not empty; freed by its close callback */
 
 /* 1: all written, 0: more to write later, -1: the socket failed (peer gone). */
-static int linger_write(srv_session *s) {
+static int linger_write(srv_conn *s) {
   while (s->out_off < s->out_len) {
     ssize_t n = send(s->fd, s->out + s->out_off, s->out_len - s->out_off, MSG_NOSIGNAL);
     if (n < 0) {
@@ -45,7 +45,7 @@ static void linger_finish(lnode *n) {
       break;
     }
   }
-  srv_session *s = n->s;
+  srv_conn *s = n->s;
   s->poll.data = s; /* what free_cb expects */
   uv_poll_stop(&s->poll);
   uv_close((uv_handle_t *)&s->poll, n->free_cb);
@@ -71,7 +71,7 @@ static void linger_timer_cb(uv_timer_t *t) {
   }
 }
 
-int srv_linger(srv_session *s, uv_close_cb free_cb) {
+int srv_linger(srv_conn *s, uv_close_cb free_cb) {
   if (s->out_len <= s->out_off || linger_write(s) != 0) return 0;
   lnode *n = calloc(1, sizeof(*n));
   if (!n) return 0;
@@ -81,7 +81,7 @@ int srv_linger(srv_session *s, uv_close_cb free_cb) {
       free(n);
       return 0;
     }
-    uv_timer_init(s->d->loop, g_timer);
+    uv_timer_init(s->net->loop, g_timer);
     uv_timer_start(g_timer, linger_timer_cb, SRV_LINGER_MS / 4, SRV_LINGER_MS / 4);
   }
   n->s = s;

@@ -1,0 +1,73 @@
+/* daemon/rpc/h_admin.c — operating the daemon: Status (the document or Prometheus text), ConfigGet
+ * and ConfigSet (boot/config.c's keys), a tensor's compressor state (StateExport, StateImport:
+ * core_state) and the engine's timeline (rpc/timeline.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "metrics.h"
+#include "rpc.h"
+
+static void on_status(srv_session *s, uint64_t req_id, int metrics) {
+  char *json = NULL, *text = NULL;
+  if (metrics) { /* metrics.c: Prometheus text in .text, no document */
+    text = srv_metrics_text(s->d);
+    json = text ? calloc(1, 1) : NULL;
+  }
+  if (metrics ? !json : srv_status_build(s->d, &json, &text) != FGB_OK) {
+    free(json);
+    free(text);
+    srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory for the status");
+    return;
+  }
+  Fgbuff__V1__StatusReply r = FGBUFF__V1__STATUS_REPLY__INIT;
+  r.json = json;
+  r.text = text;
+  if (srv_reply_size(req_id, FGBUFF__V1__ENVELOPE__BODY_STATUS_REPLY, &r) > FGB_WIRE_MAX_FRAME)
+    srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "status document larger than a frame (%zu bytes)",
+                   strlen(json) + strlen(text));
+  else
+    srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_STATUS_REPLY, &r);
+  free(json);
+  free(text);
+}
+
+static void on_config(srv_session *s, uint64_t req_id, const char *key, const char *value) {
+  char val[256], err[256];
+  fgb_status st = value ? srv_config_set(&s->d->cfg, key, value, err, sizeof(err)) : FGB_OK;
+  if (st == FGB_OK) st = srv_config_get(&s->d->cfg, key, val, sizeof(val), err, sizeof(err));
+  if (st != FGB_OK) {
+    srv_send_error(s, req_id, st, strncmp(err, "value", 5) == 0 ? "value" : "key", 0, "%s", err);
+    return;
+  }
+  if (value) LOG_INFO("config: %s = %s", key, val);
+  Fgbuff__V1__ConfigReply r = FGBUFF__V1__CONFIG_REPLY__INIT;
+  r.key = (char *)key;
+  r.value = val;
+  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_CONFIG_REPLY, &r);
+}
+
+void rpc_status(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelope *env) {
+  on_status(s, req_id, env->status && env->status->metrics);
+}
+
+void rpc_config_get(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelope *env) {
+  on_config(s, req_id, env->config_get->key, NULL);
+}
+
+void rpc_config_set(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelope *env) {
+  on_config(s, req_id, env->config_set->key, env->config_set->value);
+}
+
+void rpc_state_export(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelope *env) {
+  core_state(&s->d->core, s->job, s, req_id, env->state_export->tensor_id, 0, NULL, 0);
+}
+
+void rpc_state_import(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelope *env) {
+  core_state(&s->d->core, s->job, s, req_id, env->state_import->tensor_id, 1,
+             env->state_import->state.data, env->state_import->state.len);
+}
+
+void rpc_timeline(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelope *env) {
+  srv_on_timeline(s, req_id, env->timeline);
+}

@@ -1,0 +1,123 @@
+/* daemon/rpc/session.c — a client session seen from above the server: the tables the layers
+ * around rpc/ are handed. server.c gets srv_session_cbs (frames to decode.c, a close releases the
+ * session's job and arenas, the server's own refusals become a fatal Error); a submission ring
+ * gets rpc_ring_cbs (its records take the socket's Submit path); the core gets srv_core_cbs (its
+ * replies become envelopes through reply.c, its coordinator bytes go to the control plane). */
+#include <stddef.h>
+
+#include "ctrl.h"
+#include "log.h"
+#include "ring.h"
+#include "ring_layout.h"
+#include "rpc.h"
+
+/* server.c's and ring.c's own refusals (a peer's uid, a bad frame, garbage in a ring, shutdown):
+ * an error reply, then the close. */
+static void session_fatal(srv_conn *c, int code, const char *field, const char *msg) {
+  srv_send_error(SRV_SESSION(c), 0, code, field, 1, "%s", msg);
+}
+
+/* A ring's records take the socket's Submit path (ring.c hands them up). */
+static void ring_record(srv_conn *c, const fgb_ring_rec *rec) {
+  srv_session *s = SRV_SESSION(c);
+  core_submit(&s->d->core, s->job, s, rec->req_id, rec->tensor_id, rec->step, rec->event_slot,
+              rec->done_seq);
+}
+
+const ring_cbs rpc_ring_cbs = {ring_record, session_fatal};
+
+/* server.c closes a session: its job learns that the client left, its arenas lose a reference. */
+static void session_closed(srv_conn *c) {
+  srv_session *s = SRV_SESSION(c);
+  if (s->job) {
+    srv_job *j = s->job;
+    s->job = NULL;
+    core_client_gone(j);
+  }
+  while (s->arenas) {
+    srv_arena *a = s->arenas;
+    s->arenas = a->next;
+    srv_arena_unref(a);
+  }
+}
+
+/* server.c accepted a connection: the session it begins is zeroed; arena ids start at 1. */
+static void session_open(srv_conn *c) {
+  srv_session *s = SRV_SESSION(c);
+  s->d = (srv *)((char *)c->net - offsetof(srv, net));
+  s->next_arena_id = 1;
+}
+
+static void session_frame(srv_conn *c, const uint8_t *frame, uint32_t len, int *fds, int nfds) {
+  srv_session_frame(SRV_SESSION(c), frame, len, fds, nfds);
+}
+
+const server_cbs srv_session_cbs = {sizeof(srv_session), session_open, session_frame,
+                                    session_closed, session_fatal};
+
+/* ---- the core's replies (core_cbs): envelopes through rpc/reply.c ---------------------------- */
+static void core_error_cb(void *ud, struct srv_session *s, uint64_t req_id, int code,
+                          const char *field, const char *msg) {
+  (void)ud;
+  srv_send_error(s, req_id, code, field, 0, "%s", msg);
+}
+
+static void core_ok_cb(void *ud, struct srv_session *s, uint64_t req_id) {
+  (void)ud;
+  srv_reply_ok(s, req_id);
+}
+
+static void core_joined_cb(void *ud, struct srv_session *s, uint64_t req_id, const srv_job *cj) {
+  (void)ud;
+  srv_job *j = (srv_job *)cj;
+  s->job = j;
+  LOG_INFO("session %llu joined job '%s' incarnation %llu as rank %d of %d (policy %s)",
+           (unsigned long long)s->c.id, j->id.name, (unsigned long long)j->id.incarnation, j->rank,
+           j->size, j->policy);
+  Fgbuff__V1__JoinReply r = FGBUFF__V1__JOIN_REPLY__INIT;
+  r.job_id = j->local_id;
+  r.rank = j->rank;
+  r.size = j->size;
+  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_JOIN_REPLY, &r);
+}
+
+static void core_tensor_cb(void *ud, struct srv_session *s, uint64_t req_id, uint32_t tensor_id) {
+  (void)ud;
+  Fgbuff__V1__TensorReply r = FGBUFF__V1__TENSOR_REPLY__INIT;
+  r.tensor_id = tensor_id;
+  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_TENSOR_REPLY, &r);
+}
+
+static void core_done_cb(void *ud, struct srv_session *s, uint32_t tensor_id, uint64_t step,
+                         int status, const char *err, uint32_t event_slot) {
+  (void)ud;
+  srv_reply_done(s, tensor_id, step, status, err, event_slot);
+}
+
+static void core_coll_done_cb(void *ud, struct srv_session *s, uint64_t req_id, uint64_t seq,
+                              int status, const char *err) {
+  (void)ud;
+  srv_send_coll_done(s, req_id, seq, status, err);
+}
+
+static void core_state_cb(void *ud, struct srv_session *s, uint64_t req_id, const void *data,
+                          size_t len) {
+  (void)ud;
+  Fgbuff__V1__StateReply r = FGBUFF__V1__STATE_REPLY__INIT;
+  r.state.data = (uint8_t *)data;
+  r.state.len = len;
+  if (srv_reply_size(req_id, FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY, &r) > FGB_WIRE_MAX_FRAME)
+    srv_send_error(s, req_id, FGB_ENOTSUP, "tensor_id", 0,
+                   "tensor_id: state of %zu bytes is larger than a frame (%u bytes)", len,
+                   FGB_WIRE_MAX_FRAME);
+  else
+    srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY, &r);
+}
+
+static void core_send_cb(void *ud, int peer, const uint8_t *bytes, size_t len) {
+  srv *d = ud;
+  if (d->net.cp) srv_ctrl_send(d->net.cp, peer, bytes, len);
+}
+
+const core_cbs srv_core_cbs = {core_error_cb, core_ok_cb,        core_joined_cb, core_tensor_cb,
+                               core_done_cb,  core_coll_done_cb, core_state_cb,  core_send_cb};
