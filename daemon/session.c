@@ -286,6 +286,7 @@ static void on_tensor(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
                          .op = (int)m->op, /* the wire's numbers are fgb_reduce_op's */
                          .compressor = m->compressor,
                          .density = m->density,
+                         .options = m->compressor_options,
                          .ndim = (uint32_t)m->n_shape,
                          .shape = m->shape};
   core_tensor_register(&s->d->core, s->job, s, req_id, &ta);

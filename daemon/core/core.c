@@ -106,13 +106,17 @@ void core_tensor_register(core *d, srv_job *j, struct srv_session *s, uint64_t r
   enter(d);
   fgb_status st = srv_comp_check(j, a, &cops, err, sizeof(err));
   if (st != FGB_OK) {
-    core_error(d, s, req_id, st, strncmp(err, "density", 7) == 0 ? "density" : "compressor", "%s",
-               err);
+    core_error(d, s, req_id, st,
+               strncmp(err, "density", 7) == 0               ? "density"
+               : strncmp(err, "compressor_options", 18) == 0 ? "compressor_options"
+                                                             : "compressor",
+               "%s", err);
     leave(d);
     return;
   }
   srv_tensor *t = calloc(1, sizeof(*t));
   if (!t) goto nomem;
+  if (cops && a->options && a->options[0] && !(t->options = strdup(a->options))) goto nomem;
   if (VEC_RESERVE(j->tensors, j->tcap, j->ntensors, 16)) goto nomem;
   if (VEC_RESERVE(d->tensors, d->tcap, d->ntensors, 64)) goto nomem;
   t->id = ++d->ntensors;
@@ -148,6 +152,7 @@ void core_tensor_register(core *d, srv_job *j, struct srv_session *s, uint64_t r
   leave(d);
   return;
 nomem:
+  if (t) free(t->options);
   free(t);
   core_error(d, s, req_id, FGB_ENOMEM, "", "out of memory");
   leave(d);
@@ -271,6 +276,7 @@ fgb_status core_tensor_release(core *d, srv_job *j, uint32_t id, char *err, size
   d->tensors[id - 1] = NULL;
   LOG_INFO("job '%s' rank %d released tensor %u '%s'", j->id.name, j->rank, id, t->name);
   srv_arena_unref(t->arena);
+  free(t->options);
   free(t);
   return FGB_OK;
 }
