@@ -245,17 +245,21 @@ void srv_arena_unref(srv_arena *a) {
 }
 
 /* Only between steps: refused (FGB_EBUSY) while the tensor has a step or a collective unfinished
- * here, or the engine holds any work of the job (session.c's ReleaseTensor says the rest). */
+ * here, or the engine holds any work of the job (session.c's ReleaseTensor says the rest). A
+ * compressed tensor's compressor instance stays in the engine's store until the job is released
+ * (it is keyed by the tensor id, which is never reused, so nothing reaches it again): its memory
+ * is held that long, its arena's is not. */
 fgb_status core_tensor_release(core *d, srv_job *j, uint32_t id, char *err, size_t errlen) {
   srv_tensor *t = srv_tensor_get(d, id);
   if (!t || t->job != j)
     return snprintf(err, errlen, "tensor_id %u: not a tensor of job '%s' on this connection", id,
                     j->id.name),
            FGB_ENOTFOUND;
-  if (t->comp || srv_plan_policy(j->policy))
+  if (srv_plan_policy(j->policy))
     return snprintf(err, errlen,
-                    "tensor_id %u ('%s'): cannot release a tensor %s (not supported yet)", id,
-                    t->name, t->comp ? "with a compressor" : "under a static merge policy"),
+                    "tensor_id %u ('%s'): cannot release a tensor under a static merge policy (not "
+                    "supported yet)",
+                    id, t->name),
            FGB_ENOTSUP;
   int busy = j->inflight > 0;
   for (uint32_t i = 0; i < j->npending && !busy; i++) busy = j->pending[i].tensor_id == id;

@@ -41,12 +41,16 @@ class FgbuffHookState:
     def __init__(self, process_group: Any = None, compressor: Optional[str] = None,
                  density: float = 0.0, policy: Optional[str] = None,
                  job_name: Optional[str] = None, start_iter: int = 2,
-                 timeout_ms: int = 600000):
+                 timeout_ms: int = 600000, compressor_options: Any = None):
         if start_iter < 2:
             raise ValueError("fgbuff ddp hook: start_iter must be >= 2 (DDP rebuilds its "
                              "buckets after the first iteration)")
         self.process_group = process_group
         self.compressor, self.density, self.policy = compressor, density, policy
+        # "key=value,..." or a dict: the compressor's options for every bucket it compresses
+        self.compressor_options = C.format_options(compressor_options)
+        if self.compressor_options and not compressor:
+            raise ValueError("fgbuff ddp hook: compressor_options given without a compressor")
         self.job_name = job_name or f"{os.environ.get('FGBUFF_JOB') or 'torch'}.ddp"
         self.start_iter = start_iter
         self.timeout_ms = timeout_ms
@@ -99,7 +103,8 @@ class FgbuffHookState:
         comp = self.compressor if self.compressor and buf.dtype.is_floating_point else None
         tid = cl.tensor_register(f"ddp.bucket{index}", arena, 0, buf.numel(), fdt,
                                  (buf.numel(),), C.OP_AVERAGE, comp,
-                                 self.density if comp else 0.0)
+                                 self.density if comp else 0.0,
+                                 self.compressor_options if comp else None)
         self.buckets[index] = (tid, slot)
         return tid, slot
 

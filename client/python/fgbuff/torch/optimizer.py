@@ -73,13 +73,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                  gradient_predivide_factor: float, sparse_as_dense: bool,
                  compressor: Optional[str], density: float, policy: Optional[str],
                  job_name: Optional[str], compress_filter: Optional[Callable[..., bool]],
-                 compressor_options: Optional[Dict[str, Any]]):
+                 compressor_options: "Optional[str | Dict[str, Any]]"):
         super(self.__class__, self).__init__(params)
         self._fgb_client: Optional[C.Client] = None
-        if compressor_options:
-            raise NotImplementedError(
-                "fgbuff.torch.DistributedOptimizer: compressor_options cannot reach the daemon "
-                "yet (RegisterTensor carries only the compressor name and density)")
+        copts = C.format_options(compressor_options)
+        if copts and not compressor:
+            raise ValueError("fgbuff.torch.DistributedOptimizer: compressor_options given "
+                             "without a compressor")
         if op == ADASUM:
             raise NotImplementedError("fgbuff.torch: Adasum is not supported")
         if op not in (AVERAGE, SUM):
@@ -190,7 +190,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 e.tid = cl.tensor_register(name, arena, off, n, fgb_dtype(wire), shape,
                                            C.OP_SUM if op == SUM else C.OP_AVERAGE,
                                            compressor if compressed else None,
-                                           density if compressed else 0.0)
+                                           density if compressed else 0.0,
+                                           copts if compressed else None)
                 p.grad = grad
                 e.hook = p.register_post_accumulate_grad_hook(self._fgb_make_hook(e))
                 self._fgb_entries[id(p)] = e
@@ -432,14 +433,17 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
                          density: float = 0.0, policy: Optional[str] = None,
                          job_name: Optional[str] = None,
                          compress_filter: Optional[Callable[[str, Any], bool]] = None,
-                         compressor_options: Optional[Dict[str, Any]] = None
+                         compressor_options: "Optional[str | Dict[str, Any]]" = None
                          ) -> torch.optim.Optimizer:
     """Wrap `optimizer` so its gradients are synchronised by fgbuffd before each step.
 
     Horovod's arguments keep their meaning; fgbuff's own: compressor ("topk", "dgc", "powersgd",
     ... run in the daemon with error feedback; applied to parameters for which
     compress_filter(name, p) is true, by default those with 2+ dimensions), density, policy (the
-    job's merge policy: "none", "fusion", "fgbuff", ...), job_name (default <base>.optN)."""
+    job's merge policy: "none", "fusion", "fgbuff", ...), job_name (default <base>.optN),
+    compressor_options (the compressor's options for every compressed tensor, a dict such as
+    {"rank": 4} or a "key=value,key=value" string, e.g. PowerSGD's rank, DGC's warm-up and
+    clipping: docs/compressors.md; every rank must pass the same)."""
     _core._no_process_sets(process_set)
     if num_groups or groups:
         warnings.warn("fgbuff: num_groups/groups are ignored (the daemon's merge policy groups)")
