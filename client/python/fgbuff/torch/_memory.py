@@ -1,11 +1,12 @@
 """Memory shared with the daemon, as torch tensors: host arenas on a CPU daemon, driver-allocated
 device memory registered with fgb_arena_register_cuda on a GPU daemon (which takes no host
-arenas). One SharedMemory per Client; arenas live until the Client closes (the C API has no
-arena release yet: docs/pytorch.md, "Limits")."""
+arenas). One SharedMemory per Client; release() gives back every arena no tensor lives in any more
+(fgb_arena_release) and frees the device memory of those, once the daemon let go of it (an arena
+the daemon still holds keeps its memory: freeing it under the daemon's mapping is unsafe)."""
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import torch
 
@@ -24,7 +25,7 @@ class SharedMemory:
             device = (torch.device("cpu") if dev == "cpu" else
                       torch.device("cuda", torch.cuda.current_device()))
         self.daemon_device = device
-        self._keep: List[object] = []
+        self._arenas: List[Tuple[C.Arena, Any]] = []  # (arena, its DeviceBuffer or None)
 
     @property
     def on_gpu(self) -> bool:
@@ -36,13 +37,43 @@ class SharedMemory:
         if not self.on_gpu:
             a = self.client.arena_alloc_host(nbytes)
             t = host_tensor(a.ptr, a.bytes)
+            self._arenas.append((a, None))
             return a, t
         from ._cuda import DeviceBuffer
 
         buf = DeviceBuffer(nbytes, self.daemon_device)
-        self._keep.append(buf)
-        a = self.client.arena_register_cuda(buf.ptr, nbytes)
+        try:
+            a = self.client.arena_register_cuda(buf.ptr, nbytes)
+        except BaseException:
+            buf.free()
+            raise
+        self._arenas.append((a, buf))
         return a, buf.tensor
+
+    def release(self, arena: "Optional[C.Arena]" = None) -> int:
+        """Release `arena` (None: every arena) on the daemon, then free its device memory. An arena
+        the daemon refuses to release (a tensor still lives in it, a step in flight, a closed
+        client) is kept, memory and all. A host arena is unmapped: tensors over it must not be
+        used again. Returns how many arenas are still held."""
+        keep = []
+        for a, buf in self._arenas:
+            if arena is not None and a.id != arena.id:
+                keep.append((a, buf))
+                continue
+            try:
+                self.client.arena_release(a)
+            except C.FgbError:
+                keep.append((a, buf))
+                continue
+            if buf is not None:
+                buf.free()
+        self._arenas = keep
+        return len(keep)
+
+    @property
+    def held(self) -> int:
+        """Arenas not released yet."""
+        return len(self._arenas)
 
     def sync_device(self) -> None:
         """Make device writes visible to the daemon before a blocking collective (GPU daemons)."""
