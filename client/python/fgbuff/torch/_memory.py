@@ -56,6 +56,8 @@ class SharedMemory:
         client) is kept, memory and all. A host arena is unmapped: tensors over it must not be
         used again. Returns how many arenas are still held."""
         keep = []
+        if self.on_gpu and any(buf is not None for _, buf in self._arenas):
+            torch.cuda.synchronize(self.daemon_device)  # no queued work reads what is freed
         for a, buf in self._arenas:
             if arena is not None and a.id != arena.id:
                 keep.append((a, buf))
