@@ -46,7 +46,7 @@ fgb_status srv_comp_check(const srv_job *j, const core_tensor_args *m, const str
     snprintf(err, errlen,
              "compressor_options: '%.200s' given for a dense tensor (compressor %s); options "
              "need a compressor",
-             m->options, m->compressor && m->compressor[0] ? "none" : "\"\" (the job's default)");
+             m->options, m->compressor && m->compressor[0] ? "none" : "\"\"");
     return FGB_EINVAL;
   }
   const comp_ops *ops = comp_find(m->compressor);
