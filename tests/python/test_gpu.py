@@ -93,15 +93,17 @@ def test_optimizer_cuda_equals_single_process(dtype, atol, hold):
         torch.testing.assert_close(p.float(), q.float(), rtol=0, atol=atol)
 
 
-@pytest.mark.parametrize("compressor", [None, "topk"])
-def test_closed_optimizer_frees_its_device_memory(compressor):
+@pytest.mark.parametrize("compressor,policy", [(None, None), ("topk", None), ("topk", "fgbuff")])
+def test_closed_optimizer_frees_its_device_memory(compressor, policy):
     """The gradient buffer (cuMemAlloc'ed outside the caching allocator) goes back to the driver
-    when the optimizer closes: its tensors and arena are released first, then it is freed."""
+    when the optimizer closes: its tensors and arena are released first, then it is freed (under
+    policy fgbuff, which refuses releases, once the daemon dropped the job)."""
     torch.manual_seed(0)
     m = torch.nn.Linear(2048, 2048).to(dev())  # 16 MiB of gradients
     opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
                                    named_parameters=m.named_parameters(), compressor=compressor,
-                                   density=0.01, job_name=f"gpufree.{compressor}")
+                                   density=0.01, policy=policy,
+                                   job_name=f"gpufree.{compressor}.{policy}")
     m(torch.randn(4, 2048, device=dev())).sum().backward()
     opt.step()
     mem = opt._fgb_mem

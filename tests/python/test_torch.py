@@ -373,6 +373,27 @@ def test_garbage_collected_optimizer_releases():
         probe.close()
 
 
+def test_closed_optimizer_under_a_static_policy_leaves_the_daemon():
+    """Policy fgbuff refuses releases (a static plan): the close still ends the job, which the
+    daemon drops (what SharedMemory.reclaim waits for before freeing device memory)."""
+    m = make_model()
+    o = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR),
+                                 named_parameters=m.named_parameters(), policy="fgbuff")
+    train(m, o, steps=2)
+    job, mem = o._fgb_job, o._fgb_mem
+    probe, _ = _connect.connect(torch.device("cpu"))
+    try:
+        assert _job_tensors(probe, job) == 4
+        o._fgb_close()
+        assert mem.held == 1  # refused: kept (a host arena: unmapped with the client)
+        deadline = time.monotonic() + 5
+        while any(j["name"] == job for j in probe.status_json()["jobs"]):
+            assert time.monotonic() < deadline, "the daemon kept the closed optimizer's job"
+            time.sleep(0.01)
+    finally:
+        probe.close()
+
+
 def test_compressor_options_reach_the_daemon():
     sizes = {}
     # rank 2 and no minimum rate: this model's small weights would go dense otherwise

@@ -6,6 +6,7 @@ the daemon still holds keeps its memory: freeing it under the daemon's mapping i
 
 from __future__ import annotations
 
+import time
 from typing import Any, List, Optional, Tuple
 
 import torch
@@ -71,6 +72,38 @@ class SharedMemory:
                 buf.free()
         self._arenas = keep
         return len(keep)
+
+    def reclaim(self, job: str, timeout_s: float = 5.0) -> int:
+        """After the client closed: free the device memory of the arenas release() could not
+        give back (a job under a static merge policy refuses releases), once the daemon dropped
+        `job` — its status no longer lists it, and it closed the job's and the connection's
+        mappings in the same step. Asked over a new connection, for up to timeout_s; past that the
+        memory is kept (freeing it under the daemon's mapping is unsafe). Returns how many arenas
+        are still held."""
+        if not self._arenas or not self.on_gpu:
+            return len(self._arenas)
+        from ._connect import connect
+
+        try:
+            probe, _ = connect(self.daemon_device)
+        except C.FgbError:
+            return len(self._arenas)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while any(j.get("name") == job for j in probe.status_json().get("jobs", [])):
+                if time.monotonic() >= deadline:
+                    return len(self._arenas)
+                time.sleep(0.005)
+        except C.FgbError:
+            return len(self._arenas)
+        finally:
+            probe.close()
+        torch.cuda.synchronize(self.daemon_device)
+        for _, buf in self._arenas:
+            if buf is not None:
+                buf.free()
+        self._arenas = []
+        return 0
 
     @property
     def held(self) -> int:

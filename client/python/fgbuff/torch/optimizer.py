@@ -17,7 +17,9 @@ collected: its hooks hold it only weakly): every tensor (fgb_tensor_release), th
 (fgb_arena_release) and the device memory of those the daemon let go of, then its connection, so
 the daemon never writes into a dead optimizer's memory and a GPU process gets its memory back.
 Gradients viewing the shared buffer are copied out first. A step submitted but not synchronised
-keeps the daemon's hold (FGB_EBUSY): its arenas' device memory is then kept, not freed under it.
+keeps the daemon's hold (FGB_EBUSY), and a job under a static merge policy refuses releases: then
+the arenas' device memory is freed once the daemon's status no longer lists the job (it drops a
+job whose client left cleanly at once), never under the daemon's mapping.
 
 Non-finite gradients and compressors: a tensor with a compressor keeps error-feedback state in the
 daemon; an inf/NaN entering it would poison every later step. So a compressed gradient that is not
@@ -232,7 +234,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # released at close or when garbage-collected; the finalizer holds no reference to self
         self._fgb_fin = weakref.finalize(
             self, _release, cl, self._fgb_mem, list(self._fgb_order),
-            [e.tid for e in self._fgb_order] + ([self._fgb_flag[0]] if self._fgb_flag else []))
+            [e.tid for e in self._fgb_order] + ([self._fgb_flag[0]] if self._fgb_flag else []),
+            job)
         self._fgb_fin.atexit = False  # at exit the process's end releases everything
         _core._S.optimizers.add(self)
 
@@ -413,7 +416,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._fgb_client.state_import(e.tid, state[e.name])
 
 
-def _release(cl: C.Client, mem: SharedMemory, entries: List[_Entry], tids: List[int]) -> None:
+def _release(cl: C.Client, mem: SharedMemory, entries: List[_Entry], tids: List[int],
+             job: str) -> None:
     """A DistributedOptimizer's close (or its finalizer after garbage collection)."""
     for e in entries:
         if e.hook is not None:
@@ -431,6 +435,8 @@ def _release(cl: C.Client, mem: SharedMemory, entries: List[_Entry], tids: List[
         mem.release()  # the arenas the daemon let go of, and their device memory
     finally:
         cl.close()
+    if mem.held:  # refused (a static merge policy): free once the daemon dropped the job
+        mem.reclaim(job)
 
 
 _INF = float("inf")
