@@ -13,6 +13,7 @@
 /* Largest host arena we map: far above any model, far below what overflows offset arithmetic. */
 #define CLI_MAX_ARENA_BYTES ((size_t)1 << 40)
 #define CLI_MAX_COMPRESSOR_NAME 64
+#define CLI_MAX_COMPRESSOR_OPTIONS 1023 /* the compressors' option parser's limit */
 
 CLI_API size_t fgb_dtype_size(fgb_dtype dt) {
   switch (dt) {
@@ -194,6 +195,9 @@ static fgb_status cli_check_desc(fgb_client *c, const fgb_tensor_desc *d) {
     return cli_fail(c, FGB_EINVAL, "tensor \"%s\": unknown reduce op %d", d->name, (int)d->op);
   if (d->compressor != NULL && strlen(d->compressor) > CLI_MAX_COMPRESSOR_NAME)
     return cli_fail(c, FGB_EINVAL, "tensor \"%s\": compressor name too long", d->name);
+  if (d->compressor_options != NULL && strlen(d->compressor_options) > CLI_MAX_COMPRESSOR_OPTIONS)
+    return cli_fail(c, FGB_EINVAL, "tensor \"%s\": compressor_options longer than %d bytes",
+                    d->name, CLI_MAX_COMPRESSOR_OPTIONS);
   if (!(d->density >= 0.0 && d->density <= 1.0)) /* also rejects NaN */
     return cli_fail(c, FGB_EINVAL, "tensor \"%s\": density %g not in (0, 1] (0: default)", d->name,
                     d->density);
@@ -233,6 +237,7 @@ CLI_API fgb_status fgb_tensor_register(fgb_client *c, const fgb_tensor_desc *des
   rt.op = (Fgbuff__V1__ReduceOp)desc->op;
   rt.compressor = (char *)(desc->compressor ? desc->compressor : "");
   rt.density = desc->density;
+  rt.compressor_options = (char *)(desc->compressor_options ? desc->compressor_options : "");
   Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *r = NULL;
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_REGISTER_TENSOR;
   env.register_tensor = &rt;

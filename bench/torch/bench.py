@@ -57,13 +57,17 @@ CONFIGS = {
     "topk-rgmerge": ("fgb", "topk", 0.01, "rgmerge", "top-k 0.01, policy rgmerge"),
     "dgc-rgmerge": ("fgb", "dgc", 0.001, "rgmerge", "DGC 0.001, policy rgmerge"),
     "powersgd-daemon": ("fgb", "powersgd", 0.0, "none",
-                        "daemon PowerSGD, its defaults: rank 1, dense for 100 steps"),
+                        "daemon PowerSGD rank 4, compressed from step 2 (as ddp-powersgd)"),
     "acpsgd-daemon": ("fgb", "acpsgd", 0.0, "none", "daemon ACP-SGD rank 4 (PowerSGD family)"),
     "gaussiank": ("fgb", "gaussiank", 0.01, "fgbuff", "Gaussian-k 0.01, policy fgbuff"),
     "auto": ("fgb", "topk", 0.01, "fusion",
              "top-k 0.01, policy fusion: per tensor compress or dense by measured cost"),
 }
 DEFAULT_CONFIGS = list(CONFIGS)
+# name: the compressor's options (DistributedOptimizer's compressor_options) where not its defaults
+COMPRESSOR_OPTIONS = {
+    "powersgd-daemon": "rank=4,start_step=2",
+}
 
 # name: (builder key, autocast dtype or None, unit)
 MODELS = {
@@ -246,6 +250,7 @@ class Run:
             elif kind == "fgb":
                 opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
                                                compressor=comp, density=density, policy=policy,
+                                               compressor_options=COMPRESSOR_OPTIONS.get(cfg),
                                                job_name=f"{self.base}.{name}.{cfg}")
                 stats = instrument(opt)
             data = self.data(name)

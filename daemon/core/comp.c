@@ -40,7 +40,15 @@ static void view_2d(uint32_t ndim, const uint64_t *shape, uint64_t count, uint64
 fgb_status srv_comp_check(const srv_job *j, const core_tensor_args *m, const struct comp_ops **out,
                           char *err, size_t errlen) {
   *out = NULL;
-  if (!m->compressor || !m->compressor[0] || strcmp(m->compressor, "none") == 0) return FGB_OK;
+  int has_opts = m->options && m->options[0];
+  if (!m->compressor || !m->compressor[0] || strcmp(m->compressor, "none") == 0) {
+    if (!has_opts) return FGB_OK;
+    snprintf(err, errlen,
+             "compressor_options: '%.200s' given for a dense tensor (compressor %s); options "
+             "need a compressor",
+             m->options, m->compressor && m->compressor[0] ? "none" : "\"\"");
+    return FGB_EINVAL;
+  }
   const comp_ops *ops = comp_find(m->compressor);
   if (!ops) {
     char names[512];
@@ -63,8 +71,12 @@ fgb_status srv_comp_check(const srv_job *j, const core_tensor_args *m, const str
   /* A trial instance validates density and shape with the compressor's own checks and words. */
   uint64_t shape[COORD_MAX_DIMS] = {0};
   for (size_t i = 0; i < m->ndim && i < COORD_MAX_DIMS; i++) shape[i] = m->shape[i];
-  comp_params p = {
-      .density = m->density, .nranks = j->size, .rank = j->rank, .seed = 1, .buffer_id = 0};
+  comp_params p = {.density = m->density,
+                   .nranks = j->size,
+                   .rank = j->rank,
+                   .seed = 1,
+                   .buffer_id = 0,
+                   .options = has_opts ? m->options : NULL};
   view_2d(m->ndim, shape, m->count, &p.rows, &p.cols, &p.inner);
   comp_exec ex = {0, NULL};
   void *st = NULL;
@@ -72,8 +84,20 @@ fgb_status srv_comp_check(const srv_job *j, const core_tensor_args *m, const str
   cerr[0] = 0;
   fgb_status rc = ops->create(&p, m->count, &ex, &st, cerr, sizeof(cerr));
   if (rc != FGB_OK) {
-    snprintf(err, errlen, "%s: compressor '%s': %s",
-             strstr(cerr, "density") ? "density" : "compressor", ops->name, cerr);
+    /* Blame the options when the same tensor is accepted with the defaults (the parser's text
+     * names the option and the compressor). */
+    const char *field = strstr(cerr, "density") ? "density" : "compressor";
+    if (has_opts && rc != FGB_ENOMEM) {
+      comp_params q = p;
+      q.options = NULL;
+      void *st2 = NULL;
+      char e2[64];
+      if (ops->create(&q, m->count, &ex, &st2, e2, sizeof(e2)) == FGB_OK) {
+        ops->destroy(st2);
+        field = "compressor_options";
+      }
+    }
+    snprintf(err, errlen, "%s: compressor '%s': %s", field, ops->name, cerr);
     return rc == FGB_ENOMEM ? FGB_ENOMEM : FGB_EINVAL;
   }
   ops->destroy(st);
@@ -85,6 +109,7 @@ void srv_comp_fill(const srv_tensor *t, eng_tensor *et) {
   et->comp = t->comp;
   if (!t->comp) return;
   et->density = t->density;
+  et->options = t->options;
   et->key = t->key;
   view_2d(t->ndim, t->shape, t->count, &et->rows, &et->cols, &et->inner);
 }

@@ -106,13 +106,17 @@ void core_tensor_register(core *d, srv_job *j, struct srv_session *s, uint64_t r
   enter(d);
   fgb_status st = srv_comp_check(j, a, &cops, err, sizeof(err));
   if (st != FGB_OK) {
-    core_error(d, s, req_id, st, strncmp(err, "density", 7) == 0 ? "density" : "compressor", "%s",
-               err);
+    core_error(d, s, req_id, st,
+               strncmp(err, "density", 7) == 0               ? "density"
+               : strncmp(err, "compressor_options", 18) == 0 ? "compressor_options"
+                                                             : "compressor",
+               "%s", err);
     leave(d);
     return;
   }
   srv_tensor *t = calloc(1, sizeof(*t));
   if (!t) goto nomem;
+  if (cops && a->options && a->options[0] && !(t->options = strdup(a->options))) goto nomem;
   if (VEC_RESERVE(j->tensors, j->tcap, j->ntensors, 16)) goto nomem;
   if (VEC_RESERVE(d->tensors, d->tcap, d->ntensors, 64)) goto nomem;
   t->id = ++d->ntensors;
@@ -148,6 +152,7 @@ void core_tensor_register(core *d, srv_job *j, struct srv_session *s, uint64_t r
   leave(d);
   return;
 nomem:
+  if (t) free(t->options);
   free(t);
   core_error(d, s, req_id, FGB_ENOMEM, "", "out of memory");
   leave(d);
@@ -240,17 +245,21 @@ void srv_arena_unref(srv_arena *a) {
 }
 
 /* Only between steps: refused (FGB_EBUSY) while the tensor has a step or a collective unfinished
- * here, or the engine holds any work of the job (session.c's ReleaseTensor says the rest). */
+ * here, or the engine holds any work of the job (session.c's ReleaseTensor says the rest). A
+ * compressed tensor's compressor instance stays in the engine's store until the job is released
+ * (it is keyed by the tensor id, which is never reused, so nothing reaches it again): its memory
+ * is held that long, its arena's is not. */
 fgb_status core_tensor_release(core *d, srv_job *j, uint32_t id, char *err, size_t errlen) {
   srv_tensor *t = srv_tensor_get(d, id);
   if (!t || t->job != j)
     return snprintf(err, errlen, "tensor_id %u: not a tensor of job '%s' on this connection", id,
                     j->id.name),
            FGB_ENOTFOUND;
-  if (t->comp || srv_plan_policy(j->policy))
+  if (srv_plan_policy(j->policy))
     return snprintf(err, errlen,
-                    "tensor_id %u ('%s'): cannot release a tensor %s (not supported yet)", id,
-                    t->name, t->comp ? "with a compressor" : "under a static merge policy"),
+                    "tensor_id %u ('%s'): cannot release a tensor under a static merge policy (not "
+                    "supported yet)",
+                    id, t->name),
            FGB_ENOTSUP;
   int busy = j->inflight > 0;
   for (uint32_t i = 0; i < j->npending && !busy; i++) busy = j->pending[i].tensor_id == id;
@@ -271,6 +280,7 @@ fgb_status core_tensor_release(core *d, srv_job *j, uint32_t id, char *err, size
   d->tensors[id - 1] = NULL;
   LOG_INFO("job '%s' rank %d released tensor %u '%s'", j->id.name, j->rank, id, t->name);
   srv_arena_unref(t->arena);
+  free(t->options);
   free(t);
   return FGB_OK;
 }

@@ -72,6 +72,7 @@ typedef struct srv_tensor {
   uint32_t gpu_seq;            /* ... with a done page: the last submit's done_seq (0: none) */
   const struct comp_ops *comp; /* NULL: dense (compressor "none") */
   double density;
+  char *options; /* the compressor's options (malloc'ed), NULL: its defaults */
 } srv_tensor;
 
 /* A tensor handed to the agreement for one step; Done not sent yet. */
@@ -237,6 +238,7 @@ typedef struct core_tensor_args {
   int op;                 /* FGB_OP_SUM, else FGB_OP_AVERAGE */
   const char *compressor; /* "" or "none": dense */
   double density;
+  const char *options; /* the compressor's "key=value,..." options; NULL or "": defaults */
   uint32_t ndim;
   const uint64_t *shape;
 } core_tensor_args;

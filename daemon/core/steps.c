@@ -424,6 +424,7 @@ void srv_job_maybe_release(core *d, srv_job *j) {
     srv_tensor *t = j->tensors[i];
     d->tensors[t->id - 1] = NULL;
     srv_arena_unref(t->arena);
+    free(t->options);
     free(t);
   }
   if (j->formed && j->key_known && d->eng) { /* d->eng is NULL once the engine stopped */

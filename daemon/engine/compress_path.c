@@ -37,7 +37,7 @@ typedef struct cp_agreed {
   uint64_t job_key;
   uint32_t tensor_id;
   fgb_status status; /* FGB_EMISMATCH: every rank saw the same difference */
-  char err[200];
+  char err[320];
   struct cp_agreed *next;
 } cp_agreed;
 
@@ -48,10 +48,19 @@ struct cp_store {
 
 /* What each rank contributes to the agreement of a tensor's settings (fixed size, no padding). */
 typedef struct cp_desc {
-  char magic[8]; /* "FGBCDSC1" */
+  char magic[8]; /* "FGBCDSC2" */
   char comp[16]; /* compressor name, "none" for dense */
   double density;
+  uint64_t options_hash; /* FNV-1a of the options string (0: none) */
+  char options[48];      /* its start, for the message */
 } cp_desc;
+
+static uint64_t options_hash(const char *s) {
+  if (!s || !*s) return 0;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+  return h;
+}
 
 static const comp_exec cp_host = {0, NULL};
 
@@ -71,7 +80,8 @@ comp_params cp_tensor_params(const eng_tensor *t, uint64_t job_key, int rank, in
                    .buffer_id = t->key,
                    .rows = t->rows,
                    .cols = t->cols,
-                   .inner = t->inner};
+                   .inner = t->inner,
+                   .options = t->options};
   return p;
 }
 
@@ -402,9 +412,12 @@ fgb_status cp_agree(cp_store *s, const cp_job *job, const eng_tensor *t, char *e
     return FGB_ENOMEM;
   }
   cp_desc *mine = &all[job->size];
-  memcpy(mine->magic, "FGBCDSC1", 8);
+  memcpy(mine->magic, "FGBCDSC2", 8);
   snprintf(mine->comp, sizeof(mine->comp), "%s", t->comp ? t->comp->name : "none");
   mine->density = t->comp ? t->density : 0.0;
+  const char *opts = t->comp && t->options ? t->options : "";
+  mine->options_hash = options_hash(opts);
+  snprintf(mine->options, sizeof(mine->options), "%s", opts);
   comm_req *req = NULL;
   cp_inst probe = {0}; /* wait_req marks it wedged on a cancel: `all` then stays allocated */
   fgb_status st = job->ops->allgather(job->c, mine, all, sizeof(*mine), &req, err, errlen);
@@ -420,13 +433,18 @@ fgb_status cp_agree(cp_store *s, const cp_job *job, const eng_tensor *t, char *e
     cp_desc *d = &all[r];
     d->comp[sizeof(d->comp) - 1] = 0; /* peer bytes: bounded before printing */
     all[0].comp[sizeof(all[0].comp) - 1] = 0;
+    d->options[sizeof(d->options) - 1] = 0;
+    all[0].options[sizeof(all[0].options) - 1] = 0;
     if (memcmp(d->magic, all[0].magic, 8) != 0 || strcmp(d->comp, all[0].comp) != 0 ||
-        memcmp(&d->density, &all[0].density, sizeof(double)) != 0) {
+        memcmp(&d->density, &all[0].density, sizeof(double)) != 0 ||
+        d->options_hash != all[0].options_hash) {
       a->status = FGB_EMISMATCH;
+      int o0 = all[0].options[0] != 0, o1 = d->options[0] != 0;
       snprintf(a->err, sizeof(a->err),
-               "compressor settings differ across the job's ranks: rank 0 has %s density %g, "
-               "rank %d has %s density %g",
-               all[0].comp, all[0].density, r, d->comp, d->density);
+               "compressor settings differ across the job's ranks: rank 0 has %s density %g%s%s%s, "
+               "rank %d has %s density %g%s%s%s",
+               all[0].comp, all[0].density, o0 ? " options '" : "", all[0].options, o0 ? "'" : "",
+               r, d->comp, d->density, o1 ? " options '" : "", d->options, o1 ? "'" : "");
     }
   }
   free(all);

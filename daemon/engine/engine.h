@@ -58,6 +58,8 @@ typedef struct eng_tensor {
   /* Compressed sync (compress_path.c); comp NULL: dense. */
   const struct comp_ops *comp;
   double density;
+  const char *options; /* the compressor's options (NULL: defaults); the loop's srv_tensor owns it,
+                          kept until the loop sees this item's result */
   uint64_t rows, cols; /* the shape's 2-D view */
   uint64_t inner;      /* product of the dims after the second (ADTopk's fibres; 1 if none) */
   uint32_t key;        /* job-wide tensor key: the compressor's buffer_id */

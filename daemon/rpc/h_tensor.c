@@ -98,6 +98,7 @@ static void on_tensor(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
                          .op = (int)m->op, /* the wire's numbers are fgb_reduce_op's */
                          .compressor = m->compressor,
                          .density = m->density,
+                         .options = m->compressor_options,
                          .ndim = (uint32_t)m->n_shape,
                          .shape = m->shape};
   core_tensor_register(&s->d->core, s->job, s, req_id, &ta);
@@ -108,8 +109,9 @@ static void on_tensor(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
  * a collective unfinished here, or the engine holds any work of the job. The coordinator's
  * name -> key agreement lasts as long as the job: a name registered again gets its old key and
  * must keep its count, dtype and shape. Every rank releases it (as every rank registered it), or
- * the ranks that keep it wait for the others in their next step. Static plans and compressor
- * state are kept per key across steps: those jobs and tensors are refused (FGB_ENOTSUP). */
+ * the ranks that keep it wait for the others in their next step. Static plans are kept per key
+ * across steps: their jobs' tensors are refused (FGB_ENOTSUP); a compressed tensor may go, its
+ * compressor state staying in the daemon until the job ends. */
 static void on_release_tensor(srv_session *s, uint64_t req_id, const Fgbuff__V1__ReleaseTensor *m) {
   srv *d = s->d;
   srv_job *j = s->job;

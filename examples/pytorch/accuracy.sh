@@ -1,6 +1,7 @@
 #!/bin/bash
 # examples/pytorch/accuracy.sh [EPOCHS] — the docs/pytorch.md accuracy table: fashion_mnist.py on
-# 3 CPU ranks (a world of 3 daemons), dense vs top-k 0.01 (policy fgbuff) vs PowerSGD at lr 0.05,
+# 3 CPU ranks (a world of 3 daemons), dense vs top-k 0.01 (policy fgbuff) vs PowerSGD (its default
+# rank 1, and rank 4 through --compressor-options) at lr 0.05,
 # and dense vs DGC 0.001 at lr 0.01; the same epochs and seed. Needs the build in build/. Prints a markdown table.
 # RANKS=N: N ranks and daemons instead of 3; ONLY="dense topk": only the runs with these labels.
 set -uo pipefail
@@ -30,7 +31,8 @@ run() { # label args...
 run dense --lr 0.05
 run topk --lr 0.05 --compressor topk --density 0.01 --policy fgbuff
 run powersgd --lr 0.05 --compressor powersgd
-# DGC's momentum correction without warm-up or clipping (options the client cannot pass yet)
+run powersgd4 --lr 0.05 --compressor powersgd --compressor-options rank=4
+# DGC's momentum correction without warm-up or clipping (its options, not given here)
 # diverges at lr 0.05 with this CNN (NaN in the first epoch, seen); compare it at lr 0.01 with a
 # dense run at the same lr.
 run dense-lr0.01 --lr 0.01

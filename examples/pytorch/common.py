@@ -23,6 +23,9 @@ def parser(desc: str) -> argparse.ArgumentParser:
                         "correction runs in the daemon)")
     p.add_argument("--compressor", default=None, help="daemon compressor: topk, dgc, powersgd...")
     p.add_argument("--density", type=float, default=0.0, help="fraction kept (0: default)")
+    p.add_argument("--compressor-options", default=None,
+                   help="the compressor's options, key=value,key=value (e.g. rank=4 for "
+                        "powersgd; docs/compressors.md)")
     p.add_argument("--policy", default=None, help="merge policy: none, fusion, fgbuff, ...")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--seed", type=int, default=42)
@@ -49,7 +52,8 @@ def optimizer(model: torch.nn.Module, args: argparse.Namespace, **kw) -> torch.o
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     return hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
                                     compressor=args.compressor, density=args.density,
-                                    policy=args.policy)
+                                    policy=args.policy,
+                                    compressor_options=args.compressor_options)
 
 
 class Progress:

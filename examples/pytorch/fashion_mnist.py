@@ -84,8 +84,10 @@ def main() -> int:
     steps = len(xtr) // (n * b)
     if hvd.rank() == 0:
         print(f"fashion_mnist: {n} ranks, batch {b} (global {n * b}), {steps} steps/epoch, "
-              f"compressor {args.compressor or 'none'} density {args.density} policy "
-              f"{args.policy or 'default'}, device {dev}", flush=True)
+              f"compressor {args.compressor or 'none'}"
+              f"{' (' + args.compressor_options + ')' if args.compressor_options else ''} "
+              f"density {args.density} policy {args.policy or 'default'}, device {dev}",
+              flush=True)
     step = 0
     for ep in range(args.epochs):
         g = torch.Generator().manual_seed(args.seed + ep)

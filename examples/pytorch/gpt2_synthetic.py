@@ -87,7 +87,8 @@ def main() -> int:
     if hvd.rank() == 0:
         print(f"gpt2_synthetic: {nparam / 1e6:.2f}M parameters ({args.layers} layers, "
               f"{args.embd} wide, {args.heads} heads, context {args.seq}, vocab {args.vocab}), "
-              f"{hvd.size()} ranks, batch {args.batch}, compressor {args.compressor or 'none'} "
+              f"{hvd.size()} ranks, batch {args.batch}, compressor {args.compressor or 'none'}"
+              f"{' (' + args.compressor_options + ')' if args.compressor_options else ''} "
               f"density {args.density} policy {args.policy or 'default'}, device {dev}",
               flush=True)
     prog = Progress(args, args.steps, "tokens")

@@ -93,7 +93,8 @@ def main() -> int:
     y = torch.randint(0, args.classes, (args.batch,), generator=g).to(dev)
     if hvd.rank() == 0:
         print(f"resnet50_synthetic: {kind}, {nparam / 1e6:.2f}M parameters, {hvd.size()} ranks, "
-              f"batch {args.batch}, image {args.image}, compressor {args.compressor or 'none'} "
+              f"batch {args.batch}, image {args.image}, compressor {args.compressor or 'none'}"
+              f"{' (' + args.compressor_options + ')' if args.compressor_options else ''} "
               f"density {args.density} policy {args.policy or 'default'}, device {dev}",
               flush=True)
     prog = Progress(args, args.steps, "images")

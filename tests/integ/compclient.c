@@ -9,7 +9,10 @@
  * last step is imported and its input synchronised again: the result must repeat bitwise.
  *
  * usage: compclient --rank R --size P --socket PATH --compressor NAME [--density D] [--steps S]
- *          [--job NAME] [--policy NAME] [--check-errors 1] [--expect-mismatch 1]
+ *          [--job NAME] [--policy NAME] [--options K=V,..] [--check-errors 1]
+ *          [--expect-mismatch 1]
+ *   --options: the tensor's compressor_options; each step prints the size of the exported state
+ *              ("state_bytes N": PowerSGD's holds its rank-r factor, so it shows the option took)
  *   --expect-mismatch 1: the ranks were given different compressors; the first step must fail
  *                        with FGB_EMISMATCH naming the difference (exit 0 if it does)
  * Exit status: 0 ok, 1 check failed, 2 usage or setup failure. */
@@ -89,13 +92,37 @@ static void check_errors(fgb_client *c, uint32_t arena) {
   d.density = 0.1;
   s = fgb_tensor_register(c, &d, &id);
   if (s != FGB_EINVAL) FAIL("int32 compressed tensor: got %s\n", fgb_strerror(s));
+  /* compressor_options: an unknown key or a bad value is refused naming it and the compressor
+   * (field compressor_options); options on a dense tensor are refused. */
+  d.dtype = FGB_FLOAT32;
+  d.density = 0;
+  d.ndim = 2;
+  d.shape[0] = ROWS;
+  d.shape[1] = COLS;
+  d.compressor = "powersgd";
+  d.compressor_options = "rnk=4";
+  s = fgb_tensor_register(c, &d, &id);
+  if (s != FGB_EINVAL || !strstr(fgb_client_error(c), "rnk") ||
+      !strstr(fgb_client_error(c), "powersgd") ||
+      !strstr(fgb_client_error(c), "compressor_options"))
+    FAIL("option rnk=4: got %s '%s'\n", fgb_strerror(s), fgb_client_error(c));
+  d.compressor_options = "rank=0";
+  s = fgb_tensor_register(c, &d, &id);
+  if (s != FGB_EINVAL || !strstr(fgb_client_error(c), "rank") ||
+      !strstr(fgb_client_error(c), "powersgd"))
+    FAIL("option rank=0: got %s '%s'\n", fgb_strerror(s), fgb_client_error(c));
+  d.compressor = "none";
+  d.compressor_options = "rank=4";
+  s = fgb_tensor_register(c, &d, &id);
+  if (s != FGB_EINVAL || !strstr(fgb_client_error(c), "compressor_options"))
+    FAIL("options on a dense tensor: got %s '%s'\n", fgb_strerror(s), fgb_client_error(c));
 }
 
 int main(int argc, char **argv) {
   hcu_args ca = {.rank = -1, .size = -1, .steps = 4, .sock = NULL, .job = "comptest"};
   int check_err = 0, mismatch = 0;
   double density = 0.05;
-  const char *comp = NULL, *policy = NULL;
+  const char *comp = NULL, *policy = NULL, *options = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *a = argv[i], *v = argv[i + 1];
     if (hcu_arg(a, v, &ca)) continue;
@@ -105,6 +132,8 @@ int main(int argc, char **argv) {
       comp = v;
     else if (!strcmp(a, "--policy"))
       policy = v;
+    else if (!strcmp(a, "--options"))
+      options = v;
     else if (!strcmp(a, "--expect-mismatch"))
       mismatch = atoi(v);
     else if (!strcmp(a, "--check-errors"))
@@ -135,6 +164,7 @@ int main(int argc, char **argv) {
   d.shape[1] = COLS;
   d.compressor = comp;
   d.density = density;
+  d.compressor_options = options;
   must(c, fgb_tensor_register(c, &d, &tw), "register w");
   fgb_tensor_desc ds = FGB_TENSOR_DESC_INIT;
   ds.name = "sent";
@@ -160,7 +190,8 @@ int main(int argc, char **argv) {
     if (mismatch) {
       fgb_status st = fgb_wait(c, tw, (uint64_t)s, 60000);
       const char *e = fgb_client_error(c);
-      int ok = st == FGB_EMISMATCH && strstr(e, "differ") && strstr(e, "rank");
+      int ok = st == FGB_EMISMATCH && strstr(e, "differ") && strstr(e, "rank") &&
+               (!options || strstr(e, options));
       fprintf(ok ? stdout : stderr, "mismatch: %s: %s\n", fgb_strerror(st), e);
       fgb_client_free(c);
       return ok ? 0 : 1;
@@ -168,6 +199,7 @@ int main(int argc, char **argv) {
     /* The whole step: "sent" and "gathered" are flushed (zeroed) at its end too. */
     must(c, fgb_wait_step(c, (uint64_t)s, 60000), "wait");
     must(c, fgb_state_export(c, tw, &nw, &new_b), "state export");
+    printf("step %d state_bytes %zu\n", s, new_b);
     const float *r0 = old ? region(old, old_b, 0, N * sizeof(float)) : zeros;
     const float *r1 = region(nw, new_b, 0, N * sizeof(float));
     const float *u0 = !dgc ? NULL : old ? region(old, old_b, 2, N * sizeof(float)) : zeros;

@@ -30,7 +30,9 @@ FGBUFF_JOB=gpt mpi "$EX/gpt2_synthetic.py" --layers 2 --embd 64 --heads 2 --seq 
 check "gpt2_synthetic" "$OUT/gpt.log" '/^steps 5 loss/ && $4 + 0 > 5 && $4 + 0 < 9 && $9 + 0 > 0'
 FGBUFF_JOB=r50 torchrun --standalone --nproc-per-node 2 "$EX/resnet50_synthetic.py" --image 32 \
   --width 8 --batch 4 --classes 10 --steps 4 --quiet --compressor dgc --density 0.01 \
-  >"$OUT/r50.log" 2>&1
+  --compressor-options clip=5,warmup_epochs=1,steps_per_epoch=2 >"$OUT/r50.log" 2>&1
 check "resnet50_synthetic" "$OUT/r50.log" '/^steps 4 loss/ && $4 + 0 > 0 && $4 + 0 < 50'
 grep -q "optimizer momentum 0.9 -> 0" "$OUT/r50.log" || { echo "FAIL: DGC momentum note"; fail=1; }
+grep -q "compressor dgc (clip=5,warmup_epochs=1,steps_per_epoch=2)" "$OUT/r50.log" ||
+  { echo "FAIL: DGC's options not taken"; fail=1; }
 exit "$fail"

@@ -22,8 +22,13 @@ def make():
                                torch.nn.ReLU(), torch.nn.Linear(16, 4))
 
 
-def run(hook_state, steps, view):
-    m = torch.nn.parallel.DistributedDataParallel(make(), bucket_cap_mb=0.001,
+def make2():
+    torch.manual_seed(1)
+    return torch.nn.Sequential(torch.nn.Linear(8, 48), torch.nn.ReLU(), torch.nn.Linear(48, 4))
+
+
+def run(hook_state, steps, view, model=make):
+    m = torch.nn.parallel.DistributedDataParallel(model(), bucket_cap_mb=0.001,
                                                   gradient_as_bucket_view=view)
     if hook_state is not None:
         m.register_comm_hook(hook_state, fddp.fgbuff_hook)
@@ -35,6 +40,26 @@ def run(hook_state, steps, view):
         m(x).pow(2).mean().backward()
         opt.step()
     return m
+
+
+def test_rebuilt_buckets_are_released_and_results_stay_exact():
+    """One hook state serves a second DDP model whose buckets differ (as a rebuild changes them):
+    each changed bucket is registered afresh and the stale registrations leave the daemon."""
+    st = fddp.FgbuffHookState(job_name="ddp.rebuild")
+    run(st, 4, False)
+    old = dict(st.buckets)
+    ref = run(None, 5, False, make2)
+    got = run(st, 5, False, make2)
+    for p, q in zip(ref.parameters(), got.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    assert st._gen > 0 and not st._stale
+    assert any(old.get(i) != b for i, b in st.buckets.items())
+    job = [j for j in st.client.status_json()["jobs"] if j["name"] == "ddp.rebuild"]
+    assert job and job[0]["tensors"] == len(st.buckets)  # only the live buckets
+    assert st.mem.held == len(st.buckets)
+    mem = st.mem
+    st.close()
+    assert mem.held == 0
 
 
 @pytest.mark.parametrize("view", [False, True])

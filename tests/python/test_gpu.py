@@ -93,6 +93,30 @@ def test_optimizer_cuda_equals_single_process(dtype, atol, hold):
         torch.testing.assert_close(p.float(), q.float(), rtol=0, atol=atol)
 
 
+@pytest.mark.parametrize("compressor,policy", [(None, None), ("topk", None), ("topk", "fgbuff")])
+def test_closed_optimizer_frees_its_device_memory(compressor, policy):
+    """The gradient buffer (cuMemAlloc'ed outside the caching allocator) goes back to the driver
+    when the optimizer closes: its tensors and arena are released first, then it is freed (under
+    policy fgbuff, which refuses releases, once the daemon dropped the job)."""
+    torch.manual_seed(0)
+    m = torch.nn.Linear(2048, 2048).to(dev())  # 16 MiB of gradients
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                   named_parameters=m.named_parameters(), compressor=compressor,
+                                   density=0.01, policy=policy,
+                                   job_name=f"gpufree.{compressor}.{policy}")
+    m(torch.randn(4, 2048, device=dev())).sum().backward()
+    opt.step()
+    mem = opt._fgb_mem
+    for p in m.parameters():  # (else close copies them out, through the caching allocator)
+        p.grad = None
+    torch.cuda.synchronize()
+    free0 = torch.cuda.mem_get_info()[0]
+    opt._fgb_close()
+    torch.cuda.synchronize()
+    assert mem.held == 0
+    assert torch.cuda.mem_get_info()[0] - free0 >= 16 << 20
+
+
 def test_optimizer_cuda_300_tensors_batched_stream_waits():
     """300 parameters: synchronize()'s fgb_wait_many_on_stream enqueues the done-page waits in two
     cuStreamBatchMemOp calls (255 + 46); a held-back stream makes every Done late, so the step

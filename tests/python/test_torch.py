@@ -3,6 +3,7 @@ Each rank derives every rank's inputs from seeds, so it computes PyTorch's own r
 gathered inputs locally and compares."""
 
 import copy
+import gc
 import time
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import fgbuff.torch as hvd  # noqa: E402
 from fgbuff import client as C  # noqa: E402
+from fgbuff.torch import _connect  # noqa: E402
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64,
           torch.uint8]
@@ -317,6 +319,109 @@ def test_optimizer_metadata_mismatch_raises_on_every_rank():
     w.sum().backward()
     with pytest.raises(C.Mismatch):
         opt.synchronize()
+
+
+def _job_tensors(cl, job):
+    """The daemon's tensor count of `job` on this rank (0 once the job is gone)."""
+    return sum(j["tensors"] for j in cl.status_json()["jobs"] if j["name"] == job)
+
+
+def test_closed_optimizer_releases_and_the_other_trains_on():
+    ref = reference()
+    m1, m2 = make_model(), make_model()
+    o1 = hvd.DistributedOptimizer(torch.optim.SGD(m1.parameters(), lr=LR),
+                                  named_parameters=m1.named_parameters())
+    o2 = hvd.DistributedOptimizer(torch.optim.SGD(m2.parameters(), lr=LR),
+                                  named_parameters=m2.named_parameters())
+    train(m1, o1, steps=2)
+    train(m2, o2, steps=2)
+    cl2, job1, mem1 = o2._fgb_client, o1._fgb_job, o1._fgb_mem
+    assert _job_tensors(cl2, job1) == 4 and mem1.held == 1
+    before = [p.grad.clone() for p in m1.parameters()]
+    o1._fgb_close()
+    # released, not just disconnected: the arena too (the daemon let go of it)
+    assert mem1.held == 0
+    assert _job_tensors(cl2, job1) == 0
+    # the first model's gradients became private copies with the same values
+    assert all(torch.equal(p.grad, b) for p, b in zip(m1.parameters(), before))
+    o1.zero_grad()  # touches no released memory
+    with pytest.raises(RuntimeError, match="closed"):
+        o1.synchronize()
+    for s in range(2, STEPS):  # the second goes on with the reference's batches 2..
+        o2.zero_grad()
+        loss_fn(m2, *batches(s, hvd.rank())).backward()
+        o2.step()
+    assert params_close(m2, ref)
+    o2._fgb_close()
+
+
+def test_garbage_collected_optimizer_releases():
+    m = make_model()
+    o = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR),
+                                 named_parameters=m.named_parameters())
+    train(m, o, steps=1)
+    job, mem = o._fgb_job, o._fgb_mem
+    probe, _ = _connect.connect(torch.device("cpu"))
+    try:
+        assert _job_tensors(probe, job) == 4
+        del o
+        gc.collect()
+        assert mem.held == 0 and _job_tensors(probe, job) == 0
+        assert all(p.grad is not None for p in m.parameters())
+        loss_fn(m, *batches(0, hvd.rank())).backward()  # the hooks are gone: plain autograd
+    finally:
+        probe.close()
+
+
+def test_closed_optimizer_under_a_static_policy_leaves_the_daemon():
+    """Policy fgbuff refuses releases (a static plan): the close still ends the job, which the
+    daemon drops (what SharedMemory.reclaim waits for before freeing device memory)."""
+    m = make_model()
+    o = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR),
+                                 named_parameters=m.named_parameters(), policy="fgbuff")
+    train(m, o, steps=2)
+    job, mem = o._fgb_job, o._fgb_mem
+    probe, _ = _connect.connect(torch.device("cpu"))
+    try:
+        assert _job_tensors(probe, job) == 4
+        o._fgb_close()
+        assert mem.held == 1  # refused: kept (a host arena: unmapped with the client)
+        deadline = time.monotonic() + 5
+        while any(j["name"] == job for j in probe.status_json()["jobs"]):
+            assert time.monotonic() < deadline, "the daemon kept the closed optimizer's job"
+            time.sleep(0.01)
+    finally:
+        probe.close()
+
+
+def test_compressor_options_reach_the_daemon():
+    sizes = {}
+    # rank 2 and no minimum rate: this model's small weights would go dense otherwise
+    r2 = {"rank": 2, "min_compression_rate": 0}
+    for opts in (None, r2, "rank=2, min_compression_rate=0"):
+        m = make_model()
+        o = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR),
+                                     named_parameters=m.named_parameters(),
+                                     compressor="powersgd", compressor_options=opts)
+        train(m, o, steps=2)
+        st = o.fgbuff_state_export()
+        sizes[str(opts)] = {k: len(v) for k, v in st.items()}
+        o._fgb_close()
+    # the 8 x 6 and 3 x 8 weights: PowerSGD's state holds its cols x rank factor Q, so rank 2
+    # keeps cols floats more per weight than the default rank 1
+    d, s2 = sizes["None"], sizes[str(r2)]
+    assert sizes["rank=2, min_compression_rate=0"] == s2
+    assert {k: s2[k] - d[k] for k in d} == {"0.weight": 6 * 4, "2.weight": 8 * 4}
+    m = make_model()
+    with pytest.raises(C.InvalidArgument, match="rnk.*|powersgd.*rnk") as ei:
+        hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR),
+                                 named_parameters=m.named_parameters(), compressor="powersgd",
+                                 compressor_options={"rnk": 4})
+    assert "powersgd" in str(ei.value) and "rnk" in str(ei.value)
+    with pytest.raises(ValueError, match="without a compressor"):
+        hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR),
+                                 named_parameters=m.named_parameters(),
+                                 compressor_options="rank=4")
 
 
 def test_dgc_refuses_optimizer_momentum():

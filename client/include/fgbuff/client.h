@@ -161,9 +161,13 @@ typedef struct fgb_tensor_desc {
   fgb_reduce_op op;       /* for gradient sync; default FGB_OP_AVERAGE */
   const char *compressor; /* "none", "topk", "dgc", ... or NULL for the job's default */
   double density;         /* fraction kept by sparsifiers, (0, 1]; 0: the compressor's default */
+  /* The compressor's options, "key=value,key=value" (e.g. "rank=4" for powersgd; the keys of each
+   * compressor are in docs/compressors.md); NULL or "": its defaults. At most 1023 bytes; the same
+   * on every rank (a difference fails the tensor's first sync with FGB_EMISMATCH). */
+  const char *compressor_options;
 } fgb_tensor_desc;
 #define FGB_TENSOR_DESC_INIT \
-  { NULL, 0, 0, 0, FGB_FLOAT32, 0, {0}, FGB_OP_AVERAGE, NULL, 0.0 }
+  { NULL, 0, 0, 0, FGB_FLOAT32, 0, {0}, FGB_OP_AVERAGE, NULL, 0.0, NULL }
 
 /* Register a tensor inside an arena (round trip). The daemon checks it lies inside the arena, that
  * the name is new in the job, and — once every rank registered it — that count, dtype and shape
@@ -175,8 +179,9 @@ fgb_status fgb_tensor_register(fgb_client *c, const fgb_tensor_desc *desc, uint3
  * every submit and collective of the tensor was waited for: FGB_EBUSY while a step or collective
  * of the job is in flight on this rank. Release a tensor on every rank of the job (as every rank
  * registered it): a rank that keeps it waits for the others in its next step. A name registered
- * again must keep its count, dtype and shape (the job agreed them once). FGB_ENOTSUP for a tensor
- * with a compressor or a job under a static merge policy; FGB_ENOTFOUND for an unknown id. */
+ * again must keep its count, dtype and shape (the job agreed them once) and starts with a fresh
+ * compressor state (the old one is freed with the job). FGB_ENOTSUP for a job under a static merge
+ * policy; FGB_ENOTFOUND for an unknown id. */
 fgb_status fgb_tensor_release(fgb_client *c, uint32_t tensor_id);
 
 /* Release an arena (round trip): the daemon unmaps (closes, for device memory) its mapping and

@@ -62,6 +62,7 @@ class fgb_tensor_desc(ctypes.Structure):
         ("op", ctypes.c_int),
         ("compressor", ctypes.c_char_p),
         ("density", ctypes.c_double),
+        ("compressor_options", ctypes.c_char_p),
     ]
 
 

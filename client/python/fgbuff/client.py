@@ -19,7 +19,7 @@ import ctypes
 import json
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Type
 
 from . import _lib
 
@@ -129,6 +129,30 @@ def error_class(status: int) -> Type[FgbError]:
 
 def strerror(status: int) -> str:
     return _lib.load().fgb_strerror(status).decode()
+
+
+def format_options(options: "Optional[str | Mapping[str, Any]]") -> str:
+    """A compressor's options as the daemon takes them: "key=value,key=value". A str is passed
+    as it is; a dict's items are joined in their order (booleans as 0/1); None or empty: ""."""
+    if options is None:
+        return ""
+    if isinstance(options, str):
+        return options.strip()
+    if not isinstance(options, Mapping):
+        raise TypeError("compressor options: a 'key=value,...' string or a dict, not "
+                        f"{type(options).__name__}")
+    parts = []
+    for k, v in options.items():
+        k = str(k).strip()
+        if not k or any(c in k for c in ",="):
+            raise ValueError(f"compressor options: bad key {k!r}")
+        if isinstance(v, bool):
+            v = int(v)
+        v = str(v).strip()
+        if "," in v or "=" in v:
+            raise ValueError(f"compressor options: value {v!r} of {k} contains ',' or '='")
+        parts.append(f"{k}={v}")
+    return ",".join(parts)
 
 
 def dtype_size(dtype: int) -> int:
@@ -249,7 +273,10 @@ class Client:
 
     def tensor_register(self, name: str, arena: "Arena | int", offset: int, count: int,
                         dtype: int = FLOAT32, shape: Sequence[int] = (), op: int = OP_AVERAGE,
-                        compressor: Optional[str] = None, density: float = 0.0) -> int:
+                        compressor: Optional[str] = None, density: float = 0.0,
+                        compressor_options: "Optional[str | Mapping[str, Any]]" = None) -> int:
+        """compressor_options: "key=value,key=value" or a dict (format_options); None: the
+        compressor's defaults. A bad option is InvalidArgument naming it and the compressor."""
         if len(shape) > _lib.FGB_MAX_DIMS:
             raise InvalidArgument(EINVAL, f"tensor {name}: {len(shape)} dimensions, at most "
                                   f"{_lib.FGB_MAX_DIMS}", "fgb_tensor_register")
@@ -263,6 +290,8 @@ class Client:
         d.op = op
         d.compressor = compressor.encode() if compressor else None
         d.density = float(density)
+        opts = format_options(compressor_options)
+        d.compressor_options = opts.encode() if opts else None
         tid = ctypes.c_uint32()
         self._call("fgb_tensor_register", ctypes.byref(d), ctypes.byref(tid))
         return tid.value

@@ -164,6 +164,9 @@ class Collectives:
             self._closed = True
         self._pool.shutdown(wait=True)
         self.client.close()
+        # GPU: the scratch arenas' device memory, once the daemon dropped the job (its tensors
+        # were never released: the daemon lets go of them with the job)
+        self.mem.reclaim(self.job)
 
     # ---- metadata agreement (worker thread)
     def agree(self, kind: int, t: Optional[torch.Tensor], name: Optional[str], root: int = -1,

@@ -12,6 +12,7 @@ import io
 import os
 import pickle
 import threading
+import weakref
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
@@ -36,7 +37,8 @@ class _State:
         self.n_opt = 0
         self.handles: Dict[int, Any] = {}
         self.next_handle = 1
-        self.optimizers: List[Any] = []
+        # live DistributedOptimizers (weakly: one that is garbage-collected releases itself)
+        self.optimizers: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
 _S = _State()

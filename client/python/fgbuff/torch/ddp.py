@@ -16,8 +16,13 @@ synchronised as zeros). On GPU the copies and the wait are ordered on a side str
 the current one (the compute stream itself never waits), and the Future is completed on that side
 stream (the waiter thread polls for the daemon's Done first, so a slow bucket never holds the
 handle's lock against the next bucket's submit). The copy in and out is the cost of a CPU world (DDP's buckets are not shared memory);
-registering DDP's own bucket memory (zero-copy with gradient_as_bucket_view=True) needs the
-daemon to release registrations and is not done yet.
+registering DDP's own bucket memory (zero-copy with gradient_as_bucket_view=True) is not done yet.
+
+When DDP rebuilds its buckets again later (a bucket changes size or dtype, or there are fewer
+buckets), the new bucket is registered under a new name (`ddp.bucket<i>.g<n>`: a name keeps its
+count in the job) and the stale registration is released at the start of the next iteration,
+when the daemon is done with the step (fgb_tensor_release, then its arena and device memory), so
+EndStep does not keep writing into slots no bucket uses. close() releases everything.
 """
 
 # (no "from __future__ import annotations": DDP checks the hook's annotations as objects)
@@ -26,7 +31,7 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -41,12 +46,16 @@ class FgbuffHookState:
     def __init__(self, process_group: Any = None, compressor: Optional[str] = None,
                  density: float = 0.0, policy: Optional[str] = None,
                  job_name: Optional[str] = None, start_iter: int = 2,
-                 timeout_ms: int = 600000):
+                 timeout_ms: int = 600000, compressor_options: Any = None):
         if start_iter < 2:
             raise ValueError("fgbuff ddp hook: start_iter must be >= 2 (DDP rebuilds its "
                              "buckets after the first iteration)")
         self.process_group = process_group
         self.compressor, self.density, self.policy = compressor, density, policy
+        # "key=value,..." or a dict: the compressor's options for every bucket it compresses
+        self.compressor_options = C.format_options(compressor_options)
+        if self.compressor_options and not compressor:
+            raise ValueError("fgbuff ddp hook: compressor_options given without a compressor")
         self.job_name = job_name or f"{os.environ.get('FGBUFF_JOB') or 'torch'}.ddp"
         self.start_iter = start_iter
         self.timeout_ms = timeout_ms
@@ -54,6 +63,11 @@ class FgbuffHookState:
         self.client: Optional[C.Client] = None
         self.mem: Optional[SharedMemory] = None
         self.buckets: Dict[int, Tuple[int, torch.Tensor]] = {}
+        self._arenas: Dict[int, C.Arena] = {}  # bucket index -> its arena
+        self._gen = 0  # registrations replaced so far (names of the new ones)
+        self._stale: List[Tuple[int, Optional[C.Arena]]] = []  # replaced: released next iteration
+        self._in_iter = False  # a bucket of the current iteration was handed to the daemon
+        self._nbuckets = 0  # buckets in the last iteration (the last bucket's index + 1)
         self.side: Dict[torch.device, Any] = {}
         self._q: "queue.Queue[Any]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
@@ -74,21 +88,56 @@ class FgbuffHookState:
         return self.client
 
     def close(self) -> None:
+        """Stop the waiter, release every bucket's registration and arena (freeing their device
+        memory), close the connection."""
         if self._thread is not None:
             self._q.put(None)
             self._thread.join()
             self._thread = None
         if self.client is not None:
-            self.client.close()
-            self.client = None
+            try:
+                self._stale += [(tid, self._arenas.pop(i, None))
+                                for i, (tid, _) in self.buckets.items()]
+                self.buckets.clear()
+                self._release_stale(wait_s=0.0)
+            finally:
+                self.client.close()
+                self.client = None
+
+    def _release_stale(self, wait_s: float = 5.0) -> None:
+        """Release the replaced registrations and their arenas. Busy (the daemon still finishing
+        the previous step) is retried for up to wait_s; one that stays is kept for the next try
+        (or the connection's close), and its memory with it."""
+        cl, mem = self.client, self.mem
+        assert cl is not None and mem is not None
+        deadline = time.monotonic() + wait_s
+        keep = []
+        for tid, arena in self._stale:
+            if _release_tensor(cl, tid, deadline):
+                if arena is not None:
+                    mem.release(arena)
+            else:
+                keep.append((tid, arena))
+        self._stale = keep
+
+    def _begin_iter(self) -> None:
+        """First bucket of an iteration: release what the last one left stale."""
+        self._in_iter = True
+        for index in [i for i in self.buckets if i >= self._nbuckets > 0]:  # fewer buckets now
+            self._stale.append((self.buckets.pop(index)[0], self._arenas.pop(index, None)))
+        if self._stale and self.client is not None:
+            self._release_stale()
 
     def _slot(self, index: int, buf: torch.Tensor) -> Tuple[int, torch.Tensor]:
         hit = self.buckets.get(index)
         if hit is not None:
-            if hit[1].numel() != buf.numel() or hit[1].dtype != buf.dtype:
-                raise RuntimeError(f"fgbuff ddp hook: bucket {index} changed size after "
-                                   "registration (start_iter too small?)")
-            return hit
+            if hit[1].numel() == buf.numel() and hit[1].dtype == buf.dtype:
+                return hit
+            # DDP rebuilt its buckets: this registration is stale, released at the next iteration
+            # (other buckets of this step may be in flight: the daemon refuses releases then)
+            self._stale.append((hit[0], self._arenas.pop(index, None)))
+            del self.buckets[index]
+            self._gen += 1
         cl = self._connect(buf)
         fdt = fgb_dtype(buf.dtype)
         if fdt is None:
@@ -97,11 +146,20 @@ class FgbuffHookState:
         arena, base = self.mem.alloc(buf.numel() * buf.element_size())
         slot = base[:buf.numel() * buf.element_size()].view(buf.dtype)
         comp = self.compressor if self.compressor and buf.dtype.is_floating_point else None
-        tid = cl.tensor_register(f"ddp.bucket{index}", arena, 0, buf.numel(), fdt,
+        name = f"ddp.bucket{index}" + (f".g{self._gen}" if self._gen else "")
+        try:
+            tid = cl.tensor_register(name, arena, 0, buf.numel(), fdt,
                                  (buf.numel(),), C.OP_AVERAGE, comp,
-                                 self.density if comp else 0.0)
+                                 self.density if comp else 0.0,
+                                     self.compressor_options if comp else None)
+        except BaseException:
+            self.mem.release(arena)
+            raise
         self.buckets[index] = (tid, slot)
+        self._arenas[index] = arena
         return tid, slot
+
+
 
     def _waiter(self) -> None:
         while True:
@@ -143,6 +201,20 @@ class FgbuffHookState:
                 fut.set_exception(e)
 
 
+def _release_tensor(cl: C.Client, tid: int, deadline: float) -> bool:
+    """fgb_tensor_release, retried while Busy until `deadline` (time.monotonic())."""
+    while True:
+        try:
+            cl.tensor_release(tid)
+            return True
+        except C.Busy:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.001)
+        except C.FgbError:  # e.g. a static merge policy: left to the connection's close
+            return False
+
+
 def _allreduce_fut(state: FgbuffHookState, buf: torch.Tensor) -> torch.futures.Future:
     group = state.process_group if state.process_group is not None else dist.group.WORLD
     world = dist.get_world_size(group)
@@ -160,6 +232,8 @@ def fgbuff_hook(state: FgbuffHookState,
             state.iter += 1
         return fut
     step = state.iter - state.start_iter
+    if not state._in_iter:
+        state._begin_iter()
     tid, slot = state._slot(bucket.index(), buf)
     cl = state._connect()
     fut: torch.futures.Future = torch.futures.Future()
@@ -185,4 +259,6 @@ def fgbuff_hook(state: FgbuffHookState,
     if bucket.is_last():
         state.iter += 1
         state.fgbuff_iters += 1
+        state._in_iter = False
+        state._nbuckets = bucket.index() + 1
     return fut

@@ -12,6 +12,14 @@ stream waits batched), so the host neither blocks nor makes a driver call per te
 
 Each DistributedOptimizer is its own job on the daemons (`<base>.optN` or job_name=), so several
 optimizers (a GAN's two) step independently and an EndStep never flushes another's tensors.
+What it registered is released when it closes (fgbuff.torch.shutdown(), or when it is garbage-
+collected: its hooks hold it only weakly): every tensor (fgb_tensor_release), then every arena
+(fgb_arena_release) and the device memory of those the daemon let go of, then its connection, so
+the daemon never writes into a dead optimizer's memory and a GPU process gets its memory back.
+Gradients viewing the shared buffer are copied out first. A step submitted but not synchronised
+keeps the daemon's hold (FGB_EBUSY), and a job under a static merge policy refuses releases: then
+the arenas' device memory is freed once the daemon's status no longer lists the job (it drops a
+job whose client left cleanly at once), never under the daemon's mapping.
 
 Non-finite gradients and compressors: a tensor with a compressor keeps error-feedback state in the
 daemon; an inf/NaN entering it would poison every later step. So a compressed gradient that is not
@@ -30,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -73,13 +82,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                  gradient_predivide_factor: float, sparse_as_dense: bool,
                  compressor: Optional[str], density: float, policy: Optional[str],
                  job_name: Optional[str], compress_filter: Optional[Callable[..., bool]],
-                 compressor_options: Optional[Dict[str, Any]]):
+                 compressor_options: "Optional[str | Dict[str, Any]]"):
         super(self.__class__, self).__init__(params)
         self._fgb_client: Optional[C.Client] = None
-        if compressor_options:
-            raise NotImplementedError(
-                "fgbuff.torch.DistributedOptimizer: compressor_options cannot reach the daemon "
-                "yet (RegisterTensor carries only the compressor name and density)")
+        copts = C.format_options(compressor_options)
+        if copts and not compressor:
+            raise ValueError("fgbuff.torch.DistributedOptimizer: compressor_options given "
+                             "without a compressor")
         if op == ADASUM:
             raise NotImplementedError("fgbuff.torch: Adasum is not supported")
         if op not in (AVERAGE, SUM):
@@ -190,7 +199,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 e.tid = cl.tensor_register(name, arena, off, n, fgb_dtype(wire), shape,
                                            C.OP_SUM if op == SUM else C.OP_AVERAGE,
                                            compressor if compressed else None,
-                                           density if compressed else 0.0)
+                                           density if compressed else 0.0,
+                                           copts if compressed else None)
                 p.grad = grad
                 e.hook = p.register_post_accumulate_grad_hook(self._fgb_make_hook(e))
                 self._fgb_entries[id(p)] = e
@@ -221,11 +231,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # what synchronize() waits on, as one array for fgb_wait_many_on_stream
         self._fgb_wait_ids = cl.tensor_ids([e.tid for e in self._fgb_order] +
                                            ([self._fgb_flag[0]] if self._fgb_flag else []))
-        _core._S.optimizers.append(self)
+        # released at close or when garbage-collected; the finalizer holds no reference to self
+        self._fgb_fin = weakref.finalize(
+            self, _release, cl, self._fgb_mem, list(self._fgb_order),
+            [e.tid for e in self._fgb_order] + ([self._fgb_flag[0]] if self._fgb_flag else []),
+            job)
+        self._fgb_fin.atexit = False  # at exit the process's end releases everything
+        _core._S.optimizers.add(self)
 
     # ---- hooks (autograd's thread)
     def _fgb_make_hook(self, e: _Entry) -> Callable[[torch.Tensor], None]:
+        ref = weakref.ref(self)  # the parameters' hooks must not keep the optimizer alive
+
         def hook(p: torch.Tensor) -> None:
+            self = ref()
+            if self is None:
+                return
             self._fgb_adopt(e)
             self._fgb_synchronized = False
             e.count += 1
@@ -369,18 +390,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         super(self.__class__, self).load_state_dict(state_dict)
 
     def _fgb_close(self) -> None:
-        for e in self._fgb_order:
-            if e.hook is not None:
-                e.hook.remove()
-                e.hook = None
-            # .grad must not outlive the shared memory it views
-            if e.param.grad is not None and not e.staged:
-                e.param.grad = e.param.grad.detach().clone()
-        if self._fgb_client is not None:
+        """Release every tensor and arena this optimizer registered (and free their device
+        memory), then close its connection; `.grad` of its parameters become private copies."""
+        fin = getattr(self, "_fgb_fin", None)
+        if fin is not None:
+            fin()  # once: _release
+        elif self._fgb_client is not None:  # construction failed half-way
             self._fgb_client.close()
-            self._fgb_client = None
-        if self in _core._S.optimizers:
-            _core._S.optimizers.remove(self)
+        self._fgb_client = None
+        # nothing may touch the released memory again (zero_grad treats the parameters as plain)
+        self._fgb_entries, self._fgb_order, self._fgb_flats = {}, [], []
+        self._fgb_flag, self._fgb_oks = None, None
+        _core._S.optimizers.discard(self)
 
     def fgbuff_state_export(self) -> Dict[str, bytes]:
         """The daemon's compressor state (residuals, momenta) of every compressed tensor."""
@@ -393,6 +414,29 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for e in self._fgb_order:
             if e.compressed and e.name in state:
                 self._fgb_client.state_import(e.tid, state[e.name])
+
+
+def _release(cl: C.Client, mem: SharedMemory, entries: List[_Entry], tids: List[int],
+             job: str) -> None:
+    """A DistributedOptimizer's close (or its finalizer after garbage collection)."""
+    for e in entries:
+        if e.hook is not None:
+            e.hook.remove()
+            e.hook = None
+        # .grad must not outlive the shared memory it views
+        if e.param.grad is not None and not e.staged:
+            e.param.grad = e.param.grad.detach().clone()
+    try:
+        for tid in tids:
+            try:
+                cl.tensor_release(tid)
+            except C.FgbError:  # a step in flight (Busy), a static merge policy, a dead daemon
+                pass
+        mem.release()  # the arenas the daemon let go of, and their device memory
+    finally:
+        cl.close()
+    if mem.held:  # refused (a static merge policy): free once the daemon dropped the job
+        mem.reclaim(job)
 
 
 _INF = float("inf")
@@ -432,14 +476,17 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
                          density: float = 0.0, policy: Optional[str] = None,
                          job_name: Optional[str] = None,
                          compress_filter: Optional[Callable[[str, Any], bool]] = None,
-                         compressor_options: Optional[Dict[str, Any]] = None
+                         compressor_options: "Optional[str | Dict[str, Any]]" = None
                          ) -> torch.optim.Optimizer:
     """Wrap `optimizer` so its gradients are synchronised by fgbuffd before each step.
 
     Horovod's arguments keep their meaning; fgbuff's own: compressor ("topk", "dgc", "powersgd",
     ... run in the daemon with error feedback; applied to parameters for which
     compress_filter(name, p) is true, by default those with 2+ dimensions), density, policy (the
-    job's merge policy: "none", "fusion", "fgbuff", ...), job_name (default <base>.optN)."""
+    job's merge policy: "none", "fusion", "fgbuff", ...), job_name (default <base>.optN),
+    compressor_options (the compressor's options for every compressed tensor, a dict such as
+    {"rank": 4} or a "key=value,key=value" string, e.g. PowerSGD's rank, DGC's warm-up and
+    clipping: docs/compressors.md; every rank must pass the same)."""
     _core._no_process_sets(process_set)
     if num_groups or groups:
         warnings.warn("fgbuff: num_groups/groups are ignored (the daemon's merge policy groups)")
