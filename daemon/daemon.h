@@ -78,6 +78,10 @@ void srv_send_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int statu
 /* Done of (tensor, step) with the GPU event slot the core names (0 on a host arena). */
 void srv_reply_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status, const char *err,
                     uint32_t event_slot);
+/* Errors sent to clients since start (Error replies, failed Done and CollectiveDone), by kind:
+ * index -code for FGB_EINVAL .. FGB_EBUSY, 0 for any other code. */
+#define SRV_ERROR_KINDS 15
+uint64_t srv_errors_sent(int kind);
 
 /* ---- rpc/timeline.c: TimelineRequest (start, stop, dump the engine's spans) --------------- */
 void srv_on_timeline(srv_session *s, uint64_t req_id, const Fgbuff__V1__TimelineRequest *m);

@@ -144,6 +144,8 @@ struct srv_job {
   uint32_t nstalls, stcap;
   uint32_t inflight; /* engine items not completed */
   uint64_t steps_completed, bytes_sent, bytes_received, last_step_latency_us;
+  uint64_t collectives; /* engine items of the job completed (each one collective, or a fused or
+                         * split buffer's sync; events.c) */
   /* Gradient bytes handed to gradient syncs (before compression; events.c), and every completed
    * step's latency as a histogram (counts per bucket of core_step_le, not cumulative). */
   uint64_t grad_bytes, step_sum_us, step_hist[SRV_STEP_BUCKETS + 1];

@@ -346,6 +346,7 @@ void srv_engine_result(core *d, eng_item *it) {
     snprintf(it->err, sizeof(it->err), "%.250s", j->abort_text);
   }
   if (it->kind == ENG_ISSUE) {
+    j->collectives++;
     j->bytes_sent += it->bytes_sent;
     j->bytes_received += it->bytes_received;
     if (it->coll == ENG_GRAD && it->split != ENG_SPLIT_AG) /* a split sync counts once */

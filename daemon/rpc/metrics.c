@@ -74,6 +74,8 @@ char *srv_metrics_text(srv *d) {
     const char *name, *type, *help;
   } per_job[] = {
       {"fgbuff_job_steps_total", "counter", "Training steps completed."},
+      {"fgbuff_job_collectives_total", "counter",
+       "Synchronisations the engine completed for the job (a fused or split buffer counts once)."},
       {"fgbuff_job_wire_sent_bytes_total", "counter", "Bytes this daemon sent for the job."},
       {"fgbuff_job_wire_received_bytes_total", "counter",
        "Bytes this daemon received for the job."},
@@ -99,27 +101,30 @@ char *srv_metrics_text(srv *d) {
           mb_printf(&b, "%llu\n", (unsigned long long)j->steps_completed);
           break;
         case 1:
-          mb_printf(&b, "%llu\n", (unsigned long long)j->bytes_sent);
+          mb_printf(&b, "%llu\n", (unsigned long long)j->collectives);
           break;
         case 2:
-          mb_printf(&b, "%llu\n", (unsigned long long)j->bytes_received);
+          mb_printf(&b, "%llu\n", (unsigned long long)j->bytes_sent);
           break;
         case 3:
-          mb_printf(&b, "%llu\n", (unsigned long long)j->grad_bytes);
+          mb_printf(&b, "%llu\n", (unsigned long long)j->bytes_received);
           break;
         case 4:
-          mb_printf(&b, "%.6f\n", (double)j->last_step_latency_us / 1e6);
+          mb_printf(&b, "%llu\n", (unsigned long long)j->grad_bytes);
           break;
         case 5:
-          mb_printf(&b, "%u\n", j->ntensors);
+          mb_printf(&b, "%.6f\n", (double)j->last_step_latency_us / 1e6);
           break;
         case 6:
-          mb_printf(&b, "%u\n", j->nstalls);
+          mb_printf(&b, "%u\n", j->ntensors);
           break;
         case 7:
-          mb_printf(&b, "%llu\n", (unsigned long long)j->recalls);
+          mb_printf(&b, "%u\n", j->nstalls);
           break;
         case 8:
+          mb_printf(&b, "%llu\n", (unsigned long long)j->recalls);
+          break;
+        case 9:
           mb_printf(&b, "%llu\n", (unsigned long long)j->revoked);
           break;
         default:
@@ -128,6 +133,15 @@ char *srv_metrics_text(srv *d) {
       }
     }
   }
+  static const char *const kinds[SRV_ERROR_KINDS] = {
+      "other", "EINVAL",  "ENOMEM",  "EIO",       "EPROTO", "ENOTFOUND", "EEXIST", "ETIMEDOUT",
+      "EPEER", "ECLOSED", "ENOTSUP", "EMISMATCH", "EAGAIN", "EPERM",     "EBUSY"};
+  family(&b, "fgbuff_errors_total", "counter",
+         "Errors sent to clients since start (Error replies, failed Done and CollectiveDone), by "
+         "kind (the FGB_ status code).");
+  for (int k = 0; k < SRV_ERROR_KINDS; k++)
+    mb_printf(&b, "fgbuff_errors_total{%s,kind=\"%s\"} %llu\n", base, kinds[k],
+              (unsigned long long)srv_errors_sent(k));
   if (jobs)
     family(&b, "fgbuff_job_step_duration_seconds", "histogram",
            "Synchronisation latency of each completed step (first submit to last tensor done).");

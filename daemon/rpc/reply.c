@@ -83,8 +83,22 @@ void srv_reply_ok(srv_session *s, uint64_t req_id) {
   srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_OK, &ok);
 }
 
+/* Errors sent to clients by code (index -code; 0: any other): Error replies and failed
+ * Done/CollectiveDone, for the metrics. Loop thread only. */
+static uint64_t g_errors[SRV_ERROR_KINDS];
+
+static void count_error(int code) {
+  if (code == FGB_OK) return;
+  g_errors[code < 0 && -code < SRV_ERROR_KINDS ? -code : 0]++;
+}
+
+uint64_t srv_errors_sent(int kind) {
+  return kind >= 0 && kind < SRV_ERROR_KINDS ? g_errors[kind] : 0;
+}
+
 void srv_send_error(srv_session *s, uint64_t req_id, int code, const char *field, int fatal,
                     const char *fmt, ...) {
+  count_error(code);
   char msg[768];
   va_list ap;
   va_start(ap, fmt);
@@ -104,6 +118,7 @@ void srv_send_error(srv_session *s, uint64_t req_id, int code, const char *field
 void srv_send_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int status,
                         const char *err) {
   Fgbuff__V1__CollectiveDone d = FGBUFF__V1__COLLECTIVE_DONE__INIT;
+  count_error(status);
   d.seq = seq;
   d.status = status;
   d.error = (char *)(err ? err : "");
@@ -113,6 +128,7 @@ void srv_send_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int statu
 void srv_reply_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status, const char *err,
                     uint32_t event_slot) {
   Fgbuff__V1__Done d = FGBUFF__V1__DONE__INIT;
+  count_error(status);
   d.tensor_id = tensor_id;
   d.step = step;
   d.status = status;

@@ -61,6 +61,18 @@ cnt="$(sed -nE 's/^fgbuff_job_step_duration_seconds_count\{.*fgbuff_job="metrics
 grep -Eq '^fgbuff_job_step_duration_seconds_sum\{.*\} [0-9]*\.[0-9]*[1-9]' "$D/m0.txt" || bad "histogram _sum is 0"
 sed -nE 's/^fgbuff_job_step_duration_seconds_bucket\{.*fgbuff_job="metrics-test".*\} ([0-9]+)$/\1/p' "$D/m0.txt" |
   awk 'NR > 1 && $1 < p { bad = 1 } { p = $1 } END { exit bad }' || bad "buckets not cumulative"
+# Collectives counted per job (at least one a step), and errors by kind: an unknown setting is
+# one ENOTFOUND more than before it.
+steps="$(sed -nE 's/^fgbuff_job_steps_total\{.*fgbuff_job="metrics-test".*\} ([0-9]+)$/\1/p' "$D/m0.txt")"
+colls="$(sed -nE 's/^fgbuff_job_collectives_total\{.*fgbuff_job="metrics-test".*\} ([0-9]+)$/\1/p' "$D/m0.txt")"
+[ -n "$colls" ] && [ "$colls" -ge "$steps" ] || bad "collectives_total '$colls' below steps '$steps'"
+nf() { sed -nE 's/^fgbuff_errors_total\{world_rank="0",device="cpu",kind="ENOTFOUND"\} ([0-9]+)$/\1/p' "$1"; }
+before="$(nf "$D/m0.txt")"
+"$ctl" --socket "$FGBUFF_RUNTIME_DIR/cpu0.sock" set no_such_key 1 >/dev/null 2>&1 && bad "an unknown key was set"
+"$ctl" --socket "$FGBUFF_RUNTIME_DIR/cpu0.sock" metrics >"$D/m0b.txt" 2>&1
+[ -n "$before" ] && [ "$(nf "$D/m0b.txt")" = "$((before + 1))" ] ||
+  bad "errors_total{kind=ENOTFOUND}: '$before' then '$(nf "$D/m0b.txt")'"
+[ "$(grep -c '^fgbuff_errors_total{' "$D/m0.txt")" = 15 ] || bad "not every error kind exported"
 ! grep -q '[{,]job="' "$D/m0.txt" || bad "a label named job (Prometheus's own)"
 lint="$(promtool check metrics <"$D/m0.txt" 2>&1)"
 prc=$?
