@@ -15,37 +15,38 @@ world_start 3 || exit 1
 trap 'world_stop >/dev/null 2>&1' EXIT
 out="$FGBUFF_RUNTIME_DIR"
 rc=0
-for comp in topk randomk dgc gaussiank powersgd fp16; do
-  pids=()
+# run3 NAME ARGS_FN: compclient on each of the three daemons, rank r with the arguments ARGS_FN r
+# prints, output in NAME.r.out; waits for all three (a failure is printed and counted).
+run3() {
+  local name="$1" args_fn="$2" r p=()
   for r in 0 1 2; do
-    "$bin/compclient" --rank $r --size 3 --steps 4 --compressor $comp --density 0.05 \
-      --job "c-$comp" --check-errors $((r == 0)) --socket "$out/cpu$r.sock" \
-      >"$out/$comp.$r.out" 2>&1 &
-    pids+=($!)
+    # shellcheck disable=SC2046 # ARGS_FN prints words without spaces
+    "$bin/compclient" --rank $r --size 3 --socket "$out/cpu$r.sock" $("$args_fn" $r) \
+      >"$out/$name.$r.out" 2>&1 &
+    p+=($!)
   done
   for r in 0 1 2; do
-    wait "${pids[$r]}" || { echo "$comp: client $r failed:"; cat "$out/$comp.$r.out"; rc=1; }
+    wait "${p[$r]}" || { echo "$name: client $r failed:"; cat "$out/$name.$r.out"; rc=1; }
   done
+}
+# same3 NAME: ranks 1 and 2 printed the same result hashes as rank 0.
+same3() {
+  local r
   for r in 1 2; do
-    diff <(grep hash "$out/$comp.0.out") <(grep hash "$out/$comp.$r.out") ||
-      { echo "$comp: rank $r results differ from rank 0"; rc=1; }
+    diff <(grep hash "$out/$1.0.out") <(grep hash "$out/$1.$r.out") ||
+      { echo "$1: rank $r results differ from rank 0"; rc=1; }
   done
+}
+comp_args() { echo --steps 4 --compressor "$comp" --density 0.05 --job "c-$comp" --check-errors $(($1 == 0)); }
+for comp in topk randomk dgc gaussiank powersgd fp16; do
+  run3 "$comp" comp_args
+  same3 "$comp"
   [ "$(grep -c hash "$out/$comp.0.out")" -eq 4 ] || { echo "$comp: missing steps"; rc=1; }
 done
 # compressor_options reach the compressor: PowerSGD at rank 4.
-pids=()
-for r in 0 1 2; do
-  "$bin/compclient" --rank $r --size 3 --steps 4 --compressor powersgd --options rank=4 \
-    --job c-psgd4 --socket "$out/cpu$r.sock" >"$out/psgd4.$r.out" 2>&1 &
-  pids+=($!)
-done
-for r in 0 1 2; do
-  wait "${pids[$r]}" || { echo "powersgd rank=4: client $r failed:"; cat "$out/psgd4.$r.out"; rc=1; }
-done
-for r in 1 2; do
-  diff <(grep hash "$out/psgd4.0.out") <(grep hash "$out/psgd4.$r.out") ||
-    { echo "powersgd rank=4: rank $r results differ from rank 0"; rc=1; }
-done
+psgd4_args() { echo --steps 4 --compressor powersgd --options rank=4 --job c-psgd4; }
+run3 psgd4 psgd4_args
+same3 psgd4
 b1=$(awk '/state_bytes/ {print $4; exit}' "$out/powersgd.0.out")
 b4=$(awk '/state_bytes/ {print $4; exit}' "$out/psgd4.0.out")
 echo "powersgd state bytes: default $b1, rank=4 $b4"
@@ -53,29 +54,16 @@ echo "powersgd state bytes: default $b1, rank=4 $b4"
 [ -n "$b1" ] && [ -n "$b4" ] && [ $((b4 - b1)) -eq 600 ] ||
   { echo "powersgd rank=4: state $b4 bytes, default $b1: the option did not take"; rc=1; }
 # Ranks that disagree on a tensor's compressor: every rank's step fails with FGB_EMISMATCH.
-pids=()
-for r in 0 1 2; do
-  comp=randomk
-  [ $r -eq 1 ] && comp=topk
-  "$bin/compclient" --rank $r --size 3 --compressor $comp --job c-mismatch --expect-mismatch 1 \
-    --socket "$out/cpu$r.sock" >"$out/mismatch.$r.out" 2>&1 &
-  pids+=($!)
-done
-for r in 0 1 2; do
-  wait "${pids[$r]}" || { echo "mismatch: client $r:"; cat "$out/mismatch.$r.out"; rc=1; }
-done
+mismatch_args() {
+  echo --compressor "$([ "$1" -eq 1 ] && echo topk || echo randomk)" --job c-mismatch --expect-mismatch 1
+}
+run3 mismatch mismatch_args
 # Ranks that disagree on the compressor's options (rank 1 asks PowerSGD for rank 2).
-pids=()
-for r in 0 1 2; do
-  o=rank=4
-  [ $r -eq 1 ] && o=rank=2
-  "$bin/compclient" --rank $r --size 3 --compressor powersgd --options $o --job c-optmismatch \
-    --expect-mismatch 1 --socket "$out/cpu$r.sock" >"$out/optmismatch.$r.out" 2>&1 &
-  pids+=($!)
-done
-for r in 0 1 2; do
-  wait "${pids[$r]}" || { echo "option mismatch: client $r:"; cat "$out/optmismatch.$r.out"; rc=1; }
-done
+optmismatch_args() {
+  echo --compressor powersgd --options "rank=$([ "$1" -eq 1 ] && echo 2 || echo 4)" \
+    --job c-optmismatch --expect-mismatch 1
+}
+run3 optmismatch optmismatch_args
 world_stop || { echo "world_stop failed"; rc=1; }
 trap - EXIT
 [ $rc -eq 0 ] || cat "$FGBUFF_WORLD_LOG"
