@@ -44,6 +44,7 @@ import torch.nn.functional as F  # noqa: E402
 import fgbuff.torch as hvd  # noqa: E402
 from gpt2_synthetic import GPT2  # noqa: E402
 from resnet50_synthetic import ResNet50  # noqa: E402
+from report import FIELDS  # noqa: E402  (one column list: bench/torch/report.py)
 
 # name: (kind, compressor, density, policy, note)
 CONFIGS = {
@@ -76,10 +77,6 @@ MODELS = {
     "gpt2": ("gpt2", torch.bfloat16, "sequences"),
 }
 
-FIELDS = ["net", "model", "config", "note", "device", "ngpus", "mps", "batch", "unit", "warmup",
-          "steps", "step_ms", "step_ms_p10", "step_ms_p90", "samples_per_s", "bwd_ms",
-          "after_bwd_ms", "loss", "host_ms",
-          "host_hook_ms", "host_sync_ms", "host_calls", "plan", "status", "seconds", "when"]
 
 
 def config_of(name):
@@ -218,7 +215,9 @@ class Run:
                "ngpus": self.size, "mps": a.mps, "batch": self.batch_size(name),
                "unit": MODELS[name][2], "warmup": a.warmup, "steps": a.steps, "status": "ok",
                "host_ms": "", "host_hook_ms": "", "host_sync_ms": "", "host_calls": "",
-               "plan": "", "bwd_ms": "", "after_bwd_ms": ""}
+               "plan": "", "bwd_ms": "", "after_bwd_ms": "", "rank_step_ms_max": "",
+               "rank_spread": "", "plans_equal": "", "plan_versions": "", "recalls": "",
+               "daemon_rss_mb": "", "daemon_gpu_mb": ""}
         t_item = time.perf_counter()
         active = kind != "single" or self.rank == 0
         model = opt = ddp = train = data = None
@@ -263,6 +262,14 @@ class Run:
                     self.dump_status(opt, name, cfg)
         if a.duration_min > 0:
             self.gather_curve(name, cfg, curve if active else None)
+        # every rank's view (issue 19): its median step, and for fgbuff rows its daemon's plan
+        # digest, recalls and memory; rank 0 checks that the plans agree and the ranks keep pace
+        mine = {"step": statistics.median(times) if active and times else None,
+                "daemon": daemon_view(opt) if stats is not None else None}
+        views = [None] * self.size
+        dist.all_gather_object(views, mine, group=self.ctl)
+        if self.rank == 0:
+            row.update(scale_fields(views))
         # results: rank 0's times; loss averaged over the active ranks
         if active:
             lt = torch.tensor([losses[-1], 1.0], dtype=torch.float64)
@@ -466,6 +473,66 @@ def plan_summary(opt):
                 f"compressed ({100.0 * ce / el:.0f}% of elems)")
     except Exception as e:  # a status the benchmark cannot read must not lose the row
         return f"status unreadable: {type(e).__name__}"
+
+
+def daemon_view(opt):
+    """This rank's daemon as its status reports it, for this optimizer's job: a digest of the
+    agreed plan (policy, version, first step and every buffer's layout and compression; not the
+    per-rank prediction or reason text), the job's pre-issue recalls, the daemon's RSS (it runs on
+    this host: /proc/PID/status) and its device memory (GPU daemons)."""
+    import hashlib
+    try:
+        st = opt._fgb_client.status_json()
+        js = [j for j in st.get("jobs", []) if j.get("name") == opt._fgb_job]
+        job = js[0] if js else {}
+        plan = job.get("plan") or {}
+        key = [plan.get("policy"), plan.get("version"), plan.get("first_step"),
+               [[b.get(f) for f in ("tensors", "elems", "bytes", "compress", "k")]
+                for b in plan.get("buffers", [])]]
+        rss = None
+        try:
+            with open(f"/proc/{int(st['pid'])}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        rss = int(line.split()[1]) / 1024.0
+        except (OSError, KeyError, ValueError):
+            pass
+        gpu = (st.get("gpu") or {}).get("daemon_mem_bytes")
+        return {"digest": hashlib.sha256(json.dumps(key).encode()).hexdigest()[:12],
+                "version": plan.get("version"),
+                "recalls": (job.get("preissue") or {}).get("recalls"),
+                "rss_mb": rss, "gpu_mb": gpu / 1048576.0 if gpu is not None else None}
+    except Exception as e:  # diagnostics only: the row stands without them
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def scale_fields(views):
+    """CSV fields from every rank's view: the slowest rank's median step and max/min of the
+    ranks' medians; for fgbuff rows whether every rank's daemon holds the same plan, the plan
+    versions, the recalls summed over ranks, and the largest daemon RSS and device memory."""
+    out = {}
+    steps = [v["step"] for v in views if v and v.get("step")]
+    if len(steps) > 1:
+        out["rank_step_ms_max"] = f"{max(steps) * 1e3:.3f}"
+        out["rank_spread"] = f"{max(steps) / min(steps):.3f}"
+    ds = [v.get("daemon") for v in views if v and v.get("daemon") is not None]
+    if ds:
+        if any("error" in d for d in ds):
+            out["plans_equal"] = "unknown: " + next(d["error"] for d in ds if "error" in d)[:80]
+            return out
+        digests = {d["digest"] for d in ds}
+        if all(d["version"] is None for d in ds):
+            out["plans_equal"] = "no plan"  # none agreed yet (static policies, short runs)
+        else:
+            out["plans_equal"] = "yes" if len(digests) == 1 else "NO"
+        out["plan_versions"] = "/".join(sorted({str(d["version"]) for d in ds}))
+        rc = [d["recalls"] for d in ds if d["recalls"] is not None]
+        out["recalls"] = str(sum(rc)) if rc else ""
+        rss = [d["rss_mb"] for d in ds if d["rss_mb"] is not None]
+        out["daemon_rss_mb"] = f"{max(rss):.1f}" if rss else ""
+        gm = [d["gpu_mb"] for d in ds if d["gpu_mb"] is not None]
+        out["daemon_gpu_mb"] = f"{max(gm):.1f}" if gm else ""
+    return out
 
 
 def watchdog(seconds, what):

@@ -26,7 +26,9 @@ from collections import OrderedDict
 FIELDS = ["net", "model", "config", "note", "device", "ngpus", "mps", "batch", "unit", "warmup",
           "steps", "step_ms", "step_ms_p10", "step_ms_p90", "samples_per_s", "bwd_ms",
           "after_bwd_ms", "loss", "host_ms",
-          "host_hook_ms", "host_sync_ms", "host_calls", "plan", "status", "seconds", "when"]
+          "host_hook_ms", "host_sync_ms", "host_calls", "plan", "rank_step_ms_max",
+          "rank_spread", "plans_equal", "plan_versions", "recalls", "daemon_rss_mb",
+          "daemon_gpu_mb", "status", "seconds", "when"]
 
 
 def num(x):
@@ -134,6 +136,16 @@ def main():
                 d = dict(r)
                 d.update(vs_ddp=vd, vs_n_single=vs, loss_vs_seeds=place, host_pct=hp)
                 out.append(d)
+            sc = [r for r in ok if r.get("rank_spread") or r.get("plans_equal")]
+            if sc:  # issue 19: every rank's pace and its daemon's plan, recalls and memory
+                print(f"  | {'ranks':15} {'slowest ms':>10} {'max/min':>7} {'plans':>6} "
+                      f"{'version':>7} {'recalls':>7} {'daemon RSS MB':>13} {'daemon GPU MB':>13}")
+                for r in sc:
+                    print(f"  | {r['config']:15} {r.get('rank_step_ms_max') or '-':>10} "
+                          f"{r.get('rank_spread') or '-':>7} {r.get('plans_equal') or '-':>6} "
+                          f"{r.get('plan_versions') or '-':>7} {r.get('recalls') or '-':>7} "
+                          f"{r.get('daemon_rss_mb') or '-':>13} "
+                          f"{r.get('daemon_gpu_mb') or '-':>13}")
             if lo is not None:
                 print(f"dense DDP loss spread (init seeds 42, 43): {lo:.4f} .. {hi:.4f}"
                       + (f" (from network {sp_net})" if star else ""))
@@ -142,6 +154,10 @@ def main():
           "synchronize, optimizer step).")
     print("vs Nx1: samples/s / (ranks x single-GPU samples/s); * = single GPU (or, for vs "
           "seeds, the two DDP seeds) measured on another network of the same run.")
+    print("ranks: slowest = the slowest rank's median step; max/min of the ranks' medians; "
+          "plans = every rank's daemon holds the same agreed plan (digest of policy, version and "
+          "buffer layout); recalls = pre-issue recalls summed over ranks; daemon memory = the "
+          "largest over ranks (RSS from /proc, device memory the daemon allocated).")
     print("host ms: fgbuff.torch's hook + synchronize() time per step on rank 0 (CPU daemons: "
           "synchronize includes the wait for the result).")
     if a.json:
@@ -160,6 +176,9 @@ def main():
                         bad.append(f"{net}/{m}/{c}: missing")
                     elif r[0].get("status") != "ok":
                         bad.append(f"{net}/{m}/{c}: {r[0].get('status')}")
+                    elif r[0].get("plans_equal", "") == "NO":
+                        bad.append(f"{net}/{m}/{c}: the ranks' daemons hold different plans "
+                                   f"({r[0]['plans_equal']}, versions {r[0].get('plan_versions')})")
                     elif not (num(r[0]["samples_per_s"]) or 0) > 0 or num(r[0]["loss"]) is None:
                         bad.append(f"{net}/{m}/{c}: samples/s {r[0]['samples_per_s']} loss "
                                    f"{r[0]['loss']}")

@@ -46,7 +46,36 @@ for r in rows:
     assert r["status"] == "ok" and math.isfinite(float(r["samples_per_s"])), r
     if r["config"] not in ("single", "ddp", "ddp-seed2", "ddp-powersgd"):
         assert float(r["host_ms"]) > 0 and int(r["host_calls"]) > 0, r
+        # every rank's daemon holds the same plan; its memory and the recalls are read
+        assert r["plans_equal"] in ("yes", "no plan") and r["plan_versions"], r
+        assert float(r["daemon_rss_mb"]) > 1 and int(r["recalls"]) >= 0, r
+    if r["config"] != "single":
+        assert float(r["rank_spread"]) >= 1.0 and float(r["rank_step_ms_max"]) > 0, r
 EOF
+# merged policies agree a plan within 15 steps: every rank's daemon must hold the same one
+bash "$run" "$BUILD" --cpu --steps 12 --warmup 3 --models gpt2 \
+  --configs dense-fgbuff,topk-rgmerge,auto --out "$OUT/plans" >"$OUT/plans.txt" 2>&1 ||
+  bad "run.sh (plans) exited $?"
+python3 - "$OUT/plans/results.csv" <<'EOF' || { cat "$OUT/plans.txt"; bad "plans"; }
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 3, rows
+for r in rows:
+    assert r["plans_equal"] == "yes" and int(r["plan_versions"]) >= 1, r
+EOF
+# negative control: rows whose ranks' daemons held different plans are refused
+python3 - "$OUT/all/results.csv" "$OUT/plans.csv" <<'EOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+for r in rows:
+    if r["model"] == "gpt2" and r["config"] == "topk-fgbuff":
+        r["plans_equal"] = "NO"
+w = csv.DictWriter(open(sys.argv[2], "w", newline=""), list(rows[0]))
+w.writeheader()
+w.writerows(rows)
+EOF
+python3 "$SRC/bench/torch/report.py" "$OUT/plans.csv" --expect-models gpt2 \
+  --expect-configs topk-fgbuff >/dev/null && bad "report.py accepted unequal plans"
 # negative controls of the check: a missing row and a NaN loss are refused
 python3 "$SRC/bench/torch/report.py" "$OUT/all/results.csv" --expect-models gpt2 \
   --expect-configs ddp,no-such-config >/dev/null && bad "report.py accepted a missing row"
