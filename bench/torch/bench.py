@@ -65,6 +65,9 @@ CONFIGS = {
              "top-k 0.01, policy fusion: per tensor compress or dense by measured cost"),
 }
 DEFAULT_CONFIGS = list(CONFIGS)
+# duration mode: the ranks agree every STOP_EVERY steps whether the time is up (one gloo
+# all-reduce of an int on the control group)
+STOP_EVERY = 10
 # name: the compressor's options (DistributedOptimizer's compressor_options) where not its defaults
 COMPRESSOR_OPTIONS = {
     "powersgd-daemon": "rank=4,start_step=2",
@@ -111,6 +114,9 @@ def parse():
     p.add_argument("--item-timeout", type=float, default=300,
                    help="seconds an item may take before this process exits (124)")
     p.add_argument("--duration-min", type=float, default=0.0)
+    p.add_argument("--skew-s", type=float, default=0.0,
+                   help="duration mode, tests: rank r's deadline is r x this later (the ranks' "
+                        "clocks and item starts differ in real runs)")
     p.add_argument("--timeline", type=int, default=0, metavar="K",
                    help="write the last K steps of each item, CLOCK_MONOTONIC us, to "
                         "timeline-<net>-<model>-<config>.csv (rank 0), to lay beside the "
@@ -220,6 +226,7 @@ class Run:
                "daemon_rss_mb": "", "daemon_gpu_mb": ""}
         t_item = time.perf_counter()
         active = kind != "single" or self.rank == 0
+        self.alone = kind == "single"
         model = opt = ddp = train = data = None
         stats = curve = None
         times, bwds, losses = [], [], []
@@ -333,12 +340,13 @@ class Run:
 
         handles = [p.register_post_accumulate_grad_hook(mark(i)) for i, p in enumerate(first)]
         t_start = time.perf_counter()
-        deadline = t_start + a.duration_min * 60 if curve is not None else None
+        deadline = (t_start + a.duration_min * 60 + self.rank * a.skew_s
+                    if curve is not None else None)
         s = 0
         while True:
             if deadline is None and s >= a.warmup + a.steps:
                 break
-            if deadline is not None and time.perf_counter() >= deadline:
+            if deadline is not None and s % STOP_EVERY == 0 and self.past(deadline):
                 break
             x, y = data[s % len(data)]
             if stats is not None and s == a.warmup:
@@ -382,6 +390,17 @@ class Run:
         if not times:  # duration mode shorter than the warm-up
             times = [t1 - t0]
         return times, bwds, losses
+
+    def past(self, deadline):
+        """Duration mode: whether any rank is past its deadline, agreed by every active rank (a
+        rank that stopped on its own clock one step before the others would leave them waiting
+        for its gradients forever). `single` trains on rank 0 alone: no agreement needed."""
+        late = time.perf_counter() >= deadline
+        if self.alone:
+            return late
+        flag = torch.tensor([1 if late else 0], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ctl)
+        return bool(flag.item())
 
     def write_timeline(self, name, cfg):
         path = os.path.join(os.path.dirname(os.path.abspath(self.a.out)),

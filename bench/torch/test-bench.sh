@@ -63,6 +63,14 @@ assert len(rows) == 3, rows
 for r in rows:
     assert r["plans_equal"] == "yes" and int(r["plan_versions"]) >= 1, r
 EOF
+# duration mode: the ranks stop at the same step although rank 1's own deadline is 3 s later
+# (each rank stopping on its own clock left the other waiting for its gradients: a hang)
+bash "$run" "$BUILD" --cpu --duration-min 0.1 --skew-s 3 --models gpt2 --configs ddp,topk-fgbuff \
+  --nets cpu --item-timeout 40 --out "$OUT/dur" >"$OUT/dur.txt" 2>&1 || { cat "$OUT/dur.txt"; bad "duration"; }
+for c in ddp topk-fgbuff; do
+  n="$(grep -c '^[0-9]' "$OUT/dur/curve-cpu-gpt2-$c.csv" 2>/dev/null)"
+  [ "${n:-0}" -ge 10 ] || bad "duration mode: curve of $c has ${n:-no} steps"
+done
 # negative control: rows whose ranks' daemons held different plans are refused
 python3 - "$OUT/all/results.csv" "$OUT/plans.csv" <<'EOF'
 import csv, sys
