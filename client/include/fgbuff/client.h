@@ -246,6 +246,17 @@ fgb_status fgb_status_json(fgb_client *c, char **json);
 /* The same status rendered for people, as `fgbuffctl status` prints it (round trip); *text is
  * malloc'ed, free() it. Needs no job: a connected handle suffices. */
 fgb_status fgb_status_text(fgb_client *c, char **text);
+/* Which jobs a status lists (fgbuffctl status --job/--offset/--limit): the job named `job`
+ * (NULL or "": every job), from the offset-th of those in the daemon's order, at most `limit`
+ * (0: as many as fit one frame). A document that had to be cut says so: "truncated" in the JSON
+ * with the jobs shown and their total, a line in the text (docs/protocol.md, "Status"). */
+typedef struct fgb_status_opts {
+  const char *job;
+  uint32_t offset, limit;
+} fgb_status_opts;
+/* fgb_status_json (json 1) or fgb_status_text (json 0) of the jobs opts selects (NULL: as those
+ * two); *out is malloc'ed, free() it. */
+fgb_status fgb_status_query(fgb_client *c, const fgb_status_opts *opts, int json, char **out);
 /* The daemon's counters as Prometheus text exposition (`fgbuffctl metrics`; the same text as its
  * --metrics-listen endpoint); *text is malloc'ed, free() it. Needs no job. */
 fgb_status fgb_metrics_text(fgb_client *c, char **text);
