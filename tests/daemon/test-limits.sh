@@ -1,7 +1,8 @@
 #!/bin/bash
 # A daemon's bounded resources (issue 15), three worlds:
 #  1. 65,536 tensors registered in one job beside a 2-rank bystander job: registration stays O(1)
-#     per name and released ids come back (test-limits reg); the bystander's results stay exact.
+#     per name and released ids come back (test-limits reg); the bystander's results stay exact;
+#     a reused id does not meet the released tensor's compressor state (reuseclient).
 #  2. --max-jobs 3 --max-tensors-per-job 100 --max-job-bytes 8192 (flags; the same keys from a
 #     config file for the jobs): refusals name the setting and its value, one log line per cause
 #     (test-limits limits), and a bad value is refused at start naming the flag.
@@ -14,12 +15,22 @@ ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
 fgbuffd="$(world_fgbuffd_path)" || exit 1
 rc=0
 tp=
-trap 'kill "${WORLD_JOB2_PIDS[@]}" $tp 2>/dev/null; world_stop >/dev/null 2>&1' EXIT
+rp=()
+trap 'kill "${WORLD_JOB2_PIDS[@]}" "${rp[@]}" $tp 2>/dev/null; world_stop >/dev/null 2>&1' EXIT
 
 world_start 2 || exit 1
 world_job2_start bystander 300
 "$bin/test-limits" reg || rc=1
 world_job2_wait bystander || rc=1
+# A reused id never meets the released tensor's compressor state (reuseclient.c says how).
+for r in 0 1; do
+  "$bin/reuseclient" --rank $r --socket "$FGBUFF_RUNTIME_DIR/cpu$r.sock" >"$FGBUFF_RUNTIME_DIR/reuse$r.out" 2>&1 &
+  rp[r]=$!
+done
+for r in 0 1; do
+  wait ${rp[r]} || { echo "reuseclient rank $r failed:"; rc=1; }
+  cat "$FGBUFF_RUNTIME_DIR/reuse$r.out"
+done
 world_daemons_alive || rc=1
 world_stop || { echo "world_stop failed"; rc=1; }
 
