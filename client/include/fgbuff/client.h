@@ -180,8 +180,8 @@ fgb_status fgb_tensor_register(fgb_client *c, const fgb_tensor_desc *desc, uint3
  * of the job is in flight on this rank. Release a tensor on every rank of the job (as every rank
  * registered it): a rank that keeps it waits for the others in its next step. A name registered
  * again must keep its count, dtype and shape (the job agreed them once) and starts with a fresh
- * compressor state (the old one is freed with the job). FGB_ENOTSUP for a job under a static merge
- * policy; FGB_ENOTFOUND for an unknown id. */
+ * compressor state (the old one is freed at release). The daemon hands a released id out again.
+ * FGB_ENOTSUP for a job under a static merge policy; FGB_ENOTFOUND for an unknown id. */
 fgb_status fgb_tensor_release(fgb_client *c, uint32_t tensor_id);
 
 /* Release an arena (round trip): the daemon unmaps (closes, for device memory) its mapping and
