@@ -106,6 +106,30 @@ srv_job *core_join(core *d, struct srv_session *s, uint64_t req_id, const core_j
   return j;
 }
 
+/* A tensor id: the oldest released one once more than SRV_ID_QUARANTINE wait, else a fresh one
+ * (with its table slot, and room in the ring of released ids for when it comes back). */
+static int id_take(core *d, uint32_t *id) {
+  if (d->nfree > SRV_ID_QUARANTINE) {
+    *id = d->free_ids[d->free_head];
+    d->free_head = (d->free_head + 1) % d->fcap;
+    d->nfree--;
+    return 0;
+  }
+  if (d->ntensors == UINT32_MAX - 1 || VEC_RESERVE(d->tensors, d->tcap, d->ntensors, 64)) return -1;
+  if (d->ntensors + 1 > d->fcap) { /* grow the ring, unwrapped */
+    uint32_t cap = d->fcap ? d->fcap * 2 : 64;
+    uint32_t *r = cap < d->fcap ? NULL : malloc((size_t)cap * sizeof(*r));
+    if (!r) return -1;
+    for (uint32_t i = 0; i < d->nfree; i++) r[i] = d->free_ids[(d->free_head + i) % d->fcap];
+    free(d->free_ids);
+    d->free_ids = r;
+    d->fcap = cap;
+    d->free_head = 0;
+  }
+  *id = ++d->ntensors;
+  return 0;
+}
+
 void core_tensor_register(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
                           const core_tensor_args *a) {
   const struct comp_ops *cops = NULL;
@@ -125,13 +149,13 @@ void core_tensor_register(core *d, srv_job *j, struct srv_session *s, uint64_t r
   if (!t) goto nomem;
   if (cops && a->options && a->options[0] && !(t->options = strdup(a->options))) goto nomem;
   if (VEC_RESERVE(j->tensors, j->tcap, j->ntensors, 16)) goto nomem;
-  /* A fresh id needs a table slot, and room on the free list for when it is given back. */
-  if (!d->nfree && (VEC_RESERVE(d->tensors, d->tcap, d->ntensors, 64) ||
-                    VEC_RESERVE(d->free_ids, d->fcap, d->ntensors, 64)))
-    goto nomem;
+  if (id_take(d, &t->id)) goto nomem;
   snprintf(t->name, sizeof(t->name), "%s", a->name);
-  if (htab_put(&j->names, htab_hash_str(t->name), t)) goto nomem;
-  t->id = d->nfree ? d->free_ids[--d->nfree] : ++d->ntensors;
+  if (htab_put(&j->names, htab_hash_str(t->name), t)) {
+    srv_id_give(d, t->id);
+    t->id = 0;
+    goto nomem;
+  }
   d->tensors[t->id - 1] = t;
   j->tensors[j->ntensors++] = t;
   t->job = j;
@@ -275,7 +299,7 @@ void srv_tensor_set_key(srv_job *j, srv_tensor *t, uint32_t key) {
 
 void srv_id_give(core *d, uint32_t id) {
   d->tensors[id - 1] = NULL;
-  d->free_ids[d->nfree++] = id; /* room reserved when the id was first handed out */
+  d->free_ids[(d->free_head + d->nfree++) % d->fcap] = id; /* room made when it was new */
 }
 
 void srv_tensor_free(srv_tensor *t) {
@@ -368,5 +392,5 @@ void core_free_jobs(core *d) {
   d->ntensors = d->tcap = 0;
   free(d->free_ids);
   d->free_ids = NULL;
-  d->nfree = d->fcap = 0;
+  d->nfree = d->fcap = d->free_head = 0;
 }

@@ -40,8 +40,12 @@ struct eng_item;
 #define SRV_DEFAULT_MAX_JOB_BYTES (1ull << 40) /* 1 TiB: in effect unlimited */
 #define SRV_MAX_JOBS_LIMIT 65536
 #define SRV_MAX_TENSORS_LIMIT (1u << 20) /* the coordinator's COORD_MAX_TENSORS */
-#define SRV_MAX_INFLIGHT_STEPS 1024      /* distinct unfinished steps per job */
-#define SRV_STEP_BUCKETS 13              /* step-duration histogram buckets, +Inf apart */
+/* Released tensor ids are handed out again oldest first, once more than this many wait: the id
+ * table stays within the most tensors ever live at once + 65, and a client's stale id names
+ * another tensor only after that many releases. */
+#define SRV_ID_QUARANTINE 64
+#define SRV_MAX_INFLIGHT_STEPS 1024 /* distinct unfinished steps per job */
+#define SRV_STEP_BUCKETS 13         /* step-duration histogram buckets, +Inf apart */
 #define SRV_POLICY_MAX 32
 
 /* The step-duration histogram's upper bounds in seconds (rpc/metrics.c prints them). */
@@ -60,7 +64,7 @@ typedef struct srv_arena {
 } srv_arena;
 
 typedef struct srv_tensor {
-  uint32_t id; /* daemon-wide; a released tensor's id is handed out again (core.c) */
+  uint32_t id; /* daemon-wide; a released one is handed out again (SRV_ID_QUARANTINE) */
   srv_job *job;
   srv_arena *arena;
   uint8_t *ptr;
@@ -219,8 +223,8 @@ struct core {
   uint32_t njobs;       /* in the list: joined and not yet released */
   srv_tensor **tensors; /* by id - 1; NULL: a free id */
   uint32_t ntensors, tcap;
-  uint32_t *free_ids; /* released ids, handed out again last-in first-out */
-  uint32_t nfree, fcap;
+  uint32_t *free_ids; /* released ids, a ring (head, count, capacity >= ntensors) */
+  uint32_t free_head, nfree, fcap;
   uint64_t refusals[3], refusal_log_ms[3]; /* limits.c: per cause, and its last log line */
   uint64_t next_job_id;
   struct srv_held *held, *held_tail;

@@ -1,6 +1,7 @@
 /* tests/daemon/reuseclient.c — a released tensor id named again must not meet the released
  * tensor's engine state (issue 15: ids are reused). Rank R of a 2-rank job: "a" (topk, 1024
- * elements) syncs step 1 and is released; on daemon 1 a second, 1-rank job then takes a's old id,
+ * elements) syncs step 1 and is released (with 64 others, so that its id is the next one handed
+ * out); on daemon 1 a second, 1-rank job then takes a's old id,
  * so "b" (topk, 512 elements) gets a's old id on daemon 0 but a fresh one on daemon 1. Step 2
  * must give both ranks the exact average: had daemon 0 kept a's compressor instance and settings
  * agreement under the id, its rank would skip the agreement the other rank runs (and meet a
@@ -78,10 +79,27 @@ int main(int argc, char **argv) {
   float *p = ar.ptr;
   uint32_t a = reg(c, "a", ar.id, 1024);
   int rc = step(c, a, p, 1024, 1);
+  /* 64 more tensors that never sync, released after a: a's id is then the oldest of 65 released,
+   * the next one handed out (SRV_ID_QUARANTINE). */
+  fgb_arena fa;
+  if (fgb_arena_alloc_host(c, 64 * sizeof(float), &fa)) die(c, "arena f");
+  uint32_t f[64];
+  char fname[16];
+  for (int i = 0; i < 64; i++) {
+    fgb_tensor_desc td = FGB_TENSOR_DESC_INIT;
+    snprintf(fname, sizeof(fname), "f%d", i);
+    td.name = fname;
+    td.arena = fa.id;
+    td.offset = (uint64_t)i * sizeof(float);
+    td.count = 1;
+    if (fgb_tensor_register(c, &td, &f[i])) die(c, fname);
+  }
   fgb_status st;
   while ((st = fgb_tensor_release(c, a)) == FGB_EBUSY) /* the step's engine item coming back */
     usleep(1000);
   if (st) die(c, "release a");
+  for (int i = 0; i < 64; i++)
+    if (fgb_tensor_release(c, f[i])) die(c, "release f");
   fgb_client *k = NULL;
   uint32_t kid = 0;
   if (rank == 1) { /* daemon 1: another job takes a's old id */
