@@ -288,8 +288,8 @@ srv_tensor *srv_tensor_by_key(const srv_job *j, uint32_t key) {
 void srv_tensor_set_key(srv_job *j, srv_tensor *t, uint32_t key) {
   if (t->key_known) return;
   t->key = key;
-  /* Out of memory: the tensor stays without a key, so its steps wait and fail like an unagreed
-   * tensor's, rather than being found by nothing when the ISSUE names it. */
+  /* Out of memory: the tensor stays without a key (its readiness is never reported, so its steps
+   * stall and are reported as such) rather than having a key no ISSUE can find it by. */
   if (htab_put(&j->keys, htab_hash_u64(key), t)) {
     LOG_ERROR("job '%s': out of memory indexing tensor '%s'", j->id.name, t->name);
     return;
