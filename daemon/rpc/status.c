@@ -263,7 +263,7 @@ fgb_status srv_status_build(srv *d, const srv_status_query *q, char **json, char
     shown++;
   }
   if (total == 0) sb_printf(&t, "  no jobs\n");
-  sb_printf(&j, "],\"jobs_total\":%u,\"coordinator\":", total);
+  sb_printf(&j, "],\"coordinator\":"); /* right after the jobs: fgbuffctl top finds their end */
   /* The coordinator's list: the same selection over its entries, within what is left. */
   char *cl = coord_list(d);
   uint32_t ctotal = 0, cshown = 0, ccut = !cl;
@@ -287,6 +287,7 @@ fgb_status srv_status_build(srv *d, const srv_status_query *q, char **json, char
     sb_printf(&j, "]");
   }
   free(cl);
+  sb_printf(&j, ",\"jobs_total\":%u", total);
   if (cut || ccut) {
     sb_printf(&j,
               ",\"truncated\":{\"jobs_shown\":%u,\"jobs_total\":%u,\"offset\":%u,"
