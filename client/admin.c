@@ -50,13 +50,21 @@ static char *cli_strdup(fgb_client *c, const char *s, fgb_status *st) {
   return d;
 }
 
-static fgb_status cli_status(fgb_client *c, char **json, char **text, int metrics) {
+static fgb_status cli_status(fgb_client *c, char **json, char **text, int metrics,
+                             const fgb_status_opts *o) {
   if (c == NULL) return FGB_EINVAL;
   if ((json == NULL) == (text == NULL)) return cli_fail(c, FGB_EINVAL, "output pointer is NULL");
+  if (o && o->job && strlen(o->job) > 255)
+    return cli_fail(c, FGB_EINVAL, "status: job name longer than 255 bytes");
   fgb_status s = cli_ready(c);
   if (s) return s;
   Fgbuff__V1__StatusRequest m = FGBUFF__V1__STATUS_REQUEST__INIT;
   m.metrics = metrics;
+  if (o) {
+    m.job = (char *)(o->job ? o->job : "");
+    m.offset = o->offset;
+    m.limit = o->limit;
+  }
   Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *r = NULL;
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_STATUS;
   env.status = &m;
@@ -71,15 +79,21 @@ static fgb_status cli_status(fgb_client *c, char **json, char **text, int metric
 }
 
 CLI_API fgb_status fgb_status_json(fgb_client *c, char **json) {
-  return cli_status(c, json, NULL, 0);
+  return cli_status(c, json, NULL, 0, NULL);
 }
 
 CLI_API fgb_status fgb_status_text(fgb_client *c, char **text) {
-  return cli_status(c, NULL, text, 0);
+  return cli_status(c, NULL, text, 0, NULL);
+}
+
+CLI_API fgb_status fgb_status_query(fgb_client *c, const fgb_status_opts *opts, int json,
+                                    char **out) {
+  if (c != NULL && out == NULL) return cli_fail(c, FGB_EINVAL, "out is NULL");
+  return json ? cli_status(c, out, NULL, 0, opts) : cli_status(c, NULL, out, 0, opts);
 }
 
 CLI_API fgb_status fgb_metrics_text(fgb_client *c, char **text) {
-  return cli_status(c, NULL, text, 1);
+  return cli_status(c, NULL, text, 1, NULL);
 }
 
 static fgb_status cli_check_key(fgb_client *c, const char *key, const char *value) {

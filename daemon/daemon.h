@@ -89,7 +89,14 @@ void srv_on_timeline(srv_session *s, uint64_t req_id, const Fgbuff__V1__Timeline
 void srv_timeline_boot(srv *d);
 
 /* ---- status.c ---------------------------------------------------------------------------- */
-/* The status document (JSON) and its text rendering; both malloc'ed. */
-fgb_status srv_status_build(srv *d, char **json, char **text);
+/* The status document (JSON) and its text rendering; both malloc'ed. The jobs listed, here and in
+ * the coordinator's part: those named `job` ("" or NULL: all), from the offset-th on, at most
+ * `limit` (0: no limit). Together they always fit one frame: what does not is left out, and the
+ * document says so ("truncated", docs/protocol.md "Status"). */
+typedef struct srv_status_query {
+  const char *job;
+  uint32_t offset, limit;
+} srv_status_query;
+fgb_status srv_status_build(srv *d, const srv_status_query *q, char **json, char **text);
 
 #endif

@@ -1,4 +1,5 @@
-/* fgbuffctl — watch and configure a running fgbuffd: `status [--json]`, `get KEY`, `set KEY VALUE`,
+/* fgbuffctl — watch and configure a running fgbuffd: `status [--json] [--job NAME] [--offset N]
+ * [--limit N]`, `get KEY`, `set KEY VALUE`,
  * `config list`, `ping`, `metrics`, `top [--interval SEC] [--count N]`,
  * `timeline start|stop|dump` (timeline.c).
  * It connects (Hello) without joining a job. Exit codes: 0 ok, 1 the daemon returned an error,
@@ -17,8 +18,9 @@
 #endif
 
 /* The daemon's live settings (daemon/config.c, srv_config_get), listed by `config list`. */
-static const char *const live_keys[] = {"log_level", "stall_timeout_ms", "default_policy",
-                                        "plan_warmup_steps", "replan_steps"};
+static const char *const live_keys[] = {"log_level",           "stall_timeout_ms", "default_policy",
+                                        "plan_warmup_steps",   "replan_steps",     "max_jobs",
+                                        "max_tensors_per_job", "max_job_bytes"};
 
 enum { CTL_OK = 0, CTL_DAEMON = 1, CTL_USAGE = 2, CTL_CONNECT = 3 };
 
@@ -27,7 +29,10 @@ static int usage(const char *why) {
   fprintf(
       stderr,
       "usage: fgbuffctl [--socket PATH | --index N] COMMAND\n"
-      "  status [--json]    the daemon's status (text, or the JSON document)\n"
+      "  status [--json] [--job NAME] [--offset N] [--limit N]\n"
+      "                     the daemon's status (text, or the JSON document): every job, or the\n"
+      "                     job NAME, or N jobs from the offset-th on (a status larger than one\n"
+      "                     message is cut and says so; page through it with --offset)\n"
       "  get KEY            print a live setting\n"
       "  set KEY VALUE      change a live setting\n"
       "  config list        every live setting with its value\n"
@@ -209,6 +214,7 @@ int main(int argc, char **argv) {
   if (i >= argc) return usage("missing command");
   const char *cmd = argv[i++];
   int json = 0;
+  fgb_status_opts sq = {0};
   const char *key = NULL, *value = NULL;
   double interval = 1.0;
   long count = -1;
@@ -228,7 +234,23 @@ int main(int argc, char **argv) {
       }
     }
   } else if (strcmp(cmd, "status") == 0) {
-    if (i < argc && strcmp(argv[i], "--json") == 0) json = 1, i++;
+    for (; i < argc; i++) {
+      char *end;
+      if (strcmp(argv[i], "--json") == 0) {
+        json = 1;
+      } else if (strcmp(argv[i], "--job") == 0 && i + 1 < argc) {
+        sq.job = argv[++i];
+      } else if ((strcmp(argv[i], "--offset") == 0 || strcmp(argv[i], "--limit") == 0) &&
+                 i + 1 < argc) {
+        int off = argv[i][2] == 'o';
+        unsigned long v = strtoul(argv[++i], &end, 10);
+        if (*end || argv[i][0] == '-' || !argv[i][0] || v > 0xffffffffUL)
+          return usage(off ? "--offset wants a count" : "--limit wants a count");
+        *(off ? &sq.offset : &sq.limit) = (uint32_t)v;
+      } else {
+        return usage("status: unknown option");
+      }
+    }
   } else if (strcmp(cmd, "get") == 0) {
     if (i >= argc) return usage("get needs KEY");
     key = argv[i++];
@@ -290,7 +312,7 @@ int main(int argc, char **argv) {
   } else if (strcmp(cmd, "metrics") == 0)
     s = fgb_metrics_text(c, &out);
   else if (strcmp(cmd, "status") == 0)
-    s = json ? fgb_status_json(c, &out) : fgb_status_text(c, &out);
+    s = fgb_status_query(c, &sq, json, &out);
   else if (strcmp(cmd, "get") == 0)
     s = fgb_config_get(c, key, &out);
   else

@@ -29,6 +29,7 @@ static const char usage[] =
     "               [--rendezvous HOST:PORT --rank R --world N [--secret-file F]]\n"
     "               [--cp-addr HOST|if:NAME] [--cp-port PORT[-LAST]]\n"
     "               [--metrics-listen 127.0.0.1:PORT] [--config FILE]\n"
+    "               [--max-jobs N] [--max-tensors-per-job N] [--max-job-bytes N]\n"
     "       fgbuffd --version\n"
     "CPU daemons run under a launcher: mpirun -np N fgbuffd --device cpu\n";
 
@@ -134,6 +135,9 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
   cfg->replan_steps = SRV_PLAN_REPLAN_STEPS;
   cfg->fusion_bytes = (uint64_t)env_num(ENV_FUSION_BYTES);
   cfg->fusion_cycle_ms = (uint32_t)env_num(ENV_FUSION_CYCLE_MS);
+  cfg->max_jobs = SRV_DEFAULT_MAX_JOBS;
+  cfg->max_tensors_per_job = SRV_DEFAULT_MAX_TENSORS_PER_JOB;
+  cfg->max_job_bytes = SRV_DEFAULT_MAX_JOB_BYTES;
   enum {
     O_DEVICE = 1,
     O_RTDIR,
@@ -148,7 +152,10 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
     O_CP,
     O_CP_PORT,
     O_SECRET,
-    O_METRICS
+    O_METRICS,
+    O_MAX_JOBS,
+    O_MAX_TENSORS,
+    O_MAX_BYTES
   };
   static const struct option opts[] = {{"device", required_argument, 0, O_DEVICE},
                                        {"runtime-dir", required_argument, 0, O_RTDIR},
@@ -164,6 +171,9 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
                                        {"cp-port", required_argument, 0, O_CP_PORT},
                                        {"secret-file", required_argument, 0, O_SECRET},
                                        {"metrics-listen", required_argument, 0, O_METRICS},
+                                       {"max-jobs", required_argument, 0, O_MAX_JOBS},
+                                       {"max-tensors-per-job", required_argument, 0, O_MAX_TENSORS},
+                                       {"max-job-bytes", required_argument, 0, O_MAX_BYTES},
                                        {"help", no_argument, 0, 'h'},
                                        {"version", no_argument, 0, 'V'},
                                        {0, 0, 0, 0}};
@@ -257,6 +267,19 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
         if (!strchr(optarg, ':') || strlen(optarg) >= sizeof(cfg->metrics_listen)) goto bad_value;
         snprintf(cfg->metrics_listen, sizeof(cfg->metrics_listen), "%s", optarg);
         break;
+      case O_MAX_JOBS:
+      case O_MAX_TENSORS:
+      case O_MAX_BYTES: { /* the live keys' table checks the value */
+        const char *key = c == O_MAX_JOBS      ? "max_jobs"
+                          : c == O_MAX_TENSORS ? "max_tensors_per_job"
+                                               : "max_job_bytes";
+        if (srv_config_set(cfg, key, optarg, perr, sizeof(perr)) != FGB_OK) {
+          srv_config_file_where(optind - 1, where, sizeof(where));
+          snprintf(err, errlen, "%s--%s: %s", where, opts[c - 1].name, perr);
+          return 2;
+        }
+        break;
+      }
       case ':':
         snprintf(err, errlen, "%s needs a value\n%s", argv[optind - 1], usage);
         return 2;
@@ -406,6 +429,14 @@ static const cfg_key keys[] = {
      "policy fusion: bytes per fused collective at most (0: no fusion)"},
     {"fusion_cycle_ms", KEY_U32, offsetof(srv_config, fusion_cycle_ms), 0, COORD_MAX_CYCLE_MS,
      "policy fusion: ms agreed tensors wait for more to fuse with (0: none)"},
+    /* Bounds on what clients hold (core/limits.c; also --max-jobs, --max-tensors-per-job and
+     * --max-job-bytes): a lowered one refuses new jobs and tensors, never those already held. */
+    {"max_jobs", KEY_U32, offsetof(srv_config, max_jobs), 1, SRV_MAX_JOBS_LIMIT,
+     "jobs this daemon holds at most (a job counts until its client is gone)"},
+    {"max_tensors_per_job", KEY_U32, offsetof(srv_config, max_tensors_per_job), 1,
+     SRV_MAX_TENSORS_LIMIT, "live tensors of one job at most"},
+    {"max_job_bytes", KEY_U64, offsetof(srv_config, max_job_bytes), 1, 1ull << 50,
+     "bytes of one job's live tensors at most (host or device; default 1 TiB)"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

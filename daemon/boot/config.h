@@ -35,6 +35,9 @@ typedef struct srv_config {
   uint64_t fusion_bytes;           /* policy fusion: threshold (bytes per fused collective) */
   uint32_t fusion_cycle_ms;        /* policy fusion: cycle time (ms) */
   char metrics_listen[64];         /* --metrics-listen IPV4:PORT (metrics.c), "" = off */
+  uint32_t max_jobs;               /* jobs this daemon holds at most (core/limits.c) */
+  uint32_t max_tensors_per_job;    /* live tensors per job at most */
+  uint64_t max_job_bytes;          /* bytes of a job's live tensors at most */
 } srv_config;
 
 /* 1 in a build with the GPU data plane (FGBUFF_HAVE_CUDA; defined in main.c). */
@@ -56,7 +59,8 @@ fgb_status srv_config_runtime_dir(srv_config *cfg, char *err, size_t errlen);
 int srv_policy_check(const char *name, char *err, size_t errlen);
 
 /* Live settings: log_level, stall_timeout_ms, default_policy, plan_warmup_steps, replan_steps,
- * fusion_bytes, fusion_cycle_ms.
+ * fusion_bytes, fusion_cycle_ms, max_jobs, max_tensors_per_job, max_job_bytes (the last three
+ * are also flags: --max-jobs, --max-tensors-per-job, --max-job-bytes).
  * Unknown key -> FGB_ENOTFOUND; a bad value -> FGB_EINVAL; err names the key or value. */
 fgb_status srv_config_get(const srv_config *cfg, const char *key, char *val, size_t vallen,
                           char *err, size_t errlen);

@@ -292,6 +292,9 @@ int main(int argc, char **argv) {
   d.core.device = d.cfg.device;
   d.core.plan_warmup_steps = &d.cfg.plan_warmup_steps; /* live: ConfigSet changes them */
   d.core.replan_steps = &d.cfg.replan_steps;
+  d.core.max_jobs = &d.cfg.max_jobs; /* live, like the limits below */
+  d.core.max_tensors_per_job = &d.cfg.max_tensors_per_job;
+  d.core.max_job_bytes = &d.cfg.max_job_bytes;
   if (d.core.coord) coord_set_recall(d.core.coord, srv_recall_enabled());
 #ifdef FGBUFF_HAVE_CUDA
   if (d.core.coord && strncmp(d.cfg.device, "cuda:", 5) == 0 &&

@@ -68,6 +68,12 @@ srv_job *core_join(core *d, struct srv_session *s, uint64_t req_id, const core_j
       return NULL;
     }
   }
+  char lerr[256];
+  if (core_job_admit(d, lerr, sizeof(lerr)) != FGB_OK) {
+    core_error(d, s, req_id, FGB_ENOMEM, "name", "%s", lerr);
+    leave(d);
+    return NULL;
+  }
   srv_job *j = calloc(1, sizeof(*j));
   if (!j) {
     core_error(d, s, req_id, FGB_ENOMEM, "", "out of memory");
@@ -94,9 +100,34 @@ srv_job *core_join(core *d, struct srv_session *s, uint64_t req_id, const core_j
   }
   j->next = d->jobs;
   d->jobs = j;
+  d->njobs++;
   d->cbs->joined(d->ud, s, req_id, j);
   leave(d); /* a refusal from the coordinator arrives as an Error after the reply */
   return j;
+}
+
+/* A tensor id: the oldest released one once more than SRV_ID_QUARANTINE wait, else a fresh one
+ * (with its table slot, and room in the ring of released ids for when it comes back). */
+static int id_take(core *d, uint32_t *id) {
+  if (d->nfree > SRV_ID_QUARANTINE) {
+    *id = d->free_ids[d->free_head];
+    d->free_head = (d->free_head + 1) % d->fcap;
+    d->nfree--;
+    return 0;
+  }
+  if (d->ntensors == UINT32_MAX - 1 || VEC_RESERVE(d->tensors, d->tcap, d->ntensors, 64)) return -1;
+  if (d->ntensors + 1 > d->fcap) { /* grow the ring, unwrapped */
+    uint32_t cap = d->fcap ? d->fcap * 2 : 64;
+    uint32_t *r = cap < d->fcap ? NULL : malloc((size_t)cap * sizeof(*r));
+    if (!r) return -1;
+    for (uint32_t i = 0; i < d->nfree; i++) r[i] = d->free_ids[(d->free_head + i) % d->fcap];
+    free(d->free_ids);
+    d->free_ids = r;
+    d->fcap = cap;
+    d->free_head = 0;
+  }
+  *id = ++d->ntensors;
+  return 0;
 }
 
 void core_tensor_register(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
@@ -118,8 +149,13 @@ void core_tensor_register(core *d, srv_job *j, struct srv_session *s, uint64_t r
   if (!t) goto nomem;
   if (cops && a->options && a->options[0] && !(t->options = strdup(a->options))) goto nomem;
   if (VEC_RESERVE(j->tensors, j->tcap, j->ntensors, 16)) goto nomem;
-  if (VEC_RESERVE(d->tensors, d->tcap, d->ntensors, 64)) goto nomem;
-  t->id = ++d->ntensors;
+  if (id_take(d, &t->id)) goto nomem;
+  snprintf(t->name, sizeof(t->name), "%s", a->name);
+  if (htab_put(&j->names, htab_hash_str(t->name), t)) {
+    srv_id_give(d, t->id);
+    t->id = 0;
+    goto nomem;
+  }
   d->tensors[t->id - 1] = t;
   j->tensors[j->ntensors++] = t;
   t->job = j;
@@ -134,7 +170,7 @@ void core_tensor_register(core *d, srv_job *j, struct srv_session *s, uint64_t r
   t->density = a->density;
   t->ndim = a->ndim;
   for (uint32_t i = 0; i < a->ndim && i < COORD_MAX_DIMS; i++) t->shape[i] = a->shape[i];
-  snprintf(t->name, sizeof(t->name), "%s", a->name);
+  j->tensor_bytes += t->count * t->esize;
   d->cbs->tensor(d->ud, s, req_id, t->id);
   coord_tensor_meta meta;
   memset(&meta, 0, sizeof(meta));
@@ -233,6 +269,45 @@ void core_engine_result(void *ud, struct eng_item *it) {
 }
 
 /* ---- lookups and lifetimes ------------------------------------------------------------------- */
+static int name_eq(const void *val, const void *key) {
+  return strcmp(((const srv_tensor *)val)->name, key) == 0;
+}
+
+static int key_eq(const void *val, const void *key) {
+  return ((const srv_tensor *)val)->key == *(const uint32_t *)key;
+}
+
+srv_tensor *srv_tensor_by_name(const srv_job *j, const char *name) {
+  return htab_find(&j->names, htab_hash_str(name), name_eq, name);
+}
+
+srv_tensor *srv_tensor_by_key(const srv_job *j, uint32_t key) {
+  return htab_find(&j->keys, htab_hash_u64(key), key_eq, &key);
+}
+
+void srv_tensor_set_key(srv_job *j, srv_tensor *t, uint32_t key) {
+  if (t->key_known) return;
+  t->key = key;
+  /* Out of memory: the tensor stays without a key (its readiness is never reported, so its steps
+   * stall and are reported as such) rather than having a key no ISSUE can find it by. */
+  if (htab_put(&j->keys, htab_hash_u64(key), t)) {
+    LOG_ERROR("job '%s': out of memory indexing tensor '%s'", j->id.name, t->name);
+    return;
+  }
+  t->key_known = 1;
+}
+
+void srv_id_give(core *d, uint32_t id) {
+  d->tensors[id - 1] = NULL;
+  d->free_ids[(d->free_head + d->nfree++) % d->fcap] = id; /* room made when it was new */
+}
+
+void srv_tensor_free(srv_tensor *t) {
+  srv_arena_unref(t->arena);
+  free(t->options);
+  free(t);
+}
+
 void srv_arena_unref(srv_arena *a) {
   if (--a->refs > 0) return;
   if (a->gpu) {
@@ -245,10 +320,10 @@ void srv_arena_unref(srv_arena *a) {
 }
 
 /* Only between steps: refused (FGB_EBUSY) while the tensor has a step or a collective unfinished
- * here, or the engine holds any work of the job (session.c's ReleaseTensor says the rest). A
- * compressed tensor's compressor instance stays in the engine's store until the job is released
- * (it is keyed by the tensor id, which is never reused, so nothing reaches it again): its memory
- * is held that long, its arena's is not. */
+ * here, or the engine holds any work of the job (session.c's ReleaseTensor says the rest). Its id
+ * is handed out again: the engine first drops what it keeps under the id (ENG_FORGET: the
+ * compressor instance and the settings agreement), queued ahead of any later item that could
+ * name the id again, so a later tensor never meets this one's state. */
 fgb_status core_tensor_release(core *d, srv_job *j, uint32_t id, char *err, size_t errlen) {
   srv_tensor *t = srv_tensor_get(d, id);
   if (!t || t->job != j)
@@ -271,17 +346,35 @@ fgb_status core_tensor_release(core *d, srv_job *j, uint32_t id, char *err, size
                     "wait for it, then release",
                     id, t->name, j->id.name),
            FGB_EBUSY;
-  uint32_t k = 0;
-  while (k < j->ntensors && j->tensors[k] != t) k++;
-  if (k < j->ntensors) {
-    memmove(&j->tensors[k], &j->tensors[k + 1], (j->ntensors - k - 1) * sizeof(*j->tensors));
+  eng_item *fg = NULL;
+  if (j->formed && j->key_known && d->eng) {
+    fg = calloc(1, sizeof(*fg));
+    eng_tensor *et = calloc(1, sizeof(*et));
+    if (!fg || !et) {
+      free(fg);
+      free(et);
+      return snprintf(err, errlen, "tensor_id %u: out of memory", id), FGB_ENOMEM;
+    }
+    fg->kind = ENG_FORGET;
+    fg->job_key = j->key;
+    fg->n = 1;
+    fg->t = et;
+    et->tensor_id = id;
+  }
+  /* Registration order is kept (status and plans list it); a release costs one pass. */
+  uint32_t k = j->ntensors;
+  while (k > 0 && j->tensors[k - 1] != t) k--;
+  if (k > 0) {
+    memmove(&j->tensors[k - 1], &j->tensors[k], (j->ntensors - k) * sizeof(*j->tensors));
     j->ntensors--;
   }
-  d->tensors[id - 1] = NULL;
+  htab_del(&j->names, htab_hash_str(t->name), t);
+  if (t->key_known) htab_del(&j->keys, htab_hash_u64(t->key), t);
+  j->tensor_bytes -= t->count * t->esize;
+  if (fg) srv_eng_submit_now(d, fg);
+  srv_id_give(d, id);
   LOG_INFO("job '%s' rank %d released tensor %u '%s'", j->id.name, j->rank, id, t->name);
-  srv_arena_unref(t->arena);
-  free(t->options);
-  free(t);
+  srv_tensor_free(t);
   return FGB_OK;
 }
 
@@ -297,4 +390,7 @@ void core_free_jobs(core *d) {
   free(d->tensors);
   d->tensors = NULL;
   d->ntensors = d->tcap = 0;
+  free(d->free_ids);
+  d->free_ids = NULL;
+  d->nfree = d->fcap = d->free_head = 0;
 }

@@ -21,6 +21,7 @@
 #include "coordinator.h"
 #include "dp.h"
 #include "fgbuff/client.h"
+#include "htab.h"
 
 typedef struct core core;
 typedef struct srv_job srv_job;
@@ -30,7 +31,19 @@ struct eng_item;
 
 #define SRV_COLL_STEP (1ull << 63) /* steps with this bit are ad-hoc collectives: bit | seq */
 #define SRV_MAX_COUNT (1ull << 40)
-#define SRV_MAX_TENSORS_PER_JOB 65536
+/* Defaults of the live limits max_jobs, max_tensors_per_job and max_job_bytes (boot/config.c's
+ * table; limits.c applies them). A job counts from its JoinJob until it is released (its client
+ * gone and the engine done with it); a job's bytes are the sum of its live tensors' (count x
+ * element size, host or device), so the memory the daemon touches for a job stays within it. */
+#define SRV_DEFAULT_MAX_JOBS 256
+#define SRV_DEFAULT_MAX_TENSORS_PER_JOB 65536
+#define SRV_DEFAULT_MAX_JOB_BYTES (1ull << 40) /* 1 TiB: in effect unlimited */
+#define SRV_MAX_JOBS_LIMIT 65536
+#define SRV_MAX_TENSORS_LIMIT (1u << 20) /* the coordinator's COORD_MAX_TENSORS */
+/* Released tensor ids are handed out again oldest first, once more than this many wait: the id
+ * table stays within the most tensors ever live at once + 65, and a client's stale id names
+ * another tensor only after that many releases. */
+#define SRV_ID_QUARANTINE 64
 #define SRV_MAX_INFLIGHT_STEPS 1024 /* distinct unfinished steps per job */
 #define SRV_STEP_BUCKETS 13         /* step-duration histogram buckets, +Inf apart */
 #define SRV_POLICY_MAX 32
@@ -51,7 +64,7 @@ typedef struct srv_arena {
 } srv_arena;
 
 typedef struct srv_tensor {
-  uint32_t id; /* daemon-wide, never reused */
+  uint32_t id; /* daemon-wide; a released one is handed out again (SRV_ID_QUARANTINE) */
   srv_job *job;
   srv_arena *arena;
   uint8_t *ptr;
@@ -134,6 +147,9 @@ struct srv_job {
   uint64_t left_ms;
   srv_tensor **tensors; /* job-local order of registration */
   uint32_t ntensors, tcap;
+  htab names;            /* name -> srv_tensor (every live tensor) */
+  htab keys;             /* coordinator key -> srv_tensor (those whose key is known) */
+  uint64_t tensor_bytes; /* sum of the live tensors' bytes (max_job_bytes) */
   srv_pending *pending;
   uint32_t npending, pcap;
   srv_coll *colls;
@@ -199,10 +215,17 @@ struct core {
   struct srv_engine *eng; /* NULL until started and once stopped */
   /* The live settings plan_warmup_steps and replan_steps (boot/config.c's table owns them). */
   const uint32_t *plan_warmup_steps, *replan_steps;
+  /* The live limits (boot/config.c's table owns them; limits.c). */
+  const uint32_t *max_jobs, *max_tensors_per_job;
+  const uint64_t *max_job_bytes;
   /* Owned by the core. */
   srv_job *jobs;
-  srv_tensor **tensors; /* by id - 1 */
+  uint32_t njobs;       /* in the list: joined and not yet released */
+  srv_tensor **tensors; /* by id - 1; NULL: a free id */
   uint32_t ntensors, tcap;
+  uint32_t *free_ids; /* released ids, a ring (head, count, capacity >= ntensors) */
+  uint32_t free_head, nfree, fcap;
+  uint64_t refusals[3], refusal_log_ms[3]; /* limits.c: per cause, and its last log line */
   uint64_t next_job_id;
   struct srv_held *held, *held_tail;
   uint32_t nheld;
@@ -246,6 +269,11 @@ typedef struct core_tensor_args {
 } core_tensor_args;
 void core_tensor_register(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
                           const core_tensor_args *a);
+/* Before core_tensor_register (limits.c): may job j take one more tensor `name` of `bytes`?
+ * FGB_OK; FGB_EEXIST when the name is live in the job; FGB_ENOMEM naming max_tensors_per_job or
+ * max_job_bytes and its value. *field: the request field the refusal names; O(1). */
+fgb_status core_tensor_admit(core *d, const srv_job *j, const char *name, uint64_t bytes,
+                             const char **field, char *err, size_t errlen);
 
 /* Submit / EndStep / Collective of session s, whose job is j (NULL: none joined yet). */
 void core_submit(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
@@ -281,8 +309,10 @@ void core_engine_result(void *ud, struct eng_item *it);
 
 /* ---- lookups and lifetimes (no coordinator input) -------------------------------------------- */
 srv_tensor *srv_tensor_get(const core *d, uint32_t id);
-/* The job's tensor with coordinator key `key` (NULL: none known yet). */
+/* The job's tensor with coordinator key `key` (NULL: none known yet); O(1). */
 srv_tensor *srv_tensor_by_key(const srv_job *j, uint32_t key);
+/* The job's live tensor named `name`, or NULL; O(1). */
+srv_tensor *srv_tensor_by_name(const srv_job *j, const char *name);
 /* Drop a reference of a; the last one unmaps it (or closes it through its data plane). */
 void srv_arena_unref(srv_arena *a);
 /* ReleaseTensor's bookkeeping: FGB_OK (the tensor is gone), or a refusal with its text. */

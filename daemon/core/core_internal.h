@@ -18,6 +18,17 @@ void core_error(core *d, struct srv_session *s, uint64_t req_id, int code, const
 /* Drain the coordinator's events (events.c's handlers); only core.c's entry points call it. */
 void core_drain(core *d);
 
+/* A tensor's coordinator key became known: record it (and index it by key). */
+void srv_tensor_set_key(srv_job *j, srv_tensor *t, uint32_t key);
+/* Free a tensor of j's (the job's tables and the id are the caller's). */
+void srv_tensor_free(srv_tensor *t);
+/* Give a tensor id back for reuse. */
+void srv_id_give(core *d, uint32_t id);
+
+/* ---- limits.c: jobs, tensors and bytes the clients may hold ------------------------------- */
+/* May one more job join? FGB_OK, or FGB_ENOMEM with the text (naming max_jobs) in err. */
+fgb_status core_job_admit(core *d, char *err, size_t errlen);
+
 /* ---- steps.c: submits, end of step, ad-hoc collectives, readiness, failures, job release -- */
 /* Done of (tensor, step) to s with its GPU event slot; a failure releases the done signal. */
 void srv_send_done(core *d, struct srv_session *s, uint32_t tensor_id, uint64_t step, int status,

@@ -32,12 +32,6 @@ static srv_job *job_find(core *d, const coord_job_id *id, uint64_t key) {
   return NULL;
 }
 
-static srv_tensor *tensor_by_name(srv_job *j, const char *name) {
-  for (uint32_t i = 0; i < j->ntensors; i++)
-    if (strcmp(j->tensors[i]->name, name) == 0) return j->tensors[i];
-  return NULL;
-}
-
 static void on_formed(core *d, coord_event *ev) {
   srv_job *j = job_find(d, &ev->job, ev->job_key);
   eng_item *it = calloc(1, sizeof(*it));
@@ -181,16 +175,15 @@ drop:
 
 static void on_tensor_ok(core *d, coord_event *ev) {
   srv_job *j = job_find(d, &ev->job, ev->job_key);
-  srv_tensor *t = j ? tensor_by_name(j, ev->tensor_name) : NULL;
+  srv_tensor *t = j ? srv_tensor_by_name(j, ev->tensor_name) : NULL;
   if (!t) return;
-  t->key = ev->tensor_key;
-  t->key_known = 1;
+  srv_tensor_set_key(j, t, ev->tensor_key);
   srv_report_waiting(d, j, t);
 }
 
 static void on_mismatch(core *d, coord_event *ev) {
   srv_job *j = job_find(d, &ev->job, ev->job_key);
-  srv_tensor *t = j ? tensor_by_name(j, ev->tensor_name) : NULL;
+  srv_tensor *t = j ? srv_tensor_by_name(j, ev->tensor_name) : NULL;
   LOG_WARN("job '%s': %s", ev->job.name, ev->text);
   if (!t) return;
   t->poisoned = 1;
@@ -321,13 +314,14 @@ void srv_engine_result(core *d, eng_item *it) {
     if (x->key_known && x->key == it->job_key) j = x;
   if (it->status != FGB_OK)
     LOG_WARN("engine: %s #%llu of job %016llx failed: %s",
-             it->kind == ENG_FORM    ? "formation"
-             : it->kind == ENG_ISSUE ? "collective"
-             : it->kind == ENG_XCHG  ? "planning exchange"
-             : it->kind == ENG_STATE ? "compressor state transfer"
-                                     : "release",
+             it->kind == ENG_FORM     ? "formation"
+             : it->kind == ENG_ISSUE  ? "collective"
+             : it->kind == ENG_XCHG   ? "planning exchange"
+             : it->kind == ENG_STATE  ? "compressor state transfer"
+             : it->kind == ENG_FORGET ? "tensor release"
+                                      : "release",
              (unsigned long long)it->seq, (unsigned long long)it->job_key, it->err);
-  if (!j || it->kind == ENG_RELEASE) {
+  if (!j || it->kind == ENG_RELEASE || it->kind == ENG_FORGET) { /* neither counts in inflight */
     eng_item_free(it);
     return;
   }

@@ -25,12 +25,6 @@ srv_tensor *srv_tensor_get(const core *d, uint32_t id) {
   return d->tensors[id - 1];
 }
 
-srv_tensor *srv_tensor_by_key(const srv_job *j, uint32_t key) {
-  for (uint32_t i = 0; i < j->ntensors; i++)
-    if (j->tensors[i]->key_known && j->tensors[i]->key == key) return j->tensors[i];
-  return NULL;
-}
-
 /* Done names the GPU event slot of the tensor's last submit, and a failure releases the stream
  * that waits on its done signal: both need the tensor, which the reply's layer does not know. */
 void srv_send_done(core *d, struct srv_session *s, uint32_t tensor_id, uint64_t step, int status,
@@ -421,12 +415,12 @@ void srv_job_maybe_release(core *d, srv_job *j) {
     }
   }
   for (uint32_t i = 0; i < j->ntensors; i++) {
-    srv_tensor *t = j->tensors[i];
-    d->tensors[t->id - 1] = NULL;
-    srv_arena_unref(t->arena);
-    free(t->options);
-    free(t);
+    srv_id_give(d, j->tensors[i]->id); /* the ENG_RELEASE below drops the job's engine state */
+    srv_tensor_free(j->tensors[i]);
   }
+  htab_free(&j->names);
+  htab_free(&j->keys);
+  d->njobs--;
   if (j->formed && j->key_known && d->eng) { /* d->eng is NULL once the engine stopped */
     eng_item *rel = calloc(1, sizeof(*rel));
     if (rel) {

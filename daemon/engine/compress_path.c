@@ -111,9 +111,10 @@ void cp_store_free(cp_store *s) {
   free(s);
 }
 
-void cp_release_job(cp_store *s, uint64_t job_key) {
+/* Drop the agreements and instances of job_key (and of tensor_id unless all). */
+static void drop(cp_store *s, uint64_t job_key, int all, uint32_t tensor_id) {
   for (cp_agreed **p = &s->agreed; *p;) {
-    if ((*p)->job_key == job_key) {
+    if ((*p)->job_key == job_key && (all || (*p)->tensor_id == tensor_id)) {
       cp_agreed *a = *p;
       *p = a->next;
       free(a);
@@ -122,7 +123,7 @@ void cp_release_job(cp_store *s, uint64_t job_key) {
     }
   }
   for (cp_inst **p = &s->head; *p;) {
-    if ((*p)->job_key == job_key) {
+    if ((*p)->job_key == job_key && (all || (*p)->tensor_id == tensor_id)) {
       cp_inst *i = *p;
       *p = i->next;
       inst_free(i);
@@ -130,6 +131,14 @@ void cp_release_job(cp_store *s, uint64_t job_key) {
       p = &(*p)->next;
     }
   }
+}
+
+void cp_release_job(cp_store *s, uint64_t job_key) {
+  drop(s, job_key, 1, 0);
+}
+
+void cp_forget(cp_store *s, uint64_t job_key, uint32_t tensor_id) {
+  drop(s, job_key, 0, tensor_id);
 }
 
 /* The tensor's instance, created on first use with parameters identical on every rank. */

@@ -35,6 +35,8 @@ cp_store *cp_store_new(void);
 void cp_store_free(cp_store *s);
 /* Drop the instances of a job (its release). */
 void cp_release_job(cp_store *s, uint64_t job_key);
+/* The same for one tensor of the job (released: its id may name another tensor next). */
+void cp_forget(cp_store *s, uint64_t job_key, uint32_t tensor_id);
 
 /* Synchronise one ENG_GRAD tensor through its compressor, to completion: fp32 working copy,
  * encode(step), each phase's collective, decode (1/P for AVERAGE), write back in the tensor's

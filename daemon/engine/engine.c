@@ -619,6 +619,11 @@ static void start_item(srv_engine *e, eng_item *it) {
       run_state(e, it);
       deliver(e, it);
       return;
+    case ENG_FORGET:
+      cp_forget(e->cps, it->job_key, it->t[0].tensor_id);
+      if (e->gpu && e->gpu->forget) e->gpu->forget(it->job_key, it->t[0].tensor_id);
+      deliver(e, it);
+      return;
     case ENG_XCHG: {
       eng_comm *ec = find_comm(e, it->job_key);
       if (ec && e->gpu) { /* NCCL: device buffers (daemon/gpu/xchg.c) */

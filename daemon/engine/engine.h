@@ -22,6 +22,7 @@ typedef enum eng_kind {
   ENG_RELEASE,  /* destroy the job's communicator */
   ENG_STATE,    /* export or import one tensor's compressor state (compress_path.h); local */
   ENG_XCHG,     /* exchange planning inputs across the job's ranks (eng_plan.h, plan_exec.c) */
+  ENG_FORGET,   /* t[0].tensor_id was released: drop what the engine keeps under it; local */
 } eng_kind;
 
 /* Collective kinds of an ISSUE (0: gradient sync, per-tensor op; others as the protocol's). */
@@ -147,6 +148,9 @@ typedef struct eng_gpu_ops {
    * (ENG_RELEASE), free what the GPU path keeps per job (compressor instances). state: run an
    * ENG_STATE item on device-resident compressor state (sets it->status/err). */
   void (*release)(uint64_t job_key);
+  /* Optional: ENG_FORGET, free what the GPU path keeps for one tensor of the job (its compressor
+   * instance and settings agreement), so that the id can name another tensor. */
+  void (*forget)(uint64_t job_key, uint32_t tensor_id);
   void (*state)(comm *c, int job_size, eng_item *it);
   /* Optional, both or neither (NULL: the job plans locally from default costs). ENG_XCHG on
    * device memory (daemon/gpu/xchg.c): xchg allgathers `bytes` of host memory per rank (recv:

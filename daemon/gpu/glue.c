@@ -177,7 +177,9 @@ static int watch_poll(uint32_t i) {
   watch *w = &g_w[i];
   srv_tensor *t = srv_tensor_get(&g_d->core, w->tensor_id);
   int r = w->seq ? gpu_arena_ready_seen(w->a->gpu, w->seq) : gpu_arena_observed(w->a->gpu, w->slot);
-  if (!t || !t->job || t->job->aborted) { /* nothing to report to any more */
+  /* Nothing to report to any more; a tensor in another arena holds a reused id (the watched one
+   * was released with its job). */
+  if (!t || !t->job || t->job->aborted || t->arena != w->a) {
     drop_watch(i);
     return 1;
   }

@@ -703,6 +703,7 @@ eng_gpu_ops gpu_engine_ops = {
     .poll = g_poll,
     .free = g_free,
     .release = g_release,
+    .forget = sp_forget,
     .state = g_state,
     .xchg = gpu_xchg,
     .timed = gpu_timed,

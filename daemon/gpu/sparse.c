@@ -353,10 +353,11 @@ static fgb_status inst_get(const sp_job *job, const eng_tensor *t, sp_inst **out
   return FGB_OK;
 }
 
-void sp_release(uint64_t job_key) {
+/* Drop the agreements and instances of job_key (and of tensor_id unless all). */
+static void sp_drop(uint64_t job_key, int all, uint32_t tensor_id) {
   for (int b = 0; b < SP_AGREED_BUCKETS; b++)
     for (sp_agreed **p = &g_agreed[b]; *p;) {
-      if ((*p)->job_key == job_key) {
+      if ((*p)->job_key == job_key && (all || (*p)->tensor_id == tensor_id)) {
         sp_agreed *a = *p;
         *p = a->next;
         free(a);
@@ -365,7 +366,7 @@ void sp_release(uint64_t job_key) {
       }
     }
   for (sp_inst **p = &g_insts; *p;) {
-    if ((*p)->job_key == job_key) {
+    if ((*p)->job_key == job_key && (all || (*p)->tensor_id == tensor_id)) {
       sp_inst *i = *p;
       *p = i->next;
       inst_free(i);
@@ -373,6 +374,14 @@ void sp_release(uint64_t job_key) {
       p = &(*p)->next;
     }
   }
+}
+
+void sp_release(uint64_t job_key) {
+  sp_drop(job_key, 1, 0);
+}
+
+void sp_forget(uint64_t job_key, uint32_t tensor_id) {
+  sp_drop(job_key, 0, tensor_id);
 }
 
 /* The shared fp32 working buffer holds n elements (grow-only; stream-ordered replace). */

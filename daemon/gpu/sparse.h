@@ -58,6 +58,8 @@ fgb_status sp_flush(const sp_job *job, const eng_tensor *t, char *err, size_t er
 fgb_status sp_state(const sp_job *job, eng_item *it, char *err, size_t errlen);
 /* The job was released: free its instances and agreements (stream-ordered frees). */
 void sp_release(uint64_t job_key);
+/* One tensor of the job was released (ENG_FORGET): the same for its instance and agreement. */
+void sp_forget(uint64_t job_key, uint32_t tensor_id);
 
 /* issue.c: nonzero once the loop marked the job aborted; abort the communicators of every job
  * so marked (their collectives end, so a host wait on the stream cannot hang on them). */

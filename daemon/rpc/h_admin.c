@@ -8,13 +8,16 @@
 #include "metrics.h"
 #include "rpc.h"
 
-static void on_status(srv_session *s, uint64_t req_id, int metrics) {
+static void on_status(srv_session *s, uint64_t req_id, const Fgbuff__V1__StatusRequest *m) {
   char *json = NULL, *text = NULL;
+  int metrics = m && m->metrics;
+  srv_status_query q = {
+      .job = m ? m->job : NULL, .offset = m ? m->offset : 0, .limit = m ? m->limit : 0};
   if (metrics) { /* metrics.c: Prometheus text in .text, no document */
     text = srv_metrics_text(s->d);
     json = text ? calloc(1, 1) : NULL;
   }
-  if (metrics ? !json : srv_status_build(s->d, &json, &text) != FGB_OK) {
+  if (metrics ? !json : srv_status_build(s->d, &q, &json, &text) != FGB_OK) {
     free(json);
     free(text);
     srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory for the status");
@@ -48,7 +51,7 @@ static void on_config(srv_session *s, uint64_t req_id, const char *key, const ch
 }
 
 void rpc_status(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelope *env) {
-  on_status(s, req_id, env->status && env->status->metrics);
+  on_status(s, req_id, env->status);
 }
 
 void rpc_config_get(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelope *env) {

@@ -1,5 +1,6 @@
 /* daemon/rpc/h_tensor.c — a job's tensors: RegisterTensor (every field checked against the session:
- * its job, its arena, name, dtype, sizes; then core_tensor_register) and ReleaseTensor. */
+ * its job, its arena, name, dtype, sizes; then the name and the limits, core_tensor_admit, and
+ * core_tensor_register) and ReleaseTensor. */
 #include <stdio.h>
 #include <string.h>
 
@@ -67,16 +68,8 @@ static fgb_status tensor_check(srv_session *s, const Fgbuff__V1__RegisterTensor 
   if (!(m->density >= 0.0 && m->density <= 1.0))
     return snprintf(err, errlen, "density: %g outside (0, 1] (0 = default)", m->density),
            FGB_EINVAL;
-  *field = "name";
-  if (j->ntensors >= SRV_MAX_TENSORS_PER_JOB)
-    return snprintf(err, errlen, "name: job has the maximum of %d tensors",
-                    SRV_MAX_TENSORS_PER_JOB),
-           FGB_EINVAL;
-  for (uint32_t i = 0; i < j->ntensors; i++)
-    if (strcmp(j->tensors[i]->name, m->name) == 0)
-      return snprintf(err, errlen, "name: tensor '%s' is already registered in job '%s'", m->name,
-                      j->id.name),
-             FGB_EEXIST;
+  fgb_status st = core_tensor_admit(&s->d->core, j, m->name, m->count * esz, field, err, errlen);
+  if (st != FGB_OK) return st;
   *ao = a;
   return FGB_OK;
 }

@@ -27,9 +27,8 @@ static void tput(char *buf, size_t cap, size_t *off, const char *fmt, ...) {
 
 /* The registered name of the job's tensor `key` ("" when unknown here). */
 static const char *key_name(const srv_job *j, uint32_t key) {
-  for (uint32_t i = 0; i < j->ntensors; i++)
-    if (j->tensors[i]->key_known && j->tensors[i]->key == key) return j->tensors[i]->name;
-  return "";
+  const srv_tensor *t = srv_tensor_by_key(j, key);
+  return t ? t->name : "";
 }
 
 /* A client-chosen name as a JSON string body: quotes, backslashes and control bytes escaped. */

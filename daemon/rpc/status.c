@@ -142,11 +142,81 @@ static void job_text(sbuf *b, const srv *d, const srv_job *j) {
   free(plan);
 }
 
-fgb_status srv_status_build(srv *d, char **json, char **text) {
-  sbuf j, t;
+/* What one frame holds of the document and its text together: the envelope and the protobuf
+ * framing take a little, the rest is shared by the jobs (3/4 at most) and the coordinator's list.
+ */
+#define STATUS_BUDGET (FGB_WIRE_MAX_FRAME - 4096)
+
+static int selected(const srv_status_query *q, const char *name) {
+  return !q->job || !q->job[0] || strcmp(q->job, name) == 0;
+}
+
+/* The coordinator's list (a JSON array), whole (16 frames at most: the selection below takes
+ * what fits one). NULL when out of memory or larger. */
+static char *coord_list(const srv *d) {
+  for (size_t cap = 4096;; cap *= 4) {
+    char *cb = malloc(cap);
+    if (!cb) return NULL;
+    cb[0] = 0;
+    size_t len = coord_status_json(d->core.coord, cb, cap);
+    if (len < cap) {
+      if (!len) snprintf(cb, cap, "null");
+      return cb;
+    }
+    free(cb);
+    if (cap >= 16 * (size_t)FGB_WIRE_MAX_FRAME) return NULL;
+  }
+}
+
+/* The next element of a JSON array at *p (objects of printable names: strings hold no unescaped
+ * quote): its start and length, *p after it. 0 at the end of the array. */
+static int next_elem(const char **p, const char **start, size_t *len) {
+  const char *s = *p;
+  while (*s == '[' || *s == ',' || *s == ' ') s++;
+  if (*s != '{') return 0;
+  int depth = 0, in_str = 0;
+  const char *e = s;
+  for (; *e; e++) {
+    if (in_str) {
+      if (*e == '\\' && e[1])
+        e++;
+      else if (*e == '"')
+        in_str = 0;
+    } else if (*e == '"') {
+      in_str = 1;
+    } else if (*e == '{' || *e == '[') {
+      depth++;
+    } else if ((*e == '}' || *e == ']') && --depth == 0) {
+      e++;
+      break;
+    }
+  }
+  *start = s;
+  *len = (size_t)(e - s);
+  *p = e;
+  return depth == 0;
+}
+
+/* An element's "name" when it is the first member (the coordinator's entries), else 0. */
+static int elem_named(const char *el, size_t len, const srv_status_query *q) {
+  if (!q->job || !q->job[0]) return 1;
+  size_t n = strlen(q->job);
+  return len > 10 + n && strncmp(el, "{\"name\":\"", 9) == 0 && strncmp(el + 9, q->job, n) == 0 &&
+         el[9 + n] == '"';
+}
+
+fgb_status srv_status_build(srv *d, const srv_status_query *q, char **json, char **text) {
+  static const srv_status_query all = {0};
+  if (!q) q = &all;
+  sbuf j, t, one, onet;
   *json = *text = NULL;
-  if (sb_init(&j) || sb_init(&t)) {
+  memset(&one, 0, sizeof(one));
+  memset(&onet, 0, sizeof(onet));
+  if (sb_init(&j) || sb_init(&t) || sb_init(&one) || sb_init(&onet)) {
     free(j.p);
+    free(t.p);
+    free(one.p);
+    free(onet.p);
     return FGB_ENOMEM;
   }
   uint64_t up = (clock_ms() - d->start_ms) / 1000;
@@ -171,33 +241,66 @@ fgb_status srv_status_build(srv *d, char **json, char **text) {
             (unsigned long long)up, FGB_PROTOCOL_VERSION);
   sb_printf(&t, "socket %s; default policy %s; stall timeout %llu ms\n", d->net.sock_path,
             d->cfg.default_policy, (unsigned long long)d->cfg.stall_timeout_ms);
-  int n = 0;
-  for (const srv_job *x = d->core.jobs; x; x = x->next, n++) {
-    if (n) sb_printf(&j, ",");
-    job_json(&j, d, x);
-    job_text(&t, d, x);
-  }
-  if (n == 0) sb_printf(&t, "  no jobs\n");
-  sb_printf(&j, "],\"coordinator\":");
-  /* coord_status_json appends into a fixed buffer; grow until it fits. */
-  size_t cap = 4096;
-  for (;;) {
-    char *cb = malloc(cap);
-    if (!cb) {
+  /* Jobs: each rendered on its own, then taken while the jobs' share of the frame holds it. */
+  uint32_t total = 0, shown = 0, cut = 0;
+  for (const srv_job *x = d->core.jobs; x; x = x->next) {
+    if (!selected(q, x->id.name)) continue;
+    uint32_t idx = total++;
+    if (idx < q->offset || (q->limit && idx - q->offset >= q->limit) || cut) continue;
+    one.len = onet.len = 0;
+    job_json(&one, d, x);
+    job_text(&onet, d, x);
+    if (one.oom || onet.oom) {
       j.oom = 1;
       break;
     }
-    cb[0] = 0;
-    size_t len = coord_status_json(d->core.coord, cb, cap);
-    if (len < cap || cap >= (FGB_WIRE_MAX_FRAME / 4)) {
-      sb_printf(&j, "%s", len ? cb : "null");
-      free(cb);
-      break;
+    if (j.len + t.len + one.len + onet.len + 1 > STATUS_BUDGET * 3 / 4) {
+      cut = 1;
+      continue;
     }
-    free(cb);
-    cap *= 4;
+    sb_printf(&j, "%s%s", shown ? "," : "", one.p);
+    sb_printf(&t, "%s", onet.p);
+    shown++;
+  }
+  if (total == 0) sb_printf(&t, "  no jobs\n");
+  sb_printf(&j, "],\"coordinator\":"); /* right after the jobs: fgbuffctl top finds their end */
+  /* The coordinator's list: the same selection over its entries, within what is left. */
+  char *cl = coord_list(d);
+  uint32_t ctotal = 0, cshown = 0, ccut = !cl;
+  if (cl && strcmp(cl, "null") == 0) {
+    sb_printf(&j, "null");
+  } else {
+    sb_printf(&j, "[");
+    const char *p = cl, *el;
+    size_t len;
+    while (p && next_elem(&p, &el, &len)) {
+      if (!elem_named(el, len, q)) continue;
+      uint32_t idx = ctotal++;
+      if (idx < q->offset || (q->limit && idx - q->offset >= q->limit)) continue;
+      if (ccut || j.len + t.len + len + 512 > STATUS_BUDGET) {
+        ccut = 1;
+        continue;
+      }
+      sb_printf(&j, "%s%.*s", cshown ? "," : "", (int)len, el);
+      cshown++;
+    }
+    sb_printf(&j, "]");
+  }
+  free(cl);
+  sb_printf(&j, ",\"jobs_total\":%u", total);
+  if (cut || ccut) {
+    sb_printf(&j,
+              ",\"truncated\":{\"jobs_shown\":%u,\"jobs_total\":%u,\"offset\":%u,"
+              "\"coordinator_shown\":%u,\"coordinator_total\":%u}",
+              shown, total, q->offset, cshown, ctotal);
+    sb_printf(&t,
+              "  (status cut to fit one frame: %u of %u jobs shown from offset %u; see the rest "
+              "with fgbuffctl status --offset %u, or one job with --job NAME)\n",
+              shown, total, q->offset, q->offset + shown);
   }
   sb_printf(&j, "}");
+  free(one.p);
+  free(onet.p);
   if (j.oom || t.oom) {
     free(j.p);
     free(t.p);

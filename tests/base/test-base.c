@@ -12,6 +12,7 @@
 #include "env.h"
 #include "err.h"
 #include "fds.h"
+#include "htab.h"
 #include "idpos.h"
 #include "test.h"
 #include "vec.h"
@@ -94,12 +95,59 @@ static void test_env(void) {
   CHECK(env_num(ENV_RECALL_STUCK_MS) == 250);
 }
 
+/* htab: random puts and deletes against a plain array, with few distinct hashes too (long probe
+ * runs that wrap around the end, where backward-shift deletion must keep every entry findable). */
+typedef struct hent {
+  uint32_t key;
+  int live;
+} hent;
+
+static int hent_eq(const void *val, const void *key) {
+  return ((const hent *)val)->key == *(const uint32_t *)key;
+}
+
+static void test_htab(void) {
+  for (int collide = 0; collide < 2; collide++) {
+    enum { N = 4000 };
+    static hent e[N];
+    htab h = {0};
+    srand(7 + collide);
+    for (uint32_t i = 0; i < N; i++) e[i] = (hent){i, 0};
+    uint32_t live = 0;
+    for (int round = 0; round < 60000; round++) {
+      uint32_t k = (uint32_t)rand() % N;
+      uint64_t hash = collide ? (k % 7) * 0x10000001ull + 13 : htab_hash_u64(k);
+      void *got = htab_find(&h, hash, hent_eq, &k);
+      CHECK(got == (e[k].live ? &e[k] : NULL));
+      if (e[k].live) {
+        CHECK(htab_del(&h, hash, &e[k]) == 1);
+        CHECK(htab_del(&h, hash, &e[k]) == 0);
+        e[k].live = 0;
+        live--;
+      } else {
+        CHECK(htab_put(&h, hash, &e[k]) == 0);
+        e[k].live = 1;
+        live++;
+      }
+      CHECK(h.n == live && h.n * 2 <= h.cap);
+    }
+    for (uint32_t k = 0; k < N; k++) {
+      uint64_t hash = collide ? (k % 7) * 0x10000001ull + 13 : htab_hash_u64(k);
+      CHECK(htab_find(&h, hash, hent_eq, &k) == (e[k].live ? &e[k] : NULL));
+    }
+    htab_free(&h);
+    CHECK(h.cap == 0 && h.n == 0 && htab_find(&h, 1, hent_eq, &live) == NULL);
+  }
+  CHECK(htab_hash_str("a") != htab_hash_str("b") && htab_hash_u64(1) != htab_hash_u64(2));
+}
+
 int main(void) {
   uint64_t t0 = clock_ms(), u0 = clock_us();
   test_vec();
   test_err();
   test_dtype();
   test_idpos();
+  test_htab();
   test_fds();
   test_env();
   CHECK(clock_ms() >= t0 && clock_us() >= u0);

@@ -180,8 +180,8 @@ fgb_status fgb_tensor_register(fgb_client *c, const fgb_tensor_desc *desc, uint3
  * of the job is in flight on this rank. Release a tensor on every rank of the job (as every rank
  * registered it): a rank that keeps it waits for the others in its next step. A name registered
  * again must keep its count, dtype and shape (the job agreed them once) and starts with a fresh
- * compressor state (the old one is freed with the job). FGB_ENOTSUP for a job under a static merge
- * policy; FGB_ENOTFOUND for an unknown id. */
+ * compressor state (the old one is freed at release). The daemon hands a released id out again.
+ * FGB_ENOTSUP for a job under a static merge policy; FGB_ENOTFOUND for an unknown id. */
 fgb_status fgb_tensor_release(fgb_client *c, uint32_t tensor_id);
 
 /* Release an arena (round trip): the daemon unmaps (closes, for device memory) its mapping and
@@ -246,6 +246,17 @@ fgb_status fgb_status_json(fgb_client *c, char **json);
 /* The same status rendered for people, as `fgbuffctl status` prints it (round trip); *text is
  * malloc'ed, free() it. Needs no job: a connected handle suffices. */
 fgb_status fgb_status_text(fgb_client *c, char **text);
+/* Which jobs a status lists (fgbuffctl status --job/--offset/--limit): the job named `job`
+ * (NULL or "": every job), from the offset-th of those in the daemon's order, at most `limit`
+ * (0: as many as fit one frame). A document that had to be cut says so: "truncated" in the JSON
+ * with the jobs shown and their total, a line in the text (docs/protocol.md, "Status"). */
+typedef struct fgb_status_opts {
+  const char *job;
+  uint32_t offset, limit;
+} fgb_status_opts;
+/* fgb_status_json (json 1) or fgb_status_text (json 0) of the jobs opts selects (NULL: as those
+ * two); *out is malloc'ed, free() it. */
+fgb_status fgb_status_query(fgb_client *c, const fgb_status_opts *opts, int json, char **out);
 /* The daemon's counters as Prometheus text exposition (`fgbuffctl metrics`; the same text as its
  * --metrics-listen endpoint); *text is malloc'ed, free() it. Needs no job. */
 fgb_status fgb_metrics_text(fgb_client *c, char **text);
