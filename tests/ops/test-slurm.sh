@@ -6,8 +6,9 @@
 # the C trainer (COMPLETED 0, trainer output, both daemons stopped, runtime dir gone), the PyTorch
 # example examples/pytorch/fashion_mnist.py on CPU (a short run: its accuracy line), a command
 # exiting 3 (FAILED 3:0: its status propagated, daemons still stopped cleanly), and daemons that
-# cannot start (FAILED within seconds, their error shown). The GPU script on this GPU-less host
-# fails within seconds.
+# cannot start (FAILED within seconds, their error shown). The prolog/epilog/task-prolog trio
+# (fgbuff-prolog & co., configured in slurm.conf) serving a job with --comment=fgbuff. The GPU
+# script on this GPU-less host fails within seconds.
 # Usage: test-slurm.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 build="$(cd "$1" && pwd)" src="$(cd "$2" && pwd)"
@@ -54,10 +55,24 @@ MpiDefault=pmix
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 ReturnToService=2
+Prolog=$src/deploy/slurm/fgbuff-prolog
+Epilog=$src/deploy/slurm/fgbuff-epilog
+TaskProlog=$src/deploy/slurm/fgbuff-taskprolog
+PrologFlags=Alloc
 NodeName=localhost NodeHostname=$(hostname) CPUs=$(nproc) RealMemory=2000 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=UNLIMITED State=UP OverSubscribe=FORCE:4
 CONF
 mkdir -p "$D/state" "$D/spool"
+# The prolog/epilog pair's settings (fgbuff.env beside slurm.conf): jobs with --comment=fgbuff get
+# a world of daemons under $D/jobs; the log is kept for the checks below.
+cat >"$D/fgbuff.env" <<ENV
+FGBUFF_BIN_DIR=$build/daemon
+FGBUFF_RUNTIME_BASE=$D/jobs
+FGBUFF_PROLOG_KEEP_LOG=1
+OMPI_ALLOW_RUN_AS_ROOT=1
+OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+OMPI_MCA_rmaps_base_oversubscribe=1
+ENV
 # munged: one per host; reuse a running one, else start ours and stop it at the end.
 if ! pgrep -x munged >/dev/null; then
   [ -s /etc/munge/munge.key ] || { mungekey --create 2>/dev/null || /usr/sbin/mungekey --create; } || bad "no munge key"
@@ -160,6 +175,26 @@ grep -q "the daemons exited before the world formed" "$D/wrapbad.out" &&
   grep -q "no-such-flag" "$D/wrapbad.out" || bad "wrapper did not say why: $(cat "$D/wrapbad.out")"
 ! compgen -G "$TMPDIR/fgbuff-$wid.*" >/dev/null || bad "wrapbad: runtime dir left"
 [ $fail = 0 ] || { for f in "$D"/wrap*.out; do echo "--- $f"; cat "$f"; done; }
+
+# The prolog/epilog pair: a job with --comment=fgbuff finds its daemons already there (the task
+# prolog set FGBUFF_RUNTIME_DIR), plain `srun` of the C trainer; afterwards the epilog stopped
+# them (both logged "stopped") and removed the runtime dir and pid file; no other job got any.
+t0=$SECONDS
+id="$(cd "$D" && sbatch --parsable -n2 --time=5 --comment=fgbuff -o "$D/prolog.out" --wrap \
+  "srun bash -c 'echo task \$SLURM_PROCID rt=\$FGBUFF_RUNTIME_DIR; exec $build/examples/c_trainer --steps 40 --batch 32'" 2>&1)"
+[[ "$id" =~ ^[0-9]+$ ]] || bad "sbatch: $id"
+res="$(wait_job "$id" 240)"
+echo "prolog/epilog job $id: $res after $((SECONDS - t0)) s"
+[ "$res" = "COMPLETED 0:0" ] || bad "prolog job: want COMPLETED 0:0, got $res: $(cat "$D/prolog.out"; cat "$D/jobs/$id.log")"
+grep -q "^task 0 rt=$D/jobs/job-$id\$" "$D/prolog.out" || bad "the task prolog did not set FGBUFF_RUNTIME_DIR: $(cat "$D/prolog.out")"
+grep -Eq '^(step|epoch|test)' "$D/prolog.out" || bad "prolog job: no trainer output: $(cat "$D/prolog.out")"
+for _ in $(seq 100); do [ -e "$D/jobs/$id.pid" ] || break; sleep 0.1; done
+[ "$(grep -c 'fgbuffd\[[01]\] info: stopped$' "$D/jobs/$id.log" 2>/dev/null)" = 2 ] ||
+  bad "epilog: daemons did not both log stopped: $(cat "$D/jobs/$id.log")"
+[ ! -e "$D/jobs/job-$id" ] && [ ! -e "$D/jobs/$id.pid" ] || bad "epilog left $(ls "$D/jobs")"
+! pgrep -f "runtime-dir $D/jobs/job-$id" >/dev/null || bad "daemons of job $id still running"
+[ "$(ls "$D/jobs" | grep -c '\.log$')" = 1 ] || bad "daemons for jobs without --comment=fgbuff: $(ls "$D/jobs")"
+[ $fail = 0 ] || { echo "--- prolog job"; cat "$D/prolog.out" "$D/jobs/$id.log"; tail -20 "$D/slurmd.log"; }
 
 # The GPU script without a GPU: FAILED in seconds, saying why (not the rendezvous' 300 s).
 if [ -c /dev/nvidiactl ]; then
