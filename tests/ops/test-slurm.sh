@@ -193,7 +193,8 @@ for _ in $(seq 100); do [ -e "$D/jobs/$id.pid" ] || break; sleep 0.1; done
   bad "epilog: daemons did not both log stopped: $(cat "$D/jobs/$id.log")"
 [ ! -e "$D/jobs/job-$id" ] && [ ! -e "$D/jobs/$id.pid" ] || bad "epilog left $(ls "$D/jobs")"
 ! pgrep -f "runtime-dir $D/jobs/job-$id" >/dev/null || bad "daemons of job $id still running"
-[ "$(ls "$D/jobs" | grep -c '\.log$')" = 1 ] || bad "daemons for jobs without --comment=fgbuff: $(ls "$D/jobs")"
+logs=("$D"/jobs/*.log)
+[ "${#logs[@]}" = 1 ] || bad "daemons for jobs without --comment=fgbuff: $(ls "$D/jobs")"
 [ $fail = 0 ] || { echo "--- prolog job"; cat "$D/prolog.out" "$D/jobs/$id.log"; tail -20 "$D/slurmd.log"; }
 
 # The GPU script without a GPU: FAILED in seconds, saying why (not the rendezvous' 300 s).
