@@ -88,7 +88,8 @@ static void device_series(mbuf *b, const char *base, const char *js) {
     const char *name, *key, *help;
   } g[] = {
       {"fgbuff_device_memory_bytes", "daemon_mem_bytes",
-       "Device memory the daemon allocated (staging, compressor state, communicator buffers)."},
+       "Device memory the daemon allocated itself (compressor state and working buffers, "
+       "exchange staging; not NCCL's own buffers)."},
       {"fgbuff_device_compressor_state_bytes", "comp_state_bytes",
        "Part of fgbuff_device_memory_bytes holding compressor state (residuals, momentum)."},
       {"fgbuff_device_free_bytes", "device_free_bytes", "Free memory of the device (all users)."},
