@@ -61,6 +61,7 @@ typedef struct top_job {
   char name[128];
   unsigned long long inc, steps, sent, grad, sum_us, last_us, recalls;
   int stalls;
+  double hidden_s, exposed_s; /* the metrics' sync_hidden/exposed counters; -1: not there */
 } top_job;
 
 /* The number after "key": inside [p, end), or -1 when absent. */
@@ -105,6 +106,19 @@ static int top_parse(const char *js, top_job *out, int cap) {
   return n;
 }
 
+/* The value of `family`{...,fgbuff_job="NAME",incarnation="INC"} in Prometheus text, or -1. */
+static double metric_of(const char *text, const char *family, const top_job *t) {
+  char want[256];
+  snprintf(want, sizeof(want), ",fgbuff_job=\"%s\",incarnation=\"%llu\"}", t->name, t->inc);
+  size_t fl = strlen(family);
+  for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+    if (strncmp(p, family, fl) != 0 || p[fl] != '{') continue;
+    const char *eol = strchr(p, '\n'), *w = strstr(p, want);
+    if (w && (!eol || w < eol)) return strtod(w + strlen(want), NULL);
+  }
+  return -1;
+}
+
 static void human(char *b, size_t n, double v) {
   const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int k = 0;
@@ -137,6 +151,14 @@ static int run_top(fgb_client *c, double interval, long count) {
       fprintf(stderr, "fgbuffctl: the status document has no jobs list\n");
       return CTL_DAEMON;
     }
+    /* HIDDEN comes from the metrics' counters (a daemon without them shows "-"). */
+    char *mt = NULL;
+    if (n > 0 && fgb_metrics_text(c, &mt) != FGB_OK) mt = NULL;
+    for (int k = 0; k < n; k++) {
+      cur[k].hidden_s = mt ? metric_of(mt, "fgbuff_job_sync_hidden_seconds_total", &cur[k]) : -1;
+      cur[k].exposed_s = mt ? metric_of(mt, "fgbuff_job_sync_exposed_seconds_total", &cur[k]) : -1;
+    }
+    free(mt);
     double dt =
         nprev < 0 ? 0 : (double)(tn.tv_sec - tp.tv_sec) + (double)(tn.tv_nsec - tp.tv_nsec) / 1e9;
     if (tty) fputs("\033[H\033[2J", stdout);
@@ -158,16 +180,22 @@ static int run_top(fgb_client *c, double interval, long count) {
       double step_ms = dsteps && t->sum_us >= o->sum_us
                            ? (double)(t->sum_us - o->sum_us) / 1e3 / (double)dsteps
                            : (double)t->last_us / 1e3;
-      char id[64], wps[16] = "-", ws[16] = "-", gs[16] = "-", ratio[16] = "-";
+      char id[64], wps[16] = "-", ws[16] = "-", gs[16] = "-", ratio[16] = "-", hid[16] = "-";
       snprintf(id, sizeof(id), "%.40s/%llu", t->name, t->inc);
       if (dsteps) human(wps, sizeof(wps), (double)dsent / (double)dsteps);
       if (o && dt > 0) human(ws, sizeof(ws), (double)dsent / dt);
       if (o && dt > 0) human(gs, sizeof(gs), (double)dgrad / dt);
       if (dsent) snprintf(ratio, sizeof(ratio), "%.2f", (double)dgrad / (double)dsent);
-      /* HIDDEN: the share of communication overlapped with compute; the status document does not
-       * carry it yet, so "-". */
+      /* HIDDEN: the share of the interval's completed steps' sync time spent before each step's
+       * last tensor was ready (docs/operations.md), else over the job's whole life. */
+      if (t->hidden_s >= 0 && t->exposed_s >= 0) {
+        double h = t->hidden_s, e = t->exposed_s;
+        if (o && o->hidden_s >= 0 && o->exposed_s >= 0 && dsteps)
+          h -= o->hidden_s, e -= o->exposed_s;
+        if (h >= 0 && e >= 0 && h + e > 0) snprintf(hid, sizeof(hid), "%.1f%%", 100 * h / (h + e));
+      }
       printf("%-24s %8llu %10.3f %11s %11s %11s %7s %7s %6d %7llu\n", id, t->steps, step_ms, wps,
-             ws, gs, ratio, "-", t->stalls, t->recalls);
+             ws, gs, ratio, hid, t->stalls, t->recalls);
     }
     if (n == 0) printf("  no jobs\n");
     fflush(stdout);

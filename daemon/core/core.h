@@ -46,10 +46,12 @@ struct eng_item;
 #define SRV_ID_QUARANTINE 64
 #define SRV_MAX_INFLIGHT_STEPS 1024 /* distinct unfinished steps per job */
 #define SRV_STEP_BUCKETS 13         /* step-duration histogram buckets, +Inf apart */
+#define SRV_SYNC_BUCKETS 15         /* sync-duration histogram buckets, +Inf apart */
 #define SRV_POLICY_MAX 32
 
-/* The step-duration histogram's upper bounds in seconds (rpc/metrics.c prints them). */
+/* The step- and sync-duration histograms' upper bounds in seconds (rpc/metrics.c prints them). */
 extern const double core_step_le[SRV_STEP_BUCKETS];
+extern const double core_sync_le[SRV_SYNC_BUCKETS];
 
 /* Memory shared by a client: a mapped memfd (base, bytes) or a device arena (gpu, dp). Refcounted:
  * tensors keep it mapped after the client is gone until the engine has finished with them. */
@@ -97,7 +99,8 @@ typedef struct srv_pending {
   uint8_t issued;    /* handed to the engine */
   uint8_t observing; /* GPU: waiting until the client's event is seen complete */
   uint64_t
-      ready_us; /* ready here (submitted, flushed or seen complete), while a timeline records */
+      ready_us;     /* ready here (submitted, flushed or seen complete), while a timeline records */
+  uint64_t sync_us; /* the same, always: the sync-duration histogram and the hidden share */
 } srv_pending;
 
 /* An ad-hoc collective waiting for agreement or the engine. */
@@ -118,6 +121,12 @@ typedef struct srv_step {
   uint32_t outstanding;
   int ended;
   uint64_t t0_us;
+  /* The share of its syncs hidden behind the trainer's compute (steps.c, docs/operations.md):
+   * times in us after t0_us. last_ready: the latest readiness of any of its tensors so far;
+   * ready_sum: readiness of the syncs done; folded: completion of those done before last_ready;
+   * tail/ntail: completion of those done since. */
+  uint64_t last_ready, ready_sum, folded, tail;
+  uint32_t ntail;
 } srv_step;
 
 typedef struct srv_stall {
@@ -165,6 +174,9 @@ struct srv_job {
   /* Gradient bytes handed to gradient syncs (before compression; events.c), and every completed
    * step's latency as a histogram (counts per bucket of core_step_le, not cumulative). */
   uint64_t grad_bytes, step_sum_us, step_hist[SRV_STEP_BUCKETS + 1];
+  /* Each tensor sync (readiness here to Done) as a histogram, and the completed steps' sync time
+   * before (hidden) and after (exposed) the step's last readiness (steps.c). */
+  uint64_t sync_sum_us, sync_hist[SRV_SYNC_BUCKETS + 1], sync_hidden_us, sync_exposed_us;
   struct srv_plan *plan; /* static merge policies (plan_exec.c); NULL until the first ISSUE */
   /* Pre-issue (preissue.c): the next step whose first readiness is told to the leader, whether
    * one was, and whether the client asked for an ad-hoc collective inside a step (then it never

@@ -39,7 +39,9 @@ void srv_on_end_step(core *d, srv_job *j, struct srv_session *s, uint64_t req_id
 void srv_on_collective(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
                        const core_coll_args *m);
 void srv_fail_pending(srv_job *j, int code, const char *text, const srv_tensor *only);
-void srv_step_tensor_done(srv_job *j, uint32_t tensor_id, uint64_t step);
+/* ready_us: when the tensor was ready here (srv_pending.sync_us), 0 for a failed Done (not a
+ * sync: no duration recorded). */
+void srv_step_tensor_done(srv_job *j, uint32_t tensor_id, uint64_t step, uint64_t ready_us);
 /* Report readiness that waited for the job's formation or a tensor's key (only: that tensor). */
 void srv_report_waiting(core *d, srv_job *j, const srv_tensor *only);
 /* The data plane saw the client's event of (tensor, step) complete: report it ready. */

@@ -360,9 +360,10 @@ void srv_engine_result(core *d, eng_item *it) {
         eng_tensor *t = &it->t[k];
         for (uint32_t i = 0; i < j->npending; i++) {
           if (j->pending[i].tensor_id != t->tensor_id || j->pending[i].step != t->step) continue;
+          uint64_t ready = it->status == FGB_OK ? j->pending[i].sync_us : 0;
           j->pending[i] = j->pending[--j->npending];
           if (j->session) srv_send_done(d, j->session, t->tensor_id, t->step, it->status, err);
-          srv_step_tensor_done(j, t->tensor_id, t->step);
+          srv_step_tensor_done(j, t->tensor_id, t->step, ready);
           break;
         }
       }

@@ -19,6 +19,8 @@
 
 const double core_step_le[SRV_STEP_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                                0.25,  0.5,    1,     2.5,  5,     10};
+const double core_sync_le[SRV_SYNC_BUCKETS] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10};
 
 srv_tensor *srv_tensor_get(const core *d, uint32_t id) {
   if (id == 0 || id > d->ntensors) return NULL;
@@ -47,12 +49,34 @@ static srv_step *step_get(srv_job *j, uint64_t step, int create) {
   return st;
 }
 
+/* A tensor of the step became ready here at `now`: every sync done so far finished before the
+ * step's last readiness (whenever that comes), so it was hidden behind the trainer's compute. */
+static void step_ready(srv_step *st, uint64_t now) {
+  st->folded += st->tail;
+  st->tail = 0;
+  st->ntail = 0;
+  st->last_ready = now > st->t0_us ? now - st->t0_us : 0;
+}
+
 /* Tensor `tensor_id` of `step` is finished (Done sent): step statistics, its stall forgotten. */
-void srv_step_tensor_done(srv_job *j, uint32_t tensor_id, uint64_t step) {
+void srv_step_tensor_done(srv_job *j, uint32_t tensor_id, uint64_t step, uint64_t ready_us) {
+  uint64_t now = clock_us();
+  if (ready_us) { /* the sync-duration histogram (rpc/metrics.c prints it) */
+    uint64_t dur = now > ready_us ? now - ready_us : 0;
+    int k = 0;
+    while (k < SRV_SYNC_BUCKETS && (double)dur / 1e6 > core_sync_le[k]) k++;
+    j->sync_hist[k]++;
+    j->sync_sum_us += dur;
+  }
   for (uint32_t i = 0; i < j->nsteps; i++) {
     srv_step *st = &j->steps[i];
     if (st->step != step) continue;
     if (st->outstanding) st->outstanding--;
+    if (ready_us) {
+      st->ready_sum += ready_us > st->t0_us ? ready_us - st->t0_us : 0;
+      st->tail += now - st->t0_us;
+      st->ntail++;
+    }
     int complete = st->outstanding == 0 && st->ended;
     if (!complete && st->outstanding == 0) {
       complete = 1; /* every tensor reached this step without an EndStep */
@@ -61,11 +85,17 @@ void srv_step_tensor_done(srv_job *j, uint32_t tensor_id, uint64_t step) {
     }
     if (complete) {
       j->steps_completed++;
-      j->last_step_latency_us = clock_us() - st->t0_us;
+      j->last_step_latency_us = now - st->t0_us;
       int k = 0; /* the step-duration histogram (rpc/metrics.c prints it) */
       while (k < SRV_STEP_BUCKETS && (double)j->last_step_latency_us / 1e6 > core_step_le[k]) k++;
       j->step_hist[k]++;
       j->step_sum_us += j->last_step_latency_us;
+      /* Each sync's time before the step's last readiness L is hidden: min(done, L) - ready.
+       * Those done since L (the tail) count L each. */
+      uint64_t total = st->folded + st->tail - st->ready_sum;
+      uint64_t hidden = st->folded + (uint64_t)st->ntail * st->last_ready - st->ready_sum;
+      j->sync_hidden_us += hidden;
+      j->sync_exposed_us += total - hidden;
       j->steps[i] = j->steps[--j->nsteps];
     }
     break;
@@ -96,7 +126,7 @@ void srv_fail_pending(srv_job *j, int code, const char *text, const srv_tensor *
     uint64_t step = p->step;
     pending_remove(j, i);
     if (j->session) srv_send_done(j->d, j->session, tid, step, code, text);
-    srv_step_tensor_done(j, tid, step);
+    srv_step_tensor_done(j, tid, step, 0);
   }
   for (uint32_t i = 0; i < j->ncolls;) {
     srv_coll *c = &j->colls[i];
@@ -129,7 +159,10 @@ void srv_gpu_observed(core *d, uint32_t tensor_id, uint64_t step) {
     srv_pending *p = &j->pending[i];
     if (p->tensor_id != tensor_id || p->step != step || !p->observing) continue;
     p->observing = 0;
-    if (tl_on()) p->ready_us = clock_us(); /* GPU: ready is now (the timeline's wait span) */
+    p->sync_us = clock_us();               /* GPU: ready is now */
+    if (tl_on()) p->ready_us = p->sync_us; /* (the timeline's wait span) */
+    srv_step *st = step_get(j, step, 0);
+    if (st) step_ready(st, p->sync_us);
     p->reported = (uint8_t)report_ready(d, j, t, step);
     srv_pre_pump(d);
     srv_pre_step(d, j, step); /* after the pump: the leader's work is off this item's path */
@@ -185,7 +218,9 @@ static int add_pending(srv_job *j, srv_tensor *t, uint64_t step, int flushed) {
   p->tensor_id = t->id;
   p->step = step;
   p->flushed = (uint8_t)flushed;
-  if (tl_on()) p->ready_us = clock_us(); /* the timeline's wait span starts here (CPU) */
+  p->sync_us = clock_us();
+  if (tl_on()) p->ready_us = p->sync_us; /* the timeline's wait span starts here (CPU) */
+  step_ready(st, p->sync_us);
   st->outstanding++;
   t->has_last = 1;
   t->last_step = step;

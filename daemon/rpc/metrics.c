@@ -1,7 +1,8 @@
 /* daemon/rpc/metrics.c — Prometheus text exposition of the daemon's counters, served on an opt-in
  * plain-HTTP listener (--metrics-listen HOST:PORT, GET /metrics) on the loop thread. Labels: the
- * world rank and device on every series, fgbuff_job ("job" is Prometheus's own target label) and
- * incarnation on per-job series; never one per tensor, so the series count stays bounded. */
+ * world rank and device on every series (and the GPU's UUID on a GPU daemon, named as DCGM's
+ * exporter names it), fgbuff_job ("job" is Prometheus's own target label) and incarnation on
+ * per-job series; never one per tensor, so the series count stays bounded. */
 #include "metrics.h"
 
 #include <stdarg.h>
@@ -47,10 +48,80 @@ static void family(mbuf *b, const char *name, const char *type, const char *help
   mb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* One histogram's series: hist[k] counts per bucket (not cumulative), hist[n] above le[n-1]. */
+static void histogram(mbuf *b, const char *name, const char *labels, const double *le, int n,
+                      const uint64_t *hist, uint64_t sum_us) {
+  uint64_t cum = 0;
+  for (int k = 0; k <= n; k++) {
+    cum += hist[k];
+    if (k < n)
+      mb_printf(b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels, le[k], (unsigned long long)cum);
+    else
+      mb_printf(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels, (unsigned long long)cum);
+  }
+  mb_printf(b, "%s_sum{%s} %.6f\n", name, labels, (double)sum_us / 1e6);
+  mb_printf(b, "%s_count{%s} %llu\n", name, labels, (unsigned long long)cum);
+}
+
+/* The value after "key": in the device's status object (a string's characters up to its closing
+ * quote, else the literal up to , or }); "" when absent. The object is the data plane's own
+ * (gpu_status_json): no escapes in it. */
+static void dev_field(const char *js, const char *key, char *out, size_t cap) {
+  char k[64];
+  snprintf(k, sizeof(k), "\"%s\":", key);
+  const char *p = strstr(js, k);
+  out[0] = 0;
+  if (!p || cap == 0) return;
+  p += strlen(k);
+  int str = *p == '"';
+  p += str;
+  size_t n = 0;
+  while (p[n] && n + 1 < cap && (str ? p[n] != '"' : (p[n] != ',' && p[n] != '}'))) n++;
+  memcpy(out, p, n);
+  out[n] = 0;
+}
+
+/* A GPU daemon's device series: its memory and MPS (dp status_json; rpc/status.c shows the same).
+ */
+static void device_series(mbuf *b, const char *base, const char *js) {
+  static const struct {
+    const char *name, *key, *help;
+  } g[] = {
+      {"fgbuff_device_memory_bytes", "daemon_mem_bytes",
+       "Device memory the daemon allocated itself (compressor state and working buffers, "
+       "exchange staging; not NCCL's own buffers)."},
+      {"fgbuff_device_compressor_state_bytes", "comp_state_bytes",
+       "Part of fgbuff_device_memory_bytes holding compressor state (residuals, momentum)."},
+      {"fgbuff_device_free_bytes", "device_free_bytes", "Free memory of the device (all users)."},
+      {"fgbuff_device_total_bytes", "device_total_bytes", "Memory of the device."},
+  };
+  char v[64];
+  for (size_t k = 0; k < sizeof(g) / sizeof(g[0]); k++) {
+    dev_field(js, g[k].key, v, sizeof(v));
+    if (!v[0]) continue;
+    family(b, g[k].name, "gauge", g[k].help);
+    mb_printf(b, "%s{%s} %s\n", g[k].name, base, v);
+  }
+  dev_field(js, "mps", v, sizeof(v));
+  if (v[0]) {
+    family(b, "fgbuff_mps_active", "gauge",
+           "1 when the daemon's CUDA context runs under an MPS server, else 0.");
+    mb_printf(b, "fgbuff_mps_active{%s} %d\n", base, strcmp(v, "true") == 0);
+  }
+}
+
 char *srv_metrics_text(srv *d) {
   mbuf b = {0};
-  char base[160]; /* labels on every series */
-  snprintf(base, sizeof(base), "world_rank=\"%d\",device=\"%.64s\"", d->world_rank, d->cfg.device);
+  char base[256], gjs[512] = ""; /* labels on every series; the GPU's status object */
+  int bl = snprintf(base, sizeof(base), "world_rank=\"%d\",device=\"%.64s\"", d->world_rank,
+                    d->cfg.device);
+  if (d->core.dp && d->core.dp->status_json(gjs, sizeof(gjs)) < sizeof(gjs)) {
+    char uuid[96];
+    dev_field(gjs, "uuid", uuid, sizeof(uuid));
+    if (uuid[0]) snprintf(base + bl, sizeof(base) - (size_t)bl, ",UUID=\"%s\"", uuid);
+  } else {
+    gjs[0] = 0;
+  }
   family(&b, "fgbuff_build_info", "gauge", "fgbuffd's version (value 1).");
   mb_printf(&b, "fgbuff_build_info{%s,version=\"%s\"} 1\n", base, FGBUFF_VERSION);
   family(&b, "fgbuff_up", "gauge", "1 once the daemon's world formed, else 0.");
@@ -88,6 +159,11 @@ char *srv_metrics_text(srv *d) {
       {"fgbuff_job_recalls_total", "counter", "Pre-issued steps recalled."},
       {"fgbuff_job_revoked_total", "counter", "Tensor syncs revoked by recalls."},
       {"fgbuff_job_aborted", "gauge", "1 when the job was aborted."},
+      {"fgbuff_job_sync_hidden_seconds_total", "counter",
+       "Completed steps' tensor sync time before the step's last tensor was ready here (overlapped "
+       "with the trainer's compute)."},
+      {"fgbuff_job_sync_exposed_seconds_total", "counter",
+       "Completed steps' tensor sync time after the step's last tensor was ready here."},
   };
   for (size_t k = 0; k < sizeof(per_job) / sizeof(per_job[0]); k++) {
     if (!jobs) break;
@@ -127,8 +203,14 @@ char *srv_metrics_text(srv *d) {
         case 9:
           mb_printf(&b, "%llu\n", (unsigned long long)j->revoked);
           break;
-        default:
+        case 10:
           mb_printf(&b, "%d\n", j->aborted ? 1 : 0);
+          break;
+        case 11:
+          mb_printf(&b, "%.6f\n", (double)j->sync_hidden_us / 1e6);
+          break;
+        default:
+          mb_printf(&b, "%.6f\n", (double)j->sync_exposed_us / 1e6);
           break;
       }
     }
@@ -149,20 +231,21 @@ char *srv_metrics_text(srv *d) {
     char l[640];
     snprintf(l, sizeof(l), "%s,fgbuff_job=\"%s\",incarnation=\"%llu\"", base, j->id.name,
              (unsigned long long)j->id.incarnation);
-    uint64_t cum = 0;
-    for (int k = 0; k <= SRV_STEP_BUCKETS; k++) {
-      cum += j->step_hist[k];
-      if (k < SRV_STEP_BUCKETS)
-        mb_printf(&b, "fgbuff_job_step_duration_seconds_bucket{%s,le=\"%g\"} %llu\n", l,
-                  core_step_le[k], (unsigned long long)cum);
-      else
-        mb_printf(&b, "fgbuff_job_step_duration_seconds_bucket{%s,le=\"+Inf\"} %llu\n", l,
-                  (unsigned long long)cum);
-    }
-    mb_printf(&b, "fgbuff_job_step_duration_seconds_sum{%s} %.6f\n", l,
-              (double)j->step_sum_us / 1e6);
-    mb_printf(&b, "fgbuff_job_step_duration_seconds_count{%s} %llu\n", l, (unsigned long long)cum);
+    histogram(&b, "fgbuff_job_step_duration_seconds", l, core_step_le, SRV_STEP_BUCKETS,
+              j->step_hist, j->step_sum_us);
   }
+  if (jobs)
+    family(
+        &b, "fgbuff_job_sync_duration_seconds", "histogram",
+        "Each tensor's synchronisation: ready here (its submit, flush or GPU event) to its Done.");
+  for (srv_job *j = d->core.jobs; j; j = j->next) {
+    char l[640];
+    snprintf(l, sizeof(l), "%s,fgbuff_job=\"%s\",incarnation=\"%llu\"", base, j->id.name,
+             (unsigned long long)j->id.incarnation);
+    histogram(&b, "fgbuff_job_sync_duration_seconds", l, core_sync_le, SRV_SYNC_BUCKETS,
+              j->sync_hist, j->sync_sum_us);
+  }
+  if (gjs[0]) device_series(&b, base, gjs);
   if (b.oom) {
     free(b.p);
     return NULL;

@@ -1,8 +1,10 @@
 #!/bin/bash
 # test-metrics: the daemons' Prometheus metrics. While the C trainer runs (2 ranks), `fgbuffctl
 # metrics` passes `promtool check metrics` with no lint message and carries the job's series
-# (fgbuff_job label, steps counted); a real Prometheus server scrapes both daemons'
-# --metrics-listen endpoints on 127.0.0.1 and answers a PromQL query over them.
+# (fgbuff_job label, steps counted), the step- and sync-duration histograms and the hidden/exposed
+# sync time; a real Prometheus server scrapes both daemons' --metrics-listen endpoints on
+# 127.0.0.1 and answers PromQL queries over them (steps, quantiles of both histograms, the
+# hidden share).
 # Usage: test-metrics.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -61,6 +63,21 @@ cnt="$(sed -nE 's/^fgbuff_job_step_duration_seconds_count\{.*fgbuff_job="metrics
 grep -Eq '^fgbuff_job_step_duration_seconds_sum\{.*\} [0-9]*\.[0-9]*[1-9]' "$D/m0.txt" || bad "histogram _sum is 0"
 sed -nE 's/^fgbuff_job_step_duration_seconds_bucket\{.*fgbuff_job="metrics-test".*\} ([0-9]+)$/\1/p' "$D/m0.txt" |
   awk 'NR > 1 && $1 < p { bad = 1 } { p = $1 } END { exit bad }' || bad "buckets not cumulative"
+# The sync-duration histogram the same way, and the hidden/exposed split of completed steps' sync
+# time: both there, together at most the histogram's _sum (which also holds unfinished steps).
+grep -q '^# TYPE fgbuff_job_sync_duration_seconds histogram$' "$D/m0.txt" || bad "no sync histogram family"
+sinf="$(sed -nE 's/^fgbuff_job_sync_duration_seconds_bucket\{.*fgbuff_job="metrics-test".*le="\+Inf"\} ([0-9]+)$/\1/p' "$D/m0.txt")"
+scnt="$(sed -nE 's/^fgbuff_job_sync_duration_seconds_count\{.*fgbuff_job="metrics-test".*\} ([0-9]+)$/\1/p' "$D/m0.txt")"
+[ -n "$sinf" ] && [ "$sinf" = "$scnt" ] && [ "$scnt" -ge "$cnt" ] || bad "sync histogram +Inf '$sinf' vs _count '$scnt' (steps $cnt)"
+sed -nE 's/^fgbuff_job_sync_duration_seconds_bucket\{.*fgbuff_job="metrics-test".*\} ([0-9]+)$/\1/p' "$D/m0.txt" |
+  awk 'NR > 1 && $1 < p { bad = 1 } { p = $1 } END { exit bad || NR != 16 }' || bad "sync buckets not 16 cumulative"
+val() { sed -nE "s/^$1\{.*fgbuff_job=\"metrics-test\".*\} ([0-9.]+)\$/\1/p" "$D/m0.txt"; }
+ssum="$(val fgbuff_job_sync_duration_seconds_sum)" hid="$(val fgbuff_job_sync_hidden_seconds_total)"
+exp="$(val fgbuff_job_sync_exposed_seconds_total)"
+awk -v s="$ssum" -v h="$hid" -v e="$exp" 'BEGIN { exit !(s > 0 && h != "" && e != "" && h + e > 0 && h + e <= s + 1e-6) }' ||
+  bad "sync _sum '$ssum', hidden '$hid' + exposed '$exp'"
+# A CPU daemon has no device series (GPU UUID label, device memory, MPS).
+! grep -Eq '^fgbuff_(device_|mps_)|UUID=' "$D/m0.txt" || bad "device series on a CPU daemon"
 # Collectives counted per job (at least one a step), and errors by kind: an unknown setting is
 # one ENOTFOUND more than before it.
 steps="$(sed -nE 's/^fgbuff_job_steps_total\{.*fgbuff_job="metrics-test".*\} ([0-9]+)$/\1/p' "$D/m0.txt")"
@@ -99,6 +116,16 @@ ans="$(curl -s --get "http://127.0.0.1:$pport/api/v1/query" --data-urlencode "qu
 med="$(python3 -c 'import json,sys; r=json.loads(sys.argv[1])["data"]["result"]; print(r[0]["value"][1] if r else "")' "$ans" 2>/dev/null)"
 awk -v m="$med" 'BEGIN { exit !(m + 0 > 0 && m + 0 <= 10) }' || bad "histogram_quantile answered: $ans"
 echo "median step duration: $med s"
+# ... and over the sync histogram: the 90th percentile of a tensor's sync, and the hidden share.
+q='histogram_quantile(0.9, sum by (le) (fgbuff_job_sync_duration_seconds_bucket{fgbuff_job="metrics-test"}))'
+ans="$(curl -s --get "http://127.0.0.1:$pport/api/v1/query" --data-urlencode "query=$q")"
+p90="$(python3 -c 'import json,sys; r=json.loads(sys.argv[1])["data"]["result"]; print(r[0]["value"][1] if r else "")' "$ans" 2>/dev/null)"
+awk -v m="$p90" 'BEGIN { exit !(m + 0 > 0 && m + 0 <= 10) }' || bad "sync histogram_quantile answered: $ans"
+q='sum(fgbuff_job_sync_hidden_seconds_total) / (sum(fgbuff_job_sync_hidden_seconds_total) + sum(fgbuff_job_sync_exposed_seconds_total))'
+ans="$(curl -s --get "http://127.0.0.1:$pport/api/v1/query" --data-urlencode "query=$q")"
+share="$(python3 -c 'import json,sys; r=json.loads(sys.argv[1])["data"]["result"]; print(r[0]["value"][1] if r else "")' "$ans" 2>/dev/null)"
+awk -v m="$share" 'BEGIN { exit !(m != "" && m + 0 >= 0 && m + 0 <= 1) }' || bad "hidden share answered: $ans"
+echo "sync p90: $p90 s, hidden share: $share"
 # An idle connection to the metrics port must not hold a stopping daemon.
 for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
 exec 3<>"/dev/tcp/127.0.0.1/$mport" || bad "cannot connect to the metrics port"

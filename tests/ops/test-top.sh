@@ -2,7 +2,11 @@
 # test-top: `fgbuffctl top` over a 2-daemon CPU world. With no job it prints "no jobs" and no job
 # line; while the C trainer runs (2 ranks), `top --count 2 --interval 0.5` prints two refreshes,
 # the second with the job's line: steps, a nonzero step time and nonzero wire bytes per step and
-# per second, a compression ratio; without a TTY there is no ANSI clear.
+# per second, a compression ratio, a HIDDEN share; without a TTY there is no ANSI clear. Then
+# HIDDEN itself (docs/operations.md): two jobs of tests/ops/overlap-client.py whose overlap is
+# known — "gap" (rank 0's first tensor waits ~100 ms for rank 1 while rank 0 is still "computing"
+# before its second tensor) shows most of rank 0's sync time hidden, "burst" (both tensors
+# submitted back to back) almost none.
 # Usage: test-top.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -45,5 +49,35 @@ awk -v m="$ms" 'BEGIN { exit !(m > 0 && m < 60000) }' || bad "step time '$ms' ms
 awk -v r="$ratio" 'BEGIN { exit !(r > 0) }' || bad "ratio '$ratio' not > 0"
 [ "$stalls" = 0 ] || bad "stalls '$stalls'"
 [[ "$recalls" =~ ^[0-9]+$ ]] || bad "recalls '$recalls'"
+[[ "$hidden" =~ ^[0-9.]+%$ ]] && awk -v h="$hidden" 'BEGIN { exit !(h + 0 <= 100) }' || bad "hidden '$hidden'"
+for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done # the trainers: 200 epochs
+for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+pids=()
+
+# HIDDEN of a job with a known overlap: top's second refresh on rank 0's daemon.
+export PYTHONPATH="$src/client/python" FGBUFF_CLIENT_LIB="$build/client/libfgbuff_client.so"
+hidden_of() { # MODE STEPS: prints rank 0's HIDDEN share (a number) over one 1.5 s interval
+  local mode="$1" steps="$2" r cp=()
+  export FGBUFF_JOB="ov-$mode"
+  for r in 0 1; do
+    FGBUFF_LOCAL_INDEX=$r python3 "$src/tests/ops/overlap-client.py" $r "$mode" "$steps" 200 \
+      >"$D/ov-$mode-$r.log" 2>&1 &
+    cp+=($!)
+    pids+=($!)
+  done
+  for _ in $(seq 100); do
+    "$ctl" --socket "$sock" status --json 2>/dev/null | grep -Eq '"steps_completed":[2-9]' && break
+    sleep 0.1
+  done
+  "$ctl" --socket "$sock" top --count 2 --interval 1.5 >"$D/top-$mode.txt" 2>&1
+  cat "$D/top-$mode.txt" >&2
+  wait "${cp[@]}" || bad "overlap client ($mode) failed: $(cat "$D/ov-$mode-"*.log)"
+  grep "^ov-$mode/$$ " "$D/top-$mode.txt" | tail -1 | awk '{ print $8 + 0 }'
+}
+gap="$(hidden_of gap 20)"
+burst="$(hidden_of burst 400)"
+echo "HIDDEN: gap ${gap}%, burst ${burst}%"
+awk -v h="$gap" 'BEGIN { exit !(h > 60 && h <= 100) }' || bad "gap job: HIDDEN ${gap}%, want > 60%"
+awk -v h="$burst" 'BEGIN { exit !(h >= 0 && h < 25) }' || bad "burst job: HIDDEN ${burst}%, want < 25%"
 [ $fail = 0 ] && echo "top: ok"
 exit $fail
