@@ -137,6 +137,19 @@ CLI_API fgb_status fgb_config_set(fgb_client *c, const char *key, const char *va
   return s;
 }
 
+/* A chunked state transfer's bytes per frame: the rest holds the envelope and the other fields. */
+#define CLI_STATE_CHUNK (FGB_WIRE_MAX_FRAME - 1024u)
+
+/* One StateExport round trip; *out gets the reply envelope (free it). */
+static fgb_status state_call(fgb_client *c, Fgbuff__V1__StateExport *m,
+                             Fgbuff__V1__Envelope **out) {
+  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
+  env.body_case = FGBUFF__V1__ENVELOPE__BODY_STATE_EXPORT;
+  env.state_export = m;
+  return cli_call(c, &env, NULL, 0, FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY, CLI_RPC_TIMEOUT_MS,
+                  out);
+}
+
 CLI_API fgb_status fgb_state_export(fgb_client *c, uint32_t tensor_id, void **data, size_t *bytes) {
   if (c == NULL) return FGB_EINVAL;
   if (data == NULL || bytes == NULL) return cli_fail(c, FGB_EINVAL, "data or bytes is NULL");
@@ -145,23 +158,47 @@ CLI_API fgb_status fgb_state_export(fgb_client *c, uint32_t tensor_id, void **da
   if (cli_tensor_find(c, tensor_id) == NULL)
     return cli_fail(c, FGB_ENOTFOUND, "tensor id %u was not registered through this handle",
                     tensor_id);
+  /* Chunked: the first reply says the whole size (total; 0 from a daemon that does not chunk,
+   * whose one reply is the whole state) and names the daemon's copy for the next chunks. */
   Fgbuff__V1__StateExport m = FGBUFF__V1__STATE_EXPORT__INIT;
   m.tensor_id = tensor_id;
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *r = NULL;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_STATE_EXPORT;
-  env.state_export = &m;
-  s = cli_call(c, &env, NULL, 0, FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY, CLI_RPC_TIMEOUT_MS, &r);
-  if (s) return s;
-  size_t n = r->state_reply->state.len;
-  void *p = malloc(n ? n : 1);
+  m.chunked = 1;
+  Fgbuff__V1__Envelope *r = NULL;
+  if ((s = state_call(c, &m, &r)) != FGB_OK) return s;
+  const Fgbuff__V1__StateReply *sr = r->state_reply;
+  size_t total = sr->total ? (size_t)sr->total : sr->state.len, have = 0;
+  uint8_t *p = malloc(total ? total : 1);
   if (p == NULL) {
     fgbuff__v1__envelope__free_unpacked(r, NULL);
-    return cli_fail(c, FGB_ENOMEM, "out of memory for %zu bytes of state", n);
+    return cli_fail(c, FGB_ENOMEM, "out of memory for %zu bytes of state", total);
   }
-  if (n) memcpy(p, r->state_reply->state.data, n);
-  fgbuff__v1__envelope__free_unpacked(r, NULL);
+  for (;;) {
+    sr = r->state_reply;
+    if (sr->total &&
+        (sr->total != total || sr->offset != have || sr->state.len > total - have ||
+         (!sr->done && sr->state.len == 0) || (sr->done && have + sr->state.len != total))) {
+      fgbuff__v1__envelope__free_unpacked(r, NULL);
+      free(p);
+      return cli_fail(c, FGB_EPROTO,
+                      "tensor %u: the daemon's state chunk at %llu (%zu of %zu bytes read) does "
+                      "not continue the state",
+                      tensor_id, (unsigned long long)sr->offset, have, total);
+    }
+    if (sr->state.len) memcpy(p + have, sr->state.data, sr->state.len);
+    have += sr->state.len;
+    int done = !sr->total || sr->done;
+    m.export_id = sr->export_id;
+    fgbuff__v1__envelope__free_unpacked(r, NULL);
+    r = NULL;
+    if (done) break;
+    m.offset = have;
+    if ((s = state_call(c, &m, &r)) != FGB_OK) {
+      free(p);
+      return s;
+    }
+  }
   *data = p;
-  *bytes = n;
+  *bytes = total;
   return FGB_OK;
 }
 
@@ -169,8 +206,6 @@ CLI_API fgb_status fgb_state_import(fgb_client *c, uint32_t tensor_id, const voi
                                     size_t bytes) {
   if (c == NULL) return FGB_EINVAL;
   if (data == NULL && bytes > 0) return cli_fail(c, FGB_EINVAL, "data is NULL");
-  if (bytes > FGB_WIRE_MAX_FRAME - 64)
-    return cli_fail(c, FGB_EINVAL, "state of %zu bytes does not fit one frame", bytes);
   fgb_status s = cli_ready(c);
   if (s) return s;
   if (cli_tensor_find(c, tensor_id) == NULL)
@@ -178,12 +213,23 @@ CLI_API fgb_status fgb_state_import(fgb_client *c, uint32_t tensor_id, const voi
                     tensor_id);
   Fgbuff__V1__StateImport m = FGBUFF__V1__STATE_IMPORT__INIT;
   m.tensor_id = tensor_id;
-  m.state.data = (uint8_t *)data;
-  m.state.len = bytes;
   Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_STATE_IMPORT;
   env.state_import = &m;
-  return cli_call_ok(c, &env);
+  if (bytes <= CLI_STATE_CHUNK) { /* one frame, as every daemon reads it */
+    m.state.data = (uint8_t *)data;
+    m.state.len = bytes;
+    return cli_call_ok(c, &env);
+  }
+  /* In chunks, in order: each is answered Ok but the last, whose answer is the import's. */
+  m.total = bytes;
+  for (size_t off = 0; off < bytes; off += CLI_STATE_CHUNK) {
+    m.offset = off;
+    m.state.data = (uint8_t *)data + off;
+    m.state.len = bytes - off < CLI_STATE_CHUNK ? bytes - off : CLI_STATE_CHUNK;
+    if ((s = cli_call_ok(c, &env)) != FGB_OK) return s;
+  }
+  return FGB_OK;
 }
 
 /* ---- timeline ------------------------------------------------------------------------------- */

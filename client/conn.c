@@ -455,6 +455,11 @@ CLI_API fgb_status fgb_connect(fgb_client *c, const char *socket_path) {
                  r->hello_reply->protocol_version, FGB_PROTOCOL_VERSION);
   }
   int offers_ring = s == FGB_OK && r->hello_reply->submit_ring;
+  if (s == FGB_OK) { /* an older daemon takes 4 (and leaves the field 0); this library sends no more
+                      * than it can */
+    uint32_t mf = r->hello_reply->max_fds;
+    c->max_fds = mf < 4 ? 4 : mf > FGB_WIRE_MAX_FDS ? FGB_WIRE_MAX_FDS : (int)mf;
+  }
   if (r) fgbuff__v1__envelope__free_unpacked(r, NULL);
   /* The submission ring where the daemon offers it (an older daemon does not: no round trip). */
   if (offers_ring) s = cli_ring_attach(c);

@@ -147,7 +147,7 @@ static const char *cu_err(const drv *dv, CUresult r) {
 
 /* A cuMem/VMM range as it travels: one exported POSIX fd per physical allocation backing it, in
  * address order, each with the size of its mapping, and where the range starts in the first. */
-#define CLI_VMM_MAX 4 /* FGB_WIRE_MAX_FDS: all of an arena's fds ride with its one frame */
+#define CLI_VMM_MAX 4 /* all of an arena's fds (and its done page) ride with its one frame */
 typedef struct vmm_export {
   int n;
   int fd[CLI_VMM_MAX];
@@ -288,10 +288,11 @@ static fgb_status ring_register(fgb_client *c, Fgbuff__V1__RegisterArena *ra, co
   }
   ra->event_handles.data = eh;
   ra->event_handles.len = (size_t)CLI_GPU_SLOTS * CLI_EV_HANDLE;
-  /* The done page rides as one more fd after the memory's (none left: done events only). */
+  /* The done page rides as one more fd after the memory's: a VMM arena of 4 chunks needs a daemon
+   * that takes 5 fds a frame (HelloReply.max_fds; an older one: done events only). */
   const drv *dv = driver();
   int allfds[FGB_WIRE_MAX_FDS];
-  if (nfds < FGB_WIRE_MAX_FDS && dv && memops_ok(dv, device) && done_page_wanted()) {
+  if (nfds < c->max_fds && dv && memops_ok(dv, device) && done_page_wanted()) {
     char perr[256];
     r->page = cli_page_new(perr, sizeof perr);
     if (!r->page && getenv("FGBUFF_CLIENT_TRACE"))

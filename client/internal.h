@@ -66,6 +66,7 @@ struct fgb_client {
   fgb_status lost; /* non-zero once the connection is gone: every later call returns it */
   char lost_msg[CLI_ERR_LEN];
 
+  int max_fds; /* fds a frame to this daemon may carry (HelloReply.max_fds; 4 for an older one) */
   int joined;
   int32_t rank, size;
   uint64_t coll_seq;

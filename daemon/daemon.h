@@ -19,6 +19,7 @@
 typedef struct srv srv;
 typedef struct srv_session srv_session;
 typedef struct srv_engine srv_engine;
+typedef struct srv_state_xfer srv_state_xfer;
 
 #define SRV_MAX_ARENA_BYTES (1ull << 40)
 #define SRV_MAX_ARENAS 1024 /* per session */
@@ -32,6 +33,7 @@ struct srv_session {
   srv_job *job;
   srv_arena *arenas;
   uint32_t narenas, next_arena_id;
+  srv_state_xfer *xfer; /* a chunked state export or import in progress (rpc/h_state.c) */
 };
 /* The session a connection of the server begins. */
 #define SRV_SESSION(conn) ((srv_session *)(conn))

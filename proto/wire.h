@@ -13,8 +13,10 @@
 #include <stdint.h>
 
 #define FGB_WIRE_MAX_FRAME \
-  (1u << 20)               /* 1 MiB: status documents and state chunks fit; more is hostile */
-#define FGB_WIRE_MAX_FDS 4 /* per frame; more is refused (and the extra fds closed) */
+  (1u << 20) /* 1 MiB: status documents and state chunks fit; more is hostile */
+/* fds per frame; more is refused (and the extra fds closed). 5: a VMM arena's 4 allocations and its
+ * done page. A daemon says what it takes in HelloReply.max_fds (older ones: 4, field absent). */
+#define FGB_WIRE_MAX_FDS 5
 #define FGB_WIRE_HDR 4
 
 /* Write a frame's header (its payload length, little-endian) at p. */

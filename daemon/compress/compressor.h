@@ -139,6 +139,9 @@ typedef struct comp_ops {
 const comp_ops *comp_find(const char *name);
 /* Names of all registered compressors, NULL-terminated. */
 const char *const *comp_names(void);
+/* FNV-1a of an options string as the client sent it (0: NULL or empty): what the ranks of a job
+ * compare at a tensor's first sync, on the CPU engine (compress_path.c) and on GPU (sparse.c). */
+uint64_t comp_options_hash(const char *options);
 /* 1 when ops' flush_dense is the plain error-feedback flush (dense = grad + residual, residual =
  * 0): after one flush it is the identity (up to the sign of a zero and NaN payloads) until the next
  * encode or state import, so the daemon skips repeated flushes of a tensor sent dense step after

@@ -54,3 +54,10 @@ const comp_ops *comp_find(const char *name) {
 const char *const *comp_names(void) {
   return all_names;
 }
+
+uint64_t comp_options_hash(const char *s) {
+  if (!s || !*s) return 0;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+  return h;
+}

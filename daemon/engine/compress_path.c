@@ -55,13 +55,6 @@ typedef struct cp_desc {
   char options[48];      /* its start, for the message */
 } cp_desc;
 
-static uint64_t options_hash(const char *s) {
-  if (!s || !*s) return 0;
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
-  return h;
-}
-
 static const comp_exec cp_host = {0, NULL};
 
 uint64_t cp_job_seed(uint64_t job_key) {
@@ -425,7 +418,7 @@ fgb_status cp_agree(cp_store *s, const cp_job *job, const eng_tensor *t, char *e
   snprintf(mine->comp, sizeof(mine->comp), "%s", t->comp ? t->comp->name : "none");
   mine->density = t->comp ? t->density : 0.0;
   const char *opts = t->comp && t->options ? t->options : "";
-  mine->options_hash = options_hash(opts);
+  mine->options_hash = comp_options_hash(opts);
   snprintf(mine->options, sizeof(mine->options), "%s", opts);
   comm_req *req = NULL;
   cp_inst probe = {0}; /* wait_req marks it wedged on a cancel: `all` then stays allocated */

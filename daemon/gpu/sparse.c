@@ -43,15 +43,18 @@ typedef struct sp_agreed {
   uint64_t job_key;
   uint32_t tensor_id;
   fgb_status status;
-  char err[200];
+  char err[320];
   struct sp_agreed *next;
 } sp_agreed;
 
-/* What each rank contributes per tensor to the agreement (fixed size, no padding). */
+/* What each rank contributes per tensor to the agreement (fixed size, no padding): the CPU
+ * engine's fields (compress_path.c's cp_desc), so both refuse the same differences. */
 typedef struct sp_desc {
-  char magic[8]; /* "FGBGDSC1" */
+  char magic[8]; /* "FGBGDSC2" */
   char comp[16]; /* compressor name, "none" for dense */
   double density;
+  uint64_t options_hash; /* comp_options_hash of the options string (0: none) */
+  char options[48];      /* its start, for the message */
 } sp_desc;
 
 /* Engine thread only. */
@@ -168,9 +171,12 @@ static fgb_status drain(const sp_job *job, char *err, size_t errlen) {
 
 static void desc_of(const eng_tensor *t, sp_desc *d) {
   memset(d, 0, sizeof *d);
-  memcpy(d->magic, "FGBGDSC1", 8);
+  memcpy(d->magic, "FGBGDSC2", 8);
   snprintf(d->comp, sizeof d->comp, "%s", t->comp ? t->comp->name : "none");
   d->density = t->comp ? t->density : 0.0;
+  const char *opts = t->comp && t->options ? t->options : "";
+  d->options_hash = comp_options_hash(opts);
+  snprintf(d->options, sizeof d->options, "%s", opts);
 }
 
 fgb_status sp_agree(const sp_job *job, const eng_item *it, char *err, size_t errlen) {
@@ -217,16 +223,21 @@ fgb_status sp_agree(const sp_job *job, const eng_item *it, char *err, size_t err
       a->tensor_id = t->tensor_id;
       sp_desc *d0 = &all[k];
       d0->comp[sizeof d0->comp - 1] = 0; /* peer bytes: bounded before printing */
+      d0->options[sizeof d0->options - 1] = 0;
       for (size_t r = 1; r < p && a->status == FGB_OK; r++) {
         sp_desc *d = &all[r * m + k];
         d->comp[sizeof d->comp - 1] = 0;
+        d->options[sizeof d->options - 1] = 0;
         if (memcmp(d->magic, d0->magic, 8) != 0 || strcmp(d->comp, d0->comp) != 0 ||
-            memcmp(&d->density, &d0->density, sizeof(double)) != 0) {
+            memcmp(&d->density, &d0->density, sizeof(double)) != 0 ||
+            d->options_hash != d0->options_hash) {
           a->status = FGB_EMISMATCH;
+          int o0 = d0->options[0] != 0, o1 = d->options[0] != 0;
           snprintf(a->err, sizeof a->err,
-                   "compressor settings differ across the job's ranks: rank 0 has %s density %g, "
-                   "rank %zu has %s density %g",
-                   d0->comp, d0->density, r, d->comp, d->density);
+                   "compressor settings differ across the job's ranks: rank 0 has %s density "
+                   "%g%s%s%s, rank %zu has %s density %g%s%s%s",
+                   d0->comp, d0->density, o0 ? " options '" : "", d0->options, o0 ? "'" : "", r,
+                   d->comp, d->density, o1 ? " options '" : "", d->options, o1 ? "'" : "");
         }
       }
       sp_agreed **b = agreed_bucket(a->job_key, a->tensor_id);

@@ -10,7 +10,7 @@
 
 #include "fgbuff/client.h"
 
-#define GPU_VMM_MAX_CHUNKS 4           /* one fd per chunk, FGB_WIRE_MAX_FDS per frame */
+#define GPU_VMM_MAX_CHUNKS 4           /* one fd per chunk; + the done page: FGB_WIRE_MAX_FDS */
 #define GPU_VMM_MAX_BYTES (1ull << 40) /* per arena and per chunk, as for every arena */
 
 /* The arena [vmm_offset, vmm_offset + bytes) of the concatenation of chunks chunk[0..n-1] (each

@@ -1,6 +1,6 @@
 /* daemon/rpc/h_admin.c — operating the daemon: Status (the document or Prometheus text), ConfigGet
- * and ConfigSet (boot/config.c's keys), a tensor's compressor state (StateExport, StateImport:
- * core_state) and the engine's timeline (rpc/timeline.c). */
+ * and ConfigSet (boot/config.c's keys) and the engine's timeline (rpc/timeline.c). A tensor's
+ * compressor state (StateExport, StateImport) is h_state.c's. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,15 +60,6 @@ void rpc_config_get(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelope 
 
 void rpc_config_set(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelope *env) {
   on_config(s, req_id, env->config_set->key, env->config_set->value);
-}
-
-void rpc_state_export(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelope *env) {
-  core_state(&s->d->core, s->job, s, req_id, env->state_export->tensor_id, 0, NULL, 0);
-}
-
-void rpc_state_import(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelope *env) {
-  core_state(&s->d->core, s->job, s, req_id, env->state_import->tensor_id, 1,
-             env->state_import->state.data, env->state_import->state.len);
 }
 
 void rpc_timeline(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelope *env) {

@@ -38,7 +38,8 @@ static void on_hello(srv_session *s, uint64_t req_id, const Fgbuff__V1__Hello *m
   r.world_size = d->world_size;
   r.device = d->cfg.device;
   r.daemon_id = d->daemon_id;
-  r.submit_ring = 1; /* AttachRing is understood (ring.c) */
+  r.submit_ring = 1;            /* AttachRing is understood (ring.c) */
+  r.max_fds = FGB_WIRE_MAX_FDS; /* a VMM arena's 4 fds and its done page */
   srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_HELLO_REPLY, &r);
 }
 

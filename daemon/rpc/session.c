@@ -26,9 +26,11 @@ static void ring_record(srv_conn *c, const fgb_ring_rec *rec) {
 
 const ring_cbs rpc_ring_cbs = {ring_record, session_fatal};
 
-/* server.c closes a session: its job learns that the client left, its arenas lose a reference. */
+/* server.c closes a session: its job learns that the client left, its arenas lose a reference,
+ * a state transfer in progress is dropped. */
 static void session_closed(srv_conn *c) {
   srv_session *s = SRV_SESSION(c);
+  rpc_state_free(s);
   if (s->job) {
     srv_job *j = s->job;
     s->job = NULL;
@@ -103,15 +105,7 @@ static void core_coll_done_cb(void *ud, struct srv_session *s, uint64_t req_id, 
 static void core_state_cb(void *ud, struct srv_session *s, uint64_t req_id, const void *data,
                           size_t len) {
   (void)ud;
-  Fgbuff__V1__StateReply r = FGBUFF__V1__STATE_REPLY__INIT;
-  r.state.data = (uint8_t *)data;
-  r.state.len = len;
-  if (srv_reply_size(req_id, FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY, &r) > FGB_WIRE_MAX_FRAME)
-    srv_send_error(s, req_id, FGB_ENOTSUP, "tensor_id", 0,
-                   "tensor_id: state of %zu bytes is larger than a frame (%u bytes)", len,
-                   FGB_WIRE_MAX_FRAME);
-  else
-    srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY, &r);
+  rpc_state_exported(s, req_id, data, len); /* h_state.c: whole, or the first chunk */
 }
 
 static void core_send_cb(void *ud, int peer, const uint8_t *bytes, size_t len) {

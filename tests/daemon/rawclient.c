@@ -143,7 +143,8 @@ int raw_hello(raw *r) {
   uint64_t id = raw_send(r, &env, NULL, 0);
   Fgbuff__V1__Envelope *rep = raw_recv(r, 30000);
   int ok = rep && rep->req_id == id && rep->body_case == FGBUFF__V1__ENVELOPE__BODY_HELLO_REPLY &&
-           rep->hello_reply->protocol_version == 1;
+           rep->hello_reply->protocol_version == 1 &&
+           rep->hello_reply->max_fds == FGB_WIRE_MAX_FDS; /* a VMM arena's 4 fds + done page */
   raw_free(rep);
   return ok ? 0 : -1;
 }

@@ -323,6 +323,45 @@ static void tensor_cases(void) {
   ee.state_export = &se;
   q = raw_send(&r, &ee, NULL, 0);
   raw_expect_error(&r, q, "tensor_id", FGB_EINVAL, 0, "state export of a dense tensor");
+  /* Chunked state transfers (h_state.c): a chunk of an export nobody began, a chunk of an import
+   * out of order, one past its announced total, a total above 2^40. */
+  se.chunked = 1;
+  se.offset = 4096;
+  se.export_id = 7;
+  ee.req_id = 0;
+  q = raw_send(&r, &ee, NULL, 0);
+  raw_expect_error(&r, q, "export_id", FGB_EINVAL, 0, "a chunk of no export");
+  uint8_t chunk[64] = {0};
+  Fgbuff__V1__StateImport si = FGBUFF__V1__STATE_IMPORT__INIT;
+  si.tensor_id = t;
+  si.state.data = chunk;
+  si.state.len = sizeof chunk;
+  si.offset = 64;
+  si.total = 1 << 20;
+  Env ie = FGBUFF__V1__ENVELOPE__INIT;
+  ie.body_case = FGBUFF__V1__ENVELOPE__BODY_STATE_IMPORT;
+  ie.state_import = &si;
+  q = raw_send(&r, &ie, NULL, 0);
+  raw_expect_error(&r, q, "offset", FGB_EINVAL, 0, "an import chunk before its first");
+  si.offset = 0;
+  si.total = 32;
+  ie.req_id = 0;
+  q = raw_send(&r, &ie, NULL, 0);
+  raw_expect_error(&r, q, "state", FGB_EINVAL, 0, "an import chunk past its total");
+  si.total = (1ull << 40) + 1;
+  ie.req_id = 0;
+  q = raw_send(&r, &ie, NULL, 0);
+  raw_expect_error(&r, q, "total", FGB_EINVAL, 0, "an import total above 2^40");
+  si.total = 1 << 20; /* a good first chunk (Ok), then a gap */
+  ie.req_id = 0;
+  q = raw_send(&r, &ie, NULL, 0);
+  e = raw_recv(&r, 30000);
+  CHECK(e && e->req_id == q && e->body_case == FGBUFF__V1__ENVELOPE__BODY_OK);
+  raw_free(e);
+  si.offset = 128;
+  ie.req_id = 0;
+  q = raw_send(&r, &ie, NULL, 0);
+  raw_expect_error(&r, q, "offset", FGB_EINVAL, 0, "an import chunk after a gap");
   raw_close(&r);
   check_alive("tensor cases");
 }

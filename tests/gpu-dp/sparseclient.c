@@ -12,7 +12,9 @@
  *   sparseclient --rank R --size P --device D [--socket PATH] [--job NAME] [--steps S]
  *                [--mem-check BYTES]  (BYTES: largest merge buffer of every job on the daemon)
  *                [--mismatch 1]       (rank 1 registers top-k with another density: the first
- *                                      sync must fail with FGB_EMISMATCH naming the ranks)
+ *                                      sync must fail with FGB_EMISMATCH naming the ranks; 2: the
+ *                                      same density, but rank 1 passes compressor_options
+ *                                      fp16_values=1: the same failure, naming the options too)
  *                [--policy NAME]      (merge policy; a static one (fgbuff) plans merge buffers
  *                                      with dense and compressed members after its warm-up: at
  *                                      the end the job must have issued plan buffers)
@@ -336,7 +338,8 @@ int main(int argc, char **argv) {
     d.count = T[t].count;
     d.dtype = T[t].dt;
     d.compressor = T[t].comp;
-    d.density = mismatch && rank_ == 1 ? 0.02 : T[t].density;
+    d.density = mismatch == 1 && rank_ == 1 ? 0.02 : T[t].density;
+    if (mismatch == 2 && rank_ == 1) d.compressor_options = "fp16_values=1";
     if (T[t].rows > 1) {
       d.ndim = 2;
       d.shape[0] = T[t].rows;
@@ -420,7 +423,8 @@ int main(int argc, char **argv) {
       fgb_status st = fgb_wait_on_stream(c, tid[t], (uint64_t)step, s, 60000);
       if (mismatch) {
         const char *e = fgb_client_error(c);
-        int named = strstr(e, "rank 0") && strstr(e, "rank 1");
+        int named = strstr(e, "rank 0") && strstr(e, "rank 1") &&
+                    (mismatch != 2 || strstr(e, "fp16_values=1"));
         printf("rank %d mismatch: status %d (%s): %s\n", rank_, st, fgb_strerror(st), e);
         return st == FGB_EMISMATCH && named ? 0 : 1;
       }

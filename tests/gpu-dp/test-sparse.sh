@@ -6,7 +6,8 @@
 # (per-step hashes); the daemon's non-state GPU memory within 256 MiB + 2 x the largest merge
 # buffer, compressor state reported (JSON and fgbuffctl's text), exported state (ENG_STATE on the
 # GPU) equal to the replay's residual, freed with the job. Then a job whose ranks disagree
-# on a tensor's density fails on both ranks with FGB_EMISMATCH naming the ranks.
+# on a tensor's density, and one whose ranks disagree on its compressor options, each fail on both
+# ranks with FGB_EMISMATCH naming the ranks (and the options).
 #   test-sparse.sh mixed: instead, the compressed job alone with the static policy fgbuff (merge
 #   buffers of dense and compressed members after its warm-up), 9 steps, same checks.
 set -u
@@ -80,15 +81,18 @@ for i in $(seq 100); do
   sleep 0.2
 done
 echo "$js" | grep -q '"comp_state_bytes":0,' || { echo "compressor state not freed with the job"; rc=1; }
-# Disagreeing ranks: both fail alike, the message names the ranks.
-for r in 0 1; do
-  "$bin/sparseclient" --job mismatch --rank $r --size 2 --device $r --steps 1 --mismatch 1 \
-    $(sock $r) >"$out/mismatch.$r.out" 2>&1 &
-  pid[m.$r]=$!
+# Disagreeing ranks (1: the density, 2: the compressor options): both fail alike, the message
+# names the ranks (and the options).
+for m in 1 2; do
+  for r in 0 1; do
+    "$bin/sparseclient" --job mismatch$m --rank $r --size 2 --device $r --steps 1 --mismatch $m \
+      $(sock $r) >"$out/mismatch$m.$r.out" 2>&1 &
+    pid[m.$r]=$!
+  done
+  for r in 0 1; do
+    wait "${pid[m.$r]}" || { echo "mismatch $m rank $r:"; cat "$out/mismatch$m.$r.out"; rc=1; }
+  done
+  cat "$out/mismatch$m.0.out"
 done
-for r in 0 1; do
-  wait "${pid[m.$r]}" || { echo "mismatch rank $r:"; cat "$out/mismatch.$r.out"; rc=1; }
-done
-cat "$out/mismatch.0.out"
 [ $rc -eq 0 ] || tail -60 "$GPU_WORLD_LOG"
 exit $rc

@@ -3,7 +3,8 @@
  * through the library, cuMem memory created without the POSIX fd handle type, a range over more
  * physical allocations than one frame carries fds, memory of GPU 1 (its uuid); raw, fds of GPU 1's
  * memory claimed to be GPU 0's, a chunk size above the allocation, off the granularity, bytes
- * past the chunks, fds that are no cuMem allocation. Exit 77 with fewer than 2 GPUs. */
+ * past the chunks, fds that are no cuMem allocation; accepted, a range over 4 physical allocations
+ * with its done page (5 fds in one frame). Exit 77 with fewer than 2 GPUs. */
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -36,10 +37,12 @@ static int export_fd(CUmemGenericAllocationHandle h) {
   return fd;
 }
 
-/* RegisterArena kind VMM with the given fds and layout; the fds are closed after sending. */
-static void send_vmm(raw *r, const char *uuid, uint64_t bytes, const uint64_t *chunk, size_t n,
-                     uint64_t off, int *fds, int nfds) {
+/* RegisterArena kind VMM with the given fds and layout (done_page: the last fd is a done page);
+ * the fds are closed after sending. */
+static void send_vmm_page(raw *r, const char *uuid, uint64_t bytes, const uint64_t *chunk, size_t n,
+                          uint64_t off, int *fds, int nfds, int done_page) {
   Fgbuff__V1__RegisterArena ra = FGBUFF__V1__REGISTER_ARENA__INIT;
+  ra.done_page = done_page;
   ra.kind = FGBUFF__V1__ARENA_KIND__ARENA_CUDA_VMM_FD;
   ra.bytes = bytes;
   ra.device_uuid = (char *)uuid;
@@ -54,6 +57,11 @@ static void send_vmm(raw *r, const char *uuid, uint64_t bytes, const uint64_t *c
   env.num_fds = (uint32_t)nfds;
   raw_send(r, &env, fds, nfds);
   for (int i = 0; i < nfds; i++) close(fds[i]);
+}
+
+static void send_vmm(raw *r, const char *uuid, uint64_t bytes, const uint64_t *chunk, size_t n,
+                     uint64_t off, int *fds, int nfds) {
+  send_vmm_page(r, uuid, bytes, chunk, n, off, fds, nfds, 0);
 }
 
 /* The next reply: an Error of `code` naming `field` (and `text` in its message when given), or
@@ -173,6 +181,26 @@ int main(int argc, char **argv) {
   fds[1] = export_fd(good.h[1]);
   send_vmm(&r, uuid0, g, ch, 2, g / 2, fds, 2);
   expect(&r, NULL, FGB_OK, NULL, "two chunks from mid-first (raw)");
+  /* A range over 4 physical allocations keeps its done page: 5 fds in one frame (the daemon says
+   * it takes them in HelloReply.max_fds, which raw_hello checked), the page accepted. */
+  int fds5[5];
+  uint64_t ch4[4] = {g, g, g, g};
+  for (int i = 0; i < 4; i++) fds5[i] = export_fd(five.h[i]);
+  fds5[4] = raw_memfd(4096);
+  send_vmm_page(&r, uuid0, 4 * g - 200, ch4, 4, 100, fds5, 5, 1);
+  Env *e = raw_recv(&r, 30000);
+  CHECK_MSG(
+      e && e->body_case == FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY && e->arena_reply->done_page,
+      "4 chunks and a done page: %s",
+      !e                                                 ? "no reply"
+      : e->body_case == FGBUFF__V1__ENVELOPE__BODY_ERROR ? e->error->message
+      : e->body_case == FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY
+          ? "accepted without the page (ArenaReply.done_page false)"
+          : "another reply");
+  if (e && e->body_case == FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY && e->arena_reply->done_page)
+    printf("ok  %-44s -> arena %u with its done page\n", "4 chunks and a done page (raw, 5 fds)",
+           e->arena_reply->arena_id);
+  raw_free(e);
   raw_close(&r);
   check_alive("raw refusals");
   TEST_DONE();

@@ -49,6 +49,25 @@ static void test_round_trip_with_fds(void) {
   close(p[1]);
 }
 
+/* A VMM arena's 4 allocations and its done page ride in one frame: 5 fds arrive. */
+static void test_five_fds(void) {
+  int sv[2], fds[FGB_WIRE_MAX_FDS], nfds = 0, five[5] = {0, 0, 0, 0, 0};
+  CHECK(FGB_WIRE_MAX_FDS >= 5);
+  pair(sv);
+  CHECK(wire_send(sv[0], "vmm", 3, five, 5) == 0);
+  wire_reader r;
+  wire_reader_init(&r);
+  const uint8_t *f;
+  uint32_t len;
+  char err[256] = "";
+  CHECK(read1(&r, sv[1], &f, &len, fds, &nfds, err) == WIRE_FRAME);
+  CHECK(len == 3 && nfds == 5);
+  for (int i = 0; i < nfds; i++) close(fds[i]);
+  wire_reader_close(&r);
+  close(sv[0]);
+  close(sv[1]);
+}
+
 static void test_oversize_and_zero_length(void) {
   uint32_t bad[2] = {FGB_WIRE_MAX_FRAME + 1, 0};
   for (int i = 0; i < 2; i++) {
@@ -146,6 +165,7 @@ static void test_too_many_fds(void) {
 
 int main(void) {
   test_round_trip_with_fds();
+  test_five_fds();
   test_oversize_and_zero_length();
   test_truncated();
   test_partial_then_timeout_keeps_state();

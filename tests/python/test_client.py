@@ -1,11 +1,13 @@
 """Tier 0, torch-free: fgbuff.client against a CPU world of daemons, one process per rank.
-Exact allreduce/broadcast/allgather, the daemon's error text in exceptions, a dead peer raising
-within 10 s (last: it ends rank 1)."""
+Exact allreduce/broadcast/allgather, the daemon's error text in exceptions, compressor state
+larger than a frame resumed bitwise in a fresh job, a dead peer raising within 10 s (last: it ends
+rank 1)."""
 
 import os
 import struct
 import sys
 import time
+from array import array
 
 import pytest
 
@@ -132,6 +134,63 @@ def test_wait_many_on_stream_host_tensors(job, world):
     assert struct.unpack("4f", bytes(v[0:16])) == tuple(mean + i for i in range(4))
     assert struct.unpack("4f", bytes(v[64:80])) == (0.0,) * 4
     job.wait_step(1, TO)
+
+
+def _big_input(n, step, rank):
+    """A deterministic fp32 gradient of n elements in [-0.5, 0.5), distinct per step and rank."""
+    return array("f", [((i * 7919 + step * 104729 + rank * 15485863) % 1000003) / 1000003.0 - 0.5
+                       for i in range(n)]).tobytes()
+
+
+def _big_job(name, n, inputs, state=None, export_before_last=False):
+    """A fresh job `name` with one top-k 0.01 tensor of n fp32: optionally import `state` first,
+    synchronise inputs[0], inputs[1], ... as steps 0, 1, ... Returns the last step's result, the
+    state exported before the last step (export_before_last) and the state right after the
+    import (state given)."""
+    c = C.Client()
+    try:
+        c.join(name=name)
+        a = c.arena_alloc_host(4 * n)
+        v = a.view()
+        t = c.tensor_register("g", a, 0, n, C.FLOAT32, (n,), compressor="topk", density=0.01)
+        imported = None
+        if state is not None:
+            deadline = time.monotonic() + 30
+            while True:  # Again until the job formed and the tensor is agreed
+                try:
+                    c.state_import(t, state)
+                    break
+                except C.Again:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.01)
+            imported = c.state_export(t)
+        before = None
+        for step, x in enumerate(inputs):
+            if export_before_last and step == len(inputs) - 1:
+                before = c.state_export(t)
+            v[: 4 * n] = x
+            c.submit(t, step)
+            c.end_step(step)
+            c.wait(t, step, TO)
+        return bytes(v[: 4 * n]), before, imported
+    finally:
+        c.close()
+
+
+def test_state_larger_than_a_frame_resumes_bitwise(world):
+    """A top-k residual of 2M fp32 (8 MB, a frame is 1 MiB) exported after step 1, imported into
+    a fresh job: its step equals the uninterrupted run's step 2 bitwise; a fresh job without the
+    import differs (the residual matters)."""
+    r, _ = world
+    n = 2_000_000
+    xs = [_big_input(n, s, r) for s in range(3)]
+    whole, state, _ = _big_job("bigstate.a", n, xs, export_before_last=True)
+    assert state is not None and len(state) > 4 * n > (1 << 20)
+    resumed, _, imported = _big_job("bigstate.b", n, xs[2:], state=state)
+    assert imported == state  # both ways through the chunks, byte for byte
+    assert resumed == whole
+    fresh, _, _ = _big_job("bigstate.c", n, xs[2:])
+    assert fresh != whole
 
 
 def test_dead_peer_raises_within_10s(job, world):

@@ -1,6 +1,7 @@
 """GPU tier (a host with 2+ GPUs, one fgbuffd per GPU under MPS; run-gpu.sh starts them): the
 collective and optimizer checks with CUDA tensors, fp32 and bf16; an ordering test with a held-back
-stream; the DDP hook against NCCL DDP; CPU tensors on a GPU world; and, in fresh processes (one per
+stream; the DDP hook against NCCL DDP (in place on DDP's buckets, and through slots), also across a
+bucket rebuild; CPU tensors on a GPU world; and, in fresh processes (one per
 rank, its own jobs), Horovod's order: hvd.init() before torch.cuda.set_device(). Skips cleanly
 without CUDA."""
 
@@ -177,36 +178,79 @@ def test_topk_nonfinite_on_gpu_skipped_everywhere_then_finite():
     assert all(torch.isfinite(p).all() for p in m.parameters())
 
 
-def test_ddp_hook_equals_nccl_ddp():
+def _nccl_pg():
     import torch.distributed as dist
-
-    import fgbuff.torch.ddp as fddp
 
     if not dist.is_initialized():
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29517")
         dist.init_process_group("nccl", rank=hvd.rank(), world_size=hvd.size())
 
-    def run(state):
-        m = torch.nn.parallel.DistributedDataParallel(make(torch.float32), bucket_cap_mb=0.05,
-                                                      gradient_as_bucket_view=True)
-        if state is not None:
-            m.register_comm_hook(state, fddp.fgbuff_hook)
-        o = torch.optim.SGD(m.parameters(), lr=0.1)
-        for s in range(6):
-            x, y = batch(s, hvd.rank(), torch.float32)
-            o.zero_grad()
-            torch.nn.functional.cross_entropy(m(x), y).backward()
-            o.step()
-        torch.cuda.synchronize()
-        return m
 
-    ref = run(None)
-    st = fddp.FgbuffHookState(job_name="gpu.ddp")
-    got = run(st)
-    assert st.fgbuff_iters == 4
+def _ddp_run(state, view=True, steps=6):
+    import fgbuff.torch.ddp as fddp
+
+    m = torch.nn.parallel.DistributedDataParallel(make(torch.float32), bucket_cap_mb=0.05,
+                                                  gradient_as_bucket_view=view)
+    if state is not None:
+        m.register_comm_hook(state, fddp.fgbuff_hook)
+    o = torch.optim.SGD(m.parameters(), lr=0.1)
+    for s in range(steps):
+        x, y = batch(s, hvd.rank(), torch.float32)
+        o.zero_grad()
+        torch.nn.functional.cross_entropy(m(x), y).backward()
+        o.step()
+    torch.cuda.synchronize()
+    return m
+
+
+@pytest.mark.parametrize("zero_copy,view", [(True, True), (True, False), (False, True)])
+def test_ddp_hook_equals_nccl_ddp(zero_copy, view):
+    """zero_copy: the daemon works on DDP's buckets in place (their caching-allocator segments
+    registered), no slot; else each bucket is copied through a slot."""
+    import fgbuff.torch.ddp as fddp
+
+    _nccl_pg()
+    ref = _ddp_run(None, view)
+    st = fddp.FgbuffHookState(job_name=f"gpu.ddp.{int(zero_copy)}{int(view)}",
+                              zero_copy=zero_copy)
+    got = _ddp_run(st, view)
+    assert st.fgbuff_iters == 4 and len(st.buckets) >= 2
+    if zero_copy:
+        assert st.zero_copy_buckets == len(st.buckets), st.zero_copy_why
+        assert st.mem.held == 0  # no slot was allocated
+        if view:  # the gradients are views into the very buckets the daemon works on
+            spans = [(b.data_ptr(), b.data_ptr() + b.numel() * b.element_size())
+                     for _, b in st.buckets.values()]
+            assert all(any(a <= p.grad.data_ptr() < e for a, e in spans)
+                       for p in got.parameters())
+    else:
+        assert st.zero_copy_buckets == 0 and st.mem.held == len(st.buckets)
     for p, q in zip(ref.parameters(), got.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5)
+    st.close()
+
+
+def test_ddp_hook_in_place_follows_a_rebuild():
+    """One hook state serves a second DDP model: its first iteration hands the pre-rebuild
+    buckets, the next ones DDP's rebuilt buckets, each registered in place afresh; the stale
+    registrations (whose buckets the hook kept alive) leave the daemon, results equal NCCL DDP."""
+    import fgbuff.torch.ddp as fddp
+
+    _nccl_pg()
+    st = fddp.FgbuffHookState(job_name="gpu.ddp.rebuild")
+    _ddp_run(st, steps=4)
+    first = {i: b[1].data_ptr() for i, b in st.buckets.items()}
+    ref = _ddp_run(None)
+    got = _ddp_run(st)
+    for p, q in zip(ref.parameters(), got.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5)
+    assert st.zero_copy_buckets == len(st.buckets), st.zero_copy_why
+    assert st._gen > 0 and not st._stale
+    assert any(first.get(i) != b[1].data_ptr() for i, b in st.buckets.items())
+    job = [j for j in st.client.status_json()["jobs"] if j["name"] == "gpu.ddp.rebuild"]
+    assert job and job[0]["tensors"] == len(st.buckets)  # only the live buckets
+    assert sum(e[1] for e in st._seg_arenas.values()) == len(st.buckets)
     st.close()
 
 

@@ -424,6 +424,46 @@ def test_compressor_options_reach_the_daemon():
                                  compressor_options="rank=4")
 
 
+def test_optimizer_state_larger_than_a_frame_resumes_bitwise():
+    """A top-k optimizer over a 512 x 1024 weight (a 2 MiB residual, a frame is 1 MiB): its
+    fgbuff state and parameters after 2 steps, loaded into a fresh optimizer (a new job), give the
+    third step of the uninterrupted run bitwise."""
+    def model():
+        torch.manual_seed(3)
+        return torch.nn.Sequential(torch.nn.Linear(1024, 512), torch.nn.Tanh(),
+                                   torch.nn.Linear(512, 3))
+
+    def step(m, o, s):
+        g = torch.Generator().manual_seed(31 * s + hvd.rank())
+        o.zero_grad()
+        x, y = torch.randn(4, 1024, generator=g), torch.randint(0, 3, (4,), generator=g)
+        torch.nn.functional.cross_entropy(m(x), y).backward()
+        o.step()
+
+    def opt(m):
+        return hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR),
+                                        named_parameters=m.named_parameters(), compressor="topk",
+                                        density=0.01)
+
+    m1 = model()
+    o1 = opt(m1)
+    step(m1, o1, 0)
+    step(m1, o1, 1)
+    saved = {k: v.clone() for k, v in m1.state_dict().items()}
+    fst = o1.fgbuff_state_export()
+    assert max(len(b) for b in fst.values()) > 512 * 1024 * 4 > (1 << 20)
+    step(m1, o1, 2)
+    o1._fgb_close()
+    m2 = model()
+    m2.load_state_dict(saved)
+    o2 = opt(m2)
+    o2.fgbuff_state_import(fst)
+    assert o2.fgbuff_state_export() == fst
+    step(m2, o2, 2)
+    o2._fgb_close()
+    assert all(torch.equal(p, q) for p, q in zip(m1.parameters(), m2.parameters()))
+
+
 def test_dgc_refuses_optimizer_momentum():
     m = make_model()
     with pytest.raises(ValueError, match="momentum"):

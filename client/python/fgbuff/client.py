@@ -397,6 +397,7 @@ class Client:
         self._call("fgb_config_set", key.encode(), str(value).encode())
 
     def state_export(self, tensor_id: int) -> bytes:
+        """The tensor's compressor state (any size: the library reads it in chunks)."""
         p, n = ctypes.c_void_p(), ctypes.c_size_t()
         self._call("fgb_state_export", tensor_id, ctypes.byref(p), ctypes.byref(n))
         try:
@@ -433,6 +434,15 @@ class Client:
             if p.value:
                 _lib.free(p.value)
 
-    def state_import(self, tensor_id: int, data: bytes) -> None:
-        buf = ctypes.create_string_buffer(bytes(data), len(data))
-        self._call("fgb_state_import", tensor_id, buf, len(data))
+    def state_import(self, tensor_id: int, data: "bytes | bytearray | memoryview") -> None:
+        """Import a state state_export returned. Any size: the library moves a state larger than
+        a frame in chunks. bytes and writable buffers are passed without a copy."""
+        mv = memoryview(data).cast("B")
+        n = mv.nbytes
+        if isinstance(data, bytes) or n == 0:
+            buf: Any = bytes(data)  # bytes(b) is b itself: no copy
+        elif not mv.readonly:
+            buf = (ctypes.c_char * n).from_buffer(mv)
+        else:
+            buf = mv.tobytes()
+        self._call("fgb_state_import", tensor_id, buf, n)

@@ -10,7 +10,7 @@ __cuda_array_interface__ (torch.as_tensor is zero-copy on it). Freed with cuMemF
 from __future__ import annotations
 
 import ctypes
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 
@@ -50,10 +50,7 @@ class DeviceBuffer:
     def __init__(self, nbytes: int, device: torch.device):
         drv = _driver()
         idx = device.index if device.index is not None else torch.cuda.current_device()
-        ctx = ctypes.c_void_p()
-        if drv.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), idx) != 0:
-            raise RuntimeError(f"fgbuff: cuDevicePrimaryCtxRetain({idx}) failed")
-        drv.cuCtxSetCurrent(ctx)
+        _make_current(idx)
         p = ctypes.c_uint64()
         rc = drv.cuMemAlloc_v2(ctypes.byref(p), nbytes)
         if rc != 0:
@@ -68,6 +65,44 @@ class DeviceBuffer:
             self.tensor = None
             _driver().cuMemFree_v2(self.ptr)
             self.ptr = 0
+
+
+_CU_POINTER_ATTRIBUTE_BUFFER_ID = 7
+_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE = 10
+_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11
+_CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12
+
+
+def _make_current(idx: int) -> None:
+    """Make device idx's primary context (PyTorch's) current on this thread."""
+    drv = _driver()
+    ctx = ctypes.c_void_p()
+    if drv.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), idx) != 0:
+        raise RuntimeError(f"fgbuff: cuDevicePrimaryCtxRetain({idx}) failed")
+    drv.cuCtxSetCurrent(ctx)
+
+
+def allocation_of(ptr: int, device: torch.device) -> Tuple[int, int, int, bool]:
+    """The driver's view of device pointer `ptr`: (base, size, buffer id, legacy) of the
+    allocation it lies in — for PyTorch's caching allocator, the cudaMalloc segment — where
+    `legacy` says a legacy CUDA IPC handle of `base` can share it (False for cuMem/VMM memory,
+    e.g. expandable segments, which is shared by range instead). The buffer id is unique per
+    allocation in this process, so a segment freed and allocated again at the same address is
+    told apart. Raises RuntimeError when the driver does not know the pointer."""
+    drv = _driver()
+    _make_current(device.index if device.index is not None else torch.cuda.current_device())
+    get = drv.cuPointerGetAttribute
+    get.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
+    base, size, bid = ctypes.c_uint64(), ctypes.c_size_t(), ctypes.c_uint64()
+    legacy = ctypes.c_int(0)  # the driver may write a bool (1 byte) or an int
+    for attr, out in ((_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, base),
+                      (_CU_POINTER_ATTRIBUTE_RANGE_SIZE, size),
+                      (_CU_POINTER_ATTRIBUTE_BUFFER_ID, bid),
+                      (_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, legacy)):
+        rc = get(ctypes.byref(out), attr, ptr)
+        if rc != 0:
+            raise RuntimeError(f"fgbuff: cuPointerGetAttribute({attr}) of {ptr:#x} failed ({rc})")
+    return base.value, size.value, bid.value, bool(legacy.value & 0xFF)
 
 
 def current_stream_handle(device: torch.device) -> int:

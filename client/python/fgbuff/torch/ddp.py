@@ -8,15 +8,28 @@ compresses) DDP's gradient buckets through fgbuffd.
 DDP allocates its buckets anew at the bucket rebuild after the first iteration, so the first
 `start_iter` iterations (default 2) use the process group's own all-reduce (as PyTorch's PowerSGD
 hook does), and buckets are registered with the daemon once, at the first iteration after that.
-Each bucket gets a slot in memory shared with the daemon (one arena per bucket, job
-`<base>.ddp` or job_name=); a hook copies the bucket into its slot, submits it, and returns a
-Future that a waiter thread completes once the daemon's Done arrived and the average is copied
-back. The last bucket of an iteration ends the daemon's step (a bucket DDP never handed over is
-synchronised as zeros). On GPU the copies and the wait are ordered on a side stream that waits for
-the current one (the compute stream itself never waits), and the Future is completed on that side
-stream (the waiter thread polls for the daemon's Done first, so a slow bucket never holds the
-handle's lock against the next bucket's submit). The copy in and out is the cost of a CPU world (DDP's buckets are not shared memory);
-registering DDP's own bucket memory (zero-copy with gradient_as_bucket_view=True) is not done yet.
+On a GPU daemon DDP's own bucket is registered in place (zero_copy=True, the default): the
+caching allocator's segment holding it (a cudaMalloc allocation, by legacy CUDA IPC; one arena per
+segment, shared by the buckets in it) or, for cuMem/VMM memory (expandable segments), the
+bucket's own range; the daemon reads the gradients and writes the average where DDP keeps them,
+and no byte is copied (with gradient_as_bucket_view=True the gradients themselves are those
+views). The hook keeps a reference to every bucket it registered until the registration is
+released, so the caching allocator never hands that memory to another tensor while the daemon may
+still write it (EndStep writes zeros into a registered bucket DDP did not hand over). Where the
+bucket cannot be registered (a range over more than 4 physical allocations, stream-ordered pool
+memory) it falls back to a slot, saying why in `zero_copy_why`.
+
+A slot is memory shared with the daemon (one arena per bucket): on a CPU daemon always — DDP's
+CPU buckets come from PyTorch's allocator, private memory the daemon cannot map (see
+docs/pytorch.md, "Zero-copy") — and on GPU where the bucket cannot be registered. The hook copies
+the bucket into its slot, submits it, and the waiter thread copies the average back.
+
+Job `<base>.ddp` or job_name=. The hook returns a Future that a waiter thread completes once the
+daemon's Done arrived. The last bucket of an iteration ends the daemon's step (a bucket DDP never
+handed over is synchronised as zeros). On GPU the copies, the submit and the wait are ordered on a
+side stream that waits for the current one (the compute stream itself never waits), and the
+Future is completed on that side stream (the waiter thread polls for the daemon's Done first, so a
+slow bucket never holds the handle's lock against the next bucket's submit).
 
 When DDP rebuilds its buckets again later (a bucket changes size or dtype, or there are fewer
 buckets), the new bucket is registered under a new name (`ddp.bucket<i>.g<n>`: a name keeps its
@@ -46,7 +59,8 @@ class FgbuffHookState:
     def __init__(self, process_group: Any = None, compressor: Optional[str] = None,
                  density: float = 0.0, policy: Optional[str] = None,
                  job_name: Optional[str] = None, start_iter: int = 2,
-                 timeout_ms: int = 600000, compressor_options: Any = None):
+                 timeout_ms: int = 600000, compressor_options: Any = None,
+                 zero_copy: bool = True):
         if start_iter < 2:
             raise ValueError("fgbuff ddp hook: start_iter must be >= 2 (DDP rebuilds its "
                              "buckets after the first iteration)")
@@ -62,10 +76,19 @@ class FgbuffHookState:
         self.iter = 0
         self.client: Optional[C.Client] = None
         self.mem: Optional[SharedMemory] = None
+        # bucket index -> (tensor id, its slot, or DDP's bucket itself when registered in place)
         self.buckets: Dict[int, Tuple[int, torch.Tensor]] = {}
-        self._arenas: Dict[int, C.Arena] = {}  # bucket index -> its arena
+        self._arenas: Dict[int, C.Arena] = {}  # bucket index -> its slot's arena
+        self._segs: Dict[int, Optional[int]] = {}  # bucket index -> its segment key (in place)
+        # segment key (the allocation's buffer id; a VMM bucket's own negative key) ->
+        # [arena, buckets registered in it]
+        self._seg_arenas: Dict[int, List[Any]] = {}
+        self._vmm_keys = 0
+        self.zero_copy = zero_copy
+        self.zero_copy_why: Optional[str] = None  # why the last bucket got a slot on GPU
         self._gen = 0  # registrations replaced so far (names of the new ones)
-        self._stale: List[Tuple[int, Optional[C.Arena]]] = []  # replaced: released next iteration
+        # replaced, released next iteration: (tensor id, slot arena, segment key, bucket kept)
+        self._stale: List[Tuple[int, Optional[C.Arena], Optional[int], Any]] = []
         self._in_iter = False  # a bucket of the current iteration was handed to the daemon
         self._nbuckets = 0  # buckets in the last iteration (the last bucket's index + 1)
         self.side: Dict[torch.device, Any] = {}
@@ -96,13 +119,28 @@ class FgbuffHookState:
             self._thread = None
         if self.client is not None:
             try:
-                self._stale += [(tid, self._arenas.pop(i, None))
-                                for i, (tid, _) in self.buckets.items()]
-                self.buckets.clear()
+                for i in list(self.buckets):
+                    self._retire(i)
                 self._release_stale(wait_s=0.0)
             finally:
                 self.client.close()
                 self.client = None
+                # the daemon writes nothing more (every step was waited for): buckets it kept
+                # registered (a refused release) are dropped with the connection
+                self._stale, self._seg_arenas = [], {}
+
+    @property
+    def zero_copy_buckets(self) -> int:
+        """Buckets the daemon reads and writes in place (no slot, no copy)."""
+        return sum(1 for i in self.buckets if self._segs.get(i) is not None)
+
+    def _retire(self, index: int) -> None:
+        """Bucket `index`'s registration is replaced or ends: released at the next iteration
+        (other buckets of this step may be in flight: the daemon refuses releases then)."""
+        tid, kept = self.buckets.pop(index)
+        seg = self._segs.pop(index, None)
+        self._stale.append((tid, self._arenas.pop(index, None), seg,
+                            kept if seg is not None else None))
 
     def _release_stale(self, wait_s: float = 5.0) -> None:
         """Release the replaced registrations and their arenas. Busy (the daemon still finishing
@@ -112,46 +150,91 @@ class FgbuffHookState:
         assert cl is not None and mem is not None
         deadline = time.monotonic() + wait_s
         keep = []
-        for tid, arena in self._stale:
-            if _release_tensor(cl, tid, deadline):
-                if arena is not None:
-                    mem.release(arena)
-            else:
-                keep.append((tid, arena))
+        for tid, arena, seg, kept in self._stale:
+            if not _release_tensor(cl, tid, deadline):
+                keep.append((tid, arena, seg, kept))
+                continue
+            if arena is not None:
+                mem.release(arena)
+            if seg is not None:
+                self._seg_unref(seg, deadline)
+            # `kept` (DDP's old bucket) goes now: the daemon let go of it
         self._stale = keep
+
+    def _seg_unref(self, seg: int, deadline: float) -> None:
+        """A bucket left segment `seg`: its arena is released with the last one (device memory
+        stays PyTorch's). A refused release keeps the arena for the connection's close."""
+        e = self._seg_arenas.get(seg)
+        if e is None:
+            return
+        e[1] -= 1
+        if e[1] > 0:
+            return
+        del self._seg_arenas[seg]
+        cl = self.client
+        assert cl is not None
+        while True:
+            try:
+                cl.arena_release(e[0])
+                return
+            except C.Busy:
+                if time.monotonic() >= deadline:
+                    return
+                time.sleep(0.001)
+            except C.FgbError:
+                return
 
     def _begin_iter(self) -> None:
         """First bucket of an iteration: release what the last one left stale."""
         self._in_iter = True
         for index in [i for i in self.buckets if i >= self._nbuckets > 0]:  # fewer buckets now
-            self._stale.append((self.buckets.pop(index)[0], self._arenas.pop(index, None)))
+            self._retire(index)
         if self._stale and self.client is not None:
             self._release_stale()
 
-    def _slot(self, index: int, buf: torch.Tensor) -> Tuple[int, torch.Tensor]:
+    def _slot(self, index: int, buf: torch.Tensor) -> Tuple[int, Optional[torch.Tensor]]:
+        """Bucket `index`'s registration: (tensor id, its slot), the slot None when the daemon
+        works on `buf` in place."""
         hit = self.buckets.get(index)
         if hit is not None:
-            if hit[1].numel() == buf.numel() and hit[1].dtype == buf.dtype:
-                return hit
-            # DDP rebuilt its buckets: this registration is stale, released at the next iteration
-            # (other buckets of this step may be in flight: the daemon refuses releases then)
-            self._stale.append((hit[0], self._arenas.pop(index, None)))
-            del self.buckets[index]
+            inplace = self._segs.get(index) is not None
+            if (hit[1].numel() == buf.numel() and hit[1].dtype == buf.dtype and
+                    (not inplace or hit[1].data_ptr() == buf.data_ptr())):
+                return hit[0], None if inplace else hit[1]
+            # DDP rebuilt its buckets (or moved this one): this registration is stale
+            self._retire(index)
             self._gen += 1
         cl = self._connect(buf)
         fdt = fgb_dtype(buf.dtype)
         if fdt is None:
             raise TypeError(f"fgbuff ddp hook: bucket dtype {buf.dtype}")
         assert self.mem is not None
-        arena, base = self.mem.alloc(buf.numel() * buf.element_size())
-        slot = base[:buf.numel() * buf.element_size()].view(buf.dtype)
         comp = self.compressor if self.compressor and buf.dtype.is_floating_point else None
         name = f"ddp.bucket{index}" + (f".g{self._gen}" if self._gen else "")
+        nbytes = buf.numel() * buf.element_size()
+
+        def register(arena: C.Arena, offset: int) -> int:
+            return cl.tensor_register(name, arena, offset, buf.numel(), fdt, (buf.numel(),),
+                                      C.OP_AVERAGE, comp, self.density if comp else 0.0,
+                                      self.compressor_options if comp else None)
+
+        placed = self._in_place(buf) if self.zero_copy and buf.is_cuda and self.mem.on_gpu \
+            else None
+        if placed is not None:
+            seg, offset = placed
+            e = self._seg_arenas[seg]
+            try:
+                tid = register(e[0], offset)
+            except BaseException:
+                self._seg_unref(seg, time.monotonic())
+                raise
+            self.buckets[index] = (tid, buf)  # keeps DDP's bucket alive while registered
+            self._segs[index] = seg
+            return tid, None
+        arena, base = self.mem.alloc(nbytes)
+        slot = base[:nbytes].view(buf.dtype)
         try:
-            tid = cl.tensor_register(name, arena, 0, buf.numel(), fdt,
-                                 (buf.numel(),), C.OP_AVERAGE, comp,
-                                 self.density if comp else 0.0,
-                                     self.compressor_options if comp else None)
+            tid = register(arena, 0)
         except BaseException:
             self.mem.release(arena)
             raise
@@ -159,7 +242,33 @@ class FgbuffHookState:
         self._arenas[index] = arena
         return tid, slot
 
+    def _in_place(self, buf: torch.Tensor) -> Optional[Tuple[int, int]]:
+        """Register the device memory holding DDP's bucket `buf`: (segment key, the bucket's
+        offset in that arena) with one more reference on the segment's arena, or None (the
+        reason in zero_copy_why) when it cannot be shared."""
+        from ._cuda import allocation_of
 
+        cl = self.client
+        assert cl is not None
+        ptr, nbytes = buf.data_ptr(), buf.numel() * buf.element_size()
+        try:
+            base, size, bid, legacy = allocation_of(ptr, buf.device)
+            # a cudaMalloc segment is shared whole, from its base (legacy IPC handles are of
+            # allocations); cuMem/VMM memory by the bucket's own range (one arena per bucket)
+            if legacy:
+                key, start, length = bid, base, size
+            else:
+                self._vmm_keys += 1
+                key, start, length = -self._vmm_keys, ptr, nbytes
+            e = self._seg_arenas.get(key)
+            if e is None:
+                arena = cl.arena_register_cuda(start, length)
+                e = self._seg_arenas[key] = [arena, 0]
+        except (C.FgbError, RuntimeError) as ex:
+            self.zero_copy_why = f"bucket of {nbytes} bytes at {ptr:#x}: {ex}"
+            return None
+        e[1] += 1
+        return key, ptr - start
 
     def _waiter(self) -> None:
         while True:
@@ -183,7 +292,8 @@ class FgbuffHookState:
                                             "fgbuff ddp hook")
                     cl.wait_on_stream(tid, step, int(side.cuda_stream), self.timeout_ms)
                     with torch.cuda.stream(side):
-                        buf.copy_(slot, non_blocking=True)
+                        if slot is not None:  # in place: the average is in buf already
+                            buf.copy_(slot, non_blocking=True)
                         fut.set_result(buf)
                     continue
                 waited = 0
@@ -243,14 +353,16 @@ def fgbuff_hook(state: FgbuffHookState,
         if side is None:
             side = state.side[dev] = torch.cuda.Stream(dev)
         side.wait_stream(torch.cuda.current_stream(dev))  # the compute stream never waits
-        with torch.cuda.stream(side):
-            slot.copy_(buf, non_blocking=True)
-            buf.record_stream(side)
+        if slot is not None:  # else in place: the daemon reads the bucket once `side` got here
+            with torch.cuda.stream(side):
+                slot.copy_(buf, non_blocking=True)
+                buf.record_stream(side)
         cl.submit(tid, step, int(side.cuda_stream))
         if bucket.is_last():
             cl.end_step(step)
         state._q.put((tid, step, slot, buf, fut, side))
     else:
+        assert slot is not None  # host memory is never registered in place
         slot.copy_(buf)
         cl.submit(tid, step)
         if bucket.is_last():

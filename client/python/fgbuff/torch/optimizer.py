@@ -37,6 +37,7 @@ as in Horovod.
 from __future__ import annotations
 
 import contextlib
+import time
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -404,16 +405,29 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         _core._S.optimizers.discard(self)
 
     def fgbuff_state_export(self) -> Dict[str, bytes]:
-        """The daemon's compressor state (residuals, momenta) of every compressed tensor."""
+        """The daemon's compressor state (residuals, momenta) of every compressed tensor (any
+        size: the client library moves a state larger than a frame in chunks)."""
         assert self._fgb_client is not None
         return {e.name: self._fgb_client.state_export(e.tid)
                 for e in self._fgb_order if e.compressed}
 
-    def fgbuff_state_import(self, state: Dict[str, bytes]) -> None:
+    def fgbuff_state_import(self, state: Dict[str, bytes], timeout_s: float = 60.0) -> None:
+        """Restore what fgbuff_state_export returned (a resumed job, before or after its first
+        step). Right after construction the daemon may still be forming the job or agreeing a
+        tensor (Again): retried for up to timeout_s."""
         assert self._fgb_client is not None
+        deadline = time.monotonic() + timeout_s
         for e in self._fgb_order:
-            if e.compressed and e.name in state:
-                self._fgb_client.state_import(e.tid, state[e.name])
+            if not (e.compressed and e.name in state):
+                continue
+            while True:
+                try:
+                    self._fgb_client.state_import(e.tid, state[e.name])
+                    break
+                except C.Again:
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.01)
 
 
 def _release(cl: C.Client, mem: SharedMemory, entries: List[_Entry], tids: List[int],
