@@ -18,13 +18,15 @@
 #include "coordinator.h"
 #include "err.h"
 #include "log.h"
+#include "peerwatch.h"
 #include "plan_exec.h"
 #include "policy.h"
 #include "service.h"
 
 static const char usage[] =
     "usage: fgbuffd --device cpu [--runtime-dir DIR] [--log-level debug|info|warn|error]\n"
-    "               [--stall-timeout-ms N] [--policy NAME] [--allow-uid UID|USER]...\n"
+    "               [--stall-timeout-ms N] [--peer-timeout-ms N] [--formation-timeout-ms N]\n"
+    "               [--policy NAME] [--allow-uid UID|USER]...\n"
     "               [--allow-group GID|GROUP]...\n"
     "               [--rendezvous HOST:PORT --rank R --world N [--secret-file F]]\n"
     "               [--cp-addr HOST|if:NAME] [--cp-port PORT[-LAST]]\n"
@@ -126,6 +128,8 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
   memset(cfg, 0, sizeof(*cfg));
   cfg->log_level = LOG_LEVEL_INFO;
   cfg->stall_timeout_ms = 10000;
+  cfg->peer_timeout_ms = PW_DEFAULT_TIMEOUT_MS;
+  cfg->formation_timeout_ms = SRV_FORMATION_TIMEOUT_MS;
   cfg->access = srv_config_access(cfg); /* 0700 / 0600 until flags and the runtime directory */
   snprintf(cfg->default_policy, sizeof(cfg->default_policy), "none");
   cfg->rank = -1;
@@ -148,25 +152,30 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
     O_CP,
     O_CP_PORT,
     O_SECRET,
-    O_METRICS
+    O_METRICS,
+    O_PEER_TIMEOUT,
+    O_FORM_TIMEOUT
   };
-  static const struct option opts[] = {{"device", required_argument, 0, O_DEVICE},
-                                       {"runtime-dir", required_argument, 0, O_RTDIR},
-                                       {"log-level", required_argument, 0, O_LOG},
-                                       {"stall-timeout-ms", required_argument, 0, O_STALL},
-                                       {"policy", required_argument, 0, O_POLICY},
-                                       {"allow-uid", required_argument, 0, O_ALLOW},
-                                       {"allow-group", required_argument, 0, O_ALLOW_GROUP},
-                                       {"rendezvous", required_argument, 0, O_RDV},
-                                       {"rank", required_argument, 0, O_RANK},
-                                       {"world", required_argument, 0, O_WORLD},
-                                       {"cp-addr", required_argument, 0, O_CP},
-                                       {"cp-port", required_argument, 0, O_CP_PORT},
-                                       {"secret-file", required_argument, 0, O_SECRET},
-                                       {"metrics-listen", required_argument, 0, O_METRICS},
-                                       {"help", no_argument, 0, 'h'},
-                                       {"version", no_argument, 0, 'V'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"device", required_argument, 0, O_DEVICE},
+      {"runtime-dir", required_argument, 0, O_RTDIR},
+      {"log-level", required_argument, 0, O_LOG},
+      {"stall-timeout-ms", required_argument, 0, O_STALL},
+      {"policy", required_argument, 0, O_POLICY},
+      {"allow-uid", required_argument, 0, O_ALLOW},
+      {"allow-group", required_argument, 0, O_ALLOW_GROUP},
+      {"rendezvous", required_argument, 0, O_RDV},
+      {"rank", required_argument, 0, O_RANK},
+      {"world", required_argument, 0, O_WORLD},
+      {"cp-addr", required_argument, 0, O_CP},
+      {"cp-port", required_argument, 0, O_CP_PORT},
+      {"secret-file", required_argument, 0, O_SECRET},
+      {"metrics-listen", required_argument, 0, O_METRICS},
+      {"peer-timeout-ms", required_argument, 0, O_PEER_TIMEOUT},
+      {"formation-timeout-ms", required_argument, 0, O_FORM_TIMEOUT},
+      {"help", no_argument, 0, 'h'},
+      {"version", no_argument, 0, 'V'},
+      {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
   int c;
@@ -256,6 +265,12 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
       case O_METRICS:
         if (!strchr(optarg, ':') || strlen(optarg) >= sizeof(cfg->metrics_listen)) goto bad_value;
         snprintf(cfg->metrics_listen, sizeof(cfg->metrics_listen), "%s", optarg);
+        break;
+      case O_PEER_TIMEOUT:
+        if (parse_u64(optarg, SRV_MAX_TIMEOUT_MS, &cfg->peer_timeout_ms)) goto bad_value;
+        break;
+      case O_FORM_TIMEOUT:
+        if (parse_u64(optarg, SRV_MAX_TIMEOUT_MS, &cfg->formation_timeout_ms)) goto bad_value;
         break;
       case ':':
         snprintf(err, errlen, "%s needs a value\n%s", argv[optind - 1], usage);
@@ -406,6 +421,12 @@ static const cfg_key keys[] = {
      "policy fusion: bytes per fused collective at most (0: no fusion)"},
     {"fusion_cycle_ms", KEY_U32, offsetof(srv_config, fusion_cycle_ms), 0, COORD_MAX_CYCLE_MS,
      "policy fusion: ms agreed tensors wait for more to fuse with (0: none)"},
+    /* Failure detection (docs/architecture.md, "Failure model"): read live by the control plane's
+     * heartbeat timer and the coordinator's tick. */
+    {"peer_timeout_ms", KEY_U64, offsetof(srv_config, peer_timeout_ms), 0, SRV_MAX_TIMEOUT_MS,
+     "ms of control-plane silence before a peer daemon is lost (0: never)"},
+    {"formation_timeout_ms", KEY_U64, offsetof(srv_config, formation_timeout_ms), 0,
+     SRV_MAX_TIMEOUT_MS, "ms a job may wait for all its ranks to join (0: forever)"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

@@ -522,11 +522,21 @@ int coord_leader_gone(const coord *c) {
   return c && !c->leader && c->leader_lost;
 }
 
+void coord_set_timeouts(coord *c, uint64_t stall_ms, uint64_t form_ms) {
+  if (!c) return;
+  c->cfg.stall_ms = stall_ms;
+  c->cfg.form_ms = form_ms;
+}
+
 void coord_peer_lost(coord *c, int world_rank) {
+  coord_peer_lost_why(c, world_rank, NULL);
+}
+
+void coord_peer_lost_why(coord *c, int world_rank, const char *why) {
   if (!c || world_rank < 0 || world_rank >= c->cfg.world_size) return;
   if (world_rank == c->cfg.world_rank) return;
   if (c->leader) {
-    coord_leader_peer_lost(c, world_rank);
+    coord_leader_peer_lost(c, world_rank, why);
     return;
   }
   if (world_rank != 0) return; /* the leader tells us which jobs that loss aborts */
@@ -537,7 +547,10 @@ void coord_peer_lost(coord *c, int world_rank) {
     coord_event_init(&ev, COORD_EV_JOB_ABORTED, NULL);
     ev.job = j->id;
     ev.job_key = j->job_key;
-    coord_fmt(ev.text, sizeof ev.text, "control plane leader (world rank 0) lost");
+    if (why && why[0])
+      coord_fmt(ev.text, sizeof ev.text, "%s", why);
+    else
+      coord_fmt(ev.text, sizeof ev.text, "control plane leader (world rank 0) lost");
     (void)coord_push_event(c, &ev);
     coord_drop_local(c, j);
   }
