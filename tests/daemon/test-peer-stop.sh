@@ -54,7 +54,7 @@ for r in 0 1; do
   b[$r]=$!
   pids+=("${b[$r]}")
 done
-for _ in $(seq 1 100); do grep -q "step 3 hash" "$out/B1.out" && break; sleep 0.1; done
+for _ in $(seq 1 100); do grep -q "step 3 hash" "$out/B1.out" 2>/dev/null && break; sleep 0.1; done
 victim="$(world_daemon_pid 2)"
 kill -STOP "$victim"
 stopped="$victim"
