@@ -4,7 +4,7 @@
 # peer timeout: A's client on another daemon gets FGB_EPEER naming the stopped daemon (world rank,
 # address) and its silence, B completes every step with the same results on both ranks, and after
 # SIGCONT the stopped daemon's own client gets an error too (it finds itself declared lost), never
-# a hang. Layout (3 daemons): B = ranks 0, 1 on daemons 0, 1; A = ranks 0, 1 on daemons 1, 2.
+# a hang. A short stop first (0.7 s) must cost nothing. Layout (3 daemons): B = ranks 0, 1 on daemons 0, 1; A = ranks 0, 1 on daemons 1, 2.
 # PEER_STOP_ARGS (default "--peer-timeout-ms 2000") are the daemons' flags: "" or
 # "--peer-timeout-ms 0" is the negative control (no detection: the test fails).
 set -u
@@ -56,6 +56,12 @@ for r in 0 1; do
 done
 for _ in $(seq 1 100); do grep -q "step 3 hash" "$out/B1.out" 2>/dev/null && break; sleep 0.1; done
 victim="$(world_daemon_pid 2)"
+# A stop well under the timeout costs nothing: nobody is declared lost.
+kill -STOP "$victim"
+sleep 0.7
+kill -CONT "$victim"
+sleep 1
+grep -q "lost" "$FGBUFF_WORLD_LOG" && { echo "FAIL: a 0.7 s stop was taken for a loss"; rc=1; }
 kill -STOP "$victim"
 stopped="$victim"
 t0=$(date +%s%N)
