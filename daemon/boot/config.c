@@ -267,7 +267,9 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
         snprintf(cfg->metrics_listen, sizeof(cfg->metrics_listen), "%s", optarg);
         break;
       case O_PEER_TIMEOUT:
-        if (parse_u64(optarg, SRV_MAX_TIMEOUT_MS, &cfg->peer_timeout_ms)) goto bad_value;
+        if (parse_u64(optarg, SRV_MAX_TIMEOUT_MS, &cfg->peer_timeout_ms) ||
+            (cfg->peer_timeout_ms && cfg->peer_timeout_ms < PW_MIN_TIMEOUT_MS))
+          goto bad_value;
         break;
       case O_FORM_TIMEOUT:
         if (parse_u64(optarg, SRV_MAX_TIMEOUT_MS, &cfg->formation_timeout_ms)) goto bad_value;
@@ -424,7 +426,7 @@ static const cfg_key keys[] = {
     /* Failure detection (docs/architecture.md, "Failure model"): read live by the control plane's
      * heartbeat timer and the coordinator's tick. */
     {"peer_timeout_ms", KEY_U64, offsetof(srv_config, peer_timeout_ms), 0, SRV_MAX_TIMEOUT_MS,
-     "ms of control-plane silence before a peer daemon is lost (0: never)"},
+     "ms of control-plane silence before a peer daemon is lost (0: never, else >= 1000)"},
     {"formation_timeout_ms", KEY_U64, offsetof(srv_config, formation_timeout_ms), 0,
      SRV_MAX_TIMEOUT_MS, "ms a job may wait for all its ranks to join (0: forever)"},
 };
@@ -494,6 +496,10 @@ fgb_status srv_config_set(srv_config *cfg, const char *key, const char *val, cha
       if (parse_u64(val, k->hi, &v) || v < k->lo)
         return err_set(err, errlen, FGB_EINVAL, "value: %s '%.64s' is not in %llu..%llu", k->name,
                        val, (unsigned long long)k->lo, (unsigned long long)k->hi);
+      if (k->off == offsetof(srv_config, peer_timeout_ms) && v && v < PW_MIN_TIMEOUT_MS)
+        return err_set(err, errlen, FGB_EINVAL,
+                       "value: %s '%.64s' is neither 0 (off) nor %u or more", k->name, val,
+                       PW_MIN_TIMEOUT_MS);
       if (k->kind == KEY_U64)
         *(uint64_t *)(void *)field = v;
       else

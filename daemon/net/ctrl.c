@@ -216,6 +216,48 @@ static void conn_close(ctrl_conn *c, const char *why) {
   cp->cbs->after_input(cp->ud);
 }
 
+static uint64_t peer_timeout(const srv_ctrl *cp) {
+  return cp->d->peer_timeout_ms ? *cp->d->peer_timeout_ms : PW_DEFAULT_TIMEOUT_MS;
+}
+
+/* Did this daemon itself not run (stopped, starved) since it last looked (peerwatch.h)? Checked
+ * by the heartbeat timer and before any input is handled (after a stop, epoll may hand over input
+ * before the timers run). A member, or a leader whose gap stays clearly under the timeout, restarts
+ * its peers' silence (1). A leader whose gap may have let its members declare it lost closes every
+ * connection (2) before it reads a byte: a READY that a member sent before it gave up on the
+ * leader would otherwise get a collective numbered that the member never runs, and the leader's
+ * engine would wait in MPI for it forever. A member may still act on what the leader sent before
+ * (numbered collectives that the job's other ranks run too). */
+static int stall_check(srv_ctrl *cp, uint64_t now) {
+  uint64_t timeout = peer_timeout(cp), prev = cp->hb_last_check;
+  if (cp->d->stopping || !pw_tick(&cp->hb_last_check, now, timeout)) return 0;
+  uint64_t gap = now - prev;
+  if (cp->d->world_rank == 0 && pw_stall_fatal(gap, timeout)) {
+    char why[200];
+    snprintf(why, sizeof(why),
+             "the leader (this daemon) did not run for %llu ms (peer timeout %llu ms): its peers "
+             "may have declared it lost",
+             (unsigned long long)gap, (unsigned long long)timeout);
+    LOG_ERROR("control plane: %s; closing every connection", why);
+    for (ctrl_conn *c = cp->conns, *next; c; c = next) {
+      next = c->next;
+      if (c->connected && !c->closing && c->peer >= 0) conn_close(c, why);
+    }
+    return 2;
+  }
+  LOG_WARN(
+      "control plane: this daemon did not run for %llu ms (stopped or starved); its peers "
+      "get a new %llu ms before they count as silent",
+      (unsigned long long)gap, (unsigned long long)timeout);
+  for (ctrl_conn *c = cp->conns; c; c = c->next)
+    if (c->connected && !c->closing && c->peer >= 0) pw_restart(&c->pw, now);
+  return 1;
+}
+
+void srv_ctrl_guard(srv_net *d) {
+  if (d->cp) (void)stall_check(d->cp, clock_ms());
+}
+
 static void on_frame(ctrl_conn *c, const uint8_t *p, size_t len) {
   srv_ctrl *cp = c->cp;
   srv_net *d = cp->d;
@@ -279,12 +321,14 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   ctrl_conn *c = s->data;
+  uint64_t now = clock_ms();
+  if (stall_check(c->cp, now) == 2 || c->closing) return; /* what it read is dropped */
   if (n < 0) {
     conn_close(c, n == UV_EOF ? "connection closed" : uv_strerror((int)n));
     return;
   }
   c->in_len += (size_t)n;
-  if (n > 0) c->pw.last_rx = clock_ms(); /* any bytes are a sign of life (a large frame, too) */
+  if (n > 0) c->pw.last_rx = now; /* any bytes are a sign of life (a large frame, too) */
   size_t off = 0;
   while (!c->closing && c->in_len - off >= 4) {
     uint32_t l = get32(c->in + off);
@@ -385,27 +429,17 @@ static void on_connect(uv_connect_t *req, int status) {
   LOG_INFO("control plane: connected to the leader");
 }
 
-static uint64_t peer_timeout(const srv_ctrl *cp) {
-  return cp->d->peer_timeout_ms ? *cp->d->peer_timeout_ms : PW_DEFAULT_TIMEOUT_MS;
-}
-
 /* Heartbeats and silence (peerwatch.h): every live connection that sent nothing for the interval
  * sends a heartbeat; one silent past the timeout is closed as lost. The period follows the
  * timeout, which may change live. */
 static void hb_timer_cb(uv_timer_t *t) {
   srv_ctrl *cp = t->data;
   if (cp->d->stopping) return;
-  uint64_t now = clock_ms(), timeout = peer_timeout(cp), prev = cp->hb_last_check;
-  int self_stall = pw_tick(&cp->hb_last_check, now, timeout);
-  if (self_stall)
-    LOG_WARN(
-        "control plane: this daemon did not run for %llu ms (stopped or starved); its peers "
-        "get a new %llu ms before they count as silent",
-        (unsigned long long)(now - prev), (unsigned long long)timeout);
+  uint64_t now = clock_ms(), timeout = peer_timeout(cp);
+  (void)stall_check(cp, now);
   for (ctrl_conn *c = cp->conns, *next; c; c = next) {
     next = c->next;
     if (!c->connected || c->closing || c->peer < 0) continue;
-    if (self_stall) pw_restart(&c->pw, now);
     uint64_t silent;
     pw_verdict v = pw_check(&c->pw, now, timeout, &silent);
     if (v == PW_LOST) {

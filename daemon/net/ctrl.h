@@ -49,6 +49,9 @@ fgb_status srv_ctrl_connect(srv_net *d, const char *addrs, const uint8_t token[C
                             char *err, size_t errlen);
 /* Queue a coordinator message for world rank `peer` (copied). */
 void srv_ctrl_send(srv_ctrl *cp, int peer, const uint8_t *bytes, size_t len);
+/* Call before handling any input (client frames, ring doorbells): a leader that did not run for
+ * nearly the peer timeout closes its control plane first (ctrl.c, stall_check). */
+void srv_ctrl_guard(srv_net *d);
 /* 1 once every peer this rank talks to is connected (leader: all hellos received). */
 int srv_ctrl_ready(const srv_ctrl *cp);
 void srv_ctrl_close(srv_net *d);

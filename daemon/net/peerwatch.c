@@ -30,6 +30,10 @@ void pw_restart(pw_peer *p, uint64_t now) {
   if (p->last_rx < now) p->last_rx = now;
 }
 
+int pw_stall_fatal(uint64_t gap_ms, uint64_t timeout_ms) {
+  return timeout_ms && gap_ms + pw_interval(timeout_ms) >= timeout_ms;
+}
+
 pw_verdict pw_check(const pw_peer *p, uint64_t now, uint64_t timeout_ms, uint64_t *silent_ms) {
   uint64_t silent = now > p->last_rx ? now - p->last_rx : 0;
   if (silent_ms) *silent_ms = silent;

@@ -45,6 +45,11 @@ void pw_start(pw_peer *p, uint64_t now);
  * pw_restart). */
 int pw_tick(uint64_t *last_check, uint64_t now, uint64_t timeout_ms);
 void pw_restart(pw_peer *p, uint64_t now);
+/* 1 when a gap of gap_ms without running may have let a peer declare this daemon lost (its last
+ * heartbeat may have left an interval before the gap began): at least timeout - interval. The
+ * leader then closes every connection rather than act on what its members sent before they gave
+ * up on it. 0 with detection off. */
+int pw_stall_fatal(uint64_t gap_ms, uint64_t timeout_ms);
 /* What one peer needs at now; *silent_ms gets how long it has been silent. */
 pw_verdict pw_check(const pw_peer *p, uint64_t now, uint64_t timeout_ms, uint64_t *silent_ms);
 

@@ -475,8 +475,8 @@ void coord_lead_form_deadline(coord *c) {
   for (ljob *j = coord_get_leader(c)->jobs; j; j = next) {
     next = j->next;
     if (j->formed) continue;
-    if (j->join_ms == COORD_NO_TIME || j->join_ms > now) j->join_ms = now; /* before any tick */
-    if (now - j->join_ms <= form_ms) continue;
+    if (j->join_ms == COORD_NO_TIME) j->join_ms = now; /* joined before any tick */
+    if (j->join_ms >= now || now - j->join_ms <= form_ms) continue;
     /* "rank(s) 1, 2 of 3 never joined (rank 0 joined on world rank 0)": cut to fit the text. */
     char missing[200], joined[200], t[COORD_MAX_TEXT + 1];
     size_t mo = 0, jo = 0;

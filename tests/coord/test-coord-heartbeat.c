@@ -1,7 +1,8 @@
 /* tests/coord/test-coord-heartbeat.c — the control plane's liveness timing (daemon/net/
  * peerwatch.c, which ctrl.c runs on its heartbeat timer) against a fake clock: heartbeats go out
  * only on an idle connection, a peer is lost only after more than the timeout of silence, any
- * bytes received restart the silence, a daemon that was itself stopped blames nobody for it, and
+ * bytes received restart the silence, a daemon that was itself stopped blames nobody for it (a
+ * leader stopped for nearly the timeout counts as lost itself: pw_stall_fatal), and
  * with detection off nobody is ever lost. Then two simulated daemons checking each other every
  * period: one stopped (SIGSTOP) is declared lost by the other within timeout + period of the stop,
  * and not before timeout - interval (its last heartbeat may precede the stop by an interval); on
@@ -37,6 +38,10 @@ static void rules(void) {
   CHECK(pw_tick(&last, 7001, 2000) == 1 && last == 7001);
   CHECK(pw_tick(&last, 7100, 2000) == 0);
   CHECK(pw_tick(&last, 7100 + PW_DEFAULT_TIMEOUT_MS / 2 + 1, 0) == 1); /* off: the default's */
+  /* A leader's own gap is fatal once a member may have given up on it: timeout - interval. */
+  CHECK(!pw_stall_fatal(1499, 2000) && pw_stall_fatal(1500, 2000) && pw_stall_fatal(60000, 2000));
+  CHECK(!pw_stall_fatal(14499, 15000) && pw_stall_fatal(14500, 15000));
+  CHECK(!pw_stall_fatal(1000000, 0));
   pw_restart(&p, 9000);
   CHECK(p.last_rx == 9000 && pw_check(&p, 9000, 2000, &silent) != PW_LOST);
 }

@@ -3,7 +3,8 @@
 # (it numbers every collective: the control plane is a star), so every daemon that loses it fails
 # its jobs fast with FGB_EPEER saying the leader is lost, within the peer timeout — also a job with
 # no rank on the leader — instead of freezing. There is no fail-over. After SIGCONT the leader
-# finds its peers gone and fails its own client too: no hang anywhere.
+# finds that it did not run for longer than its members wait, closes its control plane before it
+# reads anything they sent, and fails its own client too: no hang anywhere.
 # Layout (3 daemons): A = ranks 0, 1 on daemons 0, 1; B = ranks 0, 1 on daemons 1, 2.
 # LEADER_STOP_ARGS (default "--peer-timeout-ms 2000") are the daemons' flags; "" or
 # "--peer-timeout-ms 0" is the negative control (no detection: the test fails).
@@ -83,6 +84,11 @@ cat "$out/A0.out"
 [ $st -eq 0 ] || { echo "FAIL: the leader's client got no error after SIGCONT (status $st)"; rc=1; }
 grep -q "daemon at world rank 1 (.*) lost" "$out/A0.out" ||
   { echo "FAIL: the leader's client was not told that its peer daemon is lost"; rc=1; }
+# The resumed leader closed its control plane before reading what the members sent while it was
+# stopped (their READYs would get collectives numbered that no member runs any more, and its
+# engine would wait in MPI for them: seen before this rule, 1 run in 5).
+grep -q "fgbuffd\[0\] error: control plane: the leader (this daemon) did not run for [0-9]* ms .*closing every connection" \
+  "$FGBUFF_WORLD_LOG" || { echo "FAIL: the resumed leader did not close its control plane first"; rc=1; }
 for p in $(world_daemon_pids); do kill -0 "$p" 2>/dev/null || { echo "FAIL: daemon $p died"; rc=1; }; done
 trap - EXIT
 cleanup
