@@ -62,7 +62,8 @@ struct srv_ctrl {
   uv_timer_t *hb_timer; /* heartbeats and silence checks (peerwatch.h) */
   uint64_t hb_period, hb_last_check;
   uint8_t *lost; /* per world rank: declared lost (frames to it are dropped) */
-  char *addrs;   /* world_size x CTRL_ADDR_MAX advertised addresses (to name a lost peer) */
+  char *addrs;   /* naddrs x CTRL_ADDR_MAX advertised addresses (to name a lost peer) */
+  size_t naddrs; /* the leader: world_size; a member: 1 (the leader's) */
 };
 
 static void put32(uint8_t *p, uint32_t v) {
@@ -165,7 +166,7 @@ static void conn_free_cb(uv_handle_t *h) {
 }
 
 static const char *addr_of(const srv_ctrl *cp, int rank) {
-  return cp->addrs && cp->addrs[(size_t)rank * CTRL_ADDR_MAX]
+  return cp->addrs && (size_t)rank < cp->naddrs && cp->addrs[(size_t)rank * CTRL_ADDR_MAX]
              ? cp->addrs + (size_t)rank * CTRL_ADDR_MAX
              : "address unknown";
 }
@@ -564,6 +565,7 @@ fgb_status srv_ctrl_connect(srv_net *d, const char *addrs, const uint8_t token[C
   if ((cp->addrs = malloc(nkeep * CTRL_ADDR_MAX)) != NULL) {
     memcpy(cp->addrs, addrs, nkeep * CTRL_ADDR_MAX);
     for (size_t i = 0; i < nkeep; i++) cp->addrs[i * CTRL_ADDR_MAX + CTRL_ADDR_MAX - 1] = 0;
+    cp->naddrs = nkeep;
   }
   if (d->world_rank == 0) return FGB_OK;
   char leader[CTRL_ADDR_MAX];
