@@ -101,7 +101,12 @@
  * as an abort of every job with a (not yet left) rank on w (ABORT to every member but w); a
  * non-leader that loses world rank 0 aborts all its jobs locally ("control plane leader (world
  * rank 0) lost"), refuses further local calls with FGB_EPEER, and coord_leader_gone says so
- * (jobs it already left get no ABORT any more).
+ * (jobs it already left get no ABORT any more). coord_peer_lost_why puts the control plane's
+ * reason (daemon, address, silence) in those texts instead.
+ * Formation deadline (cfg.form_ms > 0; 0 disables; coord_set_timeouts changes it live): on
+ * coord_tick the leader aborts a job not formed more than form_ms after its first JOIN arrived
+ * (ABORT, failed_rank -1, to every rank that joined: "job 'x' did not form within N ms: ranks 1, 3
+ * of 4 never joined (rank 0 on world rank 1, ...)") and forgets it.
  * Rejected requests of a daemon (unknown job or key, rank not in the job, READY before FORMED)
  * get ERROR -> COORD_EV_ERROR (code = the fgb_status) on that daemon; coord_on_message on the
  * leader then also returns that status (not FGB_EPROTO: the link is fine). Only FGB_EPROTO means
