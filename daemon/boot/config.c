@@ -18,13 +18,15 @@
 #include "coordinator.h"
 #include "err.h"
 #include "log.h"
+#include "peerwatch.h"
 #include "plan_exec.h"
 #include "policy.h"
 #include "service.h"
 
 static const char usage[] =
     "usage: fgbuffd --device cpu [--runtime-dir DIR] [--log-level debug|info|warn|error]\n"
-    "               [--stall-timeout-ms N] [--policy NAME] [--allow-uid UID|USER]...\n"
+    "               [--stall-timeout-ms N] [--peer-timeout-ms N] [--formation-timeout-ms N]\n"
+    "               [--policy NAME] [--allow-uid UID|USER]...\n"
     "               [--allow-group GID|GROUP]...\n"
     "               [--rendezvous HOST:PORT --rank R --world N [--secret-file F]]\n"
     "               [--cp-addr HOST|if:NAME] [--cp-port PORT[-LAST]]\n"
@@ -127,6 +129,8 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
   memset(cfg, 0, sizeof(*cfg));
   cfg->log_level = LOG_LEVEL_INFO;
   cfg->stall_timeout_ms = 10000;
+  cfg->peer_timeout_ms = PW_DEFAULT_TIMEOUT_MS;
+  cfg->formation_timeout_ms = SRV_FORMATION_TIMEOUT_MS;
   cfg->access = srv_config_access(cfg); /* 0700 / 0600 until flags and the runtime directory */
   snprintf(cfg->default_policy, sizeof(cfg->default_policy), "none");
   cfg->rank = -1;
@@ -155,28 +159,33 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
     O_METRICS,
     O_MAX_JOBS,
     O_MAX_TENSORS,
-    O_MAX_BYTES
+    O_MAX_BYTES,
+    O_PEER_TIMEOUT,
+    O_FORM_TIMEOUT
   };
-  static const struct option opts[] = {{"device", required_argument, 0, O_DEVICE},
-                                       {"runtime-dir", required_argument, 0, O_RTDIR},
-                                       {"log-level", required_argument, 0, O_LOG},
-                                       {"stall-timeout-ms", required_argument, 0, O_STALL},
-                                       {"policy", required_argument, 0, O_POLICY},
-                                       {"allow-uid", required_argument, 0, O_ALLOW},
-                                       {"allow-group", required_argument, 0, O_ALLOW_GROUP},
-                                       {"rendezvous", required_argument, 0, O_RDV},
-                                       {"rank", required_argument, 0, O_RANK},
-                                       {"world", required_argument, 0, O_WORLD},
-                                       {"cp-addr", required_argument, 0, O_CP},
-                                       {"cp-port", required_argument, 0, O_CP_PORT},
-                                       {"secret-file", required_argument, 0, O_SECRET},
-                                       {"metrics-listen", required_argument, 0, O_METRICS},
-                                       {"max-jobs", required_argument, 0, O_MAX_JOBS},
-                                       {"max-tensors-per-job", required_argument, 0, O_MAX_TENSORS},
-                                       {"max-job-bytes", required_argument, 0, O_MAX_BYTES},
-                                       {"help", no_argument, 0, 'h'},
-                                       {"version", no_argument, 0, 'V'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"device", required_argument, 0, O_DEVICE},
+      {"runtime-dir", required_argument, 0, O_RTDIR},
+      {"log-level", required_argument, 0, O_LOG},
+      {"stall-timeout-ms", required_argument, 0, O_STALL},
+      {"policy", required_argument, 0, O_POLICY},
+      {"allow-uid", required_argument, 0, O_ALLOW},
+      {"allow-group", required_argument, 0, O_ALLOW_GROUP},
+      {"rendezvous", required_argument, 0, O_RDV},
+      {"rank", required_argument, 0, O_RANK},
+      {"world", required_argument, 0, O_WORLD},
+      {"cp-addr", required_argument, 0, O_CP},
+      {"cp-port", required_argument, 0, O_CP_PORT},
+      {"secret-file", required_argument, 0, O_SECRET},
+      {"metrics-listen", required_argument, 0, O_METRICS},
+      {"max-jobs", required_argument, 0, O_MAX_JOBS},
+      {"max-tensors-per-job", required_argument, 0, O_MAX_TENSORS},
+      {"max-job-bytes", required_argument, 0, O_MAX_BYTES},
+      {"peer-timeout-ms", required_argument, 0, O_PEER_TIMEOUT},
+      {"formation-timeout-ms", required_argument, 0, O_FORM_TIMEOUT},
+      {"help", no_argument, 0, 'h'},
+      {"version", no_argument, 0, 'V'},
+      {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
   int c;
@@ -280,6 +289,14 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
         }
         break;
       }
+      case O_PEER_TIMEOUT:
+        if (parse_u64(optarg, SRV_MAX_TIMEOUT_MS, &cfg->peer_timeout_ms) ||
+            (cfg->peer_timeout_ms && cfg->peer_timeout_ms < PW_MIN_TIMEOUT_MS))
+          goto bad_value;
+        break;
+      case O_FORM_TIMEOUT:
+        if (parse_u64(optarg, SRV_MAX_TIMEOUT_MS, &cfg->formation_timeout_ms)) goto bad_value;
+        break;
       case ':':
         snprintf(err, errlen, "%s needs a value\n%s", argv[optind - 1], usage);
         return 2;
@@ -437,6 +454,12 @@ static const cfg_key keys[] = {
      SRV_MAX_TENSORS_LIMIT, "live tensors of one job at most"},
     {"max_job_bytes", KEY_U64, offsetof(srv_config, max_job_bytes), 1, 1ull << 50,
      "bytes of one job's live tensors at most (host or device; default 1 TiB)"},
+    /* Failure detection (docs/architecture.md, "Failure model"): read live by the control plane's
+     * heartbeat timer and the coordinator's tick. */
+    {"peer_timeout_ms", KEY_U64, offsetof(srv_config, peer_timeout_ms), 0, SRV_MAX_TIMEOUT_MS,
+     "ms of control-plane silence before a peer daemon is lost (0: never, else >= 1000)"},
+    {"formation_timeout_ms", KEY_U64, offsetof(srv_config, formation_timeout_ms), 0,
+     SRV_MAX_TIMEOUT_MS, "ms a job may wait for all its ranks to join (0: forever)"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -504,6 +527,10 @@ fgb_status srv_config_set(srv_config *cfg, const char *key, const char *val, cha
       if (parse_u64(val, k->hi, &v) || v < k->lo)
         return err_set(err, errlen, FGB_EINVAL, "value: %s '%.64s' is not in %llu..%llu", k->name,
                        val, (unsigned long long)k->lo, (unsigned long long)k->hi);
+      if (k->off == offsetof(srv_config, peer_timeout_ms) && v && v < PW_MIN_TIMEOUT_MS)
+        return err_set(err, errlen, FGB_EINVAL,
+                       "value: %s '%.64s' is neither 0 (off) nor %u or more", k->name, val,
+                       PW_MIN_TIMEOUT_MS);
       if (k->kind == KEY_U64)
         *(uint64_t *)(void *)field = v;
       else

@@ -13,6 +13,8 @@
 #include "net.h" /* srv_access */
 
 #define SRV_MAX_ALLOW_UIDS 16
+#define SRV_FORMATION_TIMEOUT_MS 60000u /* --formation-timeout-ms default */
+#define SRV_MAX_TIMEOUT_MS 86400000ull  /* the timeouts' upper bound (a day) */
 
 typedef struct srv_config {
   char device[64]; /* "cpu" (the only data path so far) or "cuda:..." */
@@ -38,6 +40,8 @@ typedef struct srv_config {
   uint32_t max_jobs;               /* jobs this daemon holds at most (core/limits.c) */
   uint32_t max_tensors_per_job;    /* live tensors per job at most */
   uint64_t max_job_bytes;          /* bytes of a job's live tensors at most */
+  uint64_t peer_timeout_ms;        /* a control-plane peer silent this long is lost (0: never) */
+  uint64_t formation_timeout_ms;   /* a job not formed this long after its first join fails */
 } srv_config;
 
 /* 1 in a build with the GPU data plane (FGBUFF_HAVE_CUDA; defined in main.c). */
@@ -60,7 +64,8 @@ int srv_policy_check(const char *name, char *err, size_t errlen);
 
 /* Live settings: log_level, stall_timeout_ms, default_policy, plan_warmup_steps, replan_steps,
  * fusion_bytes, fusion_cycle_ms, max_jobs, max_tensors_per_job, max_job_bytes (the last three
- * are also flags: --max-jobs, --max-tensors-per-job, --max-job-bytes).
+ * are also flags: --max-jobs, --max-tensors-per-job, --max-job-bytes), peer_timeout_ms,
+ * formation_timeout_ms.
  * Unknown key -> FGB_ENOTFOUND; a bad value -> FGB_EINVAL; err names the key or value. */
 fgb_status srv_config_get(const srv_config *cfg, const char *key, char *val, size_t vallen,
                           char *err, size_t errlen);

@@ -42,6 +42,8 @@ static char leader_addr[CTRL_ADDR_MAX];
 
 static void on_tick(uv_timer_t *t) {
   srv *d = t->data;
+  /* Live settings (ConfigSet) reach the coordinator here; the control plane reads its own. */
+  coord_set_timeouts(d->core.coord, d->cfg.stall_timeout_ms, d->cfg.formation_timeout_ms);
   core_tick(&d->core, clock_ms());
   srv_sessions_tick(&d->net);
   static int announced;
@@ -142,8 +144,8 @@ static fgb_status ctrl_message(void *ud, int src, const uint8_t *bytes, size_t l
   return coord_on_message(((srv *)ud)->core.coord, src, bytes, len, err, errlen);
 }
 
-static void ctrl_peer_lost(void *ud, int rank) {
-  coord_peer_lost(((srv *)ud)->core.coord, rank);
+static void ctrl_peer_lost(void *ud, int rank, const char *why) {
+  coord_peer_lost_why(((srv *)ud)->core.coord, rank, why);
 }
 
 static void ctrl_after_input(void *ud) {
@@ -176,6 +178,7 @@ static void net_config(srv *d) {
   n->cp_addr = d->cfg.cp_addr;
   n->cp_port_lo = d->cfg.cp_port_lo;
   n->cp_port_hi = d->cfg.cp_port_hi;
+  n->peer_timeout_ms = &d->cfg.peer_timeout_ms;
   n->hot_default = d->core.gpu;
   n->sock_name = d->core.dp ? dp_sock_name : NULL;
   n->sock_name_ud = d;
@@ -286,6 +289,7 @@ int main(int argc, char **argv) {
   coord_config cc = {.world_rank = d.world_rank,
                      .world_size = d.world_size,
                      .stall_ms = d.cfg.stall_timeout_ms,
+                     .form_ms = d.cfg.formation_timeout_ms,
                      .fusion_bytes = SRV_FUSION_BYTES}; /* "fusion" jobs; see plan_exec.h */
   core_init(&d.core, coord_new(&cc), &srv_core_cbs, &d);
   d.core.world_rank = d.world_rank;

@@ -1,6 +1,8 @@
 /* daemon/net/ctrl.c — the TCP control plane between daemons (see ctrl.h). Everything runs on the
  * loop thread. Messages to a peer that is not connected yet wait in its queue; a connection that
- * breaks or sends a malformed frame is closed and reported up as a lost peer (ctrl_cbs). */
+ * breaks, sends a malformed frame or stays silent past the peer timeout (heartbeats: peerwatch.h)
+ * is closed and reported up as a lost peer (ctrl_cbs); what is addressed to a lost peer is
+ * dropped. */
 #include "ctrl.h"
 
 #include <arpa/inet.h>
@@ -13,6 +15,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "peerwatch.h"
 
 /* Before its hello a connection is anyone's (the port may listen on every interface): it may send
  * one hello-sized frame, within CTRL_HELLO_MS, and at most CTRL_PEND_MAX wait at once — as
@@ -27,6 +30,7 @@ typedef struct ctrl_conn {
   int peer; /* world rank, -1 until the hello */
   int connected, closing;
   uint64_t accepted_ms; /* leader side, until the hello: when accepted (0: not pending) */
+  pw_peer pw;           /* liveness, once connected (member) or hello'd (leader) */
   uint8_t *in;
   size_t in_len, in_cap;
   struct ctrl_conn *next;
@@ -55,6 +59,11 @@ struct srv_ctrl {
   uv_timer_t *hello_timer; /* closes accepted connections whose hello is late */
   int npend;               /* accepted connections without a hello yet */
   uint64_t refused, refused_logged_ms;
+  uv_timer_t *hb_timer; /* heartbeats and silence checks (peerwatch.h) */
+  uint64_t hb_period, hb_last_check;
+  uint8_t *lost; /* per world rank: declared lost (frames to it are dropped) */
+  char *addrs;   /* naddrs x CTRL_ADDR_MAX advertised addresses (to name a lost peer) */
+  size_t naddrs; /* the leader: world_size; a member: 1 (the leader's) */
 };
 
 static void put32(uint8_t *p, uint32_t v) {
@@ -88,7 +97,9 @@ static void conn_write(ctrl_conn *c, const uint8_t *frame, size_t len) {
   if (uv_write(w, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
     free(copy);
     free(w);
+    return;
   }
+  c->pw.last_tx = clock_ms();
 }
 
 static int route(srv_ctrl *cp, int peer) {
@@ -97,6 +108,7 @@ static int route(srv_ctrl *cp, int peer) {
 
 static void send_frame(srv_ctrl *cp, int peer, const uint8_t *frame, size_t len) {
   int via = route(cp, peer);
+  if (cp->lost[via]) return; /* declared lost: nothing reaches it any more */
   ctrl_conn *c = cp->by_rank[via];
   if (c && c->connected && !c->closing) {
     conn_write(c, frame, len);
@@ -153,6 +165,21 @@ static void conn_free_cb(uv_handle_t *h) {
   free(c);
 }
 
+static const char *addr_of(const srv_ctrl *cp, int rank) {
+  return cp->addrs && (size_t)rank < cp->naddrs && cp->addrs[(size_t)rank * CTRL_ADDR_MAX]
+             ? cp->addrs + (size_t)rank * CTRL_ADDR_MAX
+             : "address unknown";
+}
+
+static void drop_queue(srv_ctrl *cp, int rank) {
+  while (cp->queue[rank]) {
+    ctrl_msg *m = cp->queue[rank];
+    cp->queue[rank] = m->next;
+    free(m);
+  }
+  cp->qtail[rank] = NULL;
+}
+
 static void conn_close(ctrl_conn *c, const char *why) {
   if (c->closing) return;
   c->closing = 1;
@@ -168,17 +195,68 @@ static void conn_close(ctrl_conn *c, const char *why) {
   uv_close((uv_handle_t *)&c->tcp, conn_free_cb);
   if (c->peer < 0 || cp->by_rank[c->peer] != c) return;
   cp->by_rank[c->peer] = NULL;
+  cp->lost[c->peer] = 1;
+  drop_queue(cp, c->peer);
   if (d->stopping) return;
-  /* Leader lost: every other rank is unreachable. Otherwise only that peer. */
+  /* Leader lost: every other rank is unreachable. Otherwise only that peer. One log line. */
+  char text[512];
   if (c->peer == 0) {
-    LOG_ERROR("control plane: lost the leader (rank 0): %s", why);
+    snprintf(text, sizeof(text),
+             "control plane leader (world rank 0, %.128s) lost: %.200s; this daemon's jobs fail "
+             "(no fail-over: restart the world)",
+             addr_of(cp, 0), why);
+    LOG_ERROR("%s", text);
     for (int r = 0; r < d->world_size; r++)
-      if (r != d->world_rank) cp->cbs->on_peer_lost(cp->ud, r);
+      if (r != d->world_rank) cp->cbs->on_peer_lost(cp->ud, r, text);
   } else {
-    LOG_ERROR("control plane: lost rank %d: %s", c->peer, why);
-    cp->cbs->on_peer_lost(cp->ud, c->peer);
+    snprintf(text, sizeof(text), "daemon at world rank %d (%.128s) lost: %.200s", c->peer,
+             addr_of(cp, c->peer), why);
+    LOG_ERROR("control plane: %s", text);
+    cp->cbs->on_peer_lost(cp->ud, c->peer, text);
   }
   cp->cbs->after_input(cp->ud);
+}
+
+static uint64_t peer_timeout(const srv_ctrl *cp) {
+  return cp->d->peer_timeout_ms ? *cp->d->peer_timeout_ms : PW_DEFAULT_TIMEOUT_MS;
+}
+
+/* Did this daemon itself not run (stopped, starved) since it last looked (peerwatch.h)? Checked
+ * by the heartbeat timer and before any input is handled (after a stop, epoll may hand over input
+ * before the timers run). A member, or a leader whose gap stays clearly under the timeout, restarts
+ * its peers' silence (1). A leader whose gap may have let its members declare it lost closes every
+ * connection (2) before it reads a byte: a READY that a member sent before it gave up on the
+ * leader would otherwise get a collective numbered that the member never runs, and the leader's
+ * engine would wait in MPI for it forever. A member may still act on what the leader sent before
+ * (numbered collectives that the job's other ranks run too). */
+static int stall_check(srv_ctrl *cp, uint64_t now) {
+  uint64_t timeout = peer_timeout(cp), prev = cp->hb_last_check;
+  if (cp->d->stopping || !pw_tick(&cp->hb_last_check, now, timeout)) return 0;
+  uint64_t gap = now - prev;
+  if (cp->d->world_rank == 0 && pw_stall_fatal(gap, timeout)) {
+    char why[200];
+    snprintf(why, sizeof(why),
+             "the leader (this daemon) did not run for %llu ms (peer timeout %llu ms): its peers "
+             "may have declared it lost",
+             (unsigned long long)gap, (unsigned long long)timeout);
+    LOG_ERROR("control plane: %s; closing every connection", why);
+    for (ctrl_conn *c = cp->conns, *next; c; c = next) {
+      next = c->next;
+      if (c->connected && !c->closing && c->peer >= 0) conn_close(c, why);
+    }
+    return 2;
+  }
+  LOG_WARN(
+      "control plane: this daemon did not run for %llu ms (stopped or starved); its peers "
+      "get a new %llu ms before they count as silent",
+      (unsigned long long)gap, (unsigned long long)timeout);
+  for (ctrl_conn *c = cp->conns; c; c = c->next)
+    if (c->connected && !c->closing && c->peer >= 0) pw_restart(&c->pw, now);
+  return 1;
+}
+
+void srv_ctrl_guard(srv_net *d) {
+  if (d->cp) (void)stall_check(d->cp, clock_ms());
 }
 
 static void on_frame(ctrl_conn *c, const uint8_t *p, size_t len) {
@@ -189,15 +267,19 @@ static void on_frame(ctrl_conn *c, const uint8_t *p, size_t len) {
     /* Constant-time comparison of the secret. */
     uint8_t diff = len == 8 + CTRL_TOKEN ? 0 : 1;
     for (int i = 0; i < CTRL_TOKEN && !diff; i++) diff |= p[8 + i] ^ cp->token[i];
-    if (dst != -1 || src <= 0 || src >= d->world_size || cp->by_rank[src] || diff) {
+    if (dst != -1 || src <= 0 || src >= d->world_size || cp->by_rank[src] || cp->lost[src] ||
+        diff) {
       LOG_WARN("control plane: refused a connection (%s)",
-               diff ? "wrong secret: not a daemon of this world" : "bad hello");
+               diff                 ? "wrong secret: not a daemon of this world"
+               : cp->lost[src] != 0 ? "its world rank was declared lost: restart the world"
+                                    : "bad hello");
       conn_close(c, "bad hello");
       return;
     }
     c->peer = src;
     c->connected = 1;
     c->accepted_ms = 0;
+    pw_start(&c->pw, clock_ms());
     cp->npend--;
     cp->by_rank[src] = c;
     cp->nhello++;
@@ -207,6 +289,7 @@ static void on_frame(ctrl_conn *c, const uint8_t *p, size_t len) {
       LOG_INFO("control plane: all %d peers connected", d->world_size - 1);
     return;
   }
+  if (dst == CTRL_DST_BEAT && len == 8) return; /* a heartbeat: on_read noted the bytes */
   if (src < 0 || src >= d->world_size || dst < 0 || dst >= d->world_size) {
     conn_close(c, "frame with a bad source or destination rank");
     return;
@@ -239,11 +322,14 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   ctrl_conn *c = s->data;
+  uint64_t now = clock_ms();
+  if (stall_check(c->cp, now) == 2 || c->closing) return; /* what it read is dropped */
   if (n < 0) {
     conn_close(c, n == UV_EOF ? "connection closed" : uv_strerror((int)n));
     return;
   }
   c->in_len += (size_t)n;
+  if (n > 0) c->pw.last_rx = now; /* any bytes are a sign of life (a large frame, too) */
   size_t off = 0;
   while (!c->closing && c->in_len - off >= 4) {
     uint32_t l = get32(c->in + off);
@@ -332,6 +418,7 @@ static void on_connect(uv_connect_t *req, int status) {
   c->peer = 0;
   c->connected = 1;
   cp->by_rank[0] = c;
+  pw_start(&c->pw, clock_ms());
   uint8_t hello[12 + CTRL_TOKEN];
   put32(hello, 8 + CTRL_TOKEN);
   put32(hello + 4, (uint32_t)cp->d->world_rank);
@@ -341,6 +428,39 @@ static void on_connect(uv_connect_t *req, int status) {
   uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
   flush_queue(cp, 0);
   LOG_INFO("control plane: connected to the leader");
+}
+
+/* Heartbeats and silence (peerwatch.h): every live connection that sent nothing for the interval
+ * sends a heartbeat; one silent past the timeout is closed as lost. The period follows the
+ * timeout, which may change live. */
+static void hb_timer_cb(uv_timer_t *t) {
+  srv_ctrl *cp = t->data;
+  if (cp->d->stopping) return;
+  uint64_t now = clock_ms(), timeout = peer_timeout(cp);
+  (void)stall_check(cp, now);
+  for (ctrl_conn *c = cp->conns, *next; c; c = next) {
+    next = c->next;
+    if (!c->connected || c->closing || c->peer < 0) continue;
+    uint64_t silent;
+    pw_verdict v = pw_check(&c->pw, now, timeout, &silent);
+    if (v == PW_LOST) {
+      char why[160];
+      snprintf(why, sizeof(why), "silent for %llu ms (peer timeout %llu ms)",
+               (unsigned long long)silent, (unsigned long long)timeout);
+      conn_close(c, why);
+    } else if (v == PW_BEAT) {
+      uint8_t beat[12];
+      put32(beat, 8);
+      put32(beat + 4, (uint32_t)cp->d->world_rank);
+      put32(beat + 8, (uint32_t)CTRL_DST_BEAT);
+      conn_write(c, beat, sizeof(beat));
+    }
+  }
+  uint64_t period = pw_period(timeout);
+  if (period != cp->hb_period) {
+    cp->hb_period = period;
+    uv_timer_set_repeat(t, period);
+  }
 }
 
 static void advertised_host(srv_net *d, char *host, size_t len) {
@@ -399,8 +519,9 @@ fgb_status srv_ctrl_listen(srv_net *d, const ctrl_cbs *cbs, void *ud, char addr[
   cp->by_rank = calloc((size_t)d->world_size, sizeof(*cp->by_rank));
   cp->queue = calloc((size_t)d->world_size, sizeof(*cp->queue));
   cp->qtail = calloc((size_t)d->world_size, sizeof(*cp->qtail));
+  cp->lost = calloc((size_t)d->world_size, 1);
   d->cp = cp;
-  if (!cp->by_rank || !cp->queue || !cp->qtail)
+  if (!cp->by_rank || !cp->queue || !cp->qtail || !cp->lost)
     return snprintf(err, errlen, "out of memory"), FGB_ENOMEM;
   uv_tcp_init(d->loop, &cp->listener);
   cp->listener.data = cp;
@@ -419,6 +540,13 @@ fgb_status srv_ctrl_listen(srv_net *d, const ctrl_cbs *cbs, void *ud, char addr[
     uv_timer_start(cp->hello_timer, hello_timer_cb, 1000, 1000);
     uv_unref((uv_handle_t *)cp->hello_timer);
   }
+  if ((cp->hb_timer = malloc(sizeof(*cp->hb_timer))) != NULL) {
+    uv_timer_init(d->loop, cp->hb_timer);
+    cp->hb_timer->data = cp;
+    cp->hb_period = pw_period(peer_timeout(cp));
+    uv_timer_start(cp->hb_timer, hb_timer_cb, cp->hb_period, cp->hb_period);
+    uv_unref((uv_handle_t *)cp->hb_timer);
+  }
   struct sockaddr_storage ss;
   int sl = sizeof(ss);
   uv_tcp_getsockname(&cp->listener, (struct sockaddr *)&ss, &sl);
@@ -432,6 +560,13 @@ fgb_status srv_ctrl_connect(srv_net *d, const char *addrs, const uint8_t token[C
                             char *err, size_t errlen) {
   srv_ctrl *cp = d->cp;
   memcpy(cp->token, token, CTRL_TOKEN);
+  /* The leader names any lost peer; a member only the leader. */
+  size_t nkeep = d->world_rank == 0 ? (size_t)d->world_size : 1;
+  if ((cp->addrs = malloc(nkeep * CTRL_ADDR_MAX)) != NULL) {
+    memcpy(cp->addrs, addrs, nkeep * CTRL_ADDR_MAX);
+    for (size_t i = 0; i < nkeep; i++) cp->addrs[i * CTRL_ADDR_MAX + CTRL_ADDR_MAX - 1] = 0;
+    cp->naddrs = nkeep;
+  }
   if (d->world_rank == 0) return FGB_OK;
   char leader[CTRL_ADDR_MAX];
   memcpy(leader, addrs, CTRL_ADDR_MAX);
@@ -470,14 +605,11 @@ void srv_ctrl_close(srv_net *d) {
     uv_close((uv_handle_t *)&cp->listener, NULL);
   }
   if (cp->hello_timer) uv_close((uv_handle_t *)cp->hello_timer, hello_timer_free_cb);
+  if (cp->hb_timer) uv_close((uv_handle_t *)cp->hb_timer, hello_timer_free_cb);
   while (cp->conns) conn_close(cp->conns, "shutting down");
-  for (int r = 0; r < d->world_size; r++) {
-    while (cp->queue[r]) {
-      ctrl_msg *m = cp->queue[r];
-      cp->queue[r] = m->next;
-      free(m);
-    }
-  }
+  for (int r = 0; r < d->world_size; r++) drop_queue(cp, r);
+  free(cp->lost);
+  free(cp->addrs);
   free(cp->by_rank);
   free(cp->queue);
   free(cp->qtail);

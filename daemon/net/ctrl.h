@@ -6,7 +6,12 @@
  * then the coordinator's bytes. The first frame of a non-leader is its hello (destination -1, the
  * world's CTRL_TOKEN-byte secret as bytes): the port listens on every interface, and the secret
  * (made by rank 0, sent over MPI at bootstrap) keeps other processes from posing as a daemon. The
- * leader forwards frames addressed to another rank, so any rank can reach any other. */
+ * leader forwards frames addressed to another rank, so any rank can reach any other.
+ * Liveness (peerwatch.h): after the hello, a side that sent nothing for the heartbeat interval
+ * sends a heartbeat, a frame with nothing after the ranks and destination CTRL_DST_BEAT; it is
+ * never handed up. A peer from which nothing arrived for more than the peer timeout (srv_net's
+ * peer_timeout_ms) is declared lost: its connection is closed (a stopped daemon that resumes finds
+ * it closed) and reported up with the silence in the reason. */
 #ifndef FGB_SRV_CTRL_H
 #define FGB_SRV_CTRL_H
 
@@ -18,14 +23,17 @@
 #define CTRL_ADDR_MAX 128
 #define CTRL_MAX_FRAME (64u << 20)
 #define CTRL_TOKEN 16
+#define CTRL_DST_BEAT (-2) /* destination of a heartbeat frame */
 
 /* What the control plane hands up (it carries bytes and never names their reader). */
 typedef struct ctrl_cbs {
   /* A message for this rank from world rank src (src is this rank for one it sent itself). */
   fgb_status (*on_message)(void *ud, int src, const uint8_t *bytes, size_t len, char *err,
                            size_t errlen);
-  /* World rank `rank` became unreachable. */
-  void (*on_peer_lost)(void *ud, int rank);
+  /* World rank `rank` became unreachable; why names the daemon (rank, address) and the cause, e.g.
+   * "daemon at world rank 2 (10.0.0.3:4711) lost: silent for 2013 ms (peer timeout 2000 ms)". On
+   * a non-leader, losing the leader reports every other rank with the leader's reason. */
+  void (*on_peer_lost)(void *ud, int rank, const char *why);
   /* A frame from a peer or a lost connection has been handed up (not after a message to itself). */
   void (*after_input)(void *ud);
 } ctrl_cbs;
@@ -36,11 +44,14 @@ typedef struct ctrl_cbs {
 fgb_status srv_ctrl_listen(srv_net *d, const ctrl_cbs *cbs, void *ud, char addr[CTRL_ADDR_MAX],
                            char *err, size_t errlen);
 /* With every rank's address (world_size x CTRL_ADDR_MAX bytes) and the world's secret: non-leaders
- * connect to rank 0. */
+ * connect to rank 0. The addresses are kept to name lost peers; heartbeats start. */
 fgb_status srv_ctrl_connect(srv_net *d, const char *addrs, const uint8_t token[CTRL_TOKEN],
                             char *err, size_t errlen);
 /* Queue a coordinator message for world rank `peer` (copied). */
 void srv_ctrl_send(srv_ctrl *cp, int peer, const uint8_t *bytes, size_t len);
+/* Call before handling any input (client frames, ring doorbells): a leader that did not run for
+ * nearly the peer timeout closes its control plane first (ctrl.c, stall_check). */
+void srv_ctrl_guard(srv_net *d);
 /* 1 once every peer this rank talks to is connected (leader: all hellos received). */
 int srv_ctrl_ready(const srv_ctrl *cp);
 void srv_ctrl_close(srv_net *d);

@@ -84,6 +84,9 @@ struct srv_net {
   int nallow_gids;
   const char *cp_addr;             /* advertised control-plane host, "" = from gethostname() */
   uint16_t cp_port_lo, cp_port_hi; /* the control plane's port range, 0 = any */
+  /* ms of silence after which a control-plane peer is lost (0: never; NULL: the default). Read at
+   * every check, so a live setting takes effect at once. */
+  const uint64_t *peer_timeout_ms;
   int hot_default; /* the hot window is on unless FGBUFF_HOT_US says otherwise (GPU daemons) */
   /* The socket's name (NULL: "<runtime_dir>/cpu<local_index>.sock"): snprintf's return. */
   int (*sock_name)(void *ud, char *out, size_t cap);

@@ -25,6 +25,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "ctrl.h"
 #include "fds.h"
 #include "log.h"
 #include "ring.h"
@@ -127,6 +128,7 @@ static void ring_bell_cb(uv_poll_t *h, int status, int events) {
   srv_ring *r = h->data;
   srv_conn *s = r->s;
   if (!s || s->closing) return;
+  srv_ctrl_guard(s->net); /* a leader back from a stop closes its control plane first */
   uint64_t v;
   /* clears the counter; EAGAIN: nothing to clear */
   if (bell_read(r->efd, r->nowait, &v) < 0 && errno == EPERM) {

@@ -20,6 +20,7 @@
 
 #include "clock.h"
 #include "conncap.h"
+#include "ctrl.h"
 #include "env.h"
 #include "fds.h"
 #include "linger.h"
@@ -245,7 +246,8 @@ static void session_read(srv_conn *s) {
 static void session_poll_cb(uv_poll_t *h, int status, int events) {
   srv_conn *s = h->data;
   if (s->closing) return;
-  if (s->close_why) { /* a send failed under a caller: close here, on a clean stack */
+  srv_ctrl_guard(s->net); /* a leader back from a stop closes its control plane first */
+  if (s->close_why) {     /* a send failed under a caller: close here, on a clean stack */
     srv_session_close(s, s->close_why);
     return;
   }

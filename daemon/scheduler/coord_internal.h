@@ -97,7 +97,7 @@ void coord_leader_free(coord_leader *l);
 /* Handle one daemon→leader message from world rank `from`. Rejected requests are answered with
  * ERROR (or REFUSED) to the sender and return a negative status with err. */
 fgb_status coord_leader_handle(coord *c, int from, const coord_msg *m, char *err, size_t errlen);
-void coord_leader_peer_lost(coord *c, int world_rank);
+void coord_leader_peer_lost(coord *c, int world_rank, const char *why);
 void coord_leader_tick(coord *c);
 /* coord_fuse.c: the earliest end of a held fusion cycle (UINT64_MAX: none). */
 uint64_t coord_fuse_due(const coord *c);

@@ -40,7 +40,8 @@ typedef struct pre_block {
 typedef struct ljob {
   coord_job_id id;
   int size, formed, njoined, nleft;
-  uint32_t uid; /* the first joiner's client uid: every rank's must be the same */
+  uint32_t uid;     /* the first joiner's client uid: every rank's must be the same */
+  uint64_t join_ms; /* when its first JOIN arrived (COORD_NO_TIME before any coord_tick) */
   uint64_t job_key;
   int *members;   /* world rank per job rank, -1 if not joined */
   uint32_t *gens; /* join generation per job rank (echoed in FORMED and ABORT) */
@@ -122,6 +123,8 @@ ljob *coord_lead_member_job(coord *c, int from, const coord_msg *m, fgb_status *
  * member's READY, PRE and RECALL need before anything of a step can be said. */
 ljob *coord_lead_formed_job(coord *c, int from, const coord_msg *m, fgb_status *st, char *err,
                             size_t errlen);
+/* Aborts every job that has not formed within the formation deadline (from coord_leader_tick). */
+void coord_lead_form_deadline(coord *c);
 /* coord_fuse.c */
 /* Numbers and sends one ISSUE of keys[0..n) (1 <= n <= COORD_MAX_BATCH) of job j and step. */
 void coord_lead_issue(coord *c, ljob *j, uint64_t step, const uint32_t *keys, uint32_t n);

@@ -257,6 +257,7 @@ static fgb_status on_join(coord *c, int from, const coord_msg *m, char *err, siz
     j->id = m->job;
     j->size = m->size;
     j->uid = m->client_uid;
+    j->join_ms = c->ticked ? coord_clock(c) : COORD_NO_TIME;
     for (int r = 0; r < j->size; r++) j->members[r] = -1;
     j->next = l->jobs;
     l->jobs = j;
@@ -467,7 +468,40 @@ fgb_status coord_leader_handle(coord *c, int from, const coord_msg *m, char *err
   return FGB_EPROTO;
 }
 
-void coord_leader_peer_lost(coord *c, int world_rank) {
+void coord_lead_form_deadline(coord *c) {
+  uint64_t form_ms = coord_cfg(c)->form_ms, now = coord_now(c);
+  if (!form_ms) return;
+  ljob *next;
+  for (ljob *j = coord_get_leader(c)->jobs; j; j = next) {
+    next = j->next;
+    if (j->formed) continue;
+    if (j->join_ms == COORD_NO_TIME) j->join_ms = now; /* joined before any tick */
+    if (j->join_ms >= now || now - j->join_ms <= form_ms) continue;
+    /* "rank(s) 1, 2 of 3 never joined (rank 0 joined on world rank 0)": cut to fit the text. */
+    char missing[200], joined[200], t[COORD_MAX_TEXT + 1];
+    size_t mo = 0, jo = 0;
+    int nmiss = 0, cut = 0;
+    missing[0] = joined[0] = '\0';
+    for (int r = 0; r < j->size; r++) {
+      if (j->members[r] < 0) {
+        nmiss++;
+        if (mo < sizeof missing - 16)
+          mo = coord_json_putf(missing, sizeof missing, mo, "%s%d", mo ? ", " : "", r);
+        else if (!cut++)
+          mo = coord_json_putf(missing, sizeof missing, mo, ", ...");
+      } else if (jo < sizeof joined - 40) {
+        jo = coord_json_putf(joined, sizeof joined, jo, "%srank %d on world rank %d",
+                             jo ? ", " : "", r, j->members[r]);
+      }
+    }
+    coord_fmt(t, sizeof t,
+              "job '%.200s' did not form within %llu ms: %s %s of %d never joined (%s)", j->id.name,
+              (unsigned long long)form_ms, nmiss == 1 ? "rank" : "ranks", missing, j->size, joined);
+    coord_lead_abort(c, j, -1, -1, t);
+  }
+}
+
+void coord_leader_peer_lost(coord *c, int world_rank, const char *why) {
   coord_leader *l = coord_get_leader(c);
   ljob *next;
   for (ljob *j = l->jobs; j; j = next) {
@@ -475,8 +509,11 @@ void coord_leader_peer_lost(coord *c, int world_rank) {
     for (int r = 0; r < j->size; r++) {
       if (j->members[r] == world_rank && !j->left[r]) {
         char t[COORD_MAX_TEXT + 1];
-        coord_fmt(t, sizeof t, "rank %d of job '%s' failed: daemon at world rank %d lost", r,
-                  j->id.name, world_rank);
+        if (why && why[0])
+          coord_fmt(t, sizeof t, "rank %d of job '%s' failed: %s", r, j->id.name, why);
+        else
+          coord_fmt(t, sizeof t, "rank %d of job '%s' failed: daemon at world rank %d lost", r,
+                    j->id.name, world_rank);
         coord_lead_abort(c, j, r, world_rank, t);
         break;
       }

@@ -187,6 +187,7 @@ fgb_status coord_lead_on_ready(coord *c, int from, const coord_msg *m, char *err
 /* ---- stalls and status --------------------------------------------------------------------- */
 void coord_leader_tick(coord *c) {
   coord_fuse_tick(c); /* held groups whose cycle ended */
+  coord_lead_form_deadline(c);
   uint64_t stall_ms = coord_cfg(c)->stall_ms, now = coord_now(c);
   if (!stall_ms) return;
   for (ljob *j = coord_get_leader(c)->jobs; j; j = j->next) {

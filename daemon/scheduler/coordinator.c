@@ -101,7 +101,12 @@
  * as an abort of every job with a (not yet left) rank on w (ABORT to every member but w); a
  * non-leader that loses world rank 0 aborts all its jobs locally ("control plane leader (world
  * rank 0) lost"), refuses further local calls with FGB_EPEER, and coord_leader_gone says so
- * (jobs it already left get no ABORT any more).
+ * (jobs it already left get no ABORT any more). coord_peer_lost_why puts the control plane's
+ * reason (daemon, address, silence) in those texts instead.
+ * Formation deadline (cfg.form_ms > 0; 0 disables; coord_set_timeouts changes it live): on
+ * coord_tick the leader aborts a job not formed more than form_ms after its first JOIN arrived
+ * (ABORT, failed_rank -1, to every rank that joined: "job 'x' did not form within N ms: ranks 1, 3
+ * of 4 never joined (rank 0 on world rank 1, ...)") and forgets it.
  * Rejected requests of a daemon (unknown job or key, rank not in the job, READY before FORMED)
  * get ERROR -> COORD_EV_ERROR (code = the fgb_status) on that daemon; coord_on_message on the
  * leader then also returns that status (not FGB_EPROTO: the link is fine). Only FGB_EPROTO means
@@ -522,11 +527,21 @@ int coord_leader_gone(const coord *c) {
   return c && !c->leader && c->leader_lost;
 }
 
+void coord_set_timeouts(coord *c, uint64_t stall_ms, uint64_t form_ms) {
+  if (!c) return;
+  c->cfg.stall_ms = stall_ms;
+  c->cfg.form_ms = form_ms;
+}
+
 void coord_peer_lost(coord *c, int world_rank) {
+  coord_peer_lost_why(c, world_rank, NULL);
+}
+
+void coord_peer_lost_why(coord *c, int world_rank, const char *why) {
   if (!c || world_rank < 0 || world_rank >= c->cfg.world_size) return;
   if (world_rank == c->cfg.world_rank) return;
   if (c->leader) {
-    coord_leader_peer_lost(c, world_rank);
+    coord_leader_peer_lost(c, world_rank, why);
     return;
   }
   if (world_rank != 0) return; /* the leader tells us which jobs that loss aborts */
@@ -537,7 +552,10 @@ void coord_peer_lost(coord *c, int world_rank) {
     coord_event_init(&ev, COORD_EV_JOB_ABORTED, NULL);
     ev.job = j->id;
     ev.job_key = j->job_key;
-    coord_fmt(ev.text, sizeof ev.text, "control plane leader (world rank 0) lost");
+    if (why && why[0])
+      coord_fmt(ev.text, sizeof ev.text, "%s", why);
+    else
+      coord_fmt(ev.text, sizeof ev.text, "control plane leader (world rank 0) lost");
     (void)coord_push_event(c, &ev);
     coord_drop_local(c, j);
   }

@@ -43,6 +43,9 @@ typedef struct coord_config {
   /* coord_join's fusion threshold: max dense bytes per issued group (0 = one tensor per group),
    * with no cycle (what one READY completes is issued at once). coord_join_fusion sets both. */
   uint32_t fusion_bytes;
+  /* Formation deadline (0: none): a job whose ranks have not all joined this long after its first
+   * JOIN reached the leader is aborted on every daemon that joined, naming the missing ranks. */
+  uint64_t form_ms;
 } coord_config;
 
 /* Job identity: name + incarnation (two runs with the same name never merge). */
@@ -162,8 +165,13 @@ fgb_status coord_recall(coord *c, const coord_job_id *job);
  * daemon handed to its engine (0: none). From now on it hands none over until COORD_EV_REVOKE. */
 fgb_status coord_recall_answer(coord *c, const coord_job_id *job, uint32_t recall_id,
                                uint64_t handed_seq);
-/* A peer daemon is gone (control-plane connection lost): every job with a rank there aborts. */
+/* A peer daemon is gone (control-plane connection lost): every job with a rank there aborts.
+ * coord_peer_lost_why: the same with the reason in every abort's text (the control plane names
+ * the daemon, its address and the silence); NULL or "" says only that it was lost. */
 void coord_peer_lost(coord *c, int world_rank);
+void coord_peer_lost_why(coord *c, int world_rank, const char *why);
+/* Live settings: stall_ms and form_ms of coord_config (checked at the next coord_tick). */
+void coord_set_timeouts(coord *c, uint64_t stall_ms, uint64_t form_ms);
 /* 1 once this (non-leader) daemon lost the leader (world rank 0): no ABORT can come any more. */
 int coord_leader_gone(const coord *c);
 

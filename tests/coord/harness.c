@@ -20,7 +20,7 @@ void h_init(harness *h, int n, uint64_t seed, uint64_t stall_ms, uint32_t fusion
   h->n = n;
   h->rng = seed * 0x9e3779b97f4a7c15ull + 1;
   for (int d = 0; d < n; d++) {
-    coord_config cfg = {d, n, stall_ms, fusion_bytes};
+    coord_config cfg = {d, n, stall_ms, fusion_bytes, 0};
     h->c[d] = coord_new(&cfg);
     REQUIRE(h->c[d]);
   }

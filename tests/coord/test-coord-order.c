@@ -178,7 +178,7 @@ static void run(uint64_t seed, uint32_t fusion) {
 
 /* A world of one daemon: the leader is the only member; everything is handled in place. */
 static void run_single(void) {
-  coord_config cfg = {0, 1, 0, 0};
+  coord_config cfg = {0, 1, 0, 0, 0};
   coord *c = coord_new(&cfg);
   REQUIRE(c);
   coord_job_id job = h_job("solo", 1);

@@ -9,6 +9,9 @@
  *   --skip K        tensor K is never submitted (flushed with zeros at end of step)
  *   --die-at S      at step S, submit half the tensors, then SIGKILL ourselves
  *   --sleep-ms MS   at step --sleep-at (default 1), sleep MS inside the step before submitting
+ *   --hold-file F   at step --sleep-at, print "holding at step S" and wait (before submitting)
+ *                   until file F exists (the test decides when the step goes on)
+ *   --step-ms MS    sleep MS after each completed step (a job that lasts while a test acts)
  *   --pipeline 1    several steps in flight: each tensor waits for its previous step only
  *   --adhoc-every K after every K-th step's wait: an ad-hoc all-reduce (sum) of tensor 0 (fp32)
  *                   holding (rank + 1) * step, checked exactly (a loss all-reduce between steps)
@@ -187,7 +190,8 @@ static int adhoc(fgb_client *c, uint32_t tid, float *v, int rank, int size, int 
 int main(int argc, char **argv) {
   hcu_args ca = {.rank = -1, .size = -1, .steps = 3, .sock = NULL, .job = "synctest"};
   int skip = -1, die_at = -1, sleep_ms = 0, sleep_at = 1;
-  int expect_err = 0, deadline_ms = 10000, pipeline = 0, adhoc_every = 0;
+  int expect_err = 0, deadline_ms = 10000, pipeline = 0, adhoc_every = 0, step_ms = 0;
+  const char *hold_file = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *a = argv[i], *v = argv[i + 1];
     if (hcu_arg(a, v, &ca)) continue;
@@ -207,6 +211,10 @@ int main(int argc, char **argv) {
       pipeline = atoi(v);
     else if (!strcmp(a, "--adhoc-every"))
       adhoc_every = atoi(v);
+    else if (!strcmp(a, "--hold-file"))
+      hold_file = v;
+    else if (!strcmp(a, "--step-ms"))
+      step_ms = atoi(v);
     else {
       fprintf(stderr, "syncclient: unknown option %s\n", a);
       return 2;
@@ -278,6 +286,11 @@ int main(int argc, char **argv) {
     }
     for (int k = 0; k < NT; k++) fill((char *)a.ptr + off[k], k, rank, (uint64_t)s, k == skip);
     if (s == sleep_at && sleep_ms > 0) usleep((useconds_t)sleep_ms * 1000);
+    if (s == sleep_at && hold_file) {
+      printf("holding at step %d\n", s);
+      fflush(stdout);
+      while (access(hold_file, F_OK) != 0) usleep(20000);
+    }
     int nsub = 0;
     for (int j = 0; j < NT; j++) {
       int k = order(rank, j);
@@ -321,6 +334,7 @@ int main(int argc, char **argv) {
     print_hash(s, hk);
     if (adhoc_every > 0 && s % adhoc_every == 0 && adhoc(c, tid[0], (float *)a.ptr, rank, size, s))
       return 1;
+    if (step_ms > 0) usleep((useconds_t)step_ms * 1000);
   }
   if (expect_err) {
     fprintf(stderr, "rank %d: no step failed with %d\n", rank, expect_err);

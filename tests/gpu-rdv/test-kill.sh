@@ -1,12 +1,14 @@
 #!/bin/bash
-# test-kill.sh SIGNAL VICTIM — a daemon of a --rendezvous world gets SIGNAL (KILL or TERM) while its
-# peer's client waits inside a step (the victim's own client sleeps in that step): the peer daemon
-# survives and still answers fgbuffctl status, and its client gets an error within 10 s of the
-# signal (the time is printed).
+# test-kill.sh SIGNAL VICTIM — a daemon of a --rendezvous world gets SIGNAL (KILL, TERM or STOP)
+# while its peer's client waits inside a step (the victim's own client sleeps in that step): the
+# peer daemon survives and still answers fgbuffctl status, and its client gets an error within 10 s
+# of the signal (the time is printed). STOP: the world runs with --peer-timeout-ms 2000, so the
+# stopped daemon is declared lost by the heartbeats (issue 15); it is then continued and must find
+# itself lost and stop cleanly on SIGTERM.
 set -u
 pv=""
 ps=""
-sig="${1:?usage: test-kill.sh KILL|TERM VICTIM_RANK}"
+sig="${1:?usage: test-kill.sh KILL|TERM|STOP VICTIM_RANK}"
 victim="${2:?}"
 survivor=$((1 - victim))
 here="$(dirname "$0")"
@@ -14,8 +16,10 @@ source "$here/rdv-world.sh"
 gpu_need 2
 bin="${FGBUFF_TEST_BIN:?}"
 ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
-rdv_world_start 2 || exit 1
-trap 'kill -KILL $pv 2>/dev/null; rdv_world_stop >/dev/null 2>&1' EXIT
+wargs=()
+[ "$sig" = STOP ] && wargs=(--peer-timeout-ms 2000)
+rdv_world_start 2 "${wargs[@]}" || exit 1
+trap '[ -n "${vpid:-}" ] && kill -CONT "$vpid" 2>/dev/null; kill -KILL $pv 2>/dev/null; rdv_world_stop >/dev/null 2>&1' EXIT
 out="$FGBUFF_RUNTIME_DIR"
 vsock="$(eval echo "\$RDV_SOCK_$victim")"
 ssock="$(eval echo "\$RDV_SOCK_$survivor")"
@@ -65,6 +69,12 @@ if [ "$sig" = TERM ]; then # an orderly stop: the victim exits by itself
   for _ in $(seq 1 100); do kill -0 "$vpid" 2>/dev/null || break; sleep 0.2; done
   kill -0 "$vpid" 2>/dev/null && { echo "daemon $victim still runs 20 s after SIGTERM"; rc=1; }
   grep -q stopped "$out/daemon$victim.log" || { echo "daemon $victim did not stop cleanly"; rc=1; }
+fi
+if [ "$sig" = STOP ]; then # resumed, the victim finds itself lost and stays sane
+  kill -CONT "$vpid"
+  for _ in $(seq 1 50); do grep -q "lost" "$out/daemon$victim.log" && break; sleep 0.1; done
+  grep -q "lost" "$out/daemon$victim.log" || { echo "the resumed daemon $victim did not see its loss"; rc=1; }
+  kill -0 "$vpid" 2>/dev/null || { echo "the resumed daemon $victim died"; rc=1; }
 fi
 kill -KILL $pv 2>/dev/null
 wait $pv 2>/dev/null

@@ -10,7 +10,8 @@
 #
 # Inputs: FGBUFF_BIN_DIR (build dir holding daemon/fgbuffd, or the folder holding fgbuffd itself;
 # default: build/ next to this file's repository), WORLD_START_TIMEOUT (s, default 60),
-# WORLD_STOP_TIMEOUT (s, default 30).
+# WORLD_STOP_TIMEOUT (s, default 30), WORLD_MPIRUN_ARGS (extra mpirun flags, e.g.
+# --enable-recovery: the others keep running when a daemon dies).
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
@@ -38,7 +39,8 @@ world_start() {
   chmod 700 "$FGBUFF_RUNTIME_DIR"
   export FGBUFF_RUNTIME_DIR
   export FGBUFF_WORLD_LOG="$FGBUFF_RUNTIME_DIR/world.log"
-  mpirun --oversubscribe -x FGBUFF_RUNTIME_DIR -np "$n" "$bin" --device cpu \
+  # shellcheck disable=SC2086
+  mpirun --oversubscribe ${WORLD_MPIRUN_ARGS:-} -x FGBUFF_RUNTIME_DIR -np "$n" "$bin" --device cpu \
     --runtime-dir "$FGBUFF_RUNTIME_DIR" "$@" >"$FGBUFF_WORLD_LOG" 2>&1 &
   FGBUFF_WORLD_PID=$!
   export FGBUFF_WORLD_PID

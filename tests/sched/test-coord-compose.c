@@ -100,7 +100,7 @@ int main(void) {
   job.incarnation = 1;
   for (int d = 0; d < ND; d++) {
     /* the coordinator batches whatever became ready together; the policy splits it */
-    coord_config cfg = {d, ND, 0, 1u << 30};
+    coord_config cfg = {d, ND, 0, 1u << 30, 0};
     cs[d] = coord_new(&cfg);
     REQUIRE(cs[d]);
     REQUIRE(coord_join(cs[d], &job, d, ND) == FGB_OK);
