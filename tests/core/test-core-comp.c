@@ -7,16 +7,23 @@
  *    here (per rank: a = residual + gradient, the k largest |a| with ties to the lower index sent,
  *    the rest kept; result = sum over ranks in rank order x 1/P, as the decoder adds);
  *  - compressor state export and import through core_state (the round trip changes nothing);
+ *  - topk inside a static plan (fgbuff): in a mixed buffer, in an all-compressed buffer the plan
+ *    compresses, and (`test-core-comp dense`, ctest core-comp-dense) in one the plan sends dense
+ *    by cost: the residual folded in once, then dense averages;
  *  - the cross-rank settings check (cp_agree): a different density, different options, or a
  *    compressor on one rank only fail that tensor's Done with FGB_EMISMATCH and the same text on
  *    every rank, step after step, while a dense tensor of the same steps still synchronises.
- * The job's warm-up is longer than the test, so no compression decision (a dense verdict) applies.
+ * The dynamic (policy none) jobs' warm-up is longer than the test, so no compression decision (a
+ * dense verdict from measured costs) applies to them.
  * ctest runs it with FGBUFF_PREISSUE=0 and 1 (core-comp, core-comp-preissue). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "coordinator.h"
+#include "plan_exec.h"
+#include "plan_internal.h"
 #include "test.h"
 #include "world.h"
 
@@ -181,6 +188,83 @@ static void test_topk(int n, uint64_t steps) {
   w_stop(&w);
 }
 
+/* topk in a static plan (fgbuff, 2 ranks, warm-up 2: the plan runs from step 5), three tensors of
+ * 32 floats submitted in the backward order t2, t1, t0; t1 has topk, t0 and t2 too when all_comp,
+ * else they are dense. Every step matches a reference computed here:
+ *  - mixed (all_comp 0): a buffer with a dense member is dense by construction, its compressed
+ *    member still sparsified per tensor (topk at every step);
+ *  - all compressed, compressing cheap (main's default cost scale 1e-9): the plan compresses, each
+ *    member sparsified per tensor (topk at every step);
+ *  - all compressed, compressing dear (`test-core-comp dense`: scale 1e9): the plan sends the
+ *    buffer dense by cost, so from step 5 each member's residual is folded in once (residual +
+ *    gradient averaged, the residual cleared) and later steps are plain dense averages. */
+static void test_topk_plan(int all_comp, int dense) {
+  world w;
+  w_start(&w, 2);
+  uint32_t warmup = 2, replan = 50;
+  for (int r = 0; r < 2; r++) {
+    w.r[r].c.plan_warmup_steps = &warmup;
+    w.r[r].c.replan_steps = &replan;
+  }
+  w_join(&w, "tp", "fgbuff");
+  static const uint64_t off[3] = {OFF_G, OFF_D, OFF_M};
+  static const char *const names[3] = {"t0", "t1", "t2"};
+  int comp[3] = {all_comp, 1, all_comp};
+  uint32_t t[3];
+  for (int k = 0; k < 3; k++) {
+    core_tensor_args a[W_MAX];
+    for (int r = 0; r < 2; r++)
+      a[r] = comp[k] ? targs(names[k], N_G, off[k], "topk", 0.125, NULL)
+                     : targs(names[k], N_G, off[k], "", 0, NULL);
+    t[k] = w_tensor_args(&w, a, 1);
+  }
+  float resid[3][2][N_G] = {{{0}}};
+  const uint64_t steps = 8, first = 5;
+  for (uint64_t s = 1; s <= steps; s++) {
+    float sum[3][N_G] = {{0}};
+    for (int r = 0; r < 2; r++) {
+      for (int k = 0; k < 3; k++) {
+        float gr[N_G];
+        for (uint64_t i = 0; i < N_G; i++) gr[i] = w_f32(&w, r, off[k])[i] = grad(r + 2 * k, i, s);
+        if (comp[k] && !(dense && s >= first)) {
+          ref_topk(resid[k][r], gr, N_G, 4, sum[k]);
+        } else {
+          for (uint64_t i = 0; i < N_G; i++) sum[k][i] += resid[k][r][i] + gr[i];
+          memset(resid[k][r], 0, sizeof(resid[k][r]));
+        }
+      }
+      w_rank *x = &w.r[r];
+      for (int k = 2; k >= 0; k--) core_submit(&x->c, x->job, &x->sess, 1, t[k], s, 0, 0);
+    }
+    for (int r = 0; r < 2; r++)
+      W_UNTIL(&w,
+              dones(&w, r, t[0], s, 0) + dones(&w, r, t[1], s, 0) + dones(&w, r, t[2], s, 0) == 3);
+    for (int r = 0; r < 2; r++) {
+      CHECK(w_count(&w.r[r], REC_ERR, 0) == 0);
+      for (int k = 0; k < 3; k++)
+        for (uint64_t i = 0; i < N_G; i++)
+          CHECK_MSG(w_f32(&w, r, off[k])[i] == sum[k][i] * 0.5f,
+                    "step %llu rank %d t%d[%llu]: %g, not %g", (unsigned long long)s, r, k,
+                    (unsigned long long)i, (double)w_f32(&w, r, off[k])[i],
+                    (double)(sum[k][i] * 0.5f));
+    }
+  }
+  for (int r = 0; r < 2; r++) {
+    const srv_plan *pl = w.r[r].job->plan;
+    REQUIRE(pl && pl->nv >= 1);
+    const sched_plan *p = &pl->v[0].plan;
+    CHECK(p->first_step == first && srv_plan_buffers_issued(w.r[r].job) > 0);
+    /* The decisions the plan made for its buffers of compressed tensors only. */
+    for (uint32_t b = 0; all_comp && b < p->nbuffers; b++)
+      CHECK_MSG(p->buffers[b].compress == !dense &&
+                    (!dense || strncmp(p->buffers[b].reason, "dense: compressing costs", 24) == 0),
+                "rank %d buffer %u: compress %d (%s)", r, b, p->buffers[b].compress,
+                p->buffers[b].reason);
+    CHECK(w.r[r].job->steps_completed == steps);
+  }
+  w_stop(&w);
+}
+
 /* Settings that differ between the ranks, on 2 ranks: each compressed tensor's Done fails with
  * FGB_EMISMATCH naming both settings, the same text on both ranks, at every step; the dense d of
  * the same steps is averaged. */
@@ -225,10 +309,21 @@ static void test_mismatch(void) {
   w_stop(&w);
 }
 
-int main(void) {
+/* No argument: everything, compressing made cheap for the plans. "dense" (ctest core-comp-dense):
+ * the all-compressed plan with compressing made dear, so that its buffer goes dense by cost. The
+ * cost scale is read once, at the process's first environment lookup (base/env.c). */
+int main(int argc, char **argv) {
+  int dense = argc > 1 && strcmp(argv[1], "dense") == 0;
+  REQUIRE(setenv("FGBUFF_PLAN_COMP_COST_SCALE", dense ? "1e9" : "1e-9", 1) == 0);
+  if (dense) {
+    test_topk_plan(1, 1);
+    TEST_DONE();
+  }
   test_register_refusals();
   test_topk(2, 6);
   test_topk(3, 6);
+  test_topk_plan(0, 0);
+  test_topk_plan(1, 0);
   test_mismatch();
   TEST_DONE();
 }
