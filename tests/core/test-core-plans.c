@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coordinator.h"
 #include "plan_exec.h"
 #include "plan_internal.h"
 #include "test.h"
