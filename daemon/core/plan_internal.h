@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "coordinator.h" /* coord_event (srv_plan.defer) */
 #include "policy.h"
 
 #define RT_SLOTS 16           /* steps of ready times kept (pipelined clients run ahead) */

@@ -48,9 +48,9 @@ struct comm_req {
   slot *s;
 };
 
-enum { OP_AR = 1, OP_AG, OP_BC };
-
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static w_op g_ops[W_MAX][W_OPS];
+static int g_nops[W_MAX];
 static slot *g_slots;
 static unsigned g_gen;
 static uv_loop_t g_loop;
@@ -100,6 +100,7 @@ static fgb_status start(comm *c, int kind, const void *send, void *recv, size_t 
   } else if (s->kind != kind || s->count != count || s->dt != dt || s->root != root) {
     w_order_errors++;
   }
+  if (g_nops[c->rank] < W_OPS) g_ops[c->rank][g_nops[c->rank]++] = (w_op){kind, count};
   s->send[c->rank] = send;
   s->recv[c->rank] = recv;
   s->arrived++;
@@ -125,19 +126,29 @@ static void sum_into(void *acc, const void *x, size_t n, fgb_dtype dt) {
   }
 }
 
-/* All ranks arrived: the result, computed once into a copy (buffers may be in place). */
+/* All ranks arrived: the result, computed once into a copy (buffers may be in place, as the split
+ * halves are: a reduce-scatter's block and an all-gather's contribution lie inside the full
+ * buffer). */
 static void complete(slot *s) {
-  size_t total = s->kind == OP_AR   ? s->count * dtype_size(s->dt)
+  size_t esz = dtype_size(s->dt);
+  size_t total = s->kind == OP_AR   ? s->count * esz
+                 : s->kind == OP_RS ? s->count * esz * (size_t)s->size
                  : s->kind == OP_AG ? s->count * (size_t)s->size
                                     : s->count;
   uint8_t *tmp = calloc(1, total ? total : 1);
   REQUIRE(tmp);
   for (int r = 0; r < s->size; r++) {
     if (s->kind == OP_AR) sum_into(tmp, s->send[r], s->count, s->dt);
+    if (s->kind == OP_RS) sum_into(tmp, s->send[r], s->count * (size_t)s->size, s->dt);
     if (s->kind == OP_AG) memcpy(tmp + (size_t)r * s->count, s->send[r], s->count);
     if (s->kind == OP_BC && r == s->root) memcpy(tmp, s->recv[r], s->count);
   }
-  for (int r = 0; r < s->size; r++) memcpy(s->recv[r], tmp, total);
+  for (int r = 0; r < s->size; r++) {
+    if (s->kind == OP_RS)
+      memcpy(s->recv[r], tmp + (size_t)r * s->count * esz, s->count * esz);
+    else
+      memcpy(s->recv[r], tmp, total);
+  }
   free(tmp);
   s->done = 1;
 }
@@ -183,6 +194,12 @@ static fgb_status f_broadcast(comm *c, void *buf, size_t bytes, int root, comm_r
   return start(c, OP_BC, buf, buf, bytes, FGB_UINT8, root, req);
 }
 
+static fgb_status f_reduce_scatter(comm *c, const void *send, void *recv, size_t count_per_rank,
+                                   fgb_dtype dt, comm_req **req, char *err, size_t errlen) {
+  (void)err, (void)errlen;
+  return start(c, OP_RS, send, recv, count_per_rank, dt, 0, req);
+}
+
 static void f_abort(comm *c) {
   (void)c;
 }
@@ -191,9 +208,10 @@ static void f_destroy(comm *c) {
   free(c);
 }
 
-static const comm_ops fake = {"fake",      f_make_uid,  f_create, f_ready, f_allreduce,
-                              f_allgather, f_broadcast, f_test,   f_abort, f_destroy,
-                              NULL,        NULL,        NULL};
+/* No variable-size all-gather or all-to-all: compressors that need them fail with FGB_ENOTSUP. */
+static const comm_ops fake = {"fake",           f_make_uid,  f_create, f_ready, f_allreduce,
+                              f_allgather,      f_broadcast, f_test,   f_abort, f_destroy,
+                              f_reduce_scatter, NULL,        NULL};
 
 /* ---- the control plane: one FIFO (so every link stays in order) --------------------------- */
 typedef struct w_msg {
@@ -270,7 +288,13 @@ static void cb_coll_done(void *ud, struct srv_session *s, uint64_t req_id, uint6
 
 static void cb_state(void *ud, struct srv_session *s, uint64_t req_id, const void *data,
                      size_t len) {
-  (void)s, (void)data;
+  (void)s;
+  w_rank *r = ud;
+  free(r->state);
+  r->state = malloc(len ? len : 1);
+  REQUIRE(r->state);
+  if (len) memcpy(r->state, data, len);
+  r->state_len = len;
   rec_add(ud, REC_STATE, req_id)->n = len;
 }
 
@@ -302,6 +326,9 @@ void w_start(world *w, int n) {
   w->n = n;
   g_gen++;
   REQUIRE(uv_loop_init(&g_loop) == 0);
+  pthread_mutex_lock(&g_mu);
+  memset(g_nops, 0, sizeof(g_nops));
+  pthread_mutex_unlock(&g_mu);
   for (int i = 0; i < n; i++) {
     w_rank *r = &w->r[i];
     coord_config cc = {
@@ -340,6 +367,7 @@ void w_stop(world *w) {
     coord_free(r->c.coord);
     CHECK(r->arena->refs == 1); /* every tensor gave its reference back */
     srv_arena_unref(r->arena);
+    free(r->state);
   }
   while (q_head) {
     w_msg *m = q_head;
@@ -383,29 +411,51 @@ void w_join(world *w, const char *name, const char *policy) {
   for (int i = 0; i < w->n; i++) W_UNTIL(w, w->r[i].job->formed && w->r[i].job->inflight == 0);
 }
 
-uint32_t w_tensor(world *w, const char *name, uint64_t count, uint64_t off) {
+uint32_t w_tensor_args(world *w, const core_tensor_args *a, int wait) {
   uint32_t id = 0;
   for (int i = 0; i < w->n; i++) {
     w_rank *r = &w->r[i];
-    core_tensor_args a = {.name = name,
-                          .arena = r->arena,
-                          .offset = off,
-                          .count = count,
-                          .dtype = FGB_FLOAT32,
-                          .op = FGB_OP_AVERAGE,
-                          .compressor = "",
-                          .density = 0,
-                          .ndim = 0,
-                          .shape = NULL};
+    core_tensor_args x = a[i];
+    x.arena = r->arena;
     int before = w_count(r, REC_TENSOR, 0);
-    core_tensor_register(&r->c, r->job, &r->sess, 2, &a);
-    REQUIRE(w_count(r, REC_TENSOR, 0) == before + 1);
+    core_tensor_register(&r->c, r->job, &r->sess, 2, &x);
+    REQUIRE_MSG(w_count(r, REC_TENSOR, 0) == before + 1, "rank %d: tensor '%s' refused: %s", i,
+                x.name, w_last(r, REC_ERR) ? w_last(r, REC_ERR)->msg : "?");
     uint32_t got = w_last(r, REC_TENSOR)->id;
     REQUIRE(i == 0 || got == id);
     id = got;
   }
-  for (int i = 0; i < w->n; i++) W_UNTIL(w, srv_tensor_get(&w->r[i].c, id)->key_known);
+  for (int i = 0; wait && i < w->n; i++) W_UNTIL(w, srv_tensor_get(&w->r[i].c, id)->key_known);
   return id;
+}
+
+uint32_t w_tensor(world *w, const char *name, uint64_t count, uint64_t off) {
+  core_tensor_args a[W_MAX];
+  for (int i = 0; i < w->n; i++)
+    a[i] = (core_tensor_args){.name = name,
+                              .offset = off,
+                              .count = count,
+                              .dtype = FGB_FLOAT32,
+                              .op = FGB_OP_AVERAGE,
+                              .compressor = "",
+                              .density = 0,
+                              .ndim = 0,
+                              .shape = NULL};
+  return w_tensor_args(w, a, 1);
+}
+
+int w_nops(int r) {
+  pthread_mutex_lock(&g_mu);
+  int n = g_nops[r];
+  pthread_mutex_unlock(&g_mu);
+  return n;
+}
+
+w_op w_op_at(int r, int i) {
+  pthread_mutex_lock(&g_mu);
+  w_op o = g_ops[r][i];
+  pthread_mutex_unlock(&g_mu);
+  return o;
 }
 
 float *w_f32(world *w, int r, uint64_t off) {

@@ -13,6 +13,14 @@
 
 #define W_MAX 3
 #define W_RECS 256
+#define W_OPS 4096
+
+/* The fake transport's collectives, as each rank started them (w_ops). */
+enum { OP_AR = 1, OP_AG, OP_BC, OP_RS };
+typedef struct w_op {
+  int kind;     /* OP_* */
+  size_t count; /* OP_AR: elements; OP_RS: elements per rank; OP_AG: bytes per rank; OP_BC: bytes */
+} w_op;
 
 enum { REC_ERR = 1, REC_OK, REC_JOINED, REC_TENSOR, REC_DONE, REC_COLL, REC_STATE };
 
@@ -40,6 +48,8 @@ typedef struct w_rank {
   srv_arena *arena; /* 1 MiB of anonymous memory, the session's reference held by the world */
   w_rec rec[W_RECS];
   int nrec;
+  uint8_t *state; /* the last compressor state export's bytes (malloc'ed) */
+  size_t state_len;
   /* Set by a test: the next error reply calls this entry point from inside the callback. */
   void (*on_error)(struct w_rank *r);
 } w_rank;
@@ -82,6 +92,9 @@ void w_join(world *w, const char *name, const char *policy);
  * (AVERAGE), then waits until the coordinator agreed its key. Returns its id (the same on every
  * rank when they register in the same order). */
 uint32_t w_tensor(world *w, const char *name, uint64_t count, uint64_t off);
+/* The same with each rank's own arguments a[r] (its arena filled in): compressors, densities and
+ * options may differ between ranks. Waits for the key only when wait is set. */
+uint32_t w_tensor_args(world *w, const core_tensor_args *a, int wait);
 /* The fp32 array at byte offset off of rank r's arena. */
 float *w_f32(world *w, int r, uint64_t off);
 
@@ -91,6 +104,10 @@ int w_count(const w_rank *r, int kind, uint32_t id);
 const w_rec *w_last(const w_rank *r, int kind);
 /* Forget rank r's replies. */
 void w_clear(w_rank *r);
+
+/* The collectives rank r started since w_start (at most W_OPS kept), and the i-th of them. */
+int w_nops(int r);
+w_op w_op_at(int r, int i);
 
 /* The fake transport's count of collectives whose ranks disagreed on the kind or size (the world
  * order differed): must stay 0. */

@@ -1,0 +1,328 @@
+/* tests/core/test-core-comp.c — compressed tensors through the job core alone (world.h: in-memory
+ * coordinators, the real engine on a fake transport, a fake reply sink), 2–3 ranks in one process:
+ *  - registration with a compressor and density (srv_comp_check's refusals: unknown compressor, a
+ *    density out of range, options for a dense tensor, an unknown option), each naming its field;
+ *  - topk with error feedback on the engine's compressed path (compress_path.c) beside a dense
+ *    tensor, several steps: every rank's result bit-identical and equal to a reference computed
+ *    here (per rank: a = residual + gradient, the k largest |a| with ties to the lower index sent,
+ *    the rest kept; result = sum over ranks in rank order x 1/P, as the decoder adds);
+ *  - compressor state export and import through core_state (the round trip changes nothing);
+ *  - topk inside a static plan (fgbuff): in a mixed buffer, in an all-compressed buffer the plan
+ *    compresses, and (`test-core-comp dense`, ctest core-comp-dense) in one the plan sends dense
+ *    by cost: the residual folded in once, then dense averages;
+ *  - the cross-rank settings check (cp_agree): a different density, different options, or a
+ *    compressor on one rank only fail that tensor's Done with FGB_EMISMATCH and the same text on
+ *    every rank, step after step, while a dense tensor of the same steps still synchronises.
+ * The dynamic (policy none) jobs' warm-up is longer than the test, so no compression decision (a
+ * dense verdict from measured costs) applies to them.
+ * ctest runs it with FGBUFF_PREISSUE=0 and 1 (core-comp, core-comp-preissue). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_exec.h"
+#include "plan_internal.h"
+#include "test.h"
+#include "world.h"
+
+#define OFF_G 0
+#define OFF_D 4096
+#define OFF_M 8192 /* the mismatch tests' tensors, 1 KiB apart */
+#define N_G 32
+#define N_D 4
+
+static int dones(const world *w, int r, uint32_t id, uint64_t step, int status) {
+  int n = 0;
+  for (int i = 0; i < w->r[r].nrec; i++) {
+    const w_rec *x = &w->r[r].rec[i];
+    n += x->kind == REC_DONE && x->id == id && x->n == step && x->status == status;
+  }
+  return n;
+}
+
+static const w_rec *done_of(const world *w, int r, uint32_t id, uint64_t step) {
+  for (int i = w->r[r].nrec - 1; i >= 0; i--) {
+    const w_rec *x = &w->r[r].rec[i];
+    if (x->kind == REC_DONE && x->id == id && x->n == step) return x;
+  }
+  return NULL;
+}
+
+static core_tensor_args targs(const char *name, uint64_t count, uint64_t off, const char *comp,
+                              double density, const char *options) {
+  return (core_tensor_args){.name = name,
+                            .offset = off,
+                            .count = count,
+                            .dtype = FGB_FLOAT32,
+                            .op = FGB_OP_AVERAGE,
+                            .compressor = comp,
+                            .density = density,
+                            .options = options};
+}
+
+static void start(world *w, int n, const char *name, uint32_t *warmup) {
+  w_start(w, n);
+  for (int r = 0; r < n; r++) w->r[r].c.plan_warmup_steps = warmup;
+  w_join(w, name, "none");
+}
+
+/* Rank r's gradient element i at `step`: multiples of 1/4 in [-5, 5], ties in |g| frequent. */
+static float grad(int r, uint64_t i, uint64_t step) {
+  return (float)((int)((i * 37 + (uint64_t)r * 11 + step * 7) % 41) - 20) * 0.25f;
+}
+
+/* The reference top-k step of one rank: a = resid + g; the k largest |a| (ties: lower index) go
+ * into sum, the rest stays in resid. */
+static void ref_topk(float *resid, const float *g, uint64_t n, uint32_t k, float *sum) {
+  float a[N_G];
+  int sent[N_G] = {0};
+  for (uint64_t i = 0; i < n; i++) a[i] = resid[i] + g[i];
+  for (uint32_t s = 0; s < k; s++) {
+    int best = -1;
+    for (uint64_t i = 0; i < n; i++)
+      if (!sent[i] && (best < 0 || fabsf(a[i]) > fabsf(a[best]))) best = (int)i;
+    sent[best] = 1;
+  }
+  for (uint64_t i = 0; i < n; i++) {
+    if (sent[i]) sum[i] += a[i];
+    resid[i] = sent[i] ? 0.0f : a[i];
+  }
+}
+
+/* Registration: the compressor check's refusals, each naming its field; nothing registered. */
+static void test_register_refusals(void) {
+  world w;
+  uint32_t warmup = 1000;
+  start(&w, 1, "cr", &warmup);
+  w_rank *x = &w.r[0];
+  struct {
+    core_tensor_args a;
+    int code;
+    const char *field, *text;
+  } bad[] = {
+      {targs("u", N_G, OFF_G, "nope", 0.1, NULL), FGB_EINVAL, "compressor", "unknown compressor"},
+      {targs("d", N_G, OFF_G, "topk", 2.0, NULL), FGB_EINVAL, "density", "density"},
+      {targs("o", N_G, OFF_G, "none", 0, "ef=0"), FGB_EINVAL, "compressor_options",
+       "need a compressor"},
+      {targs("b", N_G, OFF_G, "topk", 0.25, "bogus=1"), FGB_EINVAL, "compressor_options", "bogus"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    core_tensor_args a = bad[i].a;
+    a.arena = x->arena;
+    core_tensor_register(&x->c, x->job, &x->sess, 100 + i, &a);
+    const w_rec *e = w_last(x, REC_ERR);
+    REQUIRE_MSG(e && e->req_id == 100 + i, "case %zu: no error reply", i);
+    CHECK_MSG(e->status == bad[i].code && strcmp(e->field, bad[i].field) == 0 &&
+                  strstr(e->msg, bad[i].text) != NULL,
+              "case %zu: %d field '%s': %s", i, e->status, e->field, e->msg);
+  }
+  CHECK(w_count(x, REC_TENSOR, 0) == 0 && x->job->ntensors == 0);
+  /* The same tensor with good settings is taken. */
+  core_tensor_args ok = targs("g", N_G, OFF_G, "topk", 0.25, "ef=1");
+  ok.arena = x->arena;
+  core_tensor_register(&x->c, x->job, &x->sess, 200, &ok);
+  CHECK(w_count(x, REC_TENSOR, 0) == 1 && x->job->ntensors == 1);
+  CHECK(x->job->tensors[0]->comp != NULL && x->job->tensors[0]->density == 0.25);
+  w_stop(&w);
+}
+
+/* topk (density 1/8: k = 4 of 32) beside a dense tensor on n ranks, `steps` steps. */
+static void test_topk(int n, uint64_t steps) {
+  world w;
+  uint32_t warmup = 1000;
+  start(&w, n, "tk", &warmup);
+  core_tensor_args ga[W_MAX], da[W_MAX];
+  for (int r = 0; r < n; r++) {
+    ga[r] = targs("g", N_G, OFF_G, "topk", 0.125, NULL);
+    da[r] = targs("d", N_D, OFF_D, "", 0, NULL);
+  }
+  uint32_t g = w_tensor_args(&w, ga, 1), d = w_tensor_args(&w, da, 1);
+  const uint32_t k = 4;
+  float resid[W_MAX][N_G] = {{0}};
+  for (uint64_t s = 1; s <= steps; s++) {
+    float sum[N_G] = {0}, want[N_G];
+    for (int r = 0; r < n; r++) {
+      float gr[N_G];
+      for (uint64_t i = 0; i < N_G; i++) gr[i] = w_f32(&w, r, OFF_G)[i] = grad(r, i, s);
+      for (uint64_t i = 0; i < N_D; i++) w_f32(&w, r, OFF_D)[i] = (float)(2 * n * (int)i + 2 * r);
+      ref_topk(resid[r], gr, N_G, k, sum);
+      w_rank *x = &w.r[r];
+      core_submit(&x->c, x->job, &x->sess, 1, g, s, 0, 0);
+      core_submit(&x->c, x->job, &x->sess, 2, d, s, 0, 0);
+    }
+    for (uint64_t i = 0; i < N_G; i++) want[i] = sum[i] * (1.0f / (float)n);
+    for (int r = 0; r < n; r++) W_UNTIL(&w, dones(&w, r, g, s, 0) + dones(&w, r, d, s, 0) == 2);
+    for (int r = 0; r < n; r++) {
+      CHECK(w_count(&w.r[r], REC_ERR, 0) == 0);
+      CHECK_MSG(memcmp(w_f32(&w, r, OFF_G), w_f32(&w, 0, OFF_G), N_G * sizeof(float)) == 0,
+                "step %llu: rank %d's result differs from rank 0's", (unsigned long long)s, r);
+      int nz = 0;
+      for (uint64_t i = 0; i < N_G; i++) {
+        nz += w_f32(&w, r, OFF_G)[i] != 0.0f;
+        CHECK_MSG(w_f32(&w, r, OFF_G)[i] == want[i], "step %llu rank %d [%llu]: %g, not %g",
+                  (unsigned long long)s, r, (unsigned long long)i, (double)w_f32(&w, r, OFF_G)[i],
+                  (double)want[i]);
+      }
+      CHECK(nz <= (int)k * n);           /* sparse: at most k entries from each rank */
+      for (uint64_t i = 0; i < N_D; i++) /* dense: the exact average 2ni + (n - 1) */
+        CHECK(w_f32(&w, r, OFF_D)[i] == (float)(2 * n * (int)i + (n - 1)));
+    }
+    if (s == 2) {
+      /* Rank 0 exports its compressor state (its residual) and imports it back: a no-op, so the
+       * following steps still match the reference. */
+      w_rank *x = &w.r[0];
+      core_state(&x->c, x->job, &x->sess, 30, g, 0, NULL, 0);
+      W_UNTIL(&w, w_count(x, REC_STATE, 0) == 1);
+      CHECK(w_last(x, REC_STATE)->req_id == 30 && x->state_len > 0);
+      core_state(&x->c, x->job, &x->sess, 31, g, 1, x->state, x->state_len);
+      W_UNTIL(&w, w_count(x, REC_OK, 0) + w_count(x, REC_ERR, 0) == 1);
+      CHECK(w_count(x, REC_OK, 0) == 1 && w_last(x, REC_OK)->req_id == 31);
+      /* A dense tensor has no state. */
+      core_state(&x->c, x->job, &x->sess, 32, d, 0, NULL, 0);
+      CHECK(w_last(x, REC_ERR) && w_last(x, REC_ERR)->status == FGB_EINVAL);
+      w_clear(x);
+    }
+  }
+  w_stop(&w);
+}
+
+/* topk in a static plan (fgbuff, 2 ranks, warm-up 2: the plan runs from step 5), three tensors of
+ * 32 floats submitted in the backward order t2, t1, t0; t1 has topk, t0 and t2 too when all_comp,
+ * else they are dense. Every step matches a reference computed here:
+ *  - mixed (all_comp 0): a buffer with a dense member is dense by construction, its compressed
+ *    member still sparsified per tensor (topk at every step);
+ *  - all compressed, compressing cheap (main's default cost scale 1e-9): the plan compresses, each
+ *    member sparsified per tensor (topk at every step);
+ *  - all compressed, compressing dear (`test-core-comp dense`: scale 1e9): the plan sends the
+ *    buffer dense by cost, so from step 5 each member's residual is folded in once (residual +
+ *    gradient averaged, the residual cleared) and later steps are plain dense averages. */
+static void test_topk_plan(int all_comp, int dense) {
+  world w;
+  w_start(&w, 2);
+  uint32_t warmup = 2, replan = 50;
+  for (int r = 0; r < 2; r++) {
+    w.r[r].c.plan_warmup_steps = &warmup;
+    w.r[r].c.replan_steps = &replan;
+  }
+  w_join(&w, "tp", "fgbuff");
+  static const uint64_t off[3] = {OFF_G, OFF_D, OFF_M};
+  static const char *const names[3] = {"t0", "t1", "t2"};
+  int comp[3] = {all_comp, 1, all_comp};
+  uint32_t t[3];
+  for (int k = 0; k < 3; k++) {
+    core_tensor_args a[W_MAX];
+    for (int r = 0; r < 2; r++)
+      a[r] = comp[k] ? targs(names[k], N_G, off[k], "topk", 0.125, NULL)
+                     : targs(names[k], N_G, off[k], "", 0, NULL);
+    t[k] = w_tensor_args(&w, a, 1);
+  }
+  float resid[3][2][N_G] = {{{0}}};
+  const uint64_t steps = 8, first = 5;
+  for (uint64_t s = 1; s <= steps; s++) {
+    float sum[3][N_G] = {{0}};
+    for (int r = 0; r < 2; r++) {
+      for (int k = 0; k < 3; k++) {
+        float gr[N_G];
+        for (uint64_t i = 0; i < N_G; i++) gr[i] = w_f32(&w, r, off[k])[i] = grad(r + 2 * k, i, s);
+        if (comp[k] && !(dense && s >= first)) {
+          ref_topk(resid[k][r], gr, N_G, 4, sum[k]);
+        } else {
+          for (uint64_t i = 0; i < N_G; i++) sum[k][i] += resid[k][r][i] + gr[i];
+          memset(resid[k][r], 0, sizeof(resid[k][r]));
+        }
+      }
+      w_rank *x = &w.r[r];
+      for (int k = 2; k >= 0; k--) core_submit(&x->c, x->job, &x->sess, 1, t[k], s, 0, 0);
+    }
+    for (int r = 0; r < 2; r++)
+      W_UNTIL(&w,
+              dones(&w, r, t[0], s, 0) + dones(&w, r, t[1], s, 0) + dones(&w, r, t[2], s, 0) == 3);
+    for (int r = 0; r < 2; r++) {
+      CHECK(w_count(&w.r[r], REC_ERR, 0) == 0);
+      for (int k = 0; k < 3; k++)
+        for (uint64_t i = 0; i < N_G; i++)
+          CHECK_MSG(w_f32(&w, r, off[k])[i] == sum[k][i] * 0.5f,
+                    "step %llu rank %d t%d[%llu]: %g, not %g", (unsigned long long)s, r, k,
+                    (unsigned long long)i, (double)w_f32(&w, r, off[k])[i],
+                    (double)(sum[k][i] * 0.5f));
+    }
+  }
+  for (int r = 0; r < 2; r++) {
+    const srv_plan *pl = w.r[r].job->plan;
+    REQUIRE(pl && pl->nv >= 1);
+    const sched_plan *p = &pl->v[0].plan;
+    CHECK(p->first_step == first && srv_plan_buffers_issued(w.r[r].job) > 0);
+    /* The decisions the plan made for its buffers of compressed tensors only. */
+    for (uint32_t b = 0; all_comp && b < p->nbuffers; b++)
+      CHECK_MSG(p->buffers[b].compress == !dense &&
+                    (!dense || strncmp(p->buffers[b].reason, "dense: compressing costs", 24) == 0),
+                "rank %d buffer %u: compress %d (%s)", r, b, p->buffers[b].compress,
+                p->buffers[b].reason);
+    CHECK(w.r[r].job->steps_completed == steps);
+  }
+  w_stop(&w);
+}
+
+/* Settings that differ between the ranks, on 2 ranks: each compressed tensor's Done fails with
+ * FGB_EMISMATCH naming both settings, the same text on both ranks, at every step; the dense d of
+ * the same steps is averaged. */
+static void test_mismatch(void) {
+  world w;
+  uint32_t warmup = 1000;
+  start(&w, 2, "mm", &warmup);
+  core_tensor_args a[4][W_MAX] = {
+      {targs("dens", N_G, OFF_M, "topk", 0.25, NULL), targs("dens", N_G, OFF_M, "topk", 0.5, NULL)},
+      {targs("opts", N_G, OFF_M + 1024, "topk", 0.25, "ef=0"),
+       targs("opts", N_G, OFF_M + 1024, "topk", 0.25, NULL)},
+      {targs("one", N_G, OFF_M + 2048, "topk", 0.25, NULL),
+       targs("one", N_G, OFF_M + 2048, "", 0, NULL)},
+      {targs("d", N_D, OFF_D, "", 0, NULL), targs("d", N_D, OFF_D, "", 0, NULL)},
+  };
+  const char *want[3] = {"rank 0 has topk density 0.25, rank 1 has topk density 0.5",
+                         "rank 0 has topk density 0.25 options 'ef=0', rank 1 has topk density "
+                         "0.25",
+                         "rank 0 has topk density 0.25, rank 1 has none density 0"};
+  uint32_t t[4];
+  for (int i = 0; i < 4; i++) t[i] = w_tensor_args(&w, a[i], 1);
+  for (uint64_t s = 1; s <= 3; s++) {
+    for (int r = 0; r < 2; r++) {
+      for (int i = 0; i < N_D; i++) w_f32(&w, r, OFF_D)[i] = (float)(r * 4);
+      w_rank *x = &w.r[r];
+      for (int i = 0; i < 4; i++) core_submit(&x->c, x->job, &x->sess, 1, t[i], s, 0, 0);
+    }
+    for (int r = 0; r < 2; r++) {
+      W_UNTIL(&w, dones(&w, r, t[3], s, 0) == 1);
+      for (int i = 0; i < 3; i++) {
+        W_UNTIL(&w, done_of(&w, r, t[i], s) != NULL);
+        const w_rec *dn = done_of(&w, r, t[i], s), *d0 = done_of(&w, 0, t[i], s);
+        CHECK_MSG(dn->status == FGB_EMISMATCH && strstr(dn->msg, want[i]) != NULL,
+                  "step %llu rank %d tensor %d: status %d: %s", (unsigned long long)s, r, i,
+                  dn->status, dn->msg);
+        CHECK(strcmp(dn->msg, d0->msg) == 0);
+      }
+      CHECK(w_f32(&w, r, OFF_D)[0] == 2.0f);
+      CHECK(w.r[r].job->npending == 0 && !w.r[r].job->aborted);
+    }
+  }
+  w_stop(&w);
+}
+
+/* No argument: everything, compressing made cheap for the plans. "dense" (ctest core-comp-dense):
+ * the all-compressed plan with compressing made dear, so that its buffer goes dense by cost. The
+ * cost scale is read once, at the process's first environment lookup (base/env.c). */
+int main(int argc, char **argv) {
+  int dense = argc > 1 && strcmp(argv[1], "dense") == 0;
+  REQUIRE(setenv("FGBUFF_PLAN_COMP_COST_SCALE", dense ? "1e9" : "1e-9", 1) == 0);
+  if (dense) {
+    test_topk_plan(1, 1);
+    TEST_DONE();
+  }
+  test_register_refusals();
+  test_topk(2, 6);
+  test_topk(3, 6);
+  test_topk_plan(0, 0);
+  test_topk_plan(1, 0);
+  test_mismatch();
+  TEST_DONE();
+}
