@@ -1,0 +1,92 @@
+/* fuzz-ctrl: the control plane's framing (daemon/net/ctrl.c) as the leader sees it. A leader of a
+ * 2-daemon world listens on 127.0.0.1; each input is the byte stream of one TCP connection to it
+ * (what a stranger or a peer daemon sends: the hello with the world's secret, which the seeds
+ * carry, then frames), written and then closed while the leader's loop runs. Whatever the leader
+ * hands up must lie inside a frame it accepted, and a closed connection must leave no peer behind:
+ * the next input may say hello as rank 1 again. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "ctrl.h"
+#include "fuzz.h"
+#include "log.h"
+
+/* The world's secret in this harness (the seeds' hellos carry it). */
+static const uint8_t token[CTRL_TOKEN] = "fgbuff-fuzz-tok";
+
+static uv_loop_t loop;
+static srv_net net;
+static struct sockaddr_in leader;
+static int lost;
+
+static fgb_status on_message(void *ud, int src, const uint8_t *bytes, size_t len, char *err,
+                             size_t errlen) {
+  (void)ud;
+  FZ_CHECK(src >= 0 && src < net.world_size && len <= CTRL_MAX_FRAME);
+  uint8_t *copy = malloc(len ? len : 1); /* ASan: every byte handed up lies in the buffer */
+  FZ_CHECK(copy);
+  memcpy(copy, bytes, len);
+  free(copy);
+  if (len && bytes[0] == 0xee) return snprintf(err, errlen, "refused"), FGB_EPROTO;
+  return FGB_OK;
+}
+
+static void on_peer_lost(void *ud, int rank) {
+  (void)ud;
+  FZ_CHECK(rank == 1);
+  lost++;
+}
+
+static void after_input(void *ud) {
+  (void)ud;
+}
+
+static const ctrl_cbs cbs = {on_message, on_peer_lost, after_input};
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc, (void)argv;
+  log_set_level(LOG_LEVEL_ERROR + 1); /* refusals log a line each: quiet */
+  FZ_CHECK(uv_loop_init(&loop) == 0);
+  net.loop = &loop;
+  net.world_rank = 0;
+  net.world_size = 2;
+  net.cp_addr = "127.0.0.1";
+  char addr[CTRL_ADDR_MAX], err[256];
+  FZ_CHECK(srv_ctrl_listen(&net, &cbs, NULL, addr, err, sizeof err) == FGB_OK);
+  FZ_CHECK(srv_ctrl_connect(&net, addr, token, err, sizeof err) == FGB_OK);
+  char *colon = strrchr(addr, ':');
+  FZ_CHECK(colon && uv_ip4_addr("127.0.0.1", atoi(colon + 1), &leader) == 0);
+  return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  FZ_CHECK(s >= 0 && connect(s, (struct sockaddr *)&leader, sizeof leader) == 0);
+  FZ_CHECK(fcntl(s, F_SETFL, O_NONBLOCK) == 0);
+  size_t off = 0;
+  int wdone = 0, rdone = 0;
+  uint64_t t0 = clock_ms();
+  while (!rdone) {
+    FZ_CHECK(clock_ms() - t0 < 10000); /* the leader must close a connection that closed */
+    if (!wdone) {
+      ssize_t n = off < size ? send(s, data + off, size - off, MSG_NOSIGNAL) : 0;
+      if (n > 0) off += (size_t)n;
+      if (off == size || (n < 0 && errno != EAGAIN)) {
+        shutdown(s, SHUT_WR);
+        wdone = 1;
+      }
+    }
+    uv_run(&loop, UV_RUN_NOWAIT);
+    uint8_t buf[4096];
+    ssize_t r = recv(s, buf, sizeof buf, 0); /* frames the leader forwards back to rank 1 */
+    if (r == 0 || (r < 0 && errno != EAGAIN)) rdone = 1;
+  }
+  close(s);
+  for (int i = 0; i < 4; i++) uv_run(&loop, UV_RUN_NOWAIT); /* the closed handles are freed */
+  return 0;
+}
