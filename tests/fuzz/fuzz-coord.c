@@ -97,3 +97,98 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   coord_free(member);
   return 0;
 }
+
+/* ---- seeds: a 3-daemon world of coordinators in memory; what reaches the leader from ranks 1
+ * and 2 and what reaches rank 1 from the leader is recorded, with the leader's local events as
+ * the records above that make them ---------------------------------------------------------- */
+static uint8_t *g_seed;
+static size_t g_seed_len;
+
+static void seed_rec(uint8_t sel, const uint8_t *p, size_t n) {
+  g_seed = realloc(g_seed, g_seed_len + 3 + n);
+  FZ_CHECK(g_seed && n < 65536);
+  g_seed[g_seed_len] = sel;
+  g_seed[g_seed_len + 1] = (uint8_t)n;
+  g_seed[g_seed_len + 2] = (uint8_t)(n >> 8);
+  if (n) memcpy(g_seed + g_seed_len + 3, p, n);
+  g_seed_len += 3 + n;
+}
+
+static uint32_t g_keys[8];
+
+/* Deliver every SEND until the world is quiet; note the leader's tensor keys. */
+static void route(coord **w) {
+  for (int moved = 1; moved;) {
+    moved = 0;
+    for (int x = 0; x < 3; x++) {
+      coord_event ev;
+      while (coord_next_event(w[x], &ev)) {
+        if (ev.kind == COORD_EV_TENSOR_OK && x == 0 && ev.tensor_name[0] == 't')
+          g_keys[(ev.tensor_name[1] - '0') & 7] = ev.tensor_key;
+        if (ev.kind == COORD_EV_SEND) {
+          char err[256];
+          if (ev.peer == 0) seed_rec(x == 0 ? 2 : (uint8_t)(x - 1), ev.bytes, ev.len);
+          if (ev.peer == 1 && x == 0) seed_rec(3, ev.bytes, ev.len);
+          (void)coord_on_message(w[ev.peer], x, ev.bytes, ev.len, err, sizeof err);
+          moved = 1;
+        }
+        coord_event_free(&ev);
+      }
+    }
+  }
+}
+
+static void seed_world(const char *dir, const char *name, int variant) {
+  coord *w[3];
+  for (int r = 0; r < 3; r++) {
+    coord_config cc = {.world_rank = r, .world_size = 3, .stall_ms = 50, .fusion_bytes = 1 << 20};
+    w[r] = coord_new(&cc);
+    coord_tick(w[r], 1000);
+  }
+  coord_job_id job = {.name = "j", .incarnation = 1};
+  seed_rec(4, (const uint8_t[]){0, 2, variant == 1 ? 4 : 0, variant == 1 ? 2 : 0}, 4);
+  for (int r = 0; r < 3; r++)
+    FZ_CHECK(coord_join_fusion(w[r], &job, r, 3, variant == 1 ? 4 << 8 : 0, variant == 1 ? 2 : 0) ==
+             FGB_OK);
+  route(w);
+  for (uint8_t t = 0; t < 2; t++) {
+    coord_tensor_meta meta = {.dtype = FGB_FLOAT32, .ndim = 1, .count = 16, .shape = {16}};
+    meta.bytes = 64;
+    snprintf(meta.name, sizeof meta.name, "t%u", t);
+    seed_rec(5, (const uint8_t[]){t, 15}, 2);
+    for (int r = 0; r < 3; r++) FZ_CHECK(coord_register(w[r], &job, &meta) == FGB_OK);
+    route(w);
+  }
+  for (uint8_t step = 1; step <= 2; step++) {
+    uint32_t keys[2] = {g_keys[0], g_keys[1]};
+    seed_rec(6, (const uint8_t[]){step, 0, 1}, 3);
+    for (int r = 0; r < 3; r++)
+      if (!(variant == 2 && step == 2 && r == 2)) (void)coord_ready(w[r], &job, step, keys, 2);
+    route(w);
+  }
+  if (variant == 2) { /* rank 2 never made step 2 ready: a stall, then rank 1 leaves mid-job */
+    seed_rec(7, (const uint8_t[]){10}, 1);
+    for (int r = 0; r < 3; r++) coord_tick(w[r], 1100);
+    route(w);
+    FZ_CHECK(coord_leave(w[1], &job, 1, "fuzz seed") == FGB_OK);
+    route(w);
+  }
+  for (int r = 0; r < 3; r++) coord_free(w[r]);
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  FZ_CHECK(f && fwrite(g_seed, 1, g_seed_len, f) == g_seed_len && fclose(f) == 0);
+  free(g_seed);
+  g_seed = NULL;
+  g_seed_len = 0;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc, (void)argv;
+  const char *dir = getenv("FGB_FUZZ_SEEDS");
+  if (!dir) return 0;
+  seed_world(dir, "world", 0);
+  seed_world(dir, "world-fusion", 1);
+  seed_world(dir, "world-stall-leave", 2);
+  exit(0);
+}

@@ -48,9 +48,48 @@ static void after_input(void *ud) {
 
 static const ctrl_cbs cbs = {on_message, on_peer_lost, after_input};
 
+/* ---- seeds: a peer's hello and frames --------------------------------------------------------- */
+static uint8_t g_seed[4096];
+static size_t g_seed_len;
+
+static void put32(uint32_t v) {
+  for (int i = 0; i < 4; i++) g_seed[g_seed_len++] = (uint8_t)(v >> (8 * i));
+}
+
+static void frame(int src, int dst, const void *p, size_t n) {
+  put32((uint32_t)(8 + n));
+  put32((uint32_t)src);
+  put32((uint32_t)dst);
+  memcpy(g_seed + g_seed_len, p, n);
+  g_seed_len += n;
+}
+
+static void seed_write(const char *dir, const char *name) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  FZ_CHECK(f && fwrite(g_seed, 1, g_seed_len, f) == g_seed_len && fclose(f) == 0);
+  g_seed_len = 0;
+}
+
+static void write_seeds(const char *dir) {
+  frame(1, -1, token, CTRL_TOKEN);
+  frame(1, 0, "\x01\x02hello", 7);
+  frame(1, 1, "to myself, through the leader", 29);
+  frame(1, 0, "\xee refused", 9);
+  seed_write(dir, "peer");
+  frame(1, -1, token, CTRL_TOKEN);
+  frame(1, 5, "bad rank", 8);
+  seed_write(dir, "bad-rank");
+  frame(1, -1, "not-the-secret!", CTRL_TOKEN);
+  seed_write(dir, "stranger");
+  put32(64u << 20);
+  seed_write(dir, "big-before-hello");
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
-  log_set_level(LOG_LEVEL_ERROR + 1); /* refusals log a line each: quiet */
+  log_set_level(LOG_LEVEL_ERROR); /* refusals log a line each: only errors */
   FZ_CHECK(uv_loop_init(&loop) == 0);
   net.loop = &loop;
   net.world_rank = 0;
@@ -61,6 +100,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   FZ_CHECK(srv_ctrl_connect(&net, addr, token, err, sizeof err) == FGB_OK);
   char *colon = strrchr(addr, ':');
   FZ_CHECK(colon && uv_ip4_addr("127.0.0.1", atoi(colon + 1), &leader) == 0);
+  const char *dir = getenv("FGB_FUZZ_SEEDS");
+  if (dir) {
+    write_seeds(dir);
+    exit(0);
+  }
   return 0;
 }
 
@@ -68,6 +112,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   FZ_CHECK(s >= 0 && connect(s, (struct sockaddr *)&leader, sizeof leader) == 0);
   FZ_CHECK(fcntl(s, F_SETFL, O_NONBLOCK) == 0);
+  /* Closed with a reset, not through TIME_WAIT: a long run would run out of ephemeral ports. */
+  struct linger lg = {1, 0};
+  FZ_CHECK(setsockopt(s, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) == 0);
   size_t off = 0;
   int wdone = 0, rdone = 0;
   uint64_t t0 = clock_ms();

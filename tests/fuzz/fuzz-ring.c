@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "fuzz.h"
+#include "log.h"
 #include "net.h"
 #include "ring.h"
 #include "ring_layout.h"
@@ -117,4 +118,33 @@ out:
   uv_run(&loop, UV_RUN_DEFAULT); /* the ring's handle closes: its mapping and eventfd go */
   FZ_CHECK(uv_loop_close(&loop) == 0);
   return 0;
+}
+
+/* ---- seeds ---------------------------------------------------------------------------------- */
+static void seed(const char *dir, const char *name, const uint8_t *p, size_t n) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  FZ_CHECK(f && fwrite(p, 1, n, f) == n && fclose(f) == 0);
+  FZ_CHECK(LLVMFuzzerTestOneInput(p, n) == 0);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc, (void)argv;
+  log_set_level(LOG_LEVEL_ERROR); /* a refusal logs a line: only errors */
+  const char *dir = getenv("FGB_FUZZ_SEEDS");
+  if (!dir) return 0;
+  /* records in order with socket frames: one due now, one after the next frame */
+  static const uint8_t order[] = {0, 0, 0, 1, 1, 1, 1, 6, 0, 2, 0, 2, 1, 6,
+                                  5, 6, 0, 3, 1, 3, 1, 6, 3, 40, 6};
+  seed(dir, "order", order, sizeof order);
+  uint8_t full[2 + 64 * 5 + 1] = {2, 0};
+  for (int i = 0; i < 64; i++) memcpy(full + 2 + i * 5, (const uint8_t[]){0, 1, 1, 1, 1}, 5);
+  full[sizeof full - 1] = 6;
+  seed(dir, "full", full, sizeof full);
+  static const uint8_t header[] = {0, 0xff};
+  seed(dir, "bad-header", header, sizeof header);
+  static const uint8_t garbage[] = {1, 0, 0, 1, 4, 0, 1, 2, 3, 0, 6, 3, 1, 6, 4, 0, 0x47, 6};
+  seed(dir, "garbage", garbage, sizeof garbage);
+  exit(0);
 }
