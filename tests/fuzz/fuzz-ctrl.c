@@ -48,7 +48,8 @@ static void after_input(void *ud) {
 
 static const ctrl_cbs cbs = {on_message, on_peer_lost, after_input};
 
-/* ---- seeds: a peer's hello and frames --------------------------------------------------------- */
+/* ---- seeds: a peer's hello and frames ---------------------------------------------------------
+ */
 static uint8_t g_seed[4096];
 static size_t g_seed_len;
 

@@ -135,8 +135,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   const char *dir = getenv("FGB_FUZZ_SEEDS");
   if (!dir) return 0;
   /* records in order with socket frames: one due now, one after the next frame */
-  static const uint8_t order[] = {0, 0, 0, 1, 1, 1, 1, 6, 0, 2, 0, 2, 1, 6,
-                                  5, 6, 0, 3, 1, 3, 1, 6, 3, 40, 6};
+  static const uint8_t order[] = {0, 0, 0, 1, 1, 1, 1, 6, 0, 2, 0,  2, 1,
+                                  6, 5, 6, 0, 3, 1, 3, 1, 6, 3, 40, 6};
   seed(dir, "order", order, sizeof order);
   uint8_t full[2 + 64 * 5 + 1] = {2, 0};
   for (int i = 0; i < 64; i++) memcpy(full + 2 + i * 5, (const uint8_t[]){0, 1, 1, 1, 1}, 5);

@@ -77,8 +77,8 @@ static fgb_status f_allgather(comm *c, const void *send, void *recv, size_t byte
   return done_req(req);
 }
 
-static fgb_status f_broadcast(comm *c, void *buf, size_t bytes, int root, comm_req **req,
-                              char *err, size_t errlen) {
+static fgb_status f_broadcast(comm *c, void *buf, size_t bytes, int root, comm_req **req, char *err,
+                              size_t errlen) {
   (void)c, (void)buf, (void)bytes, (void)root, (void)err, (void)errlen;
   return done_req(req);
 }
@@ -116,10 +116,9 @@ static fgb_status f_alltoallv(comm *c, const void *send, const size_t *sbytes, c
   return f_allgather(c, (const uint8_t *)send + soff[0], recv, sbytes[0], req, err, errlen);
 }
 
-static const comm_ops fake = {"fake",        f_make_uid,  f_create,        f_ready,
-                              f_allreduce,   f_allgather, f_broadcast,     f_test,
-                              f_abort,       f_destroy,   f_reduce_scatter, f_allgatherv,
-                              f_alltoallv};
+static const comm_ops fake = {"fake",           f_make_uid,   f_create,   f_ready, f_allreduce,
+                              f_allgather,      f_broadcast,  f_test,     f_abort, f_destroy,
+                              f_reduce_scatter, f_allgatherv, f_alltoallv};
 
 /* ---- the daemon (boot/main.c's set-up, without MPI) ----------------------------------------- */
 static srv d;
@@ -152,8 +151,8 @@ static void daemon_start(void) {
   snprintf(rtdir, sizeof rtdir, "/tmp/fgb-fuzz-session.XXXXXX");
   FZ_CHECK(mkdtemp(rtdir) != NULL);
   atexit(cleanup);
-  char *argv[] = {"fgbuffd", "--device", "cpu", "--runtime-dir", rtdir, "--log-level", "error",
-                  NULL};
+  char *argv[] = {"fgbuffd", "--device",    "cpu",   "--runtime-dir",
+                  rtdir,     "--log-level", "error", NULL};
   char err[1024];
   FZ_CHECK(srv_config_parse(&d.cfg, 7, argv, err, sizeof err) == 0);
   FZ_CHECK(srv_config_runtime_dir(&d.cfg, err, sizeof err) == FGB_OK);
@@ -164,8 +163,8 @@ static void daemon_start(void) {
   d.world_size = 1;
   d.start_ms = clock_ms();
   d.daemon_id = 42;
-  coord_config cc = {.world_rank = 0, .world_size = 1, .stall_ms = 10000,
-                     .fusion_bytes = SRV_FUSION_BYTES};
+  coord_config cc = {
+      .world_rank = 0, .world_size = 1, .stall_ms = 10000, .fusion_bytes = SRV_FUSION_BYTES};
   core_init(&d.core, coord_new(&cc), &srv_core_cbs, &d);
   FZ_CHECK(d.core.coord);
   d.core.world_rank = 0;

@@ -14,12 +14,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 /* An assertion of the target: a violation is a finding, reported as a crash. */
-#define FZ_CHECK(cond)                                                                \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      fprintf(stderr, "%s:%d: fuzz check failed: %s\n", __FILE__, __LINE__, #cond);  \
-      abort();                                                                        \
-    }                                                                                 \
+#define FZ_CHECK(cond)                                                              \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
+      fprintf(stderr, "%s:%d: fuzz check failed: %s\n", __FILE__, __LINE__, #cond); \
+      abort();                                                                      \
+    }                                                                               \
   } while (0)
 
 /* The input, consumed front to back; reads past the end give zeros and an empty rest. */
