@@ -202,8 +202,42 @@ static int arena_fd(void) {
   return fd;
 }
 
+static uint32_t rel(uint32_t id);
+
+/* The ring this session offered last (mapped here, as the client library keeps it) and its
+ * doorbell: flag 16 writes a record into it. */
+#define RING_BYTES (FGB_RING_HDR + 16 * FGB_RING_SLOT_BYTES)
+static uint8_t *g_ring;
+static int g_bell = -1;
+static uint64_t g_head, g_frames;
+
+static void ring_drop(void) {
+  if (g_ring) munmap(g_ring, RING_BYTES);
+  if (g_bell >= 0) close(g_bell);
+  g_ring = NULL;
+  g_bell = -1;
+  g_head = 0;
+}
+
+/* A record as the client library writes it: tensor (relative, flag 8's rule), step, req_id from
+ * the chunk, ordered after the frames sent so far (or, chunk byte 3 odd, after one more). */
+static void ring_record(const uint8_t *p, size_t n) {
+  if (!g_ring) return;
+  fgb_ring_rec r = {.pos = g_head,
+                    .req_id = n > 2 ? p[2] : 0,
+                    .sock_count = g_frames + (n > 3 ? p[3] & 1 : 0),
+                    .step = n > 1 ? p[1] : 1,
+                    .tensor_id = rel(n > 0 ? p[0] : 1),
+                    .check = FGB_RING_REC_CHECK(g_head)};
+  memcpy(g_ring + FGB_RING_HDR + (g_head & 15) * FGB_RING_SLOT_BYTES, &r, sizeof r);
+  g_head++;
+  __atomic_store_n((uint64_t *)(void *)(g_ring + FGB_RING_OFF_HEAD), g_head, __ATOMIC_RELEASE);
+  uint64_t one = 1;
+  FZ_CHECK(write(g_bell, &one, sizeof one) == (ssize_t)sizeof one);
+}
+
 static void ring_fds(int *fds) {
-  size_t bytes = FGB_RING_HDR + 16 * FGB_RING_SLOT_BYTES;
+  size_t bytes = RING_BYTES;
   fds[0] = memfd_create("fuzz-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   FZ_CHECK(fds[0] >= 0 && ftruncate(fds[0], (off_t)bytes) == 0);
   uint32_t hdr[4] = {FGB_RING_MAGIC, FGB_RING_VERSION, 16, FGB_RING_SLOT_BYTES};
@@ -211,6 +245,10 @@ static void ring_fds(int *fds) {
   FZ_CHECK(fcntl(fds[0], F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
   fds[1] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   FZ_CHECK(fds[1] >= 0);
+  ring_drop();
+  g_ring = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+  FZ_CHECK(g_ring != MAP_FAILED);
+  g_bell = dup(fds[1]);
 }
 
 /* Tensor ids are the daemon's (they grow over the process's life): a record with flag 8 names
@@ -279,12 +317,19 @@ static void run_session(const uint8_t *data, size_t size) {
   wire_reader rd;
   wire_reader_init(&rd);
   g_base = 0;
+  g_frames = 0;
   turn(); /* accept */
   fz_in in = {data, size, 0};
   while (fz_more(&in)) {
     uint8_t flags = fz_u8(&in);
     size_t n;
     const uint8_t *p = fz_chunk(&in, &n);
+    if (flags & 16) { /* a ring record instead of a frame */
+      ring_record(p, n);
+      for (int i = 0; i < 3; i++) turn();
+      read_replies(s, &rd);
+      continue;
+    }
     uint8_t *tr = NULL;
     if ((flags & 8) && (tr = translate(p, n, &n)) != NULL) p = tr;
     int fds[4], nfds = 0;
@@ -295,6 +340,7 @@ static void run_session(const uint8_t *data, size_t size) {
     }
     if (flags & 4) fds[nfds++] = arena_fd();
     int rc = n ? wire_send(s, p, (uint32_t)n, fds, nfds) : 0;
+    if (n && rc == 0) g_frames++;
     free(tr);
     for (int i = 0; i < nfds; i++) close(fds[i]); /* the daemon has its own copies */
     for (int i = 0; i < 3; i++) turn();
@@ -303,6 +349,7 @@ static void run_session(const uint8_t *data, size_t size) {
   }
   wire_reader_close(&rd);
   close(s);
+  ring_drop();
   uint64_t t0 = clock_ms();
   while (d.net.sessions || d.core.jobs) { /* the session, its job and its arenas go */
     FZ_CHECK(clock_ms() - t0 < 10000);
@@ -454,6 +501,23 @@ static void seed_ring(void) {
   rec(2, &e);
 }
 
+/* A step through the ring: both tensors' records, then EndStep on the socket. */
+static void seed_ring_step(uint8_t step) {
+  for (uint8_t t = 1; t <= 2; t++) {
+    uint8_t r[4] = {t, step, 0, 0};
+    g_seed = realloc(g_seed, g_seed_len + 3 + sizeof r);
+    FZ_CHECK(g_seed);
+    memcpy(g_seed + g_seed_len, (const uint8_t[]){16, sizeof r, 0}, 3);
+    memcpy(g_seed + g_seed_len + 3, r, sizeof r);
+    g_seed_len += 3 + sizeof r;
+  }
+  Fgbuff__V1__Envelope e = FGBUFF__V1__ENVELOPE__INIT;
+  Fgbuff__V1__EndStep es = FGBUFF__V1__END_STEP__INIT;
+  es.step = step;
+  BODY(e, END_STEP, end_step, es);
+  rec(0, &e);
+}
+
 static void seed_release_arena(void) {
   Fgbuff__V1__Envelope e = FGBUFF__V1__ENVELOPE__INIT;
   Fgbuff__V1__ReleaseArena ra = FGBUFF__V1__RELEASE_ARENA__INIT;
@@ -488,6 +552,7 @@ static void write_seeds(const char *dir) {
     seed_ring();
     seed_arena_tensors(i == 0 ? "topk" : "");
     for (uint64_t st = 1; st <= 4; st++) seed_step(st);
+    for (uint8_t st = 5; st <= 7; st++) seed_ring_step(st);
     char name[32];
     snprintf(name, sizeof name, "policy-%s", policies[i]);
     seed_write(dir, name);
