@@ -117,7 +117,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   src.sin_addr.s_addr = htonl(0x7f010000u | (conns++ & 0xfffu));
   int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   FZ_CHECK(s >= 0 && bind(s, (struct sockaddr *)&src, sizeof src) == 0);
-  FZ_CHECK(connect(s, (struct sockaddr *)&leader, sizeof leader) == 0);
+  if (connect(s, (struct sockaddr *)&leader, sizeof leader) != 0) {
+    fprintf(stderr, "connect from 127.1.%u.%u: %s\n", (conns - 1) >> 8 & 15, (conns - 1) & 255,
+            strerror(errno));
+    abort();
+  }
   FZ_CHECK(fcntl(s, F_SETFL, O_NONBLOCK) == 0);
   size_t off = 0;
   int wdone = 0, rdone = 0;
