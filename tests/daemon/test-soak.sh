@@ -128,7 +128,7 @@ maps1=("$(nmaps "$d0")" "$(nmaps "$d1")")
 for r in 0 1; do
   grow=$(( (rss1[r] - rss0[r]) / 1024 ))
   echo "daemon $r: VmRSS ${rss0[r]} -> ${rss1[r]} kB (+${grow} MiB, at most ${rss_mb} MiB allowed)," \
-    "open fds ${fd0[r]} -> ${fd1[r]}, mappings ${maps0[r]} -> ${maps1[r]} (at most +8)"
+    "open fds ${fd0[r]} -> ${fd1[r]}, mappings ${maps0[r]} -> ${maps1[r]} (at most +$maps_slack)"
   [ "$grow" -le "$rss_mb" ] || rc=1
   [ "${fd1[r]}" -eq "${fd0[r]}" ] || rc=1
   [ "${maps1[r]}" -le $((maps0[r] + maps_slack)) ] || rc=1
