@@ -5,9 +5,11 @@
  * each collective at once (one rank: the result is the input). Each input is one client
  * connection: a list of records, each a flag byte and a u16-length-prefixed packed Envelope that
  * the harness sends as one frame, with the fds the flags ask for (1: a sealed memfd arena of
- * 64 KiB, 2: a submission ring's memfd and eventfd, 4: one fd the message does not take). After
- * each frame the daemon's loop runs and its replies are read; at the end the connection closes
- * and the session, its job and its arenas must go. Sanitizers (ASan, UBSan, LeakSanitizer at
+ * 64 KiB, 2: a submission ring's memfd and eventfd, 4: one fd the message does not take); flag 8
+ * makes its tensor ids relative, 16 writes a ring record instead, 32 sends on a second connection
+ * (see below). After each frame the daemon's loop runs and its replies are read (each must
+ * decode; a session gets Done only for its own tensors); at the end the connections close and the
+ * sessions, their jobs and their arenas must go. Sanitizers (ASan, UBSan, LeakSanitizer at
  * exit) report what the handlers do wrong.
  *
  * Seeds: FGB_FUZZ_SEEDS=<dir> ./fuzz-session writes sessions built from valid envelopes (a whole
@@ -209,7 +211,7 @@ static uint32_t rel(uint32_t id);
 #define RING_BYTES (FGB_RING_HDR + 16 * FGB_RING_SLOT_BYTES)
 static uint8_t *g_ring;
 static int g_bell = -1;
-static uint64_t g_head, g_frames;
+static uint64_t g_head, g_frames; /* g_frames: the ring's connection's frames sent */
 
 static void ring_drop(void) {
   if (g_ring) munmap(g_ring, RING_BYTES);
@@ -291,43 +293,83 @@ static uint8_t *translate(const uint8_t *p, size_t n, size_t *outn) {
   return b;
 }
 
-/* The daemon's replies: each must decode; the first TensorReply sets g_base. */
-static void read_replies(int s, wire_reader *rd) {
-  for (;;) {
+/* A client connection of the input: flag 32 sends on the second one (opened at its first
+ * record), so two sessions interleave. A session is only ever told about tensors it registered:
+ * every Done a connection gets must name one of its own (the other session's ids are one
+ * relative id away). */
+#define CONN_TENSORS 64
+typedef struct fz_conn {
+  int s;
+  wire_reader rd;
+  uint64_t frames; /* frames sent (what a ring record is ordered after) */
+  uint32_t tensors[CONN_TENSORS];
+  int ntensors; /* registered here (more than CONN_TENSORS: not checked) */
+} fz_conn;
+
+static void conn_open(fz_conn *c) {
+  c->s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", d.net.sock_path);
+  FZ_CHECK(c->s >= 0 && connect(c->s, (struct sockaddr *)&sa, sizeof sa) == 0);
+  wire_reader_init(&c->rd);
+  c->frames = 0;
+  c->ntensors = 0;
+  turn(); /* accept */
+}
+
+static int conn_owns(const fz_conn *c, uint32_t id) {
+  if (c->ntensors > CONN_TENSORS) return 1;
+  for (int i = 0; i < c->ntensors; i++)
+    if (c->tensors[i] == id) return 1;
+  return 0;
+}
+
+/* The daemon's replies: each must decode; the first TensorReply of the input sets g_base. */
+static void read_replies(fz_conn *c) {
+  while (c->s >= 0) {
     const uint8_t *f;
     uint32_t len;
     int fds[FGB_WIRE_MAX_FDS], nfds = 0;
     char err[256];
-    wire_status st = wire_read(rd, s, &f, &len, fds, &nfds, err, sizeof err);
+    wire_status st = wire_read(&c->rd, c->s, &f, &len, fds, &nfds, err, sizeof err);
     FZ_CHECK(nfds == 0); /* the daemon never sends fds */
     if (st != WIRE_FRAME) return;
     Fgbuff__V1__Envelope *e = fgbuff__v1__envelope__unpack(NULL, len, f);
     FZ_CHECK(e); /* every reply decodes */
-    if (e->body_case == FGBUFF__V1__ENVELOPE__BODY_TENSOR_REPLY && !g_base)
-      g_base = e->tensor_reply->tensor_id;
+    if (e->body_case == FGBUFF__V1__ENVELOPE__BODY_TENSOR_REPLY) {
+      if (!g_base) g_base = e->tensor_reply->tensor_id;
+      if (c->ntensors < CONN_TENSORS) c->tensors[c->ntensors] = e->tensor_reply->tensor_id;
+      c->ntensors++;
+    }
+    if (e->body_case == FGBUFF__V1__ENVELOPE__BODY_DONE && e->done->status == 0)
+      FZ_CHECK(conn_owns(c, e->done->tensor_id)); /* no result of another session's tensor */
     fgbuff__v1__envelope__free_unpacked(e, NULL);
   }
 }
 
 static void run_session(const uint8_t *data, size_t size) {
-  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", d.net.sock_path);
-  FZ_CHECK(s >= 0 && connect(s, (struct sockaddr *)&sa, sizeof sa) == 0);
-  wire_reader rd;
-  wire_reader_init(&rd);
+  fz_conn conn[2];
+  int open[2] = {1, 0};
+  conn_open(&conn[0]);
+  int ring_conn = 0; /* the connection whose ring g_ring is */
   g_base = 0;
-  g_frames = 0;
-  turn(); /* accept */
   fz_in in = {data, size, 0};
   while (fz_more(&in)) {
     uint8_t flags = fz_u8(&in);
     size_t n;
     const uint8_t *p = fz_chunk(&in, &n);
+    int k = (flags & 32) ? 1 : 0;
+    if (!open[k]) {
+      conn_open(&conn[k]);
+      open[k] = 1;
+    }
+    fz_conn *c = &conn[k];
     if (flags & 16) { /* a ring record instead of a frame */
+      g_frames = conn[ring_conn].frames;
       ring_record(p, n);
       for (int i = 0; i < 3; i++) turn();
-      read_replies(s, &rd);
+      read_replies(&conn[0]);
+      if (open[1]) read_replies(&conn[1]);
       continue;
     }
     uint8_t *tr = NULL;
@@ -336,22 +378,30 @@ static void run_session(const uint8_t *data, size_t size) {
     if (flags & 1) fds[nfds++] = arena_fd();
     if (flags & 2) {
       ring_fds(fds + nfds);
+      ring_conn = k;
       nfds += 2;
     }
     if (flags & 4) fds[nfds++] = arena_fd();
-    int rc = n ? wire_send(s, p, (uint32_t)n, fds, nfds) : 0;
-    if (n && rc == 0) g_frames++;
+    int rc = n && c->s >= 0 ? wire_send(c->s, p, (uint32_t)n, fds, nfds) : 0;
+    if (n && rc == 0) c->frames++;
     free(tr);
     for (int i = 0; i < nfds; i++) close(fds[i]); /* the daemon has its own copies */
     for (int i = 0; i < 3; i++) turn();
-    read_replies(s, &rd);
-    if (rc != 0) break; /* the daemon closed the connection */
+    read_replies(&conn[0]);
+    if (open[1]) read_replies(&conn[1]);
+    if (rc != 0) { /* the daemon closed this connection */
+      close(c->s);
+      c->s = -1;
+    }
   }
-  wire_reader_close(&rd);
-  close(s);
+  for (int k = 0; k < 2; k++) {
+    if (!open[k]) continue;
+    wire_reader_close(&conn[k].rd);
+    if (conn[k].s >= 0) close(conn[k].s);
+  }
   ring_drop();
   uint64_t t0 = clock_ms();
-  while (d.net.sessions || d.core.jobs) { /* the session, its job and its arenas go */
+  while (d.net.sessions || d.core.jobs) { /* the sessions, their jobs and arenas go */
     FZ_CHECK(clock_ms() - t0 < 10000);
     turn();
   }
@@ -365,13 +415,15 @@ static uint8_t *g_seed;
 static size_t g_seed_len;
 static uint64_t g_req;
 
+static uint8_t g_conn_flag; /* 32 while the seed writes the second connection's records */
+
 static void rec(uint8_t flags, Fgbuff__V1__Envelope *e) {
   e->req_id = ++g_req;
   e->num_fds = (flags & 1) + (flags & 2) + ((flags & 4) >> 2);
   size_t n = fgbuff__v1__envelope__get_packed_size(e);
   g_seed = realloc(g_seed, g_seed_len + 3 + n);
   FZ_CHECK(g_seed && n < 65536);
-  g_seed[g_seed_len] = flags;
+  g_seed[g_seed_len] = flags | g_conn_flag;
   g_seed[g_seed_len + 1] = (uint8_t)n;
   g_seed[g_seed_len + 2] = (uint8_t)(n >> 8);
   fgbuff__v1__envelope__pack(e, g_seed + g_seed_len + 3);
@@ -381,7 +433,7 @@ static void rec(uint8_t flags, Fgbuff__V1__Envelope *e) {
 #define BODY(env, CASE, field, msg) \
   (env).body_case = FGBUFF__V1__ENVELOPE__BODY_##CASE, (env).field = &(msg)
 
-static void seed_hello_join(const char *policy) {
+static void seed_hello_join_as(const char *job, const char *policy) {
   Fgbuff__V1__Envelope e = FGBUFF__V1__ENVELOPE__INIT;
   Fgbuff__V1__Hello h = FGBUFF__V1__HELLO__INIT;
   h.protocol_version = FGB_PROTOCOL_VERSION;
@@ -390,13 +442,17 @@ static void seed_hello_join(const char *policy) {
   BODY(e, HELLO, hello, h);
   rec(0, &e);
   Fgbuff__V1__JoinJob j = FGBUFF__V1__JOIN_JOB__INIT;
-  j.name = "fz";
+  j.name = (char *)job;
   j.incarnation = 1;
   j.size = 1;
   j.policy = (char *)policy;
   e = (Fgbuff__V1__Envelope)FGBUFF__V1__ENVELOPE__INIT;
   BODY(e, JOIN, join, j);
   rec(0, &e);
+}
+
+static void seed_hello_join(const char *policy) {
+  seed_hello_join_as("fz", policy);
 }
 
 static void seed_arena_tensors(const char *compressor) {
@@ -561,6 +617,20 @@ static void write_seeds(const char *dir) {
   seed_arena_tensors("");
   seed_admin();
   seed_write(dir, "admin");
+  /* Two sessions: the second (another job) submits the first one's tensors, then its own. */
+  seed_hello_join("");
+  seed_arena_tensors("");
+  seed_step(1);
+  g_conn_flag = 32;
+  uint64_t req = g_req;
+  g_req = 0;
+  seed_hello_join_as("fz2", "");
+  seed_arena_tensors("");
+  seed_step(1); /* relative ids 1 and 2: the first session's */
+  g_req = req;
+  g_conn_flag = 0;
+  seed_step(2);
+  seed_write(dir, "two-sessions");
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
