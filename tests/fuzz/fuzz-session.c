@@ -2,18 +2,19 @@
  * (daemon/net/server.c), envelope decoding and dispatch (daemon/rpc/decode.c) and every handler
  * behind it (rpc/h_*.c, the job core, the coordinator, the engine), in one process: a fgbuffd of
  * a 1-daemon CPU world whose control plane is real and whose transport is a fake that completes
- * each collective at once (one rank: the result is the input). Each input is one client
- * connection: a list of records, each a flag byte and a u16-length-prefixed packed Envelope that
- * the harness sends as one frame, with the fds the flags ask for (1: a sealed memfd arena of
- * 64 KiB, 2: a submission ring's memfd and eventfd, 4: one fd the message does not take); flag 8
- * makes its tensor ids relative, 16 writes a ring record instead, 32 sends on a second connection
- * (see below). After each frame the daemon's loop runs and its replies are read (each must
- * decode; a session gets Done only for its own tensors); at the end the connections close and the
- * sessions, their jobs and their arenas must go. Sanitizers (ASan, UBSan, LeakSanitizer at
+ * each collective at once (one rank: the result is the input). Each input is what one client
+ * connection (or two) sends: a list of records, each a flag byte and a u16-length-prefixed packed
+ * Envelope that the harness sends as one frame, with the fds the flags ask for (1: a sealed memfd
+ * arena of 64 KiB, 2: a submission ring's memfd and eventfd, 4: one fd the message does not take);
+ * flag 8 makes its tensor ids relative, 16 writes a ring record instead, 32 sends on a second
+ * connection (see below). After each frame the daemon's loop runs and its replies are read (each
+ * must decode; a session gets Done only for its own tensors); at the end the connections close and
+ * the sessions, their jobs and their arenas must go. Sanitizers (ASan, UBSan, LeakSanitizer at
  * exit) report what the handlers do wrong.
  *
- * Seeds: FGB_FUZZ_SEEDS=<dir> ./fuzz-session writes sessions built from valid envelopes (a whole
- * training step; the admin requests; refusals) into <dir> and exits. */
+ * Seeds: FGB_FUZZ_SEEDS=<dir> ./fuzz-session writes sessions built from valid envelopes (training
+ * steps under four policies, steps through the ring, the admin requests, two sessions) into <dir>
+ * and exits. */
 #include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
