@@ -84,9 +84,10 @@ static void job_json(sbuf *b, const srv *d, const srv_job *j) {
     for (int k = 0; k < s->nmissing; k++) sb_printf(b, "%s%d", k ? "," : "", s->missing[k]);
     sb_printf(b, "],\"waited_ms\":%llu}", (unsigned long long)waited_ms(d, s));
   }
+  /* A leaving job (its client gone, its last work in flight) has no session. */
+  const srv_conn *sc = j->session ? &j->session->c : NULL;
   sb_printf(b, "],\"submit_ring\":%s,\"ring_submits\":%llu,\"plan\":",
-            srv_ring_attached(&j->session->c) ? "true" : "false",
-            (unsigned long long)srv_ring_submits(&j->session->c));
+            srv_ring_attached(sc) ? "true" : "false", (unsigned long long)srv_ring_submits(sc));
   size_t plen = srv_plan_status_json(j, NULL, 0);
   char *plan = malloc(plen + 1);
   if (plan) srv_plan_status_json(j, plan, plen + 1);
