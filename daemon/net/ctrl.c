@@ -270,9 +270,10 @@ static void on_frame(ctrl_conn *c, const uint8_t *p, size_t len) {
     if (dst != -1 || src <= 0 || src >= d->world_size || cp->by_rank[src] || cp->lost[src] ||
         diff) {
       LOG_WARN("control plane: refused a connection (%s)",
-               diff                 ? "wrong secret: not a daemon of this world"
-               : cp->lost[src] != 0 ? "its world rank was declared lost: restart the world"
-                                    : "bad hello");
+               diff ? "wrong secret: not a daemon of this world"
+               : src > 0 && src < d->world_size && cp->lost[src]
+                   ? "its world rank was declared lost: restart the world"
+                   : "bad hello");
       conn_close(c, "bad hello");
       return;
     }

@@ -138,8 +138,8 @@ static fgb_status ctrl_message(void *ud, int src, const uint8_t *bytes, size_t l
   return coord_on_message(((srv *)ud)->core.coord, src, bytes, len, err, errlen);
 }
 
-static void ctrl_peer_lost(void *ud, int rank) {
-  coord_peer_lost(((srv *)ud)->core.coord, rank);
+static void ctrl_peer_lost(void *ud, int rank, const char *why) {
+  coord_peer_lost_why(((srv *)ud)->core.coord, rank, why);
 }
 
 static void ctrl_after_input(void *ud) {
