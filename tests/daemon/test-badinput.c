@@ -383,15 +383,6 @@ static uint64_t send_release(raw *r, int arena, uint32_t id) {
   return raw_send(r, &env, NULL, 0);
 }
 
-static void expect_ok(raw *r, uint64_t req, const char *what) {
-  Env *e = raw_recv(r, 30000);
-  CHECK_MSG(e && e->req_id == req && e->body_case == FGBUFF__V1__ENVELOPE__BODY_OK,
-            "%s: expected Ok, got body %d%s%s", what, e ? (int)e->body_case : -1,
-            e && e->body_case == FGBUFF__V1__ENVELOPE__BODY_ERROR ? ": " : "",
-            e && e->body_case == FGBUFF__V1__ENVELOPE__BODY_ERROR ? e->error->message : "");
-  raw_free(e);
-}
-
 /* A release the daemon may refuse with FGB_EBUSY while the job's engine work (e.g. creating its
  * communicator after formation) is still in flight: retried, as a client does, for up to 20 s. */
 static void release_ok(raw *r, int arena, uint32_t id, const char *what) {
