@@ -24,7 +24,7 @@ for _ in $(seq 1 300); do
 done
 grep -c 'fgbuffd: ready' "$FGBUFF_RUNTIME_DIR/world.log"
 mpirun -np "$N" -x PYTHONPATH -x FGBUFF_CLIENT_LIB -x FGBUFF_RUNTIME_DIR \
-  python3 -m pytest -q -p no:cacheprovider -x "$SRC/tests/python/test_gpu.py"
+  python3 -m pytest -q -p no:cacheprovider "$SRC/tests/python/test_gpu.py"
 rc=$?
 [ "$rc" -eq 0 ] || echo "FAIL: test_gpu.py (rc $rc)"
 # The examples as Horovod scripts run them (hvd.init() before torch.cuda.set_device), briefly, on

@@ -187,10 +187,20 @@ def _nccl_pg():
         dist.init_process_group("nccl", rank=hvd.rank(), world_size=hvd.size())
 
 
+def make_ddp():
+    """A model whose gradients DDP keeps in at least 2 buckets after its bucket rebuild: the
+    rebuilt first bucket holds up to 1 MiB (torch's first_bucket_bytes_cap), and the 1 MiB weight
+    does not fit beside the rest (make()'s 77 kB went into one rebuilt bucket: on 2x H200 the hook
+    then registered one bucket, and `len(st.buckets) >= 2` failed)."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 4096), torch.nn.Tanh(),
+                               torch.nn.Linear(4096, 10)).to(dev(), torch.float32)
+
+
 def _ddp_run(state, view=True, steps=6):
     import fgbuff.torch.ddp as fddp
 
-    m = torch.nn.parallel.DistributedDataParallel(make(torch.float32), bucket_cap_mb=0.05,
+    m = torch.nn.parallel.DistributedDataParallel(make_ddp(), bucket_cap_mb=0.05,
                                                   gradient_as_bucket_view=view)
     if state is not None:
         m.register_comm_hook(state, fddp.fgbuff_hook)
@@ -238,7 +248,7 @@ def test_ddp_hook_in_place_follows_a_rebuild():
     import fgbuff.torch.ddp as fddp
 
     _nccl_pg()
-    st = fddp.FgbuffHookState(job_name="gpu.ddp.rebuild")
+    st = fddp.FgbuffHookState(job_name="gpu.ddp.rebuild", zero_copy=True)
     _ddp_run(st, steps=4)
     first = {i: b[1].data_ptr() for i, b in st.buckets.items()}
     ref = _ddp_run(None)
