@@ -1,7 +1,9 @@
 /* tests/daemon/test-limits.c — a daemon's bounded resources (issue 15), one case per argument:
  *   reg     65,536 tensors in one job: the last 8,192 registrations take about as long as the
  *           first 8,192 (the old per-name scan made them ~40x slower), then 2,000 release and
- *           register rounds take at most 65 new ids (released ids are reused).
+ *           register rounds take at most 65 new ids (released ids are reused); then the 65,536
+ *           are released oldest first, the first 8,192 costing the daemon's loop thread about
+ *           what the last 8,192 cost ($LIMITS_DAEMON_PID: release_all).
  *   limits  on a daemon started with --max-jobs 3 --max-tensors-per-job 100 --max-job-bytes
  *           8192: the 4th job, the 101st tensor and the byte beyond 8192 are refused with
  *           FGB_ENOMEM naming the setting and its value; after `set max_tensors_per_job 101`

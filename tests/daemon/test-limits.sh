@@ -1,7 +1,8 @@
 #!/bin/bash
 # A daemon's bounded resources (issue 15), three worlds:
 #  1. 65,536 tensors registered in one job beside a 2-rank bystander job: registration stays O(1)
-#     per name and released ids come back (test-limits reg); the bystander's results stay exact;
+#     per name, released ids come back and release stays O(1) (test-limits reg); the bystander's
+#     results stay exact;
 #     a reused id does not meet the released tensor's compressor state (reuseclient).
 #  2. --max-jobs 3 --max-tensors-per-job 100 --max-job-bytes 8192 (flags; the same keys from a
 #     config file for the jobs): refusals name the setting and its value, one log line per cause
