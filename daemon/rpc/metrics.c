@@ -263,6 +263,9 @@ static void render(mbuf *b, srv *d, const char *base, const char *gjs, const mpa
   if (gjs[0]) device_series(b, base, gjs);
 }
 
+/* Jobs whose series size a bounded text first (srv_metrics_text). */
+#define METRICS_PROBE 64
+
 static int selected(const srv_status_query *q, const char *name) {
   return !q->job || !q->job[0] || strcmp(q->job, name) == 0;
 }
@@ -289,27 +292,39 @@ char *srv_metrics_text(srv *d, const srv_status_query *q, size_t max) {
     uint32_t idx = pg.total++;
     if (idx >= q->offset && (!q->limit || idx - q->offset < q->limit)) pg.sel[pg.n++] = j;
   }
+  /* Bounded: size the first METRICS_PROBE jobs' series, take as many jobs as the room left by the
+   * rest holds going by their average size, then one fewer (at least) while that is too large
+   * (job names differ in length). The whole text of 65,536 jobs would be ~370 MB. */
+  uint32_t want = pg.n;
+  if (max && pg.n > METRICS_PROBE) pg.n = METRICS_PROBE;
+  pg.cut = pg.n < want;
   mbuf b = {0};
   render(&b, d, base, gjs, &pg);
-  if (max && !b.oom && b.len > max && pg.n > 0) {
-    /* Too large for one message: fewer jobs, as many as the room left by the rest holds going by
-     * their average size, one fewer each round at least (job names differ in length). */
+  size_t fixed = 0; /* the text without per-job series, marked cut */
+  if (max && !b.oom && (b.len > max || pg.n < want)) {
     mpage none = pg;
     none.n = 0;
     none.cut = 1;
     mbuf f = {0};
     render(&f, d, base, gjs, &none);
-    size_t fixed = f.oom ? max : f.len;
+    fixed = f.oom ? max : f.len;
     free(f.p);
-    pg.cut = 1;
-    while (!b.oom && b.len > max && pg.n > 0) {
-      uint64_t fit = fixed < max && b.len > fixed
-                         ? (uint64_t)(max - fixed) * pg.n / (uint64_t)(b.len - fixed)
-                         : 0;
+  }
+  for (int grown = 0; max && !b.oom && pg.n > 0 && (b.len > max || (pg.n < want && !grown));) {
+    uint64_t fit = fixed < max && b.len > fixed
+                       ? (uint64_t)(max - fixed) * pg.n / (uint64_t)(b.len - fixed)
+                       : 0;
+    if (b.len <= max) { /* the probe fitted: grow once, to the estimate */
+      grown = 1;
+      if (fit <= pg.n) break;
+      pg.n = fit < want ? (uint32_t)fit : want;
+    } else {
+      grown = 1; /* never grow after shrinking */
       pg.n = fit < pg.n ? (uint32_t)fit : pg.n - 1;
-      b.len = 0;
-      render(&b, d, base, gjs, &pg);
     }
+    pg.cut = pg.n < want;
+    b.len = 0;
+    render(&b, d, base, gjs, &pg);
   }
   free(pg.sel);
   if (b.oom) {

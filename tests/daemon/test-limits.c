@@ -385,7 +385,10 @@ static void jobs_case(int n) {
   for (int i = 0; i < n; i++) {
     REQUIRE(raw_connect(&rs[i], sock0) == 0);
     REQUIRE(raw_hello(&rs[i]) == 0);
-    snprintf(name, sizeof(name), "limits-job-%05d", i);
+    /* The newest 100 (the first in the daemon's order) have shorter names: sized from them, a
+     * cut metrics text of the others' longer series first overshoots a frame (metrics.c's
+     * METRICS_PROBE), and must shrink. */
+    snprintf(name, sizeof(name), i < n - 100 ? "limits-job-%05d" : "lj-%05d", i);
     Env *e = raw_join(&rs[i], name, 0, 1);
     REQUIRE(e && e->body_case == FGBUFF__V1__ENVELOPE__BODY_JOIN_REPLY);
     raw_free(e);
