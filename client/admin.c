@@ -96,6 +96,10 @@ CLI_API fgb_status fgb_metrics_text(fgb_client *c, char **text) {
   return cli_status(c, NULL, text, 1, NULL);
 }
 
+CLI_API fgb_status fgb_metrics_query(fgb_client *c, const fgb_status_opts *opts, char **text) {
+  return cli_status(c, NULL, text, 1, opts);
+}
+
 static fgb_status cli_check_key(fgb_client *c, const char *key, const char *value) {
   if (key == NULL || key[0] == '\0' || strlen(key) > CLI_MAX_KEY)
     return cli_fail(c, FGB_EINVAL, "config key must be 1..%d bytes", CLI_MAX_KEY);

@@ -1,6 +1,7 @@
 /* fgbuffctl — watch and configure a running fgbuffd: `status [--json] [--job NAME] [--offset N]
  * [--limit N]`, `get KEY`, `set KEY VALUE`,
- * `config list`, `ping`, `metrics`, `top [--interval SEC] [--count N]`,
+ * `config list`, `ping`, `metrics [--job NAME] [--offset N] [--limit N]`,
+ * `top [--interval SEC] [--count N]`,
  * `timeline start|stop|dump` (timeline.c).
  * It connects (Hello) without joining a job. Exit codes: 0 ok, 1 the daemon returned an error,
  * 2 usage error, 3 cannot connect. */
@@ -36,7 +37,10 @@ static int usage(const char *why) {
       "  get KEY            print a live setting\n"
       "  set KEY VALUE      change a live setting\n"
       "  config list        every live setting with its value\n"
-      "  metrics            the daemon's counters as Prometheus text\n"
+      "  metrics [--job NAME] [--offset N] [--limit N]\n"
+      "                     the daemon's counters as Prometheus text, the per-job series of\n"
+      "                     the jobs selected as for status (more than one message holds are\n"
+      "                     cut: a comment and fgbuff_metrics_truncated 1 say so)\n"
       "  ping               check that the daemon answers; prints the round trip\n"
       "  top [--interval SEC] [--count N]\n"
       "                     every job's step time, wire bytes, compression ratio, stalls and\n"
@@ -261,10 +265,10 @@ int main(int argc, char **argv) {
         return usage("top: unknown option");
       }
     }
-  } else if (strcmp(cmd, "status") == 0) {
+  } else if (strcmp(cmd, "status") == 0 || strcmp(cmd, "metrics") == 0) {
     for (; i < argc; i++) {
       char *end;
-      if (strcmp(argv[i], "--json") == 0) {
+      if (strcmp(argv[i], "--json") == 0 && cmd[0] == 's') {
         json = 1;
       } else if (strcmp(argv[i], "--job") == 0 && i + 1 < argc) {
         sq.job = argv[++i];
@@ -276,7 +280,7 @@ int main(int argc, char **argv) {
           return usage(off ? "--offset wants a count" : "--limit wants a count");
         *(off ? &sq.offset : &sq.limit) = (uint32_t)v;
       } else {
-        return usage("status: unknown option");
+        return usage(cmd[0] == 's' ? "status: unknown option" : "metrics: unknown option");
       }
     }
   } else if (strcmp(cmd, "get") == 0) {
@@ -289,7 +293,7 @@ int main(int argc, char **argv) {
   } else if (strcmp(cmd, "config") == 0) {
     if (i >= argc || strcmp(argv[i], "list") != 0) return usage("config wants 'list'");
     i++;
-  } else if (strcmp(cmd, "ping") != 0 && strcmp(cmd, "metrics") != 0) {
+  } else if (strcmp(cmd, "ping") != 0) {
     return usage("unknown command");
   }
   if (i != argc) return usage("too many arguments");
@@ -338,7 +342,7 @@ int main(int argc, char **argv) {
              (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
     }
   } else if (strcmp(cmd, "metrics") == 0)
-    s = fgb_metrics_text(c, &out);
+    s = fgb_metrics_query(c, &sq, &out);
   else if (strcmp(cmd, "status") == 0)
     s = fgb_status_query(c, &sq, json, &out);
   else if (strcmp(cmd, "get") == 0)

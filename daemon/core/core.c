@@ -148,7 +148,6 @@ void core_tensor_register(core *d, srv_job *j, struct srv_session *s, uint64_t r
   srv_tensor *t = calloc(1, sizeof(*t));
   if (!t) goto nomem;
   if (cops && a->options && a->options[0] && !(t->options = strdup(a->options))) goto nomem;
-  if (VEC_RESERVE(j->tensors, j->tcap, j->ntensors, 16)) goto nomem;
   if (id_take(d, &t->id)) goto nomem;
   snprintf(t->name, sizeof(t->name), "%s", a->name);
   if (htab_put(&j->names, htab_hash_str(t->name), t)) {
@@ -157,7 +156,10 @@ void core_tensor_register(core *d, srv_job *j, struct srv_session *s, uint64_t r
     goto nomem;
   }
   d->tensors[t->id - 1] = t;
-  j->tensors[j->ntensors++] = t;
+  t->jprev = j->tlast;
+  *(j->tlast ? &j->tlast->jnext : &j->tfirst) = t;
+  j->tlast = t;
+  j->ntensors++;
   t->job = j;
   t->arena = a->arena;
   a->arena->refs++;
@@ -361,13 +363,10 @@ fgb_status core_tensor_release(core *d, srv_job *j, uint32_t id, char *err, size
     fg->t = et;
     et->tensor_id = id;
   }
-  /* Registration order is kept (status and plans list it); a release costs one pass. */
-  uint32_t k = j->ntensors;
-  while (k > 0 && j->tensors[k - 1] != t) k--;
-  if (k > 0) {
-    memmove(&j->tensors[k - 1], &j->tensors[k], (j->ntensors - k) * sizeof(*j->tensors));
-    j->ntensors--;
-  }
+  /* Registration order is kept (status and plans list it) by unlinking: O(1). */
+  *(t->jprev ? &t->jprev->jnext : &j->tfirst) = t->jnext;
+  *(t->jnext ? &t->jnext->jprev : &j->tlast) = t->jprev;
+  j->ntensors--;
   htab_del(&j->names, htab_hash_str(t->name), t);
   if (t->key_known) htab_del(&j->keys, htab_hash_u64(t->key), t);
   j->tensor_bytes -= t->count * t->esize;

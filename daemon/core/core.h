@@ -87,7 +87,8 @@ typedef struct srv_tensor {
   uint32_t gpu_seq;            /* ... with a done page: the last submit's done_seq (0: none) */
   const struct comp_ops *comp; /* NULL: dense (compressor "none") */
   double density;
-  char *options; /* the compressor's options (malloc'ed), NULL: its defaults */
+  char *options;                    /* the compressor's options (malloc'ed), NULL: its defaults */
+  struct srv_tensor *jprev, *jnext; /* the job's registration order (srv_job.tfirst) */
 } srv_tensor;
 
 /* A tensor handed to the agreement for one step; Done not sent yet. */
@@ -154,8 +155,10 @@ struct srv_job {
   int refuse_code;          /* the refusal's code and field, repeated to every later call */
   const char *refuse_field; /* "rank" or "size" (static) */
   uint64_t left_ms;
-  srv_tensor **tensors; /* job-local order of registration */
-  uint32_t ntensors, tcap;
+  /* The live tensors in registration order (status and plans list it), linked through
+   * srv_tensor.jprev/jnext so that a release unlinks in O(1). */
+  struct srv_tensor *tfirst, *tlast;
+  uint32_t ntensors;
   htab names;            /* name -> srv_tensor (every live tensor) */
   htab keys;             /* coordinator key -> srv_tensor (those whose key is known) */
   uint64_t tensor_bytes; /* sum of the live tensors' bytes (max_job_bytes) */

@@ -339,8 +339,8 @@ static int start_xchg(srv_job *j, srv_plan *pl, uint64_t at, const sched_plan *c
     c->has_cur = 1;
   }
   int dyn = (pl->ops->flags & SCHED_DYNAMIC) != 0;
-  for (uint32_t i = 0; dyn && config_only && i < j->ntensors; i++)
-    if (j->tensors[i]->comp) c->has_comp = 1;
+  for (const srv_tensor *t = j->tfirst; dyn && config_only && t; t = t->jnext)
+    if (t->comp) c->has_comp = 1;
   it->kind = ENG_XCHG;
   it->job_key = j->key;
   if (!(it->xchg = px_item(c))) {

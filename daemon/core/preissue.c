@@ -208,8 +208,7 @@ static int plan_in_force(const srv_job *j, uint64_t u) {
   if (u < pl->v[pl->nv - 1].plan.first_step) return 0;
   if ((pl->ops->flags & SCHED_REPLANS) && (!pl->next_check || u + 1 >= pl->next_check)) return 0;
   const plan_ver *v = &pl->v[pl->nv - 1]; /* a tensor outside the plan (registered later) */
-  for (uint32_t i = 0; i < j->ntensors; i++) {
-    const srv_tensor *t = j->tensors[i];
+  for (const srv_tensor *t = j->tfirst; t; t = t->jnext) {
     if (!t->key_known || t->key >= v->nbuf_of || !v->buf_of[t->key]) return 0;
   }
   return 1;
@@ -223,8 +222,8 @@ static int plan_in_force(const srv_job *j, uint64_t u) {
 static int none_in_force(const srv_job *j) {
   const srv_plan *pl = j->plan;
   if (!pl || pl->xpending || pl->state != SRV_PLAN_NOTHING) return 0;
-  for (uint32_t i = 0; i < j->ntensors; i++)
-    if (!j->tensors[i]->key_known || j->tensors[i]->comp) return 0;
+  for (const srv_tensor *t = j->tfirst; t; t = t->jnext)
+    if (!t->key_known || t->comp) return 0;
   return 1;
 }
 

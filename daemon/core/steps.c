@@ -80,8 +80,8 @@ void srv_step_tensor_done(srv_job *j, uint32_t tensor_id, uint64_t step, uint64_
     int complete = st->outstanding == 0 && st->ended;
     if (!complete && st->outstanding == 0) {
       complete = 1; /* every tensor reached this step without an EndStep */
-      for (uint32_t k = 0; k < j->ntensors; k++)
-        if (!j->tensors[k]->has_last || j->tensors[k]->last_step < step) complete = 0;
+      for (const srv_tensor *t = j->tfirst; t; t = t->jnext)
+        if (!t->has_last || t->last_step < step) complete = 0;
     }
     if (complete) {
       j->steps_completed++;
@@ -234,13 +234,12 @@ static int add_pending(srv_job *j, srv_tensor *t, uint64_t step, int flushed) {
 static int between_steps(const srv_job *j, uint8_t *any, uint64_t *hi) {
   *any = 0;
   *hi = 0;
-  for (uint32_t i = 0; i < j->ntensors; i++) {
-    const srv_tensor *t = j->tensors[i];
+  for (const srv_tensor *t = j->tfirst; t; t = t->jnext) {
     if (t->has_last && (!*any || t->last_step > *hi)) *hi = t->last_step;
     *any |= t->has_last;
   }
-  for (uint32_t i = 0; i < j->ntensors; i++)
-    if (j->tensors[i]->has_last && j->tensors[i]->last_step < *hi) return 0;
+  for (const srv_tensor *t = j->tfirst; t; t = t->jnext)
+    if (t->has_last && t->last_step < *hi) return 0;
   return 1;
 }
 
@@ -316,8 +315,7 @@ void srv_on_end_step(core *d, srv_job *j, struct srv_session *s, uint64_t req_id
     core_error(d, s, req_id, FGB_ENOMEM, "step", "out of memory");
     return;
   }
-  for (uint32_t i = 0; i < j->ntensors; i++) {
-    srv_tensor *t = j->tensors[i];
+  for (srv_tensor *t = j->tfirst; t; t = t->jnext) {
     if (t->has_last && t->last_step >= step) continue; /* submitted (or moved past it) */
     if (j->aborted || t->poisoned) {
       t->has_last = 1;
@@ -449,9 +447,10 @@ void srv_job_maybe_release(core *d, srv_job *j) {
       break;
     }
   }
-  for (uint32_t i = 0; i < j->ntensors; i++) {
-    srv_id_give(d, j->tensors[i]->id); /* the ENG_RELEASE below drops the job's engine state */
-    srv_tensor_free(j->tensors[i]);
+  for (srv_tensor *t = j->tfirst, *next; t; t = next) {
+    next = t->jnext;
+    srv_id_give(d, t->id); /* the ENG_RELEASE below drops the job's engine state */
+    srv_tensor_free(t);
   }
   htab_free(&j->names);
   htab_free(&j->keys);
@@ -465,7 +464,6 @@ void srv_job_maybe_release(core *d, srv_job *j) {
     }
   }
   LOG_INFO("job '%s' rank %d released", j->id.name, j->rank);
-  free(j->tensors);
   free(j->pending);
   free(j->colls);
   free(j->steps);

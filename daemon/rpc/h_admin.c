@@ -8,13 +8,16 @@
 #include "metrics.h"
 #include "rpc.h"
 
+/* What the Prometheus text may take of a frame: the rest is the envelope's and the framing's. */
+#define METRICS_BUDGET (FGB_WIRE_MAX_FRAME - 4096)
+
 static void on_status(srv_session *s, uint64_t req_id, const Fgbuff__V1__StatusRequest *m) {
   char *json = NULL, *text = NULL;
   int metrics = m && m->metrics;
   srv_status_query q = {
       .job = m ? m->job : NULL, .offset = m ? m->offset : 0, .limit = m ? m->limit : 0};
-  if (metrics) { /* metrics.c: Prometheus text in .text, no document */
-    text = srv_metrics_text(s->d);
+  if (metrics) { /* metrics.c: Prometheus text in .text, no document, cut to fit the frame */
+    text = srv_metrics_text(s->d, &q, METRICS_BUDGET);
     json = text ? calloc(1, 1) : NULL;
   }
   if (metrics ? !json : srv_status_build(s->d, &q, &json, &text) != FGB_OK) {

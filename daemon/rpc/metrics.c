@@ -110,37 +110,49 @@ static void device_series(mbuf *b, const char *base, const char *js) {
   }
 }
 
-char *srv_metrics_text(srv *d) {
-  mbuf b = {0};
-  char base[256], gjs[512] = ""; /* labels on every series; the GPU's status object */
-  int bl = snprintf(base, sizeof(base), "world_rank=\"%d\",device=\"%.64s\"", d->world_rank,
-                    d->cfg.device);
-  if (d->core.dp && d->core.dp->status_json(gjs, sizeof(gjs)) < sizeof(gjs)) {
-    char uuid[96];
-    dev_field(gjs, "uuid", uuid, sizeof(uuid));
-    if (uuid[0]) snprintf(base + bl, sizeof(base) - (size_t)bl, ",UUID=\"%s\"", uuid);
-  } else {
-    gjs[0] = 0;
-  }
-  family(&b, "fgbuff_build_info", "gauge", "fgbuffd's version (value 1).");
-  mb_printf(&b, "fgbuff_build_info{%s,version=\"%s\"} 1\n", base, FGBUFF_VERSION);
-  family(&b, "fgbuff_up", "gauge", "1 once the daemon's world formed, else 0.");
-  mb_printf(&b, "fgbuff_up{%s} %d\n", base, d->net.cp && srv_ctrl_ready(d->net.cp) ? 1 : 0);
-  family(&b, "fgbuff_start_time_seconds", "gauge", "When the daemon started, Unix time.");
+/* The jobs whose series a text holds: sel[0..n) of the `total` the query selects, the first of
+ * them the offset-th; cut: jobs the query asked for were left out to fit. */
+typedef struct mpage {
+  srv_job **sel;
+  uint32_t n, total, offset;
+  int cut;
+} mpage;
+
+static void render(mbuf *b, srv *d, const char *base, const char *gjs, const mpage *pg) {
+  family(b, "fgbuff_build_info", "gauge", "fgbuffd's version (value 1).");
+  mb_printf(b, "fgbuff_build_info{%s,version=\"%s\"} 1\n", base, FGBUFF_VERSION);
+  family(b, "fgbuff_up", "gauge", "1 once the daemon's world formed, else 0.");
+  mb_printf(b, "fgbuff_up{%s} %d\n", base, d->net.cp && srv_ctrl_ready(d->net.cp) ? 1 : 0);
+  family(b, "fgbuff_start_time_seconds", "gauge", "When the daemon started, Unix time.");
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   mb_printf(
-      &b, "fgbuff_start_time_seconds{%s} %.3f\n", base,
+      b, "fgbuff_start_time_seconds{%s} %.3f\n", base,
       (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 - (double)(clock_ms() - d->start_ms) / 1e3);
-  family(&b, "fgbuff_world_size", "gauge", "Daemons in this daemon's world.");
-  mb_printf(&b, "fgbuff_world_size{%s} %d\n", base, d->world_size);
+  family(b, "fgbuff_world_size", "gauge", "Daemons in this daemon's world.");
+  mb_printf(b, "fgbuff_world_size{%s} %d\n", base, d->world_size);
   int clients = 0, jobs = 0;
   for (const srv_conn *c = d->net.sessions; c; c = c->next) clients++;
   for (srv_job *j = d->core.jobs; j; j = j->next) jobs++;
-  family(&b, "fgbuff_clients", "gauge", "Connected clients (trainers and fgbuffctl).");
-  mb_printf(&b, "fgbuff_clients{%s} %d\n", base, clients);
-  family(&b, "fgbuff_jobs", "gauge", "Jobs this daemon serves.");
-  mb_printf(&b, "fgbuff_jobs{%s} %d\n", base, jobs);
+  family(b, "fgbuff_clients", "gauge", "Connected clients (trainers and fgbuffctl).");
+  mb_printf(b, "fgbuff_clients{%s} %d\n", base, clients);
+  family(b, "fgbuff_jobs", "gauge", "Jobs this daemon serves.");
+  mb_printf(b, "fgbuff_jobs{%s} %d\n", base, jobs);
+  /* Right after the job count: whether this text holds every job's series (a reader finds the
+   * cut near the top; docs/operations.md, "Metrics"). */
+  if (pg->cut)
+    mb_printf(b,
+              "# fgbuff metrics cut to fit one message: the per-job series of %u of %u jobs, from "
+              "offset %u; see the next with fgbuffctl metrics --offset %u, all of them on the "
+              "--metrics-listen endpoint\n",
+              pg->n, pg->total, pg->offset, pg->offset + pg->n);
+  family(b, "fgbuff_metrics_truncated", "gauge",
+         "1 when this text leaves out per-job series of jobs asked for, to fit one message "
+         "(fgbuffctl metrics; the --metrics-listen endpoint is never cut), else 0.");
+  mb_printf(b, "fgbuff_metrics_truncated{%s} %d\n", base, pg->cut);
+  family(b, "fgbuff_metrics_jobs_shown", "gauge",
+         "Jobs whose per-job series this text holds (fgbuff_jobs counts them all).");
+  mb_printf(b, "fgbuff_metrics_jobs_shown{%s} %u\n", base, pg->n);
   static const struct {
     const char *name, *type, *help;
   } per_job[] = {
@@ -166,51 +178,52 @@ char *srv_metrics_text(srv *d) {
        "Completed steps' tensor sync time after the step's last tensor was ready here."},
   };
   for (size_t k = 0; k < sizeof(per_job) / sizeof(per_job[0]); k++) {
-    if (!jobs) break;
-    family(&b, per_job[k].name, per_job[k].type, per_job[k].help);
-    for (srv_job *j = d->core.jobs; j; j = j->next) {
+    if (!pg->n) break;
+    family(b, per_job[k].name, per_job[k].type, per_job[k].help);
+    for (uint32_t i = 0; i < pg->n; i++) {
+      const srv_job *j = pg->sel[i];
       /* Job names were checked printable without quotes or backslashes at registration. */
-      mb_printf(&b, "%s{%s,fgbuff_job=\"%s\",incarnation=\"%llu\"} ", per_job[k].name, base,
+      mb_printf(b, "%s{%s,fgbuff_job=\"%s\",incarnation=\"%llu\"} ", per_job[k].name, base,
                 j->id.name, (unsigned long long)j->id.incarnation);
       switch (k) {
         case 0:
-          mb_printf(&b, "%llu\n", (unsigned long long)j->steps_completed);
+          mb_printf(b, "%llu\n", (unsigned long long)j->steps_completed);
           break;
         case 1:
-          mb_printf(&b, "%llu\n", (unsigned long long)j->collectives);
+          mb_printf(b, "%llu\n", (unsigned long long)j->collectives);
           break;
         case 2:
-          mb_printf(&b, "%llu\n", (unsigned long long)j->bytes_sent);
+          mb_printf(b, "%llu\n", (unsigned long long)j->bytes_sent);
           break;
         case 3:
-          mb_printf(&b, "%llu\n", (unsigned long long)j->bytes_received);
+          mb_printf(b, "%llu\n", (unsigned long long)j->bytes_received);
           break;
         case 4:
-          mb_printf(&b, "%llu\n", (unsigned long long)j->grad_bytes);
+          mb_printf(b, "%llu\n", (unsigned long long)j->grad_bytes);
           break;
         case 5:
-          mb_printf(&b, "%.6f\n", (double)j->last_step_latency_us / 1e6);
+          mb_printf(b, "%.6f\n", (double)j->last_step_latency_us / 1e6);
           break;
         case 6:
-          mb_printf(&b, "%u\n", j->ntensors);
+          mb_printf(b, "%u\n", j->ntensors);
           break;
         case 7:
-          mb_printf(&b, "%u\n", j->nstalls);
+          mb_printf(b, "%u\n", j->nstalls);
           break;
         case 8:
-          mb_printf(&b, "%llu\n", (unsigned long long)j->recalls);
+          mb_printf(b, "%llu\n", (unsigned long long)j->recalls);
           break;
         case 9:
-          mb_printf(&b, "%llu\n", (unsigned long long)j->revoked);
+          mb_printf(b, "%llu\n", (unsigned long long)j->revoked);
           break;
         case 10:
-          mb_printf(&b, "%d\n", j->aborted ? 1 : 0);
+          mb_printf(b, "%d\n", j->aborted ? 1 : 0);
           break;
         case 11:
-          mb_printf(&b, "%.6f\n", (double)j->sync_hidden_us / 1e6);
+          mb_printf(b, "%.6f\n", (double)j->sync_hidden_us / 1e6);
           break;
         default:
-          mb_printf(&b, "%.6f\n", (double)j->sync_exposed_us / 1e6);
+          mb_printf(b, "%.6f\n", (double)j->sync_exposed_us / 1e6);
           break;
       }
     }
@@ -218,34 +231,102 @@ char *srv_metrics_text(srv *d) {
   static const char *const kinds[SRV_ERROR_KINDS] = {
       "other", "EINVAL",  "ENOMEM",  "EIO",       "EPROTO", "ENOTFOUND", "EEXIST", "ETIMEDOUT",
       "EPEER", "ECLOSED", "ENOTSUP", "EMISMATCH", "EAGAIN", "EPERM",     "EBUSY"};
-  family(&b, "fgbuff_errors_total", "counter",
+  family(b, "fgbuff_errors_total", "counter",
          "Errors sent to clients since start (Error replies, failed Done and CollectiveDone), by "
          "kind (the FGB_ status code).");
   for (int k = 0; k < SRV_ERROR_KINDS; k++)
-    mb_printf(&b, "fgbuff_errors_total{%s,kind=\"%s\"} %llu\n", base, kinds[k],
+    mb_printf(b, "fgbuff_errors_total{%s,kind=\"%s\"} %llu\n", base, kinds[k],
               (unsigned long long)srv_errors_sent(k));
-  if (jobs)
-    family(&b, "fgbuff_job_step_duration_seconds", "histogram",
+  if (pg->n)
+    family(b, "fgbuff_job_step_duration_seconds", "histogram",
            "Synchronisation latency of each completed step (first submit to last tensor done).");
-  for (srv_job *j = d->core.jobs; j; j = j->next) {
+  for (uint32_t i = 0; i < pg->n; i++) {
+    const srv_job *j = pg->sel[i];
     char l[640];
     snprintf(l, sizeof(l), "%s,fgbuff_job=\"%s\",incarnation=\"%llu\"", base, j->id.name,
              (unsigned long long)j->id.incarnation);
-    histogram(&b, "fgbuff_job_step_duration_seconds", l, core_step_le, SRV_STEP_BUCKETS,
+    histogram(b, "fgbuff_job_step_duration_seconds", l, core_step_le, SRV_STEP_BUCKETS,
               j->step_hist, j->step_sum_us);
   }
-  if (jobs)
+  if (pg->n)
     family(
-        &b, "fgbuff_job_sync_duration_seconds", "histogram",
+        b, "fgbuff_job_sync_duration_seconds", "histogram",
         "Each tensor's synchronisation: ready here (its submit, flush or GPU event) to its Done.");
-  for (srv_job *j = d->core.jobs; j; j = j->next) {
+  for (uint32_t i = 0; i < pg->n; i++) {
+    const srv_job *j = pg->sel[i];
     char l[640];
     snprintf(l, sizeof(l), "%s,fgbuff_job=\"%s\",incarnation=\"%llu\"", base, j->id.name,
              (unsigned long long)j->id.incarnation);
-    histogram(&b, "fgbuff_job_sync_duration_seconds", l, core_sync_le, SRV_SYNC_BUCKETS,
+    histogram(b, "fgbuff_job_sync_duration_seconds", l, core_sync_le, SRV_SYNC_BUCKETS,
               j->sync_hist, j->sync_sum_us);
   }
-  if (gjs[0]) device_series(&b, base, gjs);
+  if (gjs[0]) device_series(b, base, gjs);
+}
+
+/* Jobs whose series size a bounded text first (srv_metrics_text). */
+#define METRICS_PROBE 64
+
+static int selected(const srv_status_query *q, const char *name) {
+  return !q->job || !q->job[0] || strcmp(q->job, name) == 0;
+}
+
+char *srv_metrics_text(srv *d, const srv_status_query *q, size_t max) {
+  static const srv_status_query all = {0};
+  if (!q) q = &all;
+  char base[256], gjs[512] = ""; /* labels on every series; the GPU's status object */
+  int bl = snprintf(base, sizeof(base), "world_rank=\"%d\",device=\"%.64s\"", d->world_rank,
+                    d->cfg.device);
+  if (d->core.dp && d->core.dp->status_json(gjs, sizeof(gjs)) < sizeof(gjs)) {
+    char uuid[96];
+    dev_field(gjs, "uuid", uuid, sizeof(uuid));
+    if (uuid[0]) snprintf(base + bl, sizeof(base) - (size_t)bl, ",UUID=\"%s\"", uuid);
+  } else {
+    gjs[0] = 0;
+  }
+  uint32_t njobs = 0;
+  for (const srv_job *j = d->core.jobs; j; j = j->next) njobs++;
+  mpage pg = {.offset = q->offset, .sel = malloc(((size_t)njobs + 1) * sizeof(srv_job *))};
+  if (!pg.sel) return NULL;
+  for (srv_job *j = d->core.jobs; j; j = j->next) {
+    if (!selected(q, j->id.name)) continue;
+    uint32_t idx = pg.total++;
+    if (idx >= q->offset && (!q->limit || idx - q->offset < q->limit)) pg.sel[pg.n++] = j;
+  }
+  /* Bounded: size the first METRICS_PROBE jobs' series, take as many jobs as the room left by the
+   * rest holds going by their average size, then one fewer (at least) while that is too large
+   * (job names differ in length). The whole text of 65,536 jobs would be ~370 MB. */
+  uint32_t want = pg.n;
+  if (max && pg.n > METRICS_PROBE) pg.n = METRICS_PROBE;
+  pg.cut = pg.n < want;
+  mbuf b = {0};
+  render(&b, d, base, gjs, &pg);
+  size_t fixed = 0; /* the text without per-job series, marked cut */
+  if (max && !b.oom && (b.len > max || pg.n < want)) {
+    mpage none = pg;
+    none.n = 0;
+    none.cut = 1;
+    mbuf f = {0};
+    render(&f, d, base, gjs, &none);
+    fixed = f.oom ? max : f.len;
+    free(f.p);
+  }
+  for (int grown = 0; max && !b.oom && pg.n > 0 && (b.len > max || (pg.n < want && !grown));) {
+    uint64_t fit = fixed < max && b.len > fixed
+                       ? (uint64_t)(max - fixed) * pg.n / (uint64_t)(b.len - fixed)
+                       : 0;
+    if (b.len <= max) { /* the probe fitted: grow once, to the estimate */
+      grown = 1;
+      if (fit <= pg.n) break;
+      pg.n = fit < want ? (uint32_t)fit : want;
+    } else {
+      grown = 1; /* never grow after shrinking */
+      pg.n = fit < pg.n ? (uint32_t)fit : pg.n - 1;
+    }
+    pg.cut = pg.n < want;
+    b.len = 0;
+    render(&b, d, base, gjs, &pg);
+  }
+  free(pg.sel);
   if (b.oom) {
     free(b.p);
     return NULL;
@@ -291,7 +372,7 @@ static void answer(mconn *c) {
   c->answered = 1;
   uv_read_stop((uv_stream_t *)&c->tcp);
   int get = strncmp(c->req, "GET /metrics ", 13) == 0 || strncmp(c->req, "GET /metrics?", 13) == 0;
-  char *body = get ? srv_metrics_text(c->d) : NULL;
+  char *body = get ? srv_metrics_text(c->d, NULL, 0) : NULL; /* whole: HTTP is not framed */
   const char *st = get ? (body ? "200 OK" : "500 Internal Server Error") : "404 Not Found";
   const char *text = body ? body : get ? "out of memory\n" : "only GET /metrics here\n";
   size_t n = strlen(text), cap = n + 256;

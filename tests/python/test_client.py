@@ -73,6 +73,38 @@ def test_errors_carry_the_daemons_text(job):
     assert "tier0" in job.status_text()
 
 
+def test_status_and_metrics_select_jobs(job, world):
+    """status_json/status_text/metrics_text with job, offset and limit (fgb_status_query and
+    fgb_metrics_query): this daemon serves tier0 and a second, one-rank job."""
+    r, _ = world
+    other = f"tier0-other-{r}"
+    with C.Client() as c2:
+        c2.join(name=other, rank=0, size=1)
+        every = job.status_json()
+        names = [j["name"] for j in every["jobs"]]
+        assert {"tier0", other} <= set(names) and every["jobs_total"] == len(names)
+        one = job.status_json(job=other)
+        assert [j["name"] for j in one["jobs"]] == [other] and one["jobs_total"] == 1
+        assert "truncated" not in one
+        none = job.status_json(job="no-such-job")
+        assert none["jobs"] == [] and none["jobs_total"] == 0
+        # Pages of one: the daemon's order, each job once.
+        paged = [job.status_json(offset=k, limit=1)["jobs"] for k in range(len(names))]
+        assert [p[0]["name"] for p in paged] == names
+        assert job.status_json(offset=len(names))["jobs"] == []
+        text = job.status_text(job="tier0")
+        assert "job tier0 " in text and other not in text
+        m = job.metrics_text(job=other)
+        assert f'fgbuff_job="{other}"' in m and 'fgbuff_job="tier0"' not in m
+        assert "fgbuff_metrics_jobs_shown{" in m and "fgbuff_metrics_truncated{" in m
+        shown = [ln for ln in m.splitlines() if ln.startswith("fgbuff_metrics_jobs_shown{")]
+        assert shown and shown[0].endswith(" 1"), shown
+        assert all(f'fgbuff_job="{n}"' in job.metrics_text() for n in names)
+        for bad in ({"offset": -1}, {"limit": 1 << 32}, {"offset": 1.5}):
+            with pytest.raises(ValueError):
+                job.status_json(**bad)
+
+
 def test_library_lookup_error_names_places(tmp_path):
     import subprocess
 

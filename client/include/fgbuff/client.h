@@ -258,8 +258,13 @@ typedef struct fgb_status_opts {
  * two); *out is malloc'ed, free() it. */
 fgb_status fgb_status_query(fgb_client *c, const fgb_status_opts *opts, int json, char **out);
 /* The daemon's counters as Prometheus text exposition (`fgbuffctl metrics`; the same text as its
- * --metrics-listen endpoint); *text is malloc'ed, free() it. Needs no job. */
+ * --metrics-listen endpoint, which is never cut); *text is malloc'ed, free() it. Needs no job.
+ * Per-job series of more jobs than one message holds are left out from the last on, and the text
+ * says so: a comment line and fgbuff_metrics_truncated 1 (docs/operations.md, "Metrics"). */
 fgb_status fgb_metrics_text(fgb_client *c, char **text);
+/* fgb_metrics_text with the per-job series of the jobs opts selects, as for fgb_status_query
+ * (NULL: every job): one job's, or a page of them. */
+fgb_status fgb_metrics_query(fgb_client *c, const fgb_status_opts *opts, char **text);
 
 /* Read or change a live setting, e.g. "log_level", "stall_timeout_ms", "job.<name>.policy"
  * (round trip). value_out gets a malloc'ed string; free() it. */

@@ -50,6 +50,14 @@ class fgb_job_opts(ctypes.Structure):
     ]
 
 
+class fgb_status_opts(ctypes.Structure):
+    _fields_ = [
+        ("job", ctypes.c_char_p),
+        ("offset", ctypes.c_uint32),
+        ("limit", ctypes.c_uint32),
+    ]
+
+
 class fgb_tensor_desc(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_char_p),
@@ -145,6 +153,9 @@ def _prototypes(lib: ctypes.CDLL) -> None:
         "fgb_allgather": (st, [P, c.c_uint32, c.c_uint32, c.c_int]),
         "fgb_status_json": (st, [P, c.POINTER(c.c_void_p)]),
         "fgb_status_text": (st, [P, c.POINTER(c.c_void_p)]),
+        "fgb_status_query": (st, [P, c.POINTER(fgb_status_opts), c.c_int,
+                                  c.POINTER(c.c_void_p)]),
+        "fgb_metrics_query": (st, [P, c.POINTER(fgb_status_opts), c.POINTER(c.c_void_p)]),
         "fgb_config_get": (st, [P, c.c_char_p, c.POINTER(c.c_void_p)]),
         "fgb_config_set": (st, [P, c.c_char_p, c.c_char_p]),
         "fgb_state_export": (st, [P, c.c_uint32, c.POINTER(c.c_void_p), c.POINTER(c.c_size_t)]),

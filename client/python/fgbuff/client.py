@@ -384,11 +384,32 @@ class Client:
             if p.value:
                 _lib.free(p.value)
 
-    def status_json(self) -> Dict[str, Any]:
-        return json.loads(self._malloced_string("fgb_status_json"))
+    @staticmethod
+    def _status_opts(job: Optional[str], offset: int, limit: int) -> "_lib.fgb_status_opts":
+        for what, v in (("offset", offset), ("limit", limit)):
+            if not isinstance(v, int) or not 0 <= v <= 0xFFFFFFFF:
+                raise ValueError(f"{what}: {v!r} is not a count (0 to 2**32 - 1)")
+        return _lib.fgb_status_opts(job.encode() if job else None, offset, limit)
 
-    def status_text(self) -> str:
-        return self._malloced_string("fgb_status_text")
+    def status_json(self, job: Optional[str] = None, offset: int = 0,
+                    limit: int = 0) -> Dict[str, Any]:
+        """The daemon's status document (docs/protocol.md, "Status"). Its jobs: the one named
+        `job` (None: every job), from the offset-th of those on, at most `limit` (0: as many as
+        fit one message). A document cut to fit has "truncated" (jobs shown, jobs_total)."""
+        o = self._status_opts(job, offset, limit)
+        return json.loads(self._malloced_string("fgb_status_query", ctypes.byref(o), 1))
+
+    def status_text(self, job: Optional[str] = None, offset: int = 0, limit: int = 0) -> str:
+        """The status as `fgbuffctl status` prints it, the jobs selected as by status_json."""
+        o = self._status_opts(job, offset, limit)
+        return self._malloced_string("fgb_status_query", ctypes.byref(o), 0)
+
+    def metrics_text(self, job: Optional[str] = None, offset: int = 0, limit: int = 0) -> str:
+        """The daemon's counters as Prometheus text (`fgbuffctl metrics`), the per-job series
+        of the jobs selected as by status_json; cut to one message, it says so
+        (fgbuff_metrics_truncated 1)."""
+        o = self._status_opts(job, offset, limit)
+        return self._malloced_string("fgb_metrics_query", ctypes.byref(o))
 
     def config_get(self, key: str) -> str:
         return self._malloced_string("fgb_config_get", key.encode())
