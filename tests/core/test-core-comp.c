@@ -123,7 +123,7 @@ static void test_register_refusals(void) {
   ok.arena = x->arena;
   core_tensor_register(&x->c, x->job, &x->sess, 200, &ok);
   CHECK(w_count(x, REC_TENSOR, 0) == 1 && x->job->ntensors == 1);
-  CHECK(x->job->tensors[0]->comp != NULL && x->job->tensors[0]->density == 0.25);
+  CHECK(x->job->tfirst && x->job->tfirst->comp != NULL && x->job->tfirst->density == 0.25);
   w_stop(&w);
 }
 
