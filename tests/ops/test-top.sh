@@ -56,11 +56,16 @@ pids=()
 
 # HIDDEN of a job with a known overlap: top's second refresh on rank 0's daemon.
 export PYTHONPATH="$src/client/python" FGBUFF_CLIENT_LIB="$build/client/libfgbuff_client.so"
+# In the sanitizer build the client library needs the ASan runtime loaded first (python is not
+# instrumented); python's own allocations are not ours to leak-check.
+py_env=()
+asan_rt="$(ldd "$FGBUFF_CLIENT_LIB" 2>/dev/null | awk '/libasan/ { print $3; exit }')"
+[ -n "$asan_rt" ] && py_env=(LD_PRELOAD="$asan_rt" ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0")
 hidden_of() { # MODE STEPS: prints rank 0's HIDDEN share (a number) over one 1.5 s interval
   local mode="$1" steps="$2" r cp=()
   export FGBUFF_JOB="ov-$mode"
   for r in 0 1; do
-    FGBUFF_LOCAL_INDEX=$r python3 "$src/tests/ops/overlap-client.py" $r "$mode" "$steps" 200 \
+    env "${py_env[@]}" FGBUFF_LOCAL_INDEX=$r python3 "$src/tests/ops/overlap-client.py" $r "$mode" "$steps" 200 \
       >"$D/ov-$mode-$r.log" 2>&1 &
     cp+=($!)
     pids+=($!)
