@@ -11,7 +11,10 @@
  * sends a heartbeat, a frame with nothing after the ranks and destination CTRL_DST_BEAT; it is
  * never handed up. A peer from which nothing arrived for more than the peer timeout (srv_net's
  * peer_timeout_ms) is declared lost: its connection is closed (a stopped daemon that resumes finds
- * it closed) and reported up with the silence in the reason. */
+ * it closed) and reported up with the silence in the reason.
+ * Orderly stop: srv_ctrl_close (SIGTERM) first sends every peer a goodbye, a frame like a
+ * heartbeat with destination CTRL_DST_BYE; the receiver closes that connection and reports the
+ * peer lost as "stopped (orderly shutdown)" with an info line instead of an error. */
 #ifndef FGB_SRV_CTRL_H
 #define FGB_SRV_CTRL_H
 
@@ -24,6 +27,7 @@
 #define CTRL_MAX_FRAME (64u << 20)
 #define CTRL_TOKEN 16
 #define CTRL_DST_BEAT (-2) /* destination of a heartbeat frame */
+#define CTRL_DST_BYE (-3)  /* destination of a goodbye frame: the sender stops in order */
 
 /* What the control plane hands up (it carries bytes and never names their reader). */
 typedef struct ctrl_cbs {
