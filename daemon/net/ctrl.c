@@ -54,7 +54,7 @@ struct srv_ctrl {
   ctrl_conn **by_rank; /* connected conn per world rank (leader: everyone; others: [0]) */
   ctrl_msg **queue;    /* per world rank: frames waiting for the connection */
   ctrl_msg **qtail;
-  int nhello;
+  int nhello; /* leader: members hello'd and still connected (a lost one never comes back) */
   uint8_t token[CTRL_TOKEN];
   int lost_reported;
   uv_connect_t creq;
@@ -198,6 +198,7 @@ static void conn_close(ctrl_conn *c, const char *why) {
   if (c->peer < 0 || cp->by_rank[c->peer] != c) return;
   cp->by_rank[c->peer] = NULL;
   cp->lost[c->peer] = 1;
+  if (d->world_rank == 0) cp->nhello--; /* a member's by_rank is set at its hello */
   drop_queue(cp, c->peer);
   if (d->stopping) return;
   /* Leader lost: every other rank is unreachable. Otherwise only that peer. One log line: an

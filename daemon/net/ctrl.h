@@ -56,7 +56,9 @@ void srv_ctrl_send(srv_ctrl *cp, int peer, const uint8_t *bytes, size_t len);
 /* Call before handling any input (client frames, ring doorbells): a leader that did not run for
  * nearly the peer timeout closes its control plane first (ctrl.c, stall_check). */
 void srv_ctrl_guard(srv_net *d);
-/* 1 once every peer this rank talks to is connected (leader: all hellos received). */
+/* 1 while every peer this rank talks to is connected (leader: every member said hello and none
+ * was lost since; a member: connected to the leader); 0 before, and again after a loss (the world
+ * is incomplete for good: a lost rank is not taken back). */
 int srv_ctrl_ready(const srv_ctrl *cp);
 void srv_ctrl_close(srv_net *d);
 /* What to check when the leader's control-plane address cannot be reached: names a loopback one
