@@ -69,6 +69,7 @@ fi
 kill -CONT "${d[0]}"
 stopped=""
 trap - EXIT
-cleanup
+# A daemon died: the others wait in MPI_Finalize for it (30 s watchdog); do not wait that long.
+WORLD_STOP_TIMEOUT=3 cleanup
 [ $rc -eq 0 ] || { echo "--- world log"; cat "$FGBUFF_WORLD_LOG"; }
 exit $rc
