@@ -37,7 +37,7 @@ alive() { # RANK PID WHEN
     rc=1
   fi
 }
-d=($(world_daemon_pids))
+mapfile -t d < <(world_daemon_pids)
 [ "$(up 0)" = 1 ] || { echo "FAIL: fgbuff_up of the formed world is not 1 on daemon 0"; rc=1; }
 sleep 1.6 # past the formation deadline
 kill -KILL "${d[2]}"

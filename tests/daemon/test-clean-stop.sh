@@ -46,7 +46,7 @@ for _ in $(seq 1 300); do
   [ "$(cat "$out/A0.out" "$out/A1.out" | grep -c 'holding at step 2')" -ge 2 ] && break
   sleep 0.1
 done
-d=($(world_daemon_pids))
+mapfile -t d < <(world_daemon_pids)
 # A member stops while job A runs on it.
 # (A daemon logs `stopped` after MPI_Finalize, once every daemon is stopping: checked at the end.)
 kill -TERM "${d[2]}"
