@@ -72,7 +72,7 @@ void srv_form_explain(const char *leader_addr, int world_rank, int world_size, u
 
 void srv_service_tick(srv *d, int formed, const char *leader_addr) {
   static uint64_t wd_ms, wd_last, form_deadline;
-  static int ready, wd_init;
+  static int ready, wd_init, formed_once;
   static char last_status[300];
   uint64_t now = clock_ms();
   if (!wd_init) {
@@ -86,7 +86,10 @@ void srv_service_tick(srv *d, int formed, const char *leader_addr) {
     wd_last = now;
     srv_notify("WATCHDOG=1");
   }
-  if (!formed) {
+  /* The deadline is the start's: a world that formed and then lost a peer (formed 0 again) keeps
+   * running, its jobs failed or failing with the loss (docs/architecture.md, "Failure model"). */
+  if (formed) formed_once = 1;
+  if (!formed_once) {
     if (now < form_deadline || d->net.stopping) return;
     char msg[768];
     srv_form_explain(leader_addr, d->world_rank, d->world_size, now - d->start_ms, msg,
@@ -105,10 +108,9 @@ void srv_service_tick(srv *d, int formed, const char *leader_addr) {
   for (srv_job *j = d->core.jobs; j; j = j->next) jobs++;
   for (const srv_conn *c = d->net.sessions; c; c = c->next) clients++;
   char st[300];
-  snprintf(st, sizeof(st),
-           "STATUS=world rank %d of %d formed; %d job%s, %d client%s; socket %.120s", d->world_rank,
-           d->world_size, jobs, jobs == 1 ? "" : "s", clients, clients == 1 ? "" : "s",
-           d->net.sock_path);
+  snprintf(st, sizeof(st), "STATUS=world rank %d of %d %s; %d job%s, %d client%s; socket %.120s",
+           d->world_rank, d->world_size, formed ? "formed" : "lost a peer (restart the world)",
+           jobs, jobs == 1 ? "" : "s", clients, clients == 1 ? "" : "s", d->net.sock_path);
   if (!ready) {
     ready = 1;
     char msg[320];

@@ -29,9 +29,10 @@ void srv_form_explain(const char *leader_addr, int world_rank, int world_size, u
  * NAME. Other values are left alone. Returns 0, or -1 with err naming the interface. */
 int srv_cp_addr_resolve(char *cp_addr, size_t len, char *err, size_t errlen);
 
-/* Called from the loop's 100 ms tick: once the world formed (formed != 0), READY=1 and a STATUS=
- * line, the STATUS again when it changes, WATCHDOG=1 at the watchdog interval; before it formed,
- * the formation deadline (the daemon exits 1 with srv_form_explain's message). leader_addr: the
+/* Called from the loop's 100 ms tick with formed = srv_ctrl_ready (the world complete now): once
+ * the world formed, READY=1 and a STATUS= line (saying so when a peer was lost since), the STATUS
+ * again when it changes, WATCHDOG=1 at the watchdog interval; before it first formed, the
+ * formation deadline (the daemon exits 1 with srv_form_explain's message). leader_addr: the
  * leader's advertised control-plane address. With FGBUFF_NOTIFY=leader (base/env) only world rank 0
  * sends READY/STATUS (a unit running the whole world: its READY means every daemon connected). */
 struct srv;

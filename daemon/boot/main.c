@@ -89,8 +89,11 @@ static void on_signal(uv_signal_t *h, int signum) {
   LOG_INFO("signal %d: shutting down", signum);
   srv_notify("STOPPING=1");
   d->net.stopping = 1;
-  srv_server_stop(&d->net); /* every client gets Error FGB_ECLOSED "daemon shutting down" */
+  /* The control plane first: its goodbye tells the peers that this daemon stops in order, so the
+   * leader fails this daemon's jobs with "daemon at world rank R (ADDR) stopped (orderly
+   * shutdown)" rather than with what the LEAVEs of the closing sessions would say. */
   srv_ctrl_close(&d->net);
+  srv_server_stop(&d->net); /* every client gets Error FGB_ECLOSED "daemon shutting down" */
   srv_metrics_close();
 #ifdef FGBUFF_HAVE_CUDA
   if (d->core.gpu) srv_gpu_stop(d);

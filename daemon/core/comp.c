@@ -9,6 +9,7 @@
 #include "compressor.h"
 #include "core_internal.h"
 #include "engine.h"
+#include "err.h"
 #include "preissue.h"
 
 /* "a, b, c" of the registered compressors. */
@@ -114,24 +115,29 @@ void srv_comp_fill(const srv_tensor *t, eng_tensor *et) {
   view_2d(t->ndim, t->shape, t->count, &et->rows, &et->cols, &et->inner);
 }
 
+fgb_status core_state_check(core *d, const srv_job *j, uint32_t tensor_id, char *err,
+                            size_t errlen) {
+  if (!j) return err_set(err, errlen, FGB_EPROTO, "state export/import before joining");
+  srv_tensor *t = srv_tensor_get(d, tensor_id);
+  if (!t || t->job != j)
+    return err_set(err, errlen, FGB_ENOTFOUND, "tensor_id: %u is not a tensor of this job",
+                   tensor_id);
+  if (!t->comp)
+    return err_set(err, errlen, FGB_EINVAL,
+                   "tensor_id: tensor '%s' has no compressor (dense): no state", t->name);
+  return FGB_OK;
+}
+
 /* The tensor a state request names, or an error sent to the client. */
 static srv_tensor *state_tensor(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
                                 uint32_t tensor_id) {
-  if (!j) {
-    core_error(d, s, req_id, FGB_EPROTO, "tensor_id", "state export/import before joining");
+  char err[256];
+  fgb_status st = core_state_check(d, j, tensor_id, err, sizeof err);
+  if (st != FGB_OK) {
+    core_error(d, s, req_id, st, "tensor_id", "%s", err);
     return NULL;
   }
   srv_tensor *t = srv_tensor_get(d, tensor_id);
-  if (!t || t->job != j) {
-    core_error(d, s, req_id, FGB_ENOTFOUND, "tensor_id",
-               "tensor_id: %u is not a tensor of this job", tensor_id);
-    return NULL;
-  }
-  if (!t->comp) {
-    core_error(d, s, req_id, FGB_EINVAL, "tensor_id",
-               "tensor_id: tensor '%s' has no compressor (dense): no state", t->name);
-    return NULL;
-  }
   if (j->aborted || !j->formed || !t->key_known) {
     core_error(
         d, s, req_id, j->aborted ? FGB_EPEER : FGB_EAGAIN, "tensor_id",

@@ -306,6 +306,12 @@ void core_collective(core *d, srv_job *j, struct srv_session *s, uint64_t req_id
 /* StateExport / StateImport of a compressed tensor (runs on the engine; replied on its result). */
 void core_state(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
                 int import, const uint8_t *data, size_t len);
+/* Whether tensor_id names a tensor of job j with a compressor (so it has state): FGB_OK, or the
+ * code with err saying why (FGB_EPROTO before joining, FGB_ENOTFOUND not this job's tensor,
+ * FGB_EINVAL dense). A chunked import asks at its first chunk, before it gathers a byte;
+ * core_state checks again, with the job's progress. */
+fgb_status core_state_check(core *d, const srv_job *j, uint32_t tensor_id, char *err,
+                            size_t errlen);
 
 /* The data plane saw the client's event of (tensor, step) complete: report it ready. */
 void core_gpu_observed(core *d, uint32_t tensor_id, uint64_t step);

@@ -87,6 +87,22 @@ static void on_issue(core *d, coord_event *ev) {
   srv_issue_event(d, j, ev);
 }
 
+void srv_issue_mark(srv_job *j, const coord_event *ev) {
+  if (ev->step & SRV_COLL_STEP) {
+    uint64_t seq = ev->step & ~SRV_COLL_STEP;
+    for (uint32_t i = 0; i < j->ncolls; i++)
+      if (j->colls[i].seq == seq) j->colls[i].issued = 1;
+    return;
+  }
+  if (ev->pre) return; /* pre-issued: preissue.c's queue decides what an abort does with it */
+  for (uint32_t k = 0; k < ev->ntensors; k++) {
+    srv_tensor *t = srv_tensor_by_key(j, ev->tensor_keys[k]);
+    for (uint32_t i = 0; t && i < j->npending; i++)
+      if (j->pending[i].tensor_id == t->id && j->pending[i].step == ev->step)
+        j->pending[i].issued = 1;
+  }
+}
+
 void srv_issue_event(core *d, srv_job *j, coord_event *ev) {
   /* Traced: when a step numbered ahead arrives (bench/gpu/trace-split.py). */
   if (ev->pre && srv_trace_level())

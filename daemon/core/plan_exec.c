@@ -389,6 +389,7 @@ int srv_plan_defer(srv_job *j, const coord_event *ev) {
   if (!c->tensor_keys) goto nomem;
   if (ev->ntensors) memcpy(c->tensor_keys, ev->tensor_keys, ev->ntensors * sizeof(uint32_t));
   pl->ndefer++;
+  srv_issue_mark(j, ev); /* numbered: an ABORT before the verdict must not drop it here */
   return 1;
 nomem:
   LOG_ERROR("job '%s': out of memory deferring collective #%llu until its plan is agreed",

@@ -59,6 +59,10 @@ void srv_plan_on_ready(struct srv_job *j, const struct srv_tensor *t, uint64_t s
 int srv_plan_defer(struct srv_job *j, const struct coord_event *ev);
 /* events.c: run an agreed ISSUE of the job (plan holds, then the engine). */
 void srv_issue_event(struct core *d, struct srv_job *j, struct coord_event *ev);
+/* events.c: the pending tensors (or ad-hoc collective) an agreed ISSUE names count as issued
+ * from now on, though it waits (srv_plan_defer): an ABORT arriving meanwhile fails only what was
+ * not numbered, so the ISSUE still runs here, as on the ranks where it did not wait. */
+void srv_issue_mark(struct srv_job *j, const struct coord_event *ev);
 /* The engine finished the job's ENG_XCHG item: adopt its verdict, replay deferred ISSUEs. */
 struct eng_item;
 void srv_plan_xchg_done(struct srv_job *j, struct eng_item *it);

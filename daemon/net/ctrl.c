@@ -2,7 +2,8 @@
  * loop thread. Messages to a peer that is not connected yet wait in its queue; a connection that
  * breaks, sends a malformed frame or stays silent past the peer timeout (heartbeats: peerwatch.h)
  * is closed and reported up as a lost peer (ctrl_cbs); what is addressed to a lost peer is
- * dropped. */
+ * dropped. A daemon that stops in order says goodbye first, so its peers report it as stopped (an
+ * info line), not as a failure. */
 #include "ctrl.h"
 
 #include <arpa/inet.h>
@@ -29,6 +30,7 @@ typedef struct ctrl_conn {
   uv_tcp_t tcp;
   int peer; /* world rank, -1 until the hello */
   int connected, closing;
+  int bye;              /* the peer said goodbye: its loss is an orderly stop, not a failure */
   uint64_t accepted_ms; /* leader side, until the hello: when accepted (0: not pending) */
   pw_peer pw;           /* liveness, once connected (member) or hello'd (leader) */
   uint8_t *in;
@@ -52,7 +54,7 @@ struct srv_ctrl {
   ctrl_conn **by_rank; /* connected conn per world rank (leader: everyone; others: [0]) */
   ctrl_msg **queue;    /* per world rank: frames waiting for the connection */
   ctrl_msg **qtail;
-  int nhello;
+  int nhello; /* leader: members hello'd and still connected (a lost one never comes back) */
   uint8_t token[CTRL_TOKEN];
   int lost_reported;
   uv_connect_t creq;
@@ -196,22 +198,31 @@ static void conn_close(ctrl_conn *c, const char *why) {
   if (c->peer < 0 || cp->by_rank[c->peer] != c) return;
   cp->by_rank[c->peer] = NULL;
   cp->lost[c->peer] = 1;
+  if (d->world_rank == 0) cp->nhello--; /* a member's by_rank is set at its hello */
   drop_queue(cp, c->peer);
   if (d->stopping) return;
-  /* Leader lost: every other rank is unreachable. Otherwise only that peer. One log line. */
+  /* Leader lost: every other rank is unreachable. Otherwise only that peer. One log line: an
+   * error, unless the peer said goodbye (it was stopped: SIGTERM, scancel), then an info line; its
+   * jobs fail all the same, the text says which it was. */
   char text[512];
   if (c->peer == 0) {
     snprintf(text, sizeof(text),
-             "control plane leader (world rank 0, %.128s) lost: %.200s; this daemon's jobs fail "
+             "control plane leader (world rank 0, %.128s) %s%.200s; this daemon's jobs fail "
              "(no fail-over: restart the world)",
-             addr_of(cp, 0), why);
-    LOG_ERROR("%s", text);
+             addr_of(cp, 0), c->bye ? "" : "lost: ", why);
+    if (c->bye)
+      LOG_INFO("%s", text);
+    else
+      LOG_ERROR("%s", text);
     for (int r = 0; r < d->world_size; r++)
       if (r != d->world_rank) cp->cbs->on_peer_lost(cp->ud, r, text);
   } else {
-    snprintf(text, sizeof(text), "daemon at world rank %d (%.128s) lost: %.200s", c->peer,
-             addr_of(cp, c->peer), why);
-    LOG_ERROR("control plane: %s", text);
+    snprintf(text, sizeof(text), "daemon at world rank %d (%.128s) %s%.200s", c->peer,
+             addr_of(cp, c->peer), c->bye ? "" : "lost: ", why);
+    if (c->bye)
+      LOG_INFO("control plane: %s", text);
+    else
+      LOG_ERROR("control plane: %s", text);
     cp->cbs->on_peer_lost(cp->ud, c->peer, text);
   }
   cp->cbs->after_input(cp->ud);
@@ -291,6 +302,11 @@ static void on_frame(ctrl_conn *c, const uint8_t *p, size_t len) {
     return;
   }
   if (dst == CTRL_DST_BEAT && len == 8) return; /* a heartbeat: on_read noted the bytes */
+  if (dst == CTRL_DST_BYE && len == 8) {        /* its last frame: the daemon stops in order */
+    c->bye = 1;
+    conn_close(c, "stopped (orderly shutdown)");
+    return;
+  }
   if (src < 0 || src >= d->world_size || dst < 0 || dst >= d->world_size) {
     conn_close(c, "frame with a bad source or destination rank");
     return;
@@ -607,6 +623,19 @@ void srv_ctrl_close(srv_net *d) {
   }
   if (cp->hello_timer) uv_close((uv_handle_t *)cp->hello_timer, hello_timer_free_cb);
   if (cp->hb_timer) uv_close((uv_handle_t *)cp->hb_timer, hello_timer_free_cb);
+  /* Goodbye to every peer, so that it logs an orderly stop rather than a lost daemon. Written at
+   * once or not at all (uv_try_write: the connections close right below); a peer that misses it
+   * sees the connection close and reports the loss as an error, as before. */
+  uint8_t bye[12];
+  put32(bye, 8);
+  put32(bye + 4, (uint32_t)d->world_rank);
+  put32(bye + 8, (uint32_t)CTRL_DST_BYE);
+  for (ctrl_conn *c = cp->conns; c; c = c->next) {
+    if (!c->connected || c->closing || c->peer < 0) continue;
+    uv_buf_t b = uv_buf_init((char *)bye, sizeof(bye));
+    if (uv_try_write((uv_stream_t *)&c->tcp, &b, 1) != (int)sizeof(bye))
+      LOG_DEBUG("control plane: goodbye to rank %d not sent", c->peer);
+  }
   while (cp->conns) conn_close(cp->conns, "shutting down");
   for (int r = 0; r < d->world_size; r++) drop_queue(cp, r);
   free(cp->lost);

@@ -11,7 +11,10 @@
  * sends a heartbeat, a frame with nothing after the ranks and destination CTRL_DST_BEAT; it is
  * never handed up. A peer from which nothing arrived for more than the peer timeout (srv_net's
  * peer_timeout_ms) is declared lost: its connection is closed (a stopped daemon that resumes finds
- * it closed) and reported up with the silence in the reason. */
+ * it closed) and reported up with the silence in the reason.
+ * Orderly stop: srv_ctrl_close (SIGTERM) first sends every peer a goodbye, a frame like a
+ * heartbeat with destination CTRL_DST_BYE; the receiver closes that connection and reports the
+ * peer lost as "stopped (orderly shutdown)" with an info line instead of an error. */
 #ifndef FGB_SRV_CTRL_H
 #define FGB_SRV_CTRL_H
 
@@ -24,6 +27,7 @@
 #define CTRL_MAX_FRAME (64u << 20)
 #define CTRL_TOKEN 16
 #define CTRL_DST_BEAT (-2) /* destination of a heartbeat frame */
+#define CTRL_DST_BYE (-3)  /* destination of a goodbye frame: the sender stops in order */
 
 /* What the control plane hands up (it carries bytes and never names their reader). */
 typedef struct ctrl_cbs {
@@ -52,7 +56,9 @@ void srv_ctrl_send(srv_ctrl *cp, int peer, const uint8_t *bytes, size_t len);
 /* Call before handling any input (client frames, ring doorbells): a leader that did not run for
  * nearly the peer timeout closes its control plane first (ctrl.c, stall_check). */
 void srv_ctrl_guard(srv_net *d);
-/* 1 once every peer this rank talks to is connected (leader: all hellos received). */
+/* 1 while every peer this rank talks to is connected (leader: every member said hello and none
+ * was lost since; a member: connected to the leader); 0 before, and again after a loss (the world
+ * is incomplete for good: a lost rank is not taken back). */
 int srv_ctrl_ready(const srv_ctrl *cp);
 void srv_ctrl_close(srv_net *d);
 /* What to check when the leader's control-plane address cannot be reached: names a loopback one

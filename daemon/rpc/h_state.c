@@ -4,7 +4,8 @@
  * the state; this session keeps the bytes and answers them chunk by chunk, each request naming the
  * copy by export_id, until the last chunk was read (or the next export, or the close, frees it). A
  * chunked import's chunks arrive in order from offset 0 and are gathered here (the buffer grows
- * with what arrived, never ahead of it to the announced total); the last one hands the whole state
+ * with what arrived, never ahead of it to the announced total; the first chunk's tensor must be
+ * the caller's and have a compressor, or nothing is gathered); the last one hands the whole state
  * to the engine, whose result is the last chunk's reply. Loop thread only. */
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +159,12 @@ void rpc_state_import(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelop
   }
   if (m->offset == 0) { /* a new import replaces one left unfinished */
     import_drop(x);
+    char err[256]; /* a tensor without state is refused now, not after its last chunk */
+    fgb_status st = core_state_check(&s->d->core, s->job, m->tensor_id, err, sizeof err);
+    if (st != FGB_OK) {
+      srv_send_error(s, req_id, st, "tensor_id", 0, "%s", err);
+      return;
+    }
     x->imp_total = (size_t)m->total;
     x->imp_tensor = m->tensor_id;
   } else if (!x->imp_total || m->tensor_id != x->imp_tensor || m->total != x->imp_total ||

@@ -121,7 +121,8 @@ typedef struct mpage {
 static void render(mbuf *b, srv *d, const char *base, const char *gjs, const mpage *pg) {
   family(b, "fgbuff_build_info", "gauge", "fgbuffd's version (value 1).");
   mb_printf(b, "fgbuff_build_info{%s,version=\"%s\"} 1\n", base, FGBUFF_VERSION);
-  family(b, "fgbuff_up", "gauge", "1 once the daemon's world formed, else 0.");
+  family(b, "fgbuff_up", "gauge",
+         "1 while the daemon's world is complete, else 0 (not formed yet, or a peer lost).");
   mb_printf(b, "fgbuff_up{%s} %d\n", base, d->net.cp && srv_ctrl_ready(d->net.cp) ? 1 : 0);
   family(b, "fgbuff_start_time_seconds", "gauge", "When the daemon started, Unix time.");
   struct timespec ts;

@@ -6,6 +6,8 @@
  *  - a client gone between a split buffer's reduce-scatter and its all-gather: the waiting
  *    all-gather fails its members with FGB_EPEER on the ranks left, nothing hangs, every arena
  *    reference comes back;
+ *  - a client closed mid-job while an ISSUE waits for the planning exchange on one rank only
+ *    (fgbuff, fusion, dear): the ISSUE numbered before the ABORT still runs there, no error line;
  *  - a forced plan switch (rgmerge): the backward order changes after the first plan, the re-plan
  *    check sees it and every rank adopts plan v2 from the same step; the averages stay exact on
  *    both sides of the switch.
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "plan_exec.h"
 #include "plan_internal.h"
@@ -237,7 +240,83 @@ static void test_switch(int n) {
   w_stop(&w);
 }
 
-int main(void) {
+/* stderr (the daemon's log) into a temporary file while a test runs; log_end echoes it and
+ * returns the number of error-level lines. */
+static int g_saved_err = -1;
+static FILE *g_log;
+static char g_log_path[64];
+static void log_begin(void) {
+  fflush(stderr);
+  char path[] = "/tmp/test-core-plans-log.XXXXXX"; /* kept when a REQUIRE ends the test */
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0 && (g_log = fdopen(fd, "w+")) != NULL);
+  fprintf(stderr, "(log until the end of this test in %s)\n", path);
+  snprintf(g_log_path, sizeof g_log_path, "%s", path);
+  g_saved_err = dup(2);
+  REQUIRE(g_saved_err >= 0 && dup2(fileno(g_log), 2) >= 0);
+}
+static int log_end(void) {
+  fflush(stderr);
+  dup2(g_saved_err, 2);
+  close(g_saved_err);
+  rewind(g_log);
+  char line[1024];
+  int errors = 0;
+  while (fgets(line, sizeof line, g_log)) {
+    fputs(line, stderr);
+    errors += strstr(line, "] error: ") != NULL;
+  }
+  fclose(g_log);
+  unlink(g_log_path);
+  return errors;
+}
+
+/* A client of a static-plan job closes mid-job while an ISSUE waits on its rank for the job's
+ * first planning exchange (plan_exec.c's defer: the exchange of plan_warmup_steps and
+ * replan_steps starts at the first ISSUE, later steps' ISSUEs wait for its verdict). Rank 0 got
+ * its exchange result before step 2's ISSUE and handed that collective to its engine; on rank 1
+ * the ISSUE is deferred, and the ABORT that follows it (the leader numbered step 2 before the
+ * LEAVE) arrives before rank 1's exchange result (w_hold). The deferred ISSUE was numbered before
+ * the ABORT, so rank 1 must still run it: before, the ABORT failed its pending tensor, the replay
+ * logged "agreed tensor key K of step S is not pending here" at error level and dropped it, and
+ * rank 0's engine waited in that collective for ever. Now step 2's Done reaches rank 0, every
+ * rank ran the same collectives and no error line is logged. */
+static void test_close_mid_job(const char *policy) {
+  world w;
+  w_start(&w, 2);
+  w_join(&w, "cm", policy);
+  uint32_t a = w_tensor(&w, "a", 8, OFF_A);
+  w_hold(&w, 1, 1); /* rank 1's engine results (the exchange's first) wait */
+  for (int r = 0; r < 2; r++) core_submit(&w.r[r].c, w.r[r].job, &w.r[r].sess, 1, a, 1, 0, 0);
+  W_UNTIL(&w, dones(&w, 0, a, 1, 0) == 1); /* rank 0: exchange verdict, then step 1 */
+  CHECK(w.r[1].job->plan && w.r[1].job->plan->xpending);
+  log_begin();
+  for (int r = 0; r < 2; r++) core_submit(&w.r[r].c, w.r[r].job, &w.r[r].sess, 1, a, 2, 0, 0);
+  W_UNTIL(&w, w.r[1].job->plan->ndefer > 0 || w.r[1].job->aborted); /* step 2's ISSUE waits */
+  srv_job *gone = w.r[1].job;
+  w.r[1].job = NULL;
+  core_client_gone(gone);
+  for (int i = 0; i < 50; i++) w_pump(&w); /* the LEAVE, then the ABORT on both ranks */
+  CHECK(w.r[0].job->aborted);
+  w_hold(&w, 1, 0); /* the exchange's verdict on rank 1: its deferred ISSUE runs now */
+  W_UNTIL(&w, dones(&w, 0, a, 2, 0) + dones(&w, 0, a, 2, FGB_EPEER) == 1);
+  W_UNTIL(&w, w.r[1].c.jobs == NULL); /* rank 1 released its job */
+  CHECK_MSG(w_nops(0) == w_nops(1), "%s: rank 0 started %d collectives, rank 1 %d", policy,
+            w_nops(0), w_nops(1));
+  int errors = log_end();
+  CHECK_MSG(errors == 0, "%s: %d error-level log lines after a close mid-job", policy, errors);
+  w_stop(&w);
+  printf("ok  close mid-job under %s: the deferred ISSUE ran on both ranks\n", policy);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1) { /* one policy's close mid-job only (to show it on an older daemon/core) */
+    test_close_mid_job(argv[1]);
+    TEST_DONE();
+  }
+  test_close_mid_job("fgbuff");
+  test_close_mid_job("fusion");
+  test_close_mid_job("dear");
   test_dear();
   test_switch(2);
   test_switch(3);

@@ -320,6 +320,39 @@ static const core_cbs sink = {cb_error, cb_ok,        cb_joined, cb_tensor,
 
 static uint32_t g_warmup = SRV_PLAN_WARMUP_STEPS, g_replan = SRV_PLAN_REPLAN_STEPS;
 
+/* Engine results of a held rank wait here, in order, until w_hold(r, 0) hands them over. */
+typedef struct w_held {
+  eng_item *it;
+  struct w_held *next;
+} w_held;
+static int g_hold[W_MAX];
+static w_held *g_held[W_MAX];
+static core *g_cores[W_MAX];
+
+static void engine_result(void *ud, eng_item *it) {
+  core *c = ud;
+  for (int r = 0; r < W_MAX; r++) {
+    if (g_cores[r] != c || !g_hold[r]) continue;
+    w_held *h = calloc(1, sizeof(*h)), **pp = &g_held[r];
+    REQUIRE(h);
+    h->it = it;
+    while (*pp) pp = &(*pp)->next;
+    *pp = h;
+    return;
+  }
+  core_engine_result(ud, it);
+}
+
+void w_hold(world *w, int r, int on) {
+  g_hold[r] = on;
+  while (!on && g_held[r]) {
+    w_held *h = g_held[r];
+    g_held[r] = h->next;
+    core_engine_result(&w->r[r].c, h->it);
+    free(h);
+  }
+}
+
 void w_start(world *w, int n) {
   REQUIRE(n >= 1 && n <= W_MAX);
   memset(w, 0, sizeof(*w));
@@ -342,8 +375,9 @@ void w_start(world *w, int n) {
     r->c.replan_steps = &g_replan;
     r->sess.rank = i;
     char err[256];
-    REQUIRE(eng_start(&g_loop, &fake, core_engine_result, &r->c, &r->c.eng, err, sizeof(err)) ==
-            FGB_OK);
+    g_cores[i] = &r->c;
+    g_hold[i] = 0;
+    REQUIRE(eng_start(&g_loop, &fake, engine_result, &r->c, &r->c.eng, err, sizeof(err)) == FGB_OK);
     r->arena = calloc(1, sizeof(*r->arena));
     REQUIRE(r->arena);
     void *p = mmap(NULL, ARENA_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -353,6 +387,7 @@ void w_start(world *w, int n) {
 }
 
 void w_stop(world *w) {
+  for (int i = 0; i < w->n; i++) w_hold(w, i, 0);
   for (int i = 0; i < w->n; i++) {
     w_rank *r = &w->r[i];
     eng_close_async(r->c.eng);

@@ -102,6 +102,10 @@ float *w_f32(world *w, int r, uint64_t off);
  */
 int w_count(const w_rank *r, int kind, uint32_t id);
 const w_rec *w_last(const w_rank *r, int kind);
+/* on: rank r's engine results wait (its engine still runs, its collectives still meet the other
+ * ranks'); off: they are handed to its core now, in order. Lets a test order an engine result
+ * after control-plane messages on one rank only. */
+void w_hold(world *w, int r, int on);
 /* Forget rank r's replies. */
 void w_clear(w_rank *r);
 

@@ -323,8 +323,9 @@ static void tensor_cases(void) {
   ee.state_export = &se;
   q = raw_send(&r, &ee, NULL, 0);
   raw_expect_error(&r, q, "tensor_id", FGB_EINVAL, 0, "state export of a dense tensor");
-  /* Chunked state transfers (h_state.c): a chunk of an export nobody began, a chunk of an import
-   * out of order, one past its announced total, a total above 2^40. */
+  /* Chunked state transfers (h_state.c): a chunk of an export nobody began, an import's first
+   * chunk for a tensor without state, a chunk of an import out of order, one past its announced
+   * total, a total above 2^40. */
   se.chunked = 1;
   se.offset = 4096;
   se.export_id = 7;
@@ -332,15 +333,36 @@ static void tensor_cases(void) {
   q = raw_send(&r, &ee, NULL, 0);
   raw_expect_error(&r, q, "export_id", FGB_EINVAL, 0, "a chunk of no export");
   uint8_t chunk[64] = {0};
+  q = send_tensor(&r, "c", arena, 64, 16, 1, NULL, 0, "topk", 0.25);
+  e = raw_recv(&r, 30000);
+  REQUIRE(e && e->req_id == q && e->body_case == FGBUFF__V1__ENVELOPE__BODY_TENSOR_REPLY);
+  uint32_t ct = e->tensor_reply->tensor_id; /* has a compressor: chunks of its state are taken */
+  raw_free(e);
   Fgbuff__V1__StateImport si = FGBUFF__V1__STATE_IMPORT__INIT;
-  si.tensor_id = t;
-  si.state.data = chunk;
-  si.state.len = sizeof chunk;
-  si.offset = 64;
-  si.total = 1 << 20;
   Env ie = FGBUFF__V1__ENVELOPE__INIT;
   ie.body_case = FGBUFF__V1__ENVELOPE__BODY_STATE_IMPORT;
   ie.state_import = &si;
+  si.state.data = chunk;
+  si.state.len = sizeof chunk;
+  si.total = 1 << 20;
+  /* A first chunk for a tensor without state is refused at once, naming tensor_id (it used to be
+   * gathered, and refused only at the last chunk): unknown, dense, another job's. */
+  si.tensor_id = 9999;
+  q = raw_send(&r, &ie, NULL, 0);
+  raw_expect_error(&r, q, "tensor_id", FGB_ENOTFOUND, 0, "first import chunk of no tensor");
+  si.tensor_id = t;
+  ie.req_id = 0;
+  q = raw_send(&r, &ie, NULL, 0);
+  raw_expect_error(&r, q, "tensor_id", FGB_EINVAL, 0, "first import chunk of a dense tensor");
+  setup(&r2, "otherjob2", 0, 1, sock0);
+  si.tensor_id = ct;
+  ie.req_id = 0;
+  q = raw_send(&r2, &ie, NULL, 0);
+  raw_expect_error(&r2, q, "tensor_id", FGB_ENOTFOUND, 0, "first import chunk of another job's");
+  raw_close(&r2);
+  si.tensor_id = ct;
+  si.offset = 64;
+  ie.req_id = 0;
   q = raw_send(&r, &ie, NULL, 0);
   raw_expect_error(&r, q, "offset", FGB_EINVAL, 0, "an import chunk before its first");
   si.offset = 0;
