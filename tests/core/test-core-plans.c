@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "plan_exec.h"
-#include "plan_internal.h"
+#include "policy.h"
 #include "test.h"
 #include "world.h"
 
@@ -73,15 +73,17 @@ static void step_run(world *w, const uint32_t *t, const uint64_t *count, const i
 
 /* The plan version of rank r's job in force for `step` (NULL: none). */
 static const sched_plan *plan_for(const world *w, int r, uint64_t step) {
-  const srv_plan *pl = w->r[r].job->plan;
-  for (int i = pl ? pl->nv - 1 : -1; i >= 0; i--)
-    if (step >= pl->v[i].plan.first_step) return &pl->v[i].plan;
+  srv_plan_view v;
+  srv_plan_view_get(w->r[r].job, &v);
+  for (int i = (int)v.nversions - 1; i >= 0; i--)
+    if (step >= v.versions[i]->first_step) return v.versions[i];
   return NULL;
 }
 static const sched_plan *plan_version(const world *w, int r, uint64_t version) {
-  const srv_plan *pl = w->r[r].job->plan;
-  for (int i = 0; pl && i < pl->nv; i++)
-    if (pl->v[i].plan.version == version) return &pl->v[i].plan;
+  srv_plan_view v;
+  srv_plan_view_get(w->r[r].job, &v);
+  for (uint32_t i = 0; i < v.nversions; i++)
+    if (v.versions[i]->version == version) return v.versions[i];
   return NULL;
 }
 
