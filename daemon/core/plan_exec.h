@@ -18,8 +18,8 @@
 #define SRV_PLAN_REPLAN_STEPS 50
 /* Steps between the agreed step and the plan's first step. */
 #define SRV_PLAN_LEAD 2
-/* Bounds of the live keys plan_warmup_steps and replan_steps (config.c): a re-plan period must
- * exceed the lead so that a verdict lands before the next check. */
+/* Bounds of the live keys plan_warmup_steps and replan_steps (conf/settings.c): a re-plan period
+ * must exceed the lead so that a verdict lands before the next check. */
 #define SRV_PLAN_MIN_WARMUP 2
 #define SRV_PLAN_MIN_REPLAN (SRV_PLAN_LEAD + 1)
 #define SRV_PLAN_MAX_STEPS 100000
