@@ -3,7 +3,8 @@
 #  1. includes: every #include "x.h" of a layer's files resolves to its own folder or to a folder
 #     below it (LAYERS' third column);
 #  2. symbols: a layer library's undefined symbols are defined by no library above it nor by the
-#     loop-thread objects of fgbuffd (nm), so a call up cannot hide behind a local declaration.
+#     loop-thread objects of fgbuffd (nm), so a call up cannot hide behind a local declaration;
+#  3. environment knobs are read only through their tables, and fgbuffd --help lists them.
 # Usage: layer-check.sh BUILD_DIR   (run from anywhere; ctest runs it as layer-check)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -121,6 +122,29 @@ for i in "${!names[@]}"; do
     fail=1
   fi
 done
+
+# ---- 3. environment knobs: FGBUFF_* and FGB_KERN_* are declared once, in daemon/base/env.c's and
+# kernels/kern_env.c's tables, and read only through them; other getenv calls of daemon/ and kernels/
+# read variables the system sets. fgbuffd --help lists every knob of both tables.
+SYSTEM_VARS="XDG_RUNTIME_DIR JOURNAL_STREAM NOTIFY_SOCKET WATCHDOG_USEC WATCHDOG_PID"
+while IFS= read -r line; do
+  [ -n "$line" ] || continue
+  ok=1
+  for v in $(grep -oE 'getenv\([^)]*\)' <<<"${line#*:*:}"); do
+    name="$(sed -E 's/getenv\("?([^")]*)"?\)/\1/' <<<"$v")"
+    grep -qw -- "$name" <<<"$SYSTEM_VARS" || ok=0
+  done
+  if [ $ok = 0 ]; then
+    echo "layer-check: ${line%%:*}:$(cut -d: -f2 <<<"$line"): getenv outside the knob tables (base/env.c, kernels/kern_env.c)"
+    fail=1
+  fi
+done < <(cd "$root" && git grep -n -E '\bgetenv[[:space:]]*\(' -- daemon kernels ':!daemon/base/env.c' ':!kernels/kern_env.c' || true)
+if [ -x "$build/daemon/fgbuffd" ]; then
+  help="$("$build/daemon/fgbuffd" --help 2>&1 || true)"
+  for k in $(grep -ohE '^ *\[[A-Z_]+\] = \{"(FGBUFF|FGB_KERN)_[A-Z0-9_]+"' "$root/daemon/base/env.c" "$root/kernels/kern_env.c" | grep -oE '"[A-Z0-9_]+"' | tr -d '"'); do
+    grep -qE "^  $k " <<<"$help" || { echo "layer-check: fgbuffd --help does not list $k"; fail=1; }
+  done
+fi
 
 [ $fail = 0 ] && echo "layer-check ok (${names[*]}; loop thread: ${#loop_objs[@]} objects)"
 exit $fail

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "env.h"
+#include "kern_env.h"
 #include "log.h"
 #include "peerwatch.h"
 #include "plan_exec.h"
@@ -79,12 +80,15 @@ static int rendezvous_check(srv_config *cfg, char *err, size_t errlen) {
   return 0;
 }
 
-/* --help's second part: the environment knobs, from their one table (base/env.c). */
+/* --help's second part: the environment knobs, from their one table (base/env.c), then the
+ * kernels' switches from theirs (kernels/kern_env.c). */
 static void env_usage(FILE *f) {
   size_t n;
   const env_knob *k = env_knobs(&n);
   fputs("environment:\n", f);
   for (size_t i = 0; i < n; i++) fprintf(f, "  %-28s %s\n", k[i].name, k[i].doc);
+  const kern_env_knob *kk = kern_env_knobs(&n);
+  for (size_t i = 0; i < n; i++) fprintf(f, "  %-28s %s\n", kk[i].name, kk[i].doc);
 }
 
 int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t errlen) {
