@@ -3,14 +3,17 @@
 #  1. includes: every #include "x.h" of a layer's files resolves to its own folder or to a folder
 #     below it (LAYERS' third column);
 #  2. symbols: a layer library's undefined symbols are defined by no library above it nor by the
-#     loop-thread objects of fgbuffd (nm), so a call up cannot hide behind a local declaration.
+#     loop-thread objects of fgbuffd (nm), so a call up cannot hide behind a local declaration;
+#  3. environment knobs are read only through their tables, and fgbuffd --help lists them.
 # Usage: layer-check.sh BUILD_DIR   (run from anywhere; ctest runs it as layer-check)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$(cd "${1:?usage: layer-check.sh BUILD_DIR}" && pwd)"
 
-# name | folder | folders it may include besides its own | library (relative to BUILD_DIR)
-# Bottom first: a layer may use only the layers listed before it.
+# name | folder | folders it may include besides its own (in the tree, or generated under
+# BUILD_DIR: proto/gen) | library (relative to BUILD_DIR)
+# Bottom first: a layer may use only the layers listed before it. Not listed (in fgbuffd, above
+# every library here): boot/, gpu/, comm/ and daemon/*.c.
 LAYERS="
 base     | daemon/base      | proto client/include                          | daemon/base/libfgb_base.a
 kernels  | kernels          | client/include                                | kernels/libfgb_kernels.a
@@ -19,6 +22,8 @@ sched    | daemon/scheduler | daemon/base kernels client/include            | da
 engine   | daemon/engine    | daemon/base daemon/compress daemon/scheduler daemon/comm kernels client/include | daemon/engine/libfgb_engine.a
 core     | daemon/core      | daemon/base daemon/compress daemon/scheduler daemon/engine kernels client/include | daemon/core/libfgb_core.a
 net      | daemon/net       | daemon/base proto client/include                | daemon/net/libfgb_net.a
+conf     | daemon/conf      | daemon/base daemon/scheduler daemon/core daemon/engine daemon/compress daemon/net kernels proto client/include | daemon/conf/libfgb_conf.a
+rpc      | daemon/rpc       | daemon/base daemon/scheduler daemon/core daemon/engine daemon/compress daemon/comm daemon/net daemon/conf kernels proto proto/gen client/include | daemon/rpc/libfgb_rpc.a
 "
 # Known exceptions, one per line ("layer header"), each a piece of issue 14 still open.
 # kernels.h takes comp_exec from compress/compressor.h until that header takes it from kernels/.
@@ -40,7 +45,7 @@ while IFS='|' read -r name dir allow lib; do
     [ -n "$(find "$root/$dir" -name "$(basename "$inc")" -path "*$inc" || true)" ] && continue
     ok=0
     for a in $allow; do
-      if [ -e "$root/$a/$inc" ]; then ok=1; break; fi
+      if [ -e "$root/$a/$inc" ] || [ -e "$build/$a/$inc" ]; then ok=1; break; fi
     done
     grep -qx "$name $inc" <<<"$EXCEPT" && ok=1
     if [ $ok = 0 ]; then
@@ -53,6 +58,26 @@ while IFS='|' read -r name dir allow lib; do
     '^[[:space:]]*#[[:space:]]*include "' "$root/$dir" | sed -E 's/^([^:]+):[0-9]+:/\1:/')
 done <<<"$LAYERS"
 
+# ---- 1b. a layer's internal headers (*_internal.h) are included only inside its own folder (the
+# coordinator's unit tests and fuzz target excepted: they drive coordinator state directly).
+INTERNAL_EXCEPT="coord_internal.h:tests/coord/ coord_internal.h:tests/fuzz/fuzz-coord.c"
+for name in "${names[@]}"; do
+  dv="dir_$name"
+  while IFS= read -r h; do
+    hb="$(basename "$h")"
+    while IFS= read -r user; do
+      case "$user" in "${!dv}"/*) continue ;; esac
+      ok=0
+      for e in $INTERNAL_EXCEPT; do
+        [ "${e%%:*}" = "$hb" ] && [ "${user#"${e#*:}"}" != "$user" ] && ok=1
+      done
+      [ $ok = 1 ] && continue
+      echo "layer-check: $user includes \"$hb\", internal to ${!dv}/"
+      fail=1
+    done < <(cd "$root" && git grep -l -E "^[[:space:]]*#[[:space:]]*include \"$hb\"" -- '*.c' '*.h' '*.cu' '*.cuh' || true)
+  done < <(find "$root/${!dv}" -name '*_internal.h')
+done
+
 # ---- 2. symbols: defined external symbols of a set of archives / objects
 defined() { nm --defined-only --format=posix "$@" 2>/dev/null | awk 'NF >= 2 && $2 ~ /^[A-TV-Z]$/ {print $1}' | sort -u; }
 undefined() { nm -u --format=posix "$1" 2>/dev/null | awk 'NF >= 2 && $2 == "U" {print $1}' | sort -u; }
@@ -63,7 +88,13 @@ if [ -d "$build/daemon/CMakeFiles/fgbuffd.dir" ]; then
   d="$build/daemon/CMakeFiles/fgbuffd.dir"
   while IFS= read -r o; do # objects whose source still exists (a moved file leaves a stale one)
     rel="${o#"$d"/}"
-    [ -e "$root/daemon/${rel%.o}" ] && loop_objs+=("$o")
+    [ -e "$root/daemon/${rel%.o}" ] || continue
+    lib_dir=0 # a file of a layer library's folder: a stale object of the time it was in fgbuffd
+    for n in "${names[@]}"; do
+      dv="dir_$n"
+      [ "daemon/$(dirname "$rel")" = "${!dv}" ] && lib_dir=1
+    done
+    [ $lib_dir = 0 ] && loop_objs+=("$o")
   done < <(find "$d" -name '*.o' -not -path '*/comm/*' | sort)
 fi
 [ ${#loop_objs[@]} -gt 0 ] || { echo "layer-check: no fgbuffd objects under $build/daemon (build first)"; exit 1; }
@@ -91,6 +122,29 @@ for i in "${!names[@]}"; do
     fail=1
   fi
 done
+
+# ---- 3. environment knobs: FGBUFF_* and FGB_KERN_* are declared once, in daemon/base/env.c's and
+# kernels/kern_env.c's tables, and read only through them; other getenv calls of daemon/ and kernels/
+# read variables the system sets. fgbuffd --help lists every knob of both tables.
+SYSTEM_VARS="XDG_RUNTIME_DIR JOURNAL_STREAM NOTIFY_SOCKET WATCHDOG_USEC WATCHDOG_PID"
+while IFS= read -r line; do
+  [ -n "$line" ] || continue
+  ok=1
+  for v in $(grep -oE 'getenv\([^)]*\)' <<<"${line#*:*:}"); do
+    name="$(sed -E 's/getenv\("?([^")]*)"?\)/\1/' <<<"$v")"
+    grep -qw -- "$name" <<<"$SYSTEM_VARS" || ok=0
+  done
+  if [ $ok = 0 ]; then
+    echo "layer-check: ${line%%:*}:$(cut -d: -f2 <<<"$line"): getenv outside the knob tables (base/env.c, kernels/kern_env.c)"
+    fail=1
+  fi
+done < <(cd "$root" && git grep -n -E '\bgetenv[[:space:]]*\(' -- daemon kernels ':!daemon/base/env.c' ':!kernels/kern_env.c' || true)
+if [ -x "$build/daemon/fgbuffd" ]; then
+  help="$("$build/daemon/fgbuffd" --help 2>&1 || true)"
+  for k in $(grep -ohE '^ *\[[A-Z_]+\] = \{"(FGBUFF|FGB_KERN)_[A-Z0-9_]+"' "$root/daemon/base/env.c" "$root/kernels/kern_env.c" | grep -oE '"[A-Z0-9_]+"' | tr -d '"'); do
+    grep -qE "^  $k " <<<"$help" || { echo "layer-check: fgbuffd --help does not list $k"; fail=1; }
+  done
+fi
 
 [ $fail = 0 ] && echo "layer-check ok (${names[*]}; loop thread: ${#loop_objs[@]} objects)"
 exit $fail

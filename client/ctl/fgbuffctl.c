@@ -18,7 +18,7 @@
 #define FGBUFF_VERSION "unknown"
 #endif
 
-/* The daemon's live settings (daemon/config.c, srv_config_get), listed by `config list`. */
+/* The daemon's live settings (daemon/conf/settings.c, srv_config_get), listed by `config list`. */
 static const char *const live_keys[] = {"log_level",           "stall_timeout_ms", "default_policy",
                                         "plan_warmup_steps",   "replan_steps",     "max_jobs",
                                         "max_tensors_per_job", "max_job_bytes"};

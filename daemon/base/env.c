@@ -53,6 +53,24 @@ static const env_knob knobs[ENV_COUNT] = {
     [ENV_TIMELINE_START] = {"FGBUFF_TIMELINE_START", ENV_KIND_WORDS, 0, 1, 1, "1", 0, 1,
                             "1: the daemon records a timeline from its start (as `fgbuffctl "
                             "timeline start`; benchmarks with and without it)"},
+    /* Read by the layers below the loop thread, each at its first use. */
+    [ENV_DEAR_FUSION_MB] = {"FGBUFF_DEAR_FUSION_MB", ENV_KIND_DOUBLE, 25, 0, 1e9, NULL, 0, 0,
+                            "policy dear: megabytes a buffer fuses at most (0: one tensor per "
+                            "buffer); the same on every daemon"},
+    /* MPI counts are ints: calls above it are chunked (comm/mpi.c's MPI_MAX_CHUNK, 2^30). */
+    [ENV_MPI_MAX_COUNT] = {"FGBUFF_MPI_MAX_COUNT", ENV_KIND_INT, 1073741824, 1, 1073741824, NULL, 0,
+                           0, "CPU daemons: elements per MPI call at most (tests of the chunking)"},
+    [ENV_MPI_BLOCKING_MIN] = {"FGBUFF_MPI_BLOCKING_MIN", ENV_KIND_INT, 8388608, 1,
+                              9223372036854775807.0, NULL, 0, 0,
+                              "CPU daemons: bytes from which an all-reduce is a blocking "
+                              "MPI_Allreduce instead of a polled MPI_Iallreduce"},
+    [ENV_NCCL_NONBLOCKING] = {"FGBUFF_NCCL_NONBLOCKING", ENV_KIND_WORDS, 0, 1, 1, "1", 1, 0,
+                              "set (any value): a job's NCCL communicator is created "
+                              "non-blocking instead of on its own blocking init thread"},
+    /* log.c reads it with env_peek: env's own warnings are log lines. */
+    [ENV_LOG_SYSLOG] = {"FGBUFF_LOG_SYSLOG", ENV_KIND_WORDS, -1, 0, 1, "0 1", -1, 0,
+                        "1 or 0: log lines do or do not start with a syslog priority; unset: "
+                        "they do when stderr is the journal ($JOURNAL_STREAM)"},
 };
 
 static double vals[ENV_COUNT];
@@ -121,6 +139,13 @@ const env_knob *env_knobs(size_t *n) {
 double env_num(env_id id) {
   pthread_once(&once, read_all);
   return (unsigned)id < ENV_COUNT ? vals[id] : 0;
+}
+
+double env_peek(env_id id) {
+  if ((unsigned)id >= ENV_COUNT) return 0;
+  const env_knob *k = &knobs[id];
+  const char *e = getenv(k->name);
+  return e ? parse(k, e) : k->def;
 }
 
 const char *env_str(env_id id) {

@@ -1,7 +1,9 @@
 /* daemon/base/env.h — every FGBUFF_* environment knob of the daemon, declared once in env.c's
  * table (name, kind, default, range, doc) and read once, at the first access from any thread; an
- * invalid value is logged once and the default used. Knobs of comm/ and kernels/ (FGBUFF_MPI_*,
- * FGBUFF_NCCL_*, FGB_KERN_*) and scheduler/'s FGBUFF_DEAR_FUSION_MB are read by those libraries. */
+ * invalid value is logged once and the default used. `fgbuffd --help` lists the table. The
+ * kernels' FGB_KERN_* switches are kernels/kern_env.c's table (kernels/ names nothing of daemon/).
+ * Variables the system sets (XDG_RUNTIME_DIR, JOURNAL_STREAM, NOTIFY_SOCKET, WATCHDOG_*) are not
+ * knobs: their readers take them as they are. */
 #ifndef FGB_BASE_ENV_H
 #define FGB_BASE_ENV_H
 
@@ -23,6 +25,11 @@ typedef enum env_id {
   ENV_GPU_PACK,             /* 1: a GPU buffer's dense members go through one packed all-reduce */
   ENV_TIMELINE_SPANS,       /* spans a timeline keeps when START names no capacity */
   ENV_TIMELINE_START,       /* 1: record a timeline from the daemon's start */
+  ENV_DEAR_FUSION_MB,       /* policy dear's fusion threshold, MB (scheduler/dear.c) */
+  ENV_MPI_MAX_COUNT,        /* elements per MPI call at most (comm/mpi.c) */
+  ENV_MPI_BLOCKING_MIN,     /* bytes from which an MPI all-reduce blocks (comm/mpi.c) */
+  ENV_NCCL_NONBLOCKING,     /* 1 when set (any value): non-blocking NCCL init (comm/nccl.c) */
+  ENV_LOG_SYSLOG,           /* 1 / 0 force the syslog prefix, -1 from $JOURNAL_STREAM (log.c) */
   ENV_COUNT
 } env_id;
 
@@ -50,5 +57,8 @@ const env_knob *env_knobs(size_t *n);
 double env_num(env_id id);
 /* The knob's raw string, NULL when unset (PATH: also when empty). */
 const char *env_str(env_id id);
+/* The knob's number read now, outside the once and without logging: for log.c, whose lines env's
+ * own warnings are. Only for a WORDS knob that logs no other word (warn_other 0). */
+double env_peek(env_id id);
 
 #endif

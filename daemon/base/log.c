@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "env.h"
+
 static atomic_int g_level = LOG_LEVEL_INFO;
 static atomic_int g_rank = -1;
 static const char *const names[] = {"debug", "info", "warn", "error"};
@@ -39,16 +41,17 @@ const char *log_level_name(int level) {
 /* 1 when stderr is the journal ($JOURNAL_STREAM = "dev:ino" of our stderr, set by systemd):
  * lines then start with a syslog priority, "<3>" for errors, so `journalctl -p err` finds them.
  * FGBUFF_LOG_SYSLOG=1|0 forces it: daemons under mpirun write to mpirun's pipe, not the journal.
- * Read here and not through base/env: env's warnings are log lines themselves. */
+ * Read with env_peek, outside env's once: env's warnings are log lines themselves. */
 static int to_journal(void) {
   static atomic_int cached = -1;
   int v = atomic_load(&cached);
   if (v >= 0) return v;
-  const char *js = getenv("JOURNAL_STREAM"), *force = getenv("FGBUFF_LOG_SYSLOG");
+  const char *js = getenv("JOURNAL_STREAM");
+  int force = (int)env_peek(ENV_LOG_SYSLOG); /* 1, 0, or -1: unset or another word */
   unsigned long long dev, ino;
   struct stat st;
-  if (force && (strcmp(force, "0") == 0 || strcmp(force, "1") == 0))
-    v = force[0] == '1';
+  if (force >= 0)
+    v = force;
   else
     v = js && sscanf(js, "%llu:%llu", &dev, &ino) == 2 && fstat(2, &st) == 0 &&
         (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;

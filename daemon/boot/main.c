@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "config.h"
 #include "ctrl.h"
 #include "daemon.h"
 #include "engine.h"

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
 #include "transport.h"
 
 struct comm {
@@ -42,9 +43,8 @@ struct comm_req {
 
 static size_t max_count(void) {
   static size_t v;
-  if (!v) { /* engine thread only */
-    const char *e = getenv("FGBUFF_MPI_MAX_COUNT");
-    long long x = e ? atoll(e) : 0;
+  if (!v) {                                /* engine thread only */
+    double x = env_num(ENV_MPI_MAX_COUNT); /* 1..MPI_MAX_CHUNK (base/env.c) */
     v = (x > 0 && x < MPI_MAX_CHUNK) ? (size_t)x : MPI_MAX_CHUNK;
   }
   return v;
@@ -141,8 +141,7 @@ static MPI_Datatype mpi_type(fgb_dtype dt) {
 static size_t blocking_min(void) {
   static size_t v;
   if (!v) {
-    const char *e = getenv("FGBUFF_MPI_BLOCKING_MIN");
-    long long x = e ? atoll(e) : 0;
+    double x = env_num(ENV_MPI_BLOCKING_MIN); /* 8 MiB unless set (base/env.c) */
     v = x > 0 ? (size_t)x : ((size_t)8 << 20);
   }
   return v;

@@ -16,6 +16,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "env.h"
+
 #define NCCL_INIT_TIMEOUT_MS 60000
 #define NCCL_SETTLE_TIMEOUT_MS 30000
 
@@ -28,7 +30,7 @@ struct comm {
    * in ncclCommInitRankConfig either; collectives on it are enqueued synchronously. Measured on
    * 2x H200: enqueueing an all-reduce on a non-blocking communicator (ncclInProgress, then
    * polling ncclCommGetAsyncError) took 53-81 us, on a blocking one 11-17 us.
-   * FGBUFF_NCCL_NONBLOCKING=1 selects the non-blocking communicator. */
+   * FGBUFF_NCCL_NONBLOCKING (set, any value; base/env.c) selects the non-blocking communicator. */
   pthread_t th;
   int threaded, dev;
   _Atomic int th_done;
@@ -89,7 +91,7 @@ static fgb_status nccl_create(const comm_job_spec *spec, comm **out, char *err, 
   c->t0_ms = now_ms();
   c->rank = spec->job_rank; /* also for allgatherv's peer loop */
   c->size = spec->job_size;
-  if (!getenv("FGBUFF_NCCL_NONBLOCKING")) {
+  if (!env_num(ENV_NCCL_NONBLOCKING)) {
     c->threaded = 1;
     c->id = id;
     cudaGetDevice(&c->dev);

@@ -31,7 +31,7 @@ struct eng_item;
 
 #define SRV_COLL_STEP (1ull << 63) /* steps with this bit are ad-hoc collectives: bit | seq */
 #define SRV_MAX_COUNT (1ull << 40)
-/* Defaults of the live limits max_jobs, max_tensors_per_job and max_job_bytes (boot/config.c's
+/* Defaults of the live limits max_jobs, max_tensors_per_job and max_job_bytes (conf/settings.c's
  * table; limits.c applies them). A job counts from its JoinJob until it is released (its client
  * gone and the engine done with it); a job's bytes are the sum of its live tensors' (count x
  * element size, host or device), so the memory the daemon touches for a job stays within it. */
@@ -228,9 +228,9 @@ struct core {
   const char *device;     /* the daemon's --device */
   const dp_ops *dp;       /* its data plane; NULL on a host daemon */
   struct srv_engine *eng; /* NULL until started and once stopped */
-  /* The live settings plan_warmup_steps and replan_steps (boot/config.c's table owns them). */
+  /* The live settings plan_warmup_steps and replan_steps (conf/settings.c's table owns them). */
   const uint32_t *plan_warmup_steps, *replan_steps;
-  /* The live limits (boot/config.c's table owns them; limits.c). */
+  /* The live limits (conf/settings.c's table owns them; limits.c). */
   const uint32_t *max_jobs, *max_tensors_per_job;
   const uint64_t *max_job_bytes;
   /* Owned by the core. */

@@ -1,6 +1,6 @@
 /* daemon/core/limits.c — the daemon's bounds on what its clients may hold (issue 15): jobs per
  * daemon, tensors per job and a job's tensor bytes, from the live settings max_jobs,
- * max_tensors_per_job and max_job_bytes (boot/config.c). A refusal names the setting and its
+ * max_tensors_per_job and max_job_bytes (conf/settings.c). A refusal names the setting and its
  * value; the log gets one line per cause and 10 s, with the count refused so far. */
 #include <stdarg.h>
 #include <stdio.h>

@@ -649,6 +649,36 @@ nomem:
   return 0;
 }
 
+void srv_plan_view_get(const srv_job *j, srv_plan_view *v) {
+  const srv_plan *pl = j->plan;
+  memset(v, 0, sizeof(*v));
+  if (!pl) {
+    v->phase = SRV_PLAN_NOT_STARTED;
+    v->warmup = *j->d->plan_warmup_steps;
+    return;
+  }
+  v->phase = pl->state == SRV_PLAN_NOTHING ? SRV_PLAN_IDLE
+             : pl->state == 0              ? SRV_PLAN_WARMUP
+             : pl->state < 0               ? SRV_PLAN_FAILED
+                                           : SRV_PLAN_PLANNED;
+  v->warmup = pl->warmup;
+  v->nversions = (uint32_t)pl->nv;
+  for (int i = 0; i < pl->nv; i++) v->versions[i] = &pl->v[i].plan;
+  v->fallback_from = pl->fail_from;
+  v->issued = pl->issued;
+  v->dense_issued = pl->dense_issued;
+  v->rs_issued = pl->rs_issued;
+  v->ag_issued = pl->ag_issued;
+  v->has_inputs = pl->has_in;
+  v->in_step = pl->in_step;
+  v->in_why = pl->in_why;
+  v->in_have = pl->in_have;
+  v->in_costs = &pl->in_costs;
+  v->in_n = pl->in_n;
+  v->in_ids = pl->in_ids;
+  v->in_ready = pl->in_ready;
+}
+
 uint64_t srv_plan_buffers_issued(const srv_job *j) {
   return j->plan ? j->plan->issued : 0;
 }

@@ -18,8 +18,8 @@
 #define SRV_PLAN_REPLAN_STEPS 50
 /* Steps between the agreed step and the plan's first step. */
 #define SRV_PLAN_LEAD 2
-/* Bounds of the live keys plan_warmup_steps and replan_steps (config.c): a re-plan period must
- * exceed the lead so that a verdict lands before the next check. */
+/* Bounds of the live keys plan_warmup_steps and replan_steps (conf/settings.c): a re-plan period
+ * must exceed the lead so that a verdict lands before the next check. */
 #define SRV_PLAN_MIN_WARMUP 2
 #define SRV_PLAN_MIN_REPLAN (SRV_PLAN_LEAD + 1)
 #define SRV_PLAN_MAX_STEPS 100000
@@ -82,10 +82,48 @@ void srv_plan_split_counts(const struct srv_job *j, uint64_t *rs, uint64_t *ag);
 /* Plan buffers of the job handed to the engine as one item so far. */
 uint64_t srv_plan_buffers_issued(const struct srv_job *j);
 
-/* The job's plan as sched_plan_status_json renders it, or "null"; like snprintf. */
+/* A read-only view of a job's plan state, for status (rpc/plan_status.c) and tests: pointers
+ * into the core's own state, valid until the next call into the core (loop thread only). */
+struct sched_plan;
+struct sched_costs;
+typedef enum srv_plan_phase {
+  SRV_PLAN_NOT_STARTED, /* no ISSUE of the job has reached the plan yet */
+  SRV_PLAN_WARMUP,      /* observing the order and ready times: steps as "none" */
+  SRV_PLAN_PLANNED,     /* a plan adopted (versions[nversions - 1] is the newest) */
+  SRV_PLAN_FAILED,      /* planning failed: per tensor (dynamic: every compressed tensor
+                         * compresses) from then on */
+  SRV_PLAN_IDLE,        /* a dynamic job with no tensor with a compressor at its start */
+} srv_plan_phase;
+typedef struct srv_plan_view {
+  srv_plan_phase phase;
+  uint32_t warmup;                      /* warm-up steps (the live key's when NOT_STARTED) */
+  uint32_t nversions;                   /* adopted plan versions kept, oldest first (<= 2) */
+  const struct sched_plan *versions[2]; /* a version's first_step says from when it runs */
+  uint64_t fallback_from;               /* the exchange failed: per tensor from this step (0: no) */
+  uint64_t issued;                      /* plan buffers handed to the engine as one item;
+                                         * dynamic: ISSUEs run under the decision table */
+  uint64_t dense_issued;                /* dynamic: ISSUEs the decision table sent dense */
+  uint64_t rs_issued, ag_issued;        /* split plans: halves handed to the engine */
+  /* The inputs the last plan was made from (agreed, so equal on every rank); has_inputs 0: none. */
+  int has_inputs;
+  uint64_t in_step;   /* the step they were agreed at */
+  const char *in_why; /* why planning ran then */
+  uint32_t in_have;   /* bit k: cost k (allreduce, allgather, encode, decode)
+                       * measured on every rank */
+  const struct sched_costs *in_costs;
+  uint32_t in_n; /* tensors with a ready time, keys in_ids */
+  const uint32_t *in_ids;
+  const double *in_ready; /* seconds (NaN: not ready); NULL: not measured on every
+                           * rank */
+} srv_plan_view;
+void srv_plan_view_get(const struct srv_job *j, srv_plan_view *v);
+
+/* rpc/plan_status.c: the job's plan as sched_plan_status_json renders it, or "null"; like
+ * snprintf. */
 size_t srv_plan_status_json(const struct srv_job *j, char *buf, size_t cap);
 
-/* The same as text lines for fgbuffctl status (empty for dynamic policies); like snprintf. */
+/* rpc/plan_status.c: the same as text lines for fgbuffctl status (empty for dynamic policies);
+ * like snprintf. */
 size_t srv_plan_status_text(const struct srv_job *j, char *buf, size_t cap);
 
 /* Free the job's plan state (job release). */

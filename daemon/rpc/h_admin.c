@@ -1,5 +1,5 @@
 /* daemon/rpc/h_admin.c — operating the daemon: Status (the document or Prometheus text), ConfigGet
- * and ConfigSet (boot/config.c's keys) and the engine's timeline (rpc/timeline.c). A tensor's
+ * and ConfigSet (conf/settings.c's keys) and the engine's timeline (rpc/timeline.c). A tensor's
  * compressor state (StateExport, StateImport) is h_state.c's. */
 #include <stdlib.h>
 #include <string.h>

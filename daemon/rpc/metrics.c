@@ -15,7 +15,10 @@
 #include "ctrl.h"
 #include "daemon.h"
 #include "log.h"
-#include "service.h"
+
+#ifndef FGBUFF_VERSION
+#define FGBUFF_VERSION "unknown"
+#endif
 
 typedef struct mbuf {
   char *p;

@@ -11,7 +11,6 @@
 #include "daemon.h"
 #include "log.h"
 #include "plan_exec.h"
-#include "plan_internal.h"
 #include "policy.h"
 
 /* Appends like snprintf at *off (counting what does not fit). */
@@ -66,8 +65,8 @@ static const char *const cost_names[] = {"allreduce", "allgather", "encode", "de
 
 /* The agreed inputs as a JSON object (appended like tput). Numbers print with 17 digits: the
  * agreed doubles are the same bits on every rank, so the text is too. */
-static void inputs_json(const srv_plan *pl, char *buf, size_t cap, size_t *off) {
-  const sched_costs *c = &pl->in_costs;
+static void inputs_json(const srv_plan_view *pl, char *buf, size_t cap, size_t *off) {
+  const sched_costs *c = pl->in_costs;
   tput(buf, cap, off, "{\"step\":%llu,\"why\":\"%s\",\"measured\":[",
        (unsigned long long)pl->in_step, pl->in_why);
   for (int k = 0, n = 0; k < 4; k++)
@@ -94,8 +93,10 @@ static void inputs_json(const srv_plan *pl, char *buf, size_t cap, size_t *off) 
 }
 
 size_t srv_plan_status_json(const srv_job *j, char *buf, size_t cap) {
-  const srv_plan *pl = j->plan;
-  const sched_plan *p = pl && pl->state == 1 && pl->nv > 0 ? &pl->v[pl->nv - 1].plan : NULL;
+  srv_plan_view view, *pl = &view;
+  srv_plan_view_get(j, pl);
+  const sched_plan *p =
+      pl->phase == SRV_PLAN_PLANNED && pl->nversions > 0 ? pl->versions[pl->nversions - 1] : NULL;
   size_t need = sched_plan_status_json(p, NULL, 0);
   if (!p) return sched_plan_status_json(NULL, buf, cap);
   char *plan = malloc(need + 1);
@@ -105,7 +106,7 @@ size_t srv_plan_status_json(const srv_job *j, char *buf, size_t cap) {
   if (cap) buf[0] = 0;
   /* The plan object, less its closing brace, then the inputs it was planned from. */
   tput(buf, cap, &off, "%.*s,\"fallback_from_step\":%llu", (int)(need - 1), plan,
-       (unsigned long long)pl->fail_from);
+       (unsigned long long)pl->fallback_from);
   if (p->flags & SCHED_DYNAMIC) {
     decisions_json(j, p, buf, cap, &off);
     tput(buf, cap, &off, ",\"dense_issued\":%llu", (unsigned long long)pl->dense_issued);
@@ -113,7 +114,7 @@ size_t srv_plan_status_json(const srv_job *j, char *buf, size_t cap) {
   /* dear: buffers run as reduce-scatter + all-gather halves (plan_split.c) */
   if (p->flags & SCHED_SPLIT) tput(buf, cap, &off, ",\"split\":true");
   tput(buf, cap, &off, ",\"inputs\":");
-  if (pl->has_in)
+  if (pl->has_inputs)
     inputs_json(pl, buf, cap, &off);
   else
     tput(buf, cap, &off, "null");
@@ -125,37 +126,38 @@ size_t srv_plan_status_json(const srv_job *j, char *buf, size_t cap) {
 size_t srv_plan_status_text(const srv_job *j, char *buf, size_t cap) {
   size_t off = 0;
   if (cap) buf[0] = 0;
-  const srv_plan *pl = j->plan;
+  srv_plan_view view, *pl = &view;
+  srv_plan_view_get(j, pl);
   const sched_policy_ops *ops = sched_find(j->policy);
   int dyn = ops && (ops->flags & SCHED_DYNAMIC);
   if (!srv_plan_policy(j->policy) && !dyn) return 0;
-  if (dyn && (!pl || pl->state == SRV_PLAN_NOTHING)) {
+  if (dyn && (pl->phase == SRV_PLAN_NOT_STARTED || pl->phase == SRV_PLAN_IDLE)) {
     tput(buf, cap, &off, "    compression decisions: %s\n",
-         pl ? "none (no tensor with a compressor at the job's start)" : "not started");
+         pl->phase == SRV_PLAN_IDLE ? "none (no tensor with a compressor at the job's start)"
+                                    : "not started");
     return off;
   }
-  if (!pl || pl->state == 0) {
-    tput(buf, cap, &off, "    plan: warming up (%u steps as 'none')\n",
-         pl ? pl->warmup : *j->d->plan_warmup_steps);
+  if (pl->phase == SRV_PLAN_NOT_STARTED || pl->phase == SRV_PLAN_WARMUP) {
+    tput(buf, cap, &off, "    plan: warming up (%u steps as 'none')\n", pl->warmup);
     return off;
   }
-  if (pl->state < 0) {
+  if (pl->phase == SRV_PLAN_FAILED || pl->phase == SRV_PLAN_IDLE) {
     tput(buf, cap, &off, "    plan: planning failed, %s (see the log)\n",
          dyn ? "every compressed tensor compresses" : "tensors travel alone");
     return off;
   }
-  const sched_plan *p = &pl->v[pl->nv - 1].plan;
+  const sched_plan *p = pl->versions[pl->nversions - 1];
   if (dyn) {
     tput(
         buf, cap, &off,
         "    compression decisions v%llu (%s) from step %llu: %u tensors; %llu ISSUEs sent dense\n",
         (unsigned long long)p->version, p->policy, (unsigned long long)p->first_step, p->ntensors,
         (unsigned long long)pl->dense_issued);
-    if (pl->fail_from)
+    if (pl->fallback_from)
       tput(buf, cap, &off,
            "      planning failed: every compressed tensor compresses from step %llu (see the "
            "log)\n",
-           (unsigned long long)pl->fail_from);
+           (unsigned long long)pl->fallback_from);
   } else {
     tput(buf, cap, &off,
          "    plan v%llu (%s) from step %llu: %u buffers, %u tensors; %llu buffers issued\n",
@@ -166,13 +168,13 @@ size_t srv_plan_status_text(const srv_job *j, char *buf, size_t cap) {
            "      split buffers: reduce-scatter in backward, all-gather after the step's last "
            "reduce-scatter, in forward order; %llu reduce-scatters, %llu all-gathers issued\n",
            (unsigned long long)pl->rs_issued, (unsigned long long)pl->ag_issued);
-    if (pl->fail_from)
+    if (pl->fallback_from)
       tput(buf, cap, &off,
            "      planning failed: tensors travel alone from step %llu (see the log)\n",
-           (unsigned long long)pl->fail_from);
+           (unsigned long long)pl->fallback_from);
   }
-  if (pl->has_in) {
-    const sched_costs *c = &pl->in_costs;
+  if (pl->has_inputs) {
+    const sched_costs *c = pl->in_costs;
     const double ab[4][2] = {{c->ar_alpha, c->ar_beta},
                              {c->ag_alpha, c->ag_beta},
                              {c->comp_alpha, c->comp_beta},

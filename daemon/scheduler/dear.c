@@ -4,7 +4,8 @@
  * order up to fusion_mb megabytes (default 25, DeAR's THRESHOLD; 0 = one tensor per buffer).
  * Dense only: DeAR's volume argument holds for all-reduce, not for sparse payloads.
  * fgbuffd runs the plan's buffers as split collectives (daemon/plan_split.c). It passes no
- * options yet: FGBUFF_DEAR_FUSION_MB (daemon environment) sets the default threshold there; it must
+ * options yet: FGBUFF_DEAR_FUSION_MB (daemon environment, base/env.c's table; read once per
+ * process) sets the default threshold there; it must
  * be the same on every daemon (a different value gives a different plan, which the planning
  * exchange's digest check turns into per-tensor sync on every rank, never into a hang).
  */
@@ -12,19 +13,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "env.h"
 #include "planner.h"
 
 static fgb_status dear_plan(const sched_inputs *in, sched_plan *out, char *err, size_t errlen) {
   static const char *const known[] = {"fusion_mb", NULL};
   fgb_status kst = sched_opt_check(in ? in->options : NULL, known, "dear", err, errlen);
   if (kst != FGB_OK) return kst;
-  double mb, def = 25.0;
-  const char *env = getenv("FGBUFF_DEAR_FUSION_MB");
-  if (env && *env) {
-    char *end = NULL;
-    double v = strtod(env, &end);
-    if (end && !*end && isfinite(v) && v >= 0 && v <= 1e9) def = v; /* else ignored */
-  }
+  double mb, def = env_num(ENV_DEAR_FUSION_MB); /* 25 unless set */
   fgb_status st =
       sched_opt_double(in ? in->options : NULL, "fusion_mb", def, 0, 1e9, &mb, err, errlen);
   if (st != FGB_OK) return st;

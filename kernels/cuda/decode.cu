@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cuda_internal.cuh"
+#include "kern_env.h"
 
 #define DEC_THREADS 256
 
@@ -381,11 +382,8 @@ extern "C" fgb_status kern_cuda_coo_decode(const void *recv, size_t stride, int 
     kc_launch(k_dec_check, cgrid, DEC_THREADS, s, rb, stride, nranks, vb, n, scr);
   }
   const uint64_t tiles = (n + DEC_TILE - 1) / DEC_TILE;
-  static int win = -1; /* FGB_KERN_DEC_WIN=0: the per-tile kernel (same-run comparisons) */
-  if (win < 0) {
-    const char *e = getenv("FGB_KERN_DEC_WIN");
-    win = e == NULL || strcmp(e, "0") != 0;
-  }
+  /* FGB_KERN_DEC_WIN=0: the per-tile kernel (same-run comparisons) */
+  const int win = kern_env_on(KERN_ENV_DEC_WIN);
   if (nranks <= DEC_WIN_RANKS && win) {
     static int cached[64];
     int dev = 0;

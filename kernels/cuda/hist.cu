@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cuda_internal.cuh"
+#include "kern_env.h"
 #include "sel_dev.cuh"
 #include "thr_dev.cuh"
 
@@ -392,12 +393,8 @@ extern "C" fgb_status kern_cuda_dgc_accumulate_replay(float *u, float *v, const 
   cudaStream_t s = KC_STREAM(stream);
   kc_scratch *scr = kc_stream_scratch(s);
   if (scr == NULL) return FGB_ENOMEM;
-  static int fused = -1; /* FGB_KERN_DGC_FUSED=0: the four separate calls (same-run comparisons) */
-  if (fused < 0) {
-    const char *e = getenv("FGB_KERN_DGC_FUSED");
-    fused = e == NULL || strcmp(e, "0") != 0;
-  }
-  if (!fused) {
+  /* FGB_KERN_DGC_FUSED=0: the four separate calls (same-run comparisons) */
+  if (!kern_env_on(KERN_ENV_DGC_FUSED)) {
     rc = kern_cuda_defer_apply(df, n, stream);
     if (!rc) rc = kern_cuda_dgc_accumulate_hist(u, v, g, n, m, nesterov, clip, ctl, hist, stream);
     if (!rc) rc = kern_cuda_sample_abs(v, n, sp->start, sp->stride, sp->m, sp->buf, stream);

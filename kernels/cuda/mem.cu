@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cuda_internal.cuh"
+#include "kern_env.h"
 
 int kc_sm_count(void) {
   static int cached[64];
@@ -30,8 +31,7 @@ int kc_pdl_on(void) {
   int major = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
     major = 0;
-  const char *e = getenv("FGB_KERN_PDL");
-  const int on = major >= 9 && (e == NULL || strcmp(e, "0") != 0);
+  const int on = major >= 9 && kern_env_on(KERN_ENV_PDL); /* FGB_KERN_PDL=0: off */
   if (dev < 64) cached[dev] = on ? 2 : 1;
   return on;
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "cuda_internal.cuh"
+#include "kern_env.h"
 #include "sel_dev.cuh"
 
 /* ---- kernels ----------------------------------------------------------------------------------
@@ -503,12 +504,7 @@ kc_out kc_out_of(const kern_sel *sel, uint32_t j0) {
   o.mask = sel->mask;
   /* FGB_KERN_DEFER=0: the zeroing done here after all (same-run comparisons); no bit is set, so
    * the later kern_defer_apply / momentum pass has nothing to do and the results are the same. */
-  static int defer = -1;
-  if (defer < 0) {
-    const char *e = getenv("FGB_KERN_DEFER");
-    defer = e == NULL || strcmp(e, "0") != 0;
-  }
-  o.defer = defer ? sel->defer : NULL;
+  o.defer = kern_env_on(KERN_ENV_DEFER) ? sel->defer : NULL;
   return o;
 }
 

@@ -82,6 +82,11 @@ static void test_env(void) {
   setenv("FGBUFF_GPU_TRACE", "", 1);             /* set but empty: single-element tensors */
   setenv("FGBUFF_RUNTIME_DIR", "", 1);           /* empty path: none */
   setenv("FGBUFF_WORLD_SECRET_FILE", "/s", 1);
+  setenv("FGBUFF_DEAR_FUSION_MB", "0.05", 1); /* a fraction in 0..1e9 */
+  setenv("FGBUFF_MPI_MAX_COUNT", "0", 1);     /* below 1: the default 2^30, logged */
+  unsetenv("FGBUFF_MPI_BLOCKING_MIN");        /* unset: 8 MiB */
+  setenv("FGBUFF_NCCL_NONBLOCKING", "", 1);   /* set, even empty: non-blocking */
+  setenv("FGBUFF_LOG_SYSLOG", "1", 1);
   CHECK(env_num(ENV_HOT_US) == -1);
   CHECK(env_num(ENV_PREISSUE) == 0);
   CHECK(env_num(ENV_RECALL) == 1);
@@ -91,8 +96,22 @@ static void test_env(void) {
   CHECK(env_str(ENV_RUNTIME_DIR) == NULL);
   CHECK(env_str(ENV_WORLD_SECRET_FILE) && strcmp(env_str(ENV_WORLD_SECRET_FILE), "/s") == 0);
   CHECK(env_str(ENV_PREISSUE) && strcmp(env_str(ENV_PREISSUE), "yes") == 0);
+  CHECK(env_num(ENV_DEAR_FUSION_MB) == 0.05);
+  CHECK(env_num(ENV_MPI_MAX_COUNT) == 1073741824);
+  CHECK(env_num(ENV_MPI_BLOCKING_MIN) == 8388608);
+  CHECK(env_num(ENV_NCCL_NONBLOCKING) == 1);
   setenv("FGBUFF_RECALL_STUCK_MS", "9", 1); /* read once: no change now */
   CHECK(env_num(ENV_RECALL_STUCK_MS) == 250);
+  /* env_peek (log.c's FGBUFF_LOG_SYSLOG) reads now, quietly: 1, 0, else -1 (from the journal). */
+  CHECK(env_peek(ENV_LOG_SYSLOG) == 1);
+  setenv("FGBUFF_LOG_SYSLOG", "0", 1);
+  CHECK(env_peek(ENV_LOG_SYSLOG) == 0);
+  setenv("FGBUFF_LOG_SYSLOG", "yes", 1);
+  CHECK(env_peek(ENV_LOG_SYSLOG) == -1);
+  setenv("FGBUFF_LOG_SYSLOG", "", 1);
+  CHECK(env_peek(ENV_LOG_SYSLOG) == -1);
+  unsetenv("FGBUFF_LOG_SYSLOG");
+  CHECK(env_peek(ENV_LOG_SYSLOG) == -1);
 }
 
 /* htab: random puts and deletes against a plain array, with few distinct hashes too (long probe

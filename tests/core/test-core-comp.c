@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "plan_exec.h"
-#include "plan_internal.h"
+#include "policy.h"
 #include "test.h"
 #include "world.h"
 
@@ -249,9 +249,10 @@ static void test_topk_plan(int all_comp, int dense) {
     }
   }
   for (int r = 0; r < 2; r++) {
-    const srv_plan *pl = w.r[r].job->plan;
-    REQUIRE(pl && pl->nv >= 1);
-    const sched_plan *p = &pl->v[0].plan;
+    srv_plan_view pv;
+    srv_plan_view_get(w.r[r].job, &pv);
+    REQUIRE(pv.nversions >= 1);
+    const sched_plan *p = pv.versions[0];
     CHECK(p->first_step == first && srv_plan_buffers_issued(w.r[r].job) > 0);
     /* The decisions the plan made for its buffers of compressed tensors only. */
     for (uint32_t b = 0; all_comp && b < p->nbuffers; b++)

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "plan_exec.h"
-#include "plan_internal.h"
+#include "policy.h"
 #include "test.h"
 #include "world.h"
 
@@ -76,15 +76,17 @@ static void step_run(world *w, const uint32_t *t, const uint64_t *count, const i
 
 /* The plan version of rank r's job in force for `step` (NULL: none). */
 static const sched_plan *plan_for(const world *w, int r, uint64_t step) {
-  const srv_plan *pl = w->r[r].job->plan;
-  for (int i = pl ? pl->nv - 1 : -1; i >= 0; i--)
-    if (step >= pl->v[i].plan.first_step) return &pl->v[i].plan;
+  srv_plan_view v;
+  srv_plan_view_get(w->r[r].job, &v);
+  for (int i = (int)v.nversions - 1; i >= 0; i--)
+    if (step >= v.versions[i]->first_step) return v.versions[i];
   return NULL;
 }
 static const sched_plan *plan_version(const world *w, int r, uint64_t version) {
-  const srv_plan *pl = w->r[r].job->plan;
-  for (int i = 0; pl && i < pl->nv; i++)
-    if (pl->v[i].plan.version == version) return &pl->v[i].plan;
+  srv_plan_view v;
+  srv_plan_view_get(w->r[r].job, &v);
+  for (uint32_t i = 0; i < v.nversions; i++)
+    if (v.versions[i]->version == version) return v.versions[i];
   return NULL;
 }
 
@@ -106,6 +108,7 @@ static void order_str(const world *w, int r, const sched_plan *p, const uint32_t
  * Then rank 2's client leaves after buffer 0's reduce-scatter of a step: its all-gather, still
  * waiting for buffer 1, fails c and b with FGB_EPEER on ranks 0 and 1 (a too: never agreed). */
 static void test_dear(void) {
+  /* Before anything reads a knob: base/env.c reads them all once, at the first access. */
   REQUIRE(setenv("FGBUFF_DEAR_FUSION_MB", "0.0001", 1) == 0);
   world w;
   w_start(&w, 3);
@@ -176,7 +179,6 @@ static void test_dear(void) {
   W_UNTIL(&w, w.r[2].c.jobs == NULL); /* released once its reduce-scatter came back */
   for (int r = 0; r < 2; r++) W_UNTIL(&w, w.r[r].job->inflight == 0);
   w_stop(&w); /* checks that no collective disagreed and every arena reference came back */
-  REQUIRE(unsetenv("FGBUFF_DEAR_FUSION_MB") == 0);
 }
 
 /* rgmerge on n ranks (warm-up 2, re-plan check every 3 steps): steps 1-4 submit c, b, a; from

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "config.h"
 #include "ctrl.h"
 #include "dtype.h"
 #include "daemon.h"

@@ -1,5 +1,6 @@
-/* daemon/daemon.h — fgbuffd's state on the loop thread above the job core: the daemon and its
- * client sessions (the jobs, arenas and tensors are the core's: core/core.h). Loop thread only. */
+/* daemon/rpc/daemon.h — fgbuffd's state on the loop thread above the job core: the daemon and its
+ * client sessions (the jobs, arenas and tensors are the core's: core/core.h), and what rpc/ offers
+ * the files above it (boot/, gpu/glue.c, service.c). Loop thread only. */
 #ifndef FGB_SRV_DAEMON_H
 #define FGB_SRV_DAEMON_H
 
@@ -7,13 +8,13 @@
 #include <sys/types.h>
 #include <uv.h>
 
-#include "config.h"
 #include "coordinator.h"
 #include "core.h"
 #include "dp.h"
 #include "fgbuff.pb-c.h"
 #include "fgbuff/client.h"
 #include "net.h"
+#include "settings.h"
 #include "wire.h"
 
 typedef struct srv srv;
