@@ -669,6 +669,8 @@ void srv_plan_view_get(const srv_job *j, srv_plan_view *v) {
   v->dense_issued = pl->dense_issued;
   v->rs_issued = pl->rs_issued;
   v->ag_issued = pl->ag_issued;
+  v->exchange_pending = pl->xpending;
+  v->deferred = pl->ndefer;
   v->has_inputs = pl->has_in;
   v->in_step = pl->in_step;
   v->in_why = pl->in_why;

@@ -104,6 +104,8 @@ typedef struct srv_plan_view {
                                          * dynamic: ISSUEs run under the decision table */
   uint64_t dense_issued;                /* dynamic: ISSUEs the decision table sent dense */
   uint64_t rs_issued, ag_issued;        /* split plans: halves handed to the engine */
+  int exchange_pending;                 /* a planning exchange is in the engine */
+  uint32_t deferred;                    /* ISSUEs waiting for that exchange's verdict */
   /* The inputs the last plan was made from (agreed, so equal on every rank); has_inputs 0: none. */
   int has_inputs;
   uint64_t in_step;   /* the step they were agreed at */

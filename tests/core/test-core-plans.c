@@ -74,6 +74,13 @@ static void step_run(world *w, const uint32_t *t, const uint64_t *count, const i
   }
 }
 
+/* A job's read-only plan view (plan_exec.h). */
+static srv_plan_view view_of(const srv_job *j) {
+  srv_plan_view v;
+  srv_plan_view_get(j, &v);
+  return v;
+}
+
 /* The plan version of rank r's job in force for `step` (NULL: none). */
 static const sched_plan *plan_for(const world *w, int r, uint64_t step) {
   srv_plan_view v;
@@ -108,8 +115,6 @@ static void order_str(const world *w, int r, const sched_plan *p, const uint32_t
  * Then rank 2's client leaves after buffer 0's reduce-scatter of a step: its all-gather, still
  * waiting for buffer 1, fails c and b with FGB_EPEER on ranks 0 and 1 (a too: never agreed). */
 static void test_dear(void) {
-  /* Before anything reads a knob: base/env.c reads them all once, at the first access. */
-  REQUIRE(setenv("FGBUFF_DEAR_FUSION_MB", "0.0001", 1) == 0);
   world w;
   w_start(&w, 3);
   uint32_t warmup = 2, replan = 50;
@@ -291,10 +296,10 @@ static void test_close_mid_job(const char *policy) {
   w_hold(&w, 1, 1); /* rank 1's engine results (the exchange's first) wait */
   for (int r = 0; r < 2; r++) core_submit(&w.r[r].c, w.r[r].job, &w.r[r].sess, 1, a, 1, 0, 0);
   W_UNTIL(&w, dones(&w, 0, a, 1, 0) == 1); /* rank 0: exchange verdict, then step 1 */
-  CHECK(w.r[1].job->plan && w.r[1].job->plan->xpending);
+  CHECK(view_of(w.r[1].job).exchange_pending);
   log_begin();
   for (int r = 0; r < 2; r++) core_submit(&w.r[r].c, w.r[r].job, &w.r[r].sess, 1, a, 2, 0, 0);
-  W_UNTIL(&w, w.r[1].job->plan->ndefer > 0 || w.r[1].job->aborted); /* step 2's ISSUE waits */
+  W_UNTIL(&w, view_of(w.r[1].job).deferred > 0 || w.r[1].job->aborted); /* step 2's ISSUE waits */
   srv_job *gone = w.r[1].job;
   w.r[1].job = NULL;
   core_client_gone(gone);
@@ -312,6 +317,9 @@ static void test_close_mid_job(const char *policy) {
 }
 
 int main(int argc, char **argv) {
+  /* test_dear's fusion threshold, before anything reads a knob: base/env.c reads them all once,
+   * at the first access (test_close_mid_job's jobs read them first) */
+  REQUIRE(setenv("FGBUFF_DEAR_FUSION_MB", "0.0001", 1) == 0);
   if (argc > 1) { /* one policy's close mid-job only (to show it on an older daemon/core) */
     test_close_mid_job(argv[1]);
     TEST_DONE();
