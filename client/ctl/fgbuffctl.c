@@ -18,11 +18,6 @@
 #define FGBUFF_VERSION "unknown"
 #endif
 
-/* The daemon's live settings (daemon/conf/settings.c, srv_config_get), listed by `config list`. */
-static const char *const live_keys[] = {"log_level",           "stall_timeout_ms", "default_policy",
-                                        "plan_warmup_steps",   "replan_steps",     "max_jobs",
-                                        "max_tensors_per_job", "max_job_bytes"};
-
 enum { CTL_OK = 0, CTL_DAEMON = 1, CTL_USAGE = 2, CTL_CONNECT = 3 };
 
 static int usage(const char *why) {
@@ -316,17 +311,27 @@ int main(int argc, char **argv) {
     return rc;
   }
   if (strcmp(cmd, "config") == 0) {
+    /* the daemon's own key table (daemon/conf/settings.c): KEY = VALUE, its range and doc */
     int rc = CTL_OK;
-    for (size_t k = 0; k < sizeof(live_keys) / sizeof(live_keys[0]) && rc == CTL_OK; k++) {
-      if ((s = fgb_config_get(c, live_keys[k], &out)) != FGB_OK) {
-        fprintf(stderr, "fgbuffctl: %s: %s\n", live_keys[k], fgb_client_error(c));
-        rc = (s == FGB_ECLOSED || s == FGB_EIO) ? CTL_CONNECT : CTL_DAEMON;
-      } else {
-        printf("%s = %s\n", live_keys[k], out);
+    if ((s = fgb_config_list(c, &out)) != FGB_OK) {
+      fprintf(stderr, "fgbuffctl: config list: %s\n", fgb_client_error(c));
+      rc = (s == FGB_ECLOSED || s == FGB_EIO) ? CTL_CONNECT : CTL_DAEMON;
+    } else {
+      for (char *line = out, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        const char *f[4] = {line, "", "", ""};
+        char *at = line;
+        for (int k = 1; k < 4; k++) {
+          char *tab = strchr(at, '\t');
+          if (!tab) break;
+          *tab = 0;
+          f[k] = at = tab + 1;
+        }
+        printf("%s = %s\n    range %s; %s\n", f[0], f[1], f[2], f[3]);
       }
-      free(out);
-      out = NULL;
     }
+    free(out);
     fgb_client_free(c);
     return rc;
   }

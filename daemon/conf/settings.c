@@ -173,6 +173,28 @@ fgb_status srv_config_set(srv_config *cfg, const char *key, const char *val, cha
   return FGB_OK;
 }
 
+size_t srv_config_list(const srv_config *cfg, char *buf, size_t cap) {
+  size_t off = 0;
+  if (cap) buf[0] = 0;
+  for (size_t i = 0; i < NKEYS; i++) {
+    const cfg_key *k = &keys[i];
+    char val[128], range[64], err[160];
+    if (srv_config_get(cfg, k->name, val, sizeof(val), err, sizeof(err)) != FGB_OK)
+      snprintf(val, sizeof(val), "?");
+    if (k->kind == KEY_LOG_LEVEL)
+      snprintf(range, sizeof(range), "debug|info|warn|error");
+    else if (k->kind == KEY_POLICY)
+      snprintf(range, sizeof(range), "a merge policy");
+    else
+      snprintf(range, sizeof(range), "%llu..%llu", (unsigned long long)k->lo,
+               (unsigned long long)k->hi);
+    int w = snprintf(off < cap ? buf + off : NULL, off < cap ? cap - off : 0, "%s\t%s\t%s\t%s\n",
+                     k->name, val, range, k->doc);
+    if (w > 0) off += (size_t)w;
+  }
+  return off;
+}
+
 /* --help: the live settings, from the table. */
 void srv_config_keys_usage(FILE *f) {
   fputs("live settings (fgbuffctl get KEY, fgbuffctl set KEY VALUE):\n", f);

@@ -66,4 +66,8 @@ fgb_status srv_config_set(srv_config *cfg, const char *key, const char *val, cha
 /* --help: the live keys and their docs, from the table. */
 void srv_config_keys_usage(FILE *f);
 
+/* Every live setting, one line each: "KEY<TAB>VALUE<TAB>RANGE<TAB>DOC\n" (ConfigGet.list, fgbuffctl
+ * config list), from the same table as get/set; like snprintf (the length it needs). */
+size_t srv_config_list(const srv_config *cfg, char *buf, size_t cap);
+
 #endif

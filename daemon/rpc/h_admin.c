@@ -58,6 +58,21 @@ void rpc_status(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelope *env
 }
 
 void rpc_config_get(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelope *env) {
+  if (env->config_get->list) { /* every key from the one table (fgbuffctl config list) */
+    size_t n = srv_config_list(&s->d->cfg, NULL, 0);
+    char *text = malloc(n + 1);
+    if (!text) {
+      srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory for the settings list");
+      return;
+    }
+    srv_config_list(&s->d->cfg, text, n + 1);
+    Fgbuff__V1__ConfigReply r = FGBUFF__V1__CONFIG_REPLY__INIT;
+    r.key = (char *)"";
+    r.value = text;
+    srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_CONFIG_REPLY, &r);
+    free(text);
+    return;
+  }
   on_config(s, req_id, env->config_get->key, NULL);
 }
 

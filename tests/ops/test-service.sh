@@ -56,6 +56,11 @@ for kind in path abstract; do
       "plan_warmup_steps = " "replan_steps = "; do
       grep -q "^$kv" "$tmp/list" || bad "config list lacks '$kv': $(cat "$tmp/list")"
     done
+    # every live key of the daemon's one table (its --help) is listed, with its range and doc
+    for k in $("$bin" --help 2>&1 | sed -n '/^live settings/,/^environment/{s/^  \([a-z_]*\) .*/\1/p}'); do
+      grep -A1 "^$k = " "$tmp/list" | grep -q "^    range .*; ." || bad "config list lacks $k with its range and doc"
+    done
+    [ "$(grep -c ' = ' "$tmp/list")" -ge 12 ] || bad "config list: $(grep -c ' = ' "$tmp/list") keys"
     # Dated lines (UTC, ISO 8601) without a priority prefix: stderr here is not the journal.
     grep -Eq '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z fgbuffd\[0\] info: fgbuffd: ready' \
       "$FGBUFF_WORLD_LOG" || bad "log lines carry no date: $(head -2 "$FGBUFF_WORLD_LOG")"

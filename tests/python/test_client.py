@@ -105,6 +105,18 @@ def test_status_and_metrics_select_jobs(job, world):
                 job.status_json(**bad)
 
 
+def test_config_list_is_the_daemons_table(job):
+    """config_list: every live key with value, range and doc; a key set is listed with its new
+    value, and config_get agrees with the list."""
+    keys = job.config_list()
+    assert {"log_level", "stall_timeout_ms", "fusion_cycle_ms", "peer_timeout_ms",
+            "max_jobs"} <= set(keys), keys
+    assert all(v["range"] and v["doc"] for v in keys.values()), keys
+    for k in ("stall_timeout_ms", "max_jobs"):
+        assert keys[k]["value"] == job.config_get(k)
+    assert keys["stall_timeout_ms"]["range"] == "1..86400000"
+
+
 def test_library_lookup_error_names_places(tmp_path):
     import subprocess
 

@@ -270,6 +270,9 @@ fgb_status fgb_metrics_query(fgb_client *c, const fgb_status_opts *opts, char **
  * (round trip). value_out gets a malloc'ed string; free() it. */
 fgb_status fgb_config_get(fgb_client *c, const char *key, char **value_out);
 fgb_status fgb_config_set(fgb_client *c, const char *key, const char *value);
+/* Every live setting of the daemon, one line each, "KEY<TAB>VALUE<TAB>RANGE<TAB>DOC" (from the
+ * daemon's one key table: `fgbuffctl config list`); *text is malloc'ed, free() it. */
+fgb_status fgb_config_list(fgb_client *c, char **text);
 
 /* Export the compressor state (residuals, momenta, low-rank factors) of one tensor as an opaque,
  * versioned byte string (malloc'ed; free() it), or import one so a resumed job continues exactly.

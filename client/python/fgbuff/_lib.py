@@ -158,6 +158,7 @@ def _prototypes(lib: ctypes.CDLL) -> None:
         "fgb_metrics_query": (st, [P, c.POINTER(fgb_status_opts), c.POINTER(c.c_void_p)]),
         "fgb_config_get": (st, [P, c.c_char_p, c.POINTER(c.c_void_p)]),
         "fgb_config_set": (st, [P, c.c_char_p, c.c_char_p]),
+        "fgb_config_list": (st, [P, c.POINTER(c.c_void_p)]),
         "fgb_state_export": (st, [P, c.c_uint32, c.POINTER(c.c_void_p), c.POINTER(c.c_size_t)]),
         "fgb_state_import": (st, [P, c.c_uint32, c.c_void_p, c.c_size_t]),
         "fgb_timeline_start": (st, [P, c.c_uint32, c.POINTER(fgb_timeline_stats)]),

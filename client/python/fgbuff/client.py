@@ -414,6 +414,15 @@ class Client:
     def config_get(self, key: str) -> str:
         return self._malloced_string("fgb_config_get", key.encode())
 
+    def config_list(self) -> Dict[str, Dict[str, str]]:
+        """Every live setting of the daemon from its one key table: {key: {"value", "range",
+        "doc"}} (`fgbuffctl config list`)."""
+        out: Dict[str, Dict[str, str]] = {}
+        for line in self._malloced_string("fgb_config_list").splitlines():
+            key, value, rng, doc = (line.split("\t") + ["", "", ""])[:4]
+            out[key] = {"value": value, "range": rng, "doc": doc}
+        return out
+
     def config_set(self, key: str, value: str) -> None:
         self._call("fgb_config_set", key.encode(), str(value).encode())
 
