@@ -13,7 +13,7 @@ build="$(cd "${1:?usage: layer-check.sh BUILD_DIR}" && pwd)"
 # name | folder | folders it may include besides its own (in the tree, or generated under
 # BUILD_DIR: proto/gen) | library (relative to BUILD_DIR)
 # Bottom first: a layer may use only the layers listed before it. Not listed (in fgbuffd, above
-# every library here): boot/, gpu/, comm/ and daemon/*.c.
+# every library here): boot/, gpu/ and comm/.
 LAYERS="
 base     | daemon/base      | proto client/include                          | daemon/base/libfgb_base.a
 kernels  | kernels          | client/include                                | kernels/libfgb_kernels.a

@@ -598,7 +598,7 @@ fgb_status srv_ctrl_connect(srv_net *d, const char *addrs, const uint8_t token[C
   if (!c) return snprintf(err, errlen, "out of memory"), FGB_ENOMEM;
   cp->creq.data = c;
   int rc = uv_tcp_connect(&cp->creq, &c->tcp, (struct sockaddr *)&sa, on_connect);
-  if (rc != 0) { /* service.c names a loopback leader address */
+  if (rc != 0) { /* srv_leader_hint (below) names a loopback leader address */
     char hint[384];
     *colon = ':';
     srv_leader_hint(leader, hint, sizeof(hint));

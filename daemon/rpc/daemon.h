@@ -1,6 +1,6 @@
 /* daemon/rpc/daemon.h — fgbuffd's state on the loop thread above the job core: the daemon and its
  * client sessions (the jobs, arenas and tensors are the core's: core/core.h), and what rpc/ offers
- * the files above it (boot/, gpu/glue.c, service.c). Loop thread only. */
+ * the files above it (boot/, gpu/glue.c). Loop thread only. */
 #ifndef FGB_SRV_DAEMON_H
 #define FGB_SRV_DAEMON_H
 

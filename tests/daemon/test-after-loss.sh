@@ -4,7 +4,7 @@
 # world is complete now (0 after a loss: restart the world). The leader counts the members that
 # said hello and are still connected (ctrl.c's nhello, once never decremented, so the leader still
 # said up). Before the fix a member that lost the leader after the deadline exited 1 with "world of
-# 3 did not form"; counting the loss without the fix in service.c made the leader do the same.
+# 3 did not form"; counting the loss without the fix in boot/service.c made the leader do the same.
 # 3 daemons (mpirun --enable-recovery): daemon 2 is killed (SIGKILL), then the leader is stopped.
 set -u
 source "$(dirname "$0")/../lib/world.sh"

@@ -1,7 +1,7 @@
-/* daemon/service.h — what fgbuffd needs to run as a node service (systemd, Slurm): the sd_notify
- * datagram (READY/STATUS/WATCHDOG, no libsystemd) and the world-formation deadline with a message
- * that names address problems (net/ctrl.h's srv_leader_hint). The lock per socket, so two daemons
- * of one index never both serve, is net/server.c's. */
+/* daemon/boot/service.h — what fgbuffd needs to run as a node service (systemd, Slurm): the
+ * sd_notify datagram (READY/STATUS/WATCHDOG, no libsystemd) and the world-formation deadline with a
+ * message that names address problems (net/ctrl.h's srv_leader_hint). The lock per socket, so two
+ * daemons of one index never both serve, is net/server.c's. */
 #ifndef FGB_SRV_SERVICE_H
 #define FGB_SRV_SERVICE_H
 

@@ -1,4 +1,4 @@
-/* daemon/service.c — fgbuffd as a node service (see service.h): the sd_notify protocol is one
+/* daemon/boot/service.c — fgbuffd as a node service (see service.h): the sd_notify protocol is one
  * datagram on an AF_UNIX socket, so no libsystemd. */
 #include "service.h"
 

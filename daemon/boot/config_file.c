@@ -1,4 +1,4 @@
-/* daemon/config_file.c — `fgbuffd --config FILE`: a file of `key = value` lines for every flag
+/* daemon/boot/config_file.c — `fgbuffd --config FILE`: a file of `key = value` lines for every flag
  * (keys are the long flag names, `-` or `_` alike; `#` starts a comment). The file's entries go in
  * front of the command line's, so getopt applies the flags after them: flags override the file
  * (repeatable ones, --allow-uid, add up). Unknown keys and bad values are errors naming the file,
