@@ -20,10 +20,14 @@
 
 /* Before its hello a connection is anyone's (the port may listen on every interface): it may send
  * one hello-sized frame, within CTRL_HELLO_MS, and at most CTRL_PEND_MAX wait at once — as
- * boot/rendezvous.c does. Before, a stranger could make the leader buffer 64 MiB frames. */
+ * boot/rendezvous.c does. Before, a stranger could make the leader buffer 64 MiB frames. Of those,
+ * at most CTRL_PEND_PER_ADDR come from one source address (or as many as the world has daemons
+ * advertising that address, if more: they may all connect at once), so one address cannot take
+ * every slot and keep the world's daemons out; each of them connects once. */
 #define CTRL_HELLO_FRAME (8 + CTRL_TOKEN)
 #define CTRL_HELLO_MS 5000
 #define CTRL_PEND_MAX 64
+#define CTRL_PEND_PER_ADDR 8
 
 typedef struct ctrl_conn {
   srv_ctrl *cp;
@@ -32,6 +36,7 @@ typedef struct ctrl_conn {
   int connected, closing;
   int bye;              /* the peer said goodbye: its loss is an orderly stop, not a failure */
   uint64_t accepted_ms; /* leader side, until the hello: when accepted (0: not pending) */
+  uint32_t src_ip;      /* leader side: the peer's IPv4 address (network order; 0: unknown) */
   pw_peer pw;           /* liveness, once connected (member) or hello'd (leader) */
   uint8_t *in;
   size_t in_len, in_cap;
@@ -61,7 +66,8 @@ struct srv_ctrl {
   uv_timer_t *hello_timer; /* closes accepted connections whose hello is late */
   int npend;               /* accepted connections without a hello yet */
   uint64_t refused, refused_logged_ms;
-  uv_timer_t *hb_timer; /* heartbeats and silence checks (peerwatch.h) */
+  uint64_t refused_addr, refused_addr_logged_ms; /* over CTRL_PEND_PER_ADDR from one address */
+  uv_timer_t *hb_timer;                          /* heartbeats and silence checks (peerwatch.h) */
   uint64_t hb_period, hb_last_check;
   uint8_t *lost; /* per world rank: declared lost (frames to it are dropped) */
   char *addrs;   /* naddrs x CTRL_ADDR_MAX advertised addresses (to name a lost peer) */
@@ -376,6 +382,32 @@ static ctrl_conn *conn_new(srv_ctrl *cp) {
   return c;
 }
 
+/* Pending connections one source address may hold: CTRL_PEND_PER_ADDR, or the number of the
+ * world's daemons that advertise that address if more (the leader knows them before it accepts). */
+static int addr_allowance(const srv_ctrl *cp, uint32_t ip) {
+  int n = 0;
+  for (size_t r = 0; cp->addrs && r < cp->naddrs; r++) {
+    char host[CTRL_ADDR_MAX];
+    memcpy(host, cp->addrs + r * CTRL_ADDR_MAX, CTRL_ADDR_MAX);
+    host[CTRL_ADDR_MAX - 1] = 0;
+    char *colon = strrchr(host, ':');
+    if (colon) *colon = 0;
+    struct in_addr a;
+    if (inet_pton(AF_INET, host, &a) == 1 && a.s_addr == ip) n++;
+  }
+  return n > CTRL_PEND_PER_ADDR ? n : CTRL_PEND_PER_ADDR;
+}
+
+/* 1 when c's source address already holds its allowance of connections without a hello (the
+ * world's addresses are looked at only past CTRL_PEND_PER_ADDR). */
+static int addr_over(const srv_ctrl *cp, const ctrl_conn *c) {
+  if (!c->src_ip) return 0;
+  int n = 0;
+  for (const ctrl_conn *o = cp->conns; o; o = o->next)
+    if (o != c && o->accepted_ms && !o->closing && o->src_ip == c->src_ip) n++;
+  return n >= CTRL_PEND_PER_ADDR && n >= addr_allowance(cp, c->src_ip);
+}
+
 static void on_accept(uv_stream_t *server, int status) {
   srv_ctrl *cp = server->data;
   if (status < 0) return;
@@ -399,6 +431,24 @@ static void on_accept(uv_stream_t *server, int status) {
       cp->refused_logged_ms = c->accepted_ms;
     }
     conn_close(c, "too many connections without a hello");
+  } else {
+    struct sockaddr_storage ss;
+    int sl = sizeof(ss);
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_INET)
+      c->src_ip = ((struct sockaddr_in *)&ss)->sin_addr.s_addr;
+    if (addr_over(cp, c)) {
+      cp->refused_addr++;
+      if (c->accepted_ms - cp->refused_addr_logged_ms >= 10000) { /* one line per 10 s */
+        char ip[INET_ADDRSTRLEN] = "?";
+        inet_ntop(AF_INET, &c->src_ip, ip, sizeof(ip));
+        LOG_WARN(
+            "control plane: %d connections without a hello from %s, the most one address may "
+            "hold; refused %llu over that cap so far",
+            addr_allowance(cp, c->src_ip), ip, (unsigned long long)cp->refused_addr);
+        cp->refused_addr_logged_ms = c->accepted_ms;
+      }
+      conn_close(c, "too many connections without a hello from one address");
+    }
   }
 }
 
