@@ -51,13 +51,19 @@ for ((j = 1; j <= jobs; j++)); do
     wait "${cpids[r]}" || { echo "job $j rank $r failed:"; cat "$out/job$j.$r.out"; rc=1; }
   done
   [ $rc -eq 0 ] || break
-  # The daemons release a job when its last session closed: wait until neither lists it.
-  sleep 0.3
+  # The daemons release a job when its last session closed; each engine logs "released: heap"
+  # then (engine/engine.c): wait for both lines of this job.
+  for ((w = 0; w < 100; w++)); do
+    [ "$(grep -c 'released: heap' "$FGBUFF_WORLD_LOG")" -ge $((2 * j)) ] && break
+    sleep 0.1
+  done
   line="job $j rss $(rss "${d[0]}") $(rss "${d[1]}") maps $(nmaps "${d[0]}") $(nmaps "${d[1]}")"
   line="$line fds $(nfd "${d[0]}") $(nfd "${d[1]}")"
   echo "$line" | tee -a "$samples"
 done
 [ -z "${JOBRSS_SAMPLES:-}" ] || cp "$samples" "$JOBRSS_SAMPLES"
+# The engine's line per released job: heap in use, free bytes the allocator keeps, RSS.
+grep 'released: heap' "$FGBUFF_WORLD_LOG" | tail -4
 if [ $rc -eq 0 ]; then
   first=$((jobs - tail_jobs))
   for r in 0 1; do
