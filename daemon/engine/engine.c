@@ -293,7 +293,8 @@ static unsigned long long rss_kb(void) {
 /* After a job's release (issue 19: the daemon's memory per job): one log line with the heap's
  * bytes in use (mmapped blocks included), the free bytes the allocator keeps in its arenas, and
  * the RSS. With FGBUFF_MALLOC_TRIM=1, malloc_trim(0) first returns every arena's free pages to
- * the system (the line then also gives the RSS before it and the time it took). */
+ * the system (the line then also gives the RSS before it and the time it took). Under ASan the
+ * heap figures are 0 (its allocator is not glibc's). */
 static void heap_after_release(uint64_t job_key) {
   int trim = env_num(ENV_MALLOC_TRIM) > 0;
   unsigned long long rss0 = trim ? rss_kb() : 0, t0 = mono_us();

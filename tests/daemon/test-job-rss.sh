@@ -3,25 +3,28 @@
 # (jobloopclient, one rank per daemon: JOBRSS_TENSORS tensors, every 4th with topk, JOBRSS_STEPS
 # steps each, then the clients leave cleanly), and after each job samples every daemon's VmRSS,
 # mappings and open fds ("job J rss R0 R1 maps M0 M1 fds F0 F1", kB). Each job creates and frees
-# its own communicator and engine state, so memory held per job grows linearly here.
-# The check: over the last JOBRSS_TAIL jobs (the first ones warm pools and tables), each daemon's
+# its own communicator and engine state: memory a job leaves behind adds up over the jobs.
+# The check: over the last JOBRSS_TAIL jobs (the first ones warm pools and tables: the heap in use
+# rose ~600 kB over the first 20 jobs, then under 1 kB per job; docs/performance.md), each daemon's
 # VmRSS may grow by JOBRSS_KB_PER_JOB kB per job on average at most, its fds must not change and
 # its mappings may grow by maps_slack at most; both daemons stop cleanly (in the sanitizer pass of
-# tests/run.sh LeakSanitizer runs at their exit and any leak fails the test).
+# tests/run.sh, 12 jobs of 10 steps, the last 5 checked at 2 MiB per job; LeakSanitizer runs at
+# the daemons' exit and any leak fails the test). Defaults: 30 jobs of 20 steps, the last 10
+# checked at 256 kB per job (a 1 MiB leak per job measured +856..+1045 kB per job).
 # JOBRSS_SAMPLES=FILE also writes the samples there (for docs/performance.md's table).
 set -u
 source "$(dirname "$0")/../lib/world.sh"
 bin="${FGBUFF_TEST_BIN:?}"
-jobs=${JOBRSS_JOBS:-30}
-tail_jobs=${JOBRSS_TAIL:-10}
-steps=${JOBRSS_STEPS:-20}
 tensors=${JOBRSS_TENSORS:-160}
 if [ -n "${ASAN_OPTIONS:-}" ]; then
   # ASan's quarantine and size-class mappings make RSS loose; LeakSanitizer at exit is the check.
+  # A job takes ~12 s there (2 loaded cores): fewer, shorter jobs.
   export ASAN_OPTIONS="$ASAN_OPTIONS:quarantine_size_mb=16"
+  jobs=${JOBRSS_JOBS:-12} tail_jobs=${JOBRSS_TAIL:-5} steps=${JOBRSS_STEPS:-10}
   per_job=${JOBRSS_KB_PER_JOB:-2048}
   maps_slack=64
 else
+  jobs=${JOBRSS_JOBS:-30} tail_jobs=${JOBRSS_TAIL:-10} steps=${JOBRSS_STEPS:-20}
   per_job=${JOBRSS_KB_PER_JOB:-256}
   maps_slack=8
 fi
