@@ -71,6 +71,10 @@ static const env_knob knobs[ENV_COUNT] = {
     [ENV_LOG_SYSLOG] = {"FGBUFF_LOG_SYSLOG", ENV_KIND_WORDS, -1, 0, 1, "0 1", -1, 0,
                         "1 or 0: log lines do or do not start with a syslog priority; unset: "
                         "they do when stderr is the journal ($JOURNAL_STREAM)"},
+    [ENV_MALLOC_TRIM] = {"FGBUFF_MALLOC_TRIM", ENV_KIND_WORDS, 0, 0, 1, "0 1", 0, 1,
+                         "1: after each job's release the engine calls malloc_trim(0), giving "
+                         "the allocator's free pages back to the system (issue 19's per-job RSS "
+                         "measurement); 0 (default): it does not"},
 };
 
 static double vals[ENV_COUNT];
