@@ -24,6 +24,11 @@
 static char g_dir[64], g_path[108];
 static int g_lsock;
 static sem_t g_go, g_done;
+/* The input of the run in progress, NULL between runs: the fake daemon copies it under g_mu when
+ * it accepts a connection. A session may connect more than once (the daemon thread then serves a
+ * connection of one run during the next), so the thread never reads libFuzzer's buffer after
+ * run() returned (a heap-use-after-free in CI's fuzz pass). */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static const uint8_t *g_data;
 static size_t g_size;
 /* Seed mode: answer requests and record the answers here instead of writing g_data. */
@@ -132,11 +137,18 @@ static void *daemon_main(void *arg) {
     int s = accept4(g_lsock, NULL, NULL, SOCK_CLOEXEC);
     FZ_CHECK(s >= 0);
     if (!g_record) {
-      for (size_t off = 0; off < g_size;) {
-        ssize_t n = send(s, g_data + off, g_size - off, MSG_NOSIGNAL);
+      pthread_mutex_lock(&g_mu);
+      size_t size = g_data ? g_size : 0;
+      uint8_t *data = malloc(size ? size : 1);
+      FZ_CHECK(data);
+      if (size) memcpy(data, g_data, size);
+      pthread_mutex_unlock(&g_mu);
+      for (size_t off = 0; off < size;) {
+        ssize_t n = send(s, data + off, size - off, MSG_NOSIGNAL);
         if (n <= 0) break; /* the client closed early */
         off += (size_t)n;
       }
+      free(data);
       shutdown(s, SHUT_WR);
     }
     wire_reader rd;
@@ -223,11 +235,16 @@ static void session(void) {
 }
 
 static void run(const uint8_t *data, size_t size) {
+  pthread_mutex_lock(&g_mu);
   g_data = data;
   g_size = size;
+  pthread_mutex_unlock(&g_mu);
   sem_post(&g_go);
   session();
   sem_wait(&g_done);
+  pthread_mutex_lock(&g_mu);
+  g_data = NULL; /* libFuzzer frees it once this returns */
+  pthread_mutex_unlock(&g_mu);
 }
 
 static void write_seed(const char *dir, const char *name) {
