@@ -6,8 +6,8 @@
  * the next input may say hello as rank 1 again. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -124,14 +124,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static uint32_t conns;
   struct sockaddr_in src = {.sin_family = AF_INET};
   src.sin_addr.s_addr = htonl(0x7f010000u | (conns++ & 0xfffu));
-  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   FZ_CHECK(s >= 0 && bind(s, (struct sockaddr *)&src, sizeof src) == 0);
-  if (connect(s, (struct sockaddr *)&leader, sizeof leader) != 0) {
+  /* Non-blocking connect, then wait for it: libFuzzer's SIGALRM (its -timeout watchdog) can land
+   * in a blocking connect(), which then fails with EINTR while the handshake goes on (seen once in
+   * CI). poll() is simply called again. */
+  int cerr = connect(s, (struct sockaddr *)&leader, sizeof leader) == 0 ? 0 : errno;
+  if (cerr == EINPROGRESS || cerr == EINTR) {
+    struct pollfd pfd = {.fd = s, .events = POLLOUT};
+    int pr;
+    while ((pr = poll(&pfd, 1, 10000)) < 0 && errno == EINTR) continue;
+    socklen_t el = sizeof cerr;
+    cerr = pr == 1 && getsockopt(s, SOL_SOCKET, SO_ERROR, &cerr, &el) == 0 ? cerr : ETIMEDOUT;
+  }
+  if (cerr) {
     fprintf(stderr, "connect from 127.1.%u.%u: %s\n", (conns - 1) >> 8 & 15, (conns - 1) & 255,
-            strerror(errno));
+            strerror(cerr));
     abort();
   }
-  FZ_CHECK(fcntl(s, F_SETFL, O_NONBLOCK) == 0);
   size_t off = 0;
   int wdone = 0, rdone = 0;
   uint64_t t0 = clock_ms();
