@@ -29,8 +29,10 @@ gpu_world_start() {
   chmod 700 "$FGBUFF_RUNTIME_DIR"
   export FGBUFF_RUNTIME_DIR GPU_WORLD_LOG="$FGBUFF_RUNTIME_DIR/world.log"
   : >"$GPU_WORLD_LOG" # before mpirun's own redirection: the wait below must never read a missing file
+  # Each daemon appends its log itself (O_APPEND, one write per line): through mpirun's output
+  # forwarding two daemons' lines interleaved mid-line under a burst (tests/lib/world.sh).
   mpirun --oversubscribe --bind-to none -np "$n" bash -c "exec ${GPU_DAEMON_WRAP:-} $d --device cuda:\$OMPI_COMM_WORLD_RANK \
-    --runtime-dir $FGBUFF_RUNTIME_DIR ${GPU_DAEMON_ARGS:-}" >"$GPU_WORLD_LOG" 2>&1 &
+    --runtime-dir $FGBUFF_RUNTIME_DIR ${GPU_DAEMON_ARGS:-} 2>>$GPU_WORLD_LOG" >>"$GPU_WORLD_LOG" 2>&1 &
   GPU_WORLD_PID=$!
   local deadline=$((SECONDS + 90))
   local ready

@@ -39,9 +39,15 @@ world_start() {
   chmod 700 "$FGBUFF_RUNTIME_DIR"
   export FGBUFF_RUNTIME_DIR
   export FGBUFF_WORLD_LOG="$FGBUFF_RUNTIME_DIR/world.log"
-  # shellcheck disable=SC2086
-  mpirun --oversubscribe ${WORLD_MPIRUN_ARGS:-} -x FGBUFF_RUNTIME_DIR -np "$n" "$bin" --device cpu \
-    --runtime-dir "$FGBUFF_RUNTIME_DIR" "$@" >"$FGBUFF_WORLD_LOG" 2>&1 &
+  # Each daemon appends its stderr (its log) to the file itself, one write per line with O_APPEND:
+  # through mpirun's output forwarding, lines of two daemons interleaved mid-line under a burst (the
+  # forwarder reads a pipe in chunks), which broke log parsers (bench/trace/timeline.py). mpirun's
+  # own messages append to the same file.
+  : >"$FGBUFF_WORLD_LOG"
+  # shellcheck disable=SC2086,SC2016
+  mpirun --oversubscribe ${WORLD_MPIRUN_ARGS:-} -x FGBUFF_RUNTIME_DIR -x FGBUFF_WORLD_LOG -np "$n" \
+    bash -c 'exec "$0" "$@" 2>>"$FGBUFF_WORLD_LOG"' "$bin" --device cpu \
+    --runtime-dir "$FGBUFF_RUNTIME_DIR" "$@" >>"$FGBUFF_WORLD_LOG" 2>&1 &
   FGBUFF_WORLD_PID=$!
   export FGBUFF_WORLD_PID
   local deadline=$((SECONDS + ${WORLD_START_TIMEOUT:-60}))
