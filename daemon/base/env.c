@@ -75,6 +75,9 @@ static const env_knob knobs[ENV_COUNT] = {
                          "1: after each job's release the engine calls malloc_trim(0), giving "
                          "the allocator's free pages back to the system (issue 19's per-job RSS "
                          "measurement); 0 (default): it does not"},
+    [ENV_MEM_ROOT] = {"FGBUFF_MEM_ROOT", ENV_KIND_PATH, 0, 0, 0, NULL, 0, 0,
+                      "a directory standing for / where a CPU daemon reads proc/self/cgroup, "
+                      "sys/fs/cgroup and proc/meminfo for max_job_bytes' default (tests)"},
 };
 
 static double vals[ENV_COUNT];

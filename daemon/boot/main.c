@@ -303,6 +303,7 @@ int main(int argc, char **argv) {
   d.core.max_jobs = &d.cfg.max_jobs; /* live, like the limits below */
   d.core.max_tensors_per_job = &d.cfg.max_tensors_per_job;
   d.core.max_job_bytes = &d.cfg.max_job_bytes;
+  d.core.max_job_bytes_from = d.cfg.max_job_bytes_from;
   if (d.core.coord) coord_set_recall(d.core.coord, srv_recall_enabled());
 #ifdef FGBUFF_HAVE_CUDA
   if (d.core.coord && strncmp(d.cfg.device, "cuda:", 5) == 0 &&
@@ -315,6 +316,9 @@ int main(int argc, char **argv) {
     LOG_ERROR("cannot create the coordinator");
     return fail(&b);
   }
+  char jb[512];
+  srv_config_job_bytes(&d.cfg, env_str(ENV_MEM_ROOT), jb, sizeof(jb));
+  LOG_INFO("%s", jb);
   LOG_INFO("pre-issue %s (FGBUFF_PREISSUE %.40s), recall %s",
            srv_pre_enabled(&d.core) ? "on" : "off",
            env_str(ENV_PREISSUE) ? env_str(ENV_PREISSUE) : "unset: on for GPU daemons",

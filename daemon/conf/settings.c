@@ -11,6 +11,7 @@
 #include "coordinator.h"
 #include "err.h"
 #include "log.h"
+#include "membudget.h"
 #include "peerwatch.h"
 #include "plan_exec.h"
 #include "policy.h"
@@ -84,8 +85,9 @@ static const cfg_key keys[] = {
      "jobs this daemon holds at most (a job counts until its client is gone)"},
     {"max_tensors_per_job", KEY_U32, offsetof(srv_config, max_tensors_per_job), 1,
      SRV_MAX_TENSORS_LIMIT, "live tensors of one job at most"},
-    {"max_job_bytes", KEY_U64, offsetof(srv_config, max_job_bytes), 1, 1ull << 50,
-     "bytes of one job's live tensors at most (host or device; default 1 TiB)"},
+    {"max_job_bytes", KEY_U64, offsetof(srv_config, max_job_bytes), 0, 1ull << 50,
+     "bytes of one job's live tensors at most (host or device; 0 or unlimited: none; default: "
+     "half the daemon's memory limit, GPU daemons 1 TiB)"},
     /* Failure detection (docs/architecture.md, "Failure model"): read live by the control plane's
      * heartbeat timer and the coordinator's tick. */
     {"peer_timeout_ms", KEY_U64, offsetof(srv_config, peer_timeout_ms), 0, SRV_MAX_TIMEOUT_MS,
@@ -156,6 +158,8 @@ fgb_status srv_config_set(srv_config *cfg, const char *key, const char *val, cha
     case KEY_U64:
     case KEY_U32: {
       uint64_t v;
+      int job_bytes = k->off == offsetof(srv_config, max_job_bytes);
+      if (job_bytes && strcmp(val, "unlimited") == 0) val = "0";
       if (srv_config_u64(val, k->hi, &v) || v < k->lo)
         return err_set(err, errlen, FGB_EINVAL, "value: %s '%.64s' is not in %llu..%llu", k->name,
                        val, (unsigned long long)k->lo, (unsigned long long)k->hi);
@@ -167,6 +171,10 @@ fgb_status srv_config_set(srv_config *cfg, const char *key, const char *val, cha
         *(uint64_t *)(void *)field = v;
       else
         *(uint32_t *)(void *)field = (uint32_t)v;
+      if (job_bytes) { /* no longer the derived default: refusals name no source */
+        cfg->max_job_bytes_set = 1;
+        cfg->max_job_bytes_from[0] = 0;
+      }
       break;
     }
   }
@@ -193,6 +201,47 @@ size_t srv_config_list(const srv_config *cfg, char *buf, size_t cap) {
     if (w > 0) off += (size_t)w;
   }
   return off;
+}
+
+/* Half: beside what it reads of a job's tensors the daemon keeps state of about their size (a
+ * compressor's residuals, staging copies of a fused buffer) and its own working set, so a job at
+ * the limit still fits the budget with room for the rest. */
+void srv_config_job_bytes(srv_config *cfg, const char *root, char *line, size_t linelen) {
+  if (cfg->max_job_bytes_set) {
+    if (cfg->max_job_bytes)
+      snprintf(line, linelen, "max_job_bytes %llu (set)", (unsigned long long)cfg->max_job_bytes);
+    else
+      snprintf(line, linelen, "max_job_bytes unlimited (set)");
+    return;
+  }
+  cfg->max_job_bytes = SRV_DEFAULT_MAX_JOB_BYTES;
+  cfg->max_job_bytes_from[0] = 0;
+  if (strncmp(cfg->device, "cuda:", 5) == 0) {
+    snprintf(line, linelen,
+             "max_job_bytes %llu (the GPU default, in effect unlimited: device tensors are the "
+             "clients' device memory; --max-job-bytes bounds host and device tensors alike)",
+             (unsigned long long)cfg->max_job_bytes);
+    return;
+  }
+  mem_budget b;
+  if (mem_budget_read(root, &b) != 0) {
+    snprintf(line, linelen,
+             "max_job_bytes %llu (neither a cgroup memory limit nor MemTotal could be read; "
+             "--max-job-bytes sets one)",
+             (unsigned long long)cfg->max_job_bytes);
+    return;
+  }
+  cfg->max_job_bytes = b.bytes / 2 ? b.bytes / 2 : 1;
+  char half[192];
+  if (b.from_cgroup)
+    snprintf(half, sizeof half, "half of the cgroup%s memory limit %llu of %.96s",
+             b.v1 ? " v1" : "", (unsigned long long)b.bytes, b.cgroup);
+  else
+    snprintf(half, sizeof half, "half of MemTotal %llu: no cgroup memory limit",
+             (unsigned long long)b.bytes);
+  snprintf(cfg->max_job_bytes_from, sizeof cfg->max_job_bytes_from,
+           "the default: %s; --max-job-bytes or fgbuffctl set max_job_bytes changes it", half);
+  snprintf(line, linelen, "max_job_bytes %llu (%s)", (unsigned long long)cfg->max_job_bytes, half);
 }
 
 /* --help: the live settings, from the table. */

@@ -42,7 +42,9 @@ typedef struct srv_config {
   char metrics_listen[64];         /* --metrics-listen IPV4:PORT (metrics.c), "" = off */
   uint32_t max_jobs;               /* jobs this daemon holds at most (core/limits.c) */
   uint32_t max_tensors_per_job;    /* live tensors per job at most */
-  uint64_t max_job_bytes;          /* bytes of a job's live tensors at most */
+  uint64_t max_job_bytes;          /* bytes of a job's live tensors at most (0: no limit) */
+  int max_job_bytes_set;           /* given (flag, config file, ConfigSet): no derived default */
+  char max_job_bytes_from[288];    /* where the default came from (refusals name it); "" if set */
   uint64_t peer_timeout_ms;        /* a control-plane peer silent this long is lost (0: never) */
   uint64_t formation_timeout_ms;   /* a job not formed this long after its first join fails */
 } srv_config;
@@ -62,6 +64,12 @@ fgb_status srv_config_get(const srv_config *cfg, const char *key, char *val, siz
                           char *err, size_t errlen);
 fgb_status srv_config_set(srv_config *cfg, const char *key, const char *val, char *err,
                           size_t errlen);
+
+/* max_job_bytes' default, unless it was set: on a CPU daemon half its memory budget (base/
+ * membudget.h: the cgroup memory limit, else MemTotal, read under root, NULL for "/"), on a GPU
+ * daemon SRV_DEFAULT_MAX_JOB_BYTES. line gets the start log's text ("max_job_bytes N (half of
+ * ...)"), max_job_bytes_from the reason refusals name. */
+void srv_config_job_bytes(srv_config *cfg, const char *root, char *line, size_t linelen);
 
 /* --help: the live keys and their docs, from the table. */
 void srv_config_keys_usage(FILE *f);

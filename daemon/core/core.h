@@ -37,7 +37,9 @@ struct eng_item;
  * element size, host or device), so the memory the daemon touches for a job stays within it. */
 #define SRV_DEFAULT_MAX_JOBS 256
 #define SRV_DEFAULT_MAX_TENSORS_PER_JOB 65536
-#define SRV_DEFAULT_MAX_JOB_BYTES (1ull << 40) /* 1 TiB: in effect unlimited */
+/* 1 TiB, in effect unlimited: without the live settings (tests of the core) and on GPU daemons;
+ * a CPU daemon's default is half its memory budget (conf/settings.c, srv_config_job_bytes). */
+#define SRV_DEFAULT_MAX_JOB_BYTES (1ull << 40)
 #define SRV_MAX_JOBS_LIMIT 65536
 #define SRV_MAX_TENSORS_LIMIT (1u << 20) /* the coordinator's COORD_MAX_TENSORS */
 /* Released tensor ids are handed out again oldest first, once more than this many wait: the id
@@ -232,7 +234,8 @@ struct core {
   const uint32_t *plan_warmup_steps, *replan_steps;
   /* The live limits (conf/settings.c's table owns them; limits.c). */
   const uint32_t *max_jobs, *max_tensors_per_job;
-  const uint64_t *max_job_bytes;
+  const uint64_t *max_job_bytes;  /* 0: no limit */
+  const char *max_job_bytes_from; /* where its value came from, for refusals ("" / NULL: set) */
   /* Owned by the core. */
   srv_job *jobs;
   uint32_t njobs;       /* in the list: joined and not yet released */

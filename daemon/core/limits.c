@@ -53,13 +53,16 @@ fgb_status core_tensor_admit(core *d, const srv_job *j, const char *name, uint64
     return FGB_ENOMEM;
   }
   uint64_t maxb = d->max_job_bytes ? *d->max_job_bytes : SRV_DEFAULT_MAX_JOB_BYTES;
+  if (maxb == 0) maxb = UINT64_MAX; /* "unlimited" */
   if (bytes > maxb || j->tensor_bytes > maxb - bytes) {
     *field = "count";
+    const char *from = d->max_job_bytes_from ? d->max_job_bytes_from : "";
     snprintf(err, errlen,
              "count: tensor '%s' of %llu bytes would bring job '%s' to %llu bytes of tensors, the "
-             "limit is max_job_bytes %llu",
+             "limit is max_job_bytes %llu%s%s%s",
              name, (unsigned long long)bytes, j->id.name,
-             (unsigned long long)(j->tensor_bytes + bytes), (unsigned long long)maxb);
+             (unsigned long long)(j->tensor_bytes + bytes), (unsigned long long)maxb,
+             from[0] ? " (" : "", from, from[0] ? ")" : "");
     refusal_log(d, CAUSE_BYTES, err);
     return FGB_ENOMEM;
   }

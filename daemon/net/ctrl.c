@@ -17,13 +17,18 @@
 #include "clock.h"
 #include "log.h"
 #include "peerwatch.h"
+#include "prehello.h"
 
 /* Before its hello a connection is anyone's (the port may listen on every interface): it may send
- * one hello-sized frame, within CTRL_HELLO_MS, and at most CTRL_PEND_MAX wait at once — as
- * boot/rendezvous.c does. Before, a stranger could make the leader buffer 64 MiB frames. Of those,
- * at most CTRL_PEND_PER_ADDR come from one source address (or as many as the world has daemons
- * advertising that address, if more: they may all connect at once), so one address cannot take
- * every slot and keep the world's daemons out; each of them connects once. */
+ * one hello-sized frame, within CTRL_HELLO_MS, and at most CTRL_PEND_MAX wait at once, plus one
+ * for each member of the world (they may all connect at once) — as boot/rendezvous.c does. Before,
+ * a stranger could make the leader buffer 64 MiB frames. Of those, at most CTRL_PEND_PER_ADDR come
+ * from one source address (or as many as the world has daemons advertising that address, if more).
+ * A new connection is never refused for want of a slot: a daemon of the world connects once and
+ * sends its hello at once, so refusing newcomers is what kept real peers out while strangers held
+ * the slots. Instead the oldest waiting connection of its own address (at that address's cap), or
+ * of the address holding the most slots (every slot taken; addresses no daemon advertises first)
+ * is closed (prehello.h). */
 #define CTRL_HELLO_FRAME (8 + CTRL_TOKEN)
 #define CTRL_HELLO_MS 5000
 #define CTRL_PEND_MAX 64
@@ -37,6 +42,7 @@ typedef struct ctrl_conn {
   int bye;              /* the peer said goodbye: its loss is an orderly stop, not a failure */
   uint64_t accepted_ms; /* leader side, until the hello: when accepted (0: not pending) */
   uint32_t src_ip;      /* leader side: the peer's IPv4 address (network order; 0: unknown) */
+  int src_world;        /* leader side: a daemon of the world advertises src_ip */
   pw_peer pw;           /* liveness, once connected (member) or hello'd (leader) */
   uint8_t *in;
   size_t in_len, in_cap;
@@ -65,9 +71,12 @@ struct srv_ctrl {
   uv_connect_t creq;
   uv_timer_t *hello_timer; /* closes accepted connections whose hello is late */
   int npend;               /* accepted connections without a hello yet */
-  uint64_t refused, refused_logged_ms;
-  uint64_t refused_addr, refused_addr_logged_ms; /* over CTRL_PEND_PER_ADDR from one address */
-  uv_timer_t *hb_timer;                          /* heartbeats and silence checks (peerwatch.h) */
+  int pend_max;            /* CTRL_PEND_MAX + the world's members */
+  ph_slot *slots;          /* pend_max + 1: the waiting connections as prehello.h sees them */
+  ctrl_conn **slot_conn;   /* and which connection each is */
+  uint64_t evicted_total, evicted_total_logged_ms; /* closed for a newcomer: every slot taken */
+  uint64_t evicted_addr, evicted_addr_logged_ms;   /* closed for a newcomer of the same address */
+  uv_timer_t *hb_timer;                            /* heartbeats and silence checks (peerwatch.h) */
   uint64_t hb_period, hb_last_check;
   uint8_t *lost; /* per world rank: declared lost (frames to it are dropped) */
   char *addrs;   /* naddrs x CTRL_ADDR_MAX advertised addresses (to name a lost peer) */
@@ -382,9 +391,8 @@ static ctrl_conn *conn_new(srv_ctrl *cp) {
   return c;
 }
 
-/* Pending connections one source address may hold: CTRL_PEND_PER_ADDR, or the number of the
- * world's daemons that advertise that address if more (the leader knows them before it accepts). */
-static int addr_allowance(const srv_ctrl *cp, uint32_t ip) {
+/* How many of the world's daemons advertise ip (the leader knows them before it accepts). */
+static int world_count(const srv_ctrl *cp, uint32_t ip) {
   int n = 0;
   for (size_t r = 0; cp->addrs && r < cp->naddrs; r++) {
     char host[CTRL_ADDR_MAX];
@@ -395,17 +403,59 @@ static int addr_allowance(const srv_ctrl *cp, uint32_t ip) {
     struct in_addr a;
     if (inet_pton(AF_INET, host, &a) == 1 && a.s_addr == ip) n++;
   }
+  return n;
+}
+
+/* Pending connections one source address may hold: CTRL_PEND_PER_ADDR, or the number of the
+ * world's daemons that advertise that address if more. */
+static int addr_allowance(const srv_ctrl *cp, uint32_t ip) {
+  int n = world_count(cp, ip);
   return n > CTRL_PEND_PER_ADDR ? n : CTRL_PEND_PER_ADDR;
 }
 
-/* 1 when c's source address already holds its allowance of connections without a hello (the
- * world's addresses are looked at only past CTRL_PEND_PER_ADDR). */
-static int addr_over(const srv_ctrl *cp, const ctrl_conn *c) {
-  if (!c->src_ip) return 0;
+/* Makes room for the newcomer c (prehello.h): closes the waiting connection that gives up its
+ * slot, if one must, with one log line per cause and 10 s naming its address. */
+static void make_room(srv_ctrl *cp, ctrl_conn *c) {
   int n = 0;
-  for (const ctrl_conn *o = cp->conns; o; o = o->next)
-    if (o != c && o->accepted_ms && !o->closing && o->src_ip == c->src_ip) n++;
-  return n >= CTRL_PEND_PER_ADDR && n >= addr_allowance(cp, c->src_ip);
+  for (ctrl_conn *o = cp->conns; o && n < cp->pend_max; o = o->next) {
+    if (o == c || !o->accepted_ms || o->closing) continue;
+    cp->slots[n] = (ph_slot){o->src_ip, o->accepted_ms, o->src_world};
+    cp->slot_conn[n++] = o;
+  }
+  for (int i = 0, j = n - 1; i < j; i++, j--) { /* the list is newest first; prehello.h wants */
+    ph_slot ts = cp->slots[i];                  /* accept order (ties within a ms) */
+    ctrl_conn *tc = cp->slot_conn[i];
+    cp->slots[i] = cp->slots[j], cp->slot_conn[i] = cp->slot_conn[j];
+    cp->slots[j] = ts, cp->slot_conn[j] = tc;
+  }
+  cp->slots[n] = (ph_slot){c->src_ip, c->accepted_ms, c->src_world};
+  cp->slot_conn[n++] = c;
+  ph_cause cause;
+  int held, allowance = addr_allowance(cp, c->src_ip);
+  int v = ph_choose(cp->slots, n, allowance, cp->pend_max, &cause, &held);
+  if (v < 0) return;
+  ctrl_conn *victim = cp->slot_conn[v];
+  char ip[INET_ADDRSTRLEN] = "?", from[INET_ADDRSTRLEN] = "?";
+  if (victim->src_ip) inet_ntop(AF_INET, &victim->src_ip, ip, sizeof(ip));
+  if (c->src_ip) inet_ntop(AF_INET, &c->src_ip, from, sizeof(from));
+  uint64_t *count = cause == PH_ADDR ? &cp->evicted_addr : &cp->evicted_total;
+  uint64_t *logged = cause == PH_ADDR ? &cp->evicted_addr_logged_ms : &cp->evicted_total_logged_ms;
+  (*count)++;
+  if (c->accepted_ms - *logged >= 10000) { /* one line per cause and 10 s */
+    if (cause == PH_ADDR)
+      LOG_WARN(
+          "control plane: %d connections without a hello from %s, the most one address may hold: "
+          "closed its oldest for a new one (%llu so far)",
+          allowance, ip, (unsigned long long)*count);
+    else
+      LOG_WARN(
+          "control plane: %d connections without a hello in all, the most allowed: closed the "
+          "oldest from %s (it held %d) for a new one from %s (%llu so far)",
+          cp->pend_max, ip, held, from, (unsigned long long)*count);
+    *logged = c->accepted_ms;
+  }
+  conn_close(victim, cause == PH_ADDR ? "too many connections without a hello from one address"
+                                      : "too many connections without a hello");
 }
 
 static void on_accept(uv_stream_t *server, int status) {
@@ -423,33 +473,14 @@ static void on_accept(uv_stream_t *server, int status) {
   /* Only the leader serves peers; a non-leader closes whatever connects to it. */
   if (cp->d->world_rank != 0) {
     conn_close(c, "not the leader");
-  } else if (cp->npend > CTRL_PEND_MAX) {
-    cp->refused++;
-    if (c->accepted_ms - cp->refused_logged_ms >= 10000) { /* one line per 10 s */
-      LOG_WARN("control plane: %d connections without a hello; refused %llu more so far",
-               CTRL_PEND_MAX, (unsigned long long)cp->refused);
-      cp->refused_logged_ms = c->accepted_ms;
-    }
-    conn_close(c, "too many connections without a hello");
-  } else {
-    struct sockaddr_storage ss;
-    int sl = sizeof(ss);
-    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_INET)
-      c->src_ip = ((struct sockaddr_in *)&ss)->sin_addr.s_addr;
-    if (addr_over(cp, c)) {
-      cp->refused_addr++;
-      if (c->accepted_ms - cp->refused_addr_logged_ms >= 10000) { /* one line per 10 s */
-        char ip[INET_ADDRSTRLEN] = "?";
-        inet_ntop(AF_INET, &c->src_ip, ip, sizeof(ip));
-        LOG_WARN(
-            "control plane: %d connections without a hello from %s, the most one address may "
-            "hold; refused %llu over that cap so far",
-            addr_allowance(cp, c->src_ip), ip, (unsigned long long)cp->refused_addr);
-        cp->refused_addr_logged_ms = c->accepted_ms;
-      }
-      conn_close(c, "too many connections without a hello from one address");
-    }
+    return;
   }
+  struct sockaddr_storage ss;
+  int sl = sizeof(ss);
+  if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_INET)
+    c->src_ip = ((struct sockaddr_in *)&ss)->sin_addr.s_addr;
+  c->src_world = c->src_ip && world_count(cp, c->src_ip) > 0;
+  make_room(cp, c);
 }
 
 static void hello_timer_free_cb(uv_handle_t *h) {
@@ -587,8 +618,11 @@ fgb_status srv_ctrl_listen(srv_net *d, const ctrl_cbs *cbs, void *ud, char addr[
   cp->queue = calloc((size_t)d->world_size, sizeof(*cp->queue));
   cp->qtail = calloc((size_t)d->world_size, sizeof(*cp->qtail));
   cp->lost = calloc((size_t)d->world_size, 1);
+  cp->pend_max = CTRL_PEND_MAX + (d->world_size > 1 ? d->world_size - 1 : 0);
+  cp->slots = calloc((size_t)cp->pend_max + 1, sizeof(*cp->slots));
+  cp->slot_conn = calloc((size_t)cp->pend_max + 1, sizeof(*cp->slot_conn));
   d->cp = cp;
-  if (!cp->by_rank || !cp->queue || !cp->qtail || !cp->lost)
+  if (!cp->by_rank || !cp->queue || !cp->qtail || !cp->lost || !cp->slots || !cp->slot_conn)
     return snprintf(err, errlen, "out of memory"), FGB_ENOMEM;
   uv_tcp_init(d->loop, &cp->listener);
   cp->listener.data = cp;
@@ -689,6 +723,8 @@ void srv_ctrl_close(srv_net *d) {
   while (cp->conns) conn_close(cp->conns, "shutting down");
   for (int r = 0; r < d->world_size; r++) drop_queue(cp, r);
   free(cp->lost);
+  free(cp->slots);
+  free(cp->slot_conn);
   free(cp->addrs);
   free(cp->by_rank);
   free(cp->queue);

@@ -4,6 +4,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -14,6 +17,7 @@
 #include "fds.h"
 #include "htab.h"
 #include "idpos.h"
+#include "membudget.h"
 #include "test.h"
 #include "vec.h"
 #include "wire_dtype.h"
@@ -162,6 +166,59 @@ static void test_htab(void) {
   CHECK(htab_hash_str("a") != htab_hash_str("b") && htab_hash_u64(1) != htab_hash_u64(2));
 }
 
+/* A file of the fake tree under root, its directories made. */
+static void put(const char *root, const char *rel, const char *text) {
+  char path[512];
+  snprintf(path, sizeof path, "%s%s", root, rel);
+  for (char *p = path + strlen(root) + 1; (p = strchr(p, '/')) != NULL; p++) {
+    *p = 0;
+    mkdir(path, 0700);
+    *p = '/';
+  }
+  FILE *f = fopen(path, "w");
+  REQUIRE(f && fputs(text, f) >= 0 && fclose(f) == 0);
+}
+
+/* mem_budget_read over fake trees (a temp directory standing for /). */
+static void test_membudget(void) {
+  char root[] = "/tmp/fgbuff-membudget.XXXXXX";
+  REQUIRE(mkdtemp(root));
+  mem_budget b;
+  CHECK(mem_budget_read(root, &b) == -1 && b.bytes == 0); /* nothing readable */
+  put(root, "/proc/meminfo", "MemFree:  100 kB\nMemTotal:       16777216 kB\n");
+  put(root, "/proc/self/cgroup", "0::/a.slice/b.scope\n");
+  CHECK(mem_budget_read(root, &b) == 0 && b.bytes == 16ull << 30 && !b.from_cgroup);
+  put(root, "/sys/fs/cgroup/a.slice/b.scope/memory.max", "max\n");
+  put(root, "/sys/fs/cgroup/a.slice/memory.max", "1073741824\n");
+  CHECK(mem_budget_read(root, &b) == 0 && b.bytes == 1ull << 30 && b.from_cgroup && !b.v1 &&
+        strcmp(b.cgroup, "/a.slice") == 0); /* the nearest limit up the path */
+  put(root, "/sys/fs/cgroup/a.slice/b.scope/memory.max", "536870912\n");
+  CHECK(mem_budget_read(root, &b) == 0 && b.bytes == 512ull << 20 &&
+        strcmp(b.cgroup, "/a.slice/b.scope") == 0); /* its own */
+  put(root, "/sys/fs/cgroup/a.slice/b.scope/memory.max", "8589934592\n");
+  CHECK(mem_budget_read(root, &b) == 0 && b.bytes == 1ull << 30 &&
+        strcmp(b.cgroup, "/a.slice") == 0); /* a parent's smaller limit binds the child */
+  put(root, "/sys/fs/cgroup/a.slice/memory.max", "max\n");
+  put(root, "/sys/fs/cgroup/a.slice/b.scope/memory.max", "68719476736\n");
+  CHECK(mem_budget_read(root, &b) == 0 && b.bytes == 16ull << 30 && !b.from_cgroup); /* > RAM */
+  /* a container: its cgroup namespace's root, with a limit */
+  put(root, "/proc/self/cgroup", "0::/\n");
+  put(root, "/sys/fs/cgroup/memory.max", "2147483648\n");
+  CHECK(mem_budget_read(root, &b) == 0 && b.bytes == 2ull << 30 && strcmp(b.cgroup, "/") == 0);
+  /* a v1 (hybrid) host: the memory controller's hierarchy; "unlimited" is a huge number */
+  char gone[512];
+  snprintf(gone, sizeof gone, "%s/sys/fs/cgroup/memory.max", root);
+  CHECK(unlink(gone) == 0);
+  put(root, "/proc/self/cgroup", "4:cpu,memory:/api/x\n1:name=systemd:/init.scope\n0::/i.scope\n");
+  put(root, "/sys/fs/cgroup/memory/api/x/memory.limit_in_bytes", "9223372036854771712\n");
+  put(root, "/sys/fs/cgroup/memory/api/memory.limit_in_bytes", "3221225472\n");
+  CHECK(mem_budget_read(root, &b) == 0 && b.bytes == 3ull << 30 && b.from_cgroup && b.v1 &&
+        strcmp(b.cgroup, "/api") == 0);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+  CHECK(system(cmd) == 0);
+}
+
 int main(void) {
   uint64_t t0 = clock_ms(), u0 = clock_us();
   test_vec();
@@ -171,6 +228,7 @@ int main(void) {
   test_htab();
   test_fds();
   test_env();
+  test_membudget();
   CHECK(clock_ms() >= t0 && clock_us() >= u0);
   return test_failures_ ? 1 : 0;
 }

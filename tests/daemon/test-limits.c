@@ -12,7 +12,12 @@
  *           document is cut to fit a frame with a "truncated" marker, and a page (offset, limit)
  *           and a single job (job) come back whole; the jobs are then held until the file
  *           $LIMITS_HOLD_UNTIL exists (test-limits.sh runs fgbuffctl meanwhile).
- * test-limits.sh starts the worlds and checks the log lines. */
+ *   sparse N NEEDLE|-
+ *           issue 15's case: a job of N ranks (rank r on daemon r), each registering a 4 GiB
+ *           float32 tensor in a sparse (ftruncated, never written) 4 GiB memfd arena: refused
+ *           with FGB_ENOMEM naming NEEDLE (max_job_bytes' value and where it came from), or
+ *           taken with "-" (the daemon touches none of it at registration).
+ * test-limits.sh and test-job-bytes.sh start the worlds and check the log lines. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -443,6 +448,45 @@ static void jobs_case(int n) {
   free(rs);
 }
 
+static void sparse_case(int n, const char *needle) {
+  const uint64_t bytes = 4ull << 30;
+  raw r[2];
+  uint32_t arena[2];
+  REQUIRE(n >= 1 && n <= 2);
+  const char *dir = getenv("FGBUFF_RUNTIME_DIR");
+  for (int i = 0; i < n; i++) { /* every rank joins before any registers */
+    char sock[512];
+    snprintf(sock, sizeof(sock), "%s/cpu%d.sock", dir, i);
+    REQUIRE(raw_connect(&r[i], sock) == 0);
+    REQUIRE(raw_hello(&r[i]) == 0);
+    Env *e = raw_join(&r[i], "limits-sparse", i, n);
+    REQUIRE(e && e->body_case == FGBUFF__V1__ENVELOPE__BODY_JOIN_REPLY);
+    raw_free(e);
+  }
+  for (int i = 0; i < n; i++) {
+    int fd = raw_memfd(bytes); /* sparse: ftruncate only */
+    REQUIRE(fd >= 0);
+    raw_send_arena(&r[i], FGBUFF__V1__ARENA_KIND__ARENA_HOST_MEMFD, bytes, &fd, 1, 1);
+    close(fd);
+    Env *e = raw_recv(&r[i], 30000);
+    REQUIRE(e && e->body_case == FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY);
+    arena[i] = e->arena_reply->arena_id;
+    raw_free(e);
+  }
+  for (int i = 0; i < n; i++) {
+    uint64_t req = send_tensor(&r[i], "sparse-4g", arena[i], 0, bytes / 4);
+    if (strcmp(needle, "-") == 0) {
+      CHECK(tensor_reply(&r[i], req, "a 4 GiB tensor, no limit") != 0);
+      printf("ok  rank %d: a 4 GiB sparse tensor taken\n", i);
+    } else {
+      char what[64];
+      snprintf(what, sizeof(what), "rank %d: a 4 GiB tensor", i);
+      refused(&r[i], req, needle, what);
+    }
+  }
+  for (int i = 0; i < n; i++) raw_close(&r[i]);
+}
+
 int main(int argc, char **argv) {
   const char *dir = getenv("FGBUFF_RUNTIME_DIR");
   REQUIRE(dir != NULL && argc >= 2);
@@ -453,7 +497,9 @@ int main(int argc, char **argv) {
     limits_case();
   else if (strcmp(argv[1], "jobs") == 0 && argc == 3)
     jobs_case(atoi(argv[2]));
+  else if (strcmp(argv[1], "sparse") == 0 && argc == 4)
+    sparse_case(atoi(argv[2]), argv[3]);
   else
-    REQUIRE(!"usage: test-limits reg | limits | jobs N");
+    REQUIRE(!"usage: test-limits reg | limits | jobs N | sparse N NEEDLE|-");
   TEST_DONE();
 }
