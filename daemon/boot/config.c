@@ -43,10 +43,10 @@ static int parse_port_range(const char *s, uint16_t *lo, uint16_t *hi) {
   if (n == 0 || n >= sizeof(first)) return -1;
   memcpy(first, s, n);
   first[n] = 0;
-  if (srv_config_u64(first, 65535, &a) || a == 0) return -1;
+  if (conf_u64(first, 65535, &a) || a == 0) return -1;
   if (!dash)
     b = a;
-  else if (srv_config_u64(dash + 1, 65535, &b) || b < a)
+  else if (conf_u64(dash + 1, 65535, &b) || b < a)
     return -1;
   *lo = (uint16_t)a;
   *hi = (uint16_t)b;
@@ -91,23 +91,23 @@ static void env_usage(FILE *f) {
   for (size_t i = 0; i < n; i++) fprintf(f, "  %-28s %s\n", kk[i].name, kk[i].doc);
 }
 
-int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t errlen) {
+int config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t errlen) {
   memset(cfg, 0, sizeof(*cfg));
   cfg->log_level = LOG_LEVEL_INFO;
   cfg->stall_timeout_ms = 10000;
   cfg->peer_timeout_ms = PW_DEFAULT_TIMEOUT_MS;
-  cfg->formation_timeout_ms = SRV_FORMATION_TIMEOUT_MS;
-  cfg->access = srv_config_access(cfg); /* 0700 / 0600 until flags and the runtime directory */
+  cfg->formation_timeout_ms = CONF_FORMATION_TIMEOUT_MS;
+  cfg->access = config_access(cfg); /* 0700 / 0600 until flags and the runtime directory */
   snprintf(cfg->default_policy, sizeof(cfg->default_policy), "none");
   cfg->rank = -1;
   cfg->world = -1;
-  cfg->plan_warmup_steps = SRV_PLAN_WARMUP_STEPS;
-  cfg->replan_steps = SRV_PLAN_REPLAN_STEPS;
+  cfg->plan_warmup_steps = PLAN_WARMUP_STEPS;
+  cfg->replan_steps = PLAN_REPLAN_STEPS;
   cfg->fusion_bytes = (uint64_t)env_num(ENV_FUSION_BYTES);
   cfg->fusion_cycle_ms = (uint32_t)env_num(ENV_FUSION_CYCLE_MS);
-  cfg->max_jobs = SRV_DEFAULT_MAX_JOBS;
-  cfg->max_tensors_per_job = SRV_DEFAULT_MAX_TENSORS_PER_JOB;
-  cfg->max_job_bytes = SRV_DEFAULT_MAX_JOB_BYTES;
+  cfg->max_jobs = CORE_DEFAULT_MAX_JOBS;
+  cfg->max_tensors_per_job = CORE_DEFAULT_MAX_TENSORS_PER_JOB;
+  cfg->max_job_bytes = CORE_DEFAULT_MAX_JOB_BYTES;
   enum {
     O_DEVICE = 1,
     O_RTDIR,
@@ -157,12 +157,12 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
   int c;
   uint64_t v;
   char perr[160], where[600]; /* where: "config FILE line N: " for an entry of the file */
-  if (srv_config_file_merge(argc, argv, opts, &argc, &argv, err, errlen) != 0) return 2;
+  if (config_file_merge(argc, argv, opts, &argc, &argv, err, errlen) != 0) return 2;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
       case 'h':
         fputs(usage, stdout);
-        srv_config_keys_usage(stdout);
+        conf_keys_usage(stdout);
         env_usage(stdout);
         return 1;
       case 'V':
@@ -180,23 +180,23 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
         if ((cfg->log_level = log_parse_level(optarg)) < 0) goto bad_value;
         break;
       case O_STALL:
-        if (srv_config_u64(optarg, 86400000ull, &cfg->stall_timeout_ms) || !cfg->stall_timeout_ms)
+        if (conf_u64(optarg, 86400000ull, &cfg->stall_timeout_ms) || !cfg->stall_timeout_ms)
           goto bad_value;
         break;
       case O_POLICY:
-        if (srv_policy_check(optarg, perr, sizeof(perr)) != 1) {
-          srv_config_file_where(optind - 1, where, sizeof(where));
+        if (conf_policy_check(optarg, perr, sizeof(perr)) != 1) {
+          config_file_where(optind - 1, where, sizeof(where));
           snprintf(err, errlen, "%s--policy: %s", where, perr);
           return 2;
         }
         snprintf(cfg->default_policy, sizeof(cfg->default_policy), "%s", optarg);
         break;
       case O_ALLOW:
-        if (cfg->nallow_uids == SRV_MAX_ALLOW_UIDS) {
-          snprintf(err, errlen, "--allow-uid: at most %d uids", SRV_MAX_ALLOW_UIDS);
+        if (cfg->nallow_uids == CONF_MAX_ALLOW_UIDS) {
+          snprintf(err, errlen, "--allow-uid: at most %d uids", CONF_MAX_ALLOW_UIDS);
           return 2;
         }
-        if (srv_config_u64(optarg, 0xfffffffeu, &v)) {
+        if (conf_u64(optarg, 0xfffffffeu, &v)) {
           struct passwd *pw = getpwnam(optarg); /* a user name (start-up only: not reentrant) */
           if (!pw) goto bad_value;
           v = pw->pw_uid;
@@ -204,11 +204,11 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
         cfg->allow_uids[cfg->nallow_uids++] = (uid_t)v;
         break;
       case O_ALLOW_GROUP:
-        if (cfg->nallow_gids == SRV_MAX_ALLOW_UIDS) {
-          snprintf(err, errlen, "--allow-group: at most %d groups", SRV_MAX_ALLOW_UIDS);
+        if (cfg->nallow_gids == CONF_MAX_ALLOW_UIDS) {
+          snprintf(err, errlen, "--allow-group: at most %d groups", CONF_MAX_ALLOW_UIDS);
           return 2;
         }
-        if (srv_config_u64(optarg, 0xfffffffeu, &v)) {
+        if (conf_u64(optarg, 0xfffffffeu, &v)) {
           struct group *gr = getgrnam(optarg);
           if (!gr) goto bad_value;
           v = gr->gr_gid;
@@ -220,11 +220,11 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
         snprintf(cfg->rendezvous, sizeof(cfg->rendezvous), "%s", optarg);
         break;
       case O_RANK:
-        if (srv_config_u64(optarg, 65535, &v)) goto bad_value;
+        if (conf_u64(optarg, 65535, &v)) goto bad_value;
         cfg->rank = (int)v;
         break;
       case O_WORLD:
-        if (srv_config_u64(optarg, 65536, &v) || v == 0) goto bad_value;
+        if (conf_u64(optarg, 65536, &v) || v == 0) goto bad_value;
         cfg->world = (int)v;
         break;
       case O_CP:
@@ -248,20 +248,20 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
         const char *key = c == O_MAX_JOBS      ? "max_jobs"
                           : c == O_MAX_TENSORS ? "max_tensors_per_job"
                                                : "max_job_bytes";
-        if (srv_config_set(cfg, key, optarg, perr, sizeof(perr)) != FGB_OK) {
-          srv_config_file_where(optind - 1, where, sizeof(where));
+        if (conf_set(cfg, key, optarg, perr, sizeof(perr)) != FGB_OK) {
+          config_file_where(optind - 1, where, sizeof(where));
           snprintf(err, errlen, "%s--%s: %s", where, opts[c - 1].name, perr);
           return 2;
         }
         break;
       }
       case O_PEER_TIMEOUT:
-        if (srv_config_u64(optarg, SRV_MAX_TIMEOUT_MS, &cfg->peer_timeout_ms) ||
+        if (conf_u64(optarg, CONF_MAX_TIMEOUT_MS, &cfg->peer_timeout_ms) ||
             (cfg->peer_timeout_ms && cfg->peer_timeout_ms < PW_MIN_TIMEOUT_MS))
           goto bad_value;
         break;
       case O_FORM_TIMEOUT:
-        if (srv_config_u64(optarg, SRV_MAX_TIMEOUT_MS, &cfg->formation_timeout_ms)) goto bad_value;
+        if (conf_u64(optarg, CONF_MAX_TIMEOUT_MS, &cfg->formation_timeout_ms)) goto bad_value;
         break;
       case ':':
         snprintf(err, errlen, "%s needs a value\n%s", argv[optind - 1], usage);
@@ -272,7 +272,7 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
     }
     continue;
   bad_value:
-    srv_config_file_where(optind - 1, where, sizeof(where));
+    config_file_where(optind - 1, where, sizeof(where));
     snprintf(err, errlen, "%s--%s: bad value '%s'", where, opts[c - 1].name, optarg);
     return 2;
   }
@@ -284,7 +284,7 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
     snprintf(err, errlen, "--device is required (cpu)\n%s", usage);
     return 2;
   }
-  if (srv_build_has_cuda && strncmp(cfg->device, "cuda:", 5) == 0 && cfg->device[5])
+  if (boot_has_cuda && strncmp(cfg->device, "cuda:", 5) == 0 && cfg->device[5])
     return rendezvous_check(cfg, err, errlen); /* the device is bound in main */
   if (strcmp(cfg->device, "cpu") != 0) {
     if (strncmp(cfg->device, "cuda:", 5) == 0)
@@ -305,7 +305,7 @@ int srv_config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t e
 
 static void warn_unreachable(const char *dir);
 
-fgb_status srv_config_runtime_dir(srv_config *cfg, char *err, size_t errlen) {
+fgb_status config_runtime_dir(srv_config *cfg, char *err, size_t errlen) {
   char dir[sizeof(cfg->runtime_dir)];
   const char *env;
   int n;
@@ -336,7 +336,7 @@ fgb_status srv_config_runtime_dir(srv_config *cfg, char *err, size_t errlen) {
              (unsigned)st.st_uid, (unsigned)getuid());
     return FGB_EIO;
   }
-  srv_access a = cfg->access = srv_config_access(cfg);
+  net_access a = cfg->access = config_access(cfg);
   if (a.group != (gid_t)-1 && chown(dir, (uid_t)-1, a.group) != 0) {
     snprintf(err, errlen, "--allow-group %u: giving runtime directory %s to the group: %s",
              (unsigned)a.group, dir, strerror(errno));
@@ -352,8 +352,8 @@ fgb_status srv_config_runtime_dir(srv_config *cfg, char *err, size_t errlen) {
   return FGB_OK;
 }
 
-srv_access srv_config_access(const srv_config *cfg) {
-  srv_access a = {.dir_mode = 0700, .sock_mode = 0600, .group = (gid_t)-1};
+net_access config_access(const srv_config *cfg) {
+  net_access a = {.dir_mode = 0700, .sock_mode = 0600, .group = (gid_t)-1};
   if (cfg->nallow_uids == 0 && cfg->nallow_gids == 1) {
     a.dir_mode = 0710; /* the group searches the directory and writes the socket, others nothing */
     a.sock_mode = 0660;

@@ -25,8 +25,8 @@ static char *trim(char *s) {
   return s;
 }
 
-int srv_config_file_merge(int argc, char **argv, const struct option *opts, int *out_argc,
-                          char ***out_argv, char *err, size_t errlen) {
+int config_file_merge(int argc, char **argv, const struct option *opts, int *out_argc,
+                      char ***out_argv, char *err, size_t errlen) {
   const char *path = NULL;
   int n = 0;
   merged[n++] = argv[0];
@@ -126,7 +126,7 @@ int srv_config_file_merge(int argc, char **argv, const struct option *opts, int 
   return 0;
 }
 
-void srv_config_file_where(int index, char *out, size_t outlen) {
+void config_file_where(int index, char *out, size_t outlen) {
   if (index > 0 && index < (int)(sizeof(merged_line) / sizeof(merged_line[0])) &&
       merged_line[index])
     snprintf(out, outlen, "config %s line %d: ", cf_path, merged_line[index]);

@@ -9,10 +9,10 @@
 /* Build the argv getopt sees: argv[0], the file's entries as --key=value (checked against opts:
  * an unknown key is an error naming the file, line and key), then the command line without
  * --config. Returns 0, or -1 with err set. */
-int srv_config_file_merge(int argc, char **argv, const struct option *opts, int *out_argc,
-                          char ***out_argv, char *err, size_t errlen);
+int config_file_merge(int argc, char **argv, const struct option *opts, int *out_argc,
+                      char ***out_argv, char *err, size_t errlen);
 
 /* "config FILE line N: " when merged argv[index] came from the file, else "". */
-void srv_config_file_where(int index, char *out, size_t outlen);
+void config_file_where(int index, char *out, size_t outlen);
 
 #endif

@@ -26,17 +26,17 @@
 #include "service.h"
 #include "transport.h"
 #ifdef FGBUFF_HAVE_CUDA
-#include "gpu_srv.h"
+#include "glue.h"
 #endif
 
 #ifdef FGBUFF_HAVE_CUDA
-const int srv_build_has_cuda = 1;
+const int boot_has_cuda = 1;
 #else
-const int srv_build_has_cuda = 0;
+const int boot_has_cuda = 0;
 #endif
 
 /* How long a rendezvous daemon waits for its world (systemd restarts it after a failure). */
-#define SRV_RDV_TIMEOUT_MS 300000
+#define BOOT_RDV_TIMEOUT_MS 300000
 
 /* The leader's advertised control-plane address, for the formation deadline's message. */
 static char leader_addr[CTRL_ADDR_MAX];
@@ -46,15 +46,15 @@ static void on_tick(uv_timer_t *t) {
   /* Live settings (ConfigSet) reach the coordinator here; the control plane reads its own. */
   coord_set_timeouts(d->core.coord, d->cfg.stall_timeout_ms, d->cfg.formation_timeout_ms);
   core_tick(&d->core, clock_ms());
-  srv_sessions_tick(&d->net);
+  server_tick(&d->net);
   static int announced;
-  if (!announced && d->net.cp && srv_ctrl_ready(d->net.cp)) {
+  if (!announced && d->net.cp && ctrl_ready(d->net.cp)) {
     announced = 1;
     /* world.sh waits for this line (with the pid) from every daemon. */
     LOG_INFO("fgbuffd: ready rank %d of %d socket %s pid %d", d->world_rank, d->world_size,
              d->net.sock_path, (int)getpid());
   }
-  srv_service_tick(d, d->net.cp && srv_ctrl_ready(d->net.cp), leader_addr);
+  service_tick(d, d->net.cp && ctrl_ready(d->net.cp), leader_addr);
 }
 
 /* Fusion cycles (coordinator.c, "Fusion"): the leader holds a fusion job's agreed tensors for its
@@ -88,16 +88,16 @@ static void on_signal(uv_signal_t *h, int signum) {
   srv *d = h->data;
   if (d->net.stopping) return;
   LOG_INFO("signal %d: shutting down", signum);
-  srv_notify("STOPPING=1");
+  service_notify("STOPPING=1");
   d->net.stopping = 1;
   /* The control plane first: its goodbye tells the peers that this daemon stops in order, so the
    * leader fails this daemon's jobs with "daemon at world rank R (ADDR) stopped (orderly
    * shutdown)" rather than with what the LEAVEs of the closing sessions would say. */
-  srv_ctrl_close(&d->net);
-  srv_server_stop(&d->net); /* every client gets Error FGB_ECLOSED "daemon shutting down" */
-  srv_metrics_close();
+  ctrl_close(&d->net);
+  server_stop(&d->net); /* every client gets Error FGB_ECLOSED "daemon shutting down" */
+  metrics_close();
 #ifdef FGBUFF_HAVE_CUDA
-  if (d->core.gpu) srv_gpu_stop(d);
+  if (d->core.gpu) glue_stop(d);
 #endif
   uv_timer_stop(&d->tick);
   uv_close((uv_handle_t *)&d->tick, NULL);
@@ -216,7 +216,7 @@ static int boot_mpi(srv *d, boot *b, char *err, size_t errlen) {
   b->addrs = calloc((size_t)d->world_size, CTRL_ADDR_MAX);
   if (!b->addrs) return snprintf(err, errlen, "out of memory"), -1;
   net_config(d);
-  if (srv_ctrl_listen(&d->net, &ctrl_up, d, b->addr, err, errlen) != FGB_OK) return -1;
+  if (ctrl_listen(&d->net, &ctrl_up, d, b->addr, err, errlen) != FGB_OK) return -1;
   if (MPI_Allgather(b->addr, CTRL_ADDR_MAX, MPI_CHAR, b->addrs, CTRL_ADDR_MAX, MPI_CHAR,
                     MPI_COMM_WORLD) != MPI_SUCCESS)
     return snprintf(err, errlen, "control plane bootstrap failed: MPI_Allgather"), -1;
@@ -232,8 +232,7 @@ static int boot_mpi(srv *d, boot *b, char *err, size_t errlen) {
 static int boot_rdv(srv *d, boot *b, char *err, size_t errlen) {
   uint8_t key[RDV_KEY];
   char host[RDV_HOST_MAX], kerr[256];
-  if (d->cfg.secret_file[0] &&
-      srv_rdv_read_key(d->cfg.secret_file, key, kerr, sizeof(kerr)) != FGB_OK)
+  if (d->cfg.secret_file[0] && rdv_read_key(d->cfg.secret_file, key, kerr, sizeof(kerr)) != FGB_OK)
     return snprintf(err, errlen, "--secret-file: %s", kerr), -1;
   d->world_rank = d->cfg.rank;
   d->world_size = d->cfg.world;
@@ -243,18 +242,18 @@ static int boot_rdv(srv *d, boot *b, char *err, size_t errlen) {
   char *hosts = calloc((size_t)d->world_size, RDV_HOST_MAX);
   if (!b->addrs || !hosts) return free(hosts), snprintf(err, errlen, "out of memory"), -1;
   net_config(d);
-  if (srv_ctrl_listen(&d->net, &ctrl_up, d, b->addr, err, errlen) != FGB_OK) return free(hosts), -1;
+  if (ctrl_listen(&d->net, &ctrl_up, d, b->addr, err, errlen) != FGB_OK) return free(hosts), -1;
   LOG_INFO("rendezvous: rank %d of %d at %s%s, waiting up to %d s", d->world_rank, d->world_size,
-           d->cfg.rendezvous, d->cfg.secret_file[0] ? " (keyed)" : "", SRV_RDV_TIMEOUT_MS / 1000);
-  srv_rdv_args a = {.hostport = d->cfg.rendezvous,
-                    .rank = d->world_rank,
-                    .world = d->world_size,
-                    .addr = b->addr,
-                    .host = host,
-                    .key = d->cfg.secret_file[0] ? key : NULL,
-                    .timeout_ms = SRV_RDV_TIMEOUT_MS};
-  fgb_status st = srv_rdv_exchange(&a, b->addrs, hosts, b->token, err, errlen);
-  if (st == FGB_OK) d->local_index = srv_rdv_local_index(hosts, d->world_size, d->world_rank);
+           d->cfg.rendezvous, d->cfg.secret_file[0] ? " (keyed)" : "", BOOT_RDV_TIMEOUT_MS / 1000);
+  rdv_args a = {.hostport = d->cfg.rendezvous,
+                .rank = d->world_rank,
+                .world = d->world_size,
+                .addr = b->addr,
+                .host = host,
+                .key = d->cfg.secret_file[0] ? key : NULL,
+                .timeout_ms = BOOT_RDV_TIMEOUT_MS};
+  fgb_status st = rdv_exchange(&a, b->addrs, hosts, b->token, err, errlen);
+  if (st == FGB_OK) d->local_index = rdv_local_index(hosts, d->world_size, d->world_rank);
   free(hosts);
   return st == FGB_OK ? 0 : -1;
 }
@@ -262,18 +261,18 @@ static int boot_rdv(srv *d, boot *b, char *err, size_t errlen) {
 int main(int argc, char **argv) {
   static srv d;
   char err[1024];
-  int rc = srv_config_parse(&d.cfg, argc, argv, err, sizeof(err));
+  int rc = config_parse(&d.cfg, argc, argv, err, sizeof(err));
   if (rc == 1) return 0;
   if (rc != 0) {
     fprintf(stderr, "fgbuffd: %s\n", err);
     return 2;
   }
   log_set_level(d.cfg.log_level);
-  if (srv_config_runtime_dir(&d.cfg, err, sizeof(err)) != FGB_OK) {
+  if (config_runtime_dir(&d.cfg, err, sizeof(err)) != FGB_OK) {
     fprintf(stderr, "fgbuffd: %s\n", err);
     return 1;
   }
-  if (srv_cp_addr_resolve(d.cfg.cp_addr, sizeof(d.cfg.cp_addr), err, sizeof(err)) != 0) {
+  if (service_cp_addr_resolve(d.cfg.cp_addr, sizeof(d.cfg.cp_addr), err, sizeof(err)) != 0) {
     fprintf(stderr, "fgbuffd: %s\n", err);
     return 1;
   }
@@ -294,8 +293,8 @@ int main(int argc, char **argv) {
                      .world_size = d.world_size,
                      .stall_ms = d.cfg.stall_timeout_ms,
                      .form_ms = d.cfg.formation_timeout_ms,
-                     .fusion_bytes = SRV_FUSION_BYTES}; /* "fusion" jobs; see plan_exec.h */
-  core_init(&d.core, coord_new(&cc), &srv_core_cbs, &d);
+                     .fusion_bytes = PLAN_FUSION_BYTES}; /* "fusion" jobs; see plan_exec.h */
+  core_init(&d.core, coord_new(&cc), &session_core_cbs, &d);
   d.core.world_rank = d.world_rank;
   d.core.device = d.cfg.device;
   d.core.plan_warmup_steps = &d.cfg.plan_warmup_steps; /* live: ConfigSet changes them */
@@ -304,10 +303,10 @@ int main(int argc, char **argv) {
   d.core.max_tensors_per_job = &d.cfg.max_tensors_per_job;
   d.core.max_job_bytes = &d.cfg.max_job_bytes;
   d.core.max_job_bytes_from = d.cfg.max_job_bytes_from;
-  if (d.core.coord) coord_set_recall(d.core.coord, srv_recall_enabled());
+  if (d.core.coord) coord_set_recall(d.core.coord, pre_recall_enabled());
 #ifdef FGBUFF_HAVE_CUDA
   if (d.core.coord && strncmp(d.cfg.device, "cuda:", 5) == 0 &&
-      srv_gpu_start(&d, d.core.coord, err, sizeof(err)) != FGB_OK) {
+      glue_start(&d, d.core.coord, err, sizeof(err)) != FGB_OK) {
     LOG_ERROR("%s", err);
     return fail(&b);
   }
@@ -317,17 +316,16 @@ int main(int argc, char **argv) {
     return fail(&b);
   }
   char jb[512];
-  srv_config_job_bytes(&d.cfg, env_str(ENV_MEM_ROOT), jb, sizeof(jb));
+  conf_job_bytes(&d.cfg, env_str(ENV_MEM_ROOT), jb, sizeof(jb));
   LOG_INFO("%s", jb);
-  LOG_INFO("pre-issue %s (FGBUFF_PREISSUE %.40s), recall %s",
-           srv_pre_enabled(&d.core) ? "on" : "off",
+  LOG_INFO("pre-issue %s (FGBUFF_PREISSUE %.40s), recall %s", pre_enabled(&d.core) ? "on" : "off",
            env_str(ENV_PREISSUE) ? env_str(ENV_PREISSUE) : "unset: on for GPU daemons",
-           srv_recall_enabled() ? "on" : "off (FGBUFF_RECALL=0)");
+           pre_recall_enabled() ? "on" : "off (FGBUFF_RECALL=0)");
   net_config(&d);
-  if (srv_server_start(&d.net, &srv_session_cbs, err, sizeof(err)) != FGB_OK ||
-      srv_ctrl_connect(&d.net, b.addrs, b.token, err, sizeof(err)) != FGB_OK ||
+  if (server_start(&d.net, &session_cbs, err, sizeof(err)) != FGB_OK ||
+      ctrl_connect(&d.net, b.addrs, b.token, err, sizeof(err)) != FGB_OK ||
 #ifdef FGBUFF_HAVE_CUDA
-      (d.core.gpu ? srv_gpu_engine_start(&d, err, sizeof(err)) :
+      (d.core.gpu ? glue_engine_start(&d, err, sizeof(err)) :
 #else
       (
 #endif
@@ -343,13 +341,13 @@ int main(int argc, char **argv) {
   snprintf(leader_addr, sizeof(leader_addr), "%.*s", CTRL_ADDR_MAX - 1, b.addrs);
   free(b.addrs);
   if (d.cfg.metrics_listen[0] &&
-      srv_metrics_listen(&d, d.cfg.metrics_listen, err, sizeof(err)) != FGB_OK) {
+      metrics_listen(&d, d.cfg.metrics_listen, err, sizeof(err)) != FGB_OK) {
     LOG_ERROR("%s", err);
     return fail(&b);
   }
-  srv_timeline_boot(&d);
+  timeline_boot(&d);
 #ifdef FGBUFF_HAVE_CUDA
-  if (d.core.gpu) srv_gpu_announce(&d);
+  if (d.core.gpu) glue_announce(&d);
 #endif
   uv_timer_init(d.loop, &d.tick);
   d.tick.data = &d;
@@ -382,7 +380,7 @@ int main(int argc, char **argv) {
     if (pthread_create(&wd, NULL, finalize_watchdog, NULL) == 0) pthread_detach(wd);
     MPI_Finalize();
   }
-  srv_notify("STATUS=stopped");
+  service_notify("STATUS=stopped");
   LOG_INFO("stopped");
 #ifdef FGBUFF_HAVE_CUDA
   /* The CUDA runtime's exit-time teardown can wait on an observer stream that waits forever on a

@@ -64,7 +64,7 @@ static uint64_t get64(const uint8_t *p) {
     v2 = ROTL(v2, 32);                                                                      \
   } while (0)
 
-uint64_t srv_rdv_siphash(const uint8_t k[RDV_KEY], const uint8_t *in, size_t len) {
+uint64_t rdv_siphash(const uint8_t k[RDV_KEY], const uint8_t *in, size_t len) {
   uint64_t k0 = get64(k), k1 = get64(k + 8);
   uint64_t v0 = 0x736f6d6570736575ull ^ k0, v1 = 0x646f72616e646f6dull ^ k1;
   uint64_t v2 = 0x6c7967656e657261ull ^ k0, v3 = 0x7465646279746573ull ^ k1;
@@ -100,7 +100,7 @@ static int mac(const uint8_t *key, char dom, const uint8_t nonce[RDV_NONCE], con
   buf[0] = (uint8_t)dom;
   memcpy(buf + 1, nonce, RDV_NONCE);
   memcpy(buf + 1 + RDV_NONCE, msg, len);
-  uint64_t h = srv_rdv_siphash(key, buf, 1 + RDV_NONCE + len);
+  uint64_t h = rdv_siphash(key, buf, 1 + RDV_NONCE + len);
   free(buf);
   put32(out, (uint32_t)h);
   put32(out + 4, (uint32_t)(h >> 32));
@@ -115,7 +115,7 @@ static void seal_token(const uint8_t *key, const uint8_t nonce[RDV_NONCE], uint8
     in[0] = 'T';
     in[1] = (uint8_t)half;
     memcpy(in + 2, nonce, RDV_NONCE);
-    uint64_t ks = srv_rdv_siphash(key, in, sizeof(in));
+    uint64_t ks = rdv_siphash(key, in, sizeof(in));
     for (int i = 0; i < 8; i++) tok[half * 8 + i] ^= (uint8_t)(ks >> (8 * i));
   }
 }
@@ -165,7 +165,7 @@ typedef struct pend {
 } pend;
 
 typedef struct leader_st {
-  const srv_rdv_args *a;
+  const rdv_args *a;
   char *addrs, *hosts;
   int *conn;      /* per rank: the registered peer's socket, -1 missing */
   uint8_t *nonce; /* per rank: its hello's nonce */
@@ -174,7 +174,7 @@ typedef struct leader_st {
 
 /* Check a complete hello; register its rank or refuse it with the reason. */
 static void admit(leader_st *L, int fd, uint8_t *h) {
-  const srv_rdv_args *a = L->a;
+  const rdv_args *a = L->a;
   uint32_t magic = get32(h), r = get32(h + 4), w = get32(h + 8), keyed = get32(h + 12) & 1;
   char *addr = (char *)h + 16 + RDV_NONCE, *host = addr + RDV_ADDR_MAX, why[RDV_REASON];
   uint8_t want[8];
@@ -361,7 +361,7 @@ static int connect_dl(const struct addrinfo *ai, int64_t dl) {
 }
 
 /* One attempt: 0 done, 1 retry (rank 0 not there or went away), else a final status. */
-static int member_try(const srv_rdv_args *a, const struct addrinfo *ai, char *addrs, char *hosts,
+static int member_try(const rdv_args *a, const struct addrinfo *ai, char *addrs, char *hosts,
                       uint8_t token[RDV_TOKEN], int64_t dl, char *err, size_t errlen) {
   int c = connect_dl(ai, dl);
   if (c < 0) return 1;
@@ -429,8 +429,8 @@ static int member_try(const srv_rdv_args *a, const struct addrinfo *ai, char *ad
   return st;
 }
 
-fgb_status srv_rdv_exchange(const srv_rdv_args *a, char *addrs, char *hosts,
-                            uint8_t token[RDV_TOKEN], char *err, size_t errlen) {
+fgb_status rdv_exchange(const rdv_args *a, char *addrs, char *hosts, uint8_t token[RDV_TOKEN],
+                        char *err, size_t errlen) {
   char host[256], port[32];
   if (a->world < 1 || a->rank < 0 || a->rank >= a->world)
     return snprintf(err, errlen, "rendezvous: rank %d / world %d invalid", a->rank, a->world),
@@ -480,7 +480,7 @@ fgb_status srv_rdv_exchange(const srv_rdv_args *a, char *addrs, char *hosts,
   return (fgb_status)rc;
 }
 
-int srv_rdv_local_index(const char *hosts, int world, int rank) {
+int rdv_local_index(const char *hosts, int world, int rank) {
   int idx = 0;
   for (int r = 0; r < rank && r < world; r++)
     if (strncmp(hosts + (size_t)r * RDV_HOST_MAX, hosts + (size_t)rank * RDV_HOST_MAX,
@@ -496,7 +496,7 @@ static int hexval(int ch) {
   return -1;
 }
 
-fgb_status srv_rdv_read_key(const char *path, uint8_t key[RDV_KEY], char *err, size_t errlen) {
+fgb_status rdv_read_key(const char *path, uint8_t key[RDV_KEY], char *err, size_t errlen) {
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   struct stat sb;
   if (fd < 0 || fstat(fd, &sb) != 0) {

@@ -17,7 +17,7 @@
 #define RDV_TOKEN 16 /* = CTRL_TOKEN */
 #define RDV_KEY 16   /* a shared secret file's key */
 
-typedef struct srv_rdv_args {
+typedef struct rdv_args {
   const char *hostport; /* rank 0's HOST:PORT */
   int rank, world;
   const char *addr; /* this daemon's control-plane address, < RDV_ADDR_MAX */
@@ -27,24 +27,24 @@ typedef struct srv_rdv_args {
    * hello and answer carries a SipHash MAC under it, and the token travels encrypted. */
   const uint8_t *key;
   int timeout_ms;
-} srv_rdv_args;
+} rdv_args;
 
 /* addrs: world * RDV_ADDR_MAX bytes and hosts: world * RDV_HOST_MAX bytes, filled in rank order;
  * token: the control plane's secret (made by rank 0 with getrandom). Bad peers (wrong magic, rank
  * out of range or taken, another world size, bad MAC) get a refusal naming the problem and are
  * waited for again; silent peers cannot stall the others. FGB_ETIMEDOUT names the ranks still
  * missing; FGB_EPROTO when rank 0 refused us (err has its reason); FGB_EIO for socket errors. */
-fgb_status srv_rdv_exchange(const srv_rdv_args *a, char *addrs, char *hosts,
-                            uint8_t token[RDV_TOKEN], char *err, size_t errlen);
+fgb_status rdv_exchange(const rdv_args *a, char *addrs, char *hosts, uint8_t token[RDV_TOKEN],
+                        char *err, size_t errlen);
 
 /* This rank's position among the ranks whose hostname equals its own (the local index). */
-int srv_rdv_local_index(const char *hosts, int world, int rank);
+int rdv_local_index(const char *hosts, int world, int rank);
 
 /* Read a world's shared key: a file of exactly 32 hex digits (optionally a trailing newline),
  * readable by its owner only (e.g. `openssl rand -hex 16 > f; chmod 600 f`). */
-fgb_status srv_rdv_read_key(const char *path, uint8_t key[RDV_KEY], char *err, size_t errlen);
+fgb_status rdv_read_key(const char *path, uint8_t key[RDV_KEY], char *err, size_t errlen);
 
 /* SipHash-2-4 of in[0..len) under a 16-byte key (exposed for its test vector). */
-uint64_t srv_rdv_siphash(const uint8_t k[RDV_KEY], const uint8_t *in, size_t len);
+uint64_t rdv_siphash(const uint8_t k[RDV_KEY], const uint8_t *in, size_t len);
 
 #endif

@@ -22,7 +22,7 @@
 #include "fgbuff/client.h"
 #include "log.h"
 
-int srv_notify(const char *msg) {
+int service_notify(const char *msg) {
   static int warned;
   const char *path = getenv("NOTIFY_SOCKET");
   if (!path || !*path) return 0;
@@ -47,7 +47,7 @@ int srv_notify(const char *msg) {
   return 1;
 }
 
-uint64_t srv_notify_watchdog_ms(void) {
+uint64_t service_notify_watchdog_ms(void) {
   const char *us = getenv("WATCHDOG_USEC"), *pid = getenv("WATCHDOG_PID");
   if (!us || !*us) return 0;
   char *end;
@@ -60,31 +60,31 @@ uint64_t srv_notify_watchdog_ms(void) {
   return v / 2000; /* half the interval, in ms */
 }
 
-void srv_form_explain(const char *leader_addr, int world_rank, int world_size, uint64_t waited_ms,
-                      char *out, size_t outlen) {
+void service_form_explain(const char *leader_addr, int world_rank, int world_size,
+                          uint64_t waited_ms, char *out, size_t outlen) {
   char hint[384];
-  srv_leader_hint(leader_addr, hint, sizeof(hint));
+  ctrl_leader_hint(leader_addr, hint, sizeof(hint));
   snprintf(out, outlen,
            "world of %d did not form within %llu ms (rank %d): the leader (rank 0) advertises its "
            "control plane at %s; %s",
            world_size, (unsigned long long)waited_ms, world_rank, leader_addr, hint);
 }
 
-void srv_service_tick(srv *d, int formed, const char *leader_addr) {
+void service_tick(srv *d, int formed, const char *leader_addr) {
   static uint64_t wd_ms, wd_last, form_deadline;
   static int ready, wd_init, formed_once;
   static char last_status[300];
   uint64_t now = clock_ms();
   if (!wd_init) {
     wd_init = 1;
-    wd_ms = srv_notify_watchdog_ms();
+    wd_ms = service_notify_watchdog_ms();
     /* Every daemon has started by now (MPI or the rendezvous saw them all), so the control plane
      * connects in well under a second when the addresses are right: FGBUFF_FORM_TIMEOUT_MS. */
     form_deadline = d->start_ms + (uint64_t)env_num(ENV_FORM_TIMEOUT_MS);
   }
   if (wd_ms && now - wd_last >= wd_ms) { /* the loop thread runs this: a stuck loop stops it */
     wd_last = now;
-    srv_notify("WATCHDOG=1");
+    service_notify("WATCHDOG=1");
   }
   /* The deadline is the start's: a world that formed and then lost a peer (formed 0 again) keeps
    * running, its jobs failed or failing with the loss (docs/architecture.md, "Failure model"). */
@@ -92,12 +92,12 @@ void srv_service_tick(srv *d, int formed, const char *leader_addr) {
   if (!formed_once) {
     if (now < form_deadline || d->net.stopping) return;
     char msg[768];
-    srv_form_explain(leader_addr, d->world_rank, d->world_size, now - d->start_ms, msg,
-                     sizeof(msg));
+    service_form_explain(leader_addr, d->world_rank, d->world_size, now - d->start_ms, msg,
+                         sizeof(msg));
     LOG_ERROR("%s", msg);
     char st[800];
     snprintf(st, sizeof(st), "STATUS=%s\nERRNO=110", msg);
-    srv_notify(st);
+    service_notify(st);
     fflush(NULL);
     _exit(1); /* under mpirun the rest of the world goes down with us */
   }
@@ -105,7 +105,7 @@ void srv_service_tick(srv *d, int formed, const char *leader_addr) {
    * plane is complete once every daemon connected, says READY and STATUS. */
   if (env_num(ENV_NOTIFY) == 1 && d->world_rank != 0) return;
   int jobs = 0, clients = 0;
-  for (srv_job *j = d->core.jobs; j; j = j->next) jobs++;
+  for (core_job *j = d->core.jobs; j; j = j->next) jobs++;
   for (const srv_conn *c = d->net.sessions; c; c = c->next) clients++;
   char st[300];
   snprintf(st, sizeof(st), "STATUS=world rank %d of %d %s; %d job%s, %d client%s; socket %.120s",
@@ -115,15 +115,15 @@ void srv_service_tick(srv *d, int formed, const char *leader_addr) {
     ready = 1;
     char msg[320];
     snprintf(msg, sizeof(msg), "READY=1\n%s", st);
-    srv_notify(msg);
+    service_notify(msg);
     snprintf(last_status, sizeof(last_status), "%s", st);
   } else if (strcmp(st, last_status) != 0) {
-    srv_notify(st);
+    service_notify(st);
     snprintf(last_status, sizeof(last_status), "%s", st);
   }
 }
 
-int srv_cp_addr_resolve(char *cp_addr, size_t len, char *err, size_t errlen) {
+int service_cp_addr_resolve(char *cp_addr, size_t len, char *err, size_t errlen) {
   if (strncmp(cp_addr, "if:", 3) != 0) return 0;
   const char *name = cp_addr + 3;
   struct ifaddrs *ifs = NULL;

@@ -16,7 +16,7 @@
 #include "plan_exec.h"
 #include "policy.h"
 
-int srv_config_u64(const char *s, uint64_t max, uint64_t *out) {
+int conf_u64(const char *s, uint64_t max, uint64_t *out) {
   if (!s || !*s || *s == '-') return -1;
   char *end;
   errno = 0;
@@ -30,8 +30,8 @@ int srv_config_u64(const char *s, uint64_t max, uint64_t *out) {
  * ("none", "fusion") and the static ones with a plan() (plan_exec.h). Returns 1 for a policy the
  * daemon runs, 0 for an unknown name, -1 for a registered policy not wired into the daemon yet; err
  * says which. */
-int srv_policy_check(const char *name, char *err, size_t errlen) {
-  if (strcmp(name, "none") == 0 || strcmp(name, "fusion") == 0 || srv_plan_policy(name)) return 1;
+int conf_policy_check(const char *name, char *err, size_t errlen) {
+  if (strcmp(name, "none") == 0 || strcmp(name, "fusion") == 0 || plan_policy(name)) return 1;
   char known[256];
   size_t off = 0;
   known[0] = 0;
@@ -69,10 +69,10 @@ static const cfg_key keys[] = {
     {"default_policy", KEY_POLICY, 0, 0, 0, "merge policy of jobs that name none"},
     /* Static-policy jobs agree these across their ranks (plan_exec.c): every rank's value goes
      * into the job's planning exchange and the largest is applied at the agreed step. */
-    {"plan_warmup_steps", KEY_U32, offsetof(srv_config, plan_warmup_steps), SRV_PLAN_MIN_WARMUP,
-     SRV_PLAN_MAX_STEPS, "static policies: steps as \"none\" before the first plan"},
-    {"replan_steps", KEY_U32, offsetof(srv_config, replan_steps), SRV_PLAN_MIN_REPLAN,
-     SRV_PLAN_MAX_STEPS, "re-planning policies: steps between re-plan checks"},
+    {"plan_warmup_steps", KEY_U32, offsetof(srv_config, plan_warmup_steps), PLAN_MIN_WARMUP,
+     PLAN_MAX_STEPS, "static policies: steps as \"none\" before the first plan"},
+    {"replan_steps", KEY_U32, offsetof(srv_config, replan_steps), PLAN_MIN_REPLAN, PLAN_MAX_STEPS,
+     "re-planning policies: steps between re-plan checks"},
     /* A fusion job takes each daemon's values when it joins; the leader uses the largest over
      * the job's ranks (coordinator.c, "Fusion"). */
     {"fusion_bytes", KEY_U64, offsetof(srv_config, fusion_bytes), 0, COORD_MAX_FUSION_BYTES,
@@ -81,19 +81,19 @@ static const cfg_key keys[] = {
      "policy fusion: ms agreed tensors wait for more to fuse with (0: none)"},
     /* Bounds on what clients hold (core/limits.c; also --max-jobs, --max-tensors-per-job and
      * --max-job-bytes): a lowered one refuses new jobs and tensors, never those already held. */
-    {"max_jobs", KEY_U32, offsetof(srv_config, max_jobs), 1, SRV_MAX_JOBS_LIMIT,
+    {"max_jobs", KEY_U32, offsetof(srv_config, max_jobs), 1, CORE_MAX_JOBS_LIMIT,
      "jobs this daemon holds at most (a job counts until its client is gone)"},
     {"max_tensors_per_job", KEY_U32, offsetof(srv_config, max_tensors_per_job), 1,
-     SRV_MAX_TENSORS_LIMIT, "live tensors of one job at most"},
+     CORE_MAX_TENSORS_LIMIT, "live tensors of one job at most"},
     {"max_job_bytes", KEY_U64, offsetof(srv_config, max_job_bytes), 0, 1ull << 50,
      "bytes of one job's live tensors at most (host or device; 0 or unlimited: none; default: "
      "half the daemon's memory limit, GPU daemons 1 TiB)"},
     /* Failure detection (docs/architecture.md, "Failure model"): read live by the control plane's
      * heartbeat timer and the coordinator's tick. */
-    {"peer_timeout_ms", KEY_U64, offsetof(srv_config, peer_timeout_ms), 0, SRV_MAX_TIMEOUT_MS,
+    {"peer_timeout_ms", KEY_U64, offsetof(srv_config, peer_timeout_ms), 0, CONF_MAX_TIMEOUT_MS,
      "ms of control-plane silence before a peer daemon is lost (0: never, else >= 1000)"},
     {"formation_timeout_ms", KEY_U64, offsetof(srv_config, formation_timeout_ms), 0,
-     SRV_MAX_TIMEOUT_MS, "ms a job may wait for all its ranks to join (0: forever)"},
+     CONF_MAX_TIMEOUT_MS, "ms a job may wait for all its ranks to join (0: forever)"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -111,8 +111,8 @@ static const cfg_key *key_find(const char *name, char *err, size_t errlen) {
   return NULL;
 }
 
-fgb_status srv_config_get(const srv_config *cfg, const char *key, char *val, size_t vallen,
-                          char *err, size_t errlen) {
+fgb_status conf_get(const srv_config *cfg, const char *key, char *val, size_t vallen, char *err,
+                    size_t errlen) {
   const cfg_key *k = key_find(key, err, errlen);
   if (!k) return FGB_ENOTFOUND;
   const char *field = (const char *)cfg + k->off;
@@ -133,8 +133,7 @@ fgb_status srv_config_get(const srv_config *cfg, const char *key, char *val, siz
   return FGB_OK;
 }
 
-fgb_status srv_config_set(srv_config *cfg, const char *key, const char *val, char *err,
-                          size_t errlen) {
+fgb_status conf_set(srv_config *cfg, const char *key, const char *val, char *err, size_t errlen) {
   const cfg_key *k = key_find(key, err, errlen);
   if (!k) return FGB_ENOTFOUND;
   char *field = (char *)cfg + k->off;
@@ -150,7 +149,7 @@ fgb_status srv_config_set(srv_config *cfg, const char *key, const char *val, cha
     }
     case KEY_POLICY: {
       char perr[160];
-      int p = srv_policy_check(val, perr, sizeof(perr));
+      int p = conf_policy_check(val, perr, sizeof(perr));
       if (p != 1) return err_set(err, errlen, p < 0 ? FGB_ENOTSUP : FGB_EINVAL, "value: %s", perr);
       snprintf(cfg->default_policy, sizeof(cfg->default_policy), "%s", val);
       break;
@@ -160,7 +159,7 @@ fgb_status srv_config_set(srv_config *cfg, const char *key, const char *val, cha
       uint64_t v;
       int job_bytes = k->off == offsetof(srv_config, max_job_bytes);
       if (job_bytes && strcmp(val, "unlimited") == 0) val = "0";
-      if (srv_config_u64(val, k->hi, &v) || v < k->lo)
+      if (conf_u64(val, k->hi, &v) || v < k->lo)
         return err_set(err, errlen, FGB_EINVAL, "value: %s '%.64s' is not in %llu..%llu", k->name,
                        val, (unsigned long long)k->lo, (unsigned long long)k->hi);
       if (k->off == offsetof(srv_config, peer_timeout_ms) && v && v < PW_MIN_TIMEOUT_MS)
@@ -181,13 +180,13 @@ fgb_status srv_config_set(srv_config *cfg, const char *key, const char *val, cha
   return FGB_OK;
 }
 
-size_t srv_config_list(const srv_config *cfg, char *buf, size_t cap) {
+size_t conf_list(const srv_config *cfg, char *buf, size_t cap) {
   size_t off = 0;
   if (cap) buf[0] = 0;
   for (size_t i = 0; i < NKEYS; i++) {
     const cfg_key *k = &keys[i];
     char val[128], range[64], err[160];
-    if (srv_config_get(cfg, k->name, val, sizeof(val), err, sizeof(err)) != FGB_OK)
+    if (conf_get(cfg, k->name, val, sizeof(val), err, sizeof(err)) != FGB_OK)
       snprintf(val, sizeof(val), "?");
     if (k->kind == KEY_LOG_LEVEL)
       snprintf(range, sizeof(range), "debug|info|warn|error");
@@ -206,7 +205,7 @@ size_t srv_config_list(const srv_config *cfg, char *buf, size_t cap) {
 /* Half: beside what it reads of a job's tensors the daemon keeps state of about their size (a
  * compressor's residuals, staging copies of a fused buffer) and its own working set, so a job at
  * the limit still fits the budget with room for the rest. */
-void srv_config_job_bytes(srv_config *cfg, const char *root, char *line, size_t linelen) {
+void conf_job_bytes(srv_config *cfg, const char *root, char *line, size_t linelen) {
   if (cfg->max_job_bytes_set) {
     if (cfg->max_job_bytes)
       snprintf(line, linelen, "max_job_bytes %llu (set)", (unsigned long long)cfg->max_job_bytes);
@@ -214,7 +213,7 @@ void srv_config_job_bytes(srv_config *cfg, const char *root, char *line, size_t 
       snprintf(line, linelen, "max_job_bytes unlimited (set)");
     return;
   }
-  cfg->max_job_bytes = SRV_DEFAULT_MAX_JOB_BYTES;
+  cfg->max_job_bytes = CORE_DEFAULT_MAX_JOB_BYTES;
   cfg->max_job_bytes_from[0] = 0;
   if (strncmp(cfg->device, "cuda:", 5) == 0) {
     snprintf(line, linelen,
@@ -245,7 +244,7 @@ void srv_config_job_bytes(srv_config *cfg, const char *root, char *line, size_t 
 }
 
 /* --help: the live settings, from the table. */
-void srv_config_keys_usage(FILE *f) {
+void conf_keys_usage(FILE *f) {
   fputs("live settings (fgbuffctl get KEY, fgbuffctl set KEY VALUE):\n", f);
   for (size_t i = 0; i < NKEYS; i++) fprintf(f, "  %-28s %s\n", keys[i].name, keys[i].doc);
 }

@@ -11,25 +11,25 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "core.h" /* SRV_POLICY_MAX */
+#include "core.h" /* CORE_POLICY_MAX */
 #include "fgbuff/client.h"
-#include "net.h" /* srv_access */
+#include "net.h" /* net_access */
 
-#define SRV_MAX_ALLOW_UIDS 16
-#define SRV_FORMATION_TIMEOUT_MS 60000u /* --formation-timeout-ms default */
-#define SRV_MAX_TIMEOUT_MS 86400000ull  /* the timeouts' upper bound (a day) */
+#define CONF_MAX_ALLOW_UIDS 16
+#define CONF_FORMATION_TIMEOUT_MS 60000u /* --formation-timeout-ms default */
+#define CONF_MAX_TIMEOUT_MS 86400000ull  /* the timeouts' upper bound (a day) */
 
 typedef struct srv_config {
   char device[64]; /* "cpu" (the only data path so far) or "cuda:..." */
   char runtime_dir[PATH_MAX - 32];
   int log_level;
   uint64_t stall_timeout_ms;
-  char default_policy[SRV_POLICY_MAX];
-  uid_t allow_uids[SRV_MAX_ALLOW_UIDS];
+  char default_policy[CORE_POLICY_MAX];
+  uid_t allow_uids[CONF_MAX_ALLOW_UIDS];
   int nallow_uids;
-  gid_t allow_gids[SRV_MAX_ALLOW_UIDS]; /* --allow-group: clients with one of these groups */
+  gid_t allow_gids[CONF_MAX_ALLOW_UIDS]; /* --allow-group: clients with one of these groups */
   int nallow_gids;
-  srv_access access;               /* from the two above, by srv_config_runtime_dir */
+  net_access access;               /* from the two above, by config_runtime_dir */
   char rendezvous[256];            /* HOST:PORT, GPU worlds only */
   int rank, world;                 /* with --rendezvous */
   char secret_file[PATH_MAX / 4];  /* --secret-file / $FGBUFF_WORLD_SECRET_FILE, "" = none */
@@ -50,32 +50,31 @@ typedef struct srv_config {
 } srv_config;
 
 /* 1: a policy the daemon runs; 0: unknown name; -1: registered but not wired in (err says). */
-int srv_policy_check(const char *name, char *err, size_t errlen);
+int conf_policy_check(const char *name, char *err, size_t errlen);
 
 /* A decimal number in 0..max (no sign, nothing after it): 0, else -1. */
-int srv_config_u64(const char *s, uint64_t max, uint64_t *out);
+int conf_u64(const char *s, uint64_t max, uint64_t *out);
 
 /* Live settings: log_level, stall_timeout_ms, default_policy, plan_warmup_steps, replan_steps,
  * fusion_bytes, fusion_cycle_ms, max_jobs, max_tensors_per_job, max_job_bytes (the last three
  * are also flags: --max-jobs, --max-tensors-per-job, --max-job-bytes), peer_timeout_ms,
  * formation_timeout_ms.
  * Unknown key -> FGB_ENOTFOUND; a bad value -> FGB_EINVAL; err names the key or value. */
-fgb_status srv_config_get(const srv_config *cfg, const char *key, char *val, size_t vallen,
-                          char *err, size_t errlen);
-fgb_status srv_config_set(srv_config *cfg, const char *key, const char *val, char *err,
-                          size_t errlen);
+fgb_status conf_get(const srv_config *cfg, const char *key, char *val, size_t vallen, char *err,
+                    size_t errlen);
+fgb_status conf_set(srv_config *cfg, const char *key, const char *val, char *err, size_t errlen);
 
 /* max_job_bytes' default, unless it was set: on a CPU daemon half its memory budget (base/
  * membudget.h: the cgroup memory limit, else MemTotal, read under root, NULL for "/"), on a GPU
- * daemon SRV_DEFAULT_MAX_JOB_BYTES. line gets the start log's text ("max_job_bytes N (half of
+ * daemon CORE_DEFAULT_MAX_JOB_BYTES. line gets the start log's text ("max_job_bytes N (half of
  * ...)"), max_job_bytes_from the reason refusals name. */
-void srv_config_job_bytes(srv_config *cfg, const char *root, char *line, size_t linelen);
+void conf_job_bytes(srv_config *cfg, const char *root, char *line, size_t linelen);
 
 /* --help: the live keys and their docs, from the table. */
-void srv_config_keys_usage(FILE *f);
+void conf_keys_usage(FILE *f);
 
 /* Every live setting, one line each: "KEY<TAB>VALUE<TAB>RANGE<TAB>DOC\n" (ConfigGet.list, fgbuffctl
  * config list), from the same table as get/set; like snprintf (the length it needs). */
-size_t srv_config_list(const srv_config *cfg, char *buf, size_t cap);
+size_t conf_list(const srv_config *cfg, char *buf, size_t cap);
 
 #endif

@@ -38,8 +38,8 @@ static void view_2d(uint32_t ndim, const uint64_t *shape, uint64_t count, uint64
   }
 }
 
-fgb_status srv_comp_check(const srv_job *j, const core_tensor_args *m, const struct comp_ops **out,
-                          char *err, size_t errlen) {
+fgb_status core_comp_check(const core_job *j, const core_tensor_args *m,
+                           const struct comp_ops **out, char *err, size_t errlen) {
   *out = NULL;
   int has_opts = m->options && m->options[0];
   if (!m->compressor || !m->compressor[0] || strcmp(m->compressor, "none") == 0) {
@@ -106,7 +106,7 @@ fgb_status srv_comp_check(const srv_job *j, const core_tensor_args *m, const str
   return FGB_OK;
 }
 
-void srv_comp_fill(const srv_tensor *t, eng_tensor *et) {
+void core_comp_fill(const core_tensor *t, eng_tensor *et) {
   et->comp = t->comp;
   if (!t->comp) return;
   et->density = t->density;
@@ -115,10 +115,10 @@ void srv_comp_fill(const srv_tensor *t, eng_tensor *et) {
   view_2d(t->ndim, t->shape, t->count, &et->rows, &et->cols, &et->inner);
 }
 
-fgb_status core_state_check(core *d, const srv_job *j, uint32_t tensor_id, char *err,
-                            size_t errlen) {
+fgb_status core_comp_state_check(core *d, const core_job *j, uint32_t tensor_id, char *err,
+                                 size_t errlen) {
   if (!j) return err_set(err, errlen, FGB_EPROTO, "state export/import before joining");
-  srv_tensor *t = srv_tensor_get(d, tensor_id);
+  core_tensor *t = step_tensor_get(d, tensor_id);
   if (!t || t->job != j)
     return err_set(err, errlen, FGB_ENOTFOUND, "tensor_id: %u is not a tensor of this job",
                    tensor_id);
@@ -129,15 +129,15 @@ fgb_status core_state_check(core *d, const srv_job *j, uint32_t tensor_id, char 
 }
 
 /* The tensor a state request names, or an error sent to the client. */
-static srv_tensor *state_tensor(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
-                                uint32_t tensor_id) {
+static core_tensor *state_tensor(core *d, core_job *j, struct srv_session *s, uint64_t req_id,
+                                 uint32_t tensor_id) {
   char err[256];
-  fgb_status st = core_state_check(d, j, tensor_id, err, sizeof err);
+  fgb_status st = core_comp_state_check(d, j, tensor_id, err, sizeof err);
   if (st != FGB_OK) {
     core_error(d, s, req_id, st, "tensor_id", "%s", err);
     return NULL;
   }
-  srv_tensor *t = srv_tensor_get(d, tensor_id);
+  core_tensor *t = step_tensor_get(d, tensor_id);
   if (j->aborted || !j->formed || !t->key_known) {
     core_error(
         d, s, req_id, j->aborted ? FGB_EPEER : FGB_EAGAIN, "tensor_id",
@@ -148,8 +148,8 @@ static srv_tensor *state_tensor(core *d, srv_job *j, struct srv_session *s, uint
   return t;
 }
 
-static void state_submit(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, srv_tensor *t,
-                         int import, const uint8_t *data, size_t len) {
+static void state_submit(core *d, core_job *j, struct srv_session *s, uint64_t req_id,
+                         core_tensor *t, int import, const uint8_t *data, size_t len) {
   eng_item *it = calloc(1, sizeof(*it));
   eng_tensor *et = calloc(1, sizeof(*et));
   void *copy = import && len ? malloc(len) : NULL;
@@ -163,7 +163,7 @@ static void state_submit(core *d, srv_job *j, struct srv_session *s, uint64_t re
   if (copy) memcpy(copy, data, len);
   *et = (eng_tensor){
       .tensor_id = t->id, .ptr = t->ptr, .count = t->count, .dtype = t->dtype, .op = t->op};
-  srv_comp_fill(t, et);
+  core_comp_fill(t, et);
   it->kind = ENG_STATE;
   it->job_key = j->key;
   it->state_import = import;
@@ -173,16 +173,16 @@ static void state_submit(core *d, srv_job *j, struct srv_session *s, uint64_t re
   it->n = 1;
   it->t = et;
   j->inflight++;
-  srv_eng_submit_now(d, it);
+  pre_eng_submit_now(d, it);
 }
 
-void srv_on_state(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
-                  int import, const uint8_t *data, size_t len) {
-  srv_tensor *t = state_tensor(d, j, s, req_id, tensor_id);
+void core_comp_on_state(core *d, core_job *j, struct srv_session *s, uint64_t req_id,
+                        uint32_t tensor_id, int import, const uint8_t *data, size_t len) {
+  core_tensor *t = state_tensor(d, j, s, req_id, tensor_id);
   if (t) state_submit(d, j, s, req_id, t, import, data, len);
 }
 
-void srv_state_result(srv_job *j, eng_item *it) {
+void core_comp_state_result(core_job *j, eng_item *it) {
   core *d = j->d;
   struct srv_session *s = j->session;
   if (!s) return;

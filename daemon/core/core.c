@@ -40,7 +40,7 @@ void core_error(core *d, struct srv_session *s, uint64_t req_id, int code, const
 
 void core_drain(core *d) {
   d->drains++;
-  srv_coord_events(d);
+  ev_coord_events(d);
 }
 
 static void enter(core *d) {
@@ -53,12 +53,12 @@ static void leave(core *d) {
 }
 
 /* ---- entry points ---------------------------------------------------------------------------- */
-srv_job *core_join(core *d, struct srv_session *s, uint64_t req_id, const core_join_args *a) {
+core_job *core_join(core *d, struct srv_session *s, uint64_t req_id, const core_join_args *a) {
   const char *name = a->name;
   uint64_t incarnation = a->incarnation;
   int rank = a->rank, size = a->size;
   enter(d);
-  for (srv_job *j = d->jobs; j; j = j->next) {
+  for (core_job *j = d->jobs; j; j = j->next) {
     if (j->id.incarnation == incarnation && strcmp(j->id.name, name) == 0) {
       core_error(d, s, req_id, FGB_EEXIST, "rank",
                  "rank: job '%s' incarnation %llu already has rank %d on this daemon%s", name,
@@ -69,12 +69,12 @@ srv_job *core_join(core *d, struct srv_session *s, uint64_t req_id, const core_j
     }
   }
   char lerr[256];
-  if (core_job_admit(d, lerr, sizeof(lerr)) != FGB_OK) {
+  if (limits_job_admit(d, lerr, sizeof(lerr)) != FGB_OK) {
     core_error(d, s, req_id, FGB_ENOMEM, "name", "%s", lerr);
     leave(d);
     return NULL;
   }
-  srv_job *j = calloc(1, sizeof(*j));
+  core_job *j = calloc(1, sizeof(*j));
   if (!j) {
     core_error(d, s, req_id, FGB_ENOMEM, "", "out of memory");
     leave(d);
@@ -106,10 +106,10 @@ srv_job *core_join(core *d, struct srv_session *s, uint64_t req_id, const core_j
   return j;
 }
 
-/* A tensor id: the oldest released one once more than SRV_ID_QUARANTINE wait, else a fresh one
+/* A tensor id: the oldest released one once more than CORE_ID_QUARANTINE wait, else a fresh one
  * (with its table slot, and room in the ring of released ids for when it comes back). */
 static int id_take(core *d, uint32_t *id) {
-  if (d->nfree > SRV_ID_QUARANTINE) {
+  if (d->nfree > CORE_ID_QUARANTINE) {
     *id = d->free_ids[d->free_head];
     d->free_head = (d->free_head + 1) % d->fcap;
     d->nfree--;
@@ -130,12 +130,12 @@ static int id_take(core *d, uint32_t *id) {
   return 0;
 }
 
-void core_tensor_register(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
+void core_tensor_register(core *d, core_job *j, struct srv_session *s, uint64_t req_id,
                           const core_tensor_args *a) {
   const struct comp_ops *cops = NULL;
   char err[512];
   enter(d);
-  fgb_status st = srv_comp_check(j, a, &cops, err, sizeof(err));
+  fgb_status st = core_comp_check(j, a, &cops, err, sizeof(err));
   if (st != FGB_OK) {
     core_error(d, s, req_id, st,
                strncmp(err, "density", 7) == 0               ? "density"
@@ -145,13 +145,13 @@ void core_tensor_register(core *d, srv_job *j, struct srv_session *s, uint64_t r
     leave(d);
     return;
   }
-  srv_tensor *t = calloc(1, sizeof(*t));
+  core_tensor *t = calloc(1, sizeof(*t));
   if (!t) goto nomem;
   if (cops && a->options && a->options[0] && !(t->options = strdup(a->options))) goto nomem;
   if (id_take(d, &t->id)) goto nomem;
   snprintf(t->name, sizeof(t->name), "%s", a->name);
   if (htab_put(&j->names, htab_hash_str(t->name), t)) {
-    srv_id_give(d, t->id);
+    core_id_give(d, t->id);
     t->id = 0;
     goto nomem;
   }
@@ -181,7 +181,7 @@ void core_tensor_register(core *d, srv_job *j, struct srv_session *s, uint64_t r
   meta.dtype = t->dtype;
   meta.ndim = t->ndim;
   for (uint32_t i = 0; i < t->ndim; i++) meta.shape[i] = t->shape[i];
-  meta.bytes = srv_policy_group_bytes(j, t);
+  meta.bytes = plan_policy_group_bytes(j, t);
   if (coord_register(d->coord, &j->id, &meta) != FGB_OK) {
     t->poisoned = 1;
     snprintf(t->poison, sizeof(t->poison), "tensor '%s': the coordinator refused its registration",
@@ -196,36 +196,36 @@ nomem:
   leave(d);
 }
 
-void core_submit(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
+void core_submit(core *d, core_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
                  uint64_t step, uint32_t event_slot, uint32_t done_seq) {
   enter(d);
-  srv_on_submit(d, j, s, req_id, tensor_id, step, event_slot, done_seq);
+  step_on_submit(d, j, s, req_id, tensor_id, step, event_slot, done_seq);
   leave(d);
 }
 
-void core_end_step(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint64_t step) {
+void core_end_step(core *d, core_job *j, struct srv_session *s, uint64_t req_id, uint64_t step) {
   enter(d);
-  srv_on_end_step(d, j, s, req_id, step);
+  step_on_end_step(d, j, s, req_id, step);
   leave(d);
 }
 
-void core_collective(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
+void core_collective(core *d, core_job *j, struct srv_session *s, uint64_t req_id,
                      const core_coll_args *a) {
   enter(d);
-  srv_on_collective(d, j, s, req_id, a);
+  step_on_collective(d, j, s, req_id, a);
   leave(d);
 }
 
-void core_state(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
+void core_state(core *d, core_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
                 int import, const uint8_t *data, size_t len) {
   enter(d);
-  srv_on_state(d, j, s, req_id, tensor_id, import, data, len);
+  core_comp_on_state(d, j, s, req_id, tensor_id, import, data, len);
   leave(d);
 }
 
 void core_gpu_observed(core *d, uint32_t tensor_id, uint64_t step) {
   enter(d);
-  srv_gpu_observed(d, tensor_id, step);
+  step_gpu_observed(d, tensor_id, step);
   leave(d);
 }
 
@@ -240,9 +240,9 @@ void core_tick(core *d, uint64_t now_ms) {
   enter(d);
   coord_tick(d->coord, now_ms);
   if (d->depth == 1) core_drain(d);
-  srv_pre_tick(d);
+  pre_tick(d);
   leave(d);
-  srv_jobs_tick(d);
+  step_jobs_tick(d);
 }
 
 void core_clock(core *d, uint64_t now_ms) {
@@ -251,43 +251,43 @@ void core_clock(core *d, uint64_t now_ms) {
   leave(d);
 }
 
-void core_client_gone(srv_job *j) {
+void core_client_gone(core_job *j) {
   core *d = j->d;
   enter(d);
-  srv_job_client_gone(j);
+  ev_client_gone(j);
   /* On the leader the job's ABORT to this daemon comes out of this drain, and on_aborted may
    * release j: hold it (as an engine item would) until the drain is done. */
   j->inflight++;
   leave(d);
   j->inflight--;
-  srv_job_maybe_release(d, j);
+  step_job_maybe_release(d, j);
 }
 
 void core_engine_result(void *ud, struct eng_item *it) {
   core *d = ud;
   enter(d);
-  srv_engine_result(d, it);
+  ev_engine_result(d, it);
   leave(d);
 }
 
 /* ---- lookups and lifetimes ------------------------------------------------------------------- */
 static int name_eq(const void *val, const void *key) {
-  return strcmp(((const srv_tensor *)val)->name, key) == 0;
+  return strcmp(((const core_tensor *)val)->name, key) == 0;
 }
 
 static int key_eq(const void *val, const void *key) {
-  return ((const srv_tensor *)val)->key == *(const uint32_t *)key;
+  return ((const core_tensor *)val)->key == *(const uint32_t *)key;
 }
 
-srv_tensor *srv_tensor_by_name(const srv_job *j, const char *name) {
+core_tensor *core_tensor_by_name(const core_job *j, const char *name) {
   return htab_find(&j->names, htab_hash_str(name), name_eq, name);
 }
 
-srv_tensor *srv_tensor_by_key(const srv_job *j, uint32_t key) {
+core_tensor *core_tensor_by_key(const core_job *j, uint32_t key) {
   return htab_find(&j->keys, htab_hash_u64(key), key_eq, &key);
 }
 
-void srv_tensor_set_key(srv_job *j, srv_tensor *t, uint32_t key) {
+void core_tensor_set_key(core_job *j, core_tensor *t, uint32_t key) {
   if (t->key_known) return;
   t->key = key;
   /* Out of memory: the tensor stays without a key (its readiness is never reported, so its steps
@@ -299,18 +299,18 @@ void srv_tensor_set_key(srv_job *j, srv_tensor *t, uint32_t key) {
   t->key_known = 1;
 }
 
-void srv_id_give(core *d, uint32_t id) {
+void core_id_give(core *d, uint32_t id) {
   d->tensors[id - 1] = NULL;
   d->free_ids[(d->free_head + d->nfree++) % d->fcap] = id; /* room made when it was new */
 }
 
-void srv_tensor_free(srv_tensor *t) {
-  srv_arena_unref(t->arena);
+void core_tensor_free(core_tensor *t) {
+  core_arena_unref(t->arena);
   free(t->options);
   free(t);
 }
 
-void srv_arena_unref(srv_arena *a) {
+void core_arena_unref(core_arena *a) {
   if (--a->refs > 0) return;
   if (a->gpu) {
     a->dp->arena_close(a);
@@ -326,13 +326,13 @@ void srv_arena_unref(srv_arena *a) {
  * is handed out again: the engine first drops what it keeps under the id (ENG_FORGET: the
  * compressor instance and the settings agreement), queued ahead of any later item that could
  * name the id again, so a later tensor never meets this one's state. */
-fgb_status core_tensor_release(core *d, srv_job *j, uint32_t id, char *err, size_t errlen) {
-  srv_tensor *t = srv_tensor_get(d, id);
+fgb_status core_tensor_release(core *d, core_job *j, uint32_t id, char *err, size_t errlen) {
+  core_tensor *t = step_tensor_get(d, id);
   if (!t || t->job != j)
     return snprintf(err, errlen, "tensor_id %u: not a tensor of job '%s' on this connection", id,
                     j->id.name),
            FGB_ENOTFOUND;
-  if (srv_plan_policy(j->policy))
+  if (plan_policy(j->policy))
     return snprintf(err, errlen,
                     "tensor_id %u ('%s'): cannot release a tensor under a static merge policy (not "
                     "supported yet)",
@@ -370,21 +370,21 @@ fgb_status core_tensor_release(core *d, srv_job *j, uint32_t id, char *err, size
   htab_del(&j->names, htab_hash_str(t->name), t);
   if (t->key_known) htab_del(&j->keys, htab_hash_u64(t->key), t);
   j->tensor_bytes -= t->count * t->esize;
-  if (fg) srv_eng_submit_now(d, fg);
-  srv_id_give(d, id);
+  if (fg) pre_eng_submit_now(d, fg);
+  core_id_give(d, id);
   LOG_INFO("job '%s' rank %d released tensor %u '%s'", j->id.name, j->rank, id, t->name);
-  srv_tensor_free(t);
+  core_tensor_free(t);
   return FGB_OK;
 }
 
 void core_free_jobs(core *d) {
-  srv_pre_free(d);
+  pre_free(d);
   while (d->jobs) {
-    srv_job *j = d->jobs;
+    core_job *j = d->jobs;
     j->session = NULL; /* fgbuffd: every session is closed by now */
     j->inflight = 0;
     j->aborted = 1;
-    srv_job_maybe_release(d, j);
+    step_job_maybe_release(d, j);
   }
   free(d->tensors);
   d->tensors = NULL;

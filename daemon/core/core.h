@@ -24,53 +24,53 @@
 #include "htab.h"
 
 typedef struct core core;
-typedef struct srv_job srv_job;
+typedef struct core_job core_job;
 struct srv_session; /* the layer above's client connection: opaque to the core */
-struct srv_engine;
+struct engine;
 struct eng_item;
 
-#define SRV_COLL_STEP (1ull << 63) /* steps with this bit are ad-hoc collectives: bit | seq */
-#define SRV_MAX_COUNT (1ull << 40)
+#define CORE_COLL_STEP (1ull << 63) /* steps with this bit are ad-hoc collectives: bit | seq */
+#define CORE_MAX_COUNT (1ull << 40)
 /* Defaults of the live limits max_jobs, max_tensors_per_job and max_job_bytes (conf/settings.c's
  * table; limits.c applies them). A job counts from its JoinJob until it is released (its client
  * gone and the engine done with it); a job's bytes are the sum of its live tensors' (count x
  * element size, host or device), so the memory the daemon touches for a job stays within it. */
-#define SRV_DEFAULT_MAX_JOBS 256
-#define SRV_DEFAULT_MAX_TENSORS_PER_JOB 65536
+#define CORE_DEFAULT_MAX_JOBS 256
+#define CORE_DEFAULT_MAX_TENSORS_PER_JOB 65536
 /* 1 TiB, in effect unlimited: without the live settings (tests of the core) and on GPU daemons;
- * a CPU daemon's default is half its memory budget (conf/settings.c, srv_config_job_bytes). */
-#define SRV_DEFAULT_MAX_JOB_BYTES (1ull << 40)
-#define SRV_MAX_JOBS_LIMIT 65536
-#define SRV_MAX_TENSORS_LIMIT (1u << 20) /* the coordinator's COORD_MAX_TENSORS */
+ * a CPU daemon's default is half its memory budget (conf/settings.c, conf_job_bytes). */
+#define CORE_DEFAULT_MAX_JOB_BYTES (1ull << 40)
+#define CORE_MAX_JOBS_LIMIT 65536
+#define CORE_MAX_TENSORS_LIMIT (1u << 20) /* the coordinator's COORD_MAX_TENSORS */
 /* Released tensor ids are handed out again oldest first, once more than this many wait: the id
  * table stays within the most tensors ever live at once + 65, and a client's stale id names
  * another tensor only after that many releases. */
-#define SRV_ID_QUARANTINE 64
-#define SRV_MAX_INFLIGHT_STEPS 1024 /* distinct unfinished steps per job */
-#define SRV_STEP_BUCKETS 13         /* step-duration histogram buckets, +Inf apart */
-#define SRV_SYNC_BUCKETS 15         /* sync-duration histogram buckets, +Inf apart */
-#define SRV_POLICY_MAX 32
+#define CORE_ID_QUARANTINE 64
+#define CORE_MAX_INFLIGHT_STEPS 1024 /* distinct unfinished steps per job */
+#define CORE_STEP_BUCKETS 13         /* step-duration histogram buckets, +Inf apart */
+#define CORE_SYNC_BUCKETS 15         /* sync-duration histogram buckets, +Inf apart */
+#define CORE_POLICY_MAX 32
 
 /* The step- and sync-duration histograms' upper bounds in seconds (rpc/metrics.c prints them). */
-extern const double core_step_le[SRV_STEP_BUCKETS];
-extern const double core_sync_le[SRV_SYNC_BUCKETS];
+extern const double core_step_le[CORE_STEP_BUCKETS];
+extern const double core_sync_le[CORE_SYNC_BUCKETS];
 
 /* Memory shared by a client: a mapped memfd (base, bytes) or a device arena (gpu, dp). Refcounted:
  * tensors keep it mapped after the client is gone until the engine has finished with them. */
-typedef struct srv_arena {
+typedef struct core_arena {
   uint32_t id; /* per session */
   int refs;
   uint8_t *base;
   size_t bytes;
-  void *gpu;              /* CUDA arena (daemon/gpu/), NULL for host memory */
-  const dp_ops *dp;       /* ... and the data plane that closes it */
-  struct srv_arena *next; /* in the session's list */
-} srv_arena;
+  void *gpu;               /* CUDA arena (daemon/gpu/), NULL for host memory */
+  const dp_ops *dp;        /* ... and the data plane that closes it */
+  struct core_arena *next; /* in the session's list */
+} core_arena;
 
-typedef struct srv_tensor {
-  uint32_t id; /* daemon-wide; a released one is handed out again (SRV_ID_QUARANTINE) */
-  srv_job *job;
-  srv_arena *arena;
+typedef struct core_tensor {
+  uint32_t id; /* daemon-wide; a released one is handed out again (CORE_ID_QUARANTINE) */
+  core_job *job;
+  core_arena *arena;
   uint8_t *ptr;
   uint64_t count;
   fgb_dtype dtype;
@@ -89,12 +89,12 @@ typedef struct srv_tensor {
   uint32_t gpu_seq;            /* ... with a done page: the last submit's done_seq (0: none) */
   const struct comp_ops *comp; /* NULL: dense (compressor "none") */
   double density;
-  char *options;                    /* the compressor's options (malloc'ed), NULL: its defaults */
-  struct srv_tensor *jprev, *jnext; /* the job's registration order (srv_job.tfirst) */
-} srv_tensor;
+  char *options;                     /* the compressor's options (malloc'ed), NULL: its defaults */
+  struct core_tensor *jprev, *jnext; /* the job's registration order (core_job.tfirst) */
+} core_tensor;
 
 /* A tensor handed to the agreement for one step; Done not sent yet. */
-typedef struct srv_pending {
+typedef struct core_pending {
   uint32_t tensor_id;
   uint64_t step;
   uint8_t flushed;   /* contributes zeros (EndStep) */
@@ -104,10 +104,10 @@ typedef struct srv_pending {
   uint64_t
       ready_us;     /* ready here (submitted, flushed or seen complete), while a timeline records */
   uint64_t sync_us; /* the same, always: the sync-duration histogram and the hidden share */
-} srv_pending;
+} core_pending;
 
 /* An ad-hoc collective waiting for agreement or the engine. */
-typedef struct srv_coll {
+typedef struct core_coll {
   uint64_t seq, req_id;
   int kind, op, root;
   uint32_t tensor_id, dst_id;
@@ -117,9 +117,9 @@ typedef struct srv_coll {
   uint8_t sub_any;
   uint64_t sub_hi;
   uint8_t mid; /* asked for inside a step (some of the step's tensors submitted, not all) */
-} srv_coll;
+} core_coll;
 
-typedef struct srv_step {
+typedef struct core_step {
   uint64_t step;
   uint32_t outstanding;
   int ended;
@@ -130,26 +130,26 @@ typedef struct srv_step {
    * tail/ntail: completion of those done since. */
   uint64_t last_ready, ready_sum, folded, tail;
   uint32_t ntail;
-} srv_step;
+} core_step;
 
-typedef struct srv_stall {
+typedef struct core_stall {
   char tensor[COORD_MAX_NAME + 1];
   uint32_t key;
   uint64_t step;
   int missing[16];
   int nmissing;
   uint64_t first_ms;
-} srv_stall;
+} core_stall;
 
 /* This daemon's rank of a job (one rank per daemon and job). */
-struct srv_job {
+struct core_job {
   core *d;
   uint64_t local_id;
   coord_job_id id;
   uint64_t key;
   int key_known;
   int rank, size;
-  char policy[SRV_POLICY_MAX];
+  char policy[CORE_POLICY_MAX];
   struct srv_session *session; /* NULL once the client left */
   char client_desc[96];
   int formed, refused, aborted, left, left_clean;
@@ -158,19 +158,19 @@ struct srv_job {
   const char *refuse_field; /* "rank" or "size" (static) */
   uint64_t left_ms;
   /* The live tensors in registration order (status and plans list it), linked through
-   * srv_tensor.jprev/jnext so that a release unlinks in O(1). */
-  struct srv_tensor *tfirst, *tlast;
+   * core_tensor.jprev/jnext so that a release unlinks in O(1). */
+  struct core_tensor *tfirst, *tlast;
   uint32_t ntensors;
-  htab names;            /* name -> srv_tensor (every live tensor) */
-  htab keys;             /* coordinator key -> srv_tensor (those whose key is known) */
+  htab names;            /* name -> core_tensor (every live tensor) */
+  htab keys;             /* coordinator key -> core_tensor (those whose key is known) */
   uint64_t tensor_bytes; /* sum of the live tensors' bytes (max_job_bytes) */
-  srv_pending *pending;
+  core_pending *pending;
   uint32_t npending, pcap;
-  srv_coll *colls;
+  core_coll *colls;
   uint32_t ncolls, ccap;
-  srv_step *steps;
+  core_step *steps;
   uint32_t nsteps, scap;
-  srv_stall *stalls;
+  core_stall *stalls;
   uint32_t nstalls, stcap;
   uint32_t inflight; /* engine items not completed */
   uint64_t steps_completed, bytes_sent, bytes_received, last_step_latency_us;
@@ -178,11 +178,11 @@ struct srv_job {
                          * split buffer's sync; events.c) */
   /* Gradient bytes handed to gradient syncs (before compression; events.c), and every completed
    * step's latency as a histogram (counts per bucket of core_step_le, not cumulative). */
-  uint64_t grad_bytes, step_sum_us, step_hist[SRV_STEP_BUCKETS + 1];
+  uint64_t grad_bytes, step_sum_us, step_hist[CORE_STEP_BUCKETS + 1];
   /* Each tensor sync (readiness here to Done) as a histogram, and the completed steps' sync time
    * before (hidden) and after (exposed) the step's last readiness (steps.c). */
-  uint64_t sync_sum_us, sync_hist[SRV_SYNC_BUCKETS + 1], sync_hidden_us, sync_exposed_us;
-  struct srv_plan *plan; /* static merge policies (plan_exec.c); NULL until the first ISSUE */
+  uint64_t sync_sum_us, sync_hist[CORE_SYNC_BUCKETS + 1], sync_hidden_us, sync_exposed_us;
+  struct plan_state *plan; /* static merge policies (plan_exec.c); NULL until the first ISSUE */
   /* Pre-issue (preissue.c): the next step whose first readiness is told to the leader, whether
    * one was, and whether the client asked for an ad-hoc collective inside a step (then it never
    * asks for pre-issue again). */
@@ -192,8 +192,8 @@ struct srv_job {
    * a pre-issued item handed to the engine, rounds ended and tensors revoked here. */
   uint8_t pre_hold;
   uint64_t pre_handed, recalls, revoked;
-  uint64_t pre_stuck_ms; /* since when the first waiting item lacks a tensor (srv_pre_tick) */
-  srv_job *next;
+  uint64_t pre_stuck_ms; /* since when the first waiting item lacks a tensor (pre_tick) */
+  core_job *next;
 };
 
 /* What the core hands up: replies to a client (s: the session the job or request came from,
@@ -203,7 +203,7 @@ typedef struct core_cbs {
   void (*error)(void *ud, struct srv_session *s, uint64_t req_id, int code, const char *field,
                 const char *msg);
   void (*ok)(void *ud, struct srv_session *s, uint64_t req_id);
-  void (*joined)(void *ud, struct srv_session *s, uint64_t req_id, const srv_job *j);
+  void (*joined)(void *ud, struct srv_session *s, uint64_t req_id, const core_job *j);
   void (*tensor)(void *ud, struct srv_session *s, uint64_t req_id, uint32_t tensor_id);
   /* Done of (tensor, step); event_slot: the GPU event slot of the tensor's last submit (0 on a
    * host arena). */
@@ -218,7 +218,7 @@ typedef struct core_cbs {
 } core_cbs;
 
 /* Engine items waiting to be handed over in world order (preissue.c). */
-struct srv_held;
+struct pre_held;
 
 struct core {
   /* Set by the owner before the first call (core_init zeroes the rest). */
@@ -226,10 +226,10 @@ struct core {
   const core_cbs *cbs;
   void *ud;
   int world_rank;
-  int gpu;                /* a GPU daemon (--device cuda:...): daemon/gpu/ */
-  const char *device;     /* the daemon's --device */
-  const dp_ops *dp;       /* its data plane; NULL on a host daemon */
-  struct srv_engine *eng; /* NULL until started and once stopped */
+  int gpu;            /* a GPU daemon (--device cuda:...): daemon/gpu/ */
+  const char *device; /* the daemon's --device */
+  const dp_ops *dp;   /* its data plane; NULL on a host daemon */
+  struct engine *eng; /* NULL until started and once stopped */
   /* The live settings plan_warmup_steps and replan_steps (conf/settings.c's table owns them). */
   const uint32_t *plan_warmup_steps, *replan_steps;
   /* The live limits (conf/settings.c's table owns them; limits.c). */
@@ -237,15 +237,15 @@ struct core {
   const uint64_t *max_job_bytes;  /* 0: no limit */
   const char *max_job_bytes_from; /* where its value came from, for refusals ("" / NULL: set) */
   /* Owned by the core. */
-  srv_job *jobs;
-  uint32_t njobs;       /* in the list: joined and not yet released */
-  srv_tensor **tensors; /* by id - 1; NULL: a free id */
+  core_job *jobs;
+  uint32_t njobs;        /* in the list: joined and not yet released */
+  core_tensor **tensors; /* by id - 1; NULL: a free id */
   uint32_t ntensors, tcap;
   uint32_t *free_ids; /* released ids, a ring (head, count, capacity >= ntensors) */
   uint32_t free_head, nfree, fcap;
   uint64_t refusals[3], refusal_log_ms[3]; /* limits.c: per cause, and its last log line */
   uint64_t next_job_id;
-  struct srv_held *held, *held_tail;
+  struct pre_held *held, *held_tail;
   uint32_t nheld;
   int depth;       /* entry points running (the outermost drains) */
   uint64_t drains; /* coordinator drains so far (tests count them per entry point) */
@@ -268,14 +268,14 @@ typedef struct core_join_args {
   uint32_t cycle_ms;
   uint32_t uid; /* the client's uid: the job is bound to its first joiner's (COORD_UID_NONE) */
 } core_join_args;
-srv_job *core_join(core *d, struct srv_session *s, uint64_t req_id, const core_join_args *a);
+core_job *core_join(core *d, struct srv_session *s, uint64_t req_id, const core_join_args *a);
 
 /* RegisterTensor of job j in arena a, after the layer above checked the frame's fields against
  * the arena: the compressor check, then the tensor (replied through cbs->tensor) and its
  * registration with the coordinator. */
 typedef struct core_tensor_args {
   const char *name;
-  srv_arena *arena;
+  core_arena *arena;
   uint64_t offset, count;
   fgb_dtype dtype;
   int op;                 /* FGB_OP_SUM, else FGB_OP_AVERAGE */
@@ -285,18 +285,18 @@ typedef struct core_tensor_args {
   uint32_t ndim;
   const uint64_t *shape;
 } core_tensor_args;
-void core_tensor_register(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
+void core_tensor_register(core *d, core_job *j, struct srv_session *s, uint64_t req_id,
                           const core_tensor_args *a);
 /* Before core_tensor_register (limits.c): may job j take one more tensor `name` of `bytes`?
  * FGB_OK; FGB_EEXIST when the name is live in the job; FGB_ENOMEM naming max_tensors_per_job or
  * max_job_bytes and its value. *field: the request field the refusal names; O(1). */
-fgb_status core_tensor_admit(core *d, const srv_job *j, const char *name, uint64_t bytes,
-                             const char **field, char *err, size_t errlen);
+fgb_status limits_tensor_admit(core *d, const core_job *j, const char *name, uint64_t bytes,
+                               const char **field, char *err, size_t errlen);
 
 /* Submit / EndStep / Collective of session s, whose job is j (NULL: none joined yet). */
-void core_submit(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
+void core_submit(core *d, core_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
                  uint64_t step, uint32_t event_slot, uint32_t done_seq);
-void core_end_step(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint64_t step);
+void core_end_step(core *d, core_job *j, struct srv_session *s, uint64_t req_id, uint64_t step);
 /* kind: ENG_ALLREDUCE, ENG_BROADCAST or ENG_ALLGATHER; op: FGB_OP_AVERAGE or FGB_OP_SUM (the
  * wire's enums have the same numbers); anything else is refused naming the value. */
 typedef struct core_coll_args {
@@ -304,17 +304,17 @@ typedef struct core_coll_args {
   int kind, op, root;
   uint32_t tensor_id, dst_tensor_id;
 } core_coll_args;
-void core_collective(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
+void core_collective(core *d, core_job *j, struct srv_session *s, uint64_t req_id,
                      const core_coll_args *a);
 /* StateExport / StateImport of a compressed tensor (runs on the engine; replied on its result). */
-void core_state(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
+void core_state(core *d, core_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
                 int import, const uint8_t *data, size_t len);
 /* Whether tensor_id names a tensor of job j with a compressor (so it has state): FGB_OK, or the
  * code with err saying why (FGB_EPROTO before joining, FGB_ENOTFOUND not this job's tensor,
  * FGB_EINVAL dense). A chunked import asks at its first chunk, before it gathers a byte;
  * core_state checks again, with the job's progress. */
-fgb_status core_state_check(core *d, const srv_job *j, uint32_t tensor_id, char *err,
-                            size_t errlen);
+fgb_status core_comp_state_check(core *d, const core_job *j, uint32_t tensor_id, char *err,
+                                 size_t errlen);
 
 /* The data plane saw the client's event of (tensor, step) complete: report it ready. */
 void core_gpu_observed(core *d, uint32_t tensor_id, uint64_t step);
@@ -326,23 +326,23 @@ void core_tick(core *d, uint64_t now_ms);
 /* The coordinator's clock alone (the fusion cycle's timer: coord_next_due), then one drain. */
 void core_clock(core *d, uint64_t now_ms);
 /* j's client is gone (its session closed). */
-void core_client_gone(srv_job *j);
+void core_client_gone(core_job *j);
 /* The engine's results (eng_done_cb; ud is the core). A result hands the coordinator nothing
  * today, so its drain finds the queue empty; it drains anyway, like every entry point. */
 void core_engine_result(void *ud, struct eng_item *it);
 
 /* ---- lookups and lifetimes (no coordinator input) -------------------------------------------- */
-srv_tensor *srv_tensor_get(const core *d, uint32_t id);
+core_tensor *step_tensor_get(const core *d, uint32_t id);
 /* The job's tensor with coordinator key `key` (NULL: none known yet); O(1). */
-srv_tensor *srv_tensor_by_key(const srv_job *j, uint32_t key);
+core_tensor *core_tensor_by_key(const core_job *j, uint32_t key);
 /* The job's live tensor named `name`, or NULL; O(1). */
-srv_tensor *srv_tensor_by_name(const srv_job *j, const char *name);
+core_tensor *core_tensor_by_name(const core_job *j, const char *name);
 /* Drop a reference of a; the last one unmaps it (or closes it through its data plane). */
-void srv_arena_unref(srv_arena *a);
+void core_arena_unref(core_arena *a);
 /* ReleaseTensor's bookkeeping: FGB_OK (the tensor is gone), or a refusal with its text. */
-fgb_status core_tensor_release(core *d, srv_job *j, uint32_t id, char *err, size_t errlen);
+fgb_status core_tensor_release(core *d, core_job *j, uint32_t id, char *err, size_t errlen);
 /* Free the job once its client is gone and the engine holds no work on it. */
-void srv_job_maybe_release(core *d, srv_job *j);
+void step_job_maybe_release(core *d, core_job *j);
 /* Free every job and what waits for the engine (shutdown: no client left, the engine stopped). */
 void core_free_jobs(core *d);
 

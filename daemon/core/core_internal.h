@@ -19,50 +19,50 @@ void core_error(core *d, struct srv_session *s, uint64_t req_id, int code, const
 void core_drain(core *d);
 
 /* A tensor's coordinator key became known: record it (and index it by key). */
-void srv_tensor_set_key(srv_job *j, srv_tensor *t, uint32_t key);
+void core_tensor_set_key(core_job *j, core_tensor *t, uint32_t key);
 /* Free a tensor of j's (the job's tables and the id are the caller's). */
-void srv_tensor_free(srv_tensor *t);
+void core_tensor_free(core_tensor *t);
 /* Give a tensor id back for reuse. */
-void srv_id_give(core *d, uint32_t id);
+void core_id_give(core *d, uint32_t id);
 
 /* ---- limits.c: jobs, tensors and bytes the clients may hold ------------------------------- */
 /* May one more job join? FGB_OK, or FGB_ENOMEM with the text (naming max_jobs) in err. */
-fgb_status core_job_admit(core *d, char *err, size_t errlen);
+fgb_status limits_job_admit(core *d, char *err, size_t errlen);
 
 /* ---- steps.c: submits, end of step, ad-hoc collectives, readiness, failures, job release -- */
 /* Done of (tensor, step) to s with its GPU event slot; a failure releases the done signal. */
-void srv_send_done(core *d, struct srv_session *s, uint32_t tensor_id, uint64_t step, int status,
-                   const char *err);
-void srv_on_submit(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
-                   uint64_t step, uint32_t event_slot, uint32_t done_seq);
-void srv_on_end_step(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint64_t step);
-void srv_on_collective(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
-                       const core_coll_args *m);
-void srv_fail_pending(srv_job *j, int code, const char *text, const srv_tensor *only);
-/* ready_us: when the tensor was ready here (srv_pending.sync_us), 0 for a failed Done (not a
+void step_send_done(core *d, struct srv_session *s, uint32_t tensor_id, uint64_t step, int status,
+                    const char *err);
+void step_on_submit(core *d, core_job *j, struct srv_session *s, uint64_t req_id,
+                    uint32_t tensor_id, uint64_t step, uint32_t event_slot, uint32_t done_seq);
+void step_on_end_step(core *d, core_job *j, struct srv_session *s, uint64_t req_id, uint64_t step);
+void step_on_collective(core *d, core_job *j, struct srv_session *s, uint64_t req_id,
+                        const core_coll_args *m);
+void step_fail_pending(core_job *j, int code, const char *text, const core_tensor *only);
+/* ready_us: when the tensor was ready here (core_pending.sync_us), 0 for a failed Done (not a
  * sync: no duration recorded). */
-void srv_step_tensor_done(srv_job *j, uint32_t tensor_id, uint64_t step, uint64_t ready_us);
+void step_tensor_done(core_job *j, uint32_t tensor_id, uint64_t step, uint64_t ready_us);
 /* Report readiness that waited for the job's formation or a tensor's key (only: that tensor). */
-void srv_report_waiting(core *d, srv_job *j, const srv_tensor *only);
+void step_report_waiting(core *d, core_job *j, const core_tensor *only);
 /* The data plane saw the client's event of (tensor, step) complete: report it ready. */
-void srv_gpu_observed(core *d, uint32_t tensor_id, uint64_t step);
+void step_gpu_observed(core *d, uint32_t tensor_id, uint64_t step);
 /* Releases of jobs whose client left (core_tick). */
-void srv_jobs_tick(core *d);
+void step_jobs_tick(core *d);
 
 /* ---- events.c: coordinator events, engine results, a client gone ------------------------- */
-void srv_coord_events(core *d);
-void srv_engine_result(core *d, struct eng_item *it);
-void srv_job_client_gone(srv_job *j);
+void ev_coord_events(core *d);
+void ev_engine_result(core *d, struct eng_item *it);
+void ev_client_gone(core_job *j);
 
 /* ---- comp.c: compressors at registration, state export/import ---------------------------- */
 /* Check a tensor's compressor and density (creating a trial instance); *ops NULL: dense. */
-fgb_status srv_comp_check(const srv_job *j, const core_tensor_args *a, const struct comp_ops **ops,
-                          char *err, size_t errlen);
+fgb_status core_comp_check(const core_job *j, const core_tensor_args *a,
+                           const struct comp_ops **ops, char *err, size_t errlen);
 /* Fill an engine tensor's compressor fields from the registered tensor. */
-void srv_comp_fill(const srv_tensor *t, struct eng_tensor *et);
-void srv_on_state(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
-                  int import, const uint8_t *data, size_t len);
+void core_comp_fill(const core_tensor *t, struct eng_tensor *et);
+void core_comp_on_state(core *d, core_job *j, struct srv_session *s, uint64_t req_id,
+                        uint32_t tensor_id, int import, const uint8_t *data, size_t len);
 /* The engine finished an ENG_STATE item: reply to the client. */
-void srv_state_result(srv_job *j, struct eng_item *it);
+void core_comp_state_result(core_job *j, struct eng_item *it);
 
 #endif

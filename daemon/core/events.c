@@ -16,11 +16,11 @@
 
 /* The job an event is about: by job key once known (keys start at 1; events before formation,
  * such as a refused join, carry key 0), else by name and incarnation. */
-static srv_job *job_find(core *d, const coord_job_id *id, uint64_t key) {
+static core_job *job_find(core *d, const coord_job_id *id, uint64_t key) {
   if (key)
-    for (srv_job *j = d->jobs; j; j = j->next)
+    for (core_job *j = d->jobs; j; j = j->next)
       if (j->key_known && j->key == key) return j;
-  for (srv_job *j = d->jobs; j; j = j->next) {
+  for (core_job *j = d->jobs; j; j = j->next) {
     if (j->id.incarnation != id->incarnation || strcmp(j->id.name, id->name) != 0) continue;
     if (j->key_known && key && j->key != key) continue;
     if (key && !j->key_known) {
@@ -33,7 +33,7 @@ static srv_job *job_find(core *d, const coord_job_id *id, uint64_t key) {
 }
 
 static void on_formed(core *d, coord_event *ev) {
-  srv_job *j = job_find(d, &ev->job, ev->job_key);
+  core_job *j = job_find(d, &ev->job, ev->job_key);
   eng_item *it = calloc(1, sizeof(*it));
   int *wr = calloc((size_t)ev->job_size, sizeof(int));
   if (!it || !wr || ev->job_size < 1) {
@@ -62,20 +62,20 @@ static void on_formed(core *d, coord_event *ev) {
     j->formed = 1;
     j->inflight++;
   }
-  srv_eng_submit(d, j, it, 0); /* in world order, behind pre-issued items waiting (preissue.c) */
-  if (j) srv_report_waiting(d, j, NULL);
+  pre_eng_submit(d, j, it, 0); /* in world order, behind pre-issued items waiting (preissue.c) */
+  if (j) step_report_waiting(d, j, NULL);
   if (!j) {
     eng_item *rel = calloc(1, sizeof(*rel));
     if (rel) {
       rel->kind = ENG_RELEASE;
       rel->job_key = ev->job_key;
-      srv_eng_submit(d, NULL, rel, 0); /* after its FORM */
+      pre_eng_submit(d, NULL, rel, 0); /* after its FORM */
     }
   }
 }
 
 static void on_issue(core *d, coord_event *ev) {
-  srv_job *j = job_find(d, &ev->job, ev->job_key);
+  core_job *j = job_find(d, &ev->job, ev->job_key);
   if (!j) {
     LOG_ERROR("collective #%llu of an unknown job %016llx: cannot take part",
               (unsigned long long)ev->seq, (unsigned long long)ev->job_key);
@@ -83,33 +83,33 @@ static void on_issue(core *d, coord_event *ev) {
   }
   /* A planning exchange in flight decides how this step's ISSUEs run: they (and everything of
    * the job after them) wait for it, in order (plan_exec.c). */
-  if (srv_plan_defer(j, ev)) return;
-  srv_issue_event(d, j, ev);
+  if (plan_defer(j, ev)) return;
+  ev_issue(d, j, ev);
 }
 
-void srv_issue_mark(srv_job *j, const coord_event *ev) {
-  if (ev->step & SRV_COLL_STEP) {
-    uint64_t seq = ev->step & ~SRV_COLL_STEP;
+void ev_issue_mark(core_job *j, const coord_event *ev) {
+  if (ev->step & CORE_COLL_STEP) {
+    uint64_t seq = ev->step & ~CORE_COLL_STEP;
     for (uint32_t i = 0; i < j->ncolls; i++)
       if (j->colls[i].seq == seq) j->colls[i].issued = 1;
     return;
   }
   if (ev->pre) return; /* pre-issued: preissue.c's queue decides what an abort does with it */
   for (uint32_t k = 0; k < ev->ntensors; k++) {
-    srv_tensor *t = srv_tensor_by_key(j, ev->tensor_keys[k]);
+    core_tensor *t = core_tensor_by_key(j, ev->tensor_keys[k]);
     for (uint32_t i = 0; t && i < j->npending; i++)
       if (j->pending[i].tensor_id == t->id && j->pending[i].step == ev->step)
         j->pending[i].issued = 1;
   }
 }
 
-void srv_issue_event(core *d, srv_job *j, coord_event *ev) {
+void ev_issue(core *d, core_job *j, coord_event *ev) {
   /* Traced: when a step numbered ahead arrives (bench/gpu/trace-split.py). */
-  if (ev->pre && srv_trace_level())
+  if (ev->pre && eng_trace_level())
     LOG_INFO("gtrace preissue step %llu seq %llu at %llu", (unsigned long long)ev->step,
              (unsigned long long)ev->seq, (unsigned long long)clock_us());
   /* Static plans hold a buffer's ISSUEs until its last member is agreed (plan_exec.c). */
-  int plan = ev->step & SRV_COLL_STEP ? 0 : srv_plan_on_issue(j, ev);
+  int plan = ev->step & CORE_COLL_STEP ? 0 : plan_on_issue(j, ev);
   if (plan == 1) return;
   eng_item *it = calloc(1, sizeof(*it));
   eng_tensor *ts = calloc(ev->ntensors ? ev->ntensors : 1, sizeof(*ts));
@@ -118,12 +118,12 @@ void srv_issue_event(core *d, srv_job *j, coord_event *ev) {
   it->seq = ev->seq;
   it->job_key = ev->job_key;
   it->t = ts;
-  if (ev->step & SRV_COLL_STEP) {
-    uint64_t seq = ev->step & ~SRV_COLL_STEP;
-    srv_coll *c = NULL;
+  if (ev->step & CORE_COLL_STEP) {
+    uint64_t seq = ev->step & ~CORE_COLL_STEP;
+    core_coll *c = NULL;
     for (uint32_t i = 0; i < j->ncolls; i++)
       if (j->colls[i].seq == seq) c = &j->colls[i];
-    srv_tensor *t = c ? srv_tensor_get(d, c->tensor_id) : NULL;
+    core_tensor *t = c ? step_tensor_get(d, c->tensor_id) : NULL;
     if (!c || !t) {
       LOG_ERROR("job '%s': agreed collective seq %llu is not pending here", j->id.name,
                 (unsigned long long)seq);
@@ -141,15 +141,15 @@ void srv_issue_event(core *d, srv_job *j, coord_event *ev) {
                          .dtype = t->dtype,
                          .op = c->op};
     if (c->kind == ENG_ALLGATHER) {
-      srv_tensor *dst = srv_tensor_get(d, c->dst_id);
+      core_tensor *dst = step_tensor_get(d, c->dst_id);
       if (!dst) goto drop;
       it->dst = dst->ptr;
     }
   } else {
     it->coll = ENG_GRAD;
     for (uint32_t k = 0; k < ev->ntensors; k++) {
-      srv_tensor *t = srv_tensor_by_key(j, ev->tensor_keys[k]);
-      srv_pending *p = NULL;
+      core_tensor *t = core_tensor_by_key(j, ev->tensor_keys[k]);
+      core_pending *p = NULL;
       for (uint32_t i = 0; t && i < j->npending; i++)
         if (j->pending[i].tensor_id == t->id && j->pending[i].step == ev->step) p = &j->pending[i];
       if (!t || (!p && !ev->pre)) {
@@ -168,18 +168,18 @@ void srv_issue_event(core *d, srv_job *j, coord_event *ev) {
                                .op = t->op,
                                .zero_first = ev->pre ? 0 : p->flushed};
       if (!ev->pre && d->dp) ts[it->n].done_ev = d->dp->done_signal(t);
-      srv_comp_fill(t, &ts[it->n]);
+      core_comp_fill(t, &ts[it->n]);
       /* The plan sends this buffer dense: 2, or 4 (split) */
       ts[it->n++].flush_dense = (plan == 2 || plan == 4) && t->comp;
     }
     if (plan >= 3) { /* reduce-scatter now, all-gather after the step's last one (plan_split.c) */
-      srv_plan_split_issue(j, it);
+      plan_split_issue(j, it);
       return;
     }
     if (it->n == 0) goto drop;
   }
   j->inflight++;
-  srv_eng_submit(d, j, it, ev->pre && it->coll == ENG_GRAD);
+  pre_eng_submit(d, j, it, ev->pre && it->coll == ENG_GRAD);
   return;
 nomem:
   LOG_ERROR("job '%s': out of memory for collective #%llu", j->id.name,
@@ -190,25 +190,25 @@ drop:
 }
 
 static void on_tensor_ok(core *d, coord_event *ev) {
-  srv_job *j = job_find(d, &ev->job, ev->job_key);
-  srv_tensor *t = j ? srv_tensor_by_name(j, ev->tensor_name) : NULL;
+  core_job *j = job_find(d, &ev->job, ev->job_key);
+  core_tensor *t = j ? core_tensor_by_name(j, ev->tensor_name) : NULL;
   if (!t) return;
-  srv_tensor_set_key(j, t, ev->tensor_key);
-  srv_report_waiting(d, j, t);
+  core_tensor_set_key(j, t, ev->tensor_key);
+  step_report_waiting(d, j, t);
 }
 
 static void on_mismatch(core *d, coord_event *ev) {
-  srv_job *j = job_find(d, &ev->job, ev->job_key);
-  srv_tensor *t = j ? srv_tensor_by_name(j, ev->tensor_name) : NULL;
+  core_job *j = job_find(d, &ev->job, ev->job_key);
+  core_tensor *t = j ? core_tensor_by_name(j, ev->tensor_name) : NULL;
   LOG_WARN("job '%s': %s", ev->job.name, ev->text);
   if (!t) return;
   t->poisoned = 1;
   snprintf(t->poison, sizeof(t->poison), "%s", ev->text);
-  srv_fail_pending(j, FGB_EMISMATCH, t->poison, t);
+  step_fail_pending(j, FGB_EMISMATCH, t->poison, t);
 }
 
 static void on_refused(core *d, coord_event *ev) {
-  srv_job *j = job_find(d, &ev->job, ev->job_key);
+  core_job *j = job_find(d, &ev->job, ev->job_key);
   LOG_WARN("job '%s': join refused: %s", ev->job.name, ev->text);
   if (!j) return;
   j->refused = 1;
@@ -222,13 +222,13 @@ static void on_refused(core *d, coord_event *ev) {
   if (j->session)
     core_error(d, j->session, 0, size ? FGB_EINVAL : FGB_EEXIST, size ? "size" : "rank", "%s",
                ev->text);
-  srv_fail_pending(j, size ? FGB_EINVAL : FGB_EEXIST, ev->text, NULL);
+  step_fail_pending(j, size ? FGB_EINVAL : FGB_EEXIST, ev->text, NULL);
 }
 
 static void on_stall(core *d, coord_event *ev) {
-  srv_job *j = job_find(d, &ev->job, ev->job_key);
+  core_job *j = job_find(d, &ev->job, ev->job_key);
   if (!j) return;
-  srv_stall *s = NULL;
+  core_stall *s = NULL;
   for (uint32_t i = 0; i < j->nstalls; i++)
     if (j->stalls[i].key == ev->tensor_key && j->stalls[i].step == ev->step) s = &j->stalls[i];
   if (!s) {
@@ -239,7 +239,7 @@ static void on_stall(core *d, coord_event *ev) {
     s->key = ev->tensor_key;
     s->step = ev->step;
     s->first_ms = clock_ms();
-    srv_tensor *t = srv_tensor_by_key(j, ev->tensor_key);
+    core_tensor *t = core_tensor_by_key(j, ev->tensor_key);
     snprintf(s->tensor, sizeof(s->tensor), "%s",
              t ? t->name : (ev->tensor_name[0] ? ev->tensor_name : "?"));
     LOG_WARN("job '%s': tensor '%s' step %llu waits for %d rank(s)", j->id.name, s->tensor,
@@ -250,7 +250,7 @@ static void on_stall(core *d, coord_event *ev) {
 }
 
 static void on_aborted(core *d, coord_event *ev) {
-  srv_job *j = job_find(d, &ev->job, ev->job_key);
+  core_job *j = job_find(d, &ev->job, ev->job_key);
   LOG_WARN("job '%s' aborted: %s", ev->job.name, ev->text);
   if (!j) return;
   if (!j->aborted) {
@@ -267,15 +267,15 @@ static void on_aborted(core *d, coord_event *ev) {
       snprintf(j->abort_text, sizeof(j->abort_text), "job '%.100s' aborted: %.300s", j->id.name,
                ev->text);
   }
-  srv_plan_split_abort(j, FGB_EPEER, j->abort_text); /* split buffers between their halves */
-  srv_pre_abort(d, j); /* pre-issued items waiting for this rank's tensors */
-  srv_fail_pending(j, FGB_EPEER, j->abort_text, NULL);
-  srv_job_maybe_release(d, j);
+  plan_split_abort(j, FGB_EPEER, j->abort_text); /* split buffers between their halves */
+  pre_abort(d, j); /* pre-issued items waiting for this rank's tensors */
+  step_fail_pending(j, FGB_EPEER, j->abort_text, NULL);
+  step_job_maybe_release(d, j);
 }
 
 /* Every event the coordinator has queued, in order (core_drain: once per entry point; what the
  * handlers cause is picked up by this loop). */
-void srv_coord_events(core *d) {
+void ev_coord_events(core *d) {
   coord_event ev;
   while (coord_next_event(d->coord, &ev)) {
     switch (ev.kind) {
@@ -306,11 +306,11 @@ void srv_coord_events(core *d) {
         break;
       case COORD_EV_RECALL:
       case COORD_EV_REVOKE: {
-        srv_job *j = job_find(d, &ev.job, ev.job_key);
+        core_job *j = job_find(d, &ev.job, ev.job_key);
         if (j && ev.kind == COORD_EV_RECALL)
-          srv_pre_recall(d, j, ev.recall_id);
+          pre_recall(d, j, ev.recall_id);
         else if (j)
-          srv_pre_revoke(d, j, ev.seq);
+          pre_revoke(d, j, ev.seq);
         break;
       }
       case COORD_EV_ERROR:
@@ -324,9 +324,9 @@ void srv_coord_events(core *d) {
 }
 
 /* ---- engine results -------------------------------------------------------------------- */
-void srv_engine_result(core *d, eng_item *it) {
-  srv_job *j = NULL;
-  for (srv_job *x = d->jobs; x; x = x->next)
+void ev_engine_result(core *d, eng_item *it) {
+  core_job *j = NULL;
+  for (core_job *x = d->jobs; x; x = x->next)
     if (x->key_known && x->key == it->job_key) j = x;
   if (it->status != FGB_OK)
     LOG_WARN("engine: %s #%llu of job %016llx failed: %s",
@@ -342,13 +342,13 @@ void srv_engine_result(core *d, eng_item *it) {
     return;
   }
   if (j->inflight) j->inflight--;
-  if (it->kind == ENG_STATE) srv_state_result(j, it);
-  if (it->kind == ENG_XCHG) srv_plan_xchg_done(j, it);
+  if (it->kind == ENG_STATE) core_comp_state_result(j, it);
+  if (it->kind == ENG_XCHG) plan_xchg_done(j, it);
   if (it->kind == ENG_FORM && it->status != FGB_OK && !j->aborted) {
     j->aborted = 1;
     snprintf(j->abort_text, sizeof(j->abort_text),
              "job '%.100s': communicator creation failed: %.200s", j->id.name, it->err);
-    srv_fail_pending(j, FGB_EIO, j->abort_text, NULL);
+    step_fail_pending(j, FGB_EIO, j->abort_text, NULL);
   }
   if (it->kind == ENG_ISSUE && it->pre && j->aborted && it->status == FGB_OK) {
     /* Numbered ahead of readiness: a failed rank contributed zeros to let it finish. */
@@ -378,19 +378,19 @@ void srv_engine_result(core *d, eng_item *it) {
           if (j->pending[i].tensor_id != t->tensor_id || j->pending[i].step != t->step) continue;
           uint64_t ready = it->status == FGB_OK ? j->pending[i].sync_us : 0;
           j->pending[i] = j->pending[--j->npending];
-          if (j->session) srv_send_done(d, j->session, t->tensor_id, t->step, it->status, err);
-          srv_step_tensor_done(j, t->tensor_id, t->step, ready);
+          if (j->session) step_send_done(d, j->session, t->tensor_id, t->step, it->status, err);
+          step_tensor_done(j, t->tensor_id, t->step, ready);
           break;
         }
       }
     }
   }
   eng_item_free(it);
-  srv_job_maybe_release(d, j);
+  step_job_maybe_release(d, j);
 }
 
 /* ---- client gone, release ------------------------------------------------------------- */
-void srv_job_client_gone(srv_job *j) {
+void ev_client_gone(core_job *j) {
   core *d = j->d;
   j->session = NULL;
   j->left = 1;
@@ -399,7 +399,7 @@ void srv_job_client_gone(srv_job *j) {
    * before the job formed, or in the middle of a step, aborts the job for the other ranks. */
   int clean = j->formed && !j->aborted && j->npending == 0 && j->ncolls == 0 && j->nsteps == 0;
   j->left_clean = clean;
-  srv_pre_client_gone(d, j); /* the pre-issued step after its last runs on zeros */
+  pre_client_gone(d, j); /* the pre-issued step after its last runs on zeros */
   if (!j->aborted && !j->refused) {
     fgb_status st = coord_leave(
         d->coord, &j->id, !clean,

@@ -27,8 +27,8 @@ static uint32_t lim32(const uint32_t *p, uint32_t dflt) {
   return p ? *p : dflt;
 }
 
-fgb_status core_job_admit(core *d, char *err, size_t errlen) {
-  uint32_t max = lim32(d->max_jobs, SRV_DEFAULT_MAX_JOBS);
+fgb_status limits_job_admit(core *d, char *err, size_t errlen) {
+  uint32_t max = lim32(d->max_jobs, CORE_DEFAULT_MAX_JOBS);
   if (d->njobs < max) return FGB_OK;
   snprintf(err, errlen,
            "name: this daemon holds %u jobs, the limit is max_jobs %u (a job counts until its "
@@ -38,21 +38,21 @@ fgb_status core_job_admit(core *d, char *err, size_t errlen) {
   return FGB_ENOMEM;
 }
 
-fgb_status core_tensor_admit(core *d, const srv_job *j, const char *name, uint64_t bytes,
-                             const char **field, char *err, size_t errlen) {
+fgb_status limits_tensor_admit(core *d, const core_job *j, const char *name, uint64_t bytes,
+                               const char **field, char *err, size_t errlen) {
   *field = "name";
-  if (srv_tensor_by_name(j, name))
+  if (core_tensor_by_name(j, name))
     return snprintf(err, errlen, "name: tensor '%s' is already registered in job '%s'", name,
                     j->id.name),
            FGB_EEXIST;
-  uint32_t max = lim32(d->max_tensors_per_job, SRV_DEFAULT_MAX_TENSORS_PER_JOB);
+  uint32_t max = lim32(d->max_tensors_per_job, CORE_DEFAULT_MAX_TENSORS_PER_JOB);
   if (j->ntensors >= max) {
     snprintf(err, errlen, "name: job '%s' holds %u tensors, the limit is max_tensors_per_job %u",
              j->id.name, j->ntensors, max);
     refusal_log(d, CAUSE_TENSORS, err);
     return FGB_ENOMEM;
   }
-  uint64_t maxb = d->max_job_bytes ? *d->max_job_bytes : SRV_DEFAULT_MAX_JOB_BYTES;
+  uint64_t maxb = d->max_job_bytes ? *d->max_job_bytes : CORE_DEFAULT_MAX_JOB_BYTES;
   if (maxb == 0) maxb = UINT64_MAX; /* "unlimited" */
   if (bytes > maxb || j->tensor_bytes > maxb - bytes) {
     *field = "count";

@@ -28,15 +28,15 @@
 #include "policy.h"
 #include "vec.h"
 
-#define SRV_UNFUSED (1ull << 62) /* above any cap, and total + bytes cannot wrap in the leader */
+#define PLAN_UNFUSED (1ull << 62) /* above any cap, and total + bytes cannot wrap in the leader */
 
-uint64_t srv_policy_group_bytes(const srv_job *j, const srv_tensor *t) {
+uint64_t plan_policy_group_bytes(const core_job *j, const core_tensor *t) {
   /* Compressed tensors keep their own compressor instance and travel alone. */
-  if (strcmp(j->policy, "fusion") != 0 || t->comp) return SRV_UNFUSED;
+  if (strcmp(j->policy, "fusion") != 0 || t->comp) return PLAN_UNFUSED;
   return t->count * t->esize;
 }
 
-int srv_plan_policy(const char *name) {
+int plan_policy(const char *name) {
   const sched_policy_ops *ops = sched_find(name);
   return ops && ops->plan && !(ops->flags & SCHED_DYNAMIC);
 }
@@ -50,12 +50,12 @@ static int push_key(uint32_t **arr, uint32_t *n, uint32_t *cap, uint32_t key) {
 }
 
 /* A dynamic job's adopted decision table, one line per tensor. */
-static void log_table(const srv_job *j, const sched_plan *p) {
+static void log_table(const core_job *j, const sched_plan *p) {
   for (uint32_t b = 0; b < p->nbuffers; b++) {
     const sched_buffer *sb = &p->buffers[b];
     for (uint32_t m = 0; m < sb->count; m++) {
       uint32_t key = p->order[sb->first + m];
-      const srv_tensor *t = srv_tensor_by_key(j, key);
+      const core_tensor *t = core_tensor_by_key(j, key);
       LOG_INFO("job '%s': plan v%llu: tensor %u '%.64s': %s k=%llu (%s)", j->id.name,
                (unsigned long long)p->version, key, t ? t->name : "",
                sb->compress ? "compress" : "dense", (unsigned long long)sb->k, sb->reason);
@@ -88,10 +88,10 @@ static int dyn_policy(const char *name) {
 
 /* The job's plan state, created on first use (static policies, and the decision table of dynamic
  * ones). */
-static srv_plan *plan_get(srv_job *j) {
+static plan_state *plan_get(core_job *j) {
   if (j->plan) return j->plan;
-  if (!srv_plan_policy(j->policy) && !dyn_policy(j->policy)) return NULL;
-  srv_plan *pl = calloc(1, sizeof(*pl));
+  if (!plan_policy(j->policy) && !dyn_policy(j->policy)) return NULL;
+  plan_state *pl = calloc(1, sizeof(*pl));
   if (!pl) return NULL;
   pl->ops = sched_find(j->policy);
   pl->warmup = *j->d->plan_warmup_steps; /* CPU jobs replace both by the agreed values */
@@ -105,7 +105,7 @@ static srv_plan *plan_get(srv_job *j) {
  * compressor alone cannot force compression where the all-gather's latency exceeds the
  * all-reduce's (small buffers on NVLink).
  * Anything but a finite number in [1e-9, 1e9] is ignored with a warning. */
-double srv_plan_env_scale(void) {
+double plan_env_scale(void) {
   return env_num(ENV_PLAN_COMP_COST_SCALE);
 }
 
@@ -117,7 +117,7 @@ static void ver_free(plan_ver *v) {
 
 /* The plan's tensor list from the observed stream: the observed step's ISSUE order (the agreed
  * ready order), then tensors seen only during warm-up in ascending key. */
-static fgb_status build_list(srv_job *j, srv_plan *pl, sched_tensor **out, uint32_t *nout,
+static fgb_status build_list(core_job *j, plan_state *pl, sched_tensor **out, uint32_t *nout,
                              char *err, size_t errlen) {
   uint32_t n = 0, cap = pl->nseen + pl->nlast;
   sched_tensor *ts = calloc(cap ? cap : 1, sizeof(*ts));
@@ -137,7 +137,7 @@ static fgb_status build_list(srv_job *j, srv_plan *pl, sched_tensor **out, uint3
   qsort(rest, nrest, sizeof(*rest), cmp_u32);
   for (uint32_t i = 0; i < pl->nlast + nrest; i++) {
     uint32_t key = i < pl->nlast ? pl->last[i] : rest[i - pl->nlast];
-    const srv_tensor *t = srv_tensor_by_key(j, key);
+    const core_tensor *t = core_tensor_by_key(j, key);
     if (!t) continue; /* cannot happen: an agreed key is registered here */
     ts[n++] = (sched_tensor){.id = key,
                              .count = t->count,
@@ -175,7 +175,7 @@ static fgb_status ver_make(sched_plan *p, plan_ver *out, char *err, size_t errle
 
 /* GPU daemons (no host-memory exchange on NCCL yet): plan locally from the stream with the default
  * costs and no ready times, as every rank does alike. Stamped after `prev` (NULL: version 1). */
-static fgb_status build_plan(srv_job *j, srv_plan *pl, const sched_plan *prev, uint64_t agreed,
+static fgb_status build_plan(core_job *j, plan_state *pl, const sched_plan *prev, uint64_t agreed,
                              plan_ver *out, char *err, size_t errlen) {
   sched_tensor *ts = NULL;
   uint32_t n = 0;
@@ -192,7 +192,7 @@ static fgb_status build_plan(srv_job *j, srv_plan *pl, const sched_plan *prev, u
   st = pl->ops->plan(&in, &p, err, errlen);
   free(ts);
   if (st != FGB_OK) return st;
-  sched_plan_stamp(&p, prev, agreed, SRV_PLAN_LEAD);
+  sched_plan_stamp(&p, prev, agreed, PLAN_LEAD);
   return ver_make(&p, out, err, errlen);
 }
 
@@ -208,7 +208,7 @@ static int same_plan(const sched_plan *a, const sched_plan *b) {
 }
 
 /* One line on what the plan compresses and why not, for the log (tests read it). */
-static void log_decisions(const srv_job *j, const sched_plan *p) {
+static void log_decisions(const core_job *j, const sched_plan *p) {
   uint32_t comp = 0, by_cost = 0, other = 0;
   const char *why = "";
   for (uint32_t b = 0; b < p->nbuffers; b++) {
@@ -229,7 +229,7 @@ static void log_decisions(const srv_job *j, const sched_plan *p) {
       by_cost ? ")" : "", other);
 }
 
-static void adopt(srv_job *j, srv_plan *pl, plan_ver *nv, uint64_t at, const char *why) {
+static void adopt(core_job *j, plan_state *pl, plan_ver *nv, uint64_t at, const char *why) {
   if (pl->nv == 2) {
     ver_free(&pl->v[0]);
     pl->v[0] = pl->v[1];
@@ -255,10 +255,10 @@ static void adopt(srv_job *j, srv_plan *pl, plan_ver *nv, uint64_t at, const cha
 
 /* ---- measured ready times ------------------------------------------------------------------ */
 
-void srv_plan_on_ready(srv_job *j, const srv_tensor *t, uint64_t step, uint64_t now_us) {
-  srv_plan *pl = plan_get(j);
-  if (!pl || !t->key_known || t->key >= RT_MAX_KEY || (step & SRV_COLL_STEP)) return;
-  if (pl->state == SRV_PLAN_NOTHING) return; /* a dense dynamic job: nothing will use them */
+void plan_on_ready(core_job *j, const core_tensor *t, uint64_t step, uint64_t now_us) {
+  plan_state *pl = plan_get(j);
+  if (!pl || !t->key_known || t->key >= RT_MAX_KEY || (step & CORE_COLL_STEP)) return;
+  if (pl->state == PLAN_NOTHING) return; /* a dense dynamic job: nothing will use them */
   if (t->key >= pl->rtcap) {
     uint32_t nc = pl->rtcap ? pl->rtcap : 64;
     while (nc <= t->key) nc *= 2;
@@ -281,7 +281,8 @@ void srv_plan_on_ready(srv_job *j, const srv_tensor *t, uint64_t step, uint64_t 
 
 /* This rank's median ready times of the steps before `at` (relative to each step's first ready)
  * for the tensor list, or NULL when no such step was timed. */
-static double *ready_medians(const srv_plan *pl, uint64_t at, const sched_tensor *ts, uint32_t n) {
+static double *ready_medians(const plan_state *pl, uint64_t at, const sched_tensor *ts,
+                             uint32_t n) {
   uint32_t win = pl->warmup > 1 ? pl->warmup - 1 : 1;
   if (win > RT_WINDOW) win = RT_WINDOW;
   double *rows[RT_WINDOW];
@@ -313,7 +314,7 @@ static double *ready_medians(const srv_plan *pl, uint64_t at, const sched_tensor
 
 /* Hand the engine the exchange for step `at`: the job's settings only (config_only), its first
  * plan, or a re-plan of `cur`. 0: in flight. */
-static int start_xchg(srv_job *j, srv_plan *pl, uint64_t at, const sched_plan *cur,
+static int start_xchg(core_job *j, plan_state *pl, uint64_t at, const sched_plan *cur,
                       int config_only) {
   char err[256];
   px_ctx *c = calloc(1, sizeof(*c));
@@ -321,15 +322,15 @@ static int start_xchg(srv_job *j, srv_plan *pl, uint64_t at, const sched_plan *c
   if (!c || !it) goto nomem;
   c->ops = pl->ops;
   c->step = at;
-  c->lead = SRV_PLAN_LEAD;
-  c->comp_scale = srv_plan_env_scale();
+  c->lead = PLAN_LEAD;
+  c->comp_scale = plan_env_scale();
   c->deflt = plan_costs;
   c->config_only = config_only;
   c->warmup = *j->d->plan_warmup_steps;
   c->every = *j->d->replan_steps;
-  c->lo_warmup = SRV_PLAN_MIN_WARMUP;
-  c->lo_every = SRV_PLAN_MIN_REPLAN;
-  c->hi_steps = SRV_PLAN_MAX_STEPS;
+  c->lo_warmup = PLAN_MIN_WARMUP;
+  c->lo_every = PLAN_MIN_REPLAN;
+  c->hi_steps = PLAN_MAX_STEPS;
   if (!config_only) {
     if (build_list(j, pl, &c->ts, &c->n, err, sizeof(err)) != FGB_OK) goto nomem;
     c->ready = ready_medians(pl, at, c->ts, c->n);
@@ -339,7 +340,7 @@ static int start_xchg(srv_job *j, srv_plan *pl, uint64_t at, const sched_plan *c
     c->has_cur = 1;
   }
   int dyn = (pl->ops->flags & SCHED_DYNAMIC) != 0;
-  for (const srv_tensor *t = j->tfirst; dyn && config_only && t; t = t->jnext)
+  for (const core_tensor *t = j->tfirst; dyn && config_only && t; t = t->jnext)
     if (t->comp) c->has_comp = 1;
   it->kind = ENG_XCHG;
   it->job_key = j->key;
@@ -352,9 +353,9 @@ static int start_xchg(srv_job *j, srv_plan *pl, uint64_t at, const sched_plan *c
   it->xchg->calibrate = dyn ? !config_only && !cur : config_only;
   if (!config_only) pl->nlast = 0;
   pl->xpending = 1;
-  pl->xfrom = at + (config_only ? 1 : SRV_PLAN_LEAD);
+  pl->xfrom = at + (config_only ? 1 : PLAN_LEAD);
   j->inflight++;
-  srv_eng_submit(j->d, j, it, 0); /* in world order, behind pre-issued items waiting */
+  pre_eng_submit(j->d, j, it, 0); /* in world order, behind pre-issued items waiting */
   return 0;
 nomem:
   px_free(c);
@@ -363,17 +364,17 @@ nomem:
   return -1;
 }
 
-static void defer_free(srv_plan *pl) {
+static void defer_free(plan_state *pl) {
   for (uint32_t i = 0; i < pl->ndefer; i++) free(pl->defer[i].tensor_keys);
   free(pl->defer);
   pl->defer = NULL;
   pl->ndefer = pl->dcap = 0;
 }
 
-int srv_plan_defer(srv_job *j, const coord_event *ev) {
-  srv_plan *pl = j->plan;
+int plan_defer(core_job *j, const coord_event *ev) {
+  plan_state *pl = j->plan;
   if (!pl ||
-      !(pl->ndefer || (pl->xpending && !(ev->step & SRV_COLL_STEP) && ev->step >= pl->xfrom)))
+      !(pl->ndefer || (pl->xpending && !(ev->step & CORE_COLL_STEP) && ev->step >= pl->xfrom)))
     return 0;
   if (VEC_RESERVE(pl->defer, pl->dcap, pl->ndefer, 16)) goto nomem;
   coord_event *c = &pl->defer[pl->ndefer];
@@ -389,7 +390,7 @@ int srv_plan_defer(srv_job *j, const coord_event *ev) {
   if (!c->tensor_keys) goto nomem;
   if (ev->ntensors) memcpy(c->tensor_keys, ev->tensor_keys, ev->ntensors * sizeof(uint32_t));
   pl->ndefer++;
-  srv_issue_mark(j, ev); /* numbered: an ABORT before the verdict must not drop it here */
+  ev_issue_mark(j, ev); /* numbered: an ABORT before the verdict must not drop it here */
   return 1;
 nomem:
   LOG_ERROR("job '%s': out of memory deferring collective #%llu until its plan is agreed",
@@ -397,8 +398,8 @@ nomem:
   return 0;
 }
 
-void srv_plan_xchg_done(srv_job *j, eng_item *it) {
-  srv_plan *pl = j->plan;
+void plan_xchg_done(core_job *j, eng_item *it) {
+  plan_state *pl = j->plan;
   px_ctx *c = it->xchg ? it->xchg->ud : NULL;
   if (!pl || !c) return;
   pl->xpending = 0;
@@ -419,7 +420,7 @@ void srv_plan_xchg_done(srv_job *j, eng_item *it) {
     LOG_INFO("job '%s': plan_warmup_steps %u, replan_steps %u (agreed: largest over ranks)",
              j->id.name, pl->warmup, pl->every);
     if ((pl->ops->flags & SCHED_DYNAMIC) && !c->any_comp) {
-      pl->state = SRV_PLAN_NOTHING; /* nothing to decide: no further exchanges */
+      pl->state = PLAN_NOTHING; /* nothing to decide: no further exchanges */
       LOG_INFO(
           "job '%s': %s: no tensor with a compressor at the job's start on any rank: no "
           "compression decisions",
@@ -459,7 +460,7 @@ void srv_plan_xchg_done(srv_job *j, eng_item *it) {
   pl->defer = NULL;
   pl->ndefer = pl->dcap = 0;
   for (uint32_t i = 0; i < n; i++) {
-    if (!srv_plan_defer(j, &q[i])) srv_issue_event(j->d, j, &q[i]);
+    if (!plan_defer(j, &q[i])) ev_issue(j->d, j, &q[i]);
     free(q[i].tensor_keys);
   }
   free(q);
@@ -470,7 +471,7 @@ void srv_plan_xchg_done(srv_job *j, eng_item *it) {
  * next version, adopted from next_check + lead. CPU: through the exchange (the same verdict on
  * every rank; GPU daemons too, daemon/gpu/xchg.c); a GPU path without the exchange hooks:
  * locally from the stream alone. */
-static void replan(srv_job *j, srv_plan *pl) {
+static void replan(core_job *j, plan_state *pl) {
   char err[256];
   plan_ver nv;
   uint64_t at = pl->next_check;
@@ -502,10 +503,10 @@ static void replan(srv_job *j, srv_plan *pl) {
  * executed (dense: residuals folded in and sent dense). A mixed buffer is dense by construction
  * ("a member is not compressible"); its compressed members keep "sparsify per tensor, then
  * fuse". */
-static int all_compressible(const srv_job *j, const sched_plan *p, uint32_t b) {
+static int all_compressible(const core_job *j, const sched_plan *p, uint32_t b) {
   const sched_buffer *sb = &p->buffers[b];
   for (uint32_t m = 0; m < sb->count; m++) {
-    const srv_tensor *t = srv_tensor_by_key(j, p->order[sb->first + m]);
+    const core_tensor *t = core_tensor_by_key(j, p->order[sb->first + m]);
     if (!t || !t->comp) return 0;
   }
   return 1;
@@ -529,11 +530,12 @@ static int rewrite_issue(const sched_plan *p, coord_event *ev, uint32_t b) {
  * decisions existed). *has_comp: the ISSUE holds a member with a compressor. Compressed tensors
  * travel alone under none and fusion, so an ISSUE holds at most one of them unless the ranks
  * disagree on compressors (cp_agree then fails the job). */
-static int dyn_decision(const srv_job *j, const plan_ver *v, const coord_event *ev, int *has_comp) {
+static int dyn_decision(const core_job *j, const plan_ver *v, const coord_event *ev,
+                        int *has_comp) {
   *has_comp = 0;
   for (uint32_t k = 0; k < ev->ntensors; k++) {
     uint32_t key = ev->tensor_keys[k];
-    const srv_tensor *t = srv_tensor_by_key(j, key);
+    const core_tensor *t = core_tensor_by_key(j, key);
     if (!t || !t->comp) continue;
     *has_comp = 1;
     if (key >= v->nbuf_of || !v->buf_of[key] || v->plan.buffers[v->buf_of[key] - 1].compress)
@@ -542,8 +544,8 @@ static int dyn_decision(const srv_job *j, const plan_ver *v, const coord_event *
   return *has_comp ? 2 : 0;
 }
 
-int srv_plan_on_issue(srv_job *j, coord_event *ev) {
-  srv_plan *pl = plan_get(j);
+int plan_on_issue(core_job *j, coord_event *ev) {
+  plan_state *pl = plan_get(j);
   if (!pl || ev->ntensors == 0) return 0;
   /* Static plans take single-tensor ISSUEs; a fusion group holds several dense tensors. */
   int dyn = (pl->ops->flags & SCHED_DYNAMIC) != 0;
@@ -556,14 +558,14 @@ int srv_plan_on_issue(srv_job *j, coord_event *ev) {
      * wait for it), so the warm-up ends at the same step everywhere. Dynamic policies decide only
      * through the exchange (never locally): without it they compress as before. */
     if (!eng_can_xchg(j->d->eng) && dyn) {
-      pl->state = SRV_PLAN_NOTHING;
+      pl->state = PLAN_NOTHING;
     } else if (eng_can_xchg(j->d->eng) && start_xchg(j, pl, ev->step, NULL, 1) != 0) {
       pl->state = -1;
       LOG_ERROR("job '%s': out of memory starting the planning exchange: tensors travel alone",
                 j->id.name);
     }
   }
-  if (pl->state == SRV_PLAN_NOTHING) return 0;
+  if (pl->state == PLAN_NOTHING) return 0;
   if (pl->state == 0 && !pl->planning) {
     uint64_t agreed = pl->s0 + pl->warmup;
     if (ev->step < agreed) {
@@ -649,18 +651,18 @@ nomem:
   return 0;
 }
 
-void srv_plan_view_get(const srv_job *j, srv_plan_view *v) {
-  const srv_plan *pl = j->plan;
+void plan_view_get(const core_job *j, plan_view *v) {
+  const plan_state *pl = j->plan;
   memset(v, 0, sizeof(*v));
   if (!pl) {
-    v->phase = SRV_PLAN_NOT_STARTED;
+    v->phase = PLAN_NOT_STARTED;
     v->warmup = *j->d->plan_warmup_steps;
     return;
   }
-  v->phase = pl->state == SRV_PLAN_NOTHING ? SRV_PLAN_IDLE
-             : pl->state == 0              ? SRV_PLAN_WARMUP
-             : pl->state < 0               ? SRV_PLAN_FAILED
-                                           : SRV_PLAN_PLANNED;
+  v->phase = pl->state == PLAN_NOTHING ? PLAN_IDLE
+             : pl->state == 0          ? PLAN_WARMUP
+             : pl->state < 0           ? PLAN_FAILED
+                                       : PLAN_PLANNED;
   v->warmup = pl->warmup;
   v->nversions = (uint32_t)pl->nv;
   for (int i = 0; i < pl->nv; i++) v->versions[i] = &pl->v[i].plan;
@@ -681,12 +683,12 @@ void srv_plan_view_get(const srv_job *j, srv_plan_view *v) {
   v->in_ready = pl->in_ready;
 }
 
-uint64_t srv_plan_buffers_issued(const srv_job *j) {
+uint64_t plan_buffers_issued(const core_job *j) {
   return j->plan ? j->plan->issued : 0;
 }
 
-void srv_plan_free(srv_job *j) {
-  srv_plan *pl = j->plan;
+void plan_free(core_job *j) {
+  plan_state *pl = j->plan;
   if (!pl) return;
   for (int i = 0; i < pl->nv; i++) ver_free(&pl->v[i]);
   free(pl->seen);
@@ -696,7 +698,7 @@ void srv_plan_free(srv_job *j) {
   defer_free(pl);
   free(pl->in_ids);
   free(pl->in_ready);
-  srv_plan_split_free(pl);
+  plan_split_free(pl);
   free(pl);
   j->plan = NULL;
 }

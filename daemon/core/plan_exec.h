@@ -1,7 +1,7 @@
 /* daemon/core/plan_exec.h — merge policies in fgbuffd. The dynamic ones run through the
  * coordinator: "none" issues every tensor alone, "fusion" lets the leader fuse the dense tensors
  * that become ready together into one ISSUE (one merge buffer in the engine) up to
- * SRV_FUSION_BYTES. Static policies (fgbuff, rgmerge, syncea, omgs, dear) plan from the job's
+ * PLAN_FUSION_BYTES. Static policies (fgbuff, rgmerge, syncea, omgs, dear) plan from the job's
  * agreed ISSUE stream and hold a plan buffer's ISSUEs until all its members are agreed, then hand
  * the engine one merge buffer (docs/scheduling.md, "Static plans in fgbuffd"). */
 #ifndef FGB_SRV_PLAN_EXEC_H
@@ -11,30 +11,30 @@
 #include <stdint.h>
 
 /* The leader's fusion cap (coord_config.fusion_bytes): the fusion policy's default threshold. */
-#define SRV_FUSION_BYTES (128u << 20)
+#define PLAN_FUSION_BYTES (128u << 20)
 /* Defaults of the live keys plan_warmup_steps (steps a static-policy job runs as "none" while its
  * order and ready times are observed) and replan_steps (rgmerge: steps between re-plan checks). */
-#define SRV_PLAN_WARMUP_STEPS 5
-#define SRV_PLAN_REPLAN_STEPS 50
+#define PLAN_WARMUP_STEPS 5
+#define PLAN_REPLAN_STEPS 50
 /* Steps between the agreed step and the plan's first step. */
-#define SRV_PLAN_LEAD 2
+#define PLAN_LEAD 2
 /* Bounds of the live keys plan_warmup_steps and replan_steps (conf/settings.c): a re-plan period
  * must exceed the lead so that a verdict lands before the next check. */
-#define SRV_PLAN_MIN_WARMUP 2
-#define SRV_PLAN_MIN_REPLAN (SRV_PLAN_LEAD + 1)
-#define SRV_PLAN_MAX_STEPS 100000
+#define PLAN_MIN_WARMUP 2
+#define PLAN_MIN_REPLAN (PLAN_LEAD + 1)
+#define PLAN_MAX_STEPS 100000
 
 struct core;
-struct srv_job;
-struct srv_tensor;
+struct core_job;
+struct core_tensor;
 struct coord_event;
 
 /* The bytes a tensor announces to the coordinator for grouping: its dense bytes in a "fusion" job
  * (dense tensors only), else a size above any cap, so it travels alone. */
-uint64_t srv_policy_group_bytes(const struct srv_job *j, const struct srv_tensor *t);
+uint64_t plan_policy_group_bytes(const struct core_job *j, const struct core_tensor *t);
 
 /* 1 when `name` is a static policy (one with plan()) that fgbuffd runs. */
-int srv_plan_policy(const char *name);
+int plan_policy(const char *name);
 
 /* An agreed gradient ISSUE of a job (loop thread, in world-sequence order): observes it and, once
  * a plan is in force for its step, holds it. Returns 1 when the ISSUE is held (the caller submits
@@ -42,60 +42,59 @@ int srv_plan_policy(const char *name);
  * member of the plan buffer it completed (tensor_keys in plan order, the event's seq), and 2 for
  * such a buffer that the plan sends dense although every member has a compressor (the caller
  * marks them flush_dense), and 3 or 4 for a buffer of a split plan (dear): the caller builds
- * the item and hands it to srv_plan_split_issue; 4 when every member has a compressor (the plan
+ * the item and hands it to plan_split_issue; 4 when every member has a compressor (the plan
  * sends it dense, as for 2; a mixed buffer's compressed members stay sparsified per tensor, as in
  * any plan). A job whose plan fails is logged and falls back to per-tensor ISSUEs
  * on every rank alike. */
-int srv_plan_on_issue(struct srv_job *j, struct coord_event *ev);
+int plan_on_issue(struct core_job *j, struct coord_event *ev);
 
 /* A tensor of the job became ready locally for `step` (submit on CPU, the client's event seen
  * complete on GPU): its time feeds the ready times this rank contributes to the next plan. */
-void srv_plan_on_ready(struct srv_job *j, const struct srv_tensor *t, uint64_t step,
-                       uint64_t now_us);
+void plan_on_ready(struct core_job *j, const struct core_tensor *t, uint64_t step, uint64_t now_us);
 
 /* Called for every agreed ISSUE before anything else: 1 when it must wait (a planning exchange
  * decides the plan of its step, or an earlier ISSUE of the job waits): it is copied and replayed
- * through srv_issue_event, in order, once the exchange is back. */
-int srv_plan_defer(struct srv_job *j, const struct coord_event *ev);
+ * through ev_issue, in order, once the exchange is back. */
+int plan_defer(struct core_job *j, const struct coord_event *ev);
 /* events.c: run an agreed ISSUE of the job (plan holds, then the engine). */
-void srv_issue_event(struct core *d, struct srv_job *j, struct coord_event *ev);
+void ev_issue(struct core *d, struct core_job *j, struct coord_event *ev);
 /* events.c: the pending tensors (or ad-hoc collective) an agreed ISSUE names count as issued
- * from now on, though it waits (srv_plan_defer): an ABORT arriving meanwhile fails only what was
+ * from now on, though it waits (plan_defer): an ABORT arriving meanwhile fails only what was
  * not numbered, so the ISSUE still runs here, as on the ranks where it did not wait. */
-void srv_issue_mark(struct srv_job *j, const struct coord_event *ev);
+void ev_issue_mark(struct core_job *j, const struct coord_event *ev);
 /* The engine finished the job's ENG_XCHG item: adopt its verdict, replay deferred ISSUEs. */
 struct eng_item;
-void srv_plan_xchg_done(struct srv_job *j, struct eng_item *it);
+void plan_xchg_done(struct core_job *j, struct eng_item *it);
 
-/* A split plan buffer's item, built by srv_issue_event for srv_plan_on_issue's 3: it runs as the
+/* A split plan buffer's item, built by ev_issue for plan_on_issue's 3: it runs as the
  * reduce-scatter half now; the all-gather halves of its step are submitted after the step's last
  * reduce-scatter, in forward order (the plan's last buffer first), on every rank at the same place
  * of the world order. Takes `it`. */
-void srv_plan_split_issue(struct srv_job *j, struct eng_item *it);
+void plan_split_issue(struct core_job *j, struct eng_item *it);
 /* The job aborted: buffers still waiting for their step's all-gathers get an all-gather item that
  * runs no collective and fails their members with `code` once their reduce-scatter finished (the
  * engine still holds the clients' memory until then). */
-void srv_plan_split_abort(struct srv_job *j, int code, const char *text);
+void plan_split_abort(struct core_job *j, int code, const char *text);
 /* Split halves handed to the engine so far (0 for other plans). */
-void srv_plan_split_counts(const struct srv_job *j, uint64_t *rs, uint64_t *ag);
+void plan_split_counts(const struct core_job *j, uint64_t *rs, uint64_t *ag);
 
 /* Plan buffers of the job handed to the engine as one item so far. */
-uint64_t srv_plan_buffers_issued(const struct srv_job *j);
+uint64_t plan_buffers_issued(const struct core_job *j);
 
 /* A read-only view of a job's plan state, for status (rpc/plan_status.c) and tests: pointers
  * into the core's own state, valid until the next call into the core (loop thread only). */
 struct sched_plan;
 struct sched_costs;
-typedef enum srv_plan_phase {
-  SRV_PLAN_NOT_STARTED, /* no ISSUE of the job has reached the plan yet */
-  SRV_PLAN_WARMUP,      /* observing the order and ready times: steps as "none" */
-  SRV_PLAN_PLANNED,     /* a plan adopted (versions[nversions - 1] is the newest) */
-  SRV_PLAN_FAILED,      /* planning failed: per tensor (dynamic: every compressed tensor
-                         * compresses) from then on */
-  SRV_PLAN_IDLE,        /* a dynamic job with no tensor with a compressor at its start */
-} srv_plan_phase;
-typedef struct srv_plan_view {
-  srv_plan_phase phase;
+typedef enum plan_phase {
+  PLAN_NOT_STARTED, /* no ISSUE of the job has reached the plan yet */
+  PLAN_WARMUP,      /* observing the order and ready times: steps as "none" */
+  PLAN_PLANNED,     /* a plan adopted (versions[nversions - 1] is the newest) */
+  PLAN_FAILED,      /* planning failed: per tensor (dynamic: every compressed tensor
+                     * compresses) from then on */
+  PLAN_IDLE,        /* a dynamic job with no tensor with a compressor at its start */
+} plan_phase;
+typedef struct plan_view {
+  plan_phase phase;
   uint32_t warmup;                      /* warm-up steps (the live key's when NOT_STARTED) */
   uint32_t nversions;                   /* adopted plan versions kept, oldest first (<= 2) */
   const struct sched_plan *versions[2]; /* a version's first_step says from when it runs */
@@ -117,18 +116,18 @@ typedef struct srv_plan_view {
   const uint32_t *in_ids;
   const double *in_ready; /* seconds (NaN: not ready); NULL: not measured on every
                            * rank */
-} srv_plan_view;
-void srv_plan_view_get(const struct srv_job *j, srv_plan_view *v);
+} plan_view;
+void plan_view_get(const struct core_job *j, plan_view *v);
 
 /* rpc/plan_status.c: the job's plan as sched_plan_status_json renders it, or "null"; like
  * snprintf. */
-size_t srv_plan_status_json(const struct srv_job *j, char *buf, size_t cap);
+size_t plan_status_json(const struct core_job *j, char *buf, size_t cap);
 
 /* rpc/plan_status.c: the same as text lines for fgbuffctl status (empty for dynamic policies);
  * like snprintf. */
-size_t srv_plan_status_text(const struct srv_job *j, char *buf, size_t cap);
+size_t plan_status_text(const struct core_job *j, char *buf, size_t cap);
 
 /* Free the job's plan state (job release). */
-void srv_plan_free(struct srv_job *j);
+void plan_free(struct core_job *j);
 
 #endif

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "coordinator.h" /* coord_event (srv_plan.defer) */
+#include "coordinator.h" /* coord_event (plan_state.defer) */
 #include "policy.h"
 
 #define RT_SLOTS 16           /* steps of ready times kept (pipelined clients run ahead) */
@@ -47,7 +47,7 @@ typedef struct plan_split {
   uint32_t n;
 } plan_split;
 
-typedef struct srv_plan {
+typedef struct plan_state {
   const sched_policy_ops *ops;
   int started;
   uint64_t s0;    /* step of the job's first ISSUE */
@@ -56,7 +56,7 @@ typedef struct srv_plan {
   uint32_t *last; /* keys issued for the observed step (warm-up's last, or before a re-plan) */
   uint32_t nlast, lastcap;
   int state;     /* 0: warm-up; 1: planned; -1: planning failed (per-tensor from then on);
-                  * SRV_PLAN_NOTHING: a dynamic job with nothing to decide */
+                  * PLAN_NOTHING: a dynamic job with nothing to decide */
   plan_ver v[2]; /* nv adopted versions kept, newest last (the previous one finishes its steps) */
   int nv;
   uint64_t next_check; /* re-planning policies: the next step at which to re-plan */
@@ -82,20 +82,20 @@ typedef struct srv_plan {
   uint32_t *in_ids;
   double *in_ready; /* NULL: ready times not measured on every rank */
   char in_why[96];
-  /* Split plans (SCHED_SPLIT, plan_split.c): the buffer srv_plan_on_issue just completed, the
+  /* Split plans (SCHED_SPLIT, plan_split.c): the buffer plan_on_issue just completed, the
    * buffers waiting for their step's all-gathers, and the halves handed to the engine. */
   uint64_t sp_step;
   uint32_t sp_buf, sp_nbuf;
   plan_split *splits;
   uint32_t nsplits, spcap;
   uint64_t rs_issued, ag_issued;
-} srv_plan;
+} plan_state;
 
 /* plan_split.c: free what waits for all-gathers (job release; the engine holds no item of it). */
-void srv_plan_split_free(srv_plan *pl);
+void plan_split_free(plan_state *pl);
 
 /* A dynamic job (none, fusion) whose ranks had no tensor with a compressor at its start: no
  * decision table, no further exchanges (plan_exec.c). */
-#define SRV_PLAN_NOTHING (-2)
+#define PLAN_NOTHING (-2)
 
 #endif

@@ -23,7 +23,7 @@ static void split_drop(plan_split *s) {
 }
 
 /* The all-gather half of waiting buffer i (removed from the list); status != 0: it fails. */
-static void submit_ag(srv_job *j, srv_plan *pl, uint32_t i, int status, const char *text) {
+static void submit_ag(core_job *j, plan_state *pl, uint32_t i, int status, const char *text) {
   plan_split s = pl->splits[i];
   pl->splits[i] = pl->splits[--pl->nsplits];
   if (s.n == 0) { /* none of its members was pending here (logged by the caller of the RS) */
@@ -49,12 +49,12 @@ static void submit_ag(srv_job *j, srv_plan *pl, uint32_t i, int status, const ch
   it->n = s.n;
   if (!status) pl->ag_issued++;
   j->inflight++;
-  srv_eng_submit(j->d, j, it, 0);
+  pre_eng_submit(j->d, j, it, 0);
 }
 
 /* Every buffer of `step` reduce-scattered: their all-gathers in forward order (the plan's buffers
  * are in backward order, so the highest index holds the first layers). */
-static void step_complete(srv_job *j, srv_plan *pl, uint64_t step, uint32_t nbuf) {
+static void step_complete(core_job *j, plan_state *pl, uint64_t step, uint32_t nbuf) {
   for (uint32_t b = nbuf; b-- > 0;)
     for (uint32_t i = 0; i < pl->nsplits; i++)
       if (pl->splits[i].step == step && pl->splits[i].buf == b) {
@@ -63,8 +63,8 @@ static void step_complete(srv_job *j, srv_plan *pl, uint64_t step, uint32_t nbuf
       }
 }
 
-void srv_plan_split_issue(srv_job *j, eng_item *it) {
-  srv_plan *pl = j->plan;
+void plan_split_issue(core_job *j, eng_item *it) {
+  plan_state *pl = j->plan;
   eng_tensor *copy = NULL;
   eng_split *sb = eng_split_new();
   if (!pl || !sb || pl->nsplits == UINT32_MAX) goto nomem;
@@ -84,7 +84,7 @@ void srv_plan_split_issue(srv_job *j, eng_item *it) {
     it->sbuf = eng_split_ref(sb);
     pl->rs_issued++;
     j->inflight++;
-    srv_eng_submit(j->d, j, it, 0);
+    pre_eng_submit(j->d, j, it, 0);
   } else {
     eng_item_free(it);
   }
@@ -99,20 +99,20 @@ nomem:
   eng_split_unref(sb);
   free(copy);
   j->inflight++;
-  srv_eng_submit(j->d, j, it, 0);
+  pre_eng_submit(j->d, j, it, 0);
 }
 
-void srv_plan_split_abort(srv_job *j, int code, const char *text) {
-  srv_plan *pl = j->plan;
+void plan_split_abort(core_job *j, int code, const char *text) {
+  plan_state *pl = j->plan;
   while (pl && pl->nsplits) submit_ag(j, pl, pl->nsplits - 1, code, text);
 }
 
-void srv_plan_split_counts(const srv_job *j, uint64_t *rs, uint64_t *ag) {
+void plan_split_counts(const core_job *j, uint64_t *rs, uint64_t *ag) {
   *rs = j->plan ? j->plan->rs_issued : 0;
   *ag = j->plan ? j->plan->ag_issued : 0;
 }
 
-void srv_plan_split_free(srv_plan *pl) {
+void plan_split_free(plan_state *pl) {
   for (uint32_t i = 0; i < pl->nsplits; i++) split_drop(&pl->splits[i]);
   free(pl->splits);
   pl->splits = NULL;

@@ -23,63 +23,63 @@
 #include "plan_internal.h"
 #include "policy.h"
 
-typedef struct srv_held {
+typedef struct pre_held {
   eng_item *it;
-  srv_job *j; /* kept alive by j->inflight, counted when the item was made */
-  int wait;   /* a pre-issued ISSUE not started yet */
-  int kept;   /* ... kept by a recall: some rank started it */
-  struct srv_held *next;
-} srv_held;
+  core_job *j; /* kept alive by j->inflight, counted when the item was made */
+  int wait;    /* a pre-issued ISSUE not started yet */
+  int kept;    /* ... kept by a recall: some rank started it */
+  struct pre_held *next;
+} pre_held;
 
 /* FGBUFF_PREISSUE: "1" on, "0" off, unset: on for GPU daemons only (a CPU daemon's MPI
  * collective cannot be aborted: the race in docs/architecture.md "Pre-issue"). */
-int srv_pre_enabled(const core *d) {
+int pre_enabled(const core *d) {
   int v = (int)env_num(ENV_PREISSUE);
   return v >= 0 ? v : d->gpu != 0;
 }
 
 /* FGBUFF_RECALL=0 turns recalls off (tests prove with it that they are needed; comparisons). */
-int srv_recall_enabled(void) {
+int pre_recall_enabled(void) {
   return env_num(ENV_RECALL) != 0;
 }
 
-/* FGBUFF_RECALL_STUCK_MS (default 1000, 0: never): see srv_pre_tick. */
+/* FGBUFF_RECALL_STUCK_MS (default 1000, 0: never): see pre_tick. */
 static uint64_t stuck_ms(void) {
   return (uint64_t)env_num(ENV_RECALL_STUCK_MS);
 }
 
-static srv_pending *pending_of(srv_job *j, uint32_t tensor_id, uint64_t step) {
+static core_pending *pending_of(core_job *j, uint32_t tensor_id, uint64_t step) {
   for (uint32_t i = 0; i < j->npending; i++)
     if (j->pending[i].tensor_id == tensor_id && j->pending[i].step == step) return &j->pending[i];
   return NULL;
 }
 
 /* Every member submitted (or flushed) here, and on GPU its client's event seen complete. */
-static int members_ready(const srv_held *h) {
+static int members_ready(const pre_held *h) {
   for (uint32_t i = 0; i < h->it->n; i++) {
-    const srv_pending *p = pending_of(h->j, h->it->t[i].tensor_id, h->it->t[i].step);
+    const core_pending *p = pending_of(h->j, h->it->t[i].tensor_id, h->it->t[i].step);
     if (!p || p->observing) return 0;
   }
   return 1;
 }
 
 /* The members' per-step fields, known only now: flushed (zeros), the done event of the slot. */
-static void start_members(srv_held *h) {
+static void start_members(pre_held *h) {
   for (uint32_t i = 0; i < h->it->n; i++) {
     eng_tensor *t = &h->it->t[i];
-    srv_pending *p = pending_of(h->j, t->tensor_id, t->step);
+    core_pending *p = pending_of(h->j, t->tensor_id, t->step);
     p->issued = 1;
     t->zero_first = p->flushed;
     const dp_ops *dp = h->j->d->dp;
-    srv_tensor *st = dp ? srv_tensor_get(h->j->d, t->tensor_id) : NULL;
+    core_tensor *st = dp ? step_tensor_get(h->j->d, t->tensor_id) : NULL;
     t->done_ev = st ? dp->done_signal(st) : NULL;
   }
 }
 
-void srv_pre_pump(core *d) {
+void pre_pump(core *d) {
   if (!d->eng) return; /* the engine stopped (shutdown): nothing starts any more */
   while (d->held && (!d->held->wait || (!d->held->j->pre_hold && members_ready(d->held)))) {
-    srv_held *h = d->held;
+    pre_held *h = d->held;
     if (h->wait) start_members(h);
     /* Handed over: a recall keeps it (every rank runs it). */
     if (h->it->pre && h->j && h->it->seq > h->j->pre_handed) h->j->pre_handed = h->it->seq;
@@ -92,7 +92,7 @@ void srv_pre_pump(core *d) {
 }
 
 /* Logs when a job's gradient ISSUEs switch between pre-issued and agreed (tests read it). */
-static void log_mode(srv_job *j, const eng_item *it, int wait) {
+static void log_mode(core_job *j, const eng_item *it, int wait) {
   if (!j || it->kind != ENG_ISSUE || it->coll != ENG_GRAD || it->n == 0 || j->pre_live == wait)
     return;
   j->pre_live = (uint8_t)wait;
@@ -111,27 +111,27 @@ static void log_mode(srv_job *j, const eng_item *it, int wait) {
  * steps.c stops pre-issue for that job, and docs/architecture.md lists the case.) Items of other
  * jobs are never passed: pre-issue runs only while no other job shares the daemons, and a job
  * formed since waits behind the block (not started anywhere). */
-static srv_held **adhoc_slot(core *d, srv_job *j, const eng_item *it) {
-  const srv_coll *c = NULL;
+static pre_held **adhoc_slot(core *d, core_job *j, const eng_item *it) {
+  const core_coll *c = NULL;
   if (!j || it->kind != ENG_ISSUE || it->coll == ENG_GRAD) return NULL;
   for (uint32_t i = 0; i < j->ncolls; i++)
     if (j->colls[i].seq == it->coll_seq) c = &j->colls[i];
   if (!c) return NULL;
-  for (srv_held **pp = &d->held; *pp; pp = &(*pp)->next) {
-    const srv_held *h = *pp;
+  for (pre_held **pp = &d->held; *pp; pp = &(*pp)->next) {
+    const pre_held *h = *pp;
     if (h->wait && h->j == j && h->it->n && (!c->sub_any || h->it->t[0].step > c->sub_hi))
       return pp;
   }
   return NULL;
 }
 
-void srv_eng_submit(core *d, srv_job *j, eng_item *it, int wait) {
+void pre_eng_submit(core *d, core_job *j, eng_item *it, int wait) {
   log_mode(j, it, wait);
   if (!d->held && !wait) {
     eng_submit(d->eng, it);
     return;
   }
-  srv_held *h = calloc(1, sizeof(*h));
+  pre_held *h = calloc(1, sizeof(*h));
   if (!h) {
     /* Out of memory: submitting out of order could deadlock the world; a waiting item cannot be
      * started at all. Either way this rank cannot keep its promise: fail loudly. */
@@ -149,7 +149,7 @@ void srv_eng_submit(core *d, srv_job *j, eng_item *it, int wait) {
   h->it = it;
   h->j = j;
   h->wait = wait;
-  srv_held **slot = wait ? NULL : adhoc_slot(d, j, it);
+  pre_held **slot = wait ? NULL : adhoc_slot(d, j, it);
   if (slot) {
     LOG_INFO("job '%s': ad-hoc collective #%llu (seq %llu) runs before its pre-issued step %llu",
              j->id.name, (unsigned long long)it->seq, (unsigned long long)it->coll_seq,
@@ -157,7 +157,7 @@ void srv_eng_submit(core *d, srv_job *j, eng_item *it, int wait) {
     h->next = *slot;
     *slot = h;
     d->nheld++;
-    srv_pre_pump(d);
+    pre_pump(d);
     return;
   }
   if (d->held_tail)
@@ -166,15 +166,15 @@ void srv_eng_submit(core *d, srv_job *j, eng_item *it, int wait) {
     d->held = h;
   d->held_tail = h;
   d->nheld++;
-  srv_pre_pump(d);
+  pre_pump(d);
 }
 
-void srv_eng_submit_now(core *d, eng_item *it) {
+void pre_eng_submit_now(core *d, eng_item *it) {
   eng_submit(d->eng, it);
 }
 
-int srv_pre_waits_for(const core *d, const srv_job *j, uint32_t tensor_id, uint64_t step) {
-  for (const srv_held *h = d->held; h; h = h->next) {
+int pre_waits_for(const core *d, const core_job *j, uint32_t tensor_id, uint64_t step) {
+  for (const pre_held *h = d->held; h; h = h->next) {
     if (!h->wait || h->j != j) continue;
     for (uint32_t i = 0; i < h->it->n; i++)
       if (h->it->t[i].tensor_id == tensor_id && h->it->t[i].step == step) return 1;
@@ -182,13 +182,13 @@ int srv_pre_waits_for(const core *d, const srv_job *j, uint32_t tensor_id, uint6
   return 0;
 }
 
-uint32_t srv_pre_nwaiting(const core *d) {
+uint32_t pre_nwaiting(const core *d) {
   return d->nheld;
 }
 
-void srv_pre_free(core *d) {
+void pre_free(core *d) {
   while (d->held) {
-    srv_held *h = d->held;
+    pre_held *h = d->held;
     d->held = h->next;
     eng_item_free(h->it);
     free(h);
@@ -200,15 +200,15 @@ void srv_pre_free(core *d) {
 /* Whether this rank wants step u numbered ahead of readiness: its static plan is in force for u
  * and stays so (no exchange pending, u not the step a re-planning policy observes its order in),
  * and the policy's items all travel through the ordered queue (split plans do not yet). */
-static int plan_in_force(const srv_job *j, uint64_t u) {
-  const srv_plan *pl = j->plan;
+static int plan_in_force(const core_job *j, uint64_t u) {
+  const plan_state *pl = j->plan;
   if (!pl || pl->state != 1 || pl->xpending || pl->nv == 0) return 0;
   if (pl->ops->flags & SCHED_SPLIT) return 0;
   if (pl->fail_from && u >= pl->fail_from) return 0;
   if (u < pl->v[pl->nv - 1].plan.first_step) return 0;
   if ((pl->ops->flags & SCHED_REPLANS) && (!pl->next_check || u + 1 >= pl->next_check)) return 0;
   const plan_ver *v = &pl->v[pl->nv - 1]; /* a tensor outside the plan (registered later) */
-  for (const srv_tensor *t = j->tfirst; t; t = t->jnext) {
+  for (const core_tensor *t = j->tfirst; t; t = t->jnext) {
     if (!t->key_known || t->key >= v->nbuf_of || !v->buf_of[t->key]) return 0;
   }
   return 1;
@@ -219,25 +219,25 @@ static int plan_in_force(const srv_job *j, uint64_t u) {
  * pending and no decisions table is in force. Compressed tensors stay agreed on readiness: their
  * first sync agrees the compressor settings and, on GPU, the sparse path's phases are run per
  * agreed item; pre-issuing them has not been checked on GPU. */
-static int none_in_force(const srv_job *j) {
-  const srv_plan *pl = j->plan;
-  if (!pl || pl->xpending || pl->state != SRV_PLAN_NOTHING) return 0;
-  for (const srv_tensor *t = j->tfirst; t; t = t->jnext)
+static int none_in_force(const core_job *j) {
+  const plan_state *pl = j->plan;
+  if (!pl || pl->xpending || pl->state != PLAN_NOTHING) return 0;
+  for (const core_tensor *t = j->tfirst; t; t = t->jnext)
     if (!t->key_known || t->comp) return 0;
   return 1;
 }
 
 /* An ad-hoc collective asked for inside a step and not done yet. */
-static int mid_step_coll(const srv_job *j) {
+static int mid_step_coll(const core_job *j) {
   for (uint32_t i = 0; i < j->ncolls; i++)
     if (j->colls[i].mid) return 1;
   return 0;
 }
 
-void srv_pre_step(core *d, srv_job *j, uint64_t step) {
+void pre_step(core *d, core_job *j, uint64_t step) {
   int none = strcmp(j->policy, "none") == 0;
-  if (!srv_pre_enabled(d) || !j->formed || j->aborted || (step & SRV_COLL_STEP) ||
-      (!none && !srv_plan_policy(j->policy)))
+  if (!pre_enabled(d) || !j->formed || j->aborted || (step & CORE_COLL_STEP) ||
+      (!none && !plan_policy(j->policy)))
     return;
   if (j->pre_seen && step < j->pre_next) return; /* not the first readiness of a new step */
   j->pre_seen = 1;
@@ -249,9 +249,9 @@ void srv_pre_step(core *d, srv_job *j, uint64_t step) {
     LOG_WARN("job '%s': coord_preissue(step %llu): %d", j->id.name, (unsigned long long)step, st);
 }
 
-void srv_pre_mid_step(core *d, srv_job *j) {
-  if (!srv_pre_enabled(d) || !j->formed) return;
-  if (!srv_recall_enabled()) { /* as before recalls: this job never asks for pre-issue again */
+void pre_mid_step(core *d, core_job *j) {
+  if (!pre_enabled(d) || !j->formed) return;
+  if (!pre_recall_enabled()) { /* as before recalls: this job never asks for pre-issue again */
     j->pre_adhoc = 1;
     return;
   }
@@ -260,7 +260,7 @@ void srv_pre_mid_step(core *d, srv_job *j) {
 }
 
 /* A member of h that this rank's client has not submitted (or ended) yet, or NULL. */
-static const eng_tensor *unsubmitted(const srv_held *h) {
+static const eng_tensor *unsubmitted(const pre_held *h) {
   for (uint32_t i = 0; i < h->it->n; i++)
     if (!pending_of(h->j, h->it->t[i].tensor_id, h->it->t[i].step)) return &h->it->t[i];
   return NULL;
@@ -273,14 +273,14 @@ static const eng_tensor *unsubmitted(const srv_held *h) {
  * for longer than FGBUFF_RECALL_STUCK_MS, this daemon asks for a recall: the unstarted items are
  * agreed on readiness again (the order the client actually uses), and the client goes on after
  * that delay instead of timing out. */
-void srv_pre_tick(core *d) {
+void pre_tick(core *d) {
   uint64_t lim = stuck_ms(), now = clock_ms();
-  if (!lim || !srv_recall_enabled()) return;
-  for (srv_job *j = d->jobs; j; j = j->next) {
+  if (!lim || !pre_recall_enabled()) return;
+  for (core_job *j = d->jobs; j; j = j->next) {
     if (!j->session || j->aborted) continue; /* its ABORT or REVOKE decides */
-    const srv_held *first = NULL;
+    const pre_held *first = NULL;
     int later_ready = 0;
-    for (const srv_held *h = d->held; h; h = h->next) {
+    for (const pre_held *h = d->held; h; h = h->next) {
       if (!h->wait || h->j != j) continue;
       if (!first)
         first = h;
@@ -295,7 +295,7 @@ void srv_pre_tick(core *d) {
     }
     if (!j->pre_stuck_ms) j->pre_stuck_ms = now;
     if (now - j->pre_stuck_ms < lim) continue;
-    const srv_tensor *st = srv_tensor_get(d, t->tensor_id);
+    const core_tensor *st = step_tensor_get(d, t->tensor_id);
     LOG_WARN(
         "job '%s': pre-issued collective #%llu waits %llu ms for tensor '%s' (step %llu) while "
         "later ones are ready: the client's order differs from the block's: recall",
@@ -307,18 +307,18 @@ void srv_pre_tick(core *d) {
   }
 }
 
-void srv_pre_recall(core *d, srv_job *j, uint32_t recall_id) {
+void pre_recall(core *d, core_job *j, uint32_t recall_id) {
   j->pre_hold = 1; /* nothing more of the job's waiting items starts until the REVOKE */
   fgb_status st = coord_recall_answer(d->coord, &j->id, recall_id, j->pre_handed);
   if (st != FGB_OK) LOG_WARN("job '%s': coord_recall_answer: %d", j->id.name, st);
 }
 
-static void end_waiting(core *d, srv_job *j);
+static void end_waiting(core *d, core_job *j);
 
 /* Unlinks h, a waiting item of j whose predecessor in the queue is prev (*pp points at h), and
  * frees it with its engine item (it never reaches the engine). */
-static void free_waiting(core *d, srv_job *j, srv_held **pp, srv_held *prev) {
-  srv_held *h = *pp;
+static void free_waiting(core *d, core_job *j, pre_held **pp, pre_held *prev) {
+  pre_held *h = *pp;
   *pp = h->next;
   if (d->held_tail == h) d->held_tail = prev;
   d->nheld--;
@@ -331,13 +331,13 @@ static void free_waiting(core *d, srv_job *j, srv_held **pp, srv_held *prev) {
  * the same on every rank: no rank started it). Its tensors, if submitted here, are reported ready
  * again; they are numbered anew on readiness (the leader forgot every (step, key) it numbered
  * ahead since the last round: the members of kept items are never reported again). */
-static void revoke_item(core *d, srv_job *j, srv_held *h) {
+static void revoke_item(core *d, core_job *j, pre_held *h) {
   eng_item *it = h->it;
   for (uint32_t i = 0; i < it->n; i++) {
     eng_tensor *t = &it->t[i];
     j->revoked++;
-    srv_tensor *st = srv_tensor_get(d, t->tensor_id);
-    const srv_pending *p = pending_of(j, t->tensor_id, t->step);
+    core_tensor *st = step_tensor_get(d, t->tensor_id);
+    const core_pending *p = pending_of(j, t->tensor_id, t->step);
     if (st && st->key_known && p && !p->observing) {
       fgb_status rc = coord_ready(d->coord, &j->id, t->step, &st->key, 1);
       if (rc != FGB_OK)
@@ -352,15 +352,15 @@ static void revoke_item(core *d, srv_job *j, srv_held *h) {
  * and ring records are handled in the client's order, so it submitted everything it will before
  * the collective). Another rank started the item: the ranks disagree on which tensors come before
  * the collective, and no order can run both. Returns the tensor's name, or NULL. */
-static const char *disagrees(core *d, srv_job *j, uint64_t *step) {
+static const char *disagrees(core *d, core_job *j, uint64_t *step) {
   for (uint32_t i = 0; i < j->ncolls; i++) {
-    const srv_coll *c = &j->colls[i];
+    const core_coll *c = &j->colls[i];
     if (!c->mid) continue;
-    for (const srv_held *h = d->held; h; h = h->next) {
+    for (const pre_held *h = d->held; h; h = h->next) {
       if (!h->wait || !h->kept || h->j != j) continue;
       for (uint32_t k = 0; k < h->it->n; k++) {
         const eng_tensor *t = &h->it->t[k];
-        const srv_tensor *st = srv_tensor_get(d, t->tensor_id);
+        const core_tensor *st = step_tensor_get(d, t->tensor_id);
         if (!st || t->step > c->sub_hi || (st->has_last && st->last_step >= t->step)) continue;
         *step = t->step;
         return st->name;
@@ -370,7 +370,7 @@ static const char *disagrees(core *d, srv_job *j, uint64_t *step) {
   return NULL;
 }
 
-void srv_pre_check_mid(core *d, srv_job *j) {
+void pre_check_mid(core *d, core_job *j) {
   uint64_t step = 0;
   const char *name = disagrees(d, j, &step);
   if (!name || j->aborted || !j->session) return;
@@ -387,11 +387,11 @@ void srv_pre_check_mid(core *d, srv_job *j) {
   if (st != FGB_OK) LOG_WARN("job '%s': coord_leave: %d", j->id.name, st);
 }
 
-void srv_pre_revoke(core *d, srv_job *j, uint64_t kept) {
+void pre_revoke(core *d, core_job *j, uint64_t kept) {
   uint64_t before = j->revoked;
-  srv_held **pp = &d->held, *prev = NULL;
+  pre_held **pp = &d->held, *prev = NULL;
   while (*pp) {
-    srv_held *h = *pp;
+    pre_held *h = *pp;
     if (!h->wait || h->j != j || h->it->seq <= kept) {
       if (h->wait && h->j == j) h->kept = 1;
       prev = h;
@@ -405,16 +405,16 @@ void srv_pre_revoke(core *d, srv_job *j, uint64_t kept) {
   j->recalls++;
   LOG_INFO("job '%s': recall: pre-issued collectives up to seq %llu kept, %llu revoked", j->id.name,
            (unsigned long long)kept, (unsigned long long)(j->revoked - before));
-  srv_pre_check_mid(d, j);
+  pre_check_mid(d, j);
   if (j->left_clean) end_waiting(d, j); /* the kept ones, after its last step */
-  srv_pre_pump(d);
+  pre_pump(d);
 }
 
 /* Job j's waiting items, turned into ones that start now on zeros in scratch memory: the client's
  * memory is no longer ours to write (it was told the job failed, or it left and may use that
  * memory for something else). */
-static void run_on_zeros(core *d, srv_job *j) {
-  for (srv_held *h = d->held; h; h = h->next) {
+static void run_on_zeros(core *d, core_job *j) {
+  for (pre_held *h = d->held; h; h = h->next) {
     if (!h->wait || h->j != j) continue;
     eng_item *it = h->it;
     size_t total = 0, off = 0;
@@ -439,10 +439,10 @@ static void run_on_zeros(core *d, srv_job *j) {
 }
 
 /* Drops job j's waiting items (GPU: its communicator is aborted, they could not finish). */
-static void drop_waiting(core *d, srv_job *j) {
-  srv_held **pp = &d->held, *prev = NULL;
+static void drop_waiting(core *d, core_job *j) {
+  pre_held **pp = &d->held, *prev = NULL;
   while (*pp) {
-    srv_held *h = *pp;
+    pre_held *h = *pp;
     if (h->wait && h->j == j) {
       free_waiting(d, j, pp, prev);
     } else {
@@ -455,21 +455,21 @@ static void drop_waiting(core *d, srv_job *j) {
 /* GPU daemons drop them (host scratch is no device memory; a peer that started one is released
  * by the communicator's abort); CPU daemons run them on zeros (an MPI collective cannot be
  * aborted, and a peer may have started it). */
-static void end_waiting(core *d, srv_job *j) {
+static void end_waiting(core *d, core_job *j) {
   if (d->gpu)
     drop_waiting(d, j);
   else
     run_on_zeros(d, j);
-  srv_pre_pump(d);
+  pre_pump(d);
 }
 
-void srv_pre_abort(core *d, srv_job *j) {
+void pre_abort(core *d, core_job *j) {
   j->pre_hold = 0;
   end_waiting(d, j);
 }
 
-void srv_pre_client_gone(core *d, srv_job *j) {
-  /* Mid-step: the leader's ABORT decides (srv_pre_abort). During a recall: its REVOKE (what is
+void pre_client_gone(core *d, core_job *j) {
+  /* Mid-step: the leader's ABORT decides (pre_abort). During a recall: its REVOKE (what is
    * kept then runs on zeros) or the ABORT the leader sends for a departure during a recall. */
   if (j->left_clean && !j->pre_hold) end_waiting(d, j);
 }

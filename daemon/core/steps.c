@@ -17,32 +17,32 @@
 #include "preissue.h"
 #include "vec.h"
 
-const double core_step_le[SRV_STEP_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                               0.25,  0.5,    1,     2.5,  5,     10};
-const double core_sync_le[SRV_SYNC_BUCKETS] = {
+const double core_step_le[CORE_STEP_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                0.25,  0.5,    1,     2.5,  5,     10};
+const double core_sync_le[CORE_SYNC_BUCKETS] = {
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10};
 
-srv_tensor *srv_tensor_get(const core *d, uint32_t id) {
+core_tensor *step_tensor_get(const core *d, uint32_t id) {
   if (id == 0 || id > d->ntensors) return NULL;
   return d->tensors[id - 1];
 }
 
 /* Done names the GPU event slot of the tensor's last submit, and a failure releases the stream
  * that waits on its done signal: both need the tensor, which the reply's layer does not know. */
-void srv_send_done(core *d, struct srv_session *s, uint32_t tensor_id, uint64_t step, int status,
-                   const char *err) {
-  srv_tensor *t = srv_tensor_get(d, tensor_id);
+void step_send_done(core *d, struct srv_session *s, uint32_t tensor_id, uint64_t step, int status,
+                    const char *err) {
+  core_tensor *t = step_tensor_get(d, tensor_id);
   uint32_t slot = t && t->arena && t->arena->gpu ? t->gpu_slot : 0; /* GPU: the done event's slot */
   if (status != 0 && d->dp) d->dp->done_failed(t); /* a stream waiting on it proceeds */
   d->cbs->done(d->ud, s, tensor_id, step, status, err ? err : "", slot);
 }
 
-static srv_step *step_get(srv_job *j, uint64_t step, int create) {
+static core_step *step_get(core_job *j, uint64_t step, int create) {
   for (uint32_t i = 0; i < j->nsteps; i++)
     if (j->steps[i].step == step) return &j->steps[i];
-  if (!create || j->nsteps >= SRV_MAX_INFLIGHT_STEPS) return NULL;
+  if (!create || j->nsteps >= CORE_MAX_INFLIGHT_STEPS) return NULL;
   if (VEC_RESERVE(j->steps, j->scap, j->nsteps, 16)) return NULL;
-  srv_step *st = &j->steps[j->nsteps++];
+  core_step *st = &j->steps[j->nsteps++];
   memset(st, 0, sizeof(*st));
   st->step = step;
   st->t0_us = clock_us();
@@ -51,7 +51,7 @@ static srv_step *step_get(srv_job *j, uint64_t step, int create) {
 
 /* A tensor of the step became ready here at `now`: every sync done so far finished before the
  * step's last readiness (whenever that comes), so it was hidden behind the trainer's compute. */
-static void step_ready(srv_step *st, uint64_t now) {
+static void step_ready(core_step *st, uint64_t now) {
   st->folded += st->tail;
   st->tail = 0;
   st->ntail = 0;
@@ -59,17 +59,17 @@ static void step_ready(srv_step *st, uint64_t now) {
 }
 
 /* Tensor `tensor_id` of `step` is finished (Done sent): step statistics, its stall forgotten. */
-void srv_step_tensor_done(srv_job *j, uint32_t tensor_id, uint64_t step, uint64_t ready_us) {
+void step_tensor_done(core_job *j, uint32_t tensor_id, uint64_t step, uint64_t ready_us) {
   uint64_t now = clock_us();
   if (ready_us) { /* the sync-duration histogram (rpc/metrics.c prints it) */
     uint64_t dur = now > ready_us ? now - ready_us : 0;
     int k = 0;
-    while (k < SRV_SYNC_BUCKETS && (double)dur / 1e6 > core_sync_le[k]) k++;
+    while (k < CORE_SYNC_BUCKETS && (double)dur / 1e6 > core_sync_le[k]) k++;
     j->sync_hist[k]++;
     j->sync_sum_us += dur;
   }
   for (uint32_t i = 0; i < j->nsteps; i++) {
-    srv_step *st = &j->steps[i];
+    core_step *st = &j->steps[i];
     if (st->step != step) continue;
     if (st->outstanding) st->outstanding--;
     if (ready_us) {
@@ -80,14 +80,14 @@ void srv_step_tensor_done(srv_job *j, uint32_t tensor_id, uint64_t step, uint64_
     int complete = st->outstanding == 0 && st->ended;
     if (!complete && st->outstanding == 0) {
       complete = 1; /* every tensor reached this step without an EndStep */
-      for (const srv_tensor *t = j->tfirst; t; t = t->jnext)
+      for (const core_tensor *t = j->tfirst; t; t = t->jnext)
         if (!t->has_last || t->last_step < step) complete = 0;
     }
     if (complete) {
       j->steps_completed++;
       j->last_step_latency_us = now - st->t0_us;
       int k = 0; /* the step-duration histogram (rpc/metrics.c prints it) */
-      while (k < SRV_STEP_BUCKETS && (double)j->last_step_latency_us / 1e6 > core_step_le[k]) k++;
+      while (k < CORE_STEP_BUCKETS && (double)j->last_step_latency_us / 1e6 > core_step_le[k]) k++;
       j->step_hist[k]++;
       j->step_sum_us += j->last_step_latency_us;
       /* Each sync's time before the step's last readiness L is hidden: min(done, L) - ready.
@@ -100,7 +100,7 @@ void srv_step_tensor_done(srv_job *j, uint32_t tensor_id, uint64_t step, uint64_
     }
     break;
   }
-  srv_tensor *t = srv_tensor_get(j->d, tensor_id);
+  core_tensor *t = step_tensor_get(j->d, tensor_id);
   for (uint32_t i = 0; i < j->nstalls;) {
     if (j->stalls[i].step == step && t && t->key_known && j->stalls[i].key == t->key)
       j->stalls[i] = j->stalls[--j->nstalls];
@@ -109,15 +109,15 @@ void srv_step_tensor_done(srv_job *j, uint32_t tensor_id, uint64_t step, uint64_
   }
 }
 
-static void pending_remove(srv_job *j, uint32_t i) {
+static void pending_remove(core_job *j, uint32_t i) {
   j->pending[i] = j->pending[--j->npending];
 }
 
 /* Send Done with a failure for every pending tensor of the job not yet in the engine's hands (the
  * engine's will complete: their data is on every rank). Same for waiting collectives. */
-void srv_fail_pending(srv_job *j, int code, const char *text, const srv_tensor *only) {
+void step_fail_pending(core_job *j, int code, const char *text, const core_tensor *only) {
   for (uint32_t i = 0; i < j->npending;) {
-    srv_pending *p = &j->pending[i];
+    core_pending *p = &j->pending[i];
     if (p->issued || (only && p->tensor_id != only->id)) {
       i++;
       continue;
@@ -125,11 +125,11 @@ void srv_fail_pending(srv_job *j, int code, const char *text, const srv_tensor *
     uint32_t tid = p->tensor_id;
     uint64_t step = p->step;
     pending_remove(j, i);
-    if (j->session) srv_send_done(j->d, j->session, tid, step, code, text);
-    srv_step_tensor_done(j, tid, step, 0);
+    if (j->session) step_send_done(j->d, j->session, tid, step, code, text);
+    step_tensor_done(j, tid, step, 0);
   }
   for (uint32_t i = 0; i < j->ncolls;) {
-    srv_coll *c = &j->colls[i];
+    core_coll *c = &j->colls[i];
     if (c->issued || (only && c->tensor_id != only->id && c->dst_id != only->id)) {
       i++;
       continue;
@@ -140,11 +140,11 @@ void srv_fail_pending(srv_job *j, int code, const char *text, const srv_tensor *
 }
 
 /* Report readiness of (tensor, step) once the job formed and the tensor has its job-wide key;
- * until then it waits (srv_report_waiting). Returns 1 when reported. */
-static int report_ready(core *d, srv_job *j, srv_tensor *t, uint64_t step) {
-  srv_plan_on_ready(j, t, step, clock_us()); /* measured ready time (static policies) */
+ * until then it waits (step_report_waiting). Returns 1 when reported. */
+static int report_ready(core *d, core_job *j, core_tensor *t, uint64_t step) {
+  plan_on_ready(j, t, step, clock_us()); /* measured ready time (static policies) */
   if (!t->key_known || !j->formed) return 0;
-  if (srv_pre_waits_for(d, j, t->id, step)) return 1; /* pre-issued: it starts here, no READY */
+  if (pre_waits_for(d, j, t->id, step)) return 1; /* pre-issued: it starts here, no READY */
   fgb_status st = coord_ready(d->coord, &j->id, step, &t->key, 1);
   if (st != FGB_OK)
     LOG_WARN("coord_ready(%s, step %llu): status %d", t->name, (unsigned long long)step, st);
@@ -152,43 +152,43 @@ static int report_ready(core *d, srv_job *j, srv_tensor *t, uint64_t step) {
 }
 
 /* The client's event of (tensor, step) is seen complete: report it ready. */
-void srv_gpu_observed(core *d, uint32_t tensor_id, uint64_t step) {
-  srv_tensor *t = srv_tensor_get(d, tensor_id);
-  srv_job *j = t ? t->job : NULL;
+void step_gpu_observed(core *d, uint32_t tensor_id, uint64_t step) {
+  core_tensor *t = step_tensor_get(d, tensor_id);
+  core_job *j = t ? t->job : NULL;
   for (uint32_t i = 0; j && i < j->npending; i++) {
-    srv_pending *p = &j->pending[i];
+    core_pending *p = &j->pending[i];
     if (p->tensor_id != tensor_id || p->step != step || !p->observing) continue;
     p->observing = 0;
     p->sync_us = clock_us();               /* GPU: ready is now */
     if (tl_on()) p->ready_us = p->sync_us; /* (the timeline's wait span) */
-    srv_step *st = step_get(j, step, 0);
+    core_step *st = step_get(j, step, 0);
     if (st) step_ready(st, p->sync_us);
     p->reported = (uint8_t)report_ready(d, j, t, step);
-    srv_pre_pump(d);
-    srv_pre_step(d, j, step); /* after the pump: the leader's work is off this item's path */
+    pre_pump(d);
+    pre_step(d, j, step); /* after the pump: the leader's work is off this item's path */
     return;
   }
 }
 
-void srv_report_waiting(core *d, srv_job *j, const srv_tensor *only) {
+void step_report_waiting(core *d, core_job *j, const core_tensor *only) {
   for (uint32_t i = 0; i < j->npending; i++) {
-    srv_pending *p = &j->pending[i];
-    srv_tensor *t = srv_tensor_get(d, p->tensor_id);
+    core_pending *p = &j->pending[i];
+    core_tensor *t = step_tensor_get(d, p->tensor_id);
     if (p->reported || p->observing || !t || (only && t != only)) continue;
     p->reported = (uint8_t)report_ready(d, j, t, p->step);
   }
   for (uint32_t i = 0; i < j->ncolls; i++) {
-    srv_coll *c = &j->colls[i];
-    srv_tensor *t = srv_tensor_get(d, c->tensor_id);
+    core_coll *c = &j->colls[i];
+    core_tensor *t = step_tensor_get(d, c->tensor_id);
     if (c->reported || !t || (only && t != only)) continue;
-    c->reported = (uint8_t)report_ready(d, j, t, SRV_COLL_STEP | c->seq);
+    c->reported = (uint8_t)report_ready(d, j, t, CORE_COLL_STEP | c->seq);
   }
 }
 
 /* Common checks of a tensor named by a client; sends the Error and returns NULL when bad. */
-static srv_tensor *client_tensor(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
-                                 uint32_t id, const char *field) {
-  srv_tensor *t = srv_tensor_get(d, id);
+static core_tensor *client_tensor(core *d, core_job *j, struct srv_session *s, uint64_t req_id,
+                                  uint32_t id, const char *field) {
+  core_tensor *t = step_tensor_get(d, id);
   if (!j) {
     core_error(d, s, req_id, FGB_EPROTO, field, "%s %u: no job joined on this connection", field,
                id);
@@ -210,10 +210,10 @@ static srv_tensor *client_tensor(core *d, srv_job *j, struct srv_session *s, uin
   return t;
 }
 
-static int add_pending(srv_job *j, srv_tensor *t, uint64_t step, int flushed) {
-  srv_step *st = step_get(j, step, 1);
+static int add_pending(core_job *j, core_tensor *t, uint64_t step, int flushed) {
+  core_step *st = step_get(j, step, 1);
   if (!st || VEC_RESERVE(j->pending, j->pcap, j->npending, 16)) return -1;
-  srv_pending *p = &j->pending[j->npending++];
+  core_pending *p = &j->pending[j->npending++];
   memset(p, 0, sizeof(*p));
   p->tensor_id = t->id;
   p->step = step;
@@ -231,23 +231,23 @@ static int add_pending(srv_job *j, srv_tensor *t, uint64_t step, int flushed) {
  * it began (submitted or ended any tensor of; *any 0: none yet), and whether every tensor it ever
  * submitted reached that step — a collective asked for now is between steps. The same on every
  * rank of an SPMD job. */
-static int between_steps(const srv_job *j, uint8_t *any, uint64_t *hi) {
+static int between_steps(const core_job *j, uint8_t *any, uint64_t *hi) {
   *any = 0;
   *hi = 0;
-  for (const srv_tensor *t = j->tfirst; t; t = t->jnext) {
+  for (const core_tensor *t = j->tfirst; t; t = t->jnext) {
     if (t->has_last && (!*any || t->last_step > *hi)) *hi = t->last_step;
     *any |= t->has_last;
   }
-  for (const srv_tensor *t = j->tfirst; t; t = t->jnext)
+  for (const core_tensor *t = j->tfirst; t; t = t->jnext)
     if (t->has_last && t->last_step < *hi) return 0;
   return 1;
 }
 
-void srv_on_submit(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
-                   uint64_t step, uint32_t event_slot, uint32_t done_seq) {
-  srv_tensor *t = client_tensor(d, j, s, req_id, tensor_id, "tensor_id");
+void step_on_submit(core *d, core_job *j, struct srv_session *s, uint64_t req_id,
+                    uint32_t tensor_id, uint64_t step, uint32_t event_slot, uint32_t done_seq) {
+  core_tensor *t = client_tensor(d, j, s, req_id, tensor_id, "tensor_id");
   if (!t) return;
-  if (step & SRV_COLL_STEP) {
+  if (step & CORE_COLL_STEP) {
     core_error(d, s, req_id, FGB_EINVAL, "step", "step: %llu is in the collectives' range",
                (unsigned long long)step);
     return;
@@ -267,8 +267,8 @@ void srv_on_submit(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, 
     t->has_last = 1;
     t->last_step = step;
     t->gpu_seq = done_seq; /* the failed Done host-writes it: a stream may wait on it */
-    srv_send_done(d, s, t->id, step, j->aborted ? FGB_EPEER : FGB_EMISMATCH,
-                  j->aborted ? j->abort_text : t->poison);
+    step_send_done(d, s, t->id, step, j->aborted ? FGB_EPEER : FGB_EMISMATCH,
+                   j->aborted ? j->abort_text : t->poison);
     return;
   }
   char gerr[256];
@@ -279,7 +279,7 @@ void srv_on_submit(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, 
   }
   if (add_pending(j, t, step, 0) != 0) {
     core_error(d, s, req_id, FGB_ENOMEM, "step",
-               "step: too many unfinished steps (%d) or out of memory", SRV_MAX_INFLIGHT_STEPS);
+               "step: too many unfinished steps (%d) or out of memory", CORE_MAX_INFLIGHT_STEPS);
     return;
   }
   if (dp) { /* ready once the client's event is seen complete */
@@ -292,11 +292,11 @@ void srv_on_submit(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, 
     LOG_WARN("tensor '%s' step %llu: %s", t->name, (unsigned long long)step, gerr);
   }
   j->pending[j->npending - 1].reported = (uint8_t)report_ready(d, j, t, step);
-  srv_pre_pump(d);
-  srv_pre_step(d, j, step); /* the first of a step: the leader may pre-issue the next */
+  pre_pump(d);
+  pre_step(d, j, step); /* the first of a step: the leader may pre-issue the next */
 }
 
-void srv_on_end_step(core *d, srv_job *j, struct srv_session *s, uint64_t req_id, uint64_t step) {
+void step_on_end_step(core *d, core_job *j, struct srv_session *s, uint64_t req_id, uint64_t step) {
   if (!j) {
     core_error(d, s, req_id, FGB_EPROTO, "step", "end_step: no job joined on this connection");
     return;
@@ -305,7 +305,7 @@ void srv_on_end_step(core *d, srv_job *j, struct srv_session *s, uint64_t req_id
     core_error(d, s, req_id, j->refuse_code, j->refuse_field, "%s", j->refuse_text);
     return;
   }
-  if (step & SRV_COLL_STEP) {
+  if (step & CORE_COLL_STEP) {
     core_error(d, s, req_id, FGB_EINVAL, "step", "step: %llu is in the collectives' range",
                (unsigned long long)step);
     return;
@@ -315,42 +315,42 @@ void srv_on_end_step(core *d, srv_job *j, struct srv_session *s, uint64_t req_id
     core_error(d, s, req_id, FGB_ENOMEM, "step", "out of memory");
     return;
   }
-  for (srv_tensor *t = j->tfirst; t; t = t->jnext) {
+  for (core_tensor *t = j->tfirst; t; t = t->jnext) {
     if (t->has_last && t->last_step >= step) continue; /* submitted (or moved past it) */
     if (j->aborted || t->poisoned) {
       t->has_last = 1;
       t->last_step = step;
-      srv_send_done(d, s, t->id, step, j->aborted ? FGB_EPEER : FGB_EMISMATCH,
-                    j->aborted ? j->abort_text : t->poison);
+      step_send_done(d, s, t->id, step, j->aborted ? FGB_EPEER : FGB_EMISMATCH,
+                     j->aborted ? j->abort_text : t->poison);
       continue;
     }
     if (add_pending(j, t, step, 1) != 0) {
       core_error(d, s, req_id, FGB_ENOMEM, "step",
-                 "step: too many unfinished steps (%d) or out of memory", SRV_MAX_INFLIGHT_STEPS);
+                 "step: too many unfinished steps (%d) or out of memory", CORE_MAX_INFLIGHT_STEPS);
       break;
     }
     if (t->key_known && j->formed) {
-      if (!srv_pre_waits_for(d, j, t->id, step)) keys[nkeys++] = t->key;
+      if (!pre_waits_for(d, j, t->id, step)) keys[nkeys++] = t->key;
       j->pending[j->npending - 1].reported = 1;
     }
   }
-  srv_step *st = step_get(j, step, 0);
+  core_step *st = step_get(j, step, 0);
   if (st) st->ended = 1;
   if (nkeys) {
     fgb_status rc = coord_ready(d->coord, &j->id, step, keys, nkeys);
     if (rc != FGB_OK) LOG_WARN("coord_ready(end of step %llu): %d", (unsigned long long)step, rc);
   }
   free(keys);
-  srv_pre_pump(d);
-  srv_pre_step(d, j, step);
+  pre_pump(d);
+  pre_step(d, j, step);
 }
 
-void srv_on_collective(core *d, srv_job *j, struct srv_session *s, uint64_t req_id,
-                       const core_coll_args *m) {
-  srv_tensor *t = client_tensor(d, j, s, req_id, m->tensor_id, "tensor_id");
+void step_on_collective(core *d, core_job *j, struct srv_session *s, uint64_t req_id,
+                        const core_coll_args *m) {
+  core_tensor *t = client_tensor(d, j, s, req_id, m->tensor_id, "tensor_id");
   if (!t) return;
-  srv_tensor *dst = NULL;
-  if (m->seq & SRV_COLL_STEP) {
+  core_tensor *dst = NULL;
+  if (m->seq & CORE_COLL_STEP) {
     core_error(d, s, req_id, FGB_EINVAL, "seq", "seq: %llu too large (below 2^63)",
                (unsigned long long)m->seq);
     return;
@@ -412,8 +412,8 @@ void srv_on_collective(core *d, srv_job *j, struct srv_session *s, uint64_t req_
   uint8_t sub_any;
   uint64_t sub_hi;
   int mid = !between_steps(j, &sub_any, &sub_hi);
-  if (mid) srv_pre_mid_step(d, j);
-  srv_coll *c = &j->colls[j->ncolls++];
+  if (mid) pre_mid_step(d, j);
+  core_coll *c = &j->colls[j->ncolls++];
   memset(c, 0, sizeof(*c));
   c->mid = (uint8_t)mid;
   c->sub_any = sub_any;
@@ -425,8 +425,8 @@ void srv_on_collective(core *d, srv_job *j, struct srv_session *s, uint64_t req_
   c->root = m->root;
   c->tensor_id = t->id;
   c->dst_id = dst ? dst->id : 0;
-  c->reported = (uint8_t)report_ready(d, j, t, SRV_COLL_STEP | m->seq);
-  if (mid) srv_pre_check_mid(d, j);
+  c->reported = (uint8_t)report_ready(d, j, t, CORE_COLL_STEP | m->seq);
+  if (mid) pre_check_mid(d, j);
 }
 
 /* ---- release ------------------------------------------------------------------------- */
@@ -436,21 +436,21 @@ void srv_on_collective(core *d, srv_job *j, struct srv_session *s, uint64_t req_
  * release then. The long timer is only a safety net (a LEAVE the leader rejected). */
 #define RELEASE_SAFETY_MS 600000
 
-void srv_job_maybe_release(core *d, srv_job *j) {
+void step_job_maybe_release(core *d, core_job *j) {
   if (j->session || j->inflight) return;
   if (!j->left_clean && !j->aborted && !j->refused && !coord_leader_gone(d->coord) &&
       clock_ms() - j->left_ms < RELEASE_SAFETY_MS)
     return;
-  for (srv_job **p = &d->jobs; *p; p = &(*p)->next) {
+  for (core_job **p = &d->jobs; *p; p = &(*p)->next) {
     if (*p == j) {
       *p = j->next;
       break;
     }
   }
-  for (srv_tensor *t = j->tfirst, *next; t; t = next) {
+  for (core_tensor *t = j->tfirst, *next; t; t = next) {
     next = t->jnext;
-    srv_id_give(d, t->id); /* the ENG_RELEASE below drops the job's engine state */
-    srv_tensor_free(t);
+    core_id_give(d, t->id); /* the ENG_RELEASE below drops the job's engine state */
+    core_tensor_free(t);
   }
   htab_free(&j->names);
   htab_free(&j->keys);
@@ -460,7 +460,7 @@ void srv_job_maybe_release(core *d, srv_job *j) {
     if (rel) {
       rel->kind = ENG_RELEASE;
       rel->job_key = j->key;
-      srv_eng_submit_now(d, rel);
+      pre_eng_submit_now(d, rel);
     }
   }
   LOG_INFO("job '%s' rank %d released", j->id.name, j->rank);
@@ -468,13 +468,13 @@ void srv_job_maybe_release(core *d, srv_job *j) {
   free(j->colls);
   free(j->steps);
   free(j->stalls);
-  srv_plan_free(j);
+  plan_free(j);
   free(j);
 }
 
-void srv_jobs_tick(core *d) {
-  for (srv_job *j = d->jobs, *next; j; j = next) {
+void step_jobs_tick(core *d) {
+  for (core_job *j = d->jobs, *next; j; j = next) {
     next = j->next;
-    if (!j->session) srv_job_maybe_release(d, j);
+    if (!j->session) step_job_maybe_release(d, j);
   }
 }

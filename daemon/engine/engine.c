@@ -66,7 +66,7 @@ typedef struct eng_exec {
   int left;       /* requests still in flight */
 } eng_exec;
 
-struct srv_engine {
+struct engine {
   const comm_ops *ops;
   const eng_gpu_ops *gpu; /* NULL: host data path */
   pthread_t th;
@@ -106,12 +106,12 @@ static uint64_t mono_us(void) {
   return (uint64_t)t.tv_sec * 1000000 + (uint64_t)t.tv_nsec / 1000;
 }
 
-int srv_trace_level(void) {
+int eng_trace_level(void) {
   return (int)env_num(ENV_GPU_TRACE);
 }
 
-int srv_trace_tensor(uint64_t count) {
-  int v = srv_trace_level();
+int eng_trace_tensor(uint64_t count) {
+  int v = eng_trace_level();
   return v > 1 || (v && count == 1);
 }
 
@@ -139,12 +139,12 @@ static uint64_t item_bytes(const eng_item *it) {
   return b;
 }
 
-/* Items whose path the trace follows: single-tensor gradient syncs srv_trace_tensor picks. */
-static int traced(const srv_engine *e, const eng_item *it) {
-  return e->trace && it->kind == ENG_ISSUE && it->n == 1 && srv_trace_tensor(it->t[0].count);
+/* Items whose path the trace follows: single-tensor gradient syncs eng_trace_tensor picks. */
+static int traced(const engine *e, const eng_item *it) {
+  return e->trace && it->kind == ENG_ISSUE && it->n == 1 && eng_trace_tensor(it->t[0].count);
 }
 
-static void stamp(const srv_engine *e, eng_item *it, int k) {
+static void stamp(const engine *e, eng_item *it, int k) {
   if (e->trace) it->trace_us[k] = mono_us();
 }
 
@@ -178,7 +178,7 @@ static void exec_free(eng_item *it) {
 }
 
 /* Hand a finished item to the loop thread. */
-static void deliver(srv_engine *e, eng_item *it) {
+static void deliver(engine *e, eng_item *it) {
   stamp(e, it, TR_FIN);
   if (it->split == ENG_SPLIT_RS && it->sbuf) /* its all-gather may start now (start_split) */
     eng_split_rs_done(it->sbuf, it->status, it->err);
@@ -201,7 +201,7 @@ static void deliver(srv_engine *e, eng_item *it) {
 }
 
 static void on_async(uv_async_t *h) {
-  srv_engine *e = h->data;
+  engine *e = h->data;
   pthread_mutex_lock(&e->out_mu);
   eng_item *it = e->out_head;
   e->out_head = e->out_tail = NULL;
@@ -231,13 +231,13 @@ static void on_async(uv_async_t *h) {
   }
 }
 
-static eng_comm *find_comm(srv_engine *e, uint64_t key) {
+static eng_comm *find_comm(engine *e, uint64_t key) {
   for (eng_comm *c = e->comms; c; c = c->next)
     if (c->job_key == key) return c;
   return NULL;
 }
 
-static void run_form(srv_engine *e, eng_item *it) {
+static void run_form(engine *e, eng_item *it) {
   if (find_comm(e, it->job_key)) {
     it->status = FGB_EEXIST;
     snprintf(it->err, sizeof(it->err), "job %016llx already has a communicator",
@@ -317,7 +317,7 @@ static void heap_after_release(uint64_t job_key) {
         (unsigned long long)job_key, used, kept, rss1);
 }
 
-static void run_release(srv_engine *e, eng_item *it) {
+static void run_release(engine *e, eng_item *it) {
   cp_release_job(e->cps, it->job_key);
   if (e->gpu && e->gpu->release) e->gpu->release(it->job_key);
   for (eng_comm **p = &e->comms; *p; p = &(*p)->next) {
@@ -335,19 +335,19 @@ static void run_release(srv_engine *e, eng_item *it) {
 
 /* Nonzero once the engine is stopping and its deadline passed (compress_path's cancel hook). */
 static int stop_due(void *ud) {
-  srv_engine *e = ud;
+  engine *e = ud;
   pthread_mutex_lock(&e->mu);
   int due = e->stop && mono_ms() >= e->stop_deadline_ms;
   pthread_mutex_unlock(&e->mu);
   return due;
 }
 
-static cp_job cp_job_of(srv_engine *e, eng_comm *ec) {
+static cp_job cp_job_of(engine *e, eng_comm *ec) {
   return (cp_job){ec->job_key, ec->rank, ec->size, e->ops, ec->c, stop_due, e, ec->stats, NULL, 0};
 }
 
 /* Export or import one tensor's compressor state (after every earlier item of the queue). */
-static void run_state(srv_engine *e, eng_item *it) {
+static void run_state(engine *e, eng_item *it) {
   eng_comm *ec = find_comm(e, it->job_key);
   if (!ec || it->n != 1) {
     it->status = FGB_EINVAL;
@@ -371,13 +371,13 @@ static void run_state(srv_engine *e, eng_item *it) {
   }
 }
 
-static int poll_active(srv_engine *e);
+static int poll_active(engine *e);
 _Static_assert(ENG_SPLIT_GROUPS <= ENG_MAX_GROUPS, "a split's groups fit an item's requests");
 
 /* A split all-reduce's half (eng_split.c holds the merge buffers). The all-gather starts once its
  * reduce-scatter finished on this rank: every rank started that one before this, in the world
  * order, so waiting here cannot deadlock (the engine polls the active items meanwhile). */
-static int start_split(srv_engine *e, eng_item *it, eng_exec *x) {
+static int start_split(engine *e, eng_item *it, eng_exec *x) {
   comm_req *req[ENG_SPLIT_GROUPS] = {0};
   int ng = 0, n;
   if (it->split == ENG_SPLIT_AG) {
@@ -413,7 +413,7 @@ static int start_split(srv_engine *e, eng_item *it, eng_exec *x) {
 }
 
 /* Start an ISSUE's requests. Returns 0 (started; x->left requests) or an error in it. */
-static int start_issue(srv_engine *e, eng_item *it) {
+static int start_issue(engine *e, eng_item *it) {
   eng_exec *x = calloc(1, sizeof(*x));
   if (!x) {
     it->status = FGB_ENOMEM;
@@ -534,7 +534,7 @@ static void finish_allreduce(eng_item *it) {
 }
 
 /* Poll an active item; 1 when finished (status set). */
-static int poll_item(srv_engine *e, eng_item *it) {
+static int poll_item(engine *e, eng_item *it) {
   eng_exec *x = it->priv;
   char err[256];
   if (x->req) {
@@ -589,7 +589,7 @@ static int poll_item(srv_engine *e, eng_item *it) {
 }
 
 /* Poll every active item once, delivering those finished; 1 when any did. */
-static int poll_active(srv_engine *e) {
+static int poll_active(engine *e) {
   int progressed = 0;
   if (e->gpu) {
     /* Every GPU item runs on the engine's one stream, so they complete in the order they started:
@@ -617,7 +617,7 @@ static int poll_active(srv_engine *e) {
 }
 
 /* GPU ISSUE: it->priv's first member is the hooks (exec_free dispatches on it). */
-static int start_gpu_issue(srv_engine *e, eng_item *it) {
+static int start_gpu_issue(engine *e, eng_item *it) {
   eng_comm *ec = find_comm(e, it->job_key);
   if (!ec) {
     it->status = FGB_EIO;
@@ -628,7 +628,7 @@ static int start_gpu_issue(srv_engine *e, eng_item *it) {
   return e->gpu->start(ec->c, ec->size, it);
 }
 
-static void start_item(srv_engine *e, eng_item *it) {
+static void start_item(engine *e, eng_item *it) {
   it->status = FGB_OK;
   it->err[0] = 0;
   stamp(e, it, TR_TAKEN);
@@ -690,7 +690,7 @@ static void start_item(srv_engine *e, eng_item *it) {
 }
 
 static void *eng_main(void *arg) {
-  srv_engine *e = arg;
+  engine *e = arg;
   /* The default 50 us timer slack would turn the short polling sleeps below into long ones. */
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   if (e->gpu && e->gpu->thread_init) e->gpu->thread_init();
@@ -775,21 +775,21 @@ static void *eng_main(void *arg) {
   return NULL;
 }
 
-fgb_status eng_start(uv_loop_t *loop, const comm_ops *ops, eng_done_cb cb, void *ud,
-                     srv_engine **out, char *err, size_t errlen) {
+fgb_status eng_start(uv_loop_t *loop, const comm_ops *ops, eng_done_cb cb, void *ud, engine **out,
+                     char *err, size_t errlen) {
   return eng_start_gpu(loop, ops, NULL, cb, ud, out, err, errlen);
 }
 
 fgb_status eng_start_gpu(uv_loop_t *loop, const comm_ops *ops, const eng_gpu_ops *gpu,
-                         eng_done_cb cb, void *ud, srv_engine **out, char *err, size_t errlen) {
-  srv_engine *e = calloc(1, sizeof(*e));
+                         eng_done_cb cb, void *ud, engine **out, char *err, size_t errlen) {
+  engine *e = calloc(1, sizeof(*e));
   if (!e) {
     snprintf(err, errlen, "out of memory");
     return FGB_ENOMEM;
   }
   e->ops = ops;
   e->gpu = gpu;
-  e->trace = srv_trace_level();
+  e->trace = eng_trace_level();
   /* The loop's window (server.c) and this one are set together by FGBUFF_HOT_US. */
   long hv = (long)env_num(ENV_HOT_US); /* -1: unset or invalid */
   e->hot_us = hv >= 0 ? (uint64_t)hv : gpu ? ENG_HOT_US_GPU : 0;
@@ -821,16 +821,16 @@ fgb_status eng_start_gpu(uv_loop_t *loop, const comm_ops *ops, const eng_gpu_ops
   return FGB_OK;
 }
 
-int eng_can_xchg(const srv_engine *e) {
+int eng_can_xchg(const engine *e) {
   return !e->gpu || (e->gpu->xchg && e->gpu->timed);
 }
 
-void eng_set_label(srv_engine *e, void (*label)(void *ud, eng_item *it), void *ud) {
+void eng_set_label(engine *e, void (*label)(void *ud, eng_item *it), void *ud) {
   e->label = label;
   e->label_ud = ud;
 }
 
-void eng_submit(srv_engine *e, eng_item *it) {
+void eng_submit(engine *e, eng_item *it) {
   it->next = NULL;
   it->priv = NULL;
   if (it->kind == ENG_ISSUE && e->label && tl_on()) e->label(e->label_ud, it);
@@ -850,7 +850,7 @@ void eng_submit(srv_engine *e, eng_item *it) {
   pthread_mutex_unlock(&e->mu);
 }
 
-void eng_close_async(srv_engine *e) {
+void eng_close_async(engine *e) {
   pthread_mutex_lock(&e->out_mu);
   if (e->async_open) {
     e->async_open = 0;
@@ -866,7 +866,7 @@ void eng_close_async(srv_engine *e) {
   }
 }
 
-int eng_stop(srv_engine *e, int timeout_ms) {
+int eng_stop(engine *e, int timeout_ms) {
   pthread_mutex_lock(&e->mu);
   e->stop = 1;
   e->stop_deadline_ms = mono_ms() + (uint64_t)timeout_ms;

@@ -14,7 +14,7 @@
 #include "timeline.h"
 #include "transport.h"
 
-typedef struct srv_engine srv_engine;
+typedef struct engine engine;
 
 typedef enum eng_kind {
   ENG_FORM = 1, /* create the job's communicator (collective over its ranks) */
@@ -59,7 +59,7 @@ typedef struct eng_tensor {
   /* Compressed sync (compress_path.c); comp NULL: dense. */
   const struct comp_ops *comp;
   double density;
-  const char *options; /* the compressor's options (NULL: defaults); the loop's srv_tensor owns it,
+  const char *options; /* the compressor's options (NULL: defaults); the loop's core_tensor owns it,
                           kept until the loop sees this item's result */
   uint64_t rows, cols; /* the shape's 2-D view */
   uint64_t inner;      /* product of the dims after the second (ADTopk's fibres; 1 if none) */
@@ -164,31 +164,31 @@ typedef struct eng_gpu_ops {
 } eng_gpu_ops;
 
 /* Start the engine thread with transport `ops`; results are delivered to cb on `loop`. */
-fgb_status eng_start(uv_loop_t *loop, const comm_ops *ops, eng_done_cb cb, void *ud,
-                     srv_engine **out, char *err, size_t errlen);
+fgb_status eng_start(uv_loop_t *loop, const comm_ops *ops, eng_done_cb cb, void *ud, engine **out,
+                     char *err, size_t errlen);
 /* Same, with the GPU data path (gpu NULL: as eng_start). */
 fgb_status eng_start_gpu(uv_loop_t *loop, const comm_ops *ops, const eng_gpu_ops *gpu,
-                         eng_done_cb cb, void *ud, srv_engine **out, char *err, size_t errlen);
+                         eng_done_cb cb, void *ud, engine **out, char *err, size_t errlen);
 /* 1 when the engine runs ENG_XCHG items (host data path, or a GPU path with the xchg hooks). */
-int eng_can_xchg(const srv_engine *e);
+int eng_can_xchg(const engine *e);
 /* Hand an item over (ownership passes to the engine until it comes back through cb). While a
  * timeline records, the label hook (eng_set_label) first fills it->tl and its tensors' tl_name. */
-void eng_submit(srv_engine *e, eng_item *it);
+void eng_submit(engine *e, eng_item *it);
 /* Loop thread: the hook that labels ISSUE items for the timeline (called from eng_submit, on the
  * loop thread, only while recording). */
-void eng_set_label(srv_engine *e, void (*label)(void *ud, eng_item *it), void *ud);
+void eng_set_label(engine *e, void (*label)(void *ud, eng_item *it), void *ud);
 /* Close the result channel (loop thread, during shutdown: no more callbacks after this). */
-void eng_close_async(srv_engine *e);
+void eng_close_async(engine *e);
 /* Stop: in-flight collectives get up to timeout_ms to finish, queued ones are dropped. Joins the
  * thread. Returns 0 when the engine stopped cleanly (MPI may be finalised), -1 when it is stuck in
  * a collective (do not finalise). */
-int eng_stop(srv_engine *e, int timeout_ms);
+int eng_stop(engine *e, int timeout_ms);
 void eng_item_free(eng_item *it);
 /* FGBUFF_GPU_TRACE: 0 unset, 2 "all" (every single-tensor collective is traced, not only the
  * one-element ones of the latency benchmark), 1 otherwise. Read once. */
-int srv_trace_level(void);
+int eng_trace_level(void);
 /* Whether the trace follows a single tensor of `count` elements: the one-element syncs of the
  * latency benchmark, or every one with FGBUFF_GPU_TRACE=all. */
-int srv_trace_tensor(uint64_t count);
+int eng_trace_tensor(uint64_t count);
 
 #endif

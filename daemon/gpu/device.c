@@ -11,7 +11,7 @@
 #include <strings.h>
 
 #include "gpu.h"
-#include "gpu_srv.h"
+#include "glue.h"
 
 static int g_index = -1;
 static char g_uuid[48], g_pci[32], g_name[256];
@@ -122,7 +122,7 @@ long long gpu_mem_other_bound(void) {
   return GPU_MEM_OTHER_BASE + 2 * (long long)gpu_mem_largest_buffer();
 }
 
-size_t srv_gpu_mem_text(char *buf, size_t cap) {
+size_t gpu_mem_text(char *buf, size_t cap) {
   long long all = (long long)gpu_mem_used(), st = (long long)gpu_mem_state();
   int n = snprintf(buf, cap,
                    "GPU memory of the daemon: %.1f MiB, compressor state %.1f MiB, other %.1f MiB "

@@ -18,7 +18,7 @@
 #include "err.h"
 #include "fds.h"
 #include "gpu.h"
-#include "gpu_srv.h"
+#include "glue.h"
 #include "log.h"
 #include "vec.h"
 
@@ -27,8 +27,8 @@ typedef struct watch {
   uint32_t tensor_id;
   uint64_t step;
   uint32_t slot;
-  uint32_t seq; /* with a ready page: the number the client's stream writes (0: its event) */
-  srv_arena *a; /* ref held while watched */
+  uint32_t seq;  /* with a ready page: the number the client's stream writes (0: its event) */
+  core_arena *a; /* ref held while watched */
 } watch;
 
 static watch *g_w;
@@ -37,21 +37,21 @@ static uv_idle_t g_idle;
 static int g_idle_on;
 static srv *g_d;
 
-fgb_status srv_gpu_start(srv *d, coord *c, char *err, size_t errlen) {
+fgb_status glue_start(srv *d, coord *c, char *err, size_t errlen) {
   /* All connections at communicator creation (on the init thread), none lazily inside a
    * collective call on the engine thread, where a peer that died could block it. */
   setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   fgb_status st = gpu_bind(d->cfg.device, err, errlen);
   if (st != FGB_OK) return st;
   d->core.gpu = 1;
-  d->core.dp = &srv_gpu_dp;
+  d->core.dp = &glue_dp;
   g_d = d;
   if ((st = gpu_engine_init(err, errlen)) != FGB_OK) return st;
   coord_set_uid_maker(c, gpu_make_uid, d);
   return FGB_OK;
 }
 
-void srv_gpu_announce(srv *d) {
+void glue_announce(srv *d) {
   LOG_INFO("GPU %s (%s, PCI %s, CUDA index %d), MPS %s, done pages %s", gpu_uuid(), gpu_name(),
            gpu_pci(), gpu_index(), gpu_mps() ? "on" : "off",
            gpu_memops_supported() ? "on (stream memory operations)" : "off (done events only)");
@@ -62,35 +62,35 @@ void srv_gpu_announce(srv *d) {
   uv_idle_init(d->loop, &g_idle);
 }
 
-fgb_status srv_gpu_engine_start(srv *d, char *err, size_t errlen) {
+fgb_status glue_engine_start(srv *d, char *err, size_t errlen) {
   return eng_start_gpu(d->loop, &comm_nccl_ops, &gpu_engine_ops, core_engine_result, &d->core,
                        &d->core.eng, err, errlen);
 }
 
-int srv_gpu_sock_name(srv *d, char *out, size_t cap) {
+int glue_sock_name(srv *d, char *out, size_t cap) {
   return snprintf(out, cap, "%s/gpu-%s.sock", d->cfg.runtime_dir, gpu_uuid() + 4);
 }
 
-void srv_gpu_arena_close(srv_arena *a) {
+void glue_arena_close(core_arena *a) {
   gpu_arena_close(a->gpu);
 }
 
-void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__RegisterArena *m, int *fds,
-                      int nfds) {
+void glue_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__RegisterArena *m, int *fds,
+                   int nfds) {
   int vmm = m->kind == FGBUFF__V1__ARENA_KIND__ARENA_CUDA_VMM_FD;
   int page = m->done_page ? 1 : 0; /* the done page is the last fd */
   if (nfds < page || (!vmm && nfds != page)) {
     fds_close(fds, nfds);
-    srv_send_error(s, req_id, FGB_EINVAL, "num_fds", 0,
-                   "num_fds: %d fds; a CUDA_IPC arena comes with none but its done page's, a "
-                   "done page (done_page %d) with its fd last",
-                   nfds, page);
+    reply_error(s, req_id, FGB_EINVAL, "num_fds", 0,
+                "num_fds: %d fds; a CUDA_IPC arena comes with none but its done page's, a "
+                "done page (done_page %d) with its fd last",
+                nfds, page);
     return;
   }
-  if (s->narenas >= SRV_MAX_ARENAS) {
+  if (s->narenas >= RPC_MAX_ARENAS) {
     fds_close(fds, nfds);
-    srv_send_error(s, req_id, FGB_EINVAL, "bytes", 0, "too many arenas on one connection (%d)",
-                   SRV_MAX_ARENAS);
+    reply_error(s, req_id, FGB_EINVAL, "bytes", 0, "too many arenas on one connection (%d)",
+                RPC_MAX_ARENAS);
     return;
   }
   gpu_arena *ga = NULL;
@@ -126,14 +126,14 @@ void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
   fds_close(fds, nfds);
   if (st != FGB_OK) {
     LOG_WARN("client pid %u: CUDA %s arena refused: %s", s->c.pid, vmm ? "VMM" : "IPC", err);
-    srv_send_error(s, req_id, st, field, 0, "%s", err);
+    reply_error(s, req_id, st, field, 0, "%s", err);
     return;
   }
-  srv_arena *a = calloc(1, sizeof(*a));
+  core_arena *a = calloc(1, sizeof(*a));
   if (!a) {
     gpu_arena_close(ga);
     free(dh);
-    srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory");
+    reply_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory");
     return;
   }
   a->id = s->next_arena_id++;
@@ -141,7 +141,7 @@ void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
   a->base = base;
   a->bytes = m->bytes;
   a->gpu = ga;
-  a->dp = &srv_gpu_dp;
+  a->dp = &glue_dp;
   a->next = s->arenas;
   s->arenas = a;
   s->narenas++;
@@ -153,11 +153,11 @@ void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
   r.event_handles.len = dlen;
   r.done_page = has_page;
   r.ready_page = has_page && m->ready_page;
-  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY, &r);
+  reply_send(s, req_id, FGBUFF__V1__ENVELOPE__BODY_ARENA_REPLY, &r);
   free(dh);
 }
 
-int srv_gpu_slot_check(srv_tensor *t, uint32_t slot, char *err, size_t errlen) {
+int glue_slot_check(core_tensor *t, uint32_t slot, char *err, size_t errlen) {
   uint32_t n = gpu_arena_slots(t->arena->gpu);
   if (slot >= n) {
     snprintf(err, errlen, "event_slot: %u outside the arena's ring of %u events", slot, n);
@@ -167,7 +167,7 @@ int srv_gpu_slot_check(srv_tensor *t, uint32_t slot, char *err, size_t errlen) {
 }
 
 static void drop_watch(uint32_t i) {
-  srv_arena_unref(g_w[i].a);
+  core_arena_unref(g_w[i].a);
   g_w[i] = g_w[--g_nw];
 }
 
@@ -175,7 +175,7 @@ static void drop_watch(uint32_t i) {
  * returns 1; still waiting, 0. */
 static int watch_poll(uint32_t i) {
   watch *w = &g_w[i];
-  srv_tensor *t = srv_tensor_get(&g_d->core, w->tensor_id);
+  core_tensor *t = step_tensor_get(&g_d->core, w->tensor_id);
   int r = w->seq ? gpu_arena_ready_seen(w->a->gpu, w->seq) : gpu_arena_observed(w->a->gpu, w->slot);
   /* Nothing to report to any more; a tensor in another arena holds a reused id (the watched one
    * was released with its job). */
@@ -186,7 +186,7 @@ static int watch_poll(uint32_t i) {
   if (r == 0) return 0;
   uint32_t tid = w->tensor_id;
   uint64_t step = w->step, t_us = w->t_us, seen_us = clock_us();
-  int trace = srv_trace_tensor(t->count);
+  int trace = eng_trace_tensor(t->count);
   drop_watch(i);
   if (r < 0)
     LOG_WARN("tensor %u step %llu: querying the client's event failed", tid,
@@ -207,8 +207,8 @@ static void on_idle(uv_idle_t *h) {
   }
 }
 
-fgb_status srv_gpu_observe(srv_tensor *t, uint32_t slot, uint32_t done_seq, uint64_t step,
-                           char *err, size_t errlen) {
+fgb_status glue_observe(core_tensor *t, uint32_t slot, uint32_t done_seq, uint64_t step, char *err,
+                        size_t errlen) {
   if (VEC_RESERVE(g_w, g_wcap, g_nw, 64)) return err_set(err, errlen, FGB_ENOMEM, "out of memory");
   fgb_status st = gpu_arena_observe(t->arena->gpu, slot, err, errlen);
   if (st != FGB_OK) return st;
@@ -224,21 +224,21 @@ fgb_status srv_gpu_observe(srv_tensor *t, uint32_t slot, uint32_t done_seq, uint
   return FGB_OK;
 }
 
-void srv_gpu_observe_now(void) {
+void glue_observe_now(void) {
   /* Only a page-read watch: a load. An event watch (cudaEventQuery) waits for the idle pass. */
   if (g_nw && g_w[g_nw - 1].seq) (void)watch_poll(g_nw - 1);
 }
 
-void *srv_gpu_done_event(const srv_tensor *t) {
+void *glue_done_event(const core_tensor *t) {
   return t->arena && t->arena->gpu ? gpu_arena_done_sig(t->arena->gpu, t->gpu_slot, t->gpu_seq)
                                    : NULL;
 }
 
-void srv_gpu_done_failed(const srv_tensor *t) {
+void glue_done_failed(const core_tensor *t) {
   if (t && t->arena && t->arena->gpu) gpu_arena_page_release(t->arena->gpu, t->gpu_seq);
 }
 
-void srv_gpu_stop(srv *d) {
+void glue_stop(srv *d) {
   (void)d;
   LOG_INFO("GPU: releasing %u observed submits and their arenas", g_nw);
   while (g_nw) drop_watch(g_nw - 1);
@@ -247,22 +247,22 @@ void srv_gpu_stop(srv *d) {
   if (!uv_is_closing((uv_handle_t *)&g_idle)) uv_close((uv_handle_t *)&g_idle, NULL);
 }
 
-size_t srv_gpu_status_json(char *buf, size_t cap) {
+size_t glue_status_json(char *buf, size_t cap) {
   return gpu_status_json(buf, cap);
 }
 
 /* The loop thread's view of this data plane (dp.h). */
-const dp_ops srv_gpu_dp = {
+const dp_ops glue_dp = {
     .name = "cuda",
-    .sock_name = srv_gpu_sock_name,
-    .arena_open = srv_gpu_on_arena,
-    .arena_close = srv_gpu_arena_close,
-    .slot_check = srv_gpu_slot_check,
-    .observe = srv_gpu_observe,
-    .observe_now = srv_gpu_observe_now,
-    .done_signal = srv_gpu_done_event,
-    .done_failed = srv_gpu_done_failed,
+    .sock_name = glue_sock_name,
+    .arena_open = glue_on_arena,
+    .arena_close = glue_arena_close,
+    .slot_check = glue_slot_check,
+    .observe = glue_observe,
+    .observe_now = glue_observe_now,
+    .done_signal = glue_done_event,
+    .done_failed = glue_done_failed,
     .job_aborted = gpu_job_aborted,
-    .status_json = srv_gpu_status_json,
-    .mem_text = srv_gpu_mem_text,
+    .status_json = glue_status_json,
+    .mem_text = gpu_mem_text,
 };

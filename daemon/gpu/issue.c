@@ -429,7 +429,7 @@ static int g_start(comm *c, int size, eng_item *it) {
   x->c = c;
   x->ckind = -1;
   it->priv = x;
-  const int trace = srv_trace_level();
+  const int trace = eng_trace_level();
   uint64_t t_in = trace ? mono_us() : 0;
   tl_begin(x, it);
   ncclComm_t nc = comm_nccl_handle(c);
@@ -625,7 +625,7 @@ static int g_poll(eng_item *it) {
     if (x->tl && it->status == FGB_OK) gpu_tl_spans(x, it); /* before the timing slots go back */
     for (uint32_t k = 0; k < x->ntm; k++) /* the stream is past every member's events */
       sp_timing_done(&x->tm[k], it->status == FGB_OK ? it->stats : NULL);
-    if (it->n == 1 && srv_trace_tensor(it->t[0].count)) {
+    if (it->n == 1 && eng_trace_tensor(it->t[0].count)) {
       float ms[3] = {0, 0, 0};
       for (int k = 0; k < 3; k++) cudaEventElapsedTime(&ms[k], x->tev[k], x->tev[k + 1]);
       LOG_INFO(
@@ -635,7 +635,7 @@ static int g_poll(eng_item *it) {
           (unsigned long long)(x->t_agree - x->t_start),
           (unsigned long long)(x->t_enq - x->t_start), (unsigned long long)(x->t_sig - x->t_start),
           (unsigned long long)(mono_us() - x->t_start), ms[0] * 1e3, ms[1] * 1e3, ms[2] * 1e3);
-    } else if (srv_trace_level() && it->coll == ENG_GRAD && it->status == FGB_OK) {
+    } else if (eng_trace_level() && it->coll == ENG_GRAD && it->status == FGB_OK) {
       uint32_t nc = 0; /* compressed members: the sparse path's GPU time, apart from control */
       uint64_t elems = 0;
       const char *name = "";

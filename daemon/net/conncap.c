@@ -58,7 +58,7 @@ static uid_count *uid_slot(uid_t uid, int create) {
   return &g_uids[g_nuids++];
 }
 
-int srv_conn_add(uid_t uid, char *why, size_t whylen) {
+int conncap_add(uid_t uid, char *why, size_t whylen) {
   limits_init();
   g_total++;
   uid_count *u = uid_slot(uid, 1);
@@ -84,13 +84,13 @@ int srv_conn_add(uid_t uid, char *why, size_t whylen) {
   return 1;
 }
 
-void srv_conn_remove(uid_t uid) {
+void conncap_remove(uid_t uid) {
   g_total--;
   uid_count *u = uid_slot(uid, 0);
   if (u && u->n > 0) u->n--;
 }
 
-void srv_conn_accept_failed(int status, const char *what) {
+void conncap_accept_failed(int status, const char *what) {
   g_failed++;
   uint64_t now = clock_ms();
   if (g_failed_log_ms != 0 && now - g_failed_log_ms < CONN_LOG_MS) return;

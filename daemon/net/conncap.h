@@ -8,16 +8,16 @@
 #include <sys/types.h>
 
 /* Count a new connection of `uid` (every session linked into the server's list, refused or not;
- * srv_conn_remove undoes it when the session closes). Returns 0 when it is within the limits,
+ * conncap_remove undoes it when the session closes). Returns 0 when it is within the limits,
  * else nonzero with a message for the client in why (and a rate-limited log line). Limits, from
  * RLIMIT_NOFILE at the first call: (soft limit - 128) / 2 connections in all (a session may hold
  * 2 fds: socket and ring doorbell), at least 16; one uid at most 3/4 of them, so other users and
  * fgbuffctl still get in. */
-int srv_conn_add(uid_t uid, char *why, size_t whylen);
-void srv_conn_remove(uid_t uid);
+int conncap_add(uid_t uid, char *why, size_t whylen);
+void conncap_remove(uid_t uid);
 /* accept() failed (a libuv status, or -errno when the fd could not be taken): log it once per
  * 10 s, naming fd exhaustion plainly (libuv already accepts and closes the pending connections
  * with its reserved fd, so clients see a close, not a hang). */
-void srv_conn_accept_failed(int status, const char *what);
+void conncap_accept_failed(int status, const char *what);
 
 #endif

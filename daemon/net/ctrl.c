@@ -35,7 +35,7 @@
 #define CTRL_PEND_PER_ADDR 8
 
 typedef struct ctrl_conn {
-  srv_ctrl *cp;
+  ctrl_plane *cp;
   uv_tcp_t tcp;
   int peer; /* world rank, -1 until the hello */
   int connected, closing;
@@ -55,7 +55,7 @@ typedef struct ctrl_msg {
   uint8_t data[];
 } ctrl_msg;
 
-struct srv_ctrl {
+struct ctrl_plane {
   srv_net *d;
   const ctrl_cbs *cbs;
   void *ud;
@@ -119,11 +119,11 @@ static void conn_write(ctrl_conn *c, const uint8_t *frame, size_t len) {
   c->pw.last_tx = clock_ms();
 }
 
-static int route(srv_ctrl *cp, int peer) {
+static int route(ctrl_plane *cp, int peer) {
   return cp->d->world_rank == 0 ? peer : 0; /* non-leaders reach everyone through the leader */
 }
 
-static void send_frame(srv_ctrl *cp, int peer, const uint8_t *frame, size_t len) {
+static void send_frame(ctrl_plane *cp, int peer, const uint8_t *frame, size_t len) {
   int via = route(cp, peer);
   if (cp->lost[via]) return; /* declared lost: nothing reaches it any more */
   ctrl_conn *c = cp->by_rank[via];
@@ -143,7 +143,7 @@ static void send_frame(srv_ctrl *cp, int peer, const uint8_t *frame, size_t len)
   cp->qtail[via] = m;
 }
 
-static void flush_queue(srv_ctrl *cp, int rank) {
+static void flush_queue(ctrl_plane *cp, int rank) {
   ctrl_conn *c = cp->by_rank[rank];
   while (cp->queue[rank]) {
     ctrl_msg *m = cp->queue[rank];
@@ -154,7 +154,7 @@ static void flush_queue(srv_ctrl *cp, int rank) {
   cp->qtail[rank] = NULL;
 }
 
-void srv_ctrl_send(srv_ctrl *cp, int peer, const uint8_t *bytes, size_t len) {
+void ctrl_send(ctrl_plane *cp, int peer, const uint8_t *bytes, size_t len) {
   srv_net *d = cp->d;
   if (peer < 0 || peer >= d->world_size || len > CTRL_MAX_FRAME - 8) {
     LOG_ERROR("control plane: message for rank %d (%zu bytes) dropped", peer, len);
@@ -182,13 +182,13 @@ static void conn_free_cb(uv_handle_t *h) {
   free(c);
 }
 
-static const char *addr_of(const srv_ctrl *cp, int rank) {
+static const char *addr_of(const ctrl_plane *cp, int rank) {
   return cp->addrs && (size_t)rank < cp->naddrs && cp->addrs[(size_t)rank * CTRL_ADDR_MAX]
              ? cp->addrs + (size_t)rank * CTRL_ADDR_MAX
              : "address unknown";
 }
 
-static void drop_queue(srv_ctrl *cp, int rank) {
+static void drop_queue(ctrl_plane *cp, int rank) {
   while (cp->queue[rank]) {
     ctrl_msg *m = cp->queue[rank];
     cp->queue[rank] = m->next;
@@ -200,7 +200,7 @@ static void drop_queue(srv_ctrl *cp, int rank) {
 static void conn_close(ctrl_conn *c, const char *why) {
   if (c->closing) return;
   c->closing = 1;
-  srv_ctrl *cp = c->cp;
+  ctrl_plane *cp = c->cp;
   srv_net *d = cp->d;
   for (ctrl_conn **p = &cp->conns; *p; p = &(*p)->next) {
     if (*p == c) {
@@ -243,7 +243,7 @@ static void conn_close(ctrl_conn *c, const char *why) {
   cp->cbs->after_input(cp->ud);
 }
 
-static uint64_t peer_timeout(const srv_ctrl *cp) {
+static uint64_t peer_timeout(const ctrl_plane *cp) {
   return cp->d->peer_timeout_ms ? *cp->d->peer_timeout_ms : PW_DEFAULT_TIMEOUT_MS;
 }
 
@@ -255,7 +255,7 @@ static uint64_t peer_timeout(const srv_ctrl *cp) {
  * leader would otherwise get a collective numbered that the member never runs, and the leader's
  * engine would wait in MPI for it forever. A member may still act on what the leader sent before
  * (numbered collectives that the job's other ranks run too). */
-static int stall_check(srv_ctrl *cp, uint64_t now) {
+static int stall_check(ctrl_plane *cp, uint64_t now) {
   uint64_t timeout = peer_timeout(cp), prev = cp->hb_last_check;
   if (cp->d->stopping || !pw_tick(&cp->hb_last_check, now, timeout)) return 0;
   uint64_t gap = now - prev;
@@ -281,12 +281,12 @@ static int stall_check(srv_ctrl *cp, uint64_t now) {
   return 1;
 }
 
-void srv_ctrl_guard(srv_net *d) {
+void ctrl_guard(srv_net *d) {
   if (d->cp) (void)stall_check(d->cp, clock_ms());
 }
 
 static void on_frame(ctrl_conn *c, const uint8_t *p, size_t len) {
-  srv_ctrl *cp = c->cp;
+  ctrl_plane *cp = c->cp;
   srv_net *d = cp->d;
   int src = (int)get32(p), dst = (int)get32(p + 4);
   if (c->peer < 0) { /* leader side: the hello names the rank */
@@ -378,7 +378,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   c->in_len -= off;
 }
 
-static ctrl_conn *conn_new(srv_ctrl *cp) {
+static ctrl_conn *conn_new(ctrl_plane *cp) {
   ctrl_conn *c = calloc(1, sizeof(*c));
   if (!c) return NULL;
   c->cp = cp;
@@ -392,7 +392,7 @@ static ctrl_conn *conn_new(srv_ctrl *cp) {
 }
 
 /* How many of the world's daemons advertise ip (the leader knows them before it accepts). */
-static int world_count(const srv_ctrl *cp, uint32_t ip) {
+static int world_count(const ctrl_plane *cp, uint32_t ip) {
   int n = 0;
   for (size_t r = 0; cp->addrs && r < cp->naddrs; r++) {
     char host[CTRL_ADDR_MAX];
@@ -408,14 +408,14 @@ static int world_count(const srv_ctrl *cp, uint32_t ip) {
 
 /* Pending connections one source address may hold: CTRL_PEND_PER_ADDR, or the number of the
  * world's daemons that advertise that address if more. */
-static int addr_allowance(const srv_ctrl *cp, uint32_t ip) {
+static int addr_allowance(const ctrl_plane *cp, uint32_t ip) {
   int n = world_count(cp, ip);
   return n > CTRL_PEND_PER_ADDR ? n : CTRL_PEND_PER_ADDR;
 }
 
 /* Makes room for the newcomer c (prehello.h): closes the waiting connection that gives up its
  * slot, if one must, with one log line per cause and 10 s naming its address. */
-static void make_room(srv_ctrl *cp, ctrl_conn *c) {
+static void make_room(ctrl_plane *cp, ctrl_conn *c) {
   int n = 0;
   for (ctrl_conn *o = cp->conns; o && n < cp->pend_max; o = o->next) {
     if (o == c || !o->accepted_ms || o->closing) continue;
@@ -459,7 +459,7 @@ static void make_room(srv_ctrl *cp, ctrl_conn *c) {
 }
 
 static void on_accept(uv_stream_t *server, int status) {
-  srv_ctrl *cp = server->data;
+  ctrl_plane *cp = server->data;
   if (status < 0) return;
   ctrl_conn *c = conn_new(cp);
   if (!c) return;
@@ -488,7 +488,7 @@ static void hello_timer_free_cb(uv_handle_t *h) {
 }
 
 static void hello_timer_cb(uv_timer_t *t) {
-  srv_ctrl *cp = t->data;
+  ctrl_plane *cp = t->data;
   uint64_t now = clock_ms();
   int late = 0;
   for (ctrl_conn *c = cp->conns, *next; c; c = next) {
@@ -505,7 +505,7 @@ static void hello_timer_cb(uv_timer_t *t) {
 
 static void on_connect(uv_connect_t *req, int status) {
   ctrl_conn *c = req->data;
-  srv_ctrl *cp = c->cp;
+  ctrl_plane *cp = c->cp;
   if (status < 0) {
     LOG_ERROR("control plane: cannot connect to the leader: %s", uv_strerror(status));
     c->peer = 0;
@@ -532,7 +532,7 @@ static void on_connect(uv_connect_t *req, int status) {
  * sends a heartbeat; one silent past the timeout is closed as lost. The period follows the
  * timeout, which may change live. */
 static void hb_timer_cb(uv_timer_t *t) {
-  srv_ctrl *cp = t->data;
+  ctrl_plane *cp = t->data;
   if (cp->d->stopping) return;
   uint64_t now = clock_ms(), timeout = peer_timeout(cp);
   (void)stall_check(cp, now);
@@ -607,9 +607,9 @@ static int listen_socket(srv_net *d, char *err, size_t errlen) {
   return -1;
 }
 
-fgb_status srv_ctrl_listen(srv_net *d, const ctrl_cbs *cbs, void *ud, char addr[CTRL_ADDR_MAX],
-                           char *err, size_t errlen) {
-  srv_ctrl *cp = calloc(1, sizeof(*cp));
+fgb_status ctrl_listen(srv_net *d, const ctrl_cbs *cbs, void *ud, char addr[CTRL_ADDR_MAX],
+                       char *err, size_t errlen) {
+  ctrl_plane *cp = calloc(1, sizeof(*cp));
   if (!cp) return snprintf(err, errlen, "out of memory"), FGB_ENOMEM;
   cp->d = d;
   cp->cbs = cbs;
@@ -657,9 +657,9 @@ fgb_status srv_ctrl_listen(srv_net *d, const ctrl_cbs *cbs, void *ud, char addr[
   return FGB_OK;
 }
 
-fgb_status srv_ctrl_connect(srv_net *d, const char *addrs, const uint8_t token[CTRL_TOKEN],
-                            char *err, size_t errlen) {
-  srv_ctrl *cp = d->cp;
+fgb_status ctrl_connect(srv_net *d, const char *addrs, const uint8_t token[CTRL_TOKEN], char *err,
+                        size_t errlen) {
+  ctrl_plane *cp = d->cp;
   memcpy(cp->token, token, CTRL_TOKEN);
   /* The leader names any lost peer; a member only the leader. */
   size_t nkeep = d->world_rank == 0 ? (size_t)d->world_size : 1;
@@ -682,10 +682,10 @@ fgb_status srv_ctrl_connect(srv_net *d, const char *addrs, const uint8_t token[C
   if (!c) return snprintf(err, errlen, "out of memory"), FGB_ENOMEM;
   cp->creq.data = c;
   int rc = uv_tcp_connect(&cp->creq, &c->tcp, (struct sockaddr *)&sa, on_connect);
-  if (rc != 0) { /* srv_leader_hint (below) names a loopback leader address */
+  if (rc != 0) { /* ctrl_leader_hint (below) names a loopback leader address */
     char hint[384];
     *colon = ':';
-    srv_leader_hint(leader, hint, sizeof(hint));
+    ctrl_leader_hint(leader, hint, sizeof(hint));
     return snprintf(err, errlen, "connect to the leader at %.64s: %s; %s", leader, uv_strerror(rc),
                     hint),
            FGB_EIO;
@@ -693,13 +693,13 @@ fgb_status srv_ctrl_connect(srv_net *d, const char *addrs, const uint8_t token[C
   return FGB_OK;
 }
 
-int srv_ctrl_ready(const srv_ctrl *cp) {
+int ctrl_ready(const ctrl_plane *cp) {
   if (cp->d->world_rank == 0) return cp->nhello == cp->d->world_size - 1;
   return cp->by_rank[0] && cp->by_rank[0]->connected;
 }
 
-void srv_ctrl_close(srv_net *d) {
-  srv_ctrl *cp = d->cp;
+void ctrl_close(srv_net *d) {
+  ctrl_plane *cp = d->cp;
   if (!cp) return;
   if (cp->listening) {
     cp->listening = 0;
@@ -750,7 +750,7 @@ static int is_loopback(const char *host) {
   return lo;
 }
 
-void srv_leader_hint(const char *leader_addr, char *out, size_t outlen) {
+void ctrl_leader_hint(const char *leader_addr, char *out, size_t outlen) {
   char host[256];
   snprintf(host, sizeof(host), "%s", leader_addr);
   char *colon = strrchr(host, ':');

@@ -12,7 +12,7 @@
  * never handed up. A peer from which nothing arrived for more than the peer timeout (srv_net's
  * peer_timeout_ms) is declared lost: its connection is closed (a stopped daemon that resumes finds
  * it closed) and reported up with the silence in the reason.
- * Orderly stop: srv_ctrl_close (SIGTERM) first sends every peer a goodbye, a frame like a
+ * Orderly stop: ctrl_close (SIGTERM) first sends every peer a goodbye, a frame like a
  * heartbeat with destination CTRL_DST_BYE; the receiver closes that connection and reports the
  * peer lost as "stopped (orderly shutdown)" with an info line instead of an error. */
 #ifndef FGB_SRV_CTRL_H
@@ -45,24 +45,24 @@ typedef struct ctrl_cbs {
 /* Listen on an ephemeral TCP port; *addr gets "host:port" to advertise (host: cfg->cp_addr, else
  * the address gethostname() resolves to, else 127.0.0.1). Call before the address exchange. cbs
  * (static) and ud receive what arrives. */
-fgb_status srv_ctrl_listen(srv_net *d, const ctrl_cbs *cbs, void *ud, char addr[CTRL_ADDR_MAX],
-                           char *err, size_t errlen);
+fgb_status ctrl_listen(srv_net *d, const ctrl_cbs *cbs, void *ud, char addr[CTRL_ADDR_MAX],
+                       char *err, size_t errlen);
 /* With every rank's address (world_size x CTRL_ADDR_MAX bytes) and the world's secret: non-leaders
  * connect to rank 0. The addresses are kept to name lost peers; heartbeats start. */
-fgb_status srv_ctrl_connect(srv_net *d, const char *addrs, const uint8_t token[CTRL_TOKEN],
-                            char *err, size_t errlen);
+fgb_status ctrl_connect(srv_net *d, const char *addrs, const uint8_t token[CTRL_TOKEN], char *err,
+                        size_t errlen);
 /* Queue a coordinator message for world rank `peer` (copied). */
-void srv_ctrl_send(srv_ctrl *cp, int peer, const uint8_t *bytes, size_t len);
+void ctrl_send(ctrl_plane *cp, int peer, const uint8_t *bytes, size_t len);
 /* Call before handling any input (client frames, ring doorbells): a leader that did not run for
  * nearly the peer timeout closes its control plane first (ctrl.c, stall_check). */
-void srv_ctrl_guard(srv_net *d);
+void ctrl_guard(srv_net *d);
 /* 1 while every peer this rank talks to is connected (leader: every member said hello and none
  * was lost since; a member: connected to the leader); 0 before, and again after a loss (the world
  * is incomplete for good: a lost rank is not taken back). */
-int srv_ctrl_ready(const srv_ctrl *cp);
-void srv_ctrl_close(srv_net *d);
+int ctrl_ready(const ctrl_plane *cp);
+void ctrl_close(srv_net *d);
 /* What to check when the leader's control-plane address cannot be reached: names a loopback one
  * (a hostname on 127.0.1.1, as Debian installs it) and --cp-addr. */
-void srv_leader_hint(const char *leader_addr, char *out, size_t outlen);
+void ctrl_leader_hint(const char *leader_addr, char *out, size_t outlen);
 
 #endif

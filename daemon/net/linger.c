@@ -1,5 +1,5 @@
 /* daemon/net/linger.c — closed sessions whose replies are still queued: their poll handle writes
- * what the socket takes, and one timer closes those still waiting after SRV_LINGER_MS. Before, a
+ * what the socket takes, and one timer closes those still waiting after LINGER_MS. Before, a
  * fatal Error was flushed for up to 200 ms on the loop thread, and N clients that left replies
  * unread froze every job for N x 200 ms (issue 15). */
 #include "linger.h"
@@ -71,7 +71,7 @@ static void linger_timer_cb(uv_timer_t *t) {
   }
 }
 
-int srv_linger(srv_conn *s, uv_close_cb free_cb) {
+int linger_start(srv_conn *s, uv_close_cb free_cb) {
   if (s->out_len <= s->out_off || linger_write(s) != 0) return 0;
   lnode *n = calloc(1, sizeof(*n));
   if (!n) return 0;
@@ -82,10 +82,10 @@ int srv_linger(srv_conn *s, uv_close_cb free_cb) {
       return 0;
     }
     uv_timer_init(s->net->loop, g_timer);
-    uv_timer_start(g_timer, linger_timer_cb, SRV_LINGER_MS / 4, SRV_LINGER_MS / 4);
+    uv_timer_start(g_timer, linger_timer_cb, LINGER_MS / 4, LINGER_MS / 4);
   }
   n->s = s;
-  n->until_ms = clock_ms() + SRV_LINGER_MS;
+  n->until_ms = clock_ms() + LINGER_MS;
   n->free_cb = free_cb;
   n->next = g_list;
   g_list = n;

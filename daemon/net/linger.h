@@ -9,12 +9,12 @@
 #include "net.h"
 
 /* How long a closed session's queued replies may take to drain before the socket is closed. */
-#define SRV_LINGER_MS 200
+#define LINGER_MS 200
 
-/* Called by srv_session_close, after the session left every list, with its poll handle still
+/* Called by server_close, after the session left every list, with its poll handle still
  * open: when replies are queued, takes the handle over (writable only), closes it with free_cb
- * once they are written, the peer hangs up or SRV_LINGER_MS passed, and returns 1. Returns 0
+ * once they are written, the peer hangs up or LINGER_MS passed, and returns 1. Returns 0
  * (nothing queued, the socket failed, no memory): the caller closes the handle itself. */
-int srv_linger(srv_conn *s, uv_close_cb free_cb);
+int linger_start(srv_conn *s, uv_close_cb free_cb);
 
 #endif

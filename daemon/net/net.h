@@ -17,18 +17,19 @@
 
 typedef struct srv_net srv_net;
 typedef struct srv_conn srv_conn;
-typedef struct srv_ctrl srv_ctrl;
-typedef struct srv_ring srv_ring;
+typedef struct ctrl_plane ctrl_plane;
+typedef struct ring_consumer ring_consumer;
 
-#define SRV_OUT_MAX (8ul << 20) /* queued reply bytes before a client that stopped reading goes */
-#define SRV_OUT_STUCK_MS 10000  /* ... or this long without progress */
+#define SERVER_OUT_MAX \
+  (8ul << 20)                     /* queued reply bytes before a client that stopped reading goes */
+#define SERVER_OUT_STUCK_MS 10000 /* ... or this long without progress */
 
 /* Who may reach the socket: the runtime directory's and the socket's modes and group (-1: keep)
  * from --allow-uid / --allow-group (0700 and 0600 with neither). SO_PEERCRED decides after. */
-typedef struct srv_access {
+typedef struct net_access {
   mode_t dir_mode, sock_mode;
   gid_t group;
-} srv_access;
+} net_access;
 
 /* One client connection. The layers above embed it as the first member of their session. */
 struct srv_conn {
@@ -45,12 +46,12 @@ struct srv_conn {
   size_t out_len, out_off, out_cap;
   uint64_t out_since_ms; /* when the queue last stopped draining */
   int closing;
-  /* Set by srv_send instead of closing at once: its callers hold job pointers that the close
-   * could free (client gone -> job released); srv_sessions_tick closes the session. */
+  /* Set by server_out_reserve/commit instead of closing at once: its callers hold job pointers that
+   * the close could free (client gone -> job released); server_tick closes the session. */
   const char *close_why;
   /* ring.c: the submission ring (NULL: Submits come on the socket only), and the socket frames
    * handled so far (a ring record is consumed once the frames sent before it were handled). */
-  srv_ring *ring;
+  ring_consumer *ring;
   uint64_t frames_in;
   srv_conn *next;
 };
@@ -72,12 +73,12 @@ typedef struct server_cbs {
 } server_cbs;
 
 /* The daemon as the server and the control plane see it: boot/main.c fills the first part before
- * srv_ctrl_listen and srv_server_start (none of it changes after); the rest is theirs. */
+ * ctrl_listen and server_start (none of it changes after); the rest is theirs. */
 struct srv_net {
   uv_loop_t *loop;
   int world_rank, world_size, local_index;
   const char *runtime_dir;
-  srv_access access;       /* boot/config.c: srv_config_runtime_dir */
+  net_access access;       /* boot/config.c: config_runtime_dir */
   const uid_t *allow_uids; /* --allow-uid */
   int nallow_uids;
   const gid_t *allow_gids; /* --allow-group */
@@ -101,24 +102,24 @@ struct srv_net {
   srv_conn *sessions;
   uint64_t next_session_id;
   /* ctrl.c */
-  srv_ctrl *cp;
+  ctrl_plane *cp;
 };
 
 /* ---- server.c: client sockets --------------------------------------------------------------- */
-fgb_status srv_server_start(srv_net *n, const server_cbs *cbs, char *err, size_t errlen);
-void srv_server_stop(srv_net *n);
+fgb_status server_start(srv_net *n, const server_cbs *cbs, char *err, size_t errlen);
+void server_stop(srv_net *n);
 /* Room for one reply frame of len payload bytes at the end of c's queue, its header written: the
- * payload goes there, then srv_out_commit queues it and writes what the socket takes (never
+ * payload goes there, then server_out_commit queues it and writes what the socket takes (never
  * blocks; a client that stops reading is dropped later). NULL: c is closing or marked to close, or
  * len does not fit a frame (logged). */
-uint8_t *srv_out_reserve(srv_conn *c, size_t len);
-void srv_out_commit(srv_conn *c, size_t len);
+uint8_t *server_out_reserve(srv_conn *c, size_t len);
+void server_out_commit(srv_conn *c, size_t len);
 /* Close a session (deferred free); server_cbs.on_close tells the layers above. */
-void srv_session_close(srv_conn *c, const char *why);
+void server_close(srv_conn *c, const char *why);
 /* The loop's timer: close the sessions marked to close and those that stopped reading. */
-void srv_sessions_tick(srv_net *n);
+void server_tick(srv_net *n);
 /* The hot window (server.c): arm it (client traffic), and whether the loop is polling now. */
-void srv_hot_touch(void);
-int srv_hot_active(void);
+void server_hot_touch(void);
+int server_hot_active(void);
 
 #endif

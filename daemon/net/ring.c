@@ -31,7 +31,7 @@
 #include "ring.h"
 #include "ring_layout.h"
 
-struct srv_ring {
+struct ring_consumer {
   srv_conn *s; /* NULL once closed */
   const ring_cbs *cbs;
   uint8_t *base;
@@ -44,23 +44,23 @@ struct srv_ring {
   uint64_t submits;
 };
 
-static _Atomic uint64_t *hdr_u64(const srv_ring *r, size_t off) {
+static _Atomic uint64_t *hdr_u64(const ring_consumer *r, size_t off) {
   return (_Atomic uint64_t *)(void *)(r->base + off);
 }
 
-static _Atomic uint32_t *hdr_u32(const srv_ring *r, size_t off) {
+static _Atomic uint32_t *hdr_u32(const ring_consumer *r, size_t off) {
   return (_Atomic uint32_t *)(void *)(r->base + off);
 }
 
 static void ring_free_cb(uv_handle_t *h) {
-  srv_ring *r = h->data;
+  ring_consumer *r = h->data;
   munmap(r->base, r->bytes);
   close(r->efd);
   free(r);
 }
 
-void srv_ring_close(srv_conn *s) {
-  srv_ring *r = s->ring;
+void ring_close(srv_conn *s) {
+  ring_consumer *r = s->ring;
   if (!r) return;
   s->ring = NULL;
   r->s = NULL;
@@ -68,11 +68,11 @@ void srv_ring_close(srv_conn *s) {
   uv_close((uv_handle_t *)&r->bell, ring_free_cb);
 }
 
-int srv_ring_attached(const srv_conn *s) {
+int ring_attached(const srv_conn *s) {
   return s && s->ring;
 }
 
-uint64_t srv_ring_submits(const srv_conn *s) {
+uint64_t ring_submits(const srv_conn *s) {
   return s && s->ring ? s->ring->submits : 0;
 }
 
@@ -125,10 +125,10 @@ static int counting_eventfd(int fd, int *nowait) {
 
 static void ring_bell_cb(uv_poll_t *h, int status, int events) {
   (void)events;
-  srv_ring *r = h->data;
+  ring_consumer *r = h->data;
   srv_conn *s = r->s;
   if (!s || s->closing) return;
-  srv_ctrl_guard(s->net); /* a leader back from a stop closes its control plane first */
+  ctrl_guard(s->net); /* a leader back from a stop closes its control plane first */
   uint64_t v;
   /* clears the counter; EAGAIN: nothing to clear */
   if (bell_read(r->efd, r->nowait, &v) < 0 && errno == EPERM) {
@@ -142,7 +142,7 @@ static void ring_bell_cb(uv_poll_t *h, int status, int events) {
     r->cbs->on_fatal(s, FGB_EPROTO, "ring", msg);
     return;
   }
-  srv_ring_drain(s);
+  ring_drain(s);
 }
 
 /* A refusal at attach: the client keeps using the socket. */
@@ -153,8 +153,8 @@ static void ring_bell_cb(uv_poll_t *h, int status, int events) {
     goto fail;                          \
   } while (0)
 
-fgb_status srv_ring_attach(srv_conn *s, const srv_ring_sizes *m, int *fds, int nfds,
-                           const ring_cbs *cbs, const char **field, char *err, size_t errlen) {
+fgb_status ring_attach(srv_conn *s, const ring_sizes *m, int *fds, int nfds, const ring_cbs *cbs,
+                       const char **field, char *err, size_t errlen) {
   void *map = MAP_FAILED;
   size_t need = 0;
   fgb_status code = FGB_EINVAL;
@@ -203,7 +203,7 @@ fgb_status srv_ring_attach(srv_conn *s, const srv_ring_sizes *m, int *fds, int n
   uint64_t head = *(const volatile uint64_t *)((const uint8_t *)map + FGB_RING_OFF_HEAD);
   if (head != 0)
     REFUSE("ring", "ring: head is %llu at attach (must be 0)", (unsigned long long)head);
-  srv_ring *r = calloc(1, sizeof(*r));
+  ring_consumer *r = calloc(1, sizeof(*r));
   if (!r) {
     code = FGB_ENOMEM;
     REFUSE("ring", "out of memory");
@@ -222,7 +222,7 @@ fgb_status srv_ring_attach(srv_conn *s, const srv_ring_sizes *m, int *fds, int n
   r->nowait = nowait;
   r->bell.data = r;
   atomic_store_explicit(hdr_u64(r, FGB_RING_OFF_TAIL), 0, memory_order_relaxed);
-  atomic_store_explicit(hdr_u32(r, FGB_RING_OFF_AWAKE), (uint32_t)srv_hot_active(),
+  atomic_store_explicit(hdr_u32(r, FGB_RING_OFF_AWAKE), (uint32_t)server_hot_active(),
                         memory_order_seq_cst);
   uv_poll_start(&r->bell, UV_READABLE, ring_bell_cb);
   s->ring = r;
@@ -250,8 +250,8 @@ static int ring_fatal(srv_conn *s, int consumed, const char *fmt, ...) {
   return consumed;
 }
 
-int srv_ring_drain(srv_conn *s) {
-  srv_ring *r = s->ring;
+int ring_drain(srv_conn *s) {
+  ring_consumer *r = s->ring;
   if (!r || s->closing || s->close_why) return 0;
   uint64_t head = atomic_load_explicit(hdr_u64(r, FGB_RING_OFF_HEAD), memory_order_acquire);
   if (head == r->tail) return 0;
@@ -296,20 +296,20 @@ int srv_ring_drain(srv_conn *s) {
     r->cbs->on_record(s, &rec); /* the socket's Submit handler: same checks, same errors */
     if (s->closing || s->close_why || s->ring != r) break;
   }
-  if (n) srv_hot_touch(); /* as a Submit read from the socket: a step's round trips follow */
+  if (n) server_hot_touch(); /* as a Submit read from the socket: a step's round trips follow */
   return n;
 }
 
-int srv_ring_poll_all(srv_net *d) {
+int ring_poll_all(srv_net *d) {
   int n = 0;
   for (srv_conn *s = d->sessions, *next; s; s = next) {
     next = s->next; /* a garbage ring closes (unlinks) its session */
-    if (s->ring) n += srv_ring_drain(s);
+    if (s->ring) n += ring_drain(s);
   }
   return n;
 }
 
-int srv_ring_set_awake(srv_net *d, int awake) {
+int ring_set_awake(srv_net *d, int awake) {
   for (srv_conn *s = d->sessions; s; s = s->next)
     if (s->ring)
       atomic_store_explicit(hdr_u32(s->ring, FGB_RING_OFF_AWAKE), (uint32_t)(awake != 0),
@@ -318,5 +318,5 @@ int srv_ring_set_awake(srv_net *d, int awake) {
   /* Dekker with the client's "publish head, fence, read awake": a record it wrote while it still
    * saw us awake is found by this look. */
   atomic_thread_fence(memory_order_seq_cst);
-  return srv_ring_poll_all(d);
+  return ring_poll_all(d);
 }

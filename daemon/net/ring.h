@@ -20,34 +20,34 @@ typedef struct ring_cbs {
 } ring_cbs;
 
 /* AttachRing's sizes, as the client announced them. */
-typedef struct srv_ring_sizes {
+typedef struct ring_sizes {
   uint32_t slots, slot_bytes;
-} srv_ring_sizes;
+} ring_sizes;
 
 /* Attach a ring with its two fds (memfd, eventfd), which this takes in every case: checked,
  * mapped, watched. Its records go to cbs (static). FGB_OK, or the refusal's code with *field and
  * err (the client keeps using the socket). */
-fgb_status srv_ring_attach(srv_conn *s, const srv_ring_sizes *m, int *fds, int nfds,
-                           const ring_cbs *cbs, const char **field, char *err, size_t errlen);
+fgb_status ring_attach(srv_conn *s, const ring_sizes *m, int *fds, int nfds, const ring_cbs *cbs,
+                       const char **field, char *err, size_t errlen);
 
 /* Consume the session's records that are due: those written after at most s->frames_in socket
  * frames. Each goes to the ring's on_submit. Garbage in the ring closes the session (fatal Error).
  * Returns how many records were consumed. */
-int srv_ring_drain(srv_conn *s);
+int ring_drain(srv_conn *s);
 
 /* Stop watching and release the session's ring (its memory goes once libuv closed the handle). */
-void srv_ring_close(srv_conn *s);
+void ring_close(srv_conn *s);
 
 /* The hot window polls every ring; returns the records consumed. */
-int srv_ring_poll_all(srv_net *d);
+int ring_poll_all(srv_net *d);
 
 /* Tell every ring whether the loop polls it (1) or sleeps in epoll (0: clients ring the doorbell).
  * Going to sleep re-checks every ring after the word is cleared, so no record is left behind;
  * returns the records that re-check consumed. */
-int srv_ring_set_awake(srv_net *d, int awake);
+int ring_set_awake(srv_net *d, int awake);
 
 /* For status: the session's ring is attached, and how many Submits went through it. */
-int srv_ring_attached(const srv_conn *s);
-uint64_t srv_ring_submits(const srv_conn *s);
+int ring_attached(const srv_conn *s);
+uint64_t ring_submits(const srv_conn *s);
 
 #endif

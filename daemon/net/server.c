@@ -31,17 +31,17 @@
 static void session_poll_cb(uv_poll_t *h, int status, int events);
 
 /* The layers above: frames go up, and a closing session is handed up to release its job and
- * arenas (srv_server_start). */
+ * arenas (server_start). */
 static const server_cbs *g_cbs;
 
 /* ---- hot window --------------------------------------------------------------------------------
  * While an idle handle is active libuv polls with a zero timeout, so the loop thread never sleeps
  * in epoll_wait: each event of a step is seen as soon as it is posted instead of after a wake-up
  * (measured tens of us per hop on an idle 16-core GPU host; see docs/performance.md). The window
- * is armed by client traffic and closes SRV_HOT_US after the last of it, so an idle daemon sleeps.
- * GPU daemons only by default (a CPU daemon on a loaded 2-core machine would take a core from the
- * trainer); FGBUFF_HOT_US=<us> sets the window, 0 turns it off, on any daemon. */
-#define SRV_HOT_US_GPU 2000
+ * is armed by client traffic and closes SERVER_HOT_US after the last of it, so an idle daemon
+ * sleeps. GPU daemons only by default (a CPU daemon on a loaded 2-core machine would take a core
+ * from the trainer); FGBUFF_HOT_US=<us> sets the window, 0 turns it off, on any daemon. */
+#define SERVER_HOT_US_GPU 2000
 
 static uv_idle_t g_hot;
 static int g_hot_init, g_hot_on;
@@ -50,20 +50,20 @@ static uint64_t g_hot_us, g_hot_until;
 static void hot_cb(uv_idle_t *h) {
   srv_net *d = h->data;
   if (clock_us() < g_hot_until) {
-    srv_ring_poll_all(d); /* submission rings: a load per ring, no syscall */
-    sched_yield(); /* immediate on an idle core; hands an oversubscribed one to who needs it */
+    ring_poll_all(d); /* submission rings: a load per ring, no syscall */
+    sched_yield();    /* immediate on an idle core; hands an oversubscribed one to who needs it */
     return;
   }
   uv_idle_stop(h);
   g_hot_on = 0;
   /* Clients ring the doorbell from now on; what they wrote before they saw that is consumed here
    * (and re-arms the window). */
-  srv_ring_set_awake(d, 0);
+  ring_set_awake(d, 0);
 }
 
 static void hot_setup(srv_net *d) {
   long v = (long)env_num(ENV_HOT_US); /* -1: unset or invalid */
-  g_hot_us = v >= 0 ? (uint64_t)v : d->hot_default ? SRV_HOT_US_GPU : 0;
+  g_hot_us = v >= 0 ? (uint64_t)v : d->hot_default ? SERVER_HOT_US_GPU : 0;
   if (g_hot_us == 0 || uv_idle_init(d->loop, &g_hot) != 0) return;
   g_hot.data = d;
   g_hot_init = 1;
@@ -76,15 +76,15 @@ static void hot_touch(void) {
   g_hot_until = clock_us() + g_hot_us;
   if (!g_hot_on && uv_idle_start(&g_hot, hot_cb) == 0) {
     g_hot_on = 1;
-    srv_ring_set_awake(g_hot.data, 1); /* clients need not ring the doorbell while we poll */
+    ring_set_awake(g_hot.data, 1); /* clients need not ring the doorbell while we poll */
   }
 }
 
-void srv_hot_touch(void) {
+void server_hot_touch(void) {
   hot_touch();
 }
 
-int srv_hot_active(void) {
+int server_hot_active(void) {
   return g_hot_on;
 }
 
@@ -126,7 +126,7 @@ static int session_write(srv_conn *s) {
   return 0;
 }
 
-uint8_t *srv_out_reserve(srv_conn *s, size_t len) {
+uint8_t *server_out_reserve(srv_conn *s, size_t len) {
   if (s->closing || s->close_why) return NULL;
   if (len == 0 || len > FGB_WIRE_MAX_FRAME) {
     LOG_ERROR("session %llu: reply of %zu bytes does not fit a frame; dropped",
@@ -134,7 +134,7 @@ uint8_t *srv_out_reserve(srv_conn *s, size_t len) {
     return NULL;
   }
   size_t pending = s->out_len - s->out_off;
-  if (pending + len + FGB_WIRE_HDR > SRV_OUT_MAX) {
+  if (pending + len + FGB_WIRE_HDR > SERVER_OUT_MAX) {
     LOG_WARN("session %llu (pid %u): client stopped reading (%zu reply bytes queued); dropping it",
              (unsigned long long)s->id, s->pid, pending);
     s->close_why = "client stopped reading its replies";
@@ -157,7 +157,7 @@ uint8_t *srv_out_reserve(srv_conn *s, size_t len) {
   return p + FGB_WIRE_HDR;
 }
 
-void srv_out_commit(srv_conn *s, size_t len) {
+void server_out_commit(srv_conn *s, size_t len) {
   s->out_len += len + FGB_WIRE_HDR;
   if (session_write(s) != 0) {
     s->close_why = "send failed";
@@ -174,10 +174,10 @@ static void session_free_cb(uv_handle_t *h) {
   free(s);
 }
 
-void srv_session_close(srv_conn *s, const char *why) {
+void server_close(srv_conn *s, const char *why) {
   if (s->closing) return;
   s->closing = 1;
-  srv_conn_remove(s->uid);
+  conncap_remove(s->uid);
   srv_net *d = s->net;
   LOG_INFO("session %llu (pid %u, %s) closed: %s", (unsigned long long)s->id, s->pid,
            s->name[0] ? s->name : "?", why);
@@ -187,21 +187,21 @@ void srv_session_close(srv_conn *s, const char *why) {
       break;
     }
   }
-  srv_ring_close(s);
+  ring_close(s);
   g_cbs->on_close(s);
-  if (srv_linger(s, session_free_cb)) return; /* queued replies first, without blocking */
+  if (linger_start(s, session_free_cb)) return; /* queued replies first, without blocking */
   uv_poll_stop(&s->poll);
   uv_close((uv_handle_t *)&s->poll, session_free_cb);
 }
 
-void srv_sessions_tick(srv_net *d) {
+void server_tick(srv_net *d) {
   uint64_t now = clock_ms();
   for (srv_conn *s = d->sessions, *next; s; s = next) {
     next = s->next;
     if (s->close_why)
-      srv_session_close(s, s->close_why);
-    else if (s->out_len > s->out_off && now - s->out_since_ms > SRV_OUT_STUCK_MS)
-      srv_session_close(s, "client stopped reading its replies");
+      server_close(s, s->close_why);
+    else if (s->out_len > s->out_off && now - s->out_since_ms > SERVER_OUT_STUCK_MS)
+      server_close(s, "client stopped reading its replies");
   }
 }
 
@@ -214,8 +214,7 @@ static void session_read(srv_conn *s) {
     int fds[FGB_WIRE_MAX_FDS], nfds = 0;
     wire_status st = wire_read(&s->rd, s->fd, &frame, &len, fds, &nfds, err, sizeof(err));
     /* Ring records written before this frame was sent go first (ring.c: order). */
-    if (s->ring && st != WIRE_ERR_SIZE && st != WIRE_ERR_FDS && st != WIRE_ERR_IO)
-      srv_ring_drain(s);
+    if (s->ring && st != WIRE_ERR_SIZE && st != WIRE_ERR_FDS && st != WIRE_ERR_IO) ring_drain(s);
     if (s->closing || s->close_why) { /* a garbage ring */
       fds_close(fds, nfds);
       return;
@@ -228,7 +227,7 @@ static void session_read(srv_conn *s) {
       continue;
     }
     if (st == WIRE_EOF) {
-      srv_session_close(s, "client closed the connection");
+      server_close(s, "client closed the connection");
     } else if (st == WIRE_ERR_SIZE) {
       g_cbs->on_fatal(s, FGB_EPROTO, "length", err);
     } else if (st == WIRE_ERR_FDS) {
@@ -237,7 +236,7 @@ static void session_read(srv_conn *s) {
       /* The peer closed (or half-closed) inside a frame; answer in case it still reads. */
       g_cbs->on_fatal(s, FGB_EPROTO, "length", err);
     } else {
-      srv_session_close(s, err);
+      server_close(s, err);
     }
     return;
   }
@@ -246,20 +245,19 @@ static void session_read(srv_conn *s) {
 static void session_poll_cb(uv_poll_t *h, int status, int events) {
   srv_conn *s = h->data;
   if (s->closing) return;
-  srv_ctrl_guard(s->net); /* a leader back from a stop closes its control plane first */
-  if (s->close_why) {     /* a send failed under a caller: close here, on a clean stack */
-    srv_session_close(s, s->close_why);
+  ctrl_guard(s->net); /* a leader back from a stop closes its control plane first */
+  if (s->close_why) { /* a send failed under a caller: close here, on a clean stack */
+    server_close(s, s->close_why);
     return;
   }
   if (status < 0) {
     /* libuv reports POLLERR as UV_EBADF: the client went away with replies in flight. */
-    srv_session_close(s,
-                      status == UV_EBADF ? "connection error (client gone)" : uv_strerror(status));
+    server_close(s, status == UV_EBADF ? "connection error (client gone)" : uv_strerror(status));
     return;
   }
   if (events & UV_WRITABLE) {
     if (session_write(s) != 0) {
-      srv_session_close(s, "send failed");
+      server_close(s, "send failed");
       return;
     }
   }
@@ -294,7 +292,7 @@ static int peer_allowed(srv_net *d, int fd, uid_t *uid_out, pid_t *pid_out) {
 static void on_connection(uv_stream_t *server, int status) {
   srv_net *d = server->data;
   if (status < 0) {
-    srv_conn_accept_failed(status, "accept");
+    conncap_accept_failed(status, "accept");
     return;
   }
   uv_pipe_t *tmp = malloc(sizeof(*tmp));
@@ -310,7 +308,7 @@ static void on_connection(uv_stream_t *server, int status) {
   if (uv_fileno((uv_handle_t *)tmp, &ufd) == 0) fd = fcntl(ufd, F_DUPFD_CLOEXEC, 3);
   uv_close((uv_handle_t *)tmp, (uv_close_cb)free);
   if (fd < 0) {
-    srv_conn_accept_failed(uv_translate_sys_error(errno), "accept: taking the connection's fd");
+    conncap_accept_failed(uv_translate_sys_error(errno), "accept: taking the connection's fd");
     return;
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -336,7 +334,7 @@ static void on_connection(uv_stream_t *server, int status) {
   d->sessions = s;
   g_cbs->on_open(s);
   char why[160];
-  int over = srv_conn_add(s->uid, why, sizeof(why)); /* srv_session_close gives it back */
+  int over = conncap_add(s->uid, why, sizeof(why)); /* server_close gives it back */
   LOG_DEBUG("session %llu: connection from pid %d uid %u", (unsigned long long)s->id, (int)pid,
             (unsigned)s->uid);
   if (!ok) {
@@ -406,7 +404,7 @@ static int lock_socket(const char *sock_path, char *err, size_t errlen) {
   return FGB_OK; /* fd stays open (and locked) until the process exits */
 }
 
-fgb_status srv_server_start(srv_net *d, const server_cbs *cbs, char *err, size_t errlen) {
+fgb_status server_start(srv_net *d, const server_cbs *cbs, char *err, size_t errlen) {
   g_cbs = cbs;
   int n =
       snprintf(d->sock_path, sizeof(d->sock_path), "%s/cpu%d.sock", d->runtime_dir, d->local_index);
@@ -434,7 +432,7 @@ fgb_status srv_server_start(srv_net *d, const server_cbs *cbs, char *err, size_t
   uv_pipe_init(d->loop, &d->listener, 0);
   d->listener.data = d;
   /* Create the socket with the right mode from the start (no window with a wider one). */
-  srv_access a = d->access;
+  net_access a = d->access;
   mode_t old = umask(0777 & ~a.sock_mode);
   int rc = uv_pipe_bind(&d->listener, d->sock_path);
   umask(old);
@@ -453,7 +451,7 @@ fgb_status srv_server_start(srv_net *d, const server_cbs *cbs, char *err, size_t
   return FGB_OK;
 }
 
-void srv_server_stop(srv_net *d) {
+void server_stop(srv_net *d) {
   hot_close();
   if (d->listening) {
     d->listening = 0;
@@ -463,6 +461,6 @@ void srv_server_stop(srv_net *d) {
   while (d->sessions) {
     srv_conn *s = d->sessions;
     g_cbs->on_fatal(s, FGB_ECLOSED, "", "daemon shutting down");
-    if (d->sessions == s) srv_session_close(s, "daemon shutting down");
+    if (d->sessions == s) server_close(s, "daemon shutting down");
   }
 }

@@ -19,11 +19,11 @@
 
 typedef struct srv srv;
 typedef struct srv_session srv_session;
-typedef struct srv_engine srv_engine;
-typedef struct srv_state_xfer srv_state_xfer;
+typedef struct engine engine;
+typedef struct rpc_state_xfer rpc_state_xfer;
 
-#define SRV_MAX_ARENA_BYTES (1ull << 40)
-#define SRV_MAX_ARENAS 1024 /* per session */
+#define RPC_MAX_ARENA_BYTES (1ull << 40)
+#define RPC_MAX_ARENAS 1024 /* per session */
 
 /* A client session: net/'s connection (first: the server allocates sessions and hands up c), then
  * what rpc/ keeps of it. */
@@ -31,10 +31,10 @@ struct srv_session {
   srv_conn c;
   srv *d;
   int hello;
-  srv_job *job;
-  srv_arena *arenas;
+  core_job *job;
+  core_arena *arenas;
   uint32_t narenas, next_arena_id;
-  srv_state_xfer *xfer; /* a chunked state export or import in progress (rpc/h_state.c) */
+  rpc_state_xfer *xfer; /* a chunked state export or import in progress (rpc/h_state.c) */
 };
 /* The session a connection of the server begins. */
 #define SRV_SESSION(conn) ((srv_session *)(conn))
@@ -54,52 +54,52 @@ struct srv {
 
 /* ---- rpc/decode.c, rpc/session.c: a client's frames and the tables rpc/ hands out ------------ */
 /* One frame of s: the envelope decoded, checked, dispatched to its handler (rpc/h_*.c). */
-void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *fds, int nfds);
-/* The table srv_server_start is given: frames to srv_session_frame; a close releases the job
+void decode_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *fds, int nfds);
+/* The table server_start is given: frames to decode_frame; a close releases the job
  * and the arenas. */
-extern const server_cbs srv_session_cbs;
+extern const server_cbs session_cbs;
 /* The table the core is given (core_init): its replies become envelopes (rpc/reply.c), its
  * coordinator bytes go to the control plane. */
-extern const core_cbs srv_core_cbs;
+extern const core_cbs session_core_cbs;
 
 /* ---- reply.c: envelopes to a client -------------------------------------------------- */
 /* The one place a reply envelope is built: body is the message body_case names (a reply kind:
  * HelloReply, JoinReply, ArenaReply, TensorReply, Done, CollectiveDone, Error, Ok, StatusReply,
  * ConfigReply, StateReply, TimelineReply; any other is logged and not sent), req_id 0 for Done.
- * Packed into s's queue by srv_out_reserve's rules (a reply larger than a frame is logged and
+ * Packed into s's queue by server_out_reserve's rules (a reply larger than a frame is logged and
  * dropped). */
-void srv_reply(srv_session *s, uint64_t req_id, Fgbuff__V1__Envelope__BodyCase body_case,
-               void *body);
+void reply_send(srv_session *s, uint64_t req_id, Fgbuff__V1__Envelope__BodyCase body_case,
+                void *body);
 /* That envelope's packed size, for a handler that answers a reply too large for a frame with an
  * Error instead (0: not a reply kind). */
-size_t srv_reply_size(uint64_t req_id, Fgbuff__V1__Envelope__BodyCase body_case, void *body);
-void srv_reply_ok(srv_session *s, uint64_t req_id);
+size_t reply_size(uint64_t req_id, Fgbuff__V1__Envelope__BodyCase body_case, void *body);
+void reply_ok(srv_session *s, uint64_t req_id);
 /* An Error reply; fatal: flush for up to 200 ms, then close the session. */
-void srv_send_error(srv_session *s, uint64_t req_id, int code, const char *field, int fatal,
-                    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-void srv_send_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int status, const char *err);
+void reply_error(srv_session *s, uint64_t req_id, int code, const char *field, int fatal,
+                 const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+void reply_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int status, const char *err);
 /* Done of (tensor, step) with the GPU event slot the core names (0 on a host arena). */
-void srv_reply_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status, const char *err,
-                    uint32_t event_slot);
+void reply_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status, const char *err,
+                uint32_t event_slot);
 /* Errors sent to clients since start (Error replies, failed Done and CollectiveDone), by kind:
  * index -code for FGB_EINVAL .. FGB_EBUSY, 0 for any other code. */
-#define SRV_ERROR_KINDS 15
-uint64_t srv_errors_sent(int kind);
+#define REPLY_ERROR_KINDS 15
+uint64_t reply_errors_sent(int kind);
 
 /* ---- rpc/timeline.c: TimelineRequest (start, stop, dump the engine's spans) --------------- */
-void srv_on_timeline(srv_session *s, uint64_t req_id, const Fgbuff__V1__TimelineRequest *m);
+void timeline_on_request(srv_session *s, uint64_t req_id, const Fgbuff__V1__TimelineRequest *m);
 /* Start-up: FGBUFF_TIMELINE_START=1 starts recording at once (after the engine started). */
-void srv_timeline_boot(srv *d);
+void timeline_boot(srv *d);
 
 /* ---- status.c ---------------------------------------------------------------------------- */
 /* The status document (JSON) and its text rendering; both malloc'ed. The jobs listed, here and in
  * the coordinator's part: those named `job` ("" or NULL: all), from the offset-th on, at most
  * `limit` (0: no limit). Together they always fit one frame: what does not is left out, and the
  * document says so ("truncated", docs/protocol.md "Status"). */
-typedef struct srv_status_query {
+typedef struct status_query {
   const char *job;
   uint32_t offset, limit;
-} srv_status_query;
-fgb_status srv_status_build(srv *d, const srv_status_query *q, char **json, char **text);
+} status_query;
+fgb_status status_build(srv *d, const status_query *q, char **json, char **text);
 
 #endif

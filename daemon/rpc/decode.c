@@ -35,12 +35,12 @@ static const rpc_route routes[] = {
 #undef ROUTE
 #undef ROUTE_FDS
 
-void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *fds, int nfds) {
+void decode_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *fds, int nfds) {
   Fgbuff__V1__Envelope *env = fgbuff__v1__envelope__unpack(NULL, len, frame);
   if (!env) {
     fds_close(fds, nfds);
-    srv_send_error(s, 0, FGB_EPROTO, "envelope", 1,
-                   "envelope: cannot decode a %u-byte frame as an Envelope", len);
+    reply_error(s, 0, FGB_EPROTO, "envelope", 1,
+                "envelope: cannot decode a %u-byte frame as an Envelope", len);
     return;
   }
   uint64_t rq = env->req_id;
@@ -49,20 +49,20 @@ void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *
   if (r && !r->fn && !r->fds_fn) r = NULL;
   if (env->num_fds != (uint32_t)nfds) {
     fds_close(fds, nfds);
-    srv_send_error(s, rq, FGB_EPROTO, "num_fds", 1,
-                   "num_fds: envelope announces %u fds but %d arrived with the frame", env->num_fds,
-                   nfds);
+    reply_error(s, rq, FGB_EPROTO, "num_fds", 1,
+                "num_fds: envelope announces %u fds but %d arrived with the frame", env->num_fds,
+                nfds);
     goto out;
   }
   if (nfds > 0 && !(r && r->fds_fn)) {
     fds_close(fds, nfds);
-    srv_send_error(s, rq, FGB_EPROTO, "num_fds", 0, "num_fds: this message takes no fds (got %d)",
-                   nfds);
+    reply_error(s, rq, FGB_EPROTO, "num_fds", 0, "num_fds: this message takes no fds (got %d)",
+                nfds);
     goto out;
   }
   if (!s->hello && env->body_case != FGBUFF__V1__ENVELOPE__BODY_HELLO) {
     fds_close(fds, nfds);
-    srv_send_error(s, rq, FGB_EPROTO, "hello", 1, "the first message must be Hello");
+    reply_error(s, rq, FGB_EPROTO, "hello", 1, "the first message must be Hello");
     goto out;
   }
   if (r && r->fds_fn)
@@ -70,11 +70,11 @@ void srv_session_frame(srv_session *s, const uint8_t *frame, uint32_t len, int *
   else if (r)
     r->fn(s, rq, env);
   else if (env->body_case == FGBUFF__V1__ENVELOPE__BODY__NOT_SET)
-    srv_send_error(s, rq, FGB_EPROTO, "body", 0,
-                   "body: envelope has no known message (unknown type from a newer client?)");
+    reply_error(s, rq, FGB_EPROTO, "body", 0,
+                "body: envelope has no known message (unknown type from a newer client?)");
   else
-    srv_send_error(s, rq, FGB_EPROTO, "body", 0,
-                   "body: message type %d is sent by daemons, not clients", (int)env->body_case);
+    reply_error(s, rq, FGB_EPROTO, "body", 0,
+                "body: message type %d is sent by daemons, not clients", (int)env->body_case);
 out:
   fgbuff__v1__envelope__free_unpacked(env, NULL);
 }

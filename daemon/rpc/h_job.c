@@ -18,13 +18,13 @@ int rpc_name_ok(const char *s) {
 static void on_hello(srv_session *s, uint64_t req_id, const Fgbuff__V1__Hello *m) {
   srv *d = s->d;
   if (s->hello) {
-    srv_send_error(s, req_id, FGB_EPROTO, "hello", 0, "hello: handshake already done");
+    reply_error(s, req_id, FGB_EPROTO, "hello", 0, "hello: handshake already done");
     return;
   }
   if (m->protocol_version != FGB_PROTOCOL_VERSION) {
-    srv_send_error(s, req_id, FGB_EPROTO, "protocol_version", 1,
-                   "protocol version %u not supported; this daemon speaks version %u",
-                   m->protocol_version, FGB_PROTOCOL_VERSION);
+    reply_error(s, req_id, FGB_EPROTO, "protocol_version", 1,
+                "protocol version %u not supported; this daemon speaks version %u",
+                m->protocol_version, FGB_PROTOCOL_VERSION);
     return;
   }
   s->hello = 1;
@@ -40,43 +40,42 @@ static void on_hello(srv_session *s, uint64_t req_id, const Fgbuff__V1__Hello *m
   r.daemon_id = d->daemon_id;
   r.submit_ring = 1;            /* AttachRing is understood (ring.c) */
   r.max_fds = FGB_WIRE_MAX_FDS; /* a VMM arena's 4 fds and its done page */
-  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_HELLO_REPLY, &r);
+  reply_send(s, req_id, FGBUFF__V1__ENVELOPE__BODY_HELLO_REPLY, &r);
 }
 
 static void on_join(srv_session *s, uint64_t req_id, const Fgbuff__V1__JoinJob *m) {
   srv *d = s->d;
   if (s->job) {
-    srv_send_error(s, req_id, FGB_EEXIST, "name", 0,
-                   "join: this connection already joined job '%s' (one job per connection)",
-                   s->job->id.name);
+    reply_error(s, req_id, FGB_EEXIST, "name", 0,
+                "join: this connection already joined job '%s' (one job per connection)",
+                s->job->id.name);
     return;
   }
   if (!rpc_name_ok(m->name)) {
-    srv_send_error(s, req_id, FGB_EINVAL, "name", 0,
-                   "name: job name must be 1..255 printable bytes (got %zu bytes)",
-                   strlen(m->name));
+    reply_error(s, req_id, FGB_EINVAL, "name", 0,
+                "name: job name must be 1..255 printable bytes (got %zu bytes)", strlen(m->name));
     return;
   }
   if (m->size < 1 || m->size > 65536) {
-    srv_send_error(s, req_id, FGB_EINVAL, "size", 0, "size: job size %d outside 1..65536", m->size);
+    reply_error(s, req_id, FGB_EINVAL, "size", 0, "size: job size %d outside 1..65536", m->size);
     return;
   }
   if (m->size > d->world_size) {
-    srv_send_error(s, req_id, FGB_EINVAL, "size", 0,
-                   "size: job size %d exceeds the world of %d daemons (one rank per daemon)",
-                   m->size, d->world_size);
+    reply_error(s, req_id, FGB_EINVAL, "size", 0,
+                "size: job size %d exceeds the world of %d daemons (one rank per daemon)", m->size,
+                d->world_size);
     return;
   }
   if (m->rank < 0 || m->rank >= m->size) {
-    srv_send_error(s, req_id, FGB_EINVAL, "rank", 0, "rank: job rank %d outside 0..%d", m->rank,
-                   m->size - 1);
+    reply_error(s, req_id, FGB_EINVAL, "rank", 0, "rank: job rank %d outside 0..%d", m->rank,
+                m->size - 1);
     return;
   }
   const char *policy = m->policy[0] ? m->policy : d->cfg.default_policy;
   char perr[160];
-  int pk = srv_policy_check(policy, perr, sizeof(perr));
+  int pk = conf_policy_check(policy, perr, sizeof(perr));
   if (pk != 1) {
-    srv_send_error(s, req_id, pk < 0 ? FGB_ENOTSUP : FGB_EINVAL, "policy", 0, "policy: %s", perr);
+    reply_error(s, req_id, pk < 0 ? FGB_ENOTSUP : FGB_EINVAL, "policy", 0, "policy: %s", perr);
     return;
   }
   char desc[96];

@@ -17,7 +17,7 @@
 #define STATE_MAX_BYTES (1ull << 40)          /* an import's announced total, at most */
 #define STATE_IMPORT_STEP ((size_t)16u << 20) /* an import's first growth */
 
-struct srv_state_xfer {
+struct rpc_state_xfer {
   /* export: the chunked request at offset 0 whose engine result is awaited */
   int exp_pending;
   uint64_t exp_req;
@@ -33,19 +33,19 @@ struct srv_state_xfer {
   uint32_t imp_tensor;
 };
 
-static srv_state_xfer *xfer_of(srv_session *s) {
+static rpc_state_xfer *xfer_of(srv_session *s) {
   if (!s->xfer) s->xfer = calloc(1, sizeof(*s->xfer));
   return s->xfer;
 }
 
-static void export_drop(srv_state_xfer *x) {
+static void export_drop(rpc_state_xfer *x) {
   free(x->exp);
   x->exp = NULL;
   x->exp_bytes = 0;
   x->exp_id = 0;
 }
 
-static void import_drop(srv_state_xfer *x) {
+static void import_drop(rpc_state_xfer *x) {
   free(x->imp);
   x->imp = NULL;
   x->imp_total = x->imp_have = x->imp_cap = 0;
@@ -70,20 +70,20 @@ static void send_chunk(srv_session *s, uint64_t req_id, const uint8_t *base, siz
   r.offset = off;
   r.done = off + n == total;
   r.export_id = id;
-  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY, &r);
+  reply_send(s, req_id, FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY, &r);
   if (r.done && s->xfer && s->xfer->exp == base) export_drop(s->xfer);
 }
 
 void rpc_state_exported(srv_session *s, uint64_t req_id, const void *data, size_t len) {
-  srv_state_xfer *x = s->xfer;
+  rpc_state_xfer *x = s->xfer;
   if (x && x->exp_pending && x->exp_req == req_id) { /* a chunked export's first chunk */
     x->exp_pending = 0;
     export_drop(x);
     uint64_t id = 0;
     if (len > STATE_CHUNK) { /* more chunks follow: keep a copy (the engine's is freed) */
       if (!(x->exp = malloc(len))) {
-        srv_send_error(s, req_id, FGB_ENOMEM, "tensor_id", 0,
-                       "tensor_id: out of memory for the %zu bytes of exported state", len);
+        reply_error(s, req_id, FGB_ENOMEM, "tensor_id", 0,
+                    "tensor_id: out of memory for the %zu bytes of exported state", len);
         return;
       }
       memcpy(x->exp, data, len);
@@ -97,21 +97,21 @@ void rpc_state_exported(srv_session *s, uint64_t req_id, const void *data, size_
   Fgbuff__V1__StateReply r = FGBUFF__V1__STATE_REPLY__INIT; /* the whole state in one reply */
   r.state.data = (uint8_t *)data;
   r.state.len = len;
-  if (srv_reply_size(req_id, FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY, &r) > FGB_WIRE_MAX_FRAME)
-    srv_send_error(s, req_id, FGB_ENOTSUP, "tensor_id", 0,
-                   "tensor_id: state of %zu bytes is larger than a frame (%u bytes); export it in "
-                   "chunks (StateExport.chunked)",
-                   len, FGB_WIRE_MAX_FRAME);
+  if (reply_size(req_id, FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY, &r) > FGB_WIRE_MAX_FRAME)
+    reply_error(s, req_id, FGB_ENOTSUP, "tensor_id", 0,
+                "tensor_id: state of %zu bytes is larger than a frame (%u bytes); export it in "
+                "chunks (StateExport.chunked)",
+                len, FGB_WIRE_MAX_FRAME);
   else
-    srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY, &r);
+    reply_send(s, req_id, FGBUFF__V1__ENVELOPE__BODY_STATE_REPLY, &r);
 }
 
 void rpc_state_export(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelope *env) {
   const Fgbuff__V1__StateExport *m = env->state_export;
   if (m->chunked && m->offset == 0) { /* a new export: the engine's result comes back above */
-    srv_state_xfer *x = xfer_of(s);
+    rpc_state_xfer *x = xfer_of(s);
     if (!x) {
-      srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory");
+      reply_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory");
       return;
     }
     export_drop(x);
@@ -123,18 +123,18 @@ void rpc_state_export(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelop
     core_state(&s->d->core, s->job, s, req_id, m->tensor_id, 0, NULL, 0);
     return;
   }
-  srv_state_xfer *x = s->xfer;
+  rpc_state_xfer *x = s->xfer;
   if (!x || !x->exp || m->export_id != x->exp_id || m->tensor_id != x->exp_tensor) {
-    srv_send_error(s, req_id, FGB_EINVAL, "export_id", 0,
-                   "export_id: no export %llu of tensor %u is being read on this connection (its "
-                   "last chunk was read, or a later export replaced it)",
-                   (unsigned long long)m->export_id, m->tensor_id);
+    reply_error(s, req_id, FGB_EINVAL, "export_id", 0,
+                "export_id: no export %llu of tensor %u is being read on this connection (its "
+                "last chunk was read, or a later export replaced it)",
+                (unsigned long long)m->export_id, m->tensor_id);
     return;
   }
   if (m->offset >= x->exp_bytes) {
-    srv_send_error(s, req_id, FGB_EINVAL, "offset", 0,
-                   "offset: %llu is not inside the exported state (%zu bytes)",
-                   (unsigned long long)m->offset, x->exp_bytes);
+    reply_error(s, req_id, FGB_EINVAL, "offset", 0,
+                "offset: %llu is not inside the exported state (%zu bytes)",
+                (unsigned long long)m->offset, x->exp_bytes);
     return;
   }
   send_chunk(s, req_id, x->exp, x->exp_bytes, (size_t)m->offset, x->exp_id);
@@ -146,42 +146,42 @@ void rpc_state_import(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelop
     core_state(&s->d->core, s->job, s, req_id, m->tensor_id, 1, m->state.data, m->state.len);
     return;
   }
-  srv_state_xfer *x = xfer_of(s);
+  rpc_state_xfer *x = xfer_of(s);
   if (!x) {
-    srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory");
+    reply_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory");
     return;
   }
   if (m->total > STATE_MAX_BYTES) {
     import_drop(x);
-    srv_send_error(s, req_id, FGB_EINVAL, "total", 0, "total: %llu bytes of state exceed 2^40",
-                   (unsigned long long)m->total);
+    reply_error(s, req_id, FGB_EINVAL, "total", 0, "total: %llu bytes of state exceed 2^40",
+                (unsigned long long)m->total);
     return;
   }
   if (m->offset == 0) { /* a new import replaces one left unfinished */
     import_drop(x);
     char err[256]; /* a tensor without state is refused now, not after its last chunk */
-    fgb_status st = core_state_check(&s->d->core, s->job, m->tensor_id, err, sizeof err);
+    fgb_status st = core_comp_state_check(&s->d->core, s->job, m->tensor_id, err, sizeof err);
     if (st != FGB_OK) {
-      srv_send_error(s, req_id, st, "tensor_id", 0, "%s", err);
+      reply_error(s, req_id, st, "tensor_id", 0, "%s", err);
       return;
     }
     x->imp_total = (size_t)m->total;
     x->imp_tensor = m->tensor_id;
   } else if (!x->imp_total || m->tensor_id != x->imp_tensor || m->total != x->imp_total ||
              m->offset != x->imp_have) {
-    srv_send_error(s, req_id, FGB_EINVAL, "offset", 0,
-                   "offset: a chunk of tensor %u at %llu of %llu bytes, but %s (chunks go in "
-                   "order from offset 0, one import at a time per connection)",
-                   m->tensor_id, (unsigned long long)m->offset, (unsigned long long)m->total,
-                   x->imp_total ? "another offset, tensor or total was expected"
-                                : "no chunked import is in progress");
+    reply_error(s, req_id, FGB_EINVAL, "offset", 0,
+                "offset: a chunk of tensor %u at %llu of %llu bytes, but %s (chunks go in "
+                "order from offset 0, one import at a time per connection)",
+                m->tensor_id, (unsigned long long)m->offset, (unsigned long long)m->total,
+                x->imp_total ? "another offset, tensor or total was expected"
+                             : "no chunked import is in progress");
     import_drop(x);
     return;
   }
   if (m->state.len == 0 || m->state.len > x->imp_total - x->imp_have) {
-    srv_send_error(s, req_id, FGB_EINVAL, "state", 0,
-                   "state: a chunk of %zu bytes at %zu does not fit the %zu bytes announced",
-                   m->state.len, x->imp_have, x->imp_total);
+    reply_error(s, req_id, FGB_EINVAL, "state", 0,
+                "state: a chunk of %zu bytes at %zu does not fit the %zu bytes announced",
+                m->state.len, x->imp_have, x->imp_total);
     import_drop(x);
     return;
   }
@@ -193,8 +193,8 @@ void rpc_state_import(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelop
     uint8_t *nb = realloc(x->imp, cap);
     if (!nb) {
       import_drop(x);
-      srv_send_error(s, req_id, FGB_ENOMEM, "state", 0,
-                     "state: out of memory gathering %zu bytes of state", cap);
+      reply_error(s, req_id, FGB_ENOMEM, "state", 0,
+                  "state: out of memory gathering %zu bytes of state", cap);
       return;
     }
     x->imp = nb;
@@ -203,7 +203,7 @@ void rpc_state_import(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelop
   memcpy(x->imp + x->imp_have, m->state.data, m->state.len);
   x->imp_have = need;
   if (need < x->imp_total) {
-    srv_reply_ok(s, req_id);
+    reply_ok(s, req_id);
     return;
   }
   /* whole: the engine imports it (core_state copies the bytes) and answers this request */

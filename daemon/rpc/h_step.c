@@ -38,15 +38,15 @@ void rpc_collective(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelope 
 
 static void on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__AttachRing *m,
                            int *fds, int nfds) {
-  srv_ring_sizes sz = {m->slots, m->slot_bytes};
+  ring_sizes sz = {m->slots, m->slot_bytes};
   const char *field = "ring";
   char err[768];
-  fgb_status rc = srv_ring_attach(&s->c, &sz, fds, nfds, &rpc_ring_cbs, &field, err, sizeof(err));
+  fgb_status rc = ring_attach(&s->c, &sz, fds, nfds, &rpc_ring_cbs, &field, err, sizeof(err));
   if (rc != FGB_OK) {
-    srv_send_error(s, req_id, rc, field, 0, "%s", err);
+    reply_error(s, req_id, rc, field, 0, "%s", err);
     return;
   }
-  srv_reply_ok(s, req_id);
+  reply_ok(s, req_id);
 }
 
 void rpc_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelope *env, int *fds,

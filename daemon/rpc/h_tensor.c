@@ -1,5 +1,5 @@
 /* daemon/rpc/h_tensor.c — a job's tensors: RegisterTensor (every field checked against the session:
- * its job, its arena, name, dtype, sizes; then the name and the limits, core_tensor_admit, and
+ * its job, its arena, name, dtype, sizes; then the name and the limits, limits_tensor_admit, and
  * core_tensor_register) and ReleaseTensor. */
 #include <stdio.h>
 #include <string.h>
@@ -7,9 +7,9 @@
 #include "dtype.h"
 #include "rpc.h"
 
-static fgb_status tensor_check(srv_session *s, const Fgbuff__V1__RegisterTensor *m, srv_arena **ao,
+static fgb_status tensor_check(srv_session *s, const Fgbuff__V1__RegisterTensor *m, core_arena **ao,
                                const char **field, char *err, size_t errlen) {
-  srv_job *j = s->job;
+  core_job *j = s->job;
   *field = "name";
   if (!j) return snprintf(err, errlen, "register_tensor before joining a job"), FGB_EPROTO;
   if (j->refused) {
@@ -18,7 +18,7 @@ static fgb_status tensor_check(srv_session *s, const Fgbuff__V1__RegisterTensor 
   }
   if (!rpc_name_ok(m->name))
     return snprintf(err, errlen, "name: tensor name must be 1..255 printable bytes"), FGB_EINVAL;
-  srv_arena *a = s->arenas;
+  core_arena *a = s->arenas;
   while (a && a->id != m->arena_id) a = a->next;
   *field = "arena_id";
   if (!a)
@@ -28,7 +28,7 @@ static fgb_status tensor_check(srv_session *s, const Fgbuff__V1__RegisterTensor 
   *field = "dtype";
   if (esz == 0) return snprintf(err, errlen, "dtype: unknown dtype %d", (int)m->dtype), FGB_EINVAL;
   *field = "count";
-  if (m->count < 1 || m->count > SRV_MAX_COUNT)
+  if (m->count < 1 || m->count > CORE_MAX_COUNT)
     return snprintf(err, errlen, "count: %llu outside 1..2^40", (unsigned long long)m->count),
            FGB_EINVAL;
   *field = "offset";
@@ -68,19 +68,19 @@ static fgb_status tensor_check(srv_session *s, const Fgbuff__V1__RegisterTensor 
   if (!(m->density >= 0.0 && m->density <= 1.0))
     return snprintf(err, errlen, "density: %g outside (0, 1] (0 = default)", m->density),
            FGB_EINVAL;
-  fgb_status st = core_tensor_admit(&s->d->core, j, m->name, m->count * esz, field, err, errlen);
+  fgb_status st = limits_tensor_admit(&s->d->core, j, m->name, m->count * esz, field, err, errlen);
   if (st != FGB_OK) return st;
   *ao = a;
   return FGB_OK;
 }
 
 static void on_tensor(srv_session *s, uint64_t req_id, const Fgbuff__V1__RegisterTensor *m) {
-  srv_arena *a = NULL;
+  core_arena *a = NULL;
   const char *field;
   char err[512];
   fgb_status st = tensor_check(s, m, &a, &field, err, sizeof(err));
   if (st != FGB_OK) {
-    srv_send_error(s, req_id, st, field, 0, "%s", err);
+    reply_error(s, req_id, st, field, 0, "%s", err);
     return;
   }
   core_tensor_args ta = {.name = m->name,
@@ -107,20 +107,20 @@ static void on_tensor(srv_session *s, uint64_t req_id, const Fgbuff__V1__Registe
  * compressor state staying in the daemon until the job ends. */
 static void on_release_tensor(srv_session *s, uint64_t req_id, const Fgbuff__V1__ReleaseTensor *m) {
   srv *d = s->d;
-  srv_job *j = s->job;
+  core_job *j = s->job;
   uint32_t id = m->tensor_id;
   if (!j) {
-    srv_send_error(s, req_id, FGB_EPROTO, "tensor_id", 0,
-                   "tensor_id %u: no job joined on this connection", id);
+    reply_error(s, req_id, FGB_EPROTO, "tensor_id", 0,
+                "tensor_id %u: no job joined on this connection", id);
     return;
   }
   char err[768];
   fgb_status st = core_tensor_release(&d->core, j, id, err, sizeof(err));
   if (st != FGB_OK) {
-    srv_send_error(s, req_id, st, "tensor_id", 0, "%s", err);
+    reply_error(s, req_id, st, "tensor_id", 0, "%s", err);
     return;
   }
-  srv_reply_ok(s, req_id);
+  reply_ok(s, req_id);
 }
 
 void rpc_register_tensor(srv_session *s, uint64_t req_id, const Fgbuff__V1__Envelope *env) {

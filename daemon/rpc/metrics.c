@@ -116,7 +116,7 @@ static void device_series(mbuf *b, const char *base, const char *js) {
 /* The jobs whose series a text holds: sel[0..n) of the `total` the query selects, the first of
  * them the offset-th; cut: jobs the query asked for were left out to fit. */
 typedef struct mpage {
-  srv_job **sel;
+  core_job **sel;
   uint32_t n, total, offset;
   int cut;
 } mpage;
@@ -126,7 +126,7 @@ static void render(mbuf *b, srv *d, const char *base, const char *gjs, const mpa
   mb_printf(b, "fgbuff_build_info{%s,version=\"%s\"} 1\n", base, FGBUFF_VERSION);
   family(b, "fgbuff_up", "gauge",
          "1 while the daemon's world is complete, else 0 (not formed yet, or a peer lost).");
-  mb_printf(b, "fgbuff_up{%s} %d\n", base, d->net.cp && srv_ctrl_ready(d->net.cp) ? 1 : 0);
+  mb_printf(b, "fgbuff_up{%s} %d\n", base, d->net.cp && ctrl_ready(d->net.cp) ? 1 : 0);
   family(b, "fgbuff_start_time_seconds", "gauge", "When the daemon started, Unix time.");
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -137,7 +137,7 @@ static void render(mbuf *b, srv *d, const char *base, const char *gjs, const mpa
   mb_printf(b, "fgbuff_world_size{%s} %d\n", base, d->world_size);
   int clients = 0, jobs = 0;
   for (const srv_conn *c = d->net.sessions; c; c = c->next) clients++;
-  for (srv_job *j = d->core.jobs; j; j = j->next) jobs++;
+  for (core_job *j = d->core.jobs; j; j = j->next) jobs++;
   family(b, "fgbuff_clients", "gauge", "Connected clients (trainers and fgbuffctl).");
   mb_printf(b, "fgbuff_clients{%s} %d\n", base, clients);
   family(b, "fgbuff_jobs", "gauge", "Jobs this daemon serves.");
@@ -185,7 +185,7 @@ static void render(mbuf *b, srv *d, const char *base, const char *gjs, const mpa
     if (!pg->n) break;
     family(b, per_job[k].name, per_job[k].type, per_job[k].help);
     for (uint32_t i = 0; i < pg->n; i++) {
-      const srv_job *j = pg->sel[i];
+      const core_job *j = pg->sel[i];
       /* Job names were checked printable without quotes or backslashes at registration. */
       mb_printf(b, "%s{%s,fgbuff_job=\"%s\",incarnation=\"%llu\"} ", per_job[k].name, base,
                 j->id.name, (unsigned long long)j->id.incarnation);
@@ -232,24 +232,24 @@ static void render(mbuf *b, srv *d, const char *base, const char *gjs, const mpa
       }
     }
   }
-  static const char *const kinds[SRV_ERROR_KINDS] = {
+  static const char *const kinds[REPLY_ERROR_KINDS] = {
       "other", "EINVAL",  "ENOMEM",  "EIO",       "EPROTO", "ENOTFOUND", "EEXIST", "ETIMEDOUT",
       "EPEER", "ECLOSED", "ENOTSUP", "EMISMATCH", "EAGAIN", "EPERM",     "EBUSY"};
   family(b, "fgbuff_errors_total", "counter",
          "Errors sent to clients since start (Error replies, failed Done and CollectiveDone), by "
          "kind (the FGB_ status code).");
-  for (int k = 0; k < SRV_ERROR_KINDS; k++)
+  for (int k = 0; k < REPLY_ERROR_KINDS; k++)
     mb_printf(b, "fgbuff_errors_total{%s,kind=\"%s\"} %llu\n", base, kinds[k],
-              (unsigned long long)srv_errors_sent(k));
+              (unsigned long long)reply_errors_sent(k));
   if (pg->n)
     family(b, "fgbuff_job_step_duration_seconds", "histogram",
            "Synchronisation latency of each completed step (first submit to last tensor done).");
   for (uint32_t i = 0; i < pg->n; i++) {
-    const srv_job *j = pg->sel[i];
+    const core_job *j = pg->sel[i];
     char l[640];
     snprintf(l, sizeof(l), "%s,fgbuff_job=\"%s\",incarnation=\"%llu\"", base, j->id.name,
              (unsigned long long)j->id.incarnation);
-    histogram(b, "fgbuff_job_step_duration_seconds", l, core_step_le, SRV_STEP_BUCKETS,
+    histogram(b, "fgbuff_job_step_duration_seconds", l, core_step_le, CORE_STEP_BUCKETS,
               j->step_hist, j->step_sum_us);
   }
   if (pg->n)
@@ -257,25 +257,25 @@ static void render(mbuf *b, srv *d, const char *base, const char *gjs, const mpa
         b, "fgbuff_job_sync_duration_seconds", "histogram",
         "Each tensor's synchronisation: ready here (its submit, flush or GPU event) to its Done.");
   for (uint32_t i = 0; i < pg->n; i++) {
-    const srv_job *j = pg->sel[i];
+    const core_job *j = pg->sel[i];
     char l[640];
     snprintf(l, sizeof(l), "%s,fgbuff_job=\"%s\",incarnation=\"%llu\"", base, j->id.name,
              (unsigned long long)j->id.incarnation);
-    histogram(b, "fgbuff_job_sync_duration_seconds", l, core_sync_le, SRV_SYNC_BUCKETS,
+    histogram(b, "fgbuff_job_sync_duration_seconds", l, core_sync_le, CORE_SYNC_BUCKETS,
               j->sync_hist, j->sync_sum_us);
   }
   if (gjs[0]) device_series(b, base, gjs);
 }
 
-/* Jobs whose series size a bounded text first (srv_metrics_text). */
+/* Jobs whose series size a bounded text first (metrics_text). */
 #define METRICS_PROBE 64
 
-static int selected(const srv_status_query *q, const char *name) {
+static int selected(const status_query *q, const char *name) {
   return !q->job || !q->job[0] || strcmp(q->job, name) == 0;
 }
 
-char *srv_metrics_text(srv *d, const srv_status_query *q, size_t max) {
-  static const srv_status_query all = {0};
+char *metrics_text(srv *d, const status_query *q, size_t max) {
+  static const status_query all = {0};
   if (!q) q = &all;
   char base[256], gjs[512] = ""; /* labels on every series; the GPU's status object */
   int bl = snprintf(base, sizeof(base), "world_rank=\"%d\",device=\"%.64s\"", d->world_rank,
@@ -288,10 +288,10 @@ char *srv_metrics_text(srv *d, const srv_status_query *q, size_t max) {
     gjs[0] = 0;
   }
   uint32_t njobs = 0;
-  for (const srv_job *j = d->core.jobs; j; j = j->next) njobs++;
-  mpage pg = {.offset = q->offset, .sel = malloc(((size_t)njobs + 1) * sizeof(srv_job *))};
+  for (const core_job *j = d->core.jobs; j; j = j->next) njobs++;
+  mpage pg = {.offset = q->offset, .sel = malloc(((size_t)njobs + 1) * sizeof(core_job *))};
   if (!pg.sel) return NULL;
-  for (srv_job *j = d->core.jobs; j; j = j->next) {
+  for (core_job *j = d->core.jobs; j; j = j->next) {
     if (!selected(q, j->id.name)) continue;
     uint32_t idx = pg.total++;
     if (idx >= q->offset && (!q->limit || idx - q->offset < q->limit)) pg.sel[pg.n++] = j;
@@ -376,7 +376,7 @@ static void answer(mconn *c) {
   c->answered = 1;
   uv_read_stop((uv_stream_t *)&c->tcp);
   int get = strncmp(c->req, "GET /metrics ", 13) == 0 || strncmp(c->req, "GET /metrics?", 13) == 0;
-  char *body = get ? srv_metrics_text(c->d, NULL, 0) : NULL; /* whole: HTTP is not framed */
+  char *body = get ? metrics_text(c->d, NULL, 0) : NULL; /* whole: HTTP is not framed */
   const char *st = get ? (body ? "200 OK" : "500 Internal Server Error") : "404 Not Found";
   const char *text = body ? body : get ? "out of memory\n" : "only GET /metrics here\n";
   size_t n = strlen(text), cap = n + 256;
@@ -432,7 +432,7 @@ static void on_conn(uv_stream_t *server, int status) {
     mconn_close(c);
 }
 
-fgb_status srv_metrics_listen(srv *d, const char *hostport, char *err, size_t errlen) {
+fgb_status metrics_listen(srv *d, const char *hostport, char *err, size_t errlen) {
   char host[64];
   const char *colon = strrchr(hostport, ':');
   if (!colon || (size_t)(colon - hostport) >= sizeof(host))
@@ -461,7 +461,7 @@ fgb_status srv_metrics_listen(srv *d, const char *hostport, char *err, size_t er
   return FGB_OK;
 }
 
-void srv_metrics_close(void) {
+void metrics_close(void) {
   if (mlistener.data && !uv_is_closing((uv_handle_t *)&mlistener))
     uv_close((uv_handle_t *)&mlistener, NULL);
   while (mconns) mconn_close(mconns);

@@ -8,16 +8,16 @@
 #include "fgbuff/client.h"
 
 struct srv;
-struct srv_status_query;
+struct status_query;
 /* The exposition text (malloc'ed), or NULL when out of memory. The per-job series are those of
  * the jobs q selects as it does for the status (NULL: every job); max > 0: the text is at most
  * max bytes, leaving out the last selected jobs' series to fit, and says so (a comment line and
  * fgbuff_metrics_truncated 1; fgbuff_metrics_jobs_shown counts the jobs left in). 0: whole. */
-char *srv_metrics_text(struct srv *d, const struct srv_status_query *q, size_t max);
+char *metrics_text(struct srv *d, const struct status_query *q, size_t max);
 /* Listen on IPV4:PORT+local index (127.0.0.1:9400 for daemon 0, :9401 for 1, ...) and answer
  * GET /metrics; err names a bad address or a port in use. */
-fgb_status srv_metrics_listen(struct srv *d, const char *hostport, char *err, size_t errlen);
+fgb_status metrics_listen(struct srv *d, const char *hostport, char *err, size_t errlen);
 /* Stop listening (shutdown). */
-void srv_metrics_close(void);
+void metrics_close(void);
 
 #endif

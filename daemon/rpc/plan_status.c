@@ -25,8 +25,8 @@ static void tput(char *buf, size_t cap, size_t *off, const char *fmt, ...) {
 }
 
 /* The registered name of the job's tensor `key` ("" when unknown here). */
-static const char *key_name(const srv_job *j, uint32_t key) {
-  const srv_tensor *t = srv_tensor_by_key(j, key);
+static const char *key_name(const core_job *j, uint32_t key) {
+  const core_tensor *t = core_tensor_by_key(j, key);
   return t ? t->name : "";
 }
 
@@ -45,7 +45,7 @@ static void json_name(char *buf, size_t cap, size_t *off, const char *s) {
 
 /* Dynamic plans: the table per tensor, in the plan's order (one buffer per tensor, but any buffer
  * that tiles the order is listed per member). */
-static void decisions_json(const srv_job *j, const sched_plan *p, char *buf, size_t cap,
+static void decisions_json(const core_job *j, const sched_plan *p, char *buf, size_t cap,
                            size_t *off) {
   tput(buf, cap, off, ",\"decisions\":[");
   for (uint32_t b = 0, n = 0; b < p->nbuffers; b++) {
@@ -65,7 +65,7 @@ static const char *const cost_names[] = {"allreduce", "allgather", "encode", "de
 
 /* The agreed inputs as a JSON object (appended like tput). Numbers print with 17 digits: the
  * agreed doubles are the same bits on every rank, so the text is too. */
-static void inputs_json(const srv_plan_view *pl, char *buf, size_t cap, size_t *off) {
+static void inputs_json(const plan_view *pl, char *buf, size_t cap, size_t *off) {
   const sched_costs *c = pl->in_costs;
   tput(buf, cap, off, "{\"step\":%llu,\"why\":\"%s\",\"measured\":[",
        (unsigned long long)pl->in_step, pl->in_why);
@@ -92,11 +92,11 @@ static void inputs_json(const srv_plan_view *pl, char *buf, size_t cap, size_t *
   tput(buf, cap, off, "}}");
 }
 
-size_t srv_plan_status_json(const srv_job *j, char *buf, size_t cap) {
-  srv_plan_view view, *pl = &view;
-  srv_plan_view_get(j, pl);
+size_t plan_status_json(const core_job *j, char *buf, size_t cap) {
+  plan_view view, *pl = &view;
+  plan_view_get(j, pl);
   const sched_plan *p =
-      pl->phase == SRV_PLAN_PLANNED && pl->nversions > 0 ? pl->versions[pl->nversions - 1] : NULL;
+      pl->phase == PLAN_PLANNED && pl->nversions > 0 ? pl->versions[pl->nversions - 1] : NULL;
   size_t need = sched_plan_status_json(p, NULL, 0);
   if (!p) return sched_plan_status_json(NULL, buf, cap);
   char *plan = malloc(need + 1);
@@ -123,25 +123,25 @@ size_t srv_plan_status_json(const srv_job *j, char *buf, size_t cap) {
   return off;
 }
 
-size_t srv_plan_status_text(const srv_job *j, char *buf, size_t cap) {
+size_t plan_status_text(const core_job *j, char *buf, size_t cap) {
   size_t off = 0;
   if (cap) buf[0] = 0;
-  srv_plan_view view, *pl = &view;
-  srv_plan_view_get(j, pl);
+  plan_view view, *pl = &view;
+  plan_view_get(j, pl);
   const sched_policy_ops *ops = sched_find(j->policy);
   int dyn = ops && (ops->flags & SCHED_DYNAMIC);
-  if (!srv_plan_policy(j->policy) && !dyn) return 0;
-  if (dyn && (pl->phase == SRV_PLAN_NOT_STARTED || pl->phase == SRV_PLAN_IDLE)) {
+  if (!plan_policy(j->policy) && !dyn) return 0;
+  if (dyn && (pl->phase == PLAN_NOT_STARTED || pl->phase == PLAN_IDLE)) {
     tput(buf, cap, &off, "    compression decisions: %s\n",
-         pl->phase == SRV_PLAN_IDLE ? "none (no tensor with a compressor at the job's start)"
-                                    : "not started");
+         pl->phase == PLAN_IDLE ? "none (no tensor with a compressor at the job's start)"
+                                : "not started");
     return off;
   }
-  if (pl->phase == SRV_PLAN_NOT_STARTED || pl->phase == SRV_PLAN_WARMUP) {
+  if (pl->phase == PLAN_NOT_STARTED || pl->phase == PLAN_WARMUP) {
     tput(buf, cap, &off, "    plan: warming up (%u steps as 'none')\n", pl->warmup);
     return off;
   }
-  if (pl->phase == SRV_PLAN_FAILED || pl->phase == SRV_PLAN_IDLE) {
+  if (pl->phase == PLAN_FAILED || pl->phase == PLAN_IDLE) {
     tput(buf, cap, &off, "    plan: planning failed, %s (see the log)\n",
          dyn ? "every compressed tensor compresses" : "tensors travel alone");
     return off;

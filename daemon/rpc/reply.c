@@ -1,5 +1,5 @@
-/* daemon/rpc/reply.c — replies to a client: every reply envelope is built here (srv_reply) and
- * packed straight into the session's reply queue (server.c's srv_out_reserve/commit, which know
+/* daemon/rpc/reply.c — replies to a client: every reply envelope is built here (reply_send) and
+ * packed straight into the session's reply queue (server.c's server_out_reserve/commit, which know
  * bytes and frames only); the Error and CollectiveDone replies that several files send are filled
  * here too.
  */
@@ -57,8 +57,8 @@ static int env_build(Fgbuff__V1__Envelope *env, uint64_t req_id,
   }
 }
 
-void srv_reply(srv_session *s, uint64_t req_id, Fgbuff__V1__Envelope__BodyCase body_case,
-               void *body) {
+void reply_send(srv_session *s, uint64_t req_id, Fgbuff__V1__Envelope__BodyCase body_case,
+                void *body) {
   Fgbuff__V1__Envelope env;
   if (!env_build(&env, req_id, body_case, body)) {
     LOG_ERROR("session %llu: body %d is not a reply; not sent", (unsigned long long)s->c.id,
@@ -66,38 +66,38 @@ void srv_reply(srv_session *s, uint64_t req_id, Fgbuff__V1__Envelope__BodyCase b
     return;
   }
   size_t len = fgbuff__v1__envelope__get_packed_size(&env);
-  uint8_t *p = srv_out_reserve(&s->c, len);
+  uint8_t *p = server_out_reserve(&s->c, len);
   if (!p) return;
   fgbuff__v1__envelope__pack(&env, p);
-  srv_out_commit(&s->c, len);
+  server_out_commit(&s->c, len);
 }
 
-size_t srv_reply_size(uint64_t req_id, Fgbuff__V1__Envelope__BodyCase body_case, void *body) {
+size_t reply_size(uint64_t req_id, Fgbuff__V1__Envelope__BodyCase body_case, void *body) {
   Fgbuff__V1__Envelope env;
   if (!env_build(&env, req_id, body_case, body)) return 0;
   return fgbuff__v1__envelope__get_packed_size(&env);
 }
 
-void srv_reply_ok(srv_session *s, uint64_t req_id) {
+void reply_ok(srv_session *s, uint64_t req_id) {
   Fgbuff__V1__Ok ok = FGBUFF__V1__OK__INIT;
-  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_OK, &ok);
+  reply_send(s, req_id, FGBUFF__V1__ENVELOPE__BODY_OK, &ok);
 }
 
 /* Errors sent to clients by code (index -code; 0: any other): Error replies and failed
  * Done/CollectiveDone, for the metrics. Loop thread only. */
-static uint64_t g_errors[SRV_ERROR_KINDS];
+static uint64_t g_errors[REPLY_ERROR_KINDS];
 
 static void count_error(int code) {
   if (code == FGB_OK) return;
-  g_errors[code < 0 && -code < SRV_ERROR_KINDS ? -code : 0]++;
+  g_errors[code < 0 && -code < REPLY_ERROR_KINDS ? -code : 0]++;
 }
 
-uint64_t srv_errors_sent(int kind) {
-  return kind >= 0 && kind < SRV_ERROR_KINDS ? g_errors[kind] : 0;
+uint64_t reply_errors_sent(int kind) {
+  return kind >= 0 && kind < REPLY_ERROR_KINDS ? g_errors[kind] : 0;
 }
 
-void srv_send_error(srv_session *s, uint64_t req_id, int code, const char *field, int fatal,
-                    const char *fmt, ...) {
+void reply_error(srv_session *s, uint64_t req_id, int code, const char *field, int fatal,
+                 const char *fmt, ...) {
   count_error(code);
   char msg[768];
   va_list ap;
@@ -111,22 +111,21 @@ void srv_send_error(srv_session *s, uint64_t req_id, int code, const char *field
   e.message = msg;
   e.field = (char *)field;
   e.fatal = fatal;
-  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_ERROR, &e);
-  if (fatal) srv_session_close(&s->c, msg); /* the Error is still written: srv_linger */
+  reply_send(s, req_id, FGBUFF__V1__ENVELOPE__BODY_ERROR, &e);
+  if (fatal) server_close(&s->c, msg); /* the Error is still written: linger_start */
 }
 
-void srv_send_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int status,
-                        const char *err) {
+void reply_coll_done(srv_session *s, uint64_t req_id, uint64_t seq, int status, const char *err) {
   Fgbuff__V1__CollectiveDone d = FGBUFF__V1__COLLECTIVE_DONE__INIT;
   count_error(status);
   d.seq = seq;
   d.status = status;
   d.error = (char *)(err ? err : "");
-  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_COLLECTIVE_DONE, &d);
+  reply_send(s, req_id, FGBUFF__V1__ENVELOPE__BODY_COLLECTIVE_DONE, &d);
 }
 
-void srv_reply_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status, const char *err,
-                    uint32_t event_slot) {
+void reply_done(srv_session *s, uint32_t tensor_id, uint64_t step, int status, const char *err,
+                uint32_t event_slot) {
   Fgbuff__V1__Done d = FGBUFF__V1__DONE__INIT;
   count_error(status);
   d.tensor_id = tensor_id;
@@ -134,6 +133,6 @@ void srv_reply_done(srv_session *s, uint32_t tensor_id, uint64_t step, int statu
   d.status = status;
   d.error = (char *)(err ? err : "");
   d.event_slot = event_slot; /* GPU: the done event's slot */
-  srv_reply(s, 0, FGBUFF__V1__ENVELOPE__BODY_DONE, &d);
-  srv_hot_touch(); /* the client's next Submit usually follows within the window */
+  reply_send(s, 0, FGBUFF__V1__ENVELOPE__BODY_DONE, &d);
+  server_hot_touch(); /* the client's next Submit usually follows within the window */
 }

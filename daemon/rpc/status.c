@@ -54,11 +54,11 @@ static int sb_init(sbuf *b) {
   return b->p ? 0 : -1;
 }
 
-static uint64_t waited_ms(const srv *d, const srv_stall *s) {
+static uint64_t waited_ms(const srv *d, const core_stall *s) {
   return clock_ms() - s->first_ms + d->cfg.stall_timeout_ms;
 }
 
-static void job_json(sbuf *b, const srv *d, const srv_job *j) {
+static void job_json(sbuf *b, const srv *d, const core_job *j) {
   char size_s[16]; /* ranks joined: known locally once the job formed (all of them) */
   snprintf(size_s, sizeof(size_s), "%d", j->size);
   sb_printf(b,
@@ -78,7 +78,7 @@ static void job_json(sbuf *b, const srv *d, const srv_job *j) {
             : j->session ? (j->formed ? "running" : "forming")
                          : "leaving");
   for (uint32_t i = 0; i < j->nstalls; i++) {
-    const srv_stall *s = &j->stalls[i];
+    const core_stall *s = &j->stalls[i];
     sb_printf(b, "%s{\"tensor\":\"%s\",\"step\":%llu,\"missing_ranks\":[", i ? "," : "", s->tensor,
               (unsigned long long)s->step);
     for (int k = 0; k < s->nmissing; k++) sb_printf(b, "%s%d", k ? "," : "", s->missing[k]);
@@ -87,14 +87,14 @@ static void job_json(sbuf *b, const srv *d, const srv_job *j) {
   /* A leaving job (its client gone, its last work in flight) has no session. */
   const srv_conn *sc = j->session ? &j->session->c : NULL;
   sb_printf(b, "],\"submit_ring\":%s,\"ring_submits\":%llu,\"plan\":",
-            srv_ring_attached(sc) ? "true" : "false", (unsigned long long)srv_ring_submits(sc));
-  size_t plen = srv_plan_status_json(j, NULL, 0);
+            ring_attached(sc) ? "true" : "false", (unsigned long long)ring_submits(sc));
+  size_t plen = plan_status_json(j, NULL, 0);
   char *plan = malloc(plen + 1);
-  if (plan) srv_plan_status_json(j, plan, plen + 1);
+  if (plan) plan_status_json(j, plan, plen + 1);
   uint64_t rs = 0, ag = 0;
-  srv_plan_split_counts(j, &rs, &ag);
+  plan_split_counts(j, &rs, &ag);
   sb_printf(b, "%s,\"plan_buffers_issued\":%llu,\"plan_split_rs\":%llu,\"plan_split_ag\":%llu",
-            plan ? plan : "null", (unsigned long long)srv_plan_buffers_issued(j),
+            plan ? plan : "null", (unsigned long long)plan_buffers_issued(j),
             (unsigned long long)rs, (unsigned long long)ag);
   /* This daemon's side of pre-issue (the leader's numbering is under "coordinator"): whether the
    * job's last gradient collective was numbered ahead, and the recalls it took part in. */
@@ -104,7 +104,7 @@ static void job_json(sbuf *b, const srv *d, const srv_job *j) {
   free(plan);
 }
 
-static void job_text(sbuf *b, const srv *d, const srv_job *j) {
+static void job_text(sbuf *b, const srv *d, const core_job *j) {
   sb_printf(b, "  job %s (incarnation %llu): rank %d of %d, %s, policy %s\n", j->id.name,
             (unsigned long long)j->id.incarnation, j->rank, j->size,
             j->aborted   ? "ABORTED"
@@ -122,22 +122,22 @@ static void job_text(sbuf *b, const srv *d, const srv_job *j) {
             (unsigned long long)j->bytes_sent, (unsigned long long)j->bytes_received);
   if (j->session)
     sb_printf(b, "    submit ring: %s; %llu submits through it\n",
-              srv_ring_attached(&j->session->c) ? "on" : "off",
-              (unsigned long long)srv_ring_submits(&j->session->c));
+              ring_attached(&j->session->c) ? "on" : "off",
+              (unsigned long long)ring_submits(&j->session->c));
   sb_printf(b, "    pre-issue: %s; %llu recalls, %llu tensor syncs revoked\n",
             j->pre_live ? "on (numbered ahead of readiness)" : "off (agreed on readiness)",
             (unsigned long long)j->recalls, (unsigned long long)j->revoked);
   for (uint32_t i = 0; i < j->nstalls; i++) {
-    const srv_stall *s = &j->stalls[i];
+    const core_stall *s = &j->stalls[i];
     sb_printf(b, "    STALL tensor %s step %llu: waiting %llu ms for world rank(s)", s->tensor,
               (unsigned long long)s->step, (unsigned long long)waited_ms(d, s));
     for (int k = 0; k < s->nmissing; k++) sb_printf(b, " %d", s->missing[k]);
     sb_printf(b, "\n");
   }
-  size_t plen = srv_plan_status_text(j, NULL, 0);
+  size_t plen = plan_status_text(j, NULL, 0);
   char *plan = plen ? malloc(plen + 1) : NULL;
   if (plan) {
-    srv_plan_status_text(j, plan, plen + 1);
+    plan_status_text(j, plan, plen + 1);
     sb_printf(b, "%s", plan);
   }
   free(plan);
@@ -148,7 +148,7 @@ static void job_text(sbuf *b, const srv *d, const srv_job *j) {
  */
 #define STATUS_BUDGET (FGB_WIRE_MAX_FRAME - 4096)
 
-static int selected(const srv_status_query *q, const char *name) {
+static int selected(const status_query *q, const char *name) {
   return !q->job || !q->job[0] || strcmp(q->job, name) == 0;
 }
 
@@ -199,15 +199,15 @@ static int next_elem(const char **p, const char **start, size_t *len) {
 }
 
 /* An element's "name" when it is the first member (the coordinator's entries), else 0. */
-static int elem_named(const char *el, size_t len, const srv_status_query *q) {
+static int elem_named(const char *el, size_t len, const status_query *q) {
   if (!q->job || !q->job[0]) return 1;
   size_t n = strlen(q->job);
   return len > 10 + n && strncmp(el, "{\"name\":\"", 9) == 0 && strncmp(el + 9, q->job, n) == 0 &&
          el[9 + n] == '"';
 }
 
-fgb_status srv_status_build(srv *d, const srv_status_query *q, char **json, char **text) {
-  static const srv_status_query all = {0};
+fgb_status status_build(srv *d, const status_query *q, char **json, char **text) {
+  static const status_query all = {0};
   if (!q) q = &all;
   sbuf j, t, one, onet;
   *json = *text = NULL;
@@ -244,7 +244,7 @@ fgb_status srv_status_build(srv *d, const srv_status_query *q, char **json, char
             d->cfg.default_policy, (unsigned long long)d->cfg.stall_timeout_ms);
   /* Jobs: each rendered on its own, then taken while the jobs' share of the frame holds it. */
   uint32_t total = 0, shown = 0, cut = 0;
-  for (const srv_job *x = d->core.jobs; x; x = x->next) {
+  for (const core_job *x = d->core.jobs; x; x = x->next) {
     if (!selected(q, x->id.name)) continue;
     uint32_t idx = total++;
     if (idx < q->offset || (q->limit && idx - q->offset >= q->limit) || cut) continue;

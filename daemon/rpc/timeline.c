@@ -37,8 +37,8 @@ static void label_item(void *ud, eng_item *it) {
   srv *d = ud;
   tl_label_init(&it->tl);
   if (!it->tl.gen) return;
-  srv_job *j = NULL;
-  for (srv_job *q = d->core.jobs; q && !j; q = q->next)
+  core_job *j = NULL;
+  for (core_job *q = d->core.jobs; q && !j; q = q->next)
     if (q->key_known && q->key == it->job_key) j = q;
   it->tl.job = tl_intern(j ? j->id.name : "?");
   it->tl.policy = tl_intern(j ? j->policy : "");
@@ -46,10 +46,10 @@ static void label_item(void *ud, eng_item *it) {
   it->tl.handed_us = clock_us();
   uint64_t ready = 0;
   for (uint32_t i = 0; i < it->n; i++) {
-    srv_tensor *t = srv_tensor_get(&d->core, it->t[i].tensor_id);
+    core_tensor *t = step_tensor_get(&d->core, it->t[i].tensor_id);
     it->t[i].tl_name = t ? tl_intern(t->name) : 0;
     for (uint32_t k = 0; j && k < j->npending; k++) {
-      const srv_pending *p = &j->pending[k];
+      const core_pending *p = &j->pending[k];
       if (p->tensor_id == it->t[i].tensor_id && p->step == it->t[i].step && p->ready_us > ready)
         ready = p->ready_us;
     }
@@ -303,9 +303,9 @@ static void render_span(srv *d, tbuf *b, uint64_t i) {
   tb_printf(b, "\"ts\":%llu,\"dur\":%llu,\"args\":{\"job\":", (unsigned long long)sp->ts_us,
             (unsigned long long)sp->dur_us);
   tb_str(b, str(sp->job));
-  if (sp->step & SRV_COLL_STEP)
+  if (sp->step & CORE_COLL_STEP)
     tb_printf(b, ",\"collective\":%llu,\"kind\":\"%s\"",
-              (unsigned long long)(sp->step & ~SRV_COLL_STEP),
+              (unsigned long long)(sp->step & ~CORE_COLL_STEP),
               sp->coll == ENG_BROADCAST   ? "broadcast"
               : sp->coll == ENG_ALLGATHER ? "allgather"
                                           : "allreduce");
@@ -369,35 +369,34 @@ static void reply_stats(Fgbuff__V1__TimelineReply *r, const tl_stats *st) {
 static void on_dump(srv_session *s, uint64_t req_id, const Fgbuff__V1__TimelineRequest *m) {
   srv *d = s->d;
   if (m->max_bytes && m->max_bytes < TL_MIN_PAGE) {
-    srv_send_error(s, req_id, FGB_EINVAL, "max_bytes", 0,
-                   "max_bytes: %u is below the smallest page (%u bytes; 0: a frame)", m->max_bytes,
-                   TL_MIN_PAGE);
+    reply_error(s, req_id, FGB_EINVAL, "max_bytes", 0,
+                "max_bytes: %u is below the smallest page (%u bytes; 0: a frame)", m->max_bytes,
+                TL_MIN_PAGE);
     return;
   }
   if (m->offset == 0) {
     uint64_t n;
     uint32_t gen;
     if (!tl_spans(&n, &gen)) {
-      srv_send_error(s, req_id, FGB_ENOTFOUND, "action", 0,
-                     "action: no timeline was recorded since the daemon started; start one first "
-                     "(fgbuffctl timeline start)");
+      reply_error(s, req_id, FGB_ENOTFOUND, "action", 0,
+                  "action: no timeline was recorded since the daemon started; start one first "
+                  "(fgbuffctl timeline start)");
       return;
     }
     if (snap_take() != FGB_OK) {
-      srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory sorting the timeline's spans");
+      reply_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory sorting the timeline's spans");
       return;
     }
   } else if (!S.live || m->dump_id != S.id || S.gen != tl_get_stats().gen) {
-    srv_send_error(s, req_id, FGB_EAGAIN, "dump_id", 0,
-                   "dump_id: this dump's snapshot is gone (another dump or a new recording "
-                   "replaced it); dump again from offset 0");
+    reply_error(s, req_id, FGB_EAGAIN, "dump_id", 0,
+                "dump_id: this dump's snapshot is gone (another dump or a new recording "
+                "replaced it); dump again from offset 0");
     return;
   }
   uint64_t total = (uint64_t)S.nlanes + S.n + 2, off = m->offset;
   if (off >= total) {
-    srv_send_error(s, req_id, FGB_EINVAL, "offset", 0,
-                   "offset: %llu is past the dump's %llu records", (unsigned long long)off,
-                   (unsigned long long)total);
+    reply_error(s, req_id, FGB_EINVAL, "offset", 0, "offset: %llu is past the dump's %llu records",
+                (unsigned long long)off, (unsigned long long)total);
     return;
   }
   size_t budget = FGB_WIRE_MAX_FRAME - TL_REPLY_SLACK;
@@ -419,7 +418,7 @@ static void on_dump(srv_session *s, uint64_t req_id, const Fgbuff__V1__TimelineR
   free(one.p);
   if (b.oom || one.oom) {
     free(b.p);
-    srv_send_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory rendering the timeline");
+    reply_error(s, req_id, FGB_ENOMEM, "", 0, "out of memory rendering the timeline");
     return;
   }
   Fgbuff__V1__TimelineReply r = FGBUFF__V1__TIMELINE_REPLY__INIT;
@@ -429,12 +428,12 @@ static void on_dump(srv_session *s, uint64_t req_id, const Fgbuff__V1__TimelineR
   r.next_offset = off;
   r.done = off >= total;
   r.dump_id = S.id;
-  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_TIMELINE_REPLY, &r);
+  reply_send(s, req_id, FGBUFF__V1__ENVELOPE__BODY_TIMELINE_REPLY, &r);
   free(b.p);
   if (r.done) snap_free();
 }
 
-void srv_timeline_boot(srv *d) {
+void timeline_boot(srv *d) {
   if (env_num(ENV_TIMELINE_START) != 1) return;
   uint32_t cap = (uint32_t)env_num(ENV_TIMELINE_SPANS);
   char err[256];
@@ -446,7 +445,7 @@ void srv_timeline_boot(srv *d) {
   LOG_INFO("timeline: recording from the start (FGBUFF_TIMELINE_START, at most %u spans)", cap);
 }
 
-void srv_on_timeline(srv_session *s, uint64_t req_id, const Fgbuff__V1__TimelineRequest *m) {
+void timeline_on_request(srv_session *s, uint64_t req_id, const Fgbuff__V1__TimelineRequest *m) {
   srv *d = s->d;
   Fgbuff__V1__TimelineReply r = FGBUFF__V1__TIMELINE_REPLY__INIT;
   switch (m->action) {
@@ -455,7 +454,7 @@ void srv_on_timeline(srv_session *s, uint64_t req_id, const Fgbuff__V1__Timeline
       char err[256];
       fgb_status st = tl_start(cap, err, sizeof(err));
       if (st != FGB_OK) {
-        srv_send_error(s, req_id, st, st == FGB_EINVAL ? "capacity" : "", 0, "capacity: %s", err);
+        reply_error(s, req_id, st, st == FGB_EINVAL ? "capacity" : "", 0, "capacity: %s", err);
         return;
       }
       snap_free();
@@ -474,11 +473,11 @@ void srv_on_timeline(srv_session *s, uint64_t req_id, const Fgbuff__V1__Timeline
       on_dump(s, req_id, m);
       return;
     default:
-      srv_send_error(s, req_id, FGB_EINVAL, "action", 0, "action: %d is not START, STOP or DUMP",
-                     (int)m->action);
+      reply_error(s, req_id, FGB_EINVAL, "action", 0, "action: %d is not START, STOP or DUMP",
+                  (int)m->action);
       return;
   }
   tl_stats st = tl_get_stats();
   reply_stats(&r, &st);
-  srv_reply(s, req_id, FGBUFF__V1__ENVELOPE__BODY_TIMELINE_REPLY, &r);
+  reply_send(s, req_id, FGBUFF__V1__ENVELOPE__BODY_TIMELINE_REPLY, &r);
 }

@@ -1,6 +1,6 @@
 /* tests/core/test-core-comp.c — compressed tensors through the job core alone (world.h: in-memory
  * coordinators, the real engine on a fake transport, a fake reply sink), 2–3 ranks in one process:
- *  - registration with a compressor and density (srv_comp_check's refusals: unknown compressor, a
+ *  - registration with a compressor and density (core_comp_check's refusals: unknown compressor, a
  *    density out of range, options for a dense tensor, an unknown option), each naming its field;
  *  - topk with error feedback on the engine's compressed path (compress_path.c) beside a dense
  *    tensor, several steps: every rank's result bit-identical and equal to a reference computed
@@ -249,11 +249,11 @@ static void test_topk_plan(int all_comp, int dense) {
     }
   }
   for (int r = 0; r < 2; r++) {
-    srv_plan_view pv;
-    srv_plan_view_get(w.r[r].job, &pv);
+    plan_view pv;
+    plan_view_get(w.r[r].job, &pv);
     REQUIRE(pv.nversions >= 1);
     const sched_plan *p = pv.versions[0];
-    CHECK(p->first_step == first && srv_plan_buffers_issued(w.r[r].job) > 0);
+    CHECK(p->first_step == first && plan_buffers_issued(w.r[r].job) > 0);
     /* The decisions the plan made for its buffers of compressed tensors only. */
     for (uint32_t b = 0; all_comp && b < p->nbuffers; b++)
       CHECK_MSG(p->buffers[b].compress == !dense &&

@@ -75,23 +75,23 @@ static void step_run(world *w, const uint32_t *t, const uint64_t *count, const i
 }
 
 /* A job's read-only plan view (plan_exec.h). */
-static srv_plan_view view_of(const srv_job *j) {
-  srv_plan_view v;
-  srv_plan_view_get(j, &v);
+static plan_view view_of(const core_job *j) {
+  plan_view v;
+  plan_view_get(j, &v);
   return v;
 }
 
 /* The plan version of rank r's job in force for `step` (NULL: none). */
 static const sched_plan *plan_for(const world *w, int r, uint64_t step) {
-  srv_plan_view v;
-  srv_plan_view_get(w->r[r].job, &v);
+  plan_view v;
+  plan_view_get(w->r[r].job, &v);
   for (int i = (int)v.nversions - 1; i >= 0; i--)
     if (step >= v.versions[i]->first_step) return v.versions[i];
   return NULL;
 }
 static const sched_plan *plan_version(const world *w, int r, uint64_t version) {
-  srv_plan_view v;
-  srv_plan_view_get(w->r[r].job, &v);
+  plan_view v;
+  plan_view_get(w->r[r].job, &v);
   for (uint32_t i = 0; i < v.nversions; i++)
     if (v.versions[i]->version == version) return v.versions[i];
   return NULL;
@@ -103,7 +103,7 @@ static void order_str(const world *w, int r, const sched_plan *p, const uint32_t
   for (; i < p->ntensors && i < 3; i++) {
     out[i] = '?';
     for (int k = 0; k < 3; k++)
-      if (srv_tensor_get(&w->r[r].c, t[k])->key == p->order[i]) out[i] = (char)('a' + k);
+      if (step_tensor_get(&w->r[r].c, t[k])->key == p->order[i]) out[i] = (char)('a' + k);
   }
   out[i] = 0;
 }
@@ -141,7 +141,7 @@ static void test_dear(void) {
     /* Every rank's plan starts at the same step. */
     CHECK(p->first_step == plan_for(&w, 0, steps)->first_step);
     uint64_t rs, ag;
-    srv_plan_split_counts(w.r[r].job, &rs, &ag);
+    plan_split_counts(w.r[r].job, &rs, &ag);
     uint64_t planned = steps + 1 - p->first_step;
     CHECK_MSG(rs == 2 * planned && ag == rs, "rank %d: %llu reduce-scatters, %llu all-gathers", r,
               (unsigned long long)rs, (unsigned long long)ag);
@@ -169,16 +169,16 @@ static void test_dear(void) {
   }
   for (int r = 0; r < 3; r++) {
     uint64_t rs, ag;
-    W_UNTIL(&w, (srv_plan_split_counts(w.r[r].job, &rs, &ag), rs == rs0 + 1));
+    W_UNTIL(&w, (plan_split_counts(w.r[r].job, &rs, &ag), rs == rs0 + 1));
   }
-  srv_job *gone = w.r[2].job;
+  core_job *gone = w.r[2].job;
   w.r[2].job = NULL;
   core_client_gone(gone);
   for (int r = 0; r < 2; r++) {
     for (int k = 0; k < 3; k++) W_UNTIL(&w, dones(&w, r, t[k], s, FGB_EPEER) == 1);
     CHECK(w.r[r].job->aborted && w.r[r].job->npending == 0);
     uint64_t rs, ag;
-    srv_plan_split_counts(w.r[r].job, &rs, &ag);
+    plan_split_counts(w.r[r].job, &rs, &ag);
     CHECK(rs == rs0 + 1 && ag == ag0); /* the failed all-gather ran no collective */
   }
   W_UNTIL(&w, w.r[2].c.jobs == NULL); /* released once its reduce-scatter came back */
@@ -240,9 +240,9 @@ static void test_switch(int n) {
           mine->nbuffers == r0->nbuffers);
     CHECK(w.r[r].job->steps_completed == 10);
     /* Steps 5-7 ran under v1, 8-10 under v2: each buffer reached the engine as one item. */
-    CHECK_MSG(srv_plan_buffers_issued(w.r[r].job) == 3 * (uint64_t)(nb1[r] + v2->nbuffers),
+    CHECK_MSG(plan_buffers_issued(w.r[r].job) == 3 * (uint64_t)(nb1[r] + v2->nbuffers),
               "rank %d: %llu plan buffers issued", r,
-              (unsigned long long)srv_plan_buffers_issued(w.r[r].job));
+              (unsigned long long)plan_buffers_issued(w.r[r].job));
   }
   w_stop(&w);
 }
@@ -300,7 +300,7 @@ static void test_close_mid_job(const char *policy) {
   log_begin();
   for (int r = 0; r < 2; r++) core_submit(&w.r[r].c, w.r[r].job, &w.r[r].sess, 1, a, 2, 0, 0);
   W_UNTIL(&w, view_of(w.r[1].job).deferred > 0 || w.r[1].job->aborted); /* step 2's ISSUE waits */
-  srv_job *gone = w.r[1].job;
+  core_job *gone = w.r[1].job;
   w.r[1].job = NULL;
   core_client_gone(gone);
   for (int i = 0; i < 50; i++) w_pump(&w); /* the LEAVE, then the ABORT on both ranks */

@@ -215,7 +215,7 @@ static void test_errors(void) {
   CHECK(w_last(x, REC_COLL)->req_id == 16 && w_last(x, REC_COLL)->status == 0);
   for (int r = 0; r < 2; r++) {
     CHECK(core_tensor_release(&w.r[r].c, w.r[r].job, a, err, sizeof(err)) == FGB_OK);
-    CHECK(srv_tensor_get(&w.r[r].c, a) == NULL && w.r[r].job->ntensors == 0);
+    CHECK(step_tensor_get(&w.r[r].c, a) == NULL && w.r[r].job->ntensors == 0);
   }
   DRAINS(c, 1, core_submit(c, x->job, &x->sess, 14, a, 6, 0, 0));
   CHECK(last_err(x)->status == FGB_ENOTFOUND);
@@ -235,7 +235,7 @@ static void test_client_gone(void) {
   core_submit(&y->c, y->job, &y->sess, 1, a, 1, 0, 0);
   for (int r = 0; r < 2; r++) W_UNTIL(&w, dones(&w, r, a, 1, 0) == 1);
   CHECK(x->job->npending == 1 && dones(&w, 0, b, 1, FGB_EPEER) == 0);
-  srv_job *gone = y->job;
+  core_job *gone = y->job;
   y->job = NULL;
   DRAINS(&y->c, 1, core_client_gone(gone));
   W_UNTIL(&w, dones(&w, 0, b, 1, FGB_EPEER) == 1);
@@ -280,7 +280,7 @@ static void test_mid_step_collective(void) {
     CHECK(w_count(&w.r[r], REC_ERR, 0) == 0 && !w.r[r].job->aborted);
   }
   uint64_t recalls = w.r[0].job->recalls + w.r[1].job->recalls;
-  if (srv_pre_enabled(&w.r[0].c))
+  if (pre_enabled(&w.r[0].c))
     CHECK_MSG(recalls > 0, "pre-issue on, but no recall");
   else
     CHECK(recalls == 0);
@@ -319,7 +319,7 @@ static void test_plan(const char *policy, uint32_t replan, int steps) {
   }
   for (int r = 0; r < 2; r++) {
     CHECK(w_count(&w.r[r], REC_ERR, 0) == 0);
-    CHECK_MSG(srv_plan_buffers_issued(w.r[r].job) > 0, "%s: no plan buffer issued", policy);
+    CHECK_MSG(plan_buffers_issued(w.r[r].job) > 0, "%s: no plan buffer issued", policy);
     CHECK(w.r[r].job->steps_completed == (uint64_t)steps);
   }
   w_stop(&w);
@@ -333,18 +333,18 @@ static uint64_t g_watch_step;
 static int g_watching, g_failed, g_aborted, g_closed;
 static core *g_dp_core; /* the core whose submit runs (observe_now takes no arguments) */
 
-static void fdp_arena_close(struct srv_arena *a) {
+static void fdp_arena_close(struct core_arena *a) {
   munmap(a->base, a->bytes);
   g_closed++;
 }
-static int fdp_slot_check(struct srv_tensor *t, uint32_t slot, char *err, size_t errlen) {
+static int fdp_slot_check(struct core_tensor *t, uint32_t slot, char *err, size_t errlen) {
   (void)t;
   if (slot < 8) return 0;
   snprintf(err, errlen, "event_slot: %u outside 0..7", slot);
   return -1;
 }
-static fgb_status fdp_observe(struct srv_tensor *t, uint32_t slot, uint32_t done_seq, uint64_t step,
-                              char *err, size_t errlen) {
+static fgb_status fdp_observe(struct core_tensor *t, uint32_t slot, uint32_t done_seq,
+                              uint64_t step, char *err, size_t errlen) {
   (void)done_seq, (void)err, (void)errlen;
   t->gpu_slot = slot;
   g_watch_tensor = t->id;
@@ -357,11 +357,11 @@ static void fdp_observe_now(void) {
   g_watching = 0;
   core_gpu_observed(g_dp_core, g_watch_tensor, g_watch_step);
 }
-static void *fdp_done_signal(const struct srv_tensor *t) {
+static void *fdp_done_signal(const struct core_tensor *t) {
   (void)t;
   return NULL;
 }
-static void fdp_done_failed(const struct srv_tensor *t) {
+static void fdp_done_failed(const struct core_tensor *t) {
   (void)t;
   g_failed++;
 }
@@ -420,7 +420,7 @@ static void test_dp(void) {
   core_submit(&w.r[0].c, w.r[0].job, &w.r[0].sess, 4, b, 3, 2, 0);
   g_dp_core = &w.r[1].c;
   core_submit(&w.r[1].c, w.r[1].job, &w.r[1].sess, 4, a, 3, 2, 0);
-  srv_job *gone = w.r[1].job;
+  core_job *gone = w.r[1].job;
   w.r[1].job = NULL;
   core_client_gone(gone);
   W_UNTIL(&w, dones(&w, 0, b, 3, FGB_EPEER) == 1);
@@ -436,7 +436,7 @@ static void test_join_twice(void) {
   w_start(&w, 1);
   w_join(&w, "jt", "none");
   w_rank *x = &w.r[0];
-  srv_job *first = x->job;
+  core_job *first = x->job;
   DRAINS(&x->c, 1,
          CHECK(core_join(&x->c, &x->sess, 5,
                          &(core_join_args){"jt", 1, 0, 1, "none", "t", 0, 0, COORD_UID_NONE}) ==

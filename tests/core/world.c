@@ -253,10 +253,10 @@ static void cb_ok(void *ud, struct srv_session *s, uint64_t req_id) {
   rec_add(ud, REC_OK, req_id);
 }
 
-static void cb_joined(void *ud, struct srv_session *s, uint64_t req_id, const srv_job *j) {
+static void cb_joined(void *ud, struct srv_session *s, uint64_t req_id, const core_job *j) {
   w_rank *r = ud;
   REQUIRE(s == &r->sess);
-  r->job = (srv_job *)j;
+  r->job = (core_job *)j;
   rec_add(ud, REC_JOINED, req_id);
 }
 
@@ -318,7 +318,7 @@ static void cb_send(void *ud, int peer, const uint8_t *bytes, size_t len) {
 static const core_cbs sink = {cb_error, cb_ok,        cb_joined, cb_tensor,
                               cb_done,  cb_coll_done, cb_state,  cb_send};
 
-static uint32_t g_warmup = SRV_PLAN_WARMUP_STEPS, g_replan = SRV_PLAN_REPLAN_STEPS;
+static uint32_t g_warmup = PLAN_WARMUP_STEPS, g_replan = PLAN_REPLAN_STEPS;
 
 /* Engine results of a held rank wait here, in order, until w_hold(r, 0) hands them over. */
 typedef struct w_held {
@@ -365,7 +365,7 @@ void w_start(world *w, int n) {
   for (int i = 0; i < n; i++) {
     w_rank *r = &w->r[i];
     coord_config cc = {
-        .world_rank = i, .world_size = n, .stall_ms = 60000, .fusion_bytes = SRV_FUSION_BYTES};
+        .world_rank = i, .world_size = n, .stall_ms = 60000, .fusion_bytes = PLAN_FUSION_BYTES};
     coord *c = coord_new(&cc);
     REQUIRE(c);
     core_init(&r->c, c, &sink, r);
@@ -382,7 +382,7 @@ void w_start(world *w, int n) {
     REQUIRE(r->arena);
     void *p = mmap(NULL, ARENA_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     REQUIRE(p != MAP_FAILED);
-    *r->arena = (srv_arena){.id = 0, .refs = 1, .base = p, .bytes = ARENA_BYTES};
+    *r->arena = (core_arena){.id = 0, .refs = 1, .base = p, .bytes = ARENA_BYTES};
   }
 }
 
@@ -401,7 +401,7 @@ void w_stop(world *w) {
     core_free_jobs(&r->c);
     coord_free(r->c.coord);
     CHECK(r->arena->refs == 1); /* every tensor gave its reference back */
-    srv_arena_unref(r->arena);
+    core_arena_unref(r->arena);
     free(r->state);
   }
   while (q_head) {
@@ -460,7 +460,7 @@ uint32_t w_tensor_args(world *w, const core_tensor_args *a, int wait) {
     REQUIRE(i == 0 || got == id);
     id = got;
   }
-  for (int i = 0; wait && i < w->n; i++) W_UNTIL(w, srv_tensor_get(&w->r[i].c, id)->key_known);
+  for (int i = 0; wait && i < w->n; i++) W_UNTIL(w, step_tensor_get(&w->r[i].c, id)->key_known);
   return id;
 }
 

@@ -44,8 +44,8 @@ struct srv_session {
 typedef struct w_rank {
   core c;
   struct srv_session sess;
-  srv_job *job;     /* set by the joined reply */
-  srv_arena *arena; /* 1 MiB of anonymous memory, the session's reference held by the world */
+  core_job *job;     /* set by the joined reply */
+  core_arena *arena; /* 1 MiB of anonymous memory, the session's reference held by the world */
   w_rec rec[W_RECS];
   int nrec;
   uint8_t *state; /* the last compressor state export's bytes (malloc'ed) */

@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
   uint32_t a = reg(c, "a", ar.id, 1024);
   int rc = step(c, a, p, 1024, 1);
   /* 64 more tensors that never sync, released after a: a's id is then the oldest of 65 released,
-   * the next one handed out (SRV_ID_QUARANTINE). */
+   * the next one handed out (CORE_ID_QUARANTINE). */
   fgb_arena fa;
   if (fgb_arena_alloc_host(c, 64 * sizeof(float), &fa)) die(c, "arena f");
   uint32_t f[64];

@@ -130,7 +130,7 @@ static void pump(uint64_t ms, int refilling, int (*until)(void)) {
 }
 
 static int leader_ready(void) {
-  return srv_ctrl_ready(dm[0].net.cp);
+  return ctrl_ready(dm[0].net.cp);
 }
 
 static int rank2_got_it(void) {
@@ -147,15 +147,14 @@ static uint64_t join(int r, const char *addrs) {
   char err[256];
   uint64_t t0 = clock_ms();
   dm[0].msgs = 0;
-  CHECK(srv_ctrl_connect(&dm[r].net, addrs, token, err, sizeof err) == FGB_OK);
-  srv_ctrl_send(dm[r].net.cp, 0, (const uint8_t *)"j", 1);
+  CHECK(ctrl_connect(&dm[r].net, addrs, token, err, sizeof err) == FGB_OK);
+  ctrl_send(dm[r].net.cp, 0, (const uint8_t *)"j", 1);
   pump(1000, 1, leader_got_it);
   uint64_t took = dm[0].msgs ? clock_ms() - t0 : 1000;
   printf("rank %d: %s (%llu ms), %d strangers' connections open, %d reopened so far\n", r,
          dm[0].msgs ? "its hello got in" : "kept out", (unsigned long long)took, strangers_open(),
          reopened);
-  CHECK_MSG(dm[0].msgs == 1 && !dm[r].lost && srv_ctrl_ready(dm[r].net.cp), "rank %d was kept out",
-            r);
+  CHECK_MSG(dm[0].msgs == 1 && !dm[r].lost && ctrl_ready(dm[r].net.cp), "rank %d was kept out", r);
   return took;
 }
 
@@ -192,10 +191,10 @@ int main(void) {
     dm[r].net.world_rank = r;
     dm[r].net.world_size = WORLD;
     dm[r].net.cp_addr = "127.0.0.1";
-    REQUIRE(srv_ctrl_listen(&dm[r].net, &cbs, &dm[r], dm[r].addr, err, sizeof err) == FGB_OK);
+    REQUIRE(ctrl_listen(&dm[r].net, &cbs, &dm[r], dm[r].addr, err, sizeof err) == FGB_OK);
     memcpy(addrs + r * CTRL_ADDR_MAX, dm[r].addr, CTRL_ADDR_MAX);
   }
-  REQUIRE(srv_ctrl_connect(&dm[0].net, addrs, token, err, sizeof err) == FGB_OK);
+  REQUIRE(ctrl_connect(&dm[0].net, addrs, token, err, sizeof err) == FGB_OK);
   char *colon = strrchr(dm[0].addr, ':');
   REQUIRE(colon && uv_ip4_addr("127.0.0.1", atoi(colon + 1), &leader) == 0);
 
@@ -221,7 +220,7 @@ int main(void) {
   uint64_t t2 = join(2, addrs);
   CHECK(t2 < 1000);
   CHECK_MSG(leader_ready(), "the leader is missing members");
-  srv_ctrl_send(dm[1].net.cp, 2, (const uint8_t *)"x", 1);
+  ctrl_send(dm[1].net.cp, 2, (const uint8_t *)"x", 1);
   pump(1000, 1, rank2_got_it);
   printf("3. a frame from rank 1 reached rank 2 through the leader: %s\n",
          dm[2].msgs ? "yes" : "no");
@@ -248,7 +247,7 @@ int main(void) {
   for (int i = 0; i < nst; i++) close(st[i].fd);
   for (int r = WORLD - 1; r >= 0; r--) {
     dm[r].net.stopping = 1;
-    srv_ctrl_close(&dm[r].net);
+    ctrl_close(&dm[r].net);
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   CHECK(uv_loop_close(&loop) == 0);

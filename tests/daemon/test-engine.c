@@ -94,7 +94,7 @@ static void on_done(void *ud, eng_item *it) {
 int main(void) {
   uv_loop_t loop;
   uv_loop_init(&loop);
-  srv_engine *e;
+  engine *e;
   char err[256];
   REQUIRE(eng_start(&loop, &fake, on_done, &loop, &e, err, sizeof(err)) == FGB_OK);
   static int wr[SIZE] = {0, 1, 2, 3};

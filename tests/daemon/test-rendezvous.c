@@ -57,8 +57,8 @@ static pid_t party(const char *hp, int rank, int world, const char *addr, const 
     close(p[0]);
     static outcome o;
     memset(&o, 0, sizeof(o));
-    srv_rdv_args a = {hp, rank, world, addr, host, key, timeout_ms};
-    o.st = srv_rdv_exchange(&a, o.addrs, o.hosts, o.token, o.err, sizeof(o.err));
+    rdv_args a = {hp, rank, world, addr, host, key, timeout_ms};
+    o.st = rdv_exchange(&a, o.addrs, o.hosts, o.token, o.err, sizeof(o.err));
     if (o.st) fprintf(stderr, "rank %d (%s): %s\n", rank, addr, o.err);
     _exit(write(p[1], &o, sizeof(o)) == (ssize_t)sizeof(o) ? 0 : 2);
   }
@@ -192,7 +192,7 @@ static void test_formation(void) {
   CHECK_MSG(memcmp(out[0].token, zero, RDV_TOKEN) != 0, "the token is all zero");
   const int want_idx[W] = {0, 1, 0, 1};
   for (int r = 0; r < W; r++)
-    CHECK_MSG(srv_rdv_local_index(out[0].hosts, W, r) == want_idx[r], "local index of rank %d", r);
+    CHECK_MSG(rdv_local_index(out[0].hosts, W, r) == want_idx[r], "local index of rank %d", r);
 }
 
 /* Keyed world of 2: a peer with another key or none is refused; the right one gets the token. */
@@ -253,8 +253,8 @@ static void test_timeout(void) {
   snprintf(hp, sizeof(hp), "127.0.0.1:%d", port);
   pid_t p2 = party(hp, 2, W, addr_of(2), "h", NULL, 8000, &r2);
   uint8_t tok[RDV_TOKEN];
-  srv_rdv_args a = {hp, 0, W, addr_of(0), "h", NULL, 5000};
-  fgb_status st = srv_rdv_exchange(&a, addrs, hosts, tok, err, sizeof(err));
+  rdv_args a = {hp, 0, W, addr_of(0), "h", NULL, 5000};
+  fgb_status st = rdv_exchange(&a, addrs, hosts, tok, err, sizeof(err));
   CHECK_MSG(st == FGB_ETIMEDOUT && strstr(err, "rank(s) 1 3") != NULL, "missing ranks: %d '%s'", st,
             err);
   outcome o;
@@ -265,19 +265,19 @@ static void test_timeout(void) {
 static void test_args_and_keys(void) {
   char err[256], addrs[2 * RDV_ADDR_MAX], hosts[2 * RDV_HOST_MAX];
   uint8_t tok[RDV_TOKEN], key[RDV_KEY];
-  srv_rdv_args a = {"nocolon", 0, 2, "x:1", "h", NULL, 100};
-  CHECK(srv_rdv_exchange(&a, addrs, hosts, tok, err, sizeof(err)) == FGB_EINVAL);
+  rdv_args a = {"nocolon", 0, 2, "x:1", "h", NULL, 100};
+  CHECK(rdv_exchange(&a, addrs, hosts, tok, err, sizeof(err)) == FGB_EINVAL);
   a.hostport = "127.0.0.1:1";
   a.rank = 2;
-  CHECK(srv_rdv_exchange(&a, addrs, hosts, tok, err, sizeof(err)) == FGB_EINVAL);
+  CHECK(rdv_exchange(&a, addrs, hosts, tok, err, sizeof(err)) == FGB_EINVAL);
   a.rank = 0;
   a.host = "";
-  CHECK(srv_rdv_exchange(&a, addrs, hosts, tok, err, sizeof(err)) == FGB_EINVAL);
+  CHECK(rdv_exchange(&a, addrs, hosts, tok, err, sizeof(err)) == FGB_EINVAL);
   /* SipHash-2-4 reference vector: key 00..0f, message 00..0e. */
   uint8_t k[16], m[15];
   for (int i = 0; i < 16; i++) k[i] = (uint8_t)i;
   for (int i = 0; i < 15; i++) m[i] = (uint8_t)i;
-  CHECK(srv_rdv_siphash(k, m, sizeof(m)) == 0xa129ca6149be45e5ull);
+  CHECK(rdv_siphash(k, m, sizeof(m)) == 0xa129ca6149be45e5ull);
   char path[] = "/tmp/fgb-rdv-key.XXXXXX";
   int fd = mkstemp(path);
   REQUIRE(fd >= 0);
@@ -285,17 +285,17 @@ static void test_args_and_keys(void) {
   REQUIRE(write(fd, hex, strlen(hex)) == (ssize_t)strlen(hex));
   close(fd);
   chmod(path, 0600);
-  CHECK_MSG(srv_rdv_read_key(path, key, err, sizeof(err)) == FGB_OK, "%s", err);
+  CHECK_MSG(rdv_read_key(path, key, err, sizeof(err)) == FGB_OK, "%s", err);
   CHECK(key[0] == 0x00 && key[1] == 0x11 && key[15] == 0xff);
   chmod(path, 0644);
-  CHECK(srv_rdv_read_key(path, key, err, sizeof(err)) == FGB_EINVAL && strstr(err, "0600"));
+  CHECK(rdv_read_key(path, key, err, sizeof(err)) == FGB_EINVAL && strstr(err, "0600"));
   fd = open(path, O_WRONLY | O_TRUNC);
   REQUIRE(fd >= 0 && write(fd, "abc\n", 4) == 4);
   close(fd);
   chmod(path, 0600);
-  CHECK(srv_rdv_read_key(path, key, err, sizeof(err)) == FGB_EINVAL && strstr(err, "32 hex"));
+  CHECK(rdv_read_key(path, key, err, sizeof(err)) == FGB_EINVAL && strstr(err, "32 hex"));
   unlink(path);
-  CHECK(srv_rdv_read_key(path, key, err, sizeof(err)) == FGB_EIO && strstr(err, path));
+  CHECK(rdv_read_key(path, key, err, sizeof(err)) == FGB_EIO && strstr(err, path));
 }
 
 int main(void) {

@@ -96,7 +96,7 @@ int main(void) {
   for (int i = 0; i < NCONN; i++) raw_close(&h[i]);
 
   /* A client that only sends and never reads is closed once its queued replies pass the cap
-   * (SRV_OUT_MAX); the daemon logs that once (test-unread.sh counts the lines). */
+   * (SERVER_OUT_MAX); the daemon logs that once (test-unread.sh counts the lines). */
   raw f;
   REQUIRE(raw_connect(&f, sock) == 0);
   REQUIRE(raw_hello(&f) == 0);

@@ -101,13 +101,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   net.world_size = 2;
   net.cp_addr = "127.0.0.1";
   char addr[CTRL_ADDR_MAX], err[256];
-  FZ_CHECK(srv_ctrl_listen(&net, &cbs, NULL, addr, err, sizeof err) == FGB_OK);
+  FZ_CHECK(ctrl_listen(&net, &cbs, NULL, addr, err, sizeof err) == FGB_OK);
   /* every rank's address, as the world's address exchange hands them (the leader keeps them all
    * to name a lost peer) */
   static char addrs[2 * CTRL_ADDR_MAX];
   memcpy(addrs, addr, CTRL_ADDR_MAX);
   memcpy(addrs + CTRL_ADDR_MAX, addr, CTRL_ADDR_MAX);
-  FZ_CHECK(srv_ctrl_connect(&net, addrs, token, err, sizeof err) == FGB_OK);
+  FZ_CHECK(ctrl_connect(&net, addrs, token, err, sizeof err) == FGB_OK);
   char *colon = strrchr(addr, ':');
   FZ_CHECK(colon && uv_ip4_addr("127.0.0.1", atoi(colon + 1), &leader) == 0);
   const char *dir = getenv("FGB_FUZZ_SEEDS");

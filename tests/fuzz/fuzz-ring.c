@@ -1,7 +1,7 @@
 /* fuzz-ring: the daemon's submission-ring reader (daemon/net/ring.c). A ring is shared memory the
  * client writes while the daemon reads it, so the input plays the client: it picks the ring's
  * size at attach, then writes slots, the header and the head index between the daemon's looks
- * (srv_ring_drain) and moves the session's count of socket frames. What the reader hands up must
+ * (ring_drain) and moves the session's count of socket frames. What the reader hands up must
  * be a record it checked (position, check word, order), consumed in order, and never more than
  * the ring holds per look; garbage must end in one fatal refusal. */
 #include <fcntl.h>
@@ -48,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FZ_CHECK(m != MAP_FAILED);
   uint32_t hdr[4] = {FGB_RING_MAGIC, FGB_RING_VERSION, slots, FGB_RING_SLOT_BYTES};
   memcpy(m, hdr, sizeof hdr);
-  srv_ring_sizes sz = {slots, FGB_RING_SLOT_BYTES};
+  ring_sizes sz = {slots, FGB_RING_SLOT_BYTES};
   const char *field = NULL;
   char err[256];
   g_next_pos = 0;
@@ -56,11 +56,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int att = fz_u8(&in);
   if (att == 0xff) { /* a lying header at attach must be refused */
     m[0] ^= 1;
-    FZ_CHECK(srv_ring_attach(&conn, &sz, fds, 2, &cbs, &field, err, sizeof err) != FGB_OK);
+    FZ_CHECK(ring_attach(&conn, &sz, fds, 2, &cbs, &field, err, sizeof err) != FGB_OK);
     FZ_CHECK(field && err[0]);
     goto out;
   }
-  FZ_CHECK(srv_ring_attach(&conn, &sz, fds, 2, &cbs, &field, err, sizeof err) == FGB_OK);
+  FZ_CHECK(ring_attach(&conn, &sz, fds, 2, &cbs, &field, err, sizeof err) == FGB_OK);
   uint64_t head = 0;
   while (fz_more(&in) && !g_fatal) {
     uint8_t op = fz_u8(&in);
@@ -103,15 +103,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         break;
       default: {
         uint64_t before = g_next_pos;
-        int n = srv_ring_drain(&conn);
+        int n = ring_drain(&conn);
         FZ_CHECK(n >= 0 && (uint64_t)n == g_next_pos - before && (uint32_t)n <= slots);
-        FZ_CHECK(srv_ring_submits(&conn) == g_next_pos);
+        FZ_CHECK(ring_submits(&conn) == g_next_pos);
         break;
       }
     }
   }
-  (void)srv_ring_drain(&conn);
-  srv_ring_close(&conn);
+  (void)ring_drain(&conn);
+  ring_close(&conn);
 out:
   FZ_CHECK(conn.ring == NULL);
   munmap(m, bytes);

@@ -34,7 +34,7 @@
 #include "ring_layout.h"
 #include "transport.h"
 
-const int srv_build_has_cuda = 0; /* boot/main.c's, which this harness replaces */
+const int boot_has_cuda = 0; /* boot/main.c's, which this harness replaces */
 
 /* ---- the fake transport: one rank, every collective done when started ---------------------- */
 struct comm {
@@ -163,8 +163,8 @@ static void daemon_start(void) {
   char *argv[] = {"fgbuffd", "--device",    "cpu",   "--runtime-dir",
                   rtdir,     "--log-level", "error", NULL};
   char err[1024];
-  FZ_CHECK(srv_config_parse(&d.cfg, 7, argv, err, sizeof err) == 0);
-  FZ_CHECK(srv_config_runtime_dir(&d.cfg, err, sizeof err) == FGB_OK);
+  FZ_CHECK(config_parse(&d.cfg, 7, argv, err, sizeof err) == 0);
+  FZ_CHECK(config_runtime_dir(&d.cfg, err, sizeof err) == FGB_OK);
   log_set_level(LOG_LEVEL_ERROR); /* refusals log a line each: only errors */
   cfg0 = d.cfg;
   d.loop = uv_default_loop();
@@ -173,8 +173,8 @@ static void daemon_start(void) {
   d.start_ms = clock_ms();
   d.daemon_id = 42;
   coord_config cc = {
-      .world_rank = 0, .world_size = 1, .stall_ms = 10000, .fusion_bytes = SRV_FUSION_BYTES};
-  core_init(&d.core, coord_new(&cc), &srv_core_cbs, &d);
+      .world_rank = 0, .world_size = 1, .stall_ms = 10000, .fusion_bytes = PLAN_FUSION_BYTES};
+  core_init(&d.core, coord_new(&cc), &session_core_cbs, &d);
   FZ_CHECK(d.core.coord);
   d.core.world_rank = 0;
   d.core.device = d.cfg.device;
@@ -189,9 +189,9 @@ static void daemon_start(void) {
   n->cp_addr = "127.0.0.1";
   char addr[CTRL_ADDR_MAX];
   static const uint8_t token[CTRL_TOKEN];
-  FZ_CHECK(srv_ctrl_listen(n, &ctrl_up, &d, addr, err, sizeof err) == FGB_OK);
-  FZ_CHECK(srv_server_start(n, &srv_session_cbs, err, sizeof err) == FGB_OK);
-  FZ_CHECK(srv_ctrl_connect(n, addr, token, err, sizeof err) == FGB_OK);
+  FZ_CHECK(ctrl_listen(n, &ctrl_up, &d, addr, err, sizeof err) == FGB_OK);
+  FZ_CHECK(server_start(n, &session_cbs, err, sizeof err) == FGB_OK);
+  FZ_CHECK(ctrl_connect(n, addr, token, err, sizeof err) == FGB_OK);
   FZ_CHECK(eng_start(d.loop, &fake, core_engine_result, &d.core, &d.core.eng, err, sizeof err) ==
            FGB_OK);
 }
@@ -200,7 +200,7 @@ static void daemon_start(void) {
 static void turn(void) {
   uv_run(d.loop, UV_RUN_NOWAIT);
   core_tick(&d.core, clock_ms());
-  srv_sessions_tick(&d.net);
+  server_tick(&d.net);
 }
 
 /* ---- fds a record asks for ------------------------------------------------------------------ */

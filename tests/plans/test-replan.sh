@@ -2,7 +2,7 @@
 # rgmerge re-plans when the backward order drifts: three daemons with policy rgmerge, planclient
 # (twelve fp32 tensors, one never submitted, exact averages checked by the client) submits in one
 # order, reversed from step 30 on. The plan agreed after warm-up is version 1; the re-plan after
-# SRV_PLAN_REPLAN_STEPS (50) steps sees the reversed order and adopts version 2. While the last
+# PLAN_REPLAN_STEPS (50) steps sees the reversed order and adopts version 2. While the last
 # step sleeps, every daemon's status must show version 2 with the same first step and the same
 # plan, every daemon's log must name the same re-planning step, and results must be identical.
 set -u

@@ -1,45 +1,45 @@
-/* daemon/gpu/gpu_srv.h — the GPU data plane's entry points, implemented in glue.c: start-up and
+/* daemon/gpu/glue.h — the GPU data plane's entry points, implemented in glue.c: start-up and
  * shutdown (boot/main.c, under #ifdef FGBUFF_HAVE_CUDA), and the rest, which the loop-thread files
- * reach through srv_gpu_dp (dp.h), set as d->dp by srv_gpu_start. */
+ * reach through glue_dp (dp.h), set as d->dp by glue_start. */
 #ifndef FGB_SRV_GPU_SRV_H
 #define FGB_SRV_GPU_SRV_H
 
 #include "daemon.h"
 
 /* main.c: bind cfg.device, create the engine stream, give the coordinator the uid hook. */
-fgb_status srv_gpu_start(srv *d, coord *c, char *err, size_t errlen);
+fgb_status glue_start(srv *d, coord *c, char *err, size_t errlen);
 /* The data-plane ops of a GPU daemon (d->dp, a->dp of its arenas). */
-extern const dp_ops srv_gpu_dp;
+extern const dp_ops glue_dp;
 /* main.c, after the loop exists: log the GPU and the MPS state (a warning without MPS). */
-void srv_gpu_announce(srv *d);
-fgb_status srv_gpu_engine_start(srv *d, char *err, size_t errlen);
-void srv_gpu_stop(srv *d);
+void glue_announce(srv *d);
+fgb_status glue_engine_start(srv *d, char *err, size_t errlen);
+void glue_stop(srv *d);
 /* server.c: the socket is named after the GPU's UUID. */
-int srv_gpu_sock_name(srv *d, char *out, size_t cap);
-/* session.c: RegisterArena of a CUDA kind; srv_arena_unref of a CUDA arena. */
-void srv_gpu_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__RegisterArena *m, int *fds,
-                      int nfds);
-void srv_gpu_arena_close(srv_arena *a);
+int glue_sock_name(srv *d, char *out, size_t cap);
+/* session.c: RegisterArena of a CUDA kind; core_arena_unref of a CUDA arena. */
+void glue_on_arena(srv_session *s, uint64_t req_id, const Fgbuff__V1__RegisterArena *m, int *fds,
+                   int nfds);
+void glue_arena_close(core_arena *a);
 /* core/steps.c: a submit of a tensor in a CUDA arena: check the slot, then watch the client's
  * event; the submit is reported ready by core_gpu_observed (core.h) once the client's GPU passed
  * it. */
-int srv_gpu_slot_check(srv_tensor *t, uint32_t slot, char *err, size_t errlen);
+int glue_slot_check(core_tensor *t, uint32_t slot, char *err, size_t errlen);
 /* done_seq: Submit.done_seq (the number for the arena's done page; 0 or no page: done event). */
-fgb_status srv_gpu_observe(srv_tensor *t, uint32_t slot, uint32_t done_seq, uint64_t step,
-                           char *err, size_t errlen);
-/* Look at the submit srv_gpu_observe just added once, now, if that is only a load (a done page's
+fgb_status glue_observe(core_tensor *t, uint32_t slot, uint32_t done_seq, uint64_t step, char *err,
+                        size_t errlen);
+/* Look at the submit glue_observe just added once, now, if that is only a load (a done page's
  * ready number): a client that host-wrote it (its stream was idle) is reported without waiting
  * for the loop's next pass. May call core_gpu_observed. */
-void srv_gpu_observe_now(void);
+void glue_observe_now(void);
 /* events.c: the done event of the tensor's current slot for the engine; a job's abort. */
-void *srv_gpu_done_event(const srv_tensor *t);
+void *glue_done_event(const core_tensor *t);
 /* server.c: a Done with an error: write the tensor's done-page number from the host, so a client
  * stream that waits on it proceeds (the result memory then holds undefined data). */
-void srv_gpu_done_failed(const srv_tensor *t);
+void glue_done_failed(const core_tensor *t);
 void gpu_job_aborted(uint64_t job_key);
 /* status.c */
-size_t srv_gpu_status_json(char *buf, size_t cap);
+size_t glue_status_json(char *buf, size_t cap);
 /* status.c, text form: one line on the GPU memory (compressor state vs the rest, bound). */
-size_t srv_gpu_mem_text(char *buf, size_t cap);
+size_t gpu_mem_text(char *buf, size_t cap);
 
 #endif
