@@ -1,8 +1,8 @@
 /* daemon/base/dtype.h — element conversions for the engine: fp16/bf16 are summed in fp32 and
  * rounded back once (round to nearest even), and averages divide in the working type, so every rank
  * computes the same bits. */
-#ifndef FGB_SRV_DTYPE_H
-#define FGB_SRV_DTYPE_H
+#ifndef FGB_BASE_DTYPE_H
+#define FGB_BASE_DTYPE_H
 
 #include <stdint.h>
 

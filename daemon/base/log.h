@@ -1,7 +1,7 @@
 /* daemon/base/log.h — fgbuffd's log: one line per event on stderr, prefixed with the world rank,
  * filtered by a level that can change at run time (ConfigSet log_level). Safe from any thread. */
-#ifndef FGB_SRV_LOG_H
-#define FGB_SRV_LOG_H
+#ifndef FGB_BASE_LOG_H
+#define FGB_BASE_LOG_H
 
 enum { LOG_LEVEL_DEBUG = 0, LOG_LEVEL_INFO = 1, LOG_LEVEL_WARN = 2, LOG_LEVEL_ERROR = 3 };
 

@@ -1,8 +1,8 @@
 /* boot/config.h — fgbuffd's settings at start-up: the command line (and --config's file) and the
  * environment's defaults parsed into srv_config, the runtime directory. The struct and the
  * live-settable keys (ConfigGet/ConfigSet) are conf/settings.h's. */
-#ifndef FGB_SRV_CONFIG_H
-#define FGB_SRV_CONFIG_H
+#ifndef FGB_BOOT_CONFIG_H
+#define FGB_BOOT_CONFIG_H
 
 #include <stddef.h>
 
@@ -17,12 +17,12 @@ extern const int boot_has_cuda;
  * line (the caller prints it and exits 2), or 1 when --help was printed. */
 int config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t errlen);
 
-/* The runtime directory's and socket's access, set by config_runtime_dir. */
-net_access config_access(const srv_config *cfg);
-
 /* Resolve the runtime directory (flag, $FGBUFF_RUNTIME_DIR, $XDG_RUNTIME_DIR/fgbuff,
  * /tmp/fgbuff-<uid>) into cfg->runtime_dir, create it if missing and set its mode (and group) from
  * config_access: 0700 unless other uids or a group may connect. */
 fgb_status config_runtime_dir(srv_config *cfg, char *err, size_t errlen);
+
+/* The runtime directory's and socket's access, set by config_runtime_dir. */
+net_access config_access(const srv_config *cfg);
 
 #endif

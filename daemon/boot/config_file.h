@@ -1,7 +1,7 @@
 /* daemon/boot/config_file.h — fgbuffd's configuration file (--config FILE), merged in front of the
  * command line so the flags override it; see config_file.c for the format. */
-#ifndef FGB_SRV_CONFIG_FILE_H
-#define FGB_SRV_CONFIG_FILE_H
+#ifndef FGB_BOOT_CONFIG_FILE_H
+#define FGB_BOOT_CONFIG_FILE_H
 
 #include <getopt.h>
 #include <stddef.h>

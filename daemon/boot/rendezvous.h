@@ -4,8 +4,8 @@
  * address and its hostname; once all have arrived, rank 0 answers each with the full table and the
  * control plane's secret token. The result is what MPI_Allgather + MPI_Bcast give under a launcher.
  * Blocking, before the loop starts. Wire and secret handling: rendezvous.c and docs. */
-#ifndef FGB_SRV_RENDEZVOUS_H
-#define FGB_SRV_RENDEZVOUS_H
+#ifndef FGB_BOOT_RENDEZVOUS_H
+#define FGB_BOOT_RENDEZVOUS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -29,6 +29,9 @@ typedef struct rdv_args {
   int timeout_ms;
 } rdv_args;
 
+/* SipHash-2-4 of in[0..len) under a 16-byte key (exposed for its test vector). */
+uint64_t rdv_siphash(const uint8_t k[RDV_KEY], const uint8_t *in, size_t len);
+
 /* addrs: world * RDV_ADDR_MAX bytes and hosts: world * RDV_HOST_MAX bytes, filled in rank order;
  * token: the control plane's secret (made by rank 0 with getrandom). Bad peers (wrong magic, rank
  * out of range or taken, another world size, bad MAC) get a refusal naming the problem and are
@@ -43,8 +46,5 @@ int rdv_local_index(const char *hosts, int world, int rank);
 /* Read a world's shared key: a file of exactly 32 hex digits (optionally a trailing newline),
  * readable by its owner only (e.g. `openssl rand -hex 16 > f; chmod 600 f`). */
 fgb_status rdv_read_key(const char *path, uint8_t key[RDV_KEY], char *err, size_t errlen);
-
-/* SipHash-2-4 of in[0..len) under a 16-byte key (exposed for its test vector). */
-uint64_t rdv_siphash(const uint8_t k[RDV_KEY], const uint8_t *in, size_t len);
 
 #endif

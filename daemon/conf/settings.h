@@ -49,11 +49,11 @@ typedef struct srv_config {
   uint64_t formation_timeout_ms;   /* a job not formed this long after its first join fails */
 } srv_config;
 
-/* 1: a policy the daemon runs; 0: unknown name; -1: registered but not wired in (err says). */
-int conf_policy_check(const char *name, char *err, size_t errlen);
-
 /* A decimal number in 0..max (no sign, nothing after it): 0, else -1. */
 int conf_u64(const char *s, uint64_t max, uint64_t *out);
+
+/* 1: a policy the daemon runs; 0: unknown name; -1: registered but not wired in (err says). */
+int conf_policy_check(const char *name, char *err, size_t errlen);
 
 /* Live settings: log_level, stall_timeout_ms, default_policy, plan_warmup_steps, replan_steps,
  * fusion_bytes, fusion_cycle_ms, max_jobs, max_tensors_per_job, max_job_bytes (the last three
@@ -64,6 +64,10 @@ fgb_status conf_get(const srv_config *cfg, const char *key, char *val, size_t va
                     size_t errlen);
 fgb_status conf_set(srv_config *cfg, const char *key, const char *val, char *err, size_t errlen);
 
+/* Every live setting, one line each: "KEY<TAB>VALUE<TAB>RANGE<TAB>DOC\n" (ConfigGet.list, fgbuffctl
+ * config list), from the same table as get/set; like snprintf (the length it needs). */
+size_t conf_list(const srv_config *cfg, char *buf, size_t cap);
+
 /* max_job_bytes' default, unless it was set: on a CPU daemon half its memory budget (base/
  * membudget.h: the cgroup memory limit, else MemTotal, read under root, NULL for "/"), on a GPU
  * daemon CORE_DEFAULT_MAX_JOB_BYTES. line gets the start log's text ("max_job_bytes N (half of
@@ -72,9 +76,5 @@ void conf_job_bytes(srv_config *cfg, const char *root, char *line, size_t linele
 
 /* --help: the live keys and their docs, from the table. */
 void conf_keys_usage(FILE *f);
-
-/* Every live setting, one line each: "KEY<TAB>VALUE<TAB>RANGE<TAB>DOC\n" (ConfigGet.list, fgbuffctl
- * config list), from the same table as get/set; like snprintf (the length it needs). */
-size_t conf_list(const srv_config *cfg, char *buf, size_t cap);
 
 #endif

@@ -251,10 +251,12 @@ struct core {
   uint64_t drains; /* coordinator drains so far (tests count them per entry point) */
 };
 
+/* ---- core.c: the facade ---------------------------------------------------------------------- */
+/* The entry points (core_join .. core_engine_result) drain the coordinator once on their way out
+ * (core_tick twice); core_init and the lookups and lifetimes after them do not. */
 /* Zero d, then set what the owner must. */
 void core_init(core *d, coord *c, const core_cbs *cbs, void *ud);
 
-/* ---- entry points: each drains the coordinator once on its way out (core_tick twice) -------- */
 /* JoinJob after the layer above checked its fields: a new rank of job (name, incarnation) on
  * session s, replied through cbs->joined (an Error for a duplicate rank here, out of memory or a
  * coordinator refusal). Returns the job or NULL. */
@@ -287,11 +289,6 @@ typedef struct core_tensor_args {
 } core_tensor_args;
 void core_tensor_register(core *d, core_job *j, struct srv_session *s, uint64_t req_id,
                           const core_tensor_args *a);
-/* Before core_tensor_register (limits.c): may job j take one more tensor `name` of `bytes`?
- * FGB_OK; FGB_EEXIST when the name is live in the job; FGB_ENOMEM naming max_tensors_per_job or
- * max_job_bytes and its value. *field: the request field the refusal names; O(1). */
-fgb_status limits_tensor_admit(core *d, const core_job *j, const char *name, uint64_t bytes,
-                               const char **field, char *err, size_t errlen);
 
 /* Submit / EndStep / Collective of session s, whose job is j (NULL: none joined yet). */
 void core_submit(core *d, core_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
@@ -309,12 +306,6 @@ void core_collective(core *d, core_job *j, struct srv_session *s, uint64_t req_i
 /* StateExport / StateImport of a compressed tensor (runs on the engine; replied on its result). */
 void core_state(core *d, core_job *j, struct srv_session *s, uint64_t req_id, uint32_t tensor_id,
                 int import, const uint8_t *data, size_t len);
-/* Whether tensor_id names a tensor of job j with a compressor (so it has state): FGB_OK, or the
- * code with err saying why (FGB_EPROTO before joining, FGB_ENOTFOUND not this job's tensor,
- * FGB_EINVAL dense). A chunked import asks at its first chunk, before it gathers a byte;
- * core_state checks again, with the job's progress. */
-fgb_status core_comp_state_check(core *d, const core_job *j, uint32_t tensor_id, char *err,
-                                 size_t errlen);
 
 /* The data plane saw the client's event of (tensor, step) complete: report it ready. */
 void core_gpu_observed(core *d, uint32_t tensor_id, uint64_t step);
@@ -331,19 +322,36 @@ void core_client_gone(core_job *j);
  * today, so its drain finds the queue empty; it drains anyway, like every entry point. */
 void core_engine_result(void *ud, struct eng_item *it);
 
-/* ---- lookups and lifetimes (no coordinator input) -------------------------------------------- */
-core_tensor *step_tensor_get(const core *d, uint32_t id);
-/* The job's tensor with coordinator key `key` (NULL: none known yet); O(1). */
-core_tensor *core_tensor_by_key(const core_job *j, uint32_t key);
 /* The job's live tensor named `name`, or NULL; O(1). */
 core_tensor *core_tensor_by_name(const core_job *j, const char *name);
+/* The job's tensor with coordinator key `key` (NULL: none known yet); O(1). */
+core_tensor *core_tensor_by_key(const core_job *j, uint32_t key);
 /* Drop a reference of a; the last one unmaps it (or closes it through its data plane). */
 void core_arena_unref(core_arena *a);
 /* ReleaseTensor's bookkeeping: FGB_OK (the tensor is gone), or a refusal with its text. */
 fgb_status core_tensor_release(core *d, core_job *j, uint32_t id, char *err, size_t errlen);
-/* Free the job once its client is gone and the engine holds no work on it. */
-void step_job_maybe_release(core *d, core_job *j);
 /* Free every job and what waits for the engine (shutdown: no client left, the engine stopped). */
 void core_free_jobs(core *d);
+
+/* ---- limits.c: the bounds on what clients hold ----------------------------------------------- */
+/* Before core_tensor_register: may job j take one more tensor `name` of `bytes`?
+ * FGB_OK; FGB_EEXIST when the name is live in the job; FGB_ENOMEM naming max_tensors_per_job or
+ * max_job_bytes and its value. *field: the request field the refusal names; O(1). */
+fgb_status limits_tensor_admit(core *d, const core_job *j, const char *name, uint64_t bytes,
+                               const char **field, char *err, size_t errlen);
+
+/* ---- steps.c: tensors by id, a job's release ------------------------------------------------- */
+/* The tensor with id `id`, or NULL; O(1). */
+core_tensor *step_tensor_get(const core *d, uint32_t id);
+/* Free the job once its client is gone and the engine holds no work on it. */
+void step_job_maybe_release(core *d, core_job *j);
+
+/* ---- comp.c: compressor state ---------------------------------------------------------------- */
+/* Whether tensor_id names a tensor of job j with a compressor (so it has state): FGB_OK, or the
+ * code with err saying why (FGB_EPROTO before joining, FGB_ENOTFOUND not this job's tensor,
+ * FGB_EINVAL dense). A chunked import asks at its first chunk, before it gathers a byte;
+ * core_state checks again, with the job's progress. */
+fgb_status core_comp_state_check(core *d, const core_job *j, uint32_t tensor_id, char *err,
+                                 size_t errlen);
 
 #endif

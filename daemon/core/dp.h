@@ -4,8 +4,8 @@
  * files call through it, so #ifdef FGBUFF_HAVE_CUDA stays in boot/main.c and CMake. The core uses
  * the hooks from slot_check on; sock_name and arena_open belong to the layers above it, whose types
  * are only named here (no protobuf header is included). */
-#ifndef FGB_SRV_DP_H
-#define FGB_SRV_DP_H
+#ifndef FGB_CORE_DP_H
+#define FGB_CORE_DP_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -4,8 +4,8 @@
  * PLAN_FUSION_BYTES. Static policies (fgbuff, rgmerge, syncea, omgs, dear) plan from the job's
  * agreed ISSUE stream and hold a plan buffer's ISSUEs until all its members are agreed, then hand
  * the engine one merge buffer (docs/scheduling.md, "Static plans in fgbuffd"). */
-#ifndef FGB_SRV_PLAN_EXEC_H
-#define FGB_SRV_PLAN_EXEC_H
+#ifndef FGB_CORE_PLAN_EXEC_H
+#define FGB_CORE_PLAN_EXEC_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -28,13 +28,26 @@ struct core;
 struct core_job;
 struct core_tensor;
 struct coord_event;
+struct eng_item;
 
+/* ---- plan_exec.c: policies, a plan's hold on ISSUEs, the planning exchange, views ------------ */
 /* The bytes a tensor announces to the coordinator for grouping: its dense bytes in a "fusion" job
  * (dense tensors only), else a size above any cap, so it travels alone. */
 uint64_t plan_policy_group_bytes(const struct core_job *j, const struct core_tensor *t);
 
 /* 1 when `name` is a static policy (one with plan()) that fgbuffd runs. */
 int plan_policy(const char *name);
+
+/* A tensor of the job became ready locally for `step` (submit on CPU, the client's event seen
+ * complete on GPU): its time feeds the ready times this rank contributes to the next plan. */
+void plan_on_ready(struct core_job *j, const struct core_tensor *t, uint64_t step, uint64_t now_us);
+
+/* Called for every agreed ISSUE before anything else: 1 when it must wait (a planning exchange
+ * decides the plan of its step, or an earlier ISSUE of the job waits): it is copied and replayed
+ * through ev_issue, in order, once the exchange is back. */
+int plan_defer(struct core_job *j, const struct coord_event *ev);
+/* The engine finished the job's ENG_XCHG item: adopt its verdict, replay deferred ISSUEs. */
+void plan_xchg_done(struct core_job *j, struct eng_item *it);
 
 /* An agreed gradient ISSUE of a job (loop thread, in world-sequence order): observes it and, once
  * a plan is in force for its step, holds it. Returns 1 when the ISSUE is held (the caller submits
@@ -47,39 +60,6 @@ int plan_policy(const char *name);
  * any plan). A job whose plan fails is logged and falls back to per-tensor ISSUEs
  * on every rank alike. */
 int plan_on_issue(struct core_job *j, struct coord_event *ev);
-
-/* A tensor of the job became ready locally for `step` (submit on CPU, the client's event seen
- * complete on GPU): its time feeds the ready times this rank contributes to the next plan. */
-void plan_on_ready(struct core_job *j, const struct core_tensor *t, uint64_t step, uint64_t now_us);
-
-/* Called for every agreed ISSUE before anything else: 1 when it must wait (a planning exchange
- * decides the plan of its step, or an earlier ISSUE of the job waits): it is copied and replayed
- * through ev_issue, in order, once the exchange is back. */
-int plan_defer(struct core_job *j, const struct coord_event *ev);
-/* events.c: run an agreed ISSUE of the job (plan holds, then the engine). */
-void ev_issue(struct core *d, struct core_job *j, struct coord_event *ev);
-/* events.c: the pending tensors (or ad-hoc collective) an agreed ISSUE names count as issued
- * from now on, though it waits (plan_defer): an ABORT arriving meanwhile fails only what was
- * not numbered, so the ISSUE still runs here, as on the ranks where it did not wait. */
-void ev_issue_mark(struct core_job *j, const struct coord_event *ev);
-/* The engine finished the job's ENG_XCHG item: adopt its verdict, replay deferred ISSUEs. */
-struct eng_item;
-void plan_xchg_done(struct core_job *j, struct eng_item *it);
-
-/* A split plan buffer's item, built by ev_issue for plan_on_issue's 3: it runs as the
- * reduce-scatter half now; the all-gather halves of its step are submitted after the step's last
- * reduce-scatter, in forward order (the plan's last buffer first), on every rank at the same place
- * of the world order. Takes `it`. */
-void plan_split_issue(struct core_job *j, struct eng_item *it);
-/* The job aborted: buffers still waiting for their step's all-gathers get an all-gather item that
- * runs no collective and fails their members with `code` once their reduce-scatter finished (the
- * engine still holds the clients' memory until then). */
-void plan_split_abort(struct core_job *j, int code, const char *text);
-/* Split halves handed to the engine so far (0 for other plans). */
-void plan_split_counts(const struct core_job *j, uint64_t *rs, uint64_t *ag);
-
-/* Plan buffers of the job handed to the engine as one item so far. */
-uint64_t plan_buffers_issued(const struct core_job *j);
 
 /* A read-only view of a job's plan state, for status (rpc/plan_status.c) and tests: pointers
  * into the core's own state, valid until the next call into the core (loop thread only). */
@@ -119,15 +99,23 @@ typedef struct plan_view {
 } plan_view;
 void plan_view_get(const struct core_job *j, plan_view *v);
 
-/* rpc/plan_status.c: the job's plan as sched_plan_status_json renders it, or "null"; like
- * snprintf. */
-size_t plan_status_json(const struct core_job *j, char *buf, size_t cap);
-
-/* rpc/plan_status.c: the same as text lines for fgbuffctl status (empty for dynamic policies);
- * like snprintf. */
-size_t plan_status_text(const struct core_job *j, char *buf, size_t cap);
+/* Plan buffers of the job handed to the engine as one item so far. */
+uint64_t plan_buffers_issued(const struct core_job *j);
 
 /* Free the job's plan state (job release). */
 void plan_free(struct core_job *j);
+
+/* ---- plan_split.c: split buffers (reduce-scatter now, all-gathers at the step's end) --------- */
+/* A split plan buffer's item, built by ev_issue for plan_on_issue's 3: it runs as the
+ * reduce-scatter half now; the all-gather halves of its step are submitted after the step's last
+ * reduce-scatter, in forward order (the plan's last buffer first), on every rank at the same place
+ * of the world order. Takes `it`. */
+void plan_split_issue(struct core_job *j, struct eng_item *it);
+/* The job aborted: buffers still waiting for their step's all-gathers get an all-gather item that
+ * runs no collective and fails their members with `code` once their reduce-scatter finished (the
+ * engine still holds the clients' memory until then). */
+void plan_split_abort(struct core_job *j, int code, const char *text);
+/* Split halves handed to the engine so far (0 for other plans). */
+void plan_split_counts(const struct core_job *j, uint64_t *rs, uint64_t *ag);
 
 #endif

@@ -1,8 +1,8 @@
 /* daemon/core/plan_internal.h — the per-job state of static merge plans in fgbuffd, shared by
  * plan_exec.c (observing, exchanging, holding) and plan_status.c (fgbuffctl status). Loop thread
  * only. */
-#ifndef FGB_SRV_PLAN_INTERNAL_H
-#define FGB_SRV_PLAN_INTERNAL_H
+#ifndef FGB_CORE_PLAN_INTERNAL_H
+#define FGB_CORE_PLAN_INTERNAL_H
 
 #include <stdint.h>
 
@@ -91,7 +91,8 @@ typedef struct plan_state {
   uint64_t rs_issued, ag_issued;
 } plan_state;
 
-/* plan_split.c: free what waits for all-gathers (job release; the engine holds no item of it). */
+/* ---- plan_split.c ---------------------------------------------------------------------------- */
+/* Free what waits for all-gathers (job release; the engine holds no item of it). */
 void plan_split_free(plan_state *pl);
 
 /* A dynamic job (none, fusion) whose ranks had no tensor with a compressor at its start: no

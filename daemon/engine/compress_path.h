@@ -2,8 +2,8 @@
  * (job, tensor) with its error-feedback state, driven through the job's transport, plus the
  * engine half of compressor state export/import. Engine thread only (see docs/compressors.md,
  * "Compression and plans in the daemon"). */
-#ifndef FGB_SRV_COMPRESS_PATH_H
-#define FGB_SRV_COMPRESS_PATH_H
+#ifndef FGB_ENGINE_COMPRESS_PATH_H
+#define FGB_ENGINE_COMPRESS_PATH_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -2,8 +2,8 @@
  * collectives and compressor calls the engine ran (fitted to alpha + beta * x on demand), and the
  * ENG_XCHG item that exchanges planning inputs across the job's ranks in the world order and runs
  * the loop's agreement on them (docs/scheduling.md, "Measured planning inputs"). Engine thread. */
-#ifndef FGB_SRV_ENG_PLAN_H
-#define FGB_SRV_ENG_PLAN_H
+#ifndef FGB_ENGINE_ENG_PLAN_H
+#define FGB_ENGINE_ENG_PLAN_H
 
 #include <stddef.h>
 #include <stdint.h>

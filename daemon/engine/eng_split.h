@@ -1,8 +1,8 @@
 /* engine/eng_split.h — the engine's host data path of split all-reduces (policy dear; engine.h,
  * "Split all-reduce"): the zero-padded merge buffers a split owns between its reduce-scatter and
  * its all-gather. Engine thread only; engine.c starts and polls the requests. */
-#ifndef FGB_SRV_ENG_SPLIT_H
-#define FGB_SRV_ENG_SPLIT_H
+#ifndef FGB_ENGINE_ENG_SPLIT_H
+#define FGB_ENGINE_ENG_SPLIT_H
 
 #include "engine.h"
 

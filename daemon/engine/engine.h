@@ -4,8 +4,8 @@
  * Two queues, one per direction: eng_submit() appends to the engine's queue (mutex + condition
  * variable); results come back through a uv_async to a callback on the loop thread. The engine
  * never touches sockets; all data-plane (MPI) calls happen here. */
-#ifndef FGB_SRV_ENGINE_H
-#define FGB_SRV_ENGINE_H
+#ifndef FGB_ENGINE_ENGINE_H
+#define FGB_ENGINE_ENGINE_H
 
 #include <stdint.h>
 #include <uv.h>

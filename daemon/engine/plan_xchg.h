@@ -4,8 +4,8 @@
  * re-plan (static policies: order or time drift; dynamic ones, none and fusion: a changed
  * per-tensor compression decision), and a digest of that verdict that the engine compares across
  * ranks. Pure functions of the copied inputs: no loop-thread state is touched. */
-#ifndef FGB_SRV_PLAN_XCHG_H
-#define FGB_SRV_PLAN_XCHG_H
+#ifndef FGB_ENGINE_PLAN_XCHG_H
+#define FGB_ENGINE_PLAN_XCHG_H
 
 #include <stdint.h>
 

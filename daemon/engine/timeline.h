@@ -11,8 +11,8 @@
  * Threads: any thread may add spans (the engine thread does); start, stop, interning and reading
  * are the loop thread's. Adding takes one mutex, only while recording; off, every call site costs
  * one relaxed atomic load (tl_on). */
-#ifndef FGB_SRV_TIMELINE_H
-#define FGB_SRV_TIMELINE_H
+#ifndef FGB_ENGINE_TIMELINE_H
+#define FGB_ENGINE_TIMELINE_H
 
 #include <stdatomic.h>
 #include <stddef.h>

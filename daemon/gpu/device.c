@@ -11,7 +11,6 @@
 #include <strings.h>
 
 #include "gpu.h"
-#include "glue.h"
 
 static int g_index = -1;
 static char g_uuid[48], g_pci[32], g_name[256];

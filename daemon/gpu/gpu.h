@@ -4,8 +4,8 @@
  *
  * Threads: gpu_bind and everything named gpu_arena_* / gpu_observe* run on the loop thread;
  * gpu_engine_ops' hooks run on the engine thread. Both bind the device first (cudaSetDevice). */
-#ifndef FGB_SRV_GPU_H
-#define FGB_SRV_GPU_H
+#ifndef FGB_GPU_GPU_H
+#define FGB_GPU_GPU_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -44,12 +44,17 @@ int64_t gpu_mem_state(void);
 void gpu_mem_note_buffer(uint64_t bytes);
 uint64_t gpu_mem_largest_buffer(void);
 long long gpu_mem_other_bound(void);
+/* One line on the GPU memory (compressor state vs the rest, bound), for status's text form
+ * (dp_ops.mem_text). */
+size_t gpu_mem_text(char *buf, size_t cap);
 /* JSON object (no braces' surroundings needed) describing the GPU for status; cut at cap. */
 size_t gpu_status_json(char *buf, size_t cap);
 /* The coordinator's make_uid (ncclGetUniqueId), on the leader. */
 fgb_status gpu_make_uid(void *ud, uint8_t *uid, size_t *len);
 
 /* ---- arena.c --------------------------------------------------------------------------------- */
+/* Close the mapping and the events (after every engine item on it finished). */
+void gpu_arena_close(gpu_arena *a);
 /* Import a client's CUDA IPC allocation (handle: 64 bytes) of `bytes`, on `device_uuid`, with its
  * ring of interprocess events (ev_handles: nslots x 64 bytes). Writes the daemon's ring of done
  * events (nslots x 64 bytes) into done_handles. *field names the bad field on error. */
@@ -65,35 +70,39 @@ fgb_status gpu_arena_open_vmm(const int *fds, int nfds, const uint64_t *chunk, s
                               const uint8_t *ev_handles, size_t ev_len, gpu_arena **out,
                               void **base, uint8_t **done_handles, size_t *done_len,
                               const char **field, char *err, size_t errlen);
-/* Close the mapping and the events (after every engine item on it finished). */
-void gpu_arena_close(gpu_arena *a);
 uint32_t gpu_arena_slots(const gpu_arena *a);
 /* What the engine signals after a write-back (eng_tensor.done_ev): the page slot of sequence
  * number seq when the arena has a done page and seq != 0, else the done event of `slot`. */
 void *gpu_arena_done_sig(gpu_arena *a, uint32_t slot, uint32_t seq);
-/* Map and register the client's done page (fd: a sealed memfd; stays the caller's), with its
- * second half of ready numbers when `ready`. FGB_EINVAL for a bad page (err names done_page),
- * FGB_ENOTSUP when this GPU/driver cannot use it. */
-fgb_status gpu_arena_page(gpu_arena *a, int fd, int ready, char *err, size_t errlen);
 int gpu_arena_has_page(const gpu_arena *a);
 /* Readiness from the page: 1 once the client's stream wrote a ready number at or past seq. */
 int gpu_arena_has_ready(const gpu_arena *a);
 int gpu_arena_ready_seen(const gpu_arena *a, uint32_t seq);
+/* 1 when the driver and GPU support 32-bit stream memory operations on mapped host memory. */
+int gpu_memops_supported(void);
+/* Map and register the client's done page (fd: a sealed memfd; stays the caller's), with its
+ * second half of ready numbers when `ready`. FGB_EINVAL for a bad page (err names done_page),
+ * FGB_ENOTSUP when this GPU/driver cannot use it. */
+fgb_status gpu_arena_page(gpu_arena *a, int fd, int ready, char *err, size_t errlen);
 /* Host-write seq into the page (a failed Done: the client's stream must not wait forever). */
 void gpu_arena_page_release(gpu_arena *a, uint32_t seq);
 /* Engine thread, after the write-back on `stream`: record the event or write the number (not for
  * a flushed tensor's page signal). */
 fgb_status gpu_done_signal(void *sig, int flushed, void *stream, char *err, size_t errlen);
-/* 1 when the driver and GPU support 32-bit stream memory operations on mapped host memory. */
-int gpu_memops_supported(void);
 /* Start observing the client's event[slot] (checks the slot); gpu_arena_observed: 1 once the
  * client's GPU passed it (host query, see arena.c for why no stream waits on it), 0 not yet,
  * <0 error. */
 fgb_status gpu_arena_observe(gpu_arena *a, uint32_t slot, char *err, size_t errlen);
 int gpu_arena_observed(gpu_arena *a, uint32_t slot);
 
-/* ---- issue.c: the engine's hooks --------------------------------------------------------------
- */
+/* ---- issue.c: the engine's hooks, aborted jobs ----------------------------------------------- */
+/* The loop marks a job aborted (dp_ops.job_aborted, glue.c's table). */
+void gpu_job_aborted(uint64_t job_key);
+/* Abort the communicators of every job the loop marked aborted (their collectives end, so a
+ * host wait on the stream cannot hang on them). */
+void gpu_abort_marked(void);
+/* Nonzero once the loop marked the job aborted. */
+int gpu_job_is_aborted(uint64_t job_key);
 extern eng_gpu_ops gpu_engine_ops; /* .stream is set by gpu_engine_init */
 fgb_status gpu_engine_init(char *err, size_t errlen);
 

@@ -2,8 +2,8 @@
  * engine thread): per-(job, tensor) compressor instances on the device, driven entirely by work
  * enqueued on the engine stream (encode -> NCCL collective per phase -> decode -> write-back), and
  * the once-per-tensor agreement of compressor settings across the job's ranks. */
-#ifndef FGB_SRV_GPU_SPARSE_H
-#define FGB_SRV_GPU_SPARSE_H
+#ifndef FGB_GPU_SPARSE_H
+#define FGB_GPU_SPARSE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -19,15 +19,22 @@ typedef struct sp_job {
   void *stream; /* cudaStream_t: the engine stream */
 } sp_job;
 
+/* ---- sparse.c: compressed tensors on the device ---------------------------------------------- */
+/* A host wait for `ev` (a cudaEvent_t recorded on the engine stream) that a dead peer cannot hang:
+ * the job's abort, NCCL's asynchronous error or timeout_ms end it, and the job's communicator is
+ * then aborted (its collective's kernel ends, so the stream moves on). `what` names the wait in
+ * err. */
+fgb_status gpu_wait_event(comm *c, uint64_t job_key, void *ev, const char *what, int timeout_ms,
+                          char *err, size_t errlen);
 /* Compare every not yet agreed ENG_GRAD tensor of `it` (compressor name and density; dense ones
  * as "none") across the job's ranks: one small NCCL allgather for the item and one host wait, at
  * a tensor's first sync only. A difference fails those tensors on every rank alike
  * (FGB_EMISMATCH naming the ranks), now and at every later step. */
 fgb_status sp_agree(const sp_job *job, const eng_item *it, char *err, size_t errlen);
-/* Enqueue one compressed tensor's whole sync on the engine stream; no host synchronisation except
- * when its instance is created (first use). bytes counters are incremented by the phases' bytes. */
-fgb_status sp_sync(const sp_job *job, const eng_tensor *t, uint64_t *sent, uint64_t *recv,
-                   char *err, size_t errlen);
+/* The job was released: free its instances and agreements (stream-ordered frees). */
+void sp_release(uint64_t job_key);
+/* One tensor of the job was released (ENG_FORGET): the same for its instance and agreement. */
+void sp_forget(uint64_t job_key, uint32_t tensor_id);
 /* Measured planning: GPU-event times of one compressed member's encode (compensation and
  * selection, up to its first collective) and decode (scatter-add and scale), on events of a small
  * pool in sparse.c reused across items (none created per item; pool exhausted: no sample). */
@@ -39,9 +46,6 @@ typedef struct sp_timing {
   const eng_tensor *t; /* the member timed */
   uint64_t wire;       /* its bytes sent (issue.c fills it in, for the timeline) */
 } sp_timing;
-/* sp_sync, timed into *tm (NULL: untimed, as sp_sync). */
-fgb_status sp_sync_timed(const sp_job *job, const eng_tensor *t, sp_timing *tm, uint64_t *sent,
-                         uint64_t *recv, char *err, size_t errlen);
 /* Once the stream passed tm's events (the item's completion event): add its encode / decode
  * samples (seconds per element) to stats, then give the slot back. stats NULL: give it back only.
  */
@@ -49,6 +53,13 @@ void sp_timing_done(sp_timing *tm, struct eng_stats *stats);
 /* The slot's four events (encode start, end, decode start, end) for the timeline, before
  * sp_timing_done; 0 when tm has no slot. */
 int sp_timing_events(const sp_timing *tm, void *ev[4]);
+/* Enqueue one compressed tensor's whole sync on the engine stream; no host synchronisation except
+ * when its instance is created (first use). bytes counters are incremented by the phases' bytes. */
+fgb_status sp_sync(const sp_job *job, const eng_tensor *t, uint64_t *sent, uint64_t *recv,
+                   char *err, size_t errlen);
+/* sp_sync, timed into *tm (NULL: untimed, as sp_sync). */
+fgb_status sp_sync_timed(const sp_job *job, const eng_tensor *t, sp_timing *tm, uint64_t *sent,
+                         uint64_t *recv, char *err, size_t errlen);
 /* The plan sends this compressed tensor dense this step (t->flush_dense): fold its residual into
  * the gradient in the client's memory and clear it (the compressor's flush_dense), enqueued on the
  * engine stream; the caller then all-reduces it with the dense members. */
@@ -56,20 +67,5 @@ fgb_status sp_flush(const sp_job *job, const eng_tensor *t, char *err, size_t er
 /* ENG_STATE: export (it->state malloc'ed) or import one tensor's compressor state; copies to or
  * from the host, so it synchronises the engine stream. */
 fgb_status sp_state(const sp_job *job, eng_item *it, char *err, size_t errlen);
-/* The job was released: free its instances and agreements (stream-ordered frees). */
-void sp_release(uint64_t job_key);
-/* One tensor of the job was released (ENG_FORGET): the same for its instance and agreement. */
-void sp_forget(uint64_t job_key, uint32_t tensor_id);
-
-/* issue.c: nonzero once the loop marked the job aborted; abort the communicators of every job
- * so marked (their collectives end, so a host wait on the stream cannot hang on them). */
-int gpu_job_is_aborted(uint64_t job_key);
-/* A host wait for `ev` (a cudaEvent_t recorded on the engine stream) that a dead peer cannot hang:
- * the job's abort, NCCL's asynchronous error or timeout_ms end it, and the job's communicator is
- * then aborted (its collective's kernel ends, so the stream moves on). `what` names the wait in
- * err. */
-fgb_status gpu_wait_event(comm *c, uint64_t job_key, void *ev, const char *what, int timeout_ms,
-                          char *err, size_t errlen);
-void gpu_abort_marked(void);
 
 #endif

@@ -2,8 +2,8 @@
  * ARENA_CUDA_VMM_FD) that need no GPU: how the attached fds, vmm_chunk_bytes, vmm_offset and bytes
  * fit together. Pure C (no CUDA), so the CPU test suite runs them (tests/gpu-vmm/test-vmm-check).
  */
-#ifndef FGB_SRV_GPU_VMM_H
-#define FGB_SRV_GPU_VMM_H
+#ifndef FGB_GPU_VMM_H
+#define FGB_GPU_VMM_H
 
 #include <stddef.h>
 #include <stdint.h>

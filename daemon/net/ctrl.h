@@ -15,8 +15,8 @@
  * Orderly stop: ctrl_close (SIGTERM) first sends every peer a goodbye, a frame like a
  * heartbeat with destination CTRL_DST_BYE; the receiver closes that connection and reports the
  * peer lost as "stopped (orderly shutdown)" with an info line instead of an error. */
-#ifndef FGB_SRV_CTRL_H
-#define FGB_SRV_CTRL_H
+#ifndef FGB_NET_CTRL_H
+#define FGB_NET_CTRL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -41,6 +41,11 @@ typedef struct ctrl_cbs {
   /* A frame from a peer or a lost connection has been handed up (not after a message to itself). */
   void (*after_input)(void *ud);
 } ctrl_cbs;
+/* Queue a coordinator message for world rank `peer` (copied). */
+void ctrl_send(ctrl_plane *cp, int peer, const uint8_t *bytes, size_t len);
+/* Call before handling any input (client frames, ring doorbells): a leader that did not run for
+ * nearly the peer timeout closes its control plane first (ctrl.c, stall_check). */
+void ctrl_guard(srv_net *d);
 
 /* Listen on an ephemeral TCP port; *addr gets "host:port" to advertise (host: cfg->cp_addr, else
  * the address gethostname() resolves to, else 127.0.0.1). Call before the address exchange. cbs
@@ -51,11 +56,6 @@ fgb_status ctrl_listen(srv_net *d, const ctrl_cbs *cbs, void *ud, char addr[CTRL
  * connect to rank 0. The addresses are kept to name lost peers; heartbeats start. */
 fgb_status ctrl_connect(srv_net *d, const char *addrs, const uint8_t token[CTRL_TOKEN], char *err,
                         size_t errlen);
-/* Queue a coordinator message for world rank `peer` (copied). */
-void ctrl_send(ctrl_plane *cp, int peer, const uint8_t *bytes, size_t len);
-/* Call before handling any input (client frames, ring doorbells): a leader that did not run for
- * nearly the peer timeout closes its control plane first (ctrl.c, stall_check). */
-void ctrl_guard(srv_net *d);
 /* 1 while every peer this rank talks to is connected (leader: every member said hello and none
  * was lost since; a member: connected to the leader); 0 before, and again after a loss (the world
  * is incomplete for good: a lost rank is not taken back). */

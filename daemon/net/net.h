@@ -106,8 +106,9 @@ struct srv_net {
 };
 
 /* ---- server.c: client sockets --------------------------------------------------------------- */
-fgb_status server_start(srv_net *n, const server_cbs *cbs, char *err, size_t errlen);
-void server_stop(srv_net *n);
+/* The hot window (server.c): arm it (client traffic), and whether the loop is polling now. */
+void server_hot_touch(void);
+int server_hot_active(void);
 /* Room for one reply frame of len payload bytes at the end of c's queue, its header written: the
  * payload goes there, then server_out_commit queues it and writes what the socket takes (never
  * blocks; a client that stops reading is dropped later). NULL: c is closing or marked to close, or
@@ -118,8 +119,7 @@ void server_out_commit(srv_conn *c, size_t len);
 void server_close(srv_conn *c, const char *why);
 /* The loop's timer: close the sessions marked to close and those that stopped reading. */
 void server_tick(srv_net *n);
-/* The hot window (server.c): arm it (client traffic), and whether the loop is polling now. */
-void server_hot_touch(void);
-int server_hot_active(void);
+fgb_status server_start(srv_net *n, const server_cbs *cbs, char *err, size_t errlen);
+void server_stop(srv_net *n);
 
 #endif

@@ -2,8 +2,8 @@
  * "Submission ring"; layout in proto/ring_layout.h): attaching one to a session, consuming its
  * records in order with the session's socket frames, the doorbell, and what status shows. Loop
  * thread only. */
-#ifndef FGB_SRV_RING_H
-#define FGB_SRV_RING_H
+#ifndef FGB_NET_RING_H
+#define FGB_NET_RING_H
 
 #include <stdint.h>
 
@@ -24,6 +24,13 @@ typedef struct ring_sizes {
   uint32_t slots, slot_bytes;
 } ring_sizes;
 
+/* Stop watching and release the session's ring (its memory goes once libuv closed the handle). */
+void ring_close(srv_conn *s);
+
+/* For status: the session's ring is attached, and how many Submits went through it. */
+int ring_attached(const srv_conn *s);
+uint64_t ring_submits(const srv_conn *s);
+
 /* Attach a ring with its two fds (memfd, eventfd), which this takes in every case: checked,
  * mapped, watched. Its records go to cbs (static). FGB_OK, or the refusal's code with *field and
  * err (the client keeps using the socket). */
@@ -35,9 +42,6 @@ fgb_status ring_attach(srv_conn *s, const ring_sizes *m, int *fds, int nfds, con
  * Returns how many records were consumed. */
 int ring_drain(srv_conn *s);
 
-/* Stop watching and release the session's ring (its memory goes once libuv closed the handle). */
-void ring_close(srv_conn *s);
-
 /* The hot window polls every ring; returns the records consumed. */
 int ring_poll_all(srv_net *d);
 
@@ -45,9 +49,5 @@ int ring_poll_all(srv_net *d);
  * Going to sleep re-checks every ring after the word is cleared, so no record is left behind;
  * returns the records that re-check consumed. */
 int ring_set_awake(srv_net *d, int awake);
-
-/* For status: the session's ring is attached, and how many Submits went through it. */
-int ring_attached(const srv_conn *s);
-uint64_t ring_submits(const srv_conn *s);
 
 #endif

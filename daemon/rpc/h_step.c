@@ -41,7 +41,7 @@ static void on_attach_ring(srv_session *s, uint64_t req_id, const Fgbuff__V1__At
   ring_sizes sz = {m->slots, m->slot_bytes};
   const char *field = "ring";
   char err[768];
-  fgb_status rc = ring_attach(&s->c, &sz, fds, nfds, &rpc_ring_cbs, &field, err, sizeof(err));
+  fgb_status rc = ring_attach(&s->c, &sz, fds, nfds, &session_ring_cbs, &field, err, sizeof(err));
   if (rc != FGB_OK) {
     reply_error(s, req_id, rc, field, 0, "%s", err);
     return;

@@ -1,7 +1,7 @@
 /* daemon/rpc/metrics.h — the daemon's counters as Prometheus text, and the opt-in HTTP listener
  * that serves them (--metrics-listen). Loop thread only. */
-#ifndef FGB_SRV_METRICS_H
-#define FGB_SRV_METRICS_H
+#ifndef FGB_RPC_METRICS_H
+#define FGB_RPC_METRICS_H
 
 #include <stddef.h>
 

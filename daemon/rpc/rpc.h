@@ -28,22 +28,20 @@ rpc_fn rpc_register_tensor, rpc_release_tensor;
 rpc_fn rpc_submit, rpc_end_step, rpc_collective;
 rpc_fds_fn rpc_attach_ring;
 
-/* ---- h_admin.c: Status, ConfigGet/Set, TimelineRequest ----------------------------------------
- */
+/* ---- h_admin.c: Status, ConfigGet/Set, TimelineRequest --------------------------------------- */
 rpc_fn rpc_status, rpc_config_get, rpc_config_set, rpc_timeline;
 
-/* ---- h_state.c: StateExport/Import, whole or in chunks ----------------------------------------
- */
-rpc_fn rpc_state_export, rpc_state_import;
+/* ---- h_state.c: StateExport/Import, whole or in chunks --------------------------------------- */
+/* The session closes: an export being read and an import being gathered are freed. */
+void rpc_state_free(srv_session *s);
 /* The engine's export of request req_id (core_cbs.state): the whole state, or a chunked export's
  * first chunk (the session keeps the rest). */
 void rpc_state_exported(srv_session *s, uint64_t req_id, const void *data, size_t len);
-/* The session closes: an export being read and an import being gathered are freed. */
-void rpc_state_free(srv_session *s);
+rpc_fn rpc_state_export, rpc_state_import;
 
 /* ---- session.c: the tables rpc/ hands out ---------------------------------------------------- */
 /* A submission ring's records go to core_submit as a socket Submit would; its refusals are
  * fatal. */
-extern const ring_cbs rpc_ring_cbs;
+extern const ring_cbs session_ring_cbs;
 
 #endif

@@ -1,7 +1,7 @@
 /* daemon/rpc/session.c — a client session seen from above the server: the tables the layers
  * around rpc/ are handed. server.c gets session_cbs (frames to decode.c, a close releases the
  * session's job and arenas, the server's own refusals become a fatal Error); a submission ring
- * gets rpc_ring_cbs (its records take the socket's Submit path); the core gets session_core_cbs
+ * gets session_ring_cbs (its records take the socket's Submit path); the core gets session_core_cbs
  * (its replies become envelopes through reply.c, its coordinator bytes go to the control plane). */
 #include <stddef.h>
 
@@ -24,7 +24,7 @@ static void ring_record(srv_conn *c, const fgb_ring_rec *rec) {
               rec->done_seq);
 }
 
-const ring_cbs rpc_ring_cbs = {ring_record, session_fatal};
+const ring_cbs session_ring_cbs = {ring_record, session_fatal};
 
 /* server.c closes a session: its job learns that the client left, its arenas lose a reference,
  * a state transfer in progress is dropped. */
