@@ -7,6 +7,10 @@
 #   world_daemon_pid R / world_daemon_pids   # pid of world rank R / all, in rank order
 #   world_stop                               # SIGTERM, bounded wait, then SIGKILL
 #   world_job2_start JOB STEPS / world_job2_wait JOB   # a 2-rank syncclient job in the background
+#   world_wait_for PID SECONDS / world_wait_log PATTERN SECONDS   # bounded waits of a test
+#   trap world_cleanup EXIT                  # kill the test's clients, continue paused daemons, stop
+#   world_pause PID / world_resume PID       # SIGSTOP / SIGCONT a daemon (cleanup continues it)
+#   world_finish RC                          # end a test: cleanup, the world log if RC != 0, exit RC
 #
 # Inputs: FGBUFF_BIN_DIR (build dir holding daemon/fgbuffd, or the folder holding fgbuffd itself;
 # default: build/ next to this file's repository), WORLD_START_TIMEOUT (s, default 60),
@@ -139,4 +143,67 @@ world_daemons_alive() {
   local d rc=0
   for d in $(world_daemon_pids); do kill -0 "$d" 2>/dev/null || { echo "daemon $d died"; rc=1; }; done
   return $rc
+}
+
+# world_wait_for PID SECONDS: the exit status of PID (a child of this shell), or 124 if it still
+# runs after SECONDS.
+world_wait_for() {
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    kill -0 "$1" 2>/dev/null || { wait "$1"; return $?; }
+    sleep 0.1
+  done
+  return 124
+}
+
+# world_wait_log PATTERN SECONDS: 0 once the world log has a line matching PATTERN (grep), 1 if
+# none came within SECONDS.
+world_wait_log() {
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    grep -q "$1" "$FGBUFF_WORLD_LOG" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# A test's processes for world_cleanup: WORLD_CLIENT_PIDS, the clients (and helpers) it started,
+# which a test adds to (WORLD_CLIENT_PIDS+=($!)); WORLD_PAUSED_PIDS, the daemons world_pause
+# stopped and world_resume did not continue yet.
+WORLD_CLIENT_PIDS=()
+WORLD_PAUSED_PIDS=()
+
+# world_pause PID: SIGSTOP PID, remembered so that world_cleanup continues it.
+world_pause() {
+  kill -STOP "$1"
+  WORLD_PAUSED_PIDS+=("$1")
+}
+
+# world_resume PID: SIGCONT PID, and forget it.
+world_resume() {
+  local p kept=()
+  kill -CONT "$1"
+  for p in "${WORLD_PAUSED_PIDS[@]}"; do [ "$p" = "$1" ] || kept+=("$p"); done
+  WORLD_PAUSED_PIDS=("${kept[@]}")
+}
+
+# world_cleanup: a test's EXIT trap (trap world_cleanup EXIT): continue the paused daemons (a
+# stopped one would not act on world_stop's SIGTERM), SIGKILL the test's clients
+# (WORLD_CLIENT_PIDS and WORLD_JOB2_PIDS), then world_stop, quietly.
+world_cleanup() {
+  local p
+  for p in "${WORLD_PAUSED_PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; done
+  WORLD_PAUSED_PIDS=()
+  for p in "${WORLD_CLIENT_PIDS[@]}" "${WORLD_JOB2_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  world_stop >/dev/null 2>&1
+}
+
+# world_finish RC: the end of a test: no more trap, world_cleanup, the world log when RC is not 0,
+# then exit RC. WORLD_STOP_TIMEOUT=3 world_finish RC where a daemon died (the others wait in
+# MPI_Finalize for it).
+world_finish() {
+  trap - EXIT
+  world_cleanup
+  [ "$1" -eq 0 ] || { echo "--- world log"; cat "$FGBUFF_WORLD_LOG"; }
+  exit "$1"
 }
