@@ -8,7 +8,7 @@
 # 3 daemons (mpirun --enable-recovery): daemon 2 is killed (SIGKILL), then the leader is stopped.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
-bin="${FGBUFF_TEST_BIN:?}"
+: "${FGBUFF_TEST_BIN:?}" # world_job2_start
 ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
 export WORLD_MPIRUN_ARGS=--enable-recovery FGBUFF_FORM_TIMEOUT_MS=1500
 world_start 3 --peer-timeout-ms 1000 || exit 1
@@ -35,11 +35,8 @@ alive 0 "${d[0]}" "after losing daemon 2"
 u="$(up 0)"
 echo "daemon 0 after losing daemon 2: fgbuff_up $u"
 [ "$u" = 0 ] || { echo "FAIL: fgbuff_up of the leader is '$u' after a member was lost, not 0"; rc=1; }
-for r in 0 1; do
-  "$bin/syncclient" --job B --rank $r --size 2 --steps 3 --socket "$out/cpu$r.sock" >"$out/B$r.out" 2>&1 &
-  b[r]=$!
-done
-for r in 0 1; do wait "${b[r]}" || { echo "FAIL: job B rank $r on the survivors:"; cat "$out/B$r.out"; rc=1; }; done
+world_job2_start B 3
+world_job2_wait B || { echo "FAIL: job B on the survivors"; rc=1; }
 world_pause "${d[0]}"
 world_wait_log 'fgbuffd\[1\] error: control plane leader (world rank 0, .*) lost' 10 ||
   { echo "FAIL: daemon 1 did not lose the leader"; rc=1; }

@@ -9,30 +9,22 @@
 # Layout (3 daemons): job A = ranks 0, 1 on daemons 1, 2.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
-bin="${FGBUFF_TEST_BIN:?}"
+: "${FGBUFF_TEST_BIN:?}" # world_hold_start
 world_start 3 --peer-timeout-ms 2000 || exit 1
 trap world_cleanup EXIT
 out="$FGBUFF_RUNTIME_DIR"
 rc=0
-"$bin/syncclient" --job A --rank 0 --size 2 --steps 3 --sleep-at 2 --hold-file "$out/go" \
-  --expect-error -8 --deadline-ms 10000 --socket "$out/cpu1.sock" >"$out/A0.out" 2>&1 &
-a0=$!
-"$bin/syncclient" --job A --rank 1 --size 2 --steps 3 --sleep-at 2 --hold-file "$out/go" \
-  --expect-error 1 --deadline-ms 10000 --socket "$out/cpu2.sock" >"$out/A1.out" 2>&1 &
-a1=$!
-WORLD_CLIENT_PIDS+=("$a0" "$a1")
-for _ in $(seq 1 300); do
-  [ "$(cat "$out/A0.out" "$out/A1.out" | grep -c 'holding at step 2')" -ge 2 ] && break
-  sleep 0.1
-done
+world_hold_start A0 A 0 1 --expect-error -8 --deadline-ms 10000
+world_hold_start A1 A 1 2 --expect-error 1 --deadline-ms 10000
+world_hold_wait A0 A1
 mapfile -t d < <(world_daemon_pids)
 # A member stops while job A runs on it.
 # (A daemon logs `stopped` after MPI_Finalize, once every daemon is stopping: checked at the end.)
 kill -TERM "${d[2]}"
 world_wait_log 'fgbuffd\[0\] .*daemon at world rank 2' 20 || { echo "FAIL: the leader did not see daemon 2 go"; rc=1; }
 touch "$out/go"
-world_wait_for "$a0" 20 || { echo "FAIL: A's client on daemon 1 did not get FGB_EPEER"; rc=1; }
-world_wait_for "$a1" 20 || { echo "FAIL: A's client on daemon 2 did not get an error"; rc=1; }
+world_wait_for "${WORLD_HOLD_PID[A0]}" 20 || { echo "FAIL: A's client on daemon 1 did not get FGB_EPEER"; rc=1; }
+world_wait_for "${WORLD_HOLD_PID[A1]}" 20 || { echo "FAIL: A's client on daemon 2 did not get an error"; rc=1; }
 cat "$out/A0.out"
 grep -q "daemon at world rank 2 (.*) stopped (orderly shutdown)" "$out/A0.out" ||
   { echo "FAIL: A's error does not say that daemon 2 stopped"; rc=1; }

@@ -48,10 +48,6 @@ done
 diff <(grep hash "$out/slow0.out") <(grep hash "$out/slow1.out") >/dev/null &&
   [ "$(grep -c hash "$out/slow0.out")" -eq 3 ] || { echo "FAIL: job slow did not run 3 equal steps"; rc=1; }
 # The leader forgot the failed jobs: the same name and incarnation forms when both ranks come.
-for r in 0 1; do
-  "$bin/syncclient" --job alone0 --rank $r --size 2 --steps 2 --socket "$out/cpu$r.sock" >"$out/again$r.out" 2>&1 &
-  a[$r]=$!
-  WORLD_CLIENT_PIDS+=("${a[$r]}")
-done
-for r in 0 1; do world_wait_for "${a[$r]}" 60 || { echo "FAIL: alone0 again, rank $r:"; cat "$out/again$r.out"; rc=1; }; done
+world_job2_start alone0 2
+world_job2_wait alone0 60 || { echo "FAIL: alone0 again"; rc=1; }
 world_finish $rc

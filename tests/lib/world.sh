@@ -7,6 +7,7 @@
 #   world_daemon_pid R / world_daemon_pids   # pid of world rank R / all, in rank order
 #   world_stop                               # SIGTERM, bounded wait, then SIGKILL
 #   world_job2_start JOB STEPS / world_job2_wait JOB   # a 2-rank syncclient job in the background
+#   world_hold_start TAG JOB RANK DAEMON / world_hold_wait TAG...   # a rank held before step 2
 #   world_wait_for PID SECONDS / world_wait_log PATTERN SECONDS   # bounded waits of a test
 #   trap world_cleanup EXIT                  # kill the test's clients, continue paused daemons, stop
 #   world_pause PID / world_resume PID       # SIGSTOP / SIGCONT a daemon (cleanup continues it)
@@ -114,28 +115,61 @@ world_stop() {
   return "$rc"
 }
 
-# world_job2_start JOB STEPS: a 2-rank job of $FGBUFF_TEST_BIN/syncclient on daemons 0 and 1, in
-# the background, output in $FGBUFF_RUNTIME_DIR/JOB<rank>.out; its pids in WORLD_JOB2_PIDS (a
-# trap may kill them), which world_job2_wait JOB waits for.
+# world_job2_start JOB STEPS [syncclient args...]: a 2-rank job of $FGBUFF_TEST_BIN/syncclient on
+# daemons 0 and 1, in the background, output in $FGBUFF_RUNTIME_DIR/JOB<rank>.out; its pids in
+# WORLD_JOB2_PIDS, which world_job2_wait JOB waits for, and in WORLD_CLIENT_PIDS (world_cleanup).
 WORLD_JOB2_PIDS=()
 world_job2_start() {
-  local r
+  local job="$1" steps="$2" r
+  shift 2
   WORLD_JOB2_PIDS=()
   for r in 0 1; do
-    "$FGBUFF_TEST_BIN/syncclient" --job "$1" --rank "$r" --size 2 --steps "$2" \
-      --socket "$FGBUFF_RUNTIME_DIR/cpu$r.sock" >"$FGBUFF_RUNTIME_DIR/$1$r.out" 2>&1 &
+    "$FGBUFF_TEST_BIN/syncclient" --job "$job" --rank "$r" --size 2 --steps "$steps" "$@" \
+      --socket "$FGBUFF_RUNTIME_DIR/cpu$r.sock" >"$FGBUFF_RUNTIME_DIR/$job$r.out" 2>&1 &
     WORLD_JOB2_PIDS[r]=$!
+    WORLD_CLIENT_PIDS+=($!)
   done
 }
 
-# world_job2_wait JOB: wait for the job world_job2_start started last; 1, with the output of each
-# failed rank, when one failed.
+# world_job2_wait JOB [SECONDS]: wait for the job world_job2_start started last (each rank for
+# SECONDS at most when given: world_wait_for); 1, with the output of each failed rank, when one
+# failed.
 world_job2_wait() {
-  local r rc=0
+  local r rc=0 st
   for r in 0 1; do
-    wait "${WORLD_JOB2_PIDS[r]}" || { echo "job $1 rank $r failed:"; cat "$FGBUFF_RUNTIME_DIR/$1$r.out"; rc=1; }
+    if [ -n "${2:-}" ]; then world_wait_for "${WORLD_JOB2_PIDS[r]}" "$2"; else wait "${WORLD_JOB2_PIDS[r]}"; fi
+    st=$?
+    [ "$st" -eq 0 ] || { echo "job $1 rank $r failed (status $st):"; cat "$FGBUFF_RUNTIME_DIR/$1$r.out"; rc=1; }
   done
   return $rc
+}
+
+# world_hold_start TAG JOB RANK DAEMON [syncclient args...]: rank RANK of a 2-rank, 3-step
+# syncclient job JOB on daemon DAEMON that runs step 1, then holds before step 2 until
+# $FGBUFF_RUNTIME_DIR/go exists; output in $FGBUFF_RUNTIME_DIR/TAG.out, its pid in
+# WORLD_HOLD_PID[TAG] and WORLD_CLIENT_PIDS.
+declare -gA WORLD_HOLD_PID
+# shellcheck disable=SC2034 # WORLD_HOLD_PID is the tests'
+world_hold_start() {
+  local tag="$1" job="$2" rank="$3" daemon="$4"
+  shift 4
+  "$FGBUFF_TEST_BIN/syncclient" --job "$job" --rank "$rank" --size 2 --steps 3 --sleep-at 2 \
+    --hold-file "$FGBUFF_RUNTIME_DIR/go" "$@" --socket "$FGBUFF_RUNTIME_DIR/cpu$daemon.sock" \
+    >"$FGBUFF_RUNTIME_DIR/$tag.out" 2>&1 &
+  WORLD_HOLD_PID[$tag]=$!
+  WORLD_CLIENT_PIDS+=($!)
+}
+
+# world_hold_wait TAG...: 0 once every TAG started by world_hold_start holds before step 2, 1 if
+# they do not all within 30 s.
+world_hold_wait() {
+  local i files=("${@/#/$FGBUFF_RUNTIME_DIR/}")
+  files=("${files[@]/%/.out}")
+  for ((i = 0; ; i++)); do
+    [ "$(cat "${files[@]}" 2>/dev/null | grep -c 'holding at step 2')" -ge $# ] && return 0
+    [ $i -lt 300 ] || return 1
+    sleep 0.1
+  done
 }
 
 # world_daemons_alive: 1, naming each, when a daemon of the world has died.
@@ -189,12 +223,12 @@ world_resume() {
 
 # world_cleanup: a test's EXIT trap (trap world_cleanup EXIT): continue the paused daemons (a
 # stopped one would not act on world_stop's SIGTERM), SIGKILL the test's clients
-# (WORLD_CLIENT_PIDS and WORLD_JOB2_PIDS), then world_stop, quietly.
+# (WORLD_CLIENT_PIDS), then world_stop, quietly.
 world_cleanup() {
   local p
   for p in "${WORLD_PAUSED_PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; done
   WORLD_PAUSED_PIDS=()
-  for p in "${WORLD_CLIENT_PIDS[@]}" "${WORLD_JOB2_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  for p in "${WORLD_CLIENT_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
   world_stop >/dev/null 2>&1
 }
 
