@@ -8,26 +8,13 @@
 # 3 daemons (mpirun --enable-recovery): daemon 2 is killed (SIGKILL), then the leader is stopped.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
-bin="${FGBUFF_TEST_BIN:?}"
+: "${FGBUFF_TEST_BIN:?}" # world_job2_start
 ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
 export WORLD_MPIRUN_ARGS=--enable-recovery FGBUFF_FORM_TIMEOUT_MS=1500
 world_start 3 --peer-timeout-ms 1000 || exit 1
+trap world_cleanup EXIT
 out="$FGBUFF_RUNTIME_DIR"
-stopped=""
-cleanup() {
-  [ -n "$stopped" ] && kill -CONT "$stopped" 2>/dev/null
-  world_stop >/dev/null 2>&1
-}
-trap cleanup EXIT
 rc=0
-wait_log() { # PATTERN SECONDS: 0 once the world log has a line matching PATTERN
-  local i
-  for ((i = 0; i < $2 * 10; i++)); do
-    grep -q "$1" "$FGBUFF_WORLD_LOG" && return 0
-    sleep 0.1
-  done
-  return 1
-}
 up() { # RANK: the daemon's fgbuff_up value
   "$ctl" --socket "$out/cpu$1.sock" metrics 2>&1 | sed -n 's/^fgbuff_up{.*} \([0-9]\)$/\1/p'
 }
@@ -41,21 +28,17 @@ mapfile -t d < <(world_daemon_pids)
 [ "$(up 0)" = 1 ] || { echo "FAIL: fgbuff_up of the formed world is not 1 on daemon 0"; rc=1; }
 sleep 1.6 # past the formation deadline
 kill -KILL "${d[2]}"
-wait_log 'fgbuffd\[0\] error: control plane: daemon at world rank 2 .* lost' 10 ||
+world_wait_log 'fgbuffd\[0\] error: control plane: daemon at world rank 2 .* lost' 10 ||
   { echo "FAIL: the leader did not see daemon 2 die"; rc=1; }
 sleep 0.5
 alive 0 "${d[0]}" "after losing daemon 2"
 u="$(up 0)"
 echo "daemon 0 after losing daemon 2: fgbuff_up $u"
 [ "$u" = 0 ] || { echo "FAIL: fgbuff_up of the leader is '$u' after a member was lost, not 0"; rc=1; }
-for r in 0 1; do
-  "$bin/syncclient" --job B --rank $r --size 2 --steps 3 --socket "$out/cpu$r.sock" >"$out/B$r.out" 2>&1 &
-  b[r]=$!
-done
-for r in 0 1; do wait "${b[r]}" || { echo "FAIL: job B rank $r on the survivors:"; cat "$out/B$r.out"; rc=1; }; done
-kill -STOP "${d[0]}"
-stopped="${d[0]}"
-wait_log 'fgbuffd\[1\] error: control plane leader (world rank 0, .*) lost' 10 ||
+world_job2_start B 3
+world_job2_wait B || { echo "FAIL: job B on the survivors"; rc=1; }
+world_pause "${d[0]}"
+world_wait_log 'fgbuffd\[1\] error: control plane leader (world rank 0, .*) lost' 10 ||
   { echo "FAIL: daemon 1 did not lose the leader"; rc=1; }
 sleep 0.5
 alive 1 "${d[1]}" "after losing the leader"
@@ -66,10 +49,6 @@ if grep "did not form" "$FGBUFF_WORLD_LOG"; then
   echo "FAIL: a daemon reported the world's formation deadline after the world had formed"
   rc=1
 fi
-kill -CONT "${d[0]}"
-stopped=""
-trap - EXIT
+world_resume "${d[0]}"
 # A daemon died: the others wait in MPI_Finalize for it (30 s watchdog); do not wait that long.
-WORLD_STOP_TIMEOUT=3 cleanup
-[ $rc -eq 0 ] || { echo "--- world log"; cat "$FGBUFF_WORLD_LOG"; }
-exit $rc
+WORLD_STOP_TIMEOUT=3 world_finish $rc

@@ -9,51 +9,22 @@
 # Layout (3 daemons): job A = ranks 0, 1 on daemons 1, 2.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
-bin="${FGBUFF_TEST_BIN:?}"
+: "${FGBUFF_TEST_BIN:?}" # world_hold_start
 world_start 3 --peer-timeout-ms 2000 || exit 1
+trap world_cleanup EXIT
 out="$FGBUFF_RUNTIME_DIR"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-  world_stop >/dev/null 2>&1
-}
-trap cleanup EXIT
 rc=0
-wait_for() { # PID SECONDS: its exit status, or 124 if it still runs after SECONDS
-  local i
-  for ((i = 0; i < $2 * 10; i++)); do
-    kill -0 "$1" 2>/dev/null || { wait "$1"; return $?; }
-    sleep 0.1
-  done
-  return 124
-}
-wait_log() { # PATTERN SECONDS: 0 once the world log has a line matching PATTERN
-  local i
-  for ((i = 0; i < $2 * 10; i++)); do
-    grep -q "$1" "$FGBUFF_WORLD_LOG" && return 0
-    sleep 0.1
-  done
-  return 1
-}
-"$bin/syncclient" --job A --rank 0 --size 2 --steps 3 --sleep-at 2 --hold-file "$out/go" \
-  --expect-error -8 --deadline-ms 10000 --socket "$out/cpu1.sock" >"$out/A0.out" 2>&1 &
-a0=$!
-"$bin/syncclient" --job A --rank 1 --size 2 --steps 3 --sleep-at 2 --hold-file "$out/go" \
-  --expect-error 1 --deadline-ms 10000 --socket "$out/cpu2.sock" >"$out/A1.out" 2>&1 &
-a1=$!
-pids+=("$a0" "$a1")
-for _ in $(seq 1 300); do
-  [ "$(cat "$out/A0.out" "$out/A1.out" | grep -c 'holding at step 2')" -ge 2 ] && break
-  sleep 0.1
-done
+world_hold_start A0 A 0 1 --expect-error -8 --deadline-ms 10000
+world_hold_start A1 A 1 2 --expect-error 1 --deadline-ms 10000
+world_hold_wait A0 A1
 mapfile -t d < <(world_daemon_pids)
 # A member stops while job A runs on it.
 # (A daemon logs `stopped` after MPI_Finalize, once every daemon is stopping: checked at the end.)
 kill -TERM "${d[2]}"
-wait_log 'fgbuffd\[0\] .*daemon at world rank 2' 20 || { echo "FAIL: the leader did not see daemon 2 go"; rc=1; }
+world_wait_log 'fgbuffd\[0\] .*daemon at world rank 2' 20 || { echo "FAIL: the leader did not see daemon 2 go"; rc=1; }
 touch "$out/go"
-wait_for "$a0" 20 || { echo "FAIL: A's client on daemon 1 did not get FGB_EPEER"; rc=1; }
-wait_for "$a1" 20 || { echo "FAIL: A's client on daemon 2 did not get an error"; rc=1; }
+world_wait_for "${WORLD_HOLD_PID[A0]}" 20 || { echo "FAIL: A's client on daemon 1 did not get FGB_EPEER"; rc=1; }
+world_wait_for "${WORLD_HOLD_PID[A1]}" 20 || { echo "FAIL: A's client on daemon 2 did not get an error"; rc=1; }
 cat "$out/A0.out"
 grep -q "daemon at world rank 2 (.*) stopped (orderly shutdown)" "$out/A0.out" ||
   { echo "FAIL: A's error does not say that daemon 2 stopped"; rc=1; }
@@ -61,7 +32,7 @@ grep -q "fgbuffd\[0\] info: control plane: daemon at world rank 2 (.*) stopped (
   "$FGBUFF_WORLD_LOG" || { echo "FAIL: the leader did not log daemon 2's stop as info"; rc=1; }
 # Then the leader: daemon 1 logs that the leader stopped.
 kill -TERM "${d[0]}"
-wait_log 'fgbuffd\[1\] .*control plane leader' 20 || { echo "FAIL: daemon 1 did not see the leader go"; rc=1; }
+world_wait_log 'fgbuffd\[1\] .*control plane leader' 20 || { echo "FAIL: daemon 1 did not see the leader go"; rc=1; }
 grep -q 'fgbuffd\[1\] info: control plane leader (world rank 0, .*) stopped (orderly shutdown)' \
   "$FGBUFF_WORLD_LOG" || { echo "FAIL: daemon 1 did not log the leader's stop as info"; rc=1; }
 world_stop || { echo "FAIL: mpirun did not exit 0"; rc=1; }
@@ -86,10 +57,7 @@ done
 # Negative control: a daemon killed with SIGKILL is lost, an error.
 WORLD_MPIRUN_ARGS=--enable-recovery world_start 3 --peer-timeout-ms 2000 || exit 1
 kill -KILL "$(world_daemon_pid 2)"
-wait_log 'fgbuffd\[0\] error: control plane: daemon at world rank 2 (.*) lost: connection closed' 20 ||
+world_wait_log 'fgbuffd\[0\] error: control plane: daemon at world rank 2 (.*) lost: connection closed' 20 ||
   { echo "FAIL: the leader did not log daemon 2's death as an error"; rc=1; }
-trap - EXIT
 # A daemon died: the others wait in MPI_Finalize for it (30 s watchdog); do not wait that long.
-WORLD_STOP_TIMEOUT=3 cleanup
-[ $rc -eq 0 ] || { echo "--- world log"; cat "$FGBUFF_WORLD_LOG"; }
-exit $rc
+WORLD_STOP_TIMEOUT=3 world_finish $rc

@@ -8,7 +8,7 @@ source "$(dirname "$0")/../lib/world.sh"
 : "${FGBUFF_TEST_BIN:?}"
 ulimit -n 256 || { echo "SKIP: cannot set RLIMIT_NOFILE"; exit 77; }
 world_start 2 || exit 1
-trap 'kill "${WORLD_JOB2_PIDS[@]}" 2>/dev/null; world_stop >/dev/null 2>&1' EXIT
+trap world_cleanup EXIT
 out="$FGBUFF_RUNTIME_DIR"
 rc=0
 world_job2_start bystander 300

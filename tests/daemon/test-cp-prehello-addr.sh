@@ -13,7 +13,7 @@ set -u
 source "$(dirname "$0")/../lib/world.sh"
 : "${FGBUFF_TEST_BIN:?}"
 world_start 2 --cp-addr 127.0.0.1 || exit 1
-trap 'kill "${WORLD_JOB2_PIDS[@]}" 2>/dev/null; world_stop >/dev/null 2>&1' EXIT
+trap world_cleanup EXIT
 out="$FGBUFF_RUNTIME_DIR"
 rc=0
 port=$(sed -n 's/.*fgbuffd\[0\] info: world rank 0 of .* control plane [^ ]*:\([0-9]*\), leader.*/\1/p' "$FGBUFF_WORLD_LOG")

@@ -11,22 +11,9 @@ args="${FORMATION_ARGS---formation-timeout-ms 2000}"
 bound_ms=2000
 # shellcheck disable=SC2086
 world_start 2 $args || exit 1
+trap world_cleanup EXIT
 out="$FGBUFF_RUNTIME_DIR"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-  world_stop >/dev/null 2>&1
-}
-trap cleanup EXIT
 rc=0
-wait_for() { # PID SECONDS: its exit status, or 124 if it still runs after SECONDS
-  local i
-  for ((i = 0; i < $2 * 10; i++)); do
-    kill -0 "$1" 2>/dev/null || { wait "$1"; return $?; }
-    sleep 0.1
-  done
-  return 124
-}
 # Two jobs of 2 ranks with one rank each: "alone0" has rank 0 on the leader's daemon, "alone1"
 # rank 1 on daemon 1.
 "$bin/syncclient" --job alone0 --rank 0 --size 2 --steps 1 --expect-error -8 \
@@ -35,18 +22,18 @@ p0=$!
 "$bin/syncclient" --job alone1 --rank 1 --size 2 --steps 1 --expect-error -8 \
   --deadline-ms $((bound_ms + 3000)) --socket "$out/cpu1.sock" >"$out/alone1.out" 2>&1 &
 p1=$!
-pids+=("$p0" "$p1")
+WORLD_CLIENT_PIDS+=("$p0" "$p1")
 # "slow": rank 1 joins a second after rank 0, well within the deadline.
 "$bin/syncclient" --job slow --rank 0 --size 2 --steps 3 --socket "$out/cpu0.sock" >"$out/slow0.out" 2>&1 &
 s0=$!
-pids+=("$s0")
+WORLD_CLIENT_PIDS+=("$s0")
 sleep 1
 "$bin/syncclient" --job slow --rank 1 --size 2 --steps 3 --socket "$out/cpu1.sock" >"$out/slow1.out" 2>&1 &
 s1=$!
-pids+=("$s1")
+WORLD_CLIENT_PIDS+=("$s1")
 for t in 0 1; do
   p="p$t"
-  wait_for "${!p}" 20
+  world_wait_for "${!p}" 20
   st=$?
   cat "$out/alone$t.out"
   [ $st -eq 0 ] || { echo "FAIL: alone$t did not fail at the formation deadline (status $st)"; rc=1; continue; }
@@ -56,18 +43,11 @@ for t in 0 1; do
 done
 for t in 0 1; do
   s="s$t"
-  wait_for "${!s}" 60 || { echo "FAIL: slow rank $t:"; cat "$out/slow$t.out"; rc=1; }
+  world_wait_for "${!s}" 60 || { echo "FAIL: slow rank $t:"; cat "$out/slow$t.out"; rc=1; }
 done
 diff <(grep hash "$out/slow0.out") <(grep hash "$out/slow1.out") >/dev/null &&
   [ "$(grep -c hash "$out/slow0.out")" -eq 3 ] || { echo "FAIL: job slow did not run 3 equal steps"; rc=1; }
 # The leader forgot the failed jobs: the same name and incarnation forms when both ranks come.
-for r in 0 1; do
-  "$bin/syncclient" --job alone0 --rank $r --size 2 --steps 2 --socket "$out/cpu$r.sock" >"$out/again$r.out" 2>&1 &
-  a[$r]=$!
-  pids+=("${a[$r]}")
-done
-for r in 0 1; do wait_for "${a[$r]}" 60 || { echo "FAIL: alone0 again, rank $r:"; cat "$out/again$r.out"; rc=1; }; done
-trap - EXIT
-cleanup
-[ $rc -eq 0 ] || { echo "--- world log"; cat "$FGBUFF_WORLD_LOG"; }
-exit $rc
+world_job2_start alone0 2
+world_job2_wait alone0 60 || { echo "FAIL: alone0 again"; rc=1; }
+world_finish $rc

@@ -30,12 +30,7 @@ else
 fi
 world_start 2 "$@" || exit 1
 out="$FGBUFF_RUNTIME_DIR"
-cpids=()
-cleanup() {
-  for p in "${cpids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-  world_stop >/dev/null 2>&1
-}
-trap cleanup EXIT
+trap world_cleanup EXIT
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 nfd() { ls "/proc/$1/fd" | wc -l; }
 nmaps() { wc -l <"/proc/$1/maps"; }
@@ -44,14 +39,14 @@ samples="$out/samples"
 : >"$samples"
 rc=0
 for ((j = 1; j <= jobs; j++)); do
-  cpids=()
+  WORLD_CLIENT_PIDS=() # this job's clients
   for r in 0 1; do
     "$bin/jobloopclient" --job rss$j --rank $r --size 2 --steps "$steps" --tensors "$tensors" \
       --socket "$out/cpu$r.sock" >"$out/job$j.$r.out" 2>&1 &
-    cpids[r]=$!
+    WORLD_CLIENT_PIDS[r]=$!
   done
   for r in 0 1; do
-    wait "${cpids[r]}" || { echo "job $j rank $r failed:"; cat "$out/job$j.$r.out"; rc=1; }
+    wait "${WORLD_CLIENT_PIDS[r]}" || { echo "job $j rank $r failed:"; cat "$out/job$j.$r.out"; rc=1; }
   done
   [ $rc -eq 0 ] || break
   # The daemons release a job when its last session closed; each engine logs "released: heap"

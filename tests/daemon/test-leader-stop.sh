@@ -10,54 +10,26 @@
 # "--peer-timeout-ms 0" is the negative control (no detection: the test fails).
 set -u
 source "$(dirname "$0")/../lib/world.sh"
-bin="${FGBUFF_TEST_BIN:?}"
+: "${FGBUFF_TEST_BIN:?}" # world_hold_start
 args="${LEADER_STOP_ARGS---peer-timeout-ms 2000}"
 bound_ms=2000
 # shellcheck disable=SC2086
 world_start 3 $args || exit 1
+trap world_cleanup EXIT
 out="$FGBUFF_RUNTIME_DIR"
-pids=()
-stopped=""
-cleanup() {
-  [ -n "$stopped" ] && kill -CONT "$stopped" 2>/dev/null
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-  world_stop >/dev/null 2>&1
-}
-trap cleanup EXIT
 rc=0
-wait_for() { # PID SECONDS: its exit status, or 124 if it still runs after SECONDS
-  local i
-  for ((i = 0; i < $2 * 10; i++)); do
-    kill -0 "$1" 2>/dev/null || { wait "$1"; return $?; }
-    sleep 0.1
-  done
-  return 124
-}
-# client TAG JOB RANK DAEMON EXPECT DEADLINE: one rank, holding before step 2 until $out/go.
-client() {
-  "$bin/syncclient" --job "$2" --rank "$3" --size 2 --steps 3 --sleep-at 2 --hold-file "$out/go" \
-    --expect-error "$5" --deadline-ms "$6" --socket "$out/cpu$4.sock" >"$out/$1.out" 2>&1 &
-  pid[$1]=$!
-  pids+=("${pid[$1]}")
-}
-declare -A pid
-client A0 A 0 0 1 120000 # on the leader: any error once it resumes
-client A1 A 1 1 -8 $((bound_ms + 3000))
-client B0 B 0 1 -8 $((bound_ms + 3000))
-client B1 B 1 2 -8 $((bound_ms + 3000))
-for _ in $(seq 1 300); do
-  [ "$(cat "$out"/[AB]?.out | grep -c 'holding at step 2')" -ge 4 ] && break
-  sleep 0.1
-done
-[ "$(cat "$out"/[AB]?.out | grep -c 'holding at step 2')" -ge 4 ] ||
-  { echo "the jobs did not reach step 2:"; cat "$out"/[AB]?.out; exit 1; }
+# Each rank holds before step 2 until $out/go.
+world_hold_start A0 A 0 0 --expect-error 1 --deadline-ms 120000 # on the leader: any error once it resumes
+world_hold_start A1 A 1 1 --expect-error -8 --deadline-ms $((bound_ms + 3000))
+world_hold_start B0 B 0 1 --expect-error -8 --deadline-ms $((bound_ms + 3000))
+world_hold_start B1 B 1 2 --expect-error -8 --deadline-ms $((bound_ms + 3000))
+world_hold_wait A0 A1 B0 B1 || { echo "the jobs did not reach step 2:"; cat "$out"/[AB]?.out; exit 1; }
 leader="$(world_daemon_pid 0)"
-kill -STOP "$leader"
-stopped="$leader"
+world_pause "$leader"
 t0=$(date +%s%N)
 touch "$out/go"
 for t in A1 B0 B1; do
-  wait_for "${pid[$t]}" 20
+  world_wait_for "${WORLD_HOLD_PID[$t]}" 20
   st=$?
   el=$((($(date +%s%N) - t0) / 1000000))
   cat "$out/$t.out"
@@ -76,9 +48,8 @@ for r in 1 2; do
   n="$(grep -c "fgbuffd\[$r\] error: control plane leader (world rank 0, .*) lost: silent" "$FGBUFF_WORLD_LOG")"
   [ "$n" -eq 1 ] || { echo "FAIL: daemon $r logged the leader's loss $n times"; rc=1; }
 done
-kill -CONT "$leader"
-stopped=""
-wait_for "${pid[A0]}" 20
+world_resume "$leader"
+world_wait_for "${WORLD_HOLD_PID[A0]}" 20
 st=$?
 cat "$out/A0.out"
 [ $st -eq 0 ] || { echo "FAIL: the leader's client got no error after SIGCONT (status $st)"; rc=1; }
@@ -90,7 +61,4 @@ grep -q "daemon at world rank 1 (.*) lost" "$out/A0.out" ||
 grep -q "fgbuffd\[0\] error: control plane: the leader (this daemon) did not run for [0-9]* ms .*closing every connection" \
   "$FGBUFF_WORLD_LOG" || { echo "FAIL: the resumed leader did not close its control plane first"; rc=1; }
 for p in $(world_daemon_pids); do kill -0 "$p" 2>/dev/null || { echo "FAIL: daemon $p died"; rc=1; }; done
-trap - EXIT
-cleanup
-[ $rc -eq 0 ] || { echo "--- world log"; cat "$FGBUFF_WORLD_LOG"; }
-exit $rc
+world_finish $rc

@@ -18,9 +18,7 @@ ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
 command -v promtool >/dev/null || { echo "FAIL: promtool missing (bash deploy/install-ops-deps.sh)"; exit 1; }
 fgbuffd="$(world_fgbuffd_path)" || exit 1
 rc=0
-tp=
-rp=()
-trap 'kill "${WORLD_JOB2_PIDS[@]}" "${rp[@]}" $tp 2>/dev/null; world_stop >/dev/null 2>&1' EXIT
+trap world_cleanup EXIT
 
 world_start 2 || exit 1
 # A reused id never meets the released tensor's compressor state (reuseclient.c says how; it
@@ -28,6 +26,7 @@ world_start 2 || exit 1
 for r in 0 1; do
   "$bin/reuseclient" --rank $r --socket "$FGBUFF_RUNTIME_DIR/cpu$r.sock" >"$FGBUFF_RUNTIME_DIR/reuse$r.out" 2>&1 &
   rp[r]=$!
+  WORLD_CLIENT_PIDS+=("${rp[r]}")
 done
 for r in 0 1; do
   wait ${rp[r]} || { echo "reuseclient rank $r failed:"; rc=1; }
@@ -77,6 +76,7 @@ for p in range(20000 + __import__("os").getpid() % 20000, 65000, 7):
 world_start 2 --max-jobs 2000 --metrics-listen "127.0.0.1:$mport" || exit 1
 LIMITS_HOLD_UNTIL="$FGBUFF_RUNTIME_DIR/jobs.done" "$bin/test-limits" jobs 1200 >"$FGBUFF_RUNTIME_DIR/jobs.out" 2>&1 &
 tp=$!
+WORLD_CLIENT_PIDS+=("$tp")
 for _ in $(seq 1 600); do
   grep -q "^checked" "$FGBUFF_RUNTIME_DIR/jobs.out" && break
   kill -0 $tp 2>/dev/null || break

@@ -9,64 +9,32 @@
 # "--peer-timeout-ms 0" is the negative control (no detection: the test fails).
 set -u
 source "$(dirname "$0")/../lib/world.sh"
-bin="${FGBUFF_TEST_BIN:?}"
+: "${FGBUFF_TEST_BIN:?}" # world_hold_start, world_job2_start
 args="${PEER_STOP_ARGS---peer-timeout-ms 2000}"
 bound_ms=2000
 # shellcheck disable=SC2086
 world_start 3 $args || exit 1
+trap world_cleanup EXIT
 out="$FGBUFF_RUNTIME_DIR"
-pids=()
-stopped=""
-cleanup() {
-  [ -n "$stopped" ] && kill -CONT "$stopped" 2>/dev/null
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-  world_stop >/dev/null 2>&1
-}
-trap cleanup EXIT
 rc=0
-# wait_for PID SECONDS: the exit status of PID, or 124 if it still runs after SECONDS.
-wait_for() {
-  local i
-  for ((i = 0; i < $2 * 10; i++)); do
-    kill -0 "$1" 2>/dev/null || { wait "$1"; return $?; }
-    sleep 0.1
-  done
-  return 124
-}
 # A: step 1, then both ranks hold before step 2 until $out/go exists.
-"$bin/syncclient" --job A --rank 0 --size 2 --steps 3 --sleep-at 2 --hold-file "$out/go" \
-  --expect-error -8 --deadline-ms $((bound_ms + 3000)) --socket "$out/cpu1.sock" >"$out/A0.out" 2>&1 &
-a0=$!
-"$bin/syncclient" --job A --rank 1 --size 2 --steps 3 --sleep-at 2 --hold-file "$out/go" \
-  --expect-error 1 --deadline-ms 120000 --socket "$out/cpu2.sock" >"$out/A1.out" 2>&1 &
-a1=$!
-pids+=("$a0" "$a1")
-for _ in $(seq 1 300); do
-  [ "$(cat "$out/A0.out" "$out/A1.out" | grep -c 'holding at step 2')" -ge 2 ] && break
-  sleep 0.1
-done
-[ "$(cat "$out/A0.out" "$out/A1.out" | grep -c 'holding at step 2')" -ge 2 ] ||
-  { echo "job A did not reach step 2:"; cat "$out"/A*.out; exit 1; }
+world_hold_start A0 A 0 1 --expect-error -8 --deadline-ms $((bound_ms + 3000))
+world_hold_start A1 A 1 2 --expect-error 1 --deadline-ms 120000
+world_hold_wait A0 A1 || { echo "job A did not reach step 2:"; cat "$out"/A*.out; exit 1; }
 # B: 60 steps of ~100 ms, across the stop and the detection.
-for r in 0 1; do
-  "$bin/syncclient" --job B --rank $r --size 2 --steps 60 --step-ms 100 \
-    --socket "$out/cpu$r.sock" >"$out/B$r.out" 2>&1 &
-  b[$r]=$!
-  pids+=("${b[$r]}")
-done
+world_job2_start B 60 --step-ms 100
 for _ in $(seq 1 100); do grep -q "step 3 hash" "$out/B1.out" 2>/dev/null && break; sleep 0.1; done
 victim="$(world_daemon_pid 2)"
 # A stop well under the timeout costs nothing: nobody is declared lost.
-kill -STOP "$victim"
+world_pause "$victim"
 sleep 0.7
-kill -CONT "$victim"
+world_resume "$victim"
 sleep 1
 grep -q "lost" "$FGBUFF_WORLD_LOG" && { echo "FAIL: a 0.7 s stop was taken for a loss"; rc=1; }
-kill -STOP "$victim"
-stopped="$victim"
+world_pause "$victim"
 t0=$(date +%s%N)
 touch "$out/go"
-wait_for "$a0" 20
+world_wait_for "${WORLD_HOLD_PID[A0]}" 20
 st=$?
 el=$((($(date +%s%N) - t0) / 1000000))
 cat "$out/A0.out"
@@ -80,9 +48,7 @@ else
     "$out/A0.out" || { echo "FAIL: the error does not name daemon 2, its address and its silence"; rc=1; }
 fi
 # B ran on while daemon 2 was stopped: every step, the same results on both ranks.
-for r in 0 1; do
-  wait_for "${b[$r]}" 60 || { echo "FAIL: B rank $r:"; cat "$out/B$r.out"; rc=1; }
-done
+world_job2_wait B 60 || { echo "FAIL: job B"; rc=1; }
 [ "$(grep -c hash "$out/B0.out")" -eq 60 ] || { echo "FAIL: B rank 0 did not finish 60 steps"; rc=1; }
 diff <(grep hash "$out/B0.out") <(grep hash "$out/B1.out") >/dev/null ||
   { echo "FAIL: B's ranks differ"; rc=1; }
@@ -91,9 +57,8 @@ echo "B: $(grep -c hash "$out/B0.out") steps, same results on both ranks"
 n="$(grep -c 'control plane: daemon at world rank 2 .* lost: silent' "$FGBUFF_WORLD_LOG")"
 [ "$n" -eq 1 ] || { echo "FAIL: $n log lines for the loss of daemon 2"; rc=1; }
 # The stopped daemon resumes: it finds its connection closed and fails its own client cleanly.
-kill -CONT "$victim"
-stopped=""
-wait_for "$a1" 20
+world_resume "$victim"
+world_wait_for "${WORLD_HOLD_PID[A1]}" 20
 st=$?
 cat "$out/A1.out"
 [ $st -eq 0 ] || { echo "FAIL: the stopped daemon's client got no error after SIGCONT (status $st)"; rc=1; }
@@ -101,13 +66,6 @@ grep -q "leader (world rank 0, .*) lost" "$out/A1.out" ||
   { echo "FAIL: the resumed daemon's client was not told that its leader is lost"; rc=1; }
 kill -0 "$victim" 2>/dev/null || { echo "FAIL: the resumed daemon died"; rc=1; }
 # Daemons 0 and 1 still serve a new job.
-for r in 0 1; do
-  "$bin/syncclient" --job C --rank $r --size 2 --steps 2 --socket "$out/cpu$r.sock" >"$out/C$r.out" 2>&1 &
-  c[$r]=$!
-  pids+=("${c[$r]}")
-done
-for r in 0 1; do wait_for "${c[$r]}" 60 || { echo "FAIL: job C rank $r:"; cat "$out/C$r.out"; rc=1; }; done
-trap - EXIT
-cleanup
-[ $rc -eq 0 ] || { echo "--- world log"; cat "$FGBUFF_WORLD_LOG"; }
-exit $rc
+world_job2_start C 2
+world_job2_wait C 60 || { echo "FAIL: job C on daemons 0 and 1"; rc=1; }
+world_finish $rc

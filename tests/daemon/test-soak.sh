@@ -27,12 +27,7 @@ else
 fi
 world_start 2 || exit 1
 out="$FGBUFF_RUNTIME_DIR"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-  world_stop >/dev/null 2>&1
-}
-trap cleanup EXIT
+trap world_cleanup EXIT
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 nfd() { ls "/proc/$1/fd" | wc -l; }
 nmaps() { wc -l <"/proc/$1/maps"; }
@@ -75,7 +70,7 @@ bystander() {
 }
 bystander >"$out/bystander.out" 2>&1 &
 by=$!
-pids+=("$by")
+WORLD_CLIENT_PIDS+=("$by")
 
 # One churning client slot: soakclient runs (again after each kill) until `steps` checked steps;
 # a third of its runs are also killed by this script at a random moment.
@@ -108,7 +103,7 @@ churn() {
 for i in 0 1 2 3; do
   churn "$i" >"$out/slot$i.out" 2>&1 &
   slot[i]=$!
-  pids+=("${slot[i]}")
+  WORLD_CLIENT_PIDS+=("${slot[i]}")
 done
 
 rc=0

@@ -7,12 +7,13 @@ source "$(dirname "$0")/../lib/world.sh"
 bin="${FGBUFF_TEST_BIN:?}"
 ctl="${FGBUFF_BIN_DIR:?}/client/fgbuffctl"
 world_start 2 --stall-timeout-ms 500 || exit 1
-trap 'world_stop >/dev/null 2>&1; kill $p0 2>/dev/null' EXIT
+trap world_cleanup EXIT
 out="$FGBUFF_RUNTIME_DIR"
 rc=0
 # Rank 0 submits step 1 and waits; rank 1 joins and registers but sleeps before submitting.
 "$bin/syncclient" --job stalled --rank 0 --size 2 --steps 1 --socket "$out/cpu0.sock" >"$out/c0.out" 2>&1 &
 p0=$!
+WORLD_CLIENT_PIDS+=("$p0")
 "$bin/syncclient" --job stalled --rank 1 --size 2 --steps 1 --sleep-at 1 --sleep-ms 8000 \
   --socket "$out/cpu1.sock" >"$out/c1.out" 2>&1 &
 p1=$!

@@ -6,7 +6,7 @@ set -u
 source "$(dirname "$0")/../lib/world.sh"
 bin="${FGBUFF_TEST_BIN:?}"
 world_start 2 || exit 1
-trap 'kill "${WORLD_JOB2_PIDS[@]}" 2>/dev/null; world_stop >/dev/null 2>&1' EXIT
+trap world_cleanup EXIT
 out="$FGBUFF_RUNTIME_DIR"
 rc=0
 world_job2_start bystander 300

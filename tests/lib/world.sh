@@ -7,6 +7,11 @@
 #   world_daemon_pid R / world_daemon_pids   # pid of world rank R / all, in rank order
 #   world_stop                               # SIGTERM, bounded wait, then SIGKILL
 #   world_job2_start JOB STEPS / world_job2_wait JOB   # a 2-rank syncclient job in the background
+#   world_hold_start TAG JOB RANK DAEMON / world_hold_wait TAG...   # a rank held before step 2
+#   world_wait_for PID SECONDS / world_wait_log PATTERN SECONDS   # bounded waits of a test
+#   trap world_cleanup EXIT                  # kill the test's clients, continue paused daemons, stop
+#   world_pause PID / world_resume PID       # SIGSTOP / SIGCONT a daemon (cleanup continues it)
+#   world_finish RC                          # end a test: cleanup, the world log if RC != 0, exit RC
 #
 # Inputs: FGBUFF_BIN_DIR (build dir holding daemon/fgbuffd, or the folder holding fgbuffd itself;
 # default: build/ next to this file's repository), WORLD_START_TIMEOUT (s, default 60),
@@ -116,28 +121,61 @@ world_stop() {
   return "$rc"
 }
 
-# world_job2_start JOB STEPS: a 2-rank job of $FGBUFF_TEST_BIN/syncclient on daemons 0 and 1, in
-# the background, output in $FGBUFF_RUNTIME_DIR/JOB<rank>.out; its pids in WORLD_JOB2_PIDS (a
-# trap may kill them), which world_job2_wait JOB waits for.
+# world_job2_start JOB STEPS [syncclient args...]: a 2-rank job of $FGBUFF_TEST_BIN/syncclient on
+# daemons 0 and 1, in the background, output in $FGBUFF_RUNTIME_DIR/JOB<rank>.out; its pids in
+# WORLD_JOB2_PIDS, which world_job2_wait JOB waits for, and in WORLD_CLIENT_PIDS (world_cleanup).
 WORLD_JOB2_PIDS=()
 world_job2_start() {
-  local r
+  local job="$1" steps="$2" r
+  shift 2
   WORLD_JOB2_PIDS=()
   for r in 0 1; do
-    "$FGBUFF_TEST_BIN/syncclient" --job "$1" --rank "$r" --size 2 --steps "$2" \
-      --socket "$FGBUFF_RUNTIME_DIR/cpu$r.sock" >"$FGBUFF_RUNTIME_DIR/$1$r.out" 2>&1 &
+    "$FGBUFF_TEST_BIN/syncclient" --job "$job" --rank "$r" --size 2 --steps "$steps" "$@" \
+      --socket "$FGBUFF_RUNTIME_DIR/cpu$r.sock" >"$FGBUFF_RUNTIME_DIR/$job$r.out" 2>&1 &
     WORLD_JOB2_PIDS[r]=$!
+    WORLD_CLIENT_PIDS+=($!)
   done
 }
 
-# world_job2_wait JOB: wait for the job world_job2_start started last; 1, with the output of each
-# failed rank, when one failed.
+# world_job2_wait JOB [SECONDS]: wait for the job world_job2_start started last (each rank for
+# SECONDS at most when given: world_wait_for); 1, with the output of each failed rank, when one
+# failed.
 world_job2_wait() {
-  local r rc=0
+  local r rc=0 st
   for r in 0 1; do
-    wait "${WORLD_JOB2_PIDS[r]}" || { echo "job $1 rank $r failed:"; cat "$FGBUFF_RUNTIME_DIR/$1$r.out"; rc=1; }
+    if [ -n "${2:-}" ]; then world_wait_for "${WORLD_JOB2_PIDS[r]}" "$2"; else wait "${WORLD_JOB2_PIDS[r]}"; fi
+    st=$?
+    [ "$st" -eq 0 ] || { echo "job $1 rank $r failed (status $st):"; cat "$FGBUFF_RUNTIME_DIR/$1$r.out"; rc=1; }
   done
   return $rc
+}
+
+# world_hold_start TAG JOB RANK DAEMON [syncclient args...]: rank RANK of a 2-rank, 3-step
+# syncclient job JOB on daemon DAEMON that runs step 1, then holds before step 2 until
+# $FGBUFF_RUNTIME_DIR/go exists; output in $FGBUFF_RUNTIME_DIR/TAG.out, its pid in
+# WORLD_HOLD_PID[TAG] and WORLD_CLIENT_PIDS.
+declare -gA WORLD_HOLD_PID
+# shellcheck disable=SC2034 # WORLD_HOLD_PID is the tests'
+world_hold_start() {
+  local tag="$1" job="$2" rank="$3" daemon="$4"
+  shift 4
+  "$FGBUFF_TEST_BIN/syncclient" --job "$job" --rank "$rank" --size 2 --steps 3 --sleep-at 2 \
+    --hold-file "$FGBUFF_RUNTIME_DIR/go" "$@" --socket "$FGBUFF_RUNTIME_DIR/cpu$daemon.sock" \
+    >"$FGBUFF_RUNTIME_DIR/$tag.out" 2>&1 &
+  WORLD_HOLD_PID[$tag]=$!
+  WORLD_CLIENT_PIDS+=($!)
+}
+
+# world_hold_wait TAG...: 0 once every TAG started by world_hold_start holds before step 2, 1 if
+# they do not all within 30 s.
+world_hold_wait() {
+  local i files=("${@/#/$FGBUFF_RUNTIME_DIR/}")
+  files=("${files[@]/%/.out}")
+  for ((i = 0; ; i++)); do
+    [ "$(cat "${files[@]}" 2>/dev/null | grep -c 'holding at step 2')" -ge $# ] && return 0
+    [ $i -lt 300 ] || return 1
+    sleep 0.1
+  done
 }
 
 # world_daemons_alive: 1, naming each, when a daemon of the world has died.
@@ -145,4 +183,67 @@ world_daemons_alive() {
   local d rc=0
   for d in $(world_daemon_pids); do kill -0 "$d" 2>/dev/null || { echo "daemon $d died"; rc=1; }; done
   return $rc
+}
+
+# world_wait_for PID SECONDS: the exit status of PID (a child of this shell), or 124 if it still
+# runs after SECONDS.
+world_wait_for() {
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    kill -0 "$1" 2>/dev/null || { wait "$1"; return $?; }
+    sleep 0.1
+  done
+  return 124
+}
+
+# world_wait_log PATTERN SECONDS: 0 once the world log has a line matching PATTERN (grep), 1 if
+# none came within SECONDS.
+world_wait_log() {
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    grep -q "$1" "$FGBUFF_WORLD_LOG" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# A test's processes for world_cleanup: WORLD_CLIENT_PIDS, the clients (and helpers) it started,
+# which a test adds to (WORLD_CLIENT_PIDS+=($!)); WORLD_PAUSED_PIDS, the daemons world_pause
+# stopped and world_resume did not continue yet.
+WORLD_CLIENT_PIDS=()
+WORLD_PAUSED_PIDS=()
+
+# world_pause PID: SIGSTOP PID, remembered so that world_cleanup continues it.
+world_pause() {
+  kill -STOP "$1"
+  WORLD_PAUSED_PIDS+=("$1")
+}
+
+# world_resume PID: SIGCONT PID, and forget it.
+world_resume() {
+  local p kept=()
+  kill -CONT "$1"
+  for p in "${WORLD_PAUSED_PIDS[@]}"; do [ "$p" = "$1" ] || kept+=("$p"); done
+  WORLD_PAUSED_PIDS=("${kept[@]}")
+}
+
+# world_cleanup: a test's EXIT trap (trap world_cleanup EXIT): continue the paused daemons (a
+# stopped one would not act on world_stop's SIGTERM), SIGKILL the test's clients
+# (WORLD_CLIENT_PIDS), then world_stop, quietly.
+world_cleanup() {
+  local p
+  for p in "${WORLD_PAUSED_PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; done
+  WORLD_PAUSED_PIDS=()
+  for p in "${WORLD_CLIENT_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  world_stop >/dev/null 2>&1
+}
+
+# world_finish RC: the end of a test: no more trap, world_cleanup, the world log when RC is not 0,
+# then exit RC. WORLD_STOP_TIMEOUT=3 world_finish RC where a daemon died (the others wait in
+# MPI_Finalize for it).
+world_finish() {
+  trap - EXIT
+  world_cleanup
+  [ "$1" -eq 0 ] || { echo "--- world log"; cat "$FGBUFF_WORLD_LOG"; }
+  exit "$1"
 }

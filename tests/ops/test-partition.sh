@@ -13,9 +13,8 @@ build="$(cd "$1" && pwd)" src="$(cd "$2" && pwd)"
 dargs="${3---peer-timeout-ms 2000}"
 bound_ms=2000
 command -v ip >/dev/null || { echo "FAIL: ip missing (bash deploy/install-ops-deps.sh)"; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_mca_base_component_disable_dlclose=1
-if [ -n "${ASAN_OPTIONS:-}" ]; then export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"; fi
+# world.sh: MPI's environment for tests and world_wait_for (this test starts its own world).
+source "$src/tests/lib/world.sh"
 tag="fgp$$"
 ns=("${tag}a" "${tag}b" "${tag}c") addr=(127.10.1.1 127.10.1.2 127.10.1.3) sw="${tag}s"
 D="$(mktemp -d "${TMPDIR:-/tmp}/fgb-partition.XXXXXX")"
@@ -93,14 +92,6 @@ fi
 sock() { echo "$D/rt/${addr[$1]}/cpu0.sock"; } # world rank -> its socket (one daemon per host)
 for r in 0 1 2; do [ -S "$(sock $r)" ] || bad "no socket for world rank $r: $(ls -R "$D/rt")"; done
 sc="$build/tests/daemon/syncclient"
-wait_for() { # PID SECONDS: its exit status, or 124 if it still runs after SECONDS
-  local i
-  for ((i = 0; i < $2 * 10; i++)); do
-    kill -0 "$1" 2>/dev/null || { wait "$1"; return $?; }
-    sleep 0.1
-  done
-  return 124
-}
 "$sc" --job A --rank 0 --size 2 --steps 3 --sleep-at 2 --hold-file "$D/go" --expect-error -8 \
   --deadline-ms $((bound_ms + 3000)) --socket "$(sock 1)" >"$D/A0.out" 2>&1 &
 a0=$!
@@ -124,7 +115,7 @@ t0=$(date +%s%N)
 touch "$D/go"
 for t in 0 1; do
   p="a$t"
-  wait_for "${!p}" 20
+  world_wait_for "${!p}" 20
   st=$?
   el=$((($(date +%s%N) - t0) / 1000000))
   cat "$D/A$t.out"
@@ -136,7 +127,7 @@ grep -q "daemon at world rank 2 (${addr[2]}:[0-9]*) lost: silent for [0-9]* ms (
   bad "A rank 0's error does not name daemon 2, its address and its silence"
 grep -q "control plane leader (world rank 0, ${addr[0]}:[0-9]*) lost: silent for" "$D/A1.out" ||
   bad "A rank 1's error does not say that its leader is lost"
-for r in 0 1; do wait_for "${b[$r]}" 60 || bad "B rank $r: $(cat "$D/B$r.out")"; done
+for r in 0 1; do world_wait_for "${b[$r]}" 60 || bad "B rank $r: $(cat "$D/B$r.out")"; done
 [ "$(grep -c hash "$D/B0.out")" -eq 60 ] && diff <(grep hash "$D/B0.out") <(grep hash "$D/B1.out") >/dev/null ||
   bad "B did not finish 60 equal steps beside the partition"
 echo "B: $(grep -c hash "$D/B0.out") steps, same results on both ranks"
