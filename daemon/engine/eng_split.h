@@ -1,6 +1,6 @@
 /* engine/eng_split.h — the engine's host data path of split all-reduces (policy dear; engine.h,
  * "Split all-reduce"): the zero-padded merge buffers a split owns between its reduce-scatter and
- * its all-gather. Engine thread only; engine.c starts and polls the requests. */
+ * its all-gather. Engine thread only; eng_issue.c starts and polls the requests. */
 #ifndef FGB_ENGINE_ENG_SPLIT_H
 #define FGB_ENGINE_ENG_SPLIT_H
 
@@ -9,7 +9,7 @@
 #define ENG_SPLIT_GROUPS 6 /* one merge buffer per working type */
 
 /* A working type's dense members of an item, in item order (the same on every rank): a group of
- * the engine's fused all-reduce (engine.c) and a split's merge buffer (eng_split.c). */
+ * the engine's fused all-reduce (eng_issue.c) and a split's merge buffer (eng_split.c). */
 typedef struct eng_wgroup {
   fgb_dtype wdt;     /* working type on the wire */
   uint32_t *members; /* indices into it->t */

@@ -41,17 +41,14 @@ typedef struct ctrl_cbs {
   /* A frame from a peer or a lost connection has been handed up (not after a message to itself). */
   void (*after_input)(void *ud);
 } ctrl_cbs;
+
+/* ---- ctrl.c: connections, framing, forwarding, heartbeats, goodbye --------------------------- */
 /* Queue a coordinator message for world rank `peer` (copied). */
 void ctrl_send(ctrl_plane *cp, int peer, const uint8_t *bytes, size_t len);
 /* Call before handling any input (client frames, ring doorbells): a leader that did not run for
  * nearly the peer timeout closes its control plane first (ctrl.c, stall_check). */
 void ctrl_guard(srv_net *d);
 
-/* Listen on an ephemeral TCP port; *addr gets "host:port" to advertise (host: cfg->cp_addr, else
- * the address gethostname() resolves to, else 127.0.0.1). Call before the address exchange. cbs
- * (static) and ud receive what arrives. */
-fgb_status ctrl_listen(srv_net *d, const ctrl_cbs *cbs, void *ud, char addr[CTRL_ADDR_MAX],
-                       char *err, size_t errlen);
 /* With every rank's address (world_size x CTRL_ADDR_MAX bytes) and the world's secret: non-leaders
  * connect to rank 0. The addresses are kept to name lost peers; heartbeats start. */
 fgb_status ctrl_connect(srv_net *d, const char *addrs, const uint8_t token[CTRL_TOKEN], char *err,
@@ -64,5 +61,12 @@ void ctrl_close(srv_net *d);
 /* What to check when the leader's control-plane address cannot be reached: names a loopback one
  * (a hostname on 127.0.1.1, as Debian installs it) and --cp-addr. */
 void ctrl_leader_hint(const char *leader_addr, char *out, size_t outlen);
+
+/* ---- ctrl_listen.c: the listening socket, accepting, before the hello ------------------------ */
+/* Listen on an ephemeral TCP port; *addr gets "host:port" to advertise (host: cfg->cp_addr, else
+ * the address gethostname() resolves to, else 127.0.0.1). Call before the address exchange. cbs
+ * (static) and ud receive what arrives. */
+fgb_status ctrl_listen(srv_net *d, const ctrl_cbs *cbs, void *ud, char addr[CTRL_ADDR_MAX],
+                       char *err, size_t errlen);
 
 #endif

@@ -1,6 +1,6 @@
 /* daemon/net/prehello.h — which control-plane connection without a hello gives up its slot
- * (ctrl.c). A daemon of the world sends its hello the moment it connects and needs its slot for
- * one round trip; a stranger's connection has no use for one. So a new connection is never
+ * (ctrl_listen.c). A daemon of the world sends its hello the moment it connects and needs its slot
+ * for one round trip; a stranger's connection has no use for one. So a new connection is never
  * refused: when its source address holds its allowance, the oldest waiting connection of that
  * address is closed; when every slot is taken, the oldest waiting connection of the address holding
  * the most slots is closed, addresses no daemon of the world advertises first. Pure: no libuv,
