@@ -1,6 +1,6 @@
 /* daemon/core/plan_internal.h — the per-job state of static merge plans in fgbuffd, shared by
- * plan_exec.c (observing, exchanging, holding) and plan_status.c (fgbuffctl status). Loop thread
- * only. */
+ * plan_exec.c (observing, exchanging, holding), plan_ver.c (versions), plan_split.c and
+ * plan_status.c (fgbuffctl status). Loop thread only. */
 #ifndef FGB_CORE_PLAN_INTERNAL_H
 #define FGB_CORE_PLAN_INTERNAL_H
 
@@ -98,5 +98,26 @@ void plan_split_free(plan_state *pl);
 /* A dynamic job (none, fusion) whose ranks had no tensor with a compressor at its start: no
  * decision table, no further exchanges (plan_exec.c). */
 #define PLAN_NOTHING (-2)
+
+/* ---- plan_ver.c: plan versions: the tensor list, building, comparing, adopting --------------- */
+struct core_job;
+/* The costs a plan is made from until measured ones are agreed (the same on every rank). */
+extern const sched_costs plan_ver_costs;
+/* Free a version's plan and map, and zero it. */
+void plan_ver_free(plan_ver *v);
+/* The plan's tensor list from the observed stream (the observed step's ISSUE order, then the
+ * tensors seen only during warm-up, ascending key); *out is the caller's to free. */
+fgb_status plan_ver_build_list(struct core_job *j, plan_state *pl, sched_tensor **out,
+                               uint32_t *nout, char *err, size_t errlen);
+/* A version with its key -> buffer map; takes p over (freed on error). */
+fgb_status plan_ver_make(sched_plan *p, plan_ver *out, char *err, size_t errlen);
+/* A plan made locally from the stream with plan_ver_costs and no ready times (no exchange),
+ * stamped after `prev` (NULL: version 1). */
+fgb_status plan_ver_build(struct core_job *j, plan_state *pl, const sched_plan *prev,
+                          uint64_t agreed, plan_ver *out, char *err, size_t errlen);
+/* 1 when a and b have the same grouping, order and decisions (identity fields aside). */
+int plan_ver_same(const sched_plan *a, const sched_plan *b);
+/* Keep *nv as the newest version (the oldest of two goes) and log it and its decisions. */
+void plan_ver_adopt(struct core_job *j, plan_state *pl, plan_ver *nv, uint64_t at, const char *why);
 
 #endif

@@ -1,6 +1,7 @@
 /* daemon/scheduler/coord_internal.h — internals shared by the coordinator's files: the decoded
- * control message, the wire codec (coord_wire.c), the leader's tables (coord_leader.c) and the
- * per-daemon side (coordinator.c). Not a public header: only coord*.c include it.
+ * control message, the checks and names of job ids and tensor descriptions (coord_check.c), the
+ * wire codec (coord_wire.c), the leader's tables (coord_leader.c) and the per-daemon side
+ * (coordinator.c). Not a public header: only coord*.c include it.
  */
 #ifndef FGB_COORD_INTERNAL_H
 #define FGB_COORD_INTERNAL_H
@@ -72,23 +73,25 @@ typedef struct coord_msg {
   char text[COORD_MAX_TEXT + 1];
 } coord_msg;
 
+/* ---- coord_check.c ---- */
+/* snprintf that never warns about truncation (messages are cut at the buffer, by design). */
+void coord_fmt(char *dst, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int coord_job_eq(const coord_job_id *a, const coord_job_id *b);
+const char *coord_dtype_name(fgb_dtype dt);
+size_t coord_dtype_size(fgb_dtype dt);
+/* Checks a job id (non-empty NUL-terminated name); FGB_EINVAL with err. */
+fgb_status coord_job_check(const coord_job_id *job, char *err, size_t errlen);
+/* Checks a tensor description (name, dtype, ndim); FGB_EINVAL with err naming the field. */
+fgb_status coord_meta_check(const coord_tensor_meta *meta, char *err, size_t errlen);
+
 /* ---- coord_wire.c ---- */
+const char *coord_msg_name(uint8_t type);
 void coord_msg_init(coord_msg *m, uint8_t type);
 void coord_msg_clear(coord_msg *m);
 /* Encode into a new malloc'd buffer; FGB_ENOMEM or FGB_EINVAL (a field out of range). */
 fgb_status coord_msg_encode(const coord_msg *m, uint8_t **out, size_t *outlen);
 /* Decode strictly: every length and count bounded, no trailing bytes. FGB_EPROTO with err. */
 fgb_status coord_msg_decode(const uint8_t *p, size_t len, coord_msg *m, char *err, size_t errlen);
-const char *coord_msg_name(uint8_t type);
-const char *coord_dtype_name(fgb_dtype dt);
-size_t coord_dtype_size(fgb_dtype dt);
-/* Checks a tensor description (name, dtype, ndim); FGB_EINVAL with err naming the field. */
-fgb_status coord_meta_check(const coord_tensor_meta *meta, char *err, size_t errlen);
-/* Checks a job id (non-empty NUL-terminated name); FGB_EINVAL with err. */
-fgb_status coord_job_check(const coord_job_id *job, char *err, size_t errlen);
-/* snprintf that never warns about truncation (messages are cut at the buffer, by design). */
-void coord_fmt(char *dst, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-int coord_job_eq(const coord_job_id *a, const coord_job_id *b);
 
 /* ---- coord_leader.c ---- */
 typedef struct coord_leader coord_leader;
