@@ -9,11 +9,13 @@
  *    before, and the doorbell's counter is cleared (the loop does not spin on it);
  * 4. garbage closes the session with one fatal Error naming it, nothing of it handed up: a head
  *    beyond the ring, a record whose position or check word is wrong, an ordering count behind the
- *    socket, an overwritten header;
+ *    socket, an overwritten header; garbage found while reading a frame (the ring is looked at
+ *    before each frame is handled) refuses that frame too, and closes the fds it brought;
  * 5. (FGBUFF_HOT_US set: ctest net-ring-hot) while the hot window is open the ring's awake word is
  *    1 and a record is consumed without the doorbell; once it closed, the word is 0 again. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -279,6 +281,38 @@ static void header_overwritten(cring *r) {
   put_rec(r, 2);
 }
 
+/* Garbage seen when the next frame arrives, not the doorbell: that frame is not handed up and the
+ * fd it carried is closed. */
+static void garbage_then_frame(void) {
+  cring r;
+  REQUIRE(ring_open(&r, 16, 16, 64, 0, 0, FGB_RING_MAGIC) == FGB_OK);
+  g_log[0] = 0;
+  put_rec(&r, 1);
+  bell(&r);
+  NK_PUMP_UNTIL(ring_submits(nk_sess_of[r.id].c) == 1, 2000);
+  bad_check(&r);
+  int p[2];
+  REQUIRE(pipe(p) == 0);
+  uint8_t f[6];
+  nk_put_len(f, 2);
+  memcpy(f + 4, "F1", 2);
+  nk_send_fds(r.fd, f, sizeof f, &p[1], 1);
+  close(p[1]);
+  nk_sess *s = &nk_sess_of[r.id];
+  NK_PUMP_UNTIL(s->closed, 2000);
+  struct pollfd pf = {p[0], POLLIN, 0};
+  NK_PUMP_UNTIL(poll(&pf, 1, 0) == 1 && (pf.revents & POLLHUP), 1000);
+  int fd_closed = poll(&pf, 1, 0) == 1 && (pf.revents & POLLHUP);
+  printf(
+      "4. garbage found as a frame with an fd arrives: fatal field '%s', handed up %s, the "
+      "frame's fd %s\n",
+      s->fatal_field, g_log, fd_closed ? "closed" : "left open");
+  CHECK(s->fatal == 1 && strcmp(s->fatal_field, "ring") == 0 && strstr(s->fatal_msg, "garbage"));
+  CHECK(strcmp(g_log, "R1 ") == 0 && s->frames == 1 && fd_closed);
+  close(p[0]);
+  ring_done(&r);
+}
+
 static void hot(void) {
   cring r;
   REQUIRE(ring_open(&r, 16, 16, 64, 0, 0, FGB_RING_MAGIC) == FGB_OK);
@@ -328,6 +362,7 @@ int main(void) {
     garbage("an ordering count behind the socket", order_behind,
             "claims to follow 0 socket frames, but 1 were already handled (order lost)");
     garbage("the header overwritten", header_overwritten, "the header was overwritten");
+    garbage_then_frame();
   }
   nk_stop();
   TEST_DONE();
