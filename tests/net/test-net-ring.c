@@ -223,15 +223,21 @@ static void doorbell(void) {
   ring_done(&r);
 }
 
+/* A fresh ring, its first record (R1) consumed. */
+static void ring_one_consumed(cring *r) {
+  REQUIRE(ring_open(r, 16, 16, 64, 0, 0, FGB_RING_MAGIC) == FGB_OK);
+  g_log[0] = 0;
+  put_rec(r, 1);
+  bell(r);
+  NK_PUMP_UNTIL(ring_submits(nk_sess_of[r->id].c) == 1, 2000);
+  REQUIRE(ring_submits(nk_sess_of[r->id].c) == 1);
+}
+
 /* A fresh ring, one good record consumed, then `spoil` writes garbage: the session must be refused
  * with field "ring" and `says`, and nothing more handed up. */
 static void garbage(const char *what, void (*spoil)(cring *), const char *says) {
   cring r;
-  REQUIRE(ring_open(&r, 16, 16, 64, 0, 0, FGB_RING_MAGIC) == FGB_OK);
-  g_log[0] = 0;
-  put_rec(&r, 1);
-  bell(&r);
-  NK_PUMP_UNTIL(ring_submits(nk_sess_of[r.id].c) == 1, 2000);
+  ring_one_consumed(&r);
   spoil(&r);
   bell(&r);
   nk_sess *s = &nk_sess_of[r.id];
@@ -285,11 +291,7 @@ static void header_overwritten(cring *r) {
  * fd it carried is closed. */
 static void garbage_then_frame(void) {
   cring r;
-  REQUIRE(ring_open(&r, 16, 16, 64, 0, 0, FGB_RING_MAGIC) == FGB_OK);
-  g_log[0] = 0;
-  put_rec(&r, 1);
-  bell(&r);
-  NK_PUMP_UNTIL(ring_submits(nk_sess_of[r.id].c) == 1, 2000);
+  ring_one_consumed(&r);
   bad_check(&r);
   int p[2];
   REQUIRE(pipe(p) == 0);
