@@ -31,6 +31,7 @@ static nk_sess *rec_of(const srv_conn *c) {
 static void on_open(srv_conn *c) {
   nk_sess *r = rec_of(c);
   r->c = c;
+  r->uid = c->uid;
   r->opened = 1;
 }
 
@@ -88,7 +89,8 @@ void nk_start(void) {
   nk_net.loop = &nk_loop;
   nk_net.world_size = 1;
   nk_net.runtime_dir = g_dir;
-  nk_net.access = (net_access){0700, 0600, (gid_t)-1};
+  if (!nk_net.access.dir_mode) nk_net.access = (net_access){0700, 0600, (gid_t)-1};
+  REQUIRE(chmod(g_dir, nk_net.access.dir_mode) == 0);
   char err[256];
   fgb_status st = server_start(&nk_net, &cbs, err, sizeof err);
   if (st != FGB_OK) fprintf(stderr, "server_start: %s\n", err);

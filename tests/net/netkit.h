@@ -16,6 +16,7 @@
 /* What the fake callbacks saw of one session (indexed by srv_conn.id, which starts at 1). */
 typedef struct nk_sess {
   srv_conn *c; /* while open */
+  uid_t uid;   /* SO_PEERCRED's */
   int opened, closed;
   int frames;
   uint8_t *last; /* a copy of the last frame handed up */
@@ -36,7 +37,8 @@ extern int (*nk_frame_hook)(srv_conn *c, const uint8_t *frame, uint32_t len, int
 /* The fake layer's fatal refusal (server_cbs.on_fatal; ring tests hand it to ring_cbs too): records
  * it, queues "ERR <code> <field>: <msg>" as a reply frame, closes the session. */
 void nk_fatal(srv_conn *c, int code, const char *field, const char *msg);
-/* Start the server (socket in a fresh temporary directory), SIGPIPE ignored; nk_stop at the end
+/* Start the server (socket in a fresh temporary directory, with nk_net.access's modes if set, else
+ * 0700 and 0600; nk_net's allow lists as the caller set them), SIGPIPE ignored; nk_stop at the end
  * stops it, runs the loop until every handle closed, and removes the directory. */
 void nk_start(void);
 void nk_stop(void);

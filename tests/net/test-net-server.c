@@ -16,10 +16,13 @@
  *    close (linger.c writes them from the loop);
  * 8. 20 sessions refused at once with unread replies: the loop's 2 ms timer never waits long;
  * 9. conncap: a uid's connection over its limit is refused with field "connections" and the count
- *    in the message, and one more is taken once a connection closed;
+ *    in the message, and one more is taken once a connection closed; as root, with processes of
+ *    other uids: the daemon's limit in all (uid 61001 takes the slots root leaves), and a uid not
+ *    in --allow-uid refused with field "uid" before any cap;
  * 10. server_stop refuses an open session with FGB_ECLOSED. */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +31,8 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "linger.h"
@@ -37,6 +42,9 @@
 /* conncap's limits follow RLIMIT_NOFILE at its first call: 192 gives 32 in all, 24 per uid. */
 #define NK_NOFILE 192
 #define PER_UID 24
+#define TOTAL 32
+#define UID_ALLOWED 61001 /* --allow-uid */
+#define UID_OTHER 61002
 
 static int closed_within(int rfd, int ms) {
   struct pollfd pf = {rfd, POLLIN, 0};
@@ -361,6 +369,83 @@ static void many_refused(void) {
   for (int i = 0; i < NC; i++) close(fd[i]);
 }
 
+/* A child process as uid, holding n connections until a byte arrives on *ctl (or it closes). */
+static pid_t as_uid(uid_t uid, int n, int *ctl) {
+  int p[2];
+  REQUIRE(pipe(p) == 0);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    for (int fd = 3; fd < NK_NOFILE; fd++) /* the parent's sockets, pipes and loop are not ours */
+      if (fd != p[0]) close(fd);
+    if (setgroups(0, NULL) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0)
+      _exit(2);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, nk_net.sock_path, strlen(nk_net.sock_path) + 1);
+    for (int i = 0; i < n; i++) {
+      int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) _exit(3);
+    }
+    char b;
+    if (read(p[0], &b, 1) < 0) _exit(4);
+    _exit(0);
+  }
+  close(p[0]);
+  *ctl = p[1];
+  return pid;
+}
+
+/* Release a child of as_uid and reap it: its exit status. */
+static int child_done(pid_t pid, int ctl) {
+  REQUIRE(write(ctl, "x", 1) == 1);
+  close(ctl);
+  int st = -1;
+  uint64_t t0 = clock_ms();
+  while (waitpid(pid, &st, WNOHANG) == 0 && clock_ms() - t0 < 3000) nk_step();
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* As root: root holds PER_UID connections, uid UID_ALLOWED takes the rest of TOTAL and one more,
+ * UID_OTHER one. */
+static void other_uids(void) {
+  if (getuid() != 0) {
+    printf("9. other uids: skipped (not root)\n");
+    return;
+  }
+  int fd[PER_UID];
+  uint64_t id[PER_UID];
+  for (int i = 0; i < PER_UID; i++) fd[i] = nk_connect(&id[i]);
+  uint64_t first = nk_net.next_session_id + 1, n = TOTAL - PER_UID + 1;
+  int ctl_a, ctl_b;
+  pid_t a = as_uid(UID_ALLOWED, (int)n, &ctl_a);
+  NK_PUMP_UNTIL(nk_sess_of[first + n - 1].closed, 3000);
+  pid_t b = as_uid(UID_OTHER, 1, &ctl_b);
+  NK_PUMP_UNTIL(nk_sess_of[first + n].closed, 3000);
+  int ok = 0;
+  for (uint64_t i = first; i < first + n - 1; i++)
+    ok += nk_sess_of[i].uid == UID_ALLOWED && !nk_sess_of[i].fatal && !nk_sess_of[i].closed;
+  nk_sess *over = &nk_sess_of[first + n - 1], *other = &nk_sess_of[first + n];
+  printf("9. uid %d: %d of %llu connections taken; the next: fatal %d field '%s': %s\n",
+         UID_ALLOWED, ok, (unsigned long long)n, over->fatal_code, over->fatal_field,
+         over->fatal_msg);
+  printf("9. uid %d (not allowed): fatal %d field '%s': %s\n", UID_OTHER, other->fatal_code,
+         other->fatal_field, other->fatal_msg);
+  CHECK(ok == (int)n - 1);
+  char want[128];
+  snprintf(want, sizeof want, "connections: this daemon holds %d connections, the limit is %d",
+           TOTAL, TOTAL);
+  CHECK(over->uid == UID_ALLOWED && over->fatal == 1 && over->fatal_code == FGB_ENOMEM &&
+        strcmp(over->fatal_field, "connections") == 0 && strcmp(over->fatal_msg, want) == 0);
+  snprintf(want, sizeof want,
+           "uid %d is not allowed by this daemon (runs as uid 0; see --allow-uid, --allow-group)",
+           UID_OTHER);
+  CHECK(other->uid == UID_OTHER && other->fatal == 1 && other->fatal_code == FGB_EPERM &&
+        strcmp(other->fatal_field, "uid") == 0 && strcmp(other->fatal_msg, want) == 0);
+  CHECK(child_done(a, ctl_a) == 0 && child_done(b, ctl_b) == 0);
+  for (uint64_t i = first; i < first + n - 1; i++) NK_PUMP_UNTIL(nk_sess_of[i].closed, 2000);
+  for (int i = 0; i < PER_UID; i++) hang_up(fd[i], id[i]);
+}
+
 static void conn_cap(void) {
   int fd[PER_UID + 2];
   uint64_t id[PER_UID + 2];
@@ -394,6 +479,12 @@ int main(void) {
   REQUIRE(getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max >= NK_NOFILE);
   rl.rlim_cur = NK_NOFILE;
   REQUIRE(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+  if (getuid() == 0) { /* other uids reach the socket (other_uids) */
+    static const uid_t allow[] = {UID_ALLOWED};
+    nk_net.access = (net_access){0711, 0666, (gid_t)-1};
+    nk_net.allow_uids = allow;
+    nk_net.nallow_uids = 1;
+  }
   nk_start();
   split_frame();
   many_frames();
@@ -404,6 +495,7 @@ int main(void) {
   linger_delivers();
   many_refused();
   conn_cap();
+  other_uids();
   /* 10. shutdown */
   uint64_t id;
   int fd = nk_connect(&id);
