@@ -12,6 +12,9 @@
  * 6. a client that never reads its replies: queuing them never blocks, the queue stops at
  *    SERVER_OUT_MAX with the session marked to close, server_tick closes it, and the linger gives
  *    the socket up within LINGER_MS while the loop keeps running;
+ * 6b. the stuck rule: replies that made no progress for SERVER_OUT_STUCK_MS close the session at
+ *    server_tick (the time set back in the session rather than waited for), a client that reads
+ *    slowly restarts the clock and stays;
  * 7. a closed session's queued replies and its fatal Error reach a client that reads after the
  *    close (linger.c writes them from the loop);
  * 8. 20 sessions refused at once with unread replies: the loop's 2 ms timer never waits long;
@@ -307,6 +310,42 @@ static void never_reads(void) {
   close(fd);
 }
 
+/* Runs the loop until c's queue stops moving (the socket full) for 50 ms. */
+static void until_stalled(srv_conn *c) {
+  uint64_t last = c->out_off + c->out_len, since = clock_ms();
+  while (clock_ms() - since < 50) {
+    nk_step();
+    if (c->out_off + c->out_len != last) last = c->out_off + c->out_len, since = clock_ms();
+  }
+}
+
+static void stuck(void) {
+  uint64_t id;
+  int fd = nk_connect(&id);
+  srv_conn *c = nk_sess_of[id].c;
+  for (int k = 0; k < 40; k++) CHECK(queue_reply(c, 16384, k) >= 0);
+  until_stalled(c);
+  /* Nearly stuck, then the client reads what its socket held (a Unix socket turns writable again
+   * only once most of it was read): the clock starts again. */
+  c->out_since_ms = clock_ms() - SERVER_OUT_STUCK_MS + 200;
+  static uint8_t b[16384];
+  for (int k = 0; k < 20; k++) CHECK(nk_read_frame(fd, b, sizeof b, 1000) == 16384);
+  until_stalled(c);
+  uint64_t age = clock_ms() - c->out_since_ms;
+  server_tick(&nk_net);
+  int kept = !nk_sess_of[id].closed;
+  c->out_since_ms = clock_ms() - SERVER_OUT_STUCK_MS - 1; /* no progress for the whole limit */
+  server_tick(&nk_net);
+  printf(
+      "6b. replies stuck: after the client read 20, the queue's age %llu ms and the session "
+      "%s; with none written for %d ms, %s\n",
+      (unsigned long long)age, kept ? "kept" : "closed", SERVER_OUT_STUCK_MS,
+      nk_sess_of[id].closed ? "closed" : "kept");
+  CHECK(kept && age < 1000);
+  CHECK(nk_sess_of[id].closed && nk_sess_of[id].fatal == 0);
+  close(fd);
+}
+
 static void linger_delivers(void) {
   uint64_t id;
   int fd = nk_connect(&id);
@@ -492,6 +531,7 @@ int main(void) {
   passed_fds();
   truncated();
   never_reads();
+  stuck();
   linger_delivers();
   many_refused();
   conn_cap();
