@@ -19,7 +19,11 @@
  *    stops in order, a member reports every other rank with the leader's goodbye;
  * 5. the leader's own stall: a gap over half the timeout blames nobody (a member silent across it
  *    stays), a gap that may have let members give up on it (timeout - interval) closes every
- *    connection at the next ctrl_guard, naming the gap. */
+ *    connection at the next ctrl_guard, naming the gap;
+ * 6. a member's side, against a raw leader: its hello (rank, -1, the secret) comes first, its
+ *    frames go to the leader whatever their destination, a frame from the leader is handed up with
+ *    its source; it beats while idle and, the leader silent, reports every other rank lost with
+ *    the leader's silence; a leader that refuses the connection is reported the same way. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -445,6 +449,100 @@ static void stall(void) {
   world_down();
 }
 
+/* ---- 6. a member against a raw leader ----------------------------------------------------------
+ */
+/* Rank 1 of a world of 3 whose leader's address is 127.0.0.1:port. */
+static void member_up(int port) {
+  char err[256];
+  memset(dm, 0, sizeof dm);
+  memset(addrs, 0, sizeof addrs);
+  dm[1].net = (srv_net){.loop = &loop, .world_rank = 1, .world_size = 3, .cp_addr = "127.0.0.1"};
+  dm[1].net.peer_timeout_ms = &timeout_ms;
+  REQUIRE(ctrl_listen(&dm[1].net, &cbs, &dm[1], dm[1].addr, err, sizeof err) == FGB_OK);
+  dm[1].up = 1;
+  snprintf(addrs, CTRL_ADDR_MAX, "127.0.0.1:%d", port);
+  memcpy(addrs + CTRL_ADDR_MAX, dm[1].addr, CTRL_ADDR_MAX);
+  snprintf(addrs + 2 * CTRL_ADDR_MAX, CTRL_ADDR_MAX, "127.0.0.1:1");
+  REQUIRE(ctrl_connect(&dm[1].net, addrs, token, err, sizeof err) == FGB_OK);
+}
+
+/* Reads one whole frame from w (the loop running meanwhile): 1, or 0 on timeout / EOF. */
+static int raw_next(raw *w, uint8_t *out, size_t cap, uint32_t *len) {
+  uint64_t t0 = clock_ms();
+  while (clock_ms() - t0 < 2000) {
+    ssize_t n = recv(w->fd, w->in + w->in_len, sizeof w->in - w->in_len, MSG_DONTWAIT);
+    if (n == 0) return 0;
+    if (n > 0) w->in_len += (size_t)n;
+    if (w->in_len >= 4 && w->in_len - 4 >= get32(w->in)) {
+      *len = get32(w->in);
+      REQUIRE(*len <= cap);
+      memcpy(out, w->in + 4, *len);
+      memmove(w->in, w->in + 4 + *len, w->in_len - 4 - *len);
+      w->in_len -= 4 + *len;
+      return 1;
+    }
+    step();
+  }
+  return 0;
+}
+
+static void member(void) {
+  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa;
+  socklen_t sl = sizeof sa;
+  REQUIRE(lfd >= 0 && uv_ip4_addr("127.0.0.1", 0, &sa) == 0);
+  REQUIRE(bind(lfd, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(lfd, 4) == 0);
+  REQUIRE(getsockname(lfd, (struct sockaddr *)&sa, &sl) == 0);
+  int port = ntohs(sa.sin_port);
+  member_up(port);
+  struct pollfd pf = {lfd, POLLIN, 0};
+  PUMP_UNTIL(poll(&pf, 1, 0) == 1, 2000);
+  raw w;
+  memset(&w, 0, sizeof w);
+  REQUIRE((w.fd = accept(lfd, NULL, NULL)) >= 0);
+  uint8_t f[256];
+  uint32_t len = 0;
+  int hello = raw_next(&w, f, sizeof f, &len) && len == 8 + CTRL_TOKEN && get32(f) == 1 &&
+              (int)get32(f + 4) == -1 && memcmp(f + 8, token, CTRL_TOKEN) == 0;
+  PUMP_UNTIL(ctrl_ready(dm[1].net.cp), 2000);
+  ctrl_send(dm[1].net.cp, 2, (const uint8_t *)"m", 1);
+  int routed = raw_next(&w, f, sizeof f, &len) && len == 9 && get32(f) == 1 && get32(f + 4) == 2 &&
+               f[8] == 'm';
+  raw_frame(&w, 2, 1, "hi", 2);
+  PUMP_UNTIL(dm[1].msgs == 1, 2000);
+  printf("6. a member: hello %s, its frame to rank 2 %s, the leader's frame from rank %d '%s'\n",
+         hello ? "first and right" : "wrong", routed ? "sent to the leader" : "lost", dm[1].msg_src,
+         dm[1].msg);
+  CHECK(hello && routed && dm[1].msgs == 1 && dm[1].msg_src == 2 && strcmp(dm[1].msg, "hi") == 0);
+  uint64_t t0 = clock_ms();
+  PUMP_UNTIL((raw_poll(&w), dm[1].nlost == 2), 3000);
+  uint64_t lost_after = dm[1].nlost ? dm[1].lost_at[0] - t0 : 0;
+  printf(
+      "6. the leader silent: the member beat %d time(s), reported ranks %d and %d lost after "
+      "%llu ms: %s\n",
+      w.beats, dm[1].lost_rank[0], dm[1].lost_rank[1], (unsigned long long)lost_after,
+      dm[1].nlost ? dm[1].lost_why[0] : "-");
+  CHECK(w.beats >= 2 && dm[1].nlost == 2 && dm[1].lost_rank[0] == 0 && dm[1].lost_rank[1] == 2);
+  CHECK(lost_after > TIMEOUT_MS - 100 && lost_after <= TIMEOUT_MS + pw_period(TIMEOUT_MS) + 300);
+  char want[160];
+  snprintf(want, sizeof want, "control plane leader (world rank 0, 127.0.0.1:%d) lost: silent for ",
+           port);
+  for (int i = 0; i < dm[1].nlost; i++)
+    CHECK(has(dm[1].lost_why[i], want) && has(dm[1].lost_why[i],
+                                              " ms (peer timeout 1000 ms); "
+                                              "this daemon's jobs fail"));
+  CHECK(!ctrl_ready(dm[1].net.cp));
+  raw_close(&w);
+  close(lfd); /* the port is free now: nobody listens there */
+  world_down();
+
+  member_up(port);
+  PUMP_UNTIL(dm[1].nlost == 2, 2000);
+  printf("6. the leader's port refuses: %s\n", dm[1].nlost ? dm[1].lost_why[0] : "-");
+  CHECK(dm[1].nlost == 2 && has(dm[1].lost_why[0], "lost: connection refused"));
+  world_down();
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -455,6 +553,7 @@ int main(void) {
   heartbeats();
   goodbye();
   stall();
+  member();
   uv_run(&loop, UV_RUN_DEFAULT);
   CHECK(uv_loop_close(&loop) == 0);
   TEST_DONE();
