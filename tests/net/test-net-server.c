@@ -305,8 +305,8 @@ static void never_reads(void) {
       (unsigned long long)tick_ms, (unsigned long long)gone, LINGER_MS,
       (unsigned long long)g_tick_gap);
   CHECK(tick_ms < 20);
-  CHECK(gone >= LINGER_MS - 10 && gone < LINGER_MS + 300);
-  CHECK(g_tick_gap < 60);
+  CHECK(gone >= LINGER_MS - 10 && gone < LINGER_MS + 500);
+  CHECK(g_tick_gap < 150); /* a blocking flush would take LINGER_MS */
   close(fd);
 }
 
@@ -404,7 +404,7 @@ static void many_refused(void) {
       NC, closed, (unsigned long long)took, (unsigned long long)g_tick_gap);
   CHECK(fatal == NC && closed == NC);
   CHECK(took < LINGER_MS + 400);
-  CHECK(g_tick_gap < 60); /* not NC x LINGER_MS of flushing on the loop thread */
+  CHECK(g_tick_gap < 150); /* not NC x LINGER_MS of flushing on the loop thread */
   for (int i = 0; i < NC; i++) close(fd[i]);
 }
 
