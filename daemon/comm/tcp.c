@@ -190,13 +190,18 @@ static fgb_status tcp_reduce_scatter(comm *c, const void *send, void *recv, size
   return submit(c, q, req, err, errlen);
 }
 
-/* Copies of n size arrays of c->size entries each, for the worker. */
-static size_t *copy_sizes(comm *c, const size_t *a, const size_t *b, const size_t *d) {
+/* Queue q with copies of the size arrays (NULL: none) for the worker: v = a | b | d. */
+static fgb_status submit_v(comm *c, comm_req *q, const size_t *a, const size_t *b, const size_t *d,
+                           comm_req **req, char *err, size_t errlen) {
   const size_t *src[3] = {a, b, d};
-  size_t *v = malloc(3 * (size_t)c->size * sizeof(size_t));
-  for (int i = 0; v && i < 3; i++)
-    if (src[i]) memcpy(v + (size_t)i * c->size, src[i], (size_t)c->size * sizeof(size_t));
-  return v;
+  q->v = malloc(3 * (size_t)c->size * sizeof(size_t));
+  if (!q->v) {
+    free(q);
+    return err_set(err, errlen, FGB_ENOMEM, "TCP transport: out of memory");
+  }
+  for (int i = 0; i < 3; i++)
+    if (src[i]) memcpy(q->v + (size_t)i * c->size, src[i], (size_t)c->size * sizeof(size_t));
+  return submit(c, q, req, err, errlen);
 }
 
 static fgb_status tcp_allgatherv(comm *c, const void *send, size_t bytes, void *recv,
@@ -215,11 +220,7 @@ static fgb_status tcp_allgatherv(comm *c, const void *send, size_t bytes, void *
   comm_req *q = new_req(c, TCP_OP_AGV, err, errlen);
   if (!q) return FGB_ENOMEM;
   q->send = send, q->recv = recv, q->stride = stride;
-  if (!(q->v = copy_sizes(c, rbytes, NULL, NULL))) {
-    free(q);
-    return err_set(err, errlen, FGB_ENOMEM, "TCP transport: out of memory");
-  }
-  return submit(c, q, req, err, errlen);
+  return submit_v(c, q, rbytes, NULL, NULL, req, err, errlen);
 }
 
 static fgb_status tcp_alltoallv(comm *c, const void *send, const size_t *sbytes, const size_t *soff,
@@ -239,11 +240,7 @@ static fgb_status tcp_alltoallv(comm *c, const void *send, const size_t *sbytes,
   comm_req *q = new_req(c, TCP_OP_A2AV, err, errlen);
   if (!q) return FGB_ENOMEM;
   q->send = send, q->recv = recv, q->stride = stride;
-  if (!(q->v = copy_sizes(c, sbytes, soff, rbytes))) {
-    free(q);
-    return err_set(err, errlen, FGB_ENOMEM, "TCP transport: out of memory");
-  }
-  return submit(c, q, req, err, errlen);
+  return submit_v(c, q, sbytes, soff, rbytes, req, err, errlen);
 }
 
 static void unlink_live(comm *c, comm_req *q) {

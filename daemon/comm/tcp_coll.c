@@ -145,70 +145,50 @@ static size_t seg_len(size_t n, size_t k) {
   return n - k * TCP_SEG < TCP_SEG ? n - k * TCP_SEG : TCP_SEG;
 }
 
-/* dst[i] = in[i] + dst[i]: the running sum from the ring plus this rank's own. Integers wrap. */
+/* dst[i] = in[i] + dst[i]: the running sum from the ring plus this rank's own. Integers wrap
+ * (summed as unsigned: two's complement, no overflow). */
+#define ADD_AS(T)                                                           \
+  do {                                                                      \
+    T *d = (T *)dst;                                                        \
+    const T *a = (const T *)in;                                             \
+    for (size_t i = 0; i < bytes / sizeof(T); i++) d[i] = (T)(a[i] + d[i]); \
+  } while (0)
+
 static void add(fgb_dtype dt, uint8_t *dst, const uint8_t *in, size_t bytes) {
   switch (dt) {
-    case FGB_FLOAT32: {
-      float *d = (float *)dst;
-      const float *a = (const float *)in;
-      for (size_t i = 0; i < bytes / 4; i++) d[i] = a[i] + d[i];
+    case FGB_FLOAT32:
+      ADD_AS(float);
       break;
-    }
-    case FGB_FLOAT64: {
-      double *d = (double *)dst;
-      const double *a = (const double *)in;
-      for (size_t i = 0; i < bytes / 8; i++) d[i] = a[i] + d[i];
+    case FGB_FLOAT64:
+      ADD_AS(double);
       break;
-    }
-    case FGB_INT32: {
-      uint32_t *d = (uint32_t *)dst;
-      const uint32_t *a = (const uint32_t *)in;
-      for (size_t i = 0; i < bytes / 4; i++) d[i] = a[i] + d[i];
+    case FGB_INT32:
+      ADD_AS(uint32_t);
       break;
-    }
-    case FGB_INT64: {
-      uint64_t *d = (uint64_t *)dst;
-      const uint64_t *a = (const uint64_t *)in;
-      for (size_t i = 0; i < bytes / 8; i++) d[i] = a[i] + d[i];
+    case FGB_INT64:
+      ADD_AS(uint64_t);
       break;
-    }
     default: /* FGB_UINT8 (start refuses the others) */
-      for (size_t i = 0; i < bytes; i++) dst[i] = (uint8_t)(in[i] + dst[i]);
-      break;
+      ADD_AS(uint8_t);
   }
 }
 
-/* Ring reduce-scatter in place on W: at step s rank r sends block r-s-1 (summed so far) to r+1
- * and adds block r-s-2 from r-1 onto its own; after size-1 steps block r is complete here. */
-static int ring_rs(comm *c, comm_req *q, const xf *x, uint8_t *W, const blocks *B) {
+/* A ring over the blocks of W. Reduce-scatter (reduce 1): at step s rank r sends block r-s-1
+ * (summed so far) to r+1 and adds block r-s-2 from r-1 onto its own, so after size-1 steps block
+ * r is complete here. All-gather (reduce 0), block r already here: at step s rank r sends block
+ * r-s and receives block r-s-1 in place. */
+static int ring(comm *c, comm_req *q, const xf *x, uint8_t *W, const blocks *B, int reduce) {
   int P = c->size, r = c->rank, next = mod(r + 1, P), prev = mod(r - 1, P);
   for (int s = 0; s < P - 1; s++) {
-    int sb = mod(r - s - 1, P), rb = mod(r - s - 2, P);
+    int sb = mod(r - s - reduce, P), rb = mod(r - s - reduce - 1, P);
     size_t sl = b_len(B, sb), rl = b_len(B, rb), ns = nseg(sl), nr = nseg(rl);
     for (size_t k = 0; k < (ns > nr ? ns : nr); k++) {
       size_t sn = k < ns ? seg_len(sl, k) : 0, rn = k < nr ? seg_len(rl, k) : 0;
+      uint8_t *into = k >= nr ? NULL : reduce ? c->tmp : at(W, b_off(B, rb) + k * TCP_SEG);
       int rc = xfer(c, q, x, k < ns ? next : -1, k < ns ? at(W, b_off(B, sb) + k * TCP_SEG) : NULL,
-                    sn, k < nr ? prev : -1, c->tmp, rn);
+                    sn, k < nr ? prev : -1, into, rn);
       if (rc) return rc;
-      if (k < nr && rn) add(q->dt, at(W, b_off(B, rb) + k * TCP_SEG), c->tmp, rn);
-    }
-  }
-  return 0;
-}
-
-/* Ring all-gather in place on base, rank r's block already there: at step s rank r sends block
- * r-s to r+1 and receives block r-s-1 from r-1. */
-static int ring_ag(comm *c, comm_req *q, const xf *x, uint8_t *base, const blocks *B) {
-  int P = c->size, r = c->rank, next = mod(r + 1, P), prev = mod(r - 1, P);
-  for (int s = 0; s < P - 1; s++) {
-    int sb = mod(r - s, P), rb = mod(r - s - 1, P);
-    size_t sl = b_len(B, sb), rl = b_len(B, rb), ns = nseg(sl), nr = nseg(rl);
-    for (size_t k = 0; k < (ns > nr ? ns : nr); k++) {
-      int rc =
-          xfer(c, q, x, k < ns ? next : -1, k < ns ? at(base, b_off(B, sb) + k * TCP_SEG) : NULL,
-               k < ns ? seg_len(sl, k) : 0, k < nr ? prev : -1,
-               k < nr ? at(base, b_off(B, rb) + k * TCP_SEG) : NULL, k < nr ? seg_len(rl, k) : 0);
-      if (rc) return rc;
+      if (reduce && rn) add(q->dt, at(W, b_off(B, rb) + k * TCP_SEG), c->tmp, rn);
     }
   }
   return 0;
@@ -259,8 +239,8 @@ int tcp_coll_run(comm *c, comm_req *q) {
       size_t n = q->count / (size_t)P;
       blocks B = {.stride = n * esz, .unit = esz, .rem = (int)(q->count % (size_t)P)};
       move(q->recv, q->send, q->count * esz);
-      rc = ring_rs(c, q, &x, q->recv, &B);
-      if (!rc) rc = ring_ag(c, q, &x, q->recv, &B);
+      rc = ring(c, q, &x, q->recv, &B, 1);
+      if (!rc) rc = ring(c, q, &x, q->recv, &B, 0);
       break;
     }
     case TCP_OP_RS: {
@@ -270,7 +250,7 @@ int tcp_coll_run(comm *c, comm_req *q) {
       if (!W) return err_set(q->err, TCP_ERR, FGB_ENOMEM, "reduce-scatter: out of memory");
       move(W, q->send, blk * (size_t)P);
       blocks B = {.stride = blk, .unit = esz};
-      rc = ring_rs(c, q, &x, W, &B);
+      rc = ring(c, q, &x, W, &B, 1);
       if (!rc) move(q->recv, W + (size_t)r * blk, blk);
       free(W);
       break;
@@ -278,14 +258,14 @@ int tcp_coll_run(comm *c, comm_req *q) {
     case TCP_OP_ALLGATHER: {
       blocks B = {.stride = q->count};
       move(at(q->recv, (size_t)r * q->count), q->send, q->count);
-      rc = ring_ag(c, q, &x, q->recv, &B);
+      rc = ring(c, q, &x, q->recv, &B, 0);
       break;
     }
     case TCP_OP_AGV: {
       x.arg = 0; /* the sizes are checked message by message */
       blocks B = {.stride = q->stride, .vlen = q->v};
       move(at(q->recv, (size_t)r * q->stride), q->send, q->v[r]);
-      rc = ring_ag(c, q, &x, q->recv, &B);
+      rc = ring(c, q, &x, q->recv, &B, 0);
       break;
     }
     case TCP_OP_A2AV:

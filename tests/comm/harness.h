@@ -20,8 +20,10 @@ typedef struct h_job {
   int size;
 } h_job;
 
-/* make_uid on the calling thread (the job's leader, member or not). */
-void h_job_make(h_job *j, int size, uint64_t key);
+/* make_uid on the calling thread (the job's leader, member or not); 0 or -1 (printed). */
+int h_job_make(h_job *j, int size, uint64_t key);
+/* create only (the communicator forms on its own; poll ready()); NULL on failure with err. */
+comm *h_start(const h_job *j, int rank, char *err, size_t errlen);
 /* create + ready within bound_ms; NULL on failure with err filled. */
 comm *h_form(const h_job *j, int rank, int bound_ms, char *err, size_t errlen);
 /* Poll a request until done or bound_ms; 1 done, negative its error (err), 0 still pending (the

@@ -28,18 +28,18 @@ static void nap_ms(int ms) {
 }
 
 static comm *start(const h_job *j, int rank) {
-  int wr[H_MAX_RANKS] = {0, 1, 2, 3, 4, 5, 6, 7};
-  comm_job_spec s = {.job_key = j->key,
-                     .job_rank = rank,
-                     .job_size = j->size,
-                     .world_ranks = wr,
-                     .uid = j->uid,
-                     .uid_len = j->uid_len};
-  comm *c = NULL;
   char err[256] = "";
-  fgb_status st = comm_tcp_ops.create(&s, &c, err, sizeof(err));
-  CHECK_MSG(st == FGB_OK, "create rank %d: %s", rank, err);
-  return st == FGB_OK ? c : NULL;
+  comm *c = h_start(j, rank, err, sizeof(err));
+  CHECK_MSG(c, "create rank %d: %s", rank, err);
+  return c;
+}
+
+/* A job made here, and its root's address and secret from the uid (as a stranger who read it). */
+static void job_and_root(h_job *j, int size, uint64_t key, struct sockaddr_in *root,
+                         uint8_t secret[TCP_SECRET]) {
+  char e[256] = "";
+  REQUIRE(h_job_make(j, size, key) == 0);
+  REQUIRE(tcp_uid_parse(j->uid, j->uid_len, root, secret, e, sizeof(e)) == FGB_OK);
 }
 
 /* Poll every communicator until none is forming or bound_ms passed; r[i] its ready(). */
@@ -117,7 +117,7 @@ static void destroy_all(comm **c, int n) {
 
 static void t_missing_at_root(void) {
   h_job j;
-  h_job_make(&j, 3, 0x51);
+  REQUIRE(h_job_make(&j, 3, 0x51) == 0);
   comm *c[2] = {start(&j, 0), start(&j, 1)};
   int r[2];
   char err[2][256];
@@ -136,9 +136,7 @@ static void t_missing_in_mesh(void) {
   h_job j;
   struct sockaddr_in root;
   uint8_t secret[TCP_SECRET], m[TCP_REG_LEN];
-  char e[256];
-  h_job_make(&j, 3, 0x52);
-  REQUIRE(tcp_uid_parse(j.uid, j.uid_len, &root, secret, e, sizeof(e)) == FGB_OK);
+  job_and_root(&j, 3, 0x52, &root, secret);
   comm *c[2] = {start(&j, 0), start(&j, 1)};
   int fake = raw_connect(&root);
   reg(m, secret, 0x52, 2, 3, 9);
@@ -158,9 +156,8 @@ static void t_strangers_at_root(void) {
   h_job j;
   struct sockaddr_in root;
   uint8_t secret[TCP_SECRET], m[TCP_REG_LEN], bad[TCP_SECRET];
-  char e[256], why[256];
-  h_job_make(&j, 2, 0x53);
-  REQUIRE(tcp_uid_parse(j.uid, j.uid_len, &root, secret, e, sizeof(e)) == FGB_OK);
+  char why[256];
+  job_and_root(&j, 2, 0x53, &root, secret);
   int garbage = raw_connect(&root), wrong = raw_connect(&root), silent = raw_connect(&root);
   int range = raw_connect(&root), len = raw_connect(&root);
   memset(m, 0xa5, sizeof(m));
@@ -203,9 +200,7 @@ static void t_strangers_at_rank(void) {
   h_job j;
   struct sockaddr_in root;
   uint8_t secret[TCP_SECRET], h[TCP_HELLO_LEN];
-  char e[256];
-  h_job_make(&j, 2, 0x54);
-  REQUIRE(tcp_uid_parse(j.uid, j.uid_len, &root, secret, e, sizeof(e)) == FGB_OK);
+  job_and_root(&j, 2, 0x54, &root, secret);
   comm *c[2] = {start(&j, 0), NULL};
   uint64_t end = h_ms() + 10000;
   while (comm_tcp_listen_port(c[0]) == 0 && h_ms() < end) nap_ms(1);
@@ -246,7 +241,7 @@ static void t_strangers_at_rank(void) {
 static comm **form(h_job *j, int n, uint64_t key, comm **c) {
   int r[4];
   char err[4][256];
-  h_job_make(j, n, key);
+  REQUIRE(h_job_make(j, n, key) == 0);
   for (int i = 0; i < n; i++) c[i] = start(j, i);
   poll_ready(c, n, r, err, 20000);
   for (int i = 0; i < n; i++) {
@@ -348,7 +343,7 @@ static void t_args_and_destroy(void) {
   char err[256];
   comm *c = NULL;
   int wr[2] = {0, 1};
-  h_job_make(&j, 2, 0x81);
+  REQUIRE(h_job_make(&j, 2, 0x81) == 0);
   comm_job_spec s = {.job_key = 0x81,
                      .job_rank = 2,
                      .job_size = 2,

@@ -234,7 +234,7 @@ static void t_vectors(comm *c, ops_arg *A, int rank) {
 static void ops_rank(int rank, void *p) {
   ops_arg *A = p;
   char err[256] = "";
-  if (rank == 0) h_job_make(&A->job, A->P, 0x1000 + (uint64_t)A->P); /* the leader, a member */
+  if (rank == 0) REQUIRE(h_job_make(&A->job, A->P, 0x1000 + (uint64_t)A->P) == 0); /* a member */
   pthread_barrier_wait(&A->bar);
   comm *c = h_form(&A->job, rank, BOUND, err, sizeof(err));
   if (!c) fprintf(stderr, "rank %d of %d: %s\n", rank, A->P, err);
@@ -258,9 +258,8 @@ typedef struct multi_arg {
 static void multi_rank(int t, void *p) {
   multi_arg *M = p;
   char err[256] = "";
-  if (t == 0) h_job_make(&M->a, 3, 0xa);
-  if (t == 1) h_job_make(&M->b, 2, 0xb);
-  if (t == 2) h_job_make(&M->cj, 2, 0xc);
+  h_job *mine = t == 0 ? &M->a : t == 1 ? &M->b : &M->cj;
+  REQUIRE(h_job_make(mine, t == 0 ? 3 : 2, 0xa + (uint64_t)t) == 0);
   pthread_barrier_wait(&M->bar);
   int brank = t == 0 ? 0 : t == 2 ? 1 : -1, crank = t == 2 ? 0 : t == 1 ? 1 : -1;
   comm *a = h_form(&M->a, t, BOUND, err, sizeof(err));
