@@ -18,6 +18,15 @@
 #include "err.h"
 #include "tcp_int.h"
 
+/* Shut every socket of c down (under c->mu): blocked I/O here returns, and the peers see the
+ * connections end after what was already sent. */
+static void shut_all(comm *c) {
+  for (int j = 0; j < c->size; j++)
+    if (c->fd[j] >= 0) shutdown(c->fd[j], SHUT_RDWR);
+  if (c->lfd >= 0) shutdown(c->lfd, SHUT_RDWR);
+  if (c->bfd >= 0) shutdown(c->bfd, SHUT_RDWR);
+}
+
 static int fail_req(comm_req *q, int code, const char *msg) {
   snprintf(q->err, TCP_ERR, "%s", msg);
   atomic_store(&q->st, code);
@@ -46,9 +55,13 @@ static void *worker(void *arg) {
       fail_req(q, FGB_EIO, c->berr);
     } else {
       int r = tcp_coll_run(c, q);
-      if (r) { /* the streams are out of step now: later collectives fail at once */
+      if (r) { /* the streams are out of step now: later collectives fail at once, and the
+                * peers' too (they see the connections end instead of waiting for data) */
         c->broken = 1;
         snprintf(c->berr, TCP_ERR, "communicator failed earlier: %.200s", q->err);
+        pthread_mutex_lock(&c->mu);
+        shut_all(c);
+        pthread_mutex_unlock(&c->mu);
       }
       atomic_store(&q->st, r ? r : 1);
     }
@@ -270,10 +283,7 @@ static void abort_locked(comm *c) {
     c->aborted = 1;
     (void)!write(c->wake, &one, sizeof(one));
   }
-  for (int j = 0; j < c->size; j++)
-    if (c->fd[j] >= 0) shutdown(c->fd[j], SHUT_RDWR);
-  if (c->lfd >= 0) shutdown(c->lfd, SHUT_RDWR);
-  if (c->bfd >= 0) shutdown(c->bfd, SHUT_RDWR);
+  shut_all(c);
   for (comm_req *q = c->qhead; q; q = q->next) fail_req(q, FGB_EIO, "communicator aborted");
   c->qhead = c->qtail = NULL;
 }

@@ -304,8 +304,23 @@ static void t_abort(void) {
   free(xb), free(zb);
 }
 
-/* The ranks disagree on an allreduce's count (FGB_EPROTO on both ranks, and the communicator
- * refuses what follows), then on a broadcast's root. */
+/* Both ranks of a mismatched collective fail within 2 s: one names the mismatch (FGB_EPROTO,
+ * err containing needle); the other did too or saw the first shut the connections (FGB_EPEER). */
+static void mismatch_pair(comm_req *q0, comm_req *q1, const char *needle) {
+  char e0[256] = "", e1[256] = "";
+  uint64_t t0 = h_ms();
+  int r0 = h_wait(q0, 10000, e0, sizeof(e0)), r1 = h_wait(q1, 10000, e1, sizeof(e1));
+  CHECK_MSG((r0 == FGB_EPROTO && strstr(e0, needle)) || (r1 == FGB_EPROTO && strstr(e1, needle)),
+            "no '%s': %d %s / %d %s", needle, r0, e0, r1, e1);
+  CHECK_MSG((r0 == FGB_EPROTO || r0 == FGB_EPEER) && (r1 == FGB_EPROTO || r1 == FGB_EPEER),
+            "%d %s / %d %s", r0, e0, r1, e1);
+  CHECK_MSG(h_ms() - t0 < 2000, "the mismatch took %llu ms to fail both ranks",
+            (unsigned long long)(h_ms() - t0));
+  fprintf(stderr, "mismatch: %s / %s\n", e0, e1);
+}
+
+/* The ranks disagree on an allreduce's count (the communicator then refuses what follows), then
+ * on a broadcast's root. */
 static void t_mismatch(void) {
   h_job j, k;
   comm *c[2], *d[2];
@@ -315,26 +330,19 @@ static void t_mismatch(void) {
   char err[256];
   CHECK(comm_tcp_ops.allreduce(c[0], a, a, 10, FGB_INT32, &q0, err, sizeof(err)) == FGB_OK);
   CHECK(comm_tcp_ops.allreduce(c[1], b, b, 11, FGB_INT32, &q1, err, sizeof(err)) == FGB_OK);
-  int r0 = h_wait(q0, 10000, err, sizeof(err));
-  CHECK_MSG(r0 == FGB_EPROTO, "count mismatch, rank 0: %d %s", r0, err);
-  int r1 = h_wait(q1, 10000, err, sizeof(err));
-  CHECK_MSG(r1 == FGB_EPROTO, "count mismatch, rank 1: %d %s", r1, err);
-  fprintf(stderr, "mismatch: %s\n", err);
+  mismatch_pair(q0, q1, "is at allreduce #0");
   CHECK(comm_tcp_ops.allreduce(c[0], a, a, 10, FGB_INT32, &q0, err, sizeof(err)) == FGB_OK);
-  r0 = h_wait(q0, 10000, err, sizeof(err));
+  int r0 = h_wait(q0, 10000, err, sizeof(err));
   CHECK_MSG(r0 < 0 && strstr(err, "failed earlier"), "after a mismatch: %d %s", r0, err);
   /* Broadcasts from different roots: on 2 ranks both only send, so neither can tell (as with
-   * MPI); the next collective reads the other's stale message and fails on both. */
+   * MPI); the next collective reads the other's stale message. */
   CHECK(comm_tcp_ops.broadcast(d[0], a, 8, 0, &q0, err, sizeof(err)) == FGB_OK);
   CHECK(comm_tcp_ops.broadcast(d[1], b, 8, 1, &q1, err, sizeof(err)) == FGB_OK);
   h_wait(q0, 10000, err, sizeof(err));
   h_wait(q1, 10000, err, sizeof(err));
   CHECK(comm_tcp_ops.allreduce(d[0], a, a, 10, FGB_FLOAT32, &q0, err, sizeof(err)) == FGB_OK);
   CHECK(comm_tcp_ops.allreduce(d[1], b, b, 10, FGB_FLOAT32, &q1, err, sizeof(err)) == FGB_OK);
-  r0 = h_wait(q0, 10000, err, sizeof(err));
-  CHECK_MSG(r0 == FGB_EPROTO && strstr(err, "is at broadcast"), "after roots 0/1: %d %s", r0, err);
-  r1 = h_wait(q1, 10000, err, sizeof(err));
-  CHECK_MSG(r1 == FGB_EPROTO, "after roots 0/1, rank 1: %d %s", r1, err);
+  mismatch_pair(q0, q1, "is at broadcast #0");
   destroy_all(c, 2), destroy_all(d, 2);
 }
 
