@@ -376,6 +376,13 @@ int main(void) {
   char v[16];
   snprintf(v, sizeof(v), "%d", T_MS);
   setenv("FGBUFF_TCP_TIMEOUT_MS", v, 1); /* read once, at the transport's first use */
+  uint8_t uid[COMM_MAX_UID];
+  size_t len = 0;
+  char err[256] = "";
+  CHECK(comm_tcp_ops.make_uid(uid, &len, err, sizeof(err)) != FGB_OK); /* no address yet */
+  CHECK_MSG(strstr(err, "comm_tcp_set_addr"), "make_uid without an address: '%s'", err);
+  comm_tcp_set_addr("no.such.address");
+  CHECK(comm_tcp_ops.make_uid(uid, &len, err, sizeof(err)) != FGB_OK);
   comm_tcp_set_addr("127.0.0.1");
   t_missing_at_root();
   t_missing_in_mesh();
