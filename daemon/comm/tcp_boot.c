@@ -31,8 +31,11 @@ static struct in_addr g_addr;
 static _Atomic int g_addr_set; /* 1 valid, -1 invalid, 0 never set */
 
 void comm_tcp_set_addr(const char *ipv4) {
-  int ok = ipv4 && inet_pton(AF_INET, ipv4, &g_addr) == 1;
-  if (!ok) LOG_ERROR("TCP transport: %s is not an IPv4 address", ipv4 ? ipv4 : "(null)");
+  struct in_addr a;
+  int ok = ipv4 && inet_pton(AF_INET, ipv4, &a) == 1 && a.s_addr != htonl(INADDR_ANY);
+  if (!ok) /* 0.0.0.0 is no address peers could connect to */
+    LOG_ERROR("TCP transport: %s is not an IPv4 address peers can reach", ipv4 ? ipv4 : "(null)");
+  if (ok) g_addr = a;
   atomic_store(&g_addr_set, ok ? 1 : -1);
 }
 

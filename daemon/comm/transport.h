@@ -88,8 +88,9 @@ extern const comm_ops comm_mpi_ops;
  * short-lived bootstrap root on this daemon's address; the uid carries its address and a random
  * secret. */
 extern const comm_ops comm_tcp_ops;
-/* This daemon's advertised IPv4 address (its control-plane address): every listener of the TCP
- * transport binds it, on an ephemeral port. Called once at start, before any make_uid / create. */
+/* This daemon's advertised IPv4 address (its control-plane address; not 0.0.0.0): every listener of
+ * the TCP transport binds it, on an ephemeral port. Called once at start, before any make_uid /
+ * create. */
 void comm_tcp_set_addr(const char *ipv4);
 #ifdef FGBUFF_HAVE_CUDA
 extern const comm_ops comm_nccl_ops;

@@ -383,6 +383,8 @@ int main(void) {
   CHECK_MSG(strstr(err, "comm_tcp_set_addr"), "make_uid without an address: '%s'", err);
   comm_tcp_set_addr("no.such.address");
   CHECK(comm_tcp_ops.make_uid(uid, &len, err, sizeof(err)) != FGB_OK);
+  comm_tcp_set_addr("0.0.0.0"); /* not an address a peer can connect to */
+  CHECK(comm_tcp_ops.make_uid(uid, &len, err, sizeof(err)) != FGB_OK);
   comm_tcp_set_addr("127.0.0.1");
   t_missing_at_root();
   t_missing_in_mesh();
