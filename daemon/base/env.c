@@ -64,6 +64,10 @@ static const env_knob knobs[ENV_COUNT] = {
                               9223372036854775807.0, NULL, 0, 0,
                               "CPU daemons: bytes from which an all-reduce is a blocking "
                               "MPI_Allreduce instead of a polled MPI_Iallreduce"},
+    [ENV_TCP_TIMEOUT_MS] =
+        {"FGBUFF_TCP_TIMEOUT_MS", ENV_KIND_INT, 60000, 100, 3600000, NULL, 0, 0,
+         "CPU daemons on the TCP transport: ms a job's communicator may take to "
+         "form (its bootstrap root gives up after it, naming the missing ranks)"},
     [ENV_NCCL_NONBLOCKING] = {"FGBUFF_NCCL_NONBLOCKING", ENV_KIND_WORDS, 0, 1, 1, "1", 1, 0,
                               "set (any value): a job's NCCL communicator is created "
                               "non-blocking instead of on its own blocking init thread"},

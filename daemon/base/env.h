@@ -28,6 +28,7 @@ typedef enum env_id {
   ENV_DEAR_FUSION_MB,       /* policy dear's fusion threshold, MB (scheduler/dear.c) */
   ENV_MPI_MAX_COUNT,        /* elements per MPI call at most (comm/mpi.c) */
   ENV_MPI_BLOCKING_MIN,     /* bytes from which an MPI all-reduce blocks (comm/mpi.c) */
+  ENV_TCP_TIMEOUT_MS,       /* ms a TCP communicator's bootstrap waits at most (comm/tcp_boot.c) */
   ENV_NCCL_NONBLOCKING,     /* 1 when set (any value): non-blocking NCCL init (comm/nccl.c) */
   ENV_LOG_SYSLOG,           /* 1 / 0 force the syslog prefix, -1 from $JOURNAL_STREAM (log.c) */
   ENV_MALLOC_TRIM,          /* 1: malloc_trim(0) after each job's release (engine/eng_job.c) */

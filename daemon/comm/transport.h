@@ -1,4 +1,4 @@
-/* daemon/comm/transport.h — the data-plane transport interface: MPI on CPU, NCCL on GPU.
+/* daemon/comm/transport.h — the data-plane transport interface: MPI or TCP on CPU, NCCL on GPU.
  *
  * One communicator per job, over exactly the job's ranks. Every operation is started by the engine
  * thread and completes asynchronously: start returns a request the engine polls with test(), so one
@@ -6,7 +6,8 @@
  * collectives of all jobs in the world-agreed sequence order (see scheduler/coordinator.h); a
  * transport never reorders.
  *
- * Each transport is one file in daemon/comm/ with one comm_ops table (mpi.c, nccl.c).
+ * Each transport is one comm_ops table in daemon/comm/ (mpi.c, nccl.c, tcp.c with tcp_boot.c and
+ * tcp_coll.c).
  */
 #ifndef FGB_TRANSPORT_H
 #define FGB_TRANSPORT_H
@@ -83,6 +84,14 @@ typedef struct comm_ops {
 } comm_ops;
 
 extern const comm_ops comm_mpi_ops;
+/* TCP between daemons (comm/tcp.c), for CPU worlds formed without MPI: make_uid starts a
+ * short-lived bootstrap root on this daemon's address; the uid carries its address and a random
+ * secret. */
+extern const comm_ops comm_tcp_ops;
+/* This daemon's advertised IPv4 address (its control-plane address; not 0.0.0.0): every listener of
+ * the TCP transport binds it, on an ephemeral port. Called once at start, before any make_uid /
+ * create. */
+void comm_tcp_set_addr(const char *ipv4);
 #ifdef FGBUFF_HAVE_CUDA
 extern const comm_ops comm_nccl_ops;
 #endif
