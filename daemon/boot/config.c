@@ -32,7 +32,8 @@ static const char usage[] =
     "               [--metrics-listen 127.0.0.1:PORT] [--config FILE]\n"
     "               [--max-jobs N] [--max-tensors-per-job N] [--max-job-bytes N]\n"
     "       fgbuffd --version\n"
-    "CPU daemons run under a launcher: mpirun -np N fgbuffd --device cpu\n";
+    "CPU daemons run under a launcher (mpirun -np N fgbuffd --device cpu: MPI data path) or\n"
+    "form their world with --rendezvous (TCP data path between the daemons, no MPI)\n";
 
 /* "PORT" or "FIRST-LAST" (1..65535, FIRST <= LAST): the control plane's port range. */
 static int parse_port_range(const char *s, uint16_t *lo, uint16_t *hi) {
@@ -53,7 +54,7 @@ static int parse_port_range(const char *s, uint16_t *lo, uint16_t *hi) {
   return 0;
 }
 
-/* A GPU world formed by --rendezvous needs a rank and a world size that fit; the shared secret file
+/* A world formed by --rendezvous needs a rank and a world size that fit; the shared secret file
  * comes from the flag or $FGBUFF_WORLD_SECRET_FILE (read in main, so a bad file is named there). */
 static int rendezvous_check(srv_config *cfg, char *err, size_t errlen) {
   const char *env = env_str(ENV_WORLD_SECRET_FILE);
@@ -294,13 +295,8 @@ int config_parse(srv_config *cfg, int argc, char **argv, char *err, size_t errle
                cfg->device);
     return 2;
   }
-  if (cfg->rendezvous[0] || cfg->rank >= 0 || cfg->world >= 0 || cfg->secret_file[0]) {
-    snprintf(err, errlen,
-             "--rendezvous/--rank/--world/--secret-file: the CPU data path runs on MPI; start CPU "
-             "daemons with mpirun; --rendezvous is for GPU worlds");
-    return 2;
-  }
-  return 0;
+  /* CPU daemons: under mpirun (MPI data path), or formed by --rendezvous (TCP data path) */
+  return rendezvous_check(cfg, err, errlen);
 }
 
 static void warn_unreachable(const char *dir);

@@ -227,8 +227,9 @@ static int boot_mpi(srv *d, boot *b, char *err, size_t errlen) {
   return 0;
 }
 
-/* systemd-style (GPU daemons, no MPI at all): world from the flags, addresses, hostnames and the
- * secret through the rendezvous; the local index is our position among the ranks on our host. */
+/* systemd-style (no MPI at all; CPU daemons then use the TCP data plane): world from the flags,
+ * addresses, hostnames and the secret through the rendezvous; the local index is our position among
+ * the ranks on our host. */
 static int boot_rdv(srv *d, boot *b, char *err, size_t errlen) {
   uint8_t key[RDV_KEY];
   char host[RDV_HOST_MAX], kerr[256];
@@ -256,6 +257,25 @@ static int boot_rdv(srv *d, boot *b, char *err, size_t errlen) {
   if (st == FGB_OK) d->local_index = rdv_local_index(hosts, d->world_size, d->world_rank);
   free(hosts);
   return st == FGB_OK ? 0 : -1;
+}
+
+/* CPU worlds formed by the rendezvous: the leader starts each job's TCP bootstrap (comm/tcp.c) and
+ * puts its id into FORMED, as GPU worlds do with NCCL's unique id. */
+static fgb_status tcp_uid(void *ud, uint8_t *uid, size_t *len) {
+  (void)ud;
+  char err[256];
+  fgb_status st = comm_tcp_ops.make_uid(uid, len, err, sizeof(err));
+  if (st != FGB_OK) LOG_ERROR("TCP data plane: cannot start a job's bootstrap: %s", err);
+  return st;
+}
+
+/* The host part of a control-plane address "IP:PORT": the TCP data plane listens there too. */
+static void tcp_bind_addr(const char *cp) {
+  char ip[CTRL_ADDR_MAX];
+  snprintf(ip, sizeof(ip), "%s", cp);
+  char *colon = strrchr(ip, ':');
+  if (colon) *colon = 0;
+  comm_tcp_set_addr(ip);
 }
 
 int main(int argc, char **argv) {
@@ -315,6 +335,14 @@ int main(int argc, char **argv) {
     LOG_ERROR("cannot create the coordinator");
     return fail(&b);
   }
+  /* CPU daemons: MPI under a launcher, TCP between the daemons in a rendezvous world */
+  const comm_ops *host_ops = &comm_mpi_ops;
+  if (!d.core.gpu && d.cfg.rendezvous[0]) {
+    host_ops = &comm_tcp_ops;
+    tcp_bind_addr(b.addr);
+    coord_set_uid_maker(d.core.coord, tcp_uid, &d);
+  }
+  LOG_INFO("data plane: %s", d.core.gpu ? "cuda (NCCL)" : host_ops->name);
   char jb[512];
   conf_job_bytes(&d.cfg, env_str(ENV_MEM_ROOT), jb, sizeof(jb));
   LOG_INFO("%s", jb);
@@ -329,7 +357,7 @@ int main(int argc, char **argv) {
 #else
       (
 #endif
-                  eng_start(d.loop, &comm_mpi_ops, core_engine_result, &d.core, &d.core.eng, err,
+                  eng_start(d.loop, host_ops, core_engine_result, &d.core, &d.core.eng, err,
                             sizeof(err))) != FGB_OK) {
     LOG_ERROR("%s", err);
     return fail(&b);

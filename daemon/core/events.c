@@ -301,7 +301,11 @@ void ev_coord_events(core *d) {
         on_stall(d, &ev);
         break;
       case COORD_EV_JOB_ABORTED:
-        if (d->dp) d->dp->job_aborted(ev.job_key); /* the engine aborts its communicator */
+        /* the engine aborts the job's communicator (GPU: its data plane's table) */
+        if (d->dp)
+          d->dp->job_aborted(ev.job_key);
+        else
+          eng_job_aborted(d->eng, ev.job_key);
         on_aborted(d, &ev);
         break;
       case COORD_EV_RECALL:

@@ -281,6 +281,31 @@ static void start_item(engine *e, eng_item *it) {
   deliver(e, it);
 }
 
+void eng_job_aborted(engine *e, uint64_t job_key) {
+  if (!e) return;
+  pthread_mutex_lock(&e->ab_mu);
+  e->aborted[e->naborted++ % ENG_MAX_ABORTS] = job_key;
+  pthread_mutex_unlock(&e->ab_mu);
+}
+
+/* Host data path: abort the communicators of the jobs marked since the last pass. A mark older
+ * than the ring's size is lost, which only costs that job its fast failure (its collectives then
+ * end when the peer's connection closes). */
+static void abort_marked(engine *e) {
+  if (e->gpu || !e->ops->abort) return;
+  pthread_mutex_lock(&e->ab_mu);
+  unsigned n = e->naborted;
+  pthread_mutex_unlock(&e->ab_mu);
+  if (n - e->nseen > ENG_MAX_ABORTS) e->nseen = n - ENG_MAX_ABORTS;
+  for (; e->nseen != n; e->nseen++) {
+    pthread_mutex_lock(&e->ab_mu);
+    uint64_t key = e->aborted[e->nseen % ENG_MAX_ABORTS];
+    pthread_mutex_unlock(&e->ab_mu);
+    eng_comm *c = eng_job_find(e, key);
+    if (c) e->ops->abort(c->c);
+  }
+}
+
 static void *eng_main(void *arg) {
   engine *e = arg;
   /* The default 50 us timer slack would turn the short polling sleeps below into long ones. */
@@ -330,6 +355,7 @@ static void *eng_main(void *arg) {
       start_item(e, take);
       take = next;
     }
+    abort_marked(e);
     if (eng_poll_active(e)) progressed = 1;
     if (e->nactive > 0 && !progressed) {
       /* MPI progresses only inside MPI_Test: spin for a while, yielding the (shared) cores, then
@@ -397,6 +423,7 @@ fgb_status eng_start_gpu(uv_loop_t *loop, const comm_ops *ops, const eng_gpu_ops
   pthread_mutex_init(&e->mu, NULL);
   pthread_cond_init(&e->cv, NULL);
   pthread_mutex_init(&e->out_mu, NULL);
+  pthread_mutex_init(&e->ab_mu, NULL);
   if (uv_async_init(loop, &e->async, on_async) != 0) {
     snprintf(err, errlen, "uv_async_init failed");
     free(e);

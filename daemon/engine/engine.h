@@ -177,6 +177,11 @@ void eng_submit(engine *e, eng_item *it);
 /* Loop thread: the hook that labels ISSUE items for the timeline (called from eng_submit, on the
  * loop thread, only while recording). */
 void eng_set_label(engine *e, void (*label)(void *ud, eng_item *it), void *ud);
+/* Loop thread: job job_key was aborted (a peer lost, a client gone). On the host data path the
+ * engine thread then aborts the job's communicator, so a collective waiting on a peer that will
+ * never answer (a stopped or cut-off daemon) fails instead of holding the engine; transports that
+ * cannot abort (MPI) ignore it. The GPU path has its own (gpu_job_aborted). */
+void eng_job_aborted(engine *e, uint64_t job_key);
 /* Close the result channel (loop thread, during shutdown: no more callbacks after this). */
 void eng_close_async(engine *e);
 /* Stop: in-flight collectives get up to timeout_ms to finish, queued ones are dropped. Joins the

@@ -15,6 +15,7 @@
 /* ---- engine.c: the thread, its queues, delivery ---------------------------------------------- */
 #define ENG_MAX_ACTIVE 16
 #define ENG_MAX_GROUPS 6
+#define ENG_MAX_ABORTS 64
 
 typedef struct eng_comm {
   uint64_t job_key;
@@ -67,6 +68,12 @@ struct engine {
   int nactive;
   uint64_t hot_us; /* 0: sleep when idle, poll with the CPU back-off (see ENG_GPU_SPIN_US) */
   int trace;       /* FGBUFF_GPU_TRACE */
+  /* Jobs the loop marked aborted (eng_job_aborted), a ring the engine thread reads up to naborted
+   */
+  pthread_mutex_t ab_mu;
+  uint64_t aborted[ENG_MAX_ABORTS];
+  unsigned naborted; /* marks written (ab_mu) */
+  unsigned nseen;    /* marks the engine thread has acted on (engine thread only) */
   /* Timeline labels (loop thread, eng_submit) */
   void (*label)(void *ud, eng_item *it);
   void *label_ud;

@@ -1,7 +1,7 @@
 #!/bin/bash
 # fgbuffd's command line: bad flags exit 2 with a message naming the problem (no MPI needed, the
-# checks come before MPI_Init); a CPU daemon refuses --rendezvous (its data path is MPI); --help
-# exits 0.
+# checks come before MPI_Init); a world's rendezvous flags are checked for CPU and GPU daemons alike;
+# --help exits 0.
 set -u
 bin="${FGBUFF_BIN_DIR:?}/daemon/fgbuffd"
 rc=0
@@ -21,8 +21,10 @@ check() { # expected-substring args...
 check "--device is required"
 check "unknown option '--bogus'" --device cpu --bogus
 check "unknown device 'tpu'" --device tpu
-check "--rendezvous is for GPU worlds" --device cpu --rendezvous host:1234 --rank 0 --world 2
-check "--rendezvous is for GPU worlds" --device cpu --secret-file /dev/null
+check "need --rendezvous HOST:PORT" --device cpu --secret-file /dev/null
+check "need --rendezvous HOST:PORT" --device cpu --rank 0
+check "--rendezvous needs --rank R and --world N" --device cpu --rendezvous h:1 --world 2
+check "--rank 2: not below --world 2" --device cpu --rendezvous h:1 --rank 2 --world 2
 check "--rendezvous: bad value 'nocolon'" --device cpu --rendezvous nocolon
 check "--rank: bad value 'x'" --device cpu --rank x
 check "--world: bad value '0'" --device cpu --world 0

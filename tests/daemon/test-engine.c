@@ -2,7 +2,9 @@
  * behaves like `size` ranks contributing identical data: an ISSUE fusing tensors of several dtypes
  * (grouped by working type into merge buffers, fp16 summed in fp32), a flushed tensor contributing
  * zeros, SUM vs AVERAGE, broadcast and allgather, requests that need several polls, and results
- * delivered to the loop thread in order. */
+ * delivered to the loop thread in order; a job aborted by the loop (eng_job_aborted) has its
+ * communicator aborted, so a collective stuck on a silent peer fails instead of holding the engine.
+ */
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
@@ -15,12 +17,15 @@
 
 struct comm {
   int size;
+  int hang;    /* job 43: its requests never complete unless the communicator is aborted */
+  int aborted; /* f_abort was called */
 };
 struct comm_req {
   int polls_left;
+  comm *c;
 };
 
-static int nreq, ncreate, ndestroy;
+static int nreq, ncreate, ndestroy, nabort;
 
 static fgb_status f_make_uid(uint8_t *uid, size_t *len, char *err, size_t errlen) {
   *len = 0;
@@ -29,15 +34,17 @@ static fgb_status f_make_uid(uint8_t *uid, size_t *len, char *err, size_t errlen
 static fgb_status f_create(const comm_job_spec *s, comm **out, char *err, size_t errlen) {
   *out = calloc(1, sizeof(comm));
   (*out)->size = s->job_size;
+  (*out)->hang = s->job_key == 43;
   ncreate++;
   return FGB_OK;
 }
 static int f_ready(comm *c, char *err, size_t errlen) {
   return 1;
 }
-static comm_req *req(void) {
+static comm_req *req(comm *c) {
   comm_req *r = malloc(sizeof(*r));
   r->polls_left = 3;
+  r->c = c;
   nreq++;
   return r;
 }
@@ -55,27 +62,36 @@ static fgb_status f_allreduce(comm *c, const void *send, void *recv, size_t coun
     else
       return FGB_ENOTSUP; /* fp16/bf16 must arrive converted */
   }
-  *r = req();
+  *r = req(c);
   return FGB_OK;
 }
 static fgb_status f_allgather(comm *c, const void *send, void *recv, size_t bytes, comm_req **r,
                               char *err, size_t errlen) {
   for (int k = 0; k < c->size; k++) memcpy((char *)recv + (size_t)k * bytes, send, bytes);
-  *r = req();
+  *r = req(c);
   return FGB_OK;
 }
 static fgb_status f_broadcast(comm *c, void *buf, size_t bytes, int root, comm_req **r, char *err,
                               size_t errlen) {
   memset(buf, 0x5a, bytes); /* "root's data" */
-  *r = req();
+  *r = req(c);
   return FGB_OK;
 }
 static int f_test(comm_req *r, char *err, size_t errlen) {
+  if (r->c->hang && r->c->aborted) {
+    snprintf(err, errlen, "aborted");
+    free(r);
+    return -1;
+  }
+  if (r->c->hang) return 0;
   if (--r->polls_left > 0) return 0;
   free(r);
   return 1;
 }
-static void f_abort(comm *c) {}
+static void f_abort(comm *c) {
+  c->aborted = 1;
+  nabort++;
+}
 static void f_destroy(comm *c) {
   ndestroy++;
   free(c);
@@ -85,10 +101,24 @@ static const comm_ops fake = {"fake",      f_make_uid,  f_create, f_ready, f_all
                               NULL,        NULL,        NULL};
 
 static eng_item *results[8];
-static int nresults;
+static int nresults, want = 4;
 static void on_done(void *ud, eng_item *it) {
   results[nresults++] = it;
-  if (nresults == 4) uv_stop((uv_loop_t *)ud);
+  if (nresults == want) uv_stop((uv_loop_t *)ud);
+}
+
+/* The host path's abort (eng_job_aborted): job 43's broadcast waits on a peer that never answers
+ * until the loop marks the job aborted; then it fails instead of holding the engine. */
+static engine *g_e;
+static int inflight_at_abort = -1, timed_out;
+static void on_abort_timer(uv_timer_t *t) {
+  inflight_at_abort = nresults; /* 1: the FORM came back, the broadcast did not */
+  eng_job_aborted(g_e, 43);
+  uv_close((uv_handle_t *)t, NULL);
+}
+static void on_guard(uv_timer_t *t) {
+  timed_out = 1;
+  uv_stop(t->loop);
 }
 
 int main(void) {
@@ -222,6 +252,41 @@ int main(void) {
   uv_run(&loop, UV_RUN_DEFAULT);
   CHECK(ndestroy == 1);
   eng_item_free(results[3]);
+
+  nresults = 0;
+  want = 2;
+  eng_item *f2 = calloc(1, sizeof(*f2));
+  f2->kind = ENG_FORM;
+  f2->seq = 5;
+  f2->job_key = 43;
+  f2->job_size = SIZE;
+  f2->world_ranks = malloc(sizeof(wr));
+  memcpy(f2->world_ranks, wr, sizeof(wr));
+  eng_submit(e, f2);
+  uint8_t hb_buf[6] = {0};
+  eng_item *hb = calloc(1, sizeof(*hb));
+  hb->kind = ENG_ISSUE;
+  hb->seq = 6;
+  hb->job_key = 43;
+  hb->coll = ENG_BROADCAST;
+  hb->n = 1;
+  hb->t = calloc(1, sizeof(eng_tensor));
+  hb->t[0] = (eng_tensor){.tensor_id = 8, .ptr = hb_buf, .count = 6, .dtype = FGB_UINT8};
+  eng_submit(e, hb);
+  g_e = e;
+  uv_timer_t abort_timer, guard;
+  uv_timer_init(&loop, &abort_timer);
+  uv_timer_init(&loop, &guard);
+  uv_timer_start(&abort_timer, on_abort_timer, 200, 0);
+  uv_timer_start(&guard, on_guard, 5000, 0);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_close((uv_handle_t *)&guard, NULL);
+  CHECK_MSG(!timed_out, "the aborted job's broadcast did not come back within 5 s");
+  CHECK_MSG(inflight_at_abort == 1, "%d results before the abort", inflight_at_abort);
+  REQUIRE(nresults == 2);
+  CHECK(results[1]->seq == 6 && results[1]->status != FGB_OK);
+  CHECK(nabort == 1);
+  for (int i = 0; i < 2; i++) eng_item_free(results[i]);
   eng_close_async(e);
   CHECK(eng_stop(e, 1000) == 0);
   uv_run(&loop, UV_RUN_DEFAULT);

@@ -16,7 +16,8 @@
 # Inputs: FGBUFF_BIN_DIR (build dir holding daemon/fgbuffd, or the folder holding fgbuffd itself;
 # default: build/ next to this file's repository), WORLD_START_TIMEOUT (s, default 60),
 # WORLD_STOP_TIMEOUT (s, default 30), WORLD_MPIRUN_ARGS (extra mpirun flags, e.g.
-# --enable-recovery: the others keep running when a daemon dies).
+# --enable-recovery: the others keep running when a daemon dies), WORLD_RDV=1 (no mpirun: the
+# daemons form their world through the rendezvous and use the TCP data plane).
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
@@ -49,11 +50,16 @@ world_start() {
   # forwarder reads a pipe in chunks), which broke log parsers (bench/trace/timeline.py). mpirun's
   # own messages append to the same file.
   : >"$FGBUFF_WORLD_LOG"
-  # shellcheck disable=SC2086,SC2016
-  mpirun --oversubscribe ${WORLD_MPIRUN_ARGS:-} -x FGBUFF_RUNTIME_DIR -x FGBUFF_WORLD_LOG -np "$n" \
-    bash -c 'exec "$0" "$@" 2>>"$FGBUFF_WORLD_LOG"' "$bin" --device cpu \
-    --runtime-dir "$FGBUFF_RUNTIME_DIR" "$@" >>"$FGBUFF_WORLD_LOG" 2>&1 &
-  FGBUFF_WORLD_PID=$!
+  WORLD_RDV_PIDS=()
+  if [ "${WORLD_RDV:-0}" = 1 ]; then
+    world_rdv_launch "$n" "$bin" "$@" || return 1
+  else
+    # shellcheck disable=SC2086,SC2016
+    mpirun --oversubscribe ${WORLD_MPIRUN_ARGS:-} -x FGBUFF_RUNTIME_DIR -x FGBUFF_WORLD_LOG -np "$n" \
+      bash -c 'exec "$0" "$@" 2>>"$FGBUFF_WORLD_LOG"' "$bin" --device cpu \
+      --runtime-dir "$FGBUFF_RUNTIME_DIR" "$@" >>"$FGBUFF_WORLD_LOG" 2>&1 &
+    FGBUFF_WORLD_PID=$!
+  fi
   export FGBUFF_WORLD_PID
   local deadline=$((SECONDS + ${WORLD_START_TIMEOUT:-60}))
   while :; do
@@ -63,8 +69,10 @@ world_start() {
     if [ "$have" -eq "$n" ] && [ "$(grep -c 'fgbuffd: ready' "$FGBUFF_WORLD_LOG" 2>/dev/null)" -ge "$n" ]; then
       return 0
     fi
-    if ! kill -0 "$FGBUFF_WORLD_PID" 2>/dev/null; then
-      echo "world_start: mpirun exited early; log:" >&2
+    if ! world_launch_alive; then
+      local who=mpirun
+      [ ${#WORLD_RDV_PIDS[@]} -eq 0 ] || who="a daemon"
+      echo "world_start: $who exited early; log:" >&2
       cat "$FGBUFF_WORLD_LOG" >&2
       return 1
     fi
@@ -76,6 +84,30 @@ world_start() {
     fi
     sleep 0.2
   done
+}
+
+# WORLD_RDV=1 world_start ...: the daemons form their world through the rendezvous (no mpirun, the
+# TCP data plane), each started on its own as systemd would, rank 0 (the rendezvous host) last;
+# FGBUFF_WORLD_PID is then rank 0's pid and WORLD_RDV_PIDS holds every rank's.
+WORLD_RDV_PIDS=()
+world_rdv_launch() {
+  local n="$1" bin="$2" port r
+  shift 2
+  port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')" ||
+    return 1
+  for ((r = n - 1; r >= 0; r--)); do
+    "$bin" --device cpu --rendezvous "127.0.0.1:$port" --rank "$r" --world "$n" \
+      --runtime-dir "$FGBUFF_RUNTIME_DIR" "$@" >>"$FGBUFF_WORLD_LOG" 2>&1 &
+    WORLD_RDV_PIDS[r]=$!
+  done
+  FGBUFF_WORLD_PID="${WORLD_RDV_PIDS[0]}"
+}
+
+# world_launch_alive: mpirun (or, in a rendezvous world, every daemon) still runs.
+world_launch_alive() {
+  local p
+  [ ${#WORLD_RDV_PIDS[@]} -gt 0 ] || { kill -0 "$FGBUFF_WORLD_PID" 2>/dev/null; return; }
+  for p in "${WORLD_RDV_PIDS[@]}"; do kill -0 "$p" 2>/dev/null || return 1; done
 }
 
 # world_daemon_pids: the daemons' pids in world-rank order, from their "fgbuffd: ready" lines.
@@ -94,6 +126,7 @@ world_daemon_pid() {
 # Returns mpirun's exit status (137 when it had to be killed).
 world_stop() {
   [ -n "${FGBUFF_WORLD_PID:-}" ] || return 0
+  [ ${#WORLD_RDV_PIDS[@]} -eq 0 ] || { world_rdv_stop; return; }
   local pid="$FGBUFF_WORLD_PID" rc p
   local pids
   pids="$(world_daemon_pids)"
@@ -117,6 +150,28 @@ world_stop() {
     echo "world_stop: mpirun exited with status $rc; end of the world log:" >&2
     tail -40 "${FGBUFF_WORLD_LOG:-/dev/null}" >&2
   fi
+  unset FGBUFF_WORLD_PID
+  return "$rc"
+}
+
+# world_rdv_stop: world_stop of a rendezvous world: SIGTERM to every daemon, each waited for up to
+# WORLD_STOP_TIMEOUT, then SIGKILL; 0 when every daemon exited 0, else the first other status
+# (a daemon the test killed counts).
+world_rdv_stop() {
+  local p rc=0 st deadline=$((SECONDS + ${WORLD_STOP_TIMEOUT:-30}))
+  for p in "${WORLD_RDV_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${WORLD_RDV_PIDS[@]}"; do
+    while kill -0 "$p" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
+    kill -0 "$p" 2>/dev/null && { echo "world_stop: daemon $p still running; killing" >&2; kill -KILL "$p"; }
+    wait "$p" 2>/dev/null
+    st=$?
+    [ "$rc" -ne 0 ] || rc=$st
+  done
+  if [ "$rc" -ne 0 ]; then
+    echo "world_stop: a daemon exited with status $rc; end of the world log:" >&2
+    tail -40 "${FGBUFF_WORLD_LOG:-/dev/null}" >&2
+  fi
+  WORLD_RDV_PIDS=()
   unset FGBUFF_WORLD_PID
   return "$rc"
 }
