@@ -87,11 +87,10 @@ static fgb_status tcp_create(const comm_job_spec *spec, comm **out, char *err, s
   c->t0_ms = clock_ms();
   c->lfd = c->bfd = -1;
   c->fd = malloc((size_t)c->size * sizeof(int));
-  c->tmp = malloc(TCP_SEG);
   c->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (!c->fd || !c->tmp || c->wake < 0) {
+  if (!c->fd || c->wake < 0) {
     if (c->wake >= 0) close(c->wake);
-    free(c->fd), free(c->tmp), free(c);
+    free(c->fd), free(c);
     return err_set(err, errlen, FGB_ENOMEM, "TCP transport: out of memory or eventfd");
   }
   for (int i = 0; i < c->size; i++) c->fd[i] = -1;
@@ -102,7 +101,7 @@ static fgb_status tcp_create(const comm_job_spec *spec, comm **out, char *err, s
     close(c->wake);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
-    free(c->fd), free(c->tmp), free(c);
+    free(c->fd), free(c);
     return err_set(err, errlen, FGB_EIO, "TCP transport: worker thread: %s", strerror(rc));
   }
   *out = c;
@@ -318,7 +317,6 @@ static void tcp_destroy(comm *c) {
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
   free(c->fd);
-  free(c->tmp);
   free(c);
 }
 

@@ -5,9 +5,10 @@
  * so a peer at another collective or sending another size fails the collective (FGB_EPROTO)
  * instead of writing past a buffer. Messages are cut into TCP_SEG-byte segments.
  *
- * All-reduce is a ring reduce-scatter then a ring all-gather: block b is summed in ring order
- * starting at rank b+1 and ending at rank b, the same order whoever computes it, and then copied
- * to every rank, so all ranks hold bitwise the same result. */
+ * All-reduce is a reduce-scatter by direct exchange then a ring all-gather: rank b receives every
+ * rank's block b and sums them in rank order (rank 0's, plus rank 1's, ...), then the ring copies
+ * each block to every rank, so all ranks hold bitwise the same result, and the same as a sum in
+ * rank order (what MPI's all-reduce and the compressors' decode give at the daemon's sizes). */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -145,7 +146,7 @@ static size_t seg_len(size_t n, size_t k) {
   return n - k * TCP_SEG < TCP_SEG ? n - k * TCP_SEG : TCP_SEG;
 }
 
-/* dst[i] = in[i] + dst[i]: the running sum from the ring plus this rank's own. Integers wrap
+/* dst[i] = in[i] + dst[i]: the running sum plus the next rank's block. Integers wrap
  * (summed as unsigned: two's complement, no overflow). */
 #define ADD_AS(T)                                                           \
   do {                                                                      \
@@ -173,24 +174,50 @@ static void add(fgb_dtype dt, uint8_t *dst, const uint8_t *in, size_t bytes) {
   }
 }
 
-/* A ring over the blocks of W. Reduce-scatter (reduce 1): at step s rank r sends block r-s-1
- * (summed so far) to r+1 and adds block r-s-2 from r-1 onto its own, so after size-1 steps block
- * r is complete here. All-gather (reduce 0), block r already here: at step s rank r sends block
- * r-s and receives block r-s-1 in place. */
-static int ring(comm *c, comm_req *q, const xf *x, uint8_t *W, const blocks *B, int reduce) {
+/* An all-gather ring over the blocks of W, block r already here: at step s rank r sends block r-s
+ * to r+1 and receives block r-s-1 from r-1 in place. */
+static int ring(comm *c, comm_req *q, const xf *x, uint8_t *W, const blocks *B) {
   int P = c->size, r = c->rank, next = mod(r + 1, P), prev = mod(r - 1, P);
   for (int s = 0; s < P - 1; s++) {
-    int sb = mod(r - s - reduce, P), rb = mod(r - s - reduce - 1, P);
+    int sb = mod(r - s, P), rb = mod(r - s - 1, P);
     size_t sl = b_len(B, sb), rl = b_len(B, rb), ns = nseg(sl), nr = nseg(rl);
     for (size_t k = 0; k < (ns > nr ? ns : nr); k++) {
       size_t sn = k < ns ? seg_len(sl, k) : 0, rn = k < nr ? seg_len(rl, k) : 0;
-      uint8_t *into = k >= nr ? NULL : reduce ? c->tmp : at(W, b_off(B, rb) + k * TCP_SEG);
       int rc = xfer(c, q, x, k < ns ? next : -1, k < ns ? at(W, b_off(B, sb) + k * TCP_SEG) : NULL,
-                    sn, k < nr ? prev : -1, into, rn);
+                    sn, k < nr ? prev : -1, k < nr ? at(W, b_off(B, rb) + k * TCP_SEG) : NULL, rn);
       if (rc) return rc;
-      if (reduce && rn) add(q->dt, at(W, b_off(B, rb) + k * TCP_SEG), c->tmp, rn);
     }
   }
+  return 0;
+}
+
+/* Reduce-scatter by direct exchange over the mesh: at step s rank r sends its block r+s to rank r+s
+ * and receives rank r-s's block r (the same bytes on the wire as a ring); block r of W then
+ * becomes the sum of every rank's block r in rank order. The blocks wait in G, one per rank. */
+static int direct_rs(comm *c, comm_req *q, const xf *x, uint8_t *W, const blocks *B) {
+  int P = c->size, r = c->rank;
+  size_t bl = b_len(B, r);
+  uint8_t *G = malloc(bl * (size_t)P + 1);
+  if (!G) return err_set(q->err, TCP_ERR, FGB_ENOMEM, "%s: out of memory", op_name(x->kind));
+  move(G + (size_t)r * bl, at(W, b_off(B, r)), bl);
+  for (int s = 1; s < P; s++) {
+    int to = mod(r + s, P), from = mod(r - s, P);
+    size_t sl = b_len(B, to), ns = nseg(sl), nr = nseg(bl);
+    for (size_t k = 0; k < (ns > nr ? ns : nr); k++) {
+      int rc =
+          xfer(c, q, x, k < ns ? to : -1, k < ns ? at(W, b_off(B, to) + k * TCP_SEG) : NULL,
+               k < ns ? seg_len(sl, k) : 0, k < nr ? from : -1,
+               k < nr ? G + (size_t)from * bl + k * TCP_SEG : NULL, k < nr ? seg_len(bl, k) : 0);
+      if (rc) {
+        free(G);
+        return rc;
+      }
+    }
+  }
+  uint8_t *dst = at(W, b_off(B, r));
+  move(dst, G, bl);
+  for (int p = 1; p < P; p++) add(q->dt, dst, G + (size_t)p * bl, bl);
+  free(G);
   return 0;
 }
 
@@ -239,8 +266,8 @@ int tcp_coll_run(comm *c, comm_req *q) {
       size_t n = q->count / (size_t)P;
       blocks B = {.stride = n * esz, .unit = esz, .rem = (int)(q->count % (size_t)P)};
       move(q->recv, q->send, q->count * esz);
-      rc = ring(c, q, &x, q->recv, &B, 1);
-      if (!rc) rc = ring(c, q, &x, q->recv, &B, 0);
+      rc = direct_rs(c, q, &x, q->recv, &B);
+      if (!rc) rc = ring(c, q, &x, q->recv, &B);
       break;
     }
     case TCP_OP_RS: {
@@ -250,7 +277,7 @@ int tcp_coll_run(comm *c, comm_req *q) {
       if (!W) return err_set(q->err, TCP_ERR, FGB_ENOMEM, "reduce-scatter: out of memory");
       move(W, q->send, blk * (size_t)P);
       blocks B = {.stride = blk, .unit = esz};
-      rc = ring(c, q, &x, W, &B, 1);
+      rc = direct_rs(c, q, &x, W, &B);
       if (!rc) move(q->recv, W + (size_t)r * blk, blk);
       free(W);
       break;
@@ -258,14 +285,14 @@ int tcp_coll_run(comm *c, comm_req *q) {
     case TCP_OP_ALLGATHER: {
       blocks B = {.stride = q->count};
       move(at(q->recv, (size_t)r * q->count), q->send, q->count);
-      rc = ring(c, q, &x, q->recv, &B, 0);
+      rc = ring(c, q, &x, q->recv, &B);
       break;
     }
     case TCP_OP_AGV: {
       x.arg = 0; /* the sizes are checked message by message */
       blocks B = {.stride = q->stride, .vlen = q->v};
       move(at(q->recv, (size_t)r * q->stride), q->send, q->v[r]);
-      rc = ring(c, q, &x, q->recv, &B, 0);
+      rc = ring(c, q, &x, q->recv, &B);
       break;
     }
     case TCP_OP_A2AV:

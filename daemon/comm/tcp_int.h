@@ -73,7 +73,6 @@ struct comm {
   uint64_t seq; /* collectives run so far: each data header carries it */
   int broken;   /* a failed collective desynchronised the streams: later ones fail at once */
   char berr[TCP_ERR];
-  uint8_t *tmp; /* one segment of scratch */
 };
 
 static inline void tcp_put16(uint8_t *p, uint16_t v) {
