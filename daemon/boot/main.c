@@ -22,6 +22,7 @@
 #include "metrics.h"
 #include "plan_exec.h"
 #include "preissue.h"
+#include "rdv_late.h"
 #include "rendezvous.h"
 #include "service.h"
 #include "transport.h"
@@ -130,7 +131,75 @@ typedef struct boot {
   char addr[CTRL_ADDR_MAX];
   char *addrs; /* world_size x CTRL_ADDR_MAX */
   uint8_t token[CTRL_TOKEN];
+  /* Rank 0 of a rendezvous world: the port kept open after formation (-1: none), the hostnames
+   * and the world's key, for the late server (rdv_late.h). */
+  int rdv_ls;
+  char *hosts;
+  uint8_t key[RDV_KEY];
+  int keyed;
 } boot;
+
+/* Rejoining a rendezvous world (the leader): which ranks the control plane lost, and the one-time
+ * token the late rendezvous server gave each lost rank's restarted daemon. The server's thread
+ * reads and writes it under mu; so does the loop thread (ctrl_peer_lost, ctrl_rejoin). */
+static struct {
+  pthread_mutex_t mu;
+  int world;
+  uint8_t *lost, *pending;
+  uint8_t (*tok)[CTRL_TOKEN];
+  char (*addr)[CTRL_ADDR_MAX];
+} g_rj = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static int rejoin_init(int world) {
+  g_rj.world = world;
+  g_rj.lost = calloc((size_t)world, 1);
+  g_rj.pending = calloc((size_t)world, 1);
+  g_rj.tok = calloc((size_t)world, CTRL_TOKEN);
+  g_rj.addr = calloc((size_t)world, CTRL_ADDR_MAX);
+  return g_rj.lost && g_rj.pending && g_rj.tok && g_rj.addr ? 0 : -1;
+}
+
+/* The late server's grant (its thread): only a rank the control plane lost may come back. */
+static int rejoin_grant(void *ud, int rank, const char *addr, uint8_t token[RDV_TOKEN], char *why,
+                        size_t wl) {
+  (void)ud;
+  int rc = 0;
+  pthread_mutex_lock(&g_rj.mu);
+  if (rank <= 0 || rank >= g_rj.world || !g_rj.lost[rank])
+    rc = snprintf(why, wl,
+                  "world rank %d is in the world (its daemon is alive): only a lost rank's "
+                  "restarted daemon can rejoin",
+                  rank);
+  else if (getrandom(g_rj.tok[rank], CTRL_TOKEN, 0) != (ssize_t)CTRL_TOKEN)
+    rc = snprintf(why, wl, "rank 0 could not make a token (getrandom)");
+  if (rc == 0) {
+    memcpy(token, g_rj.tok[rank], RDV_TOKEN);
+    snprintf(g_rj.addr[rank], CTRL_ADDR_MAX, "%s", addr);
+    g_rj.pending[rank] = 1;
+  }
+  pthread_mutex_unlock(&g_rj.mu);
+  return rc ? -1 : 0;
+}
+
+/* The control plane's rejoin hook (loop thread): the hello's token is the one granted, once. */
+static int ctrl_rejoin(void *ud, int rank, const uint8_t token[CTRL_TOKEN], char *addr,
+                       size_t addrlen) {
+  (void)ud;
+  int ok = 0;
+  pthread_mutex_lock(&g_rj.mu);
+  if (g_rj.pending && rank > 0 && rank < g_rj.world && g_rj.pending[rank]) {
+    uint8_t diff = 0;
+    for (int i = 0; i < CTRL_TOKEN; i++) diff |= token[i] ^ g_rj.tok[rank][i];
+    ok = diff == 0;
+  }
+  if (ok) {
+    g_rj.pending[rank] = 0;
+    g_rj.lost[rank] = 0;
+    snprintf(addr, addrlen, "%s", g_rj.addr[rank]);
+  }
+  pthread_mutex_unlock(&g_rj.mu);
+  return ok;
+}
 
 /* A bootstrap failure: the whole MPI world goes down with us; a rendezvous daemon exits 1 (its
  * peers see the control plane close) without the CUDA runtime's exit-time teardown (see below). */
@@ -149,6 +218,12 @@ static fgb_status ctrl_message(void *ud, int src, const uint8_t *bytes, size_t l
 }
 
 static void ctrl_peer_lost(void *ud, int rank, const char *why) {
+  if (g_rj.lost && rank > 0 && rank < g_rj.world) {
+    pthread_mutex_lock(&g_rj.mu);
+    g_rj.lost[rank] = 1;
+    g_rj.pending[rank] = 0; /* a token granted before this loss is void */
+    pthread_mutex_unlock(&g_rj.mu);
+  }
   coord_peer_lost_why(((srv *)ud)->core.coord, rank, why);
 }
 
@@ -156,7 +231,7 @@ static void ctrl_after_input(void *ud) {
   core_after_input(&((srv *)ud)->core);
 }
 
-static const ctrl_cbs ctrl_up = {ctrl_message, ctrl_peer_lost, ctrl_after_input};
+static const ctrl_cbs ctrl_up = {ctrl_message, ctrl_peer_lost, ctrl_after_input, ctrl_rejoin};
 
 /* The GPU data plane names the socket (dp_ops' sock_name). */
 static int dp_sock_name(void *ud, char *out, size_t cap) {
@@ -252,10 +327,13 @@ static int boot_rdv(srv *d, boot *b, char *err, size_t errlen) {
                 .addr = b->addr,
                 .host = host,
                 .key = d->cfg.secret_file[0] ? key : NULL,
-                .timeout_ms = BOOT_RDV_TIMEOUT_MS};
+                .timeout_ms = BOOT_RDV_TIMEOUT_MS,
+                .keep_listener = d->world_rank == 0 ? &b->rdv_ls : NULL};
   fgb_status st = rdv_exchange(&a, b->addrs, hosts, b->token, err, errlen);
   if (st == FGB_OK) d->local_index = rdv_local_index(hosts, d->world_size, d->world_rank);
-  free(hosts);
+  b->hosts = hosts; /* the late server's copy of the table (rank 0) */
+  memcpy(b->key, key, RDV_KEY);
+  b->keyed = d->cfg.secret_file[0] != 0;
   return st == FGB_OK ? 0 : -1;
 }
 
@@ -298,7 +376,7 @@ int main(int argc, char **argv) {
   }
   signal(SIGPIPE, SIG_IGN);
   d.loop = uv_default_loop();
-  boot b = {0};
+  boot b = {.rdv_ls = -1};
   if ((d.cfg.rendezvous[0] ? boot_rdv : boot_mpi)(&d, &b, err, sizeof(err)) != 0) {
     LOG_ERROR("%s", err);
     return fail(&b);
@@ -367,6 +445,19 @@ int main(int argc, char **argv) {
       "leader %s",
       d.world_rank, d.world_size, d.local_index, d.cfg.device, d.net.sock_path, b.addr, b.addrs);
   snprintf(leader_addr, sizeof(leader_addr), "%.*s", CTRL_ADDR_MAX - 1, b.addrs);
+  rdv_late *late = NULL;
+  if (b.rdv_ls >= 0) { /* rank 0 of a rendezvous world: lost members may come back */
+    rdv_args la = {.rank = 0, .world = d.world_size, .key = b.keyed ? b.key : NULL};
+    if (rejoin_init(d.world_size) != 0 ||
+        !(late = rdv_late_start(b.rdv_ls, &la, b.addrs, b.hosts, rejoin_grant, NULL, err,
+                                sizeof(err)))) {
+      LOG_WARN("%s: a lost daemon cannot rejoin this world", g_rj.lost ? err : "out of memory");
+      close(b.rdv_ls);
+    } else {
+      LOG_INFO("rendezvous: %s stays open for restarted members", d.cfg.rendezvous);
+    }
+  }
+  free(b.hosts);
   free(b.addrs);
   if (d.cfg.metrics_listen[0] &&
       metrics_listen(&d, d.cfg.metrics_listen, err, sizeof(err)) != FGB_OK) {
@@ -393,6 +484,7 @@ int main(int argc, char **argv) {
 
   uv_run(d.loop, UV_RUN_DEFAULT);
 
+  rdv_late_stop(late);
   int clean = eng_stop(d.core.eng, 5000) == 0;
   d.core.eng = NULL;
   if (!clean) {

@@ -29,12 +29,7 @@
 #define RDV_MAGIC_V1 0x31524746u
 #define RDV_OK 0x41524746u  /* "FGRA" */
 #define RDV_NAK 0x4e524746u /* "FGRN" */
-#define RDV_NONCE 16
-#define RDV_REASON 128
-#define RDV_HELLO (16 + RDV_NONCE + RDV_ADDR_MAX + RDV_HOST_MAX + 8)
 #define RDV_ENTRY (RDV_ADDR_MAX + RDV_HOST_MAX)
-#define RDV_PEND_MAX 64     /* connections that have not finished their hello */
-#define RDV_HELLO_MS 5000   /* a peer's window for its hello */
 #define RDV_ANSWER_MS 10000 /* sending the table once the world is complete */
 
 static int64_t now_ms(void) {
@@ -150,7 +145,7 @@ static int split_hostport(const char *hp, char *host, size_t hl, char *port, siz
 }
 
 /* A refusal the peer can print; best effort (it is tiny and the socket buffer is empty). */
-static void refuse(int fd, const char *why) {
+void rdv_refuse(int fd, const char *why) {
   uint8_t m[4 + RDV_REASON] = {0};
   put32(m, RDV_NAK);
   snprintf((char *)m + 4, RDV_REASON, "%s", why);
@@ -172,34 +167,43 @@ typedef struct leader_st {
   int have;
 } leader_st;
 
-/* Check a complete hello; register its rank or refuse it with the reason. */
-static void admit(leader_st *L, int fd, uint8_t *h) {
-  const rdv_args *a = L->a;
+/* A complete hello's checks that do not depend on who registered already: 0 and its rank, or -1
+ * with the reason in why. */
+int rdv_hello_check(const rdv_args *a, const uint8_t *h, int *rank, char *why, size_t wl) {
   uint32_t magic = get32(h), r = get32(h + 4), w = get32(h + 8), keyed = get32(h + 12) & 1;
-  char *addr = (char *)h + 16 + RDV_NONCE, *host = addr + RDV_ADDR_MAX, why[RDV_REASON];
+  const char *addr = (const char *)h + 16 + RDV_NONCE, *host = addr + RDV_ADDR_MAX;
   uint8_t want[8];
   why[0] = 0;
   if (magic != RDV_MAGIC)
-    snprintf(why, sizeof(why), "%s",
+    snprintf(why, wl, "%s",
              magic == RDV_MAGIC_V1 ? "rendezvous protocol v1 (older fgbuffd)"
                                    : "bad magic (not an fgbuff rendezvous)");
   else if ((int64_t)w != a->world)
-    snprintf(why, sizeof(why), "world: peer says %u, rank 0 has %d", w, a->world);
+    snprintf(why, wl, "world: peer says %u, rank 0 has %d", w, a->world);
   else if (r == 0 || r >= (uint32_t)a->world)
-    snprintf(why, sizeof(why), "rank %u out of range 1..%d", r, a->world - 1);
+    snprintf(why, wl, "rank %u out of range 1..%d", r, a->world - 1);
   else if (keyed != (a->key != NULL))
-    snprintf(why, sizeof(why), "secret file: %s",
+    snprintf(why, wl, "secret file: %s",
              keyed ? "the peer has one, rank 0 has none" : "rank 0 has one, the peer has none");
   else if (mac(a->key, 'H', h + 16, h, RDV_HELLO - 8, want) != 0 ||
            memcmp(want, h + RDV_HELLO - 8, 8) != 0)
-    snprintf(why, sizeof(why), "bad MAC (another secret file)");
+    snprintf(why, wl, "bad MAC (another secret file)");
   else if (!addr[0] || addr[RDV_ADDR_MAX - 1] || !host[0] || host[RDV_HOST_MAX - 1])
-    snprintf(why, sizeof(why), "rank %u: empty or unterminated address or hostname", r);
-  else if (L->conn[r] >= 0)
-    snprintf(why, sizeof(why), "rank %u already taken", r);
+    snprintf(why, wl, "rank %u: empty or unterminated address or hostname", r);
+  *rank = (int)r;
+  return why[0] ? -1 : 0;
+}
+
+/* Check a complete hello; register its rank or refuse it with the reason. */
+static void admit(leader_st *L, int fd, uint8_t *h) {
+  const rdv_args *a = L->a;
+  char *addr = (char *)h + 16 + RDV_NONCE, *host = addr + RDV_ADDR_MAX, why[RDV_REASON];
+  int r = 0;
+  if (rdv_hello_check(a, h, &r, why, sizeof(why)) == 0 && L->conn[r] >= 0)
+    snprintf(why, sizeof(why), "rank %d already taken", r);
   if (why[0]) {
     LOG_WARN("rendezvous: turned away a peer: %s", why);
-    refuse(fd, why);
+    rdv_refuse(fd, why);
     close(fd);
     return;
   }
@@ -208,27 +212,29 @@ static void admit(leader_st *L, int fd, uint8_t *h) {
   memcpy(L->nonce + (size_t)r * RDV_NONCE, h + 16, RDV_NONCE);
   L->conn[r] = fd;
   L->have++;
-  LOG_INFO("rendezvous: rank %u of %d joined from %s (%s), %d still missing", r, a->world, host,
+  LOG_INFO("rendezvous: rank %d of %d joined from %s (%s), %d still missing", r, a->world, host,
            addr, a->world - L->have);
 }
 
-/* Send rank r its answer: the table and the token (sealed to its nonce in keyed worlds). */
-static int answer(leader_st *L, int r, const uint8_t token[RDV_TOKEN]) {
-  int world = L->a->world;
+/* Send a peer whose hello carried nonce its answer: the table and the token (sealed to the nonce
+ * in keyed worlds). 0, or -1 (-2: timeout) when it could not be sent. */
+int rdv_answer(const rdv_args *a, int fd, const uint8_t nonce[RDV_NONCE], const char *addrs,
+               const char *hosts, const uint8_t token[RDV_TOKEN]) {
+  int world = a->world;
   size_t n = 24 + (size_t)world * RDV_ENTRY + 8;
   uint8_t *m = malloc(n);
   if (!m) return -1;
   put32(m, RDV_OK);
   put32(m + 4, (uint32_t)world);
   memcpy(m + 8, token, RDV_TOKEN);
-  seal_token(L->a->key, L->nonce + (size_t)r * RDV_NONCE, m + 8);
+  seal_token(a->key, nonce, m + 8);
   for (int i = 0; i < world; i++) {
-    memcpy(m + 24 + (size_t)i * RDV_ENTRY, L->addrs + (size_t)i * RDV_ADDR_MAX, RDV_ADDR_MAX);
-    memcpy(m + 24 + (size_t)i * RDV_ENTRY + RDV_ADDR_MAX, L->hosts + (size_t)i * RDV_HOST_MAX,
+    memcpy(m + 24 + (size_t)i * RDV_ENTRY, addrs + (size_t)i * RDV_ADDR_MAX, RDV_ADDR_MAX);
+    memcpy(m + 24 + (size_t)i * RDV_ENTRY + RDV_ADDR_MAX, hosts + (size_t)i * RDV_HOST_MAX,
            RDV_HOST_MAX);
   }
-  int rc = mac(L->a->key, 'A', L->nonce + (size_t)r * RDV_NONCE, m, n - 8, m + n - 8);
-  if (rc == 0) rc = io_all(L->conn[r], m, n, 1, now_ms() + RDV_ANSWER_MS);
+  int rc = mac(a->key, 'A', nonce, m, n - 8, m + n - 8);
+  if (rc == 0) rc = io_all(fd, m, n, 1, now_ms() + RDV_ANSWER_MS);
   free(m);
   return rc;
 }
@@ -309,7 +315,7 @@ static fgb_status leader(leader_st *L, const char *host, const char *port, int64
       } else if (now >= p->dl) {
         LOG_WARN("rendezvous: dropped a connection that sent no complete hello in %d ms",
                  RDV_HELLO_MS);
-        refuse(p->fd, "no complete hello in time");
+        rdv_refuse(p->fd, "no complete hello in time");
         close(p->fd);
       } else {
         continue;
@@ -319,7 +325,7 @@ static fgb_status leader(leader_st *L, const char *host, const char *port, int64
     if (pf[0].revents) {
       int c = accept4(ls, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (c >= 0 && npend == RDV_PEND_MAX) {
-        refuse(c, "busy: too many connections at once");
+        rdv_refuse(c, "busy: too many connections at once");
         close(c);
       } else if (c >= 0) {
         pd[npend] = (pend){.fd = c, .dl = now + RDV_HELLO_MS < dl ? now + RDV_HELLO_MS : dl};
@@ -330,7 +336,8 @@ static fgb_status leader(leader_st *L, const char *host, const char *port, int64
   for (int i = 0; i < npend; i++) close(pd[i].fd);
   for (int r = 1; r < world; r++) {
     if (L->conn[r] < 0) continue;
-    if (st == FGB_OK && answer(L, r, token) != 0) {
+    if (st == FGB_OK && rdv_answer(L->a, L->conn[r], L->nonce + (size_t)r * RDV_NONCE, L->addrs,
+                                   L->hosts, token) != 0) {
       snprintf(err, errlen, "rendezvous: sending the table to rank %d failed", r);
       st = FGB_EIO;
     }
@@ -338,7 +345,10 @@ static fgb_status leader(leader_st *L, const char *host, const char *port, int64
   }
   free(pf);
   free(who);
-  close(ls);
+  if (st == FGB_OK && L->a->keep_listener)
+    *L->a->keep_listener = ls; /* rdv_late_start serves restarted members on it */
+  else
+    close(ls);
   return st;
 }
 

@@ -27,6 +27,9 @@ typedef struct rdv_args {
    * hello and answer carries a SipHash MAC under it, and the token travels encrypted. */
   const uint8_t *key;
   int timeout_ms;
+  /* Rank 0: non-NULL, the listening socket is kept open after formation and handed back here
+   * (rdv_late_start serves members restarted later on it); NULL, it is closed. */
+  int *keep_listener;
 } rdv_args;
 
 /* SipHash-2-4 of in[0..len) under a 16-byte key (exposed for its test vector). */
@@ -46,5 +49,23 @@ int rdv_local_index(const char *hosts, int world, int rank);
 /* Read a world's shared key: a file of exactly 32 hex digits (optionally a trailing newline),
  * readable by its owner only (e.g. `openssl rand -hex 16 > f; chmod 600 f`). */
 fgb_status rdv_read_key(const char *path, uint8_t key[RDV_KEY], char *err, size_t errlen);
+
+/* ---- shared with rdv_late.c: the hello and the answer ---------------------------------------- */
+#define RDV_NONCE 16
+#define RDV_REASON 128
+#define RDV_HELLO (16 + RDV_NONCE + RDV_ADDR_MAX + RDV_HOST_MAX + 8) /* a hello's bytes */
+#define RDV_PEND_MAX 64   /* connections that have not finished their hello */
+#define RDV_HELLO_MS 5000 /* a peer's window for its hello */
+
+/* A refusal the peer prints (best effort, non-blocking). */
+void rdv_refuse(int fd, const char *why);
+/* A complete hello's own checks (magic, world, rank range, key and MAC, address and hostname):
+ * 0 and *rank, or -1 with the reason in why. Not whether the rank is taken. Its nonce is at
+ * h + 16, its address at h + 16 + RDV_NONCE, its hostname RDV_ADDR_MAX bytes after. */
+int rdv_hello_check(const rdv_args *a, const uint8_t *h, int *rank, char *why, size_t wl);
+/* The answer to the peer whose hello carried nonce: the table (addrs, hosts) and token, MAC'ed and
+ * the token sealed in keyed worlds; sent within 10 s. 0, or negative. */
+int rdv_answer(const rdv_args *a, int fd, const uint8_t nonce[RDV_NONCE], const char *addrs,
+               const char *hosts, const uint8_t token[RDV_TOKEN]);
 
 #endif

@@ -227,15 +227,28 @@ static void on_frame(ctrl_conn *c, const uint8_t *p, size_t len) {
     /* Constant-time comparison of the secret. */
     uint8_t diff = len == 8 + CTRL_TOKEN ? 0 : 1;
     for (int i = 0; i < CTRL_TOKEN && !diff; i++) diff |= p[8 + i] ^ cp->token[i];
-    if (dst != -1 || src <= 0 || src >= d->world_size || cp->by_rank[src] || cp->lost[src] ||
-        diff) {
+    int ok_rank = dst == -1 && src > 0 && src < d->world_size && !cp->by_rank[src];
+    /* A lost rank's restarted daemon says hello with the one-time token the rendezvous gave it. */
+    char back_addr[CTRL_ADDR_MAX] = "";
+    int back = ok_rank && cp->lost[src] && len == 8 + CTRL_TOKEN && cp->cbs->rejoin &&
+               cp->cbs->rejoin(cp->ud, src, p + 8, back_addr, sizeof(back_addr)) == 1;
+    if (!back && (!ok_rank || cp->lost[src] || diff)) {
       LOG_WARN("control plane: refused a connection (%s)",
-               diff ? "wrong secret: not a daemon of this world"
-               : src > 0 && src < d->world_size && cp->lost[src]
-                   ? "its world rank was declared lost: restart the world"
-                   : "bad hello");
+               ok_rank && cp->lost[src]
+                   ? "its world rank was declared lost and it holds no rejoin token from the "
+                     "rendezvous"
+               : diff ? "wrong secret: not a daemon of this world"
+                      : "bad hello");
       ctrl_conn_close(c, "bad hello");
       return;
+    }
+    if (back) {
+      cp->lost[src] = 0;
+      cp->epoch++;
+      if (cp->addrs && (size_t)src < cp->naddrs && back_addr[0])
+        snprintf(cp->addrs + (size_t)src * CTRL_ADDR_MAX, CTRL_ADDR_MAX, "%s", back_addr);
+      LOG_INFO("control plane: daemon at world rank %d (%s) rejoined the world (world epoch %llu)",
+               src, addr_of(cp, src), (unsigned long long)cp->epoch);
     }
     c->peer = src;
     c->connected = 1;

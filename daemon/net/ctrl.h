@@ -40,6 +40,11 @@ typedef struct ctrl_cbs {
   void (*on_peer_lost)(void *ud, int rank, const char *why);
   /* A frame from a peer or a lost connection has been handed up (not after a message to itself). */
   void (*after_input)(void *ud);
+  /* Leader, optional (NULL: a lost rank never comes back): a hello from world rank `rank`, which
+   * was declared lost, carries `token` instead of the world's secret. 1: it is the one-time token
+   * the rendezvous gave that rank's restarted daemon (consumed); its control-plane address is
+   * written to addr. The rank is then taken back (a new world epoch). 0: refused. */
+  int (*rejoin)(void *ud, int rank, const uint8_t token[CTRL_TOKEN], char *addr, size_t addrlen);
 } ctrl_cbs;
 
 /* ---- ctrl.c: connections, framing, forwarding, heartbeats, goodbye --------------------------- */

@@ -56,7 +56,8 @@ struct ctrl_plane {
   ctrl_conn **by_rank; /* connected conn per world rank (leader: everyone; others: [0]) */
   ctrl_msg **queue;    /* per world rank: frames waiting for the connection */
   ctrl_msg **qtail;
-  int nhello; /* leader: members hello'd and still connected (a lost one never comes back) */
+  int nhello;     /* leader: members hello'd and still connected */
+  uint64_t epoch; /* leader: how many times a lost rank rejoined (the world's epoch) */
   uint8_t token[CTRL_TOKEN];
   int lost_reported;
   uv_connect_t creq;

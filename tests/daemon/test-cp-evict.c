@@ -69,7 +69,7 @@ static void after_input(void *ud) {
   (void)ud;
 }
 
-static const ctrl_cbs cbs = {on_message, on_peer_lost, after_input};
+static const ctrl_cbs cbs = {on_message, on_peer_lost, after_input, NULL};
 
 /* A connection to the leader from src, once the kernel completed it (the leader's loop need not
  * have run: the handshake ends in its listen backlog). */

@@ -57,7 +57,7 @@ static pid_t party(const char *hp, int rank, int world, const char *addr, const 
     close(p[0]);
     static outcome o;
     memset(&o, 0, sizeof(o));
-    rdv_args a = {hp, rank, world, addr, host, key, timeout_ms};
+    rdv_args a = {hp, rank, world, addr, host, key, timeout_ms, NULL};
     o.st = rdv_exchange(&a, o.addrs, o.hosts, o.token, o.err, sizeof(o.err));
     if (o.st) fprintf(stderr, "rank %d (%s): %s\n", rank, addr, o.err);
     _exit(write(p[1], &o, sizeof(o)) == (ssize_t)sizeof(o) ? 0 : 2);
@@ -253,7 +253,7 @@ static void test_timeout(void) {
   snprintf(hp, sizeof(hp), "127.0.0.1:%d", port);
   pid_t p2 = party(hp, 2, W, addr_of(2), "h", NULL, 8000, &r2);
   uint8_t tok[RDV_TOKEN];
-  rdv_args a = {hp, 0, W, addr_of(0), "h", NULL, 5000};
+  rdv_args a = {hp, 0, W, addr_of(0), "h", NULL, 5000, NULL};
   fgb_status st = rdv_exchange(&a, addrs, hosts, tok, err, sizeof(err));
   CHECK_MSG(st == FGB_ETIMEDOUT && strstr(err, "rank(s) 1 3") != NULL, "missing ranks: %d '%s'", st,
             err);
@@ -265,7 +265,7 @@ static void test_timeout(void) {
 static void test_args_and_keys(void) {
   char err[256], addrs[2 * RDV_ADDR_MAX], hosts[2 * RDV_HOST_MAX];
   uint8_t tok[RDV_TOKEN], key[RDV_KEY];
-  rdv_args a = {"nocolon", 0, 2, "x:1", "h", NULL, 100};
+  rdv_args a = {"nocolon", 0, 2, "x:1", "h", NULL, 100, NULL};
   CHECK(rdv_exchange(&a, addrs, hosts, tok, err, sizeof(err)) == FGB_EINVAL);
   a.hostport = "127.0.0.1:1";
   a.rank = 2;

@@ -46,7 +46,7 @@ static void after_input(void *ud) {
   (void)ud;
 }
 
-static const ctrl_cbs cbs = {on_message, on_peer_lost, after_input};
+static const ctrl_cbs cbs = {on_message, on_peer_lost, after_input, NULL};
 
 /* ---- seeds: a peer's hello and frames ---------------------------------------------------------
  */

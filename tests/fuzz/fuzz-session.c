@@ -147,7 +147,7 @@ static void ctrl_after_input(void *ud) {
   core_after_input(&((srv *)ud)->core);
 }
 
-static const ctrl_cbs ctrl_up = {ctrl_message, ctrl_peer_lost, ctrl_after_input};
+static const ctrl_cbs ctrl_up = {ctrl_message, ctrl_peer_lost, ctrl_after_input, NULL};
 
 static void cleanup(void) {
   char p[128];

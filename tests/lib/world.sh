@@ -5,6 +5,7 @@
 #   world_start 3 [extra fgbuffd args...]   # exports FGBUFF_RUNTIME_DIR, FGBUFF_WORLD_PID, FGBUFF_WORLD_LOG
 #   ... clients connect to $FGBUFF_RUNTIME_DIR/cpu<i>.sock (libfgbuff_client finds them itself) ...
 #   world_daemon_pid R / world_daemon_pids   # pid of world rank R / all, in rank order
+#   WORLD_RDV=1 world_start ... / world_rdv_restart R   # a world formed by the rendezvous; restart R
 #   world_stop                               # SIGTERM, bounded wait, then SIGKILL
 #   world_job2_start JOB STEPS / world_job2_wait JOB   # a 2-rank syncclient job in the background
 #   world_hold_start TAG JOB RANK DAEMON / world_hold_wait TAG...   # a rank held before step 2
@@ -95,12 +96,19 @@ world_rdv_launch() {
   shift 2
   port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')" ||
     return 1
-  for ((r = n - 1; r >= 0; r--)); do
-    "$bin" --device cpu --rendezvous "127.0.0.1:$port" --rank "$r" --world "$n" \
-      --runtime-dir "$FGBUFF_RUNTIME_DIR" "$@" >>"$FGBUFF_WORLD_LOG" 2>&1 &
-    WORLD_RDV_PIDS[r]=$!
-  done
+  WORLD_RDV_BIN="$bin" WORLD_RDV_PORT="$port" WORLD_RDV_N="$n"
+  WORLD_RDV_ARGS=("$@")
+  for ((r = n - 1; r >= 0; r--)); do world_rdv_restart "$r"; done
   FGBUFF_WORLD_PID="${WORLD_RDV_PIDS[0]}"
+}
+
+# world_rdv_restart R: start world rank R's daemon (again) as world_rdv_launch does: same port,
+# same arguments (a lost member's daemon restarted rejoins the world through the rendezvous).
+world_rdv_restart() {
+  "$WORLD_RDV_BIN" --device cpu --rendezvous "127.0.0.1:$WORLD_RDV_PORT" --rank "$1" \
+    --world "$WORLD_RDV_N" --runtime-dir "$FGBUFF_RUNTIME_DIR" "${WORLD_RDV_ARGS[@]}" \
+    >>"$FGBUFF_WORLD_LOG" 2>&1 &
+  WORLD_RDV_PIDS[$1]=$!
 }
 
 # world_launch_alive: mpirun (or, in a rendezvous world, every daemon) still runs.
@@ -110,15 +118,18 @@ world_launch_alive() {
   for p in "${WORLD_RDV_PIDS[@]}"; do kill -0 "$p" 2>/dev/null || return 1; done
 }
 
-# world_daemon_pids: the daemons' pids in world-rank order, from their "fgbuffd: ready" lines.
+# world_daemon_pids: the daemons' pids in world-rank order, from their "fgbuffd: ready" lines
+# (a rank's latest: a restarted daemon's).
 world_daemon_pids() {
   sed -n 's/.*fgbuffd: ready rank \([0-9][0-9]*\) .* pid \([0-9][0-9]*\).*/\1 \2/p' \
-    "${FGBUFF_WORLD_LOG:-/dev/null}" 2>/dev/null | sort -n | cut -d' ' -f2
+    "${FGBUFF_WORLD_LOG:-/dev/null}" 2>/dev/null | awk '{p[$1] = $2} END {for (r in p) print r, p[r]}' |
+    sort -n | cut -d' ' -f2
 }
 
-# world_daemon_pid R: the pid of the daemon of world rank R.
+# world_daemon_pid R: the pid of the daemon of world rank R (the latest to get ready).
 world_daemon_pid() {
-  sed -n "s/.*fgbuffd: ready rank $1 .* pid \([0-9][0-9]*\).*/\1/p" "${FGBUFF_WORLD_LOG:-/dev/null}" 2>/dev/null
+  sed -n "s/.*fgbuffd: ready rank $1 .* pid \([0-9][0-9]*\).*/\1/p" "${FGBUFF_WORLD_LOG:-/dev/null}" 2>/dev/null |
+    tail -1
 }
 
 # world_stop: SIGTERM to every daemon (each exits 0 after telling its clients), wait up to

@@ -87,7 +87,7 @@ static void after_input(void *ud) {
   ((daemon_ *)ud)->inputs++;
 }
 
-static const ctrl_cbs cbs = {on_message, on_peer_lost, after_input};
+static const ctrl_cbs cbs = {on_message, on_peer_lost, after_input, NULL};
 
 static void step(void) {
   uv_run(&loop, UV_RUN_NOWAIT);
