@@ -121,21 +121,26 @@ static void on_guard(uv_timer_t *t) {
   uv_stop(t->loop);
 }
 
+/* FORM of job `key` over world ranks 0..SIZE-1, at world sequence number seq. */
+static void form_job(engine *e, uint64_t key, uint64_t seq) {
+  static const int wr[SIZE] = {0, 1, 2, 3};
+  eng_item *form = calloc(1, sizeof(*form));
+  form->kind = ENG_FORM;
+  form->seq = seq;
+  form->job_key = key;
+  form->job_size = SIZE;
+  form->world_ranks = malloc(sizeof(wr));
+  memcpy(form->world_ranks, wr, sizeof(wr));
+  eng_submit(e, form);
+}
+
 int main(void) {
   uv_loop_t loop;
   uv_loop_init(&loop);
   engine *e;
   char err[256];
   REQUIRE(eng_start(&loop, &fake, on_done, &loop, &e, err, sizeof(err)) == FGB_OK);
-  static int wr[SIZE] = {0, 1, 2, 3};
-  eng_item *form = calloc(1, sizeof(*form));
-  form->kind = ENG_FORM;
-  form->seq = 1;
-  form->job_key = 42;
-  form->job_size = SIZE;
-  form->world_ranks = malloc(sizeof(wr));
-  memcpy(form->world_ranks, wr, sizeof(wr));
-  eng_submit(e, form);
+  form_job(e, 42, 1);
 
   /* One gradient ISSUE fusing: fp32 (avg), fp16 (avg), int32 (sum), fp32 (sum), fp64 flushed. */
   float a[5] = {1, 2, 3, 4, 5}, d[3] = {0.5f, -1, 7};
@@ -255,14 +260,7 @@ int main(void) {
 
   nresults = 0;
   want = 2;
-  eng_item *f2 = calloc(1, sizeof(*f2));
-  f2->kind = ENG_FORM;
-  f2->seq = 5;
-  f2->job_key = 43;
-  f2->job_size = SIZE;
-  f2->world_ranks = malloc(sizeof(wr));
-  memcpy(f2->world_ranks, wr, sizeof(wr));
-  eng_submit(e, f2);
+  form_job(e, 43, 5);
   uint8_t hb_buf[6] = {0};
   eng_item *hb = calloc(1, sizeof(*hb));
   hb->kind = ENG_ISSUE;

@@ -15,14 +15,7 @@ world_start 3 --peer-timeout-ms 2000 || exit 1
 trap world_cleanup EXIT
 out="$FGBUFF_RUNTIME_DIR"
 rc=0
-world_hold_start A0 A 0 1 --expect-error -8 --deadline-ms 5000
-world_hold_start A1 A 1 2
-world_hold_wait A0 A1
-world_job2_start B 60 --step-ms 100
-for _ in $(seq 1 100); do grep -q "step 3 hash" "$out/B1.out" 2>/dev/null && break; sleep 0.1; done
-kill -KILL "$(world_daemon_pid 2)"
-touch "$out/go"
-world_wait_for "${WORLD_HOLD_PID[A0]}" 20
+world_kill2_under_jobs 60
 st=$?
 cat "$out/A0.out"
 [ $st -eq 0 ] || { echo "FAIL: A's client on daemon 1 did not get FGB_EPEER (status $st)"; rc=1; }

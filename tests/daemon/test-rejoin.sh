@@ -24,16 +24,8 @@ world_start 3 --peer-timeout-ms 2000 "${keyargs[@]}" || exit 1
 trap world_cleanup EXIT
 out="$FGBUFF_RUNTIME_DIR"
 rc=0
-world_hold_start A0 A 0 1 --expect-error -8 --deadline-ms 5000
-world_hold_start A1 A 1 2
-world_hold_wait A0 A1
-world_job2_start B 80 --step-ms 100
-for _ in $(seq 1 100); do grep -q "step 3 hash" "$out/B1.out" 2>/dev/null && break; sleep 0.1; done
-old2="$(world_daemon_pid 2)"
-kill -KILL "$old2"
-touch "$out/go"
-world_wait_for "${WORLD_HOLD_PID[A0]}" 20 ||
-  { echo "FAIL: A's client on daemon 1 did not get FGB_EPEER"; cat "$out/A0.out"; rc=1; }
+world_kill2_under_jobs 80 || { echo "FAIL: A's client on daemon 1 did not get FGB_EPEER"; cat "$out/A0.out"; rc=1; }
+old2="$WORLD_KILLED_PID"
 grep -q "daemon at world rank 2 (.*) lost" "$out/A0.out" || { echo "FAIL: A's error does not name daemon 2"; rc=1; }
 
 t0=$SECONDS

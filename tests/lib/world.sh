@@ -9,6 +9,7 @@
 #   world_stop                               # SIGTERM, bounded wait, then SIGKILL
 #   world_job2_start JOB STEPS / world_job2_wait JOB   # a 2-rank syncclient job in the background
 #   world_hold_start TAG JOB RANK DAEMON / world_hold_wait TAG...   # a rank held before step 2
+#   world_kill2_under_jobs BSTEPS            # jobs A (held, on daemon 2) and B run; daemon 2 SIGKILLed
 #   world_wait_for PID SECONDS / world_wait_log PATTERN SECONDS   # bounded waits of a test
 #   trap world_cleanup EXIT                  # kill the test's clients, continue paused daemons, stop
 #   world_pause PID / world_resume PID       # SIGSTOP / SIGCONT a daemon (cleanup continues it)
@@ -185,6 +186,24 @@ world_rdv_stop() {
   WORLD_RDV_PIDS=()
   unset FGBUFF_WORLD_PID
   return "$rc"
+}
+
+# world_kill2_under_jobs BSTEPS: the failure tests' common opening on a 3-daemon world: job A
+# (rank 0 on daemon 1, expecting FGB_EPEER within 5 s; rank 1 on daemon 2) held before its step
+# 2, job B on daemons 0 and 1 (BSTEPS steps of 100 ms) running; once B did 3 steps daemon 2 is
+# SIGKILLed (its pid in WORLD_KILLED_PID) and A released. Returns A's rank 0's exit status
+# (world_wait_for, 20 s): 0 when it got its FGB_EPEER.
+world_kill2_under_jobs() {
+  local out="$FGBUFF_RUNTIME_DIR"
+  world_hold_start A0 A 0 1 --expect-error -8 --deadline-ms 5000
+  world_hold_start A1 A 1 2
+  world_hold_wait A0 A1
+  world_job2_start B "$1" --step-ms 100
+  for _ in $(seq 1 100); do grep -q "step 3 hash" "$out/B1.out" 2>/dev/null && break; sleep 0.1; done
+  WORLD_KILLED_PID="$(world_daemon_pid 2)"
+  kill -KILL "$WORLD_KILLED_PID"
+  touch "$out/go"
+  world_wait_for "${WORLD_HOLD_PID[A0]}" 20
 }
 
 # world_job2_start JOB STEPS [syncclient args...]: a 2-rank job of $FGBUFF_TEST_BIN/syncclient on
