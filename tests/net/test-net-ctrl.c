@@ -89,6 +89,21 @@ static void after_input(void *ud) {
 
 static const ctrl_cbs cbs = {on_message, on_peer_lost, after_input, NULL};
 
+/* The rejoin hook (section 7): one token, granted once for rank 1, as boot/main.c's rendezvous
+ * grant does for a lost rank's restarted daemon. */
+static const uint8_t rj_token[CTRL_TOKEN] = "one-time-token!";
+static int rj_calls, rj_grants;
+static int rj_hook(void *ud, int rank, const uint8_t t[CTRL_TOKEN], char *addr, size_t addrlen) {
+  (void)ud;
+  rj_calls++;
+  if (rank != 1 || rj_grants <= 0 || memcmp(t, rj_token, CTRL_TOKEN) != 0) return 0;
+  rj_grants--;
+  snprintf(addr, addrlen, "127.0.0.9:99");
+  return 1;
+}
+static const ctrl_cbs cbs_rejoin = {on_message, on_peer_lost, after_input, rj_hook};
+static const ctrl_cbs *world_cbs = &cbs;
+
 static void step(void) {
   uv_run(&loop, UV_RUN_NOWAIT);
   nanosleep(&(struct timespec){0, 500000}, NULL);
@@ -113,7 +128,7 @@ static void world_up(int world, int n) {
     dm[r].net.world_size = world;
     dm[r].net.cp_addr = "127.0.0.1";
     dm[r].net.peer_timeout_ms = &timeout_ms;
-    REQUIRE(ctrl_listen(&dm[r].net, &cbs, &dm[r], dm[r].addr, err, sizeof err) == FGB_OK);
+    REQUIRE(ctrl_listen(&dm[r].net, world_cbs, &dm[r], dm[r].addr, err, sizeof err) == FGB_OK);
     memcpy(addrs + r * CTRL_ADDR_MAX, dm[r].addr, CTRL_ADDR_MAX);
     dm[r].up = 1;
   }
@@ -543,6 +558,53 @@ static void member(void) {
   world_down();
 }
 
+/* ---- 7. a lost rank rejoins with its one-time token ------------------------------------------
+ */
+static void rejoin(void) {
+  world_cbs = &cbs_rejoin;
+  rj_calls = 0;
+  rj_grants = 1;
+  world_up(2, 1);
+  raw w;
+  raw_join(&w, 1);
+  raw_close(&w);
+  PUMP_UNTIL(dm[0].nlost == 1, 2000);
+  CHECK(dm[0].nlost == 1 && !ctrl_ready(dm[0].net.cp));
+  raw_open(&w); /* the world's secret: a daemon that resumes does not slip back in */
+  raw_hello(&w, 1, token);
+  PUMP_UNTIL((raw_poll(&w), w.eof), 1000);
+  CHECK(w.eof && !ctrl_ready(dm[0].net.cp));
+  raw_close(&w);
+  raw_open(&w); /* another token */
+  raw_hello(&w, 1, (const uint8_t *)"not-the-token!!");
+  PUMP_UNTIL((raw_poll(&w), w.eof), 1000);
+  CHECK(w.eof && !ctrl_ready(dm[0].net.cp));
+  raw_close(&w);
+  int calls = rj_calls;
+  raw_open(&w); /* the granted one: back in the world */
+  raw_hello(&w, 1, rj_token);
+  PUMP_UNTIL(ctrl_ready(dm[0].net.cp), 2000);
+  printf(
+      "7. a lost rank's hello: world secret and a wrong token refused, the granted token "
+      "taken (%d hook calls): ready %d\n",
+      calls + 1, ctrl_ready(dm[0].net.cp));
+  CHECK(ctrl_ready(dm[0].net.cp) && rj_calls == calls + 1 && rj_grants == 0);
+  raw_frame(&w, 1, 0, "back", 4);
+  PUMP_UNTIL(dm[0].msgs == 1, 2000);
+  CHECK(dm[0].msgs == 1 && strcmp(dm[0].msg, "back") == 0);
+  raw_close(&w); /* lost again, now named by its new address; the token was for once */
+  PUMP_UNTIL(dm[0].nlost == 2, 2000);
+  printf("7. lost again: %s\n", dm[0].nlost == 2 ? dm[0].lost_why[1] : "-");
+  CHECK(dm[0].nlost == 2 && has(dm[0].lost_why[1], "daemon at world rank 1 (127.0.0.9:99)"));
+  raw_open(&w);
+  raw_hello(&w, 1, rj_token);
+  PUMP_UNTIL((raw_poll(&w), w.eof), 1000);
+  CHECK(w.eof && !ctrl_ready(dm[0].net.cp));
+  raw_close(&w);
+  world_down();
+  world_cbs = &cbs;
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -554,6 +616,7 @@ int main(void) {
   goodbye();
   stall();
   member();
+  rejoin();
   uv_run(&loop, UV_RUN_DEFAULT);
   CHECK(uv_loop_close(&loop) == 0);
   TEST_DONE();
