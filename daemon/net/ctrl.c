@@ -441,6 +441,10 @@ int ctrl_ready(const ctrl_plane *cp) {
   return cp->by_rank[0] && cp->by_rank[0]->connected;
 }
 
+uint64_t ctrl_epoch(const ctrl_plane *cp) {
+  return cp ? cp->epoch : 0;
+}
+
 void ctrl_close(srv_net *d) {
   ctrl_plane *cp = d->cp;
   if (!cp) return;

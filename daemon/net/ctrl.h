@@ -62,6 +62,8 @@ fgb_status ctrl_connect(srv_net *d, const char *addrs, const uint8_t token[CTRL_
  * was lost since; a member: connected to the leader); 0 before, and again after a loss (the world
  * is incomplete for good: a lost rank is not taken back). */
 int ctrl_ready(const ctrl_plane *cp);
+/* The leader: how many times a lost rank rejoined the world (0 on members and before any). */
+uint64_t ctrl_epoch(const ctrl_plane *cp);
 void ctrl_close(srv_net *d);
 /* What to check when the leader's control-plane address cannot be reached: names a loopback one
  * (a hostname on 127.0.1.1, as Debian installs it) and --cp-addr. */

@@ -135,6 +135,9 @@ static void render(mbuf *b, srv *d, const char *base, const char *gjs, const mpa
       (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 - (double)(clock_ms() - d->start_ms) / 1e3);
   family(b, "fgbuff_world_size", "gauge", "Daemons in this daemon's world.");
   mb_printf(b, "fgbuff_world_size{%s} %d\n", base, d->world_size);
+  family(b, "fgbuff_world_epoch", "gauge",
+         "Lost members that rejoined the world so far (the leader; 0 elsewhere).");
+  mb_printf(b, "fgbuff_world_epoch{%s} %llu\n", base, (unsigned long long)ctrl_epoch(d->net.cp));
   int clients = 0, jobs = 0;
   for (const srv_conn *c = d->net.sessions; c; c = c->next) clients++;
   for (core_job *j = d->core.jobs; j; j = j->next) jobs++;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "ctrl.h"
 #include "daemon.h"
 #include "plan_exec.h"
 #include "ring.h"
@@ -222,12 +223,12 @@ fgb_status status_build(srv *d, const status_query *q, char **json, char **text)
   }
   uint64_t up = (clock_ms() - d->start_ms) / 1000;
   sb_printf(&j,
-            "{\"rank\":%d,\"world_size\":%d,\"local_index\":%d,\"device\":\"%s\",\"uptime_s\":%llu,"
-            "\"protocol_version\":%u,\"pid\":%d,\"socket\":\"%s\",\"default_policy\":\"%s\","
-            "\"stall_timeout_ms\":%llu,\"jobs\":[",
-            d->world_rank, d->world_size, d->local_index, d->cfg.device, (unsigned long long)up,
-            FGB_PROTOCOL_VERSION, (int)getpid(), d->net.sock_path, d->cfg.default_policy,
-            (unsigned long long)d->cfg.stall_timeout_ms);
+            "{\"rank\":%d,\"world_size\":%d,\"world_epoch\":%llu,\"local_index\":%d,\"device\":"
+            "\"%s\",\"uptime_s\":%llu,\"protocol_version\":%u,\"pid\":%d,\"socket\":\"%s\","
+            "\"default_policy\":\"%s\",\"stall_timeout_ms\":%llu,\"jobs\":[",
+            d->world_rank, d->world_size, (unsigned long long)ctrl_epoch(d->net.cp), d->local_index,
+            d->cfg.device, (unsigned long long)up, FGB_PROTOCOL_VERSION, (int)getpid(),
+            d->net.sock_path, d->cfg.default_policy, (unsigned long long)d->cfg.stall_timeout_ms);
   if (d->core.dp) { /* before "jobs": the GPU, MPS and the daemon's device memory */
     char g[512];
     d->core.dp->status_json(g, sizeof(g));

@@ -41,6 +41,12 @@ grep -q "rejoined the world (world epoch 1)" "$FGBUFF_WORLD_LOG" ||
   { echo "FAIL: the leader did not log daemon 2's rejoin"; rc=1; }
 [ "$(world_daemon_pid 2)" != "$old2" ] || { echo "FAIL: world_daemon_pid 2 still names the old daemon"; rc=1; }
 echo "daemon 2 rejoined $((SECONDS - t0)) s after its restart"
+ctl="$FGBUFF_BIN_DIR/client/fgbuffctl"
+"$ctl" --socket "$out/cpu0.sock" status --json | grep -q '"world_epoch":1,' ||
+  { echo "FAIL: the leader's status does not say world_epoch 1"; rc=1; }
+"$ctl" --socket "$out/cpu0.sock" metrics | grep -q '^fgbuff_world_epoch{.*} 1$' &&
+  "$ctl" --socket "$out/cpu0.sock" metrics | grep -q '^fgbuff_up{.*} 1$' ||
+  { echo "FAIL: the leader's metrics do not say fgbuff_world_epoch 1 and fgbuff_up 1"; rc=1; }
 
 pids=()
 for r in 0 1 2; do
