@@ -108,39 +108,34 @@ static fgb_status cli_check_key(fgb_client *c, const char *key, const char *valu
   return FGB_OK;
 }
 
-CLI_API fgb_status fgb_config_get(fgb_client *c, const char *key, char **value_out) {
-  if (c == NULL) return FGB_EINVAL;
-  if (value_out == NULL) return cli_fail(c, FGB_EINVAL, "value_out is NULL");
-  fgb_status s = cli_check_key(c, key, NULL);
-  if (s || (s = cli_ready(c))) return s;
+/* One ConfigGet round trip: a key's value, or (list) every key's line; the reply's text in *out. */
+static fgb_status config_get(fgb_client *c, const char *key, int list, char **out) {
+  fgb_status s = cli_ready(c);
+  if (s) return s;
   Fgbuff__V1__ConfigGet m = FGBUFF__V1__CONFIG_GET__INIT;
   m.key = (char *)key;
+  m.list = list;
   Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *r = NULL;
   env.body_case = FGBUFF__V1__ENVELOPE__BODY_CONFIG_GET;
   env.config_get = &m;
   s = cli_call(c, &env, NULL, 0, FGBUFF__V1__ENVELOPE__BODY_CONFIG_REPLY, CLI_RPC_TIMEOUT_MS, &r);
   if (s) return s;
-  *value_out = cli_strdup(c, r->config_reply->value, &s);
+  *out = cli_strdup(c, r->config_reply->value, &s);
   fgbuff__v1__envelope__free_unpacked(r, NULL);
   return s;
+}
+
+CLI_API fgb_status fgb_config_get(fgb_client *c, const char *key, char **value_out) {
+  if (c == NULL) return FGB_EINVAL;
+  if (value_out == NULL) return cli_fail(c, FGB_EINVAL, "value_out is NULL");
+  fgb_status s = cli_check_key(c, key, NULL);
+  return s ? s : config_get(c, key, 0, value_out);
 }
 
 CLI_API fgb_status fgb_config_list(fgb_client *c, char **text) {
   if (c == NULL) return FGB_EINVAL;
   if (text == NULL) return cli_fail(c, FGB_EINVAL, "text is NULL");
-  fgb_status s = cli_ready(c);
-  if (s) return s;
-  Fgbuff__V1__ConfigGet m = FGBUFF__V1__CONFIG_GET__INIT;
-  m.key = (char *)"";
-  m.list = 1;
-  Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT, *r = NULL;
-  env.body_case = FGBUFF__V1__ENVELOPE__BODY_CONFIG_GET;
-  env.config_get = &m;
-  s = cli_call(c, &env, NULL, 0, FGBUFF__V1__ENVELOPE__BODY_CONFIG_REPLY, CLI_RPC_TIMEOUT_MS, &r);
-  if (s) return s;
-  *text = cli_strdup(c, r->config_reply->value, &s);
-  fgbuff__v1__envelope__free_unpacked(r, NULL);
-  return s;
+  return config_get(c, "", 1, text);
 }
 
 CLI_API fgb_status fgb_config_set(fgb_client *c, const char *key, const char *value) {

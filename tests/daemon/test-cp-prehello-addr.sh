@@ -16,7 +16,7 @@ world_start 2 --cp-addr 127.0.0.1 || exit 1
 trap world_cleanup EXIT
 out="$FGBUFF_RUNTIME_DIR"
 rc=0
-port=$(sed -n 's/.*fgbuffd\[0\] info: world rank 0 of .* control plane [^ ]*:\([0-9]*\), leader.*/\1/p' "$FGBUFF_WORLD_LOG")
+port=$(world_cp_port)
 [ -n "$port" ] || { echo "no control-plane port in the log"; exit 1; }
 cat >"$out/peraddr.py" <<'PY'
 import socket, sys

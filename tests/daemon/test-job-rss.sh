@@ -75,13 +75,6 @@ if [ $rc -eq 0 ]; then
     [ "$f1" -eq "$f0" ] || rc=1
   done
 fi
-world_daemons_alive || rc=1
-trap - EXIT
-world_stop || { echo "the world did not stop cleanly (a leak report, a crash?)"; rc=1; }
-if grep -q -E 'LeakSanitizer|AddressSanitizer|runtime error' "$FGBUFF_WORLD_LOG"; then
-  echo "sanitizer report in the daemons' log:"
-  grep -A30 -E 'LeakSanitizer|AddressSanitizer|runtime error' "$FGBUFF_WORLD_LOG" | head -80
-  rc=1
-fi
+world_stop_checked || rc=1
 [ $rc -eq 0 ] && echo "job rss ok" || tail -30 "$FGBUFF_WORLD_LOG"
 exit $rc

@@ -128,14 +128,6 @@ for r in 0 1; do
   [ "${fd1[r]}" -eq "${fd0[r]}" ] || rc=1
   [ "${maps1[r]}" -le $((maps0[r] + maps_slack)) ] || rc=1
 done
-world_daemons_alive || rc=1
-trap - EXIT
-# An orderly stop: each daemon exits 0 (and, in a sanitizer build, LeakSanitizer finds nothing).
-world_stop || { echo "the world did not stop cleanly (a leak report, a crash?)"; rc=1; }
-if grep -q -E 'LeakSanitizer|AddressSanitizer|runtime error' "$FGBUFF_WORLD_LOG"; then
-  echo "sanitizer report in the daemons' log:"
-  grep -A30 -E 'LeakSanitizer|AddressSanitizer|runtime error' "$FGBUFF_WORLD_LOG" | head -80
-  rc=1
-fi
+world_stop_checked || rc=1
 [ $rc -eq 0 ] && echo "soak ok" || tail -30 "$FGBUFF_WORLD_LOG"
 exit $rc

@@ -11,6 +11,8 @@
 #   world_hold_start TAG JOB RANK DAEMON / world_hold_wait TAG...   # a rank held before step 2
 #   world_kill2_under_jobs BSTEPS            # jobs A (held, on daemon 2) and B run; daemon 2 SIGKILLed
 #   world_wait_for PID SECONDS / world_wait_log PATTERN SECONDS   # bounded waits of a test
+#   world_cp_port                            # the leader's control-plane port (from the log)
+#   world_stop_checked                       # all alive, clean stop, no sanitizer report
 #   trap world_cleanup EXIT                  # kill the test's clients, continue paused daemons, stop
 #   world_pause PID / world_resume PID       # SIGSTOP / SIGCONT a daemon (cleanup continues it)
 #   world_finish RC                          # end a test: cleanup, the world log if RC != 0, exit RC
@@ -267,6 +269,28 @@ world_hold_wait() {
 world_daemons_alive() {
   local d rc=0
   for d in $(world_daemon_pids); do kill -0 "$d" 2>/dev/null || { echo "daemon $d died"; rc=1; }; done
+  return $rc
+}
+
+# world_cp_port: the leader's control-plane port, from its start line in the world log.
+world_cp_port() {
+  sed -n 's/.*fgbuffd\[0\] info: world rank 0 of .* control plane [^ ]*:\([0-9]*\), leader.*/\1/p' \
+    "$FGBUFF_WORLD_LOG"
+}
+
+# world_stop_checked: the end of a test whose daemons must all be alive and stop cleanly: every
+# daemon still runs, each exits 0 on SIGTERM (in a sanitizer build LeakSanitizer runs then), and
+# the log holds no sanitizer report (printed). Clears the EXIT trap; 1 when any of it failed.
+world_stop_checked() {
+  local rc=0
+  world_daemons_alive || rc=1
+  trap - EXIT
+  world_stop || { echo "the world did not stop cleanly (a leak report, a crash?)"; rc=1; }
+  if grep -q -E 'LeakSanitizer|AddressSanitizer|runtime error' "$FGBUFF_WORLD_LOG"; then
+    echo "sanitizer report in the daemons' log:"
+    grep -A30 -E 'LeakSanitizer|AddressSanitizer|runtime error' "$FGBUFF_WORLD_LOG" | head -80
+    rc=1
+  fi
   return $rc
 }
 
