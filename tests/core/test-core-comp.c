@@ -61,9 +61,10 @@ static core_tensor_args targs(const char *name, uint64_t count, uint64_t off, co
                             .options = options};
 }
 
-static void start(world *w, int n, const char *name, uint32_t *warmup) {
+/* n ranks in job `name` under policy none, warm-up 1000 steps (no decision table in the test). */
+static void start(world *w, int n, const char *name) {
   w_start(w, n);
-  for (int r = 0; r < n; r++) w->r[r].c.plan_warmup_steps = warmup;
+  w_plan_steps(w, 1000, PLAN_REPLAN_STEPS);
   w_join(w, name, "none");
 }
 
@@ -93,8 +94,7 @@ static void ref_topk(float *resid, const float *g, uint64_t n, uint32_t k, float
 /* Registration: the compressor check's refusals, each naming its field; nothing registered. */
 static void test_register_refusals(void) {
   world w;
-  uint32_t warmup = 1000;
-  start(&w, 1, "cr", &warmup);
+  start(&w, 1, "cr");
   w_rank *x = &w.r[0];
   struct {
     core_tensor_args a;
@@ -130,8 +130,7 @@ static void test_register_refusals(void) {
 /* topk (density 1/8: k = 4 of 32) beside a dense tensor on n ranks, `steps` steps. */
 static void test_topk(int n, uint64_t steps) {
   world w;
-  uint32_t warmup = 1000;
-  start(&w, n, "tk", &warmup);
+  start(&w, n, "tk");
   core_tensor_args ga[W_MAX], da[W_MAX];
   for (int r = 0; r < n; r++) {
     ga[r] = targs("g", N_G, OFF_G, "topk", 0.125, NULL);
@@ -200,11 +199,7 @@ static void test_topk(int n, uint64_t steps) {
 static void test_topk_plan(int all_comp, int dense) {
   world w;
   w_start(&w, 2);
-  uint32_t warmup = 2, replan = 50;
-  for (int r = 0; r < 2; r++) {
-    w.r[r].c.plan_warmup_steps = &warmup;
-    w.r[r].c.replan_steps = &replan;
-  }
+  w_plan_steps(&w, 2, 50);
   w_join(&w, "tp", "fgbuff");
   static const uint64_t off[3] = {OFF_G, OFF_D, OFF_M};
   static const char *const names[3] = {"t0", "t1", "t2"};
@@ -270,8 +265,7 @@ static void test_topk_plan(int all_comp, int dense) {
  * the same steps is averaged. */
 static void test_mismatch(void) {
   world w;
-  uint32_t warmup = 1000;
-  start(&w, 2, "mm", &warmup);
+  start(&w, 2, "mm");
   core_tensor_args a[4][W_MAX] = {
       {targs("dens", N_G, OFF_M, "topk", 0.25, NULL), targs("dens", N_G, OFF_M, "topk", 0.5, NULL)},
       {targs("opts", N_G, OFF_M + 1024, "topk", 0.25, "ef=0"),

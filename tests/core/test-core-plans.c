@@ -117,11 +117,7 @@ static void order_str(const world *w, int r, const sched_plan *p, const uint32_t
 static void test_dear(void) {
   world w;
   w_start(&w, 3);
-  uint32_t warmup = 2, replan = 50;
-  for (int r = 0; r < 3; r++) {
-    w.r[r].c.plan_warmup_steps = &warmup;
-    w.r[r].c.replan_steps = &replan;
-  }
+  w_plan_steps(&w, 2, 50);
   w_join(&w, "dear", "dear");
   const uint64_t count[3] = {7, 9, 13};
   uint32_t t[3] = {w_tensor(&w, "a", count[0], OFF_A), w_tensor(&w, "b", count[1], OFF_B),
@@ -193,11 +189,7 @@ static void test_dear(void) {
 static void test_switch(int n) {
   world w;
   w_start(&w, n);
-  uint32_t warmup = 2, replan = 3;
-  for (int r = 0; r < n; r++) {
-    w.r[r].c.plan_warmup_steps = &warmup;
-    w.r[r].c.replan_steps = &replan;
-  }
+  w_plan_steps(&w, 2, 3);
   w_join(&w, "sw", "rgmerge");
   const uint64_t count[3] = {5, 7, 11};
   uint32_t t[3] = {w_tensor(&w, "a", count[0], OFF_A), w_tensor(&w, "b", count[1], OFF_B),

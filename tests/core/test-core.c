@@ -294,11 +294,7 @@ static void test_mid_step_collective(void) {
 static void test_plan(const char *policy, uint32_t replan, int steps) {
   world w;
   w_start(&w, 2);
-  uint32_t warmup = 2;
-  for (int r = 0; r < 2; r++) {
-    w.r[r].c.plan_warmup_steps = &warmup;
-    w.r[r].c.replan_steps = &replan;
-  }
+  w_plan_steps(&w, 2, replan);
   w_join(&w, "pl", policy);
   uint32_t t[3] = {w_tensor(&w, "a", 8, OFF_A), w_tensor(&w, "b", 8, OFF_B),
                    w_tensor(&w, "c", 8, OFF_C)};

@@ -358,6 +358,8 @@ void w_start(world *w, int n) {
   memset(w, 0, sizeof(*w));
   w->n = n;
   g_gen++;
+  g_warmup = PLAN_WARMUP_STEPS;
+  g_replan = PLAN_REPLAN_STEPS;
   REQUIRE(uv_loop_init(&g_loop) == 0);
   pthread_mutex_lock(&g_mu);
   memset(g_nops, 0, sizeof(g_nops));
@@ -384,6 +386,12 @@ void w_start(world *w, int n) {
     REQUIRE(p != MAP_FAILED);
     *r->arena = (core_arena){.id = 0, .refs = 1, .base = p, .bytes = ARENA_BYTES};
   }
+}
+
+void w_plan_steps(world *w, uint32_t warmup, uint32_t replan) {
+  (void)w; /* every rank's core points at these two (w_start) */
+  g_warmup = warmup;
+  g_replan = replan;
 }
 
 void w_stop(world *w) {

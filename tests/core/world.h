@@ -61,6 +61,8 @@ typedef struct world {
 
 /* Start n ranks (coordinators, engines, arenas). */
 void w_start(world *w, int n);
+/* Every rank's plan warm-up and re-plan steps (w_start sets the daemon's defaults). */
+void w_plan_steps(world *w, uint32_t warmup, uint32_t replan);
 /* Stop the engines, free every job, coordinator and arena, check that no message was left. */
 void w_stop(world *w);
 /* One round: deliver the queued control-plane messages, run the loop once (engine results), tick
