@@ -32,15 +32,6 @@
 #define N_G 32
 #define N_D 4
 
-static int dones(const world *w, int r, uint32_t id, uint64_t step, int status) {
-  int n = 0;
-  for (int i = 0; i < w->r[r].nrec; i++) {
-    const w_rec *x = &w->r[r].rec[i];
-    n += x->kind == REC_DONE && x->id == id && x->n == step && x->status == status;
-  }
-  return n;
-}
-
 static const w_rec *done_of(const world *w, int r, uint32_t id, uint64_t step) {
   for (int i = w->r[r].nrec - 1; i >= 0; i--) {
     const w_rec *x = &w->r[r].rec[i];
@@ -151,7 +142,7 @@ static void test_topk(int n, uint64_t steps) {
       core_submit(&x->c, x->job, &x->sess, 2, d, s, 0, 0);
     }
     for (uint64_t i = 0; i < N_G; i++) want[i] = sum[i] * (1.0f / (float)n);
-    for (int r = 0; r < n; r++) W_UNTIL(&w, dones(&w, r, g, s, 0) + dones(&w, r, d, s, 0) == 2);
+    for (int r = 0; r < n; r++) W_UNTIL(&w, w_dones(&w, r, g, s, 0) + w_dones(&w, r, d, s, 0) == 2);
     for (int r = 0; r < n; r++) {
       CHECK(w_count(&w.r[r], REC_ERR, 0) == 0);
       CHECK_MSG(memcmp(w_f32(&w, r, OFF_G), w_f32(&w, 0, OFF_G), N_G * sizeof(float)) == 0,
@@ -231,8 +222,9 @@ static void test_topk_plan(int all_comp, int dense) {
       for (int k = 2; k >= 0; k--) core_submit(&x->c, x->job, &x->sess, 1, t[k], s, 0, 0);
     }
     for (int r = 0; r < 2; r++)
-      W_UNTIL(&w,
-              dones(&w, r, t[0], s, 0) + dones(&w, r, t[1], s, 0) + dones(&w, r, t[2], s, 0) == 3);
+      W_UNTIL(&w, w_dones(&w, r, t[0], s, 0) + w_dones(&w, r, t[1], s, 0) +
+                          w_dones(&w, r, t[2], s, 0) ==
+                      3);
     for (int r = 0; r < 2; r++) {
       CHECK(w_count(&w.r[r], REC_ERR, 0) == 0);
       for (int k = 0; k < 3; k++)
@@ -287,7 +279,7 @@ static void test_mismatch(void) {
       for (int i = 0; i < 4; i++) core_submit(&x->c, x->job, &x->sess, 1, t[i], s, 0, 0);
     }
     for (int r = 0; r < 2; r++) {
-      W_UNTIL(&w, dones(&w, r, t[3], s, 0) == 1);
+      W_UNTIL(&w, w_dones(&w, r, t[3], s, 0) == 1);
       for (int i = 0; i < 3; i++) {
         W_UNTIL(&w, done_of(&w, r, t[i], s) != NULL);
         const w_rec *dn = done_of(&w, r, t[i], s), *d0 = done_of(&w, 0, t[i], s);

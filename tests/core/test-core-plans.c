@@ -27,15 +27,6 @@
 #define OFF_C 8192
 static const uint64_t offs[3] = {OFF_A, OFF_B, OFF_C};
 
-static int dones(const world *w, int r, uint32_t id, uint64_t step, int status) {
-  int n = 0;
-  for (int i = 0; i < w->r[r].nrec; i++) {
-    const w_rec *x = &w->r[r].rec[i];
-    n += x->kind == REC_DONE && x->id == id && x->n == step && x->status == status;
-  }
-  return n;
-}
-
 /* Rank r's value of element i of tensor k at `step`: 3 x (a base) + 3 x (r - 1), so that the
  * average over 2 ranks (base x 3 + 1.5) or 3 ranks (base x 3 + 3) is exact in fp32. */
 static float val(int r, int k, uint64_t i, uint64_t step) {
@@ -60,9 +51,9 @@ static void step_run(world *w, const uint32_t *t, const uint64_t *count, const i
     }
   }
   for (int r = 0; r < w->n; r++)
-    W_UNTIL(
-        w,
-        dones(w, r, t[0], step, 0) + dones(w, r, t[1], step, 0) + dones(w, r, t[2], step, 0) == 3);
+    W_UNTIL(w, w_dones(w, r, t[0], step, 0) + w_dones(w, r, t[1], step, 0) +
+                       w_dones(w, r, t[2], step, 0) ==
+                   3);
   for (int r = 0; r < w->n; r++) {
     CHECK_MSG(w_count(&w->r[r], REC_ERR, 0) == 0, "rank %d: %s", r, w_last(&w->r[r], REC_ERR)->msg);
     for (int k = 0; k < 3; k++)
@@ -171,7 +162,7 @@ static void test_dear(void) {
   w.r[2].job = NULL;
   core_client_gone(gone);
   for (int r = 0; r < 2; r++) {
-    for (int k = 0; k < 3; k++) W_UNTIL(&w, dones(&w, r, t[k], s, FGB_EPEER) == 1);
+    for (int k = 0; k < 3; k++) W_UNTIL(&w, w_dones(&w, r, t[k], s, FGB_EPEER) == 1);
     CHECK(w.r[r].job->aborted && w.r[r].job->npending == 0);
     uint64_t rs, ag;
     plan_split_counts(w.r[r].job, &rs, &ag);
@@ -287,7 +278,7 @@ static void test_close_mid_job(const char *policy) {
   uint32_t a = w_tensor(&w, "a", 8, OFF_A);
   w_hold(&w, 1, 1); /* rank 1's engine results (the exchange's first) wait */
   for (int r = 0; r < 2; r++) core_submit(&w.r[r].c, w.r[r].job, &w.r[r].sess, 1, a, 1, 0, 0);
-  W_UNTIL(&w, dones(&w, 0, a, 1, 0) == 1); /* rank 0: exchange verdict, then step 1 */
+  W_UNTIL(&w, w_dones(&w, 0, a, 1, 0) == 1); /* rank 0: exchange verdict, then step 1 */
   CHECK(view_of(w.r[1].job).exchange_pending);
   log_begin();
   for (int r = 0; r < 2; r++) core_submit(&w.r[r].c, w.r[r].job, &w.r[r].sess, 1, a, 2, 0, 0);
@@ -298,7 +289,7 @@ static void test_close_mid_job(const char *policy) {
   for (int i = 0; i < 50; i++) w_pump(&w); /* the LEAVE, then the ABORT on both ranks */
   CHECK(w.r[0].job->aborted);
   w_hold(&w, 1, 0); /* the exchange's verdict on rank 1: its deferred ISSUE runs now */
-  W_UNTIL(&w, dones(&w, 0, a, 2, 0) + dones(&w, 0, a, 2, FGB_EPEER) == 1);
+  W_UNTIL(&w, w_dones(&w, 0, a, 2, 0) + w_dones(&w, 0, a, 2, FGB_EPEER) == 1);
   W_UNTIL(&w, w.r[1].c.jobs == NULL); /* rank 1 released its job */
   CHECK_MSG(w_nops(0) == w_nops(1), "%s: rank 0 started %d collectives, rank 1 %d", policy,
             w_nops(0), w_nops(1));

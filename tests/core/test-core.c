@@ -34,15 +34,6 @@
               (unsigned long long)((c)->drains - d0_), (n));                    \
   } while (0)
 
-static int dones(const world *w, int r, uint32_t id, uint64_t step, int status) {
-  int n = 0;
-  for (int i = 0; i < w->r[r].nrec; i++) {
-    const w_rec *x = &w->r[r].rec[i];
-    n += x->kind == REC_DONE && x->id == id && x->n == step && x->status == status;
-  }
-  return n;
-}
-
 /* Submit -> Done on n ranks: each tensor's Done on every rank, the average in every arena. */
 static void test_submit_done(int n) {
   world w;
@@ -61,7 +52,7 @@ static void test_submit_done(int n) {
       DRAINS(&x->c, 1, core_submit(&x->c, x->job, &x->sess, 11, b, (uint64_t)step, 0, 0));
     }
     for (int r = 0; r < n; r++)
-      W_UNTIL(&w, dones(&w, r, a, (uint64_t)step, 0) + dones(&w, r, b, (uint64_t)step, 0) == 2);
+      W_UNTIL(&w, w_dones(&w, r, a, (uint64_t)step, 0) + w_dones(&w, r, b, (uint64_t)step, 0) == 2);
     for (int r = 0; r < n; r++) {
       CHECK(w_count(&w.r[r], REC_ERR, 0) == 0);
       CHECK(w.r[r].job->npending == 0 && w.r[r].job->nsteps == 0);
@@ -92,7 +83,7 @@ static void test_flush(void) {
   DRAINS(&x->c, 1, core_end_step(&x->c, x->job, &x->sess, 2, 1));
   core_submit(&y->c, y->job, &y->sess, 1, a, 1, 0, 0);
   core_submit(&y->c, y->job, &y->sess, 2, b, 1, 0, 0);
-  for (int r = 0; r < 2; r++) W_UNTIL(&w, dones(&w, r, a, 1, 0) + dones(&w, r, b, 1, 0) == 2);
+  for (int r = 0; r < 2; r++) W_UNTIL(&w, w_dones(&w, r, a, 1, 0) + w_dones(&w, r, b, 1, 0) == 2);
   for (int r = 0; r < 2; r++) {
     CHECK(w_f32(&w, r, OFF_A)[0] == 1.5f);
     CHECK(w_f32(&w, r, OFF_B)[1] == 4.0f); /* (0 + 8) / 2: rank 0 contributed zeros */
@@ -210,7 +201,7 @@ static void test_errors(void) {
   w_rank *y = &w.r[1];
   core_collective(&y->c, y->job, &y->sess, 16, &ar);
   core_submit(&y->c, y->job, &y->sess, 1, a, 5, 0, 0);
-  for (int r = 0; r < 2; r++) W_UNTIL(&w, dones(&w, r, a, 5, 0) == 1);
+  for (int r = 0; r < 2; r++) W_UNTIL(&w, w_dones(&w, r, a, 5, 0) == 1);
   for (int r = 0; r < 2; r++) W_UNTIL(&w, w_count(&w.r[r], REC_COLL, 0) == 1);
   CHECK(w_last(x, REC_COLL)->req_id == 16 && w_last(x, REC_COLL)->status == 0);
   for (int r = 0; r < 2; r++) {
@@ -233,18 +224,18 @@ static void test_client_gone(void) {
   core_submit(&x->c, x->job, &x->sess, 1, a, 1, 0, 0);
   core_submit(&x->c, x->job, &x->sess, 2, b, 1, 0, 0);
   core_submit(&y->c, y->job, &y->sess, 1, a, 1, 0, 0);
-  for (int r = 0; r < 2; r++) W_UNTIL(&w, dones(&w, r, a, 1, 0) == 1);
-  CHECK(x->job->npending == 1 && dones(&w, 0, b, 1, FGB_EPEER) == 0);
+  for (int r = 0; r < 2; r++) W_UNTIL(&w, w_dones(&w, r, a, 1, 0) == 1);
+  CHECK(x->job->npending == 1 && w_dones(&w, 0, b, 1, FGB_EPEER) == 0);
   core_job *gone = y->job;
   y->job = NULL;
   DRAINS(&y->c, 1, core_client_gone(gone));
-  W_UNTIL(&w, dones(&w, 0, b, 1, FGB_EPEER) == 1);
+  W_UNTIL(&w, w_dones(&w, 0, b, 1, FGB_EPEER) == 1);
   CHECK(x->job->aborted && x->job->npending == 0);
   CHECK(strstr(w_last(x, REC_DONE)->msg, "rank 1") != NULL);
   W_UNTIL(&w, y->c.jobs == NULL); /* released (its ABORT came back, the engine holds nothing) */
   /* Later calls of the aborted rank fail at once with the abort's text. */
   core_submit(&x->c, x->job, &x->sess, 3, a, 2, 0, 0);
-  CHECK(dones(&w, 0, a, 2, FGB_EPEER) == 1);
+  CHECK(w_dones(&w, 0, a, 2, FGB_EPEER) == 1);
   w_stop(&w);
 }
 
@@ -271,8 +262,9 @@ static void test_mid_step_collective(void) {
       core_end_step(&x->c, x->job, &x->sess, 3, step); /* c takes part in every step: zeros */
     }
     for (int r = 0; r < 2; r++)
-      W_UNTIL(&w,
-              dones(&w, r, a, step, 0) + dones(&w, r, b, step, 0) + dones(&w, r, c, step, 0) == 3);
+      W_UNTIL(&w, w_dones(&w, r, a, step, 0) + w_dones(&w, r, b, step, 0) +
+                          w_dones(&w, r, c, step, 0) ==
+                      3);
   }
   for (int r = 0; r < 2; r++) {
     W_UNTIL(&w, w_count(&w.r[r], REC_COLL, 0) == 1);
@@ -307,8 +299,8 @@ static void test_plan(const char *policy, uint32_t replan, int steps) {
       }
     }
     for (int r = 0; r < 2; r++)
-      W_UNTIL(&w, dones(&w, r, t[0], step, 0) + dones(&w, r, t[1], step, 0) +
-                          dones(&w, r, t[2], step, 0) ==
+      W_UNTIL(&w, w_dones(&w, r, t[0], step, 0) + w_dones(&w, r, t[1], step, 0) +
+                          w_dones(&w, r, t[2], step, 0) ==
                       3);
     for (int r = 0; r < 2; r++)
       for (int k = 0; k < 3; k++) CHECK(w_f32(&w, r, (uint64_t)k * 4096)[0] == 1.0f);
@@ -399,9 +391,9 @@ static void test_dp(void) {
     g_watching = 0;
   }
   for (int i = 0; i < 200; i++) w_pump(&w); /* nothing is ready: no Done */
-  CHECK(dones(&w, 0, a, 1, 0) == 0 && dones(&w, 1, a, 1, 0) == 0);
+  CHECK(w_dones(&w, 0, a, 1, 0) == 0 && w_dones(&w, 1, a, 1, 0) == 0);
   for (int r = 0; r < 2; r++) DRAINS(&w.r[r].c, 1, core_gpu_observed(&w.r[r].c, a, 1));
-  for (int r = 0; r < 2; r++) W_UNTIL(&w, dones(&w, r, a, 1, 0) == 1);
+  for (int r = 0; r < 2; r++) W_UNTIL(&w, w_dones(&w, r, a, 1, 0) == 1);
   for (int r = 0; r < 2; r++) CHECK(w_last(&w.r[r], REC_DONE)->slot == (uint32_t)(3 + r));
   g_now_reports = 1; /* the data plane sees the event passed at once */
   for (int r = 0; r < 2; r++) {
@@ -410,7 +402,7 @@ static void test_dp(void) {
     DRAINS(&x->c, 1, core_submit(&x->c, x->job, &x->sess, 3, a, 2, 1, 0));
     CHECK(x->job->pending[0].reported && !x->job->pending[0].observing);
   }
-  for (int r = 0; r < 2; r++) W_UNTIL(&w, dones(&w, r, a, 2, 0) == 1);
+  for (int r = 0; r < 2; r++) W_UNTIL(&w, w_dones(&w, r, a, 2, 0) == 1);
   /* Rank 1 leaves in the middle of step 3: rank 0's b fails (its done signal released). */
   g_dp_core = &w.r[0].c;
   core_submit(&w.r[0].c, w.r[0].job, &w.r[0].sess, 4, b, 3, 2, 0);
@@ -419,7 +411,7 @@ static void test_dp(void) {
   core_job *gone = w.r[1].job;
   w.r[1].job = NULL;
   core_client_gone(gone);
-  W_UNTIL(&w, dones(&w, 0, b, 3, FGB_EPEER) == 1);
+  W_UNTIL(&w, w_dones(&w, 0, b, 3, FGB_EPEER) == 1);
   CHECK(g_failed >= 1 && g_aborted >= 1);
   g_now_reports = 0;
   w_stop(&w);

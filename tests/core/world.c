@@ -388,6 +388,15 @@ void w_start(world *w, int n) {
   }
 }
 
+int w_dones(const world *w, int r, uint32_t id, uint64_t step, int status) {
+  int n = 0;
+  for (int i = 0; i < w->r[r].nrec; i++) {
+    const w_rec *x = &w->r[r].rec[i];
+    n += x->kind == REC_DONE && x->id == id && x->n == step && x->status == status;
+  }
+  return n;
+}
+
 void w_plan_steps(world *w, uint32_t warmup, uint32_t replan) {
   (void)w; /* every rank's core points at these two (w_start) */
   g_warmup = warmup;

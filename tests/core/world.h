@@ -61,6 +61,8 @@ typedef struct world {
 
 /* Start n ranks (coordinators, engines, arenas). */
 void w_start(world *w, int n);
+/* Done replies rank r's client got for tensor id at step with this status. */
+int w_dones(const world *w, int r, uint32_t id, uint64_t step, int status);
 /* Every rank's plan warm-up and re-plan steps (w_start sets the daemon's defaults). */
 void w_plan_steps(world *w, uint32_t warmup, uint32_t replan);
 /* Stop the engines, free every job, coordinator and arena, check that no message was left. */
