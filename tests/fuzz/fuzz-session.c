@@ -452,6 +452,15 @@ static void rec(uint8_t flags, Fgbuff__V1__Envelope *e) {
 #define BODY(env, CASE, field, msg) \
   (env).body_case = FGBUFF__V1__ENVELOPE__BODY_##CASE, (env).field = &(msg)
 
+/* An EndStep record of `step`. */
+static void seed_end_step(uint64_t step) {
+  Fgbuff__V1__Envelope e = FGBUFF__V1__ENVELOPE__INIT;
+  Fgbuff__V1__EndStep es = FGBUFF__V1__END_STEP__INIT;
+  es.step = step;
+  BODY(e, END_STEP, end_step, es);
+  rec(0, &e);
+}
+
 /* A record without a frame (flags 64, 128). */
 static void seed_mark(uint8_t flags) {
   g_seed = realloc(g_seed, g_seed_len + 3);
@@ -513,11 +522,7 @@ static void seed_step(uint64_t step) {
     BODY(e, SUBMIT, submit, sb);
     rec(8, &e);
   }
-  Fgbuff__V1__Envelope e = FGBUFF__V1__ENVELOPE__INIT;
-  Fgbuff__V1__EndStep es = FGBUFF__V1__END_STEP__INIT;
-  es.step = step;
-  BODY(e, END_STEP, end_step, es);
-  rec(0, &e);
+  seed_end_step(step);
 }
 
 static void seed_admin(void) {
@@ -594,11 +599,7 @@ static void seed_ring_step(uint8_t step) {
     memcpy(g_seed + g_seed_len + 3, r, sizeof r);
     g_seed_len += 3 + sizeof r;
   }
-  Fgbuff__V1__Envelope e = FGBUFF__V1__ENVELOPE__INIT;
-  Fgbuff__V1__EndStep es = FGBUFF__V1__END_STEP__INIT;
-  es.step = step;
-  BODY(e, END_STEP, end_step, es);
-  rec(0, &e);
+  seed_end_step(step);
 }
 
 static void seed_release_arena(void) {
