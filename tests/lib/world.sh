@@ -190,6 +190,25 @@ world_rdv_stop() {
   return "$rc"
 }
 
+# world_hold_failed TAG T0_NS BOUND_MS PATTERN: held rank TAG (world_hold_start with --expect-error)
+# must end with its expected error within BOUND_MS + 3 s of T0_NS (date +%s%N: when the daemon was
+# stopped), its output holding PATTERN (grep); prints its output and the time; 1 when any fails.
+world_hold_failed() {
+  local tag="$1" t0="$2" bound="$3" pat="$4" st el rc=0
+  world_wait_for "${WORLD_HOLD_PID[$tag]}" 20
+  st=$?
+  el=$((($(date +%s%N) - t0) / 1000000))
+  cat "$FGBUFF_RUNTIME_DIR/$tag.out"
+  if [ $st -ne 0 ]; then
+    echo "FAIL: $tag did not get FGB_EPEER within the bound (status $st, $el ms after the SIGSTOP)"
+    return 1
+  fi
+  echo "$tag failed $el ms after the SIGSTOP"
+  [ "$el" -le $((bound + 3000)) ] || { echo "FAIL: $tag: $el ms is beyond the bound"; rc=1; }
+  grep -q "$pat" "$FGBUFF_RUNTIME_DIR/$tag.out" || { echo "FAIL: $tag's error does not match '$pat'"; rc=1; }
+  return $rc
+}
+
 # world_kill2_under_jobs BSTEPS: the failure tests' common opening on a 3-daemon world: job A
 # (rank 0 on daemon 1, expecting FGB_EPEER within 5 s; rank 1 on daemon 2) held before its step
 # 2, job B on daemons 0 and 1 (BSTEPS steps of 100 ms) running; once B did 3 steps daemon 2 is
