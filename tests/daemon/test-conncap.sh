@@ -48,10 +48,4 @@ PY
 n=$(grep -c "refusing connections: uid" "$FGBUFF_WORLD_LOG")
 echo "refusal log lines: $n"
 [ "$n" -eq 1 ] || { echo "expected 1 refusal line, got $n"; rc=1; }
-world_job2_wait bystander || rc=1
-world_job2_start after 2
-world_job2_wait after || rc=1
-world_stop || { echo "world_stop failed"; rc=1; }
-trap - EXIT
-[ $rc -eq 0 ] || tail -30 "$FGBUFF_WORLD_LOG"
-exit $rc
+world_bystander_end $rc

@@ -55,10 +55,4 @@ world_job2_start bystander 300
 python3 "$out/peraddr.py" "$port" || rc=1
 n=$(grep -c "without a hello from 127.0.0.5, the most one address may hold" "$FGBUFF_WORLD_LOG")
 [ "$n" = 1 ] || { echo "per-address closings logged $n times (expected one line per 10 s)"; rc=1; }
-world_job2_wait bystander || rc=1
-world_job2_start after 2
-world_job2_wait after || rc=1
-world_stop || { echo "world_stop failed"; rc=1; }
-trap - EXIT
-[ $rc -eq 0 ] || tail -30 "$FGBUFF_WORLD_LOG"
-exit $rc
+world_bystander_end $rc

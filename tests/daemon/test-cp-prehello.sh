@@ -109,10 +109,4 @@ grep -q "closed 1 connection(s) that sent no hello within 5000 ms" "$FGBUFF_WORL
   { echo "the late hello was not logged"; rc=1; }
 n=$(grep -c "connections without a hello in all, the most allowed" "$FGBUFF_WORLD_LOG")
 [ "$n" -le 2 ] || { echo "closing logged $n times (expected one line per 10 s)"; rc=1; }
-world_job2_wait bystander || rc=1
-world_job2_start after 2
-world_job2_wait after || rc=1
-world_stop || { echo "world_stop failed"; rc=1; }
-trap - EXIT
-[ $rc -eq 0 ] || tail -30 "$FGBUFF_WORLD_LOG"
-exit $rc
+world_bystander_end $rc

@@ -13,6 +13,7 @@
 #   world_wait_for PID SECONDS / world_wait_log PATTERN SECONDS   # bounded waits of a test
 #   world_cp_port                            # the leader's control-plane port (from the log)
 #   world_stop_checked                       # all alive, clean stop, no sanitizer report
+#   world_bystander_end RC                   # bystander done, a new job works, clean stop; exit
 #   trap world_cleanup EXIT                  # kill the test's clients, continue paused daemons, stop
 #   world_pause PID / world_resume PID       # SIGSTOP / SIGCONT a daemon (cleanup continues it)
 #   world_finish RC                          # end a test: cleanup, the world log if RC != 0, exit RC
@@ -188,6 +189,20 @@ world_rdv_stop() {
   WORLD_RDV_PIDS=()
   unset FGBUFF_WORLD_PID
   return "$rc"
+}
+
+# world_bystander_end RC: the hostile-input tests' ending: the bystander job (world_job2_start
+# bystander ...) completed, a new 2-rank job works afterwards, the world stops cleanly; then exits
+# with RC (1 if any of these failed), the end of the world log printed on failure.
+world_bystander_end() {
+  local rc="$1"
+  world_job2_wait bystander || rc=1
+  world_job2_start after 2
+  world_job2_wait after || rc=1
+  world_stop || { echo "world_stop failed"; rc=1; }
+  trap - EXIT
+  [ "$rc" -eq 0 ] || tail -30 "$FGBUFF_WORLD_LOG"
+  exit "$rc"
 }
 
 # world_hold_failed TAG T0_NS BOUND_MS PATTERN: held rank TAG (world_hold_start with --expect-error)
