@@ -248,10 +248,7 @@ static void run(const uint8_t *data, size_t size) {
 }
 
 static void write_seed(const char *dir, const char *name) {
-  char p[512];
-  snprintf(p, sizeof p, "%s/%s", dir, name);
-  FILE *f = fopen(p, "wb");
-  FZ_CHECK(f && fwrite(g_rec, 1, g_rec_len, f) == g_rec_len && fclose(f) == 0);
+  fz_write_seed(dir, name, g_rec, g_rec_len);
   free(g_rec);
   g_rec = NULL;
   g_rec_len = 0;

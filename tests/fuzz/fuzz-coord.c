@@ -174,10 +174,7 @@ static void seed_world(const char *dir, const char *name, int variant) {
     route(w);
   }
   for (int r = 0; r < 3; r++) coord_free(w[r]);
-  char path[512];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "wb");
-  FZ_CHECK(f && fwrite(g_seed, 1, g_seed_len, f) == g_seed_len && fclose(f) == 0);
+  fz_write_seed(dir, name, g_seed, g_seed_len);
   free(g_seed);
   g_seed = NULL;
   g_seed_len = 0;

@@ -66,10 +66,7 @@ static void frame(int src, int dst, const void *p, size_t n) {
 }
 
 static void seed_write(const char *dir, const char *name) {
-  char path[512];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "wb");
-  FZ_CHECK(f && fwrite(g_seed, 1, g_seed_len, f) == g_seed_len && fclose(f) == 0);
+  fz_write_seed(dir, name, g_seed, g_seed_len);
   g_seed_len = 0;
 }
 

@@ -43,10 +43,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     uint8_t *b;
     size_t len;
     FZ_CHECK(sched_plan_encode(&p, &b, &len) == FGB_OK);
-    char path[512];
-    snprintf(path, sizeof path, "%s/plan-%s", dir, *n);
-    FILE *f = fopen(path, "wb");
-    FZ_CHECK(f && fwrite(b, 1, len, f) == len && fclose(f) == 0);
+    char name[128];
+    snprintf(name, sizeof name, "plan-%s", *n);
+    fz_write_seed(dir, name, b, len);
     free(b);
     sched_plan_free(&p);
     scen_free(&s);

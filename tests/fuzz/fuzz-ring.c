@@ -122,10 +122,7 @@ out:
 
 /* ---- seeds ---------------------------------------------------------------------------------- */
 static void seed(const char *dir, const char *name, const uint8_t *p, size_t n) {
-  char path[512];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "wb");
-  FZ_CHECK(f && fwrite(p, 1, n, f) == n && fclose(f) == 0);
+  fz_write_seed(dir, name, p, n);
   FZ_CHECK(LLVMFuzzerTestOneInput(p, n) == 0);
 }
 

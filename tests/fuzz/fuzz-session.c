@@ -611,10 +611,7 @@ static void seed_release_arena(void) {
 }
 
 static void seed_write(const char *dir, const char *name) {
-  char p[512];
-  snprintf(p, sizeof p, "%s/%s", dir, name);
-  FILE *f = fopen(p, "wb");
-  FZ_CHECK(f && fwrite(g_seed, 1, g_seed_len, f) == g_seed_len && fclose(f) == 0);
+  fz_write_seed(dir, name, g_seed, g_seed_len);
   run_session(g_seed, g_seed_len); /* every seed runs clean here */
   free(g_seed);
   g_seed = NULL;

@@ -22,6 +22,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
     }                                                                               \
   } while (0)
 
+/* Write a seed input: dir/name holds the n bytes at p (FGB_FUZZ_SEEDS runs write the corpus). */
+static inline void fz_write_seed(const char *dir, const char *name, const void *p, size_t n) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  FZ_CHECK(f && fwrite(p, 1, n, f) == n && fclose(f) == 0);
+}
+
 /* The input, consumed front to back; reads past the end give zeros and an empty rest. */
 typedef struct fz_in {
   const uint8_t *p;
