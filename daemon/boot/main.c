@@ -332,8 +332,8 @@ static int boot_rdv(srv *d, boot *b, char *err, size_t errlen) {
   fgb_status st = rdv_exchange(&a, b->addrs, hosts, b->token, err, errlen);
   if (st == FGB_OK) d->local_index = rdv_local_index(hosts, d->world_size, d->world_rank);
   b->hosts = hosts; /* the late server's copy of the table (rank 0) */
-  memcpy(b->key, key, RDV_KEY);
   b->keyed = d->cfg.secret_file[0] != 0;
+  if (b->keyed) memcpy(b->key, key, RDV_KEY);
   return st == FGB_OK ? 0 : -1;
 }
 

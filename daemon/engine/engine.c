@@ -284,7 +284,9 @@ static void start_item(engine *e, eng_item *it) {
 void eng_job_aborted(engine *e, uint64_t job_key) {
   if (!e) return;
   pthread_mutex_lock(&e->ab_mu);
-  e->aborted[e->naborted++ % ENG_MAX_ABORTS] = job_key;
+  unsigned n = atomic_load_explicit(&e->naborted, memory_order_relaxed);
+  e->aborted[n % ENG_MAX_ABORTS] = job_key;
+  atomic_store_explicit(&e->naborted, n + 1, memory_order_release);
   pthread_mutex_unlock(&e->ab_mu);
 }
 
@@ -293,15 +295,17 @@ void eng_job_aborted(engine *e, uint64_t job_key) {
  * end when the peer's connection closes). */
 static void abort_marked(engine *e) {
   if (e->gpu || !e->ops->abort) return;
+  /* Every pass of the engine loop: one load unless a mark came; then the keys under one lock. */
+  if (atomic_load_explicit(&e->naborted, memory_order_acquire) == e->nseen) return;
+  uint64_t keys[ENG_MAX_ABORTS];
+  unsigned k = 0;
   pthread_mutex_lock(&e->ab_mu);
-  unsigned n = e->naborted;
-  pthread_mutex_unlock(&e->ab_mu);
+  unsigned n = atomic_load_explicit(&e->naborted, memory_order_relaxed);
   if (n - e->nseen > ENG_MAX_ABORTS) e->nseen = n - ENG_MAX_ABORTS;
-  for (; e->nseen != n; e->nseen++) {
-    pthread_mutex_lock(&e->ab_mu);
-    uint64_t key = e->aborted[e->nseen % ENG_MAX_ABORTS];
-    pthread_mutex_unlock(&e->ab_mu);
-    eng_comm *c = eng_job_find(e, key);
+  for (; e->nseen != n; e->nseen++) keys[k++] = e->aborted[e->nseen % ENG_MAX_ABORTS];
+  pthread_mutex_unlock(&e->ab_mu);
+  for (unsigned i = 0; i < k; i++) {
+    eng_comm *c = eng_job_find(e, keys[i]);
     if (c) e->ops->abort(c->c);
   }
 }

@@ -5,6 +5,7 @@
 #define FGB_ENGINE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "compress_path.h"
@@ -72,8 +73,8 @@ struct engine {
    */
   pthread_mutex_t ab_mu;
   uint64_t aborted[ENG_MAX_ABORTS];
-  unsigned naborted; /* marks written (ab_mu) */
-  unsigned nseen;    /* marks the engine thread has acted on (engine thread only) */
+  atomic_uint naborted; /* marks written (under ab_mu; read alone for the engine's fast check) */
+  unsigned nseen;       /* marks the engine thread has acted on (engine thread only) */
   /* Timeline labels (loop thread, eng_submit) */
   void (*label)(void *ud, eng_item *it);
   void *label_ud;
