@@ -1,7 +1,10 @@
-/* daemon/base/log.c — level-filtered log lines on stderr (see log.h). One fprintf per line, so
- * lines of the loop and engine threads never interleave mid-line. */
+/* daemon/base/log.c — level-filtered log lines on stderr (see log.h). Each line is formatted in
+ * full and handed to one write(2), so lines of the loop and engine threads — and of other daemons
+ * appending to the same file — never interleave mid-line. (fprintf on unbuffered stderr does not
+ * promise that: glibc 2.37+ stages its output 128 bytes at a time and writes each stage.) */
 #include "log.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -9,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "env.h"
 
@@ -71,7 +75,18 @@ void log_line(int level, const char *fmt, ...) {
   struct tm tm;
   gmtime_r(&ts.tv_sec, &tm);
   static const char *const prio[] = {"<7>", "<6>", "<4>", "<3>"};
-  fprintf(stderr, "%s%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ fgbuffd[%d] %s: %s\n",
-          to_journal() ? prio[level] : "", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-          tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, atomic_load(&g_rank), names[level], msg);
+  char line[sizeof(msg) + 96];
+  int n = snprintf(
+      line, sizeof(line), "%s%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ fgbuffd[%d] %s: %s\n",
+      to_journal() ? prio[level] : "", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+      tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, atomic_load(&g_rank), names[level], msg);
+  if (n < 0) return;
+  size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
+  line[len - 1] = '\n'; /* a truncated line still ends its line */
+  for (size_t off = 0; off < len;) {
+    ssize_t w = write(2, line + off, len - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return; /* stderr gone or full: nothing sensible left to do with a log line */
+    off += (size_t)w;
+  }
 }
