@@ -214,16 +214,19 @@ def _ddp_run(state, view=True, steps=6):
     return m
 
 
-@pytest.mark.parametrize("zero_copy,view", [(True, True), (True, False), (False, True)])
+@pytest.mark.parametrize("zero_copy,view", [(True, True), (None, True), (True, False),
+                                            (False, True)])
 def test_ddp_hook_equals_nccl_ddp(zero_copy, view):
     """zero_copy: the daemon works on DDP's buckets in place (their caching-allocator segments
-    registered), no slot; else each bucket is copied through a slot."""
+    registered), no slot; else each bucket is copied through a slot. None: the default, which
+    is in place."""
     import fgbuff.torch.ddp as fddp
 
     _nccl_pg()
     ref = _ddp_run(None, view)
-    st = fddp.FgbuffHookState(job_name=f"gpu.ddp.{int(zero_copy)}{int(view)}",
-                              zero_copy=zero_copy)
+    kw = {} if zero_copy is None else {"zero_copy": zero_copy}
+    st = fddp.FgbuffHookState(job_name=f"gpu.ddp.{zero_copy}{int(view)}", **kw)
+    zero_copy = zero_copy is None or zero_copy
     got = _ddp_run(st, view)
     assert st.fgbuff_iters == 4 and len(st.buckets) >= 2
     if zero_copy:

@@ -8,8 +8,8 @@ compresses) DDP's gradient buckets through fgbuffd.
 DDP allocates its buckets anew at the bucket rebuild after the first iteration, so the first
 `start_iter` iterations (default 2) use the process group's own all-reduce (as PyTorch's PowerSGD
 hook does), and buckets are registered with the daemon once, at the first iteration after that.
-On a GPU daemon DDP's own bucket can be registered in place (zero_copy=True; off by default
-until its GPU test passes: docs/pytorch.md, "Zero-copy"): the
+On a GPU daemon DDP's own bucket is registered in place (zero_copy=True, the default;
+zero_copy=False copies every bucket through a slot: docs/pytorch.md, "Zero-copy"): the
 caching allocator's segment holding it (a cudaMalloc allocation, by legacy CUDA IPC; one arena per
 segment, shared by the buckets in it) or, for cuMem/VMM memory (expandable segments), the
 bucket's own range; the daemon reads the gradients and writes the average where DDP keeps them,
@@ -61,7 +61,7 @@ class FgbuffHookState:
                  density: float = 0.0, policy: Optional[str] = None,
                  job_name: Optional[str] = None, start_iter: int = 2,
                  timeout_ms: int = 600000, compressor_options: Any = None,
-                 zero_copy: bool = False):
+                 zero_copy: bool = True):
         if start_iter < 2:
             raise ValueError("fgbuff ddp hook: start_iter must be >= 2 (DDP rebuilds its "
                              "buckets after the first iteration)")
