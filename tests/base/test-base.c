@@ -1,12 +1,14 @@
 /* tests/base/test-base.c — daemon/base/ alone (linked against fgb_base only): the growable array,
  * the error helper, the shared dtype table, idpos, fds_close and the FGBUFF_* knob table (set in
- * this process's environment before the first read). */
+ * this process's environment before the first read), and log lines that stay whole when several
+ * processes append to one file. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -17,6 +19,7 @@
 #include "fds.h"
 #include "htab.h"
 #include "idpos.h"
+#include "log.h"
 #include "membudget.h"
 #include "test.h"
 #include "vec.h"
@@ -219,6 +222,70 @@ static void test_membudget(void) {
   CHECK(system(cmd) == 0);
 }
 
+/* Three processes append long lines (and one over the line limit) to one O_APPEND file, as the
+ * daemons of a test world do: every line must come out whole — its prefix, then one fill character
+ * repeated, then the newline. Fails with fprintf on unbuffered stderr under glibc >= 2.37, which
+ * writes a long line in 128-byte pieces. */
+static void test_log_lines_whole(void) {
+  char path[] = "/tmp/fgbuff-test-log.XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  int afd = open(path, O_WRONLY | O_APPEND);
+  CHECK(afd >= 0);
+  close(fd);
+  enum { procs = 3, lines = 3000, fill = 700 };
+  pid_t pid[procs];
+  int go[2];
+  CHECK(pipe(go) == 0);
+  for (int p = 0; p < procs; p++) {
+    pid[p] = fork();
+    CHECK(pid[p] >= 0);
+    if (pid[p] == 0) {
+      char c;
+      close(go[1]);
+      if (read(go[0], &c, 1) != 0) _exit(2); /* all start together: the parent closes the pipe */
+      dup2(afd, 2);
+      log_set_rank(p);
+      char msg[2000];
+      for (int i = 0; i < lines; i++) {
+        int n = i == lines - 1 ? (int)sizeof(msg) - 1 : fill;
+        memset(msg, 'a' + p, (size_t)n);
+        msg[n] = '\0';
+        LOG_INFO("%s", msg);
+      }
+      _exit(0);
+    }
+  }
+  close(go[0]);
+  close(go[1]);
+  for (int p = 0; p < procs; p++) {
+    int st = 0;
+    CHECK(waitpid(pid[p], &st, 0) == pid[p] && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  close(afd);
+  FILE *f = fopen(path, "r");
+  CHECK(f != NULL);
+  char line[4096];
+  int count[procs] = {0}, bad = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    size_t len = strlen(line);
+    const char *body = strstr(line, " info: ");
+    int p = body ? body[7] - 'a' : -1;
+    size_t i = body ? (size_t)(body + 7 - line) : 0;
+    while (p >= 0 && p < procs && i < len && line[i] == 'a' + p) i++;
+    if (p < 0 || p >= procs || i != len - 1 || line[len - 1] != '\n' ||
+        (i - (size_t)(body + 7 - line) != fill && len < 1000)) {
+      bad++;
+      continue;
+    }
+    count[p]++;
+  }
+  if (f) fclose(f);
+  unlink(path);
+  CHECK(bad == 0);
+  for (int p = 0; p < procs; p++) CHECK(count[p] == lines);
+}
+
 int main(void) {
   uint64_t t0 = clock_ms(), u0 = clock_us();
   test_vec();
@@ -229,6 +296,7 @@ int main(void) {
   test_fds();
   test_env();
   test_membudget();
+  test_log_lines_whole();
   CHECK(clock_ms() >= t0 && clock_us() >= u0);
   return test_failures_ ? 1 : 0;
 }
