@@ -2,8 +2,9 @@
  * fusion: a cycle time and a fusion threshold per job (HOROVOD_CYCLE_TIME,
  * HOROVOD_FUSION_THRESHOLD). Agreed tensors are packed in agreed order into groups of at most the
  * threshold (dense bytes announced in META); with a cycle the open group is held until the next
- * tensor does not fit, the group is full, or the cycle that its first tensor started ends (checked
- * on coord_tick; coord_next_due says when). Semantics at the top of coordinator.c ("Fusion").
+ * tensor does not fit, the group is full, every tensor of its step has been agreed (nothing can
+ * join it any more), or the cycle that its first tensor started ends (checked on coord_tick;
+ * coord_next_due says when). Semantics at the top of coordinator.c ("Fusion").
  */
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,21 @@ void coord_fuse_agreed(coord *c, ljob *j, uint64_t step, const uint32_t *keys, u
       coord_fuse_flush(c, j);
     }
   }
+  /* Every tensor of the job agreed for this step: no tensor can join the held group before the
+   * cycle ends, so waiting for it would only delay the step's end (the last tensors of backward).
+   * A step's agreed keys are distinct (a completed entry is never agreed twice) and all of one
+   * step are agreed before any of the next (each rank's READYs arrive in order). A job with
+   * tensors that some step leaves out (released, or registered mid-training) never counts its
+   * step complete and keeps the cycle. */
+  if (j->fz_seen_step != step) {
+    j->fz_seen_step = step;
+    j->fz_seen = 0;
+  }
+  j->fz_seen += n;
+  if (j->fz_n && j->fz_step == step && j->fz_seen >= j->ntensors) {
+    j->fz_complete++;
+    coord_fuse_flush(c, j);
+  }
 }
 
 static uint64_t due_of(const ljob *j) {
@@ -148,8 +164,10 @@ void coord_fuse_free(ljob *j) {
 size_t coord_fuse_status(const ljob *j, char *buf, size_t cap, size_t off) {
   return coord_json_putf(buf, cap, off,
                          ",\"issues\":%llu,\"issued_tensors\":%llu,\"fusion\":{\"bytes\":%llu,"
-                         "\"cycle_ms\":%u,\"held\":%u,\"full\":%llu,\"timed\":%llu}",
+                         "\"cycle_ms\":%u,\"held\":%u,\"full\":%llu,\"timed\":%llu,"
+                         "\"complete\":%llu}",
                          (unsigned long long)j->issues, (unsigned long long)j->issued_keys,
                          (unsigned long long)j->fz_limit, j->fz_cycle, j->fz_n,
-                         (unsigned long long)j->fz_full, (unsigned long long)j->fz_timed);
+                         (unsigned long long)j->fz_full, (unsigned long long)j->fz_timed,
+                         (unsigned long long)j->fz_complete);
 }

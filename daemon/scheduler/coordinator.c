@@ -75,7 +75,8 @@
  * steps, and a tensor larger than the limit goes alone. With cycle_ms = 0 the groups of what one
  * READY completed are issued at once. With cycle_ms > 0 the open group is held: it is issued when
  * the next agreed tensor does not fit (or is of another step), when it reaches the limit or
- * 65536 keys exactly, on the first coord_tick at or after cycle_ms past its first tensor's
+ * 65536 keys exactly, when every tensor of the job has been agreed for its step, on the first
+ * coord_tick at or after cycle_ms past its first tensor's
  * agreement (coord_set_clock's time, else the last tick's; coord_next_due says when), and before
  * a clean LEAVE of a rank is handled; a tensor larger than the limit and ad-hoc steps are issued
  * at once, without waiting for (or flushing) the held group. An ABORT drops the held group (its

@@ -2,7 +2,8 @@
  * tensors agreed one at a time within a cycle come out as one ISSUE at the cycle's end (or as
  * several bounded by the threshold, a full group at once); a tensor above the threshold and an
  * ad-hoc step go alone at once; cycle 0 issues what each READY completes at once (as before);
- * fusion_bytes 0 never fuses; a new step flushes the held group; the job's settings are the
+ * fusion_bytes 0 never fuses; a new step flushes the held group, and so does the last tensor of a
+ * step (every tensor of the job agreed: nothing can join); the job's settings are the
  * largest over its ranks; a clean LEAVE flushes held tensors, an ABORT drops them (no leak under
  * ASan); stalls are still reported while tensors are held; the wire checks JOIN's new fields.
  * Time only advances through coord_tick (and coord_set_clock where said).
@@ -115,7 +116,7 @@ static void cycle_fuses(const int *wr) {
   CHECK(issue_is(&h, wr, 0, 1, seq8, NT));
   CHECK(coord_next_due(h.c[0]) == UINT64_MAX);
   CHECK(status_has(&h, 0, "\"issues\":1,\"issued_tensors\":8,"));
-  CHECK(status_has(&h, 0, "\"held\":0,\"full\":0,\"timed\":1}"));
+  CHECK(status_has(&h, 0, "\"held\":0,\"full\":0,\"timed\":1,\"complete\":0}"));
   int member = wr[0] ? wr[0] : wr[1];
   CHECK(status_has(&h, member, "\"issues\":1,\"issued_tensors\":8,"));
   /* A late repeat of a held-then-issued key is ignored, as for any issued key. */
@@ -182,7 +183,7 @@ static void alone_and_steps(void) {
   uint32_t k = 3; /* an ad-hoc collective of key 3: alone, at once */
   ready(&h, &job, wr, COORD_STEP_ADHOC | 1, k);
   CHECK(nissues(&h, wr) == 2 && issue_is(&h, wr, 1, COORD_STEP_ADHOC | 1, &k, 1));
-  CHECK(status_has(&h, 0, "\"held\":2,\"full\":0,\"timed\":0}"));
+  CHECK(status_has(&h, 0, "\"held\":2,\"full\":0,\"timed\":0,\"complete\":0}"));
   ready(&h, &job, wr, 2, 2); /* step 2 begins: step 1's group goes now */
   CHECK(nissues(&h, wr) == 3 && issue_is(&h, wr, 2, 1, seq8, 2));
   tick_all(&h, 2000);
@@ -190,6 +191,47 @@ static void alone_and_steps(void) {
   /* Seqs increase in the order the leader numbered them. */
   for (int n = 1; n < 4; n++)
     CHECK(h_nth(&h, 1, COORD_EV_ISSUE, n)->seq > h_nth(&h, 1, COORD_EV_ISSUE, n - 1)->seq);
+  CHECK(h.nerrors == 0 && h.nproto == 0);
+  h_free(&h);
+}
+
+/* A step whose every tensor has been agreed goes at once, without waiting for the cycle: nothing
+ * can join the group before it ends. The last tensor may itself go alone ("big"), or be the one
+ * that completes the held group; a step one tensor short keeps the cycle. */
+static void step_complete(void) {
+  static const int wr[2] = {1, 2};
+  harness h;
+  h_init(&h, ND, 5, 0, 0);
+  tick_all(&h, 1000);
+  coord_job_id job = h_job("f", 5);
+  uint64_t by[2] = {1 << 20, 1 << 20};
+  uint32_t cy[2] = {1000, 1000};
+  form(&h, &job, wr, by, cy);
+  /* Step 1: t0..t7 held, then "big" (alone, at once) completes the step: the group goes too. */
+  for (uint32_t k = 0; k < NT; k++) ready(&h, &job, wr, 1, k);
+  CHECK(nissues(&h, wr) == 0);
+  ready(&h, &job, wr, 1, NT);
+  uint32_t big = NT;
+  CHECK(nissues(&h, wr) == 2 && issue_is(&h, wr, 0, 1, &big, 1) &&
+        issue_is(&h, wr, 1, 1, seq8, NT));
+  CHECK(coord_next_due(h.c[0]) == UINT64_MAX);
+  CHECK(status_has(&h, 0, "\"held\":0,\"full\":0,\"timed\":0,\"complete\":1}"));
+  /* Step 2: "big" first, then t7..t1 held (one short), then t0 completes it: one group. */
+  ready(&h, &job, wr, 2, NT);
+  for (uint32_t k = NT - 1; k >= 1; k--) ready(&h, &job, wr, 2, k);
+  CHECK(nissues(&h, wr) == 3);
+  CHECK(coord_next_due(h.c[0]) == 2000);
+  ready(&h, &job, wr, 2, 0);
+  static const uint32_t down[NT] = {7, 6, 5, 4, 3, 2, 1, 0};
+  CHECK(nissues(&h, wr) == 4 && issue_is(&h, wr, 3, 2, down, NT));
+  /* Step 3 one tensor short ("big" never reported): held until the cycle ends. */
+  for (uint32_t k = 0; k < NT; k++) ready(&h, &job, wr, 3, k);
+  CHECK(nissues(&h, wr) == 4);
+  tick_all(&h, 1999);
+  CHECK(nissues(&h, wr) == 4);
+  tick_all(&h, 2000);
+  CHECK(nissues(&h, wr) == 5 && issue_is(&h, wr, 4, 3, seq8, NT));
+  CHECK(status_has(&h, 0, "\"full\":0,\"timed\":1,\"complete\":2}"));
   CHECK(h.nerrors == 0 && h.nproto == 0);
   h_free(&h);
 }
@@ -369,6 +411,7 @@ int main(void) {
   threshold(3 * TB);
   threshold(5 * TB / 2);
   alone_and_steps();
+  step_complete();
   no_cycle();
   settings();
   leave_and_abort();

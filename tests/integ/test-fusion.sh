@@ -6,7 +6,8 @@
 # one by one, in a rank-dependent order, exact averages checked by the client, results bitwise the
 # same on both ranks) runs 4 steps and sleeps inside step 5: then the leader's status must show
 # the job with 24 tensors issued in at most 8 collectives (one per step expected: every tensor of a
-# step is agreed within the cycle), settings bytes 134217728 / cycle 150. The same job with
+# step is agreed within the cycle, and the step's last tensor issues the group without waiting for
+# the cycle's end: "complete" in the status), settings bytes 134217728 / cycle 150. The same job with
 # fusion_cycle_ms 0 (the behaviour before the cycle existed) must issue 24 collectives for its 24
 # tensors (each READY completes one tensor), and with fusion_bytes 0 and a cycle, 24 too. The
 # collective count is the leader's "issues" (for an older daemon without it, next_seq - 2: one seq
@@ -49,7 +50,8 @@ if not js:
 j = js[0]
 issues = j.get("issues", j["next_seq"] - 2)
 f = j.get("fusion", {})
-print(issues, j.get("issued_tensors", "?"), f.get("bytes", "?"), f.get("cycle_ms", "?"))
+print(issues, j.get("issued_tensors", "?"), f.get("bytes", "?"), f.get("cycle_ms", "?"),
+      f.get("complete", "?"), f.get("timed", "?"))
 PY
   ranks_wait "$tag" || rc=1
   ranks_same_hashes "$tag" 5 || rc=1
@@ -58,23 +60,28 @@ PY
 c 0 set fusion_cycle_ms 100 >/dev/null || { echo "set fusion_cycle_ms 100 failed"; rc=1; }
 c 1 set fusion_cycle_ms 150 >/dev/null || { echo "set fusion_cycle_ms 150 failed"; rc=1; }
 run fz
-read -r n nt by cy <"$out/fz.counts"
-echo "fusion, cycle 150 ms: $n collectives for $nt tensors (bytes $by, cycle_ms $cy)"
+read -r n nt by cy done timed <"$out/fz.counts"
+echo "fusion, cycle 150 ms: $n collectives for $nt tensors (bytes $by, cycle_ms $cy; $done issued" \
+  "when their step was complete, $timed at the cycle's end)"
 [ "$nt" = 24 ] && [ "$by" = 134217728 ] && [ "$cy" = 150 ] ||
   { echo "fz: expected 24 tensors, bytes 134217728, cycle_ms 150 (the largest)"; rc=1; }
 [ "$n" -ge 4 ] 2>/dev/null && [ "$n" -le 8 ] || { echo "fz: $n collectives for 24 tensors, expected 4..8"; rc=1; }
+# A step's last tensor issues its group at once (nothing can join it): the cycle ends a group only
+# where a step took longer than 150 ms to be agreed.
+[ "$done" -ge 1 ] 2>/dev/null && [ $((done + timed)) -eq "$n" ] ||
+  { echo "fz: $done groups issued complete, $timed timed, of $n: expected >= 1 complete, the rest timed"; rc=1; }
 
 c 0 set fusion_cycle_ms 0 >/dev/null && c 1 set fusion_cycle_ms 0 >/dev/null ||
   { echo "set fusion_cycle_ms 0 failed"; rc=1; }
 run fz0
-read -r n nt by cy <"$out/fz0.counts"
+read -r n nt by cy _ <"$out/fz0.counts"
 echo "fusion, cycle 0: $n collectives for $nt tensors (cycle_ms $cy)"
 [ "$n" = 24 ] && [ "$cy" = 0 ] || { echo "fz0: expected 24 collectives with cycle_ms 0"; rc=1; }
 
 c 0 set fusion_cycle_ms 150 >/dev/null && c 0 set fusion_bytes 0 >/dev/null &&
   c 1 set fusion_bytes 0 >/dev/null || { echo "set fusion_bytes 0 failed"; rc=1; }
 run fzb0
-read -r n nt by cy <"$out/fzb0.counts"
+read -r n nt by cy _ <"$out/fzb0.counts"
 echo "fusion, fusion_bytes 0: $n collectives for $nt tensors (bytes $by, cycle_ms $cy)"
 [ "$n" = 24 ] && [ "$by" = 0 ] || { echo "fzb0: expected 24 collectives with fusion_bytes 0"; rc=1; }
 
