@@ -4,7 +4,11 @@
 # a 25,557,032-element fp32 gradient every 30 ms through fgbuffd (a world of 2 daemons, GPUs 0 and
 # 1; dense, and top-k 0.01 when the daemon runs compressors on the GPU: FGB_ENOTSUP is reported and
 # skipped), without MPS and under MPS (an MPS control daemon with its own pipe/log dirs, started
-# before the daemons and clients, stopped after). Prints ms per GEMM and slowdowns, and the GPU.
+# before the daemons and clients, stopped after). The reference row `nccl`: no daemon, the trainer
+# itself all-reduces the same gradient in process every 30 ms on a second stream, as DDP does
+# (gemm-trainer --nccl-rank 0 on GPU 0 with the GEMM loop, --nccl-rank 1 --no-gemm on GPU 1), so
+# the daemon's cost is read beside what in-process sync costs the same GEMM. Prints ms per GEMM and
+# slowdowns, and the GPU.
 #
 #   bench-interference.sh BUILD_DIR [--seconds S] [--out DIR] [--no-mps]
 # NCCL_* variables in the environment reach the daemons (e.g. the slow-network setting:
@@ -84,8 +88,25 @@ with_sync() { # label compressor("" = dense)
   fi
 }
 
+inproc_ms() { # label: the in-process NCCL reference (no daemon running)
+  local label="$1" p1
+  rm -f "$out/ncclid-$label"
+  "$trainer" --device 1 --seconds "$secs" --nccl-rank 1 --nccl-id "$out/ncclid-$label" \
+    --sync-steps "$steps" --no-gemm >"$out/trainer-$label.1.log" 2>&1 &
+  p1=$!
+  "$trainer" --device 0 --seconds "$secs" --nccl-rank 0 --nccl-id "$out/ncclid-$label" \
+    --sync-steps "$steps" >"$out/trainer-$label.log" 2>&1
+  wait $p1
+  res[$label]=$(sed -n 's/.*ms_per_call median \([0-9.]*\).*/\1/p' "$out/trainer-$label.log")
+  syncin[$label]=$(sed -n 's/^inproc sync p50 \([0-9.]*\) p99 \([0-9.]*\) ms (\([0-9]*\).*/\1\/\2 (\3)/p' \
+    "$out/trainer-$label.log")
+  [ -n "${res[$label]}" ] ||
+    { echo "in-process reference failed ($label):"; cat "$out/trainer-$label.log" "$out/trainer-$label.1.log"; }
+}
+
 run_mode() { # suffix
   trainer_ms "alone$1"
+  inproc_ms "nccl$1"
   gpu_world_start 2 || { echo "daemons did not start"; return 1; }
   grep -h "MPS" "$GPU_WORLD_LOG" | head -2
   with_sync "dense$1" ""
@@ -123,8 +144,9 @@ echo "elements every 30 ms, 2 daemons on GPUs 0 and 1 (median ms per GEMM; slowd
 env | grep '^NCCL_' | sort | tr '\n' ' ' | sed 's/^./NCCL settings: &/; s/ $/\n/'
 
 echo "sync p50/p99 ms (steps): GPU 0's submit -> done latency of the steps inside the GEMM loop"
+echo "(nccl: no daemon; the trainer's own in-process all-reduce on a second stream, DDP's way)"
 printf "%-12s %10s %10s %16s %24s\n" case ms/GEMM "vs alone" "vs alone no-MPS" "sync p50/p99 ms (steps)"
-for k in alone dense topk alone_mps dense_mps topk_mps; do
+for k in alone nccl dense topk alone_mps nccl_mps dense_mps topk_mps; do
   [ -n "${res[$k]+x}" ] || continue
   base="${res[alone]:-}"
   case $k in *_mps) mb="${res[alone_mps]:-}" ;; *) mb="$base" ;; esac
