@@ -63,6 +63,19 @@ static void form(harness *h, const coord_job_id *job, const int *wr, const uint6
   for (int r = 0; r < 2; r++) REQUIRE(h_count(h, wr[r], COORD_EV_TENSOR_OK) == NT + 1);
 }
 
+/* h_init (seed inc, also the job's incarnation; stall_ms), a first tick at now (none when 0), and
+ * job "f" formed on world ranks wr[] with the same fusion settings on both ranks. */
+static coord_job_id start(harness *h, const int *wr, uint32_t inc, uint64_t stall_ms, uint64_t now,
+                          uint64_t bytes, uint32_t cycle) {
+  h_init(h, ND, inc, stall_ms, 0);
+  if (now) tick_all(h, now);
+  coord_job_id job = h_job("f", inc);
+  uint64_t by[2] = {bytes, bytes};
+  uint32_t cy[2] = {cycle, cycle};
+  form(h, &job, wr, by, cy);
+  return job;
+}
+
 /* Both ranks report key k of step s ready, one READY each. */
 static void ready(harness *h, const coord_job_id *job, const int *wr, uint64_t s, uint32_t k) {
   for (int r = 0; r < 2; r++) REQUIRE(coord_ready(h->c[wr[r]], job, s, &k, 1) == FGB_OK);
@@ -95,12 +108,7 @@ static const uint32_t seq8[NT] = {0, 1, 2, 3, 4, 5, 6, 7};
 /* Tensors agreed one at a time within a cycle: one ISSUE at the cycle's end, in agreed order. */
 static void cycle_fuses(const int *wr) {
   harness h;
-  h_init(&h, ND, 1, 0, 0);
-  tick_all(&h, 100);
-  coord_job_id job = h_job("f", 1);
-  uint64_t by[2] = {1 << 20, 1 << 20};
-  uint32_t cy[2] = {5, 5};
-  form(&h, &job, wr, by, cy);
+  coord_job_id job = start(&h, wr, 1, 0, 100, 1 << 20, 5);
   CHECK(coord_next_due(h.c[0]) == UINT64_MAX);
   for (uint32_t k = 0; k < NT; k++) {
     ready(&h, &job, wr, 1, k);
@@ -143,12 +151,7 @@ static void cycle_fuses(const int *wr) {
 static void threshold(uint64_t limit) {
   static const int wr[2] = {1, 2};
   harness h;
-  h_init(&h, ND, 2, 0, 0);
-  tick_all(&h, 1000);
-  coord_job_id job = h_job("f", 2);
-  uint64_t by[2] = {limit, limit};
-  uint32_t cy[2] = {1000, 1000};
-  form(&h, &job, wr, by, cy);
+  coord_job_id job = start(&h, wr, 2, 0, 1000, limit, 1000);
   uint32_t per = (uint32_t)(limit / TB), full = NT / per - (NT % per == 0);
   for (uint32_t k = 0; k < NT; k++) {
     ready(&h, &job, wr, 1, k);
@@ -168,12 +171,7 @@ static void threshold(uint64_t limit) {
 static void alone_and_steps(void) {
   static const int wr[2] = {1, 2};
   harness h;
-  h_init(&h, ND, 2, 0, 0);
-  tick_all(&h, 1000);
-  coord_job_id job = h_job("f", 2);
-  uint64_t by[2] = {3 * TB, 3 * TB};
-  uint32_t cy[2] = {1000, 1000};
-  form(&h, &job, wr, by, cy);
+  coord_job_id job = start(&h, wr, 2, 0, 1000, 3 * TB, 1000);
   ready(&h, &job, wr, 1, 0);
   ready(&h, &job, wr, 1, 1);
   CHECK(nissues(&h, wr) == 0);
@@ -201,12 +199,7 @@ static void alone_and_steps(void) {
 static void step_complete(void) {
   static const int wr[2] = {1, 2};
   harness h;
-  h_init(&h, ND, 5, 0, 0);
-  tick_all(&h, 1000);
-  coord_job_id job = h_job("f", 5);
-  uint64_t by[2] = {1 << 20, 1 << 20};
-  uint32_t cy[2] = {1000, 1000};
-  form(&h, &job, wr, by, cy);
+  coord_job_id job = start(&h, wr, 5, 0, 1000, 1 << 20, 1000);
   /* Step 1: t0..t7 held, then "big" (alone, at once) completes the step: the group goes too. */
   for (uint32_t k = 0; k < NT; k++) ready(&h, &job, wr, 1, k);
   CHECK(nissues(&h, wr) == 0);
@@ -242,12 +235,7 @@ static void no_cycle(void) {
   static const int wr[2] = {0, 1};
   for (int variant = 0; variant < 2; variant++) {
     harness h;
-    h_init(&h, ND, 3, 0, 0);
-    tick_all(&h, 10);
-    coord_job_id job = h_job("f", 3);
-    uint64_t by[2] = {variant ? 0 : 1 << 20, variant ? 0 : 1 << 20};
-    uint32_t cy[2] = {variant ? 5 : 0, variant ? 5 : 0};
-    form(&h, &job, wr, by, cy);
+    coord_job_id job = start(&h, wr, 3, 0, 10, variant ? 0 : 1 << 20, variant ? 5 : 0);
     for (uint32_t k = 0; k < NT; k++) {
       ready(&h, &job, wr, 1, k);
       CHECK(nissues(&h, wr) == (int)k + 1 && issue_is(&h, wr, (int)k, 1, &seq8[k], 1));
@@ -302,12 +290,7 @@ static void leave_and_abort(void) {
   static const int wr[2] = {1, 2};
   for (int abort = 0; abort < 2; abort++) {
     harness h;
-    h_init(&h, ND, 5, 0, 0);
-    tick_all(&h, 10);
-    coord_job_id job = h_job("f", 5);
-    uint64_t by[2] = {1 << 20, 1 << 20};
-    uint32_t cy[2] = {50, 50};
-    form(&h, &job, wr, by, cy);
+    coord_job_id job = start(&h, wr, 5, 0, 10, 1 << 20, 50);
     for (uint32_t k = 0; k < 3; k++) ready(&h, &job, wr, 1, k);
     CHECK(nissues(&h, wr) == 0);
     REQUIRE(coord_leave(h.c[wr[1]], &job, abort, "bye") == FGB_OK);
@@ -331,11 +314,7 @@ static void leave_and_abort(void) {
   }
   /* Freeing the coordinators with a group held (daemon shutdown) leaks nothing either. */
   harness h;
-  h_init(&h, ND, 6, 0, 0);
-  coord_job_id job = h_job("f", 6);
-  uint64_t by[2] = {1 << 20, 1 << 20};
-  uint32_t cy[2] = {50, 50};
-  form(&h, &job, wr, by, cy);
+  coord_job_id job = start(&h, wr, 6, 0, 0, 1 << 20, 50);
   ready(&h, &job, wr, 1, 0);
   CHECK(status_has(&h, 0, "\"held\":1,"));
   h_free(&h);
@@ -345,12 +324,7 @@ static void leave_and_abort(void) {
 static void stall_while_held(void) {
   static const int wr[2] = {1, 2};
   harness h;
-  h_init(&h, ND, 7, 100, 0);
-  tick_all(&h, 1000);
-  coord_job_id job = h_job("f", 7);
-  uint64_t by[2] = {1 << 20, 1 << 20};
-  uint32_t cy[2] = {5000, 5000};
-  form(&h, &job, wr, by, cy);
+  coord_job_id job = start(&h, wr, 7, 100, 1000, 1 << 20, 5000);
   ready(&h, &job, wr, 1, 0);
   uint32_t k = 1;
   REQUIRE(coord_ready(h.c[wr[0]], &job, 1, &k, 1) == FGB_OK);
