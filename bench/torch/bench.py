@@ -21,6 +21,12 @@ host time spent in fgbuff.torch's hooks (gradient adoption + submit) and synchro
 
 Duration mode (--duration-min M): each item trains for M minutes instead and writes
 `<out dir>/curve-<net>-<model>-<config>.csv` (step, wall seconds, loss mean over ranks).
+With --resume DIR an item that finds its checkpoint there (one file per rank:
+ckpt-<net>-<model>-<config>-r<rank>.pt) continues from it — the model, the optimizer's state, the
+daemon's compressor state (residuals, momenta: fgbuff_state_export/import), the step, the wall
+time trained so far and the curve — and writes its checkpoint back when its M minutes are up, so
+a run longer than one launch (a device call) is several launches of M minutes. The curve and the
+row cover every launch (the row's steps and times: this launch's).
 """
 
 import argparse
@@ -114,6 +120,9 @@ def parse():
     p.add_argument("--item-timeout", type=float, default=300,
                    help="seconds an item may take before this process exits (124)")
     p.add_argument("--duration-min", type=float, default=0.0)
+    p.add_argument("--resume", default=None, metavar="DIR",
+                   help="duration mode: continue each item from its checkpoint in DIR (if any) "
+                        "and write it back at the end")
     p.add_argument("--skew-s", type=float, default=0.0,
                    help="duration mode, tests: rank r's deadline is r x this later (the ranks' "
                         "clocks and item starts differ in real runs)")
@@ -136,6 +145,8 @@ def parse():
         config_of(c)
     if a.duration_min > 0 and a.data_batches == 1:
         a.data_batches = 16
+    if a.resume and a.duration_min <= 0:
+        raise SystemExit("bench.py: --resume needs --duration-min")
     return a
 
 
@@ -260,9 +271,14 @@ class Run:
                                                job_name=f"{self.base}.{name}.{cfg}")
                 stats = instrument(opt)
             data = self.data(name)
+            start = (0, 0.0)
             if a.duration_min > 0:
                 curve = []
-            times, bwds, losses = self.train(name, model, train, opt, data, stats, curve)
+                if a.resume:
+                    start = self.load_ckpt(name, cfg, model, opt, kind == "fgb", curve)
+            times, bwds, losses = self.train(name, model, train, opt, data, stats, curve, start)
+            if a.resume:
+                self.save_ckpt(name, cfg, model, opt, kind == "fgb", curve)
             if stats is not None:
                 row["plan"] = plan_summary(opt)
                 if self.rank == 0:  # the daemon's view of the job: plan inputs, costs, counters
@@ -315,11 +331,13 @@ class Run:
         row["when"] = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S")
         return row
 
-    def train(self, name, model, train, opt, data, stats, curve):
+    def train(self, name, model, train, opt, data, stats, curve, start=(0, 0.0)):
         """Returns per measured step (seconds): the step times and the times from the step's
         start to its last gradient (the end of backward's compute: the latest
         post-accumulate-grad hook of the model's first 4 parameters, which backward reaches
-        last; CUDA events on GPU), and every step's loss."""
+        last; CUDA events on GPU), and every step's loss. start: (steps, seconds) already
+        trained by earlier launches (--resume): the step count and the curve's wall time go on
+        from there; the warm-up counts from this launch's first step."""
         a = self.a
         cuda = self.dev.type == "cuda"
         times, bwds, losses = [], [], []
@@ -342,14 +360,15 @@ class Run:
         t_start = time.perf_counter()
         deadline = (t_start + a.duration_min * 60 + self.rank * a.skew_s
                     if curve is not None else None)
-        s = 0
+        s0, wall0 = start
+        s = s0
         while True:
             if deadline is None and s >= a.warmup + a.steps:
                 break
-            if deadline is not None and s % STOP_EVERY == 0 and self.past(deadline):
+            if deadline is not None and (s - s0) % STOP_EVERY == 0 and self.past(deadline):
                 break
             x, y = data[s % len(data)]
-            if stats is not None and s == a.warmup:
+            if stats is not None and s - s0 == a.warmup:
                 stats.update(hook=0.0, sync=0.0, calls=0, steps=0)
             if cuda:
                 torch.cuda.synchronize()
@@ -374,7 +393,7 @@ class Run:
                 sy = stats["last_sync"] if stats is not None else (0, 0)
                 self.tl.append((s, m0, m0 + int((bwd or 0) * 1e6), sy[0], sy[1], m1))
                 del self.tl[:-a.timeline]
-            if s >= a.warmup:
+            if s - s0 >= a.warmup:
                 times.append(t1 - t0)
                 if bwd is not None:
                     bwds.append(bwd)
@@ -383,13 +402,52 @@ class Run:
             lv = float(loss.detach())
             losses.append(lv)
             if curve is not None:
-                curve.append((s + 1, t1 - t_start, lv))
+                curve.append((s + 1, wall0 + t1 - t_start, lv))
             s += 1
         for h in handles:
             h.remove()
         if not times:  # duration mode shorter than the warm-up
             times = [t1 - t0]
         return times, bwds, losses
+
+    def ckpt_path(self, name, cfg):
+        return os.path.join(self.a.resume, f"ckpt-{self.a.net}-{name}-{cfg.replace(':', '_')}"
+                                           f"-r{self.rank}.pt")
+
+    def load_ckpt(self, name, cfg, model, opt, fgb, curve):
+        """--resume: this rank's checkpoint of the item, if any, into the model, the optimizer and
+        (fgbuff rows) the daemon's compressor state; extends curve with the earlier launches'.
+        Returns (steps, seconds) trained before. Every rank must find its file, or none."""
+        path = self.ckpt_path(name, cfg)
+        have = torch.tensor([1 if os.path.exists(path) else 0], dtype=torch.int32)
+        if not self.alone:  # `single` runs on rank 0 alone
+            dist.all_reduce(have, group=self.ctl)
+        ranks = 1 if self.alone else self.size
+        if int(have.item()) == 0:
+            return (0, 0.0)
+        if int(have.item()) != ranks:
+            raise SystemExit(f"bench.py: --resume: {int(have.item())} of {ranks} ranks have "
+                             f"a checkpoint of {name} {cfg} ({path})")
+        ck = torch.load(path, map_location=self.dev, weights_only=False)
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        if fgb and ck.get("fgbuff"):
+            opt.fgbuff_state_import(ck["fgbuff"])
+        curve.extend(ck["curve"])
+        if self.rank == 0:
+            print(f"bench.py: {name} {cfg}: resumed at step {ck['step']} after {ck['wall']:.1f} s"
+                  f" (fgbuff state of {len(ck.get('fgbuff') or {})} tensors)", flush=True)
+        return (ck["step"], ck["wall"])
+
+    def save_ckpt(self, name, cfg, model, opt, fgb, curve):
+        os.makedirs(self.a.resume, exist_ok=True)
+        path = self.ckpt_path(name, cfg)
+        ck = {"model": model.state_dict(), "opt": opt.state_dict(),
+              "fgbuff": opt.fgbuff_state_export() if fgb else None,
+              "step": curve[-1][0] if curve else 0, "wall": curve[-1][1] if curve else 0.0,
+              "curve": curve}
+        torch.save(ck, path + ".tmp")
+        os.replace(path + ".tmp", path)  # a launch cut short leaves the previous checkpoint
 
     def past(self, deadline):
         """Duration mode: whether any rank is past its deadline, agreed by every active rank (a

@@ -7,13 +7,16 @@
 # Usage: bench/torch/run.sh BUILD_DIR [--gpus N] [--models resnet50,resnet50-amp,gpt2]
 #          [--configs single,ddp,...] [--nets nvlink,slow] [--steps N] [--warmup W] [--quick]
 #          [--out DIR] [--no-mps] [--item-timeout S] [--every-net] [--channels-last]
-#          [--duration-min M [--skew-s S]] [--timeline K] [--cpu]
+#          [--duration-min M [--skew-s S] [--resume DIR]] [--timeline K] [--cpu]
 #   --quick          20 warm-up + 50 measured steps (default 20 + 100), --item-timeout 120
 #   --cpu            tiny models on CPU: gloo DDP and CPU daemons, 2 ranks, network label "cpu"
 #   --duration-min M convergence mode: each config trains M minutes (default models resnet50-amp,
 #                    configs ddp,topk-fgbuff, nets slow); loss curves in DIR/curve-*.csv, plotted
 #                    by bench/torch/plot.py; the ranks agree when the time is up (--skew-s S:
-#                    rank r's own deadline S x r later, as the test uses to check that agreement)
+#                    rank r's own deadline S x r later, as the test uses to check that agreement);
+#                    --resume DIR: each item continues from its checkpoint in DIR (model, optimizer,
+#                    the daemon's compressor state, step, wall time, curve) and saves it back, so
+#                    a run of N x M minutes is N launches (device calls) of M minutes each
 #   --timeline K     the last K steps of each item as CLOCK_MONOTONIC times (timeline-*.csv) and
 #                    the daemons' per-collective trace (FGBUFF_GPU_TRACE=all, daemons-<net>.log):
 #                    where a step's time goes; use on a few configs (the trace is per tensor)
@@ -29,7 +32,7 @@ src="$(cd "$here/../.." && pwd)"
 build="$(cd "${1:?usage: run.sh BUILD_DIR [options]}" && pwd)"
 shift
 gpus=2 models="" configs="" nets="" steps=100 warmup=20 out="" mps=1 cpu=0 item_tmo=300
-single_each=0 chl=0 dur=0 quick=0 tmo_set=0 timeline=0 skew=0
+single_each=0 chl=0 dur=0 quick=0 tmo_set=0 timeline=0 skew=0 resume=""
 while [ $# -gt 0 ]; do
   case "$1" in
   --gpus) gpus="$2"; shift ;;
@@ -48,6 +51,7 @@ while [ $# -gt 0 ]; do
   --channels-last) chl=1 ;;
   --duration-min) dur="$2"; shift ;;
   --skew-s) skew="$2"; shift ;;
+  --resume) resume="$(mkdir -p "$2" && cd "$2" && pwd)" || exit 2; shift ;;
   --timeline) timeline="$2"; shift ;;
   *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -179,6 +183,7 @@ for net in ${nets//,/ }; do
     [ "$cpu" = 1 ] && args+=(--cpu)
     [ "$chl" = 1 ] && args+=(--channels-last)
     [ "$timeline" != 0 ] && args+=(--timeline "$timeline")
+    [ -n "$resume" ] && args+=(--resume "$resume")
     FGBUFF_JOB="bt$$.$net.$attempt" FGBUFF_INCARNATION=$(( ($$ << 8) + attempt )) \
       timeout -k 10 "$limit" python3 -m torch.distributed.run --standalone \
       --nproc-per-node "$gpus" "$here/bench.py" "${args[@]}" >"$log" 2>&1 &

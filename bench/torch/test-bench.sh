@@ -71,6 +71,31 @@ for c in ddp topk-fgbuff; do
   n="$(grep -c '^[0-9]' "$OUT/dur/curve-cpu-gpt2-$c.csv" 2>/dev/null)"
   [ "${n:-0}" -ge 10 ] || bad "duration mode: curve of $c has ${n:-no} steps"
 done
+# --resume: a second launch continues each item from the first's checkpoint (model, optimizer,
+# the daemon's compressor state, step, wall time): its curve starts with the first launch's rows
+# and goes on from the step where that stopped; a checkpoint that one rank lacks is refused
+for l in 1 2; do
+  bash "$run" "$BUILD" --cpu --duration-min 0.05 --models gpt2 --configs ddp,topk-fgbuff \
+    --nets cpu --item-timeout 40 --resume "$OUT/ck" --out "$OUT/res$l" >"$OUT/res$l.txt" 2>&1 ||
+    { cat "$OUT/res$l.txt"; bad "resume launch $l"; }
+done
+for c in ddp topk-fgbuff; do
+  a="$OUT/res1/curve-cpu-gpt2-$c.csv" b="$OUT/res2/curve-cpu-gpt2-$c.csv"
+  n1="$(grep -c '^[0-9]' "$a" 2>/dev/null)" n2="$(grep -c '^[0-9]' "$b" 2>/dev/null)"
+  [ "${n1:-0}" -ge 10 ] && [ "${n2:-0}" -ge $((n1 + 10)) ] && cmp -s "$a" <(head -n $((n1 + 1)) "$b") ||
+    bad "resume: curve of $c: launch 1 ${n1:-no} rows, launch 2 ${n2:-no} (not its continuation)"
+  last="$(tail -1 "$a" | cut -d, -f1)"
+  grep -q "gpt2 $c: resumed at step $last " "$OUT/res2.txt" || bad "resume: $c did not resume at $last"
+  awk -F, -v s="$last" '$1 == s + 1 { ok = 1 } END { exit !ok }' "$b" || bad "resume: $c: no step $((last + 1))"
+done
+grep -q "gpt2 topk-fgbuff: resumed .*(fgbuff state of [1-9][0-9]* tensors)" "$OUT/res2.txt" ||
+  bad "resume: top-k's compressor state was not imported"
+rm -f "$OUT"/ck/*-r1.pt
+bash "$run" "$BUILD" --cpu --duration-min 0.05 --models gpt2 --configs ddp --nets cpu \
+  --item-timeout 40 --resume "$OUT/ck" --out "$OUT/res3" >"$OUT/res3.txt" 2>&1 &&
+  bad "resume: a checkpoint missing on rank 1 was accepted"
+grep -q "1 of 2 ranks have a checkpoint" "$OUT/res3.txt" "$OUT"/res3/train-*.log ||
+  bad "resume: no message naming the missing checkpoint"
 # negative control: rows whose ranks' daemons held different plans are refused
 python3 - "$OUT/all/results.csv" "$OUT/plans.csv" <<'EOF'
 import csv, sys
