@@ -241,6 +241,7 @@ void core_tick(core *d, uint64_t now_ms) {
   coord_tick(d->coord, now_ms);
   if (d->depth == 1) core_drain(d);
   pre_tick(d);
+  ev_held_tick(d);
   leave(d);
   step_jobs_tick(d);
 }

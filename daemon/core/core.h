@@ -173,6 +173,13 @@ struct core_job {
   core_stall *stalls;
   uint32_t nstalls, stcap;
   uint32_t inflight; /* engine items not completed */
+  /* Collectives the engine failed before this daemon learnt that the job was aborted (events.c):
+   * a peer's transport sees another daemon abort the communicator before the leader's ABORT
+   * arrives here. Their Done waits for that ABORT (then it names the cause, FGB_EPEER) until
+   * held_until; they still count in inflight. */
+  struct eng_item **held;
+  uint32_t nheld, hcap;
+  uint64_t held_until; /* ms; 0: none held yet (after it passes, failures go out at once) */
   uint64_t steps_completed, bytes_sent, bytes_received, last_step_latency_us;
   uint64_t collectives; /* engine items of the job completed (each one collective, or a fused or
                          * split buffer's sync; events.c) */

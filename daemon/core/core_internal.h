@@ -58,6 +58,11 @@ void ev_issue_mark(core_job *j, const struct coord_event *ev);
 void ev_issue(core *d, core_job *j, struct coord_event *ev);
 void ev_coord_events(core *d);
 void ev_engine_result(core *d, struct eng_item *it);
+/* The engine failures held for the job's ABORT (core_job.held) go out now: on the ABORT, or on
+ * the tick at held_until. j may be released by the last one. */
+void ev_release_held(core *d, core_job *j);
+/* The clock: jobs whose held failures reached held_until without an ABORT release them. */
+void ev_held_tick(core *d);
 void ev_client_gone(core_job *j);
 
 /* ---- comp.c: compressors at registration, state export/import -------------------------------- */

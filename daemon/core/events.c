@@ -270,6 +270,10 @@ static void on_aborted(core *d, coord_event *ev) {
   plan_split_abort(j, FGB_EPEER, j->abort_text); /* split buffers between their halves */
   pre_abort(d, j); /* pre-issued items waiting for this rank's tensors */
   step_fail_pending(j, FGB_EPEER, j->abort_text, NULL);
+  if (j->nheld) {
+    ev_release_held(d, j); /* releases j itself once nothing else holds it */
+    return;
+  }
   step_job_maybe_release(d, j);
 }
 
@@ -328,10 +332,64 @@ void ev_coord_events(core *d) {
 }
 
 /* ---- engine results -------------------------------------------------------------------- */
+/* How long a failed collective's Done waits for the job's ABORT: the leader sends it within a
+ * control-plane round trip of the failure it reports. */
+#define EV_HOLD_FAILED_MS 1000
+
+/* Hold a failed collective of a job not (yet) known aborted here; 0 when held. */
+static int hold_failed(core_job *j, eng_item *it) {
+  uint64_t now = clock_ms();
+  if (j->held_until && now >= j->held_until) return -1;
+  if (j->nheld == j->hcap) {
+    uint32_t cap = j->hcap ? j->hcap * 2 : 8;
+    eng_item **h = realloc(j->held, cap * sizeof *h);
+    if (!h) return -1;
+    j->held = h;
+    j->hcap = cap;
+  }
+  if (!j->held_until) j->held_until = now + EV_HOLD_FAILED_MS;
+  j->held[j->nheld++] = it;
+  LOG_INFO(
+      "engine: collective #%llu of job '%s' failed (%s); its Done waits up to %llu ms for "
+      "the job's abort, which names the cause",
+      (unsigned long long)it->seq, j->id.name, it->err, (unsigned long long)(j->held_until - now));
+  return 0;
+}
+
+static void engine_result(core *d, eng_item *it, int was_held);
+
+void ev_release_held(core *d, core_job *j) {
+  eng_item **h = j->held;
+  uint32_t n = j->nheld;
+  j->held = NULL;
+  j->nheld = j->hcap = 0;
+  for (uint32_t i = 0; i < n; i++) engine_result(d, h[i], 1); /* the last may release j */
+  free(h);
+}
+
 void ev_engine_result(core *d, eng_item *it) {
+  engine_result(d, it, 0);
+}
+
+void ev_held_tick(core *d) {
+  uint64_t now = clock_ms();
+  for (core_job *j = d->jobs, *next; j; j = next) {
+    next = j->next;
+    if (j->nheld && now >= j->held_until) ev_release_held(d, j);
+  }
+}
+
+static void engine_result(core *d, eng_item *it, int was_held) {
   core_job *j = NULL;
   for (core_job *x = d->jobs; x; x = x->next)
     if (x->key_known && x->key == it->job_key) j = x;
+  if (j && !was_held && it->kind == ENG_ISSUE && it->status != FGB_OK && !j->aborted &&
+      hold_failed(j, it) == 0)
+    return;
+  if (was_held && j && j->aborted) { /* the abort's cause, not its echo in the transport */
+    it->status = FGB_EPEER;
+    snprintf(it->err, sizeof(it->err), "%.250s", j->abort_text);
+  }
   if (it->status != FGB_OK)
     LOG_WARN("engine: %s #%llu of job %016llx failed: %s",
              it->kind == ENG_FORM     ? "formation"

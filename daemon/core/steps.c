@@ -464,6 +464,8 @@ void step_job_maybe_release(core *d, core_job *j) {
     }
   }
   LOG_INFO("job '%s' rank %d released", j->id.name, j->rank);
+  for (uint32_t i = 0; i < j->nheld; i++) eng_item_free(j->held[i]); /* only at shutdown */
+  free(j->held);
   free(j->pending);
   free(j->colls);
   free(j->steps);

@@ -3,7 +3,9 @@
  * fake transport, a fake reply sink): submit -> agreement -> engine -> Done with the data combined,
  * the end-of-step flush, an ad-hoc collective, the refusals of bad submits (no job, unknown tensor,
  * a step submitted twice, a step behind, a collective's bad kind, op or seq), a client gone
- * mid-step (the other rank's pending tensor fails with FGB_EPEER, the job is released), a released
+ * mid-step (the other rank's pending tensor fails with FGB_EPEER, the job is released), a
+ * collective failed by the transport before the job's ABORT arrived (its Done waits for the ABORT's
+ * cause, or goes out after the hold), a released
  * tensor, a collective inside a step (a recall under FGBUFF_PREISSUE=1, which ctest runs as
  * core-units-preissue), static plans (fgbuff; rgmerge with re-plans), device arenas through a fake
  * dp_ops, and that every entry point
@@ -14,6 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "clock.h"
 #include "engine.h"
 #include "plan_exec.h"
 #include "preissue.h"
@@ -239,6 +242,59 @@ static void test_client_gone(void) {
   w_stop(&w);
 }
 
+/* A collective that fails on a daemon before the job's ABORT reached it (a peer's daemon aborted
+ * the communicator first: over TCP its sockets close at once) waits for that ABORT, then fails
+ * with FGB_EPEER and the abort's cause, as the job's other tensors do; with no ABORT it fails
+ * with the transport's own error after the hold (1 s). */
+static void test_failed_before_abort(void) {
+  world w;
+  w_start(&w, 2);
+  w_join(&w, "hb", "none");
+  uint32_t a = w_tensor(&w, "a", 2, OFF_A), b = w_tensor(&w, "b", 2, OFF_B);
+  w_rank *x = &w.r[0], *y = &w.r[1];
+  W_UNTIL(&w, x->job->formed && x->job->inflight == 0); /* the communicator's creation is done */
+  w_hold(&w, 0, 1);
+  core_submit(&x->c, x->job, &x->sess, 1, a, 1, 0, 0);
+  core_submit(&y->c, y->job, &y->sess, 1, a, 1, 0, 0);
+  core_submit(&x->c, x->job, &x->sess, 2, b, 1, 0, 0);
+  W_UNTIL(&w, w_dones(&w, 1, a, 1, 0) == 1); /* done on rank 1; rank 0's result is held */
+  W_UNTIL(&w, w_held_fail(0, FGB_EIO, "fake transport: job rank 1: Broken pipe") == 1);
+  w_hold(&w, 0, 0); /* the failure reaches rank 0's core before any ABORT */
+  for (int i = 0; i < 20; i++) w_pump(&w);
+  CHECK(w_dones(&w, 0, a, 1, FGB_EIO) == 0 && w_dones(&w, 0, a, 1, FGB_EPEER) == 0);
+  CHECK(x->job->nheld == 1 && !x->job->aborted);
+  core_job *gone = y->job; /* rank 1's client dies with b unsubmitted: the job aborts */
+  y->job = NULL;
+  core_client_gone(gone);
+  W_UNTIL(&w, w_dones(&w, 0, a, 1, FGB_EPEER) == 1 && w_dones(&w, 0, b, 1, FGB_EPEER) == 1);
+  const w_rec *last = w_last(x, REC_DONE);
+  CHECK(last && strstr(last->msg, "rank 1") && strstr(last->msg, "client connection closed"));
+  for (int i = 0; i < x->nrec; i++)
+    CHECK(x->rec[i].kind != REC_DONE || !strstr(x->rec[i].msg, "Broken pipe"));
+  CHECK(x->job->nheld == 0 && x->job->inflight == 0); /* nothing left held or in flight */
+  W_UNTIL(&w, y->c.jobs == NULL);
+  w_stop(&w);
+
+  /* No ABORT follows: the transport's error goes out after the hold. */
+  w_start(&w, 2);
+  w_join(&w, "hb2", "none");
+  a = w_tensor(&w, "a", 2, OFF_A);
+  x = &w.r[0], y = &w.r[1];
+  W_UNTIL(&w, x->job->formed && x->job->inflight == 0);
+  w_hold(&w, 0, 1);
+  core_submit(&x->c, x->job, &x->sess, 1, a, 1, 0, 0);
+  core_submit(&y->c, y->job, &y->sess, 1, a, 1, 0, 0);
+  W_UNTIL(&w, w_held_fail(0, FGB_EIO, "fake transport: job rank 1: Broken pipe") == 1);
+  uint64_t t0 = clock_ms();
+  w_hold(&w, 0, 0);
+  W_UNTIL(&w, w_dones(&w, 0, a, 1, FGB_EIO) == 1);
+  uint64_t waited = clock_ms() - t0;
+  CHECK_MSG(waited >= 900 && waited < 3000, "the failure went out after %llu ms",
+            (unsigned long long)waited);
+  CHECK(strstr(w_last(x, REC_DONE)->msg, "Broken pipe") != NULL && x->job->nheld == 0);
+  w_stop(&w);
+}
+
 /* A collective asked for inside a step (after a, before b; c is flushed by every step's EndStep,
  * so the steps' blocks are whole and the leader numbers them ahead). With pre-issue on
  * (FGBUFF_PREISSUE=1: core-units-preissue) the steps numbered ahead are recalled first; either way
@@ -442,6 +498,7 @@ int main(void) {
   test_collective();
   test_errors();
   test_client_gone();
+  test_failed_before_abort();
   test_mid_step_collective();
   test_plan("fgbuff", 50, 8);
   test_plan("rgmerge", 3, 12);

@@ -353,6 +353,17 @@ void w_hold(world *w, int r, int on) {
   }
 }
 
+int w_held_fail(int r, int status, const char *err) {
+  int n = 0;
+  for (w_held *h = g_held[r]; h; h = h->next) {
+    if (h->it->kind != ENG_ISSUE) continue; /* formation, planning exchanges: as they came */
+    h->it->status = status;
+    snprintf(h->it->err, sizeof(h->it->err), "%s", err);
+    n++;
+  }
+  return n;
+}
+
 void w_start(world *w, int n) {
   REQUIRE(n >= 1 && n <= W_MAX);
   memset(w, 0, sizeof(*w));

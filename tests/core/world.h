@@ -110,6 +110,9 @@ const w_rec *w_last(const w_rank *r, int kind);
  * ranks'); off: they are handed to its core now, in order. Lets a test order an engine result
  * after control-plane messages on one rank only. */
 void w_hold(world *w, int r, int on);
+/* Turn rank r's held collectives (ENG_ISSUE results) into failures (status, err): what a
+ * transport reports when a peer's daemon aborted the communicator first. Returns how many. */
+int w_held_fail(int r, int status, const char *err);
 /* Forget rank r's replies. */
 void w_clear(w_rank *r);
 
