@@ -134,6 +134,21 @@ static void form_job(engine *e, uint64_t key, uint64_t seq) {
   eng_submit(e, form);
 }
 
+/* An ISSUE of job key, numbered seq, of collective coll over n tensors (t zeroed, filled by the
+ * caller). */
+static eng_item *issue_item(uint64_t seq, uint64_t key, int coll, uint32_t n) {
+  eng_item *it = calloc(1, sizeof(*it));
+  REQUIRE(it);
+  it->kind = ENG_ISSUE;
+  it->seq = seq;
+  it->job_key = key;
+  it->coll = coll;
+  it->n = n;
+  it->t = calloc(n, sizeof(eng_tensor));
+  REQUIRE(it->t);
+  return it;
+}
+
 int main(void) {
   uv_loop_t loop;
   uv_loop_init(&loop);
@@ -148,13 +163,7 @@ int main(void) {
   for (int i = 0; i < 4; i++) h[i] = dtype_float_to_half((float)(i + 1) * 0.25f);
   int32_t b[3] = {3, -5, 7};
   double z[2] = {9, 9};
-  eng_item *is = calloc(1, sizeof(*is));
-  is->kind = ENG_ISSUE;
-  is->seq = 2;
-  is->job_key = 42;
-  is->coll = ENG_GRAD;
-  is->n = 5;
-  is->t = calloc(5, sizeof(eng_tensor));
+  eng_item *is = issue_item(2, 42, ENG_GRAD, 5);
   is->t[0] = (eng_tensor){.tensor_id = 1,
                           .step = 7,
                           .ptr = (uint8_t *)a,
@@ -193,14 +202,8 @@ int main(void) {
   eng_submit(e, is);
 
   uint8_t bc[6] = {0};
-  eng_item *bi = calloc(1, sizeof(*bi));
-  bi->kind = ENG_ISSUE;
-  bi->seq = 3;
-  bi->job_key = 42;
-  bi->coll = ENG_BROADCAST;
+  eng_item *bi = issue_item(3, 42, ENG_BROADCAST, 1);
   bi->root = 1;
-  bi->n = 1;
-  bi->t = calloc(1, sizeof(eng_tensor));
   bi->t[0] = (eng_tensor){.tensor_id = 6,
                           .step = 1,
                           .ptr = bc,
@@ -211,14 +214,8 @@ int main(void) {
   eng_submit(e, bi);
 
   int32_t src[2] = {11, 22}, dst[2 * SIZE] = {0};
-  eng_item *gi = calloc(1, sizeof(*gi));
-  gi->kind = ENG_ISSUE;
-  gi->seq = 4;
-  gi->job_key = 42;
-  gi->coll = ENG_ALLGATHER;
+  eng_item *gi = issue_item(4, 42, ENG_ALLGATHER, 1);
   gi->dst = (uint8_t *)dst;
-  gi->n = 1;
-  gi->t = calloc(1, sizeof(eng_tensor));
   gi->t[0] = (eng_tensor){.tensor_id = 7,
                           .step = 2,
                           .ptr = (uint8_t *)src,
@@ -262,13 +259,7 @@ int main(void) {
   want = 2;
   form_job(e, 43, 5);
   uint8_t hb_buf[6] = {0};
-  eng_item *hb = calloc(1, sizeof(*hb));
-  hb->kind = ENG_ISSUE;
-  hb->seq = 6;
-  hb->job_key = 43;
-  hb->coll = ENG_BROADCAST;
-  hb->n = 1;
-  hb->t = calloc(1, sizeof(eng_tensor));
+  eng_item *hb = issue_item(6, 43, ENG_BROADCAST, 1);
   hb->t[0] = (eng_tensor){.tensor_id = 8, .ptr = hb_buf, .count = 6, .dtype = FGB_UINT8};
   eng_submit(e, hb);
   g_e = e;
