@@ -95,18 +95,15 @@ void coord_fuse_agreed(coord *c, ljob *j, uint64_t step, const uint32_t *keys, u
       coord_fuse_flush(c, j);
     }
   }
-  /* Every tensor of the job agreed for this step: no tensor can join the held group before the
-   * cycle ends, so waiting for it would only delay the step's end (the last tensors of backward).
-   * A step's agreed keys are distinct (a completed entry is never agreed twice) and all of one
-   * step are agreed before any of the next (each rank's READYs arrive in order). A job with
-   * tensors that some step leaves out (released, or registered mid-training) never counts its
-   * step complete and keeps the cycle. */
-  if (j->fz_seen_step != step) {
-    j->fz_seen_step = step;
-    j->fz_seen = 0;
-  }
-  j->fz_seen += n;
-  if (j->fz_n && j->fz_step == step && j->fz_seen >= j->ntensors) {
+  /* Every tensor of the job agreed for this step — those issued (coord_pre_record's count of the
+   * step) plus those held — so no tensor can join the held group before the cycle ends, and
+   * waiting would only delay the step's end (the last tensors of backward). A step's agreed keys
+   * are distinct (a completed entry is never agreed twice) and all of one step are agreed before
+   * any of the next (each rank's READYs arrive in order). A job with tensors that some step
+   * leaves out (released, or registered mid-training) never counts its step complete and keeps
+   * the cycle. */
+  uint32_t issued = j->rec_step == step ? j->rec_n : 0;
+  if (j->fz_n && j->fz_step == step && issued + j->fz_n >= j->ntensors) {
     j->fz_complete++;
     coord_fuse_flush(c, j);
   }

@@ -91,8 +91,6 @@ typedef struct ljob {
   uint64_t fz_step, fz_bytes, fz_since; /* fz_since: when its first tensor was agreed (ms) */
   uint64_t fz_full, fz_timed;           /* status: groups issued full, and at their cycle's end */
   uint64_t fz_complete;                 /* status: groups issued because their step was complete */
-  uint64_t fz_seen_step;                /* the step of the last agreed keys, and how many of */
-  uint32_t fz_seen;                     /* that step have been agreed so far */
   uint64_t issues, issued_keys;         /* status: ISSUEs numbered (a pre-issued key: one) */
   struct ljob *next;
 } ljob;
