@@ -130,6 +130,12 @@ def parse():
                    help="write the last K steps of each item, CLOCK_MONOTONIC us, to "
                         "timeline-<net>-<model>-<config>.csv (rank 0), to lay beside the "
                         "daemons' FGBUFF_GPU_TRACE lines")
+    p.add_argument("--fashion-mnist", default=None, metavar="DIR",
+                   help="ResNet-50 items train on Fashion-MNIST from DIR (IDX files), upscaled "
+                        "on the device to the model's input; duration mode adds test accuracy")
+    p.add_argument("--eval-every-s", type=float, default=60.0,
+                   help="--fashion-mnist, duration mode: seconds of training between test "
+                        "evaluations")
     p.add_argument("--list", action="store_true")
     a = p.parse_args()
     if a.list:
@@ -147,7 +153,48 @@ def parse():
         a.data_batches = 16
     if a.resume and a.duration_min <= 0:
         raise SystemExit("bench.py: --resume needs --duration-min")
+    if a.eval_every_s <= 0:
+        raise SystemExit("bench.py: --eval-every-s must be > 0")
     return a
+
+
+class FashionData:
+    """--fashion-mnist: batches of Fashion-MNIST for the ResNet-50 items, on the device. Calling
+    it with step s gives rank `rank` of `size` its batch of b samples: epoch s // E (E = 60000 //
+    (size * b) steps), samples [k*size*b + rank*b, +b) of the epoch's permutation (seed
+    seed + epoch, drawn on the CPU: the same on every rank, config and launch, so a resumed run
+    sees what an uninterrupted one would). Images are upscaled (bilinear) to img x img and
+    repeated over 3 channels; the test set is split between the ranks (rank::size)."""
+
+    def __init__(self, root, dev, img, b, rank, size, seed, channels_last):
+        from fashion_mnist import load  # examples/pytorch: the IDX reader and normalisation
+
+        xtr, ytr = load(root, "train")
+        xte, yte = load(root, "t10k")
+        self.xtr, self.ytr = xtr.to(dev), ytr.to(dev)
+        self.xte, self.yte = xte[rank::size].to(dev), yte[rank::size].to(dev)
+        self.dev, self.img, self.b, self.rank, self.size, self.seed = dev, img, b, rank, size, seed
+        self.fmt = torch.channels_last if channels_last else torch.contiguous_format
+        self.per_epoch = len(xtr) // (b * size)
+        self.epoch, self.perm = None, None
+
+    def images(self, x):
+        x = F.interpolate(x, size=(self.img, self.img), mode="bilinear", align_corners=False)
+        return x.expand(-1, 3, -1, -1).contiguous(memory_format=self.fmt)
+
+    def __call__(self, s):
+        epoch, k = divmod(s, self.per_epoch)
+        if epoch != self.epoch:
+            g = torch.Generator().manual_seed(self.seed + epoch)
+            self.perm = torch.randperm(len(self.xtr), generator=g).to(self.dev)
+            self.epoch = epoch
+        lo = k * self.size * self.b + self.rank * self.b
+        idx = self.perm[lo:lo + self.b]
+        return self.images(self.xtr[idx]), self.ytr[idx]
+
+    def test_batches(self, bs):
+        for i in range(0, len(self.xte), bs):
+            yield self.images(self.xte[i:i + bs]), self.yte[i:i + bs]
 
 
 class Run:
@@ -195,8 +242,13 @@ class Run:
         return 4 if self.a.cpu else 8
 
     def data(self, name):
-        g = torch.Generator().manual_seed(self.a.data_seed + self.rank)
+        """A function of the step giving this rank's (input, target) batch."""
         b = self.batch_size(name)
+        if self.a.fashion_mnist and MODELS[name][0] == "resnet50":
+            rank, size = (0, 1) if self.alone else (self.rank, self.size)
+            return FashionData(self.a.fashion_mnist, self.dev, 32 if self.a.cpu else 224, b,
+                               rank, size, self.a.data_seed, self.a.channels_last)
+        g = torch.Generator().manual_seed(self.a.data_seed + self.rank)
         out = []
         for _ in range(self.a.data_batches):
             if MODELS[name][0] == "resnet50":
@@ -210,7 +262,24 @@ class Run:
                 tok = torch.randint(0, vocab, (b, seq + 1), generator=g).to(self.dev)
                 x, y = tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
             out.append((x, y))
-        return out
+        return lambda s: out[s % len(out)]
+
+    def evaluate(self, name, model, data):
+        """Test loss and accuracy of model on data's test set, summed over the active ranks."""
+        amp = MODELS[name][1]
+        model.eval()
+        tot = torch.zeros(3, dtype=torch.float64, device=self.dev)  # loss sum, correct, count
+        with torch.no_grad(), torch.autocast(self.dev.type, dtype=amp, enabled=amp is not None):
+            for x, y in data.test_batches(500):
+                out = model(x).float()
+                tot[0] += F.cross_entropy(out, y, reduction="sum")
+                tot[1] += (out.argmax(1) == y).sum()
+                tot[2] += len(y)
+        model.train()
+        tot = tot.cpu()
+        if not self.alone:
+            dist.all_reduce(tot, group=self.ctl)
+        return tot[0].item() / tot[2].item(), tot[1].item() / tot[2].item()
 
     def loss_fn(self, name, model, x, y):
         amp = MODELS[name][1]
@@ -236,6 +305,7 @@ class Run:
                "rank_spread": "", "plans_equal": "", "plan_versions": "", "recalls": "",
                "daemon_rss_mb": "", "daemon_gpu_mb": ""}
         t_item = time.perf_counter()
+        self.cfg = cfg
         active = kind != "single" or self.rank == 0
         self.alone = kind == "single"
         model = opt = ddp = train = data = None
@@ -272,13 +342,17 @@ class Run:
                 stats = instrument(opt)
             data = self.data(name)
             start = (0, 0.0)
+            evals = [] if a.duration_min > 0 and isinstance(data, FashionData) else None
             if a.duration_min > 0:
                 curve = []
                 if a.resume:
-                    start = self.load_ckpt(name, cfg, model, opt, kind == "fgb", curve)
-            times, bwds, losses = self.train(name, model, train, opt, data, stats, curve, start)
+                    start = self.load_ckpt(name, cfg, model, opt, kind == "fgb", curve, evals)
+            times, bwds, losses = self.train(name, model, train, opt, data, stats, curve, start,
+                                             evals)
             if a.resume:
-                self.save_ckpt(name, cfg, model, opt, kind == "fgb", curve)
+                self.save_ckpt(name, cfg, model, opt, kind == "fgb", curve, evals)
+            if evals is not None and self.rank == 0:
+                self.write_evals(name, cfg, evals)
             if stats is not None:
                 row["plan"] = plan_summary(opt)
                 if self.rank == 0:  # the daemon's view of the job: plan inputs, costs, counters
@@ -331,13 +405,16 @@ class Run:
         row["when"] = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S")
         return row
 
-    def train(self, name, model, train, opt, data, stats, curve, start=(0, 0.0)):
+    def train(self, name, model, train, opt, data, stats, curve, start=(0, 0.0), evals=None):
         """Returns per measured step (seconds): the step times and the times from the step's
         start to its last gradient (the end of backward's compute: the latest
         post-accumulate-grad hook of the model's first 4 parameters, which backward reaches
         last; CUDA events on GPU), and every step's loss. start: (steps, seconds) already
         trained by earlier launches (--resume): the step count and the curve's wall time go on
-        from there; the warm-up counts from this launch's first step."""
+        from there; the warm-up counts from this launch's first step. evals (duration mode on
+        Fashion-MNIST): a list that gets (step, training seconds, test loss, accuracy) at the
+        start of a run, every --eval-every-s seconds of training and at the end; the clock
+        (curve, deadline) stops while the ranks evaluate."""
         a = self.a
         cuda = self.dev.type == "cuda"
         times, bwds, losses = [], [], []
@@ -362,12 +439,35 @@ class Run:
                     if curve is not None else None)
         s0, wall0 = start
         s = s0
+        paused = 0.0  # seconds spent evaluating: off the training clock
+
+        def evaluate():
+            nonlocal paused, deadline
+            e0 = time.perf_counter()
+            wall = wall0 + e0 - t_start - paused
+            tl, acc = self.evaluate(name, model, data)
+            evals.append((s, wall, tl, acc))
+            if self.rank == 0:
+                print(f"bench.py: {name} {self.cfg}: step {s}, {wall:.1f} s: test loss "
+                      f"{tl:.4f}, accuracy {acc:.4f}", flush=True)
+            took = time.perf_counter() - e0
+            paused += took
+            deadline += took
+
+        next_eval = (evals[-1][1] + a.eval_every_s if evals else 0.0) if evals is not None else None
         while True:
             if deadline is None and s >= a.warmup + a.steps:
                 break
-            if deadline is not None and (s - s0) % STOP_EVERY == 0 and self.past(deadline):
-                break
-            x, y = data[s % len(data)]
+            if deadline is not None and (s - s0) % STOP_EVERY == 0:
+                due = (next_eval is not None and
+                       wall0 + time.perf_counter() - t_start - paused >= next_eval)
+                late, due = self.agree(time.perf_counter() >= deadline, due)
+                if late:
+                    break
+                if due:
+                    evaluate()
+                    next_eval = evals[-1][1] + a.eval_every_s
+            x, y = data(s)
             if stats is not None and s - s0 == a.warmup:
                 stats.update(hook=0.0, sync=0.0, calls=0, steps=0)
             if cuda:
@@ -402,8 +502,10 @@ class Run:
             lv = float(loss.detach())
             losses.append(lv)
             if curve is not None:
-                curve.append((s + 1, wall0 + t1 - t_start, lv))
+                curve.append((s + 1, wall0 + t1 - t_start - paused, lv))
             s += 1
+        if evals is not None and (not evals or evals[-1][0] != s):
+            evaluate()  # where this launch ends
         for h in handles:
             h.remove()
         if not times:  # duration mode shorter than the warm-up
@@ -414,9 +516,10 @@ class Run:
         return os.path.join(self.a.resume, f"ckpt-{self.a.net}-{name}-{cfg.replace(':', '_')}"
                                            f"-r{self.rank}.pt")
 
-    def load_ckpt(self, name, cfg, model, opt, fgb, curve):
+    def load_ckpt(self, name, cfg, model, opt, fgb, curve, evals=None):
         """--resume: this rank's checkpoint of the item, if any, into the model, the optimizer and
-        (fgbuff rows) the daemon's compressor state; extends curve with the earlier launches'.
+        (fgbuff rows) the daemon's compressor state; extends curve (and evals) with the earlier
+        launches'.
         Returns (steps, seconds) trained before. Every rank must find its file, or none."""
         path = self.ckpt_path(name, cfg)
         have = torch.tensor([1 if os.path.exists(path) else 0], dtype=torch.int32)
@@ -434,31 +537,41 @@ class Run:
         if fgb and ck.get("fgbuff"):
             opt.fgbuff_state_import(ck["fgbuff"])
         curve.extend(ck["curve"])
+        if evals is not None:
+            evals.extend(ck.get("evals") or [])
         if self.rank == 0:
             print(f"bench.py: {name} {cfg}: resumed at step {ck['step']} after {ck['wall']:.1f} s"
                   f" (fgbuff state of {len(ck.get('fgbuff') or {})} tensors)", flush=True)
         return (ck["step"], ck["wall"])
 
-    def save_ckpt(self, name, cfg, model, opt, fgb, curve):
+    def save_ckpt(self, name, cfg, model, opt, fgb, curve, evals=None):
         os.makedirs(self.a.resume, exist_ok=True)
         path = self.ckpt_path(name, cfg)
         ck = {"model": model.state_dict(), "opt": opt.state_dict(),
               "fgbuff": opt.fgbuff_state_export() if fgb else None,
               "step": curve[-1][0] if curve else 0, "wall": curve[-1][1] if curve else 0.0,
-              "curve": curve}
+              "curve": curve, "evals": evals}
         torch.save(ck, path + ".tmp")
         os.replace(path + ".tmp", path)  # a launch cut short leaves the previous checkpoint
 
-    def past(self, deadline):
-        """Duration mode: whether any rank is past its deadline, agreed by every active rank (a
-        rank that stopped on its own clock one step before the others would leave them waiting
-        for its gradients forever). `single` trains on rank 0 alone: no agreement needed."""
-        late = time.perf_counter() >= deadline
+    def agree(self, late, due):
+        """Duration mode: whether any rank is past its deadline, and whether any rank's clock
+        says a test evaluation is due, agreed by every active rank (a rank that stopped on its
+        own clock one step before the others would leave them waiting for its gradients
+        forever). `single` trains on rank 0 alone: no agreement needed."""
         if self.alone:
-            return late
-        flag = torch.tensor([1 if late else 0], dtype=torch.int32)
+            return late, due
+        flag = torch.tensor([int(late), int(due)], dtype=torch.int32)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ctl)
-        return bool(flag.item())
+        return bool(flag[0].item()), bool(flag[1].item())
+
+    def write_evals(self, name, cfg, evals):
+        path = os.path.join(os.path.dirname(os.path.abspath(self.a.out)),
+                            f"eval-{self.a.net}-{name}-{cfg}.csv")
+        with open(path, "w") as f:
+            f.write("step,wall_s,test_loss,test_acc\n")
+            for st, w, tl, acc in evals:
+                f.write(f"{st},{w:.4f},{tl:.6f},{acc:.6f}\n")
 
     def write_timeline(self, name, cfg):
         path = os.path.join(os.path.dirname(os.path.abspath(self.a.out)),

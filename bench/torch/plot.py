@@ -8,7 +8,9 @@ over the ranks) and DIR/results*.csv (the device and throughput, for the legend;
 results may be copied in as results-<anything>.csv), and draws the
 loss against wall-clock time (left: speed and convergence at once) and against the step (right:
 the same steps, so a compressed run's loss per step is compared with DDP's). --smooth N draws the
-moving average over N steps (default 20) over the raw curve. Runs where matplotlib is installed
+moving average over N steps (default 20) over the raw curve. Where the run trained on real data
+(run.sh --fashion-mnist), DIR/eval-<net>-<model>-<config>.csv (step, wall_s, test_loss, test_acc)
+adds a third panel: test accuracy against wall-clock time. Runs where matplotlib is installed
 (not needed on the GPU host: copy DIR back and plot here).
 """
 
@@ -27,6 +29,16 @@ def read_curve(path):
             wall.append(float(r["wall_s"]))
             loss.append(float(r["loss"]))
     return steps, wall, loss
+
+
+def read_evals(path):
+    wall, acc = [], []
+    if os.path.exists(path):
+        with open(path, newline="") as f:
+            for r in csv.DictReader(f):
+                wall.append(float(r["wall_s"]))
+                acc.append(float(r["test_acc"]))
+    return wall, acc
 
 
 def moving(xs, n):
@@ -65,7 +77,14 @@ def main():
                 info[(r["net"], r["model"], r["config"])] = r
     here = os.path.dirname(os.path.abspath(__file__))
     out = a.out or os.path.join(here, "..", "..", "docs", "torch-convergence.png")
-    fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
+    evals = {os.path.basename(f)[len("eval-"):-len(".csv")]: read_evals(f)
+             for f in glob.glob(os.path.join(a.dir, "eval-*.csv"))}
+    if evals:
+        fig, (ax_t, ax_s, ax_a) = plt.subplots(1, 3, figsize=(18, 5))
+        ax_s.sharey(ax_t)
+    else:
+        fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
+        ax_a = None
     devs = set()
     for path in files:
         name = os.path.basename(path)[len("curve-"):-len(".csv")]
@@ -88,10 +107,18 @@ def main():
         ax_t.plot([w / 60 for w in wall], loss, color=line.get_color(), alpha=0.2, lw=0.5)
         ax_s.plot(steps, sm, color=line.get_color(), label=label)
         ax_s.plot(steps, loss, color=line.get_color(), alpha=0.2, lw=0.5)
+        ew, acc = evals.get(name, ([], []))
+        if ax_a is not None and ew:
+            ax_a.plot([w / 60 for w in ew], acc, marker="o", ms=3, color=line.get_color(),
+                      label=f"{config or name}: {acc[-1]:.4f} at {ew[-1] / 60:.1f} min, best "
+                            f"{max(acc):.4f}")
     ax_t.set_xlabel("wall time (min)")
     ax_s.set_xlabel("step")
     ax_t.set_ylabel(f"training loss (mean over ranks; moving average of {a.smooth} steps)")
-    for ax in (ax_t, ax_s):
+    if ax_a is not None:
+        ax_a.set_xlabel("wall time (min; the clock stops while evaluating)")
+        ax_a.set_ylabel("test accuracy (10,000 test images)")
+    for ax in (ax_t, ax_s) + ((ax_a,) if ax_a is not None else ()):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     title = a.title or ("bench/torch convergence run" + (f": {', '.join(sorted(devs))}" if devs

@@ -7,7 +7,8 @@
 # Usage: bench/torch/run.sh BUILD_DIR [--gpus N] [--models resnet50,resnet50-amp,gpt2]
 #          [--configs single,ddp,...] [--nets nvlink,slow] [--steps N] [--warmup W] [--quick]
 #          [--out DIR] [--no-mps] [--item-timeout S] [--every-net] [--channels-last]
-#          [--duration-min M [--skew-s S] [--resume DIR]] [--timeline K] [--cpu]
+#          [--duration-min M [--skew-s S] [--resume DIR]] [--fashion-mnist DIR [--eval-every-s S]]
+#          [--timeline K] [--cpu]
 #   --quick          20 warm-up + 50 measured steps (default 20 + 100), --item-timeout 120
 #   --cpu            tiny models on CPU: gloo DDP and CPU daemons, 2 ranks, network label "cpu"
 #   --duration-min M convergence mode: each config trains M minutes (default models resnet50-amp,
@@ -17,6 +18,10 @@
 #                    --resume DIR: each item continues from its checkpoint in DIR (model, optimizer,
 #                    the daemon's compressor state, step, wall time, curve) and saves it back, so
 #                    a run of N x M minutes is N launches (device calls) of M minutes each
+#   --fashion-mnist DIR  ResNet-50 items train on Fashion-MNIST (IDX files in DIR, e.g. Debian's
+#                    /usr/share/datasets/fashion-mnist), upscaled on the device to the model's
+#                    input; duration mode also writes the test loss and accuracy every
+#                    --eval-every-s seconds of training (default 60) to eval-*.csv in --out
 #   --timeline K     the last K steps of each item as CLOCK_MONOTONIC times (timeline-*.csv) and
 #                    the daemons' per-collective trace (FGBUFF_GPU_TRACE=all, daemons-<net>.log):
 #                    where a step's time goes; use on a few configs (the trace is per tensor)
@@ -32,7 +37,7 @@ src="$(cd "$here/../.." && pwd)"
 build="$(cd "${1:?usage: run.sh BUILD_DIR [options]}" && pwd)"
 shift
 gpus=2 models="" configs="" nets="" steps=100 warmup=20 out="" mps=1 cpu=0 item_tmo=300
-single_each=0 chl=0 dur=0 quick=0 tmo_set=0 timeline=0 skew=0 resume=""
+single_each=0 chl=0 dur=0 quick=0 tmo_set=0 timeline=0 skew=0 resume="" fmnist="" every=""
 while [ $# -gt 0 ]; do
   case "$1" in
   --gpus) gpus="$2"; shift ;;
@@ -53,6 +58,8 @@ while [ $# -gt 0 ]; do
   --skew-s) skew="$2"; shift ;;
   --resume) resume="$(mkdir -p "$2" && cd "$2" && pwd)" || exit 2; shift ;;
   --timeline) timeline="$2"; shift ;;
+  --fashion-mnist) fmnist="$(cd "$2" && pwd)" || exit 2; shift ;;
+  --eval-every-s) every="$2"; shift ;;
   *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -184,6 +191,8 @@ for net in ${nets//,/ }; do
     [ "$chl" = 1 ] && args+=(--channels-last)
     [ "$timeline" != 0 ] && args+=(--timeline "$timeline")
     [ -n "$resume" ] && args+=(--resume "$resume")
+    [ -n "$fmnist" ] && args+=(--fashion-mnist "$fmnist")
+    [ -n "$every" ] && args+=(--eval-every-s "$every")
     FGBUFF_JOB="bt$$.$net.$attempt" FGBUFF_INCARNATION=$(( ($$ << 8) + attempt )) \
       timeout -k 10 "$limit" python3 -m torch.distributed.run --standalone \
       --nproc-per-node "$gpus" "$here/bench.py" "${args[@]}" >"$log" 2>&1 &
@@ -227,7 +236,7 @@ report
 rc=$?
 echo "results: $res, $out/results.json; logs in $out; $SECONDS s in all"
 if [ "$dur" != 0 ]; then
-  echo "curves: $(find "$out" -name 'curve-*.csv' | sort | paste -sd' ')"
+  echo "curves: $(find "$out" -name 'curve-*.csv' -o -name 'eval-*.csv' | sort | paste -sd' ')"
   echo "plot: python3 $here/plot.py $out"
 fi
 exit $rc

@@ -96,6 +96,26 @@ bash "$run" "$BUILD" --cpu --duration-min 0.05 --models gpt2 --configs ddp --net
   bad "resume: a checkpoint missing on rank 1 was accepted"
 grep -q "1 of 2 ranks have a checkpoint" "$OUT/res3.txt" "$OUT"/res3/train-*.log ||
   bad "resume: no message naming the missing checkpoint"
+# --fashion-mnist: ResNet-50 on real data, the test accuracy measured at step 0 (an untrained
+# model: near chance, 10 classes), every --eval-every-s seconds and at the end; it must rise (real
+# data is learnt), and a resumed launch's evaluations continue the first's
+fm=/usr/share/datasets/fashion-mnist
+if [ -e "$fm/t10k-labels-idx1-ubyte.gz" ] || [ -e "$fm/t10k-labels-idx1-ubyte" ]; then
+  for l in 1 2; do
+    bash "$run" "$BUILD" --cpu --duration-min 0.1 --models resnet50 --configs ddp --nets cpu \
+      --item-timeout 60 --fashion-mnist "$fm" --eval-every-s 2 --resume "$OUT/fmck" \
+      --out "$OUT/fm$l" >"$OUT/fm$l.txt" 2>&1 || { cat "$OUT/fm$l.txt"; bad "fashion-mnist launch $l"; }
+  done
+  e1="$OUT/fm1/eval-cpu-resnet50-ddp.csv" e2="$OUT/fm2/eval-cpu-resnet50-ddp.csv"
+  awk -F, 'NR == 2 { first = $4; ok0 = $1 == 0 && $4 > 0.03 && $4 < 0.2 } NR > 1 { n++; last = $4 }
+    END { exit !(ok0 && n >= 3 && last > first + 0.15) }' "$e1" ||
+    { cat "$e1"; bad "fashion-mnist: no rise of the test accuracy from chance over >= 3 evaluations"; }
+  n1="$(grep -c '^[0-9]' "$e1")"
+  [ "$(grep -c '^[0-9]' "$e2")" -gt "$n1" ] && cmp -s "$e1" <(head -n $((n1 + 1)) "$e2") ||
+    bad "fashion-mnist: launch 2's evaluations do not continue launch 1's"
+else
+  bad "Fashion-MNIST missing ($fm): apt-get install dataset-fashion-mnist"
+fi
 # negative control: rows whose ranks' daemons held different plans are refused
 python3 - "$OUT/all/results.csv" "$OUT/plans.csv" <<'EOF'
 import csv, sys
