@@ -4,8 +4,9 @@
     plot.py DIR [--out docs/torch-convergence.png] [--title TEXT] [--smooth N]
 
 Reads DIR/curve-<net>-<model>-<config>.csv (step, wall_s, loss: the loss of each step averaged
-over the ranks) and DIR/results*.csv (the device and throughput, for the legend; several runs'
-results may be copied in as results-<anything>.csv), and draws the
+over the ranks) and DIR/results*.csv (the device, batch and ranks, for the legend's throughput:
+steps x global batch / training seconds of the whole curve; several launches' results may be
+copied in as results-<anything>.csv), and draws the
 loss against wall-clock time (left: speed and convergence at once) and against the step (right:
 the same steps, so a compressed run's loss per step is compared with DDP's). --smooth N draws the
 moving average over N steps (default 20) over the raw curve. Where the run trained on real data
@@ -86,6 +87,7 @@ def main():
         fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
         ax_a = None
     devs = set()
+    all_pos = True
     for path in files:
         name = os.path.basename(path)[len("curve-"):-len(".csv")]
         steps, wall, loss = read_curve(path)
@@ -97,12 +99,13 @@ def main():
                 net, model, config = n, m, c
                 devs.add(f"{r['ngpus']} x {r['device']}")
         r = info.get((net, model, config), {})
-        rate = r.get("samples_per_s")
         label = config or name
-        if rate:
-            label += f" ({float(rate):.0f} {r.get('unit', '')}/s)"
+        if r.get("batch") and r.get("ngpus") and wall[-1] > 0:  # the mean over every launch
+            rate = steps[-1] * int(r["batch"]) * int(r["ngpus"]) / wall[-1]
+            label += f" ({rate:.0f} {r.get('unit', '')}/s)"
         label += f", {steps[-1]} steps"
         sm = moving(loss, max(1, a.smooth))
+        all_pos = all_pos and min(loss) > 0
         line, = ax_t.plot([w / 60 for w in wall], sm, label=label)
         ax_t.plot([w / 60 for w in wall], loss, color=line.get_color(), alpha=0.2, lw=0.5)
         ax_s.plot(steps, sm, color=line.get_color(), label=label)
@@ -118,6 +121,11 @@ def main():
     if ax_a is not None:
         ax_a.set_xlabel("wall time (min; the clock stops while evaluating)")
         ax_a.set_ylabel("test accuracy (10,000 test images)")
+        later = [x for ew, acc in evals.values() for w, x in zip(ew, acc) if w > 0.5]
+        if later:  # zoom on the trained model: the untrained one (step 0) is near chance
+            ax_a.set_ylim(max(0.0, min(later) - 0.01), min(1.0, max(later) + 0.005))
+    if all_pos:  # a loss falling over orders of magnitude (memorised batches, training loss)
+        ax_t.set_yscale("log")
     for ax in (ax_t, ax_s) + ((ax_a,) if ax_a is not None else ()):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
