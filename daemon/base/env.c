@@ -71,6 +71,12 @@ static const env_knob knobs[ENV_COUNT] = {
     [ENV_NCCL_NONBLOCKING] = {"FGBUFF_NCCL_NONBLOCKING", ENV_KIND_WORDS, 0, 1, 1, "1", 1, 0,
                               "set (any value): a job's NCCL communicator is created "
                               "non-blocking instead of on its own blocking init thread"},
+    [ENV_GPU_STREAM_PRIORITY] = {"FGBUFF_GPU_STREAM_PRIORITY", ENV_KIND_WORDS, 0, 0, 1,
+                                 "default high", 0, 1,
+                                 "GPU daemons: high creates the engine's stream (compressors, "
+                                 "packing, NCCL) at the device's greatest priority, so its "
+                                 "kernels are scheduled before pending kernels of default-"
+                                 "priority streams; default (unset): default priority"},
     /* log.c reads it with env_peek: env's own warnings are log lines. */
     [ENV_LOG_SYSLOG] = {"FGBUFF_LOG_SYSLOG", ENV_KIND_WORDS, -1, 0, 1, "0 1", -1, 0,
                         "1 or 0: log lines do or do not start with a syslog priority; unset: "

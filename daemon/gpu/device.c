@@ -134,16 +134,17 @@ size_t gpu_mem_text(char *buf, size_t cap) {
 size_t gpu_status_json(char *buf, size_t cap) {
   size_t free_b = 0, total_b = 0;
   cudaMemGetInfo(&free_b, &total_b);
-  int n = snprintf(
-      buf, cap,
-      "{\"uuid\":\"%s\",\"pci_bus_id\":\"%s\",\"name\":\"%s\",\"index\":%d,"
-      "\"mps\":%s,\"daemon_mem_bytes\":%lld,\"comp_state_bytes\":%lld,"
-      "\"other_mem_bytes\":%lld,\"largest_buffer_bytes\":%llu,"
-      "\"other_mem_bound_bytes\":%lld,\"device_free_bytes\":%zu,"
-      "\"device_total_bytes\":%zu}",
-      g_uuid, g_pci, g_name, g_index, g_mps ? "true" : "false", (long long)gpu_mem_used(),
-      (long long)gpu_mem_state(), (long long)(gpu_mem_used() - gpu_mem_state()),
-      (unsigned long long)gpu_mem_largest_buffer(), gpu_mem_other_bound(), free_b, total_b);
+  int n =
+      snprintf(buf, cap,
+               "{\"uuid\":\"%s\",\"pci_bus_id\":\"%s\",\"name\":\"%s\",\"index\":%d,"
+               "\"mps\":%s,\"daemon_mem_bytes\":%lld,\"comp_state_bytes\":%lld,"
+               "\"other_mem_bytes\":%lld,\"largest_buffer_bytes\":%llu,"
+               "\"other_mem_bound_bytes\":%lld,\"device_free_bytes\":%zu,"
+               "\"device_total_bytes\":%zu,\"stream_priority\":%d}",
+               g_uuid, g_pci, g_name, g_index, g_mps ? "true" : "false", (long long)gpu_mem_used(),
+               (long long)gpu_mem_state(), (long long)(gpu_mem_used() - gpu_mem_state()),
+               (unsigned long long)gpu_mem_largest_buffer(), gpu_mem_other_bound(), free_b, total_b,
+               gpu_stream_priority());
   return n < 0 ? 0 : (size_t)n;
 }
 

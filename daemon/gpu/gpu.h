@@ -105,6 +105,9 @@ void gpu_abort_marked(void);
 int gpu_job_is_aborted(uint64_t job_key);
 extern eng_gpu_ops gpu_engine_ops; /* .stream is set by gpu_engine_init */
 fgb_status gpu_engine_init(char *err, size_t errlen);
+/* The engine stream's priority (0 default; FGBUFF_GPU_STREAM_PRIORITY=high: the device's greatest,
+ * a negative number), for status. */
+int gpu_stream_priority(void);
 
 /* ---- xchg.c: the planning exchange on device memory (eng_gpu_ops.xchg / .timed) -------------- */
 fgb_status gpu_xchg(comm *c, uint64_t job_key, const void *send, void *recv, size_t bytes,

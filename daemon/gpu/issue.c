@@ -104,6 +104,7 @@ static uint64_t mono_us(void) {
 }
 
 static cudaStream_t g_stream;
+static int g_priority; /* g_stream's priority (FGBUFF_GPU_STREAM_PRIORITY) */
 
 /* ---- timeline: GPU events on the host clock ---------------------------------------------------
  * A reference event recorded on an otherwise idle stream and synchronised at once happens between
@@ -709,13 +710,26 @@ eng_gpu_ops gpu_engine_ops = {
     .timed = gpu_timed,
 };
 
+int gpu_stream_priority(void) {
+  return g_priority;
+}
+
 fgb_status gpu_engine_init(char *err, size_t errlen) {
   gpu_thread_bind();
-  cudaError_t ce = cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking);
+  int least = 0, greatest = 0;
+  if (env_num(ENV_GPU_STREAM_PRIORITY) == 1 &&
+      cudaDeviceGetStreamPriorityRange(&least, &greatest) != cudaSuccess) {
+    (void)cudaGetLastError();
+    greatest = 0;
+  }
+  g_priority = env_num(ENV_GPU_STREAM_PRIORITY) == 1 ? greatest : 0;
+  cudaError_t ce = cudaStreamCreateWithPriority(&g_stream, cudaStreamNonBlocking, g_priority);
   if (ce != cudaSuccess) {
     snprintf(err, errlen, "cannot create the engine stream: %s", cudaGetErrorString(ce));
     return FGB_EIO;
   }
+  LOG_INFO("engine stream priority %d (FGBUFF_GPU_STREAM_PRIORITY %s; the device's range %d to %d)",
+           g_priority, g_priority ? "high" : "default", least, greatest);
   gpu_engine_ops.stream = g_stream;
   return FGB_OK;
 }

@@ -4,6 +4,8 @@
 # identical on both GPUs (per-step hashes); rank 0 finds its daemon by its CUDA context
 # (fgb_connect(NULL)); status names the GPU (uuid, PCI bus id, MPS, daemon memory). jobB's clients
 # submit on idle streams (--idle-submit: the ready number host-written), jobA's on held streams.
+# With FGBUFF_GPU_STREAM_PRIORITY=high (ctest gpu-dp-sync-prio) the engine's stream has the
+# device's greatest priority (negative; status gpu.stream_priority), else 0.
 set -u
 here="$(dirname "$0")"
 source "$here/gpu-world.sh"
@@ -31,6 +33,13 @@ done
 grep -q '"gpu":{"uuid":"GPU-' "$out/jobA.0.out" || { echo "status lacks the GPU"; rc=1; }
 grep -q '"mps":' "$out/jobA.0.out" || { echo "status lacks MPS"; rc=1; }
 grep -q 'socket [^ ]*/gpu-[0-9a-f-]*\.sock' "$GPU_WORLD_LOG" || { echo "socket not named by UUID"; rc=1; }
+if [ "${FGBUFF_GPU_STREAM_PRIORITY:-}" = high ]; then
+  grep -q '"stream_priority":-[1-9]' "$out/jobA.0.out" || { echo "status: no high priority"; rc=1; }
+  [ "$(grep -c 'engine stream priority -[1-9]' "$GPU_WORLD_LOG")" -eq 2 ] ||
+    { echo "the daemons did not log a high stream priority"; rc=1; }
+else
+  grep -q '"stream_priority":0[,}]' "$out/jobA.0.out" || { echo "status: stream priority not 0"; rc=1; }
+fi
 grep -h "status" "$out/jobA.0.out" | cut -c1-400
 [ $rc -eq 0 ] || cat "$GPU_WORLD_LOG"
 exit $rc
