@@ -61,6 +61,8 @@ CONFIGS = {
     "dense-none": ("fgb", None, 0.0, "none", "fgbuff dense, policy none"),
     "dense-fgbuff": ("fgb", None, 0.0, "fgbuff", "fgbuff dense, policy fgbuff"),
     "topk-fgbuff": ("fgb", "topk", 0.01, "fgbuff", "top-k 0.01, policy fgbuff"),
+    "topk-fgbuff-noguard": ("fgb", "topk", 0.01, "fgbuff",
+                            "top-k 0.01, policy fgbuff, nonfinite_guard=False"),
     "topk-rgmerge": ("fgb", "topk", 0.01, "rgmerge", "top-k 0.01, policy rgmerge"),
     "dgc-rgmerge": ("fgb", "dgc", 0.001, "rgmerge", "DGC 0.001, policy rgmerge"),
     "powersgd-daemon": ("fgb", "powersgd", 0.0, "none",
@@ -78,6 +80,8 @@ STOP_EVERY = 10
 COMPRESSOR_OPTIONS = {
     "powersgd-daemon": "rank=4,start_step=2",
 }
+# configs without fgbuff.torch's non-finite guard of compressed tensors (what it costs)
+NO_GUARD = {"topk-fgbuff-noguard"}
 
 # name: (builder key, autocast dtype or None, unit)
 MODELS = {
@@ -338,6 +342,7 @@ class Run:
                 opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
                                                compressor=comp, density=density, policy=policy,
                                                compressor_options=COMPRESSOR_OPTIONS.get(cfg),
+                                               nonfinite_guard=cfg not in NO_GUARD,
                                                job_name=f"{self.base}.{name}.{cfg}")
                 stats = instrument(opt)
             data = self.data(name)

@@ -498,6 +498,40 @@ def test_topk_nonfinite_step_is_skipped_everywhere_and_residuals_stay_finite():
                for p in m.parameters())
 
 
+def test_nonfinite_guard_off_changes_nothing_finite_and_lets_an_overflow_into_the_residual():
+    """nonfinite_guard=False: on finite gradients the same parameters as with the guard (it acts
+    on non-finite ones only), no flag tensor; an overflow on one rank then stays in that rank's
+    top-k residual, so the later steps are not finite: what the guard prevents (the test above,
+    whose control this is)."""
+    runs = []
+    for guard in (True, False):
+        m = make_model()
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR),
+                                       named_parameters=m.named_parameters(), compressor="topk",
+                                       density=0.25, nonfinite_guard=guard,
+                                       job_name=f"guard{int(guard)}")
+        train(m, opt, steps=3)
+        runs.append((m, opt))
+    (m1, o1), (m0, o0) = runs
+    assert all(torch.equal(p, q) for p, q in zip(m1.parameters(), m0.parameters()))
+    assert o1._fgb_flag is not None and o0._fgb_flag is None
+    o1._fgb_close()
+    o0.zero_grad()
+    h = None
+    if hvd.rank() == 1:  # the overflow of the test above, without the guard
+        h = m0[0].weight.register_hook(lambda g: g * float("inf"))
+    loss_fn(m0, *batches(100, hvd.rank())).backward()
+    if h is not None:
+        h.remove()
+    o0.synchronize()
+    o0.zero_grad()
+    with o0.skip_synchronize():
+        pass
+    train(m0, o0, steps=2)
+    assert not torch.isfinite(m0[0].weight).all()
+    o0._fgb_close()
+
+
 def test_sync_batch_norm_equals_batch_norm_on_the_whole_batch():
     torch.manual_seed(0)
     xs = [torch.randn(2 + r, 3, 4, generator=torch.Generator().manual_seed(r))
