@@ -16,7 +16,8 @@ Per item: step time = wall time of one training step (zero_grad, forward, backwa
 step) ending with torch.cuda.synchronize(), on rank 0; the median over --steps steps after
 --warmup steps. Samples (images or sequences) per second = global batch / median. The loss is the
 mean over ranks of the loss of the last step (step warmup + steps), from the same data on every
-config (a fixed set of batches per rank, seed --data-seed + rank). fgbuff rows also report the
+config (a fixed set of batches per rank, seed --data-seed + rank); on Fashion-MNIST
+(--fashion-mnist) it is the test loss after the steps instead, with the test accuracy. fgbuff rows also report the
 host time spent in fgbuff.torch's hooks (gradient adoption + submit) and synchronize() per step.
 
 Duration mode (--duration-min M): each item trains for M minutes instead and writes
@@ -269,8 +270,14 @@ class Run:
         return lambda s: out[s % len(out)]
 
     def evaluate(self, name, model, data):
-        """Test loss and accuracy of model on data's test set, summed over the active ranks."""
+        """Test loss and accuracy of model on data's test set, summed over the active ranks.
+        Every rank evaluates with rank 0's buffers (BatchNorm's running statistics: DDP
+        broadcasts them before each forward, fgbuff.torch, as Horovod, leaves each rank its own;
+        rank 0's are the same under both), so equal parameters give equal results."""
         amp = MODELS[name][1]
+        if not self.alone:
+            for buf in model.buffers():
+                dist.broadcast(buf, 0)
         model.eval()
         tot = torch.zeros(3, dtype=torch.float64, device=self.dev)  # loss sum, correct, count
         with torch.no_grad(), torch.autocast(self.dev.type, dtype=amp, enabled=amp is not None):
@@ -307,13 +314,13 @@ class Run:
                "host_ms": "", "host_hook_ms": "", "host_sync_ms": "", "host_calls": "",
                "plan": "", "bwd_ms": "", "after_bwd_ms": "", "rank_step_ms_max": "",
                "rank_spread": "", "plans_equal": "", "plan_versions": "", "recalls": "",
-               "daemon_rss_mb": "", "daemon_gpu_mb": ""}
+               "daemon_rss_mb": "", "daemon_gpu_mb": "", "test_acc": ""}
         t_item = time.perf_counter()
         self.cfg = cfg
         active = kind != "single" or self.rank == 0
         self.alone = kind == "single"
         model = opt = ddp = train = data = None
-        stats = curve = None
+        stats = curve = test = None
         times, bwds, losses = [], [], []
         if active:
             model = self.model(name, seed)
@@ -354,6 +361,8 @@ class Run:
                     start = self.load_ckpt(name, cfg, model, opt, kind == "fgb", curve, evals)
             times, bwds, losses = self.train(name, model, train, opt, data, stats, curve, start,
                                              evals)
+            if isinstance(data, FashionData):  # real data: the loss is the test set's
+                test = evals[-1][2:] if evals else self.evaluate(name, model, data)
             if a.resume:
                 self.save_ckpt(name, cfg, model, opt, kind == "fgb", curve, evals)
             if evals is not None and self.rank == 0:
@@ -379,6 +388,8 @@ class Run:
             lt = torch.zeros(2, dtype=torch.float64)
         dist.all_reduce(lt, group=self.ctl)
         row["loss"] = f"{lt[0].item() / lt[1].item():.5f}"
+        if test is not None:  # summed over the active ranks already: the same on each
+            row.update(loss=f"{test[0]:.5f}", test_acc=f"{test[1]:.4f}")
         if self.rank == 0:
             n = self.batch_size(name) * (1 if kind == "single" else self.size)
             med = statistics.median(times)

@@ -28,7 +28,7 @@ FIELDS = ["net", "model", "config", "note", "device", "ngpus", "mps", "batch", "
           "after_bwd_ms", "loss", "host_ms",
           "host_hook_ms", "host_sync_ms", "host_calls", "plan", "rank_step_ms_max",
           "rank_spread", "plans_equal", "plan_versions", "recalls", "daemon_rss_mb",
-          "daemon_gpu_mb", "status", "seconds", "when"]
+          "daemon_gpu_mb", "status", "seconds", "when", "test_acc"]
 
 
 def num(x):
@@ -104,9 +104,10 @@ def main():
                 (n for n in nets if (n, model) in spread), None)
             lo, hi = spread[(sp_net, model)] if sp_net else (None, None)
             star = "*" if sp_net and sp_net != net else ""
+            acc = any(r.get("test_acc") for r in rs)  # real data: the test accuracy too
             print(f"{'config':17} {unit + '/s':>11} {'step ms':>8} {'bwd ms':>7} {'after':>7} "
-                  f"{'vs DDP':>7} {'vs Nx1':>7} {'loss':>8} {'vs seeds':>9} {'host ms':>8} "
-                  f"{'host %':>6}  plan")
+                  f"{'vs DDP':>7} {'vs Nx1':>7} {'loss':>8} {'vs seeds':>9} "
+                  + (f"{'acc':>6} " if acc else "") + f"{'host ms':>8} {'host %':>6}  plan")
             for r in rs:
                 if r.get("status") != "ok":
                     print(f"{r['config']:17} {r.get('status', '')}")
@@ -131,8 +132,9 @@ def main():
                 print(f"{r['config']:17} {sps or 0:11.1f} {step or 0:8.2f} "
                       f"{'-' if bwd is None else f'{bwd:.2f}':>7} "
                       f"{'-' if aft is None else f'{aft:.2f}':>7} {vd:>7} {vs:>7} "
-                      f"{r['loss']:>8} {place:>9} {r.get('host_ms') or '-':>8} {hp:>6}  "
-                      f"{r.get('plan', '')}")
+                      f"{r['loss']:>8} {place:>9} "
+                      + (f"{r.get('test_acc') or '-':>6} " if acc else "")
+                      + f"{r.get('host_ms') or '-':>8} {hp:>6}  {r.get('plan', '')}")
                 d = dict(r)
                 d.update(vs_ddp=vd, vs_n_single=vs, loss_vs_seeds=place, host_pct=hp)
                 out.append(d)
@@ -149,7 +151,9 @@ def main():
             if lo is not None:
                 print(f"dense DDP loss spread (init seeds 42, 43): {lo:.4f} .. {hi:.4f}"
                       + (f" (from network {sp_net})" if star else ""))
-    print("\nbwd ms: median time from the step's start to its last gradient (forward + "
+    print("\nloss: the last step's, mean over ranks; on Fashion-MNIST (--fashion-mnist) the test "
+          "loss after the steps, and acc the test accuracy.")
+    print("bwd ms: median time from the step's start to its last gradient (forward + "
           "backward compute); after: median of step - that (exposed communication, "
           "synchronize, optimizer step).")
     print("vs Nx1: samples/s / (ranks x single-GPU samples/s); * = single GPU (or, for vs "

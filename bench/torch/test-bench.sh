@@ -113,6 +113,17 @@ if [ -e "$fm/t10k-labels-idx1-ubyte.gz" ] || [ -e "$fm/t10k-labels-idx1-ubyte" ]
   n1="$(grep -c '^[0-9]' "$e1")"
   [ "$(grep -c '^[0-9]' "$e2")" -gt "$n1" ] && cmp -s "$e1" <(head -n $((n1 + 1)) "$e2") ||
     bad "fashion-mnist: launch 2's evaluations do not continue launch 1's"
+  # fixed steps on real data: the loss column is the test loss (rank 0's BatchNorm statistics on
+  # every rank), so fgbuff dense equals DDP exactly, and the accuracy column is there
+  bash "$run" "$BUILD" --cpu --steps 4 --warmup 2 --models resnet50 --configs ddp,dense-fgbuff \
+    --fashion-mnist "$fm" --out "$OUT/fmfix" >"$OUT/fmfix.txt" 2>&1 || { cat "$OUT/fmfix.txt"; bad "fashion-mnist fixed steps"; }
+  python3 - "$OUT/fmfix/results.csv" <<'EOF' || { cat "$OUT/fmfix.txt"; bad "fashion-mnist: test loss/accuracy rows"; }
+import csv, sys
+r = {x["config"]: x for x in csv.DictReader(open(sys.argv[1]))}
+assert r["ddp"]["loss"] == r["dense-fgbuff"]["loss"], (r["ddp"]["loss"], r["dense-fgbuff"]["loss"])
+assert 0 < float(r["ddp"]["test_acc"]) <= 1 and r["ddp"]["test_acc"] == r["dense-fgbuff"]["test_acc"]
+EOF
+  grep -q "vs seeds    acc" "$OUT/fmfix.txt" || bad "fashion-mnist: no acc column"
 else
   bad "Fashion-MNIST missing ($fm): apt-get install dataset-fashion-mnist"
 fi
