@@ -122,6 +122,10 @@ def parse():
     p.add_argument("--out", required=True, help="results CSV (appended by rank 0)")
     p.add_argument("--progress", default=None, help="rank 0 appends START/DONE lines here")
     p.add_argument("--skip", type=int, default=0, help="skip the first N items (a relaunch)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the whole item list R times (round-robin: each config's rounds are "
+                        "spread over the run, so a slow phase of the host does not fall on one "
+                        "config); report.py takes the median over the rounds")
     p.add_argument("--item-timeout", type=float, default=300,
                    help="seconds an item may take before this process exits (124)")
     p.add_argument("--duration-min", type=float, default=0.0)
@@ -158,6 +162,8 @@ def parse():
         a.data_batches = 16
     if a.resume and a.duration_min <= 0:
         raise SystemExit("bench.py: --resume needs --duration-min")
+    if a.rounds < 1 or (a.rounds > 1 and a.duration_min > 0):
+        raise SystemExit("bench.py: --rounds must be >= 1, and 1 in duration mode")
     if a.eval_every_s <= 0:
         raise SystemExit("bench.py: --eval-every-s must be > 0")
     return a
@@ -758,12 +764,12 @@ def watchdog(seconds, what):
 def main():
     a = parse()
     r = Run(a)
-    items = [(m, c) for m in a.models for c in a.configs]
+    items = [(m, c, k + 1) for k in range(a.rounds) for m in a.models for c in a.configs]
     if r.rank == 0:
         print(f"bench.py: {r.devname}, {r.size} ranks, torch {torch.__version__}, net {a.net}, "
               f"{len(items) - a.skip} items", flush=True)
     new = not os.path.exists(a.out) or os.path.getsize(a.out) == 0
-    for i, (m, c) in enumerate(items):
+    for i, (m, c, rnd) in enumerate(items):
         if i < a.skip:
             continue
         if r.rank == 0 and a.progress:
@@ -772,6 +778,7 @@ def main():
         limit = a.item_timeout + (a.duration_min * 60 if a.duration_min > 0 else 0)
         ev = watchdog(limit, f"item {m} {c}")
         row = r.item(m, c)
+        row["round"] = rnd
         ev.set()
         if r.rank == 0:
             with open(a.out, "a", newline="") as f:

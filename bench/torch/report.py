@@ -19,6 +19,7 @@ import csv
 import json
 import math
 import os
+import statistics
 import sys
 
 from collections import OrderedDict
@@ -28,7 +29,10 @@ FIELDS = ["net", "model", "config", "note", "device", "ngpus", "mps", "batch", "
           "after_bwd_ms", "loss", "host_ms",
           "host_hook_ms", "host_sync_ms", "host_calls", "plan", "rank_step_ms_max",
           "rank_spread", "plans_equal", "plan_versions", "recalls", "daemon_rss_mb",
-          "daemon_gpu_mb", "status", "seconds", "when", "test_acc"]
+          "daemon_gpu_mb", "status", "seconds", "when", "test_acc", "round"]
+# timings that --rounds rows of one (net, model, config) give as their median
+ROUND_MEDIAN = ("samples_per_s", "step_ms", "step_ms_p10", "step_ms_p90", "bwd_ms",
+                "after_bwd_ms", "host_ms", "host_hook_ms", "host_sync_ms", "rank_step_ms_max")
 
 
 def num(x):
@@ -42,6 +46,34 @@ def num(x):
 def load(path):
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
+
+
+def merge_rounds(rows):
+    """Rows of one (net, model, config) from several rounds (run.sh --rounds) become one: the
+    median over its ok rounds of each ROUND_MEDIAN field, `rounds` (ok/all), `round_spread`
+    (max/min of the rounds' samples/s) and `round_samples_per_s`; the other fields are the first
+    ok round's (the loss too: every round starts from the same seed and data). A key measured
+    once, or with no ok round, keeps its first row as it is."""
+    groups = OrderedDict()
+    for r in rows:
+        groups.setdefault((r["net"], r["model"], r["config"]), []).append(r)
+    out = []
+    for rs in groups.values():
+        ok = [r for r in rs if r.get("status") == "ok"]
+        if len(rs) == 1 or not ok:
+            out.append(rs[0])
+            continue
+        m = dict(ok[0])
+        for f in ROUND_MEDIAN:
+            vals = [num(r.get(f)) for r in ok if num(r.get(f)) is not None]
+            if vals:
+                m[f] = f"{statistics.median(vals):.3f}"
+        sps = [num(r.get("samples_per_s")) for r in ok if num(r.get("samples_per_s"))]
+        m.update(rounds=f"{len(ok)}/{len(rs)}",
+                 round_spread=f"{max(sps) / min(sps):.3f}" if sps else "",
+                 round_samples_per_s=" ".join(r.get("samples_per_s", "") for r in ok))
+        out.append(m)
+    return out
 
 
 def add_failed(path, net, model, config, reason):
@@ -68,7 +100,7 @@ def main():
     if a.add_failed:
         add_failed(a.csv[0], *a.add_failed)
         return 0
-    rows = [r for path in a.csv for r in load(path)]
+    rows = merge_rounds([r for path in a.csv for r in load(path)])
     nets = list(OrderedDict.fromkeys(r["net"] for r in rows))
     models = list(OrderedDict.fromkeys(r["model"] for r in rows))
     single = {}  # model -> (net, samples/s)
@@ -105,9 +137,11 @@ def main():
             lo, hi = spread[(sp_net, model)] if sp_net else (None, None)
             star = "*" if sp_net and sp_net != net else ""
             acc = any(r.get("test_acc") for r in rs)  # real data: the test accuracy too
+            rnd = any(r.get("rounds") for r in rs)  # --rounds: the rounds' spread
             print(f"{'config':17} {unit + '/s':>11} {'step ms':>8} {'bwd ms':>7} {'after':>7} "
                   f"{'vs DDP':>7} {'vs Nx1':>7} {'loss':>8} {'vs seeds':>9} "
-                  + (f"{'acc':>6} " if acc else "") + f"{'host ms':>8} {'host %':>6}  plan")
+                  + (f"{'acc':>6} " if acc else "") + f"{'host ms':>8} {'host %':>6}  "
+                  + (f"{'rounds':>12}  " if rnd else "") + "plan")
             for r in rs:
                 if r.get("status") != "ok":
                     print(f"{r['config']:17} {r.get('status', '')}")
@@ -134,7 +168,9 @@ def main():
                       f"{'-' if aft is None else f'{aft:.2f}':>7} {vd:>7} {vs:>7} "
                       f"{r['loss']:>8} {place:>9} "
                       + (f"{r.get('test_acc') or '-':>6} " if acc else "")
-                      + f"{r.get('host_ms') or '-':>8} {hp:>6}  {r.get('plan', '')}")
+                      + f"{r.get('host_ms') or '-':>8} {hp:>6}  "
+                      + (f"{(r.get('round_spread') or '-') + ' (' + (r.get('rounds') or '1') + ')':>12}  "
+                         if rnd else "") + f"{r.get('plan', '')}")
                 d = dict(r)
                 d.update(vs_ddp=vd, vs_n_single=vs, loss_vs_seeds=place, host_pct=hp)
                 out.append(d)
@@ -153,6 +189,8 @@ def main():
                       + (f" (from network {sp_net})" if star else ""))
     print("\nloss: the last step's, mean over ranks; on Fashion-MNIST (--fashion-mnist) the test "
           "loss after the steps, and acc the test accuracy.")
+    print("rounds (--rounds): max/min of the rounds' samples/s (ok rounds / all); every timing "
+          "is the median over the rounds.")
     print("bwd ms: median time from the step's start to its last gradient (forward + "
           "backward compute); after: median of step - that (exposed communication, "
           "synchronize, optimizer step).")

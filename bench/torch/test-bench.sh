@@ -63,6 +63,23 @@ assert len(rows) == 3, rows
 for r in rows:
     assert r["plans_equal"] == "yes" and int(r["plan_versions"]) >= 1, r
 EOF
+# --rounds 2: every item twice, round-robin; the table gives the median of the two rounds and
+# their spread, the CSV both rows
+bash "$run" "$BUILD" --cpu --steps 3 --warmup 1 --models gpt2 --configs ddp,dense-fgbuff \
+  --rounds 2 --out "$OUT/rounds" >"$OUT/rounds.txt" 2>&1 || { cat "$OUT/rounds.txt"; bad "run.sh --rounds 2"; }
+python3 - "$OUT/rounds/results.csv" "$OUT/rounds/results.json" <<'EOF' || { cat "$OUT/rounds.txt"; bad "rounds"; }
+import csv, json, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert [(r["config"], r["round"]) for r in rows] == [("ddp", "1"), ("dense-fgbuff", "1"),
+                                                     ("ddp", "2"), ("dense-fgbuff", "2")], rows
+merged = {r["config"]: r for r in json.load(open(sys.argv[2]))}
+for c in ("ddp", "dense-fgbuff"):
+    sps = [float(r["samples_per_s"]) for r in rows if r["config"] == c]
+    m = merged[c]
+    assert m["rounds"] == "2/2" and abs(float(m["samples_per_s"]) - statistics.median(sps)) < 0.01, m
+    assert abs(float(m["round_spread"]) - max(sps) / min(sps)) < 0.001, m
+EOF
+grep -q '^ddp .*(2/2)' "$OUT/rounds.txt" || bad "rounds: no spread column"
 # duration mode: the ranks stop at the same step although rank 1's own deadline is 3 s later
 # (each rank stopping on its own clock left the other waiting for its gradients: a hang)
 bash "$run" "$BUILD" --cpu --duration-min 0.1 --skew-s 3 --models gpt2 --configs ddp,topk-fgbuff \
