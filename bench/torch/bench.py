@@ -463,10 +463,13 @@ class Run:
         s = s0
         paused = 0.0  # seconds spent evaluating: off the training clock
 
+        def trained(t):  # seconds trained at perf_counter time t, earlier launches included
+            return wall0 + t - t_start - paused
+
         def evaluate():
             nonlocal paused, deadline
             e0 = time.perf_counter()
-            wall = wall0 + e0 - t_start - paused
+            wall = trained(e0)
             tl, acc = self.evaluate(name, model, data)
             evals.append((s, wall, tl, acc))
             if self.rank == 0:
@@ -482,7 +485,7 @@ class Run:
                 break
             if deadline is not None and (s - s0) % STOP_EVERY == 0:
                 due = (next_eval is not None and
-                       wall0 + time.perf_counter() - t_start - paused >= next_eval)
+                       trained(time.perf_counter()) >= next_eval)
                 late, due = self.agree(time.perf_counter() >= deadline, due)
                 if late:
                     break
@@ -524,7 +527,7 @@ class Run:
             lv = float(loss.detach())
             losses.append(lv)
             if curve is not None:
-                curve.append((s + 1, wall0 + t1 - t_start - paused, lv))
+                curve.append((s + 1, trained(t1), lv))
             s += 1
         if evals is not None and (not evals or evals[-1][0] != s):
             evaluate()  # where this launch ends
@@ -587,17 +590,20 @@ class Run:
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ctl)
         return bool(flag[0].item()), bool(flag[1].item())
 
+    def beside_out(self, kind, name, cfg, ext):
+        """The path of an item's file beside the results CSV: <kind>-<net>-<model>-<cfg>.<ext>."""
+        return os.path.join(os.path.dirname(os.path.abspath(self.a.out)),
+                            f"{kind}-{self.a.net}-{name}-{cfg}.{ext}")
+
     def write_evals(self, name, cfg, evals):
-        path = os.path.join(os.path.dirname(os.path.abspath(self.a.out)),
-                            f"eval-{self.a.net}-{name}-{cfg}.csv")
+        path = self.beside_out("eval", name, cfg, "csv")
         with open(path, "w") as f:
             f.write("step,wall_s,test_loss,test_acc\n")
             for st, w, tl, acc in evals:
                 f.write(f"{st},{w:.4f},{tl:.6f},{acc:.6f}\n")
 
     def write_timeline(self, name, cfg):
-        path = os.path.join(os.path.dirname(os.path.abspath(self.a.out)),
-                            f"timeline-{self.a.net}-{name}-{cfg.replace(':', '_')}.csv")
+        path = self.beside_out("timeline", name, cfg.replace(":", "_"), "csv")
         with open(path, "w") as f:
             f.write("# rank 0, CLOCK_MONOTONIC us (the daemons' gtrace clock); last_grad = start "
                     "+ the CUDA-event time to the last gradient; sync_* = synchronize() on the "
@@ -607,8 +613,7 @@ class Run:
                 f.write(",".join(str(v) for v in row) + "\n")
 
     def dump_status(self, opt, name, cfg):
-        path = os.path.join(os.path.dirname(os.path.abspath(self.a.out)),
-                            f"status-{self.a.net}-{name}-{cfg.replace(':', '_')}.json")
+        path = self.beside_out("status", name, cfg.replace(":", "_"), "json")
         try:
             st = opt._fgb_client.status_json()
             js = [j for j in st.get("jobs", []) if j.get("name") == opt._fgb_job]
@@ -631,8 +636,7 @@ class Run:
         dist.all_reduce(lt, group=self.ctl)
         lt[:m] /= lt[m]
         if self.rank == 0:
-            path = os.path.join(os.path.dirname(os.path.abspath(self.a.out)),
-                                f"curve-{self.a.net}-{name}-{cfg}.csv")
+            path = self.beside_out("curve", name, cfg, "csv")
             with open(path, "w") as f:
                 f.write("step,wall_s,loss\n")
                 for i in range(m):
