@@ -716,13 +716,12 @@ int gpu_stream_priority(void) {
 
 fgb_status gpu_engine_init(char *err, size_t errlen) {
   gpu_thread_bind();
-  int least = 0, greatest = 0;
-  if (env_num(ENV_GPU_STREAM_PRIORITY) == 1 &&
-      cudaDeviceGetStreamPriorityRange(&least, &greatest) != cudaSuccess) {
+  int least = 0, greatest = 0, high = env_num(ENV_GPU_STREAM_PRIORITY) == 1;
+  if (high && cudaDeviceGetStreamPriorityRange(&least, &greatest) != cudaSuccess) {
     (void)cudaGetLastError();
     greatest = 0;
   }
-  g_priority = env_num(ENV_GPU_STREAM_PRIORITY) == 1 ? greatest : 0;
+  g_priority = high ? greatest : 0;
   cudaError_t ce = cudaStreamCreateWithPriority(&g_stream, cudaStreamNonBlocking, g_priority);
   if (ce != cudaSuccess) {
     snprintf(err, errlen, "cannot create the engine stream: %s", cudaGetErrorString(ce));
