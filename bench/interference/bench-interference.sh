@@ -10,7 +10,12 @@
 # the daemon's cost is read beside what in-process sync costs the same GEMM. Prints ms per GEMM and
 # slowdowns, and the GPU.
 #
-#   bench-interference.sh BUILD_DIR [--seconds S] [--out DIR] [--no-mps]
+#   bench-interference.sh BUILD_DIR [--seconds S] [--out DIR] [--no-mps] [--skew-ms S]
+# Both ranks' 30 ms clocks start together (at the end of a first all-reduce). --skew-ms S makes
+# rank 1 (GPU 1) S ms late in every step, in the daemon's rows and the in-process reference alike:
+# GPU 0's all-reduce then waits S ms for its peer, its NCCL kernel resident beside the GEMM (what a
+# straggling rank costs the others; a launch offset between the two sync clients did this by
+# accident before, and made the dense row bimodal).
 # NCCL_* variables in the environment reach the daemons (e.g. the slow-network setting:
 # NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo) and are printed.
 # Exit 77 with fewer than 2 GPUs. A benchmark: it reports, it does not judge (goal: <= 5% under MPS).
@@ -18,12 +23,13 @@ set -u
 here="$(cd "$(dirname "$0")" && pwd)"
 build="$(cd "${1:?usage: bench-interference.sh BUILD_DIR [--seconds S] [--out DIR]}" && pwd)"
 shift
-secs=5 out="" use_mps=1
+secs=5 out="" use_mps=1 skew=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) secs="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --no-mps) use_mps=0; shift ;;
+    --skew-ms) skew="$2"; shift 2 ;;
     *) echo "unknown argument $1"; exit 2 ;;
   esac
 done
@@ -61,7 +67,7 @@ with_sync() { # label compressor("" = dense)
     --trace "$out/steps-$label.0" "${extra[@]}" >"$out/sync-$label.0" 2>&1 &
   p0=$!
   "$sc" --rank 1 --size 2 --device 1 --socket "$GPU_SOCK_1" --job "$label" --steps "$steps" \
-    "${extra[@]}" >"$out/sync-$label.1" 2>&1 &
+    --skew-ms "$skew" "${extra[@]}" >"$out/sync-$label.1" 2>&1 &
   p1=$!
   while ! { grep -q syncing "$out/sync-$label.0" && grep -q syncing "$out/sync-$label.1"; }; do
     kill -0 $p0 2>/dev/null && kill -0 $p1 2>/dev/null || break
@@ -92,7 +98,7 @@ inproc_ms() { # label: the in-process NCCL reference (no daemon running)
   local label="$1" p1
   rm -f "$out/ncclid-$label"
   "$trainer" --device 1 --seconds "$secs" --nccl-rank 1 --nccl-id "$out/ncclid-$label" \
-    --sync-steps "$steps" --no-gemm >"$out/trainer-$label.1.log" 2>&1 &
+    --sync-steps "$steps" --skew-ms "$skew" --no-gemm >"$out/trainer-$label.1.log" 2>&1 &
   p1=$!
   "$trainer" --device 0 --seconds "$secs" --nccl-rank 0 --nccl-id "$out/ncclid-$label" \
     --sync-steps "$steps" >"$out/trainer-$label.log" 2>&1
@@ -141,6 +147,7 @@ echo
 echo "GPU: $(sed -n 's/^gpu [0-9]* //p' "$out/trainer-alone.log")"
 echo "trainer: bf16 GEMM 8192^3 (cublasGemmEx) on GPU 0, ${secs} s per row; sync: 25,557,032 fp32"
 echo "elements every 30 ms, 2 daemons on GPUs 0 and 1 (median ms per GEMM; slowdown vs alone)"
+echo "rank 1 late by ${skew} ms every step (--skew-ms)"
 env | grep '^NCCL_' | sort | tr '\n' ' ' | sed 's/^./NCCL settings: &/; s/ $/\n/'
 
 echo "sync p50/p99 ms (steps): GPU 0's submit -> done latency of the steps inside the GEMM loop"

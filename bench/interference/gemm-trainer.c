@@ -4,7 +4,8 @@
  * without MPS) shows up as a longer time per GEMM.
  *
  *   gemm-trainer [--device D] [--n N] [--seconds S] [--batch B]
- *                [--nccl-rank R --nccl-id FILE [--sync-elems N] [--sync-steps K] [--no-gemm]]
+ *                [--nccl-rank R --nccl-id FILE [--sync-elems N] [--sync-steps K] [--skew-ms S]
+ *                 [--no-gemm]]
  * Prints the GPU's name, "gemm n=N ms_per_call median M mean A batches K tflops T" and the timed
  * window "window T0 T1" (CLOCK_MONOTONIC seconds).
  *
@@ -15,7 +16,9 @@
  * unique id into FILE, rank 1 reads it; --no-gemm for a rank that only syncs, as GPU 1's sync
  * client does in the daemon's case) form the pair. Each step waits for its all-reduce before the
  * next; rank 0 prints "inproc sync p50 P p99 Q ms (S steps in the window)" over the steps that
- * started inside its GEMM window. */
+ * started inside its GEMM window. The pacing clock starts when the warm-up all-reduce completes
+ * (on both ranks at once: the steps are in phase); --skew-ms S delays this rank's clock by S ms (a
+ * rank that is late by S ms every step: the peer's all-reduce waits for it on the GPU). */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -31,6 +34,7 @@
 
 typedef struct {
   int dev, rank, steps;
+  double skew_s; /* this rank's pacing clock starts this late */
   size_t elems;
   const char *idfile;
   atomic_int ready, failed;
@@ -83,7 +87,7 @@ static void *inproc_main(void *arg) {
       cudaStreamSynchronize(ss) != cudaSuccess)
     atomic_store(&ip->failed, 1);
   atomic_store(&ip->ready, 1);
-  double next = bench_now_s();
+  double next = bench_now_s() + ip->skew_s;
   for (int k = 0; k < ip->steps && !atomic_load(&ip->failed); k++) {
     double now = bench_now_s();
     if (next > now) usleep((useconds_t)((next - now) * 1e6));
@@ -104,7 +108,7 @@ static void *inproc_main(void *arg) {
 
 int main(int argc, char **argv) {
   int dev = 0, n = 8192, batch = 20, nccl_rank = -1, no_gemm = 0, sync_steps = 0;
-  double seconds = 5;
+  double seconds = 5, skew_ms = 0;
   size_t sync_elems = 25557032;
   const char *idfile = NULL;
   for (int i = 1; i < argc; i += 2) {
@@ -122,6 +126,8 @@ int main(int argc, char **argv) {
       sync_elems = strtoull(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--sync-steps"))
       sync_steps = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--skew-ms"))
+      skew_ms = atof(argv[i + 1]);
     else if (!strcmp(argv[i], "--device"))
       dev = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--n"))
@@ -131,7 +137,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--batch"))
       batch = atoi(argv[i + 1]);
   }
-  if (n < 64 || n > 32768 || batch < 1 || seconds <= 0 ||
+  if (n < 64 || n > 32768 || batch < 1 || seconds <= 0 || skew_ms < 0 || skew_ms > 1000 ||
       (nccl_rank >= 0 && (nccl_rank > 1 || !idfile || sync_elems < 1 || sync_elems > (1u << 30))) ||
       (no_gemm && nccl_rank < 0)) {
     fprintf(stderr, "gemm-trainer: bad arguments\n");
@@ -144,8 +150,12 @@ int main(int argc, char **argv) {
     return 77;
   }
   printf("gpu %d %s\n", dev, prop.name);
-  inproc ip = {
-      .dev = dev, .rank = nccl_rank, .steps = sync_steps, .elems = sync_elems, .idfile = idfile};
+  inproc ip = {.dev = dev,
+               .rank = nccl_rank,
+               .steps = sync_steps,
+               .skew_s = skew_ms * 1e-3,
+               .elems = sync_elems,
+               .idfile = idfile};
   pthread_t syncer;
   if (nccl_rank >= 0) {
     ip.t_start = calloc((size_t)sync_steps, sizeof *ip.t_start);

@@ -5,9 +5,16 @@
  * sync latency (submit -> done). A compressor the daemon refuses with FGB_ENOTSUP is reported
  * ("unsupported") with exit 3, so the driver script reports dense only.
  *
+ * The period's clock starts when the first step completes: that all-reduce ends on both ranks at
+ * once, so their later submits are in phase. (Started at launch instead, the two clocks kept the
+ * processes' launch offset: rank 0 then waited up to a period for rank 1 in every step, its NCCL
+ * kernel resident on the GPU meanwhile, which is what made the measured slowdown bimodal.)
+ * --skew-ms S delays this rank's clock by S ms, to measure that case on purpose.
+ *
  *   syncclient --rank R --size N --device D --socket PATH --job NAME --steps S
  *              [--period-ms 30] [--count 25557032] [--compressor topk --density 0.01]
- *              [--trace FILE]  (one line per step: CLOCK_MONOTONIC submit time in s, latency ms) */
+ *              [--skew-ms 0] [--trace FILE]  (one line per step: CLOCK_MONOTONIC submit time in s,
+ * latency ms) */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +27,7 @@
 
 int main(int argc, char **argv) {
   int period_ms = 30;
+  double skew_ms = 0;
   unsigned long long count = 25557032ull;
   const char *comp = "", *trace = NULL;
   double density = 0;
@@ -38,6 +46,8 @@ int main(int argc, char **argv) {
       comp = argv[i + 1];
     else if (!strcmp(argv[i], "--density"))
       density = atof(argv[i + 1]);
+    else if (!strcmp(argv[i], "--skew-ms"))
+      skew_ms = atof(argv[i + 1]);
     else if (!strcmp(argv[i], "--trace"))
       trace = argv[i + 1];
     else {
@@ -47,7 +57,8 @@ int main(int argc, char **argv) {
     i++;
   }
   int rank = ga.rank, steps = ga.steps;
-  if (steps < 1 || period_ms < 0 || count == 0 || count > (1ull << 32)) {
+  if (steps < 1 || period_ms < 0 || skew_ms < 0 || skew_ms > 1000 || count == 0 ||
+      count > (1ull << 32)) {
     fprintf(stderr, "syncclient: bad arguments\n");
     return 2;
   }
@@ -88,7 +99,7 @@ int main(int argc, char **argv) {
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   double *lat = malloc((size_t)steps * sizeof *lat), *t_sub = malloc((size_t)steps * sizeof *t_sub);
   if (!lat || !t_sub) return 1;
-  double next = gcu_now_s(), t_first = 0;
+  double next = 0, t_first = 0;
   for (int k = 0; k < steps; k++) {
     double t0 = gcu_now_s();
     t_sub[k] = t0;
@@ -99,7 +110,7 @@ int main(int argc, char **argv) {
     }
     lat[k] = (gcu_now_s() - t0) * 1e3;
     if (k == 0) {
-      t_first = gcu_now_s();
+      t_first = next = gcu_now_s() + skew_ms * 1e-3; /* in phase with the peer (above) */
       printf("syncing\n");
       fflush(stdout);
     }
