@@ -1,7 +1,8 @@
 """GPU tier (a host with 2+ GPUs, one fgbuffd per GPU under MPS; run-gpu.sh starts them): the
 collective and optimizer checks with CUDA tensors, fp32 and bf16; an ordering test with a held-back
 stream; the DDP hook against NCCL DDP (in place on DDP's buckets, and through slots), also across a
-bucket rebuild; CPU tensors on a GPU world; and, in fresh processes (one per
+bucket rebuild; CPU tensors on a GPU world; the non-finite guard's kernel (fgb_nonfinite_guard)
+against the torch ops, alone and in the optimizer; and, in fresh processes (one per
 rank, its own jobs), Horovod's order: hvd.init() before torch.cuda.set_device(). Skips cleanly
 without CUDA."""
 
@@ -145,14 +146,24 @@ def test_optimizer_cuda_300_tensors_batched_stream_waits():
         torch.testing.assert_close(p.detach().cpu().double(), w, rtol=0, atol=1e-5)
 
 
-def test_topk_nonfinite_on_gpu_skipped_everywhere_then_finite():
-    """The device-side non-finite guard (vector_norm, lt, where; the flag summed once per step):
-    an inf on rank 1 in a compressed tensor poisons every rank's gradients of that step, and the
-    next steps are finite (the residuals got zeros)."""
+@pytest.mark.parametrize("kernel", [True, False])
+def test_topk_nonfinite_on_gpu_skipped_everywhere_then_finite(kernel, monkeypatch):
+    """The device-side non-finite guard (the flag summed once per step): an inf on rank 1 in a
+    compressed tensor poisons every rank's gradients of that step, and the next steps are finite
+    (the residuals got zeros). kernel=True: the CUDA slots' guard is fgb_nonfinite_guard, one
+    kernel from C; False: the library's kernel hidden, so the torch ops (vector_norm, lt, where)
+    do it, with the same outcome."""
+    from fgbuff import client as C
+
+    if not kernel:
+        monkeypatch.setattr(C, "has_nonfinite_guard", lambda: False)
     m = make(torch.float32)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.01),
                                    named_parameters=m.named_parameters(), compressor="topk",
-                                   density=0.25, job_name="gpuopt.nonfinite")
+                                   density=0.25, job_name=f"gpuopt.nonfinite.{kernel}")
+    guarded = [e for e in opt._fgb_order if e.ok is not None]
+    assert guarded and opt._fgb_guard_c is kernel
+    assert all((e.cguard is not None) is kernel for e in guarded)
 
     def step(s, poison=False):
         opt.zero_grad()
@@ -176,6 +187,56 @@ def test_topk_nonfinite_on_gpu_skipped_everywhere_then_finite():
         with opt.skip_synchronize():
             opt.step()
     assert all(torch.isfinite(p).all() for p in m.parameters())
+    assert opt._fgb_guard_c is kernel  # (no launch failed over to the torch ops)
+    assert bool(opt._fgb_oks.all())  # reset for the next step
+    if kernel:
+        assert not opt._fgb_guard_scratch.any()  # every call left its pair zero
+    opt._fgb_close()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_nonfinite_guard_kernel_equals_the_torch_ops(dtype):
+    """fgbuff.client.nonfinite_guard (fgb_nonfinite_guard) on CUDA tensors, against the torch ops
+    it replaces: ok = isfinite(x).all(), x zeroed when not; a NaN/+inf/-inf at the first, a middle
+    and the last element, aligned and misaligned starts, neighbours untouched, on a side stream
+    right after the write there, ok written either way, a finite call after a bad one (scratch
+    left zero), count 0; another dtype is InvalidArgument."""
+    from fgbuff import client as C
+    from fgbuff.torch._dtypes import fgb_dtype
+
+    assert C.has_nonfinite_guard()
+    n = 1_000_003
+    g = torch.Generator(device=dev()).manual_seed(5)
+    base = torch.randn(n + 9, device=dev(), generator=g).mul_(100).to(dtype)
+    oks = torch.zeros(3, dtype=torch.bool, device=dev())
+    scratch = torch.zeros(2, dtype=torch.int32, device=dev())
+    side = torch.cuda.Stream()
+    cases = [(None, 0)] + [(v, pos) for v in (float("nan"), float("inf"), float("-inf"))
+                           for pos in (0, n // 2, n - 1)]
+    for off in (0, 1):
+        for bad, pos in cases + [(None, 0)]:
+            x = base.clone()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                v = x[off:off + n]
+                if bad is not None:
+                    v[pos] = bad  # on the side stream, just before the guard there
+                ref = v.clone()
+                oks[1] = bad is not None  # the opposite of the verdict: it must be written
+                C.nonfinite_guard(v.data_ptr(), n, fgb_dtype(dtype), oks.data_ptr() + 1,
+                                  scratch.data_ptr(), side.cuda_stream)
+            torch.cuda.synchronize()
+            want = bool(torch.isfinite(ref).all())
+            assert bool(oks[1]) == want, (off, bad, pos)
+            assert torch.equal(v, ref if want else torch.zeros_like(ref)), (off, bad, pos)
+            assert torch.equal(x[:off], base[:off]) and torch.equal(x[off + n:], base[off + n:])
+            assert not scratch.any()
+    oks[0] = False
+    C.nonfinite_guard(0, 0, fgb_dtype(dtype), oks.data_ptr(), 0, 0)
+    torch.cuda.synchronize()
+    assert bool(oks[0])
+    with pytest.raises(C.InvalidArgument):
+        C.nonfinite_guard(base.data_ptr(), 4, C.INT32, oks.data_ptr(), scratch.data_ptr(), 0)
 
 
 def _nccl_pg():

@@ -233,6 +233,25 @@ fgb_status fgb_test(fgb_client *c, uint32_t tensor_id, uint64_t step);
 /* Wait for every tensor of `step` (submitted or flushed by fgb_end_step). */
 fgb_status fgb_wait_step(fgb_client *c, uint64_t step, int timeout_ms);
 
+/* ---- non-finite guard (GPU; needs no handle) ------------------------------------------------
+ * What a framework does to a compressed gradient before fgb_submit, so that a NaN or inf never
+ * enters the daemon's error-feedback state: on `stream` (a cudaStream_t; NULL: the legacy default
+ * stream), one kernel launch checks data[0..count) (device memory of dtype FGB_FLOAT32,
+ * FGB_FLOAT16, FGB_BFLOAT16 or FGB_FLOAT64, aligned to its element size) and sets *ok (one device
+ * byte) to 1 when every element is finite, else to 0 and every one of the count elements to +0.
+ * No host synchronisation; the launch goes to the stream's device whatever device is current.
+ * scratch: 2 device uint32, zero before the first call and left zero by each call; calls that may
+ * run at the same time (other streams) need their own. count 0 writes *ok = 1 (a 1-byte memset on
+ * the stream; data and scratch may be NULL). Cost: one read of the tensor (16-byte loads where
+ * aligned), a grid of at most 4 blocks per SM; the zeroing, when needed, by one block.
+ * Returns FGB_OK; FGB_EINVAL for another dtype, a NULL ok, a NULL or misaligned data or scratch
+ * with count > 0, or a stream CUDA refuses; FGB_ENOMEM or FGB_EIO when CUDA fails the launch
+ * (the CUDA error is cleared, not left for the caller's next check). There is no handle, so no
+ * message: the code tells. FGB_ENOTSUP in a build without CUDA, whatever the arguments (so a
+ * call with every argument 0 tells whether this build has the kernel: FGB_EINVAL if it has). */
+fgb_status fgb_nonfinite_guard(void *data, uint64_t count, int dtype, uint8_t *ok,
+                               uint32_t *scratch, void *stream);
+
 /* ---- ad-hoc collectives (blocking round trips over registered tensors) ---------------------- */
 /* Every rank of the job must call the same collective on the same tensor name in the same order. */
 fgb_status fgb_allreduce(fgb_client *c, uint32_t tensor_id, fgb_reduce_op op, int timeout_ms);

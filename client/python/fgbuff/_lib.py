@@ -170,6 +170,15 @@ def _prototypes(lib: ctypes.CDLL) -> None:
         fn = getattr(lib, name)
         fn.restype = res
         fn.argtypes = args
+    # newer than the rest: a library without it still loads (fgbuff.client answers NotSupported)
+    optional = {
+        "fgb_nonfinite_guard": (st, [P, c.c_uint64, c.c_int, P, P, P]),
+    }
+    for name, (res, args) in optional.items():
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype = res
+            fn.argtypes = args
 
 
 def load() -> ctypes.CDLL:

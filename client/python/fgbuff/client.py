@@ -159,6 +159,46 @@ def dtype_size(dtype: int) -> int:
     return int(_lib.load().fgb_dtype_size(dtype))
 
 
+_guard_fn: Any = None  # fgb_nonfinite_guard once looked up (False: the library predates it)
+
+
+def _guard() -> Any:
+    global _guard_fn
+    if _guard_fn is None:
+        _guard_fn = getattr(_lib.load(), "fgb_nonfinite_guard", None) or False
+    return _guard_fn
+
+
+def nonfinite_guard(ptr: int, count: int, dtype: int, ok_ptr: int, scratch_ptr: int,
+                    stream: int = 0) -> None:
+    """fgb_nonfinite_guard (needs no Client): one kernel on `stream` (a cudaStream_t as an int;
+    0: the legacy default stream) sets the device byte at ok_ptr to 1 when the `count` elements
+    of `dtype` (FLOAT32, FLOAT16, BFLOAT16, FLOAT64) at device address ptr are all finite, else
+    to 0 and zeros every one of them; no host synchronisation. scratch_ptr: 2 device uint32, zero
+    before the first call and left zero by each; calls that may run at the same time need their
+    own. Raises NotSupported from a library built without CUDA, InvalidArgument for another dtype
+    or a null or misaligned pointer, IOFailure or OutOfMemory when CUDA refuses the launch."""
+    fn = _guard_fn or _guard()
+    st = fn(ptr, count, dtype, ok_ptr, scratch_ptr, stream) if fn else ENOTSUP
+    if st != OK:
+        if not fn:
+            why = f"{_lib.path()} has no fgb_nonfinite_guard (older than this package)"
+        elif st == ENOTSUP:
+            why = "this libfgbuff_client was built without CUDA"
+        else:
+            why = (f"count {count}, dtype {DTYPE_NAMES.get(dtype, dtype)}, data "
+                   f"{int(ptr or 0):#x}, ok {int(ok_ptr or 0):#x}, scratch "
+                   f"{int(scratch_ptr or 0):#x}, stream {int(stream or 0):#x}")
+        raise error_class(st)(st, why, "fgb_nonfinite_guard")
+
+
+def has_nonfinite_guard() -> bool:
+    """Whether the loaded library has nonfinite_guard's kernel (a build with CUDA). Touches no
+    device: a call with every argument 0 answers InvalidArgument there, NotSupported elsewhere."""
+    fn = _guard()
+    return bool(fn) and fn(None, 0, 0, None, None, None) == EINVAL
+
+
 @dataclass(frozen=True)
 class Arena:
     """Memory shared with the daemon: id, base address in this process, size in bytes."""

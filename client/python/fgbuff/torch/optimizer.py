@@ -24,14 +24,18 @@ job whose client left cleanly at once), never under the daemon's mapping.
 Non-finite gradients and compressors: a tensor with a compressor keeps error-feedback state in the
 daemon; an inf/NaN entering it would poison every later step. So a compressed gradient that is not
 finite on a rank is submitted as zeros and counted in a step flag (a 1-element SUM tensor of the
-same job, submitted every step; all of it computed on the device, no host sync). In the hook, 3
-ops into preallocated tensors: norm = vector_norm(g, inf) (NaN propagates, never overflows),
-ok = norm < inf (the tensor's bit of a bool vector), g = where(ok, g, 0); synchronize() sums the
-false bits into the flag once per step. When any rank counted one, every rank's synchronised
-gradients become NaN, so a
-GradScaler skips the step on every rank (as a dense all-reduce of an inf would), while the
-residuals received only zeros from that rank. Dense tensors have no state: their inf/NaN propagate
-as in Horovod. DistributedOptimizer(..., nonfinite_guard=False) leaves the guard out (no ops in the
+same job, submitted every step; all of it computed on the device, no host sync). In the hook, a
+gradient on a GPU gets one kernel launched from C (fgb_nonfinite_guard, on the stream its submit
+uses: no torch dispatch): it sets the tensor's byte of a bool vector, ok, to "every element is
+finite" and, when not, zeros the whole gradient, through 2 preallocated uint32 of scratch per
+tensor. A gradient in host memory (a CPU daemon), or where the library has no such kernel (a
+build without CUDA) or its launch failed once (warned), gets the same from 3 torch ops into
+preallocated tensors: norm = vector_norm(g, inf) (NaN propagates, never overflows), ok = norm <
+inf, g = where(ok, g, 0). synchronize() sums the false bits into the flag once per step. When any
+rank counted one, every rank's synchronised gradients become NaN, so a GradScaler skips the step
+on every rank (as a dense all-reduce of an inf would), while the residuals received only zeros
+from that rank. Dense tensors have no state: their inf/NaN propagate as in Horovod.
+DistributedOptimizer(..., nonfinite_guard=False) leaves the guard out (no kernel or op in the
 hook, no flag): for runs that never skip a step (no GradScaler), where a non-finite gradient ends
 the run anyway; it then also stays in the compressor's residual on that rank.
 """
@@ -72,6 +76,9 @@ class _Entry:
     norm: Optional[torch.Tensor] = None  # 0-dim, the slot's dtype: max |slot| (NaN propagates)
     ok: Optional[torch.Tensor] = None  # 0-dim bool view into the optimizer's `oks`: norm < inf
     zero: Optional[torch.Tensor] = None  # 0-dim 0 of the slot's dtype (torch.where's other)
+    # the guard as one kernel (a CUDA slot): fgb_nonfinite_guard's data, count, dtype, ok byte
+    # and scratch addresses (None: the 3 torch ops above)
+    cguard: Optional[Tuple[int, int, int, int, int]] = None
     dev: int = -1  # CUDA device index of the slot (-1: host memory)
 
 
@@ -123,6 +130,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._fgb_order: List[_Entry] = []
         self._fgb_flag: Optional[Tuple[int, torch.Tensor]] = None
         self._fgb_flats: List[torch.Tensor] = []  # the gradient buffers, one per (device, dtype)
+        # the non-finite guard of CUDA slots runs as fgb_nonfinite_guard (False: torch ops only)
+        self._fgb_guard_c = False
+        self._fgb_guard_scratch: Optional[torch.Tensor] = None  # its 2 int32 per guarded tensor
 
         all_params = [p for g in self.param_groups for p in g["params"]]
         if named_parameters is not None:
@@ -219,14 +229,27 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._fgb_flag = (tid, flag)
             # one "finite" bit per compressed tensor, on the flag's device; reset every step
             self._fgb_oks = torch.ones(len(guarded), dtype=torch.bool, device=flag.device)
+            oks = self._fgb_oks
+            # the kernel writes ok beside the slot: both on the flag's GPU (a GPU daemon's arenas)
+            on_gpu = [e.slot.is_cuda and e.slot.device == flag.device
+                      and fgb_dtype(e.slot.dtype) in _GUARD_DTYPES for e in guarded]
+            if any(on_gpu) and C.has_nonfinite_guard():
+                # zero once; each call leaves its pair zero
+                self._fgb_guard_scratch = torch.zeros(2 * len(guarded), dtype=torch.int32,
+                                                      device=flag.device)
+                self._fgb_guard_c = True
             zeros: Dict[Tuple[Any, Any], torch.Tensor] = {}
             for k, e in enumerate(guarded):
                 key = (e.slot.device, e.slot.dtype)
                 if key not in zeros:
                     zeros[key] = torch.zeros((), dtype=e.slot.dtype, device=e.slot.device)
-                e.zero = zeros[key]
+                e.zero = zeros[key]  # norm and zero also serve the kernel's fallback
                 e.norm = torch.empty((), dtype=e.slot.dtype, device=e.slot.device)
-                e.ok = self._fgb_oks[k]
+                e.ok = oks[k]
+                if self._fgb_guard_scratch is not None and on_gpu[k]:
+                    e.cguard = (e.slot.data_ptr(), e.slot.numel(), fgb_dtype(e.slot.dtype),
+                                oks.data_ptr() + k * oks.element_size(),
+                                self._fgb_guard_scratch[2 * k:].data_ptr())
         for e in self._fgb_order:
             e.dev = e.slot.device.index if e.slot.is_cuda else -1
         dd = self._fgb_mem.daemon_device
@@ -289,15 +312,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             e.slot.copy_(e.grad.reshape(-1))
         if self._fgb_predivide != 1.0:
             e.slot.div_(self._fgb_predivide)
+        stream = _raw_stream(e.dev) if e.dev >= 0 else 0
         if e.ok is not None:
-            # device-side, no host sync, 3 ops into preallocated tensors: max |g| (one reduction,
-            # NaN propagates, never overflows), its "< inf" bit, and the slot zeroed where that
-            # bit is false; synchronize() counts the false bits of the step into the flag
-            _vnorm(e.slot, _INF, out=e.norm)
-            torch.lt(e.norm, _INF, out=e.ok)
-            torch.where(e.ok, e.slot, e.zero, out=e.slot)
+            # device-side, no host sync; synchronize() counts the false bits of the step into
+            # the flag. On a GPU one kernel from C on the submit's stream (ok, zeros if not ok)
+            if e.cguard is not None and self._fgb_guard_c:
+                try:
+                    C.nonfinite_guard(*e.cguard, stream)
+                except C.FgbError as err:  # refused at launch (nothing enqueued): torch ops
+                    self._fgb_guard_c = False
+                    warnings.warn(f"fgbuff: the non-finite guard kernel failed ({err}); the "
+                                  "guard runs as torch ops from now on")
+                    _torch_guard(e)
+            else:
+                _torch_guard(e)
         self._fgb_submitted += 1
-        cl.submit(e.tid, self._fgb_step, _raw_stream(e.dev) if e.dev >= 0 else 0)
+        cl.submit(e.tid, self._fgb_step, stream)
 
     # ---- Horovod's surface
     def synchronize(self) -> None:
@@ -405,6 +435,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # nothing may touch the released memory again (zero_grad treats the parameters as plain)
         self._fgb_entries, self._fgb_order, self._fgb_flats = {}, [], []
         self._fgb_flag, self._fgb_oks = None, None
+        self._fgb_guard_c, self._fgb_guard_scratch = False, None
         _core._S.optimizers.discard(self)
 
     def fgbuff_state_export(self) -> Dict[str, bytes]:
@@ -458,6 +489,17 @@ def _release(cl: C.Client, mem: SharedMemory, entries: List[_Entry], tids: List[
 
 _INF = float("inf")
 _vnorm = torch.linalg.vector_norm
+_GUARD_DTYPES = (C.FLOAT32, C.FLOAT16, C.BFLOAT16, C.FLOAT64)  # fgb_nonfinite_guard's
+
+
+def _torch_guard(e: _Entry) -> None:
+    """The non-finite guard as 3 ops into preallocated tensors: max |g| (one reduction, NaN
+    propagates, never overflows), its "< inf" bit, and the slot zeroed where that bit is false."""
+    _vnorm(e.slot, _INF, out=e.norm)
+    torch.lt(e.norm, _INF, out=e.ok)
+    torch.where(e.ok, e.slot, e.zero, out=e.slot)
+
+
 _raw_stream_fn = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
@@ -505,8 +547,9 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     {"rank": 4} or a "key=value,key=value" string, e.g. PowerSGD's rank, DGC's warm-up and
     clipping: docs/compressors.md; every rank must pass the same), nonfinite_guard (default True:
     a compressed gradient that is not finite is sent as zeros and every rank's step made NaN, so
-    a GradScaler skips it everywhere and the residuals stay finite; False saves its 3 device ops
-    per compressed tensor and step where no step is ever skipped; every rank must pass the same)."""
+    a GradScaler skips it everywhere and the residuals stay finite; False saves its kernel (3 torch
+    ops in host memory) per compressed tensor and step where no step is ever skipped; every rank
+    must pass the same)."""
     _core._no_process_sets(process_set)
     if num_groups or groups:
         warnings.warn("fgbuff: num_groups/groups are ignored (the daemon's merge policy groups)")

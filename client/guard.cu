@@ -1,0 +1,178 @@
+/* client/guard.cu — the kernel behind fgb_nonfinite_guard: one launch checks that every element of
+ * a device tensor is finite, and the last block to finish writes the verdict and, only when some
+ * element was not, zeros the whole tensor. What a framework's hook would otherwise do in three
+ * dispatched ops (max |g|, "< inf", where) for each compressed gradient of each step.
+ *
+ * NaN and +-inf are "exponent all ones" in every IEEE binary format, so the check is one mask test
+ * on the raw bits per element (fp32, fp64, fp16 and bf16 alike, no conversion), on 16-byte loads
+ * where the pointer allows. */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "guard.h"
+
+#define GUARD_THREADS 256
+#define GUARD_UNROLL 4        /* 16-byte loads in flight per thread before any test */
+#define GUARD_BLOCKS_PER_SM 4 /* enough loads in flight to stream; more blocks only add atomics */
+#define GUARD_MAX_DEVICES 64
+
+template <typename U, U EXP>
+__device__ __forceinline__ uint32_t nonfinite(U v) {
+  return (v & EXP) == EXP;
+}
+
+/* Elements [0, n) as a scalar head up to the first 16-byte boundary, 16-byte vectors, a scalar
+ * tail; [head, head + nv * V) is the vector part. */
+template <typename U>
+struct guard_split {
+  uint64_t head, nv;
+  __device__ guard_split(const U *x, uint64_t n) {
+    head = (uint64_t)((16u - ((uintptr_t)x & 15u)) & 15u) / sizeof(U);
+    if (head > n) head = n;
+    nv = (n - head) / (16 / sizeof(U));
+  }
+};
+
+template <typename U, U EXP>
+__device__ __forceinline__ uint32_t vec_nonfinite(uint4 w) {
+  constexpr int V = 16 / sizeof(U);
+  union {
+    uint4 v;
+    U u[V];
+  } p;
+  p.v = w;
+  uint32_t bad = 0;
+#pragma unroll
+  for (int j = 0; j < V; j++) bad |= nonfinite<U, EXP>(p.u[j]);
+  return bad;
+}
+
+/* scr[0]: blocks done, scr[1]: "some block saw a non-finite element"; both 0 on entry and left 0
+ * by the last block, so the next launch on the stream starts clean. */
+template <typename U, U EXP>
+__global__ void __launch_bounds__(GUARD_THREADS)
+    k_guard(U *x, uint64_t n, uint8_t *ok, uint32_t *scr) {
+  constexpr uint64_t V = 16 / sizeof(U);
+  const uint64_t gid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x,
+                 stride = (uint64_t)gridDim.x * blockDim.x;
+  const guard_split<U> sp(x, n);
+  uint32_t bad = 0;
+  for (uint64_t i = gid; i < sp.head; i += stride) bad |= nonfinite<U, EXP>(x[i]);
+  const uint4 *xv = (const uint4 *)(x + sp.head);
+  for (uint64_t i = gid; i < sp.nv; i += GUARD_UNROLL * stride) {
+    uint4 w[GUARD_UNROLL];
+#pragma unroll
+    for (int u = 0; u < GUARD_UNROLL; u++)
+      w[u] = i + u * stride < sp.nv ? xv[i + u * stride] : make_uint4(0, 0, 0, 0); /* 0: finite */
+#pragma unroll
+    for (int u = 0; u < GUARD_UNROLL; u++) bad |= vec_nonfinite<U, EXP>(w[u]);
+  }
+  for (uint64_t i = sp.head + sp.nv * V + gid; i < n; i += stride) bad |= nonfinite<U, EXP>(x[i]);
+
+  __shared__ uint32_t last, any;
+  bad = (uint32_t)__syncthreads_or((int)bad);
+  if (threadIdx.x == 0) {
+    if (bad) atomicOr(&scr[1], 1u);
+    __threadfence(); /* our bit is visible before we count ourselves done */
+    last = atomicAdd(&scr[0], 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  /* The last block: every other block has read its part and published its bit. */
+  if (threadIdx.x == 0) {
+    __threadfence();
+    any = *(volatile uint32_t *)&scr[1];
+  }
+  __syncthreads();
+  if (any) { /* rare: zero everything, this block alone */
+    for (uint64_t i = threadIdx.x; i < sp.head; i += blockDim.x) x[i] = 0;
+    uint4 *wv = (uint4 *)(x + sp.head);
+    for (uint64_t i = threadIdx.x; i < sp.nv; i += blockDim.x) wv[i] = make_uint4(0, 0, 0, 0);
+    for (uint64_t i = sp.head + sp.nv * V + threadIdx.x; i < n; i += blockDim.x) x[i] = 0;
+  }
+  if (threadIdx.x == 0) {
+    *ok = any ? 0 : 1;
+    scr[0] = 0;
+    scr[1] = 0;
+  }
+}
+
+static fgb_status guard_status(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess:
+      return FGB_OK;
+    case cudaErrorMemoryAllocation:
+      return FGB_ENOMEM;
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidResourceHandle: /* a stream of no live context */
+      return FGB_EINVAL;
+    default:
+      return FGB_EIO;
+  }
+}
+
+/* SMs of device dev, asked once per device. */
+static unsigned sm_count(int dev) {
+  static int cached[GUARD_MAX_DEVICES];
+  if (dev >= 0 && dev < GUARD_MAX_DEVICES && cached[dev] > 0) return (unsigned)cached[dev];
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1)
+    sms = 132;
+  if (dev >= 0 && dev < GUARD_MAX_DEVICES) cached[dev] = sms;
+  return (unsigned)sms;
+}
+
+static const void *guard_kernel(fgb_dtype dt, uint64_t *per_vec) {
+  switch (dt) {
+    case FGB_FLOAT32:
+      *per_vec = 4;
+      return (const void *)k_guard<uint32_t, 0x7f800000u>;
+    case FGB_FLOAT64:
+      *per_vec = 2;
+      return (const void *)k_guard<uint64_t, 0x7ff0000000000000ull>;
+    case FGB_FLOAT16:
+      *per_vec = 8;
+      return (const void *)k_guard<uint16_t, (uint16_t)0x7c00u>;
+    case FGB_BFLOAT16:
+      *per_vec = 8;
+      return (const void *)k_guard<uint16_t, (uint16_t)0x7f80u>;
+    default:
+      return NULL;
+  }
+}
+
+extern "C" fgb_status cli_guard_launch(void *data, uint64_t count, fgb_dtype dt, uint8_t *ok,
+                                       uint32_t *scratch, void *stream) {
+  uint64_t per_vec = 0;
+  const void *kern = guard_kernel(dt, &per_vec);
+  if (!kern) return FGB_EINVAL;
+  cudaStream_t s = (cudaStream_t)stream;
+  /* Launch on the stream's device, as a framework's op on that tensor would, whatever device is
+   * current on this thread (NULL and the special handles mean the current device). */
+  int cur = 0, dev = 0;
+  cudaError_t e = cudaGetDevice(&cur);
+  if (e != cudaSuccess) return guard_status(e);
+  dev = cur;
+  if (s != NULL && s != cudaStreamLegacy && s != cudaStreamPerThread &&
+      (e = cudaStreamGetDevice(s, &dev)) != cudaSuccess) {
+    (void)cudaGetLastError(); /* leave no error behind for the framework's next check */
+    return guard_status(e);
+  }
+  if (dev != cur && (e = cudaSetDevice(dev)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return guard_status(e);
+  }
+  if (count == 0) { /* nothing to check: ok = 1, in stream order */
+    e = cudaMemsetAsync(ok, 1, 1, s);
+  } else {
+    const uint64_t per_block = (uint64_t)GUARD_THREADS * per_vec * GUARD_UNROLL;
+    const uint64_t cap = (uint64_t)sm_count(dev) * GUARD_BLOCKS_PER_SM;
+    uint64_t want = (count + per_block - 1) / per_block;
+    unsigned blocks = (unsigned)(want < cap ? want : cap);
+    void *args[] = {&data, &count, &ok, &scratch};
+    e = cudaLaunchKernel(kern, dim3(blocks), dim3(GUARD_THREADS), args, 0, s);
+  }
+  if (e != cudaSuccess) (void)cudaGetLastError(); /* ours: reported here, not at torch's next */
+  if (dev != cur) (void)cudaSetDevice(cur);
+  return guard_status(e);
+}
