@@ -8,7 +8,7 @@
 #          [--configs single,ddp,...] [--nets nvlink,slow] [--steps N] [--warmup W] [--quick]
 #          [--out DIR] [--no-mps] [--item-timeout S] [--every-net] [--channels-last]
 #          [--duration-min M [--skew-s S] [--resume DIR]] [--fashion-mnist DIR [--eval-every-s S]]
-#          [--timeline K] [--rounds R] [--cpu]
+#          [--timeline K] [--rounds R] [--no-warm-item] [--cpu]
 #   --quick          20 warm-up + 50 measured steps (default 20 + 100), --item-timeout 120
 #   --cpu            tiny models on CPU: gloo DDP and CPU daemons, 2 ranks, network label "cpu"
 #   --duration-min M convergence mode: each config trains M minutes (default models resnet50-amp,
@@ -26,6 +26,8 @@
 #                    round), and report the median over the rounds with its spread (max/min
 #                    of the rounds' throughputs): one measurement per config is within the
 #                    host's run-to-run spread (DDP's two seeds differed by 14% on GPT-2)
+#   --no-warm-item   measure the first item on a cold GPU (default: each launch that starts
+#                    at item 0 first trains one unrecorded single-GPU item of the first model)
 #   --timeline K     the last K steps of each item as CLOCK_MONOTONIC times (timeline-*.csv) and
 #                    the daemons' per-collective trace (FGBUFF_GPU_TRACE=all, daemons-<net>.log):
 #                    where a step's time goes; use on a few configs (the trace is per tensor)
@@ -41,7 +43,7 @@ src="$(cd "$here/../.." && pwd)"
 build="$(cd "${1:?usage: run.sh BUILD_DIR [options]}" && pwd)"
 shift
 gpus=2 models="" configs="" nets="" steps=100 warmup=20 out="" mps=1 cpu=0 item_tmo=300
-single_each=0 chl=0 dur=0 quick=0 tmo_set=0 timeline=0 skew=0 resume="" fmnist="" every="" rounds=1
+single_each=0 chl=0 dur=0 quick=0 tmo_set=0 timeline=0 skew=0 resume="" fmnist="" every="" rounds=1 warm=1
 while [ $# -gt 0 ]; do
   case "$1" in
   --gpus) gpus="$2"; shift ;;
@@ -65,6 +67,7 @@ while [ $# -gt 0 ]; do
   --fashion-mnist) fmnist="$(cd "$2" && pwd)" || exit 2; shift ;;
   --eval-every-s) every="$2"; shift ;;
   --rounds) rounds="$2"; shift ;;
+  --no-warm-item) warm=0 ;;
   *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -193,6 +196,7 @@ for net in ${nets//,/ }; do
       --out "$res" --progress "$prog" --skip "$skip" --item-timeout "$item_tmo" --mps "$mps_label"
       --duration-min "$dur" --skew-s "$skew" --rounds "$rounds")
     [ "$cpu" = 1 ] && args+=(--cpu)
+    [ "$warm" = 0 ] && args+=(--no-warm-item)
     [ "$chl" = 1 ] && args+=(--channels-last)
     [ "$timeline" != 0 ] && args+=(--timeline "$timeline")
     [ -n "$resume" ] && args+=(--resume "$resume")

@@ -80,6 +80,9 @@ for c in ("ddp", "dense-fgbuff"):
     assert abs(float(m["round_spread"]) - max(sps) / min(sps)) < 0.001, m
 EOF
 grep -q '^ddp .*(2/2)' "$OUT/rounds.txt" || bad "rounds: no spread column"
+# the launch's unrecorded warm-up item ran (the CSV above holds the 4 measured rows only)
+grep -q '^bench.py: warm-up item (gpt2 single) done, not recorded' "$OUT/rounds.txt" ||
+  bad "rounds: no warm-up item"
 # duration mode: the ranks stop at the same step although rank 1's own deadline is 3 s later
 # (each rank stopping on its own clock left the other waiting for its gradients: a hang)
 bash "$run" "$BUILD" --cpu --duration-min 0.1 --skew-s 3 --models gpt2 --configs ddp,topk-fgbuff \
