@@ -227,6 +227,21 @@ static int add_pending(core_job *j, core_tensor *t, uint64_t step, int flushed) 
   return 0;
 }
 
+/* Why a submit or collective on tensor t (and dst, the gather's destination, or NULL) fails at
+ * once, in a job that is aborted or where t or dst was refused by a settings mismatch: the
+ * mismatch wins over the abort. It is this tensor's own cause, and the usual order is a rank that
+ * raised on the mismatch and left (an ABORT that follows the verdict on the same link): its peers
+ * must still read the mismatch, not only that a rank left. */
+static int refusal(const core_job *j, const core_tensor *t, const core_tensor *dst,
+                   const char **text) {
+  if (t->poisoned || (dst && dst->poisoned)) {
+    *text = t->poisoned ? t->poison : dst->poison;
+    return FGB_EMISMATCH;
+  }
+  *text = j->abort_text;
+  return FGB_EPEER;
+}
+
 /* The client's call order, for ad-hoc collectives under pre-issue (preissue.c): the latest step
  * it began (submitted or ended any tensor of; *any 0: none yet), and whether every tensor it ever
  * submitted reached that step — a collective asked for now is between steps. The same on every
@@ -267,8 +282,9 @@ void step_on_submit(core *d, core_job *j, struct srv_session *s, uint64_t req_id
     t->has_last = 1;
     t->last_step = step;
     t->gpu_seq = done_seq; /* the failed Done host-writes it: a stream may wait on it */
-    step_send_done(d, s, t->id, step, j->aborted ? FGB_EPEER : FGB_EMISMATCH,
-                   j->aborted ? j->abort_text : t->poison);
+    const char *why;
+    int code = refusal(j, t, NULL, &why);
+    step_send_done(d, s, t->id, step, code, why);
     return;
   }
   char gerr[256];
@@ -320,8 +336,9 @@ void step_on_end_step(core *d, core_job *j, struct srv_session *s, uint64_t req_
     if (j->aborted || t->poisoned) {
       t->has_last = 1;
       t->last_step = step;
-      step_send_done(d, s, t->id, step, j->aborted ? FGB_EPEER : FGB_EMISMATCH,
-                     j->aborted ? j->abort_text : t->poison);
+      const char *why;
+      int code = refusal(j, t, NULL, &why);
+      step_send_done(d, s, t->id, step, code, why);
       continue;
     }
     if (add_pending(j, t, step, 1) != 0) {
@@ -396,10 +413,9 @@ void step_on_collective(core *d, core_job *j, struct srv_session *s, uint64_t re
       return;
   }
   if (j->aborted || t->poisoned || (dst && dst->poisoned)) {
-    d->cbs->coll_done(d->ud, s, req_id, m->seq, j->aborted ? FGB_EPEER : FGB_EMISMATCH,
-                      j->aborted    ? j->abort_text
-                      : t->poisoned ? t->poison
-                                    : dst->poison);
+    const char *why;
+    int code = refusal(j, t, dst, &why);
+    d->cbs->coll_done(d->ud, s, req_id, m->seq, code, why);
     return;
   }
   if (VEC_RESERVE(j->colls, j->ccap, j->ncolls, 16)) {

@@ -3,14 +3,14 @@
  * fake transport, a fake reply sink): submit -> agreement -> engine -> Done with the data combined,
  * the end-of-step flush, an ad-hoc collective, the refusals of bad submits (no job, unknown tensor,
  * a step submitted twice, a step behind, a collective's bad kind, op or seq), a client gone
- * mid-step (the other rank's pending tensor fails with FGB_EPEER, the job is released), a
- * collective failed by the transport before the job's ABORT arrived (its Done waits for the ABORT's
- * cause, or goes out after the hold), a released
- * tensor, a collective inside a step (a recall under FGBUFF_PREISSUE=1, which ctest runs as
- * core-units-preissue), static plans (fgbuff; rgmerge with re-plans), device arenas through a fake
- * dp_ops, and that every entry point
- * drains the coordinator exactly once (twice for the tick: two inputs), also when another entry
- * point is called from inside it. */
+ * mid-step (the other rank's pending tensor fails with FGB_EPEER, the job is released), a tensor
+ * whose metadata differs between the ranks (FGB_EMISMATCH, still after a peer left and the job
+ * aborted), a collective failed by the transport before the job's ABORT arrived (its Done waits for
+ * the ABORT's cause, or goes out after the hold), a released tensor, a collective inside a step (a
+ * recall under FGBUFF_PREISSUE=1, which ctest runs as core-units-preissue), static plans (fgbuff;
+ * rgmerge with re-plans), device arenas through a fake dp_ops, and that every entry point drains
+ * the coordinator exactly once (twice for the tick: two inputs), also when another entry point is
+ * called from inside it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,6 +239,45 @@ static void test_client_gone(void) {
   /* Later calls of the aborted rank fail at once with the abort's text. */
   core_submit(&x->c, x->job, &x->sess, 3, a, 2, 0, 0);
   CHECK(w_dones(&w, 0, a, 2, FGB_EPEER) == 1);
+  w_stop(&w);
+}
+
+/* A tensor whose metadata differs between the ranks (count 2 on rank 0, 4 on rank 1) is refused on
+ * both with FGB_EMISMATCH; rank 0 then leaves in the middle of a step (what a framework that raised
+ * on the mismatch does), which aborts the job on rank 1. Rank 1's later submits of the mismatched
+ * tensor still name the mismatch (its own cause), those of a good tensor name the rank that left.
+ */
+static void test_mismatch_then_gone(void) {
+  world w;
+  w_start(&w, 2);
+  w_join(&w, "mg", "none");
+  uint32_t a = w_tensor(&w, "a", 2, OFF_A);
+  core_tensor_args ma[W_MAX];
+  for (int r = 0; r < 2; r++)
+    ma[r] = (core_tensor_args){.name = "m",
+                               .offset = OFF_B,
+                               .count = r ? 4 : 2,
+                               .dtype = FGB_FLOAT32,
+                               .op = FGB_OP_AVERAGE,
+                               .compressor = ""};
+  uint32_t m = w_tensor_args(&w, ma, 0);
+  w_rank *x = &w.r[0], *y = &w.r[1];
+  for (int r = 0; r < 2; r++) W_UNTIL(&w, step_tensor_get(&w.r[r].c, m)->poisoned);
+  core_submit(&x->c, x->job, &x->sess, 1, m, 1, 0, 0);
+  CHECK(w_dones(&w, 0, m, 1, FGB_EMISMATCH) == 1);
+  core_submit(&x->c, x->job, &x->sess, 2, a, 1, 0, 0); /* rank 1 never submits it: mid-step */
+  core_job *gone = x->job;
+  x->job = NULL;
+  DRAINS(&x->c, 1, core_client_gone(gone));
+  W_UNTIL(&w, y->job->aborted);
+  core_submit(&y->c, y->job, &y->sess, 1, m, 1, 0, 0);
+  const w_rec *dn = w_last(y, REC_DONE);
+  CHECK_MSG(dn && dn->id == m && dn->status == FGB_EMISMATCH && strstr(dn->msg, "'m'") != NULL,
+            "mismatched tensor after the abort: %d: %s", dn ? dn->status : -1, dn ? dn->msg : "-");
+  core_submit(&y->c, y->job, &y->sess, 2, a, 1, 0, 0);
+  dn = w_last(y, REC_DONE);
+  CHECK_MSG(dn && dn->id == a && dn->status == FGB_EPEER && strstr(dn->msg, "rank 0") != NULL,
+            "good tensor after the abort: %d: %s", dn ? dn->status : -1, dn ? dn->msg : "-");
   w_stop(&w);
 }
 
@@ -499,6 +538,7 @@ int main(void) {
   test_collective();
   test_errors();
   test_client_gone();
+  test_mismatch_then_gone();
   test_failed_before_abort();
   test_mid_step_collective();
   test_plan("fgbuff", 50, 8);
