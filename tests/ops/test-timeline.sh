@@ -79,7 +79,9 @@ FGBUFF_TIMELINE_PAGE_BYTES=100 "$ctl" --socket "$s0" timeline dump >/dev/null 2>
 
 # Python (fgbuff.client): the same calls. Not in a sanitizer build: Python cannot load an
 # ASan-instrumented library (the release pass runs it, as it runs the python.* tests).
-if ldd "$build/client/libfgbuff_client.so" 2>/dev/null | grep -q libasan; then
+# (grep reads all of ldd's output: with -q it could exit first, ldd then dies of SIGPIPE and under
+# pipefail the test took a sanitizer build for a plain one)
+if ldd "$build/client/libfgbuff_client.so" 2>/dev/null | grep libasan >/dev/null; then
   echo "python timeline: skipped (sanitizer build)"
 else
 FGBUFF_CLIENT_LIB="$build/client/libfgbuff_client.so" PYTHONPATH="$src/client/python" python3 - "$s0" \
