@@ -51,7 +51,8 @@ def load(path):
 def merge_rounds(rows):
     """Rows of one (net, model, config) from several rounds (run.sh --rounds) become one: the
     median over its ok rounds of each ROUND_MEDIAN field, `rounds` (ok/all), `round_spread`
-    (max/min of the rounds' samples/s) and `round_samples_per_s`; the other fields are the first
+    (max/min of the rounds' samples/s), `round_samples_per_s` and `round_sps` ("ROUND:SPS ...",
+    for the per-round ratios); the other fields are the first
     ok round's (the loss too: every round starts from the same seed and data). A key measured
     once, or with no ok round, keeps its first row as it is."""
     groups = OrderedDict()
@@ -71,9 +72,31 @@ def merge_rounds(rows):
         sps = [num(r.get("samples_per_s")) for r in ok if num(r.get("samples_per_s"))]
         m.update(rounds=f"{len(ok)}/{len(rs)}",
                  round_spread=f"{max(sps) / min(sps):.3f}" if sps else "",
-                 round_samples_per_s=" ".join(r.get("samples_per_s", "") for r in ok))
+                 round_samples_per_s=" ".join(r.get("samples_per_s", "") for r in ok),
+                 round_sps=" ".join(f"{r.get('round', '')}:{r.get('samples_per_s', '')}"
+                                    for r in ok))
         out.append(m)
     return out
+
+
+def by_round(r):
+    """{round: samples/s} of a merged row (empty when measured once)."""
+    out = {}
+    for item in (r or {}).get("round_sps", "").split():
+        k, _, v = item.partition(":")
+        if num(v):
+            out[k] = num(v)
+    return out
+
+
+def round_ratio(r, base, n=1):
+    """The ratio of r's samples/s to base's (x n) in each round both measured, as "MED [LO-HI]"
+    (a slow phase of the host falls on both rows of a round, not on one of them), or "-"."""
+    a, b = by_round(r), by_round(base)
+    q = sorted(a[k] / (n * b[k]) for k in a if k in b)
+    if not q:
+        return "-"
+    return f"{statistics.median(q):.2f} [{q[0]:.2f}-{q[-1]:.2f}]"
 
 
 def add_failed(path, net, model, config, reason):
@@ -130,6 +153,8 @@ def main():
                   f"{r0.get('warmup', '?')} warm-up + {r0.get('steps', '?')} measured steps; "
                   f"{unit}/s from the median CUDA-synchronised step on rank 0")
             ddp = next((num(r["samples_per_s"]) for r in ok if r["config"] == "ddp"), None)
+            ddp_row = next((r for r in ok if r["config"] == "ddp"), None)
+            single_row = next((r for r in ok if r["config"] == "single"), None)
             sn = next(((r["net"], num(r["samples_per_s"])) for r in ok if r["config"] == "single"),
                       None) or single.get(model)
             sp_net = net if (net, model) in spread else next(
@@ -141,7 +166,8 @@ def main():
             print(f"{'config':17} {unit + '/s':>11} {'step ms':>8} {'bwd ms':>7} {'after':>7} "
                   f"{'vs DDP':>7} {'vs Nx1':>7} {'loss':>8} {'vs seeds':>9} "
                   + (f"{'acc':>6} " if acc else "") + f"{'host ms':>8} {'host %':>6}  "
-                  + (f"{'rounds':>12}  " if rnd else "") + "plan")
+                  + (f"{'rounds':>12} {'DDP by round':>17} {'Nx1 by round':>17}  " if rnd else "")
+                  + "plan")
             for r in rs:
                 if r.get("status") != "ok":
                     print(f"{r['config']:17} {r.get('status', '')}")
@@ -163,16 +189,20 @@ def main():
                 host = num(r.get("host_ms"))
                 hp = f"{100 * host / step:.1f}" if host is not None and step else "-"
                 bwd, aft = num(r.get("bwd_ms")), num(r.get("after_bwd_ms"))
+                rd = round_ratio(r, ddp_row) if r["config"] != "ddp" else "-"
+                rs1 = round_ratio(r, single_row, n) if r["config"] != "single" else "-"
                 print(f"{r['config']:17} {sps or 0:11.1f} {step or 0:8.2f} "
                       f"{'-' if bwd is None else f'{bwd:.2f}':>7} "
                       f"{'-' if aft is None else f'{aft:.2f}':>7} {vd:>7} {vs:>7} "
                       f"{r['loss']:>8} {place:>9} "
                       + (f"{r.get('test_acc') or '-':>6} " if acc else "")
                       + f"{r.get('host_ms') or '-':>8} {hp:>6}  "
-                      + (f"{(r.get('round_spread') or '-') + ' (' + (r.get('rounds') or '1') + ')':>12}  "
-                         if rnd else "") + f"{r.get('plan', '')}")
+                      + (f"{(r.get('round_spread') or '-') + ' (' + (r.get('rounds') or '1') + ')':>12} "
+                         f"{rd:>17} {rs1:>17}  " if rnd else "") + f"{r.get('plan', '')}")
                 d = dict(r)
                 d.update(vs_ddp=vd, vs_n_single=vs, loss_vs_seeds=place, host_pct=hp)
+                if rnd:
+                    d.update(vs_ddp_rounds=rd, vs_n_single_rounds=rs1)
                 out.append(d)
             sc = [r for r in ok if r.get("rank_spread") or r.get("plans_equal")]
             if sc:  # issue 19: every rank's pace and its daemon's plan, recalls and memory
@@ -190,7 +220,9 @@ def main():
     print("\nloss: the last step's, mean over ranks; on Fashion-MNIST (--fashion-mnist) the test "
           "loss after the steps, and acc the test accuracy.")
     print("rounds (--rounds): max/min of the rounds' samples/s (ok rounds / all); every timing "
-          "is the median over the rounds.")
+          "is the median over the rounds; DDP / Nx1 by round: the ratio to DDP / to ranks x "
+          "single GPU within each round (the same phase of the host), median [min-max] over the "
+          "rounds.")
     print("bwd ms: median time from the step's start to its last gradient (forward + "
           "backward compute); after: median of step - that (exposed communication, "
           "synchronize, optimizer step).")

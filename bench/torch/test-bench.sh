@@ -78,8 +78,14 @@ for c in ("ddp", "dense-fgbuff"):
     m = merged[c]
     assert m["rounds"] == "2/2" and abs(float(m["samples_per_s"]) - statistics.median(sps)) < 0.01, m
     assert abs(float(m["round_spread"]) - max(sps) / min(sps)) < 0.001, m
+# the ratio to DDP within each round (the same phase of the host), median [min-max]
+rnd = {(r["config"], r["round"]): float(r["samples_per_s"]) for r in rows}
+q = sorted(rnd[("dense-fgbuff", k)] / rnd[("ddp", k)] for k in ("1", "2"))
+want = f"{statistics.median(q):.2f} [{q[0]:.2f}-{q[1]:.2f}]"
+assert merged["dense-fgbuff"]["vs_ddp_rounds"] == want, (merged["dense-fgbuff"], want)
 EOF
 grep -q '^ddp .*(2/2)' "$OUT/rounds.txt" || bad "rounds: no spread column"
+grep -q 'DDP by round' "$OUT/rounds.txt" || bad "rounds: no per-round ratio columns"
 # the launch's unrecorded warm-up item ran (the CSV above holds the 4 measured rows only)
 grep -q '^bench.py: warm-up item (gpt2 single) done, not recorded' "$OUT/rounds.txt" ||
   bad "rounds: no warm-up item"
