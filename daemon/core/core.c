@@ -182,7 +182,13 @@ void core_tensor_register(core *d, core_job *j, struct srv_session *s, uint64_t 
   meta.ndim = t->ndim;
   for (uint32_t i = 0; i < t->ndim; i++) meta.shape[i] = t->shape[i];
   meta.bytes = plan_policy_group_bytes(j, t);
-  if (coord_register(d->coord, &j->id, &meta) != FGB_OK) {
+  for (uint32_t i = 0; i < j->nearly_mm; i++) /* a verdict that came before this registration */
+    if (strcmp(j->early_mm[i].name, t->name) == 0) {
+      t->poisoned = 1;
+      snprintf(t->poison, sizeof(t->poison), "%s", j->early_mm[i].text);
+    }
+  /* Refused (e.g. the job was aborted): poisoned, unless a verdict above already says why. */
+  if (coord_register(d->coord, &j->id, &meta) != FGB_OK && !t->poisoned) {
     t->poisoned = 1;
     snprintf(t->poison, sizeof(t->poison), "tensor '%s': the coordinator refused its registration",
              t->name);

@@ -141,6 +141,12 @@ typedef struct core_stall {
   uint64_t first_ms;
 } core_stall;
 
+#define CORE_MAX_EARLY_MISMATCH 16
+typedef struct core_early_mismatch {
+  char name[COORD_MAX_NAME + 1];
+  char text[512];
+} core_early_mismatch;
+
 /* This daemon's rank of a job (one rank per daemon and job). */
 struct core_job {
   core *d;
@@ -200,6 +206,13 @@ struct core_job {
   uint8_t pre_hold;
   uint64_t pre_handed, recalls, revoked;
   uint64_t pre_stuck_ms; /* since when the first waiting item lacks a tensor (pre_tick) */
+  /* Mismatch verdicts on names not registered here yet (events.c): the leader compares the ranks
+   * that registered, so a slow rank may hear of its tensor's mismatch first; the tensor is
+   * refused with that text when it registers (core.c), also once the job is aborted. At most
+   * CORE_MAX_EARLY_MISMATCH; later ones are dropped (the leader repeats a verdict to a rank that
+   * registers while the job lives). */
+  struct core_early_mismatch *early_mm;
+  uint32_t nearly_mm;
   core_job *next;
 };
 

@@ -201,6 +201,17 @@ static void on_mismatch(core *d, coord_event *ev) {
   core_job *j = job_find(d, &ev->job, ev->job_key);
   core_tensor *t = j ? core_tensor_by_name(j, ev->tensor_name) : NULL;
   LOG_WARN("job '%s': %s", ev->job.name, ev->text);
+  if (j && !t) { /* not registered here yet: kept for its registration (core.h) */
+    for (uint32_t i = 0; i < j->nearly_mm; i++)
+      if (strcmp(j->early_mm[i].name, ev->tensor_name) == 0) return;
+    if (!j->early_mm && !(j->early_mm = calloc(CORE_MAX_EARLY_MISMATCH, sizeof *j->early_mm)))
+      return;
+    if (j->nearly_mm == CORE_MAX_EARLY_MISMATCH) return;
+    core_early_mismatch *e = &j->early_mm[j->nearly_mm++];
+    snprintf(e->name, sizeof e->name, "%s", ev->tensor_name);
+    snprintf(e->text, sizeof e->text, "%s", ev->text);
+    return;
+  }
   if (!t) return;
   t->poisoned = 1;
   snprintf(t->poison, sizeof(t->poison), "%s", ev->text);

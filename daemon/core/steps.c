@@ -486,6 +486,7 @@ void step_job_maybe_release(core *d, core_job *j) {
   free(j->colls);
   free(j->steps);
   free(j->stalls);
+  free(j->early_mm);
   plan_free(j);
   free(j);
 }

@@ -5,12 +5,12 @@
  * a step submitted twice, a step behind, a collective's bad kind, op or seq), a client gone
  * mid-step (the other rank's pending tensor fails with FGB_EPEER, the job is released), a tensor
  * whose metadata differs between the ranks (FGB_EMISMATCH, still after a peer left and the job
- * aborted), a collective failed by the transport before the job's ABORT arrived (its Done waits for
- * the ABORT's cause, or goes out after the hold), a released tensor, a collective inside a step (a
- * recall under FGBUFF_PREISSUE=1, which ctest runs as core-units-preissue), static plans (fgbuff;
- * rgmerge with re-plans), device arenas through a fake dp_ops, and that every entry point drains
- * the coordinator exactly once (twice for the tick: two inputs), also when another entry point is
- * called from inside it. */
+ * aborted, also on a rank that registers it only then), a collective failed by the transport before
+ * the job's ABORT arrived (its Done waits for the ABORT's cause, or goes out after the hold), a
+ * released tensor, a collective inside a step (a recall under FGBUFF_PREISSUE=1, which ctest runs
+ * as core-units-preissue), static plans (fgbuff; rgmerge with re-plans), device arenas through a
+ * fake dp_ops, and that every entry point drains the coordinator exactly once (twice for the tick:
+ * two inputs), also when another entry point is called from inside it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,6 +281,51 @@ static void test_mismatch_then_gone(void) {
   w_stop(&w);
 }
 
+/* 3 ranks: ranks 0 and 1 register m with different counts before rank 2 registers it at all, so
+ * rank 2 hears the verdict on a name it does not have; rank 0 leaves mid-step (the job aborts on
+ * rank 2) before rank 2 registers m. Its m is refused with the verdict's text (before: "the
+ * coordinator refused its registration", the aborted job's answer, which names no cause). */
+static void test_mismatch_before_register(void) {
+  world w;
+  w_start(&w, 3);
+  w_join(&w, "mb", "none");
+  uint32_t a = w_tensor(&w, "a", 2, OFF_A);
+  for (int r = 0; r < 2; r++) {
+    core_tensor_args x = {.name = "m",
+                          .arena = w.r[r].arena,
+                          .offset = OFF_B,
+                          .count = r ? 4 : 2,
+                          .dtype = FGB_FLOAT32,
+                          .op = FGB_OP_AVERAGE,
+                          .compressor = ""};
+    core_tensor_register(&w.r[r].c, w.r[r].job, &w.r[r].sess, 2, &x);
+  }
+  w_rank *x = &w.r[0], *z = &w.r[2];
+  W_UNTIL(&w, z->job->nearly_mm == 1);
+  CHECK(strstr(z->job->early_mm[0].text, "tensor 'm': count 2 on rank 0 but 4 on rank 1"));
+  core_submit(&x->c, x->job, &x->sess, 2, a, 1, 0, 0); /* the others never submit it: mid-step */
+  core_job *gone = x->job;
+  x->job = NULL;
+  DRAINS(&x->c, 1, core_client_gone(gone));
+  W_UNTIL(&w, z->job->aborted);
+  core_tensor_args y = {.name = "m",
+                        .arena = z->arena,
+                        .offset = OFF_B,
+                        .count = 2,
+                        .dtype = FGB_FLOAT32,
+                        .op = FGB_OP_AVERAGE,
+                        .compressor = ""};
+  core_tensor_register(&z->c, z->job, &z->sess, 3, &y);
+  const w_rec *tr = w_last(z, REC_TENSOR);
+  REQUIRE(tr != NULL);
+  core_submit(&z->c, z->job, &z->sess, 4, tr->id, 1, 0, 0);
+  const w_rec *dn = w_last(z, REC_DONE);
+  CHECK_MSG(dn && dn->id == tr->id && dn->status == FGB_EMISMATCH &&
+                strstr(dn->msg, "tensor 'm': count 2 on rank 0 but 4 on rank 1"),
+            "late-registered mismatched tensor: %d: %s", dn ? dn->status : -1, dn ? dn->msg : "-");
+  w_stop(&w);
+}
+
 /* A 2-rank job `name` with tensors a and b, formed; both ranks submit a for step 1 (rank 0 also
  * b), and rank 0's collective of a comes back from the engine failed, as a transport reports a
  * peer's abort ("Broken pipe"). Returns when rank 0's core has that result (w_hold released). */
@@ -539,6 +584,7 @@ int main(void) {
   test_errors();
   test_client_gone();
   test_mismatch_then_gone();
+  test_mismatch_before_register();
   test_failed_before_abort();
   test_mid_step_collective();
   test_plan("fgbuff", 50, 8);
