@@ -152,11 +152,11 @@ def main():
             print(f"\n== net {net}, model {model}: batch {r0.get('batch', '?')}/GPU, "
                   f"{r0.get('warmup', '?')} warm-up + {r0.get('steps', '?')} measured steps; "
                   f"{unit}/s from the median CUDA-synchronised step on rank 0")
-            ddp = next((num(r["samples_per_s"]) for r in ok if r["config"] == "ddp"), None)
             ddp_row = next((r for r in ok if r["config"] == "ddp"), None)
             single_row = next((r for r in ok if r["config"] == "single"), None)
-            sn = next(((r["net"], num(r["samples_per_s"])) for r in ok if r["config"] == "single"),
-                      None) or single.get(model)
+            ddp = num(ddp_row["samples_per_s"]) if ddp_row else None
+            sn = ((single_row["net"], num(single_row["samples_per_s"])) if single_row else None
+                  ) or single.get(model)
             sp_net = net if (net, model) in spread else next(
                 (n for n in nets if (n, model) in spread), None)
             lo, hi = spread[(sp_net, model)] if sp_net else (None, None)
