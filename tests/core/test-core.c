@@ -242,6 +242,18 @@ static void test_client_gone(void) {
   w_stop(&w);
 }
 
+/* A dense fp32 tensor `name` of count elements at off in arena (NULL: w_tensor_args sets it). */
+static core_tensor_args dense_args(const char *name, core_arena *arena, uint64_t off,
+                                   uint64_t count) {
+  return (core_tensor_args){.name = name,
+                            .arena = arena,
+                            .offset = off,
+                            .count = count,
+                            .dtype = FGB_FLOAT32,
+                            .op = FGB_OP_AVERAGE,
+                            .compressor = ""};
+}
+
 /* A tensor whose metadata differs between the ranks (count 2 on rank 0, 4 on rank 1) is refused on
  * both with FGB_EMISMATCH; rank 0 then leaves in the middle of a step (what a framework that raised
  * on the mismatch does), which aborts the job on rank 1. Rank 1's later submits of the mismatched
@@ -253,13 +265,7 @@ static void test_mismatch_then_gone(void) {
   w_join(&w, "mg", "none");
   uint32_t a = w_tensor(&w, "a", 2, OFF_A);
   core_tensor_args ma[W_MAX];
-  for (int r = 0; r < 2; r++)
-    ma[r] = (core_tensor_args){.name = "m",
-                               .offset = OFF_B,
-                               .count = r ? 4 : 2,
-                               .dtype = FGB_FLOAT32,
-                               .op = FGB_OP_AVERAGE,
-                               .compressor = ""};
+  for (int r = 0; r < 2; r++) ma[r] = dense_args("m", NULL, OFF_B, r ? 4 : 2);
   uint32_t m = w_tensor_args(&w, ma, 0);
   w_rank *x = &w.r[0], *y = &w.r[1];
   for (int r = 0; r < 2; r++) W_UNTIL(&w, step_tensor_get(&w.r[r].c, m)->poisoned);
@@ -291,13 +297,7 @@ static void test_mismatch_before_register(void) {
   w_join(&w, "mb", "none");
   uint32_t a = w_tensor(&w, "a", 2, OFF_A);
   for (int r = 0; r < 2; r++) {
-    core_tensor_args x = {.name = "m",
-                          .arena = w.r[r].arena,
-                          .offset = OFF_B,
-                          .count = r ? 4 : 2,
-                          .dtype = FGB_FLOAT32,
-                          .op = FGB_OP_AVERAGE,
-                          .compressor = ""};
+    core_tensor_args x = dense_args("m", w.r[r].arena, OFF_B, r ? 4 : 2);
     core_tensor_register(&w.r[r].c, w.r[r].job, &w.r[r].sess, 2, &x);
   }
   w_rank *x = &w.r[0], *z = &w.r[2];
@@ -308,13 +308,7 @@ static void test_mismatch_before_register(void) {
   x->job = NULL;
   DRAINS(&x->c, 1, core_client_gone(gone));
   W_UNTIL(&w, z->job->aborted);
-  core_tensor_args y = {.name = "m",
-                        .arena = z->arena,
-                        .offset = OFF_B,
-                        .count = 2,
-                        .dtype = FGB_FLOAT32,
-                        .op = FGB_OP_AVERAGE,
-                        .compressor = ""};
+  core_tensor_args y = dense_args("m", z->arena, OFF_B, 2);
   core_tensor_register(&z->c, z->job, &z->sess, 3, &y);
   const w_rec *tr = w_last(z, REC_TENSOR);
   REQUIRE(tr != NULL);
