@@ -11,8 +11,9 @@
 
 #include "coord_lead.h"
 
-static uint64_t tensor_bytes(const ltensor *t) {
-  if (t->meta.bytes) return t->meta.bytes;
+static uint64_t tensor_bytes(const ltensor *t, uint64_t step) {
+  int fuse = step >= t->fuse_from ? t->fuse_next : t->fuse_prev;
+  if (t->meta.bytes && !fuse) return t->meta.bytes;
   uint64_t es = coord_dtype_size(t->meta.dtype);
   return t->meta.count > UINT64_MAX / es ? UINT64_MAX : t->meta.count * es;
 }
@@ -36,9 +37,9 @@ static void issue_now(coord *c, ljob *j, uint64_t step, const uint32_t *keys, ui
   uint64_t limit = j->fz_limit;
   for (uint32_t i = 0; i < n;) {
     uint32_t start = i;
-    uint64_t total = tensor_bytes(&j->tensors[keys[i++]]);
+    uint64_t total = tensor_bytes(&j->tensors[keys[i++]], step);
     while (limit && i < n && i - start < COORD_MAX_BATCH) {
-      uint64_t b = tensor_bytes(&j->tensors[keys[i]]);
+      uint64_t b = tensor_bytes(&j->tensors[keys[i]], step);
       if (b > limit || total + b > limit) break;
       total += b;
       i++;
@@ -64,7 +65,7 @@ void coord_fuse_agreed(coord *c, ljob *j, uint64_t step, const uint32_t *keys, u
     return;
   }
   for (uint32_t i = 0; i < n; i++) {
-    uint64_t b = tensor_bytes(&j->tensors[keys[i]]);
+    uint64_t b = tensor_bytes(&j->tensors[keys[i]], step);
     if (b > limit) { /* alone, at once: waiting cannot fuse it */
       coord_lead_issue(c, j, step, &keys[i], 1);
       continue;
@@ -130,6 +131,27 @@ uint64_t coord_fuse_due(const coord *c) {
   return due;
 }
 
+fgb_status coord_lead_on_fuse(coord *c, int from, const coord_msg *m, char *err, size_t errlen) {
+  fgb_status st = FGB_OK;
+  ljob *j = coord_lead_formed_job(c, from, m, &st, err, errlen);
+  if (!j) return st;
+  for (uint32_t i = 0; i < m->nkeys; i++) {
+    if (m->keys[i] >= j->ntensors) {
+      char t[COORD_MAX_TEXT + 1];
+      coord_fmt(t, sizeof t, "FUSE: job '%s' has no tensor key %u (%u registered)", j->id.name,
+                m->keys[i], j->ntensors);
+      return coord_lead_error(c, from, &m->job, FGB_ENOTFOUND, t, err, errlen);
+    }
+  }
+  for (uint32_t i = 0; i < m->nkeys; i++) {
+    ltensor *t = &j->tensors[m->keys[i]];
+    t->fuse_prev = m->step && m->step - 1 >= t->fuse_from ? t->fuse_next : t->fuse_prev;
+    t->fuse_next = m->on;
+    t->fuse_from = m->step;
+  }
+  return FGB_OK;
+}
+
 int coord_fuse_join(ljob *j, int r, uint64_t bytes, uint32_t cycle_ms) {
   if (!j->fz_rank_bytes) j->fz_rank_bytes = calloc((size_t)j->size, sizeof *j->fz_rank_bytes);
   if (!j->fz_rank_cycle) j->fz_rank_cycle = calloc((size_t)j->size, sizeof *j->fz_rank_cycle);
@@ -159,12 +181,14 @@ void coord_fuse_free(ljob *j) {
 }
 
 size_t coord_fuse_status(const ljob *j, char *buf, size_t cap, size_t off) {
+  uint32_t hinted = 0; /* the last FUSE said on */
+  for (uint32_t k = 0; k < j->ntensors; k++) hinted += j->tensors[k].fuse_next;
   return coord_json_putf(buf, cap, off,
                          ",\"issues\":%llu,\"issued_tensors\":%llu,\"fusion\":{\"bytes\":%llu,"
                          "\"cycle_ms\":%u,\"held\":%u,\"full\":%llu,\"timed\":%llu,"
-                         "\"complete\":%llu}",
+                         "\"complete\":%llu},\"fusion_hinted\":%u",
                          (unsigned long long)j->issues, (unsigned long long)j->issued_keys,
                          (unsigned long long)j->fz_limit, j->fz_cycle, j->fz_n,
                          (unsigned long long)j->fz_full, (unsigned long long)j->fz_timed,
-                         (unsigned long long)j->fz_complete);
+                         (unsigned long long)j->fz_complete, hinted);
 }

@@ -30,6 +30,7 @@ enum {
   COORD_MSG_PRE = 5,
   COORD_MSG_RECALL = 6,
   COORD_MSG_RECALLED = 7,
+  COORD_MSG_FUSE = 8,
   COORD_MSG_FORMED = 16,
   COORD_MSG_REFUSED = 17,
   COORD_MSG_TENSOR_OK = 18,
@@ -51,13 +52,13 @@ typedef struct coord_msg {
   int32_t rank;       /* JOIN, LEAVE, META, READY, REFUSED: job rank of the sender's client */
   int32_t size;       /* JOIN */
   uint8_t abort;      /* LEAVE */
-  uint8_t on;         /* PRE */
+  uint8_t on;         /* PRE, FUSE */
   uint32_t recall_id; /* RECALLED, RECALL_ASK, REVOKE */
   uint64_t job_key, seq, step, waited_ms; /* RECALLED: seq = highest handed over (0: none);
                                             REVOKE: seq = highest kept */
   uint32_t tensor_key;
   coord_tensor_meta meta; /* META: full; TENSOR_OK, MISMATCH, STALL: meta.name only */
-  uint32_t nkeys;         /* READY, ISSUE, PREISSUE (seq: the first key's; one seq per key) */
+  uint32_t nkeys;         /* READY, ISSUE, PREISSUE (seq: the first key's; one seq per key), FUSE */
   uint32_t *keys;
   int32_t nranks; /* FORMED: job size (world ranks in job-rank order); STALL: missing ranks */
   int32_t *ranks;

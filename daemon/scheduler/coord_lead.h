@@ -12,6 +12,10 @@ typedef struct ltensor {
   coord_tensor_meta meta; /* the first registrant's */
   int first_rank;
   uint8_t bad; /* metadata mismatch seen: READY naming it is rejected */
+  /* FUSE: packed by its dense bytes although META's keep it alone (fuse_next from step fuse_from
+   * on, fuse_prev before it) */
+  uint8_t fuse_prev, fuse_next;
+  uint64_t fuse_from;
   uint8_t ndone, done_pos;
   uint64_t done[COORD_RECENT_DONE]; /* steps completed last: a report for one is a late repeat */
 } ltensor;
@@ -136,6 +140,8 @@ void coord_fuse_agreed(coord *c, ljob *j, uint64_t step, const uint32_t *keys, u
 int coord_fuse_flush(coord *c, ljob *j);
 /* Issues every held group whose cycle ended by coord_now (from coord_leader_tick). */
 void coord_fuse_tick(coord *c);
+/* FUSE from a member: the keys' fuse flag (every key is checked first; unknown: ERROR). */
+fgb_status coord_lead_on_fuse(coord *c, int from, const coord_msg *m, char *err, size_t errlen);
 /* At formation: the job's settings from its ranks' JOINs. */
 void coord_fuse_form(ljob *j);
 /* JOIN of job rank r: records its settings (0 on out of memory: the caller refuses). */

@@ -463,6 +463,8 @@ fgb_status coord_leader_handle(coord *c, int from, const coord_msg *m, char *err
       return coord_lead_on_recall(c, from, m, err, errlen);
     case COORD_MSG_RECALLED:
       return coord_lead_on_recalled(c, from, m, err, errlen);
+    case COORD_MSG_FUSE:
+      return coord_lead_on_fuse(c, from, m, err, errlen);
   }
   coord_fmt(err, errlen, "control message %s is not for the leader", coord_msg_name(m->type));
   return FGB_EPROTO;

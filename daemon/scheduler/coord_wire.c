@@ -43,6 +43,8 @@ const char *coord_msg_name(uint8_t type) {
       return "RECALL";
     case COORD_MSG_RECALLED:
       return "RECALLED";
+    case COORD_MSG_FUSE:
+      return "FUSE";
     case COORD_MSG_RECALL_ASK:
       return "RECALL_ASK";
     case COORD_MSG_REVOKE:
@@ -171,6 +173,17 @@ fgb_status coord_msg_encode(const coord_msg *m, uint8_t **out, size_t *outlen) {
       break;
     case COORD_MSG_RECALL:
       w_u32(&w, (uint32_t)m->rank);
+      break;
+    case COORD_MSG_FUSE:
+      w_u32(&w, (uint32_t)m->rank);
+      w_u8(&w, m->on ? 1 : 0);
+      w_u64(&w, m->step);
+      if (m->nkeys == 0 || m->nkeys > COORD_MAX_BATCH) {
+        free(w.p);
+        return FGB_EINVAL;
+      }
+      w_u32(&w, m->nkeys);
+      for (uint32_t i = 0; i < m->nkeys; i++) w_u32(&w, m->keys[i]);
       break;
     case COORD_MSG_RECALLED:
       w_u32(&w, (uint32_t)m->rank);
@@ -426,6 +439,16 @@ fgb_status coord_msg_decode(const uint8_t *p, size_t len, coord_msg *m, char *er
       break;
     case COORD_MSG_RECALL:
       m->rank = r_rank(&r, 0, COORD_MAX_JOB_SIZE - 1, "RECALL rank");
+      break;
+    case COORD_MSG_FUSE:
+      m->rank = r_rank(&r, 0, COORD_MAX_JOB_SIZE - 1, "FUSE rank");
+      m->on = r_u8(&r, "FUSE on");
+      if (!r.bad && m->on > 1) r_fail(&r, "FUSE on flag not 0/1");
+      m->step = r_u64(&r, "FUSE step");
+      if (!r.bad && (m->step & COORD_STEP_ADHOC)) r_fail(&r, "FUSE step in the ad-hoc range");
+      m->nkeys = r_u32(&r, "FUSE key count");
+      if (!r.bad && (m->nkeys == 0 || m->nkeys > COORD_MAX_BATCH)) r_fail(&r, "FUSE key count");
+      m->keys = r_u32_array(&r, m->nkeys, "FUSE keys");
       break;
     case COORD_MSG_RECALLED:
       m->rank = r_rank(&r, 0, COORD_MAX_JOB_SIZE - 1, "RECALLED rank");

@@ -22,6 +22,8 @@
  *   6 RECALL     rank (end the job's pre-issue: take back what no daemon started)
  *   7 RECALLED   rank, u32 recall_id (>= 1), u64 seq (highest pre-issued seq of the job this
  *                daemon handed to its engine; 0: none; must be below the leader's next seq)
+ *   8 FUSE       rank, u8 on (0|1), u64 step (below 2^63), u32 n (1..65536), u32 keys[n]
+ *                (fusion hint, below)
  *   leader -> daemon
  *   16 FORMED    u64 job_key, u64 seq, u32 size (1..65536), u32 world_ranks[size] (job-rank
  *                order), u32 gens[size] (each rank's join generation), u32 uid_len (0..256),
@@ -79,12 +81,18 @@
  * coord_tick at or after cycle_ms past its first tensor's
  * agreement (coord_set_clock's time, else the last tick's; coord_next_due says when), and before
  * a clean LEAVE of a rank is handled; a tensor larger than the limit and ad-hoc steps are issued
- * at once, without waiting for (or flushing) the held group. An ABORT drops the held group (its
- * tensors fail on every daemon with the job). Each group gets the next world seq and goes to
- * every member in job-rank order
- * (also to members that left cleanly: they reported the entry, so they take part). The leader
- * sends in seq order and links deliver in order, so every daemon sees FORMED/ISSUE in increasing
- * seq (a member rejects a non-increasing seq as FGB_EPROTO).
+ * at once, without waiting for (or flushing) the held group. FUSE (any member; every key checked
+ * first, an unknown one is ERROR FGB_ENOTFOUND and changes nothing) sets the keys' fuse flag from
+ * its step on (before it, the flag in force until then): on, a tensor is packed by its dense size
+ * (META count x dtype size) although its META bytes keep it alone (fgbuffd announces a tensor
+ * with a compressor as larger than any limit); off, by META's bytes again. It changes only groups
+ * formed after it arrives; fgbuffd sends it with the first step of the compression decisions that
+ * send those tensors dense, and runs any group holding such a tensor dense (plan_exec.c): a hint
+ * that arrives late leaves a tensor alone for a step, never breaks agreement. An ABORT drops the
+ * held group (its tensors fail on every daemon with the job). Each group gets the next world seq
+ * and goes to every member in job-rank order (also to members that left cleanly: they reported the
+ * entry, so they take part). The leader sends in seq order and links deliver in order, so every
+ * daemon sees FORMED/ISSUE in increasing seq (a member rejects a non-increasing seq as FGB_EPROTO).
  * Stalls (cfg.stall_ms > 0; 0 disables): on coord_tick, an entry partially ready for longer than
  * stall_ms is reported once: STALL to the leader's own queue and to every member daemon, naming
  * the missing world ranks and the time waited. A completed entry is forgotten; a new one may
@@ -495,6 +503,26 @@ fgb_status coord_preissue(coord *c, const coord_job_id *job, int on, uint64_t st
   m.on = on ? 1 : 0;
   m.step = step;
   return to_leader(c, &m);
+}
+
+fgb_status coord_fuse(coord *c, const coord_job_id *job, int on, uint64_t step,
+                      const uint32_t *keys, uint32_t n) {
+  local_job *j;
+  fgb_status st = local_check(c, job, &j);
+  if (st) return st;
+  if ((n > 0 && !keys) || (step & COORD_STEP_ADHOC)) return FGB_EINVAL;
+  if (!j->formed) return FGB_EAGAIN;
+  for (uint64_t off = 0; off < n; off += COORD_MAX_BATCH) {
+    coord_msg m;
+    member_msg(&m, COORD_MSG_FUSE, j);
+    m.on = on ? 1 : 0;
+    m.step = step;
+    m.nkeys = n - off < COORD_MAX_BATCH ? (uint32_t)(n - off) : COORD_MAX_BATCH;
+    m.keys = (uint32_t *)(keys + off); /* borrowed: not cleared */
+    st = to_leader(c, &m);
+    if (st) return st;
+  }
+  return FGB_OK;
 }
 
 fgb_status coord_recall(coord *c, const coord_job_id *job) {

@@ -5,7 +5,8 @@
  * fusion_bytes 0 never fuses; a new step flushes the held group, and so does the last tensor of a
  * step (every tensor of the job agreed: nothing can join); the job's settings are the
  * largest over its ranks; a clean LEAVE flushes held tensors, an ABORT drops them (no leak under
- * ASan); stalls are still reported while tensors are held; the wire checks JOIN's new fields.
+ * ASan); stalls are still reported while tensors are held; FUSE packs a tensor announced above
+ * the threshold by its dense bytes (and stops); the wire checks JOIN's new fields and FUSE.
  * Time only advances through coord_tick (and coord_set_clock where said).
  */
 #include <stdio.h>
@@ -340,6 +341,55 @@ static void stall_while_held(void) {
   h_free(&h);
 }
 
+/* FUSE (the hint fgbuffd's fusion jobs send when their compression decisions send a tensor with
+ * a compressor dense): "big" (announced above any threshold) travels alone until the FUSE on's
+ * step (sent by a member a step ahead), is packed by its dense bytes with the others from it, and
+ * alone again from a FUSE off's step. FUSE naming an unknown key is refused to its sender and
+ * changes nothing; the local call says FGB_ENOTFOUND before the join, FGB_EAGAIN before the
+ * job formed, FGB_EINVAL for an ad-hoc step. */
+static void fuse_hint(const int *wr) {
+  harness h;
+  h_init(&h, ND, 9, 0, 0);
+  tick_all(&h, 100);
+  coord_job_id job = h_job("f", 9);
+  uint32_t big = NT;
+  CHECK(coord_fuse(h.c[wr[1]], &job, 1, 1, &big, 1) == FGB_ENOTFOUND); /* not joined here */
+  REQUIRE(coord_join_fusion(h.c[wr[0]], &job, 0, 2, 1 << 20, 5) == FGB_OK);
+  CHECK(coord_fuse(h.c[wr[0]], &job, 1, 1, &big, 1) == FGB_EAGAIN); /* joined, not formed */
+  h_free(&h);
+  job = start(&h, wr, 9, 0, 100, 1 << 20, 5);
+  CHECK(coord_fuse(h.c[wr[0]], &job, 1, COORD_STEP_ADHOC | 1, &big, 1) == FGB_EINVAL);
+  /* Step 1: t0, big, t1..t7: big alone at once, the rest one group (the step is complete). The
+   * FUSE on sent during step 1 names step 3: step 2 is as step 1. */
+  static const uint32_t order[NT + 1] = {0, NT, 1, 2, 3, 4, 5, 6, 7};
+  REQUIRE(coord_fuse(h.c[wr[1]], &job, 1, 3, &big, 1) == FGB_OK);
+  h_run(&h);
+  CHECK(status_has(&h, 0, "\"fusion_hinted\":1"));
+  for (uint64_t s = 1; s <= 3; s++)
+    for (uint32_t i = 0; i < NT + 1; i++) ready(&h, &job, wr, s, order[i]);
+  CHECK(nissues(&h, wr) == 5 && issue_is(&h, wr, 0, 1, &big, 1) &&
+        issue_is(&h, wr, 1, 1, seq8, NT) && issue_is(&h, wr, 2, 2, &big, 1) &&
+        issue_is(&h, wr, 3, 2, seq8, NT) && issue_is(&h, wr, 4, 3, order, NT + 1));
+  /* An unknown key: ERROR to the sender only, the flags unchanged. */
+  uint32_t bad[2] = {0, 99};
+  REQUIRE(coord_fuse(h.c[wr[0]], &job, 0, 4, bad, 2) == FGB_OK);
+  h_run(&h);
+  CHECK(h_count(&h, wr[0], COORD_EV_ERROR) == 1 && h_count(&h, wr[1], COORD_EV_ERROR) == 0);
+  const coord_event *e = h_nth(&h, wr[0], COORD_EV_ERROR, 0);
+  CHECK(e && e->code == FGB_ENOTFOUND && strstr(e->text, "no tensor key 99"));
+  CHECK(status_has(&h, 0, "\"fusion_hinted\":1"));
+  /* FUSE off from step 5 (rank 0's daemon): step 4 still one group, step 5 big alone again. */
+  REQUIRE(coord_fuse(h.c[wr[0]], &job, 0, 5, &big, 1) == FGB_OK);
+  h_run(&h);
+  CHECK(status_has(&h, 0, "\"fusion_hinted\":0"));
+  for (uint64_t s = 4; s <= 5; s++)
+    for (uint32_t i = 0; i < NT + 1; i++) ready(&h, &job, wr, s, order[i]);
+  CHECK(nissues(&h, wr) == 8 && issue_is(&h, wr, 5, 4, order, NT + 1) &&
+        issue_is(&h, wr, 6, 5, &big, 1) && issue_is(&h, wr, 7, 5, seq8, NT));
+  CHECK(h.nproto == 0);
+  h_free(&h);
+}
+
 /* JOIN's fields round-trip and are range-checked; another wire version is refused. */
 static void wire(void) {
   coord_msg m;
@@ -376,6 +426,31 @@ static void wire(void) {
   free(b);
   m.cycle_ms = COORD_MAX_CYCLE_MS + 1;
   CHECK(coord_msg_encode(&m, &b, &n) == FGB_EINVAL);
+  /* FUSE: rank, on, step, keys round-trip; on > 1, an ad-hoc step, no keys, and a short key
+   * array are refused. */
+  uint32_t keys[3] = {7, 0, 65535};
+  coord_msg_init(&m, COORD_MSG_FUSE);
+  m.job = h_job("w", 1);
+  m.rank = 1;
+  m.on = 1;
+  m.step = 77;
+  m.nkeys = 3;
+  m.keys = keys;
+  REQUIRE(coord_msg_encode(&m, &b, &n) == FGB_OK);
+  REQUIRE(coord_msg_decode(b, n, &d, err, sizeof err) == FGB_OK);
+  CHECK(d.type == COORD_MSG_FUSE && d.rank == 1 && d.on == 1 && d.step == 77 && d.nkeys == 3 &&
+        d.keys[0] == 7 && d.keys[2] == 65535);
+  coord_msg_clear(&d);
+  b[n - 25] = 2; /* the on flag: u8 on, u64 step, u32 n, 3 x u32 keys */
+  CHECK(coord_msg_decode(b, n, &d, err, sizeof err) == FGB_EPROTO && strstr(err, "FUSE on"));
+  b[n - 25] = 1;
+  b[n - 17] = 0x80; /* the step's top byte: the ad-hoc range */
+  CHECK(coord_msg_decode(b, n, &d, err, sizeof err) == FGB_EPROTO && strstr(err, "FUSE step"));
+  b[n - 17] = 0;
+  CHECK(coord_msg_decode(b, n - 4, &d, err, sizeof err) == FGB_EPROTO && strstr(err, "FUSE keys"));
+  free(b);
+  m.nkeys = 0;
+  CHECK(coord_msg_encode(&m, &b, &n) == FGB_EINVAL);
 }
 
 int main(void) {
@@ -390,6 +465,8 @@ int main(void) {
   settings();
   leave_and_abort();
   stall_while_held();
+  fuse_hint(leader_member);
+  fuse_hint(leader_apart);
   wire();
   if (test_failures_) fprintf(stderr, "%d check(s) failed\n", test_failures_);
   return test_failures_ ? 1 : 0;
