@@ -371,7 +371,7 @@ static int dyn_decision(const core_job *j, const plan_ver *v, const coord_event 
   return *has_comp ? 2 : 0;
 }
 
-int plan_on_issue(core_job *j, coord_event *ev) {
+static int on_issue(core_job *j, coord_event *ev) {
   plan_state *pl = plan_get(j);
   if (!pl || ev->ntensors == 0) return 0;
   /* Static plans take single-tensor ISSUEs; a fusion group holds several dense tensors. */
@@ -476,6 +476,22 @@ nomem:
   LOG_ERROR("job '%s': out of memory holding plan buffer %u of step %llu", j->id.name, b,
             (unsigned long long)ev->step);
   return 0;
+}
+
+/* A fusion group holding a tensor with a compressor exists only because its decisions sent it
+ * dense (coord_fuse, sent by plan_ver_adopt): the group runs dense on every rank whatever the
+ * table in force for its step says (the hint may have reached the leader a step early or late). */
+int plan_on_issue(core_job *j, coord_event *ev) {
+  int r = on_issue(j, ev);
+  if (ev->ntensors < 2 || !j->plan || !(j->plan->ops->flags & SCHED_DYNAMIC)) return r;
+  for (uint32_t k = 0; k < ev->ntensors; k++) {
+    const core_tensor *t = core_tensor_by_key(j, ev->tensor_keys[k]);
+    if (t && t->comp) {
+      j->plan->dense_issued += r != 2;
+      return 2;
+    }
+  }
+  return r;
 }
 
 void plan_view_get(const core_job *j, plan_view *v) {

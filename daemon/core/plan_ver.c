@@ -162,6 +162,32 @@ static void log_decisions(const core_job *j, const sched_plan *p) {
       by_cost ? ")" : "", other);
 }
 
+/* Policy fusion: tell the leader which tensors with a compressor the adopted table sends dense
+ * (packed with the others from the table's first step) and which it compresses (alone). Rank 0's
+ * daemon only: every rank adopts the same table. A hint: plan_on_issue runs any group holding such
+ * a tensor dense, so a late or lost hint costs fusion or compression, not agreement. */
+static void fuse_hint(core_job *j, const sched_plan *p) {
+  if (j->rank != 0 || strcmp(j->policy, "fusion") != 0) return;
+  uint32_t *keys = malloc((p->ntensors ? p->ntensors : 1) * sizeof *keys);
+  if (!keys) return; /* the tensors keep travelling alone */
+  for (int on = 1; on >= 0; on--) {
+    uint32_t n = 0;
+    for (uint32_t b = 0; b < p->nbuffers; b++) {
+      const sched_buffer *sb = &p->buffers[b];
+      if ((sb->compress == 0) != (on == 1)) continue;
+      for (uint32_t m = 0; m < sb->count && n < p->ntensors; m++) {
+        const core_tensor *t = core_tensor_by_key(j, p->order[sb->first + m]);
+        if (t && t->comp && t->key_known) keys[n++] = t->key;
+      }
+    }
+    fgb_status st = n ? coord_fuse(j->d->coord, &j->id, on, p->first_step, keys, n) : FGB_OK;
+    if (st != FGB_OK)
+      LOG_WARN("job '%s': fusion hint for %u tensors not sent (%d): they travel as before",
+               j->id.name, n, st);
+  }
+  free(keys);
+}
+
 void plan_ver_adopt(core_job *j, plan_state *pl, plan_ver *nv, uint64_t at, const char *why) {
   if (pl->nv == 2) {
     plan_ver_free(&pl->v[0]);
@@ -183,5 +209,8 @@ void plan_ver_adopt(core_job *j, plan_state *pl, plan_ver *nv, uint64_t at, cons
         (unsigned long long)at, (unsigned long long)nv->plan.version, nv->plan.nbuffers,
         nv->plan.ntensors, (unsigned long long)nv->plan.first_step, why);
   log_decisions(j, &nv->plan);
-  if (nv->plan.flags & SCHED_DYNAMIC) log_table(j, &nv->plan);
+  if (nv->plan.flags & SCHED_DYNAMIC) {
+    log_table(j, &nv->plan);
+    fuse_hint(j, &nv->plan);
+  }
 }

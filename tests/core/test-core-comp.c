@@ -187,54 +187,68 @@ static void test_topk(int n, uint64_t steps) {
  *  - all compressed, compressing dear (`test-core-comp dense`: scale 1e9): the plan sends the
  *    buffer dense by cost, so from step 5 each member's residual is folded in once (residual +
  *    gradient averaged, the residual cleared) and later steps are plain dense averages. */
-static void test_topk_plan(int all_comp, int dense) {
-  world w;
-  w_start(&w, 2);
-  w_plan_steps(&w, 2, 50);
-  w_join(&w, "tp", "fgbuff");
-  static const uint64_t off[3] = {OFF_G, OFF_D, OFF_M};
-  static const char *const names[3] = {"t0", "t1", "t2"};
-  int comp[3] = {all_comp, 1, all_comp};
-  uint32_t t[3];
-  for (int k = 0; k < 3; k++) {
-    core_tensor_args a[W_MAX];
-    for (int r = 0; r < 2; r++)
-      a[r] = comp[k] ? targs(names[k], N_G, off[k], "topk", 0.125, NULL)
-                     : targs(names[k], N_G, off[k], "", 0, NULL);
-    t[k] = w_tensor_args(&w, a, 1);
-  }
+static const uint64_t off3[3] = {OFF_G, OFF_D, OFF_M};
+
+/* Three tensors t0..t2 (compressed where comp[k]: top-k 0.125) of job j on 2 ranks, `steps` steps
+ * submitted t2, t1, t0: every result checked against the reference, in which a compressed tensor is
+ * sent dense (residual folded in and cleared) at the steps dense_from..dense_to. */
+static void steps_check(world *w, const uint32_t t[3], const int comp[3], uint64_t steps,
+                        uint64_t dense_from, uint64_t dense_to) {
   float resid[3][2][N_G] = {{{0}}};
-  const uint64_t steps = 8, first = 5;
   for (uint64_t s = 1; s <= steps; s++) {
     float sum[3][N_G] = {{0}};
     for (int r = 0; r < 2; r++) {
       for (int k = 0; k < 3; k++) {
         float gr[N_G];
-        for (uint64_t i = 0; i < N_G; i++) gr[i] = w_f32(&w, r, off[k])[i] = grad(r + 2 * k, i, s);
-        if (comp[k] && !(dense && s >= first)) {
+        for (uint64_t i = 0; i < N_G; i++) gr[i] = w_f32(w, r, off3[k])[i] = grad(r + 2 * k, i, s);
+        if (comp[k] && !(s >= dense_from && s <= dense_to)) {
           ref_topk(resid[k][r], gr, N_G, 4, sum[k]);
         } else {
           for (uint64_t i = 0; i < N_G; i++) sum[k][i] += resid[k][r][i] + gr[i];
           memset(resid[k][r], 0, sizeof(resid[k][r]));
         }
       }
-      w_rank *x = &w.r[r];
+      w_rank *x = &w->r[r];
       for (int k = 2; k >= 0; k--) core_submit(&x->c, x->job, &x->sess, 1, t[k], s, 0, 0);
     }
     for (int r = 0; r < 2; r++)
-      W_UNTIL(&w, w_dones(&w, r, t[0], s, 0) + w_dones(&w, r, t[1], s, 0) +
-                          w_dones(&w, r, t[2], s, 0) ==
-                      3);
+      W_UNTIL(
+          w,
+          w_dones(w, r, t[0], s, 0) + w_dones(w, r, t[1], s, 0) + w_dones(w, r, t[2], s, 0) == 3);
     for (int r = 0; r < 2; r++) {
-      CHECK(w_count(&w.r[r], REC_ERR, 0) == 0);
+      CHECK(w_count(&w->r[r], REC_ERR, 0) == 0);
       for (int k = 0; k < 3; k++)
         for (uint64_t i = 0; i < N_G; i++)
-          CHECK_MSG(w_f32(&w, r, off[k])[i] == sum[k][i] * 0.5f,
+          CHECK_MSG(w_f32(w, r, off3[k])[i] == sum[k][i] * 0.5f,
                     "step %llu rank %d t%d[%llu]: %g, not %g", (unsigned long long)s, r, k,
-                    (unsigned long long)i, (double)w_f32(&w, r, off[k])[i],
+                    (unsigned long long)i, (double)w_f32(w, r, off3[k])[i],
                     (double)(sum[k][i] * 0.5f));
     }
   }
+}
+
+/* The three tensors of steps_check registered on both ranks (ids in t). */
+static void three_tensors(world *w, const int comp[3], uint32_t t[3]) {
+  static const char *const names[3] = {"t0", "t1", "t2"};
+  for (int k = 0; k < 3; k++) {
+    core_tensor_args a[W_MAX];
+    for (int r = 0; r < 2; r++)
+      a[r] = comp[k] ? targs(names[k], N_G, off3[k], "topk", 0.125, NULL)
+                     : targs(names[k], N_G, off3[k], "", 0, NULL);
+    t[k] = w_tensor_args(w, a, 1);
+  }
+}
+
+static void test_topk_plan(int all_comp, int dense) {
+  world w;
+  w_start(&w, 2);
+  w_plan_steps(&w, 2, 50);
+  w_join(&w, "tp", "fgbuff");
+  int comp[3] = {all_comp, 1, all_comp};
+  uint32_t t[3];
+  three_tensors(&w, comp, t);
+  const uint64_t steps = 8, first = 5;
+  steps_check(&w, t, comp, steps, dense ? first : UINT64_MAX, UINT64_MAX);
   for (int r = 0; r < 2; r++) {
     plan_view pv;
     plan_view_get(w.r[r].job, &pv);
@@ -249,6 +263,40 @@ static void test_topk_plan(int all_comp, int dense) {
                 p->buffers[b].reason);
     CHECK(w.r[r].job->steps_completed == steps);
   }
+  w_stop(&w);
+}
+
+/* Policy fusion, compressing cheap (the table compresses t0 and t2 from step 5), with a held cycle
+ * so that each step is one group unless a tensor travels alone: a FUSE hint (what fgbuffd sends
+ * when a table sends tensors dense) from step 3, before any table: t0 and t2 are packed with t1
+ * at steps 3 and 4, and every rank runs that group dense although nothing decided it (their
+ * residuals folded in); the table adopted at step 3 hints them alone again from its first step,
+ * 5, where they compress again. Without the members' rule a group would hold compressed tensors. */
+static void test_fusion_hint(void) {
+  world w;
+  w_start(&w, 2);
+  w_plan_steps(&w, 2, 50);
+  w_join_fusion(&w, "fh", "fusion", 1 << 20, 10000);
+  int comp[3] = {1, 0, 1};
+  uint32_t t[3];
+  three_tensors(&w, comp, t);
+  core_job *j0 = w.r[0].job;
+  uint32_t keys[2] = {core_tensor_by_name(j0, "t0")->key, core_tensor_by_name(j0, "t2")->key};
+  REQUIRE(coord_fuse(w.r[1].c.coord, &j0->id, 1, 3, keys, 2) == FGB_OK);
+  steps_check(&w, t, comp, 8, 3, 4);
+  for (int r = 0; r < 2; r++) {
+    plan_view pv;
+    plan_view_get(w.r[r].job, &pv);
+    REQUIRE(pv.nversions == 1);
+    const sched_plan *p = pv.versions[0];
+    CHECK(p->first_step == 5 && pv.dense_issued == 2);
+    uint32_t dense_key = core_tensor_by_name(w.r[r].job, "t1")->key;
+    for (uint32_t b = 0; b < p->nbuffers; b++)
+      CHECK(p->buffers[b].compress == (p->order[p->buffers[b].first] != dense_key));
+  }
+  char st[8192];
+  size_t n = coord_status_json(w.r[0].c.coord, st, sizeof st);
+  CHECK(n < sizeof st && strstr(st, "\"fusion_hinted\":0"));
   w_stop(&w);
 }
 
@@ -311,5 +359,6 @@ int main(int argc, char **argv) {
   test_topk_plan(0, 0);
   test_topk_plan(1, 0);
   test_mismatch();
+  test_fusion_hint();
   TEST_DONE();
 }

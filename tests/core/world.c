@@ -464,11 +464,16 @@ int w_pump(world *w) {
 }
 
 void w_join(world *w, const char *name, const char *policy) {
+  w_join_fusion(w, name, policy, 0, 0);
+}
+
+void w_join_fusion(world *w, const char *name, const char *policy, uint64_t bytes,
+                   uint32_t cycle_ms) {
   for (int i = 0; i < w->n; i++) {
     w_rank *r = &w->r[i];
     REQUIRE(core_join(&r->c, &r->sess, 1,
-                      &(core_join_args){name, 1, i, w->n, policy, "test", 0, 0, COORD_UID_NONE}) !=
-            NULL);
+                      &(core_join_args){name, 1, i, w->n, policy, "test", bytes, cycle_ms,
+                                        COORD_UID_NONE}) != NULL);
     REQUIRE(r->job && w_count(r, REC_JOINED, 0) == 1);
   }
   for (int i = 0; i < w->n; i++) W_UNTIL(w, w->r[i].job->formed && w->r[i].job->inflight == 0);

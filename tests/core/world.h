@@ -92,6 +92,9 @@ uint64_t w_now_ms(void);
 
 /* Every rank joins job `name` (incarnation 1, rank r of w->n, policy), then waits for formation. */
 void w_join(world *w, const char *name, const char *policy);
+/* The same with every rank's fusion threshold and cycle (coord_join's; policy fusion). */
+void w_join_fusion(world *w, const char *name, const char *policy, uint64_t bytes,
+                   uint32_t cycle_ms);
 /* Every rank registers fp32 tensor `name` of count elements at byte offset `off` of its arena
  * (AVERAGE), then waits until the coordinator agreed its key. Returns its id (the same on every
  * rank when they register in the same order). */

@@ -11,8 +11,11 @@
 # error-feedback invariant (result = g + r_old - r_new, from the exported state), the steps before
 # the table's first step are compressed (residuals left) and every step from it on dense (residuals
 # folded in and cleared); results are identical on every rank, and every daemon logs the same
-# decisions. World 2 (scale 1e-9): the same jobs; every compressible tensor but the one-element one
-# stays compressed, every step.
+# decisions. The fusion job (its rank 0 on daemon 1, off the leader; fusion cycle longer than a
+# step) sends its compressible tensors alone until the table sends them dense, then packs them with
+# the others (the FUSE hint; the leader's collective count says which). World 2 (scale 1e-9): the
+# same jobs; every compressible tensor but the one-element one stays compressed (and alone), every
+# step.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
 bin="${FGBUFF_TEST_BIN:?}"
@@ -27,15 +30,16 @@ world() { # SCALE WANT(dense|compress): one world, both jobs, all checks
   out="$FGBUFF_RUNTIME_DIR"
   c() { "$ctl" --socket "$out/cpu$1.sock" "${@:2}"; }
   for r in 0 1 2; do
-    c $r set plan_warmup_steps 3 >/dev/null && c $r set replan_steps 4 >/dev/null ||
-      { echo "set failed on daemon $r"; rc=1; }
+    c $r set plan_warmup_steps 3 >/dev/null && c $r set replan_steps 4 >/dev/null &&
+      c $r set fusion_cycle_ms 2000 >/dev/null || { echo "set failed on daemon $r"; rc=1; }
   done
   local pids=()
   for p in none fusion; do
-    local mixed=0
-    [ $p = fusion ] && mixed=1
+    local mixed=0 shift=0
+    [ $p = fusion ] && mixed=1 shift=1 # fusion's rank 0 (which sends the hint) off the leader
     for r in 0 1 2; do
-      "$bin/planclient" --job "dyn-$p" --policy $p --rank $r --size 3 --socket "$out/cpu$r.sock" \
+      "$bin/planclient" --job "dyn-$p" --policy $p --rank $r --size 3 \
+        --socket "$out/cpu$(((r + shift) % 3)).sock" \
         --steps $steps --topk 0.01 --mixed $mixed --gap-ms 1 --sleep-ms 15000 \
         >"$out/$p.$r.out" 2>&1 &
       pids+=($!)
@@ -97,6 +101,30 @@ for p in ("none", "fusion"):
     print(f"{p}: table v{t['version']} from step {t['first_step']}: "
           f"{sum(e['compress'] for e in d)} compressed, {sum(not e['compress'] for e in d)} dense")
     open(f"{sys.argv[2]}.{p}.first", "w").write(str(t["first_step"]))
+PY
+  # The leader's fusion of dyn-fusion once steps 1-11 are issued (the clients sleep in step 12): a
+  # tensor with a compressor travels alone (fgbuffd announces it above any threshold), so with the
+  # cycle longer than a step each step is its 8 compressible tensors alone + 1 group of the other
+  # 4 -- until the table sends them dense: from its first step the hint (FUSE, from rank 0's
+  # daemon) packs them with the rest, 1 group per step (2 steps of slack for the hint's arrival;
+  # the EF checks below say that every step from the first is dense and every one before it
+  # compressed, fused or not).
+  for _ in $(seq 1 80); do
+    c 0 status --json >"$out/lead.json" 2>/dev/null &&
+      python3 -c 'import json,sys; j=[j for j in json.load(open(sys.argv[1]))["coordinator"] if j["name"]=="dyn-fusion"]; sys.exit(not j or j[0]["issued_tensors"] < 132)' "$out/lead.json" && break
+    sleep 0.25
+  done
+  python3 - "$want" "$out/lead.json" "$(cat "$out/status.0.json.fusion.first" 2>/dev/null || echo 0)" <<'PY' || rc=1
+import json, sys
+want, first = sys.argv[1], int(sys.argv[3])
+lead = [j for j in json.load(open(sys.argv[2]))["coordinator"] if j["name"] == "dyn-fusion"][0]
+n, nt, hinted = lead["issues"], lead["issued_tensors"], lead["fusion_hinted"]
+print(f"fusion: {n} collectives for {nt} tensors of 11 steps, {hinted} tensors hinted")
+assert nt == 11 * 12 and lead["fusion"]["held"] == 0, lead
+if want == "dense":
+    assert hinted == 8 and n <= (first - 1) * 9 + (11 - first + 1) + 2 * 8, lead
+else:
+    assert hinted == 0 and n == 11 * 9, lead
 PY
   grep -q "compression decisions v1 (none)" "$out/status.0.txt" &&
     grep -q "tensor [0-9]* 'layer3.grad': " "$out/status.0.txt" ||
