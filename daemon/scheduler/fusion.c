@@ -4,7 +4,8 @@
  * of the same kind (compressible or not). A tensor bigger than the threshold travels alone.
  * Composition depends on timing, which is why it needs the coordinator's agreement every cycle.
  * The plan fixes only order and per-tensor compression decisions: in fgbuffd, the job's agreed,
- * versioned decision table (plan_exec.c).
+ * versioned decision table (plan_exec.c). Dense, a tensor costs only its bytes (the group pays the
+ * latency); compressed, it travels alone with every latency of the sparse path.
  */
 #include <stdlib.h>
 
@@ -24,8 +25,19 @@ static fgb_status fusion_plan(const sched_inputs *in, sched_plan *out, char *err
   if (st != FGB_OK) return st;
   st = sched_plan_begin(out, in, "fusion", SCHED_DYNAMIC, in ? in->ntensors : 0, err, errlen);
   if (st != FGB_OK) return st;
-  /* The static plan only fixes order and per-tensor decisions; groups are formed per cycle. */
-  for (uint32_t i = 0; i < in->ntensors; i++) sched_plan_push(out, in, i, 1);
+  /* The static plan only fixes order and per-tensor decisions; groups are formed per cycle. A
+   * tensor sent dense travels in a group whose all-reduce latency is paid anyway: what it adds is
+   * its bytes (ar_beta x bytes), so that is what compressing it (alone: its own encode, all-gather
+   * and decode latencies) is weighed against. Weighing it against a whole all-reduce (as `none`
+   * does) compressed every tensor of GPT-2 on NVLink once the latency was fitted from fused groups
+   * (docs/scheduling.md). A tensor above the threshold travels alone: its latency counts. */
+  sched_inputs fused = *in;
+  fused.costs.ar_alpha = 0;
+  for (uint32_t i = 0; i < in->ntensors; i++) {
+    const sched_tensor *t = &in->tensors[i];
+    int alone = thr <= 0 || (double)t->count * t->elem_size > thr;
+    sched_plan_push(out, alone ? in : &fused, i, 1);
+  }
   return sched_plan_finish(out, in, err, errlen);
 }
 
