@@ -85,6 +85,17 @@ for n in t.body:
 # variables change, which CPU daemons do not use)
 [ "$cpu" = 1 ] && { nets="${nets:-cpu}" gpus=2 mps=0; }
 : "${nets:=nvlink,slow}"
+# On GPUs a label chooses NCCL's transport: only nvlink (NCCL's default) and slow (loopback
+# sockets) exist; another name (e.g. "sockets") would silently run on NVLink.
+if [ "$cpu" = 0 ]; then
+  for net in ${nets//,/ }; do
+    case "$net" in
+    nvlink | slow) ;;
+    *) echo "run.sh: --nets: unknown network '$net' (nvlink: NCCL's default transport;" \
+      "slow: NCCL over loopback sockets)" >&2 && exit 2 ;;
+    esac
+  done
+fi
 out="${out:-$(mktemp -d "${TMPDIR:-/tmp}/fgb-bench-torch.XXXXXX")}"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"

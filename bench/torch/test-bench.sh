@@ -4,7 +4,8 @@
 # every row with a finite throughput and loss and exit 0; fgbuff dense must give DDP's loss exactly
 # (same seed, same data, Average); a config that crashes (an unknown compressor) must become a
 # FAILED row, the configs after it must still run, and run.sh must exit non-zero; report.py must
-# reject a missing row and a NaN loss (negative controls of the check itself).
+# reject a missing row and a NaN loss (negative controls of the check itself); an unknown GPU
+# network label is refused.
 set -uo pipefail
 BUILD="$1" SRC="$2"
 python3 -c 'import torch' 2>/dev/null || { echo "torch missing: skipped"; exit 77; }
@@ -18,6 +19,11 @@ bash "$run" "$BUILD" --cpu --steps 2 --warmup 1 --out "$OUT/all" >"$OUT/all.txt"
 rc=$?
 cat "$OUT/all.txt"
 [ "$rc" -eq 0 ] || bad "run.sh --cpu exited $rc"
+# On GPUs an unknown network label is refused before anything starts (it used to run on NVLink).
+msg="$(bash "$run" "$BUILD" --nets nvlink,sockets --out "$OUT/nets" 2>&1)"
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "unknown network 'sockets'" <<<"$msg" ||
+  bad "run.sh --nets nvlink,sockets: rc $rc, $msg"
 configs="$(PYTHONPATH="$SRC/client/python" FGBUFF_CLIENT_LIB="$BUILD/client/libfgbuff_client.so" \
   python3 "$SRC/bench/torch/bench.py" --list --out /dev/null | awk '{print $1}')"
 [ "$(wc -w <<<"$configs")" -ge 13 ] || bad "bench.py --list gives $(wc -w <<<"$configs") configs"
