@@ -132,6 +132,14 @@ static void w_job(wbuf *w, const coord_job_id *j) {
   w_u64(w, j->incarnation);
 }
 
+/* u32 n (1..COORD_MAX_BATCH), u32 keys[n]; -1 (nothing written) for n out of range. */
+static int w_keys(wbuf *w, const coord_msg *m) {
+  if (m->nkeys == 0 || m->nkeys > COORD_MAX_BATCH) return -1;
+  w_u32(w, m->nkeys);
+  for (uint32_t i = 0; i < m->nkeys; i++) w_u32(w, m->keys[i]);
+  return 0;
+}
+
 fgb_status coord_msg_encode(const coord_msg *m, uint8_t **out, size_t *outlen) {
   wbuf w = {0};
   *out = NULL;
@@ -178,12 +186,10 @@ fgb_status coord_msg_encode(const coord_msg *m, uint8_t **out, size_t *outlen) {
       w_u32(&w, (uint32_t)m->rank);
       w_u8(&w, m->on ? 1 : 0);
       w_u64(&w, m->step);
-      if (m->nkeys == 0 || m->nkeys > COORD_MAX_BATCH) {
+      if (w_keys(&w, m) != 0) {
         free(w.p);
         return FGB_EINVAL;
       }
-      w_u32(&w, m->nkeys);
-      for (uint32_t i = 0; i < m->nkeys; i++) w_u32(&w, m->keys[i]);
       break;
     case COORD_MSG_RECALLED:
       w_u32(&w, (uint32_t)m->rank);
@@ -206,12 +212,10 @@ fgb_status coord_msg_encode(const coord_msg *m, uint8_t **out, size_t *outlen) {
         w_u64(&w, m->seq);
       }
       w_u64(&w, m->step);
-      if (m->nkeys == 0 || m->nkeys > COORD_MAX_BATCH) {
+      if (w_keys(&w, m) != 0) {
         free(w.p);
         return FGB_EINVAL;
       }
-      w_u32(&w, m->nkeys);
-      for (uint32_t i = 0; i < m->nkeys; i++) w_u32(&w, m->keys[i]);
       break;
     case COORD_MSG_FORMED:
       w_u64(&w, m->job_key);

@@ -472,17 +472,19 @@ fgb_status coord_register(coord *c, const coord_job_id *job, const coord_tensor_
   return to_leader(c, &m);
 }
 
-fgb_status coord_ready(coord *c, const coord_job_id *job, uint64_t step, const uint32_t *keys,
-                       uint32_t n) {
+/* READY or FUSE (with `on`) of keys[0..n) about `step`: batches above the wire cap travel as
+ * several messages, in order. */
+static fgb_status keys_to_leader(coord *c, const coord_job_id *job, uint8_t type, int on,
+                                 uint64_t step, const uint32_t *keys, uint32_t n) {
   local_job *j;
   fgb_status st = local_check(c, job, &j);
   if (st) return st;
   if (n > 0 && !keys) return FGB_EINVAL;
   if (!j->formed) return FGB_EAGAIN;
-  /* Batches above the wire cap travel as several READY messages, in order. */
   for (uint64_t off = 0; off < n; off += COORD_MAX_BATCH) {
     coord_msg m;
-    member_msg(&m, COORD_MSG_READY, j);
+    member_msg(&m, type, j);
+    m.on = on ? 1 : 0;
     m.step = step;
     m.nkeys = n - off < COORD_MAX_BATCH ? (uint32_t)(n - off) : COORD_MAX_BATCH;
     m.keys = (uint32_t *)(keys + off); /* borrowed: not cleared */
@@ -490,6 +492,11 @@ fgb_status coord_ready(coord *c, const coord_job_id *job, uint64_t step, const u
     if (st) return st;
   }
   return FGB_OK;
+}
+
+fgb_status coord_ready(coord *c, const coord_job_id *job, uint64_t step, const uint32_t *keys,
+                       uint32_t n) {
+  return keys_to_leader(c, job, COORD_MSG_READY, 0, step, keys, n);
 }
 
 fgb_status coord_preissue(coord *c, const coord_job_id *job, int on, uint64_t step) {
@@ -507,22 +514,12 @@ fgb_status coord_preissue(coord *c, const coord_job_id *job, int on, uint64_t st
 
 fgb_status coord_fuse(coord *c, const coord_job_id *job, int on, uint64_t step,
                       const uint32_t *keys, uint32_t n) {
-  local_job *j;
-  fgb_status st = local_check(c, job, &j);
-  if (st) return st;
-  if ((n > 0 && !keys) || (step & COORD_STEP_ADHOC)) return FGB_EINVAL;
-  if (!j->formed) return FGB_EAGAIN;
-  for (uint64_t off = 0; off < n; off += COORD_MAX_BATCH) {
-    coord_msg m;
-    member_msg(&m, COORD_MSG_FUSE, j);
-    m.on = on ? 1 : 0;
-    m.step = step;
-    m.nkeys = n - off < COORD_MAX_BATCH ? (uint32_t)(n - off) : COORD_MAX_BATCH;
-    m.keys = (uint32_t *)(keys + off); /* borrowed: not cleared */
-    st = to_leader(c, &m);
-    if (st) return st;
+  if (step & COORD_STEP_ADHOC) {
+    local_job *j;
+    fgb_status st = local_check(c, job, &j);
+    return st ? st : FGB_EINVAL;
   }
-  return FGB_OK;
+  return keys_to_leader(c, job, COORD_MSG_FUSE, on, step, keys, n);
 }
 
 fgb_status coord_recall(coord *c, const coord_job_id *job) {
