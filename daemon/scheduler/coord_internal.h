@@ -11,7 +11,7 @@
 
 #include "coordinator.h"
 
-#define COORD_WIRE_VERSION 2u        /* 2: JOIN carries the rank's fusion settings and uid */
+#define COORD_WIRE_VERSION 3u        /* 2: JOIN carries fusion settings and uid; 3: FUSE */
 #define COORD_MAX_BATCH 65536u       /* keys per READY/ISSUE message */
 #define COORD_MAX_JOB_SIZE 65536     /* ranks per job (and missing ranks per STALL) */
 #define COORD_MAX_TENSORS (1u << 20) /* tensors per job */

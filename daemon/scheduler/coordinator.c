@@ -9,7 +9,7 @@
  * SEND to itself), in the same order as they would travel, so its events keep sequence order.
  *
  * ---- Wire format (little-endian; all messages) ------------------------------------------------
- *   u8 version (= 2)   u8 type   job: name (u8 len 1..255, bytes, no NUL), u64 incarnation
+ *   u8 version (= 3)   u8 type   job: name (u8 len 1..255, bytes, no NUL), u64 incarnation
  * then by type ("rank" = job rank, i32 sent as u32; text = u16 len 0..511 + bytes):
  *   daemon -> leader
  *   1 JOIN       rank (0..size-1), size (1..65536), u32 gen, u64 fusion_bytes (0..2^40),
@@ -40,8 +40,9 @@
  *                seq >= 1, seq + n must not wrap, step below 2^63
  *   25 RECALL_ASK u64 job_key, u32 recall_id (>= 1)
  *   26 REVOKE    u64 job_key, u32 recall_id (>= 1), u64 seq (the highest kept: S*)
- * Version 1 had no fusion settings in JOIN; a message of another version is FGB_EPROTO
- * ("control message version V, expected 2"): every daemon of a world runs the same version.
+ * Version 1 had no fusion settings in JOIN, version 2 no FUSE; a message of another version is
+ * FGB_EPROTO ("control message version V, expected 3"): every daemon of a world runs the same
+ * version.
  * Decoding checks every length and count against the bytes left and its cap, dtype and ndim
  * ranges, rank ranges, no NUL in names, and no trailing bytes; a malformed message is FGB_EPROTO
  * with a message and changes nothing. A daemon->leader type arriving at a non-leader, or a

@@ -418,8 +418,11 @@ static void wire(void) {
   b[n - 9] = 0;
   b[0] = 1; /* version 1 (no fusion fields) */
   CHECK(coord_msg_decode(b, n, &d, err, sizeof err) == FGB_EPROTO &&
-        strstr(err, "version 1, expected 2"));
-  b[0] = 2;
+        strstr(err, "version 1, expected 3"));
+  b[0] = 2; /* version 2 (no FUSE): refused too, whatever the type */
+  CHECK(coord_msg_decode(b, n, &d, err, sizeof err) == FGB_EPROTO &&
+        strstr(err, "version 2, expected 3"));
+  b[0] = 3;
   CHECK(coord_msg_decode(b, n, &d, err, sizeof err) == FGB_OK);
   coord_msg_clear(&d);
   CHECK(coord_msg_decode(b, n - 4, &d, err, sizeof err) == FGB_EPROTO); /* a JOIN without its uid */

@@ -166,6 +166,14 @@ static void seed_world(const char *dir, const char *name, int variant) {
       if (!(variant == 2 && step == 2 && r == 2)) (void)coord_ready(w[r], &job, step, keys, 2);
     route(w);
   }
+  if (variant == 1) { /* rank 1 hints t1 fusable from step 3 (FUSE), then step 3 */
+    uint32_t k1 = g_keys[1], keys[2] = {g_keys[0], g_keys[1]};
+    FZ_CHECK(coord_fuse(w[1], &job, 1, 3, &k1, 1) == FGB_OK);
+    route(w);
+    seed_rec(6, (const uint8_t[]){3, 0, 1}, 3);
+    for (int r = 0; r < 3; r++) (void)coord_ready(w[r], &job, 3, keys, 2);
+    route(w);
+  }
   if (variant == 2) { /* rank 2 never made step 2 ready: a stall, then rank 1 leaves mid-job */
     seed_rec(7, (const uint8_t[]){10}, 1);
     for (int r = 0; r < 3; r++) coord_tick(w[r], 1100);
