@@ -9,6 +9,8 @@ Configs (--configs, comma-separated; see CONFIGS below or `--list`):
   ddp, ddp-seed2     torch DistributedDataParallel (NCCL on GPU, gloo on CPU), default buckets;
                      ddp-seed2 starts from another initialisation seed (the loss spread)
   ddp-powersgd       DDP + torch's powerSGD_hook, matrix_approximation_rank=4
+  ddp-fgbuff         DDP whose buckets go through fgbuffd (fgbuff.torch.ddp's comm hook), dense:
+                     DDP's C++ reducer and buckets, the daemon's NCCL (one hook call per bucket)
   <anything else>    fgbuff.torch.DistributedOptimizer (Horovod API) with a compressor, density
                      and merge policy; also `fgb:COMPRESSOR:DENSITY:POLICY` (COMPRESSOR "dense")
 
@@ -49,6 +51,7 @@ import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import fgbuff.torch as hvd  # noqa: E402
+import fgbuff.torch.ddp as fddp  # noqa: E402
 from gpt2_synthetic import GPT2  # noqa: E402
 from resnet50_synthetic import ResNet50  # noqa: E402
 from report import FIELDS  # noqa: E402  (one column list: bench/torch/report.py)
@@ -59,6 +62,8 @@ CONFIGS = {
     "ddp": ("ddp", None, 0.0, None, "DDP, default buckets"),
     "ddp-seed2": ("ddp", None, 0.0, None, "DDP, init seed + 1 (loss spread)"),
     "ddp-powersgd": ("ddp-powersgd", None, 0.0, None, "DDP + powerSGD_hook rank 4"),
+    "ddp-fgbuff": ("ddp-fgbuff", None, 0.0, "none",
+                   "DDP's buckets through fgbuffd (fgbuff.torch.ddp hook), dense"),
     "dense-none": ("fgb", None, 0.0, "none", "fgbuff dense, policy none"),
     "dense-fgbuff": ("fgb", None, 0.0, "fgbuff", "fgbuff dense, policy fgbuff"),
     "topk-fgbuff": ("fgb", "topk", 0.01, "fgbuff", "top-k 0.01, policy fgbuff"),
@@ -330,7 +335,7 @@ class Run:
         self.cfg = cfg
         active = kind != "single" or self.rank == 0
         self.alone = kind == "single"
-        model = opt = ddp = train = data = None
+        model = opt = ddp = train = data = hook = None
         stats = curve = test = None
         times, bwds, losses = [], [], []
         if active:
@@ -355,6 +360,10 @@ class Run:
                     state = ps.PowerSGDState(process_group=None, matrix_approximation_rank=4,
                                              start_powerSGD_iter=2)
                     ddp.register_comm_hook(state, ps.powerSGD_hook)
+                if kind == "ddp-fgbuff":
+                    hook = fddp.FgbuffHookState(policy=policy,
+                                                job_name=f"{self.base}.{name}.{cfg}")
+                    ddp.register_comm_hook(hook, fddp.fgbuff_hook)
                 train = ddp
             elif kind == "fgb":
                 opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
@@ -423,6 +432,8 @@ class Run:
                            host_calls=f"{stats['calls'] / k:.0f}")
         if kind == "fgb" and opt is not None:
             opt._fgb_close()  # its job's handle and registrations: one job per item
+        if hook is not None:
+            hook.close()
         model = opt = ddp = train = data = None
         gc.collect()
         if self.dev.type == "cuda":
