@@ -1,11 +1,11 @@
 #!/bin/bash
 # bench/torch/test-bench.sh BUILD SRC — ctest bench.torch_cpu: bench/torch/run.sh --cpu (tiny
 # models, gloo DDP and 2 CPU daemons) with every config x every model for a few steps must print
-# every row with a finite throughput and loss and exit 0; fgbuff dense must give DDP's loss exactly
-# (same seed, same data, Average); a config that crashes (an unknown compressor) must become a
-# FAILED row, the configs after it must still run, and run.sh must exit non-zero; report.py must
-# reject a missing row and a NaN loss (negative controls of the check itself); an unknown GPU
-# network label is refused.
+# every row with a finite throughput and loss and exit 0; fgbuff dense (and DDP through the fgbuff
+# comm hook) must give DDP's loss exactly (same seed, same data, Average); a config that crashes
+# (an unknown compressor) must become a FAILED row, the configs after it must still run, and run.sh
+# must exit non-zero; report.py must reject a missing row and a NaN loss (negative controls of the
+# check itself); an unknown GPU network label is refused.
 set -uo pipefail
 BUILD="$1" SRC="$2"
 python3 -c 'import torch' 2>/dev/null || { echo "torch missing: skipped"; exit 77; }
@@ -36,9 +36,9 @@ for m in ${models//,/ }; do
     awk -v c="$c" '$1 == c && $2 + 0 > 0 && $3 + 0 > 0 && $4 + 0 > 0 && $8 ~ /^[0-9.]+$/ &&
       $8 + 0 > 0 { ok = 1 } END { exit !ok }' <<<"$tab" || bad "table of $m: no good row for $c"
   done
-  # fgbuff dense averages exactly what DDP averages: the same loss after the same steps
+  # fgbuff dense (and DDP through its comm hook) averages exactly what DDP averages: the same loss
   ddp="$(awk '$1 == "ddp" { print $8 }' <<<"$tab")"
-  for c in dense-none dense-fgbuff; do
+  for c in dense-none dense-fgbuff ddp-fgbuff; do
     [ "$(awk -v c="$c" '$1 == c { print $8 }' <<<"$tab")" = "$ddp" ] ||
       bad "$m: $c loss differs from DDP's ($ddp)"
   done
