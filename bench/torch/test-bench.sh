@@ -50,7 +50,7 @@ rows = json.load(open(sys.argv[1]))
 assert len(rows) >= 39, len(rows)
 for r in rows:
     assert r["status"] == "ok" and math.isfinite(float(r["samples_per_s"])), r
-    if r["config"] not in ("single", "ddp", "ddp-seed2", "ddp-powersgd"):
+    if not r["config"].startswith(("single", "ddp")):  # fgbuff.torch's optimizer rows
         assert float(r["host_ms"]) > 0 and int(r["host_calls"]) > 0, r
         # every rank's daemon holds the same plan; its memory and the recalls are read
         assert r["plans_equal"] in ("yes", "no plan") and r["plan_versions"], r
