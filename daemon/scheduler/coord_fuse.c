@@ -11,9 +11,13 @@
 
 #include "coord_lead.h"
 
+/* The FUSE flag in force at `step`. */
+static int fuse_at(const ltensor *t, uint64_t step) {
+  return step >= t->fuse_from ? t->fuse_next : t->fuse_prev;
+}
+
 static uint64_t tensor_bytes(const ltensor *t, uint64_t step) {
-  int fuse = step >= t->fuse_from ? t->fuse_next : t->fuse_prev;
-  if (t->meta.bytes && !fuse) return t->meta.bytes;
+  if (t->meta.bytes && !fuse_at(t, step)) return t->meta.bytes;
   uint64_t es = coord_dtype_size(t->meta.dtype);
   return t->meta.count > UINT64_MAX / es ? UINT64_MAX : t->meta.count * es;
 }
@@ -145,7 +149,7 @@ fgb_status coord_lead_on_fuse(coord *c, int from, const coord_msg *m, char *err,
   }
   for (uint32_t i = 0; i < m->nkeys; i++) {
     ltensor *t = &j->tensors[m->keys[i]];
-    t->fuse_prev = m->step && m->step - 1 >= t->fuse_from ? t->fuse_next : t->fuse_prev;
+    if (m->step) t->fuse_prev = (uint8_t)fuse_at(t, m->step - 1); /* in force until m->step */
     t->fuse_next = m->on;
     t->fuse_from = m->step;
   }

@@ -473,14 +473,14 @@ fgb_status coord_register(coord *c, const coord_job_id *job, const coord_tensor_
   return to_leader(c, &m);
 }
 
-/* READY or FUSE (with `on`) of keys[0..n) about `step`: batches above the wire cap travel as
- * several messages, in order. */
+/* READY or FUSE (with `on`; its step below the ad-hoc range) of keys[0..n) about `step`: batches
+ * above the wire cap travel as several messages, in order. */
 static fgb_status keys_to_leader(coord *c, const coord_job_id *job, uint8_t type, int on,
                                  uint64_t step, const uint32_t *keys, uint32_t n) {
   local_job *j;
   fgb_status st = local_check(c, job, &j);
   if (st) return st;
-  if (n > 0 && !keys) return FGB_EINVAL;
+  if ((n > 0 && !keys) || (type == COORD_MSG_FUSE && (step & COORD_STEP_ADHOC))) return FGB_EINVAL;
   if (!j->formed) return FGB_EAGAIN;
   for (uint64_t off = 0; off < n; off += COORD_MAX_BATCH) {
     coord_msg m;
@@ -515,11 +515,6 @@ fgb_status coord_preissue(coord *c, const coord_job_id *job, int on, uint64_t st
 
 fgb_status coord_fuse(coord *c, const coord_job_id *job, int on, uint64_t step,
                       const uint32_t *keys, uint32_t n) {
-  if (step & COORD_STEP_ADHOC) {
-    local_job *j;
-    fgb_status st = local_check(c, job, &j);
-    return st ? st : FGB_EINVAL;
-  }
   return keys_to_leader(c, job, COORD_MSG_FUSE, on, step, keys, n);
 }
 
