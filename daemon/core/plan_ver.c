@@ -174,7 +174,8 @@ static void fuse_hint(core_job *j, const sched_plan *p) {
     uint32_t n = 0;
     for (uint32_t b = 0; b < p->nbuffers; b++) {
       const sched_buffer *sb = &p->buffers[b];
-      if ((sb->compress == 0) != (on == 1)) continue;
+      int dense = sb->compress == 0;
+      if (dense != on) continue; /* on: the dense ones; off: the compressed ones */
       for (uint32_t m = 0; m < sb->count && n < p->ntensors; m++) {
         const core_tensor *t = core_tensor_by_key(j, p->order[sb->first + m]);
         if (t && t->comp && t->key_known) keys[n++] = t->key;
