@@ -108,7 +108,8 @@ static int top_parse(const char *js, top_job *out, int cap) {
 /* The value of `family`{...,fgbuff_job="NAME",incarnation="INC"} in Prometheus text, or -1. */
 static double metric_of(const char *text, const char *family, const top_job *t) {
   char want[256];
-  snprintf(want, sizeof(want), ",fgbuff_job=\"%s\",incarnation=\"%llu\"}", t->name, t->inc);
+  snprintf(want, sizeof(want), ",fgbuff_job=\"%.*s\",incarnation=\"%llu\"}", (int)sizeof(t->name),
+           t->name, t->inc);
   size_t fl = strlen(family);
   for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
     if (strncmp(p, family, fl) != 0 || p[fl] != '{') continue;

@@ -257,7 +257,11 @@ static int fused_avg(const eng_tensor *t) {
 static int fail(eng_item *it, fgb_status st, const char *what, const char *detail) {
   if (it->status == FGB_OK) {
     it->status = st;
-    snprintf(it->err, sizeof(it->err), "%s%s%s", what, detail ? ": " : "", detail ? detail : "");
+    /* detail may be as long as err itself: the message is cut to fit (a -O3 build checks) */
+    int n = snprintf(it->err, sizeof(it->err), "%s", what);
+    if (detail && n >= 0 && (size_t)n < sizeof(it->err))
+      snprintf(it->err + n, sizeof(it->err) - (size_t)n, ": %.*s",
+               (int)(sizeof(it->err) - (size_t)n), detail);
   }
   return -1;
 }
