@@ -201,6 +201,26 @@ CLI_API fgb_status fgb_wait_on_stream(fgb_client *c, uint32_t tensor_id, uint64_
 #endif
 }
 
+CLI_API fgb_status fgb_try_wait_on_stream(fgb_client *c, uint32_t tensor_id, uint64_t step,
+                                          void *stream, int timeout_ms) {
+  if (c == NULL) return FGB_EINVAL;
+#ifdef FGBUFF_HAVE_CUDA
+  fgb_status s = cli_ready(c);
+  if (s || (s = cli_check_tensor(c, tensor_id))) return s;
+  if (wait_on_page(c, tensor_id, step, stream, timeout_ms, &s)) return s;
+  /* No stream wait to enqueue: only once the Done is here does fgb_wait_on_stream not block. */
+  if (cli_find_done(c, tensor_id, step) == NULL) {
+    if ((s = cli_drain(c)) || (s = cli_take_pending(c))) return s;
+    if (cli_find_done(c, tensor_id, step) == NULL) return FGB_EAGAIN;
+  }
+  return fgb_wait_on_stream(c, tensor_id, step, stream, timeout_ms);
+#else
+  (void)tensor_id, (void)step, (void)stream, (void)timeout_ms;
+  return cli_fail(c, FGB_ENOTSUP,
+                  "fgb_try_wait_on_stream: no CUDA support in this build of the client");
+#endif
+}
+
 #ifdef FGBUFF_HAVE_CUDA
 /* The done-page waits fgb_wait_many_on_stream gathered: one cuStreamBatchMemOp per
  * CLI_BATCH_MEMOPS; where the batch cannot be enqueued, each tensor as fgb_wait_on_stream does

@@ -31,6 +31,7 @@ int main(void) {
   CHECK(fgb_tensor_register(c, NULL, NULL) == FGB_EINVAL);
   CHECK(fgb_submit(NULL, 1, 0, NULL) == FGB_EINVAL);
   CHECK(fgb_wait_step(NULL, 0, 0) == FGB_EINVAL);
+  CHECK(fgb_try_wait_on_stream(NULL, 1, 0, NULL, 0) == FGB_EINVAL);
   CHECK(fgb_status_json(c, NULL) == FGB_EINVAL);
   CHECK(fgb_config_get(c, "k", NULL) == FGB_EINVAL);
   CHECK(fgb_config_set(c, "k", NULL) == FGB_EINVAL);
@@ -126,9 +127,12 @@ int main(void) {
 #ifdef FGBUFF_HAVE_CUDA
   CHECK(fgb_arena_register_cuda(c, (void *)0x1000, 64, &a) == FGB_EINVAL);
   CHECK(fgb_wait_on_stream(c, 1, 0, NULL, 0) != FGB_OK);
+  CHECK(fgb_try_wait_on_stream(c, 1, 0, NULL, 0) != FGB_OK);
+  CHECK(fgb_try_wait_on_stream(c, 1, 0, NULL, 0) != FGB_EAGAIN);
 #else
   CHECK(fgb_arena_register_cuda(c, (void *)0x1000, 64, &a) == FGB_ENOTSUP);
   CHECK(fgb_wait_on_stream(c, 1, 0, NULL, 0) == FGB_ENOTSUP);
+  CHECK(fgb_try_wait_on_stream(c, 1, 0, NULL, 0) == FGB_ENOTSUP);
 #endif
   fgb_client_free(c);
   TEST_DONE();

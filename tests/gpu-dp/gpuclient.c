@@ -15,6 +15,9 @@
  *                                the daemon meanwhile, or the wait times out), then expect the
  *                                next call to fail: exit 4)
  *             [--wait-ms MS]    (the waits' timeout, default 60000)
+ *             [--try-wait 1]    (the on-stream tensors are waited for with fgb_try_wait_on_stream,
+ *                                and fgb_wait_on_stream where it says FGB_EAGAIN; prints
+ *                                "try-wait eagain STEP N", the tensors it refused in STEP)
  *             [--idle-submit 1] (each tensor's stream is synchronised before its submit: the
  *                                client library host-writes the ready number, the fast path)
  *             [--mid-every K]   (in every K-th step but step 0, after two submits, an ad-hoc
@@ -102,11 +105,13 @@ int main(int argc, char **argv) {
   gcu_args ga = {0, 2, 0, 3, NULL, "gpu-dp"};
   long die_at = -1, sleep_at = -1, sleep_ms = 0, stall_at = -1, kill_wait_at = -1, wait_ms = 60000;
   long mid_every = 0, wait_each_at = -1;
-  int idle_submit = 0;
+  int idle_submit = 0, try_wait = 0;
   for (int i = 1; i + 1 < argc; i++) {
     if (gcu_arg(argc, argv, &i, &ga)) continue;
     if (!strcmp(argv[i], "--die-at"))
       die_at = atol(argv[i + 1]);
+    else if (!strcmp(argv[i], "--try-wait"))
+      try_wait = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--idle-submit"))
       idle_submit = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--sleep-at"))
@@ -205,11 +210,16 @@ int main(int argc, char **argv) {
     }
     double t0 = gcu_now_s();
     uint64_t hash = 1469598103934665603ull;
+    int eagain = 0;
     for (int t = 0; t < NT; t++) {
-      fgb_status st = rev ? FGB_OK /* waited for right after its submit */
-                      : T[t].on_stream
-                          ? fgb_wait_on_stream(c, tid[t], (uint64_t)step, s, (int)wait_ms)
-                          : fgb_wait(c, tid[t], (uint64_t)step, (int)wait_ms);
+      fgb_status st = FGB_EAGAIN;
+      if (!rev && T[t].on_stream && try_wait &&
+          (st = fgb_try_wait_on_stream(c, tid[t], (uint64_t)step, s, (int)wait_ms)) == FGB_EAGAIN)
+        eagain++;
+      if (st == FGB_EAGAIN)
+        st = rev              ? FGB_OK /* waited for right after its submit */
+             : T[t].on_stream ? fgb_wait_on_stream(c, tid[t], (uint64_t)step, s, (int)wait_ms)
+                              : fgb_wait(c, tid[t], (uint64_t)step, (int)wait_ms);
       if (st) {
         printf("rank %d step %ld tensor %s: status %d (%s) after %.2f s: %s\n", rank, step,
                T[t].name, st, fgb_strerror(st), gcu_now_s() - t0, fgb_client_error(c));
@@ -260,6 +270,7 @@ int main(int argc, char **argv) {
         bad = 1;
       }
     }
+    if (try_wait) printf("try-wait eagain %ld %d\n", step, eagain);
     printf("step %ld hash %016llx\n", step, (unsigned long long)hash);
     fflush(stdout); /* scripts follow the steps while the client runs */
   }

@@ -290,6 +290,9 @@ def test_ddp_hook_equals_nccl_ddp(zero_copy, view):
     zero_copy = zero_copy is None or zero_copy
     got = _ddp_run(st, view)
     assert st.fgbuff_iters == 4 and len(st.buckets) >= 2
+    # after each bucket's first sync, its Future completes stream-ordered (done page, the
+    # default here): the host never waited for a Done
+    assert st.stream_ordered >= 3 * len(st.buckets), (st.stream_ordered, len(st.buckets))
     if zero_copy:
         assert st.zero_copy_buckets == len(st.buckets), st.zero_copy_why
         assert st.mem.held == 0  # no slot was allocated

@@ -215,6 +215,16 @@ fgb_status fgb_wait(fgb_client *c, uint32_t tensor_id, uint64_t step, int timeou
 fgb_status fgb_wait_on_stream(fgb_client *c, uint32_t tensor_id, uint64_t step, void *stream,
                               int timeout_ms);
 
+/* fgb_wait_on_stream where it does not block the host (what a completion handed to a framework
+ * on the caller's thread needs): enqueues the done-page stream wait (or, the Done being here
+ * already, whatever fgb_wait_on_stream then does) and returns its status; FGB_EAGAIN, with nothing
+ * enqueued, where fgb_wait_on_stream would wait for the Done on the host (done events, the
+ * tensor's first sync, a tensor not submitted this step) and the Done has not arrived: call again
+ * later, or fgb_wait_on_stream. The one host wait left is fgb_wait_on_stream's own fallback when
+ * the driver refuses to enqueue the stream wait. */
+fgb_status fgb_try_wait_on_stream(fgb_client *c, uint32_t tensor_id, uint64_t step, void *stream,
+                                  int timeout_ms);
+
 /* fgb_wait_on_stream for tensor_ids[0..n) in one call (what a framework's end of step does):
  * every id is checked first (an unknown one fails with FGB_ENOTFOUND naming it and its index,
  * and nothing is waited for); then, in order, each tensor of a device arena is waited for as

@@ -144,6 +144,7 @@ def _prototypes(lib: ctypes.CDLL) -> None:
         "fgb_end_step": (st, [P, c.c_uint64]),
         "fgb_wait": (st, [P, c.c_uint32, c.c_uint64, c.c_int]),
         "fgb_wait_on_stream": (st, [P, c.c_uint32, c.c_uint64, P, c.c_int]),
+        "fgb_try_wait_on_stream": (st, [P, c.c_uint32, c.c_uint64, P, c.c_int]),
         "fgb_wait_many_on_stream": (st, [P, c.POINTER(c.c_uint32), c.c_size_t, c.c_uint64, P,
                                          c.c_int]),
         "fgb_test": (st, [P, c.c_uint32, c.c_uint64]),

@@ -373,6 +373,19 @@ class Client:
         self._call("fgb_wait_on_stream", tensor_id, step, ctypes.c_void_p(stream or None),
                    timeout_ms)
 
+    def try_wait_on_stream(self, tensor_id: int, step: int, stream: int,
+                           timeout_ms: int = WAIT_FOREVER) -> bool:
+        """fgb_try_wait_on_stream: wait_on_stream where it does not block the host (True: the
+        stream waits for the result, or it is in place already); False, with nothing enqueued,
+        where it would wait for the Done on the host and the Done has not arrived."""
+        with self._lock:
+            st = self._L.fgb_try_wait_on_stream(self._handle(), tensor_id, step,
+                                                ctypes.c_void_p(stream or None), timeout_ms)
+            if st == EAGAIN:
+                return False
+            self._check(st, "fgb_try_wait_on_stream")
+            return True
+
     @staticmethod
     def tensor_ids(ids: Sequence[int]) -> "ctypes.Array[ctypes.c_uint32]":
         """A reusable array of tensor ids for wait_many_on_stream (build it once)."""

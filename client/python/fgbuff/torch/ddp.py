@@ -25,12 +25,18 @@ CPU buckets come from PyTorch's allocator, private memory the daemon cannot map 
 docs/pytorch.md, "Zero-copy") — and on GPU where the bucket cannot be registered. The hook copies
 the bucket into its slot, submits it, and the waiter thread copies the average back.
 
-Job `<base>.ddp` or job_name=. The hook returns a Future that a waiter thread completes once the
-daemon's Done arrived. The last bucket of an iteration ends the daemon's step (a bucket DDP never
-handed over is synchronised as zeros). On GPU the copies, the submit and the wait are ordered on a
-side stream that waits for the current one (the compute stream itself never waits), and the
-Future is completed on that side stream (the waiter thread polls for the daemon's Done first, so a
-slow bucket never holds the handle's lock against the next bucket's submit).
+Job `<base>.ddp` or job_name=. The last bucket of an iteration ends the daemon's step (a bucket
+DDP never handed over is synchronised as zeros). On GPU the copies, the submit and the wait are
+ordered on a side stream that waits for the current one (the compute stream itself never waits
+there), and the hook returns a CUDA Future (devices=[the bucket's GPU]) completed on that side
+stream: DDP's wait makes its stream wait for the side stream, not the host. Once a bucket synced
+once, the hook completes its Future at once, stream-ordered: the side stream waits on the
+arena's done page (fgb_try_wait_on_stream), and the host never waits for the daemon's Done, as
+DDP's own NCCL all-reduce never makes it wait (a failure is raised by the next bucket's call).
+Otherwise (a bucket's first sync, done events instead of a done page) a waiter thread completes
+the Future once the daemon's Done arrived (polling for it, so a slow bucket never holds the
+handle's lock against the next bucket's submit). On CPU the waiter thread copies the average back
+and completes the Future.
 
 When DDP rebuilds its buckets again later (a bucket changes size or dtype, or there are fewer
 buckets), the new bucket is registered under a new name (`ddp.bucket<i>.g<n>`: a name keeps its
@@ -96,6 +102,7 @@ class FgbuffHookState:
         self._q: "queue.Queue[Any]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self.fgbuff_iters = 0  # iterations synchronised through the daemon
+        self.stream_ordered = 0  # GPU buckets whose Future the hook completed stream-ordered
 
     def _connect(self, buf: Optional[torch.Tensor] = None) -> C.Client:
         if self.client is None:
@@ -292,10 +299,7 @@ class FgbuffHookState:
                             raise C.Timeout(C.ETIMEDOUT, f"bucket {tid} step {step}",
                                             "fgbuff ddp hook")
                     cl.wait_on_stream(tid, step, int(side.cuda_stream), self.timeout_ms)
-                    with torch.cuda.stream(side):
-                        if slot is not None:  # in place: the average is in buf already
-                            buf.copy_(slot, non_blocking=True)
-                        fut.set_result(buf)
+                    _complete_on(side, fut, buf, slot)
                     continue
                 waited = 0
                 while True:  # short waits: the handle's lock is free between them for submits
@@ -310,6 +314,16 @@ class FgbuffHookState:
                 fut.set_result(buf)
             except BaseException as e:  # noqa: BLE001 — handed to the Future
                 fut.set_exception(e)
+
+
+def _complete_on(side: Any, fut: torch.futures.Future, buf: torch.Tensor,
+                 slot: Optional[torch.Tensor]) -> None:
+    """Complete a bucket's CUDA Future on `side`, which waits for the result already: the slot's
+    average copied back first (in place, it is in `buf`); the Future records its event there."""
+    with torch.cuda.stream(side):
+        if slot is not None:
+            buf.copy_(slot, non_blocking=True)
+        fut.set_result(buf)
 
 
 def _release_tensor(cl: C.Client, tid: int, deadline: float) -> bool:
@@ -347,9 +361,10 @@ def fgbuff_hook(state: FgbuffHookState,
         state._begin_iter()
     tid, slot = state._slot(bucket.index(), buf)
     cl = state._connect()
-    fut: torch.futures.Future = torch.futures.Future()
     if buf.is_cuda:
         dev = buf.device
+        # CUDA-aware: completed on the side stream, DDP's wait orders its stream after it
+        fut: torch.futures.Future = torch.futures.Future(devices=[dev])
         side = state.side.get(dev)
         if side is None:
             side = state.side[dev] = torch.cuda.Stream(dev)
@@ -361,8 +376,13 @@ def fgbuff_hook(state: FgbuffHookState,
         cl.submit(tid, step, int(side.cuda_stream))
         if bucket.is_last():
             cl.end_step(step)
-        state._q.put((tid, step, slot, buf, fut, side))
+        if cl.try_wait_on_stream(tid, step, int(side.cuda_stream), state.timeout_ms):
+            _complete_on(side, fut, buf, slot)  # stream-ordered: the host never waits
+            state.stream_ordered += 1
+        else:
+            state._q.put((tid, step, slot, buf, fut, side))
     else:
+        fut = torch.futures.Future()
         assert slot is not None  # host memory is never registered in place
         slot.copy_(buf)
         cl.submit(tid, step)
