@@ -26,17 +26,19 @@ docs/pytorch.md, "Zero-copy") — and on GPU where the bucket cannot be register
 the bucket into its slot, submits it, and the waiter thread copies the average back.
 
 Job `<base>.ddp` or job_name=. The last bucket of an iteration ends the daemon's step (a bucket
-DDP never handed over is synchronised as zeros). On GPU the copies, the submit and the wait are
+DDP never handed over is synchronised as zeros). On GPU the copy into a slot and the submit are
 ordered on a side stream that waits for the current one (the compute stream itself never waits
-there), and the hook returns a CUDA Future (devices=[the bucket's GPU]) completed on that side
-stream: DDP's wait makes its stream wait for the side stream, not the host. Once a bucket synced
-once, the hook completes its Future at once, stream-ordered: the side stream waits on the
-arena's done page (fgb_try_wait_on_stream), and the host never waits for the daemon's Done, as
-DDP's own NCCL all-reduce never makes it wait (a failure is raised by the next bucket's call).
-Otherwise (a bucket's first sync, done events instead of a done page) a waiter thread completes
-the Future once the daemon's Done arrived (polling for it, so a slow bucket never holds the
-handle's lock against the next bucket's submit). On CPU the waiter thread copies the average back
-and completes the Future.
+there), and the hook returns a CUDA Future (devices=[the bucket's GPU]) completed on a second
+stream, `fin`, after that stream waited for the result: DDP's wait makes its stream wait for
+`fin`, not the host. Once a bucket synced once, the hook completes its Future at once,
+stream-ordered: `fin` waits on the arena's done page (fgb_try_wait_on_stream), and the host never
+waits for the daemon's Done, as DDP's own NCCL all-reduce never makes it wait (a failure is
+raised by the next bucket's call). The waits are on `fin`, not the side stream: there they would
+hold back the next bucket's submit (its ready number) until this bucket's result. Otherwise (a
+bucket's first sync, done events instead of a done page) a waiter thread completes the Future
+once the daemon's Done arrived (polling for it, so a slow bucket never holds the handle's lock
+against the next bucket's submit). On CPU the waiter thread copies the average back and
+completes the Future.
 
 When DDP rebuilds its buckets again later (a bucket changes size or dtype, or there are fewer
 buckets), the new bucket is registered under a new name (`ddp.bucket<i>.g<n>`: a name keeps its
@@ -98,7 +100,8 @@ class FgbuffHookState:
         self._stale: List[Tuple[int, Optional[C.Arena], Optional[int], Any]] = []
         self._in_iter = False  # a bucket of the current iteration was handed to the daemon
         self._nbuckets = 0  # buckets in the last iteration (the last bucket's index + 1)
-        self.side: Dict[torch.device, Any] = {}
+        # device -> (side stream: copies in and submits; fin: result waits and completions)
+        self.streams: Dict[torch.device, Tuple[Any, Any]] = {}
         self._q: "queue.Queue[Any]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self.fgbuff_iters = 0  # iterations synchronised through the daemon
@@ -283,14 +286,14 @@ class FgbuffHookState:
             item = self._q.get()
             if item is None:
                 return
-            tid, step, slot, buf, fut, side = item
+            tid, step, slot, buf, fut, fin = item
             try:
                 cl = self.client
                 assert cl is not None
-                if side is not None:
+                if fin is not None:
                     # GPU: poll for the Done (the handle's lock is free between polls, so the
                     # autograd thread's submits go on), then the stream wait returns at once;
-                    # the copy back and the Future's completion are ordered on the side stream.
+                    # the copy back and the Future's completion are ordered on `fin`.
                     waited = 0.0
                     while not cl.test(tid, step):
                         time.sleep(0.0002)
@@ -298,8 +301,8 @@ class FgbuffHookState:
                         if waited * 1000 >= self.timeout_ms:
                             raise C.Timeout(C.ETIMEDOUT, f"bucket {tid} step {step}",
                                             "fgbuff ddp hook")
-                    cl.wait_on_stream(tid, step, int(side.cuda_stream), self.timeout_ms)
-                    _complete_on(side, fut, buf, slot)
+                    cl.wait_on_stream(tid, step, int(fin.cuda_stream), self.timeout_ms)
+                    _complete_on(fin, fut, buf, slot)
                     continue
                 waited = 0
                 while True:  # short waits: the handle's lock is free between them for submits
@@ -316,11 +319,11 @@ class FgbuffHookState:
                 fut.set_exception(e)
 
 
-def _complete_on(side: Any, fut: torch.futures.Future, buf: torch.Tensor,
+def _complete_on(fin: Any, fut: torch.futures.Future, buf: torch.Tensor,
                  slot: Optional[torch.Tensor]) -> None:
-    """Complete a bucket's CUDA Future on `side`, which waits for the result already: the slot's
+    """Complete a bucket's CUDA Future on `fin`, which waits for the result already: the slot's
     average copied back first (in place, it is in `buf`); the Future records its event there."""
-    with torch.cuda.stream(side):
+    with torch.cuda.stream(fin):
         if slot is not None:
             buf.copy_(slot, non_blocking=True)
         fut.set_result(buf)
@@ -363,11 +366,12 @@ def fgbuff_hook(state: FgbuffHookState,
     cl = state._connect()
     if buf.is_cuda:
         dev = buf.device
-        # CUDA-aware: completed on the side stream, DDP's wait orders its stream after it
+        # CUDA-aware: completed on `fin`, DDP's wait orders its stream after it
         fut: torch.futures.Future = torch.futures.Future(devices=[dev])
-        side = state.side.get(dev)
-        if side is None:
-            side = state.side[dev] = torch.cuda.Stream(dev)
+        streams = state.streams.get(dev)
+        if streams is None:
+            streams = state.streams[dev] = (torch.cuda.Stream(dev), torch.cuda.Stream(dev))
+        side, fin = streams
         side.wait_stream(torch.cuda.current_stream(dev))  # the compute stream never waits
         if slot is not None:  # else in place: the daemon reads the bucket once `side` got here
             with torch.cuda.stream(side):
@@ -376,11 +380,11 @@ def fgbuff_hook(state: FgbuffHookState,
         cl.submit(tid, step, int(side.cuda_stream))
         if bucket.is_last():
             cl.end_step(step)
-        if cl.try_wait_on_stream(tid, step, int(side.cuda_stream), state.timeout_ms):
-            _complete_on(side, fut, buf, slot)  # stream-ordered: the host never waits
+        if cl.try_wait_on_stream(tid, step, int(fin.cuda_stream), state.timeout_ms):
+            _complete_on(fin, fut, buf, slot)  # stream-ordered: the host never waits
             state.stream_ordered += 1
         else:
-            state._q.put((tid, step, slot, buf, fut, side))
+            state._q.put((tid, step, slot, buf, fut, fin))
     else:
         fut = torch.futures.Future()
         assert slot is not None  # host memory is never registered in place
