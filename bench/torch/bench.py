@@ -363,7 +363,9 @@ class Run:
                 if kind == "ddp-fgbuff":
                     hook = fddp.FgbuffHookState(policy=policy,
                                                 job_name=f"{self.base}.{name}.{cfg}")
-                    ddp.register_comm_hook(hook, fddp.fgbuff_hook)
+                    stats = {"hook": 0.0, "sync": 0.0, "calls": 0, "steps": 0,
+                             "last_sync": (0, 0)}
+                    ddp.register_comm_hook(hook, timed_hook(stats))
                 train = ddp
             elif kind == "fgb":
                 opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
@@ -387,7 +389,7 @@ class Run:
                 self.save_ckpt(name, cfg, model, opt, kind == "fgb", curve, evals)
             if evals is not None and self.rank == 0:
                 self.write_evals(name, cfg, evals)
-            if stats is not None:
+            if kind == "fgb":
                 row["plan"] = plan_summary(opt)
                 if self.rank == 0:  # the daemon's view of the job: plan inputs, costs, counters
                     self.dump_status(opt, name, cfg)
@@ -396,7 +398,7 @@ class Run:
         # every rank's view (issue 19): its median step, and for fgbuff rows its daemon's plan
         # digest, recalls and memory; rank 0 checks that the plans agree and the ranks keep pace
         mine = {"step": statistics.median(times) if active and times else None,
-                "daemon": daemon_view(opt) if stats is not None else None}
+                "daemon": daemon_view(opt) if kind == "fgb" else None}
         views = [None] * self.size
         dist.all_gather_object(views, mine, group=self.ctl)
         if self.rank == 0:
@@ -686,6 +688,21 @@ def instrument(opt):
 
     opt._fgb_adopt, opt._fgb_submit, opt.synchronize = t_adopt, t_submit, t_sync
     return st
+
+
+def timed_hook(st):
+    """fgbuff.torch.ddp's comm hook, timed into st as instrument() times the optimizer's: its
+    whole host time per bucket (slot copy, submit, the stream-ordered completion) is "hook"."""
+    pc = time.perf_counter
+
+    def hook(state, bucket):  # DDP looks the parameter up by the name "bucket"
+        t = pc()
+        fut = fddp.fgbuff_hook(state, bucket)
+        st["hook"] += pc() - t
+        st["calls"] += 1
+        return fut
+
+    return hook
 
 
 def plan_summary(opt):

@@ -55,6 +55,8 @@ for r in rows:
         # every rank's daemon holds the same plan; its memory and the recalls are read
         assert r["plans_equal"] in ("yes", "no plan") and r["plan_versions"], r
         assert float(r["daemon_rss_mb"]) > 1 and int(r["recalls"]) >= 0, r
+    if r["config"] == "ddp-fgbuff":  # the comm hook's own host time, one call per bucket
+        assert float(r["host_ms"]) > 0 and int(r["host_calls"]) > 0, r
     if r["config"] != "single":
         assert float(r["rank_spread"]) >= 1.0 and float(r["rank_step_ms_max"]) > 0, r
 EOF

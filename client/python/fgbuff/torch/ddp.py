@@ -30,11 +30,13 @@ DDP never handed over is synchronised as zeros). On GPU the copy into a slot and
 ordered on a side stream that waits for the current one (the compute stream itself never waits
 there), and the hook returns a CUDA Future (devices=[the bucket's GPU]) completed on a second
 stream, `fin`, after that stream waited for the result: DDP's wait makes its stream wait for
-`fin`, not the host. Once a bucket synced once, the hook completes its Future at once,
-stream-ordered: `fin` waits on the arena's done page (fgb_try_wait_on_stream), and the host never
-waits for the daemon's Done, as DDP's own NCCL all-reduce never makes it wait (a failure is
-raised by the next bucket's call). The waits are on `fin`, not the side stream: there they would
-hold back the next bucket's submit (its ready number) until this bucket's result. Otherwise (a
+`fin`, not the host. Once a bucket synced once, its Future is completed stream-ordered when
+the iteration's last bucket was submitted: `fin` waits on the arena's done page
+(fgb_try_wait_on_stream), and the host never waits for the daemon's Done, as DDP's own NCCL
+all-reduce never makes it wait (a failure is raised by the next call). The waits are on `fin`,
+not the side stream (there they would hold back the next bucket's submit, its ready number, until
+this bucket's result), and enqueued at the last bucket, not at each (a stream wait while backward
+still enqueues can hold compute kernels behind it: _complete_held). Otherwise (a
 bucket's first sync, done events instead of a done page) a waiter thread completes the Future
 once the daemon's Done arrived (polling for it, so a slow bucket never holds the handle's lock
 against the next bucket's submit). On CPU the waiter thread copies the average back and
@@ -106,6 +108,8 @@ class FgbuffHookState:
         self._thread: Optional[threading.Thread] = None
         self.fgbuff_iters = 0  # iterations synchronised through the daemon
         self.stream_ordered = 0  # GPU buckets whose Future the hook completed stream-ordered
+        # GPU buckets of this iteration submitted, their Futures completed at its last bucket
+        self._held: List[Any] = []
 
     def _connect(self, buf: Optional[torch.Tensor] = None) -> C.Client:
         if self.client is None:
@@ -124,6 +128,10 @@ class FgbuffHookState:
     def close(self) -> None:
         """Stop the waiter, release every bucket's registration and arena (freeing their device
         memory), close the connection."""
+        for item in self._held:  # an iteration that never handed over its last bucket
+            item[4].set_exception(RuntimeError("fgbuff ddp hook closed before the iteration's "
+                                               "last bucket"))
+        self._held = []
         if self._thread is not None:
             self._q.put(None)
             self._thread.join()
@@ -281,6 +289,27 @@ class FgbuffHookState:
         e[1] += 1
         return key, ptr - start
 
+    def _complete_held(self) -> None:
+        """The iteration's last bucket is submitted: complete every bucket's Future of the
+        iteration, stream-ordered where it can (`fin` waits on the done page), else through the
+        waiter thread. Not per bucket as it is handed over: a stream wait on `fin` while backward
+        still enqueues kernels can hold the compute stream's kernels behind it where the two
+        streams share a hardware queue (GPT-2 on H100: backward 6.5 ms longer than DDP's, session
+        15); DDP waits for its buckets' Futures only after the last one was handed over."""
+        cl = self.client
+        assert cl is not None
+        held, self._held = self._held, []
+        for item in held:
+            tid, step, slot, buf, fut, fin = item
+            try:
+                if cl.try_wait_on_stream(tid, step, int(fin.cuda_stream), self.timeout_ms):
+                    _complete_on(fin, fut, buf, slot)  # stream-ordered: the host never waits
+                    self.stream_ordered += 1
+                else:
+                    self._q.put(item)
+            except BaseException as e:  # noqa: BLE001 — handed to this bucket's Future
+                fut.set_exception(e)
+
     def _waiter(self) -> None:
         while True:
             item = self._q.get()
@@ -380,11 +409,9 @@ def fgbuff_hook(state: FgbuffHookState,
         cl.submit(tid, step, int(side.cuda_stream))
         if bucket.is_last():
             cl.end_step(step)
-        if cl.try_wait_on_stream(tid, step, int(fin.cuda_stream), state.timeout_ms):
-            _complete_on(fin, fut, buf, slot)  # stream-ordered: the host never waits
-            state.stream_ordered += 1
-        else:
-            state._q.put((tid, step, slot, buf, fut, fin))
+        state._held.append((tid, step, slot, buf, fut, fin))
+        if bucket.is_last():
+            state._complete_held()
     else:
         fut = torch.futures.Future()
         assert slot is not None  # host memory is never registered in place
