@@ -26,21 +26,21 @@ docs/pytorch.md, "Zero-copy") — and on GPU where the bucket cannot be register
 the bucket into its slot, submits it, and the waiter thread copies the average back.
 
 Job `<base>.ddp` or job_name=. The last bucket of an iteration ends the daemon's step (a bucket
-DDP never handed over is synchronised as zeros). On GPU the copy into a slot and the submit are
-ordered on a side stream that waits for the current one (the compute stream itself never waits
-there), and the hook returns a CUDA Future (devices=[the bucket's GPU]) completed on a second
-stream, `fin`, after that stream waited for the result: DDP's wait makes its stream wait for
-`fin`, not the host. Once a bucket synced once, its Future is completed stream-ordered when
-the iteration's last bucket was submitted: `fin` waits on the arena's done page
-(fgb_try_wait_on_stream), and the host never waits for the daemon's Done, as DDP's own NCCL
-all-reduce never makes it wait (a failure is raised by the next call). The waits are on `fin`,
-not the side stream (there they would hold back the next bucket's submit, its ready number, until
-this bucket's result), and enqueued at the last bucket, not at each (a stream wait while backward
-still enqueues can hold compute kernels behind it: _complete_held). Otherwise (a
-bucket's first sync, done events instead of a done page) a waiter thread completes the Future
-once the daemon's Done arrived (polling for it, so a slow bucket never holds the handle's lock
-against the next bucket's submit). On CPU the waiter thread copies the average back and
-completes the Future.
+DDP never handed over is synchronised as zeros). On GPU a bucket worked on in place is submitted
+on the current stream (its ready mark follows the bucket's producers; nothing waits), a bucket
+with a slot is copied into it and submitted on a side stream that waits for the current one; the
+hook returns a CUDA Future (devices=[the bucket's GPU]) completed on a second stream, `fin`, after
+that stream waited for the result: DDP's wait makes its stream wait for `fin`, not the host. Once
+a bucket synced once, its Future is completed stream-ordered when the iteration's last bucket was
+submitted: `fin` waits on the arena's done page (fgb_try_wait_on_stream), and the host never waits
+for the daemon's Done, as DDP's own NCCL all-reduce never makes it wait (a failure is raised by
+the next call). The waits are on `fin`, not the submit's stream (there they would hold back the
+next bucket's submit, its ready number, until this bucket's result), and enqueued at the last
+bucket, not at each (a stream wait while backward still enqueues can hold compute kernels behind
+it: _complete_held). Otherwise (a bucket's first sync, done events instead of a done page) a
+waiter thread completes the Future once the daemon's Done arrived (polling for it, so a slow
+bucket never holds the handle's lock against the next bucket's submit). On CPU the waiter thread
+copies the average back and completes the Future.
 
 When DDP rebuilds its buckets again later (a bucket changes size or dtype, or there are fewer
 buckets), the new bucket is registered under a new name (`ddp.bucket<i>.g<n>`: a name keeps its
@@ -64,6 +64,7 @@ from .. import client as C
 from . import _connect
 from ._dtypes import fgb_dtype
 from ._memory import SharedMemory
+from .optimizer import _raw_stream
 
 
 class FgbuffHookState:
@@ -299,16 +300,19 @@ class FgbuffHookState:
         cl = self.client
         assert cl is not None
         held, self._held = self._held, []
+        ready: Dict[Any, List[Any]] = {}  # fin stream -> its items whose wait is enqueued
         for item in held:
             tid, step, slot, buf, fut, fin = item
             try:
                 if cl.try_wait_on_stream(tid, step, int(fin.cuda_stream), self.timeout_ms):
-                    _complete_on(fin, fut, buf, slot)  # stream-ordered: the host never waits
-                    self.stream_ordered += 1
+                    ready.setdefault(fin, []).append(item)  # stream-ordered: no host wait
                 else:
                     self._q.put(item)
             except BaseException as e:  # noqa: BLE001 — handed to this bucket's Future
                 fut.set_exception(e)
+        for fin, items in ready.items():
+            _complete_on(fin, [(it[4], it[3], it[2]) for it in items])
+            self.stream_ordered += len(items)
 
     def _waiter(self) -> None:
         while True:
@@ -331,7 +335,7 @@ class FgbuffHookState:
                             raise C.Timeout(C.ETIMEDOUT, f"bucket {tid} step {step}",
                                             "fgbuff ddp hook")
                     cl.wait_on_stream(tid, step, int(fin.cuda_stream), self.timeout_ms)
-                    _complete_on(fin, fut, buf, slot)
+                    _complete_on(fin, [(fut, buf, slot)])
                     continue
                 waited = 0
                 while True:  # short waits: the handle's lock is free between them for submits
@@ -348,14 +352,16 @@ class FgbuffHookState:
                 fut.set_exception(e)
 
 
-def _complete_on(fin: Any, fut: torch.futures.Future, buf: torch.Tensor,
-                 slot: Optional[torch.Tensor]) -> None:
-    """Complete a bucket's CUDA Future on `fin`, which waits for the result already: the slot's
-    average copied back first (in place, it is in `buf`); the Future records its event there."""
+def _complete_on(fin: Any, items: List[Tuple[torch.futures.Future, torch.Tensor,
+                                             Optional[torch.Tensor]]]) -> None:
+    """Complete buckets' CUDA Futures, (future, bucket, slot or None) each, on `fin`, which waits
+    for their results already: a slot's average copied back first (in place, it is in the
+    bucket); each Future records its event there."""
     with torch.cuda.stream(fin):
-        if slot is not None:
-            buf.copy_(slot, non_blocking=True)
-        fut.set_result(buf)
+        for fut, buf, slot in items:
+            if slot is not None:
+                buf.copy_(slot, non_blocking=True)
+            fut.set_result(buf)
 
 
 def _release_tensor(cl: C.Client, tid: int, deadline: float) -> bool:
@@ -401,12 +407,17 @@ def fgbuff_hook(state: FgbuffHookState,
         if streams is None:
             streams = state.streams[dev] = (torch.cuda.Stream(dev), torch.cuda.Stream(dev))
         side, fin = streams
-        side.wait_stream(torch.cuda.current_stream(dev))  # the compute stream never waits
-        if slot is not None:  # else in place: the daemon reads the bucket once `side` got here
+        if slot is None:
+            # in place: the submit's ready mark goes on the current stream, after the bucket's
+            # producers (a write or an event record: the compute stream does not wait)
+            stream = _raw_stream(dev.index)
+        else:  # the copy into the slot on the side stream, which waits for the current one
+            side.wait_stream(torch.cuda.current_stream(dev))
             with torch.cuda.stream(side):
                 slot.copy_(buf, non_blocking=True)
                 buf.record_stream(side)
-        cl.submit(tid, step, int(side.cuda_stream))
+            stream = int(side.cuda_stream)
+        cl.submit(tid, step, stream)
         if bucket.is_last():
             cl.end_step(step)
         state._held.append((tid, step, slot, buf, fut, fin))
