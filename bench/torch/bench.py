@@ -149,6 +149,11 @@ def parse():
                    help="write the last K steps of each item, CLOCK_MONOTONIC us, to "
                         "timeline-<net>-<model>-<config>.csv (rank 0), to lay beside the "
                         "daemons' FGBUFF_GPU_TRACE lines")
+    p.add_argument("--profile", type=int, default=0, metavar="K",
+                   help="rank 0 runs the last K warm-up steps of each item under torch.profiler "
+                        "(measured steps untouched): profile-<net>-<model>-<config>.json.gz, "
+                        "and per step the compute stream's kernel time and span and the other "
+                        "streams' kernel time (prof_* columns)")
     p.add_argument("--fashion-mnist", default=None, metavar="DIR",
                    help="ResNet-50 items train on Fashion-MNIST from DIR (IDX files), upscaled "
                         "on the device to the model's input; duration mode adds test accuracy")
@@ -330,7 +335,8 @@ class Run:
                "host_ms": "", "host_hook_ms": "", "host_sync_ms": "", "host_calls": "",
                "plan": "", "bwd_ms": "", "after_bwd_ms": "", "rank_step_ms_max": "",
                "rank_spread": "", "plans_equal": "", "plan_versions": "", "recalls": "",
-               "daemon_rss_mb": "", "daemon_gpu_mb": "", "test_acc": ""}
+               "daemon_rss_mb": "", "daemon_gpu_mb": "", "test_acc": "", "prof_kernel_ms": "",
+               "prof_span_ms": "", "prof_other_ms": "", "prof_kernels": ""}
         t_item = time.perf_counter()
         self.cfg = cfg
         active = kind != "single" or self.rank == 0
@@ -381,8 +387,10 @@ class Run:
                 curve = []
                 if a.resume:
                     start = self.load_ckpt(name, cfg, model, opt, kind == "fgb", curve, evals)
+            self.prof_row = {}
             times, bwds, losses = self.train(name, model, train, opt, data, stats, curve, start,
                                              evals)
+            row.update(self.prof_row)
             if isinstance(data, FashionData):  # real data: the loss is the test set's
                 test = evals[-1][2:] if evals else self.evaluate(name, model, data)
             if a.resume:
@@ -498,6 +506,11 @@ class Run:
             deadline += took
 
         next_eval = (evals[-1][1] + a.eval_every_s if evals else 0.0) if evals is not None else None
+        # --profile K: the last K warm-up steps (fixed-step runs, rank 0) under torch.profiler
+        prof, prof_steps = None, []
+        prof_from = (s0 + max(a.warmup - a.profile, 0)
+                     if a.profile > 0 and a.warmup > 0 and deadline is None and self.rank == 0
+                     else -1)
         while True:
             if deadline is None and s >= a.warmup + a.steps:
                 break
@@ -515,6 +528,11 @@ class Run:
                 stats.update(hook=0.0, sync=0.0, calls=0, steps=0)
             if cuda:
                 torch.cuda.synchronize()
+            if s == prof_from:
+                prof = start_profile(cuda)
+            if prof is not None:  # the step's window, in the profiler's own clock
+                prof_steps.append(torch.profiler.record_function(f"bench.step{s}"))
+                prof_steps[-1].__enter__()
             t0 = time.perf_counter()
             m0 = time.monotonic_ns() // 1000
             marks.clear()
@@ -528,6 +546,13 @@ class Run:
                 torch.cuda.synchronize()
             t1 = time.perf_counter()
             m1 = time.monotonic_ns() // 1000
+            if prof is not None:
+                prof_steps[-1].__exit__(None, None, None)
+                if s + 1 - s0 >= a.warmup:  # the last warm-up step: measured steps follow
+                    self.prof_row = finish_profile(
+                        prof, self.beside_out("profile", name, self.cfg.replace(":", "_"),
+                                              "json.gz"))
+                    prof = None
             bwd = None
             if marks:
                 bwd = (max(ev0.elapsed_time(e) / 1e3 for e in marks.values()) if cuda
@@ -690,6 +715,63 @@ def instrument(opt):
     return st
 
 
+def start_profile(cuda):
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if cuda:
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    prof = torch.profiler.profile(activities=acts)
+    prof.start()
+    return prof
+
+
+def finish_profile(prof, path):
+    """Stop the profiler, write its trace gzipped to `path`, and summarise its GPU activity per
+    profiled step (the CPU range "bench.step<N>" that ends with the step's synchronize): on the
+    compute stream (the one with the most kernel time) its kernel time, its span (first start to
+    last end: the span less the kernel time is where that stream idled inside the step) and its
+    kernel count; the other streams' kernel time (DDP's NCCL; fgbuffd's collectives run in the
+    daemon, not here). Empty fields where the profiler saw no GPU work (CPU, or no CUPTI)."""
+    import gzip
+    import shutil
+
+    prof.stop()
+    raw = path[:-3]
+    prof.export_chrome_trace(raw)
+    with open(raw, "rb") as fi, gzip.open(path, "wb") as fo:
+        shutil.copyfileobj(fi, fo)
+    os.remove(raw)
+    steps, gpu = [], []
+    for e in prof.profiler.kineto_results.events():
+        if e.name().startswith("bench.step") and e.device_type() == torch.autograd.DeviceType.CPU:
+            steps.append((e.start_ns(), e.end_ns()))
+        elif (e.device_type() == torch.autograd.DeviceType.CUDA and not e.is_user_annotation()
+              and e.duration_ns() > 0):
+            gpu.append((e.device_resource_id(), e.start_ns(), e.end_ns()))
+    return summarise_gpu(steps, gpu)
+
+
+def summarise_gpu(steps, gpu):
+    """finish_profile's summary: steps [(start, end)] and GPU activities [(stream, start, end)],
+    nanoseconds in one clock; {} without either."""
+    if not steps or not gpu:
+        return {}
+    busy = {}
+    for sid, a0, a1 in gpu:
+        busy[sid] = busy.get(sid, 0) + a1 - a0
+    main = max(busy, key=busy.get)
+    kern = span = other = count = 0
+    for w0, w1 in steps:
+        mine = [(a0, a1) for sid, a0, a1 in gpu if sid == main and w0 <= a0 < w1]
+        if mine:
+            kern += sum(a1 - a0 for a0, a1 in mine)
+            span += max(a1 for _, a1 in mine) - min(a0 for a0, _ in mine)
+            count += len(mine)
+        other += sum(a1 - a0 for sid, a0, a1 in gpu if sid != main and w0 <= a0 < w1)
+    k = len(steps) * 1e6
+    return {"prof_kernel_ms": f"{kern / k:.3f}", "prof_span_ms": f"{span / k:.3f}",
+            "prof_other_ms": f"{other / k:.3f}", "prof_kernels": f"{count / len(steps):.0f}"}
+
+
 def timed_hook(st):
     """fgbuff.torch.ddp's comm hook, timed into st as instrument() times the optimizer's: its
     whole host time per bucket (slot copy, submit, the stream-ordered completion) is "hook"."""
@@ -834,6 +916,9 @@ def main():
                 with open(a.progress, "a") as f:
                     f.write(f"DONE {i} {m} {c}\n")
             extra = f" host {row['host_ms']} ms/step" if row["host_ms"] else ""
+            if row.get("prof_kernel_ms"):
+                extra += (f"  profiled: compute stream {row['prof_kernel_ms']} ms of kernels in "
+                          f"{row['prof_span_ms']} ms, other streams {row['prof_other_ms']} ms")
             print(f"  {m:13} {c:16} {row.get('samples_per_s', '-'):>10} {row['unit']}/s  "
                   f"step {row.get('step_ms', '-')} ms  loss {row['loss']}{extra}  "
                   f"({row['seconds']} s)", flush=True)

@@ -8,7 +8,7 @@
 #          [--configs single,ddp,...] [--nets nvlink,slow] [--steps N] [--warmup W] [--quick]
 #          [--out DIR] [--no-mps] [--item-timeout S] [--every-net] [--channels-last]
 #          [--duration-min M [--skew-s S] [--resume DIR]] [--fashion-mnist DIR [--eval-every-s S]]
-#          [--timeline K] [--rounds R] [--no-warm-item] [--cpu]
+#          [--timeline K] [--profile K] [--rounds R] [--no-warm-item] [--cpu]
 #   --quick          20 warm-up + 50 measured steps (default 20 + 100), --item-timeout 120
 #   --cpu            tiny models on CPU: gloo DDP and CPU daemons, 2 ranks, network label "cpu"
 #   --duration-min M convergence mode: each config trains M minutes (default models resnet50-amp,
@@ -31,6 +31,10 @@
 #   --timeline K     the last K steps of each item as CLOCK_MONOTONIC times (timeline-*.csv) and
 #                    the daemons' per-collective trace (FGBUFF_GPU_TRACE=all, daemons-<net>.log):
 #                    where a step's time goes; use on a few configs (the trace is per tensor)
+#   --profile K      rank 0 runs the last K warm-up steps of each item under torch.profiler
+#                    (the measured steps are not profiled): profile-*.json.gz (Chrome trace) and
+#                    per step the compute stream's kernel time and span, the other streams' kernel
+#                    time (prof_* columns): does a slower backward run slower kernels or idle?
 #   --every-net      run `single` and `ddp-seed2` on every network (default: the first only; they
 #                    do not depend on the network: the ratio to N x single and the loss spread
 #                    then use the first network's rows, marked *)
@@ -43,7 +47,7 @@ src="$(cd "$here/../.." && pwd)"
 build="$(cd "${1:?usage: run.sh BUILD_DIR [options]}" && pwd)"
 shift
 gpus=2 models="" configs="" nets="" steps=100 warmup=20 out="" mps=1 cpu=0 item_tmo=300
-single_each=0 chl=0 dur=0 quick=0 tmo_set=0 timeline=0 skew=0 resume="" fmnist="" every="" rounds=1 warm=1
+single_each=0 chl=0 dur=0 quick=0 tmo_set=0 timeline=0 profile=0 skew=0 resume="" fmnist="" every="" rounds=1 warm=1
 while [ $# -gt 0 ]; do
   case "$1" in
   --gpus) gpus="$2"; shift ;;
@@ -64,6 +68,7 @@ while [ $# -gt 0 ]; do
   --skew-s) skew="$2"; shift ;;
   --resume) resume="$(mkdir -p "$2" && cd "$2" && pwd)" || exit 2; shift ;;
   --timeline) timeline="$2"; shift ;;
+  --profile) profile="$2"; shift ;;
   --fashion-mnist) fmnist="$(cd "$2" && pwd)" || exit 2; shift ;;
   --eval-every-s) every="$2"; shift ;;
   --rounds) rounds="$2"; shift ;;
@@ -210,6 +215,7 @@ for net in ${nets//,/ }; do
     [ "$warm" = 0 ] && args+=(--no-warm-item)
     [ "$chl" = 1 ] && args+=(--channels-last)
     [ "$timeline" != 0 ] && args+=(--timeline "$timeline")
+    [ "$profile" != 0 ] && args+=(--profile "$profile")
     [ -n "$resume" ] && args+=(--resume "$resume")
     [ -n "$fmnist" ] && args+=(--fashion-mnist "$fmnist")
     [ -n "$every" ] && args+=(--eval-every-s "$every")

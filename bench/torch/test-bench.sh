@@ -97,6 +97,37 @@ grep -q 'DDP by round' "$OUT/rounds.txt" || bad "rounds: no per-round ratio colu
 # the launch's unrecorded warm-up item ran (the CSV above holds the 4 measured rows only)
 grep -q '^bench.py: warm-up item (gpt2 single) done, not recorded' "$OUT/rounds.txt" ||
   bad "rounds: no warm-up item"
+# --profile 2: the last 2 warm-up steps of each item under torch.profiler, rank 0: a trace per
+# item holding both step ranges; the measured rows keep DDP's loss (no step added); and the GPU
+# summary's arithmetic on a synthetic timeline (CPU runs have no kernels to summarise)
+bash "$run" "$BUILD" --cpu --steps 2 --warmup 3 --models gpt2 --configs ddp,dense-none \
+  --profile 2 --out "$OUT/prof" >"$OUT/prof.txt" 2>&1 || { cat "$OUT/prof.txt"; bad "run.sh --profile"; }
+for c in ddp dense-none; do
+  f="$OUT/prof/profile-cpu-gpt2-$c.json.gz"
+  [ "$(zcat "$f" 2>/dev/null | grep -o '"bench\.step[0-9]*"' | sort -u | tr '\n' ' ')" = \
+    '"bench.step1" "bench.step2" ' ] || bad "profile of $c: not steps 1 and 2 of the warm-up"
+done
+[ "$(awk '$1 == "ddp" { print $8 }' "$OUT/prof.txt")" = \
+  "$(awk '$1 == "dense-none" { print $8 }' "$OUT/prof.txt")" ] || bad "profile: losses differ"
+PYTHONPATH="$SRC/client/python:$SRC/bench/torch" FGBUFF_CLIENT_LIB="$BUILD/client/libfgbuff_client.so" \
+  python3 - <<'EOF' || bad "profile summary"
+import bench
+M = 10**6  # ns per ms: the synthetic times below read as ms
+steps = [(0, 1000 * M), (1000 * M, 2000 * M)]
+# stream 9 has the most kernel time (550 against 500): the compute stream; a kernel starting after
+# the last step (2100) is not counted
+gpu = [(7, 100, 300), (7, 400, 500), (9, 150, 650), (7, 1100, 1200), (9, 1500, 1550),
+       (7, 2100, 2200)]
+r = bench.summarise_gpu(steps, [(s, a * M, b * M) for s, a, b in gpu])
+assert r == {"prof_kernel_ms": "275.000", "prof_span_ms": "275.000", "prof_other_ms": "200.000",
+             "prof_kernels": "1"}, r
+# stream 7 computes: step 1 kernels 300 ms in a 400 ms span, step 2 100 in 100; others 100, 50
+gpu = [(7, 100, 300), (7, 400, 500), (9, 150, 250), (7, 1100, 1200), (9, 1500, 1550)]
+r = bench.summarise_gpu(steps, [(s, a * M, b * M) for s, a, b in gpu])
+assert r == {"prof_kernel_ms": "200.000", "prof_span_ms": "250.000", "prof_other_ms": "75.000",
+             "prof_kernels": "2"}, r
+assert bench.summarise_gpu(steps, []) == {} and bench.summarise_gpu([], gpu) == {}
+EOF
 # duration mode: the ranks stop at the same step although rank 1's own deadline is 3 s later
 # (each rank stopping on its own clock left the other waiting for its gradients: a hang)
 bash "$run" "$BUILD" --cpu --duration-min 0.1 --skew-s 3 --models gpt2 --configs ddp,topk-fgbuff \
