@@ -36,8 +36,7 @@ submitted: `fin` waits on the arena's done page (fgb_try_wait_on_stream), and th
 for the daemon's Done, as DDP's own NCCL all-reduce never makes it wait (a failure is raised by
 the next call). The waits are on `fin`, not the submit's stream (there they would hold back the
 next bucket's submit, its ready number, until this bucket's result), and enqueued at the last
-bucket, not at each (a stream wait while backward still enqueues can hold compute kernels behind
-it: _complete_held). Otherwise (a bucket's first sync, done events instead of a done page) a
+bucket, not at each (_complete_held says why). Otherwise (a bucket's first sync, done events instead of a done page) a
 waiter thread completes the Future once the daemon's Done arrived (polling for it, so a slow
 bucket never holds the handle's lock against the next bucket's submit). On CPU the waiter thread
 copies the average back and completes the Future.
@@ -293,10 +292,12 @@ class FgbuffHookState:
     def _complete_held(self) -> None:
         """The iteration's last bucket is submitted: complete every bucket's Future of the
         iteration, stream-ordered where it can (`fin` waits on the done page), else through the
-        waiter thread. Not per bucket as it is handed over: a stream wait on `fin` while backward
-        still enqueues kernels can hold the compute stream's kernels behind it where the two
-        streams share a hardware queue (GPT-2 on H100: backward 6.5 ms longer than DDP's, session
-        15); DDP waits for its buckets' Futures only after the last one was handed over."""
+        waiter thread. Not per bucket as it is handed over: with a stream wait enqueued per
+        bucket while backward still enqueued kernels, GPT-2's backward ran 2.6-6.5 ms longer
+        than DDP's on H100 (a wait may hold kernels of streams sharing its hardware queue); with
+        the waits here it equalled DDP's in one H200 run and not in the next, where the optimizer
+        path without any hook ran as slow (docs/performance.md, "Session 15": not settled). DDP
+        waits for its buckets' Futures only after the last one was handed over anyway."""
         cl = self.client
         assert cl is not None
         held, self._held = self._held, []
