@@ -731,10 +731,18 @@ def finish_profile(prof, path):
     last end: the span less the kernel time is where that stream idled inside the step) and its
     kernel count; the other streams' kernel time (DDP's NCCL; fgbuffd's collectives run in the
     daemon, not here). Empty fields where the profiler saw no GPU work (CPU, or no CUPTI)."""
+    prof.stop()
+    try:
+        return _write_and_summarise(prof, path)
+    except Exception as ex:  # diagnostics only: the row stands without them
+        print(f"bench.py: profile {path}: {ex!r}", file=sys.stderr)
+        return {}
+
+
+def _write_and_summarise(prof, path):
     import gzip
     import shutil
 
-    prof.stop()
     raw = path[:-3]
     prof.export_chrome_trace(raw)
     with open(raw, "rb") as fi, gzip.open(path, "wb") as fo:
@@ -743,10 +751,10 @@ def finish_profile(prof, path):
     steps, gpu = [], []
     for e in prof.profiler.kineto_results.events():
         if e.name().startswith("bench.step") and e.device_type() == torch.autograd.DeviceType.CPU:
-            steps.append((e.start_ns(), e.end_ns()))
-        elif (e.device_type() == torch.autograd.DeviceType.CUDA and not e.is_user_annotation()
-              and e.duration_ns() > 0):
-            gpu.append((e.device_resource_id(), e.start_ns(), e.end_ns()))
+            steps.append((e.start_ns(), e.start_ns() + e.duration_ns()))
+        elif (e.device_type() == torch.autograd.DeviceType.CUDA and e.duration_ns() > 0
+              and not (hasattr(e, "is_user_annotation") and e.is_user_annotation())):
+            gpu.append((e.device_resource_id(), e.start_ns(), e.start_ns() + e.duration_ns()))
     return summarise_gpu(steps, gpu)
 
 
