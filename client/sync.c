@@ -175,13 +175,19 @@ static int wait_on_page(fgb_client *c, uint32_t tensor_id, uint64_t step, void *
 }
 #endif
 
-CLI_API fgb_status fgb_wait_on_stream(fgb_client *c, uint32_t tensor_id, uint64_t step,
-                                      void *stream, int timeout_ms) {
-  if (c == NULL) return FGB_EINVAL;
 #ifdef FGBUFF_HAVE_CUDA
+/* fgb_wait_on_stream; with try_only, FGB_EAGAIN (nothing enqueued) where it would wait for the
+ * Done on the host and the Done is not here (fgb_try_wait_on_stream). */
+static fgb_status wait_stream(fgb_client *c, uint32_t tensor_id, uint64_t step, void *stream,
+                              int timeout_ms, int try_only) {
   fgb_status s = cli_ready(c);
   if (s || (s = cli_check_tensor(c, tensor_id))) return s;
   if (wait_on_page(c, tensor_id, step, stream, timeout_ms, &s)) return s;
+  if (try_only && cli_find_done(c, tensor_id, step) == NULL) {
+    /* No stream wait to enqueue: only once the Done is here does the host not block. */
+    if ((s = cli_drain(c)) || (s = cli_take_pending(c))) return s;
+    if (cli_find_done(c, tensor_id, step) == NULL) return FGB_EAGAIN;
+  }
   s = fgb_wait(c, tensor_id, step, timeout_ms);
   if (s) return s;
   const cli_done *d = cli_find_done(c, tensor_id, step);
@@ -195,6 +201,14 @@ CLI_API fgb_status fgb_wait_on_stream(fgb_client *c, uint32_t tensor_id, uint64_
   s = cli_cuda_wait_stream(c, tensor_id, d ? d->event_slot : 0, stream);
   wait_trace(c, tensor_id, step, d, "event");
   return s;
+}
+#endif
+
+CLI_API fgb_status fgb_wait_on_stream(fgb_client *c, uint32_t tensor_id, uint64_t step,
+                                      void *stream, int timeout_ms) {
+  if (c == NULL) return FGB_EINVAL;
+#ifdef FGBUFF_HAVE_CUDA
+  return wait_stream(c, tensor_id, step, stream, timeout_ms, 0);
 #else
   return cli_fail(c, FGB_ENOTSUP,
                   "fgb_wait_on_stream: no CUDA support in this build of the client");
@@ -205,17 +219,8 @@ CLI_API fgb_status fgb_try_wait_on_stream(fgb_client *c, uint32_t tensor_id, uin
                                           void *stream, int timeout_ms) {
   if (c == NULL) return FGB_EINVAL;
 #ifdef FGBUFF_HAVE_CUDA
-  fgb_status s = cli_ready(c);
-  if (s || (s = cli_check_tensor(c, tensor_id))) return s;
-  if (wait_on_page(c, tensor_id, step, stream, timeout_ms, &s)) return s;
-  /* No stream wait to enqueue: only once the Done is here does fgb_wait_on_stream not block. */
-  if (cli_find_done(c, tensor_id, step) == NULL) {
-    if ((s = cli_drain(c)) || (s = cli_take_pending(c))) return s;
-    if (cli_find_done(c, tensor_id, step) == NULL) return FGB_EAGAIN;
-  }
-  return fgb_wait_on_stream(c, tensor_id, step, stream, timeout_ms);
+  return wait_stream(c, tensor_id, step, stream, timeout_ms, 1);
 #else
-  (void)tensor_id, (void)step, (void)stream, (void)timeout_ms;
   return cli_fail(c, FGB_ENOTSUP,
                   "fgb_try_wait_on_stream: no CUDA support in this build of the client");
 #endif
