@@ -254,6 +254,15 @@ class Client:
             self._check(st, name)
             return st
 
+    def _call_ready(self, name: str, *args: Any) -> bool:
+        """_call for an entry point whose FGB_EAGAIN means "not yet": False then, else True."""
+        with self._lock:
+            st = getattr(self._L, name)(self._handle(), *args)
+            if st == EAGAIN:
+                return False
+            self._check(st, name)
+            return True
+
     @property
     def lock(self) -> threading.RLock:
         """The handle's lock (hold it to make several calls atomic)."""
@@ -378,13 +387,8 @@ class Client:
         """fgb_try_wait_on_stream: wait_on_stream where it does not block the host (True: the
         stream waits for the result, or it is in place already); False, with nothing enqueued,
         where it would wait for the Done on the host and the Done has not arrived."""
-        with self._lock:
-            st = self._L.fgb_try_wait_on_stream(self._handle(), tensor_id, step,
-                                                ctypes.c_void_p(stream or None), timeout_ms)
-            if st == EAGAIN:
-                return False
-            self._check(st, "fgb_try_wait_on_stream")
-            return True
+        return self._call_ready("fgb_try_wait_on_stream", tensor_id, step,
+                                ctypes.c_void_p(stream or None), timeout_ms)
 
     @staticmethod
     def tensor_ids(ids: Sequence[int]) -> "ctypes.Array[ctypes.c_uint32]":
@@ -405,12 +409,7 @@ class Client:
 
     def test(self, tensor_id: int, step: int) -> bool:
         """True when done, False when not yet; raises on an error."""
-        with self._lock:
-            st = self._L.fgb_test(self._handle(), tensor_id, step)
-            if st == EAGAIN:
-                return False
-            self._check(st, "fgb_test")
-            return True
+        return self._call_ready("fgb_test", tensor_id, step)
 
     def wait_step(self, step: int, timeout_ms: int = WAIT_FOREVER) -> None:
         self._call("fgb_wait_step", step, timeout_ms)

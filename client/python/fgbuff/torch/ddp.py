@@ -36,10 +36,10 @@ submitted: `fin` waits on the arena's done page (fgb_try_wait_on_stream), and th
 for the daemon's Done, as DDP's own NCCL all-reduce never makes it wait (a failure is raised by
 the next call). The waits are on `fin`, not the submit's stream (there they would hold back the
 next bucket's submit, its ready number, until this bucket's result), and enqueued at the last
-bucket, not at each (_complete_held says why). Otherwise (a bucket's first sync, done events instead of a done page) a
-waiter thread completes the Future once the daemon's Done arrived (polling for it, so a slow
-bucket never holds the handle's lock against the next bucket's submit). On CPU the waiter thread
-copies the average back and completes the Future.
+bucket, not at each (_complete_held says why). Otherwise (a bucket's first sync, done events
+instead of a done page) a waiter thread completes the Future once the daemon's Done arrived
+(polling for it, so a slow bucket never holds the handle's lock against the next bucket's
+submit). On CPU the waiter thread copies the average back and completes the Future.
 
 When DDP rebuilds its buckets again later (a bucket changes size or dtype, or there are fewer
 buckets), the new bucket is registered under a new name (`ddp.bucket<i>.g<n>`: a name keeps its
@@ -312,7 +312,7 @@ class FgbuffHookState:
             except BaseException as e:  # noqa: BLE001 — handed to this bucket's Future
                 fut.set_exception(e)
         for fin, items in ready.items():
-            _complete_on(fin, [(it[4], it[3], it[2]) for it in items])
+            _complete_on(fin, items)
             self.stream_ordered += len(items)
 
     def _waiter(self) -> None:
@@ -336,7 +336,7 @@ class FgbuffHookState:
                             raise C.Timeout(C.ETIMEDOUT, f"bucket {tid} step {step}",
                                             "fgbuff ddp hook")
                     cl.wait_on_stream(tid, step, int(fin.cuda_stream), self.timeout_ms)
-                    _complete_on(fin, [(fut, buf, slot)])
+                    _complete_on(fin, [item])
                     continue
                 waited = 0
                 while True:  # short waits: the handle's lock is free between them for submits
@@ -353,13 +353,12 @@ class FgbuffHookState:
                 fut.set_exception(e)
 
 
-def _complete_on(fin: Any, items: List[Tuple[torch.futures.Future, torch.Tensor,
-                                             Optional[torch.Tensor]]]) -> None:
-    """Complete buckets' CUDA Futures, (future, bucket, slot or None) each, on `fin`, which waits
-    for their results already: a slot's average copied back first (in place, it is in the
-    bucket); each Future records its event there."""
+def _complete_on(fin: Any, items: List[Any]) -> None:
+    """Complete buckets' CUDA Futures on `fin`, which waits for their results already; items are
+    the hook's (tensor id, step, slot or None, bucket, future, fin): a slot's average copied back
+    first (in place, it is in the bucket); each Future records its event there."""
     with torch.cuda.stream(fin):
-        for fut, buf, slot in items:
+        for _, _, slot, buf, fut, _ in items:
             if slot is not None:
                 buf.copy_(slot, non_blocking=True)
             fut.set_result(buf)
