@@ -369,8 +369,7 @@ class Run:
                 if kind == "ddp-fgbuff":
                     hook = fddp.FgbuffHookState(policy=policy,
                                                 job_name=f"{self.base}.{name}.{cfg}")
-                    stats = {"hook": 0.0, "sync": 0.0, "calls": 0, "steps": 0,
-                             "last_sync": (0, 0)}
+                    stats = host_stats()
                     ddp.register_comm_hook(hook, timed_hook(stats))
                 train = ddp
             elif kind == "fgb":
@@ -507,7 +506,7 @@ class Run:
 
         next_eval = (evals[-1][1] + a.eval_every_s if evals else 0.0) if evals is not None else None
         # --profile K: the last K warm-up steps (fixed-step runs, rank 0) under torch.profiler
-        prof, prof_steps = None, []
+        prof = prof_step = None
         prof_from = (s0 + max(a.warmup - a.profile, 0)
                      if a.profile > 0 and a.warmup > 0 and deadline is None and self.rank == 0
                      else -1)
@@ -531,8 +530,8 @@ class Run:
             if s == prof_from:
                 prof = start_profile(cuda)
             if prof is not None:  # the step's window, in the profiler's own clock
-                prof_steps.append(torch.profiler.record_function(f"bench.step{s}"))
-                prof_steps[-1].__enter__()
+                prof_step = torch.profiler.record_function(f"bench.step{s}")
+                prof_step.__enter__()
             t0 = time.perf_counter()
             m0 = time.monotonic_ns() // 1000
             marks.clear()
@@ -547,7 +546,7 @@ class Run:
             t1 = time.perf_counter()
             m1 = time.monotonic_ns() // 1000
             if prof is not None:
-                prof_steps[-1].__exit__(None, None, None)
+                prof_step.__exit__(None, None, None)
                 if s + 1 - s0 >= a.warmup:  # the last warm-up step: measured steps follow
                     self.prof_row = finish_profile(
                         prof, self.beside_out("profile", name, self.cfg.replace(":", "_"),
@@ -686,11 +685,17 @@ class Run:
                     f.write(f"{curve[i][0]},{curve[i][1]:.4f},{lt[i].item():.6f}\n")
 
 
+def host_stats():
+    """The host-time counters of an fgbuff row (instrument(), timed_hook()); train() resets them
+    at the end of the warm-up and counts the measured steps."""
+    return {"hook": 0.0, "sync": 0.0, "calls": 0, "steps": 0, "last_sync": (0, 0)}
+
+
 def instrument(opt):
     """Time fgbuff.torch's host code per step: the post-accumulate-grad hook's work (adopting the
     gradient, the non-finite guard and fgb_submit) and synchronize() (end_step, the per-tensor
     waits; on a CPU daemon this includes waiting for the result)."""
-    st = {"hook": 0.0, "sync": 0.0, "calls": 0, "steps": 0, "last_sync": (0, 0)}
+    st = host_stats()
     pc = time.perf_counter
     adopt, submit, sync = opt._fgb_adopt, opt._fgb_submit, opt.synchronize
 
