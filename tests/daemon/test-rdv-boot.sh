@@ -13,7 +13,7 @@ dir="$(mktemp -d "${TMPDIR:-/tmp}/fgbuff-rdvboot.XXXXXX")"
 chmod 700 "$dir"
 trap 'kill -KILL $p0 $p1 2>/dev/null; rm -rf "$dir"' EXIT
 p0="" p1=""
-port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+port() { python3 "$(dirname "$0")/../lib/free_port.py"; }
 rc=0
 fail() { echo "FAIL: $*"; rc=1; }
 

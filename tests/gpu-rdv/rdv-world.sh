@@ -10,7 +10,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/../gpu-dp/gpu-world.sh"
 
 rdv_free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  python3 "$(dirname "${BASH_SOURCE[0]}")/../lib/free_port.py"
 }
 
 rdv_world_start() {

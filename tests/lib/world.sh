@@ -98,7 +98,7 @@ WORLD_RDV_PIDS=()
 world_rdv_launch() {
   local n="$1" bin="$2" port r
   shift 2
-  port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')" ||
+  port="$(python3 "$(dirname "${BASH_SOURCE[0]}")/free_port.py")" ||
     return 1
   WORLD_RDV_BIN="$bin" WORLD_RDV_PORT="$port" WORLD_RDV_N="$n"
   WORLD_RDV_ARGS=("$@")
