@@ -44,6 +44,26 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _pin_to_plan():
+    """run.sh --pin: this rank's CPUs (FGBUFF_BENCH_CPUS, one taskset list per local rank), set
+    before torch starts its threads (they inherit the main thread's affinity)."""
+    plan = os.environ.get("FGBUFF_BENCH_CPUS")
+    if not plan:
+        return
+    lists = plan.split(";")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if local >= len(lists):
+        sys.exit("bench.py: FGBUFF_BENCH_CPUS has %d lists, no entry for local rank %d"
+                 % (len(lists), local))
+    from cpuplan import parse_list  # bench/torch/cpuplan.py (this script's folder is on sys.path)
+
+    os.sched_setaffinity(0, parse_list(lists[local]))
+    print("bench.py: local rank %d pinned to CPUs %s" % (local, lists[local]), flush=True)
+
+
+_pin_to_plan()
 sys.path.insert(0, os.path.join(HERE, "..", "..", "examples", "pytorch"))
 
 import torch  # noqa: E402

@@ -8,7 +8,7 @@
 #          [--configs single,ddp,...] [--nets nvlink,slow] [--steps N] [--warmup W] [--quick]
 #          [--out DIR] [--no-mps] [--item-timeout S] [--every-net] [--channels-last]
 #          [--duration-min M [--skew-s S] [--resume DIR]] [--fashion-mnist DIR [--eval-every-s S]]
-#          [--timeline K] [--profile K] [--rounds R] [--no-warm-item] [--cpu]
+#          [--timeline K] [--profile K] [--rounds R] [--no-warm-item] [--pin] [--cpu]
 #   --quick          20 warm-up + 50 measured steps (default 20 + 100), --item-timeout 120
 #   --cpu            tiny models on CPU: gloo DDP and CPU daemons, 2 ranks, network label "cpu"
 #   --duration-min M convergence mode: each config trains M minutes (default models resnet50-amp,
@@ -35,6 +35,10 @@
 #                    (the measured steps are not profiled): profile-*.json.gz (Chrome trace) and
 #                    per step the compute stream's kernel time and span, the other streams' kernel
 #                    time (prof_* columns): does a slower backward run slower kernels or idle?
+#   --pin            trainer r and daemon r on disjoint whole physical cores, GPU r's local ones
+#                    first (bench/torch/cpuplan.py; taskset): every row, DDP's too, gets the same
+#                    cores instead of wherever the scheduler puts its threads beside the other
+#                    processes' spinning ones (GPU runs; the plan is printed; fails on too few cores)
 #   --every-net      run `single` and `ddp-seed2` on every network (default: the first only; they
 #                    do not depend on the network: the ratio to N x single and the loss spread
 #                    then use the first network's rows, marked *)
@@ -48,6 +52,7 @@ build="$(cd "${1:?usage: run.sh BUILD_DIR [options]}" && pwd)"
 shift
 gpus=2 models="" configs="" nets="" steps=100 warmup=20 out="" mps=1 cpu=0 item_tmo=300
 single_each=0 chl=0 dur=0 quick=0 tmo_set=0 timeline=0 profile=0 skew=0 resume="" fmnist="" every="" rounds=1 warm=1
+pin=0
 while [ $# -gt 0 ]; do
   case "$1" in
   --gpus) gpus="$2"; shift ;;
@@ -69,6 +74,7 @@ while [ $# -gt 0 ]; do
   --resume) resume="$(mkdir -p "$2" && cd "$2" && pwd)" || exit 2; shift ;;
   --timeline) timeline="$2"; shift ;;
   --profile) profile="$2"; shift ;;
+  --pin) pin=1 ;;
   --fashion-mnist) fmnist="$(cd "$2" && pwd)" || exit 2; shift ;;
   --eval-every-s) every="$2"; shift ;;
   --rounds) rounds="$2"; shift ;;
@@ -138,6 +144,27 @@ else
     local p
     for p in $(gpu_world_pid '[0-9]*'); do kill -0 "$p" 2>/dev/null || return 1; done
   }
+fi
+# --pin: the plan (cpuplan.py), the trainers' CPU lists for bench.py (FGBUFF_BENCH_CPUS, one per
+# local rank, ';'-separated), every daemon thread pinned once the daemons are up
+launch_pin=()
+if [ "$pin" = 1 ]; then
+  [ "$cpu" = 0 ] || { echo "run.sh: --pin is for GPU runs" >&2; exit 2; }
+  cpuplan="$(python3 "$here/cpuplan.py" "$gpus")" || exit 2
+  echo "run.sh: --pin:" $(paste -sd';' <<<"$cpuplan")
+  FGBUFF_BENCH_CPUS="$(awk '$1 == "trainer" { print $3 }' <<<"$cpuplan" | paste -sd';')"
+  export FGBUFF_BENCH_CPUS
+  launch_pin=(taskset -c "${FGBUFF_BENCH_CPUS//;/,}")
+  pin_daemons() {
+    local r p l
+    for ((r = 0; r < gpus; r++)); do
+      l="$(awk -v r="$r" '$1 == "daemon" && $2 == r { print $3 }' <<<"$cpuplan")"
+      p="$(gpu_world_pid "$r")"
+      [ -n "$p" ] && taskset -a -p -c "$l" "$p" >/dev/null ||
+        { echo "run.sh: --pin: could not pin daemon $r (pid '${p}') to $l"; return 1; }
+    done
+  }
+  start_world() { gpu_world_start "$gpus" && pin_daemons; }
 fi
 net=none
 cleanup() {
@@ -220,7 +247,7 @@ for net in ${nets//,/ }; do
     [ -n "$fmnist" ] && args+=(--fashion-mnist "$fmnist")
     [ -n "$every" ] && args+=(--eval-every-s "$every")
     FGBUFF_JOB="bt$$.$net.$attempt" FGBUFF_INCARNATION=$(( ($$ << 8) + attempt )) \
-      timeout -k 10 "$limit" python3 -m torch.distributed.run --standalone \
+      timeout -k 10 "$limit" "${launch_pin[@]}" python3 -m torch.distributed.run --standalone \
       --nproc-per-node "$gpus" "$here/bench.py" "${args[@]}" >"$log" 2>&1 &
     tpid=$!
     wait "$tpid"

@@ -5,7 +5,8 @@
 # comm hook) must give DDP's loss exactly (same seed, same data, Average); a config that crashes
 # (an unknown compressor) must become a FAILED row, the configs after it must still run, and run.sh
 # must exit non-zero; report.py must reject a missing row and a NaN loss (negative controls of the
-# check itself); an unknown GPU network label is refused.
+# check itself); an unknown GPU network label is refused; --pin's planner passes its self-test and
+# bench.py pins each rank to its FGBUFF_BENCH_CPUS list.
 set -uo pipefail
 BUILD="$1" SRC="$2"
 python3 -c 'import torch' 2>/dev/null || { echo "torch missing: skipped"; exit 77; }
@@ -224,14 +225,22 @@ EOF
 grep -q ',nan,' "$OUT/nan.csv" || bad "the NaN control did not change the file"
 python3 "$SRC/bench/torch/report.py" "$OUT/nan.csv" --expect-models gpt2 --expect-configs ddp \
   >/dev/null && bad "report.py accepted a NaN loss"
+# --pin: the planner's own check; refused on CPU runs; bench.py takes its rank's list
+# (FGBUFF_BENCH_CPUS, as run.sh --pin exports it on GPU hosts: here in the crash run below)
+python3 "$SRC/bench/torch/cpuplan.py" --selftest || bad "cpuplan.py --selftest"
+msg="$(bash "$run" "$BUILD" --cpu --pin --out "$OUT/pin" 2>&1)"
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "pin is for GPU runs" <<<"$msg" || bad "run.sh --cpu --pin: rc $rc, $msg"
 # a config that crashes is reported and the run goes on
-bash "$run" "$BUILD" --cpu --steps 2 --warmup 1 --models gpt2 \
+FGBUFF_BENCH_CPUS="0;0" bash "$run" "$BUILD" --cpu --steps 2 --warmup 1 --models gpt2 \
   --configs ddp,fgb:no-such-compressor:0.01:none,dense-none --out "$OUT/crash" \
   >"$OUT/crash.txt" 2>&1
 rc=$?
 cat "$OUT/crash.txt"
 [ "$rc" -ne 0 ] || bad "run.sh exited 0 with a crashing config"
 grep -q '^fgb:no-such-compressor:0.01:none *FAILED' "$OUT/crash.txt" || bad "no FAILED row"
+[ "$(grep -c '^bench.py: local rank [01] pinned to CPUs 0$' "$OUT/crash.txt")" -ge 2 ] ||
+  bad "FGBUFF_BENCH_CPUS=0;0: the ranks did not say they were pinned"
 awk '$1 == "dense-none" && $2 + 0 > 0 { ok = 1 } END { exit !ok }' "$OUT/crash.txt" ||
   bad "the config after the crash did not run"
 exit "$fail"
