@@ -461,36 +461,63 @@ static int stream_idle(void *stream) {
   return 0;
 }
 
-fgb_status cli_cuda_submit(fgb_client *c, uint32_t tensor_id, void *stream, uint32_t *slot,
-                           uint32_t *seq) {
-  cli_cuda *r = ring_of(c, tensor_id);
-  *seq = 0;
-  if (!r) return FGB_OK; /* host arena */
-  uint32_t k = r->next++ % r->nslots;
-  *slot = k;
-  if (r->page) *seq = cli_page_next(r->page);
-  if (r->ready) { /* the daemon reads the number from the page: no interprocess event record */
-    /* A stream with nothing left to run has produced the gradient already: write the number from
-     * the host. The daemon sees it at once instead of after the stream write's launch latency
-     * (5-15 us under MPS, on the critical path of a submit on an idle stream). A busy stream
-     * (training: backward still running) writes it when it gets there, as before. */
-    if (r->ready_now && stream_idle(stream)) {
-      cli_page_ready_now(r->page, *seq);
-      return FGB_OK;
-    }
-    const drv *dv = driver();
-    CUresult cr = dv->write32((CUstream)stream, cli_page_ready_dev(r->page, *seq), *seq, 0);
-    if (cr != CUDA_SUCCESS)
-      return cli_fail(c, FGB_EIO, "cuStreamWriteValue32 of the ready number: %s", cu_err(dv, cr));
-    return FGB_OK;
-  }
-  cudaError_t ce = cudaEventRecord(r->ev[k], (cudaStream_t)stream);
-  if (ce != cudaSuccess) {
-    (void)cudaGetLastError();
-    return cli_fail(c, FGB_EIO, "recording the submit event on the stream: %s",
-                    cudaGetErrorString(ce));
-  }
+/* The ready numbers gathered in op[0..n): one stream write, or one batch of them. */
+static fgb_status write_ready(fgb_client *c, const drv *dv, void *stream,
+                              CUstreamBatchMemOpParams *op, size_t n) {
+  if (n == 0) return FGB_OK;
+  CUresult cr = n == 1 || !dv->batch ? dv->write32((CUstream)stream, op[0].writeValue.address,
+                                                   op[0].writeValue.value, 0)
+                                     : dv->batch((CUstream)stream, (unsigned int)n, op, 0);
+  if (cr != CUDA_SUCCESS)
+    return cli_fail(c, FGB_EIO, "%s of %zu ready number%s: %s",
+                    n == 1 ? "cuStreamWriteValue32" : "cuStreamBatchMemOp", n, n == 1 ? "" : "s",
+                    cu_err(dv, cr));
   return FGB_OK;
+}
+
+fgb_status cli_cuda_submit(fgb_client *c, const uint32_t *tensor_ids, size_t n, void *stream,
+                           uint32_t *slots, uint32_t *seqs) {
+  const drv *dv = NULL;
+  CUstreamBatchMemOpParams op[CLI_BATCH_MEMOPS];
+  size_t nb = 0;
+  int idle = -1; /* the stream's state, queried once: -1 not yet */
+  for (size_t i = 0; i < n; i++) {
+    cli_cuda *r = ring_of(c, tensor_ids[i]);
+    seqs[i] = 0;
+    slots[i] = 0;
+    if (!r) continue; /* host arena */
+    uint32_t k = r->next++ % r->nslots;
+    slots[i] = k;
+    if (r->page) seqs[i] = cli_page_next(r->page);
+    if (r->ready) { /* the daemon reads the number from the page: no interprocess event record */
+      /* A stream with nothing left to run has produced the gradients already: write the numbers
+       * from the host. The daemon sees them at once instead of after the stream write's launch
+       * latency (5-15 us under MPS, on the critical path of a submit on an idle stream). A busy
+       * stream (training: backward still running) writes them when it gets there, as before. */
+      if (r->ready_now && (idle < 0 ? (idle = stream_idle(stream)) : idle)) {
+        cli_page_ready_now(r->page, seqs[i]);
+        continue;
+      }
+      if (!dv) dv = driver();
+      memset(&op[nb], 0, sizeof op[nb]);
+      op[nb].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+      op[nb].writeValue.address = cli_page_ready_dev(r->page, seqs[i]);
+      op[nb].writeValue.value = seqs[i];
+      if (++nb == CLI_BATCH_MEMOPS || !dv->batch) {
+        fgb_status s = write_ready(c, dv, stream, op, nb);
+        nb = 0;
+        if (s) return s;
+      }
+      continue;
+    }
+    cudaError_t ce = cudaEventRecord(r->ev[k], (cudaStream_t)stream);
+    if (ce != cudaSuccess) {
+      (void)cudaGetLastError();
+      return cli_fail(c, FGB_EIO, "recording the submit event of tensor %u on the stream: %s",
+                      tensor_ids[i], cudaGetErrorString(ce));
+    }
+  }
+  return write_ready(c, dv, stream, op, nb);
 }
 
 fgb_status cli_cuda_wait_seq(fgb_client *c, uint32_t tensor_id, uint32_t seq, void *stream,

@@ -131,9 +131,12 @@ fgb_status cli_job_defaults(fgb_client *c, const fgb_job_opts *in, const char **
 
 /* cuda.c (builds with CUDA): device arenas, events on submit, stream waits, GPU socket. */
 fgb_status cli_cuda_register(fgb_client *c, void *dev_ptr, size_t bytes, fgb_arena *out);
-/* *seq: the done-page sequence number of this submit (0: the arena signals by done event). */
-fgb_status cli_cuda_submit(fgb_client *c, uint32_t tensor_id, void *stream, uint32_t *slot,
-                           uint32_t *seq);
+/* The marks of n submits at one point of `stream`, in order: per tensor its event slot (recorded
+ * on the stream) or its done page's number (slots[i], seqs[i]; seqs[i] 0: the arena signals by
+ * done event; both 0 for a host arena). The stream writes of the ready numbers go as one
+ * cuStreamBatchMemOp per CLI_BATCH_MEMOPS, or are written from the host when the stream is idle. */
+fgb_status cli_cuda_submit(fgb_client *c, const uint32_t *tensor_ids, size_t n, void *stream,
+                           uint32_t *slots, uint32_t *seqs);
 fgb_status cli_cuda_wait_stream(fgb_client *c, uint32_t tensor_id, uint32_t slot, void *stream);
 /* Makes the stream wait until the done page holds seq (stream-ordered: returns at once). */
 fgb_status cli_cuda_wait_seq(fgb_client *c, uint32_t tensor_id, uint32_t seq, void *stream,

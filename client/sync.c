@@ -27,50 +27,86 @@ static fgb_status cli_drain(fgb_client *c) {
   return s == FGB_ETIMEDOUT ? FGB_OK : s;
 }
 
-CLI_API fgb_status fgb_submit(fgb_client *c, uint32_t tensor_id, uint64_t step, void *stream) {
+/* At most this many tensors' slots and numbers on the stack per fgb_submit_many round. */
+#define CLI_SUBMIT_CHUNK 64
+
+/* Publish n Submits whose marks (event slot, done-page number) are in slots/seqs: the ring when
+ * attached and not full, the socket otherwise (the daemon keeps the order). */
+static fgb_status submit_send(fgb_client *c, const uint32_t *ids, const uint32_t *slots,
+                              const uint32_t *seqs, size_t n, uint64_t step, int64_t t0) {
+  fgb_status s = FGB_OK;
+  for (size_t i = 0; i < n && s == FGB_OK; i++) {
+    Fgbuff__V1__Submit m = FGBUFF__V1__SUBMIT__INIT;
+    m.tensor_id = ids[i];
+    m.step = step;
+    m.event_slot = slots[i]; /* host arenas: 0, the data is final when submitted; no event ring */
+    m.done_seq = seqs[i];
+    int in_ring = c->ring != NULL && cli_ring_submit(c->ring, ++c->next_req, c->sent_frames, &m);
+    if (!in_ring) {
+      Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
+      env.body_case = FGBUFF__V1__ENVELOPE__BODY_SUBMIT;
+      env.submit = &m;
+      s = cli_send(c, &env, NULL, 0);
+    }
+    cli_tensor *t = cli_tensor_mut(c, ids[i]);
+    if (t && s == FGB_OK) { /* what fgb_wait_on_stream of this step may wait on */
+      t->sub_valid = seqs[i] != 0;
+      t->sub_step = step;
+      t->sub_seq = seqs[i];
+    }
+  }
+  if (n) {
+    c->tr_tensor = ids[n - 1];
+    c->tr_step = step;
+    c->tr_submit_us = t0;
+    c->tr_sent_us = cli_now_us();
+  }
+  return s;
+}
+
+CLI_API fgb_status fgb_submit_many(fgb_client *c, const uint32_t *tensor_ids, size_t n,
+                                   uint64_t step, void *stream) {
   if (c == NULL) return FGB_EINVAL;
   fgb_status s = cli_ready(c);
-  if (s || (s = cli_check_tensor(c, tensor_id))) return s;
+  if (s || n == 0) return s;
+  if (tensor_ids == NULL)
+    return cli_fail(c, FGB_EINVAL, "fgb_submit_many: tensor_ids is NULL (n = %zu)", n);
+  if (n == 1 && (s = cli_check_tensor(c, tensor_ids[0]))) return s;
+  for (size_t i = 0; n > 1 && i < n; i++)
+    if (cli_tensor_find(c, tensor_ids[i]) == NULL)
+      return cli_fail(c, FGB_ENOTFOUND,
+                      "tensor id %u (index %zu of %zu) was not registered through this handle",
+                      tensor_ids[i], i, n);
   int64_t t0 = cli_now_us();
-  /* With the ring, what arrived on the socket (mostly earlier Dones) is read after the record is
-   * published, off the way to the daemon; cli_ready above returned what was read before. */
+  /* With the ring, what arrived on the socket (mostly earlier Dones) is read after the records
+   * are published, off the way to the daemon; cli_ready above returned what was read before. */
   if (c->ring == NULL && ((s = cli_drain(c)) || (s = cli_take_pending(c)))) return s;
-  Fgbuff__V1__Submit m = FGBUFF__V1__SUBMIT__INIT;
-  m.tensor_id = tensor_id;
-  m.step = step;
-  m.event_slot = 0; /* host arenas: the data is final when submitted; no event ring */
+  uint32_t slots[CLI_SUBMIT_CHUNK], seqs[CLI_SUBMIT_CHUNK];
+  for (size_t i = 0; i < n && s == FGB_OK; i += CLI_SUBMIT_CHUNK) {
+    size_t m = n - i < CLI_SUBMIT_CHUNK ? n - i : CLI_SUBMIT_CHUNK;
 #ifdef FGBUFF_HAVE_CUDA
-  /* device arenas: event slot, and the done-page number where the arena has a page */
-  if ((s = cli_cuda_submit(c, tensor_id, stream, &m.event_slot, &m.done_seq))) return s;
+    /* device arenas: the marks on the stream first (an event slot, or the done page's number
+     * written by the stream), so that the daemon never sees a Submit before its mark */
+    if ((s = cli_cuda_submit(c, tensor_ids + i, m, stream, slots, seqs))) return s;
+#else
+    (void)stream;
+    memset(slots, 0, m * sizeof slots[0]);
+    memset(seqs, 0, m * sizeof seqs[0]);
 #endif
-  /* The ring when attached and not full; the socket otherwise (the daemon keeps the order). */
-  int in_ring = c->ring != NULL && cli_ring_submit(c->ring, ++c->next_req, c->sent_frames, &m);
-  int64_t sent_us = cli_now_us();
-  if (!in_ring) {
-    Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
-    env.body_case = FGBUFF__V1__ENVELOPE__BODY_SUBMIT;
-    env.submit = &m;
-    s = cli_send(c, &env, NULL, 0);
-    sent_us = cli_now_us();
+    s = submit_send(c, tensor_ids + i, slots, seqs, m, step, t0);
   }
-  cli_tensor *t = cli_tensor_mut(c, tensor_id);
-  if (t && s == FGB_OK) { /* what fgb_wait_on_stream of this step may wait on */
-    t->sub_valid = m.done_seq != 0;
-    t->sub_step = step;
-    t->sub_seq = m.done_seq;
-  }
-  c->tr_tensor = tensor_id;
-  c->tr_step = step;
-  c->tr_submit_us = t0;
-  c->tr_sent_us = sent_us;
   fgb_status late;
-  if (in_ring && (late = cli_drain(c)) != FGB_OK && !c->pending) {
-    /* This Submit is on its way: what the read found is the next call's to report. */
+  if (s == FGB_OK && c->ring && (late = cli_drain(c)) != FGB_OK && !c->pending) {
+    /* These Submits are on their way: what the read found is the next call's to report. */
     c->pending = late;
     snprintf(c->pending_msg, sizeof(c->pending_msg), "%s", c->err);
     c->err[0] = '\0';
   }
   return s;
+}
+
+CLI_API fgb_status fgb_submit(fgb_client *c, uint32_t tensor_id, uint64_t step, void *stream) {
+  return fgb_submit_many(c, &tensor_id, 1, step, stream);
 }
 
 CLI_API fgb_status fgb_end_step(fgb_client *c, uint64_t step) {

@@ -1,7 +1,8 @@
 /* test-client-world: one rank of a 2-rank job against real daemons (test-client-world.sh starts a
  * world and two of these). Checks, with exact values: gradient averaging of a submitted tensor;
  * end-of-step flushing — a tensor only rank 1 submits averages with rank 0's zeros; per-tensor
- * fgb_wait/fgb_test; fgb_wait_many_on_stream on host-arena tensors and its errors; ad-hoc
+ * fgb_wait/fgb_test; fgb_wait_many_on_stream on host-arena tensors and its errors;
+ * fgb_submit_many and its errors (nothing submitted when an id is unknown); ad-hoc
  * all-reduce (sum, average), broadcast and all-gather; a refused collective (bad root) reported as
  * an error; the daemon's status JSON naming the job. */
 #include <unistd.h>
@@ -96,6 +97,30 @@ int main(void) {
   CHECK_MSG(ok, "step 2: g is not the average of both ranks after fgb_wait_many_on_stream");
   CHECK_MSG(all_eq(u, 8, 3.0f), "step 2: u = %g, want 3 (rank 1 flushed zeros)", (double)u[0]);
   CHECK(fgb_wait_step(c, 2, TO) == FGB_OK);
+
+  /* Step 3: fgb_submit_many hands g and u over in one call (rank 1: g only, u flushed as zeros).
+   * Its errors first: an unknown id fails naming the id and its index and submits nothing (the
+   * step's results show it: g would be submitted twice otherwise, which the daemon refuses);
+   * ids NULL with n > 0 is invalid; n = 0 submits nothing. */
+  for (int i = 0; i < 16; i++) g[i] = (float)(rank + 1) * (float)(i + 1);
+  for (int i = 0; i < 8; i++) u[i] = 10.0f;
+  uint32_t bad3[3] = {id[0], id[1], 4242};
+  s = fgb_submit_many(c, bad3, 3, 3, NULL);
+  CHECK_MSG(s == FGB_ENOTFOUND && strstr(fgb_client_error(c), "4242") &&
+                strstr(fgb_client_error(c), "index 2"),
+            "submit_many unknown id: %d %s", s, fgb_client_error(c));
+  CHECK(fgb_submit_many(c, NULL, 2, 3, NULL) == FGB_EINVAL);
+  CHECK(fgb_submit_many(c, NULL, 0, 3, NULL) == FGB_OK);
+  CHECK(fgb_submit_many(NULL, id, 2, 3, NULL) == FGB_EINVAL);
+  s = fgb_submit_many(c, id, rank == 0 ? 2 : 1, 3, NULL);
+  CHECK_MSG(s == FGB_OK, "submit_many step 3: %s", fgb_client_error(c));
+  CHECK(fgb_end_step(c, 3) == FGB_OK);
+  s = fgb_wait_step(c, 3, TO);
+  CHECK_MSG(s == FGB_OK, "wait step 3: %s", fgb_client_error(c));
+  ok = 1;
+  for (int i = 0; i < 16; i++) ok &= g[i] == 1.5f * (float)(i + 1);
+  CHECK_MSG(ok, "step 3: g is not the average of both ranks after fgb_submit_many");
+  CHECK_MSG(all_eq(u, 8, 5.0f), "step 3: u = %g, want 5 (rank 1 flushed zeros)", (double)u[0]);
 
   /* Ad-hoc collectives. */
   for (int i = 0; i < 4; i++) src[i] = (float)(rank + 1);

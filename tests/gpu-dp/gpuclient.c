@@ -18,6 +18,9 @@
  *             [--try-wait 1]    (the on-stream tensors are waited for with fgb_try_wait_on_stream,
  *                                and fgb_wait_on_stream where it says FGB_EAGAIN; prints
  *                                "try-wait eagain STEP N", the tensors it refused in STEP)
+ *             [--submit-many 1] (the step's tensors are filled on the held stream, then submitted
+ *                                by one fgb_submit_many: their ready marks go to the stream
+ *                                as one batch, behind the hold)
  *             [--idle-submit 1] (each tensor's stream is synchronised before its submit: the
  *                                client library host-writes the ready number, the fast path)
  *             [--mid-every K]   (in every K-th step but step 0, after two submits, an ad-hoc
@@ -105,13 +108,15 @@ int main(int argc, char **argv) {
   gcu_args ga = {0, 2, 0, 3, NULL, "gpu-dp"};
   long die_at = -1, sleep_at = -1, sleep_ms = 0, stall_at = -1, kill_wait_at = -1, wait_ms = 60000;
   long mid_every = 0, wait_each_at = -1;
-  int idle_submit = 0, try_wait = 0;
+  int idle_submit = 0, try_wait = 0, submit_many = 0;
   for (int i = 1; i + 1 < argc; i++) {
     if (gcu_arg(argc, argv, &i, &ga)) continue;
     if (!strcmp(argv[i], "--die-at"))
       die_at = atol(argv[i + 1]);
     else if (!strcmp(argv[i], "--try-wait"))
       try_wait = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--submit-many"))
+      submit_many = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--idle-submit"))
       idle_submit = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--sleep-at"))
@@ -190,7 +195,7 @@ int main(int argc, char **argv) {
       cudaMemcpyAsync((char *)dmem[T[t].arena] + T[t].offset, host[t], b, cudaMemcpyHostToDevice,
                       s);
       if (idle_submit && cudaStreamSynchronize(s) != cudaSuccess) DIE("stream synchronise");
-      if (fgb_submit(c, tid[t], (uint64_t)step, s))
+      if (!submit_many && fgb_submit(c, tid[t], (uint64_t)step, s))
         DIE("submit %s: %s", T[t].name, fgb_client_error(c));
       if (rev && fgb_wait(c, tid[t], (uint64_t)step, (int)wait_ms))
         DIE("step %ld: wait for %s right after its submit: %s", step, T[t].name,
@@ -202,6 +207,8 @@ int main(int argc, char **argv) {
         while (nanosleep(&ts, &ts) != 0) continue; /* resumes after a signal */
       }
     }
+    if (submit_many && fgb_submit_many(c, tid, NT, (uint64_t)step, s))
+      DIE("step %ld: submit_many of %d tensors: %s", step, NT, fgb_client_error(c));
     if (step == die_at) {
       printf("rank %d dying at step %ld\n", rank, step);
       fflush(stdout);

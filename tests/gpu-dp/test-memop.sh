@@ -2,8 +2,8 @@
 # The done page (docs/protocol.md, "Done on stream memory"): results of fgb_wait_on_stream are
 # right on the stream-memory path (done and ready numbers on the page; FGBUFF_DONE_PAGE=1), with
 # the done page but readiness by event (FGBUFF_READY_EVENT=1), and on the interprocess events both
-# ways (FGBUFF_DONE_EVENT=1 wins over the page), bitwise identical on both GPUs; the same through
-# fgb_try_wait_on_stream (stream-ordered after a tensor's first sync on the page; EAGAIN until
+# ways (FGBUFF_DONE_EVENT=1 wins over the page), bitwise identical on both GPUs; the same with the
+# step's tensors submitted by one fgb_submit_many; the same through fgb_try_wait_on_stream (stream-ordered after a tensor's first sync on the page; EAGAIN until
 # the Done on events); a
 # stream wait past its timeout is released by the library (next call: FGB_ETIMEDOUT); and a daemon
 # killed while a client's stream waits on its done page: the stream is released and the next call
@@ -14,14 +14,14 @@ source "$here/gpu-world.sh"
 bin="${FGBUFF_TEST_BIN:?}"
 gpu_test_world 2
 rc=0
-pair() { # job done-path ready-path [env...]  ($try: --try-wait's value, default 0)
+pair() { # job done-path ready-path [env...]  ($try, $many: --try-wait's, --submit-many's value)
   local j="$1" path="$2" rpath="$3" p0
   shift 3
   env "$@" FGBUFF_CLIENT_TRACE=1 "$bin/gpuclient" --job "$j" --rank 0 --size 2 --device 0 \
-    --steps 4 --try-wait "${try:-0}" --socket "$GPU_SOCK_0" >"$out/$j.0.out" 2>&1 &
+    --steps 4 --try-wait "${try:-0}" --submit-many "${many:-0}" --socket "$GPU_SOCK_0" >"$out/$j.0.out" 2>&1 &
   p0=$!
   env "$@" FGBUFF_CLIENT_TRACE=1 "$bin/gpuclient" --job "$j" --rank 1 --size 2 --device 1 \
-    --steps 4 --try-wait "${try:-0}" --socket "$GPU_SOCK_1" >"$out/$j.1.out" 2>&1 || { echo "$j rank 1 failed"; cat "$out/$j.1.out"; rc=1; }
+    --steps 4 --try-wait "${try:-0}" --submit-many "${many:-0}" --socket "$GPU_SOCK_1" >"$out/$j.1.out" 2>&1 || { echo "$j rank 1 failed"; cat "$out/$j.1.out"; rc=1; }
   wait $p0 || { echo "$j rank 0 failed"; cat "$out/$j.0.out"; rc=1; }
   [ "$(grep -c hash "$out/$j.0.out")" -eq 4 ] || { echo "$j: missing steps"; rc=1; }
   diff <(grep hash "$out/$j.0.out") <(grep hash "$out/$j.1.out") || { echo "$j: GPUs differ"; rc=1; }
@@ -38,13 +38,17 @@ pair event event event FGBUFF_DONE_EVENT=1 FGBUFF_DONE_PAGE=1
 # it says EAGAIN until the Done is here; results right either way.
 try=1 pair trypage memop memop FGBUFF_DONE_PAGE=1
 try=1 pair tryevent event event FGBUFF_DONE_EVENT=1 FGBUFF_DONE_PAGE=1
+# fgb_submit_many: the step's tensors (two arenas, two pages) in one call behind the held stream:
+# the ready numbers as one stream batch, or the events recorded one by one
+many=1 pair many memop memop FGBUFF_DONE_PAGE=1
+many=1 pair manyevent event event FGBUFF_DONE_EVENT=1 FGBUFF_DONE_PAGE=1
 for r in 0 1; do
   late=$(awk '$1 == "try-wait" && $3 > 0 && $4 > 0' "$out/trypage.$r.out")
   [ -z "$late" ] || { echo "trypage rank $r: refused after step 0: $late"; rc=1; }
   [ "$(grep -c '^try-wait eagain' "$out/tryevent.$r.out")" -eq 4 ] ||
     { echo "tryevent rank $r: missing try-wait lines"; rc=1; }
 done
-echo "results right on both done paths and through fgb_try_wait_on_stream: rc $rc"
+echo "results right on both done paths, through fgb_try_wait_on_stream and fgb_submit_many: rc $rc"
 
 # A stream wait past its timeout (rank 1 stalls 60 s; rank 0 waits 2 s): the library releases the
 # stream and the next call reports FGB_ETIMEDOUT.

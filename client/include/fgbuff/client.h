@@ -196,6 +196,19 @@ fgb_status fgb_arena_release(fgb_client *c, fgb_arena *arena);
  * not be written until the tensor is done for this step. */
 fgb_status fgb_submit(fgb_client *c, uint32_t tensor_id, uint64_t step, void *stream);
 
+/* fgb_submit for tensor_ids[0..n) at one point of `stream`, in one call: what n fgb_submit calls
+ * in that order on that stream do (the daemon receives the same n Submits), with the client's own
+ * work per call paid once — every id is checked first (an unknown one fails with FGB_ENOTFOUND
+ * naming it and its index, and nothing is submitted), the stream is queried once, and the
+ * done-page ready numbers are written by one cuStreamBatchMemOp (up to 255 per driver call)
+ * instead of one stream write each. What a framework does with the gradients that became ready
+ * since its last submit (a bucket). Every tensor's data must be final at that point of the stream
+ * (on CPU: when called). n = 0 submits nothing (tensor_ids may be NULL) and returns FGB_OK, or the
+ * handle's pending error. A failure part-way (a lost connection) may leave the first tensors
+ * submitted: the step fails as it would after single submits. */
+fgb_status fgb_submit_many(fgb_client *c, const uint32_t *tensor_ids, size_t n, uint64_t step,
+                           void *stream);
+
 /* Declare that no more tensors come for `step` (send only): registered tensors that were not
  * submitted are synchronised as zeros, so an unused parameter never hangs the step. */
 fgb_status fgb_end_step(fgb_client *c, uint64_t step);

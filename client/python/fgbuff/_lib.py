@@ -141,6 +141,7 @@ def _prototypes(lib: ctypes.CDLL) -> None:
         "fgb_tensor_release": (st, [P, c.c_uint32]),
         "fgb_arena_release": (st, [P, c.POINTER(fgb_arena)]),
         "fgb_submit": (st, [P, c.c_uint32, c.c_uint64, P]),
+        "fgb_submit_many": (st, [P, c.POINTER(c.c_uint32), c.c_size_t, c.c_uint64, P]),
         "fgb_end_step": (st, [P, c.c_uint64]),
         "fgb_wait": (st, [P, c.c_uint32, c.c_uint64, c.c_int]),
         "fgb_wait_on_stream": (st, [P, c.c_uint32, c.c_uint64, P, c.c_int]),

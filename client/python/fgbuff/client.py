@@ -229,6 +229,7 @@ class Client:
         self._arenas = []
         # the per-step calls, bound once (argtypes/restype are set by _lib)
         self._f_submit = self._L.fgb_submit
+        self._f_submit_many = self._L.fgb_submit_many
         self._f_wait_many = self._L.fgb_wait_many_on_stream
         if connect:
             try:
@@ -370,6 +371,23 @@ class Client:
             st = self._f_submit(h, tensor_id, step, stream or None)
             if st:
                 self._check(st, "fgb_submit")
+
+    def submit_many(self, tensor_ids: "Sequence[int] | ctypes.Array[ctypes.c_uint32]", step: int,
+                    stream: int = 0, n: Optional[int] = None) -> None:
+        """fgb_submit_many: submit tensor_ids[:n] (every id when n is None) at one point of the
+        stream in one call. A framework's bucket path passes one array from tensor_ids() that it
+        refills, with n, so that nothing is built per call."""
+        arr = tensor_ids if isinstance(tensor_ids, ctypes.Array) else self.tensor_ids(tensor_ids)
+        k = len(arr) if n is None else n
+        if not 0 <= k <= len(arr):
+            raise ValueError(f"fgbuff: submit_many of {k} ids from an array of {len(arr)}")
+        with self._lock:
+            h = self._h
+            if h is None:
+                self._handle()
+            st = self._f_submit_many(h, arr, k, step, stream or None)
+            if st:
+                self._check(st, "fgb_submit_many")
 
     def end_step(self, step: int) -> None:
         self._call("fgb_end_step", step)
