@@ -262,6 +262,59 @@ def test_distributed_optimizer_equals_single_process_and_negative_control():
     assert not params_close(nc, ref)
 
 
+@pytest.mark.parametrize("group, cap", [(0, 4), (100, 1000), (1 << 20, 1000), (1 << 20, 2),
+                                        (1 << 20, 1)])
+def test_submit_groups_follow_the_rule_and_change_no_result(group, cap):
+    """Gradients ready in backward go to the daemon in groups (one fgb_submit_many each): a group
+    closes once it holds submit_group_bytes or submit_group_tensors, the step's last gradient
+    closes the last one; the results are those of the single-process reference whatever the
+    grouping."""
+    ref = reference()
+    m = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR),
+                                   named_parameters=m.named_parameters(),
+                                   submit_group_bytes=group, submit_group_tensors=cap)
+    cl = opt._fgb_client
+    size = {e.tid: e.nbytes for e in opt._fgb_order}
+    calls, streams, inner = [], [], cl._f_submit_many
+
+    def counting(h, arr, n, step, stream):
+        calls.append((step, [arr[i] for i in range(n)]))
+        streams.append(stream)
+        return inner(h, arr, n, step, stream)
+
+    cl._f_submit_many = counting
+    train(m, opt)
+    assert params_close(m, ref)
+    for step in range(STEPS):
+        groups = [ids for s, ids in calls if s == step]
+        assert sorted(t for g in groups for t in g) == sorted(size), (step, groups)
+        for k, g in enumerate(groups):
+            acc = [sum(size[t] for t in g[:i + 1]) for i in range(len(g))]
+            assert all(a < group for a in acc[:-1]) and len(g) <= cap, groups  # no earlier
+            if k < len(groups) - 1:
+                assert acc[-1] >= group or len(g) == cap, groups  # and no later
+        if group == 0 or cap == 1:
+            assert all(len(g) == 1 for g in groups)
+        if group == 1 << 20:
+            assert len(groups) == (1 if cap == 1000 else -(-4 // cap)), groups
+    # a gradient produced on another stream closes the group first: each group's ready marks go
+    # to its own stream (host arenas ignore the stream; the grouping is what is checked)
+    if group and cap > 1:
+        a, b = opt._fgb_order[:2]
+        del calls[:], streams[:]
+        opt._fgb_add(a.tid, a.nbytes, 11)
+        opt._fgb_add(b.tid, b.nbytes, 12)
+        opt._fgb_flush()
+        assert [ids for _, ids in calls] == [[a.tid], [b.tid]] and streams == [11, 12]
+        opt.synchronize()  # the step's other tensors go as zeros
+    for key, bad in (("submit_group_bytes", -1), ("submit_group_bytes", True),
+                     ("submit_group_bytes", 1.5), ("submit_group_tensors", 0)):
+        with pytest.raises(ValueError, match=key):
+            hvd.DistributedOptimizer(torch.optim.SGD(make_model().parameters(), lr=LR),
+                                     **{key: bad})
+
+
 def test_backward_passes_per_step_2_and_set_to_none():
     ref = reference(steps=3, passes=2)
     m = make_model()

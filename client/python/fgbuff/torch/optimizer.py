@@ -4,8 +4,11 @@ Per (device, dtype) one flat buffer is allocated once (a host arena on a CPU dae
 memory registered with fgb_arena_register_cuda on a GPU daemon); every parameter's `.grad` is a
 view into its slot made with the parameter's own strides. Autograd accumulates into the view in
 place; a gradient autograd allocated afresh (after `.grad = None`) is copied into the slot and
-`.grad` is pointed back at the view (never `set_()`). A post-accumulate-grad hook submits the
-slot once its `backward_passes_per_step`-th accumulation is final (on the current stream on GPU);
+`.grad` is pointed back at the view (never `set_()`). A post-accumulate-grad hook marks the
+slot ready once its `backward_passes_per_step`-th accumulation is final; the ready slots are
+submitted in groups (fgb_submit_many on the current stream on GPU: one call, one batch of
+ready-number writes) once a group holds submit_group_bytes (1 MiB) or submit_group_tensors (4),
+and the step's last at once;
 synchronize() ends the step (parameters that got no gradient are synchronised as zeros, as
 Horovod does) and waits — on GPU with one fgb_wait_many_on_stream for every tensor (done-page
 stream waits batched), so the host neither blocks nor makes a driver call per tensor.
@@ -80,6 +83,7 @@ class _Entry:
     # and scratch addresses (None: the 3 torch ops above)
     cguard: Optional[Tuple[int, int, int, int, int]] = None
     dev: int = -1  # CUDA device index of the slot (-1: host memory)
+    nbytes: int = 0  # the slot's size (what counts toward submit_group_bytes)
 
 
 def _default_filter(name: str, p: torch.nn.Parameter) -> bool:
@@ -93,7 +97,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                  compressor: Optional[str], density: float, policy: Optional[str],
                  job_name: Optional[str], compress_filter: Optional[Callable[..., bool]],
                  compressor_options: "Optional[str | Dict[str, Any]]",
-                 nonfinite_guard: bool = True):
+                 nonfinite_guard: bool = True, submit_group_bytes: int = 1 << 20,
+                 submit_group_tensors: int = 4):
         super(self.__class__, self).__init__(params)
         self._fgb_client: Optional[C.Client] = None
         copts = C.format_options(compressor_options)
@@ -108,6 +113,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise ValueError("gradient_predivide_factor is only supported with op=Average")
         if backward_passes_per_step < 1:
             raise ValueError("backward_passes_per_step must be >= 1")
+        for k, v, lo in (("submit_group_bytes", submit_group_bytes, 0),
+                         ("submit_group_tensors", submit_group_tensors, 1)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ValueError(f"fgbuff.torch.DistributedOptimizer: {k} must be an int >= "
+                                 f"{lo}, not {v!r}")
         if compressor and compressor.lower() == "dgc":
             for g in self.param_groups:
                 if float(g.get("momentum", 0.0) or 0.0) != 0.0:
@@ -126,6 +136,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._fgb_synchronized = False
         self._fgb_submitted = 0
         self._fgb_step = 0
+        # the gradients ready since the last submit (one fgb_submit_many per group): their ids,
+        # count, bytes and the raw stream they were produced on
+        self._fgb_group_bytes = submit_group_bytes
+        self._fgb_group_tensors = submit_group_tensors
+        self._fgb_pend: Any = None
+        self._fgb_npend = 0
+        self._fgb_pend_bytes = 0
+        self._fgb_pend_stream = 0
         self._fgb_entries: Dict[int, _Entry] = {}  # id(param) -> entry
         self._fgb_order: List[_Entry] = []
         self._fgb_flag: Optional[Tuple[int, torch.Tensor]] = None
@@ -252,6 +270,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                 self._fgb_guard_scratch[2 * k:].data_ptr())
         for e in self._fgb_order:
             e.dev = e.slot.device.index if e.slot.is_cuda else -1
+            e.nbytes = e.slot.numel() * e.slot.element_size()
+        self._fgb_pend = cl.tensor_ids([0] * (len(self._fgb_order) + 1))  # + the flag
         dd = self._fgb_mem.daemon_device
         self._fgb_wait_dev = ((dd.index if dd.index is not None else torch.cuda.current_device())
                               if dd.type == "cuda" else -1)
@@ -274,14 +294,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self = ref()
             if self is None:
                 return
-            self._fgb_adopt(e)
+            if p.grad is not e.grad:  # (the common case, accumulated into the view, inline)
+                self._fgb_adopt(e)
             self._fgb_synchronized = False
-            e.count += 1
-            if e.count > self._fgb_bpps:
-                raise AssertionError(
-                    f"fgbuff: gradient of {e.name} computed more than backward_passes_per_step="
-                    f"{self._fgb_bpps} times before step(); increase backward_passes_per_step")
-            if e.count == self._fgb_bpps:
+            c = e.count = e.count + 1
+            if c >= self._fgb_bpps:
+                if c > self._fgb_bpps:
+                    raise AssertionError(
+                        f"fgbuff: gradient of {e.name} computed more than backward_passes_per_"
+                        f"step={self._fgb_bpps} times before step(); increase "
+                        "backward_passes_per_step")
                 self._fgb_submit(e)
 
         return hook
@@ -306,8 +328,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         p.grad = e.grad
 
     def _fgb_submit(self, e: _Entry) -> None:
-        cl = self._fgb_client
-        assert cl is not None
+        """Make the entry's slot final on the current stream (staging copy, predivide, guard) and
+        add it to the group; the group is submitted once it holds submit_group_bytes or
+        submit_group_tensors, when every entry of the step is in, or when the stream changes."""
         if e.staged:
             e.slot.copy_(e.grad.reshape(-1))
         if self._fgb_predivide != 1.0:
@@ -326,8 +349,31 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     _torch_guard(e)
             else:
                 _torch_guard(e)
+        self._fgb_add(e.tid, e.nbytes, stream)
         self._fgb_submitted += 1
-        cl.submit(e.tid, self._fgb_step, stream)
+        if (self._fgb_pend_bytes >= self._fgb_group_bytes
+                or self._fgb_npend >= self._fgb_group_tensors
+                or self._fgb_submitted == len(self._fgb_order)):
+            self._fgb_flush()
+
+    def _fgb_add(self, tid: int, nbytes: int, stream: int) -> None:
+        if self._fgb_npend and stream != self._fgb_pend_stream:
+            self._fgb_flush()  # a group's ready marks go to the stream that produced it
+        self._fgb_pend[self._fgb_npend] = tid
+        self._fgb_npend += 1
+        self._fgb_pend_bytes += nbytes
+        self._fgb_pend_stream = stream
+
+    def _fgb_flush(self) -> None:
+        """Submit the group (one fgb_submit_many: the ready marks of every tensor in it at this
+        point of its stream, after each one's producers)."""
+        n = self._fgb_npend
+        if n == 0:
+            return
+        self._fgb_npend = self._fgb_pend_bytes = 0  # emptied first: a failed call is not retried
+        cl = self._fgb_client
+        assert cl is not None
+        cl.submit_many(self._fgb_pend, self._fgb_step, self._fgb_pend_stream, n)
 
     # ---- Horovod's surface
     def synchronize(self) -> None:
@@ -347,7 +393,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             tid, flag = self._fgb_flag
             assert self._fgb_oks is not None
             torch.sum(self._fgb_oks.logical_not(), 0, dtype=torch.float32, out=flag[0])
-            cl.submit(tid, step, _raw_stream(flag.device.index) if flag.is_cuda else 0)
+            self._fgb_add(tid, 4, _raw_stream(flag.device.index) if flag.is_cuda else 0)
+        self._fgb_flush()  # what is left of the step (and the flag) in one call
         cl.end_step(step)
         if self._fgb_mem.on_gpu:
             # every slot (and the flag) lives on the daemon's device: one stream, one call for
@@ -536,7 +583,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
                          job_name: Optional[str] = None,
                          compress_filter: Optional[Callable[[str, Any], bool]] = None,
                          compressor_options: "Optional[str | Dict[str, Any]]" = None,
-                         nonfinite_guard: bool = True) -> torch.optim.Optimizer:
+                         nonfinite_guard: bool = True, submit_group_bytes: int = 1 << 20,
+                         submit_group_tensors: int = 4) -> torch.optim.Optimizer:
     """Wrap `optimizer` so its gradients are synchronised by fgbuffd before each step.
 
     Horovod's arguments keep their meaning; fgbuff's own: compressor ("topk", "dgc", "powersgd",
@@ -549,7 +597,14 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     a compressed gradient that is not finite is sent as zeros and every rank's step made NaN, so
     a GradScaler skips it everywhere and the residuals stay finite; False saves its kernel (3 torch
     ops in host memory) per compressed tensor and step where no step is ever skipped; every rank
-    must pass the same)."""
+    must pass the same), submit_group_bytes and submit_group_tensors (default 1 MiB and 4:
+    gradients that became ready in backward are handed to the daemon together, one
+    fgb_submit_many call, once they hold this many bytes or this many tensors, and the step's
+    last at once; submit_group_bytes=0 or submit_group_tensors=1 submits each as it is ready.
+    Fewer calls on autograd's thread, where a host-bound step (GPT-2 small on an H200) waits for
+    them; a gradient's ready mark waits on the GPU for the group's later ones (the tensor cap
+    bounds that where small tensors take long to compute: ResNet-50's first stage). The daemon's
+    merge policy, not this, decides what travels together)."""
     _core._no_process_sets(process_set)
     if num_groups or groups:
         warnings.warn("fgbuff: num_groups/groups are ignored (the daemon's merge policy groups)")
@@ -557,5 +612,6 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
                op, gradient_predivide_factor, sparse_as_dense, compressor, density, policy,
-               job_name, compress_filter, compressor_options, bool(nonfinite_guard))
+               job_name, compress_filter, compressor_options, bool(nonfinite_guard),
+               submit_group_bytes, submit_group_tensors)
 
