@@ -118,7 +118,28 @@ MODELS = {
 
 
 
+# suffixes of an fgbuff.torch config: `+each` submits each gradient as it is ready
+# (submit_group_bytes=0) instead of in groups (fgb_submit_many; default 1 MiB or 4 tensors);
+# `+gN` caps a group at N tensors instead of 4 (its 1 MiB stays)
+def group_opts(name):
+    """(base config name, DistributedOptimizer's submit_group_* keywords) of a config name."""
+    base, _, suf = name.partition("+")
+    if not suf:
+        return name, {}
+    if suf == "each":
+        return base, {"submit_group_bytes": 0}
+    if suf[:1] == "g" and suf[1:].isdigit() and int(suf[1:]) >= 1:
+        return base, {"submit_group_tensors": int(suf[1:])}
+    raise SystemExit(f"bench.py: config {name}: unknown suffix +{suf} (+each, +gN)")
+
+
 def config_of(name):
+    base, kw = group_opts(name)
+    if kw or base != name:
+        if config_of(base)[0] != "fgb":
+            raise SystemExit(f"bench.py: config {name}: +each and +gN apply to fgbuff.torch "
+                             "configs only")
+        return config_of(base)
     if name in CONFIGS:
         return CONFIGS[name]
     if name.startswith("fgb:"):
@@ -395,8 +416,10 @@ class Run:
             elif kind == "fgb":
                 opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
                                                compressor=comp, density=density, policy=policy,
-                                               compressor_options=COMPRESSOR_OPTIONS.get(cfg),
-                                               nonfinite_guard=cfg not in NO_GUARD,
+                                               compressor_options=COMPRESSOR_OPTIONS.get(
+                                                   group_opts(cfg)[0]),
+                                               nonfinite_guard=group_opts(cfg)[0] not in NO_GUARD,
+                                               **group_opts(cfg)[1],
                                                job_name=f"{self.base}.{name}.{cfg}")
                 stats = instrument(opt)
             data = self.data(name)

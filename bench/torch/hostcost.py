@@ -16,7 +16,10 @@ measured steps), on rank 0:
 Configurations: `plain` (torch.optim.SGD, no hooks), `noop` (SGD plus one no-op
 post-accumulate-grad hook per parameter: the baseline of a hook call), `dense` (fgbuff.torch
 DistributedOptimizer) and `topk` (the same with compressor=topk, every tensor compressed: the
-non-finite guard runs per tensor). Plain and noop zero their gradients in place (set_to_none=False)
+non-finite guard runs per tensor); `dense-each` and `topk-each`: the same with
+submit_group_bytes=0, one fgb_submit per gradient instead of one fgb_submit_many per group (the
+default 1 MiB or 4 tensors).
+`calls` is the number of submit calls per step. Plain and noop zero their gradients in place (set_to_none=False)
 so that, like fgbuff's views, nothing is allocated in backward.
 
 Run it with bench/torch/hostcost.sh (starts the daemons, launches 2 ranks with torchrun)."""
@@ -41,7 +44,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--numel", type=int, default=1024, help="elements per parameter (rows x 32)")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--configs", default="plain,noop,dense,topk")
+    ap.add_argument("--configs", default="plain,noop,dense-each,dense,topk-each,topk")
     ap.add_argument("--density", type=float, default=0.01)
     ap.add_argument("--csv", default="", help="append one row per configuration to this file")
     return ap.parse_args()
@@ -67,15 +70,17 @@ def run_config(a: argparse.Namespace, cfg: str, dev: torch.device) -> Dict[str, 
     m = Model(a.tensors, a.numel).to(dev)
     xs = [torch.randn_like(p) for p in m.ps]
     opt = torch.optim.SGD(m.parameters(), lr=1e-3)
-    st = {"hook": 0.0, "wait": 0.0}
+    st = {"hook": 0.0, "wait": 0.0, "calls": 0}
     pc = time.perf_counter
     hooks = []
     if cfg == "noop":
         for p in m.ps:
             hooks.append(p.register_post_accumulate_grad_hook(lambda _p: None))
-    elif cfg in ("dense", "topk"):
+    elif cfg in ("dense", "topk", "dense-each", "topk-each"):
         kw = dict(compressor="topk", density=a.density,
-                  compress_filter=lambda n, p: True) if cfg == "topk" else {}
+                  compress_filter=lambda n, p: True) if cfg.startswith("topk") else {}
+        if cfg.endswith("-each"):
+            kw["submit_group_bytes"] = 0
         opt = hvd.DistributedOptimizer(opt, named_parameters=m.named_parameters(), **kw)
         # time every hook around its call: replace the optimizer's hooks by timed wrappers
         for e in opt._fgb_order:
@@ -99,6 +104,13 @@ def run_config(a: argparse.Namespace, cfg: str, dev: torch.device) -> Dict[str, 
             st["wait"] += pc() - t
 
         cl.wait_step = timed_wait
+        inner_many = cl._f_submit_many
+
+        def counted(*args):
+            st["calls"] += 1
+            return inner_many(*args)
+
+        cl._f_submit_many = counted
     elif cfg != "plain":
         raise SystemExit(f"hostcost.py: unknown configuration {cfg}")
     rows = []
@@ -107,6 +119,7 @@ def run_config(a: argparse.Namespace, cfg: str, dev: torch.device) -> Dict[str, 
         opt.zero_grad(set_to_none=False)  # in-place accumulation, as fgbuff's views
         loss = m(xs)
         st["hook"] = st["wait"] = 0.0
+        st["calls"] = 0
         t0 = pc()
         loss.backward()
         t1 = pc()
@@ -121,13 +134,14 @@ def run_config(a: argparse.Namespace, cfg: str, dev: torch.device) -> Dict[str, 
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         if i >= a.warmup:
-            rows.append((t1 - t0, st["hook"], t2 - t1 - st["wait"], st["wait"]))
+            rows.append((t1 - t0, st["hook"], t2 - t1 - st["wait"], st["wait"], st["calls"]))
     for h in hooks:
         h.remove()
     if hasattr(opt, "_fgb_close"):
         opt._fgb_close()
     med = [statistics.median(r[k] for r in rows) * 1e3 for k in range(4)]
-    return {"bwd": med[0], "hook": med[1], "sync": med[2], "wait": med[3]}
+    return {"bwd": med[0], "hook": med[1], "sync": med[2], "wait": med[3],
+            "calls": statistics.median(r[4] for r in rows)}
 
 
 def main() -> None:
@@ -150,21 +164,23 @@ def main() -> None:
         name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
         print(f"hostcost: {n} tensors x {a.numel} elements, {a.steps} steps (median), {hvd.size()}"
               f" ranks, {name}")
-        print(f"{'config':8} {'bwd ms':>8} {'hook ms':>8} {'hook/t us':>10} {'bwd-d/t us':>11} "
-              f"{'sync ms':>8} {'sync/t us':>10} {'wait ms':>8}")
+        print(f"{'config':10} {'bwd ms':>8} {'hook ms':>8} {'hook/t us':>10} {'bwd-d/t us':>11} "
+              f"{'sync ms':>8} {'sync/t us':>10} {'wait ms':>8} {'calls':>6}")
         for cfg, r in res.items():
             d = (r["bwd"] - base["bwd"]) * 1e3 / n if base else float("nan")
-            print(f"{cfg:8} {r['bwd']:8.3f} {r['hook']:8.3f} {r['hook'] * 1e3 / n:10.2f} "
-                  f"{d:11.2f} {r['sync']:8.3f} {r['sync'] * 1e3 / n:10.2f} {r['wait']:8.3f}")
+            print(f"{cfg:10} {r['bwd']:8.3f} {r['hook']:8.3f} {r['hook'] * 1e3 / n:10.2f} "
+                  f"{d:11.2f} {r['sync']:8.3f} {r['sync'] * 1e3 / n:10.2f} {r['wait']:8.3f} "
+                  f"{r['calls']:6.0f}")
             if a.csv:
                 new = not os.path.exists(a.csv)
                 with open(a.csv, "a") as f:
                     if new:
                         f.write("device,tensors,config,bwd_ms,hook_ms,hook_us_per_tensor,"
-                                "bwd_delta_us_per_tensor,sync_ms,sync_us_per_tensor,wait_ms\n")
+                                "bwd_delta_us_per_tensor,sync_ms,sync_us_per_tensor,wait_ms,"
+                                "submit_calls\n")
                     f.write(f"{name},{n},{cfg},{r['bwd']:.4f},{r['hook']:.4f},"
                             f"{r['hook'] * 1e3 / n:.3f},{d:.3f},{r['sync']:.4f},"
-                            f"{r['sync'] * 1e3 / n:.3f},{r['wait']:.4f}\n")
+                            f"{r['sync'] * 1e3 / n:.3f},{r['wait']:.4f},{r['calls']:.0f}\n")
     hvd.shutdown()
 
 

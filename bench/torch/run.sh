@@ -268,7 +268,8 @@ for net in ${nets//,/ }; do
       echo "  $m $c: FAILED ($why) $err; log $log"
       python3 "$here/report.py" "$res" --add-failed "$net" "$m" "$c" "$why: $err"
       skip=$((i + 1))
-    elif [ "$attempt" -ge 2 ] && [ "${i:-x}" = "${last_i:-y}" ]; then
+    elif [ "$attempt" -ge 2 ] && [ "${i:-none}" = "${last_i:-none}" ]; then
+      # no item started since the last launch (also none at all: a refused --configs)
       echo "run.sh: network $net: the trainers fail outside any item (rc $rc); log $log:"
       tail -20 "$log"
       break

@@ -61,16 +61,19 @@ for r in rows:
     if r["config"] != "single":
         assert float(r["rank_spread"]) >= 1.0 and float(r["rank_step_ms_max"]) > 0, r
 EOF
-# merged policies agree a plan within 15 steps: every rank's daemon must hold the same one
+# merged policies agree a plan within 15 steps: every rank's daemon must hold the same one (also
+# with each gradient submitted alone, +each); the grouped rows' losses equal the +each row's
 bash "$run" "$BUILD" --cpu --steps 12 --warmup 3 --models gpt2 \
-  --configs dense-fgbuff,topk-rgmerge,auto --out "$OUT/plans" >"$OUT/plans.txt" 2>&1 ||
-  bad "run.sh (plans) exited $?"
+  --configs dense-fgbuff,dense-fgbuff+each,topk-rgmerge,auto --out "$OUT/plans" \
+  >"$OUT/plans.txt" 2>&1 || bad "run.sh (plans) exited $?"
 python3 - "$OUT/plans/results.csv" <<'EOF' || { cat "$OUT/plans.txt"; bad "plans"; }
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-assert len(rows) == 3, rows
+assert len(rows) == 4, rows
 for r in rows:
     assert r["plans_equal"] == "yes" and int(r["plan_versions"]) >= 1, r
+by = {r["config"]: r for r in rows}
+assert abs(float(by["dense-fgbuff"]["loss"]) - float(by["dense-fgbuff+each"]["loss"])) < 1e-4, by
 EOF
 # --rounds 2: every item twice, round-robin; the table gives the median of the two rounds and
 # their spread, the CSV both rows
@@ -231,6 +234,14 @@ python3 "$SRC/bench/torch/cpuplan.py" --selftest || bad "cpuplan.py --selftest"
 msg="$(bash "$run" "$BUILD" --cpu --pin --out "$OUT/pin" 2>&1)"
 rc=$?
 [ "$rc" -eq 2 ] && grep -q "pin is for GPU runs" <<<"$msg" || bad "run.sh --cpu --pin: rc $rc, $msg"
+# a config bench.py refuses before any item (a group suffix on DDP): run.sh stops after two
+# launches that started nothing, naming why, instead of relaunching for ever
+msg="$(timeout 120 bash "$run" "$BUILD" --cpu --steps 2 --warmup 1 --models gpt2 \
+  --configs ddp+each --out "$OUT/refused" 2>&1)"
+rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q "apply to fgbuff.torch configs only" <<<"$msg" &&
+  [ "$(ls "$OUT/refused" | grep -c '^train-cpu-')" -eq 2 ] ||
+  bad "run.sh with a refused config: rc $rc, $(ls "$OUT/refused")"
 # a config that crashes is reported and the run goes on
 FGBUFF_BENCH_CPUS="0;0" bash "$run" "$BUILD" --cpu --steps 2 --warmup 1 --models gpt2 \
   --configs ddp,fgb:no-such-compressor:0.01:none,dense-none --out "$OUT/crash" \
