@@ -5,7 +5,10 @@
  * written (NaN sentinels around the range). Also: count 0, ok written whatever it held, scratch
  * left zero (a finite call right after a bad one), order on a non-blocking stream behind a delayed
  * copy, a stream of another device than the current one (2+ GPUs), and the argument errors.
- * Without CUDA in the build: the stub answers FGB_ENOTSUP. */
+ * fgb_nonfinite_guard_many: 70 items of every dtype and many sizes (count 0 among them, more than
+ * one launch's 32 per dtype, misaligned starts) in one call give each item its own verdict and
+ * zeroing, twice with other items made bad (scratch reused); its argument errors launch nothing.
+ * Without CUDA in the build: the stubs answer FGB_ENOTSUP. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,6 +24,10 @@ int main(void) {
   uint32_t scr[2] = {0, 0};
   CHECK(fgb_nonfinite_guard(NULL, 0, 0, NULL, NULL, NULL) == FGB_ENOTSUP);
   CHECK(fgb_nonfinite_guard(&x, 1, FGB_FLOAT32, &ok, scr, NULL) == FGB_ENOTSUP);
+  CHECK(ok == 0 && x == 1.0f);
+  fgb_guard_item it = {&x, 1, FGB_FLOAT32, 0, &ok, scr};
+  CHECK(fgb_nonfinite_guard_many(&it, 1, NULL) == FGB_ENOTSUP);
+  CHECK(fgb_nonfinite_guard_many(NULL, 0, NULL) == FGB_ENOTSUP);
   CHECK(ok == 0 && x == 1.0f);
   TEST_DONE();
 }
@@ -189,6 +196,104 @@ static void argument_errors(void) {
   CHECK(ok == 0 && x[0] == 0.0f && scr[0] == 0); /* nothing was touched */
 }
 
+/* fgb_nonfinite_guard_many over NB items laid out in one device buffer with 0xff bytes (NaN in
+ * every float type) between them: each item's ok and data as its own guard would leave them. */
+#define NB 70
+static void batch_cases(void) {
+  static const uint64_t counts[] = {0, 1, 17, 4097, 300001, 33, 8, 65537, 2, 1023};
+  const size_t nc = sizeof counts / sizeof counts[0];
+  fgb_guard_item it[NB];
+  uint64_t off[NB];
+  size_t total = 0;
+  for (int i = 0; i < NB; i++) {
+    /* runs of 3 items of one dtype, interleaved; items 40.. all fp32, so that fp32 has 42 items:
+     * two launches of that dtype */
+    const dtinfo *d = i < 40 ? &DTS[(i / 3) % NDTS] : &DTS[0];
+    total = (total + 15) & ~(size_t)15;
+    off[i] = total + (i % 4 == 3 ? d->es : 0); /* some starts off a 16-byte boundary */
+    it[i] = (fgb_guard_item){NULL, counts[i % nc], (int32_t)d->dt, 0, NULL, NULL};
+    total = off[i] + it[i].count * d->es + 16;
+  }
+  unsigned char *dev = NULL, *host = malloc(total), *back = malloc(total);
+  uint8_t *okd = NULL;
+  uint32_t *scrd = NULL;
+  REQUIRE(host && back);
+  REQUIRE(cudaMalloc((void **)&dev, total) == cudaSuccess);
+  REQUIRE(cudaMalloc((void **)&okd, NB) == cudaSuccess);
+  REQUIRE(cudaMalloc((void **)&scrd, 2 * NB * sizeof(uint32_t)) == cudaSuccess);
+  REQUIRE(cudaMemset(scrd, 0, 2 * NB * sizeof(uint32_t)) == cudaSuccess);
+  const dtinfo *dof[NB];
+  for (int i = 0; i < NB; i++) {
+    for (size_t k = 0; k < NDTS; k++)
+      if ((int32_t)DTS[k].dt == it[i].dtype) dof[i] = &DTS[k];
+    it[i].data = dev + off[i];
+    it[i].ok = okd + i;
+    it[i].scratch = scrd + 2 * i;
+  }
+  /* argument errors: nothing launched, so nothing changes */
+  CHECK(fgb_nonfinite_guard_many(NULL, 0, NULL) == FGB_OK);
+  CHECK(fgb_nonfinite_guard_many(NULL, 2, NULL) == FGB_EINVAL);
+  CHECK(fgb_nonfinite_guard_many(it, FGB_GUARD_MANY_MAX + 1, NULL) == FGB_EINVAL);
+  REQUIRE(cudaMemset(okd, 0xee, NB) == cudaSuccess);
+  fgb_guard_item bad[3] = {it[2], it[3], it[4]};
+  bad[1].dtype = FGB_INT32;
+  CHECK(fgb_nonfinite_guard_many(bad, 3, NULL) == FGB_EINVAL);
+  bad[1] = it[3];
+  bad[1].ok = NULL;
+  CHECK(fgb_nonfinite_guard_many(bad, 3, NULL) == FGB_EINVAL);
+  bad[1] = it[3];
+  bad[2].scratch = bad[0].scratch; /* two non-empty items on one scratch */
+  CHECK(fgb_nonfinite_guard_many(bad, 3, NULL) == FGB_EINVAL);
+  bad[2] = it[0]; /* count 0: needs no scratch, so may share one */
+  bad[2].scratch = bad[0].scratch;
+  uint8_t okh[NB];
+  REQUIRE(cudaMemcpy(okh, okd, NB, cudaMemcpyDeviceToHost) == cudaSuccess);
+  int untouched = 1;
+  for (int i = 0; i < NB; i++) untouched &= okh[i] == 0xee;
+  CHECK_MSG(untouched, "a refused fgb_nonfinite_guard_many wrote an ok byte");
+  CHECK(fgb_nonfinite_guard_many(bad, 3, NULL) == FGB_OK);
+
+  for (int round = 0; round < 3; round++) {
+    memset(host, 0xff, total);
+    int want[NB];
+    for (int i = 0; i < NB; i++) {
+      const dtinfo *d = dof[i];
+      for (uint64_t e = 0; e < it[i].count; e++) set_bits(d, host + off[i], e, rnd_finite(d));
+      want[i] = 1;
+      /* round 0 all finite; then every 3rd item (other ones each round) gets one bad element */
+      if (round > 0 && it[i].count > 0 && i % 3 == round - 1) {
+        set_bits(d, host + off[i], rnd() % it[i].count, bad_value(d, (int)(rnd() % NBAD)));
+        want[i] = 0;
+      }
+    }
+    REQUIRE(cudaMemcpy(dev, host, total, cudaMemcpyHostToDevice) == cudaSuccess);
+    REQUIRE(cudaMemset(okd, 0xee, NB) == cudaSuccess);
+    CHECK(fgb_nonfinite_guard_many(it, NB, NULL) == FGB_OK);
+    uint32_t scr[2 * NB];
+    REQUIRE(cudaMemcpy(back, dev, total, cudaMemcpyDeviceToHost) == cudaSuccess);
+    REQUIRE(cudaMemcpy(okh, okd, NB, cudaMemcpyDeviceToHost) == cudaSuccess);
+    REQUIRE(cudaMemcpy(scr, scrd, sizeof scr, cudaMemcpyDeviceToHost) == cudaSuccess);
+    for (int i = 0; i < NB; i++) {
+      CHECK_MSG(okh[i] == want[i], "batch round %d item %d (%s, count %llu): ok %u, want %d", round,
+                i, dof[i]->name, (unsigned long long)it[i].count, okh[i], want[i]);
+      CHECK_MSG(scr[2 * i] == 0 && scr[2 * i + 1] == 0, "batch round %d item %d: scratch %u %u",
+                round, i, scr[2 * i], scr[2 * i + 1]);
+      if (!want[i]) /* the expected data: the item zeroed */
+        memset(host + off[i], 0, it[i].count * dof[i]->es);
+    }
+    /* every byte: the items as the reference left them, the 0xff gaps untouched */
+    size_t at = 0;
+    while (at < total && back[at] == host[at]) at++;
+    CHECK_MSG(at == total, "batch round %d: byte %zu is %#x, want %#x", round, at,
+              at < total ? back[at] : 0, at < total ? host[at] : 0);
+  }
+  cudaFree(dev);
+  cudaFree(okd);
+  cudaFree(scrd);
+  free(host);
+  free(back);
+}
+
 static void sleep_cb(void *ms) {
   struct timespec ts = {0, (long)(intptr_t)ms * 1000000L};
   nanosleep(&ts, NULL);
@@ -336,6 +441,8 @@ int main(void) {
     stream_order(d, &g, N);
     fprintf(stderr, "%s: done (%d failed so far)\n", d->name, test_failures_);
   }
+  batch_cases();
+  fprintf(stderr, "batch: done (%d failed so far)\n", test_failures_);
   if (nd >= 2)
     other_device();
   else

@@ -275,6 +275,27 @@ fgb_status fgb_wait_step(fgb_client *c, uint64_t step, int timeout_ms);
 fgb_status fgb_nonfinite_guard(void *data, uint64_t count, int dtype, uint8_t *ok,
                                uint32_t *scratch, void *stream);
 
+/* One tensor of fgb_nonfinite_guard_many: fgb_nonfinite_guard's arguments but the stream. */
+typedef struct fgb_guard_item {
+  void *data;
+  uint64_t count;
+  int32_t dtype;     /* fgb_dtype: FGB_FLOAT32, FGB_FLOAT16, FGB_BFLOAT16 or FGB_FLOAT64 */
+  uint32_t reserved; /* 0 */
+  uint8_t *ok;
+  uint32_t *scratch;
+} fgb_guard_item;
+#define FGB_GUARD_MANY_MAX 1024
+
+/* fgb_nonfinite_guard for items[0..n) on `stream`: each item's verdict and zeroing as its own call
+ * would give, but one kernel launch per dtype present and per 32 items of it (a framework's
+ * group of ready gradients: one launch instead of one per tensor). Every item is checked first
+ * (as fgb_nonfinite_guard checks its arguments) and, among items with count > 0, no two may share
+ * a scratch (they run in one launch): FGB_EINVAL and nothing launched otherwise, or when items is
+ * NULL with n > 0 or n > FGB_GUARD_MANY_MAX. n = 0: FGB_OK, nothing launched. A CUDA failure
+ * (FGB_ENOMEM, FGB_EIO) after an earlier launch of the call leaves that launch enqueued.
+ * FGB_ENOTSUP in a build without CUDA, whatever the arguments. */
+fgb_status fgb_nonfinite_guard_many(const fgb_guard_item *items, size_t n, void *stream);
+
 /* ---- ad-hoc collectives (blocking round trips over registered tensors) ---------------------- */
 /* Every rank of the job must call the same collective on the same tensor name in the same order. */
 fgb_status fgb_allreduce(fgb_client *c, uint32_t tensor_id, fgb_reduce_op op, int timeout_ms);
