@@ -147,23 +147,29 @@ def test_optimizer_cuda_300_tensors_batched_stream_waits():
         torch.testing.assert_close(p.detach().cpu().double(), w, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("kernel", [True, False])
-def test_topk_nonfinite_on_gpu_skipped_everywhere_then_finite(kernel, monkeypatch):
-    """The device-side non-finite guard (the flag summed once per step): an inf on the last rank in a
-    compressed tensor poisons every rank's gradients of that step, and the next steps are finite
-    (the residuals got zeros). kernel=True: the CUDA slots' guard is fgb_nonfinite_guard, one
-    kernel from C; False: the library's kernel hidden, so the torch ops (vector_norm, lt, where)
-    do it, with the same outcome."""
+@pytest.mark.parametrize("how,groups", [("many", 4), ("many", 1), ("one", 4), ("torch", 4)])
+def test_topk_nonfinite_on_gpu_skipped_everywhere_then_finite(how, groups, monkeypatch):
+    """The device-side non-finite guard (the flag summed once per step): an inf on the last rank
+    in a compressed tensor poisons every rank's gradients of that step, and the next steps are
+    finite (the residuals got zeros). how="many": the CUDA slots' guards are one
+    fgb_nonfinite_guard_many per submit group (groups of 4 tensors, or of 1); "one": the library's
+    batch call hidden, fgb_nonfinite_guard per tensor; "torch": both kernels hidden, so the torch
+    ops (vector_norm, lt, where) do it. The same outcome every way."""
     from fgbuff import client as C
 
-    if not kernel:
+    kernel = how != "torch"
+    if how == "torch":
         monkeypatch.setattr(C, "has_nonfinite_guard", lambda: False)
+    if how != "many":
+        monkeypatch.setattr(C, "has_nonfinite_guard_many", lambda: False)
     m = make(torch.float32)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.01),
                                    named_parameters=m.named_parameters(), compressor="topk",
-                                   density=0.25, job_name=f"gpuopt.nonfinite.{kernel}")
+                                   density=0.25, job_name=f"gpuopt.nonfinite.{how}.{groups}",
+                                   submit_group_tensors=groups)
     guarded = [e for e in opt._fgb_order if e.ok is not None]
     assert guarded and opt._fgb_guard_c is kernel
+    assert opt._fgb_guard_many is (how == "many")
     assert all((e.cguard is not None) is kernel for e in guarded)
 
     def step(s, poison=False):
@@ -238,6 +244,70 @@ def test_nonfinite_guard_kernel_equals_the_torch_ops(dtype):
     assert bool(oks[0])
     with pytest.raises(C.InvalidArgument):
         C.nonfinite_guard(base.data_ptr(), 4, C.INT32, oks.data_ptr(), scratch.data_ptr(), 0)
+
+
+def test_nonfinite_guard_many_equals_one_call_per_tensor():
+    """fgbuff.client.nonfinite_guard_many (fgb_nonfinite_guard_many): 40 tensors of every float
+    dtype and many sizes (0 and misaligned starts among them; fp32 in two launches) on a side
+    stream right after their writes there, some with one NaN/inf: each gets its own verdict and
+    zeroing, its neighbours untouched, the scratch left zero; a shared scratch, another dtype or
+    n past the array is refused before anything is launched."""
+    from fgbuff import client as C
+    from fgbuff.torch._dtypes import fgb_dtype
+
+    assert C.has_nonfinite_guard_many()
+    dts = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+    sizes = [0, 1, 17, 4097, 300_001, 33, 8, 65_537]
+    g = torch.Generator(device=dev()).manual_seed(7)
+    k = 40
+    specs = [(dts[0] if i >= 24 else dts[i % 4], sizes[i % len(sizes)], i % 5 == 2)
+             for i in range(k)]  # 22 of them fp32 (items 0, 4, ..., 20 and 24..39)
+    specs += [(torch.float32, 1000 + i, i % 7 == 0) for i in range(20)]  # 42 fp32: 2 launches
+    items = C.guard_items(len(specs))
+    oks = torch.zeros(len(specs), dtype=torch.bool, device=dev())
+    scratch = torch.zeros(2 * len(specs), dtype=torch.int32, device=dev())
+    side = torch.cuda.Stream()
+    bufs, views, refs = [], [], []
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for i, (dt, n, bad) in enumerate(specs):
+            off = i % 2  # misaligned starts
+            b = torch.randn(n + off + 3, device=dev(), generator=g).mul_(100).to(dt)
+            v = b[off:off + n]
+            if bad and n:
+                v[int(torch.randint(n, (1,), generator=g, device=dev()))] = (
+                    float("nan"), float("inf"), float("-inf"))[i % 3]
+            bufs.append((b, b.clone()))
+            views.append(v)
+            refs.append(v.clone())
+            items[i] = C.GuardItem(v.data_ptr(), n, fgb_dtype(dt), 0,
+                                   oks.data_ptr() + i, scratch[2 * i:].data_ptr())
+            oks[i] = not (bad and n)  # the opposite of the verdict: it must be written
+        C.nonfinite_guard_many(items, len(specs), side.cuda_stream)
+    torch.cuda.synchronize()
+    for i, (dt, n, bad) in enumerate(specs):
+        want = bool(torch.isfinite(refs[i]).all())
+        assert bool(oks[i]) == want, (i, dt, n)
+        assert torch.equal(views[i], refs[i] if want else torch.zeros_like(refs[i])), (i, dt, n)
+        b, before = bufs[i]
+        off = i % 2
+        assert torch.equal(b[:off], before[:off]) and torch.equal(b[off + n:], before[off + n:])
+    assert not scratch.any()
+    oks.fill_(False)
+    shared = C.guard_items(2)
+    shared[0], shared[1] = items[3], items[4]
+    shared[1].scratch = shared[0].scratch
+    with pytest.raises(C.InvalidArgument):
+        C.nonfinite_guard_many(shared, 2, 0)
+    shared[1] = items[4]
+    shared[1].dtype = C.INT32
+    with pytest.raises(C.InvalidArgument):
+        C.nonfinite_guard_many(shared, 2, 0)
+    with pytest.raises(ValueError):
+        C.nonfinite_guard_many(shared, 3, 0)
+    C.nonfinite_guard_many(shared, 0, 0)  # nothing
+    torch.cuda.synchronize()
+    assert not oks.any()  # none of the refused calls wrote a verdict
 
 
 def _nccl_pg():

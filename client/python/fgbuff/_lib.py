@@ -50,6 +50,13 @@ class fgb_job_opts(ctypes.Structure):
     ]
 
 
+class fgb_guard_item(ctypes.Structure):
+    """One tensor of fgb_nonfinite_guard_many (client.h)."""
+    _fields_ = [("data", ctypes.c_void_p), ("count", ctypes.c_uint64), ("dtype", ctypes.c_int32),
+                ("reserved", ctypes.c_uint32), ("ok", ctypes.c_void_p),
+                ("scratch", ctypes.c_void_p)]
+
+
 class fgb_status_opts(ctypes.Structure):
     _fields_ = [
         ("job", ctypes.c_char_p),
@@ -175,6 +182,7 @@ def _prototypes(lib: ctypes.CDLL) -> None:
     # newer than the rest: a library without it still loads (fgbuff.client answers NotSupported)
     optional = {
         "fgb_nonfinite_guard": (st, [P, c.c_uint64, c.c_int, P, P, P]),
+        "fgb_nonfinite_guard_many": (st, [c.POINTER(fgb_guard_item), c.c_size_t, P]),
     }
     for name, (res, args) in optional.items():
         fn = getattr(lib, name, None)

@@ -192,6 +192,46 @@ def nonfinite_guard(ptr: int, count: int, dtype: int, ok_ptr: int, scratch_ptr: 
         raise error_class(st)(st, why, "fgb_nonfinite_guard")
 
 
+GuardItem = _lib.fgb_guard_item  # fields data, count, dtype, reserved (0), ok, scratch
+_guard_many_fn: Any = None
+
+
+def guard_items(n: int) -> "ctypes.Array[_lib.fgb_guard_item]":
+    """An array of n GuardItem for nonfinite_guard_many, allocated once and refilled."""
+    return (GuardItem * n)()
+
+
+def nonfinite_guard_many(items: "ctypes.Array[_lib.fgb_guard_item]", n: int,
+                         stream: int = 0) -> None:
+    """fgb_nonfinite_guard_many: nonfinite_guard for items[:n] (GuardItem: data, count, dtype,
+    0, ok, scratch as nonfinite_guard takes them) in one launch per dtype present and per 32
+    items of it, on `stream`. Every item is checked before anything is launched; two items with
+    count > 0 must not share a scratch. Raises as nonfinite_guard does (InvalidArgument names
+    nothing: the library has no handle here; NotSupported where the library lacks it)."""
+    global _guard_many_fn
+    if _guard_many_fn is None:
+        _guard_many_fn = getattr(_lib.load(), "fgb_nonfinite_guard_many", None) or False
+    fn = _guard_many_fn
+    if not 0 <= n <= len(items):
+        raise ValueError(f"fgbuff: nonfinite_guard_many of {n} items from an array of "
+                         f"{len(items)}")
+    st = fn(items, n, stream or None) if fn else ENOTSUP
+    if st != OK:
+        if not fn:
+            why = f"{_lib.path()} has no fgb_nonfinite_guard_many (older than this package)"
+        elif st == ENOTSUP:
+            why = "this libfgbuff_client was built without CUDA"
+        else:
+            why = f"{n} items on stream {int(stream or 0):#x}: a bad item or a shared scratch"
+        raise error_class(st)(st, why, "fgb_nonfinite_guard_many")
+
+
+def has_nonfinite_guard_many() -> bool:
+    """Whether the loaded library has nonfinite_guard_many's kernel (a build with CUDA)."""
+    fn = getattr(_lib.load(), "fgb_nonfinite_guard_many", None)
+    return fn is not None and has_nonfinite_guard()
+
+
 def has_nonfinite_guard() -> bool:
     """Whether the loaded library has nonfinite_guard's kernel (a build with CUDA). Touches no
     device: a call with every argument 0 answers InvalidArgument there, NotSupported elsewhere."""

@@ -27,9 +27,11 @@ job whose client left cleanly at once), never under the daemon's mapping.
 Non-finite gradients and compressors: a tensor with a compressor keeps error-feedback state in the
 daemon; an inf/NaN entering it would poison every later step. So a compressed gradient that is not
 finite on a rank is submitted as zeros and counted in a step flag (a 1-element SUM tensor of the
-same job, submitted every step; all of it computed on the device, no host sync). In the hook, a
-gradient on a GPU gets one kernel launched from C (fgb_nonfinite_guard, on the stream its submit
-uses: no torch dispatch): it sets the tensor's byte of a bool vector, ok, to "every element is
+same job, submitted every step; all of it computed on the device, no host sync). A gradient on a
+GPU is checked by a kernel launched from C (no torch dispatch) on the stream its submit uses: one
+fgb_nonfinite_guard_many launch for the compressed tensors of a submit group, when the group is
+flushed, just before its ready marks (fgb_nonfinite_guard per tensor with a library older than
+that). The kernel sets the tensor's byte of a bool vector, ok, to "every element is
 finite" and, when not, zeros the whole gradient, through 2 preallocated uint32 of scratch per
 tensor. A gradient in host memory (a CPU daemon), or where the library has no such kernel (a
 build without CUDA) or its launch failed once (warned), gets the same from 3 torch ops into
@@ -82,6 +84,7 @@ class _Entry:
     # the guard as one kernel (a CUDA slot): fgb_nonfinite_guard's data, count, dtype, ok byte
     # and scratch addresses (None: the 3 torch ops above)
     cguard: Optional[Tuple[int, int, int, int, int]] = None
+    citem: Any = None  # the same as a GuardItem, for fgb_nonfinite_guard_many
     dev: int = -1  # CUDA device index of the slot (-1: host memory)
     nbytes: int = 0  # the slot's size (what counts toward submit_group_bytes)
 
@@ -151,6 +154,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # the non-finite guard of CUDA slots runs as fgb_nonfinite_guard (False: torch ops only)
         self._fgb_guard_c = False
         self._fgb_guard_scratch: Optional[torch.Tensor] = None  # its 2 int32 per guarded tensor
+        # the guards of the pending group, launched by one fgb_nonfinite_guard_many at its flush
+        self._fgb_guard_many = False
+        self._fgb_gpend: Any = None  # GuardItem array (one per guarded tensor)
+        self._fgb_gents: List[_Entry] = []
 
         all_params = [p for g in self.param_groups for p in g["params"]]
         if named_parameters is not None:
@@ -256,6 +263,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._fgb_guard_scratch = torch.zeros(2 * len(guarded), dtype=torch.int32,
                                                       device=flag.device)
                 self._fgb_guard_c = True
+                if C.has_nonfinite_guard_many():
+                    self._fgb_guard_many = True
+                    self._fgb_gpend = C.guard_items(len(guarded))
             zeros: Dict[Tuple[Any, Any], torch.Tensor] = {}
             for k, e in enumerate(guarded):
                 key = (e.slot.device, e.slot.dtype)
@@ -268,6 +278,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     e.cguard = (e.slot.data_ptr(), e.slot.numel(), fgb_dtype(e.slot.dtype),
                                 oks.data_ptr() + k * oks.element_size(),
                                 self._fgb_guard_scratch[2 * k:].data_ptr())
+                    e.citem = C.GuardItem(*e.cguard[:3], 0, *e.cguard[3:])
         for e in self._fgb_order:
             e.dev = e.slot.device.index if e.slot.is_cuda else -1
             e.nbytes = e.slot.numel() * e.slot.element_size()
@@ -336,10 +347,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._fgb_predivide != 1.0:
             e.slot.div_(self._fgb_predivide)
         stream = _raw_stream(e.dev) if e.dev >= 0 else 0
+        if self._fgb_npend and stream != self._fgb_pend_stream:
+            self._fgb_flush()  # a group's guards and ready marks go to the stream that made it
         if e.ok is not None:
             # device-side, no host sync; synchronize() counts the false bits of the step into
-            # the flag. On a GPU one kernel from C on the submit's stream (ok, zeros if not ok)
-            if e.cguard is not None and self._fgb_guard_c:
+            # the flag. On a GPU a kernel from C on the submit's stream (ok, zeros if not ok):
+            # one for the group's guarded tensors at its flush, or one per tensor
+            if e.citem is not None and self._fgb_guard_many and self._fgb_guard_c:
+                k = len(self._fgb_gents)
+                if k == len(self._fgb_gpend):  # (never within one step: each tensor once)
+                    self._fgb_guard_flush()
+                    k = 0
+                self._fgb_gpend[k] = e.citem
+                self._fgb_gents.append(e)
+            elif e.cguard is not None and self._fgb_guard_c:
                 try:
                     C.nonfinite_guard(*e.cguard, stream)
                 except C.FgbError as err:  # refused at launch (nothing enqueued): torch ops
@@ -364,9 +385,26 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._fgb_pend_bytes += nbytes
         self._fgb_pend_stream = stream
 
+    def _fgb_guard_flush(self) -> None:
+        """Launch the pending group's guards (one fgb_nonfinite_guard_many on its stream)."""
+        gents = self._fgb_gents
+        if not gents:
+            return
+        try:
+            C.nonfinite_guard_many(self._fgb_gpend, len(gents), self._fgb_pend_stream)
+        except C.FgbError as err:  # refused (nothing of it launched): torch ops from now on
+            self._fgb_guard_c = False
+            warnings.warn(f"fgbuff: the non-finite guard kernel failed ({err}); the guard runs "
+                          "as torch ops from now on")
+            for e in gents:
+                _torch_guard(e)
+        finally:
+            gents.clear()
+
     def _fgb_flush(self) -> None:
-        """Submit the group (one fgb_submit_many: the ready marks of every tensor in it at this
-        point of its stream, after each one's producers)."""
+        """Submit the group (its guards, then one fgb_submit_many: the ready marks of every tensor
+        in it at this point of its stream, after each one's producers)."""
+        self._fgb_guard_flush()
         n = self._fgb_npend
         if n == 0:
             return
@@ -390,6 +428,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 if 0 < e.count < self._fgb_bpps:
                     self._fgb_submit(e)
         if self._fgb_flag is not None:  # this rank's count of non-finite compressed tensors
+            self._fgb_guard_flush()  # the last group's verdicts before they are counted
             tid, flag = self._fgb_flag
             assert self._fgb_oks is not None
             torch.sum(self._fgb_oks.logical_not(), 0, dtype=torch.float32, out=flag[0])
@@ -483,6 +522,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._fgb_entries, self._fgb_order, self._fgb_flats = {}, [], []
         self._fgb_flag, self._fgb_oks = None, None
         self._fgb_guard_c, self._fgb_guard_scratch = False, None
+        self._fgb_guard_many, self._fgb_gpend = False, None
+        self._fgb_gents.clear()
         _core._S.optimizers.discard(self)
 
     def fgbuff_state_export(self) -> Dict[str, bytes]:
