@@ -170,6 +170,17 @@ static void on_async(uv_async_t *h) {
   }
 }
 
+/* Put the taken items list (in order) back at the head of the queue. */
+static void requeue(engine *e, eng_item *list) {
+  eng_item *last = list;
+  while (last->next) last = last->next;
+  pthread_mutex_lock(&e->mu);
+  last->next = e->q_head;
+  if (!e->q_head) e->q_tail = last;
+  e->q_head = list;
+  pthread_mutex_unlock(&e->mu);
+}
+
 /* Nonzero once the engine is stopping and its deadline passed (compress_path's cancel hook). */
 int eng_stop_due(void *ud) {
   engine *e = ud;
@@ -356,6 +367,15 @@ static void *eng_main(void *arg) {
     int progressed = take != NULL;
     while (take) {
       eng_item *next = take->next;
+      /* The batch can be long: every queued FORM, RELEASE and STATE comes in it (only ISSUEs are
+       * bounded by ENG_MAX_ACTIVE), e.g. the releases of a thousand jobs whose clients left just
+       * before a stop, each a communicator's destruction. Past the stop deadline what is left
+       * goes back to the queue (eng_stop drops it; the comms are destroyed below) instead of
+       * holding the thread past the time eng_stop waits for it. */
+      if (take->kind != ENG_ISSUE && eng_stop_due(e)) {
+        requeue(e, take);
+        break;
+      }
       start_item(e, take);
       take = next;
     }
@@ -381,6 +401,12 @@ static void *eng_main(void *arg) {
     }
   }
   if (!e->stuck) {
+    /* Nothing in flight and nothing more started: what is left is local (freeing compressors,
+     * destroying communicators), so eng_stop waits for it past its deadline. */
+    pthread_mutex_lock(&e->mu);
+    e->leaving = 1;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
     cp_store_free(e->cps);
     e->cps = NULL;
     while (e->comms) {
@@ -499,8 +525,9 @@ int eng_stop(engine *e, int timeout_ms) {
   struct timespec dl;
   clock_gettime(CLOCK_REALTIME, &dl);
   dl.tv_sec += timeout_ms / 1000 + 2;
-  while (!e->exited)
+  while (!e->exited && !e->leaving)
     if (pthread_cond_timedwait(&e->cv, &e->mu, &dl) != 0) break;
+  while (e->leaving && !e->exited) pthread_cond_wait(&e->cv, &e->mu); /* local work only */
   int exited = e->exited;
   pthread_mutex_unlock(&e->mu);
   if (!exited) {

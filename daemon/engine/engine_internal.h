@@ -56,6 +56,7 @@ struct engine {
   int stop;
   uint64_t stop_deadline_ms;
   int stuck, exited;
+  int leaving; /* stopping with nothing in flight: only local clean-up left before exited */
   pthread_mutex_t out_mu;
   eng_item *out_head, *out_tail;
   uv_async_t async;
