@@ -129,6 +129,30 @@ def test_library_lookup_error_names_places(tmp_path):
     assert "nope.so (absent)" in out and "FGBUFF_CLIENT_LIB" in out
 
 
+def test_guard_calls_refuse_before_any_device_work():
+    """The non-finite guards need no device to refuse: a build without CUDA answers NotSupported
+    for both; a CUDA build checks the arguments first (a shared scratch, another dtype) and
+    raises InvalidArgument naming the call; n past the array is a ValueError either way."""
+    items = C.guard_items(2)
+    items[0] = C.GuardItem(0x1000, 4, C.FLOAT32, 0, 0x2000, 0x3000)
+    items[1] = C.GuardItem(0x1100, 4, C.FLOAT32, 0, 0x2001, 0x3000)  # the same scratch
+    with pytest.raises(ValueError):
+        C.nonfinite_guard_many(items, 3)
+    if not C.has_nonfinite_guard():
+        assert not C.has_nonfinite_guard_many()
+        for n in (2, 0):  # whatever the arguments
+            with pytest.raises(C.NotSupported, match="without CUDA"):
+                C.nonfinite_guard_many(items, n)
+        return
+    C.nonfinite_guard_many(items, 0)  # nothing to do
+    with pytest.raises(C.InvalidArgument, match="fgb_nonfinite_guard_many.*shared scratch"):
+        C.nonfinite_guard_many(items, 2)
+    items[1].scratch = 0x3008
+    items[1].dtype = C.INT32
+    with pytest.raises(C.InvalidArgument):
+        C.nonfinite_guard_many(items, 2)
+
+
 def test_release_tensor_and_arena(job, world):
     a = job.arena_alloc_host(4096)
     v = a.view()

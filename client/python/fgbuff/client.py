@@ -181,15 +181,21 @@ def nonfinite_guard(ptr: int, count: int, dtype: int, ok_ptr: int, scratch_ptr: 
     fn = _guard_fn or _guard()
     st = fn(ptr, count, dtype, ok_ptr, scratch_ptr, stream) if fn else ENOTSUP
     if st != OK:
-        if not fn:
-            why = f"{_lib.path()} has no fgb_nonfinite_guard (older than this package)"
-        elif st == ENOTSUP:
-            why = "this libfgbuff_client was built without CUDA"
-        else:
-            why = (f"count {count}, dtype {DTYPE_NAMES.get(dtype, dtype)}, data "
-                   f"{int(ptr or 0):#x}, ok {int(ok_ptr or 0):#x}, scratch "
-                   f"{int(scratch_ptr or 0):#x}, stream {int(stream or 0):#x}")
-        raise error_class(st)(st, why, "fgb_nonfinite_guard")
+        _guard_failed("fgb_nonfinite_guard", fn, st,
+                      f"count {count}, dtype {DTYPE_NAMES.get(dtype, dtype)}, data "
+                      f"{int(ptr or 0):#x}, ok {int(ok_ptr or 0):#x}, scratch "
+                      f"{int(scratch_ptr or 0):#x}, stream {int(stream or 0):#x}")
+
+
+def _guard_failed(call: str, fn: Any, st: int, args: str) -> None:
+    """Raise the error of a guard call: the library lacks it, has no CUDA, or refused `args`."""
+    if not fn:
+        why = f"{_lib.path()} has no {call} (older than this package)"
+    elif st == ENOTSUP:
+        why = "this libfgbuff_client was built without CUDA"
+    else:
+        why = args
+    raise error_class(st)(st, why, call)
 
 
 GuardItem = _lib.fgb_guard_item  # fields data, count, dtype, reserved (0), ok, scratch
@@ -217,13 +223,8 @@ def nonfinite_guard_many(items: "ctypes.Array[_lib.fgb_guard_item]", n: int,
                          f"{len(items)}")
     st = fn(items, n, stream or None) if fn else ENOTSUP
     if st != OK:
-        if not fn:
-            why = f"{_lib.path()} has no fgb_nonfinite_guard_many (older than this package)"
-        elif st == ENOTSUP:
-            why = "this libfgbuff_client was built without CUDA"
-        else:
-            why = f"{n} items on stream {int(stream or 0):#x}: a bad item or a shared scratch"
-        raise error_class(st)(st, why, "fgb_nonfinite_guard_many")
+        _guard_failed("fgb_nonfinite_guard_many", fn, st,
+                      f"{n} items on stream {int(stream or 0):#x}: a bad item or a shared scratch")
 
 
 def has_nonfinite_guard_many() -> bool:
