@@ -262,6 +262,36 @@ def test_distributed_optimizer_equals_single_process_and_negative_control():
     assert not params_close(nc, ref)
 
 
+def test_one_group_of_more_tensors_than_a_c_round():
+    """A group of 150 gradients is one fgb_submit_many, which the library sends in rounds of 64:
+    every tensor averaged exactly (gradient of sum(c * p) is c: rank r's c = k + 1 + r)."""
+    n, size = 150, hvd.size()
+    ps = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(3)) for _ in range(n)])
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(ps.parameters(), lr=0.0),
+                                   named_parameters=ps.named_parameters(),
+                                   submit_group_tensors=1000, submit_group_bytes=1 << 20)
+    cl = opt._fgb_client
+    calls, inner = [], cl._f_submit_many
+
+    def counting(h, arr, k, step, stream):
+        calls.append(k)
+        return inner(h, arr, k, step, stream)
+
+    cl._f_submit_many = counting
+    for step in range(2):
+        del calls[:]
+        opt.zero_grad()
+        sum(((k + 1 + hvd.rank() + step) * p).sum() for k, p in enumerate(ps)).backward()
+        opt.synchronize()
+        assert calls == [n], calls
+        for k, p in enumerate(ps):
+            want = k + 1 + step + (size - 1) / 2  # the mean of k + 1 + r + step over the ranks
+            assert torch.equal(p.grad, torch.full((3,), want)), (step, k, p.grad)
+        with opt.skip_synchronize():
+            opt.step()
+    opt._fgb_close()
+
+
 @pytest.mark.parametrize("group, cap", [(0, 4), (100, 1000), (1 << 20, 1000), (1 << 20, 2),
                                         (1 << 20, 1)])
 def test_submit_groups_follow_the_rule_and_change_no_result(group, cap):
