@@ -102,8 +102,8 @@ fgb_status cli_ring_attach(fgb_client *c) {
   return FGB_OK;
 }
 
-int cli_ring_submit(struct cli_ring *r, uint64_t req_id, uint64_t sock_count,
-                    const Fgbuff__V1__Submit *m) {
+int cli_ring_put(struct cli_ring *r, uint64_t req_id, uint64_t sock_count,
+                 const Fgbuff__V1__Submit *m) {
   uint64_t head = r->head;
   if (head - r->tail_seen >= r->slots) {
     r->tail_seen = atomic_load_explicit(hdr_u64(r->base, FGB_RING_OFF_TAIL), memory_order_acquire);
@@ -123,6 +123,10 @@ int cli_ring_submit(struct cli_ring *r, uint64_t req_id, uint64_t sock_count,
          sizeof(rec));
   r->head = head + 1;
   atomic_store_explicit(hdr_u64(r->base, FGB_RING_OFF_HEAD), r->head, memory_order_release);
+  return 1;
+}
+
+void cli_ring_kick(struct cli_ring *r) {
   /* Dekker with the daemon's "clear awake, fence, re-check head": either it sees our head, or we
    * see it asleep and ring. */
   atomic_thread_fence(memory_order_seq_cst);
@@ -134,5 +138,4 @@ int cli_ring_submit(struct cli_ring *r, uint64_t req_id, uint64_t sock_count,
     } while (n < 0 && errno == EINTR);
     /* EAGAIN: the counter is saturated, i.e. the daemon has a wake-up pending anyway. */
   }
-  return 1;
 }

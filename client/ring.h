@@ -14,11 +14,15 @@
  * a lost connection. */
 fgb_status cli_ring_attach(fgb_client *c);
 
-/* Writes one Submit record and rings the doorbell if the daemon sleeps. 1: written; 0: the ring
- * is full, send this Submit on the socket (the daemon keeps the order: proto/ring_layout.h's
- * sock_count). req_id and sock_count: the request id and the number of frames sent so far. */
-int cli_ring_submit(struct cli_ring *r, uint64_t req_id, uint64_t sock_count,
-                    const Fgbuff__V1__Submit *m);
+/* Writes one Submit record and publishes it (the head), without the doorbell. 1: written; 0: the
+ * ring is full, send this Submit on the socket (the daemon keeps the order: proto/ring_layout.h's
+ * sock_count). req_id and sock_count: the request id and the number of frames sent so far. After
+ * one or more puts, cli_ring_kick before the call returns (and before anything goes on the
+ * socket), so that a sleeping daemon wakes once for all of them. */
+int cli_ring_put(struct cli_ring *r, uint64_t req_id, uint64_t sock_count,
+                 const Fgbuff__V1__Submit *m);
+/* Rings the doorbell if the daemon sleeps (one eventfd write for every record put since). */
+void cli_ring_kick(struct cli_ring *r);
 
 void cli_ring_free(struct cli_ring *r);
 

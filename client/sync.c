@@ -35,14 +35,18 @@ static fgb_status cli_drain(fgb_client *c) {
 static fgb_status submit_send(fgb_client *c, const uint32_t *ids, const uint32_t *slots,
                               const uint32_t *seqs, size_t n, uint64_t step, int64_t t0) {
   fgb_status s = FGB_OK;
+  int put = 0; /* records in the ring not yet rung for */
   for (size_t i = 0; i < n && s == FGB_OK; i++) {
     Fgbuff__V1__Submit m = FGBUFF__V1__SUBMIT__INIT;
     m.tensor_id = ids[i];
     m.step = step;
     m.event_slot = slots[i]; /* host arenas: 0, the data is final when submitted; no event ring */
     m.done_seq = seqs[i];
-    int in_ring = c->ring != NULL && cli_ring_submit(c->ring, ++c->next_req, c->sent_frames, &m);
+    int in_ring = c->ring != NULL && cli_ring_put(c->ring, ++c->next_req, c->sent_frames, &m);
+    put |= in_ring;
     if (!in_ring) {
+      if (put) cli_ring_kick(c->ring); /* the ring's records before this frame */
+      put = 0;
       Fgbuff__V1__Envelope env = FGBUFF__V1__ENVELOPE__INIT;
       env.body_case = FGBUFF__V1__ENVELOPE__BODY_SUBMIT;
       env.submit = &m;
@@ -55,6 +59,7 @@ static fgb_status submit_send(fgb_client *c, const uint32_t *ids, const uint32_t
       t->sub_seq = seqs[i];
     }
   }
+  if (put) cli_ring_kick(c->ring); /* one doorbell for the whole group */
   if (n) {
     c->tr_tensor = ids[n - 1];
     c->tr_step = step;

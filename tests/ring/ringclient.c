@@ -3,7 +3,7 @@
  * result is checked against the average computed here from every rank's known inputs.
  *
  * usage: ringclient --rank R --size N --socket PATH [--job NAME] [--steps S] --mode MODE
- *          [--expect-ring 0|1] [--flag FILE]
+ *          [--expect-ring 0|1] [--flag FILE] [--many G]
  *   order     600 tensors (more than the ring's 256 slots, so bursts overflow to the socket), each
  *             step a rank-dependent subset submitted in rank-dependent order, then EndStep at once
  *             (the rest are flushed as zeros), then an ad-hoc allreduce, then the waits; a tensor
@@ -15,6 +15,9 @@
  *             consumed before the close (rank 1's step 2 succeeds)
  *   --expect-ring 1: status (JSON and text) must show the ring on with submits through it; 0: off,
  *             none.
+ *   --many G  (2..64) the Submits go in groups of G through fgb_submit_many (the last group of a
+ *             run of submits smaller): one doorbell per group, and in order mode groups that
+ *             overflow the ring part-way.
  * Exit status: 0 ok, 1 check failed, 2 usage. */
 #include <stdint.h>
 #include <stdio.h>
@@ -69,10 +72,28 @@ static int reg(int i) {
   return s ? fail("register", s) : 0;
 }
 
+static int many = 1; /* --many: group size */
+static uint32_t pend[64];
+static int npend;
+static uint64_t pend_step;
+
+/* The pending group's Submits in one fgb_submit_many (nothing pending: nothing). */
+static int flush(void) {
+  if (npend == 0) return 0;
+  fgb_status st = fgb_submit_many(c, pend, (size_t)npend, pend_step, NULL);
+  npend = 0;
+  return st ? fail("submit_many", st) : 0;
+}
+
 static int submit(int i, uint64_t s) {
   for (int e = 0; e < NE; e++) base[i * NE + e] = val(i, a.rank, s, e);
-  fgb_status st = fgb_submit(c, ids[i], s, NULL);
   submits++;
+  if (many > 1) {
+    pend[npend++] = ids[i];
+    pend_step = s;
+    return npend == many ? flush() : 0;
+  }
+  fgb_status st = fgb_submit(c, ids[i], s, NULL);
   return st ? fail("submit", st) : 0;
 }
 
@@ -97,8 +118,9 @@ static int order_step(uint64_t s) {
     int i = a.rank % 2 ? n - 1 - k : k; /* ranks submit in different orders */
     if (!skipped(i, a.rank, s) && submit(i, s)) return 1;
   }
+  if (flush()) return 1;
   if (s == 2) { /* RegisterTensor then Submit */
-    if (reg(NT_ORDER) || submit(NT_ORDER, s)) return 1;
+    if (reg(NT_ORDER) || submit(NT_ORDER, s) || flush()) return 1;
     late_registered = 1;
   }
   if (s == 3) { /* Submit then EndStep with nothing between them */
@@ -137,6 +159,7 @@ static int order_step(uint64_t s) {
 static int small_step(uint64_t s) {
   for (int i = 0; i < NT_SMALL; i++)
     if (submit(i, s)) return 1;
+  if (flush()) return 1;
   for (int i = 0; i < NT_SMALL; i++) {
     fgb_status st = fgb_wait(c, ids[i], s, TMO);
     if (st) return fail("wait", st);
@@ -194,6 +217,7 @@ static int run(void) {
       if (a.rank == 1) {
         for (int i = 0; i < NT_SMALL; i++)
           if (submit(i, s)) return 1;
+        if (flush()) return 1;
         FILE *f = fopen(flag, "w");
         if (f) fclose(f);
         for (int i = 0; i < NT_SMALL; i++) {
@@ -207,6 +231,7 @@ static int run(void) {
         usleep(500000); /* rank 1's readiness reaches the leader well before ours */
         for (int i = 0; i < NT_SMALL; i++)
           if (submit(i, s)) return 1;
+        if (flush()) return 1;
         fgb_client_free(c); /* closes right behind the ring's records */
         c = NULL;
       }
@@ -227,12 +252,14 @@ int main(int argc, char **argv) {
       expect_ring = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--flag"))
       flag = argv[i + 1];
+    else if (!strcmp(argv[i], "--many"))
+      many = atoi(argv[i + 1]);
     else
       return fprintf(stderr, "unknown option %s\n", argv[i]), 2;
   }
   if (!a.sock || a.size < 1 ||
       (strcmp(mode, "order") && strcmp(mode, "doorbell") && strcmp(mode, "close")) ||
-      (!strcmp(mode, "close") && (!flag || a.size != 2)))
+      (!strcmp(mode, "close") && (!flag || a.size != 2)) || many < 1 || many > 64)
     return fprintf(stderr, "usage: see the top of ringclient.c\n"), 2;
   int rc = run();
   fgb_client_free(c);
