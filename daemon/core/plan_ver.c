@@ -122,7 +122,7 @@ fgb_status plan_ver_build(core_job *j, plan_state *pl, const sched_plan *prev, u
                      .nranks = j->size,
                      .options = NULL};
   sched_plan p;
-  st = pl->ops->plan(&in, &p, err, errlen);
+  st = sched_plan_make(pl->ops, &in, &p, err, errlen);
   free(ts);
   if (st != FGB_OK) return st;
   sched_plan_stamp(&p, prev, agreed, PLAN_LEAD);

@@ -164,7 +164,7 @@ static void decide(px_ctx *c, const uint8_t *all, int size) {
     snprintf(c->why, sizeof(c->why), "%s",
              c->has_cur ? "compression decisions changed" : "first decisions");
   } else if (!c->has_cur || !same_order(&c->cur, c)) {
-    c->status = c->ops->plan(&ag.in, &c->plan, c->err, sizeof(c->err));
+    c->status = sched_plan_make(c->ops, &ag.in, &c->plan, c->err, sizeof(c->err));
     if (c->status != FGB_OK) goto out;
     sched_plan_stamp(&c->plan, c->has_cur ? &c->cur : NULL, c->step, c->lead);
     c->changed = 1; /* a first plan, or the agreed order is no longer the plan's */

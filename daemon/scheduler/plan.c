@@ -18,6 +18,7 @@
 
 #include "err.h"
 #include "idpos.h"
+#include "planner.h"
 #include "policy.h"
 
 #define PLAN_MAGIC 0x50424746u /* "FGBP" read as little-endian u32 */
@@ -367,6 +368,23 @@ void sched_plan_stamp(sched_plan *p, const sched_plan *prev, uint64_t agreed_ste
   p->first_step = agreed_step > UINT64_MAX - lead ? UINT64_MAX : agreed_step + lead;
 }
 
+fgb_status sched_plan_make(const sched_policy_ops *ops, const sched_inputs *in, sched_plan *out,
+                           char *err, size_t errlen) {
+  if (!ops || !out) return err_set(err, errlen, FGB_EINVAL, "plan: null argument");
+  fgb_status st = ops->plan(in, out, err, errlen);
+  if (st != FGB_OK || in->nranks != 1 || (ops->flags & (SCHED_DYNAMIC | SCHED_SPLIT)) ||
+      out->nbuffers == in->ntensors)
+    return st;
+  char policy[sizeof out->policy];
+  memcpy(policy, out->policy, sizeof policy);
+  uint32_t flags = out->flags;
+  sched_plan_free(out);
+  if ((st = sched_plan_begin(out, in, policy, flags, in->ntensors, err, errlen)) != FGB_OK)
+    return st;
+  for (uint32_t i = 0; i < in->ntensors; i++) sched_plan_push(out, in, i, 1);
+  return sched_plan_finish(out, in, err, errlen);
+}
+
 int sched_replan(const sched_policy_ops *ops, const sched_plan *cur, const sched_inputs *measured,
                  uint64_t agreed_step, uint64_t lead, sched_plan *next, char *err, size_t errlen) {
   if (!ops || !cur || !measured || !next) {
@@ -376,7 +394,7 @@ int sched_replan(const sched_policy_ops *ops, const sched_plan *cur, const sched
   if (!ops->should_replan(cur, measured)) return 0;
   sched_plan np;
   memset(&np, 0, sizeof np);
-  fgb_status st = ops->plan(measured, &np, err, errlen);
+  fgb_status st = sched_plan_make(ops, measured, &np, err, errlen);
   if (st != FGB_OK) return st;
   sched_plan_stamp(&np, cur, agreed_step, lead);
   *next = np;

@@ -93,6 +93,14 @@ typedef struct sched_policy_ops {
 } sched_policy_ops;
 
 const sched_policy_ops *sched_find(const char *name);
+
+/* ops->plan for agreed inputs, as every caller outside the policies makes a plan: in a job of one
+ * rank (nothing to exchange, so every collective measures as free) a merging policy's buffers
+ * only add the copies into and out of them after backward, so its plan becomes one dense buffer
+ * per tensor (same policy name and flags; options still checked by the policy). Dynamic (none,
+ * fusion) and split (dear) policies keep their own plan. */
+fgb_status sched_plan_make(const sched_policy_ops *ops, const sched_inputs *in, sched_plan *out,
+                           char *err, size_t errlen);
 const char *const *sched_names(void);
 
 /* Plan helpers (plan.c): deep copy, free, and a canonical byte encoding used to send a plan over

@@ -311,7 +311,7 @@ fgb_status sim_policy(const sched_inputs *in, const sched_policy_ops *ops, const
   }
   sched_plan p;
   memset(&p, 0, sizeof p);
-  fgb_status st = ops->plan(in, &p, err, errlen);
+  fgb_status st = sched_plan_make(ops, in, &p, err, errlen);
   if (st != FGB_OK) return st;
   if ((ops->flags & SCHED_DYNAMIC) && ops->compose)
     st = sim_dynamic(in, ops, o, r, err, errlen);
