@@ -34,10 +34,10 @@ int main(void) {
                 one.nbuffers, s.n);
       CHECK(strcmp(one.policy, statics[k]) == 0 && one.flags == ops->flags);
       for (uint32_t i = 0; i < one.nbuffers; i++)
-        CHECK_MSG(one.buffers[i].first == i && one.buffers[i].count == 1 &&
-                      !one.buffers[i].compress,
-                  "%s, 1 rank: buffer %u is [%u, +%u) compress %d", statics[k], i,
-                  one.buffers[i].first, one.buffers[i].count, one.buffers[i].compress);
+        CHECK_MSG(
+            one.buffers[i].first == i && one.buffers[i].count == 1 && !one.buffers[i].compress,
+            "%s, 1 rank: buffer %u is [%u, +%u) compress %d", statics[k], i, one.buffers[i].first,
+            one.buffers[i].count, one.buffers[i].compress);
       for (uint32_t i = 0; i < s.n; i++) CHECK(one.order[i] == s.t[i].id);
       /* the same inputs with two ranks: the policy's own merged plan, untouched */
       s.in.nranks = 2;
