@@ -845,7 +845,8 @@ def timed_hook(st):
 
 def plan_summary(opt):
     """The daemon's plan or decision table for this optimizer's job: buffers, compressed ones and
-    the share of elements they hold (e.g. "v2 fgbuff: 12 buffers, 9 compressed (97% of elems)")."""
+    the share of elements they sparsify (e.g. "v2 fgbuff: 12 buffers, 9 compressed (97% of
+    elems)"; a compressed buffer's members without a compressor, dense_elems, are all-reduced)."""
     try:
         st = opt._fgb_client.status_json()
         js = [j for j in st.get("jobs", []) if j.get("name") == opt._fgb_job]
@@ -855,7 +856,7 @@ def plan_summary(opt):
         bufs = p.get("buffers", [])
         comp = [b for b in bufs if b.get("compress")]
         el = sum(b.get("elems", 0) for b in bufs) or 1
-        ce = sum(b.get("elems", 0) for b in comp)
+        ce = sum(b.get("elems", 0) - b.get("dense_elems", 0) for b in comp)
         return (f"v{p.get('version')} {p.get('policy')}: {len(bufs)} buffers, {len(comp)} "
                 f"compressed ({100.0 * ce / el:.0f}% of elems)")
     except Exception as e:  # a status the benchmark cannot read must not lose the row

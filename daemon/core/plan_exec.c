@@ -326,17 +326,17 @@ static void replan(core_job *j, plan_state *pl) {
   plan_ver_adopt(j, pl, &nv, at, "backward order drifted");
 }
 
-/* Whether every member of buffer b has a compressor: then the plan's decision for the buffer is
- * executed (dense: residuals folded in and sent dense). A mixed buffer is dense by construction
- * ("a member is not compressible"); its compressed members keep "sparsify per tensor, then
- * fuse". */
-static int all_compressible(const core_job *j, const sched_plan *p, uint32_t b) {
+/* Whether a member of buffer b has a compressor. The plan's decision for the buffer is then
+ * executed: compress sparsifies those members per tensor (the others are all-reduced), dense folds
+ * their residuals in and sends the whole buffer dense (so a buffer the plan sends dense, mixed or
+ * not, sends no member sparse). */
+static int any_compressible(const core_job *j, const sched_plan *p, uint32_t b) {
   const sched_buffer *sb = &p->buffers[b];
   for (uint32_t m = 0; m < sb->count; m++) {
     const core_tensor *t = core_tensor_by_key(j, p->order[sb->first + m]);
-    if (!t || !t->comp) return 0;
+    if (t && t->comp) return 1;
   }
-  return 1;
+  return 0;
 }
 
 /* Take the buffer's members in plan order in place of the event's single key. */
@@ -468,9 +468,9 @@ static int on_issue(core_job *j, coord_event *ev) {
     pl->sp_step = ev->step;
     pl->sp_buf = b;
     pl->sp_nbuf = v->plan.nbuffers;
-    return all_compressible(j, &v->plan, b) ? 4 : 3; /* dear's buffers are dense */
+    return any_compressible(j, &v->plan, b) ? 4 : 3; /* dear's buffers are dense */
   }
-  return all_compressible(j, &v->plan, b) && !v->plan.buffers[b].compress ? 2 : 0;
+  return any_compressible(j, &v->plan, b) && !v->plan.buffers[b].compress ? 2 : 0;
 nomem:
   /* Every rank would have to fail alike; a daemon out of memory cannot promise that. */
   LOG_ERROR("job '%s': out of memory holding plan buffer %u of step %llu", j->id.name, b,

@@ -53,11 +53,10 @@ void plan_xchg_done(struct core_job *j, struct eng_item *it);
  * a plan is in force for its step, holds it. Returns 1 when the ISSUE is held (the caller submits
  * nothing), 0 when the caller submits `ev` as it now is: unchanged, or rewritten to carry every
  * member of the plan buffer it completed (tensor_keys in plan order, the event's seq), and 2 for
- * such a buffer that the plan sends dense although every member has a compressor (the caller
- * marks them flush_dense), and 3 or 4 for a buffer of a split plan (dear): the caller builds
- * the item and hands it to plan_split_issue; 4 when every member has a compressor (the plan
- * sends it dense, as for 2; a mixed buffer's compressed members stay sparsified per tensor, as in
- * any plan). A job whose plan fails is logged and falls back to per-tensor ISSUEs
+ * such a buffer that the plan sends dense although a member has a compressor (the caller marks
+ * those flush_dense), and 3 or 4 for a buffer of a split plan (dear): the caller builds the item
+ * and hands it to plan_split_issue; 4 when a member has a compressor (dear's buffers are dense:
+ * flushed as for 2). A job whose plan fails is logged and falls back to per-tensor ISSUEs
  * on every rank alike. */
 int plan_on_issue(struct core_job *j, struct coord_event *ev);
 

@@ -203,14 +203,18 @@ size_t plan_status_text(const core_job *j, char *buf, size_t cap) {
     return off;
   }
   tput(buf, cap, &off,
-       "      (buffers run as merge buffers. All members with a compressor: 'dense' folds their "
-       "residuals in and all-reduces them, 'compress' sparsifies per tensor then fuses; mixed "
-       "buffers sparsify their compressed members per tensor)\n");
+       "      (buffers run as merge buffers. 'dense': every member all-reduced, residuals of "
+       "members with a compressor folded in; 'compress': members with a compressor sparsified per "
+       "tensor, the others all-reduced)\n");
   for (uint32_t b = 0; b < p->nbuffers; b++) {
     const sched_buffer *sb = &p->buffers[b];
-    tput(buf, cap, &off, "      buffer %u: %u tensors, %llu elems, %llu B, %s k=%llu (%s)\n", b,
-         sb->count, (unsigned long long)sb->elems, (unsigned long long)sb->bytes,
-         sb->compress ? "compress" : "dense", (unsigned long long)sb->k, sb->reason);
+    tput(buf, cap, &off, "      buffer %u: %u tensors, %llu elems, %llu B, %s k=%llu", b, sb->count,
+         (unsigned long long)sb->elems, (unsigned long long)sb->bytes,
+         sb->compress ? "compress" : "dense", (unsigned long long)sb->k);
+    if (sb->compress && sb->dense_elems)
+      tput(buf, cap, &off, " (%llu elems without a compressor all-reduced)",
+           (unsigned long long)sb->dense_elems);
+    tput(buf, cap, &off, " (%s)\n", sb->reason);
   }
   return off;
 }

@@ -17,15 +17,25 @@ static double coo_bytes(uint64_t k) {
   return (double)SCHED_COO_HEADER_BYTES + (double)k * SCHED_COO_ELEM_BYTES;
 }
 
+static double ar_s(const sched_costs *c, uint64_t bytes) {
+  return c->ar_alpha + c->ar_beta * (double)bytes;
+}
+
+/* Sparse all-gather of P payloads of k elements and their decompression. */
+static double sparse_s(const sched_costs *c, int nranks, uint64_t k) {
+  return c->ag_alpha + c->ag_beta * coo_bytes(k) + c->dec_alpha +
+         c->dec_beta * (double)nranks * (double)k;
+}
+
+/* A compressed buffer compresses its members with a compressor only (elems - dense_elems). */
 double sched_buf_comp_s(const sched_costs *c, const sched_buffer *b) {
   if (!b->compress) return 0.0;
-  return c->comp_alpha + c->comp_beta * (double)b->elems;
+  return c->comp_alpha + c->comp_beta * (double)(b->elems - b->dense_elems);
 }
 
 double sched_buf_coll_s(const sched_costs *c, int nranks, const sched_buffer *b) {
-  if (!b->compress) return c->ar_alpha + c->ar_beta * (double)b->bytes;
-  return c->ag_alpha + c->ag_beta * coo_bytes(b->k) + c->dec_alpha +
-         c->dec_beta * (double)nranks * (double)b->k;
+  if (!b->compress) return ar_s(c, b->bytes);
+  return sparse_s(c, nranks, b->k) + (b->dense_bytes ? ar_s(c, b->dense_bytes) : 0.0);
 }
 
 static int costs_finite(const sched_costs *c) {
@@ -37,7 +47,7 @@ static int costs_finite(const sched_costs *c) {
 }
 
 int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint64_t elems, uint64_t bytes,
-                              uint64_t k, char reason[SCHED_REASON_MAX]) {
+                              uint64_t k, uint64_t rest_bytes, char reason[SCHED_REASON_MAX]) {
   /* reason == NULL: planners' inner loops, where formatting text would dominate the cost */
 #define SAY(...) (reason ? (void)snprintf(reason, SCHED_REASON_MAX, __VA_ARGS__) : (void)0)
   if (nranks <= 1) {
@@ -59,10 +69,9 @@ int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint64_t elems, 
     SAY("dense: costs unknown");
     return 0;
   }
-  double dense = c->ar_alpha + c->ar_beta * (double)bytes;
-  double sparse = c->comp_alpha + c->comp_beta * (double)elems + c->ag_alpha +
-                  c->ag_beta * coo_bytes(k) + c->dec_alpha +
-                  c->dec_beta * (double)nranks * (double)k;
+  double dense = ar_s(c, bytes + rest_bytes);
+  double sparse = c->comp_alpha + c->comp_beta * (double)elems + sparse_s(c, nranks, k) +
+                  (rest_bytes ? ar_s(c, rest_bytes) : 0.0);
   if (sparse < dense) {
     SAY("compressed: saves %.3g ms", (dense - sparse) * 1e3);
     return 1;
@@ -74,7 +83,7 @@ int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint64_t elems, 
 
 int sched_compress_pays_sz(const sched_costs *c, int nranks, uint64_t elems, uint32_t elem_size,
                            uint64_t k, char reason[SCHED_REASON_MAX]) {
-  return sched_compress_pays_bytes(c, nranks, elems, elems * (uint64_t)elem_size, k, reason);
+  return sched_compress_pays_bytes(c, nranks, elems, elems * (uint64_t)elem_size, k, 0, reason);
 }
 
 int sched_compress_pays(const sched_costs *c, int nranks, uint64_t elems, uint64_t k,

@@ -350,10 +350,11 @@ size_t sched_plan_status_json(const sched_plan *p, char *buf, size_t cap) {
   for (uint32_t i = 0; p->buffers && i < p->nbuffers; i++) {
     const sched_buffer *b = &p->buffers[i];
     off = jputf(buf, cap, off,
-                "%s{\"tensors\":%u,\"elems\":%llu,\"bytes\":%llu,\"compress\":%s,\"k\":%llu,"
-                "\"reason\":\"",
+                "%s{\"tensors\":%u,\"elems\":%llu,\"bytes\":%llu,\"dense_elems\":%llu,"
+                "\"compress\":%s,\"k\":%llu,\"reason\":\"",
                 i ? "," : "", b->count, (unsigned long long)b->elems, (unsigned long long)b->bytes,
-                b->compress ? "true" : "false", (unsigned long long)b->k);
+                (unsigned long long)b->dense_elems, b->compress ? "true" : "false",
+                (unsigned long long)b->k);
     off = jstr(buf, cap, off, b->reason, SCHED_REASON_MAX - 1);
     off = jputf(buf, cap, off, "\"}");
   }

@@ -13,31 +13,36 @@
 
 void sched_acc_init(sched_acc *a) {
   memset(a, 0, sizeof *a);
-  a->all_comp = 1;
 }
 
 void sched_acc_add(sched_acc *a, const sched_tensor *t, double ready) {
   a->count++;
   a->elems += t->count;
   a->bytes += t->count * (uint64_t)t->elem_size;
-  double rho = t->density;
-  if (!(rho > 0)) rho = 0; /* also catches NaN */
-  if (rho > 1) rho = 1;
-  a->kf += rho * (double)t->count;
-  if (t->count > 0) a->quota++;
-  if (!t->compressible) a->all_comp = 0;
+  if (t->compressible) {
+    double rho = t->density;
+    if (!(rho > 0)) rho = 0; /* also catches NaN */
+    if (rho > 1) rho = 1;
+    a->kf += rho * (double)t->count;
+    if (t->count > 0) a->quota++;
+    a->ncomp++;
+    a->comp_elems += t->count;
+    a->comp_bytes += t->count * (uint64_t)t->elem_size;
+  }
   if (a->count == 1 || ready > a->ready) a->ready = ready;
 }
 
 static void decide(const sched_acc *a, const sched_inputs *in, sched_buffer *b, int text) {
   b->elems = a->elems;
   b->bytes = a->bytes;
+  b->dense_elems = a->elems - a->comp_elems;
+  b->dense_bytes = a->bytes - a->comp_bytes;
   b->k = 0;
   b->compress = 0;
-  if (!a->all_comp) {
+  if (!a->ncomp) {
     if (text)
-      snprintf(b->reason, SCHED_REASON_MAX, "dense: %s not compressible",
-               a->count > 1 ? "a member is" : "tensor is");
+      snprintf(b->reason, SCHED_REASON_MAX, "dense: %s compressible",
+               a->count > 1 ? "no member is" : "tensor is not");
     return;
   }
   /* Buffer-level selection would starve small tensors (biases, norms) inside a big buffer, so the
@@ -46,9 +51,9 @@ static void decide(const sched_acc *a, const sched_inputs *in, sched_buffer *b, 
   uint64_t k = kf >= 1.8e19 ? UINT64_MAX : (uint64_t)kf;
   if (k < a->quota) k = a->quota;
   if (k < 1) k = 1;
-  if (k > a->elems) k = a->elems;
-  if (sched_compress_pays_bytes(&in->costs, in->nranks, a->elems, a->bytes, k,
-                                text ? b->reason : NULL)) {
+  if (k > a->comp_elems) k = a->comp_elems;
+  if (sched_compress_pays_bytes(&in->costs, in->nranks, a->comp_elems, a->comp_bytes, k,
+                                b->dense_bytes, text ? b->reason : NULL)) {
     b->compress = 1;
     b->k = k;
   }

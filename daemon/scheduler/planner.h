@@ -18,16 +18,20 @@ typedef struct sched_acc {
   uint32_t count;
   uint64_t elems, bytes;
   double kf;      /* sum of density * count over members (exact k before flooring) */
-  uint64_t quota; /* members with at least one element: each is guaranteed one kept slot */
-  int all_comp;   /* every member is compressible */
-  double ready;   /* latest member ready time */
+  uint64_t quota; /* compressible members with at least one element: one kept slot each */
+  uint32_t ncomp; /* members with a compressor */
+  uint64_t comp_elems, comp_bytes; /* theirs: what a compressed buffer sparsifies */
+  double ready;                    /* latest member ready time */
 } sched_acc;
 
 void sched_acc_init(sched_acc *a);
 void sched_acc_add(sched_acc *a, const sched_tensor *t, double ready);
-/* Fill b's elems/bytes/k/compress/reason (not first/count) for the group. k = max(floor(sum of
- * rho_i * n_i), one per non-empty member), at most elems; compressed only when every member is
- * compressible and sched_compress_pays says so. */
+/* Fill b's elems, bytes, dense_elems, dense_bytes, k, compress and reason (not first/count) for the
+ * group. Over its members with a compressor: k = max(floor(sum of rho_i * n_i), one per non-empty
+ * member), at most their elements; compressed when at least one member has a compressor and
+ * sparsifying them (the rest all-reduced on its own) beats one dense all-reduce of the whole buffer
+ * (sched_compress_pays_bytes). A buffer decided dense sends every member dense, residuals folded
+ * in. */
 void sched_acc_decide(const sched_acc *a, const sched_inputs *in, sched_buffer *b);
 /* The same without the reason text (b->reason untouched): for planners' inner loops. */
 void sched_acc_decide_fast(const sched_acc *a, const sched_inputs *in, sched_buffer *b);
@@ -41,9 +45,11 @@ double sched_flush_time(const sched_inputs *in);
 /* Cost model of one buffer (seconds), from the agreed costs. */
 double sched_buf_comp_s(const sched_costs *c, const sched_buffer *b);             /* 0 when dense */
 double sched_buf_coll_s(const sched_costs *c, int nranks, const sched_buffer *b); /* + decomp. */
-/* reason may be NULL (no text) */
+/* Whether sparsifying `elems` elements (`bytes` dense) to k pays against one all-reduce of the
+ * whole buffer, whose other members (`rest_bytes`, no compressor) a compressed buffer all-reduces
+ * on their own (their latency is the price). reason may be NULL (no text). */
 int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint64_t elems, uint64_t bytes,
-                              uint64_t k, char reason[SCHED_REASON_MAX]);
+                              uint64_t k, uint64_t rest_bytes, char reason[SCHED_REASON_MAX]);
 
 /* The timeline planners reason on: one link, compression on a side stream, both in plan order. */
 typedef struct sched_tl {

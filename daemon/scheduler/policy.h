@@ -55,7 +55,11 @@ typedef struct sched_buffer {
   uint64_t elems;
   uint64_t bytes;   /* dense bytes */
   uint64_t k;       /* elements kept when compressed (identical on every rank); 0 if dense */
-  uint8_t compress; /* 1: compressed; 0: dense all-reduce */
+  uint8_t compress; /* 1: its members with a compressor are sparsified, the rest all-reduced;
+                       0: every member dense (residuals folded in), one all-reduce */
+  /* Members without a compressor (a mixed buffer's dense part; 0 when every member has one):
+   * what a compressed buffer still all-reduces. Derived from the members, not encoded. */
+  uint64_t dense_elems, dense_bytes;
   char reason[SCHED_REASON_MAX]; /* why compressed or dense, for fgbuffctl status */
 } sched_buffer;
 

@@ -184,14 +184,18 @@ fgb_status sim_plan(const sched_inputs *in, const sched_plan *plan, const sim_op
     }
     /* Sizes come from the members, decisions from the plan. */
     sched_buffer d = *pb;
-    d.elems = d.bytes = 0;
+    d.elems = d.bytes = d.dense_elems = d.dense_bytes = 0;
     for (uint32_t i = next; i < next + pb->count; i++) {
       const sched_tensor *t = &in->tensors[pos[i]];
       d.elems += t->count;
       d.bytes += t->count * (uint64_t)t->elem_size;
+      if (!t->compressible) {
+        d.dense_elems += t->count;
+        d.dense_bytes += t->count * (uint64_t)t->elem_size;
+      }
       r->order[r->ntensors++] = t->id;
     }
-    if ((d.compress && (d.k == 0 || d.k > d.elems)) || (d.compress && c.split)) {
+    if ((d.compress && (d.k == 0 || d.k > d.elems - d.dense_elems)) || (d.compress && c.split)) {
       err_set(err, errlen, st, "sim: plan buffer %u has an invalid compression decision", b);
       goto fail;
     }
@@ -269,11 +273,19 @@ static fgb_status sim_dynamic(const sched_inputs *in, const sched_policy_ops *op
       if (groups[g].first != at || groups[g].count == 0 || groups[g].count > m - at) break;
       sched_buffer d = groups[g];
       uint64_t elems = 0, bytes = 0;
+      d.dense_elems = d.dense_bytes = 0; /* from the members, as the static path */
       for (uint32_t i = at; i < at + d.count; i++) {
-        elems += in->tensors[pos[i]].count;
-        bytes += in->tensors[pos[i]].count * (uint64_t)in->tensors[pos[i]].elem_size;
+        const sched_tensor *mt = &in->tensors[pos[i]];
+        elems += mt->count;
+        bytes += mt->count * (uint64_t)mt->elem_size;
+        if (!mt->compressible) {
+          d.dense_elems += mt->count;
+          d.dense_bytes += mt->count * (uint64_t)mt->elem_size;
+        }
       }
-      if (elems != d.elems || bytes != d.bytes || (d.compress && (d.k == 0 || d.k > elems))) break;
+      if (elems != d.elems || bytes != d.bytes ||
+          (d.compress && (d.k == 0 || d.k > elems - d.dense_elems)))
+        break;
       for (uint32_t i = at; i < at + d.count; i++) {
         issued[pos[i]] = 1;
         r->order[r->ntensors++] = ids[i];

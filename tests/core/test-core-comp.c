@@ -7,9 +7,9 @@
  *    here (per rank: a = residual + gradient, the k largest |a| with ties to the lower index sent,
  *    the rest kept; result = sum over ranks in rank order x 1/P, as the decoder adds);
  *  - compressor state export and import through core_state (the round trip changes nothing);
- *  - topk inside a static plan (fgbuff): in a mixed buffer, in an all-compressed buffer the plan
- *    compresses, and (`test-core-comp dense`, ctest core-comp-dense) in one the plan sends dense
- *    by cost: the residual folded in once, then dense averages;
+ *  - topk inside a static plan (fgbuff): in a mixed and in an all-compressed buffer the plan
+ *    compresses, and (`test-core-comp dense`, ctest core-comp-dense) in both when the plan sends
+ *    them dense by cost: the residual folded in once, then dense averages;
  *  - the cross-rank settings check (cp_agree): a different density, different options, or a
  *    compressor on one rank only fail that tensor's Done with FGB_EMISMATCH and the same text on
  *    every rank, step after step, while a dense tensor of the same steps still synchronises.
@@ -180,13 +180,14 @@ static void test_topk(int n, uint64_t steps) {
 /* topk in a static plan (fgbuff, 2 ranks, warm-up 2: the plan runs from step 5), three tensors of
  * 32 floats submitted in the backward order t2, t1, t0; t1 has topk, t0 and t2 too when all_comp,
  * else they are dense. Every step matches a reference computed here:
- *  - mixed (all_comp 0): a buffer with a dense member is dense by construction, its compressed
- *    member still sparsified per tensor (topk at every step);
- *  - all compressed, compressing cheap (main's default cost scale 1e-9): the plan compresses, each
- *    member sparsified per tensor (topk at every step);
- *  - all compressed, compressing dear (`test-core-comp dense`: scale 1e9): the plan sends the
- *    buffer dense by cost, so from step 5 each member's residual is folded in once (residual +
- *    gradient averaged, the residual cleared) and later steps are plain dense averages. */
+ *  - mixed (all_comp 0) or all compressed, compressing cheap (main's default cost scale 1e-9):
+ *    the plan compresses, each member with a compressor sparsified per tensor (topk at every
+ *    step), the dense members all-reduced;
+ *  - the same, compressing dear (`test-core-comp dense`: scale 1e9): the plan sends the buffer
+ *    dense by cost, so from step 5 each compressed member's residual is folded in once (residual
+ *    + gradient averaged, the residual cleared) and later steps are plain dense averages; for the
+ *    mixed buffer too (before session 19 its compressed member stayed sparsified at every step,
+ *    whatever the plan decided). */
 static const uint64_t off3[3] = {OFF_G, OFF_D, OFF_M};
 
 /* Three tensors t0..t2 (compressed where comp[k]: top-k 0.125) of job j on 2 ranks, `steps` steps
@@ -255,12 +256,19 @@ static void test_topk_plan(int all_comp, int dense) {
     REQUIRE(pv.nversions >= 1);
     const sched_plan *p = pv.versions[0];
     CHECK(p->first_step == first && plan_buffers_issued(w.r[r].job) > 0);
-    /* The decisions the plan made for its buffers of compressed tensors only. */
-    for (uint32_t b = 0; all_comp && b < p->nbuffers; b++)
+    /* The decisions the plan made for its buffers holding a compressed tensor (mixed or not). */
+    for (uint32_t b = 0; b < p->nbuffers; b++) {
+      int has_comp = 0;
+      for (uint32_t m = 0; m < p->buffers[b].count; m++) {
+        const core_tensor *ct = core_tensor_by_key(w.r[r].job, p->order[p->buffers[b].first + m]);
+        has_comp |= ct && ct->comp;
+      }
+      if (!has_comp) continue;
       CHECK_MSG(p->buffers[b].compress == !dense &&
                     (!dense || strncmp(p->buffers[b].reason, "dense: compressing costs", 24) == 0),
                 "rank %d buffer %u: compress %d (%s)", r, b, p->buffers[b].compress,
                 p->buffers[b].reason);
+    }
     CHECK(w.r[r].job->steps_completed == steps);
   }
   w_stop(&w);
@@ -351,6 +359,7 @@ int main(int argc, char **argv) {
   REQUIRE(setenv("FGBUFF_PLAN_COMP_COST_SCALE", dense ? "1e9" : "1e-9", 1) == 0);
   if (dense) {
     test_topk_plan(1, 1);
+    test_topk_plan(0, 1);
     TEST_DONE();
   }
   test_register_refusals();

@@ -6,7 +6,8 @@
 # sleeps, every daemon's status must show the job's plan (version >= 1, buffers covering the six
 # tensors) and the three plans must be identical. compclient then runs a top-k (density 0.01)
 # tensor with the policy for 12 steps, checking every step against its exported error-feedback
-# state (so across the switch to the plan), with identical results on every rank. A pipelined
+# state (so across the switch to the plan), with identical results on every rank; the steps it
+# saw sent dense must match the plan's decision for the tensor's (mixed) buffer. A pipelined
 # syncclient run (several steps in flight, another tensor never submitted) and a model-like
 # planclient run (twelve fp32 tensors of varied sizes) are checked likewise.
 set -u
@@ -83,5 +84,22 @@ ranks_wait "$job" || rc=1
 ranks_same_hashes "$job" 12 || rc=1
 world_stop || { echo "world_stop failed"; rc=1; }
 trap - EXIT
+# The compressed tensor shares its buffer with the two flushed all-gather tensors (no compressor):
+# the plan's decision for that mixed buffer is what runs. Compressed by the plan: every step
+# sparse; sent dense (by cost, or dear): from the plan's first step on every step dense, residual
+# folded in (compclient checked each step either way; warm-up steps are per tensor, sparse).
+ncomp="$(grep -o "job '$job': plan v1: [0-9]* buffers compressed" "$FGBUFF_WORLD_LOG" | head -1 |
+  awk '{print $5}')"
+for r in 0 1 2; do
+  nd="$(sed -n 's/^top-k steps sent dense by a plan: \([0-9]*\) of 12$/\1/p' "$out/$job.$r.out")"
+  if [ -z "$ncomp" ] || [ -z "$nd" ]; then
+    echo "$job rank $r: no plan decision ('$ncomp') or dense count ('$nd')"; rc=1
+  elif [ "$ncomp" -gt 0 ] && [ "$nd" -ne 0 ]; then
+    echo "$job rank $r: the plan compresses, yet $nd steps were sent dense"; rc=1
+  elif [ "$ncomp" -eq 0 ] && { [ "$nd" -lt 1 ] || [ "$nd" -gt 7 ]; }; then
+    echo "$job rank $r: the plan sends it dense, yet $nd of 12 steps were dense"; rc=1
+  fi
+done
+echo "$job: plan buffers compressed: $ncomp; dense steps: $nd of 12"
 [ $rc -eq 0 ] || cat "$FGBUFF_WORLD_LOG"
 exit $rc
