@@ -13,29 +13,41 @@
 
 /* ---- per-buffer costs ------------------------------------------------------------------------ */
 
-static double coo_bytes(uint64_t k) {
-  return (double)SCHED_COO_HEADER_BYTES + (double)k * SCHED_COO_ELEM_BYTES;
+/* The COO payloads of n tensors keeping k elements in all (one header each). */
+static double coo_bytes(uint32_t n, uint64_t k) {
+  return (double)SCHED_COO_HEADER_BYTES * (double)n + (double)k * SCHED_COO_ELEM_BYTES;
 }
 
 static double ar_s(const sched_costs *c, uint64_t bytes) {
   return c->ar_alpha + c->ar_beta * (double)bytes;
 }
 
-/* Sparse all-gather of P payloads of k elements and their decompression. */
-static double sparse_s(const sched_costs *c, int nranks, uint64_t k) {
-  return c->ag_alpha + c->ag_beta * coo_bytes(k) + c->dec_alpha +
+/* n tensors of `elems` elements in all, each compressed alone. */
+static double encode_s(const sched_costs *c, uint32_t n, uint64_t elems) {
+  return c->comp_alpha * (double)n + c->comp_beta * (double)elems;
+}
+
+/* The sparse all-gathers of n tensors (one each, P payloads of k elements in all) and their
+ * decompression. */
+static double sparse_s(const sched_costs *c, int nranks, uint32_t n, uint64_t k) {
+  return (c->ag_alpha + c->dec_alpha) * (double)n + c->ag_beta * coo_bytes(n, k) +
          c->dec_beta * (double)nranks * (double)k;
 }
 
-/* A compressed buffer compresses its members with a compressor only (elems - dense_elems). */
+/* A compressed buffer compresses its members with a compressor only (elems - dense_elems), each
+ * alone: ncomp start-ups (at least one: plans decoded without their members count one). */
+static uint32_t ncomp_of(const sched_buffer *b) {
+  return b->ncomp ? b->ncomp : 1;
+}
+
 double sched_buf_comp_s(const sched_costs *c, const sched_buffer *b) {
   if (!b->compress) return 0.0;
-  return c->comp_alpha + c->comp_beta * (double)(b->elems - b->dense_elems);
+  return encode_s(c, ncomp_of(b), b->elems - b->dense_elems);
 }
 
 double sched_buf_coll_s(const sched_costs *c, int nranks, const sched_buffer *b) {
   if (!b->compress) return ar_s(c, b->bytes);
-  return sparse_s(c, nranks, b->k) + (b->dense_bytes ? ar_s(c, b->dense_bytes) : 0.0);
+  return sparse_s(c, nranks, ncomp_of(b), b->k) + (b->dense_bytes ? ar_s(c, b->dense_bytes) : 0.0);
 }
 
 static int costs_finite(const sched_costs *c) {
@@ -46,8 +58,9 @@ static int costs_finite(const sched_costs *c) {
   return 1;
 }
 
-int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint64_t elems, uint64_t bytes,
-                              uint64_t k, uint64_t rest_bytes, char reason[SCHED_REASON_MAX]) {
+int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint32_t ncomp, uint64_t elems,
+                              uint64_t bytes, uint64_t k, uint64_t rest_bytes,
+                              char reason[SCHED_REASON_MAX]) {
   /* reason == NULL: planners' inner loops, where formatting text would dominate the cost */
 #define SAY(...) (reason ? (void)snprintf(reason, SCHED_REASON_MAX, __VA_ARGS__) : (void)0)
   if (nranks <= 1) {
@@ -70,7 +83,8 @@ int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint64_t elems, 
     return 0;
   }
   double dense = ar_s(c, bytes + rest_bytes);
-  double sparse = c->comp_alpha + c->comp_beta * (double)elems + sparse_s(c, nranks, k) +
+  if (ncomp < 1) ncomp = 1;
+  double sparse = encode_s(c, ncomp, elems) + sparse_s(c, nranks, ncomp, k) +
                   (rest_bytes ? ar_s(c, rest_bytes) : 0.0);
   if (sparse < dense) {
     SAY("compressed: saves %.3g ms", (dense - sparse) * 1e3);
@@ -83,7 +97,7 @@ int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint64_t elems, 
 
 int sched_compress_pays_sz(const sched_costs *c, int nranks, uint64_t elems, uint32_t elem_size,
                            uint64_t k, char reason[SCHED_REASON_MAX]) {
-  return sched_compress_pays_bytes(c, nranks, elems, elems * (uint64_t)elem_size, k, 0, reason);
+  return sched_compress_pays_bytes(c, nranks, 1, elems, elems * (uint64_t)elem_size, k, 0, reason);
 }
 
 int sched_compress_pays(const sched_costs *c, int nranks, uint64_t elems, uint64_t k,

@@ -37,6 +37,7 @@ static void decide(const sched_acc *a, const sched_inputs *in, sched_buffer *b, 
   b->bytes = a->bytes;
   b->dense_elems = a->elems - a->comp_elems;
   b->dense_bytes = a->bytes - a->comp_bytes;
+  b->ncomp = a->ncomp;
   b->k = 0;
   b->compress = 0;
   if (!a->ncomp) {
@@ -52,7 +53,7 @@ static void decide(const sched_acc *a, const sched_inputs *in, sched_buffer *b, 
   if (k < a->quota) k = a->quota;
   if (k < 1) k = 1;
   if (k > a->comp_elems) k = a->comp_elems;
-  if (sched_compress_pays_bytes(&in->costs, in->nranks, a->comp_elems, a->comp_bytes, k,
+  if (sched_compress_pays_bytes(&in->costs, in->nranks, a->ncomp, a->comp_elems, a->comp_bytes, k,
                                 b->dense_bytes, text ? b->reason : NULL)) {
     b->compress = 1;
     b->k = k;

@@ -45,11 +45,14 @@ double sched_flush_time(const sched_inputs *in);
 /* Cost model of one buffer (seconds), from the agreed costs. */
 double sched_buf_comp_s(const sched_costs *c, const sched_buffer *b);             /* 0 when dense */
 double sched_buf_coll_s(const sched_costs *c, int nranks, const sched_buffer *b); /* + decomp. */
-/* Whether sparsifying `elems` elements (`bytes` dense) to k pays against one all-reduce of the
- * whole buffer, whose other members (`rest_bytes`, no compressor) a compressed buffer all-reduces
- * on their own (their latency is the price). reason may be NULL (no text). */
-int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint64_t elems, uint64_t bytes,
-                              uint64_t k, uint64_t rest_bytes, char reason[SCHED_REASON_MAX]);
+/* Whether sparsifying `ncomp` tensors of `elems` elements in all (`bytes` dense) to k kept pays
+ * against one all-reduce of the whole buffer, whose other members (`rest_bytes`, no compressor) a
+ * compressed buffer all-reduces on their own. Each of the ncomp tensors is encoded, all-gathered
+ * and decoded alone (as the engines run them: compress_path.c, gpu/sparse.c), so each pays the
+ * start-ups. reason may be NULL (no text). */
+int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint32_t ncomp, uint64_t elems,
+                              uint64_t bytes, uint64_t k, uint64_t rest_bytes,
+                              char reason[SCHED_REASON_MAX]);
 
 /* The timeline planners reason on: one link, compression on a side stream, both in plan order. */
 typedef struct sched_tl {

@@ -185,6 +185,7 @@ fgb_status sim_plan(const sched_inputs *in, const sched_plan *plan, const sim_op
     /* Sizes come from the members, decisions from the plan. */
     sched_buffer d = *pb;
     d.elems = d.bytes = d.dense_elems = d.dense_bytes = 0;
+    d.ncomp = 0;
     for (uint32_t i = next; i < next + pb->count; i++) {
       const sched_tensor *t = &in->tensors[pos[i]];
       d.elems += t->count;
@@ -192,6 +193,8 @@ fgb_status sim_plan(const sched_inputs *in, const sched_plan *plan, const sim_op
       if (!t->compressible) {
         d.dense_elems += t->count;
         d.dense_bytes += t->count * (uint64_t)t->elem_size;
+      } else {
+        d.ncomp++;
       }
       r->order[r->ntensors++] = t->id;
     }
@@ -274,6 +277,7 @@ static fgb_status sim_dynamic(const sched_inputs *in, const sched_policy_ops *op
       sched_buffer d = groups[g];
       uint64_t elems = 0, bytes = 0;
       d.dense_elems = d.dense_bytes = 0; /* from the members, as the static path */
+      d.ncomp = 0;
       for (uint32_t i = at; i < at + d.count; i++) {
         const sched_tensor *mt = &in->tensors[pos[i]];
         elems += mt->count;
@@ -281,6 +285,8 @@ static fgb_status sim_dynamic(const sched_inputs *in, const sched_policy_ops *op
         if (!mt->compressible) {
           d.dense_elems += mt->count;
           d.dense_bytes += mt->count * (uint64_t)mt->elem_size;
+        } else {
+          d.ncomp++;
         }
       }
       if (elems != d.elems || bytes != d.bytes ||

@@ -1,7 +1,8 @@
 /* test-compress-pays: compression is refused where it does not pay (fast network, density >= 1/P,
  * one rank) and chosen where it does (slow network), both by sched_compress_pays and in every
  * static policy's plan; the reasons say why; a buffer of members with and without a compressor is
- * decided and costed on its members with one (test_mixed). */
+ * decided and costed on its members with one, each compressed and all-gathered alone (test_mixed).
+ */
 #include "../test.h"
 #include <math.h>
 
@@ -139,23 +140,30 @@ static void test_mixed(void) {
   CHECK(b.dense_elems == rest && b.dense_bytes == 4 * rest);
   uint64_t k = (uint64_t)floor(0.01 * (double)(all - rest));
   CHECK_MSG(b.k == k, "k %llu, want %llu", (unsigned long long)b.k, (unsigned long long)k);
-  /* the cost model: compress the 8 members with a compressor, all-gather k, all-reduce the rest */
-  double comp = slow.comp_alpha + slow.comp_beta * (double)(all - rest);
-  double coll = slow.ag_alpha + slow.ag_beta * (8.0 + 8.0 * (double)k) + slow.dec_alpha +
+  CHECK(b.ncomp == 8);
+  /* the cost model: the 8 members with a compressor each encoded, all-gathered (a header and
+   * their kept elements) and decoded alone, the rest all-reduced */
+  double comp = 8 * slow.comp_alpha + slow.comp_beta * (double)(all - rest);
+  double coll = 8 * (slow.ag_alpha + slow.dec_alpha) + slow.ag_beta * (8 * 8.0 + 8.0 * (double)k) +
                 slow.dec_beta * 8.0 * (double)k + slow.ar_alpha + slow.ar_beta * 4.0 * (double)rest;
   CHECK(fabs(sched_buf_comp_s(&slow, &b) - comp) < 1e-12);
   CHECK(fabs(sched_buf_coll_s(&slow, 8, &b) - coll) < 1e-12);
   /* the gain must cover the rest's own all-reduce start-up: a rest that makes it not pay */
   char why[SCHED_REASON_MAX];
   double dense = slow.ar_alpha + slow.ar_beta * 4.0 * (double)all;
-  CHECK(sched_compress_pays_bytes(&slow, 8, all - rest, 4 * (all - rest), k, 4 * rest, why) ==
-        (comp + coll < dense));
+  const uint64_t ce = all - rest, cb = 4 * ce;
+  CHECK(sched_compress_pays_bytes(&slow, 8, 8, ce, cb, k, 4 * rest, why) == (comp + coll < dense));
   sched_costs start = slow; /* all-reduces cost their start-up only: what compressing saves is the
                                one start-up the rest then needs again */
   start.ar_alpha = 1.0;
   start.ar_beta = 0;
-  CHECK(sched_compress_pays_bytes(&start, 8, all - rest, 4 * (all - rest), k, 4 * rest, why) == 0);
-  CHECK(sched_compress_pays_bytes(&start, 8, all - rest, 4 * (all - rest), k, 0, why) == 1);
+  CHECK(sched_compress_pays_bytes(&start, 8, 8, ce, cb, k, 4 * rest, why) == 0);
+  CHECK(sched_compress_pays_bytes(&start, 8, 8, ce, cb, k, 0, why) == 1);
+  /* start-ups are paid per compressed tensor: where one all-gather would pay, eight do not */
+  sched_costs lat = costs_latency(); /* 2 ms start-ups, fast bytes and kernels */
+  lat.comp_beta = lat.dec_beta = 1e-11;
+  CHECK(sched_compress_pays_bytes(&lat, 8, 1, ce, cb, k, 0, why) == 1);
+  CHECK(sched_compress_pays_bytes(&lat, 8, 8, ce, cb, k, 0, why) == 0);
   /* fast network: dense, by cost; one rank: dense; no member with a compressor: dense */
   s.in.costs = fast;
   sched_acc_decide(&a, &s.in, &b);

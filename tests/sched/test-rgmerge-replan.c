@@ -92,18 +92,22 @@ int main(void) {
       CHECK((act == NULL) == (want == NULL));
     }
   }
-  /* a plan made before ready times were measured is replaced once they are */
+  /* a plan made before ready times were measured is replaced once they are (a backward of 200
+   * ms, longer than the slow network's communication: the ready times set the iteration) */
   {
-    sched_inputs unmeasured = s.in;
+    scen sl;
+    scen_make(&sl, N, 77, 0.2, 1, 0.01, R);
+    sched_inputs unmeasured = sl.in;
     unmeasured.ready = NULL;
     unmeasured.costs = costs_slow();
     sched_plan v0;
     REQUIRE(rg->plan(&unmeasured, &v0, err, sizeof err) == FGB_OK);
     sched_inputs measured = unmeasured;
-    measured.ready = s.ready;
+    measured.ready = sl.ready;
     CHECK(rg->should_replan(&v0, &unmeasured) == 0);
     CHECK(rg->should_replan(&v0, &measured) == 1);
     sched_plan_free(&v0);
+    scen_free(&sl);
   }
   /* non-replanning policies never re-plan */
   sched_agreed a;
