@@ -2,7 +2,8 @@
 # Compression decisions of the dynamic policies none and fusion (docs/scheduling.md, "Dynamic
 # policies in fgbuffd"): two worlds of three daemons. World 1 is started with
 # FGBUFF_PLAN_COMP_COST_SCALE=1e9 (the compressed path looks a billion times slower than measured),
-# plan_warmup_steps 3 and replan_steps 4 (so the table is re-evaluated, unchanged, several times).
+# plan_warmup_steps 3 and replan_steps 4 (so the table is re-evaluated, unchanged, several times;
+# world 2 below is not re-evaluated).
 # Two planclient jobs at once, policy none (twelve top-k 0.01 tensors) and policy fusion (every
 # third tensor dense, so fusion groups form), same gradients on every rank: while their last step
 # sleeps, every daemon's status shows the same decision table (version 1, first step = agreed
@@ -24,13 +25,19 @@ rc=0
 steps=12
 world() { # SCALE WANT(dense|compress): one world, both jobs, all checks
   local scale="$1" want="$2" r p
+  # World 2 is not re-evaluated: its margin for compressing is the fitted per-byte all-reduce cost
+  # of a tensor in a fused group, which a loaded sanitizer run once fitted as 0 (flat: noise) at
+  # step 8, and fusion then rightly sent every tensor dense from step 10. World 1's margin (1e9)
+  # does not depend on it, so the re-evaluation that keeps the table is checked there.
+  local every=4 at=8
+  [ "$want" = compress ] && every=100 at=4
   export FGBUFF_PLAN_COMP_COST_SCALE="$scale"
   world_start 3 --policy none || { rc=1; return; }
   trap 'world_stop >/dev/null 2>&1' EXIT
   out="$FGBUFF_RUNTIME_DIR"
   c() { "$ctl" --socket "$out/cpu$1.sock" "${@:2}"; }
   for r in 0 1 2; do
-    c $r set plan_warmup_steps 3 >/dev/null && c $r set replan_steps 4 >/dev/null &&
+    c $r set plan_warmup_steps 3 >/dev/null && c $r set replan_steps "$every" >/dev/null &&
       c $r set fusion_cycle_ms 2000 >/dev/null || { echo "set failed on daemon $r"; rc=1; }
   done
   local pids=()
@@ -45,7 +52,8 @@ world() { # SCALE WANT(dense|compress): one world, both jobs, all checks
       pids+=($!)
     done
   done
-  # Until every daemon shows both tables re-evaluated at step 8 (agreed at 4, checks every 4 steps;
+  # Until every daemon shows both tables re-evaluated at step 8 (world 2: agreed at step 4; world 1
+  # agreed at 4, checks every 4 steps;
   # the one at step 12 waits for the clients' sleep) and, in the dense world, ISSUEs sent dense.
   # The clients sleep 15 s: reading three daemons takes seconds on a loaded sanitizer build.
   for _ in $(seq 1 160); do
@@ -54,12 +62,12 @@ world() { # SCALE WANT(dense|compress): one world, both jobs, all checks
     local n=0
     for r in 0 1 2; do
       c $r status --json >"$out/status.$r.json" 2>/dev/null || continue
-      python3 - "$out/status.$r.json" "$want" <<'PY' && n=$((n + 1))
+      python3 - "$out/status.$r.json" "$want" "$at" <<'PY' && n=$((n + 1))
 import json, sys
 js = {j["name"]: j for j in json.load(open(sys.argv[1]))["jobs"]}
 for p in ("none", "fusion"):
     j = js.get("dyn-" + p)
-    if not j or not j["plan"] or j["plan"]["inputs"]["step"] != 8 or (
+    if not j or not j["plan"] or j["plan"]["inputs"]["step"] != int(sys.argv[3]) or (
             sys.argv[2] == "dense" and j["plan"]["dense_issued"] == 0):
         sys.exit(1)
 PY
@@ -83,8 +91,11 @@ for p in ("none", "fusion"):
         assert q == t, f"{p}: decision tables differ across ranks:\n{t}\n{q}"
     inp = t["inputs"]
     assert t["policy"] == p and t["version"] == 1, t
-    # Agreed at step 1 + 3 (warm-up), in force from + 2; re-evaluated at step 8, decisions kept.
-    assert t["first_step"] == 1 + 3 + 2 and inp["step"] == 8 and inp["why"] == "plan kept", t
+    # Agreed at step 1 + 3 (warm-up), in force from + 2; world 1: re-evaluated at step 8, kept.
+    if want == "dense":
+        assert t["first_step"] == 1 + 3 + 2 and inp["step"] == 8 and inp["why"] == "plan kept", t
+    else:
+        assert t["first_step"] == 1 + 3 + 2 and inp["step"] == 4 and inp["why"] == "first decisions", t
     assert "allreduce" in inp["measured"] and "allgather" in inp["measured"], inp
     d = t["decisions"]
     assert len(d) == 12 and len(t["buffers"]) == 12, t
