@@ -20,10 +20,15 @@
 #define EPS_FIRST 16
 #define EPS_EVERY 8
 
+/* Start-up calibration samples kept aside per kind (4 sizes x 3 repeats of all-reduce). */
+#define EPS_CAL 16
+
 struct eng_stats {
   sched_sample s[EPS_KINDS][EPS_KEEP];
   uint32_t n[EPS_KINDS], next[EPS_KINDS];
   uint32_t tick[EPS_KINDS];
+  sched_sample cal[EPS_KINDS][EPS_CAL];
+  uint32_t ncal[EPS_KINDS];
 };
 
 double eng_now_s(void) {
@@ -54,6 +59,14 @@ void eng_stats_add(eng_stats *s, int kind, double x, double seconds) {
   if (s->n[kind] < EPS_KEEP) s->n[kind]++;
 }
 
+void eng_stats_add_cal(eng_stats *s, int kind, double x, double seconds) {
+  if (!s || kind < 0 || kind >= EPS_KINDS || !(x > 0) || !isfinite(x) || !(seconds >= 0) ||
+      !isfinite(seconds))
+    return;
+  eng_stats_add(s, kind, x, seconds);
+  if (s->ncal[kind] < EPS_CAL) s->cal[kind][s->ncal[kind]++] = (sched_sample){x, seconds};
+}
+
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -82,6 +95,21 @@ uint32_t eng_stats_fit(const eng_stats *s, sched_costs *c) {
     char err[128];
     if (sched_fit_linear(s->s[k], n, &a, &b, err, sizeof(err)) != FGB_OK)
       fit_one_size(s->s[k], n, &a, &b);
+    /* A flat fit (beta 0: the recent samples show no growth with size, their noise hides it,
+     * e.g. on a loaded host) would make bytes free: keep the slope of the start-up calibration
+     * (sizes 4 KiB to 4 MiB) and fit the intercept to the recent samples (their median of
+     * seconds - beta x), as the one-size case keeps a slope. */
+    if (b == 0 && s->ncal[k] > 1) {
+      double ac, bc, r[EPS_KEEP];
+      if (sched_fit_linear(s->cal[k], s->ncal[k], &ac, &bc, err, sizeof(err)) == FGB_OK && bc > 0 &&
+          isfinite(bc)) {
+        for (uint32_t i = 0; i < n; i++) r[i] = s->s[k][i].seconds - bc * s->s[k][i].x;
+        qsort(r, n, sizeof(double), cmp_d);
+        double m = n % 2 ? r[n / 2] : 0.5 * (r[n / 2 - 1] + r[n / 2]);
+        a = m > 0 ? m : 0;
+        b = bc;
+      }
+    }
     if (!isfinite(a) || !isfinite(b) || a < 0 || b < 0) continue;
     *ab[k][0] = a;
     *ab[k][1] = b;
@@ -136,13 +164,14 @@ static fgb_status calibrate(const comm_ops *ops, comm *c, int size, eng_stats *s
       st = ops->allreduce(c, a, a, ar_elems[i], FGB_FLOAT32, &req, err, errlen);
       if (st == FGB_OK) st = wait_req(ops, req, cancel, cancel_ud, wedged, err, errlen);
       if (st == FGB_OK)
-        eng_stats_add(stats, EPS_ALLREDUCE, (double)(ar_elems[i] * sizeof(float)),
-                      eng_now_s() - t0);
+        eng_stats_add_cal(stats, EPS_ALLREDUCE, (double)(ar_elems[i] * sizeof(float)),
+                          eng_now_s() - t0);
       memset(a, 0, ar_elems[i] * sizeof(float)); /* keep the values finite */
       if (st != FGB_OK || i >= CAL_AG) continue;
       t0 = eng_now_s();
       st = gather(ops, c, a, b, ag_bytes[i], cancel, cancel_ud, wedged, err, errlen);
-      if (st == FGB_OK) eng_stats_add(stats, EPS_ALLGATHER, (double)ag_bytes[i], eng_now_s() - t0);
+      if (st == FGB_OK)
+        eng_stats_add_cal(stats, EPS_ALLGATHER, (double)ag_bytes[i], eng_now_s() - t0);
     }
   }
   if (!*wedged) {
@@ -201,11 +230,11 @@ static fgb_status calibrate_gpu(xfer *t, eng_stats *stats, char *err, size_t err
       size_t ar = ar_elems[i] * sizeof(float);
       fgb_status st = t->gpu->timed(t->c, t->job_key, EPS_ALLREDUCE, ar, &sec, err, errlen);
       if (st != FGB_OK) return st;
-      eng_stats_add(stats, EPS_ALLREDUCE, (double)ar, sec);
+      eng_stats_add_cal(stats, EPS_ALLREDUCE, (double)ar, sec);
       if (i >= CAL_AG) continue;
       st = t->gpu->timed(t->c, t->job_key, EPS_ALLGATHER, ag_bytes[i], &sec, err, errlen);
       if (st != FGB_OK) return st;
-      eng_stats_add(stats, EPS_ALLGATHER, (double)ag_bytes[i], sec);
+      eng_stats_add_cal(stats, EPS_ALLGATHER, (double)ag_bytes[i], sec);
     }
   }
   return FGB_OK;

@@ -21,13 +21,18 @@ eng_stats *eng_stats_new(void);
 void eng_stats_free(eng_stats *s);
 /* Record one timed call: x = bytes per rank (collectives) or elements (encode; decode: P * k). */
 void eng_stats_add(eng_stats *s, int kind, double x, double seconds);
+/* The same for a start-up calibration sample: also kept aside for good (eng_stats_fit). */
+void eng_stats_add_cal(eng_stats *s, int kind, double x, double seconds);
 /* Whether to time the next call of `kind`: every call for the first 16 samples, then one in 8. On
  * GPU the two timing events sit on the stream around the collective, ~2.5 us of GPU time each under
  * MPS on the path of every tensor (2x H100 traces), for a fit that needs only recent samples. NULL:
  * no. */
 int eng_stats_want(eng_stats *s, int kind);
 /* Fit every kind with samples (the most recent EPS_KEEP per kind): sched_fit_linear when two
- * sizes were seen, else alpha = 0 and beta = the median seconds per unit. Kinds without samples
+ * sizes were seen, else alpha = 0 and beta = the median seconds per unit. A flat fit (beta 0: the
+ * recent samples show no growth with size) takes the slope of the kind's calibration samples
+ * (eng_stats_add_cal) where they have one, with the recent samples' median intercept under it.
+ * Kinds without samples
  * keep what *c holds; bit k of the result says kind k was measured. */
 uint32_t eng_stats_fit(const eng_stats *s, sched_costs *c);
 

@@ -194,6 +194,26 @@ static void stats_fit(void) {
   CHECK_MSG(fabs(c.ar_alpha - 1e-3) < 1e-9 && fabs(c.ar_beta - 1e-9) < 1e-15, "%g %g", c.ar_alpha,
             c.ar_beta);
   eng_stats_free(s);
+  /* A flat fit of the recent samples (time shrinking with size: noise) takes the start-up
+   * calibration's slope and the recent samples' median intercept under it; a recent fit with a
+   * slope is kept as it is. */
+  s = eng_stats_new();
+  REQUIRE(s);
+  static const double cal[4] = {4096, 65536, 1048576, 4194304};
+  for (int i = 0; i < 12; i++)
+    eng_stats_add_cal(s, EPS_ALLREDUCE, cal[i % 4], 100e-6 + 1e-9 * cal[i % 4]);
+  for (int i = 0; i < 200; i++) /* evicts every calibration sample from the recent window */
+    eng_stats_add(s, EPS_ALLREDUCE, i % 2 ? 2e5 : 1e5, i % 2 ? 20e-3 : 30e-3);
+  c = xh_base;
+  CHECK(eng_stats_fit(s, &c) == 1u << EPS_ALLREDUCE);
+  CHECK_MSG(fabs(c.ar_beta - 1e-9) < 1e-15 && c.ar_alpha > 19e-3 && c.ar_alpha < 30e-3,
+            "flat fit: %g + %g x", c.ar_alpha, c.ar_beta);
+  for (int i = 0; i < 200; i++) /* now a slope in the recent samples: theirs, not calibration's */
+    eng_stats_add(s, EPS_ALLREDUCE, i % 2 ? 2e5 : 1e5, i % 2 ? 3e-3 : 2e-3);
+  CHECK(eng_stats_fit(s, &c) == 1u << EPS_ALLREDUCE);
+  CHECK_MSG(fabs(c.ar_alpha - 1e-3) < 1e-9 && fabs(c.ar_beta - 1e-8) < 1e-14, "%g %g", c.ar_alpha,
+            c.ar_beta);
+  eng_stats_free(s);
 }
 
 int main(void) {
