@@ -50,19 +50,21 @@ int eng_stats_want(eng_stats *s, int kind) {
   return s->n[kind] < EPS_FIRST || ++s->tick[kind] % EPS_EVERY == 0;
 }
 
+/* A sample worth keeping: a known kind, a positive size, a finite time >= 0. */
+static int sample_ok(const eng_stats *s, int kind, double x, double seconds) {
+  return s && kind >= 0 && kind < EPS_KINDS && x > 0 && isfinite(x) && seconds >= 0 &&
+         isfinite(seconds);
+}
+
 void eng_stats_add(eng_stats *s, int kind, double x, double seconds) {
-  if (!s || kind < 0 || kind >= EPS_KINDS || !(x > 0) || !isfinite(x) || !(seconds >= 0) ||
-      !isfinite(seconds))
-    return;
+  if (!sample_ok(s, kind, x, seconds)) return;
   s->s[kind][s->next[kind]] = (sched_sample){x, seconds};
   s->next[kind] = (s->next[kind] + 1) % EPS_KEEP;
   if (s->n[kind] < EPS_KEEP) s->n[kind]++;
 }
 
 void eng_stats_add_cal(eng_stats *s, int kind, double x, double seconds) {
-  if (!s || kind < 0 || kind >= EPS_KINDS || !(x > 0) || !isfinite(x) || !(seconds >= 0) ||
-      !isfinite(seconds))
-    return;
+  if (!sample_ok(s, kind, x, seconds)) return;
   eng_stats_add(s, kind, x, seconds);
   if (s->ncal[kind] < EPS_CAL) s->cal[kind][s->ncal[kind]++] = (sched_sample){x, seconds};
 }
@@ -72,13 +74,18 @@ static int cmp_d(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* The median of r[0..n), n >= 1 (sorts r). */
+static double median(double *r, uint32_t n) {
+  qsort(r, n, sizeof(double), cmp_d);
+  return n % 2 ? r[n / 2] : 0.5 * (r[n / 2 - 1] + r[n / 2]);
+}
+
 /* One size only: no slope can be fitted; cost per unit through the origin (median). */
 static void fit_one_size(const sched_sample *v, uint32_t n, double *alpha, double *beta) {
   double r[EPS_KEEP];
   for (uint32_t i = 0; i < n; i++) r[i] = v[i].seconds / v[i].x;
-  qsort(r, n, sizeof(double), cmp_d);
   *alpha = 0;
-  *beta = n % 2 ? r[n / 2] : 0.5 * (r[n / 2 - 1] + r[n / 2]);
+  *beta = median(r, n);
 }
 
 uint32_t eng_stats_fit(const eng_stats *s, sched_costs *c) {
@@ -104,8 +111,7 @@ uint32_t eng_stats_fit(const eng_stats *s, sched_costs *c) {
       if (sched_fit_linear(s->cal[k], s->ncal[k], &ac, &bc, err, sizeof(err)) == FGB_OK && bc > 0 &&
           isfinite(bc)) {
         for (uint32_t i = 0; i < n; i++) r[i] = s->s[k][i].seconds - bc * s->s[k][i].x;
-        qsort(r, n, sizeof(double), cmp_d);
-        double m = n % 2 ? r[n / 2] : 0.5 * (r[n / 2 - 1] + r[n / 2]);
+        double m = median(r, n);
         a = m > 0 ? m : 0;
         b = bc;
       }

@@ -32,8 +32,7 @@ int eng_stats_want(eng_stats *s, int kind);
  * sizes were seen, else alpha = 0 and beta = the median seconds per unit. A flat fit (beta 0: the
  * recent samples show no growth with size) takes the slope of the kind's calibration samples
  * (eng_stats_add_cal) where they have one, with the recent samples' median intercept under it.
- * Kinds without samples
- * keep what *c holds; bit k of the result says kind k was measured. */
+ * Kinds without samples keep what *c holds; bit k of the result says kind k was measured. */
 uint32_t eng_stats_fit(const eng_stats *s, sched_costs *c);
 
 /* Seconds on a monotonic clock (engine timings). */

@@ -32,12 +32,16 @@ void sched_acc_add(sched_acc *a, const sched_tensor *t, double ready) {
   if (a->count == 1 || ready > a->ready) a->ready = ready;
 }
 
-static void decide(const sched_acc *a, const sched_inputs *in, sched_buffer *b, int text) {
+void sched_acc_sizes(const sched_acc *a, sched_buffer *b) {
   b->elems = a->elems;
   b->bytes = a->bytes;
   b->dense_elems = a->elems - a->comp_elems;
   b->dense_bytes = a->bytes - a->comp_bytes;
   b->ncomp = a->ncomp;
+}
+
+static void decide(const sched_acc *a, const sched_inputs *in, sched_buffer *b, int text) {
+  sched_acc_sizes(a, b);
   b->k = 0;
   b->compress = 0;
   if (!a->ncomp) {

@@ -26,6 +26,8 @@ typedef struct sched_acc {
 
 void sched_acc_init(sched_acc *a);
 void sched_acc_add(sched_acc *a, const sched_tensor *t, double ready);
+/* Fill b's elems, bytes, dense_elems, dense_bytes and ncomp from the group (no decision). */
+void sched_acc_sizes(const sched_acc *a, sched_buffer *b);
 /* Fill b's elems, bytes, dense_elems, dense_bytes, k, compress and reason (not first/count) for the
  * group. Over its members with a compressor: k = max(floor(sum of rho_i * n_i), one per non-empty
  * member), at most their elements; compressed when at least one member has a compressor and

@@ -55,6 +55,16 @@ static fgb_status ctx_init(simctx *c, const sched_inputs *in, const sim_options 
   return FGB_OK;
 }
 
+/* d's sizes (elems, bytes, its members without a compressor, ncomp) from the members at positions
+ * pos[0..count) of in->tensors; d's decisions are left as they are. */
+static void member_sizes(const sched_inputs *in, const int64_t *pos, uint32_t count,
+                         sched_buffer *d) {
+  sched_acc a;
+  sched_acc_init(&a);
+  for (uint32_t i = 0; i < count; i++) sched_acc_add(&a, &in->tensors[pos[i]], 0);
+  sched_acc_sizes(&a, d);
+}
+
 /* Issue one buffer whose members (positions pos[0..count)) were just appended to r->order. It is
  * handed over no earlier than not_before (the cycle that composed it). */
 static void issue(simctx *c, const int64_t *pos, uint32_t count, const sched_buffer *d,
@@ -184,20 +194,9 @@ fgb_status sim_plan(const sched_inputs *in, const sched_plan *plan, const sim_op
     }
     /* Sizes come from the members, decisions from the plan. */
     sched_buffer d = *pb;
-    d.elems = d.bytes = d.dense_elems = d.dense_bytes = 0;
-    d.ncomp = 0;
-    for (uint32_t i = next; i < next + pb->count; i++) {
-      const sched_tensor *t = &in->tensors[pos[i]];
-      d.elems += t->count;
-      d.bytes += t->count * (uint64_t)t->elem_size;
-      if (!t->compressible) {
-        d.dense_elems += t->count;
-        d.dense_bytes += t->count * (uint64_t)t->elem_size;
-      } else {
-        d.ncomp++;
-      }
-      r->order[r->ntensors++] = t->id;
-    }
+    member_sizes(in, pos + next, pb->count, &d);
+    for (uint32_t i = next; i < next + pb->count; i++)
+      r->order[r->ntensors++] = in->tensors[pos[i]].id;
     if ((d.compress && (d.k == 0 || d.k > d.elems - d.dense_elems)) || (d.compress && c.split)) {
       err_set(err, errlen, st, "sim: plan buffer %u has an invalid compression decision", b);
       goto fail;
@@ -275,22 +274,9 @@ static fgb_status sim_dynamic(const sched_inputs *in, const sched_policy_ops *op
     for (int g = 0; g >= 0 && g < ng; g++) {
       if (groups[g].first != at || groups[g].count == 0 || groups[g].count > m - at) break;
       sched_buffer d = groups[g];
-      uint64_t elems = 0, bytes = 0;
-      d.dense_elems = d.dense_bytes = 0; /* from the members, as the static path */
-      d.ncomp = 0;
-      for (uint32_t i = at; i < at + d.count; i++) {
-        const sched_tensor *mt = &in->tensors[pos[i]];
-        elems += mt->count;
-        bytes += mt->count * (uint64_t)mt->elem_size;
-        if (!mt->compressible) {
-          d.dense_elems += mt->count;
-          d.dense_bytes += mt->count * (uint64_t)mt->elem_size;
-        } else {
-          d.ncomp++;
-        }
-      }
-      if (elems != d.elems || bytes != d.bytes ||
-          (d.compress && (d.k == 0 || d.k > elems - d.dense_elems)))
+      member_sizes(in, pos + at, d.count, &d); /* from the members, as the static path */
+      if (d.elems != groups[g].elems || d.bytes != groups[g].bytes ||
+          (d.compress && (d.k == 0 || d.k > d.elems - d.dense_elems)))
         break;
       for (uint32_t i = at; i < at + d.count; i++) {
         issued[pos[i]] = 1;
