@@ -8,9 +8,13 @@ set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 ops_init "$1" "$2" cpport
 command -v ss >/dev/null || { echo "FAIL: ss missing (iproute2)"; exit 1; }
-# Three free ports in a row; a listener of ours takes the first (a foreign service on it).
+# Three free ports in a row; a listener of ours takes the first (a foreign service on it). Below
+# the kernel's ephemeral range: a port in it can be taken by any test's outgoing connection between
+# this probe and the daemons' bind (seen once under ctest -j2: "no port of the range free").
 base="$(python3 -c 'import socket, os
-for p in range(30000 + os.getpid() % 20000, 65000, 11):
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+top = max(lo - 3, 12000)
+for p in list(range(10000 + os.getpid() % (top - 10000), top, 11)) + list(range(10000, top, 11)):
     try:
         s = [socket.socket() for _ in range(3)]
         for i, x in enumerate(s): x.bind(("0.0.0.0", p + i))
