@@ -37,6 +37,17 @@ static int test_failures_;
     }                                                                            \
   } while (0)
 
+/* The same, with a message (printf arguments). */
+#define REQUIRE_MSG(cond, ...)                                        \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      fprintf(stderr, "%s:%d: REQUIRE failed: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                                   \
+      fputc('\n', stderr);                                            \
+      exit(1);                                                        \
+    }                                                                 \
+  } while (0)
+
 #define TEST_SKIP(...)            \
   do {                            \
     fprintf(stderr, "SKIP: ");    \

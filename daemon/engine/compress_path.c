@@ -44,6 +44,8 @@ typedef struct cp_agreed {
 struct cp_store {
   cp_inst *head;
   cp_agreed *agreed;
+  void *pk_send, *pk_recv; /* fused payloads (cp_sync_many), grow-only */
+  size_t pk_send_cap, pk_recv_cap;
 };
 
 /* What each rank contributes to the agreement of a tensor's settings (fixed size, no padding). */
@@ -101,6 +103,8 @@ void cp_store_free(cp_store *s) {
     s->head = i->next;
     inst_free(i);
   }
+  free(s->pk_send);
+  free(s->pk_recv);
   free(s);
 }
 
@@ -291,59 +295,245 @@ static void tl_member_span(const cp_job *job, const eng_tensor *t, int phase, ui
   tl_add(job->tl, &sp);
 }
 
-fgb_status cp_sync(cp_store *s, const cp_job *job, const eng_tensor *t, uint64_t *sent,
-                   uint64_t *recv, char *err, size_t errlen) {
-  cp_inst *i = NULL;
-  fgb_status st = inst_get(s, job, t, &i, err, errlen);
+/* One compressed member of a cp_sync_many call. */
+typedef struct cp_member {
+  const eng_tensor *t;
+  cp_inst *i;
+  comp_phase ph;
+  int phase;       /* the phase ph describes (1-based: advance's argument after it) */
+  int active;      /* ph and its advance still to run */
+  int ran;         /* ph's collective ran in this round (fused) */
+  double gathered; /* elements gathered (decode's sample) */
+  uint64_t wire;   /* bytes this member sent */
+  uint64_t tl_c1;  /* timeline: end of its last phase */
+  fgb_status st;   /* FGB_OK, or why it left before any collective */
+} cp_member;
+
+/* The store's grow-only buffers for fused payloads (send: one rank's, recv: every rank's). */
+static fgb_status pack_reserve(cp_store *s, size_t send, size_t recv, char *err, size_t errlen) {
+  if (send > s->pk_send_cap) {
+    void *p = realloc(s->pk_send, send);
+    if (!p) goto nomem;
+    s->pk_send = p;
+    s->pk_send_cap = send;
+  }
+  if (recv > s->pk_recv_cap) {
+    void *p = realloc(s->pk_recv, recv);
+    if (!p) goto nomem;
+    s->pk_recv = p;
+    s->pk_recv_cap = recv;
+  }
+  return FGB_OK;
+nomem:
+  snprintf(err, errlen, "out of memory for a %zu-byte fused payload", send > recv ? send : recv);
+  return FGB_ENOMEM;
+}
+
+/* A fused collective never completed: the transport may still write into the store's buffers,
+ * so they are dropped without being freed, and every member taking part is left alone too. */
+static void pack_wedge(cp_store *s, cp_member *m, const int *sel, int n) {
+  s->pk_send = s->pk_recv = NULL;
+  s->pk_send_cap = s->pk_recv_cap = 0;
+  for (int k = 0; k < n; k++) m[sel[k]].i->wedged = 1;
+}
+
+/* One all-gather for the ALLGATHER phases of the members sel[0..n): rank r's block of the fused
+ * receive buffer holds every member's payload of rank r, in member order; each member's own
+ * receive buffer gets its slots back (recv_m[r * bytes_m ..]). */
+static fgb_status fused_allgather(cp_store *s, const cp_job *job, cp_member *m, const int *sel,
+                                  int n, uint64_t *sent, uint64_t *recv, char *err, size_t errlen) {
+  size_t S = 0;
+  for (int k = 0; k < n; k++) S += m[sel[k]].ph.bytes;
+  const size_t P = (size_t)job->size;
+  fgb_status st = pack_reserve(s, S + 1, S * P + 1, err, errlen);
   if (st != FGB_OK) return st;
-  if (t->count != i->n) {
+  uint8_t *snd = s->pk_send, *rcv = s->pk_recv;
+  for (size_t k = 0, off = 0; k < (size_t)n; off += m[sel[k]].ph.bytes, k++)
+    memcpy(snd + off, m[sel[k]].ph.send, m[sel[k]].ph.bytes);
+  double t0 = eng_now_s();
+  comm_req *req = NULL;
+  cp_inst probe = {0};
+  st = job->ops->allgather(job->c, snd, rcv, S, &req, err, errlen);
+  if (st == FGB_OK) st = wait_req(job, &probe, req, err, errlen);
+  if (probe.wedged) pack_wedge(s, m, sel, n);
+  if (st != FGB_OK) return st;
+  eng_stats_add(job->stats, EPS_ALLGATHER, (double)S, eng_now_s() - t0);
+  *sent += S;
+  *recv += S * P;
+  for (size_t k = 0, off = 0; k < (size_t)n; off += m[sel[k]].ph.bytes, k++) {
+    cp_member *x = &m[sel[k]];
+    size_t b = x->ph.bytes;
+    for (size_t r = 0; r < P; r++) memcpy((uint8_t *)x->ph.recv + r * b, rcv + r * S + off, b);
+    x->wire += b;
+    if (b > 8) x->gathered += (double)(b - 8) / 8.0 * (double)P;
+  }
+  return FGB_OK;
+}
+
+/* One fp32 all-reduce for the fp32 ALLREDUCE phases of the members sel[0..n), concatenated. */
+static fgb_status fused_allreduce(cp_store *s, const cp_job *job, cp_member *m, const int *sel,
+                                  int n, uint64_t *sent, uint64_t *recv, char *err, size_t errlen) {
+  size_t N = 0;
+  for (int k = 0; k < n; k++) N += m[sel[k]].ph.count;
+  fgb_status st = pack_reserve(s, (N ? N : 1) * sizeof(float), 1, err, errlen);
+  if (st != FGB_OK) return st;
+  float *buf = s->pk_send;
+  for (size_t k = 0, off = 0; k < (size_t)n; off += m[sel[k]].ph.count, k++)
+    memcpy(buf + off, m[sel[k]].ph.send, m[sel[k]].ph.count * sizeof(float));
+  comm_req *req = NULL;
+  cp_inst probe = {0};
+  st = job->ops->allreduce(job->c, buf, buf, N, FGB_FLOAT32, &req, err, errlen);
+  if (st == FGB_OK) st = wait_req(job, &probe, req, err, errlen);
+  if (probe.wedged) pack_wedge(s, m, sel, n);
+  if (st != FGB_OK) return st;
+  *sent += N * sizeof(float);
+  *recv += N * sizeof(float);
+  for (size_t k = 0, off = 0; k < (size_t)n; off += m[sel[k]].ph.count, k++) {
+    cp_member *x = &m[sel[k]];
+    memcpy(x->ph.recv, buf + off, x->ph.count * sizeof(float));
+    x->wire += x->ph.count * sizeof(float);
+  }
+  return FGB_OK;
+}
+
+static int fusable(const comp_phase *ph) {
+  if (ph->coll == COMP_COLL_ALLGATHER) return 1;
+  if (ph->coll == COMP_COLL_ALLREDUCE && ph->dtype == FGB_FLOAT32) return 2;
+  return 0;
+}
+
+/* One round: every active member's current phase. The members' fixed-size all-gathers go as one
+ * all-gather, their fp32 all-reduces as one all-reduce (a kind with a single member runs on its
+ * own buffers), then the other phases one by one in member order — the same order on every rank,
+ * since every rank has the same members with the same compressors (cp_agree). */
+static fgb_status run_round(cp_store *s, const cp_job *job, cp_member *m, int nm, int *sel,
+                            uint64_t *sent, uint64_t *recv, char *err, size_t errlen) {
+  for (int k = 0; k < nm; k++) m[k].ran = 0;
+  for (int kind = 1; kind <= 2; kind++) {
+    int n = 0;
+    for (int k = 0; k < nm; k++)
+      if (m[k].active && fusable(&m[k].ph) == kind) sel[n++] = k;
+    if (n < 2) continue;
+    fgb_status st = kind == 1 ? fused_allgather(s, job, m, sel, n, sent, recv, err, errlen)
+                              : fused_allreduce(s, job, m, sel, n, sent, recv, err, errlen);
+    if (st != FGB_OK) return st;
+    for (int k = 0; k < n; k++) m[sel[k]].ran = 1;
+  }
+  for (int k = 0; k < nm; k++) {
+    cp_member *x = &m[k];
+    if (!x->active || x->ran) continue;
+    uint64_t w0 = *sent;
+    double t0 = eng_now_s();
+    fgb_status st = run_phase(job, x->i, &x->ph, sent, recv, err, errlen);
+    if (st != FGB_OK) return st;
+    x->wire += *sent - w0;
+    if (x->ph.coll == COMP_COLL_ALLGATHER) {
+      eng_stats_add(job->stats, EPS_ALLGATHER, (double)x->ph.bytes, eng_now_s() - t0);
+      if (x->ph.bytes > 8) x->gathered += (double)(x->ph.bytes - 8) / 8.0 * job->size;
+    }
+    if (x->ph.coll == COMP_COLL_ALLGATHERV)
+      for (int r = 0; r < job->size; r++) x->gathered += (double)(x->ph.rbytes[r] - 8) / 8.0;
+  }
+  return FGB_OK;
+}
+
+/* Encode one member: its instance, the fp32 working copy, the compressor's encode (timed). */
+static fgb_status member_encode(cp_store *s, const cp_job *job, cp_member *x, int tl, char *err,
+                                size_t errlen) {
+  const eng_tensor *t = x->t;
+  fgb_status st = inst_get(s, job, t, &x->i, err, errlen);
+  if (st != FGB_OK) return st;
+  if (t->count != x->i->n) {
     snprintf(err, errlen, "tensor %u: count changed under its compressor", t->tensor_id);
     return FGB_EINVAL;
   }
   /* A flushed tensor was zeroed by the engine: it goes through the same compressor, so its
    * residual still takes part and every rank runs the same phases. */
-  const int tl = job->tl && tl_on();
-  uint64_t tl0 = tl ? clock_us() : 0, tl1 = 0, wire = *sent;
-  dtype_to_working(t->dtype, t->ptr, i->work, t->count);
-  comp_phase ph;
-  memset(&ph, 0, sizeof(ph));
-  /* Timed for measured planning: encode per element, each all-gather per byte and rank, decode
-   * per gathered element (P * k, k from the COO payload: 8-byte header, 8 bytes per element). */
-  double t0 = eng_now_s(), gathered = 0;
-  i->flushed = 0;
-  st = i->ops->encode(i->st, &cp_host, i->work, t->step, &ph, err, errlen);
-  if (st == FGB_OK) eng_stats_add(job->stats, EPS_ENCODE, (double)t->count, eng_now_s() - t0);
-  if (tl && st == FGB_OK) {
-    tl1 = clock_us();
-    tl_member_span(job, t, TL_COMPRESS, tl0, tl1, t->count * dtype_size(t->dtype));
-  }
-  for (int phase = 1; st == FGB_OK; phase++) {
-    t0 = eng_now_s();
-    st = run_phase(job, i, &ph, sent, recv, err, errlen);
-    if (st == FGB_OK && ph.coll == COMP_COLL_ALLGATHER) {
-      eng_stats_add(job->stats, EPS_ALLGATHER, (double)ph.bytes, eng_now_s() - t0);
-      if (ph.bytes > 8) gathered += (double)(ph.bytes - 8) / 8.0 * job->size;
-    }
-    if (st == FGB_OK && ph.coll == COMP_COLL_ALLGATHERV)
-      for (int r = 0; r < job->size; r++) gathered += (double)(ph.rbytes[r] - 8) / 8.0;
-    if (st != FGB_OK || !i->ops->advance) break;
-    int r = i->ops->advance(i->st, &cp_host, phase, &ph, err, errlen);
-    if (r < 0) st = (fgb_status)r;
-    if (r != COMP_MORE) break;
-  }
+  uint64_t tl0 = tl ? clock_us() : 0;
+  dtype_to_working(t->dtype, t->ptr, x->i->work, t->count);
+  memset(&x->ph, 0, sizeof(x->ph));
+  double t0 = eng_now_s();
+  x->i->flushed = 0;
+  st = x->i->ops->encode(x->i->st, &cp_host, x->i->work, t->step, &x->ph, err, errlen);
   if (st != FGB_OK) return st;
-  if (tl) { /* every phase's collective, with the advances between them */
-    tl0 = clock_us();
-    tl_member_span(job, t, TL_COMMUNICATE, tl1, tl0, *sent - wire);
-  }
-  float scale = t->op == FGB_OP_AVERAGE ? 1.0f / (float)job->size : 1.0f;
-  t0 = eng_now_s();
-  st = i->ops->decode(i->st, &cp_host, i->work, scale, err, errlen);
-  if (st != FGB_OK) return st;
-  if (gathered > 0) eng_stats_add(job->stats, EPS_DECODE, gathered, eng_now_s() - t0);
-  dtype_from_working(t->dtype, i->work, t->ptr, t->count);
-  if (tl) tl_member_span(job, t, TL_DECOMPRESS, tl0, clock_us(), t->count * dtype_size(t->dtype));
+  eng_stats_add(job->stats, EPS_ENCODE, (double)t->count, eng_now_s() - t0);
+  if (tl) tl_member_span(job, t, TL_COMPRESS, tl0, clock_us(), t->count * dtype_size(t->dtype));
+  x->phase = 1;
+  x->active = 1;
   return FGB_OK;
+}
+
+fgb_status cp_sync_many(cp_store *s, const cp_job *job, const eng_tensor *t, uint32_t n,
+                        uint64_t *sent, uint64_t *recv, char *err, size_t errlen) {
+  int nm = 0;
+  for (uint32_t k = 0; k < n; k++) nm += t[k].comp != NULL;
+  if (nm == 0) return FGB_OK;
+  cp_member *m = calloc((size_t)nm, sizeof(*m));
+  int *sel = calloc((size_t)nm, sizeof(*sel));
+  if (!m || !sel) {
+    free(m);
+    free(sel);
+    snprintf(err, errlen, "out of memory for %d compressed members", nm);
+    return FGB_ENOMEM;
+  }
+  const int tl = job->tl && tl_on();
+  fgb_status first = FGB_OK; /* the first member's error, reported once all others ran */
+  char ferr[256] = "", scratch[256];
+  /* Encode every member before any collective. A member whose instance or encode fails here
+   * fails alike on every rank (same settings, agreed), so it leaves before its first collective
+   * and the others stay in step. */
+  for (uint32_t k = 0, j = 0; k < n; k++) {
+    if (!t[k].comp) continue;
+    cp_member *x = &m[j++];
+    x->t = &t[k];
+    x->st = member_encode(s, job, x, tl, first == FGB_OK ? ferr : scratch, sizeof(ferr));
+    if (x->st != FGB_OK && first == FGB_OK) first = x->st;
+  }
+  uint64_t tl_c0 = tl ? clock_us() : 0;
+  fgb_status st = FGB_OK;
+  /* Rounds: each active member's next phase (fused by kind), then its advance. */
+  for (;;) {
+    int any = 0;
+    for (int k = 0; k < nm; k++) any |= m[k].active;
+    if (!any) break;
+    if ((st = run_round(s, job, m, nm, sel, sent, recv, err, errlen)) != FGB_OK) break;
+    for (int k = 0; k < nm && st == FGB_OK; k++) {
+      cp_member *x = &m[k];
+      if (!x->active) continue;
+      int r = x->i->ops->advance
+                  ? x->i->ops->advance(x->i->st, &cp_host, x->phase, &x->ph, err, errlen)
+                  : COMP_DONE;
+      if (r < 0) st = (fgb_status)r;
+      if (r == COMP_MORE) {
+        x->phase++;
+      } else {
+        x->active = 0;
+        x->tl_c1 = tl ? clock_us() : 0;
+      }
+    }
+    if (st != FGB_OK) break;
+  }
+  float scale = 1.0f / (float)job->size;
+  for (int k = 0; k < nm && st == FGB_OK; k++) {
+    cp_member *x = &m[k];
+    if (x->st != FGB_OK) continue;
+    const eng_tensor *tk = x->t;
+    if (tl) tl_member_span(job, tk, TL_COMMUNICATE, tl_c0, x->tl_c1, x->wire);
+    uint64_t d0 = tl ? clock_us() : 0;
+    double t0 = eng_now_s();
+    st = x->i->ops->decode(x->i->st, &cp_host, x->i->work, tk->op == FGB_OP_AVERAGE ? scale : 1.0f,
+                           err, errlen);
+    if (st != FGB_OK) break;
+    if (x->gathered > 0) eng_stats_add(job->stats, EPS_DECODE, x->gathered, eng_now_s() - t0);
+    dtype_from_working(tk->dtype, x->i->work, tk->ptr, tk->count);
+    if (tl)
+      tl_member_span(job, tk, TL_DECOMPRESS, d0, clock_us(), tk->count * dtype_size(tk->dtype));
+  }
+  free(m);
+  free(sel);
+  if (st != FGB_OK) return st;
+  if (first != FGB_OK) snprintf(err, errlen, "%s", ferr);
+  return first;
 }
 
 fgb_status cp_flush(cp_store *s, const cp_job *job, const eng_tensor *t, char *err, size_t errlen) {

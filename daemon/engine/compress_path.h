@@ -26,8 +26,9 @@ typedef struct cp_job {
   int (*cancel)(void *ud);
   void *cancel_ud;
   struct eng_stats *stats; /* timed encode / all-gather / decode for measured planning, or NULL */
-  const tl_label *tl; /* timeline: the item's label while recording (cp_sync's spans), or NULL */
-  uint64_t tl_seq;    /* ... and its world sequence number */
+  const tl_label
+      *tl;         /* timeline: the item's label while recording (cp_sync_many's spans), or NULL */
+  uint64_t tl_seq; /* ... and its world sequence number */
 } cp_job;
 
 cp_store *cp_store_new(void);
@@ -38,12 +39,17 @@ void cp_release_job(cp_store *s, uint64_t job_key);
 /* The same for one tensor of the job (released: its id may name another tensor next). */
 void cp_forget(cp_store *s, uint64_t job_key, uint32_t tensor_id);
 
-/* Synchronise one ENG_GRAD tensor through its compressor, to completion: fp32 working copy,
- * encode(step), each phase's collective, decode (1/P for AVERAGE), write back in the tensor's
- * dtype. Runs every phase before returning so that every rank starts the job's collectives in the
- * same order (later items wait). Adds the payload bytes to *sent / *recv. */
-fgb_status cp_sync(cp_store *s, const cp_job *job, const eng_tensor *t, uint64_t *sent,
-                   uint64_t *recv, char *err, size_t errlen);
+/* Synchronise the compressed members (comp != NULL) of t[0..n) of one ENG_GRAD item, to
+ * completion: per member an fp32 working copy and encode(step); then rounds of every member's next
+ * phase, where the members' fixed-size all-gathers are one all-gather of their concatenated
+ * payloads and their fp32 all-reduces one all-reduce (other collectives one by one, in member
+ * order), each followed by the member's advance; then per member decode (1/P for AVERAGE) written
+ * back in the tensor's dtype. Runs every phase before returning so that every rank starts the
+ * job's collectives in the same order (later items wait). Adds the payload bytes to *sent / *recv.
+ * A member whose instance or encode fails leaves before any collective (alike on every rank) and
+ * the others complete; the first such error is returned. */
+fgb_status cp_sync_many(cp_store *s, const cp_job *job, const eng_tensor *t, uint32_t n,
+                        uint64_t *sent, uint64_t *recv, char *err, size_t errlen);
 
 /* The plan decided the tensor's buffer is sent dense this step: dense = gradient + residual is
  * written back into the tensor (its dtype) and the residual cleared (the compressor's flush_dense),

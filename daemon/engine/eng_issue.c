@@ -79,9 +79,10 @@ int eng_issue_start(engine *e, eng_item *it) {
   }
   if (it->coll == ENG_GRAD) {
     /* Compressor settings agreed across ranks (once per tensor; the same verdict everywhere),
-     * then compressed tensors, each to completion (compress_path.c says why), in ISSUE order. */
+     * then the compressed tensors together to completion (compress_path.c says why), their
+     * payloads fused per collective kind (cp_sync_many). */
     cp_job job = eng_job_cp(e, x->ec);
-    job.tl = it->tl.gen ? &it->tl : NULL; /* cp_sync's spans */
+    job.tl = it->tl.gen ? &it->tl : NULL; /* cp_sync_many's spans */
     job.tl_seq = it->seq;
     for (uint32_t i = 0; i < it->n; i++)
       if ((it->status = cp_agree(e->cps, &job, &it->t[i], it->err, sizeof(it->err))) != FGB_OK)
@@ -93,12 +94,9 @@ int eng_issue_start(engine *e, eng_item *it) {
         return -1;
       it->t[i].comp = NULL;
     }
-    for (uint32_t i = 0; i < it->n; i++) {
-      if (!it->t[i].comp) continue;
-      fgb_status st = cp_sync(e->cps, &job, &it->t[i], &it->bytes_sent, &it->bytes_received,
-                              it->err, sizeof(it->err));
-      if (st != FGB_OK && it->status == FGB_OK) it->status = st;
-    }
+    fgb_status st = cp_sync_many(e->cps, &job, it->t, it->n, &it->bytes_sent, &it->bytes_received,
+                                 it->err, sizeof(it->err));
+    if (st != FGB_OK && it->status == FGB_OK) it->status = st;
   }
   if (it->split == ENG_SPLIT_RS) return start_split(e, it, x);
   if (it->coll == ENG_BROADCAST || it->coll == ENG_ALLGATHER) {
@@ -223,7 +221,7 @@ int eng_issue_poll(engine *e, eng_item *it) {
   else if (it->status == FGB_OK && it->coll != ENG_BROADCAST && it->coll != ENG_ALLGATHER)
     finish_allreduce(it);
   /* write-back: averaging and copying the dense members back (compressed members decoded in
-   * cp_sync); a broadcast or all-gather wrote in place */
+   * cp_sync_many); a broadcast or all-gather wrote in place */
   int dense = 0;
   for (uint32_t i = 0; i < it->n; i++) dense |= it->t[i].comp == NULL;
   if (wb0 && dense && it->coll != ENG_BROADCAST && it->coll != ENG_ALLGATHER)

@@ -204,7 +204,7 @@ int eng_split_ag_start(eng_split *s, const comm_ops *ops, comm *c, eng_item *it,
     }
     started++;
   }
-  for (int gi = 0; gi < s->ng; gi++) /* the dense members (sparse ones counted by cp_sync) */
+  for (int gi = 0; gi < s->ng; gi++) /* the dense members (sparse ones counted by cp_sync_many) */
     for (uint32_t m = 0; m < s->g[gi].w.n; m++) {
       const eng_tensor *t = &it->t[s->g[gi].w.members[m]];
       it->bytes_received += t->count * dtype_size(t->dtype);

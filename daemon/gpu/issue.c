@@ -296,7 +296,7 @@ static uint64_t split_block(const eng_tensor *t, int size) {
 
 /* A member of the split collectives: dense, or its compressor flushed dense by the plan (the
  * all-gather's copy still names the compressor). A mixed buffer's compressed members are
- * synchronised per tensor in the reduce-scatter half (sp_sync_timed) and left out. */
+ * synchronised in the reduce-scatter half (sp_sync_many) and left out. */
 static int split_member(const eng_tensor *t) {
   return !t->comp || t->flush_dense;
 }
@@ -486,10 +486,9 @@ static int g_start(comm *c, int size, eng_item *it) {
     it->bytes_sent += bytes;
     it->bytes_received += bytes;
   } else if (it->split) {
-    for (uint32_t i = 0; it->split == ENG_SPLIT_RS && i < it->n; i++) {
-      if (!compressed(it, i)) continue; /* a mixed buffer's: per tensor, as in any plan */
-      fgb_status st = sp_sync_timed(&job, &it->t[i], NULL, &it->bytes_sent, &it->bytes_received,
-                                    err, sizeof err);
+    if (it->split == ENG_SPLIT_RS && it->coll == ENG_GRAD) { /* a mixed buffer's, as in any plan */
+      fgb_status st = sp_sync_many(&job, it->t, it->n, NULL, 0, NULL, &it->bytes_sent,
+                                   &it->bytes_received, err, sizeof err);
       if (st != FGB_OK) return fail_late(x, it, st, err, NULL);
     }
     if (!(nc = comm_nccl_handle(c))) /* aborted during a compressed member's host wait */
@@ -504,21 +503,20 @@ static int g_start(comm *c, int size, eng_item *it) {
     it->bytes_sent += bytes;
     it->bytes_received += bytes * (uint64_t)size;
   } else {
-    /* In the item's order: each run of dense members is packed (dense_run), each compressed
-     * member its own encode / collectives / decode, all on the one stream (identical on every
-     * rank). */
+    /* The compressed members together (sp_sync_many: their collectives grouped per phase), then
+     * in the item's order each run of dense members packed (dense_run), all on the one stream
+     * (identical on every rank). */
     uint32_t i = 0;
     for (uint32_t k = 0; (it->stats || x->tl) && k < it->n; k++) x->ntm_cap += compressed(it, k);
     if (x->ntm_cap && !(x->tm = calloc(x->ntm_cap, sizeof *x->tm)))
       x->ntm_cap = 0; /* out of memory: no samples, the sync goes on */
+    if (it->coll == ENG_GRAD) {
+      fgb_status st = sp_sync_many(&job, it->t, it->n, x->tm, x->ntm_cap, &x->ntm, &it->bytes_sent,
+                                   &it->bytes_received, err, sizeof err);
+      if (st != FGB_OK) return fail_late(x, it, st, err, NULL);
+    }
     while (i < it->n) {
       if (compressed(it, i)) {
-        sp_timing *tm = x->ntm < x->ntm_cap ? &x->tm[x->ntm++] : NULL;
-        uint64_t sent0 = it->bytes_sent;
-        fgb_status st = sp_sync_timed(&job, &it->t[i], tm, &it->bytes_sent, &it->bytes_received,
-                                      err, sizeof err);
-        if (tm) tm->wire = it->bytes_sent - sent0;
-        if (st != FGB_OK) return fail_late(x, it, st, err, NULL);
         i++;
         continue;
       }

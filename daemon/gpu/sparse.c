@@ -89,6 +89,13 @@ static fgb_status nccl_done(const sp_job *job, ncclResult_t r, const char *what,
   return comm_nccl_settle(job->c, err, errlen);
 }
 
+/* An NCCL call inside a group: only its immediate result (the group's end settles). */
+static fgb_status nccl_enq(ncclResult_t r, const char *what, char *err, size_t errlen) {
+  if (r == ncclSuccess || r == ncclInProgress) return FGB_OK;
+  snprintf(err, errlen, "NCCL %s: %s", what, ncclGetErrorString(r));
+  return FGB_EIO;
+}
+
 /* ---- agreement ------------------------------------------------------------------------------- */
 
 static sp_agreed **agreed_bucket(uint64_t job_key, uint32_t tensor_id) {
@@ -412,7 +419,7 @@ static fgb_status work_reserve(uint64_t n, cudaStream_t s, char *err, size_t err
 
 /* Timing events, 4 per slot (encode start, end; decode start, end), created at a slot's first use
  * and reused for the daemon's life: creating and destroying events per item costs host time on
- * every step. A slot is busy from sp_sync_timed to sp_timing_done. Engine thread only. */
+ * every step. A slot is busy from sp_sync_many to sp_timing_done. Engine thread only. */
 #define SP_TIMERS 256
 static cudaEvent_t g_tev[SP_TIMERS][4];
 static unsigned char g_tbusy[SP_TIMERS];
@@ -462,7 +469,8 @@ static int timer_mark(cudaEvent_t ev, cudaStream_t s) {
   return 0;
 }
 
-/* Run one phase's collective on the engine stream. */
+/* Enqueue one phase's collective on the engine stream (run_round settles the communicator after
+ * it, or after the NCCL group it is part of). */
 static fgb_status run_phase(const sp_job *job, const sp_inst *i, const comp_phase *ph,
                             uint64_t *sent, uint64_t *recv, char *err, size_t errlen) {
   ncclComm_t nc = comm_nccl_handle(job->c);
@@ -475,26 +483,24 @@ static fgb_status run_phase(const sp_job *job, const sp_inst *i, const comp_phas
   if (ph->coll == COMP_COLL_ALLGATHER) {
     *sent += ph->bytes;
     *recv += ph->bytes * (uint64_t)job->size;
-    return nccl_done(job, ncclAllGather(ph->send, ph->recv, ph->bytes, ncclUint8, nc, s),
-                     i->ops->name, err, errlen);
+    return nccl_enq(ncclAllGather(ph->send, ph->recv, ph->bytes, ncclUint8, nc, s), i->ops->name,
+                    err, errlen);
   }
   if (ph->coll == COMP_COLL_ALLGATHERV) {
     *sent += ph->bytes;
     for (int r = 0; r < job->size; r++) *recv += ph->rbytes[r];
-    return nccl_done(job,
-                     comm_nccl_allgatherv(nc, job->rank, job->size, ph->send, ph->bytes, ph->recv,
-                                          ph->rbytes, ph->stride, s),
-                     i->ops->name, err, errlen);
+    return nccl_enq(comm_nccl_allgatherv(nc, job->rank, job->size, ph->send, ph->bytes, ph->recv,
+                                         ph->rbytes, ph->stride, s),
+                    i->ops->name, err, errlen);
   }
   if (ph->coll == COMP_COLL_ALLTOALLV) {
     for (int r = 0; r < job->size; r++) {
       *sent += ph->sbytes[r];
       *recv += ph->rbytes[r];
     }
-    return nccl_done(job,
-                     comm_nccl_alltoallv(nc, job->rank, job->size, ph->send, ph->sbytes, ph->soff,
-                                         ph->recv, ph->rbytes, ph->stride, s),
-                     i->ops->name, err, errlen);
+    return nccl_enq(comm_nccl_alltoallv(nc, job->rank, job->size, ph->send, ph->sbytes, ph->soff,
+                                        ph->recv, ph->rbytes, ph->stride, s),
+                    i->ops->name, err, errlen);
   }
   if (ph->coll == COMP_COLL_ALLREDUCE) {
     ncclDataType_t nt = comm_nccl_type(ph->dtype);
@@ -505,27 +511,25 @@ static fgb_status run_phase(const sp_job *job, const sp_inst *i, const comp_phas
     }
     *sent += ph->count * dtype_size(ph->dtype);
     *recv += ph->count * dtype_size(ph->dtype);
-    return nccl_done(job, ncclAllReduce(ph->send, ph->recv, ph->count, nt, ncclSum, nc, s),
-                     i->ops->name, err, errlen);
+    return nccl_enq(ncclAllReduce(ph->send, ph->recv, ph->count, nt, ncclSum, nc, s), i->ops->name,
+                    err, errlen);
   }
   snprintf(err, errlen, "compressor %s asked for unknown collective %d", i->ops->name,
            (int)ph->coll);
   return FGB_EINVAL;
 }
 
-fgb_status sp_sync(const sp_job *job, const eng_tensor *t, uint64_t *sent, uint64_t *recv,
-                   char *err, size_t errlen) {
-  return sp_sync_timed(job, t, NULL, sent, recv, err, errlen);
-}
-
-/* The fp32 values the compressor works on: the client's memory itself for fp32 (the kernels take
- * any 4-byte alignment), else the shared working buffer filled from the fp16/bf16 tensor. */
+/* The fp32 values a member's compressor works on: the client's memory itself for fp32 (the kernels
+ * take any 4-byte alignment), else the shared working buffer filled from the fp16/bf16 tensor.
+ * Members of one item share it although they run in step: encode consumes its gradient (into the
+ * compressor's payload and residual) before the next member's conversion overwrites the buffer in
+ * stream order, and decode writes all of it right before its write-back. The caller reserved it
+ * (work_reserve) for the item's largest such member before the first one: growing it between
+ * members would free a buffer that an earlier member's decode still writes into. */
 static fgb_status work_in(const eng_tensor *t, cudaStream_t s, float **w, char *err,
                           size_t errlen) {
   *w = (float *)t->ptr;
   if (t->dtype == FGB_FLOAT32) return FGB_OK;
-  fgb_status st = work_reserve(t->count, s, err, errlen);
-  if (st != FGB_OK) return st;
   *w = g_work;
   if (gpu_to_f32(t->dtype, t->ptr, *w, t->count, s) != FGB_OK) {
     snprintf(err, errlen, "tensor %u: dtype %d cannot be compressed on the GPU", t->tensor_id,
@@ -535,63 +539,134 @@ static fgb_status work_in(const eng_tensor *t, cudaStream_t s, float **w, char *
   return FGB_OK;
 }
 
-fgb_status sp_sync_timed(const sp_job *job, const eng_tensor *t, sp_timing *tm, uint64_t *sent,
-                         uint64_t *recv, char *err, size_t errlen) {
-  if (tm) {
-    memset(tm, 0, sizeof *tm);
-    tm->slot = -1;
-    tm->t = t;
+/* One compressed member of sp_sync_many. */
+typedef struct sp_member {
+  const eng_tensor *t;
+  sp_inst *i;
+  sp_timing *tm;
+  cudaEvent_t *ev; /* its timing slot's events, or NULL */
+  float *w;
+  comp_phase ph;
+  int phase, active;
+  double gathered;
+} sp_member;
+
+/* One round: every active member's current phase, in member order — the same on every rank (same
+ * members, same compressors: sp_agree). The fixed-size all-gathers and the all-reduces are
+ * enqueued in one NCCL group (NCCL runs a group's collectives as one launch: the members'
+ * payloads travel together, paying one start-up); the variable-size exchanges (NCCL send/recv,
+ * grouped on their own) follow one by one. */
+static fgb_status run_round(const sp_job *job, sp_member *m, uint32_t nm, uint64_t *sent,
+                            uint64_t *recv, char *err, size_t errlen) {
+  fgb_status st = FGB_OK;
+  for (int grouped = 1; grouped >= 0 && st == FGB_OK; grouped--) {
+    ncclResult_t g = grouped ? ncclGroupStart() : ncclSuccess;
+    if (g != ncclSuccess) {
+      snprintf(err, errlen, "NCCL group start: %s", ncclGetErrorString(g));
+      return FGB_EIO;
+    }
+    for (uint32_t k = 0; k < nm && st == FGB_OK; k++) {
+      sp_member *x = &m[k];
+      int p2p = x->ph.coll == COMP_COLL_ALLGATHERV || x->ph.coll == COMP_COLL_ALLTOALLV;
+      if (!x->active || p2p == grouped) continue;
+      uint64_t w0 = *sent;
+      st = run_phase(job, x->i, &x->ph, sent, recv, err, errlen);
+      if (x->tm) x->tm->wire += *sent - w0;
+      if (st == FGB_OK && x->ph.coll == COMP_COLL_ALLGATHER && x->ph.bytes > 8)
+        x->gathered += (double)(x->ph.bytes - 8) / 8.0 * job->size;
+      if (st == FGB_OK && x->ph.coll == COMP_COLL_ALLGATHERV)
+        for (int r = 0; r < job->size; r++) x->gathered += (double)(x->ph.rbytes[r] - 8) / 8.0;
+    }
+    if (grouped) g = ncclGroupEnd(); /* closes the group whatever happened inside it */
+    if (st == FGB_OK) st = nccl_done(job, g, "collectives of compressed members", err, errlen);
   }
-  sp_inst *i = NULL;
-  fgb_status st = inst_get(job, t, &i, err, errlen);
-  if (st != FGB_OK) return st;
+  return st;
+}
+
+fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_timing *tm,
+                        uint32_t ntm_cap, uint32_t *ntm, uint64_t *sent, uint64_t *recv, char *err,
+                        size_t errlen) {
+  uint32_t nm = 0;
+  uint64_t half = 0; /* the largest fp16/bf16 member: the shared working buffer (work_in) */
+  for (uint32_t k = 0; k < n; k++) {
+    nm += t[k].comp != NULL;
+    if (t[k].comp && t[k].dtype != FGB_FLOAT32 && t[k].count > half) half = t[k].count;
+  }
+  if (nm == 0) return FGB_OK;
+  sp_member *m = calloc(nm, sizeof *m);
+  if (!m) {
+    snprintf(err, errlen, "out of memory for %u compressed members", nm);
+    return FGB_ENOMEM;
+  }
   cudaStream_t s = job->stream;
   comp_exec ex = {1, s};
-  /* A flushed tensor was zeroed by issue.c: it still runs its compressor, so its residual takes
-   * part and the phases match. */
-  float *w = NULL;
-  if ((st = work_in(t, s, &w, err, errlen)) != FGB_OK) return st;
-  /* Measured planning, as the host path times it (compress_path.c's cp_sync): encode per element,
-   * decode per gathered element (P * k, k from the COO payload: 8-byte header, 8 bytes per
-   * element), here as GPU time between events around the kernels, read once the item completed. */
-  if (tm) tm->slot = timer_take();
-  cudaEvent_t *ev = tm && tm->slot >= 0 ? g_tev[tm->slot] : NULL;
-  double gathered = 0;
-  comp_phase ph;
-  memset(&ph, 0, sizeof ph);
-  int rec = ev && timer_mark(ev[0], s);
-  i->flushed = 0;
-  st = i->ops->encode(i->st, &ex, w, t->step, &ph, err, errlen);
-  if (st == FGB_OK && rec && timer_mark(ev[1], s)) {
-    tm->enc_ok = 1;
-    tm->enc_x = (double)t->count;
+  /* Instances first: creating one waits for the stream, which must not hold half a round. */
+  fgb_status st = half ? work_reserve(half, s, err, errlen) : FGB_OK;
+  for (uint32_t k = 0, j = 0; k < n && st == FGB_OK; k++) {
+    if (!t[k].comp) continue;
+    sp_member *x = &m[j++];
+    x->t = &t[k];
+    st = inst_get(job, x->t, &x->i, err, errlen);
+    if (st == FGB_OK && tm && *ntm < ntm_cap) {
+      x->tm = &tm[(*ntm)++];
+      memset(x->tm, 0, sizeof *x->tm);
+      x->tm->t = x->t;
+      x->tm->slot = timer_take();
+      x->ev = x->tm->slot >= 0 ? g_tev[x->tm->slot] : NULL;
+    }
   }
-  for (int phase = 1; st == FGB_OK; phase++) {
-    st = run_phase(job, i, &ph, sent, recv, err, errlen);
-    if (st == FGB_OK && ph.coll == COMP_COLL_ALLGATHER && ph.bytes > 8)
-      gathered += (double)(ph.bytes - 8) / 8.0 * job->size;
-    if (st == FGB_OK && ph.coll == COMP_COLL_ALLGATHERV)
-      for (int r = 0; r < job->size; r++) gathered += (double)(ph.rbytes[r] - 8) / 8.0;
-    if (st != FGB_OK || !i->ops->advance) break;
-    int r = i->ops->advance(i->st, &ex, phase, &ph, err, errlen);
-    if (r < 0) st = (fgb_status)r;
-    if (r != COMP_MORE) break;
+  /* Encode every member (a flushed tensor was zeroed by issue.c: it still runs its compressor, so
+   * its residual takes part and the phases match). Measured planning, as the host path times it
+   * (compress_path.c): encode per element, decode per gathered element (P * k, k from the COO
+   * payload: 8-byte header, 8 bytes per element), as GPU time between events around the kernels,
+   * read once the item completed. */
+  for (uint32_t k = 0; k < nm && st == FGB_OK; k++) {
+    sp_member *x = &m[k];
+    if ((st = work_in(x->t, s, &x->w, err, errlen)) != FGB_OK) break;
+    int rec = x->ev && timer_mark(x->ev[0], s);
+    x->i->flushed = 0;
+    memset(&x->ph, 0, sizeof x->ph);
+    st = x->i->ops->encode(x->i->st, &ex, x->w, x->t->step, &x->ph, err, errlen);
+    if (st == FGB_OK && rec && timer_mark(x->ev[1], s)) {
+      x->tm->enc_ok = 1;
+      x->tm->enc_x = (double)x->t->count;
+    }
+    x->phase = 1;
+    x->active = 1;
   }
-  if (st != FGB_OK) return st;
-  float scale = t->op == FGB_OP_AVERAGE ? 1.0f / (float)job->size : 1.0f;
-  /* The timeline (while recording) wants the decode's events even without a planning sample. */
-  rec = ev && (gathered > 0 || tl_on()) && timer_mark(ev[2], s);
-  if ((st = i->ops->decode(i->st, &ex, w, scale, err, errlen)) != FGB_OK) return st;
-  if (rec && timer_mark(ev[3], s)) {
-    tm->dec_rec = 1;
-    tm->dec_ok = gathered > 0;
-    tm->dec_x = gathered;
+  /* Rounds of every active member's next phase, then its advance. */
+  for (int more = st == FGB_OK; more && st == FGB_OK;) {
+    if ((st = run_round(job, m, nm, sent, recv, err, errlen)) != FGB_OK) break;
+    more = 0;
+    for (uint32_t k = 0; k < nm && st == FGB_OK; k++) {
+      sp_member *x = &m[k];
+      if (!x->active) continue;
+      int r = x->i->ops->advance ? x->i->ops->advance(x->i->st, &ex, x->phase, &x->ph, err, errlen)
+                                 : COMP_DONE;
+      if (r < 0) st = (fgb_status)r;
+      x->active = r == COMP_MORE;
+      x->phase++;
+      more |= x->active;
+    }
   }
-  if (t->dtype != FGB_FLOAT32 && gpu_from_f32(t->dtype, w, t->ptr, t->count, s) != FGB_OK) {
-    snprintf(err, errlen, "tensor %u: writing the result back failed", t->tensor_id);
-    return FGB_EIO;
+  for (uint32_t k = 0; k < nm && st == FGB_OK; k++) {
+    sp_member *x = &m[k];
+    float scale = x->t->op == FGB_OP_AVERAGE ? 1.0f / (float)job->size : 1.0f;
+    /* The timeline (while recording) wants the decode's events even without a planning sample. */
+    int rec = x->ev && (x->gathered > 0 || tl_on()) && timer_mark(x->ev[2], s);
+    if ((st = x->i->ops->decode(x->i->st, &ex, x->w, scale, err, errlen)) != FGB_OK) break;
+    if (rec && timer_mark(x->ev[3], s)) {
+      x->tm->dec_rec = 1;
+      x->tm->dec_ok = x->gathered > 0;
+      x->tm->dec_x = x->gathered;
+    }
+    if (x->t->dtype != FGB_FLOAT32 && gpu_from_f32(x->t->dtype, x->w, x->t->ptr, x->t->count, s)) {
+      snprintf(err, errlen, "tensor %u: writing the result back failed", x->t->tensor_id);
+      st = FGB_EIO;
+    }
   }
-  return FGB_OK;
+  free(m);
+  return st;
 }
 
 fgb_status sp_flush(const sp_job *job, const eng_tensor *t, char *err, size_t errlen) {
@@ -602,8 +677,9 @@ fgb_status sp_flush(const sp_job *job, const eng_tensor *t, char *err, size_t er
   if (i->flushed) return FGB_OK;           /* residual still zero: the gradient is what is sent */
   cudaStream_t s = job->stream;
   comp_exec ex = {1, s};
-  /* In place: every flush_dense is elementwise (dense = grad + residual), as in sp_sync. */
+  /* In place: every flush_dense is elementwise (dense = grad + residual), as in sp_sync_many. */
   float *w = NULL;
+  if (t->dtype != FGB_FLOAT32 && (st = work_reserve(t->count, s, err, errlen)) != FGB_OK) return st;
   if ((st = work_in(t, s, &w, err, errlen)) != FGB_OK) return st;
   if ((st = i->ops->flush_dense(i->st, &ex, w, w)) != FGB_OK) {
     snprintf(err, errlen, "compressor %s: flush_dense failed for tensor %u", i->ops->name,

@@ -53,13 +53,16 @@ void sp_timing_done(sp_timing *tm, struct eng_stats *stats);
 /* The slot's four events (encode start, end, decode start, end) for the timeline, before
  * sp_timing_done; 0 when tm has no slot. */
 int sp_timing_events(const sp_timing *tm, void *ev[4]);
-/* Enqueue one compressed tensor's whole sync on the engine stream; no host synchronisation except
- * when its instance is created (first use). bytes counters are incremented by the phases' bytes. */
-fgb_status sp_sync(const sp_job *job, const eng_tensor *t, uint64_t *sent, uint64_t *recv,
-                   char *err, size_t errlen);
-/* sp_sync, timed into *tm (NULL: untimed, as sp_sync). */
-fgb_status sp_sync_timed(const sp_job *job, const eng_tensor *t, sp_timing *tm, uint64_t *sent,
-                         uint64_t *recv, char *err, size_t errlen);
+/* Enqueue the whole sync of the compressed members (comp != NULL) of t[0..n) of one item on the
+ * engine stream: every member's encode, then rounds of every member's next phase (the fixed-size
+ * all-gathers and all-reduces in one NCCL group: their payloads travel in one launch; variable-size
+ * exchanges one by one), each followed by the members' advances, then every member's decode and
+ * write-back. No host synchronisation except when an instance is created (first use) or an advance
+ * reads sizes. Timed into tm[*ntm ..] (one per member while *ntm < ntm_cap; tm NULL: untimed);
+ * bytes counters are incremented by the phases' bytes. */
+fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_timing *tm,
+                        uint32_t ntm_cap, uint32_t *ntm, uint64_t *sent, uint64_t *recv, char *err,
+                        size_t errlen);
 /* The plan sends this compressed tensor dense this step (t->flush_dense): fold its residual into
  * the gradient in the client's memory and clear it (the compressor's flush_dense), enqueued on the
  * engine stream; the caller then all-reduces it with the dense members. */

@@ -9,7 +9,9 @@
  *  - compressor state export and import through core_state (the round trip changes nothing);
  *  - topk inside a static plan (fgbuff): in a mixed and in an all-compressed buffer the plan
  *    compresses, and (`test-core-comp dense`, ctest core-comp-dense) in both when the plan sends
- *    them dense by cost: the residual folded in once, then dense averages;
+ *    them dense by cost: the residual folded in once, then dense averages; a syncea plan of one
+ *    buffer of three top-k members all-gathers their payloads in one collective per step, and one
+ *    of three randomk members all-reduces their values in one, bit-identical to per-tensor syncs;
  *  - the cross-rank settings check (cp_agree): a different density, different options, or a
  *    compressor on one rank only fail that tensor's Done with FGB_EMISMATCH and the same text on
  *    every rank, step after step, while a dense tensor of the same steps still synchronises.
@@ -21,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compressor.h"
 #include "plan_exec.h"
 #include "policy.h"
 #include "test.h"
@@ -177,12 +180,13 @@ static void test_topk(int n, uint64_t steps) {
   w_stop(&w);
 }
 
-/* topk in a static plan (fgbuff, 2 ranks, warm-up 2: the plan runs from step 5), three tensors of
- * 32 floats submitted in the backward order t2, t1, t0; t1 has topk, t0 and t2 too when all_comp,
- * else they are dense. Every step matches a reference computed here:
+/* topk in a static plan (fgbuff or syncea, 2 ranks, warm-up 2: the plan runs from step 5), three
+ * tensors of 32 floats submitted in the backward order t2, t1, t0; t1 has topk, t0 and t2 too when
+ * all_comp, else they are dense. Every step matches a reference computed here:
  *  - mixed (all_comp 0) or all compressed, compressing cheap (main's default cost scale 1e-9):
  *    the plan compresses, each member with a compressor sparsified per tensor (topk at every
- *    step), the dense members all-reduced;
+ *    step; a buffer's payloads all-gathered together, fused_payloads_check), the dense members
+ *    all-reduced;
  *  - the same, compressing dear (`test-core-comp dense`: scale 1e9): the plan sends the buffer
  *    dense by cost, so from step 5 each compressed member's residual is folded in once (residual
  *    + gradient averaged, the residual cleared) and later steps are plain dense averages; for the
@@ -240,11 +244,36 @@ static void three_tensors(world *w, const int comp[3], uint32_t t[3]) {
   }
 }
 
-static void test_topk_plan(int all_comp, int dense) {
+/* The payload all-gathers rank r started: the compressed members of one plan buffer share one
+ * all-gather of their concatenated payloads per step (cp_sync_many), so a plan buffer with c >= 2
+ * top-k members (k = 4 of 32: 40-byte payloads) shows `steps` all-gathers of c * 40 bytes, and
+ * no step sends its members' payloads one by one at c * 40 bytes apart. */
+static int fused_payloads_check(int r, const sched_plan *p, const core_job *job, uint64_t steps) {
+  const size_t pay = comp_coo_bytes(4, 4);
+  int want[4] = {0}, seen[4] = {0};
+  for (uint32_t b = 0; b < p->nbuffers; b++) {
+    int c = 0;
+    for (uint32_t m = 0; m < p->buffers[b].count; m++) {
+      const core_tensor *ct = core_tensor_by_key(job, p->order[p->buffers[b].first + m]);
+      c += ct && ct->comp;
+    }
+    if (c >= 2 && p->buffers[b].compress) want[c] += (int)steps;
+  }
+  for (int i = 0; i < w_nops(r); i++) {
+    w_op o = w_op_at(r, i);
+    for (int c = 2; c < 4; c++) seen[c] += o.kind == OP_AG && o.count == c * pay;
+  }
+  for (int c = 2; c < 4; c++)
+    CHECK_MSG(seen[c] == want[c], "rank %d: %d fused all-gathers of %d payloads, not %d", r,
+              seen[c], c, want[c]);
+  return want[2] + want[3];
+}
+
+static void test_topk_plan(int all_comp, int dense, const char *policy) {
   world w;
   w_start(&w, 2);
   w_plan_steps(&w, 2, 50);
-  w_join(&w, "tp", "fgbuff");
+  w_join(&w, "tp", policy);
   int comp[3] = {all_comp, 1, all_comp};
   uint32_t t[3];
   three_tensors(&w, comp, t);
@@ -270,8 +299,83 @@ static void test_topk_plan(int all_comp, int dense) {
                 p->buffers[b].reason);
     }
     CHECK(w.r[r].job->steps_completed == steps);
+    int fused = dense ? 0 : fused_payloads_check(r, p, w.r[r].job, steps - first + 1);
+    CHECK_MSG(strcmp(policy, "syncea") != 0 || fused > 0,
+              "rank %d: no plan buffer of several top-k members", r);
   }
   w_stop(&w);
+}
+
+/* Three randomk tensors (density 1/4: 8 of 32 values, all-reduced in fp32 on a support every rank
+ * draws alike) of job "ra" under `policy`, 2 ranks, `steps` steps: rank 0's results per step into
+ * out (rank 1's must equal them), and the all-reduces rank 0 started whose count is three times
+ * a lone member's (fused, cp_sync_many) into *fused. */
+#define RK_STEPS 8
+static void run_randomk(const char *policy, float out[RK_STEPS][3][N_G], int *fused) {
+  world w;
+  w_start(&w, 2);
+  w_plan_steps(&w, strcmp(policy, "none") == 0 ? 1000 : 2, 50);
+  w_join(&w, "ra", policy);
+  static const char *const names[3] = {"r0", "r1", "r2"};
+  uint32_t t[3];
+  for (int k = 0; k < 3; k++) {
+    core_tensor_args a[W_MAX];
+    for (int r = 0; r < 2; r++) a[r] = targs(names[k], N_G, off3[k], "randomk", 0.25, NULL);
+    t[k] = w_tensor_args(&w, a, 1);
+  }
+  for (uint64_t s = 1; s <= RK_STEPS; s++) {
+    for (int r = 0; r < 2; r++) {
+      for (int k = 0; k < 3; k++)
+        for (uint64_t i = 0; i < N_G; i++) w_f32(&w, r, off3[k])[i] = grad(r + 2 * k, i, s);
+      w_rank *x = &w.r[r];
+      for (int k = 2; k >= 0; k--) core_submit(&x->c, x->job, &x->sess, 1, t[k], s, 0, 0);
+    }
+    for (int r = 0; r < 2; r++)
+      W_UNTIL(&w, w_dones(&w, r, t[0], s, 0) + w_dones(&w, r, t[1], s, 0) +
+                          w_dones(&w, r, t[2], s, 0) ==
+                      3);
+    for (int k = 0; k < 3; k++) {
+      memcpy(out[s - 1][k], w_f32(&w, 0, off3[k]), sizeof(out[s - 1][k]));
+      CHECK_MSG(memcmp(w_f32(&w, 1, off3[k]), out[s - 1][k], sizeof(out[s - 1][k])) == 0,
+                "%s step %llu r%d: the ranks differ", policy, (unsigned long long)s, k);
+    }
+    CHECK(w_count(&w.r[0], REC_ERR, 0) == 0 && w_count(&w.r[1], REC_ERR, 0) == 0);
+  }
+  /* A lone member's all-reduce: the smallest (step 1 syncs each tensor alone; the planner's
+   * start-up calibration all-reduces kilobytes and more). */
+  size_t one = 0;
+  *fused = 0;
+  for (int i = 0; i < w_nops(0); i++) {
+    w_op o = w_op_at(0, i);
+    if (o.kind == OP_AR && (!one || o.count < one)) one = o.count;
+  }
+  for (int i = 0; i < w_nops(0); i++) {
+    w_op o = w_op_at(0, i);
+    *fused += o.kind == OP_AR && o.count == 3 * one;
+  }
+  CHECK(one > 0);
+  w_stop(&w);
+}
+
+/* The fused fp32 all-reduce of compressed members: a syncea plan (one buffer of the three randomk
+ * tensors from step 5) all-reduces their values in one collective per step, and every result is
+ * bit-identical to each tensor synchronised alone (policy none: per-tensor items) — the same job
+ * key in both fresh worlds, so the same supports. */
+static void test_fused_allreduce(void) {
+  static float alone[RK_STEPS][3][N_G], merged[RK_STEPS][3][N_G];
+  int f_alone = -1, f_merged = -1;
+  run_randomk("none", alone, &f_alone);
+  run_randomk("syncea", merged, &f_merged);
+  CHECK_MSG(f_alone == 0 && f_merged == RK_STEPS - 4, "fused all-reduces: alone %d, syncea %d",
+            f_alone, f_merged);
+  int nz = 0;
+  for (int s = 0; s < RK_STEPS; s++)
+    for (int k = 0; k < 3; k++) {
+      CHECK_MSG(memcmp(alone[s][k], merged[s][k], sizeof(alone[s][k])) == 0,
+                "step %d r%d: fused result differs from the per-tensor one", s + 1, k);
+      for (int i = 0; i < N_G; i++) nz += merged[s][k][i] != 0.0f;
+    }
+  CHECK(nz > 0 && nz <= RK_STEPS * 3 * 8); /* randomk: 8 values of each tensor per step */
 }
 
 /* Policy fusion, compressing cheap (the table compresses t0 and t2 from step 5), with a held cycle
@@ -358,15 +462,17 @@ int main(int argc, char **argv) {
   int dense = argc > 1 && strcmp(argv[1], "dense") == 0;
   REQUIRE(setenv("FGBUFF_PLAN_COMP_COST_SCALE", dense ? "1e9" : "1e-9", 1) == 0);
   if (dense) {
-    test_topk_plan(1, 1);
-    test_topk_plan(0, 1);
+    test_topk_plan(1, 1, "fgbuff");
+    test_topk_plan(0, 1, "fgbuff");
     TEST_DONE();
   }
   test_register_refusals();
   test_topk(2, 6);
   test_topk(3, 6);
-  test_topk_plan(0, 0);
-  test_topk_plan(1, 0);
+  test_topk_plan(0, 0, "fgbuff");
+  test_topk_plan(1, 0, "fgbuff");
+  test_topk_plan(1, 0, "syncea"); /* one buffer of three top-k members: one payload all-gather */
+  test_fused_allreduce();
   test_mismatch();
   test_fusion_hint();
   TEST_DONE();

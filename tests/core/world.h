@@ -79,15 +79,6 @@ int w_pump(world *w);
       w_pump(w);                                                                \
     }                                                                           \
   } while (0)
-#define REQUIRE_MSG(cond, ...)                                        \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      fprintf(stderr, "%s:%d: REQUIRE failed: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                                   \
-      fputc('\n', stderr);                                            \
-      exit(1);                                                        \
-    }                                                                 \
-  } while (0)
 uint64_t w_now_ms(void);
 
 /* Every rank joins job `name` (incarnation 1, rank r of w->n, policy), then waits for formation. */

@@ -1,0 +1,187 @@
+/* tests/gpu-compress/test-sp-many.c — daemon/gpu/sparse.c's sp_sync_many, the GPU engine's sync of
+ * an item's compressed members together, on one GPU (a communicator of one rank: the daemon keeps
+ * its compressor instances in engine-thread globals, so one process holds one rank; the 2-GPU
+ * daemon tests gpu-dp-sparse*, gpu-dp-plan check ranks that must match each other).
+ *
+ * Five members of one item — top-k fp32, top-k bf16, Ok-Topk with exact thresholds (an all-reduce,
+ * all-gathers, then variable-size exchanges over NCCL send/recv: outside the group), PowerSGD
+ * rank 2 fp32 and bf16 (two fp32 all-reduces each, an advance between; the bf16 one after two
+ * dense warm-up steps, one fp32 all-reduce of the gradient) — synchronised together (their
+ * fixed-size collectives in one NCCL group per round, the bf16 members sharing the daemon's fp32
+ * working buffer, sized once for the larger, which comes second) give, step after step,
+ * bit-identical results to the same members (same job key and tensor keys: the same PowerSGD
+ * start) synchronised one by one. The byte counters agree too, every compressed result differs
+ * from its gradient (and a warm-up step's equals it), and a dense member of the item is left
+ * untouched. */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "compressor.h"
+#include "dtype.h"
+#include "sparse.h"
+#include "test.h"
+
+enum { NM = 6, STEPS = 4 };
+
+typedef struct spec {
+  const char *comp, *options;
+  double density;
+  fgb_dtype dtype;
+  uint64_t rows, cols;
+  uint64_t dense_until; /* steps before it are sent dense (PowerSGD's warm-up): result = gradient */
+} spec;
+
+static const spec specs[NM] = {
+    {"topk", NULL, 0.05, FGB_FLOAT32, 1, 3000, 0},
+    {"topk", NULL, 0.1, FGB_BFLOAT16, 1, 2000, 0},
+    {"oktopk", "refresh=1,warmup=0", 0.02, FGB_FLOAT32, 1, 5000, 0},
+    {"powersgd", "rank=2,start_step=0", 0, FGB_FLOAT32, 40, 64, 0},
+    {"powersgd", "rank=2,start_step=3", 0, FGB_BFLOAT16, 48, 64, 3},
+    {NULL, NULL, 0, FGB_FLOAT32, 1, 700, 0}, /* dense: sp_sync_many leaves it alone */
+};
+
+static float gval(int m, uint64_t i, uint64_t step) {
+  uint64_t h = (i * 2654435761u + (uint64_t)m * 40503u + step * 97u) % 10007u;
+  return ((float)h - 5003.0f) / 1024.0f;
+}
+
+/* The members' gradients of `step` into their device memory (bf16: rounded by the runtime's
+ * conversion on the host, the same bits for both runs). */
+static void fill(uint8_t *dev[NM], uint64_t step) {
+  for (int m = 0; m < NM; m++) {
+    uint64_t n = specs[m].rows * specs[m].cols;
+    size_t esz = dtype_size(specs[m].dtype);
+    float *f = malloc(n * sizeof(float));
+    void *h = malloc(n * esz);
+    REQUIRE(f && h);
+    for (uint64_t i = 0; i < n; i++) f[i] = gval(m, i, step);
+    dtype_from_working(specs[m].dtype, f, h, n);
+    REQUIRE(cudaMemcpy(dev[m], h, n * esz, cudaMemcpyHostToDevice) == cudaSuccess);
+    free(f);
+    free(h);
+  }
+}
+
+static void tensor_of(eng_tensor *t, int m, uint32_t id_base, uint8_t *dev, uint64_t step) {
+  memset(t, 0, sizeof *t);
+  t->tensor_id = id_base + (uint32_t)m;
+  t->key = (uint32_t)m + 1;
+  t->step = step;
+  t->ptr = dev;
+  t->count = specs[m].rows * specs[m].cols;
+  t->dtype = specs[m].dtype;
+  t->op = FGB_OP_AVERAGE;
+  t->comp = specs[m].comp ? comp_find(specs[m].comp) : NULL;
+  t->density = specs[m].density;
+  t->options = specs[m].options;
+  t->rows = specs[m].rows;
+  t->cols = specs[m].cols;
+  t->inner = 1;
+  REQUIRE(!specs[m].comp || t->comp);
+}
+
+static void *host_copy(const uint8_t *dev, int m) {
+  size_t bytes = specs[m].rows * specs[m].cols * dtype_size(specs[m].dtype);
+  void *h = malloc(bytes);
+  REQUIRE(h && cudaMemcpy(h, dev, bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+  return h;
+}
+
+int main(void) {
+  int nd = 0;
+  if (cudaGetDeviceCount(&nd) != cudaSuccess || nd < 1) TEST_SKIP("no CUDA device");
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  cudaStream_t s;
+  REQUIRE(cudaStreamCreate(&s) == cudaSuccess);
+  uint8_t uid[256];
+  size_t uid_len = sizeof uid;
+  char err[512] = "";
+  REQUIRE_MSG(comm_nccl_ops.make_uid(uid, &uid_len, err, sizeof err) == FGB_OK, "%s", err);
+  int wr = 0;
+  comm_job_spec cs = {.job_key = 7,
+                      .job_rank = 0,
+                      .job_size = 1,
+                      .world_ranks = &wr,
+                      .uid = uid,
+                      .uid_len = uid_len,
+                      .stream = s};
+  comm *c = NULL;
+  REQUIRE_MSG(comm_nccl_ops.create(&cs, &c, err, sizeof err) == FGB_OK, "%s", err);
+  int ready = 0;
+  for (int i = 0; i < 60000 && !(ready = comm_nccl_ops.ready(c, err, sizeof err)); i++) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  REQUIRE_MSG(ready == 1, "communicator: %s", err);
+  sp_job job = {.job_key = 7, .rank = 0, .size = 1, .c = c, .stream = s};
+
+  uint8_t *dev[2][NM];
+  for (int r = 0; r < 2; r++)
+    for (int m = 0; m < NM; m++)
+      REQUIRE(cudaMalloc((void **)&dev[r][m], specs[m].rows * specs[m].cols * 4) == cudaSuccess);
+  uint64_t sent[2] = {0, 0}, recv[2] = {0, 0};
+  int diffs = 0;
+  for (uint64_t step = 1; step <= STEPS; step++) {
+    /* Run 0: every member in one call (tensor ids 1..); run 1: one call per member (ids 101..). */
+    eng_tensor t[2][NM];
+    for (int r = 0; r < 2; r++) {
+      fill(dev[r], step);
+      for (int m = 0; m < NM; m++) tensor_of(&t[r][m], m, r ? 101 : 1, dev[r][m], step);
+    }
+    sp_timing tm[NM];
+    uint32_t ntm = 0;
+    fgb_status st = sp_sync_many(&job, t[0], NM, tm, NM, &ntm, &sent[0], &recv[0], err, sizeof err);
+    REQUIRE_MSG(st == FGB_OK, "together, step %llu: %s", (unsigned long long)step, err);
+    CHECK(ntm == NM - 1);
+    for (int m = 0; m < NM; m++) {
+      st = sp_sync_many(&job, &t[1][m], 1, NULL, 0, NULL, &sent[1], &recv[1], err, sizeof err);
+      REQUIRE_MSG(st == FGB_OK, "alone, step %llu member %d: %s", (unsigned long long)step, m, err);
+    }
+    REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+    for (uint32_t k = 0; k < ntm; k++) sp_timing_done(&tm[k], NULL);
+    for (int m = 0; m < NM; m++) {
+      size_t bytes = specs[m].rows * specs[m].cols * dtype_size(specs[m].dtype);
+      void *a = host_copy(dev[0][m], m), *b = host_copy(dev[1][m], m);
+      int same = memcmp(a, b, bytes) == 0;
+      CHECK_MSG(same, "step %llu member %d (%s, dtype %d): together and alone differ",
+                (unsigned long long)step, m, specs[m].comp ? specs[m].comp : "dense",
+                (int)specs[m].dtype);
+      diffs += !same;
+      /* The synchronised result is not the gradient (compressed: sparse or low-rank), and a dense
+       * member keeps its gradient. */
+      uint64_t n = specs[m].rows * specs[m].cols;
+      float *g = malloc(n * sizeof(float));
+      REQUIRE(g);
+      for (uint64_t i = 0; i < n; i++) g[i] = gval(m, i, step);
+      void *gh = malloc(bytes);
+      REQUIRE(gh);
+      dtype_from_working(specs[m].dtype, g, gh, n);
+      int kept = memcmp(a, gh, bytes) == 0;
+      if (specs[m].comp && step >= specs[m].dense_until)
+        CHECK_MSG(!kept, "step %llu member %d (%s): the result is the gradient",
+                  (unsigned long long)step, m, specs[m].comp);
+      else if (specs[m].comp)
+        CHECK_MSG(kept, "step %llu member %d (%s): a dense warm-up step changed the gradient",
+                  (unsigned long long)step, m, specs[m].comp);
+      else
+        CHECK_MSG(kept, "step %llu: the dense member was changed", (unsigned long long)step);
+      free(g);
+      free(gh);
+      free(a);
+      free(b);
+    }
+  }
+  CHECK_MSG(sent[0] == sent[1] && recv[0] == recv[1],
+            "bytes: together %llu sent %llu received, alone %llu / %llu",
+            (unsigned long long)sent[0], (unsigned long long)recv[0], (unsigned long long)sent[1],
+            (unsigned long long)recv[1]);
+  printf("%d steps of %d compressed members: together == alone (%d differences), %llu bytes sent\n",
+         STEPS, NM - 1, diffs, (unsigned long long)sent[0]);
+  sp_release(7);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  comm_nccl_ops.destroy(c);
+  TEST_DONE();
+}
