@@ -27,15 +27,18 @@ static double encode_s(const sched_costs *c, uint32_t n, uint64_t elems) {
   return c->comp_alpha * (double)n + c->comp_beta * (double)elems;
 }
 
-/* The sparse all-gathers of n tensors (one each, P payloads of k elements in all) and their
- * decompression. */
+/* The sparse payloads of n tensors (a header each, k elements in all) all-gathered in one
+ * collective (both engines send a buffer's payloads together: compress_path.c's cp_sync_many
+ * concatenates them, gpu/sparse.c's sp_sync_many groups them into one NCCL launch), and each
+ * tensor's decompression of the P payloads. */
 static double sparse_s(const sched_costs *c, int nranks, uint32_t n, uint64_t k) {
-  return (c->ag_alpha + c->dec_alpha) * (double)n + c->ag_beta * coo_bytes(n, k) +
+  return c->ag_alpha + c->dec_alpha * (double)n + c->ag_beta * coo_bytes(n, k) +
          c->dec_beta * (double)nranks * (double)k;
 }
 
 /* A compressed buffer compresses its members with a compressor only (elems - dense_elems), each
- * alone: ncomp start-ups (at least one: plans decoded without their members count one). */
+ * encoded and decoded alone: ncomp kernel start-ups (at least one: plans decoded without their
+ * members count one), one all-gather. */
 static uint32_t ncomp_of(const sched_buffer *b) {
   return b->ncomp ? b->ncomp : 1;
 }

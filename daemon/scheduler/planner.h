@@ -49,9 +49,9 @@ double sched_buf_comp_s(const sched_costs *c, const sched_buffer *b);           
 double sched_buf_coll_s(const sched_costs *c, int nranks, const sched_buffer *b); /* + decomp. */
 /* Whether sparsifying `ncomp` tensors of `elems` elements in all (`bytes` dense) to k kept pays
  * against one all-reduce of the whole buffer, whose other members (`rest_bytes`, no compressor) a
- * compressed buffer all-reduces on their own. Each of the ncomp tensors is encoded, all-gathered
- * and decoded alone (as the engines run them: compress_path.c, gpu/sparse.c), so each pays the
- * start-ups. reason may be NULL (no text). */
+ * compressed buffer all-reduces on their own. Each of the ncomp tensors is encoded and decoded
+ * alone, so each pays the kernels' start-ups; their payloads are all-gathered together (as the
+ * engines run them: compress_path.c, gpu/sparse.c), one start-up. reason may be NULL (no text). */
 int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint32_t ncomp, uint64_t elems,
                               uint64_t bytes, uint64_t k, uint64_t rest_bytes,
                               char reason[SCHED_REASON_MAX]);

@@ -58,8 +58,9 @@ typedef struct sched_buffer {
   uint8_t compress; /* 1: its members with a compressor are sparsified, the rest all-reduced;
                        0: every member dense (residuals folded in), one all-reduce */
   /* Members without a compressor (a mixed buffer's dense part; 0 when every member has one):
-   * what a compressed buffer still all-reduces; ncomp: the members with one, each compressed and
-   * all-gathered on its own (its own start-ups). Derived from the members, not encoded. */
+   * what a compressed buffer still all-reduces; ncomp: the members with one, each encoded and
+   * decoded on its own (its own kernel start-ups), their payloads all-gathered together.
+   * Derived from the members, not encoded. */
   uint64_t dense_elems, dense_bytes;
   uint32_t ncomp;
   char reason[SCHED_REASON_MAX]; /* why compressed or dense, for fgbuffctl status */

@@ -141,10 +141,10 @@ static void test_mixed(void) {
   uint64_t k = (uint64_t)floor(0.01 * (double)(all - rest));
   CHECK_MSG(b.k == k, "k %llu, want %llu", (unsigned long long)b.k, (unsigned long long)k);
   CHECK(b.ncomp == 8);
-  /* the cost model: the 8 members with a compressor each encoded, all-gathered (a header and
-   * their kept elements) and decoded alone, the rest all-reduced */
+  /* the cost model: the 8 members with a compressor each encoded and decoded alone, their payloads
+   * (a header each and their kept elements) all-gathered in one collective, the rest all-reduced */
   double comp = 8 * slow.comp_alpha + slow.comp_beta * (double)(all - rest);
-  double coll = 8 * (slow.ag_alpha + slow.dec_alpha) + slow.ag_beta * (8 * 8.0 + 8.0 * (double)k) +
+  double coll = slow.ag_alpha + 8 * slow.dec_alpha + slow.ag_beta * (8 * 8.0 + 8.0 * (double)k) +
                 slow.dec_beta * 8.0 * (double)k + slow.ar_alpha + slow.ar_beta * 4.0 * (double)rest;
   CHECK(fabs(sched_buf_comp_s(&slow, &b) - comp) < 1e-12);
   CHECK(fabs(sched_buf_coll_s(&slow, 8, &b) - coll) < 1e-12);
@@ -159,9 +159,16 @@ static void test_mixed(void) {
   start.ar_beta = 0;
   CHECK(sched_compress_pays_bytes(&start, 8, 8, ce, cb, k, 4 * rest, why) == 0);
   CHECK(sched_compress_pays_bytes(&start, 8, 8, ce, cb, k, 0, why) == 1);
-  /* start-ups are paid per compressed tensor: where one all-gather would pay, eight do not */
+  /* the all-gather's start-up is paid once per buffer (the members' payloads travel together:
+   * compress_path.c's cp_sync_many, gpu/sparse.c's sp_sync_many), the kernels' per member: with
+   * 2 ms network start-ups and start-up-free kernels eight members pay where one does, with 2 ms
+   * kernel start-ups eight do not */
   sched_costs lat = costs_latency(); /* 2 ms start-ups, fast bytes and kernels */
   lat.comp_beta = lat.dec_beta = 1e-11;
+  lat.comp_alpha = lat.dec_alpha = 0;
+  CHECK(sched_compress_pays_bytes(&lat, 8, 1, ce, cb, k, 0, why) == 1);
+  CHECK_MSG(sched_compress_pays_bytes(&lat, 8, 8, ce, cb, k, 0, why) == 1, "%s", why);
+  lat.comp_alpha = 2e-3;
   CHECK(sched_compress_pays_bytes(&lat, 8, 1, ce, cb, k, 0, why) == 1);
   CHECK(sched_compress_pays_bytes(&lat, 8, 8, ce, cb, k, 0, why) == 0);
   /* fast network: dense, by cost; one rank: dense; no member with a compressor: dense */
