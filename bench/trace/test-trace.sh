@@ -3,7 +3,8 @@
 # (its numbers are never pass/fail).
 #   format: every committed trace parses (trace-replay --check); the synthetic ones are format 2
 #     with every tensor in one forward layer and are what record.py --synthetic writes today;
-#     malformed forward sections are refused with the line and field named.
+#     malformed forward sections are refused with the line and field named; trace-plansim prints a
+#     row per policy and refuses what it cannot simulate.
 #   smoke: run.sh on CPU daemons, a format-2 and a format-1 trace: RESULT rows with the forward
 #     replayed (iter_ms >= bwd_ms + fwd_ms) or not (iter = fwd + max(sync_end, bwd)), the raw rows
 #     n/a; run.sh --timeline writes rtrace lines and timeline.py prints the step's collectives.
@@ -77,6 +78,20 @@ format() {
     "a negative forward time"
   refuse 's/^# forward_columns: .*/# forward_columns: layer,module,tensors/' 'forward_columns: expected' \
     "other forward columns"
+  # trace-plansim (the planners and the simulator on a trace): a row per policy; syncea is one
+  # buffer, compressed with every weight tensor (54 in ResNet-50) as its members
+  local ps="$build/bench/trace/trace-plansim" po
+  if [ -x "$ps" ]; then
+    po="$("$ps" "$here/resnet50.csv" --policies "syncea fgbuff none" 2>&1)"
+    if awk '$1 == "syncea" && $2 == 1 && $3 == 1 && $6 == 54 { s = 1 } $1 == "fgbuff" { f = 1 }
+      $1 == "none" { n = 1 } END { exit !(s && f && n) }' <<<"$po"; then
+      ok "trace-plansim: $(grep '^syncea' <<<"$po")"
+    else
+      bad "trace-plansim: unexpected output: $po"
+    fi
+    "$ps" "$here/resnet50.csv" --policies nope >/dev/null 2>&1 && bad "trace-plansim: an unknown policy was accepted"
+    "$ps" "$here/resnet50.csv" --ranks 1 >/dev/null 2>&1 && bad "trace-plansim: one rank was accepted"
+  fi
 }
 
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
