@@ -80,15 +80,17 @@ int main(int argc, char **argv) {
   }
   sched_inputs in = {.ntensors = tr.n, .tensors = t, .ready = ready, .costs = c, .nranks = ranks};
   double fwd = (tr.nlayers ? trc_forward_total_us(&tr) : tr.forward_us) * 1e-6;
-  printf("trace %s: %s, %u tensors, %llu elements (%.0f%% with top-k %g), backward %.2f ms, "
-         "forward %.2f ms; %d ranks\n",
-         path, tr.model, tr.n, (unsigned long long)tr.elements,
-         100.0 * (double)comp_elems / (double)tr.elements, density, tr.backward_us / 1e3,
-         fwd * 1e3, ranks);
-  printf("costs: all-reduce %.1f us + %.3g ns/B, all-gather %.1f us + %.3g ns/B, encode %.1f us "
-         "+ %.3g ns/elem, decode %.1f us + %.3g ns/elem\n",
-         c.ar_alpha * 1e6, c.ar_beta * 1e9, c.ag_alpha * 1e6, c.ag_beta * 1e9, c.comp_alpha * 1e6,
-         c.comp_beta * 1e9, c.dec_alpha * 1e6, c.dec_beta * 1e9);
+  printf(
+      "trace %s: %s, %u tensors, %llu elements (%.0f%% with top-k %g), backward %.2f ms, "
+      "forward %.2f ms; %d ranks\n",
+      path, tr.model, tr.n, (unsigned long long)tr.elements,
+      100.0 * (double)comp_elems / (double)tr.elements, density, tr.backward_us / 1e3, fwd * 1e3,
+      ranks);
+  printf(
+      "costs: all-reduce %.1f us + %.3g ns/B, all-gather %.1f us + %.3g ns/B, encode %.1f us "
+      "+ %.3g ns/elem, decode %.1f us + %.3g ns/elem\n",
+      c.ar_alpha * 1e6, c.ar_beta * 1e9, c.ag_alpha * 1e6, c.ag_beta * 1e9, c.comp_alpha * 1e6,
+      c.comp_beta * 1e9, c.dec_alpha * 1e6, c.dec_beta * 1e9);
   printf("%-8s %8s %10s %7s %12s %9s %9s %8s\n", "policy", "buffers", "compressed", "mixed",
          "sparsified", "members", "iter_ms", "hidden");
   char list[256];
