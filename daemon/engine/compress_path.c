@@ -396,26 +396,86 @@ static fgb_status fused_allreduce(cp_store *s, const cp_job *job, cp_member *m, 
   return FGB_OK;
 }
 
+/* One variable-size all-gather for the ALLGATHERV phases of the members sel[0..n): rank r's slot
+ * of the fused receive buffer (the members' strides summed) holds its payloads of every member
+ * back to back (each rbytes_m[r] long, sizes every rank agreed in an earlier phase); each member's
+ * own slots get theirs back (recv_m[r * stride_m ..]). */
+static fgb_status fused_allgatherv(cp_store *s, const cp_job *job, cp_member *m, const int *sel,
+                                   int n, uint64_t *sent, uint64_t *recv, char *err,
+                                   size_t errlen) {
+  const size_t P = (size_t)job->size;
+  if (!job->ops->allgatherv) {
+    snprintf(err, errlen, "transport %s has no variable-size all-gather", job->ops->name);
+    return FGB_ENOTSUP;
+  }
+  size_t stride = 0, mine = 0;
+  size_t *rb = calloc(P, sizeof(*rb)); /* the fused sizes, per rank */
+  if (!rb) {
+    snprintf(err, errlen, "out of memory for a fused all-gatherv");
+    return FGB_ENOMEM;
+  }
+  for (int k = 0; k < n; k++) {
+    const comp_phase *ph = &m[sel[k]].ph;
+    stride += ph->stride;
+    mine += ph->bytes;
+    for (size_t r = 0; r < P; r++) rb[r] += ph->rbytes[r];
+  }
+  fgb_status st = pack_reserve(s, mine + 1, stride * P + 1, err, errlen);
+  if (st != FGB_OK) {
+    free(rb);
+    return st;
+  }
+  uint8_t *snd = s->pk_send, *rcv = s->pk_recv;
+  for (size_t k = 0, off = 0; k < (size_t)n; off += m[sel[k]].ph.bytes, k++)
+    memcpy(snd + off, m[sel[k]].ph.send, m[sel[k]].ph.bytes);
+  comm_req *req = NULL;
+  cp_inst probe = {0};
+  st = job->ops->allgatherv(job->c, snd, mine, rcv, rb, stride, &req, err, errlen);
+  if (st == FGB_OK) st = wait_req(job, &probe, req, err, errlen);
+  if (probe.wedged) {
+    pack_wedge(s, m, sel, n); /* rb too stays with the transport */
+    return st;
+  }
+  if (st == FGB_OK) {
+    *sent += mine;
+    for (size_t r = 0; r < P; r++) *recv += rb[r];
+    for (size_t r = 0; r < P; r++)
+      for (size_t k = 0, off = 0; k < (size_t)n; k++) {
+        cp_member *x = &m[sel[k]];
+        size_t b = x->ph.rbytes[r];
+        memcpy((uint8_t *)x->ph.recv + r * x->ph.stride, rcv + r * stride + off, b);
+        off += b;
+        if (r == (size_t)job->rank) x->wire += b;
+        if (b > 8) x->gathered += (double)(b - 8) / 8.0;
+      }
+  }
+  free(rb);
+  return st;
+}
+
 static int fusable(const comp_phase *ph) {
   if (ph->coll == COMP_COLL_ALLGATHER) return 1;
   if (ph->coll == COMP_COLL_ALLREDUCE && ph->dtype == FGB_FLOAT32) return 2;
+  if (ph->coll == COMP_COLL_ALLGATHERV) return 3;
   return 0;
 }
 
 /* One round: every active member's current phase. The members' fixed-size all-gathers go as one
- * all-gather, their fp32 all-reduces as one all-reduce (a kind with a single member runs on its
- * own buffers), then the other phases one by one in member order — the same order on every rank,
+ * all-gather, their fp32 all-reduces as one all-reduce, their variable-size all-gathers as one (a
+ * kind with a single member runs on its own buffers), then the other phases one by one in member
+ * order — the same order on every rank,
  * since every rank has the same members with the same compressors (cp_agree). */
 static fgb_status run_round(cp_store *s, const cp_job *job, cp_member *m, int nm, int *sel,
                             uint64_t *sent, uint64_t *recv, char *err, size_t errlen) {
   for (int k = 0; k < nm; k++) m[k].ran = 0;
-  for (int kind = 1; kind <= 2; kind++) {
+  for (int kind = 1; kind <= 3; kind++) {
     int n = 0;
     for (int k = 0; k < nm; k++)
       if (m[k].active && fusable(&m[k].ph) == kind) sel[n++] = k;
     if (n < 2) continue;
-    fgb_status st = kind == 1 ? fused_allgather(s, job, m, sel, n, sent, recv, err, errlen)
-                              : fused_allreduce(s, job, m, sel, n, sent, recv, err, errlen);
+    fgb_status st = kind == 1   ? fused_allgather(s, job, m, sel, n, sent, recv, err, errlen)
+                    : kind == 2 ? fused_allreduce(s, job, m, sel, n, sent, recv, err, errlen)
+                                : fused_allgatherv(s, job, m, sel, n, sent, recv, err, errlen);
     if (st != FGB_OK) return st;
     for (int k = 0; k < n; k++) m[sel[k]].ran = 1;
   }

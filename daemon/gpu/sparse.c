@@ -552,23 +552,23 @@ typedef struct sp_member {
 } sp_member;
 
 /* One round: every active member's current phase, in member order — the same on every rank (same
- * members, same compressors: sp_agree). The fixed-size all-gathers and the all-reduces are
- * enqueued in one NCCL group (NCCL runs a group's collectives as one launch: the members'
- * payloads travel together, paying one start-up); the variable-size exchanges (NCCL send/recv,
- * grouped on their own) follow one by one. */
+ * members, same compressors: sp_agree). Two NCCL groups, each run as one launch, so the members'
+ * payloads travel together and pay one start-up: first the fixed-size all-gathers and the
+ * all-reduces, then the variable-size exchanges (NCCL send/recv; those of different members to
+ * the same peer run in the order they were enqueued, the same on every rank). */
 static fgb_status run_round(const sp_job *job, sp_member *m, uint32_t nm, uint64_t *sent,
                             uint64_t *recv, char *err, size_t errlen) {
   fgb_status st = FGB_OK;
-  for (int grouped = 1; grouped >= 0 && st == FGB_OK; grouped--) {
-    ncclResult_t g = grouped ? ncclGroupStart() : ncclSuccess;
+  for (int p2p = 0; p2p <= 1 && st == FGB_OK; p2p++) {
+    ncclResult_t g = ncclGroupStart();
     if (g != ncclSuccess) {
       snprintf(err, errlen, "NCCL group start: %s", ncclGetErrorString(g));
       return FGB_EIO;
     }
     for (uint32_t k = 0; k < nm && st == FGB_OK; k++) {
       sp_member *x = &m[k];
-      int p2p = x->ph.coll == COMP_COLL_ALLGATHERV || x->ph.coll == COMP_COLL_ALLTOALLV;
-      if (!x->active || p2p == grouped) continue;
+      int v = x->ph.coll == COMP_COLL_ALLGATHERV || x->ph.coll == COMP_COLL_ALLTOALLV;
+      if (!x->active || v != p2p) continue;
       uint64_t w0 = *sent;
       st = run_phase(job, x->i, &x->ph, sent, recv, err, errlen);
       if (x->tm) x->tm->wire += *sent - w0;
@@ -577,7 +577,7 @@ static fgb_status run_round(const sp_job *job, sp_member *m, uint32_t nm, uint64
       if (st == FGB_OK && x->ph.coll == COMP_COLL_ALLGATHERV)
         for (int r = 0; r < job->size; r++) x->gathered += (double)(x->ph.rbytes[r] - 8) / 8.0;
     }
-    if (grouped) g = ncclGroupEnd(); /* closes the group whatever happened inside it */
+    g = ncclGroupEnd(); /* closes the group whatever happened inside it */
     if (st == FGB_OK) st = nccl_done(job, g, "collectives of compressed members", err, errlen);
   }
   return st;

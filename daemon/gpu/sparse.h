@@ -55,11 +55,11 @@ void sp_timing_done(sp_timing *tm, struct eng_stats *stats);
 int sp_timing_events(const sp_timing *tm, void *ev[4]);
 /* Enqueue the whole sync of the compressed members (comp != NULL) of t[0..n) of one item on the
  * engine stream: every member's encode, then rounds of every member's next phase (the fixed-size
- * all-gathers and all-reduces in one NCCL group: their payloads travel in one launch; variable-size
- * exchanges one by one), each followed by the members' advances, then every member's decode and
- * write-back. No host synchronisation except when an instance is created (first use) or an advance
- * reads sizes. Timed into tm[*ntm ..] (one per member while *ntm < ntm_cap; tm NULL: untimed);
- * bytes counters are incremented by the phases' bytes. */
+ * all-gathers and all-reduces in one NCCL group: their payloads travel in one launch; the
+ * variable-size exchanges in a second), each followed by the members' advances, then every
+ * member's decode and write-back. No host synchronisation except when an instance is created
+ * (first use) or an advance reads sizes. Timed into tm[*ntm ..] (one per member while
+ * *ntm < ntm_cap; tm NULL: untimed); bytes counters are incremented by the phases' bytes. */
 fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_timing *tm,
                         uint32_t ntm_cap, uint32_t *ntm, uint64_t *sent, uint64_t *recv, char *err,
                         size_t errlen);

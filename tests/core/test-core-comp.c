@@ -10,8 +10,9 @@
  *  - topk inside a static plan (fgbuff): in a mixed and in an all-compressed buffer the plan
  *    compresses, and (`test-core-comp dense`, ctest core-comp-dense) in both when the plan sends
  *    them dense by cost: the residual folded in once, then dense averages; a syncea plan of one
- *    buffer of three top-k members all-gathers their payloads in one collective per step, and one
- *    of three randomk members all-reduces their values in one, bit-identical to per-tensor syncs;
+ *    buffer of three top-k members all-gathers their payloads in one collective per step, one of
+ *    three randomk members all-reduces their values in one, one of three gaussiank members
+ *    all-gathers their variable-size payloads in one, bit-identical to per-tensor syncs;
  *  - the cross-rank settings check (cp_agree): a different density, different options, or a
  *    compressor on one rank only fail that tensor's Done with FGB_EMISMATCH and the same text on
  *    every rank, step after step, while a dense tensor of the same steps still synchronises.
@@ -306,12 +307,15 @@ static void test_topk_plan(int all_comp, int dense, const char *policy) {
   w_stop(&w);
 }
 
-/* Three randomk tensors (density 1/4: 8 of 32 values, all-reduced in fp32 on a support every rank
- * draws alike) of job "ra" under `policy`, 2 ranks, `steps` steps: rank 0's results per step into
- * out (rank 1's must equal them), and the all-reduces rank 0 started whose count is three times
- * a lone member's (fused, cp_sync_many) into *fused. */
+/* Three tensors with compressor `comp` at density 1/4 (randomk: 8 of 32 values, all-reduced in
+ * fp32 on a support every rank draws alike; gaussiank: a threshold from the tensor's statistics,
+ * its payload=var default an all-gather of the counts then a variable-size all-gather of the
+ * entries) of job "ra" under `policy`, 2 ranks, RK_STEPS steps: rank 0's results per step into out
+ * (rank 1's must equal them), and the collectives of `kind` rank 0 started whose size is three
+ * times a lone member's (fused, cp_sync_many) into *fused. */
 #define RK_STEPS 8
-static void run_randomk(const char *policy, float out[RK_STEPS][3][N_G], int *fused) {
+static void run_three(const char *comp, int kind, const char *policy, float out[RK_STEPS][3][N_G],
+                      int *fused) {
   world w;
   w_start(&w, 2);
   w_plan_steps(&w, strcmp(policy, "none") == 0 ? 1000 : 2, 50);
@@ -320,7 +324,7 @@ static void run_randomk(const char *policy, float out[RK_STEPS][3][N_G], int *fu
   uint32_t t[3];
   for (int k = 0; k < 3; k++) {
     core_tensor_args a[W_MAX];
-    for (int r = 0; r < 2; r++) a[r] = targs(names[k], N_G, off3[k], "randomk", 0.25, NULL);
+    for (int r = 0; r < 2; r++) a[r] = targs(names[k], N_G, off3[k], comp, 0.25, NULL);
     t[k] = w_tensor_args(&w, a, 1);
   }
   for (uint64_t s = 1; s <= RK_STEPS; s++) {
@@ -337,45 +341,56 @@ static void run_randomk(const char *policy, float out[RK_STEPS][3][N_G], int *fu
     for (int k = 0; k < 3; k++) {
       memcpy(out[s - 1][k], w_f32(&w, 0, off3[k]), sizeof(out[s - 1][k]));
       CHECK_MSG(memcmp(w_f32(&w, 1, off3[k]), out[s - 1][k], sizeof(out[s - 1][k])) == 0,
-                "%s step %llu r%d: the ranks differ", policy, (unsigned long long)s, k);
+                "%s %s step %llu r%d: the ranks differ", comp, policy, (unsigned long long)s, k);
     }
     CHECK(w_count(&w.r[0], REC_ERR, 0) == 0 && w_count(&w.r[1], REC_ERR, 0) == 0);
   }
-  /* A lone member's all-reduce: the smallest (step 1 syncs each tensor alone; the planner's
-   * start-up calibration all-reduces kilobytes and more). */
+  /* A lone member's collective: the smallest of the kind (step 1 syncs each tensor alone; the
+   * planner's start-up calibration all-reduces kilobytes and more). */
   size_t one = 0;
   *fused = 0;
   for (int i = 0; i < w_nops(0); i++) {
     w_op o = w_op_at(0, i);
-    if (o.kind == OP_AR && (!one || o.count < one)) one = o.count;
+    if (o.kind == kind && (!one || o.count < one)) one = o.count;
   }
   for (int i = 0; i < w_nops(0); i++) {
     w_op o = w_op_at(0, i);
-    *fused += o.kind == OP_AR && o.count == 3 * one;
+    *fused += o.kind == kind && o.count == 3 * one;
   }
-  CHECK(one > 0);
+  CHECK_MSG(one > 0 && w_order_errors == 0, "%s %s: no lone collective, or the ranks disagreed",
+            comp, policy);
   w_stop(&w);
 }
 
-/* The fused fp32 all-reduce of compressed members: a syncea plan (one buffer of the three randomk
- * tensors from step 5) all-reduces their values in one collective per step, and every result is
- * bit-identical to each tensor synchronised alone (policy none: per-tensor items) — the same job
- * key in both fresh worlds, so the same supports. */
-static void test_fused_allreduce(void) {
+/* The fused collectives of compressed members beyond the fixed-size all-gather: a syncea plan (one
+ * buffer of the three tensors from step 5) all-reduces three randomk members' values in one fp32
+ * all-reduce per step, and all-gathers three gaussiank members' variable-size payloads in one
+ * all-gatherv; every result is bit-identical to each tensor synchronised alone (policy none:
+ * per-tensor items) — the same job key in both fresh worlds, so the same supports. */
+static void test_fused_kinds(void) {
+  static const struct {
+    const char *comp;
+    int kind;
+  } cases[2] = {{"randomk", OP_AR}, {"gaussiank", OP_AGV}};
   static float alone[RK_STEPS][3][N_G], merged[RK_STEPS][3][N_G];
-  int f_alone = -1, f_merged = -1;
-  run_randomk("none", alone, &f_alone);
-  run_randomk("syncea", merged, &f_merged);
-  CHECK_MSG(f_alone == 0 && f_merged == RK_STEPS - 4, "fused all-reduces: alone %d, syncea %d",
-            f_alone, f_merged);
-  int nz = 0;
-  for (int s = 0; s < RK_STEPS; s++)
-    for (int k = 0; k < 3; k++) {
-      CHECK_MSG(memcmp(alone[s][k], merged[s][k], sizeof(alone[s][k])) == 0,
-                "step %d r%d: fused result differs from the per-tensor one", s + 1, k);
-      for (int i = 0; i < N_G; i++) nz += merged[s][k][i] != 0.0f;
-    }
-  CHECK(nz > 0 && nz <= RK_STEPS * 3 * 8); /* randomk: 8 values of each tensor per step */
+  for (int c = 0; c < 2; c++) {
+    int f_alone = -1, f_merged = -1;
+    run_three(cases[c].comp, cases[c].kind, "none", alone, &f_alone);
+    run_three(cases[c].comp, cases[c].kind, "syncea", merged, &f_merged);
+    CHECK_MSG(f_alone == 0 && f_merged == RK_STEPS - 4,
+              "%s: fused collectives: alone %d, syncea %d", cases[c].comp, f_alone, f_merged);
+    int nz = 0;
+    for (int s = 0; s < RK_STEPS; s++)
+      for (int k = 0; k < 3; k++) {
+        CHECK_MSG(memcmp(alone[s][k], merged[s][k], sizeof(alone[s][k])) == 0,
+                  "%s step %d r%d: fused result differs from the per-tensor one", cases[c].comp,
+                  s + 1, k);
+        for (int i = 0; i < N_G; i++) nz += merged[s][k][i] != 0.0f;
+      }
+    /* sparse: randomk 8 values of each tensor per step, gaussiank at most 12 per rank */
+    CHECK_MSG(nz > 0 && nz <= RK_STEPS * 3 * (c == 0 ? 8 : 24), "%s: %d non-zeros", cases[c].comp,
+              nz);
+  }
 }
 
 /* Policy fusion, compressing cheap (the table compresses t0 and t2 from step 5), with a held cycle
@@ -472,7 +487,7 @@ int main(int argc, char **argv) {
   test_topk_plan(0, 0, "fgbuff");
   test_topk_plan(1, 0, "fgbuff");
   test_topk_plan(1, 0, "syncea"); /* one buffer of three top-k members: one payload all-gather */
-  test_fused_allreduce();
+  test_fused_kinds();
   test_mismatch();
   test_fusion_hint();
   TEST_DONE();

@@ -39,6 +39,8 @@ typedef struct slot {
   size_t count; /* allreduce: elements of dt; others: bytes (per rank for allgather) */
   fgb_dtype dt;
   int arrived, finished, done;
+  size_t sbytes[W_MAX]; /* OP_AGV: what each rank sends (count is the slot stride) */
+  const size_t *rbytes; /* OP_AGV: the sizes every rank expects (the first rank's pointer) */
   const void *send[W_MAX];
   void *recv[W_MAX];
   struct slot *next;
@@ -78,8 +80,9 @@ static int f_ready(comm *c, char *err, size_t errlen) {
   return 1;
 }
 
-static fgb_status start(comm *c, int kind, const void *send, void *recv, size_t count, fgb_dtype dt,
-                        int root, comm_req **req) {
+static fgb_status start_v(comm *c, int kind, const void *send, void *recv, size_t count,
+                          fgb_dtype dt, int root, size_t sbytes, const size_t *rbytes,
+                          comm_req **req) {
   pthread_mutex_lock(&g_mu);
   uint64_t idx = c->nops++;
   slot *s = g_slots;
@@ -100,7 +103,13 @@ static fgb_status start(comm *c, int kind, const void *send, void *recv, size_t 
   } else if (s->kind != kind || s->count != count || s->dt != dt || s->root != root) {
     w_order_errors++;
   }
+  if (kind == OP_AGV) { /* every rank expects what each sends */
+    if (!s->rbytes) s->rbytes = rbytes;
+    for (int r = 0; r < c->size; r++) w_order_errors += rbytes[r] != s->rbytes[r];
+    w_order_errors += rbytes[c->rank] != sbytes || sbytes > count;
+  }
   if (g_nops[c->rank] < W_OPS) g_ops[c->rank][g_nops[c->rank]++] = (w_op){kind, count};
+  s->sbytes[c->rank] = sbytes;
   s->send[c->rank] = send;
   s->recv[c->rank] = recv;
   s->arrived++;
@@ -109,6 +118,11 @@ static fgb_status start(comm *c, int kind, const void *send, void *recv, size_t 
   REQUIRE(*req);
   (*req)->s = s;
   return FGB_OK;
+}
+
+static fgb_status start(comm *c, int kind, const void *send, void *recv, size_t count, fgb_dtype dt,
+                        int root, comm_req **req) {
+  return start_v(c, kind, send, recv, count, dt, root, 0, NULL, req);
 }
 
 static void sum_into(void *acc, const void *x, size_t n, fgb_dtype dt) {
@@ -131,21 +145,26 @@ static void sum_into(void *acc, const void *x, size_t n, fgb_dtype dt) {
  * buffer). */
 static void complete(slot *s) {
   size_t esz = dtype_size(s->dt);
-  size_t total = s->kind == OP_AR   ? s->count * esz
-                 : s->kind == OP_RS ? s->count * esz * (size_t)s->size
-                 : s->kind == OP_AG ? s->count * (size_t)s->size
-                                    : s->count;
+  size_t total = s->kind == OP_AR                        ? s->count * esz
+                 : s->kind == OP_RS                      ? s->count * esz * (size_t)s->size
+                 : s->kind == OP_AG || s->kind == OP_AGV ? s->count * (size_t)s->size
+                                                         : s->count;
   uint8_t *tmp = calloc(1, total ? total : 1);
   REQUIRE(tmp);
   for (int r = 0; r < s->size; r++) {
     if (s->kind == OP_AR) sum_into(tmp, s->send[r], s->count, s->dt);
     if (s->kind == OP_RS) sum_into(tmp, s->send[r], s->count * (size_t)s->size, s->dt);
     if (s->kind == OP_AG) memcpy(tmp + (size_t)r * s->count, s->send[r], s->count);
+    if (s->kind == OP_AGV) memcpy(tmp + (size_t)r * s->count, s->send[r], s->sbytes[r]);
     if (s->kind == OP_BC && r == s->root) memcpy(tmp, s->recv[r], s->count);
   }
   for (int r = 0; r < s->size; r++) {
     if (s->kind == OP_RS)
       memcpy(s->recv[r], tmp + (size_t)r * s->count * esz, s->count * esz);
+    else if (s->kind == OP_AGV) /* only each slot's bytes: the rest stays untouched */
+      for (int q = 0; q < s->size; q++)
+        memcpy((uint8_t *)s->recv[r] + (size_t)q * s->count, tmp + (size_t)q * s->count,
+               s->sbytes[q]);
     else
       memcpy(s->recv[r], tmp, total);
   }
@@ -200,6 +219,13 @@ static fgb_status f_reduce_scatter(comm *c, const void *send, void *recv, size_t
   return start(c, OP_RS, send, recv, count_per_rank, dt, 0, req);
 }
 
+static fgb_status f_allgatherv(comm *c, const void *send, size_t bytes, void *recv,
+                               const size_t *rbytes, size_t stride, comm_req **req, char *err,
+                               size_t errlen) {
+  (void)err, (void)errlen;
+  return start_v(c, OP_AGV, send, recv, stride, FGB_UINT8, 0, bytes, rbytes, req);
+}
+
 static void f_abort(comm *c) {
   (void)c;
 }
@@ -208,10 +234,10 @@ static void f_destroy(comm *c) {
   free(c);
 }
 
-/* No variable-size all-gather or all-to-all: compressors that need them fail with FGB_ENOTSUP. */
-static const comm_ops fake = {"fake",           f_make_uid,  f_create, f_ready, f_allreduce,
-                              f_allgather,      f_broadcast, f_test,   f_abort, f_destroy,
-                              f_reduce_scatter, NULL,        NULL};
+/* No variable-size all-to-all: compressors that need it fail with FGB_ENOTSUP. */
+static const comm_ops fake = {"fake",           f_make_uid,   f_create, f_ready, f_allreduce,
+                              f_allgather,      f_broadcast,  f_test,   f_abort, f_destroy,
+                              f_reduce_scatter, f_allgatherv, NULL};
 
 /* ---- the control plane: one FIFO (so every link stays in order) --------------------------- */
 typedef struct w_msg {

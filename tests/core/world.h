@@ -16,10 +16,11 @@
 #define W_OPS 4096
 
 /* The fake transport's collectives, as each rank started them (w_ops). */
-enum { OP_AR = 1, OP_AG, OP_BC, OP_RS };
+enum { OP_AR = 1, OP_AG, OP_BC, OP_RS, OP_AGV };
 typedef struct w_op {
   int kind;     /* OP_* */
-  size_t count; /* OP_AR: elements; OP_RS: elements per rank; OP_AG: bytes per rank; OP_BC: bytes */
+  size_t count; /* OP_AR: elements; OP_RS: elements per rank; OP_AG: bytes per rank; OP_BC: bytes;
+                   OP_AGV: the slot (stride) of each rank's bytes */
 } w_op;
 
 enum { REC_ERR = 1, REC_OK, REC_JOINED, REC_TENSOR, REC_DONE, REC_COLL, REC_STATE };
