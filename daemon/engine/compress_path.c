@@ -453,31 +453,68 @@ static fgb_status fused_allgatherv(cp_store *s, const cp_job *job, cp_member *m,
   return st;
 }
 
-static int fusable(const comp_phase *ph) {
-  if (ph->coll == COMP_COLL_ALLGATHER) return 1;
-  if (ph->coll == COMP_COLL_ALLREDUCE && ph->dtype == FGB_FLOAT32) return 2;
-  if (ph->coll == COMP_COLL_ALLGATHERV) return 3;
-  return 0;
+/* Fusing copies each payload into the store's buffer and back out (P times for an all-gather):
+ * worth it while a payload is small against what a collective's start-up costs (tens of µs over
+ * sockets, at memcpy's ~10 GB/s a few hundred KiB), so a larger phase runs alone in place (a
+ * PowerSGD warm-up's dense all-reduce, a top-k payload of a tensor above ~3M elements at 1%), and
+ * one fused collective holds at most CP_FUSE_MAX_BYTES per rank (the store's buffers stay below
+ * that times P). */
+#define CP_FUSE_MEMBER_MAX (256u << 10)
+#define CP_FUSE_MAX_BYTES (4u << 20)
+
+/* The phase's kind of fused collective (1 all-gather, 2 fp32 all-reduce, 3 all-gatherv), 0 when
+ * it runs alone; *bytes its per-rank share of the fused buffer. */
+static int fusable(const comp_phase *ph, size_t *bytes) {
+  int kind = 0;
+  *bytes = 0;
+  if (ph->coll == COMP_COLL_ALLGATHER) {
+    kind = 1;
+    *bytes = ph->bytes;
+  } else if (ph->coll == COMP_COLL_ALLREDUCE && ph->dtype == FGB_FLOAT32) {
+    kind = 2;
+    *bytes = ph->count * sizeof(float);
+  } else if (ph->coll == COMP_COLL_ALLGATHERV) {
+    kind = 3;
+    *bytes = ph->stride;
+  }
+  return *bytes <= CP_FUSE_MEMBER_MAX ? kind : 0;
 }
 
-/* One round: every active member's current phase. The members' fixed-size all-gathers go as one
- * all-gather, their fp32 all-reduces as one all-reduce, their variable-size all-gathers as one (a
- * kind with a single member runs on its own buffers), then the other phases one by one in member
- * order — the same order on every rank,
+/* Run the chunk sel[0..n) of one kind fused (n >= 2; a lone member runs on its own buffers). */
+static fgb_status run_fused(cp_store *s, const cp_job *job, int kind, cp_member *m, const int *sel,
+                            int n, uint64_t *sent, uint64_t *recv, char *err, size_t errlen) {
+  if (n < 2) return FGB_OK;
+  fgb_status st = kind == 1   ? fused_allgather(s, job, m, sel, n, sent, recv, err, errlen)
+                  : kind == 2 ? fused_allreduce(s, job, m, sel, n, sent, recv, err, errlen)
+                              : fused_allgatherv(s, job, m, sel, n, sent, recv, err, errlen);
+  for (int k = 0; st == FGB_OK && k < n; k++) m[sel[k]].ran = 1;
+  return st;
+}
+
+/* One round: every active member's current phase. The members' small fixed-size all-gathers go
+ * as one all-gather (one per CP_FUSE_MAX_BYTES), their fp32 all-reduces as one all-reduce, their
+ * variable-size all-gathers as one (a chunk of a single member runs on its own buffers), then the
+ * other phases one by one in member order — the same order on every rank,
  * since every rank has the same members with the same compressors (cp_agree). */
 static fgb_status run_round(cp_store *s, const cp_job *job, cp_member *m, int nm, int *sel,
                             uint64_t *sent, uint64_t *recv, char *err, size_t errlen) {
   for (int k = 0; k < nm; k++) m[k].ran = 0;
   for (int kind = 1; kind <= 3; kind++) {
     int n = 0;
-    for (int k = 0; k < nm; k++)
-      if (m[k].active && fusable(&m[k].ph) == kind) sel[n++] = k;
-    if (n < 2) continue;
-    fgb_status st = kind == 1   ? fused_allgather(s, job, m, sel, n, sent, recv, err, errlen)
-                    : kind == 2 ? fused_allreduce(s, job, m, sel, n, sent, recv, err, errlen)
-                                : fused_allgatherv(s, job, m, sel, n, sent, recv, err, errlen);
+    size_t total = 0, b = 0;
+    for (int k = 0; k < nm; k++) {
+      if (!m[k].active || fusable(&m[k].ph, &b) != kind) continue;
+      if (total + b > CP_FUSE_MAX_BYTES) { /* this chunk is full: it goes now */
+        fgb_status st = run_fused(s, job, kind, m, sel, n, sent, recv, err, errlen);
+        if (st != FGB_OK) return st;
+        n = 0;
+        total = 0;
+      }
+      sel[n++] = k;
+      total += b;
+    }
+    fgb_status st = run_fused(s, job, kind, m, sel, n, sent, recv, err, errlen);
     if (st != FGB_OK) return st;
-    for (int k = 0; k < n; k++) m[sel[k]].ran = 1;
   }
   for (int k = 0; k < nm; k++) {
     cp_member *x = &m[k];

@@ -12,7 +12,8 @@
  *    them dense by cost: the residual folded in once, then dense averages; a syncea plan of one
  *    buffer of three top-k members all-gathers their payloads in one collective per step, one of
  *    three randomk members all-reduces their values in one, one of three gaussiank members
- *    all-gathers their variable-size payloads in one, bit-identical to per-tensor syncs;
+ *    all-gathers their variable-size payloads in one, bit-identical to per-tensor syncs; a payload
+ *    above 256 KiB is all-gathered alone;
  *  - the cross-rank settings check (cp_agree): a different density, different options, or a
  *    compressor on one rank only fail that tensor's Done with FGB_EMISMATCH and the same text on
  *    every rank, step after step, while a dense tensor of the same steps still synchronises.
@@ -393,6 +394,58 @@ static void test_fused_kinds(void) {
   }
 }
 
+/* Fusion's bounds (compress_path.c): a payload above 256 KiB is not copied into a fused
+ * collective. A syncea buffer of two small top-k members (40-byte payloads) and a large one
+ * (131072 elements at 1/4: a 262,152-byte payload): from the plan's first step (5) the two small
+ * ones share one all-gather of 80 bytes per step, and the large one is all-gathered alone, in
+ * place, at every step. */
+static void test_fuse_bound(void) {
+  enum { N_BIG = 131072, OFF_BIG = 16384, STEPS = 6 };
+  world w;
+  w_start(&w, 2);
+  w_plan_steps(&w, 2, 50);
+  w_join(&w, "fb", "syncea");
+  const char *names[3] = {"s0", "s1", "big"};
+  const uint64_t off[3] = {OFF_G, OFF_D, OFF_BIG}, cnt[3] = {N_G, N_G, N_BIG};
+  const double dens[3] = {0.125, 0.125, 0.25};
+  uint32_t t[3];
+  for (int k = 0; k < 3; k++) {
+    core_tensor_args a[W_MAX];
+    for (int r = 0; r < 2; r++) a[r] = targs(names[k], cnt[k], off[k], "topk", dens[k], NULL);
+    t[k] = w_tensor_args(&w, a, 1);
+  }
+  for (uint64_t s = 1; s <= STEPS; s++) {
+    for (int r = 0; r < 2; r++) {
+      for (int k = 0; k < 3; k++)
+        for (uint64_t i = 0; i < cnt[k]; i++) w_f32(&w, r, off[k])[i] = grad(r + 2 * k, i, s);
+      w_rank *x = &w.r[r];
+      for (int k = 2; k >= 0; k--) core_submit(&x->c, x->job, &x->sess, 1, t[k], s, 0, 0);
+    }
+    for (int r = 0; r < 2; r++)
+      W_UNTIL(&w, w_dones(&w, r, t[0], s, 0) + w_dones(&w, r, t[1], s, 0) +
+                          w_dones(&w, r, t[2], s, 0) ==
+                      3);
+    for (int k = 0; k < 3; k++)
+      CHECK_MSG(memcmp(w_f32(&w, 0, off[k]), w_f32(&w, 1, off[k]), cnt[k] * sizeof(float)) == 0,
+                "step %llu %s: the ranks differ", (unsigned long long)s, names[k]);
+  }
+  const size_t small = comp_coo_bytes(4, 4), big = comp_coo_bytes(N_BIG / 4, 4);
+  int pair = 0, alone = 0, other = 0;
+  for (int i = 0; i < w_nops(0); i++) {
+    w_op o = w_op_at(0, i);
+    if (o.kind != OP_AG) continue;
+    pair += o.count == 2 * small;
+    alone += o.count == big;
+    other += o.count > big;
+  }
+  CHECK_MSG(pair == STEPS - 4 && alone == STEPS && other == 0,
+            "all-gathers: %d of the two small payloads (want %d), %d of the large one alone (want "
+            "%d), %d larger",
+            pair, STEPS - 4, alone, STEPS, other);
+  CHECK(w_count(&w.r[0], REC_ERR, 0) == 0 && w_order_errors == 0);
+  w_stop(&w);
+}
+
 /* Policy fusion, compressing cheap (the table compresses t0 and t2 from step 5), with a held cycle
  * so that each step is one group unless a tensor travels alone: a FUSE hint (what fgbuffd sends
  * when a table sends tensors dense) from step 3, before any table: t0 and t2 are packed with t1
@@ -488,6 +541,7 @@ int main(int argc, char **argv) {
   test_topk_plan(1, 0, "fgbuff");
   test_topk_plan(1, 0, "syncea"); /* one buffer of three top-k members: one payload all-gather */
   test_fused_kinds();
+  test_fuse_bound();
   test_mismatch();
   test_fusion_hint();
   TEST_DONE();
