@@ -308,6 +308,21 @@ static void test_topk_plan(int all_comp, int dense, const char *policy) {
   w_stop(&w);
 }
 
+/* Step s of three tensors t[k] (cnt[k] floats at off[k]) on 2 ranks: the gradients
+ * grad(r + 2k, i, s) written, the tensors submitted t2, t1, t0, and their Dones waited for. */
+static void step_three(world *w, const uint32_t t[3], const uint64_t off[3], const uint64_t cnt[3],
+                       uint64_t s) {
+  for (int r = 0; r < 2; r++) {
+    for (int k = 0; k < 3; k++)
+      for (uint64_t i = 0; i < cnt[k]; i++) w_f32(w, r, off[k])[i] = grad(r + 2 * k, i, s);
+    w_rank *x = &w->r[r];
+    for (int k = 2; k >= 0; k--) core_submit(&x->c, x->job, &x->sess, 1, t[k], s, 0, 0);
+  }
+  for (int r = 0; r < 2; r++)
+    W_UNTIL(w,
+            w_dones(w, r, t[0], s, 0) + w_dones(w, r, t[1], s, 0) + w_dones(w, r, t[2], s, 0) == 3);
+}
+
 /* Three tensors with compressor `comp` at density 1/4 (randomk: 8 of 32 values, all-reduced in
  * fp32 on a support every rank draws alike; gaussiank: a threshold from the tensor's statistics,
  * its payload=var default an all-gather of the counts then a variable-size all-gather of the
@@ -328,17 +343,9 @@ static void run_three(const char *comp, int kind, const char *policy, float out[
     for (int r = 0; r < 2; r++) a[r] = targs(names[k], N_G, off3[k], comp, 0.25, NULL);
     t[k] = w_tensor_args(&w, a, 1);
   }
+  const uint64_t cnt[3] = {N_G, N_G, N_G};
   for (uint64_t s = 1; s <= RK_STEPS; s++) {
-    for (int r = 0; r < 2; r++) {
-      for (int k = 0; k < 3; k++)
-        for (uint64_t i = 0; i < N_G; i++) w_f32(&w, r, off3[k])[i] = grad(r + 2 * k, i, s);
-      w_rank *x = &w.r[r];
-      for (int k = 2; k >= 0; k--) core_submit(&x->c, x->job, &x->sess, 1, t[k], s, 0, 0);
-    }
-    for (int r = 0; r < 2; r++)
-      W_UNTIL(&w, w_dones(&w, r, t[0], s, 0) + w_dones(&w, r, t[1], s, 0) +
-                          w_dones(&w, r, t[2], s, 0) ==
-                      3);
+    step_three(&w, t, off3, cnt, s);
     for (int k = 0; k < 3; k++) {
       memcpy(out[s - 1][k], w_f32(&w, 0, off3[k]), sizeof(out[s - 1][k]));
       CHECK_MSG(memcmp(w_f32(&w, 1, off3[k]), out[s - 1][k], sizeof(out[s - 1][k])) == 0,
@@ -415,16 +422,7 @@ static void test_fuse_bound(void) {
     t[k] = w_tensor_args(&w, a, 1);
   }
   for (uint64_t s = 1; s <= STEPS; s++) {
-    for (int r = 0; r < 2; r++) {
-      for (int k = 0; k < 3; k++)
-        for (uint64_t i = 0; i < cnt[k]; i++) w_f32(&w, r, off[k])[i] = grad(r + 2 * k, i, s);
-      w_rank *x = &w.r[r];
-      for (int k = 2; k >= 0; k--) core_submit(&x->c, x->job, &x->sess, 1, t[k], s, 0, 0);
-    }
-    for (int r = 0; r < 2; r++)
-      W_UNTIL(&w, w_dones(&w, r, t[0], s, 0) + w_dones(&w, r, t[1], s, 0) +
-                          w_dones(&w, r, t[2], s, 0) ==
-                      3);
+    step_three(&w, t, off, cnt, s);
     for (int k = 0; k < 3; k++)
       CHECK_MSG(memcmp(w_f32(&w, 0, off[k]), w_f32(&w, 1, off[k]), cnt[k] * sizeof(float)) == 0,
                 "step %llu %s: the ranks differ", (unsigned long long)s, names[k]);
