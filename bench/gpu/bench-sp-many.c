@@ -1,0 +1,169 @@
+/* bench/gpu/bench-sp-many.c — what syncing a buffer's compressed members together costs the GPU
+ * engine against syncing them one by one (the engine before session 20): daemon/gpu/sparse.c's
+ * sp_sync_many with every member in one call (one NCCL group per phase round) vs one call per
+ * member (a collective and a communicator check each), on one GPU and a communicator of one rank.
+ * Times, median over the iterations: the engine thread's host time to enqueue the step (what the
+ * daemon's engine spends per item) and the GPU time from the first kernel to the last (events).
+ * With one rank the all-gathers are local copies: this is the launch and enqueue side of fusion,
+ * not the network start-ups it saves between GPUs (bench/trace over 2 GPUs measures those).
+ *
+ * usage: bench-sp-many [--trace CSV] [--density D] [--iters N] [--comp NAME]
+ *   members: the trace's tensors of 2 or more dimensions (default bench/trace/resnet50.csv:
+ *   ResNet-50's 54 weights), fp32, compressor NAME (default topk) at density D (0.01). */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "compressor.h"
+#include "sparse.h"
+#include "trace.h"
+
+#define MAXM 4096
+
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+static int cmpd(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmpd);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static int fail(const char *what, const char *err) {
+  fprintf(stderr, "bench-sp-many: %s: %s\n", what, err);
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  const char *path = "bench/trace/resnet50.csv", *comp = "topk";
+  double density = 0.01;
+  int iters = 30;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (strcmp(argv[i], "--trace") == 0)
+      path = argv[i + 1];
+    else if (strcmp(argv[i], "--density") == 0)
+      density = atof(argv[i + 1]);
+    else if (strcmp(argv[i], "--iters") == 0)
+      iters = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--comp") == 0)
+      comp = argv[i + 1];
+    else
+      return fail("usage", "bench-sp-many [--trace CSV] [--density D] [--iters N] [--comp NAME]");
+  }
+  if (iters < 3 || iters > 10000 || density <= 0 || density > 1) return fail("usage", "bad value");
+  int nd = 0;
+  if (cudaGetDeviceCount(&nd) != cudaSuccess || nd < 1) {
+    printf("bench-sp-many: no CUDA device, skipped\n");
+    return 0;
+  }
+  cudaSetDevice(0);
+  struct cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, 0);
+  char err[512] = "";
+  trc_trace tr;
+  if (trc_load(path, &tr, err, sizeof err) != FGB_OK) return fail("trace", err);
+  const comp_ops *ops = comp_find(comp);
+  if (!ops) return fail("compressor", comp);
+  cudaStream_t s;
+  cudaStreamCreate(&s);
+  uint8_t uid[256];
+  size_t uid_len = sizeof uid;
+  if (comm_nccl_ops.make_uid(uid, &uid_len, err, sizeof err) != FGB_OK) return fail("uid", err);
+  int wr = 0;
+  comm_job_spec cs = {.job_key = 9,
+                      .job_rank = 0,
+                      .job_size = 1,
+                      .world_ranks = &wr,
+                      .uid = uid,
+                      .uid_len = uid_len,
+                      .stream = s};
+  comm *c = NULL;
+  if (comm_nccl_ops.create(&cs, &c, err, sizeof err) != FGB_OK) return fail("communicator", err);
+  int ready = 0;
+  for (int i = 0; i < 60000 && !(ready = comm_nccl_ops.ready(c, err, sizeof err)); i++) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  if (ready != 1) return fail("communicator", err);
+  sp_job job = {.job_key = 9, .rank = 0, .size = 1, .c = c, .stream = s};
+
+  static eng_tensor t[2][MAXM];
+  int m = 0;
+  uint64_t elems = 0;
+  for (uint32_t i = 0; i < tr.n && m < MAXM; i++) {
+    if (tr.t[i].ndim < 2) continue;
+    uint64_t n = tr.t[i].numel;
+    void *p = NULL;
+    if (cudaMalloc(&p, n * sizeof(float)) != cudaSuccess)
+      return fail("cudaMalloc", "out of memory");
+    cudaMemset(p, 0, n * sizeof(float));
+    for (int r = 0; r < 2; r++) /* r 0: synced together, 1: one by one (their own instances) */
+      t[r][m] = (eng_tensor){.tensor_id = (uint32_t)(r * MAXM + m),
+                             .count = n,
+                             .dtype = FGB_FLOAT32,
+                             .op = FGB_OP_AVERAGE,
+                             .ptr = p,
+                             .comp = ops,
+                             .density = density,
+                             .rows = tr.t[i].shape[0],
+                             .cols = n / tr.t[i].shape[0],
+                             .inner = 1,
+                             .key = (uint32_t)m + 1};
+    elems += n;
+    m++;
+  }
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  double *host[2], *gpu[2];
+  for (int r = 0; r < 2; r++) {
+    host[r] = calloc((size_t)iters, sizeof(double));
+    gpu[r] = calloc((size_t)iters, sizeof(double));
+    if (!host[r] || !gpu[r]) return fail("calloc", "out of memory");
+  }
+  const int warm = 3;
+  for (int it = 0; it < warm + iters; it++)
+    for (int r = 0; r < 2; r++) {
+      uint64_t sent = 0, recv = 0;
+      for (int k = 0; k < m; k++) t[r][k].step = (uint64_t)it + 1;
+      cudaEventRecord(e0, s);
+      double h0 = now_us();
+      fgb_status st = FGB_OK;
+      if (r == 0)
+        st = sp_sync_many(&job, t[0], (uint32_t)m, NULL, 0, NULL, &sent, &recv, err, sizeof err);
+      for (int k = 0; r == 1 && k < m && st == FGB_OK; k++)
+        st = sp_sync_many(&job, &t[1][k], 1, NULL, 0, NULL, &sent, &recv, err, sizeof err);
+      double h1 = now_us();
+      cudaEventRecord(e1, s);
+      if (st != FGB_OK) return fail("sp_sync_many", err);
+      cudaStreamSynchronize(s);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      if (it >= warm) {
+        host[r][it - warm] = h1 - h0;
+        gpu[r][it - warm] = (double)ms * 1e3;
+      }
+    }
+  double ht = median(host[0], iters), ha = median(host[1], iters);
+  double gt = median(gpu[0], iters), ga = median(gpu[1], iters);
+  printf("GPU: %s; %s: %d members of %s (%llu elements), %s %g, fp32, 1 rank, median of %d\n",
+         prop.name, path, m, tr.model, (unsigned long long)elems, comp, density, iters);
+  printf("%-28s %14s %14s\n", "", "host enqueue us", "GPU us");
+  printf("%-28s %14.1f %14.1f\n", "one by one (before)", ha, ga);
+  printf("%-28s %14.1f %14.1f\n", "together (sp_sync_many)", ht, gt);
+  printf("%-28s %14.2f %14.2f\n", "ratio together / one by one", ht / ha, gt / ga);
+  sp_release(9);
+  cudaStreamSynchronize(s);
+  comm_nccl_ops.destroy(c);
+  trc_free(&tr);
+  return 0;
+}
