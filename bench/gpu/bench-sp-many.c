@@ -75,25 +75,8 @@ int main(int argc, char **argv) {
   if (!ops) return fail("compressor", comp);
   cudaStream_t s;
   cudaStreamCreate(&s);
-  uint8_t uid[256];
-  size_t uid_len = sizeof uid;
-  if (comm_nccl_ops.make_uid(uid, &uid_len, err, sizeof err) != FGB_OK) return fail("uid", err);
-  int wr = 0;
-  comm_job_spec cs = {.job_key = 9,
-                      .job_rank = 0,
-                      .job_size = 1,
-                      .world_ranks = &wr,
-                      .uid = uid,
-                      .uid_len = uid_len,
-                      .stream = s};
   comm *c = NULL;
-  if (comm_nccl_ops.create(&cs, &c, err, sizeof err) != FGB_OK) return fail("communicator", err);
-  int ready = 0;
-  for (int i = 0; i < 60000 && !(ready = comm_nccl_ops.ready(c, err, sizeof err)); i++) {
-    struct timespec ts = {0, 1000000};
-    nanosleep(&ts, NULL);
-  }
-  if (ready != 1) return fail("communicator", err);
+  if (comm_nccl_solo(9, s, &c, err, sizeof err) != FGB_OK) return fail("communicator", err);
   sp_job job = {.job_key = 9, .rank = 0, .size = 1, .c = c, .stream = s};
 
   static eng_tensor t[2][MAXM];

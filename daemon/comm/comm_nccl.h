@@ -29,4 +29,9 @@ ncclResult_t comm_nccl_alltoallv(ncclComm_t nc, int rank, int size, const void *
 /* 0 healthy, negative after an asynchronous error (err says which). */
 int comm_nccl_check(comm *c, char *err, size_t errlen);
 
+/* A communicator of this process alone (rank 0 of 1) on the current device, on `stream`, ready
+ * (waits for its initialisation): for the GPU engine's own tests and benchmarks, which drive
+ * daemon/gpu/ without a world. Free it with comm_nccl_ops.destroy. */
+fgb_status comm_nccl_solo(uint64_t job_key, void *stream, comm **out, char *err, size_t errlen);
+
 #endif

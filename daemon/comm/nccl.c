@@ -352,6 +352,29 @@ static void nccl_destroy(comm *c) {
   free(c);
 }
 
+fgb_status comm_nccl_solo(uint64_t job_key, void *stream, comm **out, char *err, size_t errlen) {
+  uint8_t uid[sizeof(ncclUniqueId)];
+  size_t len = sizeof uid;
+  int world_rank = 0;
+  fgb_status st = nccl_make_uid(uid, &len, err, errlen);
+  comm_job_spec spec = {.job_key = job_key,
+                        .job_rank = 0,
+                        .job_size = 1,
+                        .world_ranks = &world_rank,
+                        .uid = uid,
+                        .uid_len = len,
+                        .stream = stream};
+  if (st == FGB_OK) st = nccl_create(&spec, out, err, errlen);
+  if (st != FGB_OK) return st;
+  int r;
+  while ((r = nccl_ready(*out, err, errlen)) == 0)
+    sched_yield(); /* bounded: NCCL_INIT_TIMEOUT_MS */
+  if (r == 1) return FGB_OK;
+  nccl_destroy(*out);
+  *out = NULL;
+  return FGB_EIO;
+}
+
 const comm_ops comm_nccl_ops = {
     .name = "nccl",
     .make_uid = nccl_make_uid,

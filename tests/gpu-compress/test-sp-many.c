@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "compressor.h"
 #include "dtype.h"
@@ -96,26 +95,9 @@ int main(void) {
   REQUIRE(cudaSetDevice(0) == cudaSuccess);
   cudaStream_t s;
   REQUIRE(cudaStreamCreate(&s) == cudaSuccess);
-  uint8_t uid[256];
-  size_t uid_len = sizeof uid;
   char err[512] = "";
-  REQUIRE_MSG(comm_nccl_ops.make_uid(uid, &uid_len, err, sizeof err) == FGB_OK, "%s", err);
-  int wr = 0;
-  comm_job_spec cs = {.job_key = 7,
-                      .job_rank = 0,
-                      .job_size = 1,
-                      .world_ranks = &wr,
-                      .uid = uid,
-                      .uid_len = uid_len,
-                      .stream = s};
   comm *c = NULL;
-  REQUIRE_MSG(comm_nccl_ops.create(&cs, &c, err, sizeof err) == FGB_OK, "%s", err);
-  int ready = 0;
-  for (int i = 0; i < 60000 && !(ready = comm_nccl_ops.ready(c, err, sizeof err)); i++) {
-    struct timespec ts = {0, 1000000};
-    nanosleep(&ts, NULL);
-  }
-  REQUIRE_MSG(ready == 1, "communicator: %s", err);
+  REQUIRE_MSG(comm_nccl_solo(7, s, &c, err, sizeof err) == FGB_OK, "communicator: %s", err);
   sp_job job = {.job_key = 7, .rank = 0, .size = 1, .c = c, .stream = s};
 
   uint8_t *dev[2][NM];
