@@ -337,6 +337,31 @@ static void pack_wedge(cp_store *s, cp_member *m, const int *sel, int n) {
   for (int k = 0; k < n; k++) m[sel[k]].i->wedged = 1;
 }
 
+/* Wait for a fused collective the transport was asked to start (st, req); one that never
+ * completes leaves the store's buffers and its members to the transport (pack_wedge). */
+static fgb_status fused_wait(cp_store *s, const cp_job *job, cp_member *m, const int *sel, int n,
+                             fgb_status st, comm_req *req, char *err, size_t errlen) {
+  cp_inst probe = {0};
+  if (st == FGB_OK) st = wait_req(job, &probe, req, err, errlen);
+  if (probe.wedged) pack_wedge(s, m, sel, n);
+  return st;
+}
+
+/* The members' send payloads sel[0..n) back to back into dst (their ph.bytes each). */
+static void pack_sends(const cp_member *m, const int *sel, int n, uint8_t *dst) {
+  for (size_t k = 0, off = 0; k < (size_t)n; off += m[sel[k]].ph.bytes, k++)
+    memcpy(dst + off, m[sel[k]].ph.send, m[sel[k]].ph.bytes);
+}
+
+double cp_phase_gathered(const comp_phase *ph, int nranks) {
+  double g = 0;
+  if (ph->coll == COMP_COLL_ALLGATHER && ph->bytes > 8)
+    g = (double)(ph->bytes - 8) / 8.0 * (double)nranks;
+  for (int r = 0; ph->coll == COMP_COLL_ALLGATHERV && r < nranks; r++)
+    if (ph->rbytes[r] > 8) g += (double)(ph->rbytes[r] - 8) / 8.0;
+  return g;
+}
+
 /* One all-gather for the ALLGATHER phases of the members sel[0..n): rank r's block of the fused
  * receive buffer holds every member's payload of rank r, in member order; each member's own
  * receive buffer gets its slots back (recv_m[r * bytes_m ..]). */
@@ -347,16 +372,12 @@ static fgb_status fused_allgather(cp_store *s, const cp_job *job, cp_member *m, 
   const size_t P = (size_t)job->size;
   fgb_status st = pack_reserve(s, S + 1, S * P + 1, err, errlen);
   if (st != FGB_OK) return st;
-  uint8_t *snd = s->pk_send, *rcv = s->pk_recv;
-  for (size_t k = 0, off = 0; k < (size_t)n; off += m[sel[k]].ph.bytes, k++)
-    memcpy(snd + off, m[sel[k]].ph.send, m[sel[k]].ph.bytes);
+  uint8_t *rcv = s->pk_recv;
+  pack_sends(m, sel, n, s->pk_send);
   double t0 = eng_now_s();
   comm_req *req = NULL;
-  cp_inst probe = {0};
-  st = job->ops->allgather(job->c, snd, rcv, S, &req, err, errlen);
-  if (st == FGB_OK) st = wait_req(job, &probe, req, err, errlen);
-  if (probe.wedged) pack_wedge(s, m, sel, n);
-  if (st != FGB_OK) return st;
+  st = job->ops->allgather(job->c, s->pk_send, rcv, S, &req, err, errlen);
+  if ((st = fused_wait(s, job, m, sel, n, st, req, err, errlen)) != FGB_OK) return st;
   eng_stats_add(job->stats, EPS_ALLGATHER, (double)S, eng_now_s() - t0);
   *sent += S;
   *recv += S * P;
@@ -365,7 +386,7 @@ static fgb_status fused_allgather(cp_store *s, const cp_job *job, cp_member *m, 
     size_t b = x->ph.bytes;
     for (size_t r = 0; r < P; r++) memcpy((uint8_t *)x->ph.recv + r * b, rcv + r * S + off, b);
     x->wire += b;
-    if (b > 8) x->gathered += (double)(b - 8) / 8.0 * (double)P;
+    x->gathered += cp_phase_gathered(&x->ph, job->size);
   }
   return FGB_OK;
 }
@@ -381,11 +402,8 @@ static fgb_status fused_allreduce(cp_store *s, const cp_job *job, cp_member *m, 
   for (size_t k = 0, off = 0; k < (size_t)n; off += m[sel[k]].ph.count, k++)
     memcpy(buf + off, m[sel[k]].ph.send, m[sel[k]].ph.count * sizeof(float));
   comm_req *req = NULL;
-  cp_inst probe = {0};
   st = job->ops->allreduce(job->c, buf, buf, N, FGB_FLOAT32, &req, err, errlen);
-  if (st == FGB_OK) st = wait_req(job, &probe, req, err, errlen);
-  if (probe.wedged) pack_wedge(s, m, sel, n);
-  if (st != FGB_OK) return st;
+  if ((st = fused_wait(s, job, m, sel, n, st, req, err, errlen)) != FGB_OK) return st;
   *sent += N * sizeof(float);
   *recv += N * sizeof(float);
   for (size_t k = 0, off = 0; k < (size_t)n; off += m[sel[k]].ph.count, k++) {
@@ -425,17 +443,12 @@ static fgb_status fused_allgatherv(cp_store *s, const cp_job *job, cp_member *m,
     free(rb);
     return st;
   }
-  uint8_t *snd = s->pk_send, *rcv = s->pk_recv;
-  for (size_t k = 0, off = 0; k < (size_t)n; off += m[sel[k]].ph.bytes, k++)
-    memcpy(snd + off, m[sel[k]].ph.send, m[sel[k]].ph.bytes);
+  uint8_t *rcv = s->pk_recv;
+  pack_sends(m, sel, n, s->pk_send);
   comm_req *req = NULL;
-  cp_inst probe = {0};
-  st = job->ops->allgatherv(job->c, snd, mine, rcv, rb, stride, &req, err, errlen);
-  if (st == FGB_OK) st = wait_req(job, &probe, req, err, errlen);
-  if (probe.wedged) {
-    pack_wedge(s, m, sel, n); /* rb too stays with the transport */
-    return st;
-  }
+  st = job->ops->allgatherv(job->c, s->pk_send, mine, rcv, rb, stride, &req, err, errlen);
+  st = fused_wait(s, job, m, sel, n, st, req, err, errlen);
+  if (m[sel[0]].i->wedged) return st; /* rb too stays with the transport */
   if (st == FGB_OK) {
     *sent += mine;
     for (size_t r = 0; r < P; r++) *recv += rb[r];
@@ -445,9 +458,12 @@ static fgb_status fused_allgatherv(cp_store *s, const cp_job *job, cp_member *m,
         size_t b = x->ph.rbytes[r];
         memcpy((uint8_t *)x->ph.recv + r * x->ph.stride, rcv + r * stride + off, b);
         off += b;
-        if (r == (size_t)job->rank) x->wire += b;
-        if (b > 8) x->gathered += (double)(b - 8) / 8.0;
       }
+    for (int k = 0; k < n; k++) {
+      cp_member *x = &m[sel[k]];
+      x->wire += x->ph.bytes;
+      x->gathered += cp_phase_gathered(&x->ph, job->size);
+    }
   }
   free(rb);
   return st;
@@ -524,12 +540,9 @@ static fgb_status run_round(cp_store *s, const cp_job *job, cp_member *m, int nm
     fgb_status st = run_phase(job, x->i, &x->ph, sent, recv, err, errlen);
     if (st != FGB_OK) return st;
     x->wire += *sent - w0;
-    if (x->ph.coll == COMP_COLL_ALLGATHER) {
+    if (x->ph.coll == COMP_COLL_ALLGATHER)
       eng_stats_add(job->stats, EPS_ALLGATHER, (double)x->ph.bytes, eng_now_s() - t0);
-      if (x->ph.bytes > 8) x->gathered += (double)(x->ph.bytes - 8) / 8.0 * job->size;
-    }
-    if (x->ph.coll == COMP_COLL_ALLGATHERV)
-      for (int r = 0; r < job->size; r++) x->gathered += (double)(x->ph.rbytes[r] - 8) / 8.0;
+    x->gathered += cp_phase_gathered(&x->ph, job->size);
   }
   return FGB_OK;
 }

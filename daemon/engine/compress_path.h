@@ -26,9 +26,8 @@ typedef struct cp_job {
   int (*cancel)(void *ud);
   void *cancel_ud;
   struct eng_stats *stats; /* timed encode / all-gather / decode for measured planning, or NULL */
-  const tl_label
-      *tl;         /* timeline: the item's label while recording (cp_sync_many's spans), or NULL */
-  uint64_t tl_seq; /* ... and its world sequence number */
+  const tl_label *tl;      /* timeline: the item's label while recording (member spans), or NULL */
+  uint64_t tl_seq;         /* ... and its world sequence number */
 } cp_job;
 
 cp_store *cp_store_new(void);
@@ -41,8 +40,9 @@ void cp_forget(cp_store *s, uint64_t job_key, uint32_t tensor_id);
 
 /* Synchronise the compressed members (comp != NULL) of t[0..n) of one ENG_GRAD item, to
  * completion: per member an fp32 working copy and encode(step); then rounds of every member's next
- * phase, where the members' fixed-size all-gathers are one all-gather of their concatenated
- * payloads and their fp32 all-reduces one all-reduce (other collectives one by one, in member
+ * phase, where the members' small payloads travel together (fixed-size all-gathers as one
+ * all-gather of the concatenated payloads, fp32 all-reduces as one all-reduce, variable-size
+ * all-gathers as one all-gatherv; larger payloads and other collectives one by one, in member
  * order), each followed by the member's advance; then per member decode (1/P for AVERAGE) written
  * back in the tensor's dtype. Runs every phase before returning so that every rank starts the
  * job's collectives in the same order (later items wait). Adds the payload bytes to *sent / *recv.
@@ -68,6 +68,11 @@ fgb_status cp_state_export(cp_store *s, const cp_job *job, const eng_tensor *t, 
                            size_t *bytes, char *err, size_t errlen);
 fgb_status cp_state_import(cp_store *s, const cp_job *job, const eng_tensor *t, const void *buf,
                            size_t bytes, char *err, size_t errlen);
+
+/* The elements a phase's collective gathered, for decode's cost sample: P * k for a fixed-size COO
+ * all-gather (8-byte header, 8 bytes an entry), the entries of every rank's block for a
+ * variable-size one, 0 for other collectives. */
+double cp_phase_gathered(const comp_phase *ph, int nranks);
 
 /* The seed every rank of a job derives from its key (Random-k, sampling, PowerSGD's start). */
 uint64_t cp_job_seed(uint64_t job_key);

@@ -572,10 +572,7 @@ static fgb_status run_round(const sp_job *job, sp_member *m, uint32_t nm, uint64
       uint64_t w0 = *sent;
       st = run_phase(job, x->i, &x->ph, sent, recv, err, errlen);
       if (x->tm) x->tm->wire += *sent - w0;
-      if (st == FGB_OK && x->ph.coll == COMP_COLL_ALLGATHER && x->ph.bytes > 8)
-        x->gathered += (double)(x->ph.bytes - 8) / 8.0 * job->size;
-      if (st == FGB_OK && x->ph.coll == COMP_COLL_ALLGATHERV)
-        for (int r = 0; r < job->size; r++) x->gathered += (double)(x->ph.rbytes[r] - 8) / 8.0;
+      if (st == FGB_OK) x->gathered += cp_phase_gathered(&x->ph, job->size);
     }
     g = ncclGroupEnd(); /* closes the group whatever happened inside it */
     if (st == FGB_OK) st = nccl_done(job, g, "collectives of compressed members", err, errlen);
