@@ -117,7 +117,9 @@ fgb_status kern_memcpy(const comp_exec *ex, void *dst, const void *src, size_t b
 /* SYNC: device to host / host to device, complete on return (state export/import, tests). */
 fgb_status kern_to_host(const comp_exec *ex, void *host, const void *dev, size_t bytes);
 fgb_status kern_from_host(const comp_exec *ex, void *dev, const void *host, size_t bytes);
-/* SYNC: wait for everything enqueued on the exec's stream. */
+/* SYNC: wait for everything enqueued on the exec's stream. On GPU it also makes the stream ready
+ * for every primitive (its per-stream scratch, created here if missing: a stream that no
+ * create-time call has seen, such as the GPU engine's lanes, is prepared with it). */
 fgb_status kern_sync(const comp_exec *ex);
 
 fgb_status kern_ws_create(const comp_exec *ex, uint64_t n, uint32_t cap, kern_ws **out);

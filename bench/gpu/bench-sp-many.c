@@ -6,8 +6,10 @@
  * daemon's engine spends per item) and the GPU time from the first kernel to the last (events).
  * With one rank the all-gathers are local copies: this is the launch and enqueue side of fusion,
  * not the network start-ups it saves between GPUs (bench/trace over 2 GPUs measures those).
+ * Together runs twice: on one lane (every encode and decode on the engine stream, as in session
+ * 20) and on --lanes L (default 4: the engine stream and side streams, sparse.c's lanes).
  *
- * usage: bench-sp-many [--trace CSV] [--density D] [--iters N] [--comp NAME]
+ * usage: bench-sp-many [--trace CSV] [--density D] [--iters N] [--comp NAME] [--lanes L]
  *   members: the trace's tensors of 2 or more dimensions (default bench/trace/resnet50.csv:
  *   ResNet-50's 54 weights), fp32, compressor NAME (default topk) at density D (0.01). */
 #include <cuda_runtime.h>
@@ -46,7 +48,7 @@ static int fail(const char *what, const char *err) {
 int main(int argc, char **argv) {
   const char *path = "bench/trace/resnet50.csv", *comp = "topk";
   double density = 0.01;
-  int iters = 30;
+  int iters = 30, lanes = 4;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--trace") == 0)
       path = argv[i + 1];
@@ -56,10 +58,15 @@ int main(int argc, char **argv) {
       iters = atoi(argv[i + 1]);
     else if (strcmp(argv[i], "--comp") == 0)
       comp = argv[i + 1];
+    else if (strcmp(argv[i], "--lanes") == 0)
+      lanes = atoi(argv[i + 1]);
     else
-      return fail("usage", "bench-sp-many [--trace CSV] [--density D] [--iters N] [--comp NAME]");
+      return fail("usage",
+                  "bench-sp-many [--trace CSV] [--density D] [--iters N] [--comp NAME] "
+                  "[--lanes L]");
   }
-  if (iters < 3 || iters > 10000 || density <= 0 || density > 1) return fail("usage", "bad value");
+  if (iters < 3 || iters > 10000 || density <= 0 || density > 1 || lanes < 1 || lanes > 8)
+    return fail("usage", "bad value");
   int nd = 0;
   if (cudaGetDeviceCount(&nd) != cudaSuccess || nd < 1) {
     printf("bench-sp-many: no CUDA device, skipped\n");
@@ -79,7 +86,8 @@ int main(int argc, char **argv) {
   if (comm_nccl_solo(9, s, &c, err, sizeof err) != FGB_OK) return fail("communicator", err);
   sp_job job = {.job_key = 9, .rank = 0, .size = 1, .c = c, .stream = s};
 
-  static eng_tensor t[2][MAXM];
+  enum { RUNS = 3 }; /* 0: together on `lanes` lanes, 1: one by one, 2: together on one lane */
+  static eng_tensor t[RUNS][MAXM];
   int m = 0;
   uint64_t elems = 0;
   for (uint32_t i = 0; i < tr.n && m < MAXM; i++) {
@@ -89,7 +97,7 @@ int main(int argc, char **argv) {
     if (cudaMalloc(&p, n * sizeof(float)) != cudaSuccess)
       return fail("cudaMalloc", "out of memory");
     cudaMemset(p, 0, n * sizeof(float));
-    for (int r = 0; r < 2; r++) /* r 0: synced together, 1: one by one (their own instances) */
+    for (int r = 0; r < RUNS; r++) /* each run its own instances */
       t[r][m] = (eng_tensor){.tensor_id = (uint32_t)(r * MAXM + m),
                              .count = n,
                              .dtype = FGB_FLOAT32,
@@ -107,22 +115,23 @@ int main(int argc, char **argv) {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  double *host[2], *gpu[2];
-  for (int r = 0; r < 2; r++) {
+  double *host[RUNS], *gpu[RUNS];
+  for (int r = 0; r < RUNS; r++) {
     host[r] = calloc((size_t)iters, sizeof(double));
     gpu[r] = calloc((size_t)iters, sizeof(double));
     if (!host[r] || !gpu[r]) return fail("calloc", "out of memory");
   }
   const int warm = 3;
   for (int it = 0; it < warm + iters; it++)
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < RUNS; r++) {
       uint64_t sent = 0, recv = 0;
       for (int k = 0; k < m; k++) t[r][k].step = (uint64_t)it + 1;
+      sp_set_lanes(r == 0 ? lanes : 1);
       cudaEventRecord(e0, s);
       double h0 = now_us();
       fgb_status st = FGB_OK;
-      if (r == 0)
-        st = sp_sync_many(&job, t[0], (uint32_t)m, NULL, 0, NULL, &sent, &recv, err, sizeof err);
+      if (r != 1)
+        st = sp_sync_many(&job, t[r], (uint32_t)m, NULL, 0, NULL, &sent, &recv, err, sizeof err);
       for (int k = 0; r == 1 && k < m && st == FGB_OK; k++)
         st = sp_sync_many(&job, &t[1][k], 1, NULL, 0, NULL, &sent, &recv, err, sizeof err);
       double h1 = now_us();
@@ -136,14 +145,19 @@ int main(int argc, char **argv) {
         gpu[r][it - warm] = (double)ms * 1e3;
       }
     }
-  double ht = median(host[0], iters), ha = median(host[1], iters);
-  double gt = median(gpu[0], iters), ga = median(gpu[1], iters);
+  double hl = median(host[0], iters), ha = median(host[1], iters), ht = median(host[2], iters);
+  double gl = median(gpu[0], iters), ga = median(gpu[1], iters), gt = median(gpu[2], iters);
   printf("GPU: %s; %s: %d members of %s (%llu elements), %s %g, fp32, 1 rank, median of %d\n",
          prop.name, path, m, tr.model, (unsigned long long)elems, comp, density, iters);
-  printf("%-28s %14s %14s\n", "", "host enqueue us", "GPU us");
-  printf("%-28s %14.1f %14.1f\n", "one by one (before)", ha, ga);
-  printf("%-28s %14.1f %14.1f\n", "together (sp_sync_many)", ht, gt);
-  printf("%-28s %14.2f %14.2f\n", "ratio together / one by one", ht / ha, gt / ga);
+  char row[64];
+  printf("%-34s %14s %14s\n", "", "host enqueue us", "GPU us");
+  printf("%-34s %14.1f %14.1f\n", "one by one", ha, ga);
+  printf("%-34s %14.1f %14.1f\n", "together, 1 lane", ht, gt);
+  snprintf(row, sizeof row, "together, %d lanes", lanes);
+  printf("%-34s %14.1f %14.1f\n", row, hl, gl);
+  printf("%-34s %14.2f %14.2f\n", "ratio together 1 lane / one by one", ht / ha, gt / ga);
+  snprintf(row, sizeof row, "ratio %d lanes / 1 lane", lanes);
+  printf("%-34s %14.2f %14.2f\n", row, hl / ht, gl / gt);
   sp_release(9);
   cudaStreamSynchronize(s);
   comm_nccl_ops.destroy(c);

@@ -77,6 +77,10 @@ static const env_knob knobs[ENV_COUNT] = {
                                  "packing, NCCL) at the device's greatest priority, so its "
                                  "kernels are scheduled before pending kernels of default-"
                                  "priority streams; default (unset): default priority"},
+    [ENV_GPU_COMP_LANES] = {"FGBUFF_GPU_COMP_LANES", ENV_KIND_INT, 4, 1, 8, NULL, 0, 0,
+                            "GPU daemons: streams a buffer's compressed members encode and "
+                            "decode on at once (the engine's stream and side streams); 1: one "
+                            "after another on the engine's stream"},
     /* log.c reads it with env_peek: env's own warnings are log lines. */
     [ENV_LOG_SYSLOG] = {"FGBUFF_LOG_SYSLOG", ENV_KIND_WORDS, -1, 0, 1, "0 1", -1, 0,
                         "1 or 0: log lines do or do not start with a syslog priority; unset: "

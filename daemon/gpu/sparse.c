@@ -8,8 +8,15 @@
  * Memory: an instance's device memory is measured as the growth of the stream-ordered pool's
  * used bytes across create (the kernels allocate with cudaMallocAsync); of that, the bytes its
  * state export carries (residual, momenta, factors) are compressor state, the rest (payload,
- * receive buffer, selection workspace) is not. fp16/bf16 tensors share one grow-only fp32 working
- * buffer (the stream serialises its users), fp32 ones are encoded and decoded in place. */
+ * receive buffer, selection workspace) is not. fp16/bf16 tensors share a grow-only fp32 working
+ * buffer per lane (the lane's stream serialises its users), fp32 ones are encoded and decoded in
+ * place.
+ *
+ * Lanes: an item's compressed members encode and decode on up to FGBUFF_GPU_COMP_LANES streams at
+ * once (lane 0 is the engine stream, the others side streams forked from it and joined back before
+ * the collectives and before the item's dense members), because a member's selection is a chain
+ * of small dependent kernels that leaves most of the GPU idle; the collectives and the advances
+ * stay on the engine stream. */
 #include "sparse.h"
 
 #include <cuda_runtime.h>
@@ -23,7 +30,9 @@
 #include "compressor.h"
 #include "dtype.h"
 #include "eng_plan.h"
+#include "env.h"
 #include "gpu.h"
+#include "kernels.h"
 #include "log.h"
 
 #define SP_AGREE_TIMEOUT_MS 120000 /* peers reach the same item soon: ISSUEs are agreed */
@@ -63,8 +72,9 @@ static sp_inst *g_insts;
  * all jobs' tensors made that quadratic in a step's tensor count. */
 #define SP_AGREED_BUCKETS 1024
 static sp_agreed *g_agreed[SP_AGREED_BUCKETS];
-static float *g_work; /* shared fp32 working buffer (fp16/bf16 tensors) */
-static uint64_t g_work_n;
+#define SP_LANES_MAX 8              /* FGBUFF_GPU_COMP_LANES' bound (base/env.c) */
+static float *g_work[SP_LANES_MAX]; /* per lane: shared fp32 working buffer (fp16/bf16 tensors) */
+static uint64_t g_work_n[SP_LANES_MAX];
 static sp_desc *g_desc_h; /* pinned: agreement descriptors, this rank's m then all P x m */
 static void *g_desc_d;
 static size_t g_desc_cap; /* descriptors each buffer holds */
@@ -403,16 +413,81 @@ void sp_forget(uint64_t job_key, uint32_t tensor_id) {
 }
 
 /* The shared fp32 working buffer holds n elements (grow-only; stream-ordered replace). */
-static fgb_status work_reserve(uint64_t n, cudaStream_t s, char *err, size_t errlen) {
-  if (n <= g_work_n) return FGB_OK;
+/* Lane l's working buffer holds n elements at least; allocated and freed on the engine stream s,
+ * where every earlier user of the old buffer was joined. */
+static fgb_status work_reserve(int l, uint64_t n, cudaStream_t s, char *err, size_t errlen) {
+  if (n <= g_work_n[l]) return FGB_OK;
   float *w = NULL;
   cudaError_t ce = cudaMallocAsync((void **)&w, n * sizeof(float), s);
   if (ce != cudaSuccess) return cuda_err(ce, "the fp32 working buffer", err, errlen);
-  if (g_work) cudaFreeAsync(g_work, s);
-  gpu_mem_add((int64_t)((n - g_work_n) * sizeof(float)));
-  g_work = w;
-  g_work_n = n;
+  if (g_work[l]) cudaFreeAsync(g_work[l], s);
+  gpu_mem_add((int64_t)((n - g_work_n[l]) * sizeof(float)));
+  g_work[l] = w;
+  g_work_n[l] = n;
   return FGB_OK;
+}
+
+/* ---- lanes ------------------------------------------------------------------------------------
+ */
+
+static cudaStream_t g_lane[SP_LANES_MAX]; /* [0] unused: lane 0 is the job's stream */
+static cudaEvent_t g_fork, g_join[SP_LANES_MAX];
+static int g_lanes_want;     /* sp_set_lanes; 0: FGBUFF_GPU_COMP_LANES */
+static int g_lanes_made = 1; /* lanes 0 .. made-1 exist */
+static int g_lanes_broken;   /* creating one failed: one lane from then on */
+
+void sp_set_lanes(int lanes) {
+  g_lanes_want = lanes < 1 ? 1 : lanes > SP_LANES_MAX ? SP_LANES_MAX : lanes;
+}
+
+/* The lanes to use, their side streams (at the engine stream's priority, ready for every kernel:
+ * kern_sync prepares a stream's scratch) and events created at the first item that wants them.
+ * Failing, members run one after another on the engine stream from then on (logged once). */
+static int lanes_get(void) {
+  int want = g_lanes_want ? g_lanes_want : (int)env_num(ENV_GPU_COMP_LANES);
+  if (g_lanes_broken) return 1;
+  int ok = 1;
+  if (want > 1 && !g_fork)
+    ok = cudaEventCreateWithFlags(&g_fork, cudaEventDisableTiming) == cudaSuccess;
+  for (; g_lanes_made < want && ok; g_lanes_made++) {
+    const int l = g_lanes_made;
+    ok = cudaStreamCreateWithPriority(&g_lane[l], cudaStreamNonBlocking, gpu_stream_priority()) ==
+             cudaSuccess &&
+         cudaEventCreateWithFlags(&g_join[l], cudaEventDisableTiming) == cudaSuccess;
+    comp_exec ex = {1, g_lane[l]};
+    if (ok) ok = kern_sync(&ex) == FGB_OK;
+    if (!ok) break;
+  }
+  if (!ok) {
+    (void)cudaGetLastError(); /* not left for kernels.cu's launch checks to find */
+    LOG_WARN(
+        "GPU compression lanes: cannot create %d streams; compressed members run one after "
+        "another on the engine stream",
+        want);
+    g_lanes_broken = 1;
+    return 1;
+  }
+  return want;
+}
+
+/* Lanes 1..nl-1 wait for the work enqueued on s so far. */
+static fgb_status lanes_fork(cudaStream_t s, int nl, char *err, size_t errlen) {
+  if (nl < 2) return FGB_OK;
+  cudaError_t ce = cudaEventRecord(g_fork, s);
+  for (int l = 1; l < nl && ce == cudaSuccess; l++) ce = cudaStreamWaitEvent(g_lane[l], g_fork, 0);
+  return ce == cudaSuccess ? FGB_OK : cuda_err(ce, "forking the compression lanes", err, errlen);
+}
+
+/* s waits for the work enqueued on lanes 1..nl-1 so far. Every lane is joined whatever fails. */
+static fgb_status lanes_join(cudaStream_t s, int nl, char *err, size_t errlen) {
+  cudaError_t first = cudaSuccess;
+  for (int l = 1; l < nl; l++) {
+    cudaError_t ce = cudaEventRecord(g_join[l], g_lane[l]);
+    if (ce == cudaSuccess) ce = cudaStreamWaitEvent(s, g_join[l], 0);
+    if (first == cudaSuccess) first = ce;
+  }
+  return first == cudaSuccess ? FGB_OK
+                              : cuda_err(first, "joining the compression lanes", err, errlen);
 }
 
 /* ---- measured encode / decode times ---------------------------------------------------------- */
@@ -521,16 +596,17 @@ static fgb_status run_phase(const sp_job *job, const sp_inst *i, const comp_phas
 
 /* The fp32 values a member's compressor works on: the client's memory itself for fp32 (the kernels
  * take any 4-byte alignment), else the shared working buffer filled from the fp16/bf16 tensor.
- * Members of one item share it although they run in step: encode consumes its gradient (into the
- * compressor's payload and residual) before the next member's conversion overwrites the buffer in
- * stream order, and decode writes all of it right before its write-back. The caller reserved it
- * (work_reserve) for the item's largest such member before the first one: growing it between
- * members would free a buffer that an earlier member's decode still writes into. */
-static fgb_status work_in(const eng_tensor *t, cudaStream_t s, float **w, char *err,
+ * Members of one item on one lane share the lane's buffer although they run in step: encode
+ * consumes its gradient (into the compressor's payload and residual) before the next member's
+ * conversion overwrites the buffer in the lane's order, and decode writes all of it right before
+ * its write-back. The caller reserved it (work_reserve) for the lane's largest such member before
+ * the first one: growing it between members would free a buffer that an earlier member's decode
+ * still writes into. */
+static fgb_status work_in(const eng_tensor *t, int lane, cudaStream_t s, float **w, char *err,
                           size_t errlen) {
   *w = (float *)t->ptr;
   if (t->dtype == FGB_FLOAT32) return FGB_OK;
-  *w = g_work;
+  *w = g_work[lane];
   if (gpu_to_f32(t->dtype, t->ptr, *w, t->count, s) != FGB_OK) {
     snprintf(err, errlen, "tensor %u: dtype %d cannot be compressed on the GPU", t->tensor_id,
              (int)t->dtype);
@@ -548,6 +624,8 @@ typedef struct sp_member {
   float *w;
   comp_phase ph;
   int phase, active;
+  int lane;      /* its encode and decode run there */
+  comp_exec lex; /* the compressor's exec on the lane's stream */
   double gathered;
 } sp_member;
 
@@ -584,11 +662,7 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
                         uint32_t ntm_cap, uint32_t *ntm, uint64_t *sent, uint64_t *recv, char *err,
                         size_t errlen) {
   uint32_t nm = 0;
-  uint64_t half = 0; /* the largest fp16/bf16 member: the shared working buffer (work_in) */
-  for (uint32_t k = 0; k < n; k++) {
-    nm += t[k].comp != NULL;
-    if (t[k].comp && t[k].dtype != FGB_FLOAT32 && t[k].count > half) half = t[k].count;
-  }
+  for (uint32_t k = 0; k < n; k++) nm += t[k].comp != NULL;
   if (nm == 0) return FGB_OK;
   sp_member *m = calloc(nm, sizeof *m);
   if (!m) {
@@ -597,12 +671,27 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
   }
   cudaStream_t s = job->stream;
   comp_exec ex = {1, s};
-  /* Instances first: creating one waits for the stream, which must not hold half a round. */
-  fgb_status st = half ? work_reserve(half, s, err, errlen) : FGB_OK;
-  for (uint32_t k = 0, j = 0; k < n && st == FGB_OK; k++) {
+  /* Members to lanes, each to the least loaded (elements) so far; per lane its largest fp16/bf16
+   * member sizes the lane's working buffer (work_in). */
+  int nl = nm < 2 ? 1 : lanes_get();
+  if ((uint32_t)nl > nm) nl = (int)nm;
+  uint64_t load[SP_LANES_MAX] = {0}, half[SP_LANES_MAX] = {0};
+  for (uint32_t k = 0, j = 0; k < n; k++) {
     if (!t[k].comp) continue;
     sp_member *x = &m[j++];
     x->t = &t[k];
+    for (int l = 1; l < nl; l++)
+      if (load[l] < load[x->lane]) x->lane = l;
+    load[x->lane] += t[k].count;
+    if (t[k].dtype != FGB_FLOAT32 && t[k].count > half[x->lane]) half[x->lane] = t[k].count;
+    x->lex = (comp_exec){1, x->lane ? g_lane[x->lane] : s};
+  }
+  /* Instances first: creating one waits for the stream, which must not hold half a round. */
+  fgb_status st = FGB_OK;
+  for (int l = 0; l < nl && st == FGB_OK; l++)
+    if (half[l]) st = work_reserve(l, half[l], s, err, errlen);
+  for (uint32_t k = 0; k < nm && st == FGB_OK; k++) {
+    sp_member *x = &m[k];
     st = inst_get(job, x->t, &x->i, err, errlen);
     if (st == FGB_OK && tm && *ntm < ntm_cap) {
       x->tm = &tm[(*ntm)++];
@@ -612,26 +701,33 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
       x->ev = x->tm->slot >= 0 ? g_tev[x->tm->slot] : NULL;
     }
   }
-  /* Encode every member (a flushed tensor was zeroed by issue.c: it still runs its compressor, so
-   * its residual takes part and the phases match). Measured planning, as the host path times it
-   * (compress_path.c): encode per element, decode per gathered element (P * k, k from the COO
-   * payload: 8-byte header, 8 bytes per element), as GPU time between events around the kernels,
-   * read once the item completed. */
+  /* Encode every member on its lane (a flushed tensor was zeroed by issue.c: it still runs its
+   * compressor, so its residual takes part and the phases match). Measured planning, as the host
+   * path times it (compress_path.c): encode per element, decode per gathered element (P * k, k
+   * from the COO payload: 8-byte header, 8 bytes per element), as GPU time between events around
+   * the kernels on the lane, read once the item completed (members on other lanes run beside it:
+   * a sample may include their share of the GPU). */
+  int forked = st == FGB_OK && (st = lanes_fork(s, nl, err, errlen)) == FGB_OK;
   for (uint32_t k = 0; k < nm && st == FGB_OK; k++) {
     sp_member *x = &m[k];
-    if ((st = work_in(x->t, s, &x->w, err, errlen)) != FGB_OK) break;
-    int rec = x->ev && timer_mark(x->ev[0], s);
+    cudaStream_t ls = x->lex.stream;
+    if ((st = work_in(x->t, x->lane, ls, &x->w, err, errlen)) != FGB_OK) break;
+    int rec = x->ev && timer_mark(x->ev[0], ls);
     x->i->flushed = 0;
     memset(&x->ph, 0, sizeof x->ph);
-    st = x->i->ops->encode(x->i->st, &ex, x->w, x->t->step, &x->ph, err, errlen);
-    if (st == FGB_OK && rec && timer_mark(x->ev[1], s)) {
+    st = x->i->ops->encode(x->i->st, &x->lex, x->w, x->t->step, &x->ph, err, errlen);
+    if (st == FGB_OK && rec && timer_mark(x->ev[1], ls)) {
       x->tm->enc_ok = 1;
       x->tm->enc_x = (double)x->t->count;
     }
     x->phase = 1;
     x->active = 1;
   }
-  /* Rounds of every active member's next phase, then its advance. */
+  if (forked) { /* joined whatever failed: no lane work is left behind the item's end */
+    fgb_status js = lanes_join(s, nl, err, st == FGB_OK ? errlen : 0);
+    if (st == FGB_OK) st = js;
+  }
+  /* Rounds of every active member's next phase, then its advance, on the engine stream. */
   for (int more = st == FGB_OK; more && st == FGB_OK;) {
     if ((st = run_round(job, m, nm, sent, recv, err, errlen)) != FGB_OK) break;
     more = 0;
@@ -646,21 +742,28 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
       more |= x->active;
     }
   }
+  /* Decode and write back every member on its lane. */
+  forked = st == FGB_OK && (st = lanes_fork(s, nl, err, errlen)) == FGB_OK;
   for (uint32_t k = 0; k < nm && st == FGB_OK; k++) {
     sp_member *x = &m[k];
+    cudaStream_t ls = x->lex.stream;
     float scale = x->t->op == FGB_OP_AVERAGE ? 1.0f / (float)job->size : 1.0f;
     /* The timeline (while recording) wants the decode's events even without a planning sample. */
-    int rec = x->ev && (x->gathered > 0 || tl_on()) && timer_mark(x->ev[2], s);
-    if ((st = x->i->ops->decode(x->i->st, &ex, x->w, scale, err, errlen)) != FGB_OK) break;
-    if (rec && timer_mark(x->ev[3], s)) {
+    int rec = x->ev && (x->gathered > 0 || tl_on()) && timer_mark(x->ev[2], ls);
+    if ((st = x->i->ops->decode(x->i->st, &x->lex, x->w, scale, err, errlen)) != FGB_OK) break;
+    if (rec && timer_mark(x->ev[3], ls)) {
       x->tm->dec_rec = 1;
       x->tm->dec_ok = x->gathered > 0;
       x->tm->dec_x = x->gathered;
     }
-    if (x->t->dtype != FGB_FLOAT32 && gpu_from_f32(x->t->dtype, x->w, x->t->ptr, x->t->count, s)) {
+    if (x->t->dtype != FGB_FLOAT32 && gpu_from_f32(x->t->dtype, x->w, x->t->ptr, x->t->count, ls)) {
       snprintf(err, errlen, "tensor %u: writing the result back failed", x->t->tensor_id);
       st = FGB_EIO;
     }
+  }
+  if (forked) {
+    fgb_status js = lanes_join(s, nl, err, st == FGB_OK ? errlen : 0);
+    if (st == FGB_OK) st = js;
   }
   free(m);
   return st;
@@ -676,8 +779,9 @@ fgb_status sp_flush(const sp_job *job, const eng_tensor *t, char *err, size_t er
   comp_exec ex = {1, s};
   /* In place: every flush_dense is elementwise (dense = grad + residual), as in sp_sync_many. */
   float *w = NULL;
-  if (t->dtype != FGB_FLOAT32 && (st = work_reserve(t->count, s, err, errlen)) != FGB_OK) return st;
-  if ((st = work_in(t, s, &w, err, errlen)) != FGB_OK) return st;
+  if (t->dtype != FGB_FLOAT32 && (st = work_reserve(0, t->count, s, err, errlen)) != FGB_OK)
+    return st;
+  if ((st = work_in(t, 0, s, &w, err, errlen)) != FGB_OK) return st;
   if ((st = i->ops->flush_dense(i->st, &ex, w, w)) != FGB_OK) {
     snprintf(err, errlen, "compressor %s: flush_dense failed for tensor %u", i->ops->name,
              t->tensor_id);

@@ -140,7 +140,9 @@ extern "C" fgb_status kern_cuda_from_host(void *dev, const void *host, size_t by
 
 extern "C" fgb_status kern_cuda_sync(int unused_, void *stream) {
   (void)unused_;
-  return kc_status(cudaStreamSynchronize(KC_STREAM(stream)));
+  cudaStream_t s = KC_STREAM(stream);
+  if (kc_stream_scratch(s) == NULL) return FGB_ENOMEM; /* kernels.h: the stream made ready */
+  return kc_status(cudaStreamSynchronize(s));
 }
 
 /* ---- workspace ---------------------------------------------------------------------------------

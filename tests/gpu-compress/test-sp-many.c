@@ -12,7 +12,13 @@
  * bit-identical results to the same members (same job key and tensor keys: the same PowerSGD
  * start) synchronised one by one. The byte counters agree too, every compressed result differs
  * from its gradient (and a warm-up step's equals it), and a dense member of the item is left
- * untouched. */
+ * untouched.
+ *
+ * Together runs twice: on 3 lanes (the members' encodes and decodes on the engine stream and two
+ * side streams, each lane to its least loaded: both bf16 members and both PowerSGD members on
+ * different lanes, so two lane working buffers are in use at once) and on 1 (all on the engine
+ * stream). The lanes' results are read through copies enqueued on the engine stream right after
+ * the call, so a join missing before the return would read a result not yet written. */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,38 +106,61 @@ int main(void) {
   REQUIRE_MSG(comm_nccl_solo(7, s, &c, err, sizeof err) == FGB_OK, "communicator: %s", err);
   sp_job job = {.job_key = 7, .rank = 0, .size = 1, .c = c, .stream = s};
 
-  uint8_t *dev[2][NM];
-  for (int r = 0; r < 2; r++)
-    for (int m = 0; m < NM; m++)
+  /* Run 0: every member in one call on 3 lanes (tensor ids 1..); run 1: one call per member (ids
+   * 101..); run 2: every member in one call on 1 lane (ids 201..). snap: run 0's results, copied on
+   * the engine stream. */
+  enum { RUNS = 3 };
+  static const int lanes[RUNS] = {3, 1, 1};
+  uint8_t *dev[RUNS][NM], *snap[NM];
+  for (int m = 0; m < NM; m++) {
+    REQUIRE(cudaMalloc((void **)&snap[m], specs[m].rows * specs[m].cols * 4) == cudaSuccess);
+    for (int r = 0; r < RUNS; r++)
       REQUIRE(cudaMalloc((void **)&dev[r][m], specs[m].rows * specs[m].cols * 4) == cudaSuccess);
-  uint64_t sent[2] = {0, 0}, recv[2] = {0, 0};
+  }
+  uint64_t sent[RUNS] = {0}, recv[RUNS] = {0};
   int diffs = 0;
   for (uint64_t step = 1; step <= STEPS; step++) {
-    /* Run 0: every member in one call (tensor ids 1..); run 1: one call per member (ids 101..). */
-    eng_tensor t[2][NM];
-    for (int r = 0; r < 2; r++) {
+    eng_tensor t[RUNS][NM];
+    for (int r = 0; r < RUNS; r++) {
       fill(dev[r], step);
-      for (int m = 0; m < NM; m++) tensor_of(&t[r][m], m, r ? 101 : 1, dev[r][m], step);
+      for (int m = 0; m < NM; m++) tensor_of(&t[r][m], m, 1 + 100 * (uint32_t)r, dev[r][m], step);
     }
-    sp_timing tm[NM];
-    uint32_t ntm = 0;
-    fgb_status st = sp_sync_many(&job, t[0], NM, tm, NM, &ntm, &sent[0], &recv[0], err, sizeof err);
-    REQUIRE_MSG(st == FGB_OK, "together, step %llu: %s", (unsigned long long)step, err);
-    CHECK(ntm == NM - 1);
-    for (int m = 0; m < NM; m++) {
-      st = sp_sync_many(&job, &t[1][m], 1, NULL, 0, NULL, &sent[1], &recv[1], err, sizeof err);
-      REQUIRE_MSG(st == FGB_OK, "alone, step %llu member %d: %s", (unsigned long long)step, m, err);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess); /* the fills are done before any stream */
+    for (int r = 0; r < RUNS; r++) {
+      sp_set_lanes(lanes[r]);
+      sp_timing tm[NM];
+      uint32_t ntm = 0;
+      fgb_status st = FGB_OK;
+      if (r != 1) {
+        st = sp_sync_many(&job, t[r], NM, tm, NM, &ntm, &sent[r], &recv[r], err, sizeof err);
+        REQUIRE_MSG(st == FGB_OK, "together on %d lanes, step %llu: %s", lanes[r],
+                    (unsigned long long)step, err);
+        CHECK(ntm == NM - 1);
+      }
+      for (int m = 0; r == 0 && m < NM; m++)
+        REQUIRE(cudaMemcpyAsync(snap[m], dev[0][m],
+                                specs[m].rows * specs[m].cols * dtype_size(specs[m].dtype),
+                                cudaMemcpyDeviceToDevice, s) == cudaSuccess);
+      for (int m = 0; r == 1 && m < NM; m++) {
+        st = sp_sync_many(&job, &t[1][m], 1, NULL, 0, NULL, &sent[1], &recv[1], err, sizeof err);
+        REQUIRE_MSG(st == FGB_OK, "alone, step %llu member %d: %s", (unsigned long long)step, m,
+                    err);
+      }
+      REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+      for (uint32_t k = 0; k < ntm; k++) sp_timing_done(&tm[k], NULL);
     }
-    REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
-    for (uint32_t k = 0; k < ntm; k++) sp_timing_done(&tm[k], NULL);
     for (int m = 0; m < NM; m++) {
       size_t bytes = specs[m].rows * specs[m].cols * dtype_size(specs[m].dtype);
-      void *a = host_copy(dev[0][m], m), *b = host_copy(dev[1][m], m);
-      int same = memcmp(a, b, bytes) == 0;
-      CHECK_MSG(same, "step %llu member %d (%s, dtype %d): together and alone differ",
+      void *a = host_copy(snap[m], m), *b = host_copy(dev[1][m], m), *c1 = host_copy(dev[2][m], m);
+      int same = memcmp(a, b, bytes) == 0, same1 = memcmp(c1, b, bytes) == 0;
+      CHECK_MSG(same, "step %llu member %d (%s, dtype %d): together on 3 lanes and alone differ",
                 (unsigned long long)step, m, specs[m].comp ? specs[m].comp : "dense",
                 (int)specs[m].dtype);
-      diffs += !same;
+      CHECK_MSG(same1, "step %llu member %d (%s, dtype %d): together on 1 lane and alone differ",
+                (unsigned long long)step, m, specs[m].comp ? specs[m].comp : "dense",
+                (int)specs[m].dtype);
+      diffs += !same + !same1;
+      free(c1);
       /* The synchronised result is not the gradient (compressed: sparse or low-rank), and a dense
        * member keeps its gradient. */
       uint64_t n = specs[m].rows * specs[m].cols;
@@ -156,12 +185,19 @@ int main(void) {
       free(b);
     }
   }
-  CHECK_MSG(sent[0] == sent[1] && recv[0] == recv[1],
-            "bytes: together %llu sent %llu received, alone %llu / %llu",
-            (unsigned long long)sent[0], (unsigned long long)recv[0], (unsigned long long)sent[1],
-            (unsigned long long)recv[1]);
-  printf("%d steps of %d compressed members: together == alone (%d differences), %llu bytes sent\n",
-         STEPS, NM - 1, diffs, (unsigned long long)sent[0]);
+  for (int r = 0; r < RUNS; r += 2)
+    CHECK_MSG(sent[r] == sent[1] && recv[r] == recv[1],
+              "bytes: together on %d lanes %llu sent %llu received, alone %llu / %llu", lanes[r],
+              (unsigned long long)sent[r], (unsigned long long)recv[r], (unsigned long long)sent[1],
+              (unsigned long long)recv[1]);
+  printf(
+      "%d steps of %d compressed members: together on 3 lanes and on 1 == alone (%d "
+      "differences), %llu bytes sent\n",
+      STEPS, NM - 1, diffs, (unsigned long long)sent[0]);
+  for (int m = 0; m < NM; m++) {
+    cudaFree(snap[m]);
+    for (int r = 0; r < RUNS; r++) cudaFree(dev[r][m]);
+  }
   sp_release(7);
   REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
   comm_nccl_ops.destroy(c);
