@@ -7,7 +7,8 @@
  * With one rank the all-gathers are local copies: this is the launch and enqueue side of fusion,
  * not the network start-ups it saves between GPUs (bench/trace over 2 GPUs measures those).
  * Together runs twice: on one lane (every encode and decode on the engine stream, as in session
- * 20) and on --lanes L (default 4: the engine stream and side streams, sparse.c's lanes).
+ * 20) and on --lanes L (default 4: the engine stream and side streams, sparse.c's lanes), then
+ * on L lanes with each member's encode and decode captured and launched as graphs.
  *
  * usage: bench-sp-many [--trace CSV] [--density D] [--iters N] [--comp NAME] [--lanes L]
  *   members: the trace's tensors of 2 or more dimensions (default bench/trace/resnet50.csv:
@@ -86,7 +87,8 @@ int main(int argc, char **argv) {
   if (comm_nccl_solo(9, s, &c, err, sizeof err) != FGB_OK) return fail("communicator", err);
   sp_job job = {.job_key = 9, .rank = 0, .size = 1, .c = c, .stream = s};
 
-  enum { RUNS = 3 }; /* 0: together on `lanes` lanes, 1: one by one, 2: together on one lane */
+  /* 0: together on `lanes` lanes, 1: one by one, 2: together on one lane, 3: as 0 with graphs */
+  enum { RUNS = 4 };
   static eng_tensor t[RUNS][MAXM];
   int m = 0;
   uint64_t elems = 0;
@@ -126,7 +128,8 @@ int main(int argc, char **argv) {
     for (int r = 0; r < RUNS; r++) {
       uint64_t sent = 0, recv = 0;
       for (int k = 0; k < m; k++) t[r][k].step = (uint64_t)it + 1;
-      sp_set_lanes(r == 0 ? lanes : 1);
+      sp_set_lanes(r == 0 || r == 3 ? lanes : 1);
+      sp_set_graphs(r == 3);
       cudaEventRecord(e0, s);
       double h0 = now_us();
       fgb_status st = FGB_OK;
@@ -147,6 +150,7 @@ int main(int argc, char **argv) {
     }
   double hl = median(host[0], iters), ha = median(host[1], iters), ht = median(host[2], iters);
   double gl = median(gpu[0], iters), ga = median(gpu[1], iters), gt = median(gpu[2], iters);
+  double hg = median(host[3], iters), gg = median(gpu[3], iters);
   printf("GPU: %s; %s: %d members of %s (%llu elements), %s %g, fp32, 1 rank, median of %d\n",
          prop.name, path, m, tr.model, (unsigned long long)elems, comp, density, iters);
   char row[64];
@@ -155,9 +159,12 @@ int main(int argc, char **argv) {
   printf("%-34s %14.1f %14.1f\n", "together, 1 lane", ht, gt);
   snprintf(row, sizeof row, "together, %d lanes", lanes);
   printf("%-34s %14.1f %14.1f\n", row, hl, gl);
+  snprintf(row, sizeof row, "together, %d lanes, graphs", lanes);
+  printf("%-34s %14.1f %14.1f\n", row, hg, gg);
   printf("%-34s %14.2f %14.2f\n", "ratio together 1 lane / one by one", ht / ha, gt / ga);
   snprintf(row, sizeof row, "ratio %d lanes / 1 lane", lanes);
   printf("%-34s %14.2f %14.2f\n", row, hl / ht, gl / gt);
+  printf("%-34s %14.2f %14.2f\n", "ratio graphs / no graphs", hg / hl, gg / gl);
   sp_release(9);
   cudaStreamSynchronize(s);
   comm_nccl_ops.destroy(c);

@@ -30,7 +30,8 @@
 
 #include "fgbuff/client.h"
 
-/* Where a compressor's kernels run. */
+/* Where a compressor's kernels run. An instance keeps the exec it was created with and runs every
+ * later op on it (the ops' `ex` must name the same stream). */
 typedef struct comp_exec {
   int on_gpu;   /* 0: host reference kernels; 1: CUDA kernels on the current device */
   void *stream; /* cudaStream_t when on_gpu */
@@ -75,6 +76,8 @@ enum {
   COMP_CAP_LOWRANK = 1u << 2,        /* needs a rows x cols view (PowerSGD, ACP-SGD) */
   COMP_CAP_STATEFUL = 1u << 3,       /* has residual/momentum state worth exporting */
   COMP_CAP_CUDA = 1u << 4,           /* has a CUDA implementation in this build */
+  COMP_CAP_SYNC_DECODE = 1u << 5,    /* encode or decode may wait for the host (Ok-Topk's split
+                                        decode uploads a header): not capturable in a CUDA graph */
 };
 
 typedef struct comp_params {

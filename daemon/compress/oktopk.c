@@ -446,7 +446,7 @@ static fgb_status oktopk_import(void *st, const comp_exec *ex, const void *buf, 
 
 const comp_ops comp_oktopk_ops = {
     .name = "oktopk",
-    .caps = COMP_CAP_SPARSE | COMP_CAP_STATEFUL | COMP_CUDA_CAP,
+    .caps = COMP_CAP_SPARSE | COMP_CAP_STATEFUL | COMP_CUDA_CAP | COMP_CAP_SYNC_DECODE,
     .create = oktopk_create,
     .destroy = oktopk_destroy,
     .encode = oktopk_encode,

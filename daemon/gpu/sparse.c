@@ -12,11 +12,14 @@
  * buffer per lane (the lane's stream serialises its users), fp32 ones are encoded and decoded in
  * place.
  *
- * Lanes: an item's compressed members encode and decode on up to FGBUFF_GPU_COMP_LANES streams at
- * once (lane 0 is the engine stream, the others side streams forked from it and joined back before
- * the collectives and before the item's dense members), because a member's selection is a chain
- * of small dependent kernels that leaves most of the GPU idle; the collectives and the advances
- * stay on the engine stream. */
+ * Lanes: a member's selection is a chain of small dependent kernels that leaves most of the GPU
+ * idle, so an item's compressed members run on up to FGBUFF_GPU_COMP_LANES streams at once. Each
+ * instance lives on one lane, given round-robin at its creation (lane 0 is the engine stream, the
+ * others side streams): a compressor runs every op on the stream it was created with
+ * (compressor.h). Every use of an instance on a side lane is bracketed by a fork (the lane waits
+ * for the engine stream's work so far) and a join (the engine stream waits for the lane's): the
+ * encodes, each round's advances and the decodes of an item as three such brackets, the NCCL
+ * collectives on the engine stream between them. */
 #include "sparse.h"
 
 #include <cuda_runtime.h>
@@ -44,7 +47,11 @@ typedef struct sp_inst {
   void *st;
   uint64_t n;
   int64_t state_bytes, other_bytes; /* accounted in device.c's gauges */
-  int flushed; /* flushed dense and the residual is still zero (comp_flush_idempotent) */
+  int flushed;           /* flushed dense and the residual is still zero (comp_flush_idempotent) */
+  int lane;              /* its stream: 0 the job's (s0), else a side stream */
+  cudaStream_t s0;       /* the job's stream at creation (the engine stream) */
+  cudaGraphExec_t gx[2]; /* captured encode [0] and decode [1], updated at every step */
+  int nograph;           /* a capture of it failed: it runs directly from then on */
   struct sp_inst *next;
 } sp_inst;
 
@@ -301,8 +308,18 @@ static int64_t blob_state_bytes(const uint8_t *b, size_t bytes) {
   return sum;
 }
 
+static int lanes_get(void);
+static cudaStream_t lane_stream(int l, cudaStream_t s0);
+static fgb_status lanes_fork(cudaStream_t s, int nl, char *err, size_t errlen);
+static fgb_status lanes_join(cudaStream_t s, int nl, char *err, size_t errlen);
+
 static void inst_free(sp_inst *i) {
-  i->ops->destroy(i->st); /* stream-ordered frees: after every enqueued use */
+  for (int k = 0; k < 2; k++) /* one in flight is freed when it completes */
+    if (i->gx[k]) cudaGraphExecDestroy(i->gx[k]);
+  char e[8];
+  if (i->lane) /* its lane's frees after the engine stream's last use (the collectives) */
+    (void)lanes_fork(i->s0, i->lane + 1, e, 0);
+  i->ops->destroy(i->st); /* stream-ordered frees on its lane: after every enqueued use */
   gpu_mem_add(-(i->state_bytes + i->other_bytes));
   gpu_mem_state_add(-i->state_bytes);
   free(i);
@@ -329,7 +346,11 @@ static fgb_status inst_get(const sp_job *job, const eng_tensor *t, sp_inst **out
     return FGB_ENOMEM;
   }
   comp_params p = cp_tensor_params(t, job->job_key, job->rank, job->size);
-  comp_exec ex = {1, job->stream};
+  static unsigned next_lane; /* round-robin over the lanes, in creation order */
+  int nl = lanes_get();
+  i->lane = (int)(next_lane++ % (unsigned)nl);
+  i->s0 = job->stream;
+  comp_exec ex = {1, lane_stream(i->lane, job->stream)};
   /* create synchronises the stream (zeroed allocations): first let it drain with a wait that a
    * dead peer cannot hang, and so that earlier stream-ordered frees do not blur the measure. */
   fgb_status st = drain(job, err, errlen);
@@ -436,6 +457,10 @@ static int g_lanes_want;     /* sp_set_lanes; 0: FGBUFF_GPU_COMP_LANES */
 static int g_lanes_made = 1; /* lanes 0 .. made-1 exist */
 static int g_lanes_broken;   /* creating one failed: one lane from then on */
 
+static cudaStream_t lane_stream(int l, cudaStream_t s0) {
+  return l ? g_lane[l] : s0;
+}
+
 void sp_set_lanes(int lanes) {
   g_lanes_want = lanes < 1 ? 1 : lanes > SP_LANES_MAX ? SP_LANES_MAX : lanes;
 }
@@ -468,6 +493,61 @@ static int lanes_get(void) {
     return 1;
   }
   return want;
+}
+
+/* ---- captured encodes and decodes ----------------------------------------------------------
+ * A member's encode (or decode) is a fixed chain of kernels whose launches cost the engine thread
+ * more than the GPU takes to run them. With graphs on, each step's chain is captured on the lane
+ * (not run), the instance's executable graph updated with it (parameters only: pointers, counts;
+ * instantiated again where the update is refused, e.g. a warm-up that ended changed the chain)
+ * and launched once. What runs is what was captured, so results are those of direct launches. */
+static int g_graphs_want = -1; /* sp_set_graphs; -1: FGBUFF_GPU_COMP_GRAPHS */
+
+void sp_set_graphs(int on) {
+  g_graphs_want = on != 0;
+}
+
+/* 1 when the instance's chain is to be captured on ls (capture begun). Not for a compressor that
+ * may wait for the host inside encode or decode (the wait would end the capture). */
+static int cap_begin(sp_inst *i, cudaStream_t ls) {
+  int on = g_graphs_want >= 0 ? g_graphs_want : env_num(ENV_GPU_COMP_GRAPHS) != 0;
+  if (!on || i->nograph || (i->ops->caps & COMP_CAP_SYNC_DECODE)) return 0;
+  if (cudaStreamBeginCapture(ls, cudaStreamCaptureModeThreadLocal) == cudaSuccess) return 1;
+  (void)cudaGetLastError();
+  i->nograph = 1;
+  return 0;
+}
+
+/* End the capture begun on ls and run it as the instance's graph `which` (0 encode, 1 decode).
+ * st: the captured calls' status; not FGB_OK: nothing of them runs, st is returned. A capture or
+ * graph that fails leaves the instance running directly from the next step on. */
+static fgb_status cap_end(sp_inst *i, int which, cudaStream_t ls, fgb_status st, char *err,
+                          size_t errlen) {
+  cudaGraph_t g = NULL;
+  cudaError_t ce = cudaStreamEndCapture(ls, &g);
+  if (ce == cudaSuccess && st == FGB_OK) {
+    cudaGraphExec_t *gx = &i->gx[which];
+    cudaGraphExecUpdateResultInfo info;
+    if (*gx && cudaGraphExecUpdate(*gx, g, &info) != cudaSuccess) {
+      (void)cudaGetLastError(); /* refused: instantiated again below */
+      cudaGraphExecDestroy(*gx);
+      *gx = NULL;
+    }
+    if (!*gx && (ce = cudaGraphInstantiate(gx, g, 0)) != cudaSuccess) *gx = NULL;
+    if (ce == cudaSuccess) ce = cudaGraphLaunch(*gx, ls);
+  }
+  if (g) cudaGraphDestroy(g);
+  if (ce != cudaSuccess) {
+    (void)cudaGetLastError();
+    i->nograph = 1;
+    LOG_WARN(
+        "GPU compressor %s: its %s could not run as a graph (%s); launched directly from "
+        "now on",
+        i->ops->name, which ? "decode" : "encode", cudaGetErrorString(ce));
+    if (st == FGB_OK)
+      st = cuda_err(ce, which ? "the captured decode" : "the captured encode", err, errlen);
+  }
+  return st;
 }
 
 /* Lanes 1..nl-1 wait for the work enqueued on s so far. */
@@ -670,30 +750,20 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
     return FGB_ENOMEM;
   }
   cudaStream_t s = job->stream;
-  comp_exec ex = {1, s};
-  /* Members to lanes, each to the least loaded (elements) so far; per lane its largest fp16/bf16
-   * member sizes the lane's working buffer (work_in). */
-  int nl = nm < 2 ? 1 : lanes_get();
-  if ((uint32_t)nl > nm) nl = (int)nm;
-  uint64_t load[SP_LANES_MAX] = {0}, half[SP_LANES_MAX] = {0};
-  for (uint32_t k = 0, j = 0; k < n; k++) {
+  /* Instances first: creating one waits for the stream, which must not hold half a round. */
+  fgb_status st = FGB_OK;
+  int nl = 1;                        /* lanes the members use: 0 .. nl-1 */
+  uint64_t half[SP_LANES_MAX] = {0}; /* per lane its largest fp16/bf16 member (work_in) */
+  for (uint32_t k = 0, j = 0; k < n && st == FGB_OK; k++) {
     if (!t[k].comp) continue;
     sp_member *x = &m[j++];
     x->t = &t[k];
-    for (int l = 1; l < nl; l++)
-      if (load[l] < load[x->lane]) x->lane = l;
-    load[x->lane] += t[k].count;
+    if ((st = inst_get(job, x->t, &x->i, err, errlen)) != FGB_OK) break;
+    x->lane = x->i->lane;
+    x->lex = (comp_exec){1, lane_stream(x->lane, s)};
+    if (x->lane >= nl) nl = x->lane + 1;
     if (t[k].dtype != FGB_FLOAT32 && t[k].count > half[x->lane]) half[x->lane] = t[k].count;
-    x->lex = (comp_exec){1, x->lane ? g_lane[x->lane] : s};
-  }
-  /* Instances first: creating one waits for the stream, which must not hold half a round. */
-  fgb_status st = FGB_OK;
-  for (int l = 0; l < nl && st == FGB_OK; l++)
-    if (half[l]) st = work_reserve(l, half[l], s, err, errlen);
-  for (uint32_t k = 0; k < nm && st == FGB_OK; k++) {
-    sp_member *x = &m[k];
-    st = inst_get(job, x->t, &x->i, err, errlen);
-    if (st == FGB_OK && tm && *ntm < ntm_cap) {
+    if (tm && *ntm < ntm_cap) {
       x->tm = &tm[(*ntm)++];
       memset(x->tm, 0, sizeof *x->tm);
       x->tm->t = x->t;
@@ -701,6 +771,8 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
       x->ev = x->tm->slot >= 0 ? g_tev[x->tm->slot] : NULL;
     }
   }
+  for (int l = 0; l < nl && st == FGB_OK; l++)
+    if (half[l]) st = work_reserve(l, half[l], s, err, errlen);
   /* Encode every member on its lane (a flushed tensor was zeroed by issue.c: it still runs its
    * compressor, so its residual takes part and the phases match). Measured planning, as the host
    * path times it (compress_path.c): encode per element, decode per gathered element (P * k, k
@@ -715,7 +787,9 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
     int rec = x->ev && timer_mark(x->ev[0], ls);
     x->i->flushed = 0;
     memset(&x->ph, 0, sizeof x->ph);
+    int cap = cap_begin(x->i, ls);
     st = x->i->ops->encode(x->i->st, &x->lex, x->w, x->t->step, &x->ph, err, errlen);
+    if (cap) st = cap_end(x->i, 0, ls, st, err, errlen);
     if (st == FGB_OK && rec && timer_mark(x->ev[1], ls)) {
       x->tm->enc_ok = 1;
       x->tm->enc_x = (double)x->t->count;
@@ -727,19 +801,26 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
     fgb_status js = lanes_join(s, nl, err, st == FGB_OK ? errlen : 0);
     if (st == FGB_OK) st = js;
   }
-  /* Rounds of every active member's next phase, then its advance, on the engine stream. */
+  /* Rounds of every active member's next phase on the engine stream, then its advance on its
+   * lane (an advance that reads sizes waits for its lane, which waits for the round). */
   for (int more = st == FGB_OK; more && st == FGB_OK;) {
     if ((st = run_round(job, m, nm, sent, recv, err, errlen)) != FGB_OK) break;
     more = 0;
+    forked = (st = lanes_fork(s, nl, err, errlen)) == FGB_OK;
     for (uint32_t k = 0; k < nm && st == FGB_OK; k++) {
       sp_member *x = &m[k];
       if (!x->active) continue;
-      int r = x->i->ops->advance ? x->i->ops->advance(x->i->st, &ex, x->phase, &x->ph, err, errlen)
-                                 : COMP_DONE;
+      int r = x->i->ops->advance
+                  ? x->i->ops->advance(x->i->st, &x->lex, x->phase, &x->ph, err, errlen)
+                  : COMP_DONE;
       if (r < 0) st = (fgb_status)r;
       x->active = r == COMP_MORE;
       x->phase++;
       more |= x->active;
+    }
+    if (forked) {
+      fgb_status js = lanes_join(s, nl, err, st == FGB_OK ? errlen : 0);
+      if (st == FGB_OK) st = js;
     }
   }
   /* Decode and write back every member on its lane. */
@@ -750,7 +831,10 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
     float scale = x->t->op == FGB_OP_AVERAGE ? 1.0f / (float)job->size : 1.0f;
     /* The timeline (while recording) wants the decode's events even without a planning sample. */
     int rec = x->ev && (x->gathered > 0 || tl_on()) && timer_mark(x->ev[2], ls);
-    if ((st = x->i->ops->decode(x->i->st, &x->lex, x->w, scale, err, errlen)) != FGB_OK) break;
+    int cap = cap_begin(x->i, ls);
+    st = x->i->ops->decode(x->i->st, &x->lex, x->w, scale, err, errlen);
+    if (cap) st = cap_end(x->i, 1, ls, st, err, errlen);
+    if (st != FGB_OK) break;
     if (rec && timer_mark(x->ev[3], ls)) {
       x->tm->dec_rec = 1;
       x->tm->dec_ok = x->gathered > 0;
@@ -775,24 +859,27 @@ fgb_status sp_flush(const sp_job *job, const eng_tensor *t, char *err, size_t er
   if (st != FGB_OK) return st;
   if (!i->ops->flush_dense) return FGB_OK; /* stateless: the gradient is what is sent */
   if (i->flushed) return FGB_OK;           /* residual still zero: the gradient is what is sent */
-  cudaStream_t s = job->stream;
-  comp_exec ex = {1, s};
-  /* In place: every flush_dense is elementwise (dense = grad + residual), as in sp_sync_many. */
+  cudaStream_t s = job->stream, ls = lane_stream(i->lane, s);
+  comp_exec ex = {1, ls};
+  /* In place: every flush_dense is elementwise (dense = grad + residual), as in sp_sync_many; on
+   * the instance's lane, between a fork and a join (the dense all-reduce follows on s). */
   float *w = NULL;
-  if (t->dtype != FGB_FLOAT32 && (st = work_reserve(0, t->count, s, err, errlen)) != FGB_OK)
+  if (t->dtype != FGB_FLOAT32 && (st = work_reserve(i->lane, t->count, s, err, errlen)) != FGB_OK)
     return st;
-  if ((st = work_in(t, 0, s, &w, err, errlen)) != FGB_OK) return st;
-  if ((st = i->ops->flush_dense(i->st, &ex, w, w)) != FGB_OK) {
+  if ((st = lanes_fork(s, i->lane + 1, err, errlen)) != FGB_OK) return st;
+  if ((st = work_in(t, i->lane, ls, &w, err, errlen)) == FGB_OK &&
+      (st = i->ops->flush_dense(i->st, &ex, w, w)) != FGB_OK)
     snprintf(err, errlen, "compressor %s: flush_dense failed for tensor %u", i->ops->name,
              t->tensor_id);
-    return st;
-  }
-  if (t->dtype != FGB_FLOAT32 && gpu_from_f32(t->dtype, w, t->ptr, t->count, s) != FGB_OK) {
+  if (st == FGB_OK && t->dtype != FGB_FLOAT32 &&
+      gpu_from_f32(t->dtype, w, t->ptr, t->count, ls) != FGB_OK) {
     snprintf(err, errlen, "tensor %u: writing the flushed gradient back failed", t->tensor_id);
-    return FGB_EIO;
+    st = FGB_EIO;
   }
-  i->flushed = comp_flush_idempotent(i->ops);
-  return FGB_OK;
+  fgb_status js = lanes_join(s, i->lane + 1, err, st == FGB_OK ? errlen : 0);
+  if (st == FGB_OK) st = js;
+  if (st == FGB_OK) i->flushed = comp_flush_idempotent(i->ops);
+  return st;
 }
 
 fgb_status sp_state(const sp_job *job, eng_item *it, char *err, size_t errlen) {
@@ -804,23 +891,25 @@ fgb_status sp_state(const sp_job *job, eng_item *it, char *err, size_t errlen) {
   sp_inst *i = NULL;
   fgb_status st = inst_get(job, t, &i, err, errlen);
   if (st != FGB_OK) return st;
-  comp_exec ex = {1, job->stream};
-  if (it->state_import) {
-    if (!i->ops->state_import) {
-      snprintf(err, errlen, "compressor %s has no state to import", i->ops->name);
-      return FGB_ENOTSUP;
-    }
-    i->flushed = 0;
-    return i->ops->state_import(i->st, &ex, it->state, it->state_bytes, err, errlen);
-  }
-  free(it->state);
-  it->state = NULL;
-  it->state_bytes = 0;
-  if (!i->ops->state_export) {
-    snprintf(err, errlen, "compressor %s has no state to export", i->ops->name);
+  if (it->state_import ? !i->ops->state_import : !i->ops->state_export) {
+    snprintf(err, errlen, "compressor %s has no state to %s", i->ops->name,
+             it->state_import ? "import" : "export");
     return FGB_ENOTSUP;
   }
-  st = i->ops->state_export(i->st, &ex, &it->state, &it->state_bytes);
-  if (st != FGB_OK) snprintf(err, errlen, "compressor %s: state export failed", i->ops->name);
-  return st;
+  /* On the instance's lane (its copies synchronise it), after the engine stream's work so far. */
+  cudaStream_t s = job->stream;
+  comp_exec ex = {1, lane_stream(i->lane, s)};
+  if ((st = lanes_fork(s, i->lane + 1, err, errlen)) != FGB_OK) return st;
+  if (it->state_import) {
+    i->flushed = 0;
+    st = i->ops->state_import(i->st, &ex, it->state, it->state_bytes, err, errlen);
+  } else {
+    free(it->state);
+    it->state = NULL;
+    it->state_bytes = 0;
+    st = i->ops->state_export(i->st, &ex, &it->state, &it->state_bytes);
+    if (st != FGB_OK) snprintf(err, errlen, "compressor %s: state export failed", i->ops->name);
+  }
+  fgb_status js = lanes_join(s, i->lane + 1, err, st == FGB_OK ? errlen : 0);
+  return st == FGB_OK ? js : st;
 }

@@ -70,6 +70,9 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
 /* Lanes for the next items (tests and benchmarks; 1..8, clamped): overrides
  * FGBUFF_GPU_COMP_LANES. Engine thread only. */
 void sp_set_lanes(int lanes);
+/* 1: members' encodes and decodes are captured and launched as graphs, 0: launched directly
+ * (tests and benchmarks): overrides FGBUFF_GPU_COMP_GRAPHS. Engine thread only. */
+void sp_set_graphs(int on);
 /* The plan sends this compressed tensor dense this step (t->flush_dense): fold its residual into
  * the gradient in the client's memory and clear it (the compressor's flush_dense), enqueued on the
  * engine stream; the caller then all-reduces it with the dense members. */

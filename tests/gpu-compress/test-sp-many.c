@@ -14,11 +14,15 @@
  * from its gradient (and a warm-up step's equals it), and a dense member of the item is left
  * untouched.
  *
- * Together runs twice: on 3 lanes (the members' encodes and decodes on the engine stream and two
- * side streams, each lane to its least loaded: both bf16 members and both PowerSGD members on
- * different lanes, so two lane working buffers are in use at once) and on 1 (all on the engine
- * stream). The lanes' results are read through copies enqueued on the engine stream right after
- * the call, so a join missing before the return would read a result not yet written. */
+ * Together runs twice: on 3 lanes (instances on the engine stream and two side streams,
+ * round-robin in creation order: lanes 0 1 2 0 1, so the fp32 top-k and the bf16 PowerSGD share the
+ * engine stream, the bf16 top-k and the fp32 PowerSGD lane 1 and its working buffer, Ok-Topk's
+ * advances run on lane 2) and on 1 (all on the engine stream). The lanes' results are read through
+ * copies enqueued on the engine stream right after the call, so a join missing before the return
+ * would read a result not yet written. A fourth run is the first with every encode and decode
+ * captured and launched as a graph (PowerSGD's warm-up ending at step 3 changes its chain: the
+ * graph is instantiated again; Ok-Topk, whose split decode may wait for the host, runs directly).
+ */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,8 +113,8 @@ int main(void) {
   /* Run 0: every member in one call on 3 lanes (tensor ids 1..); run 1: one call per member (ids
    * 101..); run 2: every member in one call on 1 lane (ids 201..). snap: run 0's results, copied on
    * the engine stream. */
-  enum { RUNS = 3 };
-  static const int lanes[RUNS] = {3, 1, 1};
+  enum { RUNS = 4 };
+  static const int lanes[RUNS] = {3, 1, 1, 3}, graphs[RUNS] = {0, 0, 0, 1};
   uint8_t *dev[RUNS][NM], *snap[NM];
   for (int m = 0; m < NM; m++) {
     REQUIRE(cudaMalloc((void **)&snap[m], specs[m].rows * specs[m].cols * 4) == cudaSuccess);
@@ -128,6 +132,7 @@ int main(void) {
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess); /* the fills are done before any stream */
     for (int r = 0; r < RUNS; r++) {
       sp_set_lanes(lanes[r]);
+      sp_set_graphs(graphs[r]);
       sp_timing tm[NM];
       uint32_t ntm = 0;
       fgb_status st = FGB_OK;
@@ -151,16 +156,24 @@ int main(void) {
     }
     for (int m = 0; m < NM; m++) {
       size_t bytes = specs[m].rows * specs[m].cols * dtype_size(specs[m].dtype);
-      void *a = host_copy(snap[m], m), *b = host_copy(dev[1][m], m), *c1 = host_copy(dev[2][m], m);
-      int same = memcmp(a, b, bytes) == 0, same1 = memcmp(c1, b, bytes) == 0;
+      void *a = host_copy(snap[m], m), *b = host_copy(dev[1][m], m), *c1 = host_copy(dev[2][m], m),
+           *cg = host_copy(dev[3][m], m);
+      int same = memcmp(a, b, bytes) == 0, same1 = memcmp(c1, b, bytes) == 0,
+          sameg = memcmp(cg, b, bytes) == 0;
       CHECK_MSG(same, "step %llu member %d (%s, dtype %d): together on 3 lanes and alone differ",
                 (unsigned long long)step, m, specs[m].comp ? specs[m].comp : "dense",
                 (int)specs[m].dtype);
       CHECK_MSG(same1, "step %llu member %d (%s, dtype %d): together on 1 lane and alone differ",
                 (unsigned long long)step, m, specs[m].comp ? specs[m].comp : "dense",
                 (int)specs[m].dtype);
-      diffs += !same + !same1;
+      CHECK_MSG(
+          sameg,
+          "step %llu member %d (%s, dtype %d): together on 3 lanes as graphs and alone differ",
+          (unsigned long long)step, m, specs[m].comp ? specs[m].comp : "dense",
+          (int)specs[m].dtype);
+      diffs += !same + !same1 + !sameg;
       free(c1);
+      free(cg);
       /* The synchronised result is not the gradient (compressed: sparse or low-rank), and a dense
        * member keeps its gradient. */
       uint64_t n = specs[m].rows * specs[m].cols;
@@ -185,14 +198,14 @@ int main(void) {
       free(b);
     }
   }
-  for (int r = 0; r < RUNS; r += 2)
+  for (int r = 0; r < RUNS; r += 1 + (r == 0))
     CHECK_MSG(sent[r] == sent[1] && recv[r] == recv[1],
               "bytes: together on %d lanes %llu sent %llu received, alone %llu / %llu", lanes[r],
               (unsigned long long)sent[r], (unsigned long long)recv[r], (unsigned long long)sent[1],
               (unsigned long long)recv[1]);
   printf(
-      "%d steps of %d compressed members: together on 3 lanes and on 1 == alone (%d "
-      "differences), %llu bytes sent\n",
+      "%d steps of %d compressed members: together on 3 lanes, on 1 and on 3 as graphs == alone "
+      "(%d differences), %llu bytes sent\n",
       STEPS, NM - 1, diffs, (unsigned long long)sent[0]);
   for (int m = 0; m < NM; m++) {
     cudaFree(snap[m]);
