@@ -175,6 +175,10 @@ fgb_status kern_defer_apply(const comp_exec *ex, const kern_defer *df, uint64_t 
   KERN_DISPATCH(defer_apply, df, n);
 }
 
+fgb_status kern_coo_header(const comp_exec *ex, void *payload, uint32_t count, uint32_t capacity) {
+  KERN_DISPATCH(coo_header, payload, count, capacity);
+}
+
 fgb_status kern_coo_restore(const comp_exec *ex, const void *local, int fp16, const void *global,
                             float *r) {
   KERN_DISPATCH(coo_restore, local, fp16, global, r);

@@ -360,6 +360,10 @@ fgb_status kern_scatter(const comp_exec *ex, float *out, uint64_t n, const int32
 fgb_status kern_coo_decode(const comp_exec *ex, const void *recv, size_t stride, int nranks,
                            uint64_t n, int fp16, float scale, float *out, kern_ctl *ctl);
 
+/* Write a COO payload's header {count, capacity}, enqueued (no host wait): a pack whose count the
+ * host knows (a variable-size exchange) without a synchronous upload. */
+fgb_status kern_coo_header(const comp_exec *ex, void *payload, uint32_t count, uint32_t capacity);
+
 /* Global-selection error feedback (Ok-Topk): for every entry of the local payload whose index is
  * NOT among the global payload's indices, r[idx] += value (as sent, fp16 decoded when `fp16`):
  * what was sent but not kept globally returns to the residual, exactly. Both payloads are the
@@ -448,6 +452,7 @@ fgb_status kern_fill_uniform(const comp_exec *ex, float *out, uint64_t count, ui
       kern_ctl *ctl, uint32_t *hist, const kern_defer *df, const kern_sample *sp,                  \
       const kern_replay *rp, kern_ws *ws EXTRA);                                                   \
   fgb_status kern_##B##_defer_apply(const kern_defer *df, uint64_t n EXTRA);                       \
+  fgb_status kern_##B##_coo_header(void *payload, uint32_t count, uint32_t capacity EXTRA);        \
   fgb_status kern_##B##_coo_restore(const void *local, int fp16, const void *global,               \
                                     float *r EXTRA);                                               \
   fgb_status kern_##B##_coo_split(const void *payload, int fp16, const uint32_t *bounds, int P,    \

@@ -405,9 +405,8 @@ int comp_sparse_advance(comp_sparse *cs, int phase, comp_phase *ph, char *err, s
   /* Pack: header {count, count}, the values (zero past count, so the padding is too), indices. */
   uint32_t c = cs->counts[2 * (size_t)cs->rank];
   if (c > cap) c = (uint32_t)cap;
-  comp_coo_header h = {c, c};
   size_t vbytes = ((size_t)c * vb + 3u) & ~(size_t)3u;
-  rc = kern_from_host(ex, cs->pack, &h, sizeof h);
+  rc = kern_coo_header(ex, cs->pack, c, c);
   if (!rc && vbytes)
     rc = kern_memcpy(ex, kern_coo_values(cs->pack), kern_coo_values(cs->payload), vbytes);
   if (!rc && c)

@@ -261,6 +261,13 @@ fgb_status kern_cpu_coo_decode(const void *recv, size_t stride, int nranks, uint
   return FGB_OK;
 }
 
+fgb_status kern_cpu_coo_header(void *payload, uint32_t count, uint32_t capacity) {
+  if (payload == NULL) return FGB_EINVAL;
+  comp_coo_header h = {count, capacity};
+  memcpy(payload, &h, sizeof h);
+  return FGB_OK;
+}
+
 fgb_status kern_cpu_coo_restore(const void *local, int fp16, const void *global, float *r) {
   if (local == NULL || global == NULL || r == NULL) return FGB_EINVAL;
   const comp_coo_header *hl = local, *hg = global;

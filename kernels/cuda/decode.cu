@@ -490,6 +490,12 @@ __global__ void k_coo_restore(const char *local, uint32_t vb, const char *global
   }
 }
 
+extern "C" fgb_status kern_cuda_coo_header(void *payload, uint32_t count, uint32_t capacity,
+                                           void *stream) {
+  if (payload == NULL) return FGB_EINVAL;
+  return kc_write_header((comp_coo_header *)payload, count, capacity, KC_STREAM(stream));
+}
+
 extern "C" fgb_status kern_cuda_coo_restore(const void *local, int fp16, const void *global,
                                             float *r, void *stream) {
   if (local == NULL || global == NULL || r == NULL) return FGB_EINVAL;
