@@ -4,6 +4,7 @@
 #include "kernels.h"
 
 #ifdef FGBUFF_HAVE_CUDA
+void kern_cuda_pdl_set(int on); /* kernels/cuda/mem.cu */
 #define KERN_GPU(op, ...) return kern_cuda_##op(__VA_ARGS__, ex->stream)
 #else
 #define KERN_GPU(op, ...) return FGB_ENOTSUP
@@ -15,6 +16,14 @@
     if (ex->on_gpu) KERN_GPU(op, __VA_ARGS__); \
     return kern_cpu_##op(__VA_ARGS__);         \
   } while (0)
+
+void kern_pdl_set(int on) {
+#ifdef FGBUFF_HAVE_CUDA
+  kern_cuda_pdl_set(on);
+#else
+  (void)on;
+#endif
+}
 
 fgb_status kern_alloc(const comp_exec *ex, size_t bytes, void **out) {
   if (out == NULL || bytes == 0) return FGB_EINVAL;

@@ -407,6 +407,14 @@ fgb_status kern_orthonormalize(const comp_exec *ex, float *P, uint64_t rows, uin
 fgb_status kern_fill_uniform(const comp_exec *ex, float *out, uint64_t count, uint64_t seed,
                              uint32_t buffer_id, uint32_t substream);
 
+/* Programmatic dependent launch (kernels/cuda: a kernel made resident while its predecessor
+ * drains) for the next launches of this process: 1 where the device supports it and FGB_KERN_PDL
+ * is not 0 (the default), 0 off. The GPU engine turns it off while compressors run on several
+ * streams at once: beside a trainer under MPS, the early-resident dependents of concurrent chains
+ * starved each other (docs/performance.md, "Session 21"). No effect on the CPU backend. Results
+ * do not depend on it. Not thread-safe against concurrent launches: the engine thread's. */
+void kern_pdl_set(int on);
+
 /* ---- backend declarations (implemented in kernels/cpu/ and kernels/cuda/) -------------------- */
 #define KERN_DECLARE_BACKEND(B, EXTRA)                                                             \
   fgb_status kern_##B##_alloc(size_t bytes, void **out EXTRA);                                     \

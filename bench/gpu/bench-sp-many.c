@@ -10,7 +10,15 @@
  * 20) and on --lanes L (default 4: the engine stream and side streams, sparse.c's lanes), then
  * on L lanes with each member's encode and decode captured and launched as graphs.
  *
+ * --only RUN (onebyone, onelane, lanes, graphs) runs that one alone, and --pace-ms P starts an
+ * iteration every P ms (a trainer's step period; bench-sp-many-mps.sh runs it beside a GEMM
+ * trainer under MPS): what the lanes cost a process sharing the GPU.
+ *
+ * --high: the stream (and so the lanes) at the device's greatest priority, as fgbuffd's engine
+ * stream with FGBUFF_GPU_STREAM_PRIORITY=high.
+ *
  * usage: bench-sp-many [--trace CSV] [--density D] [--iters N] [--comp NAME] [--lanes L]
+ *                      [--only RUN] [--pace-ms P] [--high]
  *   members: the trace's tensors of 2 or more dimensions (default bench/trace/resnet50.csv:
  *   ResNet-50's 54 weights), fp32, compressor NAME (default topk) at density D (0.01). */
 #include <cuda_runtime.h>
@@ -49,8 +57,17 @@ static int fail(const char *what, const char *err) {
 int main(int argc, char **argv) {
   const char *path = "bench/trace/resnet50.csv", *comp = "topk";
   double density = 0.01;
-  int iters = 30, lanes = 4;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  int iters = 30, lanes = 4, only = -1;
+  double pace_ms = 0;
+  int high = 0;
+  static const char *const run_names[] = {"lanes", "onebyone", "onelane", "graphs"};
+  for (int i = 1; i < argc; i += 2) {
+    if (strcmp(argv[i], "--high") == 0) {
+      high = 1;
+      i--;
+      continue;
+    }
+    if (i + 1 >= argc) return fail("usage", argv[i]);
     if (strcmp(argv[i], "--trace") == 0)
       path = argv[i + 1];
     else if (strcmp(argv[i], "--density") == 0)
@@ -61,12 +78,19 @@ int main(int argc, char **argv) {
       comp = argv[i + 1];
     else if (strcmp(argv[i], "--lanes") == 0)
       lanes = atoi(argv[i + 1]);
-    else
+    else if (strcmp(argv[i], "--pace-ms") == 0)
+      pace_ms = atof(argv[i + 1]);
+    else if (strcmp(argv[i], "--only") == 0) {
+      for (int r = 0; r < 4; r++)
+        if (strcmp(argv[i + 1], run_names[r]) == 0) only = r;
+      if (only < 0) return fail("--only", "onebyone, onelane, lanes or graphs");
+    } else
       return fail("usage",
                   "bench-sp-many [--trace CSV] [--density D] [--iters N] [--comp NAME] "
-                  "[--lanes L]");
+                  "[--lanes L] [--only RUN] [--pace-ms P] [--high]");
   }
-  if (iters < 3 || iters > 10000 || density <= 0 || density > 1 || lanes < 1 || lanes > 8)
+  if (iters < 3 || iters > 10000 || density <= 0 || density > 1 || lanes < 1 || lanes > 8 ||
+      pace_ms < 0 || pace_ms > 10000)
     return fail("usage", "bad value");
   int nd = 0;
   if (cudaGetDeviceCount(&nd) != cudaSuccess || nd < 1) {
@@ -82,7 +106,9 @@ int main(int argc, char **argv) {
   const comp_ops *ops = comp_find(comp);
   if (!ops) return fail("compressor", comp);
   cudaStream_t s;
-  cudaStreamCreate(&s);
+  int least = 0, greatest = 0;
+  cudaDeviceGetStreamPriorityRange(&least, &greatest);
+  cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, high ? greatest : 0);
   comm *c = NULL;
   if (comm_nccl_solo(9, s, &c, err, sizeof err) != FGB_OK) return fail("communicator", err);
   sp_job job = {.job_key = 9, .rank = 0, .size = 1, .c = c, .stream = s};
@@ -124,8 +150,18 @@ int main(int argc, char **argv) {
     if (!host[r] || !gpu[r]) return fail("calloc", "out of memory");
   }
   const int warm = 3;
+  double next = now_us();
   for (int it = 0; it < warm + iters; it++)
     for (int r = 0; r < RUNS; r++) {
+      if (only >= 0 && r != only) continue;
+      if (pace_ms > 0) { /* this iteration starts at its slot (or at once when late) */
+        for (double w = next - now_us(); w > 0; w = next - now_us()) {
+          const long us = (long)w;
+          struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+          nanosleep(&ts, NULL);
+        }
+        next += pace_ms * 1e3;
+      }
       uint64_t sent = 0, recv = 0;
       for (int k = 0; k < m; k++) t[r][k].step = (uint64_t)it + 1;
       sp_set_lanes(r == 0 || r == 3 ? lanes : 1);
@@ -148,6 +184,17 @@ int main(int argc, char **argv) {
         gpu[r][it - warm] = (double)ms * 1e3;
       }
     }
+  if (only >= 0) {
+    printf("GPU: %s; %s: %d members of %s, %s %g, fp32, 1 rank, %d lanes\n", prop.name, path, m,
+           tr.model, comp, density, lanes);
+    printf("only %s: host enqueue us %.1f GPU us %.1f (median of %d, pace %g ms)\n",
+           run_names[only], median(host[only], iters), median(gpu[only], iters), iters, pace_ms);
+    sp_release(9);
+    cudaStreamSynchronize(s);
+    comm_nccl_ops.destroy(c);
+    trc_free(&tr);
+    return 0;
+  }
   double hl = median(host[0], iters), ha = median(host[1], iters), ht = median(host[2], iters);
   double gl = median(gpu[0], iters), ga = median(gpu[1], iters), gt = median(gpu[2], iters);
   double hg = median(host[3], iters), gg = median(gpu[3], iters);

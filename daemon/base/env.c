@@ -80,11 +80,13 @@ static const env_knob knobs[ENV_COUNT] = {
     [ENV_GPU_COMP_LANES] = {"FGBUFF_GPU_COMP_LANES", ENV_KIND_INT, 4, 1, 8, NULL, 0, 0,
                             "GPU daemons: streams a buffer's compressed members encode and "
                             "decode on at once (the engine's stream and side streams); 1: one "
-                            "after another on the engine's stream"},
-    [ENV_GPU_COMP_GRAPHS] = {"FGBUFF_GPU_COMP_GRAPHS", ENV_KIND_WORDS, 1, 0, 1, "0 1", 1, 1,
+                            "after another on the engine's stream; unset with "
+                            "FGBUFF_GPU_STREAM_PRIORITY=high: 1"},
+    [ENV_GPU_COMP_GRAPHS] = {"FGBUFF_GPU_COMP_GRAPHS", ENV_KIND_WORDS, 0, 0, 1, "0 1", 0, 1,
                              "GPU daemons: 1 captures each compressed member's encode and decode "
-                             "kernels and launches them as one CUDA graph each; 0: launched one "
-                             "by one"},
+                             "kernels and launches them as one CUDA graph each (less host time "
+                             "alone; 5x the GPU time beside a trainer under MPS, measured); 0 "
+                             "(default): launched one by one"},
     /* log.c reads it with env_peek: env's own warnings are log lines. */
     [ENV_LOG_SYSLOG] = {"FGBUFF_LOG_SYSLOG", ENV_KIND_WORDS, -1, 0, 1, "0 1", -1, 0,
                         "1 or 0: log lines do or do not start with a syslog priority; unset: "

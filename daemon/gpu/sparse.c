@@ -308,7 +308,7 @@ static int64_t blob_state_bytes(const uint8_t *b, size_t bytes) {
   return sum;
 }
 
-static int lanes_get(void);
+static int lanes_get(cudaStream_t s0);
 static cudaStream_t lane_stream(int l, cudaStream_t s0);
 static fgb_status lanes_fork(cudaStream_t s, int nl, char *err, size_t errlen);
 static fgb_status lanes_join(cudaStream_t s, int nl, char *err, size_t errlen);
@@ -347,7 +347,7 @@ static fgb_status inst_get(const sp_job *job, const eng_tensor *t, sp_inst **out
   }
   comp_params p = cp_tensor_params(t, job->job_key, job->rank, job->size);
   static unsigned next_lane; /* round-robin over the lanes, in creation order */
-  int nl = lanes_get();
+  int nl = lanes_get(job->stream);
   i->lane = (int)(next_lane++ % (unsigned)nl);
   i->s0 = job->stream;
   comp_exec ex = {1, lane_stream(i->lane, job->stream)};
@@ -468,16 +468,28 @@ void sp_set_lanes(int lanes) {
 /* The lanes to use, their side streams (at the engine stream's priority, ready for every kernel:
  * kern_sync prepares a stream's scratch) and events created at the first item that wants them.
  * Failing, members run one after another on the engine stream from then on (logged once). */
-static int lanes_get(void) {
+static int lanes_get(cudaStream_t s0) {
   int want = g_lanes_want ? g_lanes_want : (int)env_num(ENV_GPU_COMP_LANES);
   if (g_lanes_broken) return 1;
-  int ok = 1;
+  int ok = 1, prio = 0;
+  if (cudaStreamGetPriority(s0, &prio) != cudaSuccess) prio = gpu_stream_priority();
+  /* At a raised priority (FGBUFF_GPU_STREAM_PRIORITY=high) lanes made the members slower, not
+   * faster, beside a trainer under MPS (two runs, docs/performance.md "Session 21"): one lane
+   * there unless FGBUFF_GPU_COMP_LANES is set. */
+  static int said;
+  if (!g_lanes_want && prio != 0 && !env_str(ENV_GPU_COMP_LANES)) {
+    if (!said)
+      LOG_INFO(
+          "GPU compression lanes: 1 (the engine stream's priority is raised; "
+          "FGBUFF_GPU_COMP_LANES sets them)");
+    said = 1;
+    return 1;
+  }
   if (want > 1 && !g_fork)
     ok = cudaEventCreateWithFlags(&g_fork, cudaEventDisableTiming) == cudaSuccess;
   for (; g_lanes_made < want && ok; g_lanes_made++) {
     const int l = g_lanes_made;
-    ok = cudaStreamCreateWithPriority(&g_lane[l], cudaStreamNonBlocking, gpu_stream_priority()) ==
-             cudaSuccess &&
+    ok = cudaStreamCreateWithPriority(&g_lane[l], cudaStreamNonBlocking, prio) == cudaSuccess &&
          cudaEventCreateWithFlags(&g_join[l], cudaEventDisableTiming) == cudaSuccess;
     comp_exec ex = {1, g_lane[l]};
     if (ok) ok = kern_sync(&ex) == FGB_OK;
@@ -492,6 +504,8 @@ static int lanes_get(void) {
     g_lanes_broken = 1;
     return 1;
   }
+  if (!said) LOG_INFO("GPU compression lanes: %d", want);
+  said = 1;
   return want;
 }
 
@@ -773,6 +787,9 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
   }
   for (int l = 0; l < nl && st == FGB_OK; l++)
     if (half[l]) st = work_reserve(l, half[l], s, err, errlen);
+  /* Programmatic dependent launch only for an item on one lane: beside a trainer under MPS, the
+   * early-resident dependents of chains on several lanes starved each other (5x the GPU time). */
+  kern_pdl_set(nl < 2);
   /* Encode every member on its lane (a flushed tensor was zeroed by issue.c: it still runs its
    * compressor, so its residual takes part and the phases match). Measured planning, as the host
    * path times it (compress_path.c): encode per element, decode per gathered element (P * k, k

@@ -22,8 +22,14 @@ int kc_sm_count(void) {
 }
 
 static int pdl_cached[64]; /* kc_pdl_on: 0 unknown, 1 off, 2 on */
+static int pdl_held_off;   /* kern_cuda_pdl_set(0): off whatever the device supports */
+
+extern "C" void kern_cuda_pdl_set(int on) {
+  pdl_held_off = !on;
+}
 
 int kc_pdl_on(void) {
+  if (pdl_held_off) return 0;
   int *cached = pdl_cached;
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return 0;
