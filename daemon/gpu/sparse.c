@@ -346,11 +346,6 @@ static fgb_status inst_get(const sp_job *job, const eng_tensor *t, sp_inst **out
     return FGB_ENOMEM;
   }
   comp_params p = cp_tensor_params(t, job->job_key, job->rank, job->size);
-  static unsigned next_lane; /* round-robin over the lanes, in creation order */
-  int nl = lanes_get(job->stream);
-  i->lane = (int)(next_lane++ % (unsigned)nl);
-  i->s0 = job->stream;
-  comp_exec ex = {1, lane_stream(i->lane, job->stream)};
   /* create synchronises the stream (zeroed allocations): first let it drain with a wait that a
    * dead peer cannot hang, and so that earlier stream-ordered frees do not blur the measure. */
   fgb_status st = drain(job, err, errlen);
@@ -358,6 +353,13 @@ static fgb_status inst_get(const sp_job *job, const eng_tensor *t, sp_inst **out
     free(i);
     return st;
   }
+  /* Its lane, round-robin in creation order (creating the lanes synchronises the device: after
+   * the drain). */
+  static unsigned next_lane;
+  int nl = lanes_get(job->stream);
+  i->lane = (int)(next_lane++ % (unsigned)nl);
+  i->s0 = job->stream;
+  comp_exec ex = {1, lane_stream(i->lane, job->stream)};
   uint64_t before = pool_used();
   st = t->comp->create(&p, t->count, &ex, &i->st, err, errlen);
   if (st != FGB_OK) {
