@@ -10,23 +10,41 @@ ops_init "$1" "$2" cpport
 command -v ss >/dev/null || { echo "FAIL: ss missing (iproute2)"; exit 1; }
 # Three free ports in a row; a listener of ours takes the first (a foreign service on it). Below
 # the kernel's ephemeral range: a port in it can be taken by any test's outgoing connection between
-# this probe and the daemons' bind (seen once under ctest -j2: "no port of the range free").
-base="$(python3 -c 'import socket, os
+# this probe and the daemons' bind (seen once under ctest -j2: "no port of the range free"). Below
+# it too another test's listener may take one in that window (seen once in the ASan suite): the
+# world is then tried on a new range, at most 3 times, only for that error.
+probe() {
+  python3 -c 'import socket, os, sys
 lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
 top = max(lo - 3, 12000)
-for p in list(range(10000 + os.getpid() % (top - 10000), top, 11)) + list(range(10000, top, 11)):
+start = 10000 + (os.getpid() * 7 + int(sys.argv[1]) * 1013) % (top - 10000)
+for p in list(range(start, top, 11)) + list(range(10000, top, 11)):
     try:
         s = [socket.socket() for _ in range(3)]
         for i, x in enumerate(s): x.bind(("0.0.0.0", p + i))
         print(p); break
-    except OSError: pass')"
-python3 -c 'import socket, sys, time
+    except OSError: pass' "$1"
+}
+for attempt in 1 2 3; do
+  base="$(probe "$attempt")"
+  python3 -c 'import socket, sys, time
 s = socket.socket(); s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1); time.sleep(600)' "$base" &
-pids+=($!)
-for _ in $(seq 50); do ss -ltn "sport = :$base" | grep -q LISTEN && break; sleep 0.1; done
+  lp=$!
+  pids+=($lp)
+  for _ in $(seq 50); do ss -ltn "sport = :$base" | grep -q LISTEN && break; sleep 0.1; done
 
-# 1. A range with its first port taken: the world forms on the two others.
-world_start 2 --cp-port "$base-$((base + 2))" || { bad "world with --cp-port $base-$((base + 2)) did not form"; exit 1; }
+  # 1. A range with its first port taken: the world forms on the two others.
+  world_start 2 --cp-port "$base-$((base + 2))" && break
+  if [ "$attempt" -lt 3 ] && grep -q "no port of --cp-port $base-$((base + 2)) free" "$FGBUFF_WORLD_LOG"; then
+    echo "range $base-$((base + 2)) taken by another process since the probe; a new range"
+    world_stop >/dev/null 2>&1
+    kill "$lp" 2>/dev/null
+    wait "$lp" 2>/dev/null
+    continue
+  fi
+  bad "world with --cp-port $base-$((base + 2)) did not form"
+  exit 1
+done
 ports="$(ss -ltnp | awk '/fgbuffd/ {n = split($4, a, ":"); print a[n]}' | sort -n | tr '\n' ' ')"
 want="$((base + 1)) $((base + 2)) "
 # The daemons' other sockets (MPI's) are outside the range; keep the ones inside it.
