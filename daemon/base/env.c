@@ -85,8 +85,8 @@ static const env_knob knobs[ENV_COUNT] = {
     [ENV_GPU_COMP_GRAPHS] = {"FGBUFF_GPU_COMP_GRAPHS", ENV_KIND_WORDS, 0, 0, 1, "0 1", 0, 1,
                              "GPU daemons: 1 captures each compressed member's encode and decode "
                              "kernels and launches them as one CUDA graph each (less host time "
-                             "alone; 5x the GPU time beside a trainer under MPS, measured); 0 "
-                             "(default): launched one by one"},
+                             "alone; 4-10x the GPU time beside a trainer under MPS, measured); "
+                             "0 (default): launched one by one"},
     /* log.c reads it with env_peek: env's own warnings are log lines. */
     [ENV_LOG_SYSLOG] = {"FGBUFF_LOG_SYSLOG", ENV_KIND_WORDS, -1, 0, 1, "0 1", -1, 0,
                         "1 or 0: log lines do or do not start with a syslog priority; unset: "

@@ -94,7 +94,9 @@ static void test_env(void) {
   unsetenv("FGBUFF_MPI_BLOCKING_MIN");        /* unset: 8 MiB */
   setenv("FGBUFF_NCCL_NONBLOCKING", "", 1);   /* set, even empty: non-blocking */
   setenv("FGBUFF_LOG_SYSLOG", "1", 1);
-  setenv("FGBUFF_MALLOC_TRIM", "on", 1); /* not 0/1: off, logged */
+  setenv("FGBUFF_MALLOC_TRIM", "on", 1);      /* not 0/1: off, logged */
+  setenv("FGBUFF_GPU_COMP_LANES", "9", 1);    /* above 8: the default 4, logged */
+  setenv("FGBUFF_GPU_COMP_GRAPHS", "yes", 1); /* not 0/1: off, logged */
   CHECK(env_num(ENV_HOT_US) == -1);
   CHECK(env_num(ENV_PREISSUE) == 0);
   CHECK(env_num(ENV_RECALL) == 1);
@@ -109,6 +111,9 @@ static void test_env(void) {
   CHECK(env_num(ENV_MPI_BLOCKING_MIN) == 8388608);
   CHECK(env_num(ENV_NCCL_NONBLOCKING) == 1);
   CHECK(env_num(ENV_MALLOC_TRIM) == 0);
+  CHECK(env_num(ENV_GPU_COMP_LANES) == 4);
+  CHECK(env_str(ENV_GPU_COMP_LANES) && strcmp(env_str(ENV_GPU_COMP_LANES), "9") == 0);
+  CHECK(env_num(ENV_GPU_COMP_GRAPHS) == 0);
   setenv("FGBUFF_RECALL_STUCK_MS", "9", 1); /* read once: no change now */
   CHECK(env_num(ENV_RECALL_STUCK_MS) == 250);
   /* env_peek (log.c's FGBUFF_LOG_SYSLOG) reads now, quietly: 1, 0, else -1 (from the journal). */
