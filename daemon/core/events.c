@@ -169,10 +169,12 @@ void ev_issue(core *d, core_job *j, coord_event *ev) {
                                .zero_first = ev->pre ? 0 : p->flushed};
       if (!ev->pre && d->dp) ts[it->n].done_ev = d->dp->done_signal(t);
       core_comp_fill(t, &ts[it->n]);
-      /* The plan sends this buffer dense: 2, or 4 (split) */
-      ts[it->n++].flush_dense = (plan == 2 || plan == 4) && t->comp;
+      /* The plan sends this buffer dense: 2, or 4 (split); a fusion group member by member */
+      ts[it->n++].flush_dense =
+          t->comp && (plan == 2 || plan == 4 ||
+                      (plan == PLAN_ISSUE_MIXED && plan_member_dense(j, ev->step, t->key)));
     }
-    if (plan >= 3) { /* reduce-scatter now, all-gather after the step's last one (plan_split.c) */
+    if (plan == 3 || plan == 4) { /* reduce-scatter now, all-gather after the step's last one */
       plan_split_issue(j, it);
       return;
     }

@@ -32,8 +32,14 @@
 #define PLAN_UNFUSED (1ull << 62) /* above any cap, and total + bytes cannot wrap in the leader */
 
 uint64_t plan_policy_group_bytes(const core_job *j, const core_tensor *t) {
-  /* Compressed tensors keep their own compressor instance and travel alone. */
-  if (strcmp(j->policy, "fusion") != 0 || t->comp) return PLAN_UNFUSED;
+  if (strcmp(j->policy, "fusion") != 0) return PLAN_UNFUSED;
+  /* A sparsifier's payload (COO: an 8-byte header, fp32 values and int32 indices of k = ceil(n d)
+   * entries) is what its all-gather carries in a group (both engines fuse a group's payloads);
+   * a compressor without a density (low-rank, fp16, its default) counts as dense. */
+  if (t->comp && t->density > 0 && t->density < 1) {
+    double k = ceil((double)t->count * t->density);
+    return 8 + 8 * (uint64_t)(k < 1 ? 1 : k);
+  }
   return t->count * t->esize;
 }
 
@@ -357,18 +363,40 @@ static int rewrite_issue(const sched_plan *p, coord_event *ev, uint32_t b) {
  * decisions existed). *has_comp: the ISSUE holds a member with a compressor. Compressed tensors
  * travel alone under none and fusion, so an ISSUE holds at most one of them unless the ranks
  * disagree on compressors (cp_agree then fails the job). */
+/* The table v sends tensor `key` dense (a key not in it, registered after its exchange,
+ * compresses). */
+static int table_dense(const plan_ver *v, uint32_t key) {
+  return key < v->nbuf_of && v->buf_of[key] && !v->plan.buffers[v->buf_of[key] - 1].compress;
+}
+
+/* A dynamic job's ISSUE (one tensor, or a fusion group): each member with a compressor is
+ * compressed or sent dense as table v says; 0 every one compresses (or none has a compressor), 2
+ * every one is sent dense, PLAN_ISSUE_MIXED some of each (the item asks plan_member_dense). */
 static int dyn_decision(const core_job *j, const plan_ver *v, const coord_event *ev,
                         int *has_comp) {
-  *has_comp = 0;
+  uint32_t ncomp = 0, ndense = 0;
   for (uint32_t k = 0; k < ev->ntensors; k++) {
-    uint32_t key = ev->tensor_keys[k];
-    const core_tensor *t = core_tensor_by_key(j, key);
+    const core_tensor *t = core_tensor_by_key(j, ev->tensor_keys[k]);
     if (!t || !t->comp) continue;
-    *has_comp = 1;
-    if (key >= v->nbuf_of || !v->buf_of[key] || v->plan.buffers[v->buf_of[key] - 1].compress)
-      return 0;
+    ncomp++;
+    ndense += table_dense(v, ev->tensor_keys[k]) != 0;
   }
-  return *has_comp ? 2 : 0;
+  *has_comp = ncomp > 0;
+  return ndense == 0 ? 0 : ndense == ncomp ? 2 : PLAN_ISSUE_MIXED;
+}
+
+/* The version of pl in force at `step` (NULL: none yet). */
+static const plan_ver *ver_at(const plan_state *pl, uint64_t step) {
+  for (int i = pl->nv - 1; i >= 0; i--)
+    if (step >= pl->v[i].plan.first_step) return &pl->v[i];
+  return NULL;
+}
+
+int plan_member_dense(const core_job *j, uint64_t step, uint32_t key) {
+  const plan_state *pl = j->plan;
+  if (!pl || (pl->fail_from && step >= pl->fail_from)) return 0;
+  const plan_ver *v = ver_at(pl, step);
+  return v && table_dense(v, key);
 }
 
 static int on_issue(core_job *j, coord_event *ev) {
@@ -436,9 +464,7 @@ static int on_issue(core_job *j, coord_event *ev) {
     if (ev->step >= pl->next_check) replan(j, pl);
   }
   if (pl->fail_from && ev->step >= pl->fail_from) return 0;
-  const plan_ver *v = NULL;
-  for (int i = pl->nv - 1; i >= 0 && !v; i--)
-    if (ev->step >= pl->v[i].plan.first_step) v = &pl->v[i];
+  const plan_ver *v = ver_at(pl, ev->step);
   if (dyn) {
     if (!v) return 0;
     int has_comp, r = dyn_decision(j, v, ev, &has_comp);
@@ -478,20 +504,11 @@ nomem:
   return 0;
 }
 
-/* A fusion group holding a tensor with a compressor exists only because its decisions sent it
- * dense (coord_fuse, sent by plan_ver_adopt): the group runs dense on every rank whatever the
- * table in force for its step says (the hint may have reached the leader a step early or late). */
+/* A fusion group may hold tensors with a compressor (they announce their payload's bytes): each
+ * member is compressed or sent dense by the table in force for the group's step, which every rank
+ * has alike (a version starts at an agreed step), as for a tensor alone (dyn_decision). */
 int plan_on_issue(core_job *j, coord_event *ev) {
-  int r = on_issue(j, ev);
-  if (ev->ntensors < 2 || !j->plan || !(j->plan->ops->flags & SCHED_DYNAMIC)) return r;
-  for (uint32_t k = 0; k < ev->ntensors; k++) {
-    const core_tensor *t = core_tensor_by_key(j, ev->tensor_keys[k]);
-    if (t && t->comp) {
-      j->plan->dense_issued += r != 2;
-      return 2;
-    }
-  }
-  return r;
+  return on_issue(j, ev);
 }
 
 void plan_view_get(const core_job *j, plan_view *v) {

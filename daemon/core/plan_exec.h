@@ -31,8 +31,9 @@ struct coord_event;
 struct eng_item;
 
 /* ---- plan_exec.c: policies, a plan's hold on ISSUEs, the planning exchange, views ------------ */
-/* The bytes a tensor announces to the coordinator for grouping: its dense bytes in a "fusion" job
- * (dense tensors only), else a size above any cap, so it travels alone. */
+/* The bytes a tensor announces to the coordinator for grouping: in a "fusion" job its dense bytes,
+ * or a sparsifier's payload bytes for a tensor with one; else a size above any cap, so it travels
+ * alone. */
 uint64_t plan_policy_group_bytes(const struct core_job *j, const struct core_tensor *t);
 
 /* 1 when `name` is a static policy (one with plan()) that fgbuffd runs. */
@@ -56,9 +57,15 @@ void plan_xchg_done(struct core_job *j, struct eng_item *it);
  * such a buffer that the plan sends dense although a member has a compressor (the caller marks
  * those flush_dense), and 3 or 4 for a buffer of a split plan (dear): the caller builds the item
  * and hands it to plan_split_issue; 4 when a member has a compressor (dear's buffers are dense:
- * flushed as for 2). A job whose plan fails is logged and falls back to per-tensor ISSUEs
+ * flushed as for 2); PLAN_ISSUE_MIXED for a dynamic job's fusion group whose table sends some
+ * members with a compressor dense and compresses others (the caller marks each member
+ * plan_member_dense says). A job whose plan fails is logged and falls back to per-tensor ISSUEs
  * on every rank alike. */
+#define PLAN_ISSUE_MIXED 5
 int plan_on_issue(struct core_job *j, struct coord_event *ev);
+/* A dynamic job's table in force at `step` sends tensor `key` dense (1) or not (0: it compresses,
+ * or no table, or the fallback). */
+int plan_member_dense(const struct core_job *j, uint64_t step, uint32_t key);
 
 /* A read-only view of a job's plan state, for status (rpc/plan_status.c) and tests: pointers
  * into the core's own state, valid until the next call into the core (loop thread only). */

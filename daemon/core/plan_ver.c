@@ -163,9 +163,11 @@ static void log_decisions(const core_job *j, const sched_plan *p) {
 }
 
 /* Policy fusion: tell the leader which tensors with a compressor the adopted table sends dense
- * (packed with the others from the table's first step) and which it compresses (alone). Rank 0's
- * daemon only: every rank adopts the same table. A hint: plan_on_issue runs any group holding such
- * a tensor dense, so a late or lost hint costs fusion or compression, not agreement. */
+ * (counted by their dense bytes against the fusion threshold from the table's first step) and
+ * which it compresses (counted by their payload's bytes, as announced). Rank 0's daemon only:
+ * every rank adopts the same table. Only the grouping depends on it: each member of a group is
+ * compressed or sent dense by the table of its step (plan_on_issue), so a late or lost hint
+ * changes how tensors are grouped for a step, never what a rank does with them. */
 static void fuse_hint(core_job *j, const sched_plan *p) {
   if (j->rank != 0 || strcmp(j->policy, "fusion") != 0) return;
   uint32_t *keys = malloc((p->ntensors ? p->ntensors : 1) * sizeof *keys);

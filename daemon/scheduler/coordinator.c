@@ -85,21 +85,21 @@
  * at once, without waiting for (or flushing) the held group. FUSE (any member; every key checked
  * first, an unknown one is ERROR FGB_ENOTFOUND and changes nothing) sets the keys' fuse flag from
  * its step on (before it, the flag in force until then): on, a tensor is packed by its dense size
- * (META count x dtype size) although its META bytes keep it alone (fgbuffd announces a tensor
- * with a compressor as larger than any limit); off, by META's bytes again. It changes only groups
- * formed after it arrives; fgbuffd sends it with the first step of the compression decisions that
- * send those tensors dense, and runs any group holding such a tensor dense (plan_exec.c): a hint
- * that arrives late leaves a tensor alone for a step, never breaks agreement. An ABORT drops the
- * held group (its tensors fail on every daemon with the job). Each group gets the next world seq
- * and goes to every member in job-rank order (also to members that left cleanly: they reported the
- * entry, so they take part). The leader sends in seq order and links deliver in order, so every
- * daemon sees FORMED/ISSUE in increasing seq (a member rejects a non-increasing seq as FGB_EPROTO).
- * Stalls (cfg.stall_ms > 0; 0 disables): on coord_tick, an entry partially ready for longer than
- * stall_ms is reported once: STALL to the leader's own queue and to every member daemon, naming
- * the missing world ranks and the time waited. A completed entry is forgotten; a new one may
- * stall again. Members keep received stalls for status until an ISSUE covers them.
- * Aborts: LEAVE(abort) makes the leader send ABORT (failed_rank = the job rank) to every member,
- * the leaver's daemon included, and forget the job (its entries are dropped; the same name and
+ * (META count x dtype size) instead of its META bytes (fgbuffd announces a tensor with a
+ * sparsifier by its payload's bytes); off, by META's bytes again. It changes only groups formed
+ * after it arrives; fgbuffd sends it with the first step of the compression decisions that send
+ * those tensors dense, and runs each member of a group as its decisions for that step say
+ * (plan_exec.c): a hint that arrives late changes a step's grouping, never agreement. An ABORT
+ * drops the held group (its tensors fail on every daemon with the job). Each group gets the next
+ * world seq and goes to every member in job-rank order (also to members that left cleanly: they
+ * reported the entry, so they take part). The leader sends in seq order and links deliver in order,
+ * so every daemon sees FORMED/ISSUE in increasing seq (a member rejects a non-increasing seq as
+ * FGB_EPROTO). Stalls (cfg.stall_ms > 0; 0 disables): on coord_tick, an entry partially ready for
+ * longer than stall_ms is reported once: STALL to the leader's own queue and to every member
+ * daemon, naming the missing world ranks and the time waited. A completed entry is forgotten; a new
+ * one may stall again. Members keep received stalls for status until an ISSUE covers them. Aborts:
+ * LEAVE(abort) makes the leader send ABORT (failed_rank = the job rank) to every member, the
+ * leaver's daemon included, and forget the job (its entries are dropped; the same name and
  * incarnation may form again). A clean LEAVE aborts the job ("... left with step s unfinished")
  * if some pending entry lacks that rank, or later when an entry that rank can no longer complete
  * is reported (ABORT to every member, the leaver's daemon included); before formation it

@@ -156,10 +156,10 @@ fgb_status coord_ready(coord *c, const coord_job_id *job, uint64_t step, const u
  * job made its first tensor of `step` ready, and this rank wants (on = 1) or does not want
  * (on = 0) the job's next step numbered ahead of readiness. FGB_EAGAIN before JOB_FORMED. */
 fgb_status coord_preissue(coord *c, const coord_job_id *job, int on, uint64_t step);
-/* Fusion of tensors whose META bytes keep them alone (semantics at the top of coordinator.c,
- * "Fusion"): from `step` on the leader packs keys[0..n) with the job's other tensors (on = 1) or
- * sends each alone again (on = 0). A hint: a dynamic policy's compression decisions send them
- * dense from that step. FGB_EAGAIN before JOB_FORMED; n of any size (several FUSE messages). */
+/* Fusion by dense size (semantics at the top of coordinator.c, "Fusion"): from `step` on the leader
+ * counts keys[0..n) by their dense bytes (on = 1) or by their META bytes again (on = 0) against the
+ * fusion threshold. A hint: a dynamic policy's compression decisions send them dense from that
+ * step. FGB_EAGAIN before JOB_FORMED; n of any size (several FUSE messages). */
 fgb_status coord_fuse(coord *c, const coord_job_id *job, int on, uint64_t step,
                       const uint32_t *keys, uint32_t n);
 /* Recall (semantics at the top of coordinator.c): this daemon's client of the job did something

@@ -1,11 +1,13 @@
 /* daemon/scheduler/fusion.c — policy "fusion": Horovod tensor fusion. Every cycle (option
  * cycle_ms, default 1 ms as in Horovod >= 0.21) the tensors the coordinator agreed ready are
  * packed, in agreed order, into groups of at most fusion_bytes (default 128 MiB; 0 = no fusion)
- * of the same kind (compressible or not). A tensor bigger than the threshold travels alone.
- * Composition depends on timing, which is why it needs the coordinator's agreement every cycle.
- * The plan fixes only order and per-tensor compression decisions: in fgbuffd, the job's agreed,
- * versioned decision table (plan_exec.c). Dense, a tensor costs only its bytes (the group pays the
- * latency); compressed, it travels alone with every latency of the sparse path.
+ * (Horovod: of the same kind; in fgbuffd a group may hold both, a tensor with a compressor counting
+ * its payload's bytes). A tensor bigger than the threshold travels alone. Composition depends on
+ * timing, which is why it needs the coordinator's agreement every cycle. The plan fixes only order
+ * and per-tensor compression decisions: in fgbuffd, the job's agreed, versioned decision table
+ * (plan_exec.c). In a group a tensor costs only what it adds: dense its bytes (the group pays the
+ * all-reduce's latency), compressed its encode and decode and its payload's bytes (the group's
+ * payloads share one all-gather).
  */
 #include <stdlib.h>
 
@@ -27,12 +29,14 @@ static fgb_status fusion_plan(const sched_inputs *in, sched_plan *out, char *err
   if (st != FGB_OK) return st;
   /* The static plan only fixes order and per-tensor decisions; groups are formed per cycle. A
    * tensor sent dense travels in a group whose all-reduce latency is paid anyway: what it adds is
-   * its bytes (ar_beta x bytes), so that is what compressing it (alone: its own encode, all-gather
-   * and decode latencies) is weighed against. Weighing it against a whole all-reduce (as `none`
-   * does) compressed every tensor of GPT-2 on NVLink once the latency was fitted from fused groups
-   * (docs/scheduling.md). A tensor above the threshold travels alone: its latency counts. */
+   * its bytes (ar_beta x bytes); compressed, its payload joins the group's one all-gather (session
+   * 21; before, it travelled alone), so it adds its encode and decode and its payload's bytes.
+   * Those are weighed against each other. Weighing against a whole all-reduce (as `none` does)
+   * compressed every tensor of GPT-2 on NVLink once the latency was fitted from fused groups
+   * (docs/scheduling.md). A tensor above the threshold travels alone: its latencies count. */
   sched_inputs fused = *in;
   fused.costs.ar_alpha = 0;
+  fused.costs.ag_alpha = 0;
   for (uint32_t i = 0; i < in->ntensors; i++) {
     const sched_tensor *t = &in->tensors[i];
     int alone = thr <= 0 || (double)t->count * t->elem_size > thr;

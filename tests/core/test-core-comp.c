@@ -196,11 +196,12 @@ static void test_topk(int n, uint64_t steps) {
  *    whatever the plan decided). */
 static const uint64_t off3[3] = {OFF_G, OFF_D, OFF_M};
 
-/* Three tensors t0..t2 (compressed where comp[k]: top-k 0.125) of job j on 2 ranks, `steps` steps
- * submitted t2, t1, t0: every result checked against the reference, in which a compressed tensor is
- * sent dense (residual folded in and cleared) at the steps dense_from..dense_to. */
-static void steps_check(world *w, const uint32_t t[3], const int comp[3], uint64_t steps,
-                        uint64_t dense_from, uint64_t dense_to) {
+/* Three tensors t0..t2 (compressed where comp[k]: top-k keeping kk[k] of N_G) of job j on 2 ranks,
+ * `steps` steps submitted t2, t1, t0: every result checked against the reference, in which a
+ * compressed tensor of `which` (bit k) is sent dense (residual folded in and cleared) at the steps
+ * dense_from..dense_to. */
+static void steps_check_k(world *w, const uint32_t t[3], const int comp[3], const uint32_t kk[3],
+                          unsigned which, uint64_t steps, uint64_t dense_from, uint64_t dense_to) {
   float resid[3][2][N_G] = {{{0}}};
   for (uint64_t s = 1; s <= steps; s++) {
     float sum[3][N_G] = {{0}};
@@ -208,8 +209,8 @@ static void steps_check(world *w, const uint32_t t[3], const int comp[3], uint64
       for (int k = 0; k < 3; k++) {
         float gr[N_G];
         for (uint64_t i = 0; i < N_G; i++) gr[i] = w_f32(w, r, off3[k])[i] = grad(r + 2 * k, i, s);
-        if (comp[k] && !(s >= dense_from && s <= dense_to)) {
-          ref_topk(resid[k][r], gr, N_G, 4, sum[k]);
+        if (comp[k] && !((which >> k & 1u) && s >= dense_from && s <= dense_to)) {
+          ref_topk(resid[k][r], gr, N_G, kk[k], sum[k]);
         } else {
           for (uint64_t i = 0; i < N_G; i++) sum[k][i] += resid[k][r][i] + gr[i];
           memset(resid[k][r], 0, sizeof(resid[k][r]));
@@ -235,15 +236,29 @@ static void steps_check(world *w, const uint32_t t[3], const int comp[3], uint64
 }
 
 /* The three tensors of steps_check registered on both ranks (ids in t). */
-static void three_tensors(world *w, const int comp[3], uint32_t t[3]) {
+/* steps_check_k with top-k 0.125 (4 of N_G) for every compressed tensor, all of them dense at
+ * dense_from..dense_to. */
+static void steps_check(world *w, const uint32_t t[3], const int comp[3], uint64_t steps,
+                        uint64_t dense_from, uint64_t dense_to) {
+  static const uint32_t k4[3] = {4, 4, 4};
+  steps_check_k(w, t, comp, k4, 7u, steps, dense_from, dense_to);
+}
+
+/* t0..t2 at off3, top-k at density dens[k] where comp[k]. */
+static void three_tensors_d(world *w, const int comp[3], const double dens[3], uint32_t t[3]) {
   static const char *const names[3] = {"t0", "t1", "t2"};
   for (int k = 0; k < 3; k++) {
     core_tensor_args a[W_MAX];
     for (int r = 0; r < 2; r++)
-      a[r] = comp[k] ? targs(names[k], N_G, off3[k], "topk", 0.125, NULL)
+      a[r] = comp[k] ? targs(names[k], N_G, off3[k], "topk", dens[k], NULL)
                      : targs(names[k], N_G, off3[k], "", 0, NULL);
     t[k] = w_tensor_args(w, a, 1);
   }
+}
+
+static void three_tensors(world *w, const int comp[3], uint32_t t[3]) {
+  static const double d[3] = {0.125, 0.125, 0.125};
+  three_tensors_d(w, comp, d, t);
 }
 
 /* The payload all-gathers rank r started: the compressed members of one plan buffer share one
@@ -444,12 +459,24 @@ static void test_fuse_bound(void) {
   w_stop(&w);
 }
 
+/* The all-gathers rank 0 started of `bytes` per rank. */
+static int ag_count(size_t bytes) {
+  int n = 0;
+  for (int i = 0; i < w_nops(0); i++) {
+    w_op o = w_op_at(0, i);
+    n += o.kind == OP_AG && o.count == bytes;
+  }
+  return n;
+}
+
 /* Policy fusion, compressing cheap (the table compresses t0 and t2 from step 5), with a held cycle
- * so that each step is one group unless a tensor travels alone: a FUSE hint (what fgbuffd sends
- * when a table sends tensors dense) from step 3, before any table: t0 and t2 are packed with t1
- * at steps 3 and 4, and every rank runs that group dense although nothing decided it (their
- * residuals folded in); the table adopted at step 3 hints them alone again from its first step,
- * 5, where they compress again. Without the members' rule a group would hold compressed tensors. */
+ * so that each step is one group: t0 and t2 (top-k) announce their payload's bytes, so from step 1
+ * every step is one group of the three, t0's and t2's payloads in one all-gather and t1 all-reduced
+ * beside them (before session 21 they travelled alone: 3 collectives a step). Each member is
+ * compressed or sent dense by the table of its step, none before step 5: all compressed. A FUSE
+ * hint from step 3 (what fgbuffd sends when a table sends tensors dense) changes only the
+ * leader's byte count, not what any rank does: nothing is sent dense, results bitwise as the
+ * reference at every step. */
 static void test_fusion_hint(void) {
   world w;
   w_start(&w, 2);
@@ -461,20 +488,65 @@ static void test_fusion_hint(void) {
   core_job *j0 = w.r[0].job;
   uint32_t keys[2] = {core_tensor_by_name(j0, "t0")->key, core_tensor_by_name(j0, "t2")->key};
   REQUIRE(coord_fuse(w.r[1].c.coord, &j0->id, 1, 3, keys, 2) == FGB_OK);
-  steps_check(&w, t, comp, 8, 3, 4);
+  steps_check(&w, t, comp, 8, UINT64_MAX, UINT64_MAX);
   for (int r = 0; r < 2; r++) {
     plan_view pv;
     plan_view_get(w.r[r].job, &pv);
     REQUIRE(pv.nversions == 1);
     const sched_plan *p = pv.versions[0];
-    CHECK(p->first_step == 5 && pv.dense_issued == 2);
+    CHECK(p->first_step == 5 && pv.dense_issued == 0);
     uint32_t dense_key = core_tensor_by_name(w.r[r].job, "t1")->key;
     for (uint32_t b = 0; b < p->nbuffers; b++)
       CHECK(p->buffers[b].compress == (p->order[p->buffers[b].first] != dense_key));
   }
+  const size_t pay = comp_coo_bytes(4, 4);
+  CHECK_MSG(ag_count(2 * pay) == 8 && ag_count(pay) == 0,
+            "all-gathers of both payloads %d (want 8), of one %d (want 0)", ag_count(2 * pay),
+            ag_count(pay));
   char st[8192];
   size_t n = coord_status_json(w.r[0].c.coord, st, sizeof st);
   CHECK(n < sizeof st && strstr(st, "\"fusion_hinted\":0"));
+  CHECK_MSG(strstr(st, "\"issued_tensors\":24,") != NULL, "leader: %s", st);
+  w_stop(&w);
+}
+
+/* Policy fusion, a group whose table sends one member with a compressor dense and compresses the
+ * other: t0 top-k 0.125 (compressed: cheap), t2 top-k 0.5 (dense from the table's first step, 5:
+ * a density of 1/P or more never pays). Until step 4 both payloads go in one all-gather; from step
+ * 5 t2's residual is folded in once and t2 is all-reduced with t1 while t0's payload is
+ * all-gathered alone in the same group (member by member: plan_member_dense). Results bitwise as
+ * the reference. */
+static void test_fusion_mixed(void) {
+  world w;
+  w_start(&w, 2);
+  w_plan_steps(&w, 2, 50);
+  w_join_fusion(&w, "fm", "fusion", 1 << 20, 10000);
+  const int comp[3] = {1, 0, 1};
+  const double dens[3] = {0.125, 0, 0.5};
+  const uint32_t kk[3] = {4, 0, 16};
+  uint32_t t[3];
+  three_tensors_d(&w, comp, dens, t);
+  steps_check_k(&w, t, comp, kk, 1u << 2, 8, 5, UINT64_MAX);
+  for (int r = 0; r < 2; r++) {
+    plan_view pv;
+    plan_view_get(w.r[r].job, &pv);
+    REQUIRE(pv.nversions == 1);
+    const sched_plan *p = pv.versions[0];
+    CHECK(p->first_step == 5 && pv.dense_issued == 0);
+    uint32_t k0 = core_tensor_by_name(w.r[r].job, "t0")->key;
+    uint32_t k2 = core_tensor_by_name(w.r[r].job, "t2")->key;
+    for (uint32_t b = 0; b < p->nbuffers; b++) {
+      uint32_t key = p->order[p->buffers[b].first];
+      if (key == k0 || key == k2)
+        CHECK_MSG(p->buffers[b].compress == (key == k0), "rank %d: t%d compress %d (%s)", r,
+                  key == k0 ? 0 : 2, p->buffers[b].compress, p->buffers[b].reason);
+    }
+  }
+  const size_t p0 = comp_coo_bytes(4, 4), p2 = comp_coo_bytes(16, 4);
+  CHECK_MSG(ag_count(p0 + p2) == 4 && ag_count(p0) == 4,
+            "all-gathers of both payloads %d (want 4), of t0's alone %d (want 4)",
+            ag_count(p0 + p2), ag_count(p0));
+  CHECK(w_count(&w.r[0], REC_ERR, 0) == 0 && w_order_errors == 0);
   w_stop(&w);
 }
 
@@ -542,5 +614,6 @@ int main(int argc, char **argv) {
   test_fuse_bound();
   test_mismatch();
   test_fusion_hint();
+  test_fusion_mixed();
   TEST_DONE();
 }

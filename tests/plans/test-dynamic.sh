@@ -13,10 +13,10 @@
 # the table's first step are compressed (residuals left) and every step from it on dense (residuals
 # folded in and cleared); results are identical on every rank, and every daemon logs the same
 # decisions. The fusion job (its rank 0 on daemon 1, off the leader; fusion cycle longer than a
-# step) sends its compressible tensors alone until the table sends them dense, then packs them with
-# the others (the FUSE hint; the leader's collective count says which). World 2 (scale 1e-9): the
-# same jobs; every compressible tensor but the one-element one stays compressed (and alone), every
-# step.
+# step) sends each step as one group, compressed members and dense ones together (a tensor with a
+# compressor announces its payload's bytes; since session 21), before and after the table and
+# whatever the FUSE hint says (the leader's collective count). World 2 (scale 1e-9): the same
+# jobs; every compressible tensor but the one-element one stays compressed, every step.
 set -u
 source "$(dirname "$0")/../lib/world.sh"
 bin="${FGBUFF_TEST_BIN:?}"
@@ -114,12 +114,11 @@ for p in ("none", "fusion"):
     open(f"{sys.argv[2]}.{p}.first", "w").write(str(t["first_step"]))
 PY
   # The leader's fusion of dyn-fusion once steps 1-11 are issued (the clients sleep in step 12): a
-  # tensor with a compressor travels alone (fgbuffd announces it above any threshold), so with the
-  # cycle longer than a step each step is its 8 compressible tensors alone + 1 group of the other
-  # 4 -- until the table sends them dense: from its first step the hint (FUSE, from rank 0's
-  # daemon) packs them with the rest, 1 group per step (2 steps of slack for the hint's arrival;
-  # the EF checks below say that every step from the first is dense and every one before it
-  # compressed, fused or not).
+  # tensor with a compressor announces its payload's bytes, so with the cycle longer than a step
+  # each step is one group of all 12 tensors, compressed or not (before session 21: the 8
+  # compressible ones alone + 1 group of the other 4 until the table sent them dense). The hint
+  # (FUSE, from rank 0's daemon) only changes their byte count; the EF checks below say that every
+  # step from the table's first is dense and every one before it compressed, in the same groups.
   for _ in $(seq 1 80); do
     c 0 status --json >"$out/lead.json" 2>/dev/null &&
       python3 -c 'import json,sys; j=[j for j in json.load(open(sys.argv[1]))["coordinator"] if j["name"]=="dyn-fusion"]; sys.exit(not j or j[0]["issued_tensors"] < 132)' "$out/lead.json" && break
@@ -132,10 +131,7 @@ lead = [j for j in json.load(open(sys.argv[2]))["coordinator"] if j["name"] == "
 n, nt, hinted = lead["issues"], lead["issued_tensors"], lead["fusion_hinted"]
 print(f"fusion: {n} collectives for {nt} tensors of 11 steps, {hinted} tensors hinted")
 assert nt == 11 * 12 and lead["fusion"]["held"] == 0, lead
-if want == "dense":
-    assert hinted == 8 and n <= (first - 1) * 9 + (11 - first + 1) + 2 * 8, lead
-else:
-    assert hinted == 0 and n == 11 * 9, lead
+assert n == 11 and hinted == (8 if want == "dense" else 0), lead
 PY
   grep -q "compression decisions v1 (none)" "$out/status.0.txt" &&
     grep -q "tensor [0-9]* 'layer3.grad': " "$out/status.0.txt" ||
