@@ -469,6 +469,16 @@ static int ag_count(size_t bytes) {
   return n;
 }
 
+/* Rank r's decision table in the fusion tests: one version, from step 5, no ISSUE sent dense
+ * whole (valid until the next call into the core). */
+static const sched_plan *fusion_table(world *w, int r) {
+  plan_view pv;
+  plan_view_get(w->r[r].job, &pv);
+  REQUIRE(pv.nversions == 1);
+  CHECK(pv.versions[0]->first_step == 5 && pv.dense_issued == 0);
+  return pv.versions[0];
+}
+
 /* Policy fusion, compressing cheap (the table compresses t0 and t2 from step 5), with a held cycle
  * so that each step is one group: t0 and t2 (top-k) announce their payload's bytes, so from step 1
  * every step is one group of the three, t0's and t2's payloads in one all-gather and t1 all-reduced
@@ -490,11 +500,7 @@ static void test_fusion_hint(void) {
   REQUIRE(coord_fuse(w.r[1].c.coord, &j0->id, 1, 3, keys, 2) == FGB_OK);
   steps_check(&w, t, comp, 8, UINT64_MAX, UINT64_MAX);
   for (int r = 0; r < 2; r++) {
-    plan_view pv;
-    plan_view_get(w.r[r].job, &pv);
-    REQUIRE(pv.nversions == 1);
-    const sched_plan *p = pv.versions[0];
-    CHECK(p->first_step == 5 && pv.dense_issued == 0);
+    const sched_plan *p = fusion_table(&w, r);
     uint32_t dense_key = core_tensor_by_name(w.r[r].job, "t1")->key;
     for (uint32_t b = 0; b < p->nbuffers; b++)
       CHECK(p->buffers[b].compress == (p->order[p->buffers[b].first] != dense_key));
@@ -528,11 +534,7 @@ static void test_fusion_mixed(void) {
   three_tensors_d(&w, comp, dens, t);
   steps_check_k(&w, t, comp, kk, 1u << 2, 8, 5, UINT64_MAX);
   for (int r = 0; r < 2; r++) {
-    plan_view pv;
-    plan_view_get(w.r[r].job, &pv);
-    REQUIRE(pv.nversions == 1);
-    const sched_plan *p = pv.versions[0];
-    CHECK(p->first_step == 5 && pv.dense_issued == 0);
+    const sched_plan *p = fusion_table(&w, r);
     uint32_t k0 = core_tensor_by_name(w.r[r].job, "t0")->key;
     uint32_t k2 = core_tensor_by_name(w.r[r].job, "t2")->key;
     for (uint32_t b = 0; b < p->nbuffers; b++) {
