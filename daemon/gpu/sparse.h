@@ -57,13 +57,13 @@ int sp_timing_events(const sp_timing *tm, void *ev[4]);
  * engine stream: every member's encode, then rounds of every member's next phase (the fixed-size
  * all-gathers and all-reduces in one NCCL group: their payloads travel in one launch; the
  * variable-size exchanges in a second), each followed by the members' advances, then every
- * member's decode and write-back. The encodes and the decodes run on up to FGBUFF_GPU_COMP_LANES
- * streams at once (side streams forked from the engine stream and joined back before the
- * collectives and before the function returns: what the caller enqueues next on the engine stream
- * is ordered after all of it). No host synchronisation except when an instance is created (first
- * use), a lane's stream is (first item of two members or more) or an advance reads sizes. Timed
- * into tm[*ntm ..] (one per member while *ntm < ntm_cap; tm NULL: untimed); bytes counters are
- * incremented by the phases' bytes. */
+ * member's decode and write-back. The encodes, each round's advances and the decodes run on the
+ * members' lanes (each instance lives on one of up to FGBUFF_GPU_COMP_LANES streams: the engine
+ * stream or a side stream forked from it and joined back before the collectives and before the
+ * function returns, so what the caller enqueues next on the engine stream is ordered after all of
+ * it). No host synchronisation except when an instance is created (first use; the lanes with the
+ * first) or an advance reads sizes. Timed into tm[*ntm ..] (one per member while *ntm < ntm_cap;
+ * tm NULL: untimed); bytes counters are incremented by the phases' bytes. */
 fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_timing *tm,
                         uint32_t ntm_cap, uint32_t *ntm, uint64_t *sent, uint64_t *recv, char *err,
                         size_t errlen);
