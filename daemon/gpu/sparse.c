@@ -311,7 +311,7 @@ static int64_t blob_state_bytes(const uint8_t *b, size_t bytes) {
 static int lanes_get(cudaStream_t s0);
 static cudaStream_t lane_stream(int l, cudaStream_t s0);
 static fgb_status lanes_fork(cudaStream_t s, int nl, char *err, size_t errlen);
-static fgb_status lanes_join(cudaStream_t s, int nl, char *err, size_t errlen);
+static fgb_status lanes_join(cudaStream_t s, int nl, fgb_status st, char *err, size_t errlen);
 
 static void inst_free(sp_inst *i) {
   for (int k = 0; k < 2; k++) /* one in flight is freed when it completes */
@@ -574,16 +574,17 @@ static fgb_status lanes_fork(cudaStream_t s, int nl, char *err, size_t errlen) {
   return ce == cudaSuccess ? FGB_OK : cuda_err(ce, "forking the compression lanes", err, errlen);
 }
 
-/* s waits for the work enqueued on lanes 1..nl-1 so far. Every lane is joined whatever fails. */
-static fgb_status lanes_join(cudaStream_t s, int nl, char *err, size_t errlen) {
+/* s waits for the work enqueued on lanes 1..nl-1 so far; every lane is joined whatever failed
+ * before (st) or fails here. Returns st when it is an error (err untouched), else the join's. */
+static fgb_status lanes_join(cudaStream_t s, int nl, fgb_status st, char *err, size_t errlen) {
   cudaError_t first = cudaSuccess;
   for (int l = 1; l < nl; l++) {
     cudaError_t ce = cudaEventRecord(g_join[l], g_lane[l]);
     if (ce == cudaSuccess) ce = cudaStreamWaitEvent(s, g_join[l], 0);
     if (first == cudaSuccess) first = ce;
   }
-  return first == cudaSuccess ? FGB_OK
-                              : cuda_err(first, "joining the compression lanes", err, errlen);
+  if (st != FGB_OK || first == cudaSuccess) return st;
+  return cuda_err(first, "joining the compression lanes", err, errlen);
 }
 
 /* ---- measured encode / decode times ---------------------------------------------------------- */
@@ -720,8 +721,7 @@ typedef struct sp_member {
   float *w;
   comp_phase ph;
   int phase, active;
-  int lane;      /* its encode and decode run there */
-  comp_exec lex; /* the compressor's exec on the lane's stream */
+  comp_exec lex; /* the compressor's exec: its instance's lane */
   double gathered;
 } sp_member;
 
@@ -775,10 +775,10 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
     sp_member *x = &m[j++];
     x->t = &t[k];
     if ((st = inst_get(job, x->t, &x->i, err, errlen)) != FGB_OK) break;
-    x->lane = x->i->lane;
-    x->lex = (comp_exec){1, lane_stream(x->lane, s)};
-    if (x->lane >= nl) nl = x->lane + 1;
-    if (t[k].dtype != FGB_FLOAT32 && t[k].count > half[x->lane]) half[x->lane] = t[k].count;
+    const int l = x->i->lane;
+    x->lex = (comp_exec){1, lane_stream(l, s)};
+    if (l >= nl) nl = l + 1;
+    if (t[k].dtype != FGB_FLOAT32 && t[k].count > half[l]) half[l] = t[k].count;
     if (tm && *ntm < ntm_cap) {
       x->tm = &tm[(*ntm)++];
       memset(x->tm, 0, sizeof *x->tm);
@@ -802,7 +802,7 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
   for (uint32_t k = 0; k < nm && st == FGB_OK; k++) {
     sp_member *x = &m[k];
     cudaStream_t ls = x->lex.stream;
-    if ((st = work_in(x->t, x->lane, ls, &x->w, err, errlen)) != FGB_OK) break;
+    if ((st = work_in(x->t, x->i->lane, ls, &x->w, err, errlen)) != FGB_OK) break;
     int rec = x->ev && timer_mark(x->ev[0], ls);
     x->i->flushed = 0;
     memset(&x->ph, 0, sizeof x->ph);
@@ -816,10 +816,7 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
     x->phase = 1;
     x->active = 1;
   }
-  if (forked) { /* joined whatever failed: no lane work is left behind the item's end */
-    fgb_status js = lanes_join(s, nl, err, st == FGB_OK ? errlen : 0);
-    if (st == FGB_OK) st = js;
-  }
+  if (forked) st = lanes_join(s, nl, st, err, errlen); /* no lane work left behind the item */
   /* Rounds of every active member's next phase on the engine stream, then its advance on its
    * lane (an advance that reads sizes waits for its lane, which waits for the round). */
   for (int more = st == FGB_OK; more && st == FGB_OK;) {
@@ -837,10 +834,7 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
       x->phase++;
       more |= x->active;
     }
-    if (forked) {
-      fgb_status js = lanes_join(s, nl, err, st == FGB_OK ? errlen : 0);
-      if (st == FGB_OK) st = js;
-    }
+    if (forked) st = lanes_join(s, nl, st, err, errlen);
   }
   /* Decode and write back every member on its lane. */
   forked = st == FGB_OK && (st = lanes_fork(s, nl, err, errlen)) == FGB_OK;
@@ -864,10 +858,7 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
       st = FGB_EIO;
     }
   }
-  if (forked) {
-    fgb_status js = lanes_join(s, nl, err, st == FGB_OK ? errlen : 0);
-    if (st == FGB_OK) st = js;
-  }
+  if (forked) st = lanes_join(s, nl, st, err, errlen);
   free(m);
   return st;
 }
@@ -895,8 +886,7 @@ fgb_status sp_flush(const sp_job *job, const eng_tensor *t, char *err, size_t er
     snprintf(err, errlen, "tensor %u: writing the flushed gradient back failed", t->tensor_id);
     st = FGB_EIO;
   }
-  fgb_status js = lanes_join(s, i->lane + 1, err, st == FGB_OK ? errlen : 0);
-  if (st == FGB_OK) st = js;
+  st = lanes_join(s, i->lane + 1, st, err, errlen);
   if (st == FGB_OK) i->flushed = comp_flush_idempotent(i->ops);
   return st;
 }
@@ -929,6 +919,5 @@ fgb_status sp_state(const sp_job *job, eng_item *it, char *err, size_t errlen) {
     st = i->ops->state_export(i->st, &ex, &it->state, &it->state_bytes);
     if (st != FGB_OK) snprintf(err, errlen, "compressor %s: state export failed", i->ops->name);
   }
-  fgb_status js = lanes_join(s, i->lane + 1, err, st == FGB_OK ? errlen : 0);
-  return st == FGB_OK ? js : st;
+  return lanes_join(s, i->lane + 1, st, err, errlen);
 }
