@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "cost.h"
+#include "compressor.h"
 #include "core_internal.h"
 #include "engine.h"
 #include "log.h"
@@ -38,7 +39,7 @@ uint64_t plan_policy_group_bytes(const core_job *j, const core_tensor *t) {
    * a compressor without a density (low-rank, fp16, its default) counts as dense. */
   if (t->comp && t->density > 0 && t->density < 1) {
     double k = ceil((double)t->count * t->density);
-    return 8 + 8 * (uint64_t)(k < 1 ? 1 : k);
+    return comp_coo_bytes(k < 1 ? 1 : (size_t)k, sizeof(float));
   }
   return t->count * t->esize;
 }
@@ -357,21 +358,19 @@ static int rewrite_issue(const sched_plan *p, coord_event *ev, uint32_t b) {
   return 0;
 }
 
-/* Dynamic policies: the decision table in force for the ISSUE's step. 2 (its members with a
- * compressor are flushed dense) when every such member is in the table and decided dense; 0 when
- * any is compressed or not in the table (registered after the exchange: it compresses, as before
- * decisions existed). *has_comp: the ISSUE holds a member with a compressor. Compressed tensors
- * travel alone under none and fusion, so an ISSUE holds at most one of them unless the ranks
- * disagree on compressors (cp_agree then fails the job). */
 /* The table v sends tensor `key` dense (a key not in it, registered after its exchange,
  * compresses). */
 static int table_dense(const plan_ver *v, uint32_t key) {
   return key < v->nbuf_of && v->buf_of[key] && !v->plan.buffers[v->buf_of[key] - 1].compress;
 }
 
-/* A dynamic job's ISSUE (one tensor, or a fusion group): each member with a compressor is
- * compressed or sent dense as table v says; 0 every one compresses (or none has a compressor), 2
- * every one is sent dense, PLAN_ISSUE_MIXED some of each (the item asks plan_member_dense). */
+/* A dynamic job's ISSUE (one tensor, or a fusion group) under table v, the one in force for its
+ * step: each member with a compressor is compressed or sent dense as v says (one not in v,
+ * registered after its exchange, compresses, as before decisions existed); 0 every one compresses
+ * (or none has a compressor), 2 every one is sent dense (flushed), PLAN_ISSUE_MIXED some of each
+ * (the item asks plan_member_dense). *has_comp: the ISSUE holds a member with a compressor. Every
+ * rank has the same v for a step (a version starts at an agreed step), so every rank decides
+ * alike whatever the leader grouped. */
 static int dyn_decision(const core_job *j, const plan_ver *v, const coord_event *ev,
                         int *has_comp) {
   uint32_t ncomp = 0, ndense = 0;
@@ -399,7 +398,7 @@ int plan_member_dense(const core_job *j, uint64_t step, uint32_t key) {
   return v && table_dense(v, key);
 }
 
-static int on_issue(core_job *j, coord_event *ev) {
+int plan_on_issue(core_job *j, coord_event *ev) {
   plan_state *pl = plan_get(j);
   if (!pl || ev->ntensors == 0) return 0;
   /* Static plans take single-tensor ISSUEs; a fusion group holds several dense tensors. */
@@ -502,13 +501,6 @@ nomem:
   LOG_ERROR("job '%s': out of memory holding plan buffer %u of step %llu", j->id.name, b,
             (unsigned long long)ev->step);
   return 0;
-}
-
-/* A fusion group may hold tensors with a compressor (they announce their payload's bytes): each
- * member is compressed or sent dense by the table in force for the group's step, which every rank
- * has alike (a version starts at an agreed step), as for a tensor alone (dyn_decision). */
-int plan_on_issue(core_job *j, coord_event *ev) {
-  return on_issue(j, ev);
 }
 
 void plan_view_get(const core_job *j, plan_view *v) {
