@@ -189,29 +189,25 @@ int main(int argc, char **argv) {
            tr.model, comp, density, lanes);
     printf("only %s: host enqueue us %.1f GPU us %.1f (median of %d, pace %g ms)\n",
            run_names[only], median(host[only], iters), median(gpu[only], iters), iters, pace_ms);
-    sp_release(9);
-    cudaStreamSynchronize(s);
-    comm_nccl_ops.destroy(c);
-    trc_free(&tr);
-    return 0;
+  } else {
+    double hl = median(host[0], iters), ha = median(host[1], iters), ht = median(host[2], iters);
+    double gl = median(gpu[0], iters), ga = median(gpu[1], iters), gt = median(gpu[2], iters);
+    double hg = median(host[3], iters), gg = median(gpu[3], iters);
+    printf("GPU: %s; %s: %d members of %s (%llu elements), %s %g, fp32, 1 rank, median of %d\n",
+           prop.name, path, m, tr.model, (unsigned long long)elems, comp, density, iters);
+    char row[64];
+    printf("%-34s %14s %14s\n", "", "host enqueue us", "GPU us");
+    printf("%-34s %14.1f %14.1f\n", "one by one", ha, ga);
+    printf("%-34s %14.1f %14.1f\n", "together, 1 lane", ht, gt);
+    snprintf(row, sizeof row, "together, %d lanes", lanes);
+    printf("%-34s %14.1f %14.1f\n", row, hl, gl);
+    snprintf(row, sizeof row, "together, %d lanes, graphs", lanes);
+    printf("%-34s %14.1f %14.1f\n", row, hg, gg);
+    printf("%-34s %14.2f %14.2f\n", "ratio together 1 lane / one by one", ht / ha, gt / ga);
+    snprintf(row, sizeof row, "ratio %d lanes / 1 lane", lanes);
+    printf("%-34s %14.2f %14.2f\n", row, hl / ht, gl / gt);
+    printf("%-34s %14.2f %14.2f\n", "ratio graphs / no graphs", hg / hl, gg / gl);
   }
-  double hl = median(host[0], iters), ha = median(host[1], iters), ht = median(host[2], iters);
-  double gl = median(gpu[0], iters), ga = median(gpu[1], iters), gt = median(gpu[2], iters);
-  double hg = median(host[3], iters), gg = median(gpu[3], iters);
-  printf("GPU: %s; %s: %d members of %s (%llu elements), %s %g, fp32, 1 rank, median of %d\n",
-         prop.name, path, m, tr.model, (unsigned long long)elems, comp, density, iters);
-  char row[64];
-  printf("%-34s %14s %14s\n", "", "host enqueue us", "GPU us");
-  printf("%-34s %14.1f %14.1f\n", "one by one", ha, ga);
-  printf("%-34s %14.1f %14.1f\n", "together, 1 lane", ht, gt);
-  snprintf(row, sizeof row, "together, %d lanes", lanes);
-  printf("%-34s %14.1f %14.1f\n", row, hl, gl);
-  snprintf(row, sizeof row, "together, %d lanes, graphs", lanes);
-  printf("%-34s %14.1f %14.1f\n", row, hg, gg);
-  printf("%-34s %14.2f %14.2f\n", "ratio together 1 lane / one by one", ht / ha, gt / ga);
-  snprintf(row, sizeof row, "ratio %d lanes / 1 lane", lanes);
-  printf("%-34s %14.2f %14.2f\n", row, hl / ht, gl / gt);
-  printf("%-34s %14.2f %14.2f\n", "ratio graphs / no graphs", hg / hl, gg / gl);
   sp_release(9);
   cudaStreamSynchronize(s);
   comm_nccl_ops.destroy(c);
