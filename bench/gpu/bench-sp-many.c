@@ -17,17 +17,26 @@
  * --high: the stream (and so the lanes) at the device's greatest priority, as fgbuffd's engine
  * stream with FGBUFF_GPU_STREAM_PRIORITY=high.
  *
+ * Every member is timed as the daemon times it for measured planning (sp_timing: its encode and
+ * decode between events on its lane; GPU us includes those events). Each run's samples are fitted
+ * as the engine fits them (eng_stats_fit) and the table prints what the planner would charge the
+ * step's members (the fitted encode and decode costs summed over them, cost.c's sum) beside the
+ * members' own times summed: on lanes the members' times overlap, and sp_timing_done scales them
+ * to the span each phase took, so the charge follows the GPU time, not the sum.
+ *
  * usage: bench-sp-many [--trace CSV] [--density D] [--iters N] [--comp NAME] [--lanes L]
  *                      [--only RUN] [--pace-ms P] [--high]
  *   members: the trace's tensors of 2 or more dimensions (default bench/trace/resnet50.csv:
  *   ResNet-50's 54 weights), fp32, compressor NAME (default topk) at density D (0.01). */
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "compressor.h"
+#include "eng_plan.h"
 #include "sparse.h"
 #include "trace.h"
 
@@ -143,12 +152,17 @@ int main(int argc, char **argv) {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  double *host[RUNS], *gpu[RUNS];
+  double *host[RUNS], *gpu[RUNS], *own[RUNS];
+  eng_stats *stats[RUNS];
   for (int r = 0; r < RUNS; r++) {
     host[r] = calloc((size_t)iters, sizeof(double));
     gpu[r] = calloc((size_t)iters, sizeof(double));
-    if (!host[r] || !gpu[r]) return fail("calloc", "out of memory");
+    own[r] = calloc((size_t)iters, sizeof(double));
+    stats[r] = eng_stats_new();
+    if (!host[r] || !gpu[r] || !own[r] || !stats[r]) return fail("calloc", "out of memory");
   }
+  static sp_timing tm[MAXM];
+  static double dec_x[MAXM]; /* each member's gathered elements (P * k), from its last decode */
   const int warm = 3;
   double next = now_us();
   for (int it = 0; it < warm + iters; it++)
@@ -169,26 +183,54 @@ int main(int argc, char **argv) {
       cudaEventRecord(e0, s);
       double h0 = now_us();
       fgb_status st = FGB_OK;
+      uint32_t ntm = 0; /* one call: tm[0..m); one by one: a call per member, each its own ref */
       if (r != 1)
-        st = sp_sync_many(&job, t[r], (uint32_t)m, NULL, 0, NULL, &sent, &recv, err, sizeof err);
+        st = sp_sync_many(&job, t[r], (uint32_t)m, tm, MAXM, &ntm, &sent, &recv, err, sizeof err);
       for (int k = 0; r == 1 && k < m && st == FGB_OK; k++)
-        st = sp_sync_many(&job, &t[1][k], 1, NULL, 0, NULL, &sent, &recv, err, sizeof err);
+        st = sp_sync_many(&job, &t[1][k], 1, tm, MAXM, &ntm, &sent, &recv, err, sizeof err);
       double h1 = now_us();
       cudaEventRecord(e1, s);
       if (st != FGB_OK) return fail("sp_sync_many", err);
       cudaStreamSynchronize(s);
       float ms = 0;
       cudaEventElapsedTime(&ms, e0, e1);
+      double sum = 0; /* the members' own encode and decode times */
+      for (uint32_t k = 0; k < ntm; k++) {
+        void *ev[4];
+        float a = 0, b = 0;
+        if (!sp_timing_events(&tm[k], ev) || !tm[k].enc_ok || !tm[k].dec_ok) continue;
+        cudaEventElapsedTime(&a, (cudaEvent_t)ev[0], (cudaEvent_t)ev[1]);
+        cudaEventElapsedTime(&b, (cudaEvent_t)ev[2], (cudaEvent_t)ev[3]);
+        sum += ((double)a + (double)b) * 1e3;
+        if (tm[k].t >= t[r] && tm[k].t < t[r] + m) dec_x[tm[k].t - t[r]] = tm[k].dec_x;
+      }
+      sp_timing_done(tm, ntm, it >= warm ? stats[r] : NULL);
       if (it >= warm) {
         host[r][it - warm] = h1 - h0;
         gpu[r][it - warm] = (double)ms * 1e3;
+        own[r][it - warm] = sum;
       }
     }
+  /* What the planner charges the members from each run's fitted samples (cost.c: encode
+   * alpha + beta n and decode alpha + beta P k per member, summed over the buffer). */
+  double charge[RUNS];
+  for (int r = 0; r < RUNS; r++) {
+    sched_costs cc = {0};
+    charge[r] = NAN;
+    if (eng_stats_fit(stats[r], &cc) != ((1u << EPS_ENCODE) | (1u << EPS_DECODE))) continue;
+    charge[r] = 0;
+    for (int k = 0; k < m; k++)
+      charge[r] += (cc.comp_alpha + cc.comp_beta * (double)t[r][k].count + cc.dec_alpha +
+                    cc.dec_beta * dec_x[k]) *
+                   1e6;
+  }
   if (only >= 0) {
     printf("GPU: %s; %s: %d members of %s, %s %g, fp32, 1 rank, %d lanes\n", prop.name, path, m,
            tr.model, comp, density, lanes);
     printf("only %s: host enqueue us %.1f GPU us %.1f (median of %d, pace %g ms)\n",
            run_names[only], median(host[only], iters), median(gpu[only], iters), iters, pace_ms);
+    printf("only %s: members' own times us %.1f, planner's charge us %.1f\n", run_names[only],
+           median(own[only], iters), charge[only]);
   } else {
     double hl = median(host[0], iters), ha = median(host[1], iters), ht = median(host[2], iters);
     double gl = median(gpu[0], iters), ga = median(gpu[1], iters), gt = median(gpu[2], iters);
@@ -196,17 +238,26 @@ int main(int argc, char **argv) {
     printf("GPU: %s; %s: %d members of %s (%llu elements), %s %g, fp32, 1 rank, median of %d\n",
            prop.name, path, m, tr.model, (unsigned long long)elems, comp, density, iters);
     char row[64];
-    printf("%-34s %14s %14s\n", "", "host enqueue us", "GPU us");
-    printf("%-34s %14.1f %14.1f\n", "one by one", ha, ga);
-    printf("%-34s %14.1f %14.1f\n", "together, 1 lane", ht, gt);
+    printf("%-34s %14s %14s %14s %14s\n", "", "host enqueue us", "GPU us", "members' own us",
+           "planner's us");
+    printf("%-34s %14.1f %14.1f %14.1f %14.1f\n", "one by one", ha, ga, median(own[1], iters),
+           charge[1]);
+    printf("%-34s %14.1f %14.1f %14.1f %14.1f\n", "together, 1 lane", ht, gt, median(own[2], iters),
+           charge[2]);
     snprintf(row, sizeof row, "together, %d lanes", lanes);
-    printf("%-34s %14.1f %14.1f\n", row, hl, gl);
+    printf("%-34s %14.1f %14.1f %14.1f %14.1f\n", row, hl, gl, median(own[0], iters), charge[0]);
     snprintf(row, sizeof row, "together, %d lanes, graphs", lanes);
-    printf("%-34s %14.1f %14.1f\n", row, hg, gg);
+    printf("%-34s %14.1f %14.1f %14.1f %14.1f\n", row, hg, gg, median(own[3], iters), charge[3]);
     printf("%-34s %14.2f %14.2f\n", "ratio together 1 lane / one by one", ht / ha, gt / ga);
     snprintf(row, sizeof row, "ratio %d lanes / 1 lane", lanes);
     printf("%-34s %14.2f %14.2f\n", row, hl / ht, gl / gt);
     printf("%-34s %14.2f %14.2f\n", "ratio graphs / no graphs", hg / hl, gg / gl);
+  }
+  for (int r = 0; r < RUNS; r++) {
+    free(host[r]);
+    free(gpu[r]);
+    free(own[r]);
+    eng_stats_free(stats[r]);
   }
   sp_release(9);
   cudaStreamSynchronize(s);

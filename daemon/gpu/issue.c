@@ -626,8 +626,8 @@ static int g_poll(eng_item *it) {
         cudaEventElapsedTime(&cms, x->cev[0], x->cev[1]) == cudaSuccess)
       eng_stats_add(it->stats, x->ckind, (double)x->cbytes, (double)cms * 1e-3);
     if (x->tl && it->status == FGB_OK) gpu_tl_spans(x, it); /* before the timing slots go back */
-    for (uint32_t k = 0; k < x->ntm; k++) /* the stream is past every member's events */
-      sp_timing_done(&x->tm[k], it->status == FGB_OK ? it->stats : NULL);
+    /* the stream is past every member's events */
+    sp_timing_done(x->tm, x->ntm, it->status == FGB_OK ? it->stats : NULL);
     if (it->n == 1 && eng_trace_tensor(it->t[0].count)) {
       float ms[3] = {0, 0, 0};
       for (int k = 0; k < 3; k++) cudaEventElapsedTime(&ms[k], x->tev[k], x->tev[k + 1]);
@@ -680,7 +680,7 @@ static void g_free(eng_item *it) {
   for (int k = 0; k < 2; k++) ev_give(x->cev[k], 1);
   for (int k = 0; k < 3; k++) ev_give(x->tlev[k], 1);
   tl_ref_put(x->ref);
-  for (uint32_t k = 0; k < x->ntm; k++) sp_timing_done(&x->tm[k], NULL); /* slots not yet read */
+  sp_timing_done(x->tm, x->ntm, NULL); /* slots not yet read */
   free(x->tm);
   free(x);
   it->priv = NULL;

@@ -23,6 +23,7 @@
 #include "sparse.h"
 
 #include <cuda_runtime.h>
+#include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -589,17 +590,20 @@ static fgb_status lanes_join(cudaStream_t s, int nl, fgb_status st, char *err, s
 
 /* ---- measured encode / decode times ---------------------------------------------------------- */
 
-/* Timing events, 4 per slot (encode start, end; decode start, end), created at a slot's first use
- * and reused for the daemon's life: creating and destroying events per item costs host time on
- * every step. A slot is busy from sp_sync_many to sp_timing_done. Engine thread only. */
+/* Timing events per slot (encode start, end; decode start, end; the reference of the call whose
+ * first timed member holds the slot), created at a slot's first use and reused for the daemon's
+ * life: creating and destroying events per item costs host time on every step. A slot is busy
+ * from sp_sync_many to sp_timing_done. Engine thread only. */
 #define SP_TIMERS 256
-static cudaEvent_t g_tev[SP_TIMERS][4];
+#define SP_TEV 5
+#define SP_TEV_REF 4
+static cudaEvent_t g_tev[SP_TIMERS][SP_TEV];
 static unsigned char g_tbusy[SP_TIMERS];
 
 static int timer_take(void) {
   for (int i = 0; i < SP_TIMERS; i++) {
     if (g_tbusy[i]) continue;
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < SP_TEV; k++) {
       if (g_tev[i][k]) continue;
       if (cudaEventCreate(&g_tev[i][k]) != cudaSuccess) {
         g_tev[i][k] = NULL;
@@ -613,19 +617,50 @@ static int timer_take(void) {
   return -1;
 }
 
-void sp_timing_done(sp_timing *tm, struct eng_stats *stats) {
-  if (!tm || tm->slot < 0 || tm->slot >= SP_TIMERS) return;
-  cudaEvent_t *ev = g_tev[tm->slot];
+/* Milliseconds from a to b, or NAN (error cleared: only the sample is lost, see timer_take). */
+static double ev_ms(cudaEvent_t a, cudaEvent_t b) {
   float ms = 0;
-  cudaError_t ce = cudaSuccess;
-  if (stats && tm->enc_ok && (ce = cudaEventElapsedTime(&ms, ev[0], ev[1])) == cudaSuccess)
-    eng_stats_add(stats, EPS_ENCODE, tm->enc_x, (double)ms * 1e-3);
-  if (ce == cudaSuccess && stats && tm->dec_ok &&
-      (ce = cudaEventElapsedTime(&ms, ev[2], ev[3])) == cudaSuccess)
-    eng_stats_add(stats, EPS_DECODE, tm->dec_x, (double)ms * 1e-3);
-  if (ce != cudaSuccess) (void)cudaGetLastError(); /* only the samples are lost (see timer_take) */
-  g_tbusy[tm->slot] = 0;
-  tm->slot = -1;
+  if (cudaEventElapsedTime(&ms, a, b) == cudaSuccess) return (double)ms;
+  (void)cudaGetLastError();
+  return NAN;
+}
+
+/* One call's timed members tm[0..n) (one ref): each phase's samples. On the call's reference
+ * clock they go through eng_stats_add_phase, which scales the times of members that overlapped
+ * on lanes to the phase's span; without a reference each member's own time is added. At most
+ * SP_TIMERS members have slots, so the scratch below holds them all. */
+static void timing_samples(const sp_timing *tm, uint32_t n, struct eng_stats *stats) {
+  static double x[SP_TIMERS], t0[SP_TIMERS], t1[SP_TIMERS];
+  for (int ph = 0; ph < 2; ph++) {
+    uint32_t m = 0;
+    for (uint32_t k = 0; k < n && m < SP_TIMERS; k++) {
+      const sp_timing *q = &tm[k];
+      if (q->slot < 0 || q->slot >= SP_TIMERS || !(ph ? q->dec_ok : q->enc_ok)) continue;
+      cudaEvent_t *ev = g_tev[q->slot];
+      int ref = q->ref >= 0 && q->ref < SP_TIMERS;
+      t0[m] = ref ? ev_ms(g_tev[q->ref][SP_TEV_REF], ev[2 * ph]) * 1e-3 : 0.0;
+      t1[m] = ev_ms(ref ? g_tev[q->ref][SP_TEV_REF] : ev[2 * ph], ev[2 * ph + 1]) * 1e-3;
+      x[m] = ph ? q->dec_x : q->enc_x;
+      if (ref)
+        m++;
+      else if (isfinite(t1[m]))
+        eng_stats_add(stats, ph ? EPS_DECODE : EPS_ENCODE, x[m], t1[m]);
+    }
+    eng_stats_add_phase(stats, ph ? EPS_DECODE : EPS_ENCODE, x, t0, t1, m);
+  }
+}
+
+void sp_timing_done(sp_timing *tm, uint32_t n, struct eng_stats *stats) {
+  if (!tm) return;
+  for (uint32_t a = 0, b; stats && a < n; a = b) { /* runs of one call (one ref) */
+    for (b = a + 1; b < n && tm[b].ref == tm[a].ref; b++) {
+    }
+    timing_samples(tm + a, b - a, stats);
+  }
+  for (uint32_t k = 0; k < n; k++) {
+    if (tm[k].slot >= 0 && tm[k].slot < SP_TIMERS) g_tbusy[tm[k].slot] = 0;
+    tm[k].slot = tm[k].ref = -1;
+  }
 }
 
 int sp_timing_events(const sp_timing *tm, void *ev[4]) {
@@ -782,6 +817,7 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
     if (tm && *ntm < ntm_cap) {
       x->tm = &tm[(*ntm)++];
       memset(x->tm, 0, sizeof *x->tm);
+      x->tm->ref = -1;
       x->tm->t = x->t;
       x->tm->slot = timer_take();
       x->ev = x->tm->slot >= 0 ? g_tev[x->tm->slot] : NULL;
@@ -789,6 +825,13 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
   }
   for (int l = 0; l < nl && st == FGB_OK; l++)
     if (half[l]) st = work_reserve(l, half[l], s, err, errlen);
+  /* The call's reference event, before any lane starts: its members' phases on one clock. */
+  int ref = -1;
+  for (uint32_t k = 0; k < nm && ref < 0; k++)
+    if (m[k].tm && m[k].tm->slot >= 0) ref = m[k].tm->slot;
+  if (ref >= 0 && (st != FGB_OK || !timer_mark(g_tev[ref][SP_TEV_REF], s))) ref = -1;
+  for (uint32_t k = 0; k < nm; k++)
+    if (m[k].tm) m[k].tm->ref = ref;
   /* Programmatic dependent launch only for an item on one lane: beside a trainer under MPS, the
    * early-resident dependents of chains on several lanes starved each other (5x the GPU time). */
   kern_pdl_set(nl < 2);

@@ -37,19 +37,23 @@ void sp_release(uint64_t job_key);
 void sp_forget(uint64_t job_key, uint32_t tensor_id);
 /* Measured planning: GPU-event times of one compressed member's encode (compensation and
  * selection, up to its first collective) and decode (scatter-add and scale), on events of a small
- * pool in sparse.c reused across items (none created per item; pool exhausted: no sample). */
+ * pool in sparse.c reused across items (none created per item; pool exhausted: no sample). The
+ * members timed by one sp_sync_many call share a reference event recorded on the engine stream
+ * before their lanes start, so their phases are read on one clock. */
 typedef struct sp_timing {
   int slot;            /* pool slot, -1: none */
+  int ref;             /* pool slot holding the call's reference event, -1: none */
   int enc_ok, dec_ok;  /* recorded in this use */
   double enc_x, dec_x; /* elements encoded; gathered elements decoded (P * k) */
   int dec_rec;         /* the decode's events recorded (also without a sample: timeline) */
   const eng_tensor *t; /* the member timed */
   uint64_t wire;       /* its bytes sent (issue.c fills it in, for the timeline) */
 } sp_timing;
-/* Once the stream passed tm's events (the item's completion event): add its encode / decode
- * samples (seconds per element) to stats, then give the slot back. stats NULL: give it back only.
- */
-void sp_timing_done(sp_timing *tm, struct eng_stats *stats);
+/* Once the stream passed the events of tm[0..n) (the item's completion event): add their encode
+ * and decode samples (seconds per element) to stats, then give the slots back. The members of one
+ * call that ran beside each other on lanes are added as eng_stats_add_phase does (their times
+ * scaled to the span each phase took). stats NULL: give the slots back only. */
+void sp_timing_done(sp_timing *tm, uint32_t n, struct eng_stats *stats);
 /* The slot's four events (encode start, end, decode start, end) for the timeline, before
  * sp_timing_done; 0 when tm has no slot. */
 int sp_timing_events(const sp_timing *tm, void *ev[4]);

@@ -22,6 +22,12 @@
  * would read a result not yet written. A fourth run is the first with every encode and decode
  * captured and launched as a graph (PowerSGD's warm-up ending at step 3 changes its chain: the
  * graph is instantiated again; Ok-Topk, whose split decode may wait for the host, runs directly).
+ *
+ * Measured planning: each together run's members are timed (sp_timing) and fitted as the engine
+ * does; what the planner then charges the members (their fitted encode and decode costs summed)
+ * stays within the time the call took on the GPU (events on the engine stream around it; the
+ * longest after the first step), on 3 lanes as on 1: the members' overlapping times on lanes are
+ * scaled to each phase's span.
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -30,6 +36,7 @@
 
 #include "compressor.h"
 #include "dtype.h"
+#include "eng_plan.h"
 #include "sparse.h"
 #include "test.h"
 
@@ -125,6 +132,12 @@ int main(void) {
   }
   uint64_t sent[RUNS] = {0}, recv[RUNS] = {0};
   int diffs = 0;
+  eng_stats *stats[RUNS];
+  /* longest call after the first step (which creates the instances), s; gathered P * k */
+  double wall[RUNS] = {0}, dec_x[RUNS][NM] = {{0}};
+  cudaEvent_t e0, e1;
+  REQUIRE(cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess);
+  for (int r = 0; r < RUNS; r++) REQUIRE((stats[r] = eng_stats_new()) != NULL);
   for (uint64_t step = 1; step <= STEPS; step++) {
     eng_tensor t[RUNS][NM];
     for (int r = 0; r < RUNS; r++) {
@@ -139,9 +152,11 @@ int main(void) {
       uint32_t ntm = 0;
       fgb_status st = FGB_OK;
       if (r != 1) {
+        REQUIRE(cudaEventRecord(e0, s) == cudaSuccess);
         st = sp_sync_many(&job, t[r], NM, tm, NM, &ntm, &sent[r], &recv[r], err, sizeof err);
         REQUIRE_MSG(st == FGB_OK, "together on %d lanes, step %llu: %s", lanes[r],
                     (unsigned long long)step, err);
+        REQUIRE(cudaEventRecord(e1, s) == cudaSuccess);
         CHECK(ntm == NM - 1);
       }
       for (int m = 0; r == 0 && m < NM; m++)
@@ -154,7 +169,12 @@ int main(void) {
                     err);
       }
       REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
-      for (uint32_t k = 0; k < ntm; k++) sp_timing_done(&tm[k], NULL);
+      float ms = 0;
+      if (r != 1 && step > 1 && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess &&
+          ms * 1e-3 > wall[r])
+        wall[r] = ms * 1e-3;
+      for (uint32_t k = 0; k < ntm; k++) dec_x[r][tm[k].t - t[r]] = tm[k].dec_x;
+      sp_timing_done(tm, ntm, r == 1 ? NULL : stats[r]);
     }
     for (int m = 0; m < NM; m++) {
       size_t bytes = specs[m].rows * specs[m].cols * dtype_size(specs[m].dtype);
@@ -202,6 +222,24 @@ int main(void) {
       "%d steps of %d compressed members: together on 3 lanes, on 1 and on 3 as graphs == alone "
       "(%d differences), %llu bytes sent\n",
       STEPS, NM - 1, diffs, (unsigned long long)sent[0]);
+  for (int r = 0; r < 3; r += 2) { /* together on 3 lanes, on 1 */
+    sched_costs cc = {0};
+    CHECK_MSG(eng_stats_fit(stats[r], &cc) == ((1u << EPS_ENCODE) | (1u << EPS_DECODE)),
+              "%s: no encode or decode samples", what[r]);
+    double charge = 0;
+    for (int m = 0; m < NM; m++)
+      if (specs[m].comp)
+        charge += cc.comp_alpha + cc.comp_beta * (double)(specs[m].rows * specs[m].cols) +
+                  cc.dec_alpha + cc.dec_beta * dec_x[r][m];
+    printf("%s: planner's charge %.1f us, longest call %.1f us on the GPU\n", what[r], charge * 1e6,
+           wall[r] * 1e6);
+    CHECK_MSG(charge > 0 && charge <= 1.5 * wall[r],
+              "%s: the planner charges the members %.1f us, the call took at most %.1f us", what[r],
+              charge * 1e6, wall[r] * 1e6);
+  }
+  for (int r = 0; r < RUNS; r++) eng_stats_free(stats[r]);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
   for (int m = 0; m < NM; m++) {
     cudaFree(snap[m]);
     for (int r = 0; r < RUNS; r++) cudaFree(dev[r][m]);

@@ -216,8 +216,37 @@ static void stats_fit(void) {
   eng_stats_free(s);
 }
 
+/* Members that ran beside each other (GPU lanes): their times are scaled to the phase's span, so
+ * the fitted per-member costs add up over the item to the time it took; members one after another
+ * keep their own times; a member without a size or with unordered times is left out (of the span
+ * too). */
+static void stats_phase(void) {
+  eng_stats *s = eng_stats_new();
+  REQUIRE(s);
+  /* Two lanes: two 1000-element members over [0, 2] ms, then two 2000-element ones over [2, 6] ms:
+   * 12 ms of member time in a 6 ms span. Bad members: unordered times far before, no size, NaN. */
+  const double x[7] = {1000, 1000, 2000, 2000, 1000, 0, 1000};
+  const double t0[7] = {0, 0, 2e-3, 2e-3, -1.0, -2.0, NAN};
+  const double t1[7] = {2e-3, 2e-3, 6e-3, 6e-3, -2.0, 9.0, 1e-3};
+  eng_stats_add_phase(s, EPS_ENCODE, x, t0, t1, 7);
+  /* Two members one after another with a gap: their own times (1 us per element). */
+  const double y[2] = {1000, 2000}, u0[2] = {0, 3e-3}, u1[2] = {1e-3, 5e-3};
+  eng_stats_add_phase(s, EPS_DECODE, y, u0, u1, 2);
+  sched_costs c = xh_base;
+  CHECK(eng_stats_fit(s, &c) == ((1u << EPS_ENCODE) | (1u << EPS_DECODE)));
+  CHECK_MSG(c.comp_alpha < 1e-12 && fabs(c.comp_beta - 1e-6) < 1e-12, "encode %g + %g x",
+            c.comp_alpha, c.comp_beta);
+  CHECK_MSG(fabs(4 * c.comp_alpha + 6000 * c.comp_beta - 6e-3) < 1e-9,
+            "the fitted encodes sum to %g s, the span is 6 ms",
+            4 * c.comp_alpha + 6000 * c.comp_beta);
+  CHECK_MSG(c.dec_alpha < 1e-12 && fabs(c.dec_beta - 1e-6) < 1e-12, "decode %g + %g x", c.dec_alpha,
+            c.dec_beta);
+  eng_stats_free(s);
+}
+
 int main(void) {
   stats_fit();
+  stats_phase();
   sched_plan p;
   first_plan(&p);
   refused_alike();
