@@ -198,9 +198,9 @@ int main(int argc, char **argv) {
       for (uint32_t k = 0; k < ntm; k++) {
         void *ev[4];
         float a = 0, b = 0;
-        if (!sp_timing_events(&tm[k], ev) || !tm[k].enc_ok || !tm[k].dec_ok) continue;
-        cudaEventElapsedTime(&a, (cudaEvent_t)ev[0], (cudaEvent_t)ev[1]);
-        cudaEventElapsedTime(&b, (cudaEvent_t)ev[2], (cudaEvent_t)ev[3]);
+        if (!sp_timing_events(&tm[k], ev)) continue;
+        if (tm[k].enc_ok) cudaEventElapsedTime(&a, (cudaEvent_t)ev[0], (cudaEvent_t)ev[1]);
+        if (tm[k].dec_ok) cudaEventElapsedTime(&b, (cudaEvent_t)ev[2], (cudaEvent_t)ev[3]);
         sum += ((double)a + (double)b) * 1e3;
         if (tm[k].t >= t[r] && tm[k].t < t[r] + m) dec_x[tm[k].t - t[r]] = tm[k].dec_x;
       }
@@ -212,17 +212,16 @@ int main(int argc, char **argv) {
       }
     }
   /* What the planner charges the members from each run's fitted samples (cost.c: encode
-   * alpha + beta n and decode alpha + beta P k per member, summed over the buffer). */
+   * alpha + beta n and decode alpha + beta P k per member, summed over the buffer; a compressor
+   * whose collectives are all-reduces, e.g. low-rank or fp16, has encode samples only). */
   double charge[RUNS];
   for (int r = 0; r < RUNS; r++) {
     sched_costs cc = {0};
-    charge[r] = NAN;
-    if (eng_stats_fit(stats[r], &cc) != ((1u << EPS_ENCODE) | (1u << EPS_DECODE))) continue;
-    charge[r] = 0;
-    for (int k = 0; k < m; k++)
-      charge[r] += (cc.comp_alpha + cc.comp_beta * (double)t[r][k].count + cc.dec_alpha +
-                    cc.dec_beta * dec_x[k]) *
-                   1e6;
+    const uint32_t have = eng_stats_fit(stats[r], &cc);
+    charge[r] = have & (1u << EPS_ENCODE) ? 0 : NAN;
+    for (int k = 0; k < m && (have & (1u << EPS_ENCODE)); k++)
+      charge[r] += (cc.comp_alpha + cc.comp_beta * (double)t[r][k].count) * 1e6 +
+                   (have & (1u << EPS_DECODE) ? (cc.dec_alpha + cc.dec_beta * dec_x[k]) * 1e6 : 0);
   }
   if (only >= 0) {
     printf("GPU: %s; %s: %d members of %s, %s %g, fp32, 1 rank, %d lanes\n", prop.name, path, m,
