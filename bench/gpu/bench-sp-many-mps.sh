@@ -1,20 +1,25 @@
 #!/bin/bash
 # bench/gpu/bench-sp-many-mps.sh BUILD [--seconds S] [--pace-ms P] [--comp NAME] [--trace CSV]
-#                                      [--high]
+#                                      [--high] [--trainer T] [--configs "RUN:L ..."]
 # What the GPU engine's lanes and graphs cost a process that shares the GPU, under MPS (one GPU):
-# bench/interference's bf16 GEMM trainer runs for S seconds (default 6), alone and while
-# bench-sp-many syncs the trace's compressed members (default ResNet-50's 54 weights, top-k 0.01,
-# a communicator of one rank) every P ms (default 30), one after another (onelane), on 4 lanes, on
-# 4 lanes as graphs and on 8 lanes as graphs. Prints per setting the trainer's median ms per GEMM
-# and its slowdown against alone, and the sync's host enqueue and GPU time beside the trainer
-# (medians), then the same sync alone (no trainer). --high: the sync's streams at the greatest
-# priority (bench-sp-many --high). Every process it starts is waited for; the MPS
-# server is stopped on exit.
+# a trainer runs for S seconds (default 6), alone and while bench-sp-many syncs the trace's
+# compressed members (default ResNet-50's 54 weights, top-k 0.01, a communicator of one rank)
+# every P ms (default 30), one after another (onelane), on 4 lanes, on 4 lanes as graphs and on 8
+# lanes as graphs (--configs picks: RUN of onelane, lanes, graphs; L lanes; "alone" runs the
+# trainer alone again, for its own spread). The trainer is
+# bench/interference's bf16 GEMM loop (--trainer gemm, the default) or a PyTorch training step
+# without gradient sync (bench/gpu/torch-trainer.py: --trainer resnet50, resnet50-amp or gpt2;
+# it warms up first, and its measured window starts once the sync beside it runs). Prints per
+# setting the trainer's median ms per GEMM or step and its slowdown against alone, and the sync's
+# host enqueue and GPU time beside the trainer (medians), then the same sync alone (no trainer).
+# --high: the sync's streams at the greatest priority (bench-sp-many --high). Every process it
+# starts is waited for; the MPS server is stopped on exit.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="${1:?usage: bench-sp-many-mps.sh BUILD [--seconds S] [--pace-ms P] [--comp NAME] [--trace CSV]}"
 shift
-secs=6 pace=30 comp=topk trace="$here/../trace/resnet50.csv" high=()
+secs=6 pace=30 comp=topk trace="$here/../trace/resnet50.csv" high=() kind=gemm
+configs="onelane:1 lanes:4 graphs:4 graphs:8"
 while [ $# -gt 0 ]; do
   case "$1" in
   --high) high=(--high); shift; continue ;;
@@ -22,33 +27,73 @@ while [ $# -gt 0 ]; do
   --pace-ms) pace="$2" ;;
   --comp) comp="$2" ;;
   --trace) trace="$2" ;;
+  --trainer) kind="$2" ;;
+  --configs) configs="$2" ;;
   *) echo "unknown option $1"; exit 2 ;;
   esac
   shift 2
 done
-trainer="$build/bench/interference/gemm-trainer"
+case "$kind" in
+gemm) trainer=("$build/bench/interference/gemm-trainer" --device 0) unit=GEMM
+  [ -x "${trainer[0]}" ] || { echo "build gemm-trainer first"; exit 2; } ;;
+resnet50 | resnet50-amp | gpt2) trainer=(python3 "$here/torch-trainer.py" --model "$kind") unit=step ;;
+*) echo "unknown trainer $kind (gemm, resnet50, resnet50-amp, gpt2)"; exit 2 ;;
+esac
 sp="$build/bench/gpu/bench-sp-many"
-[ -x "$trainer" ] && [ -x "$sp" ] || { echo "build gemm-trainer and bench-sp-many first"; exit 2; }
+[ -x "$sp" ] || { echo "build bench-sp-many first"; exit 2; }
 out="$(mktemp -d /tmp/fgb-spmps.XXXXXX)"
 source "$here/mps.sh"
 trap 'mps_stop' EXIT
 mps_start || exit 1
 gemm_ms() { sed -n 's/.*ms_per_call median \([0-9.]*\).*/\1/p' "$1"; }
 
-"$trainer" --device 0 --seconds "$secs" >"$out/alone.log" 2>&1
+# The trainer beside the sync ("$sp" "${args[@]}" --iters "$iters"): the GEMM loop starts 1.5 s
+# after the sync (its instances created, its steps paced); a torch trainer first warms up, then the
+# sync starts, and 1.5 s later the file its measured window waits for appears. $1: the trainer's
+# log, $2: the sync's.
+beside() {
+  local go="$out/go.$RANDOM" p t
+  if [ "$kind" = gemm ]; then
+    "$sp" "${args[@]}" --iters "$iters" >"$2" 2>&1 &
+    p=$!
+    sleep 1.5
+    "${trainer[@]}" --seconds "$secs" >"$1" 2>&1
+    wait $p
+    return
+  fi
+  "${trainer[@]}" --seconds "$secs" --go "$go" >"$1" 2>&1 &
+  t=$!
+  for _ in $(seq 1200); do # its warm-up: 2 minutes at most
+    grep -q '^warm' "$1" 2>/dev/null && break
+    kill -0 $t 2>/dev/null || break
+    sleep 0.1
+  done
+  "$sp" "${args[@]}" --iters "$iters" >"$2" 2>&1 &
+  p=$!
+  sleep 1.5
+  touch "$go"
+  wait $t
+  wait $p
+}
+
+"${trainer[@]}" --seconds "$secs" >"$out/alone.log" 2>&1
 alone=$(gemm_ms "$out/alone.log")
-echo "$(head -1 "$out/alone.log") under MPS${high:+, sync streams at high priority}; FGB_KERN_PDL=${FGB_KERN_PDL:-unset}; trainer alone: $alone ms per GEMM"
+echo "$(grep -m1 GPU "$out/alone.log") under MPS${high:+, sync streams at high priority}; FGB_KERN_PDL=${FGB_KERN_PDL:-unset}; trainer alone: $alone ms per $unit"
 iters=$(((secs + 3) * 1000 / ${pace%.*})) # the sync outlasts the trainer's window
 printf "%-18s %14s %10s %16s %12s %16s %12s\n" setting "trainer ms" slowdown "sync host us" \
   "sync GPU us" "alone host us" "alone GPU us"
-for cfg in "onelane 1" "lanes 4" "graphs 4" "graphs 8"; do
-  set -- $cfg
+for cfg in $configs; do
+  set -- ${cfg/:/ }
+  if [ "$1" = alone ]; then # the trainer alone again: how much it moves by itself
+    nalone=$((${nalone:-0} + 1))
+    "${trainer[@]}" --seconds "$secs" >"$out/tr-alone-$nalone.log" 2>&1
+    t=$(gemm_ms "$out/tr-alone-$nalone.log")
+    slow=$(awk -v a="$alone" -v t="$t" 'BEGIN { if (a > 0 && t > 0) printf "%+.1f%%", (t / a - 1) * 100; else print "?" }')
+    printf "%-18s %14s %10s\n" "alone again" "${t:-?}" "$slow"
+    continue
+  fi
   args=(--only "$1" --lanes "$2" --comp "$comp" --trace "$trace" --pace-ms "$pace" "${high[@]}")
-  "$sp" "${args[@]}" --iters "$iters" >"$out/sp-$1-$2.log" 2>&1 &
-  p=$!
-  sleep 1.5 # its instances created, its steps paced
-  "$trainer" --device 0 --seconds "$secs" >"$out/tr-$1-$2.log" 2>&1
-  wait $p
+  beside "$out/tr-$1-$2.log" "$out/sp-$1-$2.log"
   "$sp" "${args[@]}" --iters 60 >"$out/spalone-$1-$2.log" 2>&1
   t=$(gemm_ms "$out/tr-$1-$2.log")
   read -r hs gs < <(sed -n 's/.*host enqueue us \([0-9.]*\) GPU us \([0-9.]*\).*/\1 \2/p' "$out/sp-$1-$2.log")
