@@ -17,6 +17,12 @@
  * --high: the stream (and so the lanes) at the device's greatest priority, as fgbuffd's engine
  * stream with FGBUFF_GPU_STREAM_PRIORITY=high.
  *
+ * --duty-s D (with --pace-ms): the sync runs only in the odd D-second slots of CLOCK_MONOTONIC
+ * (the clock every process of the host shares) and skips its paced iterations in the even ones,
+ * so a trainer beside it (bench/gpu/torch-trainer.py --duty-s D) compares its steps with and
+ * without the sync within one window, free of its drift from window to window. --iters counts
+ * the slots of both kinds; the medians are over the iterations run.
+ *
  * Every member is timed as the daemon times it for measured planning (sp_timing: its encode and
  * decode between events on its lane; GPU us includes those events). Each run's samples are fitted
  * as the engine fits them (eng_stats_fit) and the table prints what the planner would charge the
@@ -54,6 +60,7 @@ static int cmpd(const void *a, const void *b) {
 }
 
 static double median(double *v, int n) {
+  if (n < 1) return NAN;
   qsort(v, (size_t)n, sizeof *v, cmpd);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
@@ -67,7 +74,7 @@ int main(int argc, char **argv) {
   const char *path = "bench/trace/resnet50.csv", *comp = "topk";
   double density = 0.01;
   int iters = 30, lanes = 4, only = -1;
-  double pace_ms = 0;
+  double pace_ms = 0, duty_s = 0;
   int high = 0;
   static const char *const run_names[] = {"lanes", "onebyone", "onelane", "graphs"};
   for (int i = 1; i < argc; i += 2) {
@@ -89,6 +96,8 @@ int main(int argc, char **argv) {
       lanes = atoi(argv[i + 1]);
     else if (strcmp(argv[i], "--pace-ms") == 0)
       pace_ms = atof(argv[i + 1]);
+    else if (strcmp(argv[i], "--duty-s") == 0)
+      duty_s = atof(argv[i + 1]);
     else if (strcmp(argv[i], "--only") == 0) {
       for (int r = 0; r < 4; r++)
         if (strcmp(argv[i + 1], run_names[r]) == 0) only = r;
@@ -96,10 +105,10 @@ int main(int argc, char **argv) {
     } else
       return fail("usage",
                   "bench-sp-many [--trace CSV] [--density D] [--iters N] [--comp NAME] "
-                  "[--lanes L] [--only RUN] [--pace-ms P] [--high]");
+                  "[--lanes L] [--only RUN] [--pace-ms P] [--duty-s D] [--high]");
   }
   if (iters < 3 || iters > 10000 || density <= 0 || density > 1 || lanes < 1 || lanes > 8 ||
-      pace_ms < 0 || pace_ms > 10000)
+      pace_ms < 0 || pace_ms > 10000 || duty_s < 0 || duty_s > 3600 || (duty_s > 0 && !pace_ms))
     return fail("usage", "bad value");
   int nd = 0;
   if (cudaGetDeviceCount(&nd) != cudaSuccess || nd < 1) {
@@ -164,6 +173,7 @@ int main(int argc, char **argv) {
   static sp_timing tm[MAXM];
   static double dec_x[MAXM]; /* each member's gathered elements (P * k), from its last decode */
   const int warm = 3;
+  int nrec[RUNS] = {0}; /* iterations recorded per run (--duty-s skips some) */
   double next = now_us();
   for (int it = 0; it < warm + iters; it++)
     for (int r = 0; r < RUNS; r++) {
@@ -176,6 +186,8 @@ int main(int argc, char **argv) {
         }
         next += pace_ms * 1e3;
       }
+      /* --duty-s: after the warm-up, only the odd slots of the shared monotonic clock */
+      if (duty_s > 0 && it >= warm && (long long)floor(now_us() * 1e-6 / duty_s) % 2 == 0) continue;
       uint64_t sent = 0, recv = 0;
       for (int k = 0; k < m; k++) t[r][k].step = (uint64_t)it + 1;
       sp_set_lanes(r == 0 || r == 3 ? lanes : 1);
@@ -206,9 +218,9 @@ int main(int argc, char **argv) {
       }
       sp_timing_done(tm, ntm, it >= warm ? stats[r] : NULL);
       if (it >= warm) {
-        host[r][it - warm] = h1 - h0;
-        gpu[r][it - warm] = (double)ms * 1e3;
-        own[r][it - warm] = sum;
+        host[r][nrec[r]] = h1 - h0;
+        gpu[r][nrec[r]] = (double)ms * 1e3;
+        own[r][nrec[r]++] = sum;
       }
     }
   /* What the planner charges the members from each run's fitted samples (cost.c: encode
@@ -227,26 +239,28 @@ int main(int argc, char **argv) {
     printf("GPU: %s; %s: %d members of %s, %s %g, fp32, 1 rank, %d lanes\n", prop.name, path, m,
            tr.model, comp, density, lanes);
     printf("only %s: host enqueue us %.1f GPU us %.1f (median of %d, pace %g ms)\n",
-           run_names[only], median(host[only], iters), median(gpu[only], iters), iters, pace_ms);
+           run_names[only], median(host[only], nrec[only]), median(gpu[only], nrec[only]),
+           nrec[only], pace_ms);
     printf("only %s: members' own times us %.1f, planner's charge us %.1f\n", run_names[only],
-           median(own[only], iters), charge[only]);
+           median(own[only], nrec[only]), charge[only]);
   } else {
-    double hl = median(host[0], iters), ha = median(host[1], iters), ht = median(host[2], iters);
-    double gl = median(gpu[0], iters), ga = median(gpu[1], iters), gt = median(gpu[2], iters);
-    double hg = median(host[3], iters), gg = median(gpu[3], iters);
+    double hl = median(host[0], nrec[0]), ha = median(host[1], nrec[1]),
+           ht = median(host[2], nrec[2]);
+    double gl = median(gpu[0], nrec[0]), ga = median(gpu[1], nrec[1]), gt = median(gpu[2], nrec[2]);
+    double hg = median(host[3], nrec[3]), gg = median(gpu[3], nrec[3]);
     printf("GPU: %s; %s: %d members of %s (%llu elements), %s %g, fp32, 1 rank, median of %d\n",
            prop.name, path, m, tr.model, (unsigned long long)elems, comp, density, iters);
     char row[64];
     printf("%-34s %14s %14s %14s %14s\n", "", "host enqueue us", "GPU us", "members' own us",
            "planner's us");
-    printf("%-34s %14.1f %14.1f %14.1f %14.1f\n", "one by one", ha, ga, median(own[1], iters),
+    printf("%-34s %14.1f %14.1f %14.1f %14.1f\n", "one by one", ha, ga, median(own[1], nrec[1]),
            charge[1]);
-    printf("%-34s %14.1f %14.1f %14.1f %14.1f\n", "together, 1 lane", ht, gt, median(own[2], iters),
-           charge[2]);
+    printf("%-34s %14.1f %14.1f %14.1f %14.1f\n", "together, 1 lane", ht, gt,
+           median(own[2], nrec[2]), charge[2]);
     snprintf(row, sizeof row, "together, %d lanes", lanes);
-    printf("%-34s %14.1f %14.1f %14.1f %14.1f\n", row, hl, gl, median(own[0], iters), charge[0]);
+    printf("%-34s %14.1f %14.1f %14.1f %14.1f\n", row, hl, gl, median(own[0], nrec[0]), charge[0]);
     snprintf(row, sizeof row, "together, %d lanes, graphs", lanes);
-    printf("%-34s %14.1f %14.1f %14.1f %14.1f\n", row, hg, gg, median(own[3], iters), charge[3]);
+    printf("%-34s %14.1f %14.1f %14.1f %14.1f\n", row, hg, gg, median(own[3], nrec[3]), charge[3]);
     printf("%-34s %14.2f %14.2f\n", "ratio together 1 lane / one by one", ht / ha, gt / ga);
     snprintf(row, sizeof row, "ratio %d lanes / 1 lane", lanes);
     printf("%-34s %14.2f %14.2f\n", row, hl / ht, gl / gt);

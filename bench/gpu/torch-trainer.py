@@ -7,7 +7,13 @@ the file --go when given (the sync beside it is running by then), then trains fo
 prints the median CUDA-synchronised step time in the GEMM trainer's format ("ms_per_call median
 X"), so bench-sp-many-mps.sh reads both alike.
 
+--duty-s D: the sync beside it runs only in the odd D-second slots of CLOCK_MONOTONIC
+(bench-sp-many --duty-s D); the steps that start and end inside one slot, at least 0.1 s into
+it, are split by the slot's parity and printed as "duty on median A off median B (n on, m off)":
+the step with and without the sync, from the same window.
+
 usage: torch-trainer.py --model resnet50|resnet50-amp|gpt2 [--seconds S] [--warmup N] [--go FILE]
+                        [--duty-s D]
 """
 import argparse
 import os
@@ -64,6 +70,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--warmup", type=int, default=15)
     ap.add_argument("--go", default=None, help="wait for this file after the warm-up (60 s at most)")
+    ap.add_argument("--duty-s", type=float, default=0.0,
+                    help="split the steps by the parity of their D-second monotonic slot")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("torch-trainer: no CUDA device, skipped")
@@ -82,15 +90,23 @@ def main():
         if not os.path.exists(a.go):
             print("torch-trainer: %s never appeared" % a.go, file=sys.stderr)
             return 1
-    ms = []
+    ms, by = [], {0: [], 1: []}  # by slot parity: 1 = the sync's slots
     t_end = time.perf_counter() + a.seconds
     while time.perf_counter() < t_end:
-        t0 = time.perf_counter()
+        t0, m0 = time.perf_counter(), time.monotonic()
         step(m, opt, x, y, amp)
         torch.cuda.synchronize()
         ms.append((time.perf_counter() - t0) * 1e3)
+        if a.duty_s > 0:
+            s0, s1 = int(m0 // a.duty_s), int(time.monotonic() // a.duty_s)
+            if s0 == s1 and m0 - s0 * a.duty_s >= 0.1:
+                by[s0 % 2].append(ms[-1])
     print("GPU: %s; %s, %d steps" % (torch.cuda.get_device_name(dev), a.model, len(ms)))
     print("ms_per_call median %.3f" % statistics.median(ms), flush=True)
+    if a.duty_s > 0 and by[0] and by[1]:
+        print("duty on median %.3f off median %.3f (%d on, %d off)"
+              % (statistics.median(by[1]), statistics.median(by[0]), len(by[1]), len(by[0])),
+              flush=True)
     return 0
 
 
