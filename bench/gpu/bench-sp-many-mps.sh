@@ -52,6 +52,8 @@ source "$here/mps.sh"
 trap 'mps_stop' EXIT
 mps_start || exit 1
 gemm_ms() { sed -n 's/.*ms_per_call median \([0-9.]*\).*/\1/p' "$1"; }
+# t against a as a signed percentage ("?" when either is missing): pct A T
+pct() { awk -v a="${1:-0}" -v t="${2:-0}" 'BEGIN { if (a > 0 && t > 0) printf "%+.1f%%", (t / a - 1) * 100; else print "?" }'; }
 
 # The trainer beside the sync ("$sp" "${beside_args[@]}" --iters "$iters"): the GEMM loop starts 1.5 s
 # after the sync (its instances created, its steps paced); a torch trainer first warms up, then the
@@ -95,7 +97,7 @@ for cfg in $configs; do
     nalone=$((${nalone:-0} + 1))
     "${trainer[@]}" --seconds "$secs" >"$out/tr-alone-$nalone.log" 2>&1
     t=$(gemm_ms "$out/tr-alone-$nalone.log")
-    slow=$(awk -v a="$alone" -v t="$t" 'BEGIN { if (a > 0 && t > 0) printf "%+.1f%%", (t / a - 1) * 100; else print "?" }')
+    slow=$(pct "$alone" "$t")
     printf "%-18s %14s %10s\n" "alone again" "${t:-?}" "$slow"
     continue
   fi
@@ -106,11 +108,11 @@ for cfg in $configs; do
   t=$(gemm_ms "$out/tr-$1-$2.log")
   read -r hs gs < <(sed -n 's/.*host enqueue us \([0-9.]*\) GPU us \([0-9.]*\).*/\1 \2/p' "$out/sp-$1-$2.log")
   read -r ha ga < <(sed -n 's/.*host enqueue us \([0-9.]*\) GPU us \([0-9.]*\).*/\1 \2/p' "$out/spalone-$1-$2.log")
-  slow=$(awk -v a="$alone" -v t="$t" 'BEGIN { if (a > 0 && t > 0) printf "%+.1f%%", (t / a - 1) * 100; else print "?" }')
+  slow=$(pct "$alone" "$t")
   if [ ${#duty[@]} -gt 0 ]; then # the same window's steps with the sync (on) and without (off)
     read -r on off non noff < <(sed -n 's/^duty on median \([0-9.]*\) off median \([0-9.]*\) (\([0-9]*\) on, \([0-9]*\) off).*/\1 \2 \3 \4/p' "$out/tr-$1-$2.log")
     t="${on:-?}/${off:-?}"
-    slow=$(awk -v a="${off:-0}" -v t="${on:-0}" 'BEGIN { if (a > 0 && t > 0) printf "%+.1f%%", (t / a - 1) * 100; else print "?" }')
+    slow=$(pct "${off:-0}" "${on:-0}")
   fi
   printf "%-18s %14s %10s %16s %12s %16s %12s\n" "$1 x$2" "${t:-?}" "$slow" "${hs:-?}" "${gs:-?}" \
     "${ha:-?}" "${ga:-?}"
