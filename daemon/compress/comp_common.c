@@ -96,6 +96,24 @@ fgb_status comp_parse_options(const char *cname, const char *options, const comp
   return FGB_OK;
 }
 
+int comp_option_index(const char *options, const char *key, const char *const *names, int def) {
+  char buf[1024];
+  if (options == NULL || strlen(options) >= sizeof buf) return def;
+  strcpy(buf, options);
+  char *save = NULL;
+  for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    char *eq = strchr(tok, '=');
+    if (eq == NULL) continue;
+    *eq = '\0';
+    if (strcmp(trim(tok), key)) continue;
+    const char *val = trim(eq + 1);
+    for (int i = 0; names[i]; i++)
+      if (strcmp(names[i], val) == 0) return i;
+    return def;
+  }
+  return def;
+}
+
 fgb_status comp_check_common(const char *cname, const comp_params *p, uint64_t n,
                              const comp_exec *ex, int sparse, char *err, size_t errlen) {
   if (p == NULL || ex == NULL) return comp_errf(err, errlen, "%s: NULL params or exec", cname);
@@ -372,6 +390,11 @@ void comp_sparse_phase(const comp_sparse *cs, comp_phase *ph) {
 }
 
 const char *const comp_payload_names[] = {"var", "fixed", NULL};
+
+int comp_var_payload_default(const char *options) {
+  return comp_option_index(options, "payload", comp_payload_names, COMP_PAYLOAD_VAR) ==
+         COMP_PAYLOAD_VAR;
+}
 
 fgb_status comp_sparse_var_init(comp_sparse *cs, char *err, size_t errlen) {
   size_t P = (size_t)cs->nranks;

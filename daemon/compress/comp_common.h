@@ -45,6 +45,11 @@ typedef struct comp_opt {
 fgb_status comp_parse_options(const char *cname, const char *options, const comp_opt *opts,
                               int nopts, char *err, size_t errlen);
 
+/* The index in `names` (NULL-terminated) of option `key`'s value in `options`, read as
+ * comp_parse_options reads it, or `def` when the key is absent, its value is not one of the names
+ * or the options cannot be read. For the var_payload ops, which answer from the options alone. */
+int comp_option_index(const char *options, const char *key, const char *const *names, int def);
+
 /* Largest buffer a compressor accepts (2^40 elements, 4 TiB of fp32): byte sizes never overflow. */
 #define COMP_MAX_N (1ull << 40)
 
@@ -150,6 +155,9 @@ int comp_sparse_op_advance(void *st, const comp_exec *ex, int phase, comp_phase 
  * fixed (the whole capacity all-gathered in one phase, no size exchange, no host sync). */
 enum { COMP_PAYLOAD_VAR = 0, COMP_PAYLOAD_FIXED = 1 };
 extern const char *const comp_payload_names[];
+/* var_payload op of the compressors whose payload option defaults to var (threshold methods,
+ * Ok-Topk): 1 unless the options say payload=fixed. */
+int comp_var_payload_default(const char *options);
 fgb_status comp_sparse_decode(comp_sparse *cs, float *out, float scale);
 fgb_status comp_sparse_flush(comp_sparse *cs, const float *grad, float *dense);
 /* Export/import residual + ctl, plus `extra` regions of the compressor's own. */

@@ -136,6 +136,11 @@ typedef struct comp_ops {
   fgb_status (*state_export)(void *state, const comp_exec *ex, void **buf, size_t *bytes);
   fgb_status (*state_import)(void *state, const comp_exec *ex, const void *buf, size_t bytes,
                              char *err, size_t errlen);
+  /* 1 when an instance created with these options all-gathers its payload's size before the
+   * payload (payload=var: one more collective and a host wait per step), from the options alone
+   * (the planner's cost model asks before any instance exists; options it cannot read count as
+   * the compressor's defaults). NULL: never. */
+  int (*var_payload)(const char *options);
 } comp_ops;
 
 /* Registry (registry.c): the ops table for a name, or NULL. */

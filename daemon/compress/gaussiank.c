@@ -82,4 +82,5 @@ const comp_ops comp_gaussiank_ops = {
     .flush_dense = comp_sparse_op_flush,
     .state_export = comp_sparse_op_export,
     .state_import = comp_sparse_op_import,
+    .var_payload = comp_var_payload_default,
 };

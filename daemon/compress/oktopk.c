@@ -455,4 +455,5 @@ const comp_ops comp_oktopk_ops = {
     .flush_dense = comp_sparse_op_flush,
     .state_export = oktopk_export,
     .state_import = oktopk_import,
+    .var_payload = comp_var_payload_default,
 };

@@ -91,6 +91,12 @@ static fgb_status redsync_encode(void *st, const comp_exec *ex, const float *gra
   return rc;
 }
 
+/* Only the bisection sends a variable count (trim sends exactly k: one fixed all-gather). */
+static int redsync_var_payload(const char *options) {
+  return comp_option_index(options, "mode", redsync_modes, 0) == 1 &&
+         comp_var_payload_default(options);
+}
+
 const comp_ops comp_redsync_ops = {
     .name = "redsync",
     .caps = COMP_CAP_SPARSE | COMP_CAP_STATEFUL | COMP_CUDA_CAP,
@@ -102,4 +108,5 @@ const comp_ops comp_redsync_ops = {
     .flush_dense = comp_sparse_op_flush,
     .state_export = comp_sparse_op_export,
     .state_import = comp_sparse_op_import,
+    .var_payload = redsync_var_payload,
 };

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compressor.h"
 #include "core_internal.h"
 #include "log.h"
 #include "plan_exec.h"
@@ -72,11 +73,13 @@ fgb_status plan_ver_build_list(core_job *j, plan_state *pl, sched_tensor **out, 
     uint32_t key = i < pl->nlast ? pl->last[i] : rest[i - pl->nlast];
     const core_tensor *t = core_tensor_by_key(j, key);
     if (!t) continue; /* cannot happen: an agreed key is registered here */
-    ts[n++] = (sched_tensor){.id = key,
-                             .count = t->count,
-                             .elem_size = t->esize,
-                             .compressible = t->comp != NULL,
-                             .density = t->comp ? t->density : 1.0};
+    ts[n++] = (sched_tensor){
+        .id = key,
+        .count = t->count,
+        .elem_size = t->esize,
+        .compressible = t->comp != NULL,
+        .density = t->comp ? t->density : 1.0,
+        .var_payload = t->comp && t->comp->var_payload && t->comp->var_payload(t->options)};
   }
   free(rest);
   *out = ts;

@@ -30,10 +30,12 @@ static double encode_s(const sched_costs *c, uint32_t n, uint64_t elems) {
 /* The sparse payloads of n tensors (a header each, k elements in all) all-gathered in one
  * collective (both engines send a buffer's payloads together: compress_path.c's cp_sync_many
  * concatenates them, gpu/sparse.c's sp_sync_many groups them into one NCCL launch), and each
- * tensor's decompression of the P payloads. */
-static double sparse_s(const sched_costs *c, int nranks, uint32_t n, uint64_t k) {
-  return c->ag_alpha + c->dec_alpha * (double)n + c->ag_beta * coo_bytes(n, k) +
-         c->dec_beta * (double)nranks * (double)k;
+ * tensor's decompression of the P payloads. With variable-size payloads among them (nvar > 0) the
+ * 8-byte sizes are all-gathered first, in one more collective of the round before (its bytes are
+ * negligible; the host wait between the two is not modelled). */
+static double sparse_s(const sched_costs *c, int nranks, uint32_t n, uint32_t nvar, uint64_t k) {
+  return c->ag_alpha * (nvar ? 2.0 : 1.0) + c->dec_alpha * (double)n +
+         c->ag_beta * coo_bytes(n, k) + c->dec_beta * (double)nranks * (double)k;
 }
 
 /* A compressed buffer compresses its members with a compressor only (elems - dense_elems), each
@@ -50,7 +52,8 @@ double sched_buf_comp_s(const sched_costs *c, const sched_buffer *b) {
 
 double sched_buf_coll_s(const sched_costs *c, int nranks, const sched_buffer *b) {
   if (!b->compress) return ar_s(c, b->bytes);
-  return sparse_s(c, nranks, ncomp_of(b), b->k) + (b->dense_bytes ? ar_s(c, b->dense_bytes) : 0.0);
+  return sparse_s(c, nranks, ncomp_of(b), b->nvar, b->k) +
+         (b->dense_bytes ? ar_s(c, b->dense_bytes) : 0.0);
 }
 
 static int costs_finite(const sched_costs *c) {
@@ -61,8 +64,8 @@ static int costs_finite(const sched_costs *c) {
   return 1;
 }
 
-int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint32_t ncomp, uint64_t elems,
-                              uint64_t bytes, uint64_t k, uint64_t rest_bytes,
+int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint32_t ncomp, uint32_t nvar,
+                              uint64_t elems, uint64_t bytes, uint64_t k, uint64_t rest_bytes,
                               char reason[SCHED_REASON_MAX]) {
   /* reason == NULL: planners' inner loops, where formatting text would dominate the cost */
 #define SAY(...) (reason ? (void)snprintf(reason, SCHED_REASON_MAX, __VA_ARGS__) : (void)0)
@@ -87,7 +90,7 @@ int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint32_t ncomp, 
   }
   double dense = ar_s(c, bytes + rest_bytes);
   if (ncomp < 1) ncomp = 1;
-  double sparse = encode_s(c, ncomp, elems) + sparse_s(c, nranks, ncomp, k) +
+  double sparse = encode_s(c, ncomp, elems) + sparse_s(c, nranks, ncomp, nvar, k) +
                   (rest_bytes ? ar_s(c, rest_bytes) : 0.0);
   if (sparse < dense) {
     SAY("compressed: saves %.3g ms", (dense - sparse) * 1e3);
@@ -100,7 +103,8 @@ int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint32_t ncomp, 
 
 int sched_compress_pays_sz(const sched_costs *c, int nranks, uint64_t elems, uint32_t elem_size,
                            uint64_t k, char reason[SCHED_REASON_MAX]) {
-  return sched_compress_pays_bytes(c, nranks, 1, elems, elems * (uint64_t)elem_size, k, 0, reason);
+  return sched_compress_pays_bytes(c, nranks, 1, 0, elems, elems * (uint64_t)elem_size, k, 0,
+                                   reason);
 }
 
 int sched_compress_pays(const sched_costs *c, int nranks, uint64_t elems, uint64_t k,

@@ -27,6 +27,9 @@ typedef struct sched_tensor {
   uint32_t elem_size;   /* bytes per element on the wire when dense */
   uint8_t compressible; /* the tensor's compressor is not "none" */
   double density;       /* requested density for compressible tensors */
+  uint8_t var_payload;  /* compressed, its payload's size is all-gathered before the payload
+                           (payload=var: Gaussian-k, SIDCo, RedSync's bisection, Ok-Topk by
+                           default): one more all-gather start-up per buffer */
 } sched_tensor;
 
 /* Measured costs (seconds). Collective time = alpha + beta * bytes (allgather: bytes per rank). */
@@ -63,6 +66,8 @@ typedef struct sched_buffer {
    * Derived from the members, not encoded. */
   uint64_t dense_elems, dense_bytes;
   uint32_t ncomp;
+  uint32_t
+      nvar; /* of the ncomp, those with var_payload: their buffer all-gathers the sizes first */
   char reason[SCHED_REASON_MAX]; /* why compressed or dense, for fgbuffctl status */
 } sched_buffer;
 

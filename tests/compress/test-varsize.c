@@ -4,7 +4,12 @@
  * feedback): the same decode and the same residual bit for bit on every rank, the phase sizes
  * agreed by all ranks and equal to the formula (8 P + sum over ranks of 8 + (4 + value bytes)
  * count), fewer bytes than the fixed capacity, fp16 values (odd counts: padding) included;
- * RedSync's trim mode keeps its one fixed all-gather (exactly k, nothing to save). */
+ * RedSync's trim mode keeps its one fixed all-gather (exactly k, nothing to save).
+ *
+ * The planner asks a compressor whether its payload is variable-size from the options alone
+ * (comp_ops.var_payload, before any instance exists): for every sparsifier and options naming or
+ * not naming payload and mode, the answer is what an instance created with those options does. */
+#include "comp_common.h"
 #include "comp_test.h"
 
 enum { P = 3 };
@@ -24,8 +29,45 @@ static char *with(const char *opts, const char *payload, char *buf, size_t len) 
   return buf;
 }
 
+/* var_payload(options) against comp_sparse.var of an instance created with them. */
+static void var_payload_matches(const comp_exec *ex) {
+  static const struct {
+    const char *name, *options;
+    int var;
+  } vp[] = {
+      {"gaussiank", NULL, 1},
+      {"gaussiank", "payload=fixed", 0},
+      {"gaussiank", " payload = fixed ,fp16_values=1", 0},
+      {"gaussiank", "payload=var,fp16_values=1", 1},
+      {"sidco", NULL, 1},
+      {"sidco", "dist=gp,payload=fixed", 0},
+      {"redsync", NULL, 0}, /* trim */
+      {"redsync", "mode=bisect", 1},
+      {"redsync", "payload=fixed,mode=bisect", 0},
+      {"redsync", "mode=trim,payload=var", 0},
+      {"oktopk", NULL, 1},
+      {"oktopk", "payload=fixed", 0},
+      {"topk", NULL, 0},
+      {"dgc", NULL, 0},
+  };
+  for (size_t i = 0; i < sizeof vp / sizeof vp[0]; i++) {
+    const comp_ops *ops = comp_find(vp[i].name);
+    REQUIRE(ops);
+    comp_params p = {.density = 0.01, .nranks = 2, .seed = 9, .options = vp[i].options};
+    void *st = NULL;
+    char err[256];
+    REQUIRE_MSG(ops->create(&p, 10000, ex, &st, err, sizeof err) == FGB_OK, "%s", err);
+    const int said = ops->var_payload ? ops->var_payload(vp[i].options) : 0;
+    const int does = ((const comp_sparse *)st)->var != 0; /* each one's state starts with it */
+    CHECK_MSG(said == does && does == vp[i].var, "%s \"%s\": var_payload says %d, an instance %d",
+              vp[i].name, vp[i].options ? vp[i].options : "", said, does);
+    ops->destroy(st);
+  }
+}
+
 int main(int argc, char **argv) {
   comp_exec ex = ct_exec(argc, argv);
+  var_payload_matches(&ex);
   const uint64_t n = 200003;
   float *g = ct_xmalloc(n * 4), *ov = ct_xmalloc(n * 4), *of = ct_xmalloc(n * 4),
         *rv = ct_xmalloc(n * 4), *rf = ct_xmalloc(n * 4);

@@ -152,13 +152,14 @@ static void test_mixed(void) {
   char why[SCHED_REASON_MAX];
   double dense = slow.ar_alpha + slow.ar_beta * 4.0 * (double)all;
   const uint64_t ce = all - rest, cb = 4 * ce;
-  CHECK(sched_compress_pays_bytes(&slow, 8, 8, ce, cb, k, 4 * rest, why) == (comp + coll < dense));
+  CHECK(sched_compress_pays_bytes(&slow, 8, 8, 0, ce, cb, k, 4 * rest, why) ==
+        (comp + coll < dense));
   sched_costs start = slow; /* all-reduces cost their start-up only: what compressing saves is the
                                one start-up the rest then needs again */
   start.ar_alpha = 1.0;
   start.ar_beta = 0;
-  CHECK(sched_compress_pays_bytes(&start, 8, 8, ce, cb, k, 4 * rest, why) == 0);
-  CHECK(sched_compress_pays_bytes(&start, 8, 8, ce, cb, k, 0, why) == 1);
+  CHECK(sched_compress_pays_bytes(&start, 8, 8, 0, ce, cb, k, 4 * rest, why) == 0);
+  CHECK(sched_compress_pays_bytes(&start, 8, 8, 0, ce, cb, k, 0, why) == 1);
   /* the all-gather's start-up is paid once per buffer (the members' payloads travel together:
    * compress_path.c's cp_sync_many, gpu/sparse.c's sp_sync_many), the kernels' per member: with
    * 2 ms network start-ups and start-up-free kernels eight members pay where one does, with 2 ms
@@ -166,11 +167,11 @@ static void test_mixed(void) {
   sched_costs lat = costs_latency(); /* 2 ms start-ups, fast bytes and kernels */
   lat.comp_beta = lat.dec_beta = 1e-11;
   lat.comp_alpha = lat.dec_alpha = 0;
-  CHECK(sched_compress_pays_bytes(&lat, 8, 1, ce, cb, k, 0, why) == 1);
-  CHECK_MSG(sched_compress_pays_bytes(&lat, 8, 8, ce, cb, k, 0, why) == 1, "%s", why);
+  CHECK(sched_compress_pays_bytes(&lat, 8, 1, 0, ce, cb, k, 0, why) == 1);
+  CHECK_MSG(sched_compress_pays_bytes(&lat, 8, 8, 0, ce, cb, k, 0, why) == 1, "%s", why);
   lat.comp_alpha = 2e-3;
-  CHECK(sched_compress_pays_bytes(&lat, 8, 1, ce, cb, k, 0, why) == 1);
-  CHECK(sched_compress_pays_bytes(&lat, 8, 8, ce, cb, k, 0, why) == 0);
+  CHECK(sched_compress_pays_bytes(&lat, 8, 1, 0, ce, cb, k, 0, why) == 1);
+  CHECK(sched_compress_pays_bytes(&lat, 8, 8, 0, ce, cb, k, 0, why) == 0);
   /* fast network: dense, by cost; one rank: dense; no member with a compressor: dense */
   s.in.costs = fast;
   sched_acc_decide(&a, &s.in, &b);
@@ -200,9 +201,50 @@ static void test_mixed(void) {
   scen_free(&s);
 }
 
+/* Members with a variable-size payload (payload=var) make their buffer all-gather the sizes first:
+ * one more all-gather start-up per buffer, however many such members it has (their sizes travel in
+ * one collective), none for a member without a compressor. Where that start-up is what compressing
+ * would save, the buffer goes dense. */
+static void test_var_payload(void) {
+  scen s;
+  scen_make(&s, 10, 3, 0.05, 1, 0.01, 8);
+  s.t[2].var_payload = s.t[5].var_payload = 1;
+  s.t[7].compressible = 0;
+  s.t[7].var_payload = 1; /* not compressed: never gathered */
+  sched_acc a;
+  sched_acc_init(&a);
+  for (uint32_t i = 0; i < s.n; i++) sched_acc_add(&a, &s.t[i], 0);
+  const sched_costs slow = costs_slow();
+  sched_buffer b, f;
+  memset(&b, 0, sizeof b);
+  s.in.costs = slow;
+  sched_acc_decide(&a, &s.in, &b);
+  CHECK_MSG(b.ncomp == 9 && b.nvar == 2, "ncomp %u nvar %u", b.ncomp, b.nvar);
+  f = b;
+  f.nvar = 0;
+  CHECK(fabs(sched_buf_coll_s(&slow, 8, &b) - sched_buf_coll_s(&slow, 8, &f) - slow.ag_alpha) <
+        1e-12);
+  CHECK(sched_buf_comp_s(&slow, &b) == sched_buf_comp_s(&slow, &f));
+  /* 2 ms all-gather start-ups against a 3 ms all-reduce (bytes free): one start-up pays, two not */
+  sched_costs lat = costs_latency();
+  lat.ar_alpha = 3e-3;
+  lat.ar_beta = 0;
+  lat.comp_alpha = lat.dec_alpha = 0;
+  lat.comp_beta = lat.dec_beta = 1e-11;
+  const uint64_t ce = b.elems - b.dense_elems, cb = 4 * ce;
+  char why[SCHED_REASON_MAX];
+  CHECK_MSG(sched_compress_pays_bytes(&lat, 8, 9, 0, ce, cb, b.k, 0, why) == 1, "%s", why);
+  CHECK_MSG(sched_compress_pays_bytes(&lat, 8, 9, 2, ce, cb, b.k, 0, why) == 0, "%s", why);
+  s.in.costs = lat;
+  sched_acc_decide(&a, &s.in, &b);
+  CHECK_MSG(b.compress == 0, "%s", b.reason);
+  scen_free(&s);
+}
+
 int main(void) {
   test_direct();
   test_mixed();
+  test_var_payload();
   test_in_plans();
   test_fusion_marginal();
   TEST_DONE();
