@@ -12,8 +12,9 @@
  *    them dense by cost: the residual folded in once, then dense averages; a syncea plan of one
  *    buffer of three top-k members all-gathers their payloads in one collective per step, one of
  *    three randomk members all-reduces their values in one, one of three gaussiank members
- *    all-gathers their variable-size payloads in one, bit-identical to per-tensor syncs; a payload
- *    above 256 KiB is all-gathered alone;
+ *    all-gathers their variable-size payloads in one, bit-identical to per-tensor syncs (its plan
+ *    counts them as gathering their sizes first: sched_buffer.nvar); a payload above 256 KiB is
+ *    all-gathered alone;
  *  - the cross-rank settings check (cp_agree): a different density, different options, or a
  *    compressor on one rank only fail that tensor's Done with FGB_EMISMATCH and the same text on
  *    every rank, step after step, while a dense tensor of the same steps still synchronises.
@@ -382,6 +383,27 @@ static void run_three(const char *comp, int kind, const char *policy, float out[
   }
   CHECK_MSG(one > 0 && w_order_errors == 0, "%s %s: no lone collective, or the ranks disagreed",
             comp, policy);
+  /* The plan knows which members all-gather their payload's size first (sched_tensor.var_payload,
+   * from the compressor's var_payload op on the tensor's options): gaussiank's payload=var default,
+   * not randomk's all-reduce. Derived where a plan is made (a decoded plan carries neither count),
+   * so at least one rank's buffer must show it. */
+  int checked = 0;
+  for (int r = 0; r < 2 && strcmp(policy, "none") != 0; r++) {
+    plan_view pv;
+    plan_view_get(w.r[r].job, &pv);
+    REQUIRE(pv.nversions >= 1);
+    const sched_plan *p = pv.versions[0];
+    for (uint32_t b = 0; b < p->nbuffers; b++) {
+      const sched_buffer *sb = &p->buffers[b];
+      if (!sb->ncomp) continue;
+      checked++;
+      CHECK_MSG(sb->nvar == (strcmp(comp, "gaussiank") == 0 ? sb->ncomp : 0),
+                "%s %s rank %d buffer %u: %u of %u members gather their sizes first", comp, policy,
+                r, b, sb->nvar, sb->ncomp);
+    }
+  }
+  CHECK_MSG(checked > 0 || strcmp(policy, "none") == 0,
+            "%s %s: no plan buffer with members counted", comp, policy);
   w_stop(&w);
 }
 
