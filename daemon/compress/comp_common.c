@@ -69,6 +69,25 @@ static fgb_status set_opt(const char *cname, const comp_opt *o, const char *val,
   return comp_errf(err, errlen, "%s: option '%s': internal type error", cname, o->key);
 }
 
+/* The next item of a comma-separated "key=value" list cut in place (strtok_r: buf on the first
+ * call, NULL after), key and value trimmed, *val NULL for an item without '='; empty items are
+ * skipped; NULL at the end. */
+static char *opt_next(char *buf, char **save, char **val) {
+  for (char *tok = strtok_r(buf, ",", save); tok; tok = strtok_r(NULL, ",", save)) {
+    tok = trim(tok);
+    if (!*tok) continue;
+    char *eq = strchr(tok, '=');
+    *val = NULL;
+    if (eq) {
+      *eq = '\0';
+      *val = trim(eq + 1);
+      tok = trim(tok);
+    }
+    return tok;
+  }
+  return NULL;
+}
+
 fgb_status comp_parse_options(const char *cname, const char *options, const comp_opt *opts,
                               int nopts, char *err, size_t errlen) {
   if (options == NULL || !*options) return FGB_OK;
@@ -77,14 +96,9 @@ fgb_status comp_parse_options(const char *cname, const char *options, const comp
   if (len >= sizeof buf) return comp_errf(err, errlen, "%s: options longer than 1023", cname);
   memcpy(buf, options, len + 1);
   uint64_t seen = 0; /* nopts <= 64 */
-  char *save = NULL;
-  for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-    tok = trim(tok);
-    if (!*tok) continue;
-    char *eq = strchr(tok, '=');
-    if (eq == NULL) return comp_errf(err, errlen, "%s: option '%s' has no value", cname, tok);
-    *eq = '\0';
-    char *key = trim(tok), *val = trim(eq + 1);
+  char *save = NULL, *val;
+  for (char *key = opt_next(buf, &save, &val); key; key = opt_next(NULL, &save, &val)) {
+    if (val == NULL) return comp_errf(err, errlen, "%s: option '%s' has no value", cname, key);
     int i = 0;
     while (i < nopts && strcmp(opts[i].key, key)) i++;
     if (i == nopts) return comp_errf(err, errlen, "%s: unknown option '%s'", cname, key);
@@ -100,16 +114,12 @@ int comp_option_index(const char *options, const char *key, const char *const *n
   char buf[1024];
   if (options == NULL || strlen(options) >= sizeof buf) return def;
   strcpy(buf, options);
-  char *save = NULL;
-  for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-    char *eq = strchr(tok, '=');
-    if (eq == NULL) continue;
-    *eq = '\0';
-    if (strcmp(trim(tok), key)) continue;
-    const char *val = trim(eq + 1);
-    for (int i = 0; names[i]; i++)
-      if (strcmp(names[i], val) == 0) return i;
-    return def;
+  char *save = NULL, *val;
+  for (char *k = opt_next(buf, &save, &val); k; k = opt_next(NULL, &save, &val)) {
+    if (val == NULL || strcmp(k, key)) continue;
+    int idx = def;
+    const comp_opt o = {key, COMP_OPT_ENUM, &idx, 0, 0, names};
+    return set_opt(key, &o, val, NULL, 0) == FGB_OK ? idx : def;
   }
   return def;
 }
