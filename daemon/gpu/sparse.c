@@ -625,28 +625,30 @@ static double ev_ms(cudaEvent_t a, cudaEvent_t b) {
   return NAN;
 }
 
-/* One call's timed members tm[0..n) (one ref): each phase's samples. On the call's reference
- * clock they go through eng_stats_add_phase, which scales the times of members that overlapped
- * on lanes to the phase's span; without a reference each member's own time is added. At most
- * SP_TIMERS members have slots, so the scratch below holds them all. */
+/* One call's timed members tm[0..n) (one ref, tm[0].ref): each phase's samples. On the call's
+ * reference clock they go through eng_stats_add_phase, which scales the times of members that
+ * overlapped on lanes to the phase's span; without a reference (its event failed) each member's
+ * own time is added. At most SP_TIMERS members have slots, so the scratch below holds them all. */
 static void timing_samples(const sp_timing *tm, uint32_t n, struct eng_stats *stats) {
   static double x[SP_TIMERS], t0[SP_TIMERS], t1[SP_TIMERS];
+  const int ref = tm[0].ref >= 0 && tm[0].ref < SP_TIMERS;
   for (int ph = 0; ph < 2; ph++) {
+    const int kind = ph ? EPS_DECODE : EPS_ENCODE;
     uint32_t m = 0;
     for (uint32_t k = 0; k < n && m < SP_TIMERS; k++) {
       const sp_timing *q = &tm[k];
       if (q->slot < 0 || q->slot >= SP_TIMERS || !(ph ? q->dec_ok : q->enc_ok)) continue;
-      cudaEvent_t *ev = g_tev[q->slot];
-      int ref = q->ref >= 0 && q->ref < SP_TIMERS;
-      t0[m] = ref ? ev_ms(g_tev[q->ref][SP_TEV_REF], ev[2 * ph]) * 1e-3 : 0.0;
-      t1[m] = ev_ms(ref ? g_tev[q->ref][SP_TEV_REF] : ev[2 * ph], ev[2 * ph + 1]) * 1e-3;
+      const cudaEvent_t *ev = g_tev[q->slot];
       x[m] = ph ? q->dec_x : q->enc_x;
-      if (ref)
-        m++;
-      else if (isfinite(t1[m]))
-        eng_stats_add(stats, ph ? EPS_DECODE : EPS_ENCODE, x[m], t1[m]);
+      t0[m] = ref ? ev_ms(g_tev[q->ref][SP_TEV_REF], ev[2 * ph]) * 1e-3 : 0.0;
+      t1[m++] = ev_ms(ref ? g_tev[q->ref][SP_TEV_REF] : ev[2 * ph], ev[2 * ph + 1]) * 1e-3;
     }
-    eng_stats_add_phase(stats, ph ? EPS_DECODE : EPS_ENCODE, x, t0, t1, m);
+    if (ref) {
+      eng_stats_add_phase(stats, kind, x, t0, t1, m);
+    } else {
+      for (uint32_t k = 0; k < m; k++)
+        if (isfinite(t1[k])) eng_stats_add(stats, kind, x[k], t1[k]);
+    }
   }
 }
 
