@@ -63,23 +63,23 @@ void eng_stats_add(eng_stats *s, int kind, double x, double seconds) {
   if (s->n[kind] < EPS_KEEP) s->n[kind]++;
 }
 
-/* A member's times are usable: finite and ordered. */
-static int span_ok(double t0, double t1) {
-  return isfinite(t0) && isfinite(t1) && t1 >= t0;
+/* A member's sample is usable: a size, and times finite and ordered. */
+static int member_ok(double x, double t0, double t1) {
+  return x > 0 && isfinite(t0) && isfinite(t1) && t1 >= t0;
 }
 
 void eng_stats_add_phase(eng_stats *s, int kind, const double *x, const double *t0,
                          const double *t1, uint32_t n) {
   double lo = INFINITY, hi = -INFINITY, sum = 0;
   for (uint32_t k = 0; k < n; k++) {
-    if (!(x[k] > 0) || !span_ok(t0[k], t1[k])) continue;
+    if (!member_ok(x[k], t0[k], t1[k])) continue;
     lo = t0[k] < lo ? t0[k] : lo;
     hi = t1[k] > hi ? t1[k] : hi;
     sum += t1[k] - t0[k];
   }
   const double f = sum > 0 && hi - lo < sum ? (hi - lo) / sum : 1.0;
   for (uint32_t k = 0; k < n; k++)
-    if (x[k] > 0 && span_ok(t0[k], t1[k])) eng_stats_add(s, kind, x[k], (t1[k] - t0[k]) * f);
+    if (member_ok(x[k], t0[k], t1[k])) eng_stats_add(s, kind, x[k], (t1[k] - t0[k]) * f);
 }
 
 void eng_stats_add_cal(eng_stats *s, int kind, double x, double seconds) {

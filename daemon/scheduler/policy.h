@@ -66,8 +66,7 @@ typedef struct sched_buffer {
    * Derived from the members, not encoded. */
   uint64_t dense_elems, dense_bytes;
   uint32_t ncomp;
-  uint32_t
-      nvar; /* of the ncomp, those with var_payload: their buffer all-gathers the sizes first */
+  uint32_t nvar; /* of the ncomp, with var_payload: the buffer all-gathers their sizes first */
   char reason[SCHED_REASON_MAX]; /* why compressed or dense, for fgbuffctl status */
 } sched_buffer;
 
