@@ -39,14 +39,14 @@ fi
 traces="${TRACES:-bench/trace/resnet50.csv bench/trace/bert-base.csv bench/trace/resnet50-amp.csv bench/trace/bert-base-amp.csv}"
 if [[ " $steps " == *" bench "* ]]; then
   # shellcheck disable=SC2086
-  MPS=1 bash bench/trace/run.sh "$build" $traces --nets "${NETS:-nvlink slow}" \
+  bash bench/trace/run.sh "$build" $traces --nets "${NETS:-nvlink slow}" \
     --policies "raw rawbucket none fusion fgbuff rgmerge dear" --comps "dense topk" \
     --topk-policies none --iters "${ITERS:-10}" --keep "$out/keep" 2>&1 | tee "$out/tables.txt"
   stamp bench
 fi
 
 if [[ " $steps " == *" timeline "* ]]; then
-  MPS=1 bash bench/trace/run.sh "$build" bench/trace/resnet50.csv --nets slow \
+  bash bench/trace/run.sh "$build" bench/trace/resnet50.csv --nets slow \
     --timeline "$out/timeline" 2>&1 | tee "$out/timeline.txt" | grep -v '^ *[0-9]* ' | tail -40
   stamp timeline
 fi

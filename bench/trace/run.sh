@@ -18,7 +18,9 @@
 #   --cpu      CPU daemons and host arenas (for testing without a GPU; network label "cpu")
 #   --no-forward  replay without the forward even where the trace has forward layers
 #   --topk-policies P  run the compressed comps (--comps other than dense) only for these policies
-# MPS=1 (GPU): everything runs under an MPS control daemon started here (bench/gpu/mps.sh).
+# MPS (GPU): everything runs under an MPS control daemon started here (bench/gpu/mps.sh), as
+#   training with fgbuffd is meant to run; MPS=0 runs without it (the daemons' kernels then
+#   time-slice with the replay's backward: 1.2-1.6x slower fgbuffd rows over sockets, session 23).
 #   --timeline DIR  one traced configuration per network: the daemons with FGBUFF_GPU_TRACE=all,
 #              the clients with FGBUFF_CLIENT_TRACE=1, every replay with --timeline (default
 #              policies "raw rawbucket none", comps dense, iters 4); every log kept in DIR, and
@@ -79,12 +81,13 @@ else
   source "$src/tests/gpu-dp/gpu-world.sh"
   source "$src/bench/gpu/mps.sh"
   gpu_need 2
-  if [ "${MPS:-0}" = 1 ]; then
+  MPS=${MPS:-1}
+  if [ "$MPS" = 1 ]; then
     mps_start || exit 1
   fi
   start_world() { gpu_world_start 2; }
   stop_world() { gpu_world_stop; }
-  machine="GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -2 | paste -sd, -), MPS ${MPS:-0}"
+  machine="GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -2 | paste -sd, -), MPS $MPS"
 fi
 # A killed run (timeout) must not leave daemons on the GPUs: stop them on TERM/INT too.
 trap 'stop_world; save_logs; [ "$cpu" = 1 ] || mps_stop; [ -z "$keep" ] || { mkdir -p "$keep" && cp -r "$out"/. "$keep"/; }; rm -rf "$out"' EXIT
