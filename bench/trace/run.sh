@@ -29,13 +29,19 @@
 #   --timeout  seconds per replay run (default 90); a run over it is reported as "timeout"
 #   --dyn-warmup W  warm-up steps of the policies without a plan (none raw fusion; default 3)
 #   --keep DIR copy every run's output, errors and the daemons' logs into DIR
+#   --rounds R every (trace, policy, comp) replayed R times on each network, round-robin (every
+#              row once per round, the daemons kept up), because one run over sockets varies by
+#              more than the targets resolve (session 23: two identical DeAR rows 4% and 14%
+#              apart). Each row then shows its median round (the ceil(R/2)-th by iter_ms: use an
+#              odd R), vs_base and vs_none as ratios of the median rounds, and by_round: the ratio
+#              to the better raw baseline within each round, median [min-max]
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
 src="$(cd "$here/../.." && pwd)"
 build="$(cd "${1:?usage: run.sh BUILD_DIR TRACE [TRACE...] [options]}" && pwd)"
 shift
 traces=() cpu=0 policies="" comps="" iters="" no_forward=0 tl="" topk_policies=""
-nets="nvlink slow" warmup=8 comm_iters=3 scale=1 density=0.01 tmo=90 keep="" dyn_warmup=3
+nets="nvlink slow" warmup=8 comm_iters=3 scale=1 density=0.01 tmo=90 keep="" dyn_warmup=3 rounds=1
 while [ $# -gt 0 ]; do
   case "$1" in
   --cpu) cpu=1 ;;
@@ -53,12 +59,14 @@ while [ $# -gt 0 ]; do
   --no-forward) no_forward=1 ;;
   --topk-policies) topk_policies="$2"; shift ;;
   --timeline) tl="$2"; shift ;;
+  --rounds) rounds="$2"; shift ;;
   -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   *) traces+=("$(cd "$(dirname "$1")" && pwd)/$(basename "$1")") ;;
   esac
   shift
 done
 [ ${#traces[@]} -gt 0 ] || { echo "run.sh: no trace given" >&2; exit 2; }
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --rounds must be a positive integer, not '$rounds'" >&2; exit 2; }
 if [ -n "$tl" ]; then
   : "${policies:=raw rawbucket none}" "${comps:=dense}" "${iters:=4}"
   mkdir -p "$tl" && tl="$(cd "$tl" && pwd)" && keep="$tl"
@@ -118,17 +126,17 @@ print_tables() {
     echo "   exposed = last Done - end of backward; comm = all tensors submitted at once; hidden =" \
       "1 - exposed/comm; stall = iter - bwd - fwd (what synchronisation adds to the step)"
     for net in $nets; do
-      base="" base_name="" none_it=""
+      base="" base_name="" base_pol="" none_it=""
       for pol in raw rawbucket; do # the better raw baseline of this network
-        b="$(field iter_ms "$(grep -h '^RESULT' "$out/res.$ti-$pol-dense-$net" 2>/dev/null)")"
+        b="$(field iter_ms "$(median_res "$ti-$pol-dense-$net")")"
         [ -n "$b" ] || continue
         if [ -z "$base" ] || awk -v a="$b" -v c="$base" 'BEGIN { exit !(a < c) }'; then
-          base="$b" base_name="$pol"
+          base="$b" base_name="$pol" base_pol="$pol"
         fi
       done
-      none_it="$(field iter_ms "$(grep -h '^RESULT' "$out/res.$ti-none-dense-$net" 2>/dev/null)")"
+      none_it="$(field iter_ms "$(median_res "$ti-none-dense-$net")")"
       if [ -z "$base" ]; then
-        base="$none_it" base_name="none dense (no raw baseline on this network)"
+        base="$none_it" base_name="none dense (no raw baseline on this network)" base_pol=none
       fi
       case "$base_name" in
       raw) base_name="raw (raw NCCL per tensor), the better raw baseline" ;;
@@ -136,8 +144,11 @@ print_tables() {
       esac
       echo "   $net: vs_base = iter_ms / that of $base_name ($base ms); vs_none = iter_ms / none" \
         "dense's"
-      printf "%-7s %-9s %-6s %9s %7s %7s %8s %8s %9s %9s %8s %7s %8s  %s\n" net policy comp iter_ms \
-        vs_base vs_none bwd_ms fwd_ms sync_end exposed comm_ms hidden stall_ms plan
+      [ "$rounds" = 1 ] || echo "   $rounds rounds: each row is its median round; by_round = iter_ms / the" \
+        "same round's $(cut -d' ' -f1 <<<"$base_name"), median [min-max] over the rounds (n = rounds with both)"
+      printf "%-7s %-9s %-6s %9s %7s %7s %s%8s %8s %9s %9s %8s %7s %8s  %s\n" net policy comp iter_ms \
+        vs_base vs_none "$(by_round_col by_round)" bwd_ms fwd_ms sync_end exposed comm_ms hidden \
+        stall_ms plan
       for pol in $policies; do
         for comp in $comps; do
           f="$out/res.$ti-$pol-$comp-$net"
@@ -148,7 +159,7 @@ print_tables() {
             fi ;;
           esac
           [ -f "$f" ] || continue
-          res="$(grep -h '^RESULT' "$f")"
+          res="$(median_res "$ti-$pol-$comp-$net")"
           if [ -z "$res" ]; then
             case "$(cat "$f")" in
             NOTSUP*) printf "%-7s %-9s %-6s %s\n" "$net" "$pol" "$comp" "not supported: $(cut -c8-160 "$f")" ;;
@@ -156,13 +167,15 @@ print_tables() {
             esac
             continue
           fi
-          plan="$(grep -h '^PLAN' "$f" | sed 's/^PLAN //')"
+          plan="$(grep -h '^PLAN' "$out/res.$ti-$pol-$comp-$net$(rsfx "$(field round "$res")")" |
+            sed 's/^PLAN //')"
           case "$plan" in
           policy=*) plan="v$(field version " $plan") from step $(field first_step " $plan"): $(field buffers " $plan") buffers ($(field compressed " $plan") compressed, $(field plan_buffers_issued " $plan") issued), predicted $(field predicted_ms " $plan") ms, tensors per buffer $(field tensors_per_buffer " $plan" | cut -c1-50)" ;;
           esac
           it="$(field iter_ms "$res")"
-          printf "%-7s %-9s %-6s %9s %7s %7s %8s %8s %9s %9s %8s %6s%% %8s  %s\n" "$net" "$pol" "$comp" \
-            "$it" "$(ratio "$it" "$base")" "$(ratio "$it" "$none_it")" "$(field bwd_ms "$res")" \
+          printf "%-7s %-9s %-6s %9s %7s %7s %s%8s %8s %9s %9s %8s %6s%% %8s  %s\n" "$net" "$pol" "$comp" \
+            "$it" "$(ratio "$it" "$base")" "$(ratio "$it" "$none_it")" \
+            "$(by_round_col "$(by_round "$ti-$pol-$comp-$net" "$ti-$base_pol-dense-$net")")" "$(field bwd_ms "$res")" \
             "$(field fwd_ms "$res")" "$(field sync_end_ms "$res")" "$(field exposed_ms "$res")" \
             "$(field comm_ms "$res")" "$(field hidden_pct "$res")" "$(field stall_ms "$res")" \
             "$(cut -c1-160 <<<"$plan")"
@@ -220,6 +233,35 @@ replay_one() {
 }
 
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+# Rounds (--rounds): round 1 keeps the plain key (res.<key>), round k > 1 is res.<key>.r<k>.
+rsfx() { [ "${1:-1}" = 1 ] || echo ".r$1"; }
+# The RESULT lines of row $1, one per round that has one, each with " round=<k>" appended.
+rounds_of() {
+  local k r
+  for ((r = 1; r <= rounds; r++)); do
+    grep -h '^RESULT' "$out/res.$1$(rsfx $r)" 2>/dev/null | sed "s/\$/ round=$r/"
+  done
+}
+# Row $1's median round: the ceil(n/2)-th of its n rounds by iter_ms (the only one when n = 1).
+median_res() {
+  rounds_of "$1" | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^iter_ms=/) print substr($i, 9) "\t" $0 }' |
+    sort -g | awk -F'\t' '{ l[NR] = $2 } END { if (NR) print l[int((NR + 1) / 2)] }'
+}
+# Row $1 against row $2 round by round (rounds where both have a RESULT): "median [min-max] (n)".
+by_round() {
+  local r a b
+  [ "$rounds" != 1 ] && [ -n "${2:-}" ] || return 0
+  for ((r = 1; r <= rounds; r++)); do
+    a="$(field iter_ms "$(grep -h '^RESULT' "$out/res.$1$(rsfx $r)" 2>/dev/null)")"
+    b="$(field iter_ms "$(grep -h '^RESULT' "$out/res.$2$(rsfx $r)" 2>/dev/null)")"
+    [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) printf "%.4f\n", a / b }'
+  done | sort -g | awk '{ v[NR] = $1 } END {
+    if (!NR) exit
+    m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+    printf "%.2f [%.2f-%.2f] (%d)", m, v[1], v[NR], NR }'
+}
+# The by_round column (only with --rounds > 1): its text padded, then a space.
+by_round_col() { [ "$rounds" = 1 ] || printf "%-23s " "${1:--}"; }
 ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }' || echo -; }
 # How iter_ms is made, from the trace's header (format 2 with forward layers: replayed).
 fwd_note() {
@@ -250,13 +292,15 @@ for net in $nets; do
     echo "network $net: daemons did not start"
     continue
   fi
-  for ti in "${!traces[@]}"; do
-    for pol in $policies; do
-      for comp in $comps; do
-        [ "$comp" = dense ] || [ -z "$topk_policies" ] || [[ " $topk_policies " == *" $pol "* ]] || continue
-        t0=$SECONDS
-        replay_one "${traces[$ti]}" "$pol" "$comp" "$net" "$ti-$pol-$comp-$net"
-        runtimes+="$ti-$pol-$comp-$net:$((SECONDS - t0))s "
+  for ((rd = 1; rd <= rounds; rd++)); do
+    for ti in "${!traces[@]}"; do
+      for pol in $policies; do
+        for comp in $comps; do
+          [ "$comp" = dense ] || [ -z "$topk_policies" ] || [[ " $topk_policies " == *" $pol "* ]] || continue
+          t0=$SECONDS
+          replay_one "${traces[$ti]}" "$pol" "$comp" "$net" "$ti-$pol-$comp-$net$(rsfx $rd)"
+          runtimes+="$ti-$pol-$comp-$net$(rsfx $rd):$((SECONDS - t0))s "
+        done
       done
     done
   done

@@ -127,6 +127,24 @@ smoke() {
     ok "raw rows n/a on CPU in both tables" || bad "raw rows not printed as n/a"
   [ -n "$(grep -h '^RESULT' "$tmp/keep/res.0-dear-dense-cpu" 2>/dev/null)" ] && ok "dear replayed" ||
     bad "dear: $(cat "$tmp/keep/res.0-dear-dense-cpu" 2>/dev/null)"
+  # --rounds: every row once per round; the table shows each row's median round and by_round
+  out="$(bash "$here/run.sh" "$build" "$here/synthetic-resnet50.csv" --cpu --scale 0.01 --iters 2 \
+    --warmup 2 --comm-iters 1 --policies "none fgbuff" --comps dense --rounds 3 \
+    --keep "$tmp/rounds" 2>&1)"
+  local its med row
+  its="$(for k in "" .r2 .r3; do field iter_ms "$(grep -h '^RESULT' "$tmp/rounds/res.0-fgbuff-dense-cpu$k" 2>/dev/null)"; done)"
+  med="$(sort -g <<<"$its" | sed -n 2p)"
+  row="$(grep '^cpu     fgbuff    dense ' <<<"$out")"
+  if [ "$(grep -c . <<<"$its")" = 3 ] && [ -n "$med" ] && [ "$(awk '{ print $4 }' <<<"$row")" = "$med" ] &&
+    grep -q '^cpu     none      dense .* 1.00 \[1.00-1.00\] (3) ' <<<"$out" &&
+    grep -Eq '^cpu     fgbuff    dense .* [0-9.]+ \[[0-9.]+-[0-9.]+\] \(3\) ' <<<"$out"; then
+    ok "--rounds 3: three replays per row, the median round ($med of $(tr '\n' ' ' <<<"$its")) shown, by_round over 3"
+  else
+    bad "--rounds 3: rounds '$(tr '\n' ' ' <<<"$its")', row '$row'"
+  fi
+  bash "$here/run.sh" "$build" "$here/synthetic-resnet50.csv" --cpu --rounds 0 >"$tmp/r0.out" 2>&1
+  [ $? = 2 ] && grep -q 'rounds must be a positive integer' "$tmp/r0.out" && ok "--rounds 0 refused" ||
+    bad "--rounds 0: $(cat "$tmp/r0.out")"
   out="$(bash "$here/run.sh" "$build" "$here/synthetic-resnet50.csv" --cpu --scale 0.01 --iters 2 \
     --warmup 1 --comm-iters 1 --timeline "$tmp/tl" 2>&1)"
   if grep -q '^rtrace rank 0 mode fgbuffd step 1 tensor 160 ' "$tmp/tl/o.0-none-dense-cpu.0" &&
