@@ -68,8 +68,8 @@ static int member_ok(double x, double t0, double t1) {
   return x > 0 && isfinite(t0) && isfinite(t1) && t1 >= t0;
 }
 
-void eng_stats_add_phase(eng_stats *s, int kind, const double *x, const double *t0,
-                         const double *t1, uint32_t n) {
+void eng_phase_durations(const double *x, const double *t0, const double *t1, uint32_t n,
+                         double *d) {
   double lo = INFINITY, hi = -INFINITY, sum = 0;
   for (uint32_t k = 0; k < n; k++) {
     if (!member_ok(x[k], t0[k], t1[k])) continue;
@@ -78,8 +78,17 @@ void eng_stats_add_phase(eng_stats *s, int kind, const double *x, const double *
     sum += t1[k] - t0[k];
   }
   const double f = sum > 0 && hi - lo < sum ? (hi - lo) / sum : 1.0;
+  for (uint32_t k = 0; k < n; k++) d[k] = member_ok(x[k], t0[k], t1[k]) ? (t1[k] - t0[k]) * f : NAN;
+}
+
+void eng_stats_add_phase(eng_stats *s, int kind, const double *x, const double *t0,
+                         const double *t1, uint32_t n) {
+  double dk[64], *d = n <= 64 ? dk : malloc(n * sizeof *d);
+  if (!d) return; /* only the samples are lost */
+  eng_phase_durations(x, t0, t1, n, d);
   for (uint32_t k = 0; k < n; k++)
-    if (member_ok(x[k], t0[k], t1[k])) eng_stats_add(s, kind, x[k], (t1[k] - t0[k]) * f);
+    if (isfinite(d[k])) eng_stats_add(s, kind, x[k], d[k]);
+  if (d != dk) free(d);
 }
 
 void eng_stats_add_cal(eng_stats *s, int kind, double x, double seconds) {

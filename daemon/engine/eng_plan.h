@@ -28,6 +28,11 @@ void eng_stats_add(eng_stats *s, int kind, double x, double seconds);
  * summed over a buffer's members, as the planner charges them, give the span the phase took, not
  * the members' times one after another. Members that did not overlap are added as they are. A
  * member with x <= 0 or times not finite and ordered is left out. */
+/* The times eng_stats_add_phase adds for such a phase, into d[0..n): t1[k] - t0[k] scaled by
+ * span / sum where the members overlapped, NAN for a member it leaves out. For a sample made of
+ * several phases of one member (an encode and the advances between its collectives). */
+void eng_phase_durations(const double *x, const double *t0, const double *t1, uint32_t n,
+                         double *d);
 void eng_stats_add_phase(eng_stats *s, int kind, const double *x, const double *t0,
                          const double *t1, uint32_t n);
 /* The same for a start-up calibration sample: also kept aside for good (eng_stats_fit). */

@@ -591,12 +591,17 @@ static fgb_status lanes_join(cudaStream_t s, int nl, fgb_status st, char *err, s
 /* ---- measured encode / decode times ---------------------------------------------------------- */
 
 /* Timing events per slot (encode start, end; decode start, end; the reference of the call whose
- * first timed member holds the slot), created at a slot's first use and reused for the daemon's
- * life: creating and destroying events per item costs host time on every step. A slot is busy
- * from sp_sync_many to sp_timing_done. Engine thread only. */
+ * first timed member holds the slot; start and end of each of the first SP_ADV advances), created
+ * at a slot's first use and reused for the daemon's life: creating and destroying events per item
+ * costs host time on every step. A slot is busy from sp_sync_many to sp_timing_done. Engine thread
+ * only. */
 #define SP_TIMERS 256
-#define SP_TEV 5
+#define SP_ADV                                                                      \
+  2 /* advances timed per member: every compressor here has at most 2 (1 with work) \
+     */
+#define SP_TEV (5 + 2 * SP_ADV)
 #define SP_TEV_REF 4
+#define SP_TEV_ADV 5 /* advance r: events SP_TEV_ADV + 2r (start) and + 2r + 1 (end) */
 static cudaEvent_t g_tev[SP_TIMERS][SP_TEV];
 static unsigned char g_tbusy[SP_TIMERS];
 
@@ -625,30 +630,66 @@ static double ev_ms(cudaEvent_t a, cudaEvent_t b) {
   return NAN;
 }
 
-/* One call's timed members tm[0..n) (one ref, tm[0].ref): each phase's samples. On the call's
- * reference clock they go through eng_stats_add_phase, which scales the times of members that
- * overlapped on lanes to the phase's span; without a reference (its event failed) each member's
- * own time is added. At most SP_TIMERS members have slots, so the scratch below holds them all. */
-static void timing_samples(const sp_timing *tm, uint32_t n, struct eng_stats *stats) {
+/* The times of phase (ev[a] to ev[b]) of the timed members tm[0..n), scaled where they overlapped
+ * (eng_phase_durations) on the call's reference clock, or each member's own without one; NAN
+ * where a member has no such time (want[k] 0, or an event lost). */
+static void phase_times(const sp_timing *tm, uint32_t n, int ref, const int *want, int a, int b,
+                        double *d) {
   static double x[SP_TIMERS], t0[SP_TIMERS], t1[SP_TIMERS];
+  for (uint32_t k = 0; k < n; k++) {
+    const sp_timing *q = &tm[k];
+    x[k] = t0[k] = t1[k] = NAN;
+    if (!want[k] || q->slot < 0 || q->slot >= SP_TIMERS) continue;
+    const cudaEvent_t *ev = g_tev[q->slot];
+    x[k] = 1.0; /* any size: only the times are scaled */
+    t0[k] = ref ? ev_ms(g_tev[q->ref][SP_TEV_REF], ev[a]) * 1e-3 : 0.0;
+    t1[k] = ev_ms(ref ? g_tev[q->ref][SP_TEV_REF] : ev[a], ev[b]) * 1e-3;
+  }
+  if (ref) {
+    eng_phase_durations(x, t0, t1, n, d);
+  } else { /* no common clock: each member's own time, unscaled */
+    for (uint32_t k = 0; k < n; k++) d[k] = x[k] > 0 && isfinite(t1[k]) && t1[k] >= 0 ? t1[k] : NAN;
+  }
+}
+
+/* One call's timed members tm[0..n) (one ref, tm[0].ref, n <= SP_TIMERS): the encode samples
+ * (each member's encode plus its advances: the work between its collectives is the compressor's
+ * too) and the decode samples. On the call's reference clock each phase's times are scaled to
+ * the span it took where members overlapped on lanes (eng_phase_durations, eng_stats_add_phase);
+ * without a reference (its event failed) each member's own times are added. */
+static void timing_samples(const sp_timing *tm, uint32_t n, struct eng_stats *stats) {
+  static double x[SP_TIMERS], t0[SP_TIMERS], t1[SP_TIMERS], enc[SP_TIMERS], adv[SP_TIMERS];
+  static int want[SP_TIMERS];
   const int ref = tm[0].ref >= 0 && tm[0].ref < SP_TIMERS;
-  for (int ph = 0; ph < 2; ph++) {
-    const int kind = ph ? EPS_DECODE : EPS_ENCODE;
-    uint32_t m = 0;
-    for (uint32_t k = 0; k < n && m < SP_TIMERS; k++) {
-      const sp_timing *q = &tm[k];
-      if (q->slot < 0 || q->slot >= SP_TIMERS || !(ph ? q->dec_ok : q->enc_ok)) continue;
-      const cudaEvent_t *ev = g_tev[q->slot];
-      x[m] = ph ? q->dec_x : q->enc_x;
-      t0[m] = ref ? ev_ms(g_tev[q->ref][SP_TEV_REF], ev[2 * ph]) * 1e-3 : 0.0;
-      t1[m++] = ev_ms(ref ? g_tev[q->ref][SP_TEV_REF] : ev[2 * ph], ev[2 * ph + 1]) * 1e-3;
-    }
-    if (ref) {
-      eng_stats_add_phase(stats, kind, x, t0, t1, m);
-    } else {
-      for (uint32_t k = 0; k < m; k++)
-        if (isfinite(t1[k])) eng_stats_add(stats, kind, x[k], t1[k]);
-    }
+  if (n > SP_TIMERS) n = SP_TIMERS;
+  for (uint32_t k = 0; k < n; k++) want[k] = tm[k].enc_ok && !tm[k].adv_lost;
+  phase_times(tm, n, ref, want, 0, 1, enc);
+  for (int r = 0; r < SP_ADV; r++) {
+    int any = 0;
+    for (uint32_t k = 0; k < n; k++)
+      any |= want[k] = tm[k].enc_ok && !tm[k].adv_lost && tm[k].nadv > r;
+    if (!any) break;
+    phase_times(tm, n, ref, want, SP_TEV_ADV + 2 * r, SP_TEV_ADV + 2 * r + 1, adv);
+    for (uint32_t k = 0; k < n; k++)
+      if (want[k]) enc[k] += adv[k]; /* NAN (a lost event) drops the sample */
+  }
+  for (uint32_t k = 0; k < n; k++)
+    if (tm[k].enc_ok && !tm[k].adv_lost && isfinite(enc[k]))
+      eng_stats_add(stats, EPS_ENCODE, tm[k].enc_x, enc[k]);
+  uint32_t m = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    const sp_timing *q = &tm[k];
+    if (q->slot < 0 || q->slot >= SP_TIMERS || !q->dec_ok) continue;
+    const cudaEvent_t *ev = g_tev[q->slot];
+    x[m] = q->dec_x;
+    t0[m] = ref ? ev_ms(g_tev[q->ref][SP_TEV_REF], ev[2]) * 1e-3 : 0.0;
+    t1[m++] = ev_ms(ref ? g_tev[q->ref][SP_TEV_REF] : ev[2], ev[3]) * 1e-3;
+  }
+  if (ref) {
+    eng_stats_add_phase(stats, EPS_DECODE, x, t0, t1, m);
+  } else {
+    for (uint32_t k = 0; k < m; k++)
+      if (isfinite(t1[k])) eng_stats_add(stats, EPS_DECODE, x[k], t1[k]);
   }
 }
 
@@ -871,9 +912,16 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
     for (uint32_t k = 0; k < nm && st == FGB_OK; k++) {
       sp_member *x = &m[k];
       if (!x->active) continue;
+      /* Timed as part of the encode sample: advance r (phase r + 1) between events of its own */
+      const int ar = x->phase - 1, timed = x->ev && x->i->ops->advance && x->tm;
+      int rec = timed && ar < SP_ADV && timer_mark(x->ev[SP_TEV_ADV + 2 * ar], x->lex.stream);
       int r = x->i->ops->advance
                   ? x->i->ops->advance(x->i->st, &x->lex, x->phase, &x->ph, err, errlen)
                   : COMP_DONE;
+      if (rec && timer_mark(x->ev[SP_TEV_ADV + 2 * ar + 1], x->lex.stream))
+        x->tm->nadv = ar + 1;
+      else if (timed)
+        x->tm->adv_lost = 1;
       if (r < 0) st = (fgb_status)r;
       x->active = r == COMP_MORE;
       x->phase++;

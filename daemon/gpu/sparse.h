@@ -44,6 +44,8 @@ typedef struct sp_timing {
   int slot;            /* pool slot, -1: none */
   int ref;             /* pool slot holding the call's reference event, -1: none */
   int enc_ok, dec_ok;  /* recorded in this use */
+  int nadv;            /* advances timed (rounds 0 .. nadv-1), part of the encode sample */
+  int adv_lost;        /* an advance ran untimed: no encode sample (it would leave its work out) */
   double enc_x, dec_x; /* elements encoded; gathered elements decoded (P * k) */
   int dec_rec;         /* the decode's events recorded (also without a sample: timeline) */
   const eng_tensor *t; /* the member timed */

@@ -241,6 +241,15 @@ static void stats_phase(void) {
             4 * c.comp_alpha + 6000 * c.comp_beta);
   CHECK_MSG(c.dec_alpha < 1e-12 && fabs(c.dec_beta - 1e-6) < 1e-12, "decode %g + %g x", c.dec_alpha,
             c.dec_beta);
+  /* The same scaling as times, for a sample of several phases (an encode and its advances, the
+   * GPU engine's encode samples): halved where the lanes overlapped, NAN for the bad members. */
+  double d[7];
+  eng_phase_durations(x, t0, t1, 7, d);
+  for (int k = 0; k < 4; k++)
+    CHECK_MSG(fabs(d[k] - (k < 2 ? 1e-3 : 2e-3)) < 1e-12, "member %d: %g s", k, d[k]);
+  for (int k = 4; k < 7; k++) CHECK_MSG(isnan(d[k]), "bad member %d: %g s, not NaN", k, d[k]);
+  eng_phase_durations(y, u0, u1, 2, d);
+  CHECK(fabs(d[0] - 1e-3) < 1e-12 && fabs(d[1] - 2e-3) < 1e-12);
   eng_stats_free(s);
 }
 
