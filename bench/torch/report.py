@@ -244,7 +244,10 @@ def main():
         first_only = set(a.first_net_only.split(","))
         for ni, net in enumerate((a.nets or ",".join(nets)).split(",")):
             for m in a.expect_models.split(","):
-                for c in a.expect_configs.split(","):
+                # without --expect-configs: the configs any row of the model has
+                cfgs = (a.expect_configs.split(",") if a.expect_configs else
+                        sorted({x["config"] for x in rows if x["model"] == m}))
+                for c in cfgs:
                     if ni > 0 and c in first_only:
                         continue
                     r = [x for x in rows if (x["net"], x["model"], x["config"]) == (net, m, c)]
