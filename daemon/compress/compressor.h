@@ -141,6 +141,10 @@ typedef struct comp_ops {
    * (the planner's cost model asks before any instance exists; options it cannot read count as
    * the compressor's defaults). NULL: never. */
   int (*var_payload)(const char *options);
+  /* The collectives a compressed step runs one after another (PowerSGD: 2, Q's all-reduce after
+   * P's), from the options alone like var_payload; a variable payload's size all-gather is
+   * var_payload's, not counted here. NULL: 1. */
+  int (*rounds)(const char *options);
 } comp_ops;
 
 /* Registry (registry.c): the ops table for a name, or NULL. */

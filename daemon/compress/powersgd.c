@@ -70,6 +70,12 @@ static int powersgd_advance(void *st, const comp_exec *ex, int phase, comp_phase
   return COMP_MORE;
 }
 
+/* Two all-reduces one after another: P, then Q (computed from the summed P). */
+static int powersgd_rounds(const char *options) {
+  (void)options;
+  return 2;
+}
+
 /* The state is the residual and the warm-start Q: P is recomputed every step. */
 static fgb_status powersgd_export(void *st, const comp_exec *ex, void **buf, size_t *bytes) {
   return comp_lowrank_export(&((powersgd_state *)st)->lr, ex, 0, NULL, 0, buf, bytes);
@@ -87,6 +93,7 @@ const comp_ops comp_powersgd_ops = {
     .destroy = comp_lowrank_op_destroy,
     .encode = powersgd_encode,
     .advance = powersgd_advance,
+    .rounds = powersgd_rounds,
     .decode = comp_lowrank_op_decode,
     .flush_dense = comp_lowrank_op_flush,
     .state_export = powersgd_export,

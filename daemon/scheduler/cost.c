@@ -30,11 +30,12 @@ static double encode_s(const sched_costs *c, uint32_t n, uint64_t elems) {
 /* The sparse payloads of n tensors (a header each, k elements in all) all-gathered in one
  * collective (both engines send a buffer's payloads together: compress_path.c's cp_sync_many
  * concatenates them, gpu/sparse.c's sp_sync_many groups them into one NCCL launch), and each
- * tensor's decompression of the P payloads. With variable-size payloads among them (nvar > 0) the
- * 8-byte sizes are all-gathered first, in one more collective of the round before (its bytes are
- * negligible; the host wait between the two is not modelled). */
-static double sparse_s(const sched_costs *c, int nranks, uint32_t n, uint32_t nvar, uint64_t k) {
-  return c->ag_alpha * (nvar ? 2.0 : 1.0) + c->dec_alpha * (double)n +
+ * tensor's decompression of the P payloads. A step of `extra` more rounds pays as many more
+ * start-ups: a variable-size payload's 8-byte sizes are all-gathered first, in one more collective
+ * of the round before (its bytes are negligible; the host wait between the two is not modelled);
+ * PowerSGD all-reduces Q after P (costed as all-gathers, its bytes as the payload's). */
+static double sparse_s(const sched_costs *c, int nranks, uint32_t n, uint32_t extra, uint64_t k) {
+  return c->ag_alpha * (1.0 + (double)extra) + c->dec_alpha * (double)n +
          c->ag_beta * coo_bytes(n, k) + c->dec_beta * (double)nranks * (double)k;
 }
 
@@ -52,7 +53,7 @@ double sched_buf_comp_s(const sched_costs *c, const sched_buffer *b) {
 
 double sched_buf_coll_s(const sched_costs *c, int nranks, const sched_buffer *b) {
   if (!b->compress) return ar_s(c, b->bytes);
-  return sparse_s(c, nranks, ncomp_of(b), b->nvar, b->k) +
+  return sparse_s(c, nranks, ncomp_of(b), b->extra, b->k) +
          (b->dense_bytes ? ar_s(c, b->dense_bytes) : 0.0);
 }
 
@@ -64,7 +65,7 @@ static int costs_finite(const sched_costs *c) {
   return 1;
 }
 
-int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint32_t ncomp, uint32_t nvar,
+int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint32_t ncomp, uint32_t extra,
                               uint64_t elems, uint64_t bytes, uint64_t k, uint64_t rest_bytes,
                               char reason[SCHED_REASON_MAX]) {
   /* reason == NULL: planners' inner loops, where formatting text would dominate the cost */
@@ -90,7 +91,7 @@ int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint32_t ncomp, 
   }
   double dense = ar_s(c, bytes + rest_bytes);
   if (ncomp < 1) ncomp = 1;
-  double sparse = encode_s(c, ncomp, elems) + sparse_s(c, nranks, ncomp, nvar, k) +
+  double sparse = encode_s(c, ncomp, elems) + sparse_s(c, nranks, ncomp, extra, k) +
                   (rest_bytes ? ar_s(c, rest_bytes) : 0.0);
   if (sparse < dense) {
     SAY("compressed: saves %.3g ms", (dense - sparse) * 1e3);

@@ -27,6 +27,8 @@ void sched_acc_add(sched_acc *a, const sched_tensor *t, double ready) {
     if (t->count > 0) a->quota++;
     a->ncomp++;
     a->nvar += t->var_payload != 0;
+    uint32_t x = t->extra_rounds > (t->var_payload != 0) ? t->extra_rounds : (t->var_payload != 0);
+    if (x > a->extra) a->extra = x;
     a->comp_elems += t->count;
     a->comp_bytes += t->count * (uint64_t)t->elem_size;
   }
@@ -40,6 +42,7 @@ void sched_acc_sizes(const sched_acc *a, sched_buffer *b) {
   b->dense_bytes = a->bytes - a->comp_bytes;
   b->ncomp = a->ncomp;
   b->nvar = a->nvar;
+  b->extra = a->extra;
 }
 
 static void decide(const sched_acc *a, const sched_inputs *in, sched_buffer *b, int text) {
@@ -59,7 +62,7 @@ static void decide(const sched_acc *a, const sched_inputs *in, sched_buffer *b, 
   if (k < a->quota) k = a->quota;
   if (k < 1) k = 1;
   if (k > a->comp_elems) k = a->comp_elems;
-  if (sched_compress_pays_bytes(&in->costs, in->nranks, a->ncomp, a->nvar, a->comp_elems,
+  if (sched_compress_pays_bytes(&in->costs, in->nranks, a->ncomp, a->extra, a->comp_elems,
                                 a->comp_bytes, k, b->dense_bytes, text ? b->reason : NULL)) {
     b->compress = 1;
     b->k = k;

@@ -21,13 +21,15 @@ typedef struct sched_acc {
   uint64_t quota; /* compressible members with at least one element: one kept slot each */
   uint32_t ncomp; /* members with a compressor */
   uint32_t nvar;  /* of them, with a variable-size payload (sched_tensor.var_payload) */
+  uint32_t extra; /* the most collective rounds beyond the first of any of them (sched_buffer) */
   uint64_t comp_elems, comp_bytes; /* theirs: what a compressed buffer sparsifies */
   double ready;                    /* latest member ready time */
 } sched_acc;
 
 void sched_acc_init(sched_acc *a);
 void sched_acc_add(sched_acc *a, const sched_tensor *t, double ready);
-/* Fill b's elems, bytes, dense_elems, dense_bytes, ncomp and nvar from the group (no decision). */
+/* Fill b's elems, bytes, dense_elems, dense_bytes, ncomp, nvar and extra from the group (no
+ * decision). */
 void sched_acc_sizes(const sched_acc *a, sched_buffer *b);
 /* Fill b's elems, bytes, dense_elems, dense_bytes, k, compress and reason (not first/count) for the
  * group. Over its members with a compressor: k = max(floor(sum of rho_i * n_i), one per non-empty
@@ -52,10 +54,10 @@ double sched_buf_coll_s(const sched_costs *c, int nranks, const sched_buffer *b)
  * against one all-reduce of the whole buffer, whose other members (`rest_bytes`, no compressor) a
  * compressed buffer all-reduces on their own. Each of the ncomp tensors is encoded and decoded
  * alone, so each pays the kernels' start-ups; their payloads are all-gathered together (as the
- * engines run them: compress_path.c, gpu/sparse.c), one start-up, and one more when `nvar` of them
- * (> 0) have variable-size payloads, whose sizes are all-gathered first. reason may be NULL (no
- * text). */
-int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint32_t ncomp, uint32_t nvar,
+ * engines run them: compress_path.c, gpu/sparse.c), one start-up per round: 1 + `extra`, the
+ * rounds beyond the first of the member with most (a variable-size payload's size all-gather,
+ * PowerSGD's second all-reduce). reason may be NULL (no text). */
+int sched_compress_pays_bytes(const sched_costs *c, int nranks, uint32_t ncomp, uint32_t extra,
                               uint64_t elems, uint64_t bytes, uint64_t k, uint64_t rest_bytes,
                               char reason[SCHED_REASON_MAX]);
 

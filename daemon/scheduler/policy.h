@@ -30,6 +30,9 @@ typedef struct sched_tensor {
   uint8_t var_payload;  /* compressed, its payload's size is all-gathered before the payload
                            (payload=var: Gaussian-k, SIDCo, RedSync's bisection, Ok-Topk by
                            default): one more all-gather start-up per buffer */
+  uint8_t extra_rounds; /* compressed, its collectives one after another beyond the first
+                           (comp_ops.rounds - 1: PowerSGD's Q after its P): as many more
+                           start-ups per buffer */
 } sched_tensor;
 
 /* Measured costs (seconds). Collective time = alpha + beta * bytes (allgather: bytes per rank). */
@@ -66,7 +69,9 @@ typedef struct sched_buffer {
    * Derived from the members, not encoded. */
   uint64_t dense_elems, dense_bytes;
   uint32_t ncomp;
-  uint32_t nvar; /* of the ncomp, with var_payload: the buffer all-gathers their sizes first */
+  uint32_t nvar;  /* of the ncomp, with var_payload: the buffer all-gathers their sizes first */
+  uint32_t extra; /* collective rounds beyond the first its compressed step runs: the most of any
+                   * member's (a var_payload member's size all-gather is one) */
   char reason[SCHED_REASON_MAX]; /* why compressed or dense, for fgbuffctl status */
 } sched_buffer;
 

@@ -116,6 +116,7 @@ typedef struct ct_job {
   comp_phase ph[CT_MAXP];
   char err[256];
   uint64_t moved; /* bytes each rank received, summed over every phase run (all-reduce: count) */
+  uint32_t colls; /* collectives run (phases naming one), summed over the steps */
 } ct_job;
 
 static inline fgb_status ct_job_create(ct_job *j, const char *name, const comp_exec *ex, int P,
@@ -152,6 +153,7 @@ static inline float ct_f16sum_to(uint16_t acc, uint16_t x) {
 /* Run the collective every rank described in j->ph, as the engine would. */
 static inline void ct_job_collective(ct_job *j) {
   comp_phase *p0 = &j->ph[0];
+  j->colls += p0->coll != COMP_COLL_NONE;
   for (int r = 1; r < j->P; r++) {
     REQUIRE(j->ph[r].coll == p0->coll);
     REQUIRE(j->ph[r].count == p0->count);

@@ -37,7 +37,7 @@ int main(void) {
   CHECK(sched_opt_double("drift=nan", "drift", 0.1, 0, 1, &v, err, sizeof err) == FGB_EINVAL);
   CHECK(sched_opt_double("drift=", "drift", 0.1, 0, 1, &v, err, sizeof err) == FGB_EINVAL);
   /* a bad option reaches the caller of plan() as an error, not a silent default */
-  sched_tensor t = {1, 10, 4, 0, 1, 0};
+  sched_tensor t = {1, 10, 4, 0, 1, 0, 0};
   sched_inputs in = {.ntensors = 1, .tensors = &t, .nranks = 2, .options = "fusion_mb=-3"};
   sched_plan p;
   CHECK(sched_find("dear")->plan(&in, &p, err, sizeof err) == FGB_EINVAL);

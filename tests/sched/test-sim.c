@@ -8,7 +8,7 @@
 #define NEAR(a, b) (fabs((a) - (b)) < 1e-9)
 
 static sched_tensor T(uint32_t id, uint64_t count, int comp, double rho) {
-  sched_tensor t = {id, count, 4, (uint8_t)comp, rho, 0};
+  sched_tensor t = {id, count, 4, (uint8_t)comp, rho, 0, 0};
   return t;
 }
 
