@@ -201,6 +201,41 @@ static void test_mixed(void) {
   scen_free(&s);
 }
 
+/* A buffer of s's tensors whose compressed step runs one round more than one collective: with
+ * slow costs, b.extra is 1 (nvar members with a variable-size payload) and the collective costs
+ * one all-gather start-up more than with no extra round, the compression the same; with 2 ms
+ * start-ups against a 3 ms all-reduce (bytes free) one round pays, two do not, and the buffer
+ * goes dense. */
+static void one_more_round(scen *s, uint32_t nvar) {
+  sched_acc a;
+  sched_acc_init(&a);
+  for (uint32_t i = 0; i < s->n; i++) sched_acc_add(&a, &s->t[i], 0);
+  const sched_costs slow = costs_slow();
+  sched_buffer b, f;
+  memset(&b, 0, sizeof b);
+  s->in.costs = slow;
+  sched_acc_decide(&a, &s->in, &b);
+  CHECK_MSG(b.ncomp == 9 && b.nvar == nvar && b.extra == 1, "ncomp %u nvar %u extra %u", b.ncomp,
+            b.nvar, b.extra);
+  f = b;
+  f.nvar = f.extra = 0;
+  CHECK(fabs(sched_buf_coll_s(&slow, 8, &b) - sched_buf_coll_s(&slow, 8, &f) - slow.ag_alpha) <
+        1e-12);
+  CHECK(sched_buf_comp_s(&slow, &b) == sched_buf_comp_s(&slow, &f));
+  sched_costs lat = costs_latency();
+  lat.ar_alpha = 3e-3;
+  lat.ar_beta = 0;
+  lat.comp_alpha = lat.dec_alpha = 0;
+  lat.comp_beta = lat.dec_beta = 1e-11;
+  const uint64_t ce = b.elems - b.dense_elems, cb = 4 * ce;
+  char why[SCHED_REASON_MAX];
+  CHECK_MSG(sched_compress_pays_bytes(&lat, 8, 9, 0, ce, cb, b.k, 0, why) == 1, "%s", why);
+  CHECK_MSG(sched_compress_pays_bytes(&lat, 8, 9, 1, ce, cb, b.k, 0, why) == 0, "%s", why);
+  s->in.costs = lat;
+  sched_acc_decide(&a, &s->in, &b);
+  CHECK_MSG(b.compress == 0, "%s", b.reason);
+}
+
 /* Members with a variable-size payload (payload=var) make their buffer all-gather the sizes first:
  * one more all-gather start-up per buffer, however many such members it has (their sizes travel in
  * one collective), none for a member without a compressor. Where that start-up is what compressing
@@ -211,34 +246,7 @@ static void test_var_payload(void) {
   s.t[2].var_payload = s.t[5].var_payload = 1;
   s.t[7].compressible = 0;
   s.t[7].var_payload = 1; /* not compressed: never gathered */
-  sched_acc a;
-  sched_acc_init(&a);
-  for (uint32_t i = 0; i < s.n; i++) sched_acc_add(&a, &s.t[i], 0);
-  const sched_costs slow = costs_slow();
-  sched_buffer b, f;
-  memset(&b, 0, sizeof b);
-  s.in.costs = slow;
-  sched_acc_decide(&a, &s.in, &b);
-  CHECK_MSG(b.ncomp == 9 && b.nvar == 2 && b.extra == 1, "ncomp %u nvar %u extra %u", b.ncomp,
-            b.nvar, b.extra);
-  f = b;
-  f.nvar = f.extra = 0;
-  CHECK(fabs(sched_buf_coll_s(&slow, 8, &b) - sched_buf_coll_s(&slow, 8, &f) - slow.ag_alpha) <
-        1e-12);
-  CHECK(sched_buf_comp_s(&slow, &b) == sched_buf_comp_s(&slow, &f));
-  /* 2 ms all-gather start-ups against a 3 ms all-reduce (bytes free): one start-up pays, two not */
-  sched_costs lat = costs_latency();
-  lat.ar_alpha = 3e-3;
-  lat.ar_beta = 0;
-  lat.comp_alpha = lat.dec_alpha = 0;
-  lat.comp_beta = lat.dec_beta = 1e-11;
-  const uint64_t ce = b.elems - b.dense_elems, cb = 4 * ce;
-  char why[SCHED_REASON_MAX];
-  CHECK_MSG(sched_compress_pays_bytes(&lat, 8, 9, 0, ce, cb, b.k, 0, why) == 1, "%s", why);
-  CHECK_MSG(sched_compress_pays_bytes(&lat, 8, 9, 1, ce, cb, b.k, 0, why) == 0, "%s", why);
-  s.in.costs = lat;
-  sched_acc_decide(&a, &s.in, &b);
-  CHECK_MSG(b.compress == 0, "%s", b.reason);
+  one_more_round(&s, 2);
   scen_free(&s);
 }
 
@@ -246,40 +254,15 @@ static void test_var_payload(void) {
  * all-reduce, then Q's: comp_ops.rounds 2, sched_tensor.extra_rounds 1) cost their buffer one
  * start-up per round, the member with most rounds deciding (the rounds of all members run
  * together); a var_payload member counts one more round alike, not one more on top (what each
- * compressor says: compress-varsize). */
+ * compressor says: compress-varsize); a member without a compressor has no rounds. */
 static void test_rounds(void) {
   scen s;
   scen_make(&s, 10, 3, 0.05, 1, 0.01, 8);
   s.t[3].extra_rounds = 1;
   s.t[5].var_payload = 1;
   s.t[7].compressible = 0;
-  s.t[7].extra_rounds = 3; /* not compressed: no rounds of its own */
-  sched_acc a;
-  sched_acc_init(&a);
-  for (uint32_t i = 0; i < s.n; i++) sched_acc_add(&a, &s.t[i], 0);
-  const sched_costs slow = costs_slow();
-  sched_buffer b, f;
-  memset(&b, 0, sizeof b);
-  s.in.costs = slow;
-  sched_acc_decide(&a, &s.in, &b);
-  CHECK_MSG(b.extra == 1 && b.nvar == 1, "extra %u nvar %u", b.extra, b.nvar);
-  f = b;
-  f.extra = 0;
-  CHECK(fabs(sched_buf_coll_s(&slow, 8, &b) - sched_buf_coll_s(&slow, 8, &f) - slow.ag_alpha) <
-        1e-12);
-  /* 2 ms start-ups against a 3 ms all-reduce (bytes free): one round pays, two do not */
-  sched_costs lat = costs_latency();
-  lat.ar_alpha = 3e-3;
-  lat.ar_beta = 0;
-  lat.comp_alpha = lat.dec_alpha = 0;
-  lat.comp_beta = lat.dec_beta = 1e-11;
-  const uint64_t ce = b.elems - b.dense_elems, cb = 4 * ce;
-  char why[SCHED_REASON_MAX];
-  CHECK_MSG(sched_compress_pays_bytes(&lat, 8, 9, 0, ce, cb, b.k, 0, why) == 1, "%s", why);
-  CHECK_MSG(sched_compress_pays_bytes(&lat, 8, 9, 1, ce, cb, b.k, 0, why) == 0, "%s", why);
-  s.in.costs = lat;
-  sched_acc_decide(&a, &s.in, &b);
-  CHECK_MSG(b.compress == 0, "%s", b.reason);
+  s.t[7].extra_rounds = 3;
+  one_more_round(&s, 1);
   scen_free(&s);
 }
 
