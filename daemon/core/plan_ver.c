@@ -49,14 +49,14 @@ void plan_ver_free(plan_ver *v) {
   memset(v, 0, sizeof(*v));
 }
 
-/* The plan's tensor list from the observed stream: the observed step's ISSUE order (the agreed
- * ready order), then tensors seen only during warm-up in ascending key. */
 /* A compressed tensor's collective rounds beyond the first (comp_ops.rounds), at most 255. */
 static uint8_t plan_extra_rounds(const comp_ops *c, const char *options) {
   int r = c && c->rounds ? c->rounds(options) : 1;
   return (uint8_t)(r <= 1 ? 0 : r > 256 ? 255 : r - 1);
 }
 
+/* The plan's tensor list from the observed stream: the observed step's ISSUE order (the agreed
+ * ready order), then tensors seen only during warm-up in ascending key. */
 fgb_status plan_ver_build_list(core_job *j, plan_state *pl, sched_tensor **out, uint32_t *nout,
                                char *err, size_t errlen) {
   uint32_t n = 0, cap = pl->nseen + pl->nlast;

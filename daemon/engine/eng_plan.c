@@ -81,16 +81,6 @@ void eng_phase_durations(const double *x, const double *t0, const double *t1, ui
   for (uint32_t k = 0; k < n; k++) d[k] = member_ok(x[k], t0[k], t1[k]) ? (t1[k] - t0[k]) * f : NAN;
 }
 
-void eng_stats_add_phase(eng_stats *s, int kind, const double *x, const double *t0,
-                         const double *t1, uint32_t n) {
-  double dk[64], *d = n <= 64 ? dk : malloc(n * sizeof *d);
-  if (!d) return; /* only the samples are lost */
-  eng_phase_durations(x, t0, t1, n, d);
-  for (uint32_t k = 0; k < n; k++)
-    if (isfinite(d[k])) eng_stats_add(s, kind, x[k], d[k]);
-  if (d != dk) free(d);
-}
-
 void eng_stats_add_cal(eng_stats *s, int kind, double x, double seconds) {
   if (!sample_ok(s, kind, x, seconds)) return;
   eng_stats_add(s, kind, x, seconds);

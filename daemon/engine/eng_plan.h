@@ -21,20 +21,16 @@ eng_stats *eng_stats_new(void);
 void eng_stats_free(eng_stats *s);
 /* Record one timed call: x = bytes per rank (collectives) or elements (encode; decode: P * k). */
 void eng_stats_add(eng_stats *s, int kind, double x, double seconds);
-/* The samples of one phase (the encodes, or the decodes) of n members that may have run beside
- * each other (the GPU engine's lanes): member k handled x[k] units from t0[k] to t1[k] seconds (one
- * clock for all). Where they overlapped (the phase's span, max t1 - min t0, is shorter than the
- * sum of their times), each time is scaled by span / sum before it is added, so the fitted costs
- * summed over a buffer's members, as the planner charges them, give the span the phase took, not
- * the members' times one after another. Members that did not overlap are added as they are. A
- * member with x <= 0 or times not finite and ordered is left out. */
-/* The times eng_stats_add_phase adds for such a phase, into d[0..n): t1[k] - t0[k] scaled by
- * span / sum where the members overlapped, NAN for a member it leaves out. For a sample made of
- * several phases of one member (an encode and the advances between its collectives). */
+/* The sample times of one phase (the encodes, the decodes, or an advance round) of n members that
+ * may have run beside each other (the GPU engine's lanes), into d[0..n): member k handled x[k]
+ * units from t0[k] to t1[k] seconds (one clock for all). Where they overlapped (the phase's span,
+ * max t1 - min t0, is shorter than the sum of their times), each time is scaled by span / sum, so
+ * the fitted costs summed over a buffer's members, as the planner charges them, give the span the
+ * phase took, not the members' times one after another. Members that did not overlap keep their
+ * times. A member with x <= 0 or times not finite and ordered gets NAN (no sample). A member's
+ * sample may add several phases (an encode and the advances between its collectives). */
 void eng_phase_durations(const double *x, const double *t0, const double *t1, uint32_t n,
                          double *d);
-void eng_stats_add_phase(eng_stats *s, int kind, const double *x, const double *t0,
-                         const double *t1, uint32_t n);
 /* The same for a start-up calibration sample: also kept aside for good (eng_stats_fit). */
 void eng_stats_add_cal(eng_stats *s, int kind, double x, double seconds);
 /* Whether to time the next call of `kind`: every call for the first 16 samples, then one in 8. On

@@ -596,9 +596,8 @@ static fgb_status lanes_join(cudaStream_t s, int nl, fgb_status st, char *err, s
  * costs host time on every step. A slot is busy from sp_sync_many to sp_timing_done. Engine thread
  * only. */
 #define SP_TIMERS 256
-#define SP_ADV                                                                      \
-  2 /* advances timed per member: every compressor here has at most 2 (1 with work) \
-     */
+/* Advances timed per member: every compressor here has at most 2 (1 with work). */
+#define SP_ADV 2
 #define SP_TEV (5 + 2 * SP_ADV)
 #define SP_TEV_REF 4
 #define SP_TEV_ADV 5 /* advance r: events SP_TEV_ADV + 2r (start) and + 2r + 1 (end) */
@@ -654,11 +653,9 @@ static void phase_times(const sp_timing *tm, uint32_t n, int ref, const int *wan
 
 /* One call's timed members tm[0..n) (one ref, tm[0].ref, n <= SP_TIMERS): the encode samples
  * (each member's encode plus its advances: the work between its collectives is the compressor's
- * too) and the decode samples. On the call's reference clock each phase's times are scaled to
- * the span it took where members overlapped on lanes (eng_phase_durations, eng_stats_add_phase);
- * without a reference (its event failed) each member's own times are added. */
+ * too) and the decode samples, each phase's times through phase_times. */
 static void timing_samples(const sp_timing *tm, uint32_t n, struct eng_stats *stats) {
-  static double x[SP_TIMERS], t0[SP_TIMERS], t1[SP_TIMERS], enc[SP_TIMERS], adv[SP_TIMERS];
+  static double enc[SP_TIMERS], adv[SP_TIMERS], dec[SP_TIMERS];
   static int want[SP_TIMERS];
   const int ref = tm[0].ref >= 0 && tm[0].ref < SP_TIMERS;
   if (n > SP_TIMERS) n = SP_TIMERS;
@@ -676,21 +673,10 @@ static void timing_samples(const sp_timing *tm, uint32_t n, struct eng_stats *st
   for (uint32_t k = 0; k < n; k++)
     if (tm[k].enc_ok && !tm[k].adv_lost && isfinite(enc[k]))
       eng_stats_add(stats, EPS_ENCODE, tm[k].enc_x, enc[k]);
-  uint32_t m = 0;
-  for (uint32_t k = 0; k < n; k++) {
-    const sp_timing *q = &tm[k];
-    if (q->slot < 0 || q->slot >= SP_TIMERS || !q->dec_ok) continue;
-    const cudaEvent_t *ev = g_tev[q->slot];
-    x[m] = q->dec_x;
-    t0[m] = ref ? ev_ms(g_tev[q->ref][SP_TEV_REF], ev[2]) * 1e-3 : 0.0;
-    t1[m++] = ev_ms(ref ? g_tev[q->ref][SP_TEV_REF] : ev[2], ev[3]) * 1e-3;
-  }
-  if (ref) {
-    eng_stats_add_phase(stats, EPS_DECODE, x, t0, t1, m);
-  } else {
-    for (uint32_t k = 0; k < m; k++)
-      if (isfinite(t1[k])) eng_stats_add(stats, EPS_DECODE, x[k], t1[k]);
-  }
+  for (uint32_t k = 0; k < n; k++) want[k] = tm[k].dec_ok;
+  phase_times(tm, n, ref, want, 2, 3, dec);
+  for (uint32_t k = 0; k < n; k++)
+    if (tm[k].dec_ok && isfinite(dec[k])) eng_stats_add(stats, EPS_DECODE, tm[k].dec_x, dec[k]);
 }
 
 void sp_timing_done(sp_timing *tm, uint32_t n, struct eng_stats *stats) {

@@ -52,9 +52,9 @@ typedef struct sp_timing {
   uint64_t wire;       /* its bytes sent (issue.c fills it in, for the timeline) */
 } sp_timing;
 /* Once the stream passed the events of tm[0..n) (the item's completion event): add their encode
- * and decode samples (seconds per element) to stats, then give the slots back. The members of one
- * call that ran beside each other on lanes are added as eng_stats_add_phase does (their times
- * scaled to the span each phase took). stats NULL: give the slots back only. */
+ * and decode samples (seconds per element) to stats, then give the slots back. The times of the
+ * members of one call that ran beside each other on lanes are scaled to the span each phase took
+ * (eng_phase_durations). stats NULL: give the slots back only. */
 void sp_timing_done(sp_timing *tm, uint32_t n, struct eng_stats *stats);
 /* The slot's four events (encode start, end, decode start, end) for the timeline, before
  * sp_timing_done; 0 when tm has no slot. */
