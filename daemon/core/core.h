@@ -182,7 +182,8 @@ struct core_job {
   /* Collectives the engine failed before this daemon learnt that the job was aborted (events.c):
    * a peer's transport sees another daemon abort the communicator before the leader's ABORT
    * arrives here. Their Done waits for that ABORT (then it names the cause, FGB_EPEER) until
-   * held_until; they still count in inflight. */
+   * held_until; they still count in inflight. Those failed after the ABORT (this daemon aborts
+   * the communicator then) report its cause at once. */
   struct eng_item **held;
   uint32_t nheld, hcap;
   uint64_t held_until; /* ms; 0: none held yet (after it passes, failures go out at once) */

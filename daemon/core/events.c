@@ -399,7 +399,11 @@ static void engine_result(core *d, eng_item *it, int was_held) {
   if (j && !was_held && it->kind == ENG_ISSUE && it->status != FGB_OK && !j->aborted &&
       hold_failed(j, it) == 0)
     return;
-  if (was_held && j && j->aborted) { /* the abort's cause, not its echo in the transport */
+  /* A collective of an aborted job that failed (held until the ABORT came, or failed after it:
+   * this daemon aborts the communicator on the ABORT, so its in-flight collectives fail then)
+   * reports the abort's cause, not its echo in the transport; one numbered ahead of readiness
+   * (pre-issue) that completed had a failed rank contribute zeros to let it finish. */
+  if (j && j->aborted && it->kind == ENG_ISSUE && (it->status != FGB_OK || it->pre)) {
     it->status = FGB_EPEER;
     snprintf(it->err, sizeof(it->err), "%.250s", j->abort_text);
   }
@@ -424,11 +428,6 @@ static void engine_result(core *d, eng_item *it, int was_held) {
     snprintf(j->abort_text, sizeof(j->abort_text),
              "job '%.100s': communicator creation failed: %.200s", j->id.name, it->err);
     step_fail_pending(j, FGB_EIO, j->abort_text, NULL);
-  }
-  if (it->kind == ENG_ISSUE && it->pre && j->aborted && it->status == FGB_OK) {
-    /* Numbered ahead of readiness: a failed rank contributed zeros to let it finish. */
-    it->status = FGB_EPEER;
-    snprintf(it->err, sizeof(it->err), "%.250s", j->abort_text);
   }
   if (it->kind == ENG_ISSUE) {
     j->collectives++;

@@ -6,7 +6,8 @@
  * mid-step (the other rank's pending tensor fails with FGB_EPEER, the job is released), a tensor
  * whose metadata differs between the ranks (FGB_EMISMATCH, still after a peer left and the job
  * aborted, also on a rank that registers it only then), a collective failed by the transport before
- * the job's ABORT arrived (its Done waits for the ABORT's cause, or goes out after the hold), a
+ * the job's ABORT arrived (its Done waits for the ABORT's cause, or goes out after the hold) and
+ * one failed after it (its Done names the ABORT's cause too), a
  * released tensor, a collective inside a step (a recall under FGBUFF_PREISSUE=1, which ctest runs
  * as core-units-preissue), static plans (fgbuff; rgmerge with re-plans), device arenas through a
  * fake dp_ops, and that every entry point drains the coordinator exactly once (twice for the tick:
@@ -322,8 +323,9 @@ static void test_mismatch_before_register(void) {
 
 /* A 2-rank job `name` with tensors a and b, formed; both ranks submit a for step 1 (rank 0 also
  * b), and rank 0's collective of a comes back from the engine failed, as a transport reports a
- * peer's abort ("Broken pipe"). Returns when rank 0's core has that result (w_hold released). */
-static void failed_collective(world *w, const char *name, uint32_t *a, uint32_t *b) {
+ * peer's abort ("Broken pipe"). Returns when rank 0's core has that result (w_hold released), or
+ * with the failed result still held (deliver 0). */
+static void failed_collective(world *w, const char *name, uint32_t *a, uint32_t *b, int deliver) {
   w_start(w, 2);
   w_join(w, name, "none");
   *a = w_tensor(w, "a", 2, OFF_A), *b = w_tensor(w, "b", 2, OFF_B);
@@ -335,7 +337,7 @@ static void failed_collective(world *w, const char *name, uint32_t *a, uint32_t 
   core_submit(&x->c, x->job, &x->sess, 2, *b, 1, 0, 0);
   W_UNTIL(w, w_dones(w, 1, *a, 1, 0) == 1); /* done on rank 1; rank 0's result is held */
   W_UNTIL(w, w_held_fail(0, FGB_EIO, "fake transport: job rank 1: Broken pipe") == 1);
-  w_hold(w, 0, 0); /* the failure reaches rank 0's core before any ABORT */
+  if (deliver) w_hold(w, 0, 0); /* the failure reaches rank 0's core before any ABORT */
 }
 
 /* A collective that fails on a daemon before the job's ABORT reached it (a peer's daemon aborted
@@ -345,7 +347,7 @@ static void failed_collective(world *w, const char *name, uint32_t *a, uint32_t 
 static void test_failed_before_abort(void) {
   world w;
   uint32_t a, b;
-  failed_collective(&w, "hb", &a, &b);
+  failed_collective(&w, "hb", &a, &b, 1);
   w_rank *x = &w.r[0], *y = &w.r[1];
   for (int i = 0; i < 20; i++) w_pump(&w);
   CHECK(w_dones(&w, 0, a, 1, FGB_EIO) == 0 && w_dones(&w, 0, a, 1, FGB_EPEER) == 0);
@@ -364,13 +366,38 @@ static void test_failed_before_abort(void) {
 
   /* No ABORT follows: the transport's error goes out after the hold. */
   uint64_t t0 = clock_ms();
-  failed_collective(&w, "hb2", &a, &b);
+  failed_collective(&w, "hb2", &a, &b, 1);
   x = &w.r[0];
   W_UNTIL(&w, w_dones(&w, 0, a, 1, FGB_EIO) == 1);
   uint64_t waited = clock_ms() - t0;
   CHECK_MSG(waited >= 900 && waited < 5000, "the failure went out after %llu ms",
             (unsigned long long)waited);
   CHECK(strstr(w_last(x, REC_DONE)->msg, "Broken pipe") != NULL && x->job->nheld == 0);
+  w_stop(&w);
+}
+
+/* The other order: the ABORT reaches rank 0 while its collective of a is still in flight; this
+ * daemon aborts the communicator then, so a fails afterwards ("communicator aborted", CI once
+ * saw a client get that instead of the cause). a's Done is FGB_EPEER and names the failed rank. */
+static void test_failed_after_abort(void) {
+  world w;
+  uint32_t a, b;
+  failed_collective(&w, "ha", &a, &b, 0);
+  w_rank *x = &w.r[0], *y = &w.r[1];
+  core_job *gone = y->job; /* rank 1's client dies with b unsubmitted: the job aborts */
+  y->job = NULL;
+  core_client_gone(gone);
+  W_UNTIL(&w, x->job->aborted && w_dones(&w, 0, b, 1, FGB_EPEER) == 1);
+  CHECK(w_dones(&w, 0, a, 1, FGB_EPEER) == 0 && w_dones(&w, 0, a, 1, FGB_EIO) == 0);
+  CHECK(w_held_fail(0, FGB_EIO, "fake transport: communicator aborted") == 1);
+  w_hold(&w, 0, 0); /* the failure reaches rank 0's core after the ABORT */
+  W_UNTIL(&w, w_dones(&w, 0, a, 1, FGB_EPEER) == 1);
+  CHECK(w_dones(&w, 0, a, 1, FGB_EIO) == 0);
+  const w_rec *last = w_last(x, REC_DONE);
+  CHECK_MSG(last && strstr(last->msg, "rank 1") && strstr(last->msg, "client connection closed"),
+            "a's Done: %s", last ? last->msg : "-");
+  CHECK(x->job->nheld == 0 && x->job->inflight == 0);
+  W_UNTIL(&w, y->c.jobs == NULL);
   w_stop(&w);
 }
 
@@ -580,6 +607,7 @@ int main(void) {
   test_mismatch_then_gone();
   test_mismatch_before_register();
   test_failed_before_abort();
+  test_failed_after_abort();
   test_mid_step_collective();
   test_plan("fgbuff", 50, 8);
   test_plan("rgmerge", 3, 12);
