@@ -235,11 +235,13 @@ replay_one() {
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 # Rounds (--rounds): round 1 keeps the plain key (res.<key>), round k > 1 is res.<key>.r<k>.
 rsfx() { [ "${1:-1}" = 1 ] || echo ".r$1"; }
+# Row $1's RESULT line of round $2 (empty when that round has none).
+round_res() { grep -h '^RESULT' "$out/res.$1$(rsfx "$2")" 2>/dev/null; }
 # The RESULT lines of row $1, one per round that has one, each with " round=<k>" appended.
 rounds_of() {
-  local k r
+  local r
   for ((r = 1; r <= rounds; r++)); do
-    grep -h '^RESULT' "$out/res.$1$(rsfx $r)" 2>/dev/null | sed "s/\$/ round=$r/"
+    round_res "$1" "$r" | sed "s/\$/ round=$r/"
   done
 }
 # Row $1's median round: the ceil(n/2)-th of its n rounds by iter_ms (the only one when n = 1).
@@ -252,8 +254,8 @@ by_round() {
   local r a b
   [ "$rounds" != 1 ] && [ -n "${2:-}" ] || return 0
   for ((r = 1; r <= rounds; r++)); do
-    a="$(field iter_ms "$(grep -h '^RESULT' "$out/res.$1$(rsfx $r)" 2>/dev/null)")"
-    b="$(field iter_ms "$(grep -h '^RESULT' "$out/res.$2$(rsfx $r)" 2>/dev/null)")"
+    a="$(field iter_ms "$(round_res "$1" "$r")")"
+    b="$(field iter_ms "$(round_res "$2" "$r")")"
     [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) printf "%.4f\n", a / b }'
   done | sort -g | awk '{ v[NR] = $1 } END {
     if (!NR) exit
