@@ -25,6 +25,11 @@
 #              the clients with FGBUFF_CLIENT_TRACE=1, every replay with --timeline (default
 #              policies "raw rawbucket none", comps dense, iters 4); every log kept in DIR, and
 #              bench/trace/timeline.py prints each network's per-collective timeline from them
+#   --spans DIR  the daemons record their timeline from their start (FGBUFF_TIMELINE_START=1, the
+#              first FGBUFF_TIMELINE_SPANS spans kept) and each network's is dumped before its
+#              daemons stop: DIR/spans-NET.json (fgbuffctl timeline: pack, collective, write-back
+#              of every buffer on the GPU), and bench/trace/spans.py's summary of it, the link's
+#              busy time, gaps and end per job (step), into DIR/spans-NET.txt (printed at the end)
 #   --scale X  replay every tensor with X times its elements (ready times unchanged)
 #   --timeout  seconds per replay run (default 90); a run over it is reported as "timeout"
 #   --dyn-warmup W  warm-up steps of the policies without a plan (none raw fusion; default 3)
@@ -40,7 +45,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 src="$(cd "$here/../.." && pwd)"
 build="$(cd "${1:?usage: run.sh BUILD_DIR TRACE [TRACE...] [options]}" && pwd)"
 shift
-traces=() cpu=0 policies="" comps="" iters="" no_forward=0 tl="" topk_policies=""
+traces=() cpu=0 policies="" comps="" iters="" no_forward=0 tl="" topk_policies="" spans=""
 nets="nvlink slow" warmup=8 comm_iters=3 scale=1 density=0.01 tmo=90 keep="" dyn_warmup=3 rounds=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -60,6 +65,7 @@ while [ $# -gt 0 ]; do
   --topk-policies) topk_policies="$2"; shift ;;
   --timeline) tl="$2"; shift ;;
   --rounds) rounds="$2"; shift ;;
+  --spans) spans="$2"; shift ;;
   -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   *) traces+=("$(cd "$(dirname "$1")" && pwd)/$(basename "$1")") ;;
   esac
@@ -72,6 +78,21 @@ if [ -n "$tl" ]; then
   mkdir -p "$tl" && tl="$(cd "$tl" && pwd)" && keep="$tl"
   export FGBUFF_GPU_TRACE=all FGBUFF_CLIENT_TRACE=1
 fi
+if [ -n "$spans" ]; then
+  mkdir -p "$spans" && spans="$(cd "$spans" && pwd)"
+  export FGBUFF_TIMELINE_START=1
+fi
+# --spans: the daemons' timeline of this network, while they still run
+dump_spans() {
+  [ -n "$spans" ] && [ "${spans_net:-}" != "${net:-none}" ] || return 0
+  spans_net="${net:-none}" # once a network (the EXIT trap stops the world again)
+  local f="$spans/spans-${net:-none}.json"
+  if "$build/client/fgbuffctl" timeline dump --all-local -o "$f" >/dev/null 2>&1; then
+    python3 "$here/spans.py" "$f" >"$spans/spans-${net:-none}.txt" 2>&1
+  else
+    echo "run.sh: no daemon timeline dumped for network ${net:-none}" >&2
+  fi
+}
 : "${policies:=none raw rawbucket fusion syncea omgs dear fgbuff rgmerge}" "${comps:=dense topk}"
 : "${iters:=10}"
 replay="$build/bench/trace/trace-replay"
@@ -83,7 +104,7 @@ out="$(mktemp -d "${TMPDIR:-/tmp}/fgb-trace.XXXXXX")"
 if [ "$cpu" = 1 ]; then
   source "$src/tests/lib/world.sh"
   start_world() { world_start 2; }
-  stop_world() { world_stop >/dev/null 2>&1; }
+  stop_world() { dump_spans; world_stop >/dev/null 2>&1; }
   machine="CPU: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores"
 else
   source "$src/tests/gpu-dp/gpu-world.sh"
@@ -94,7 +115,7 @@ else
     mps_start || exit 1
   fi
   start_world() { gpu_world_start 2; }
-  stop_world() { gpu_world_stop; }
+  stop_world() { dump_spans; gpu_world_stop; }
   machine="GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -2 | paste -sd, -), MPS $MPS"
 fi
 # A killed run (timeout) must not leave daemons on the GPUs: stop them on TERM/INT too.
@@ -319,5 +340,12 @@ if [ -n "$tl" ]; then
       python3 "$here/timeline.py" --dir "$out" --trace-index "$ti" --net "$net" \
         --chrome "$tl/timeline-$ti-$net.json" || echo "timeline.py failed"
     done
+  done
+fi
+if [ -n "$spans" ]; then
+  for net in $nets; do
+    echo
+    echo "== the daemons' timeline, network $net: $spans/spans-$net.json (bench/trace/spans.py)"
+    cat "$spans/spans-$net.txt" 2>/dev/null || echo "no summary"
   done
 fi

@@ -4,10 +4,12 @@
 #   format: every committed trace parses (trace-replay --check); the synthetic ones are format 2
 #     with every tensor in one forward layer and are what record.py --synthetic writes today;
 #     malformed forward sections are refused with the line and field named; trace-plansim prints a
-#     row per policy and refuses what it cannot simulate.
+#     row per policy (with --dense nothing compressed; ddp the rawbucket plan) and refuses what it
+#     cannot simulate.
 #   smoke: run.sh on CPU daemons, a format-2 and a format-1 trace: RESULT rows with the forward
 #     replayed (iter_ms >= bwd_ms + fwd_ms) or not (iter = fwd + max(sync_end, bwd)), the raw rows
-#     n/a; run.sh --timeline writes rtrace lines and timeline.py prints the step's collectives.
+#     n/a; run.sh --timeline writes rtrace lines and timeline.py prints the step's collectives;
+#     --spans dumps the daemons' timeline and spans.py summarises it per job.
 set -u
 build="$(cd "${1:?usage: test-trace.sh BUILD_DIR format|smoke}" && pwd)"
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -89,6 +91,15 @@ format() {
     else
       bad "trace-plansim: unexpected output: $po"
     fi
+    # --dense: nothing compressed; ddp: DDP's buckets of ResNet-50's 161 tensors (first 1 MiB,
+    # then 25 MiB in ready order; 8.2 MB of fc first): bench/trace's rawbucket plan
+    po="$("$ps" "$here/resnet50.csv" --dense --policies "fgbuff ddp" 2>&1)"
+    if awk '$1 == "fgbuff" && $3 == 0 { f = 1 } $1 == "ddp" && $2 == 5 && $3 == 0 { d = 1 }
+      END { exit !(f && d) }' <<<"$po" && grep -q '^ddp .*tensors per buffer \[2,15,12,51,81\]' <<<"$po"; then
+      ok "trace-plansim --dense: $(grep '^ddp' <<<"$po")"
+    else
+      bad "trace-plansim --dense / ddp: unexpected output: $po"
+    fi
     "$ps" "$here/resnet50.csv" --policies nope >/dev/null 2>&1 && bad "trace-plansim: an unknown policy was accepted"
     "$ps" "$here/resnet50.csv" --ranks 1 >/dev/null 2>&1 && bad "trace-plansim: one rank was accepted"
   fi
@@ -146,7 +157,7 @@ smoke() {
   [ $? = 2 ] && grep -q 'rounds must be a positive integer' "$tmp/r0.out" && ok "--rounds 0 refused" ||
     bad "--rounds 0: $(cat "$tmp/r0.out")"
   out="$(bash "$here/run.sh" "$build" "$here/synthetic-resnet50.csv" --cpu --scale 0.01 --iters 2 \
-    --warmup 1 --comm-iters 1 --timeline "$tmp/tl" 2>&1)"
+    --warmup 1 --comm-iters 1 --timeline "$tmp/tl" --spans "$tmp/sp" 2>&1)"
   if grep -q '^rtrace rank 0 mode fgbuffd step 1 tensor 160 ' "$tmp/tl/o.0-none-dense-cpu.0" &&
     grep -q '^rtrace rank 0 mode fgbuffd step 1 layer 106 ' "$tmp/tl/o.0-none-dense-cpu.0" &&
     grep -q 'gtrace loop step' "$tmp/tl/daemons-cpu.log" &&
@@ -154,6 +165,14 @@ smoke() {
     ok "--timeline: rtrace and gtrace lines kept, timeline.py summarised 161 collectives"
   else
     bad "--timeline: $(tail -5 <<<"$out")"
+  fi
+  # --spans: the daemons' own timeline dumped before they stopped, summarised per job by spans.py
+  # (policy none: a collective per tensor, every step)
+  if [ -s "$tmp/sp/spans-cpu.json" ] &&
+    grep -A3 "daemons' timeline, network cpu" <<<"$out" | grep -Eq '^trace-0-none-dense-cpu +[0-9]+ +161 '; then
+    ok "--spans: $(grep '^trace-0-none-dense-cpu' <<<"$out")"
+  else
+    bad "--spans: no dump or no summary of job none: $(tail -4 <<<"$out")"
   fi
 }
 
