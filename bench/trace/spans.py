@@ -16,19 +16,20 @@ compress/decompress for compressed members. For every step of one job on one dae
 
 and a last line with the medians over the steps shown. Without --job, one line per job of the
 dump instead: its steps, and the medians of colls, busy, gaps and end over them. Usage:
-  spans.py DUMP.json [--rank R] [--job SUBSTRING] [--from STEP]
+  spans.py DUMP.json[.gz] [--rank R] [--job SUBSTRING] [--from STEP]
 (--rank: the daemon, by its process index in the dump, default 0; --job: the job whose name
 contains it, the one with the most spans if several do; --from: steps from this one on, default all).
 """
 import argparse
 import collections
+import gzip
 import json
 import statistics
 import sys
 
 
 def load(path):
-    with open(path) as f:
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         doc = json.load(f)
     return [e for e in doc.get("traceEvents", []) if e.get("ph") == "X" and "args" in e]
 
