@@ -8,7 +8,7 @@
 #          [--configs single,ddp,...] [--nets nvlink,slow] [--steps N] [--warmup W] [--quick]
 #          [--out DIR] [--no-mps] [--item-timeout S] [--every-net] [--channels-last]
 #          [--duration-min M [--skew-s S] [--resume DIR]] [--fashion-mnist DIR [--eval-every-s S]]
-#          [--timeline K] [--profile K] [--rounds R] [--no-warm-item] [--pin] [--cpu]
+#          [--timeline K] [--profile K] [--spans] [--rounds R] [--no-warm-item] [--pin] [--cpu]
 #   --quick          20 warm-up + 50 measured steps (default 20 + 100), --item-timeout 120
 #   --cpu            tiny models on CPU: gloo DDP and CPU daemons, 2 ranks, network label "cpu"
 #   --duration-min M convergence mode: each config trains M minutes (default models resnet50-amp,
@@ -31,6 +31,11 @@
 #   --timeline K     the last K steps of each item as CLOCK_MONOTONIC times (timeline-*.csv) and
 #                    the daemons' per-collective trace (FGBUFF_GPU_TRACE=all, daemons-<net>.log):
 #                    where a step's time goes; use on a few configs (the trace is per tensor)
+#   --spans          the daemons record their own timeline from their start (FGBUFF_TIMELINE_START=1;
+#                    the first FGBUFF_TIMELINE_SPANS spans are kept, so use it on a few configs):
+#                    dumped per network before they stop (spans-<net>.json, fgbuffctl timeline)
+#                    and summarised per job by bench/trace/spans.py (spans-<net>.txt, printed at
+#                    the end): per step the link's busy time and the compressor's GPU time
 #   --profile K      rank 0 runs the last K warm-up steps of each item under torch.profiler
 #                    (the measured steps are not profiled): profile-*.json.gz (Chrome trace) and
 #                    per step the compute stream's kernel time and span, the other streams' kernel
@@ -52,6 +57,7 @@ build="$(cd "${1:?usage: run.sh BUILD_DIR [options]}" && pwd)"
 shift
 gpus=2 models="" configs="" nets="" steps=100 warmup=20 out="" mps=1 cpu=0 item_tmo=300
 single_each=0 chl=0 dur=0 quick=0 tmo_set=0 timeline=0 profile=0 skew=0 resume="" fmnist="" every="" rounds=1 warm=1
+spans=0
 pin=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -74,6 +80,7 @@ while [ $# -gt 0 ]; do
   --resume) resume="$(mkdir -p "$2" && cd "$2" && pwd)" || exit 2; shift ;;
   --timeline) timeline="$2"; shift ;;
   --profile) profile="$2"; shift ;;
+  --spans) spans=1 ;;
   --pin) pin=1 ;;
   --fashion-mnist) fmnist="$(cd "$2" && pwd)" || exit 2; shift ;;
   --eval-every-s) every="$2"; shift ;;
@@ -120,11 +127,24 @@ python3 -c 'import torch' 2>/dev/null || { echo "run.sh: torch missing: skipped"
 
 tpid="" mps_on=0
 [ "$timeline" != 0 ] && export FGBUFF_GPU_TRACE=all # the daemons' gtrace lines (GPU daemons)
+[ "$spans" = 1 ] && export FGBUFF_TIMELINE_START=1
+# --spans: the daemons' timeline of this network, while they still run (once a network: stop_world
+# runs again at exit, and after a restart the new daemons' spans are not dumped)
+dump_spans() {
+  [ "$spans" = 1 ] && [ "$net" != none ] && [ "${spans_net:-}" != "$net" ] || return 0
+  spans_net="$net"
+  if "$build/client/fgbuffctl" timeline dump --all-local -o "$out/spans-$net.json" >/dev/null 2>&1; then
+    python3 "$src/bench/trace/spans.py" "$out/spans-$net.json" >"$out/spans-$net.txt" 2>&1
+  else
+    echo "run.sh: no daemon timeline dumped for network $net" >&2
+  fi
+}
 if [ "$cpu" = 1 ]; then
   export OMP_NUM_THREADS=1
   source "$src/tests/lib/world.sh"
   start_world() { world_start "$gpus"; }
   stop_world() {
+    dump_spans
     [ -n "${FGBUFF_WORLD_LOG:-}" ] && cp "$FGBUFF_WORLD_LOG" "$out/daemons-$net.log" 2>/dev/null
     world_stop >/dev/null 2>&1
     case "${FGBUFF_RUNTIME_DIR:-}" in */fgbuff-world.*) rm -rf "$FGBUFF_RUNTIME_DIR" ;; esac
@@ -136,6 +156,7 @@ else
   gpu_need "$gpus"
   start_world() { gpu_world_start "$gpus"; }
   stop_world() {
+    dump_spans
     [ -n "${GPU_WORLD_LOG:-}" ] && cp "$GPU_WORLD_LOG" "$out/daemons-$net.log" 2>/dev/null
     gpu_world_stop >/dev/null 2>&1
     case "${FGBUFF_RUNTIME_DIR:-}" in */fgbuff-gpu.*) rm -rf "$FGBUFF_RUNTIME_DIR" ;; esac
@@ -288,6 +309,13 @@ trap - EXIT
 echo
 report
 rc=$?
+if [ "$spans" = 1 ]; then
+  for net in ${nets//,/ }; do
+    echo
+    echo "== the daemons' timeline, network $net: $out/spans-$net.json (bench/trace/spans.py)"
+    cat "$out/spans-$net.txt" 2>/dev/null || echo "no summary"
+  done
+fi
 echo "results: $res, $out/results.json; logs in $out; $SECONDS s in all"
 if [ "$dur" != 0 ]; then
   echo "curves: $(find "$out" -name 'curve-*.csv' -o -name 'eval-*.csv' | sort | paste -sd' ')"

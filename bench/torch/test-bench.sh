@@ -6,7 +6,8 @@
 # (an unknown compressor) must become a FAILED row, the configs after it must still run, and run.sh
 # must exit non-zero; report.py must reject a missing row and a NaN loss (negative controls of the
 # check itself); an unknown GPU network label is refused; --pin's planner passes its self-test and
-# bench.py pins each rank to its FGBUFF_BENCH_CPUS list.
+# bench.py pins each rank to its FGBUFF_BENCH_CPUS list; --spans dumps and summarises the daemons'
+# timeline (top-k's compressor time in it, dense none's zero).
 set -uo pipefail
 BUILD="$1" SRC="$2"
 python3 -c 'import torch' 2>/dev/null || { echo "torch missing: skipped"; exit 77; }
@@ -256,4 +257,14 @@ grep -q '^fgb:no-such-compressor:0.01:none *FAILED' "$OUT/crash.txt" || bad "no 
   bad "FGBUFF_BENCH_CPUS=0;0: the ranks did not say they were pinned"
 awk '$1 == "dense-none" && $2 + 0 > 0 { ok = 1 } END { exit !ok }' "$OUT/crash.txt" ||
   bad "the config after the crash did not run"
+# --spans: the daemons' own timeline dumped before they stop and summarised per job: top-k's
+# compressor time is there (comp > 0), dense none has none (comp 0), both jobs' collectives
+msg="$(timeout 120 bash "$run" "$BUILD" --cpu --steps 2 --warmup 1 --models resnet50 \
+  --configs dense-none,topk-fgbuff --spans --out "$OUT/spans" 2>&1)"
+rc=$?
+sp="$(grep -A4 "daemons' timeline, network cpu" <<<"$msg")"
+[ "$rc" -eq 0 ] && [ -s "$OUT/spans/spans-cpu.json" ] &&
+  awk '$1 ~ /\.resnet50\.dense-none$/ && $3 >= 161 && $6 == 0 { d = 1 }
+    $1 ~ /\.resnet50\.topk-fgbuff$/ && $3 >= 1 && $6 > 0 { t = 1 } END { exit !(d && t) }' <<<"$sp" ||
+  bad "run.sh --spans: rc $rc, summary: $sp"
 exit "$fail"

@@ -11,11 +11,13 @@ compress/decompress for compressed members. For every step of one job on one dae
   first   the first collective's start, ms from the step's first span (its first wait)
   busy    the union of the collectives (ms the link was in use)
   gaps    idle time inside that union's first start and last end (ms)
+  comp    the union of the compressed members' encode and decode spans (ms the compressor ran on
+          the device: on a GPU daemon what competes with a trainer's kernels beside it)
   end     the step's last span's end (ms)
   durs    the first collectives' durations (ms), in start order
 
 and a last line with the medians over the steps shown. Without --job, one line per job of the
-dump instead: its steps, and the medians of colls, busy, gaps and end over them. Usage:
+dump instead: its steps, and the medians of colls, busy, gaps, comp and end over them. Usage:
   spans.py DUMP.json[.gz] [--rank R] [--job SUBSTRING] [--from STEP]
 (--rank: the daemon, by its process index in the dump, default 0; --job: the job whose name
 contains it, the one with the most spans if several do; --from: steps from this one on, default all).
@@ -67,13 +69,14 @@ def main(argv=None):
     if not a.job:
         print(f"daemon {a.rank}: medians over each job's steps from {a.first} (ms from each step's "
               "first span)")
-        print(f"{'job':<36} {'steps':>5} {'colls':>5} {'busy':>8} {'gaps':>7} {'end':>8}")
+        print(f"{'job':<36} {'steps':>5} {'colls':>5} {'busy':>8} {'gaps':>7} {'comp':>7} "
+              f"{'end':>8}")
         for job in sorted(jobs):
             rows = step_rows(ev, job, a.first)
             if rows:
-                med = [statistics.median(r[i] for r in rows) for i in range(1, 5)]
+                med = [statistics.median(r[i] for r in rows) for i in (1, 2, 3, 7, 4)]
                 print(f"{job:<36} {len(rows):>5} {med[0]:>5.0f} {med[1]:>8.2f} {med[2]:>7.2f} "
-                      f"{med[3]:>8.2f}")
+                      f"{med[3]:>7.2f} {med[4]:>8.2f}")
         return 0
     job = next((j for j, _ in jobs.most_common() if a.job in j), None)
     if job is None:
@@ -82,20 +85,23 @@ def main(argv=None):
     rows = step_rows(ev, job, a.first)
     print(f"daemon {a.rank}, job {job}: {len(rows)} steps with collectives (ms from each step's "
           "first span)")
-    print(f"{'step':>5} {'colls':>5} {'first':>7} {'busy':>8} {'gaps':>7} {'end':>8}  durs")
-    for s, n, busy, gaps, end, first, durs in rows:
-        print(f"{s:>5} {n:>5} {first:>7.2f} {busy:>8.2f} {gaps:>7.2f} {end:>8.2f}  "
+    print(f"{'step':>5} {'colls':>5} {'first':>7} {'busy':>8} {'gaps':>7} {'comp':>7} {'end':>8}"
+          "  durs")
+    for s, n, busy, gaps, end, first, durs, comp in rows:
+        print(f"{s:>5} {n:>5} {first:>7.2f} {busy:>8.2f} {gaps:>7.2f} {comp:>7.2f} {end:>8.2f}  "
               + " ".join(f"{d:.2f}" for d in durs[:6]) + (" ..." if len(durs) > 6 else ""))
     if not rows:
         print("spans.py: no collectives in these steps", file=sys.stderr)
         return 1
-    med = [statistics.median(r[i] for r in rows) for i in (2, 3, 4)]
-    print(f"{'median':>5} {'':>5} {'':>7} {med[0]:>8.2f} {med[1]:>7.2f} {med[2]:>8.2f}")
+    med = [statistics.median(r[i] for r in rows) for i in (2, 3, 7, 4)]
+    print(f"{'median':>5} {'':>5} {'':>7} {med[0]:>8.2f} {med[1]:>7.2f} {med[2]:>7.2f} "
+          f"{med[3]:>8.2f}")
     return 0
 
 
 def step_rows(ev, job, first_step):
-    """Per step of `job` with collectives: (step, colls, busy, gaps, end, first, durations), ms."""
+    """Per step of `job` with collectives: (step, colls, busy, gaps, end, first, durations, comp),
+    ms."""
     steps = collections.defaultdict(list)
     for e in ev:
         if e["args"].get("job") == job and e["args"].get("step", -1) >= first_step:
@@ -108,9 +114,11 @@ def step_rows(ev, job, first_step):
         if not comm:
             continue
         busy, gaps = union(comm)
+        comp, _ = union(sorted((e["ts"], e["ts"] + e["dur"]) for e in es
+                               if e["name"] in ("compress", "decompress")))
         end = max(e["ts"] + e["dur"] for e in es) - t0
         rows.append((s, len(comm), busy / 1e3, gaps / 1e3, end / 1e3, (comm[0][0] - t0) / 1e3,
-                     [(e - b) / 1e3 for b, e in comm]))
+                     [(e - b) / 1e3 for b, e in comm], comp / 1e3))
     return rows
 
 
