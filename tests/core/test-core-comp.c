@@ -623,8 +623,9 @@ static void test_mismatch(void) {
  * cost scale is read once, at the process's first environment lookup (base/env.c). */
 /* The encode cost (per the plan's agreed inputs: comp_alpha + comp_beta x n) a fgbuff plan made
  * from 15 warm-up steps of one LR_ROWS x LR_ROWS fp32 matrix under low-rank compressor `comp`
- * (rank 4, compressing from step 0), 2 ranks. */
+ * (rank LR_RANK, compressing from step 0), 2 ranks. */
 #define LR_ROWS 384
+#define LR_RANK 32
 static double lowrank_encode_charge(const char *comp) {
   static const uint64_t shape[2] = {LR_ROWS, LR_ROWS};
   const uint64_t n = (uint64_t)LR_ROWS * LR_ROWS, warm = 15;
@@ -632,9 +633,11 @@ static double lowrank_encode_charge(const char *comp) {
   w_start(&w, 2);
   w_plan_steps(&w, (uint32_t)warm, 50);
   w_join(&w, comp, "fgbuff");
+  char opts[64];
+  snprintf(opts, sizeof opts, "rank=%d,start_step=0", LR_RANK);
   core_tensor_args a[2];
   for (int r = 0; r < 2; r++) {
-    a[r] = targs("m", n, 0, comp, 0, "rank=4,start_step=0");
+    a[r] = targs("m", n, 0, comp, 0, opts);
     a[r].ndim = 2;
     a[r].shape = shape;
   }
@@ -661,21 +664,28 @@ static double lowrank_encode_charge(const char *comp) {
  * encodes with one product (M Q) and orthonormalises P, multiplies again (M^T P) and updates its
  * residual in its advance, after the first all-reduce; ACP-SGD does one product, the
  * orthonormalisation and the residual update in its encode. So per step PowerSGD does ACP-SGD's
- * work plus one product (1.3-2x here, on the host path); its encode alone is less than ACP-SGD's:
- * a charge without the advance (before this check) read 0.7x. The GPU path left it out alike;
- * GPT-2 on NVLink (2x H200, session 23) then compressed 94% of its elements with PowerSGD and ran
- * at 0.71 of DDP against dense `none`'s 0.89 (not re-measured with the advance counted). */
+ * work plus one product; its encode alone is less than ACP-SGD's. Measured on the host path at
+ * rank 32 (the ratio of the least of 8 runs each): 1.16-1.56x with the advance counted (release
+ * and ASan builds, idle and busy machine), 0.34-0.61x without it (the engine's advance sample
+ * removed); at rank 4 with 5 runs the two were 1.4x and 0.7x, and one ASan CI run under load read
+ * 0.97x with the advance counted. The bound, 0.8x, leaves a factor of 1.3 or more to either side;
+ * the test runs alone (RUN_SERIAL). The GPU path left the
+ * advance out alike; GPT-2 on NVLink (2x H200, session 23) then compressed 94% of its elements with
+ * PowerSGD and ran at 0.71 of DDP; with it counted it stays dense there (session 25, 0.94). */
 static void test_lowrank_charge(void) {
-  /* Each the least of 5 runs, alternating: load from other tests only slows a run down. */
+  /* Each the least of 8 runs, alternating: load only slows a run down. A run here is either at
+   * its usual speed or about 1.6x slower as a whole (both compressors alike; threads sharing a
+   * core of a 2-core machine); with 5 runs each, all of ACP-SGD's came out slow once in about 20
+   * test runs (0.84x). */
   double ps = INFINITY, acp = INFINITY;
-  for (int k = 0; k < 5; k++) {
+  for (int k = 0; k < 8; k++) {
     ps = fmin(ps, lowrank_encode_charge("powersgd"));
     acp = fmin(acp, lowrank_encode_charge("acpsgd"));
   }
   /* (main scales compressor costs by FGBUFF_PLAN_COMP_COST_SCALE: only the ratio is read) */
-  printf("encode charge of a %dx%d matrix, rank 4: powersgd / acpsgd %.2fx\n", LR_ROWS, LR_ROWS,
-         acp > 0 ? ps / acp : 0.0);
-  CHECK_MSG(isfinite(ps) && isfinite(acp) && ps > 0 && acp > 0 && ps > acp,
+  printf("encode charge of a %dx%d matrix, rank %d: powersgd / acpsgd %.2fx\n", LR_ROWS, LR_ROWS,
+         LR_RANK, acp > 0 ? ps / acp : 0.0);
+  CHECK_MSG(isfinite(ps) && isfinite(acp) && ps > 0 && acp > 0 && ps > 0.8 * acp,
             "powersgd charged %.2fx acpsgd's encode: its advance left out?",
             acp > 0 ? ps / acp : 0.0);
 }
