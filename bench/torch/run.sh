@@ -128,17 +128,10 @@ python3 -c 'import torch' 2>/dev/null || { echo "run.sh: torch missing: skipped"
 tpid="" mps_on=0
 [ "$timeline" != 0 ] && export FGBUFF_GPU_TRACE=all # the daemons' gtrace lines (GPU daemons)
 [ "$spans" = 1 ] && export FGBUFF_TIMELINE_START=1
-# --spans: the daemons' timeline of this network, while they still run (once a network: stop_world
-# runs again at exit, and after a restart the new daemons' spans are not dumped)
-dump_spans() {
-  [ "$spans" = 1 ] && [ "$net" != none ] && [ "${spans_net:-}" != "$net" ] || return 0
-  spans_net="$net"
-  if "$build/client/fgbuffctl" timeline dump --all-local -o "$out/spans-$net.json" >/dev/null 2>&1; then
-    python3 "$src/bench/trace/spans.py" "$out/spans-$net.json" >"$out/spans-$net.txt" 2>&1
-  else
-    echo "run.sh: no daemon timeline dumped for network $net" >&2
-  fi
-}
+source "$src/bench/trace/spans.sh"
+# --spans: the daemons' timeline of this network, while they still run (after a restart the new
+# daemons' spans are not dumped: once a network)
+dump_spans() { [ "$spans" = 0 ] || [ "$net" = none ] || spans_dump "$build" "$out" "$net"; }
 if [ "$cpu" = 1 ]; then
   export OMP_NUM_THREADS=1
   source "$src/tests/lib/world.sh"
@@ -309,13 +302,8 @@ trap - EXIT
 echo
 report
 rc=$?
-if [ "$spans" = 1 ]; then
-  for net in ${nets//,/ }; do
-    echo
-    echo "== the daemons' timeline, network $net: $out/spans-$net.json (bench/trace/spans.py)"
-    cat "$out/spans-$net.txt" 2>/dev/null || echo "no summary"
-  done
-fi
+# shellcheck disable=SC2086
+[ "$spans" = 0 ] || spans_print "$out" ${nets//,/ }
 echo "results: $res, $out/results.json; logs in $out; $SECONDS s in all"
 if [ "$dur" != 0 ]; then
   echo "curves: $(find "$out" -name 'curve-*.csv' -o -name 'eval-*.csv' | sort | paste -sd' ')"

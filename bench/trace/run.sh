@@ -82,17 +82,9 @@ if [ -n "$spans" ]; then
   mkdir -p "$spans" && spans="$(cd "$spans" && pwd)"
   export FGBUFF_TIMELINE_START=1
 fi
+source "$here/spans.sh"
 # --spans: the daemons' timeline of this network, while they still run
-dump_spans() {
-  [ -n "$spans" ] && [ "${spans_net:-}" != "${net:-none}" ] || return 0
-  spans_net="${net:-none}" # once a network (the EXIT trap stops the world again)
-  local f="$spans/spans-${net:-none}.json"
-  if "$build/client/fgbuffctl" timeline dump --all-local -o "$f" >/dev/null 2>&1; then
-    python3 "$here/spans.py" "$f" >"$spans/spans-${net:-none}.txt" 2>&1
-  else
-    echo "run.sh: no daemon timeline dumped for network ${net:-none}" >&2
-  fi
-}
+dump_spans() { [ -z "$spans" ] || spans_dump "$build" "$spans" "${net:-none}"; }
 : "${policies:=none raw rawbucket fusion syncea omgs dear fgbuff rgmerge}" "${comps:=dense topk}"
 : "${iters:=10}"
 replay="$build/bench/trace/trace-replay"
@@ -342,10 +334,5 @@ if [ -n "$tl" ]; then
     done
   done
 fi
-if [ -n "$spans" ]; then
-  for net in $nets; do
-    echo
-    echo "== the daemons' timeline, network $net: $spans/spans-$net.json (bench/trace/spans.py)"
-    cat "$spans/spans-$net.txt" 2>/dev/null || echo "no summary"
-  done
-fi
+# shellcheck disable=SC2086
+[ -z "$spans" ] || spans_print "$spans" $nets
