@@ -218,6 +218,10 @@ fgb_status kern_select_thr(const comp_exec *ex, const float *a, uint64_t n, cons
   KERN_DISPATCH(select_thr, a, n, ctl, out, ws);
 }
 
+fgb_status kern_topk_many(const comp_exec *ex, const kern_topk_job *jobs, uint32_t n) {
+  KERN_DISPATCH(topk_many, jobs, n);
+}
+
 fgb_status kern_topk_rows(const comp_exec *ex, const float *a, uint64_t rows, uint64_t cols,
                           uint32_t k1, const kern_sel *out, kern_ws *ws) {
   KERN_DISPATCH(topk_rows, a, rows, cols, k1, out, ws);

@@ -312,6 +312,22 @@ fgb_status kern_kth_abs(const comp_exec *ex, const float *x, uint32_t m, uint32_
  * (GPU: digit decisions stay on the device). */
 fgb_status kern_topk(const comp_exec *ex, const float *a, uint64_t n, uint32_t k,
                      const kern_sel *out, kern_ws *ws);
+/* One selection of kern_topk_many: kern_topk_add(a, g, n, k, &sel, ws) when g, else
+ * kern_topk(a, n, k, &sel, ws). */
+typedef struct kern_topk_job {
+  float *a;
+  const float *g;
+  uint64_t n;
+  uint32_t k;
+  kern_sel sel;
+  kern_ws *ws;
+} kern_topk_job;
+/* Every job's selection, with exactly the results its own call gives (payload bytes, residual,
+ * mask, deferred bits). Jobs must not share a workspace or overlap in what they write (FGB_EINVAL
+ * for a shared ws; every job is checked before any runs). The GPU runs the selections of up to
+ * 64 jobs as one pipeline (each kernel once for all of them): a selection of a small buffer is a
+ * chain of latency-bound launches, which the members then pay once. */
+fgb_status kern_topk_many(const comp_exec *ex, const kern_topk_job *jobs, uint32_t n);
 /* Threshold select: S = {i : |a_i| >= ctl->thr}. If |S| <= capacity, S in ascending index order;
  * otherwise exactly kern_topk(capacity) (which is a subset of S): the hard cap keeps the largest,
  * never the lowest-indexed. Cost R1 count + R1 emit when |S| fits; the top-k path otherwise
@@ -473,6 +489,7 @@ void kern_pdl_set(int on);
                              kern_ws *ws EXTRA);                                                   \
   fgb_status kern_##B##_select_thr(const float *a, uint64_t n, const kern_ctl *ctl,                \
                                    const kern_sel *out, kern_ws *ws EXTRA);                        \
+  fgb_status kern_##B##_topk_many(const kern_topk_job *jobs, uint32_t n EXTRA);                    \
   fgb_status kern_##B##_topk_rows(const float *a, uint64_t rows, uint64_t cols, uint32_t k1,       \
                                   const kern_sel *out, kern_ws *ws EXTRA);                         \
   fgb_status kern_##B##_topk_fibres(const float *a, uint64_t outer, uint64_t len, uint64_t inner,  \

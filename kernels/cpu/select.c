@@ -106,6 +106,25 @@ fgb_status kern_cpu_topk(const float *a, uint64_t n, uint32_t k, const kern_sel 
   return FGB_OK;
 }
 
+fgb_status kern_cpu_topk_many(const kern_topk_job *jobs, uint32_t nj) {
+  if (nj && jobs == NULL) return FGB_EINVAL;
+  for (uint32_t q = 0; q < nj; q++) { /* every job checked before any runs, as on the GPU */
+    const kern_topk_job *x = &jobs[q];
+    fgb_status s = check_sel(&x->sel, x->a, x->n);
+    if (s) return s;
+    if (x->sel.resid != NULL && x->sel.resid != x->a) return FGB_EINVAL;
+    for (uint32_t p = 0; p < q; p++)
+      if (x->n && jobs[p].n && jobs[p].ws == x->ws) return FGB_EINVAL;
+  }
+  for (uint32_t q = 0; q < nj; q++) {
+    const kern_topk_job *x = &jobs[q];
+    fgb_status s = x->g ? kern_cpu_topk_add(x->a, x->g, x->n, x->k, &x->sel, x->ws)
+                        : kern_cpu_topk(x->a, x->n, x->k, &x->sel, x->ws);
+    if (s) return s;
+  }
+  return FGB_OK;
+}
+
 fgb_status kern_cpu_select_thr(const float *a, uint64_t n, const kern_ctl *ctl, const kern_sel *out,
                                kern_ws *ws) {
   fgb_status s = check_sel(out, a, n);

@@ -46,14 +46,51 @@ __device__ inline uint32_t mix32(uint32_t x) {
   return x;
 }
 
+/* ---- batches: the selections of many buffers in one launch sequence (kern_topk_many) ---------
+ * Every kernel of the pipeline runs for all members at once: a member owns a contiguous range of
+ * each grid's blocks (its own grid size, as the single selection sizes it) and finds it by a
+ * binary search of the block offsets; the single-block kernels run one block per member. The
+ * members' descriptors travel as the kernels' parameter (no upload, capturable). */
+#define KC_BATCH 64 /* members a launch sequence takes (~13 KB of kernel parameters) */
+enum { KC_BG_COMPACT = 0, KC_BG_HIST = 1, KC_BG_WARP = 2, KC_BG_KINDS = 3 };
+typedef struct kc_bjob {
+  float *a;       /* the input (written when g: a += g) */
+  const float *g; /* the compensation, or NULL */
+  uint64_t len, nch, cand_cap;
+  kc_sel_state *st; /* the member's own workspace (kern_ws) */
+  uint32_t *hist;
+  float *cv;
+  uint32_t *ci, *ch_off, *ch_cnt, *ch_gt, *ch_eq;
+  kc_out o;
+  comp_coo_header *hdr;
+  uint32_t k, m, r, capacity; /* k < len; m samples, the bound at their r-th largest */
+  int al, alg;                /* a 16-byte aligned; a and g both */
+  uint32_t b0[KC_BG_KINDS], nb[KC_BG_KINDS]; /* its first block and block count per grid kind */
+} kc_bjob;
+typedef struct kc_batch {
+  uint32_t n, pad_;
+  kc_bjob j[KC_BATCH];
+} kc_batch;
+
+/* The member owning block blk of a grid of `kind` (members in ascending block order). */
+__device__ inline const kc_bjob &kc_member(const kc_batch &bt, int kind, uint32_t blk) {
+  uint32_t lo = 0, hi = bt.n - 1;
+  while (lo < hi) {
+    const uint32_t mid = (lo + hi + 1) / 2;
+    if (bt.j[mid].b0[kind] <= blk)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return bt.j[lo];
+}
+
 /* The sampled lower bound: one key per stratum [j len / m, (j+1) len / m), at a hashed offset (no
  * aliasing with layouts), compensated by g when given (the value k_compact will make); st->L = the
  * exact r-th largest sample key, the rest of st zeroed (the selection's first kernel: it does
  * k_sel_init's job). One block of KC_BLOCK_SELECT threads. */
-__global__ void __launch_bounds__(KC_BLOCK_SELECT)
-    k_sample_select(const float *a, const float *g, uint64_t len, uint32_t m, uint32_t r,
-                    kc_sel_state *st) {
-  KC_PDL_ENTRY();
+__device__ __forceinline__ void sample_select_body(const float *a, const float *g, uint64_t len,
+                                                   uint32_t m, uint32_t r, kc_sel_state *st) {
   __shared__ uint32_t hist[KC_RADIX_BINS];
   uint32_t T, err = 0;
   unsigned long long eq;
@@ -83,19 +120,33 @@ __global__ void __launch_bounds__(KC_BLOCK_SELECT)
   }
 }
 
+__global__ void __launch_bounds__(KC_BLOCK_SELECT)
+    k_sample_select(const float *a, const float *g, uint64_t len, uint32_t m, uint32_t r,
+                    kc_sel_state *st) {
+  KC_PDL_ENTRY();
+  sample_select_body(a, g, len, m, r, st);
+}
+__global__ void __launch_bounds__(KC_BLOCK_SELECT)
+    k_sample_select_many(const __grid_constant__ kc_batch bt) {
+  KC_PDL_ENTRY();
+  const kc_bjob &J = bt.j[blockIdx.x];
+  sample_select_body(J.a, J.g, J.len, J.m, J.r, J.st);
+}
+
 /* g != NULL: the error-feedback compensation a += g happens here, in the one read of a (al then
  * covers g's alignment too); a is written back whole, the selection sees the sums.
  * A block takes chunks blockIdx.x, + gridDim.x, ... (the grid is what fits on the GPU at once) and
  * loads its next chunk before it works on the current one: with a block per chunk, every block's
  * serial tail (scan, the ncand atomic's round trip, the scatter) left the loads idle, and the pass
  * ran at about half the read bandwidth. */
-template <bool G> /* G: g is given (the prefetch of g needs registers: fewer blocks an SM) */
-__global__ void __launch_bounds__(SEL_THREADS, G ? 3 : 4)
-    k_compact(const float *a, const float *g, uint64_t len, int al, kc_sel_state *st, float *cv,
-              uint32_t *ci, uint64_t cand_cap, uint32_t *ch_off, uint32_t *ch_cnt, uint32_t *ch_gt,
-              uint32_t *ch_eq, uint32_t k, int take_all, uint64_t nch, int lmode,
-              const kern_ctl *ctl, uint32_t L_fixed) {
-  KC_PDL_ENTRY();
+template <bool G> /* G: g is given */
+__device__ __forceinline__ void compact_body(const float *a, const float *g, uint64_t len, int al,
+                                             kc_sel_state *st, float *cv, uint32_t *ci,
+                                             uint64_t cand_cap, uint32_t *ch_off, uint32_t *ch_cnt,
+                                             uint32_t *ch_gt, uint32_t *ch_eq, uint32_t k,
+                                             int take_all, uint64_t nch, int lmode,
+                                             const kern_ctl *ctl, uint32_t L_fixed, uint64_t bx,
+                                             uint64_t gx) {
   __shared__ unsigned long long s_base;
   /* The bound: the sample select's (st->L), the threshold's or a fixed one. Only the sampled path
    * has a kernel before this one that initialises st; otherwise st holds what the previous
@@ -107,16 +158,16 @@ __global__ void __launch_bounds__(SEL_THREADS, G ? 3 : 4)
   float v[16], w[16];
   uint32_t idx[16];
   uint32_t pres = 0;
-  uint64_t c = blockIdx.x;
+  uint64_t c = bx;
   if (c < nch) {
     pres = load_chunk(a, len, al, 1, NULL, NULL, 0, 0, c, v, idx);
     if (G) (void)load_chunk(g, len, al, 1, NULL, NULL, 0, 0, c, w, idx);
   }
-  for (; c < nch; c += gridDim.x) {
+  for (; c < nch; c += gx) {
     /* The next chunk's loads are in flight while this one is compacted. */
     float vn[16], wn[16];
     uint32_t presn = 0;
-    const uint64_t cn = c + gridDim.x;
+    const uint64_t cn = c + gx;
     if (cn < nch) {
       presn = load_chunk(a, len, al, 1, NULL, NULL, 0, 0, cn, vn, idx);
       if (G) (void)load_chunk(g, len, al, 1, NULL, NULL, 0, 0, cn, wn, idx);
@@ -180,13 +231,39 @@ __global__ void __launch_bounds__(SEL_THREADS, G ? 3 : 4)
   /* Every ncand atomic of this block is done (thread 0 made them); the last block decides. */
   if (threadIdx.x == 0) {
     __threadfence();
-    if (atomicAdd(&st->cdone, 1u) == gridDim.x - 1) { /* every block's ncand is in */
+    if (atomicAdd(&st->cdone, 1u) == gx - 1) { /* every block's ncand is in */
       __threadfence();
       st->cdone = 0;
       st->L = L;
       sel_decide(st, k, cand_cap, take_all);
     }
   }
+}
+
+/* G: g is given (the prefetch of g needs registers: fewer blocks an SM). */
+template <bool G>
+__global__ void __launch_bounds__(SEL_THREADS, G ? 3 : 4)
+    k_compact(const float *a, const float *g, uint64_t len, int al, kc_sel_state *st, float *cv,
+              uint32_t *ci, uint64_t cand_cap, uint32_t *ch_off, uint32_t *ch_cnt, uint32_t *ch_gt,
+              uint32_t *ch_eq, uint32_t k, int take_all, uint64_t nch, int lmode,
+              const kern_ctl *ctl, uint32_t L_fixed) {
+  KC_PDL_ENTRY();
+  compact_body<G>(a, g, len, al, st, cv, ci, cand_cap, ch_off, ch_cnt, ch_gt, ch_eq, k, take_all,
+                  nch, lmode, ctl, L_fixed, blockIdx.x, gridDim.x);
+}
+/* G: some member has a compensation (those without take the other instance of the body). */
+template <bool G>
+__global__ void __launch_bounds__(SEL_THREADS, G ? 3 : 4)
+    k_compact_many(const __grid_constant__ kc_batch bt) {
+  KC_PDL_ENTRY();
+  const kc_bjob &J = kc_member(bt, KC_BG_COMPACT, blockIdx.x);
+  const uint64_t b = blockIdx.x - J.b0[KC_BG_COMPACT], nb = J.nb[KC_BG_COMPACT];
+  if (G && J.g)
+    compact_body<true>(J.a, J.g, J.len, J.alg, J.st, J.cv, J.ci, J.cand_cap, J.ch_off, J.ch_cnt,
+                       J.ch_gt, J.ch_eq, J.k, 0, J.nch, KC_L_SAMPLE, NULL, 0u, b, nb);
+  else
+    compact_body<false>(J.a, NULL, J.len, J.al, J.st, J.cv, J.ci, J.cand_cap, J.ch_off, J.ch_cnt,
+                        J.ch_gt, J.ch_eq, J.k, 0, J.nch, KC_L_SAMPLE, NULL, 0u, b, nb);
 }
 
 /* Shared histogram add of bin (KC_NO_KEY: none), aggregated over the lanes of the warp that are
@@ -203,10 +280,10 @@ __device__ inline void hist_add(uint32_t *hist, uint32_t bin, int full) {
     atomicAdd(&hist[bin], (uint32_t)__popc(peers));
 }
 
-__global__ void __launch_bounds__(SEL_THREADS)
-    k_hist(const float *a, uint64_t len, int al, int pass, kc_sel_state *st, uint32_t *ghist,
-           const float *cv, uint64_t cand_cap, kern_ctl *ctl_out) {
-  KC_PDL_ENTRY();
+__device__ __forceinline__ void hist_body(const float *a, uint64_t len, int al, int pass,
+                                          kc_sel_state *st, uint32_t *ghist, const float *cv,
+                                          uint64_t cand_cap, kern_ctl *ctl_out, uint64_t bx,
+                                          uint64_t gx) {
   __shared__ uint32_t hist[KC_RADIX_BINS];
   __shared__ uint32_t s_last;
   if (st->skip) return;
@@ -223,10 +300,10 @@ __global__ void __launch_bounds__(SEL_THREADS)
    * 16 keys a thread: one batch of four 16-byte loads, all in flight (32 made each active thread
    * a chain of two dependent batches, on a quarter as many blocks). */
   const uint64_t per_blk = (uint64_t)blockDim.x * 16, want = (cnt + per_blk - 1) / per_blk;
-  const uint32_t active = want < 1 ? 1 : want < gridDim.x ? (uint32_t)want : gridDim.x;
-  if (blockIdx.x < active) {
+  const uint32_t active = want < 1 ? 1 : want < gx ? (uint32_t)want : (uint32_t)gx;
+  if (bx < active) {
     const uint64_t stride = (uint64_t)active * blockDim.x,
-                   gid = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;
+                   gid = bx * (uint64_t)blockDim.x + threadIdx.x;
     const uint64_t n4 = sal ? cnt / 4 : 0;
     /* Four 16-byte loads in flight per thread before any use (the candidates are L2 hits: the
      * passes are latency-bound, not bandwidth-bound). */
@@ -257,7 +334,7 @@ __global__ void __launch_bounds__(SEL_THREADS)
     if (hist[b]) atomicAdd(&ghist[b], hist[b]);
   __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) s_last = atomicAdd(&st->done, 1u) == gridDim.x - 1;
+  if (threadIdx.x == 0) s_last = atomicAdd(&st->done, 1u) == gx - 1;
   __syncthreads();
   if (!s_last) return;
   __threadfence();
@@ -281,15 +358,30 @@ __global__ void __launch_bounds__(SEL_THREADS)
 }
 
 __global__ void __launch_bounds__(SEL_THREADS)
-    k_chunk_count(const float *a, uint64_t len, int al, const kc_sel_state *st, const float *cv,
-                  const uint32_t *ci, const uint32_t *ch_off, const uint32_t *ch_cnt,
-                  uint32_t *ch_gt, uint32_t *ch_eq, uint64_t nch) {
+    k_hist(const float *a, uint64_t len, int al, int pass, kc_sel_state *st, uint32_t *ghist,
+           const float *cv, uint64_t cand_cap, kern_ctl *ctl_out) {
   KC_PDL_ENTRY();
+  hist_body(a, len, al, pass, st, ghist, cv, cand_cap, ctl_out, blockIdx.x, gridDim.x);
+}
+__global__ void __launch_bounds__(SEL_THREADS)
+    k_hist_many(const __grid_constant__ kc_batch bt, int pass) {
+  KC_PDL_ENTRY();
+  const kc_bjob &J = kc_member(bt, KC_BG_HIST, blockIdx.x);
+  hist_body(J.a, J.len, J.al, pass, J.st, J.hist, J.cv, J.cand_cap, (kern_ctl *)NULL,
+            blockIdx.x - J.b0[KC_BG_HIST], J.nb[KC_BG_HIST]);
+}
+
+__device__ __forceinline__ void chunk_count_body(const float *a, uint64_t len, int al,
+                                                 const kc_sel_state *st, const float *cv,
+                                                 const uint32_t *ci, const uint32_t *ch_off,
+                                                 const uint32_t *ch_cnt, uint32_t *ch_gt,
+                                                 uint32_t *ch_eq, uint64_t nch, uint64_t bx,
+                                                 uint64_t gx) {
   if (st->skip) return; /* T = L: the compaction wrote these counts */
   const uint32_t T = st->T;
   const int full = st->full;
   if (!full) { /* candidates: a warp per chunk (a chunk holds few) */
-    const uint64_t c = (uint64_t)blockIdx.x * (SEL_THREADS / 32) + (threadIdx.x >> 5);
+    const uint64_t c = (uint64_t)bx * (SEL_THREADS / 32) + (threadIdx.x >> 5);
     if (c >= nch) return;
     const uint32_t off = ch_off[c], cnt = ch_cnt[c];
     uint32_t both = 0;
@@ -306,7 +398,7 @@ __global__ void __launch_bounds__(SEL_THREADS)
   }
   /* The whole input (rare fallback): a block per chunk in turn (the grid is sized for the
    * candidates' warp per chunk). */
-  for (uint64_t c = blockIdx.x; c < nch; c += gridDim.x) {
+  for (uint64_t c = bx; c < nch; c += gx) {
     float v[16];
     uint32_t idx[16];
     uint32_t pres = load_chunk(a, len, al, 1, cv, ci, 0, 0, c, v, idx);
@@ -327,13 +419,28 @@ __global__ void __launch_bounds__(SEL_THREADS)
   }
 }
 
+__global__ void __launch_bounds__(SEL_THREADS)
+    k_chunk_count(const float *a, uint64_t len, int al, const kc_sel_state *st, const float *cv,
+                  const uint32_t *ci, const uint32_t *ch_off, const uint32_t *ch_cnt,
+                  uint32_t *ch_gt, uint32_t *ch_eq, uint64_t nch) {
+  KC_PDL_ENTRY();
+  chunk_count_body(a, len, al, st, cv, ci, ch_off, ch_cnt, ch_gt, ch_eq, nch, blockIdx.x,
+                   gridDim.x);
+}
+__global__ void __launch_bounds__(SEL_THREADS)
+    k_chunk_count_many(const __grid_constant__ kc_batch bt) {
+  KC_PDL_ENTRY();
+  const kc_bjob &J = kc_member(bt, KC_BG_WARP, blockIdx.x);
+  chunk_count_body(J.a, J.len, J.al, J.st, J.cv, J.ci, J.ch_off, J.ch_cnt, J.ch_gt, J.ch_eq, J.nch,
+                   blockIdx.x - J.b0[KC_BG_WARP], J.nb[KC_BG_WARP]);
+}
+
 /* Single block: chunk counts -> output offsets (ch_gt) and tie prefixes (ch_eq), in place; header.
  * Warp w owns a contiguous run of chunks and its lanes read consecutive chunks (coalesced, many
  * loads in flight: the thread-per-range layout was a chain of dependent strided loads). */
-__global__ void __launch_bounds__(KC_BLOCK_SELECT)
-    k_chunk_scan(kc_sel_state *st, uint64_t nch, uint32_t *ch_gt, uint32_t *ch_eq,
-                 comp_coo_header *hdr, uint32_t capacity, uint32_t expect) {
-  KC_PDL_ENTRY();
+__device__ __forceinline__ void chunk_scan_body(kc_sel_state *st, uint64_t nch, uint32_t *ch_gt,
+                                                uint32_t *ch_eq, comp_coo_header *hdr,
+                                                uint32_t capacity, uint32_t expect) {
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const uint64_t seg = (((nch + nw - 1) / nw) + 31) & ~(uint64_t)31;
   const uint64_t lo = warp * seg, hi = lo + seg < nch ? lo + seg : nch;
@@ -374,6 +481,19 @@ __global__ void __launch_bounds__(KC_BLOCK_SELECT)
   }
 }
 
+__global__ void __launch_bounds__(KC_BLOCK_SELECT)
+    k_chunk_scan(kc_sel_state *st, uint64_t nch, uint32_t *ch_gt, uint32_t *ch_eq,
+                 comp_coo_header *hdr, uint32_t capacity, uint32_t expect) {
+  KC_PDL_ENTRY();
+  chunk_scan_body(st, nch, ch_gt, ch_eq, hdr, capacity, expect);
+}
+__global__ void __launch_bounds__(KC_BLOCK_SELECT)
+    k_chunk_scan_many(const __grid_constant__ kc_batch bt) {
+  KC_PDL_ENTRY();
+  const kc_bjob &J = bt.j[blockIdx.x];
+  chunk_scan_body(J.st, J.nch, J.ch_gt, J.ch_eq, J.hdr, J.capacity, J.k);
+}
+
 /* Output entry j: input index i (+ idx_base), value x; the residual and mask updates at i. */
 __device__ inline void emit_one(const kc_out &o, uint64_t j, uint64_t idx_base, uint32_t i,
                                 float x) {
@@ -391,16 +511,16 @@ __device__ inline void emit_one(const kc_out &o, uint64_t j, uint64_t idx_base, 
   if (o.mask && !o.defer) o.mask[i] = 0.0f;
 }
 
-__global__ void __launch_bounds__(SEL_THREADS)
-    k_emit(const float *a, uint64_t len, int al, uint64_t idx_base, const kc_sel_state *st,
-           const float *cv, const uint32_t *ci, const uint32_t *ch_off, const uint32_t *ch_cnt,
-           const uint32_t *ch_out, const uint32_t *ch_eqp, kc_out o, uint64_t nch,
-           uint32_t zero_cap) {
-  KC_PDL_ENTRY();
+__device__ __forceinline__ void emit_body(const float *a, uint64_t len, int al, uint64_t idx_base,
+                                          const kc_sel_state *st, const float *cv,
+                                          const uint32_t *ci, const uint32_t *ch_off,
+                                          const uint32_t *ch_cnt, const uint32_t *ch_out,
+                                          const uint32_t *ch_eqp, kc_out o, uint64_t nch,
+                                          uint32_t zero_cap, uint64_t bx, uint64_t gx) {
   /* Entries [count, zero_cap) of the payload are zeroed here (kc_zero_tail's job, one launch
    * less): the bytes are a function of the input alone. */
-  for (uint64_t j = st->count + blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; j < zero_cap;
-       j += (uint64_t)gridDim.x * blockDim.x) {
+  for (uint64_t j = st->count + bx * (uint64_t)blockDim.x + threadIdx.x; j < zero_cap;
+       j += (uint64_t)gx * blockDim.x) {
     if (o.v16) o.v16[j] = 0;
     if (o.v32) o.v32[j] = 0.0f;
     o.idx[j] = 0;
@@ -409,7 +529,7 @@ __global__ void __launch_bounds__(SEL_THREADS)
   const int full = st->full;
   const unsigned long long eq_take = st->rank;
   if (!full) { /* candidates: a warp per chunk, ballots give the ordered positions */
-    const uint64_t c = (uint64_t)blockIdx.x * (SEL_THREADS / 32) + (threadIdx.x >> 5);
+    const uint64_t c = (uint64_t)bx * (SEL_THREADS / 32) + (threadIdx.x >> 5);
     if (c >= nch) return;
     const uint32_t off = ch_off[c], cnt = ch_cnt[c], lane = threadIdx.x & 31u;
     const uint32_t lt = (1u << lane) - 1u;
@@ -430,7 +550,7 @@ __global__ void __launch_bounds__(SEL_THREADS)
     }
     return;
   }
-  for (uint64_t c = blockIdx.x; c < nch; c += gridDim.x) { /* the whole input: as k_chunk_count */
+  for (uint64_t c = bx; c < nch; c += gx) { /* the whole input: as k_chunk_count */
     float v[16];
     uint32_t idx[16];
     uint32_t pres = load_chunk(a, len, al, 1, cv, ci, 0, 0, c, v, idx);
@@ -457,6 +577,22 @@ __global__ void __launch_bounds__(SEL_THREADS)
     for (int e = 0; e < 16; e++)
       if ((fsel >> e) & 1u) emit_one(o, out0 + chunk_pos(fsel, ex, sb, e), idx_base, idx[e], v[e]);
   }
+}
+
+__global__ void __launch_bounds__(SEL_THREADS)
+    k_emit(const float *a, uint64_t len, int al, uint64_t idx_base, const kc_sel_state *st,
+           const float *cv, const uint32_t *ci, const uint32_t *ch_off, const uint32_t *ch_cnt,
+           const uint32_t *ch_out, const uint32_t *ch_eqp, kc_out o, uint64_t nch,
+           uint32_t zero_cap) {
+  KC_PDL_ENTRY();
+  emit_body(a, len, al, idx_base, st, cv, ci, ch_off, ch_cnt, ch_out, ch_eqp, o, nch, zero_cap,
+            blockIdx.x, gridDim.x);
+}
+__global__ void __launch_bounds__(SEL_THREADS) k_emit_many(const __grid_constant__ kc_batch bt) {
+  KC_PDL_ENTRY();
+  const kc_bjob &J = kc_member(bt, KC_BG_WARP, blockIdx.x);
+  emit_body(J.a, J.len, J.al, 0, J.st, J.cv, J.ci, J.ch_off, J.ch_cnt, J.ch_gt, J.ch_eq, J.o, J.nch,
+            J.capacity, blockIdx.x - J.b0[KC_BG_WARP], J.nb[KC_BG_WARP]);
 }
 
 __global__ void k_header(comp_coo_header *hdr, uint32_t count, uint32_t capacity) {
@@ -536,6 +672,18 @@ static unsigned hist_blocks(uint64_t len) {
   return kc_blocks(len, SEL_THREADS * 8ull, (unsigned)kc_sm_count() * 8);
 }
 
+/* The sampled bound's sample size m and rank r: 4 sigma above the expected rank of the kth
+ * largest among m samples of len, or the input itself when it is smaller than the sample. */
+static void sample_count(uint64_t len, uint32_t k, uint32_t *m, uint32_t *r) {
+  *m = len < KC_SAMPLES ? (uint32_t)len : KC_SAMPLES;
+  if (*m == len) {
+    *r = k; /* the sample is the input: the bound is exact */
+  } else {
+    double mp = (double)*m * k / (double)len, rr = ceil(mp + 4.0 * sqrt(mp) + 8.0);
+    *r = rr > *m ? *m : (uint32_t)rr;
+  }
+}
+
 fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_base, uint32_t k,
                      int lmode, const kern_ctl *ctl, uint32_t L_fixed, int take_all, kc_out o,
                      comp_coo_header *hdr, uint32_t capacity, cudaStream_t s, const float *g) {
@@ -546,13 +694,8 @@ fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_bas
   kc_sel_state *st = ws->st;
   /* No k_sel_init: k_sample_select initialises st, or k_compact takes the threshold's bound. */
   if (lmode == KC_L_SAMPLE) {
-    uint32_t m = len < KC_SAMPLES ? (uint32_t)len : KC_SAMPLES, r;
-    if (m == len) {
-      r = k; /* the sample is the input: the bound is exact */
-    } else {
-      double mp = (double)m * k / (double)len, rr = ceil(mp + 4.0 * sqrt(mp) + 8.0);
-      r = rr > m ? m : (uint32_t)rr;
-    }
+    uint32_t m, r;
+    sample_count(len, k, &m, &r);
     kc_launch(k_sample_select, 1, KC_BLOCK_SELECT, s, a, g, len, m, r, st);
   }
   const unsigned cgrid = compact_grid(nch, g != NULL);
@@ -577,6 +720,39 @@ fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_bas
             take_all ? 0xffffffffu : k);
   kc_launch(k_emit, wgrid, SEL_THREADS, s, a, len, al, idx_base, st, ws->cand_val, ws->cand_idx,
             ws->ch_off, ws->ch_cnt, ws->ch_gt, ws->ch_eq, o, nch, hdr ? capacity : 0u);
+  return kc_launched();
+}
+
+/* The batched pipeline over b->j[0..b->n) (each as kc_select(KC_L_SAMPLE, take_all 0, hdr) with
+ * k < len, on its own ws): the same eight launches for all of them. The member's grids are the
+ * single selection's, except the compaction's, where the blocks resident at once are shared in
+ * proportion to the members' chunks. */
+static fgb_status select_batch(kc_batch *b, bool any_g, cudaStream_t s) {
+  uint64_t chunks = 0;
+  for (uint32_t q = 0; q < b->n; q++) chunks += b->j[q].nch;
+  const uint64_t resident = compact_grid(~0ull >> 1, any_g);
+  uint32_t tot[KC_BG_KINDS] = {0, 0, 0};
+  for (uint32_t q = 0; q < b->n; q++) {
+    kc_bjob *J = &b->j[q];
+    uint64_t cg = resident * J->nch / (chunks ? chunks : 1);
+    cg = cg < 1 ? 1 : cg > J->nch ? J->nch : cg;
+    J->nb[KC_BG_COMPACT] = (uint32_t)cg;
+    J->nb[KC_BG_HIST] = hist_blocks(J->len < J->cand_cap ? J->len : J->cand_cap);
+    J->nb[KC_BG_WARP] = (uint32_t)((J->nch + SEL_THREADS / 32 - 1) / (SEL_THREADS / 32));
+    for (int g = 0; g < KC_BG_KINDS; g++) {
+      J->b0[g] = tot[g];
+      tot[g] += J->nb[g];
+    }
+  }
+  kc_launch(k_sample_select_many, b->n, KC_BLOCK_SELECT, s, *b);
+  if (any_g)
+    kc_launch(k_compact_many<true>, tot[KC_BG_COMPACT], SEL_THREADS, s, *b);
+  else
+    kc_launch(k_compact_many<false>, tot[KC_BG_COMPACT], SEL_THREADS, s, *b);
+  for (int p = 0; p < 3; p++) kc_launch(k_hist_many, tot[KC_BG_HIST], SEL_THREADS, s, *b, p);
+  kc_launch(k_chunk_count_many, tot[KC_BG_WARP], SEL_THREADS, s, *b);
+  kc_launch(k_chunk_scan_many, b->n, KC_BLOCK_SELECT, s, *b);
+  kc_launch(k_emit_many, tot[KC_BG_WARP], SEL_THREADS, s, *b);
   return kc_launched();
 }
 
@@ -605,6 +781,64 @@ static fgb_status topk_impl(float *aw, const float *a, const float *g, uint64_t 
   if (k == n)                   /* everything: key >= 0 */
     return kc_select(ws, a, n, 0, k, KC_L_FIXED, NULL, 0, 1, o, hdr, out->capacity, s, g);
   return kc_select(ws, a, n, 0, k, KC_L_SAMPLE, NULL, 0, 0, o, hdr, out->capacity, s, g);
+}
+
+/* kern_topk_many: the sampled selections (0 < k < n) in batches of KC_BATCH, the others (k = 0,
+ * k = n) one by one; every job validated before anything is enqueued. */
+extern "C" fgb_status kern_cuda_topk_many(const kern_topk_job *jobs, uint32_t nj, void *stream) {
+  if (nj && jobs == NULL) return FGB_EINVAL;
+  for (uint32_t q = 0; q < nj; q++) {
+    const kern_topk_job *x = &jobs[q];
+    fgb_status rc = check_sel(&x->sel, x->a, x->n, x->ws);
+    if (rc) return rc;
+    for (uint32_t p = 0; p < q; p++) /* each selection's state lives in its ws */
+      if (x->n && jobs[p].n && jobs[p].ws == x->ws) return FGB_EINVAL;
+  }
+  cudaStream_t s = KC_STREAM(stream);
+  static thread_local kc_batch b;
+  b.n = 0;
+  bool any_g = false;
+  for (uint32_t q = 0; q < nj; q++) {
+    const kern_topk_job *x = &jobs[q];
+    uint32_t k = x->k < x->sel.capacity ? x->k : x->sel.capacity;
+    if (k > x->n) k = (uint32_t)x->n;
+    if (k == 0 || k == x->n) { /* no sampled bound: the single path */
+      fgb_status rc = topk_impl(x->g ? x->a : NULL, x->a, x->g, x->n, x->k, &x->sel, x->ws, s);
+      if (rc) return rc;
+      continue;
+    }
+    kc_bjob *J = &b.j[b.n++];
+    memset(J, 0, sizeof *J);
+    kern_ws *ws = x->ws;
+    J->a = x->a;
+    J->g = x->g;
+    J->len = x->n;
+    J->nch = (x->n + KC_CHUNK - 1) / KC_CHUNK;
+    J->cand_cap = ws->cand_cap;
+    J->st = ws->st;
+    J->hist = ws->hist;
+    J->cv = ws->cand_val;
+    J->ci = ws->cand_idx;
+    J->ch_off = ws->ch_off;
+    J->ch_cnt = ws->ch_cnt;
+    J->ch_gt = ws->ch_gt;
+    J->ch_eq = ws->ch_eq;
+    J->o = kc_out_of(&x->sel, 0);
+    J->hdr = (comp_coo_header *)x->sel.payload;
+    J->capacity = x->sel.capacity;
+    J->k = k;
+    sample_count(x->n, k, &J->m, &J->r);
+    J->al = ((uintptr_t)x->a & 15u) == 0;
+    J->alg = J->al && (x->g == NULL || ((uintptr_t)x->g & 15u) == 0);
+    any_g |= x->g != NULL;
+    if (b.n == KC_BATCH || q + 1 == nj) {
+      fgb_status rc = select_batch(&b, any_g, s);
+      b.n = 0;
+      any_g = false;
+      if (rc) return rc;
+    }
+  }
+  return b.n ? select_batch(&b, any_g, s) : FGB_OK;
 }
 
 extern "C" fgb_status kern_cuda_topk(const float *a, uint64_t n, uint32_t k, const kern_sel *out,
