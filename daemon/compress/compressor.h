@@ -121,6 +121,13 @@ typedef struct comp_ops {
    * residual; describe phase 0 in *ph. grad is read-only. `step` keys schedules and generators. */
   fgb_status (*encode)(void *state, const comp_exec *ex, const float *grad, uint64_t step,
                        comp_phase *ph, char *err, size_t errlen);
+  /* Optional (NULL: none): encode(states[q], ex, grads[q], step, &phs[q], ...) for q < n, all
+   * instances of these ops on ex's device, with the results of n encodes; the GPU runs their
+   * kernels as one batch (top-k: one selection pipeline for all, kern_topk_many). Unlike the
+   * other ops it may run on any stream of the device: the caller orders it after the instances'
+   * earlier work and their later work after it. */
+  fgb_status (*encode_many)(void *const *states, const comp_exec *ex, const float *const *grads,
+                            uint64_t step, comp_phase *phs, uint32_t n, char *err, size_t errlen);
   /* Called after phase `phase`-1's collective completed: returns COMP_MORE with *ph set, or
    * COMP_DONE; negative fgb_status on error. NULL means single-phase. */
   int (*advance)(void *state, const comp_exec *ex, int phase, comp_phase *ph, char *err,

@@ -56,12 +56,50 @@ static fgb_status topk_encode(void *st, const comp_exec *ex, const float *grad, 
   return FGB_OK;
 }
 
+static fgb_status topk_encode_many(void *const *states, const comp_exec *ex,
+                                   const float *const *grads, uint64_t step, comp_phase *phs,
+                                   uint32_t n, char *err, size_t errlen) {
+  (void)step;
+  if (n && (states == NULL || grads == NULL || phs == NULL))
+    return comp_errf(err, errlen, "topk: NULL states, grads or phases");
+  kern_topk_job *jobs = calloc(n ? n : 1, sizeof *jobs);
+  if (jobs == NULL) {
+    comp_alloc_err("topk", FGB_ENOMEM, err, errlen);
+    return FGB_ENOMEM;
+  }
+  fgb_status rc = FGB_OK;
+  for (uint32_t q = 0; q < n && rc == FGB_OK; q++) {
+    topk_state *s = states[q];
+    if (grads[q] == NULL) {
+      rc = comp_errf(err, errlen, "topk: NULL grad of member %u", q);
+      break;
+    }
+    float *a = s->cs.resid; /* EF: compensation fused into the selection, as topk_encode */
+    if (!s->cs.ef) {
+      a = s->cs.work;
+      if ((rc = kern_memcpy(ex, a, grads[q], s->cs.n * sizeof(float)))) {
+        comp_errf(err, errlen, "topk: compensation failed");
+        break;
+      }
+    }
+    jobs[q] = (kern_topk_job){a,       s->cs.ef ? grads[q] : NULL,       s->cs.n,
+                              s->cs.k, comp_sparse_sel(&s->cs, a, NULL), s->cs.ws};
+  }
+  if (rc == FGB_OK && (rc = kern_topk_many(ex, jobs, n)))
+    comp_errf(err, errlen, "topk: the batched selection of %u members failed", n);
+  for (uint32_t q = 0; q < n && rc == FGB_OK; q++)
+    comp_sparse_phase(&((topk_state *)states[q])->cs, &phs[q]);
+  free(jobs);
+  return rc;
+}
+
 const comp_ops comp_topk_ops = {
     .name = "topk",
     .caps = COMP_CAP_SPARSE | COMP_CAP_STATEFUL | COMP_CUDA_CAP,
     .create = topk_create,
     .destroy = comp_sparse_op_destroy,
     .encode = topk_encode,
+    .encode_many = topk_encode_many,
     .advance = NULL,
     .decode = comp_sparse_op_decode,
     .flush_dense = comp_sparse_op_flush,

@@ -787,7 +787,77 @@ typedef struct sp_member {
   int phase, active;
   comp_exec lex; /* the compressor's exec: its instance's lane */
   double gathered;
+  int batched; /* encoded in a batch on the engine stream (encode_batches) */
+  int tm_rec;  /* its encode's start event recorded */
 } sp_member;
+
+/* 1 when member x may be encoded in a batch: its compressor has encode_many, its gradient is the
+ * client's fp32 memory (the fp16/bf16 members share their lane's working buffer one after
+ * another) and no graph captures its encode. */
+static int g_batch_want = -1; /* sp_set_batch; -1: FGBUFF_GPU_COMP_BATCH */
+
+void sp_set_batch(int on) {
+  g_batch_want = on != 0;
+}
+
+static int batchable(const sp_member *x) {
+  const int graphs = g_graphs_want >= 0 ? g_graphs_want : env_num(ENV_GPU_COMP_GRAPHS) != 0;
+  const int on = g_batch_want >= 0 ? g_batch_want : env_num(ENV_GPU_COMP_BATCH) != 0;
+  return on && !graphs && x->i->ops->encode_many != NULL && x->t->dtype == FGB_FLOAT32;
+}
+
+/* Encode, on the engine stream s, each group of two or more batchable members with the same
+ * compressor and step in one encode_many (top-k: one selection pipeline for all of them, where
+ * each member on its own is a chain of latency-bound launches); the lanes' members run beside
+ * it. A timed member's encode events bracket its batch: eng_phase_durations then shares the
+ * batch's span among its members. */
+static fgb_status encode_batches(sp_member *m, uint32_t nm, cudaStream_t s, char *err,
+                                 size_t errlen) {
+  void **sts = malloc(nm * sizeof *sts);
+  const float **gr = malloc(nm * sizeof *gr);
+  comp_phase *ph = calloc(nm, sizeof *ph);
+  uint32_t *who = malloc(nm * sizeof *who);
+  fgb_status st = FGB_OK;
+  if (!sts || !gr || !ph || !who) {
+    snprintf(err, errlen, "out of memory for a batch of %u compressed members", nm);
+    st = FGB_ENOMEM;
+  }
+  for (uint32_t a = 0; a < nm && st == FGB_OK; a++) {
+    if (m[a].batched || !batchable(&m[a])) continue;
+    uint32_t c = 0;
+    for (uint32_t b = a; b < nm; b++)
+      if (!m[b].batched && m[b].i->ops == m[a].i->ops && m[b].t->step == m[a].t->step &&
+          batchable(&m[b]))
+        who[c++] = b;
+    if (c < 2) continue; /* alone: on its lane */
+    for (uint32_t q = 0; q < c; q++) {
+      sp_member *x = &m[who[q]];
+      x->batched = 1;
+      x->w = (float *)x->t->ptr;
+      sts[q] = x->i->st;
+      gr[q] = x->w;
+      x->tm_rec = x->ev && timer_mark(x->ev[0], s);
+    }
+    comp_exec ex = {1, s};
+    st = m[a].i->ops->encode_many(sts, &ex, gr, m[a].t->step, ph, c, err, errlen);
+    for (uint32_t q = 0; q < c && st == FGB_OK; q++) {
+      sp_member *x = &m[who[q]];
+      x->i->flushed = 0;
+      x->ph = ph[q];
+      x->phase = 1;
+      x->active = 1;
+      if (x->tm_rec && timer_mark(x->ev[1], s)) {
+        x->tm->enc_ok = 1;
+        x->tm->enc_x = (double)x->t->count;
+      }
+    }
+  }
+  free(sts);
+  free(gr);
+  free(ph);
+  free(who);
+  return st;
+}
 
 /* One round: every active member's current phase, in member order — the same on every rank (same
  * members, same compressors: sp_agree). Two NCCL groups, each run as one launch, so the members'
@@ -871,8 +941,10 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
    * the kernels on the lane, read once the item completed (members on other lanes run beside it:
    * a sample may include their share of the GPU). */
   int forked = st == FGB_OK && (st = lanes_fork(s, nl, err, errlen)) == FGB_OK;
+  if (forked) st = encode_batches(m, nm, s, err, errlen);
   for (uint32_t k = 0; k < nm && st == FGB_OK; k++) {
     sp_member *x = &m[k];
+    if (x->batched) continue;
     cudaStream_t ls = x->lex.stream;
     if ((st = work_in(x->t, x->i->lane, ls, &x->w, err, errlen)) != FGB_OK) break;
     int rec = x->ev && timer_mark(x->ev[0], ls);

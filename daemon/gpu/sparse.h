@@ -79,6 +79,10 @@ void sp_set_lanes(int lanes);
 /* 1: members' encodes and decodes are captured and launched as graphs, 0: launched directly
  * (tests and benchmarks): overrides FGBUFF_GPU_COMP_GRAPHS. Engine thread only. */
 void sp_set_graphs(int on);
+/* 1: an item's fp32 members of a compressor with encode_many (top-k) are encoded in one batch on
+ * the engine stream, 0: each on its lane (tests and benchmarks): overrides FGBUFF_GPU_COMP_BATCH.
+ * Engine thread only. */
+void sp_set_batch(int on);
 /* The plan sends this compressed tensor dense this step (t->flush_dense): fold its residual into
  * the gradient in the client's memory and clear it (the compressor's flush_dense), enqueued on the
  * engine stream; the caller then all-reduces it with the dense members. */

@@ -3,10 +3,12 @@
  * its compressor instances in engine-thread globals, so one process holds one rank; the 2-GPU
  * daemon tests gpu-dp-sparse*, gpu-dp-plan check ranks that must match each other).
  *
- * Five members of one item — top-k fp32, top-k bf16, Ok-Topk with exact thresholds (an all-reduce,
- * all-gathers, then variable-size exchanges over NCCL send/recv: outside the group), PowerSGD
- * rank 2 fp32 and bf16 (two fp32 all-reduces each, an advance between; the bf16 one after two
- * dense warm-up steps, one fp32 all-reduce of the gradient) — synchronised together (their
+ * Seven members of one item — top-k fp32, top-k bf16, Ok-Topk with exact thresholds (an
+ * all-reduce, all-gathers, then variable-size exchanges over NCCL send/recv: outside the group),
+ * PowerSGD rank 2 fp32 and bf16 (two fp32 all-reduces each, an advance between; the bf16 one after
+ * two dense warm-up steps, one fp32 all-reduce of the gradient), two more fp32 top-k (one without
+ * error feedback; with the first, the together runs but the graphs' encode these three in one
+ * batch, kern_topk_many, on the engine stream beside the lanes) — synchronised together (their
  * fixed-size collectives in one NCCL group per round, the bf16 members sharing the daemon's fp32
  * working buffer, sized once for the larger, which comes second) give, step after step,
  * bit-identical results to the same members (same job key and tensor keys: the same PowerSGD
@@ -15,8 +17,8 @@
  * untouched.
  *
  * Together runs twice: on 3 lanes (instances on the engine stream and two side streams,
- * round-robin in creation order: lanes 0 1 2 0 1, so the fp32 top-k and the bf16 PowerSGD share the
- * engine stream, the bf16 top-k and the fp32 PowerSGD lane 1 and its working buffer, Ok-Topk's
+ * round-robin in creation order: lanes 0 1 2 0 1 2 0, so the fp32 top-k and the bf16 PowerSGD share
+ * the engine stream, the bf16 top-k and the fp32 PowerSGD lane 1 and its working buffer, Ok-Topk's
  * advances run on lane 2) and on 1 (all on the engine stream). The lanes' results are read through
  * copies enqueued on the engine stream right after the call, so a join missing before the return
  * would read a result not yet written. A fourth run is the first with every encode and decode
@@ -40,7 +42,7 @@
 #include "sparse.h"
 #include "test.h"
 
-enum { NM = 6, STEPS = 4 };
+enum { NM = 8, STEPS = 4 };
 
 typedef struct spec {
   const char *comp, *options;
@@ -56,6 +58,8 @@ static const spec specs[NM] = {
     {"oktopk", "refresh=1,warmup=0", 0.02, FGB_FLOAT32, 1, 5000, 0},
     {"powersgd", "rank=2,start_step=0", 0, FGB_FLOAT32, 40, 64, 0},
     {"powersgd", "rank=2,start_step=3", 0, FGB_BFLOAT16, 48, 64, 3},
+    {"topk", NULL, 0.01, FGB_FLOAT32, 1, 70001, 0}, /* with the first: one batched encode */
+    {"topk", "ef=0", 0.02, FGB_FLOAT32, 1, 9000, 0},
     {NULL, NULL, 0, FGB_FLOAT32, 1, 700, 0}, /* dense: sp_sync_many leaves it alone */
 };
 
@@ -148,6 +152,7 @@ int main(void) {
     for (int r = 0; r < RUNS; r++) {
       sp_set_lanes(lanes[r]);
       sp_set_graphs(graphs[r]);
+      sp_set_batch(r != 1); /* alone: a member of its own is never batched anyway */
       sp_timing tm[NM];
       uint32_t ntm = 0;
       fgb_status st = FGB_OK;
