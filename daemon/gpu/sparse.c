@@ -19,7 +19,12 @@
  * (compressor.h). Every use of an instance on a side lane is bracketed by a fork (the lane waits
  * for the engine stream's work so far) and a join (the engine stream waits for the lane's): the
  * encodes, each round's advances and the decodes of an item as three such brackets, the NCCL
- * collectives on the engine stream between them. */
+ * collectives on the engine stream between them.
+ *
+ * Batches: the fp32 members of a compressor with encode_many (top-k) are encoded together on the
+ * engine stream (encode_batches, inside the encode bracket: the lanes' members run beside it), one
+ * selection pipeline for all of them (kern_topk_many); FGBUFF_GPU_COMP_BATCH=0 leaves each on its
+ * lane. Their advances and decodes stay on their lanes. */
 #include "sparse.h"
 
 #include <cuda_runtime.h>
