@@ -8,10 +8,12 @@
  * not the network start-ups it saves between GPUs (bench/trace over 2 GPUs measures those).
  * Together runs twice: on one lane (every encode and decode on the engine stream, as in session
  * 20) and on --lanes L (default 4: the engine stream and side streams, sparse.c's lanes), then
- * on L lanes with each member's encode and decode captured and launched as graphs.
+ * on L lanes with each member's encode and decode captured and launched as graphs, then on L lanes
+ * with the encodes of the members batched (sp_set_batch: one selection pipeline for all top-k
+ * members, the daemon's default; the other runs are without it). The gradients are Gaussian.
  *
- * --only RUN (onebyone, onelane, lanes, graphs) runs that one alone, and --pace-ms P starts an
- * iteration every P ms (a trainer's step period; bench-sp-many-mps.sh runs it beside a GEMM
+ * --only RUN (onebyone, onelane, lanes, graphs, batch) runs that one alone, and --pace-ms P starts
+ * an iteration every P ms (a trainer's step period; bench-sp-many-mps.sh runs it beside a GEMM
  * trainer under MPS): what the lanes cost a process sharing the GPU.
  *
  * --high: the stream (and so the lanes) at the device's greatest priority, as fgbuffd's engine
@@ -65,6 +67,19 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* A standard normal value (Box-Muller over splitmix64). */
+static float gauss(uint64_t *st) {
+  double u[2];
+  for (int q = 0; q < 2; q++) {
+    uint64_t z = (*st += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    u[q] = ((double)(z >> 11) + 0.5) * 0x1.0p-53;
+  }
+  return (float)(sqrt(-2.0 * log(u[0])) * cos(6.283185307179586 * u[1]));
+}
+
 static int fail(const char *what, const char *err) {
   fprintf(stderr, "bench-sp-many: %s: %s\n", what, err);
   return 1;
@@ -76,7 +91,7 @@ int main(int argc, char **argv) {
   int iters = 30, lanes = 4, only = -1;
   double pace_ms = 0, duty_s = 0;
   int high = 0;
-  static const char *const run_names[] = {"lanes", "onebyone", "onelane", "graphs"};
+  static const char *const run_names[] = {"lanes", "onebyone", "onelane", "graphs", "batch"};
   for (int i = 1; i < argc; i += 2) {
     if (strcmp(argv[i], "--high") == 0) {
       high = 1;
@@ -99,9 +114,9 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--duty-s") == 0)
       duty_s = atof(argv[i + 1]);
     else if (strcmp(argv[i], "--only") == 0) {
-      for (int r = 0; r < 4; r++)
+      for (int r = 0; r < 5; r++)
         if (strcmp(argv[i + 1], run_names[r]) == 0) only = r;
-      if (only < 0) return fail("--only", "onebyone, onelane, lanes or graphs");
+      if (only < 0) return fail("--only", "onebyone, onelane, lanes, graphs or batch");
     } else
       return fail("usage",
                   "bench-sp-many [--trace CSV] [--density D] [--iters N] [--comp NAME] "
@@ -131,9 +146,11 @@ int main(int argc, char **argv) {
   if (comm_nccl_solo(9, s, &c, err, sizeof err) != FGB_OK) return fail("communicator", err);
   sp_job job = {.job_key = 9, .rank = 0, .size = 1, .c = c, .stream = s};
 
-  /* 0: together on `lanes` lanes, 1: one by one, 2: together on one lane, 3: as 0 with graphs */
-  enum { RUNS = 4 };
+  /* 0: together on `lanes` lanes, 1: one by one, 2: together on one lane, 3: as 0 with graphs,
+   * 4: as 0 with the batched encodes (the daemon's default); 0-3 without them */
+  enum { RUNS = 5 };
   static eng_tensor t[RUNS][MAXM];
+  uint64_t rng = 0x9e3779b97f4a7c15ull;
   int m = 0;
   uint64_t elems = 0;
   for (uint32_t i = 0; i < tr.n && m < MAXM; i++) {
@@ -142,7 +159,13 @@ int main(int argc, char **argv) {
     void *p = NULL;
     if (cudaMalloc(&p, n * sizeof(float)) != cudaSuccess)
       return fail("cudaMalloc", "out of memory");
-    cudaMemset(p, 0, n * sizeof(float));
+    /* Gaussian gradients (a fixed seed): zeros made every selection a tie of the whole input,
+     * the radix select's fallback over n, which real gradients never take. */
+    float *h = malloc(n * sizeof(float));
+    if (!h) return fail("malloc", "out of memory");
+    for (uint64_t e = 0; e < n; e++) h[e] = gauss(&rng);
+    cudaMemcpy(p, h, n * sizeof(float), cudaMemcpyHostToDevice);
+    free(h);
     for (int r = 0; r < RUNS; r++) /* each run its own instances */
       t[r][m] = (eng_tensor){.tensor_id = (uint32_t)(r * MAXM + m),
                              .count = n,
@@ -190,8 +213,9 @@ int main(int argc, char **argv) {
       if (duty_s > 0 && it >= warm && (long long)floor(now_us() * 1e-6 / duty_s) % 2 == 0) continue;
       uint64_t sent = 0, recv = 0;
       for (int k = 0; k < m; k++) t[r][k].step = (uint64_t)it + 1;
-      sp_set_lanes(r == 0 || r == 3 ? lanes : 1);
+      sp_set_lanes(r == 0 || r == 3 || r == 4 ? lanes : 1);
       sp_set_graphs(r == 3);
+      sp_set_batch(r == 4);
       cudaEventRecord(e0, s);
       double h0 = now_us();
       fgb_status st = FGB_OK;
@@ -261,10 +285,14 @@ int main(int argc, char **argv) {
     printf("%-34s %14.1f %14.1f %14.1f %14.1f\n", row, hl, gl, median(own[0], nrec[0]), charge[0]);
     snprintf(row, sizeof row, "together, %d lanes, graphs", lanes);
     printf("%-34s %14.1f %14.1f %14.1f %14.1f\n", row, hg, gg, median(own[3], nrec[3]), charge[3]);
+    const double hb = median(host[4], nrec[4]), gb = median(gpu[4], nrec[4]);
+    snprintf(row, sizeof row, "together, %d lanes, batched", lanes);
+    printf("%-34s %14.1f %14.1f %14.1f %14.1f\n", row, hb, gb, median(own[4], nrec[4]), charge[4]);
     printf("%-34s %14.2f %14.2f\n", "ratio together 1 lane / one by one", ht / ha, gt / ga);
     snprintf(row, sizeof row, "ratio %d lanes / 1 lane", lanes);
     printf("%-34s %14.2f %14.2f\n", row, hl / ht, gl / gt);
     printf("%-34s %14.2f %14.2f\n", "ratio graphs / no graphs", hg / hl, gg / gl);
+    printf("%-34s %14.2f %14.2f\n", "ratio batched / not", hb / hl, gb / gl);
   }
   for (int r = 0; r < RUNS; r++) {
     free(host[r]);
