@@ -142,6 +142,12 @@ def config_of(name):
         return config_of(base)
     if name in CONFIGS:
         return CONFIGS[name]
+    if name.startswith("single:hook"):  # diagnostics: what host time in the backward costs
+        us = name[len("single:hook"):]
+        if not us.isdigit():
+            raise SystemExit(f"bench.py: config {name}: want single:hookUS (microseconds)")
+        return ("single", None, 0.0, None,
+                f"1 GPU, a {us} us busy-wait hook per parameter on autograd's thread")
     if name.startswith("fgb:"):
         parts = name.split(":")
         if len(parts) != 4:
@@ -392,6 +398,16 @@ class Run:
             opt = torch.optim.SGD(params, lr=self.lr(name), momentum=momentum,
                                   weight_decay=1e-4 if MODELS[name][0] == "resnet50" else 0.0)
             train = model
+            if cfg.startswith("single:hook"):  # fgbuff.torch's host time per tensor, no work
+                spin_s = int(cfg[len("single:hook"):]) * 1e-6
+
+                def spin(_):
+                    t_end = time.perf_counter() + spin_s
+                    while time.perf_counter() < t_end:
+                        pass
+
+                for p in model.parameters():
+                    p.register_post_accumulate_grad_hook(spin)
             if kind.startswith("ddp"):
                 kw = {}
                 if kind == "ddp-powersgd" and self.dev.type == "cpu":

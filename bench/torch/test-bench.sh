@@ -102,6 +102,21 @@ grep -q 'DDP by round' "$OUT/rounds.txt" || bad "rounds: no per-round ratio colu
 # the launch's unrecorded warm-up item ran (the CSV above holds the 4 measured rows only)
 grep -q '^bench.py: warm-up item (gpt2 single) done, not recorded' "$OUT/rounds.txt" ||
   bad "rounds: no warm-up item"
+# single:hookUS: the single-GPU item with a busy-wait of US microseconds per parameter on
+# autograd's thread (how much host time in the backward costs a step): its step is longer than the
+# plain single item's by about that time over every parameter; a malformed one is refused
+bash "$run" "$BUILD" --cpu --steps 3 --warmup 1 --models gpt2 --configs single,single:hook1000 \
+  --out "$OUT/hook" >"$OUT/hook.txt" 2>&1 || { cat "$OUT/hook.txt"; bad "run.sh single:hook1000"; }
+python3 - "$OUT/hook/results.csv" <<'EOF' || { cat "$OUT/hook.txt"; bad "single:hook"; }
+import csv, sys
+by = {r["config"]: r for r in csv.DictReader(open(sys.argv[1]))}
+assert by["single:hook1000"]["status"] == "ok" and "1000 us busy-wait" in by["single:hook1000"]["note"]
+# the tiny GPT-2 has more than 8 parameter tensors: at least 8 ms more a step
+assert float(by["single:hook1000"]["step_ms"]) > float(by["single"]["step_ms"]) + 8, by
+EOF
+PYTHONPATH="$SRC/client/python" python3 "$SRC/bench/torch/bench.py" --configs single:hookx --out "$OUT/hookbad" \
+  >"$OUT/hookbad.txt" 2>&1 && bad "single:hookx accepted"
+grep -q "want single:hookUS" "$OUT/hookbad.txt" || { cat "$OUT/hookbad.txt"; bad "single:hookx: no message"; }
 # --profile 2: the last 2 warm-up steps of each item under torch.profiler, rank 0: a trace per
 # item holding both step ranges; the measured rows keep DDP's loss (no step added); and the GPU
 # summary's arithmetic on a synthetic timeline (CPU runs have no kernels to summarise)
