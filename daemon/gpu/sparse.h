@@ -66,10 +66,11 @@ int sp_timing_events(const sp_timing *tm, void *ev[4]);
  * member's decode and write-back. The encodes, each round's advances and the decodes run on the
  * members' lanes (each instance lives on one of up to FGBUFF_GPU_COMP_LANES streams: the engine
  * stream or a side stream forked from it and joined back before the collectives and before the
- * function returns; fp32 top-k members are encoded in one batch on the engine stream instead, so what the caller enqueues next on the engine stream is ordered after all of
- * it). No host synchronisation except when an instance is created (first use; the lanes with the
- * first) or an advance reads sizes. Timed into tm[*ntm ..] (one per member while *ntm < ntm_cap;
- * tm NULL: untimed); bytes counters are incremented by the phases' bytes. */
+ * function returns, so what the caller enqueues next on the engine stream is ordered after all of
+ * it); the fp32 top-k members are encoded in one batch on the engine stream instead. No host
+ * synchronisation except when an instance is created (first use; the lanes with the first) or an
+ * advance reads sizes. Timed into tm[*ntm ..] (one per member while *ntm < ntm_cap; tm NULL:
+ * untimed); bytes counters are incremented by the phases' bytes. */
 fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_timing *tm,
                         uint32_t ntm_cap, uint32_t *ntm, uint64_t *sent, uint64_t *recv, char *err,
                         size_t errlen);

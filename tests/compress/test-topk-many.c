@@ -109,7 +109,8 @@ static void check_many(const comp_exec *ex, const member *ms, uint32_t nm, const
                same(ex, one[q].a, bat[q].a, m->n * 4) &&
                same(ex, one[q].mask, bat[q].mask, m->n * 4) &&
                same(ex, one[q].defer, bat[q].defer, (m->n + 31) / 32 * 4);
-      CHECK_MSG(ok, "%s step %d: member %u (n=%llu k=%u cap=%u g=%d fp16=%d mask=%d defer=%d "
+      CHECK_MSG(ok,
+                "%s step %d: member %u (n=%llu k=%u cap=%u g=%d fp16=%d mask=%d defer=%d "
                 "ties=%d) differs from its own call",
                 what, step, q, (unsigned long long)m->n, m->k, m->cap, m->with_g, m->fp16, m->mask,
                 m->defer, m->ties);
@@ -208,17 +209,17 @@ int main(int argc, char **argv) {
   comp_exec ex = ct_exec(argc, argv);
   /* n, k, cap, g, fp16, mask, defer, ties */
   const member mixed[] = {
-      {1, 1, 1, 1, 0, 0, 0, 0},          /* k = n: the single path inside the call */
-      {37, 5, 5, 1, 0, 0, 0, 0},         /* below one chunk and below the sample */
-      {4096, 41, 41, 0, 0, 0, 0, 0},     /* one chunk, no compensation */
-      {4097, 40, 60, 1, 1, 0, 0, 0},     /* fp16 values, capacity above k */
-      {8193, 81, 81, 1, 0, 1, 0, 0},     /* DGC's mask */
-      {65537, 655, 655, 1, 0, 1, 1, 0},  /* deferred zeroing */
-      {100003, 30000, 30000, 1, 0, 0, 0, 1}, /* ties: the candidates overflow */
+      {1, 1, 1, 1, 0, 0, 0, 0},               /* k = n: the single path inside the call */
+      {37, 5, 5, 1, 0, 0, 0, 0},              /* below one chunk and below the sample */
+      {4096, 41, 41, 0, 0, 0, 0, 0},          /* one chunk, no compensation */
+      {4097, 40, 60, 1, 1, 0, 0, 0},          /* fp16 values, capacity above k */
+      {8193, 81, 81, 1, 0, 1, 0, 0},          /* DGC's mask */
+      {65537, 655, 655, 1, 0, 1, 1, 0},       /* deferred zeroing */
+      {100003, 30000, 30000, 1, 0, 0, 0, 1},  /* ties: the candidates overflow */
       {2359296, 23592, 23592, 1, 0, 0, 0, 0}, /* ResNet-50's largest weight */
-      {5000, 0, 1, 1, 0, 0, 0, 0},       /* k = 0 */
-      {5000, 200, 100, 0, 0, 0, 0, 0},   /* k clamped to the capacity */
-      {0, 1, 1, 1, 0, 0, 0, 0},          /* empty */
+      {5000, 0, 1, 1, 0, 0, 0, 0},            /* k = 0 */
+      {5000, 200, 100, 0, 0, 0, 0, 0},        /* k clamped to the capacity */
+      {0, 1, 1, 1, 0, 0, 0, 0},               /* empty */
   };
   check_many(&ex, mixed, sizeof mixed / sizeof mixed[0], "mixed");
   /* More members than one batch: 150 of sizes spread over three decades. */
