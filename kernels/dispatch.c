@@ -253,6 +253,10 @@ fgb_status kern_coo_decode(const comp_exec *ex, const void *recv, size_t stride,
   KERN_DISPATCH(coo_decode, recv, stride, nranks, n, fp16, scale, out, ctl);
 }
 
+fgb_status kern_coo_decode_many(const comp_exec *ex, const kern_dec_job *jobs, uint32_t n) {
+  KERN_DISPATCH(coo_decode_many, jobs, n);
+}
+
 fgb_status kern_mm(const comp_exec *ex, const float *M, uint64_t rows, uint64_t cols,
                    const float *Q, uint32_t r, float *P) {
   KERN_DISPATCH(mm, M, rows, cols, Q, r, P);

@@ -375,6 +375,22 @@ fgb_status kern_scatter(const comp_exec *ex, float *out, uint64_t n, const int32
  * zero fill or read-modify-write pass). */
 fgb_status kern_coo_decode(const comp_exec *ex, const void *recv, size_t stride, int nranks,
                            uint64_t n, int fp16, float scale, float *out, kern_ctl *ctl);
+/* One decode of kern_coo_decode_many: kern_coo_decode(recv, stride, nranks, n, fp16, scale, out,
+ * ctl). */
+typedef struct kern_dec_job {
+  const void *recv;
+  size_t stride;
+  int nranks;
+  uint64_t n;
+  int fp16;
+  float scale;
+  float *out;
+  kern_ctl *ctl;
+} kern_dec_job;
+/* Every job's decode, with exactly the results its own call gives (outputs, ctl->bad). Jobs must
+ * not overlap in what they write. Every job is checked before any runs (FGB_EINVAL). The GPU runs
+ * the decodes of up to 64 jobs of 1..64 ranks as one check and one decode launch. */
+fgb_status kern_coo_decode_many(const comp_exec *ex, const kern_dec_job *jobs, uint32_t n);
 
 /* Write a COO payload's header {count, capacity}, enqueued (no host wait): a pack whose count the
  * host knows (a variable-size exchange) without a synchronous upload. */
@@ -503,6 +519,7 @@ void kern_pdl_set(int on);
                                 uint32_t k, float scale EXTRA);                                    \
   fgb_status kern_##B##_coo_decode(const void *recv, size_t stride, int nranks, uint64_t n,        \
                                    int fp16, float scale, float *out, kern_ctl *ctl EXTRA);        \
+  fgb_status kern_##B##_coo_decode_many(const kern_dec_job *jobs, uint32_t n EXTRA);               \
   fgb_status kern_##B##_mm(const float *M, uint64_t rows, uint64_t cols, const float *Q,           \
                            uint32_t r, float *P EXTRA);                                            \
   fgb_status kern_##B##_mm_t(const float *M, uint64_t rows, uint64_t cols, const float *P,         \

@@ -280,6 +280,22 @@ fgb_status kern_cpu_coo_decode(const void *recv, size_t stride, int nranks, uint
   return FGB_OK;
 }
 
+fgb_status kern_cpu_coo_decode_many(const kern_dec_job *jobs, uint32_t nj) {
+  if (nj && jobs == NULL) return FGB_EINVAL;
+  for (uint32_t q = 0; q < nj; q++) { /* every job checked before any runs, as on the GPU */
+    const kern_dec_job *x = &jobs[q];
+    if (x->nranks < 0 || (x->n && x->out == NULL) || (x->nranks && x->recv == NULL))
+      return FGB_EINVAL;
+  }
+  for (uint32_t q = 0; q < nj; q++) {
+    const kern_dec_job *x = &jobs[q];
+    fgb_status s =
+        kern_cpu_coo_decode(x->recv, x->stride, x->nranks, x->n, x->fp16, x->scale, x->out, x->ctl);
+    if (s) return s;
+  }
+  return FGB_OK;
+}
+
 fgb_status kern_cpu_coo_header(void *payload, uint32_t count, uint32_t capacity) {
   if (payload == NULL) return FGB_EINVAL;
   comp_coo_header h = {count, capacity};

@@ -140,12 +140,18 @@ typedef struct kc_partial {
   float mx, mn;
   unsigned long long nonfinite;
 } kc_partial;
+/* One COO decode's device-side flags, zero between decodes (decode.cu). */
+typedef struct kc_dec_flags {
+  uint32_t unsorted;      /* some payload is not in ascending index order */
+  uint32_t done;          /* last-block-done counter of the sorted path when unsorted */
+  unsigned long long bad; /* k_dec_check's bad count */
+} kc_dec_flags;
+#define KC_DEC_BATCH 64 /* members kern_coo_decode_many decodes in one launch sequence */
 typedef struct kc_scratch {
   uint32_t stats_done, count_done;
-  uint32_t dec_unsorted; /* kern_coo_decode: some payload is not in ascending index order */
-  uint32_t dec_done;     /* last-block-done counter of k_dec_tile when dec_unsorted */
   unsigned long long count_acc;
-  unsigned long long dec_bad; /* kern_coo_decode: k_dec_check's bad count, 0 between decodes */
+  kc_dec_flags dec;                    /* kern_coo_decode's */
+  kc_dec_flags dec_many[KC_DEC_BATCH]; /* kern_coo_decode_many's, one per member of a batch */
   kc_partial part[KC_RED_BLOCKS];
   uint32_t hist_acc[KERN_HIST_BINS]; /* the *_hist kernels' running histogram, kept zero */
   uint32_t hist_done, pad2_;         /* last-block-done counter of kern_dgc_accumulate_hist */
@@ -174,6 +180,33 @@ __device__ inline void kc_hist_drain(uint32_t *acc, uint32_t *hist_out) {
       }
     }
   }
+}
+
+/* ---- batches: many buffers' kernels in one launch --------------------------------------------
+ * A batched kernel runs one op for many members: member q owns blocks [j[q].b0[kind], + nb[kind])
+ * of the grid of `kind` (members in ascending block order, n >= 1). The member of block blk: */
+template <typename J>
+__device__ inline const J &kc_member_of(const J *j, uint32_t n, int kind, uint32_t blk) {
+  uint32_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const uint32_t mid = (lo + hi + 1) / 2;
+    if (j[mid].b0[kind] <= blk)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return j[lo];
+}
+/* The members' block ranges of one grid kind from their block counts (nb[kind] set): b0[kind]
+ * in member order; returns the grid's size. */
+template <typename J>
+static inline uint32_t kc_member_blocks(J *j, uint32_t n, int kind) {
+  uint32_t tot = 0;
+  for (uint32_t q = 0; q < n; q++) {
+    j[q].b0[kind] = tot;
+    tot += j[q].nb[kind];
+  }
+  return tot;
 }
 
 /* ---- block-level helpers (blockDim.x a multiple of 32, <= 1024) -------------------------------

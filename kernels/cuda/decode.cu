@@ -64,29 +64,34 @@ __device__ inline bool coo_has(const coo_view *v, int32_t i) {
   return false;
 }
 
-/* Flags a payload whose indices are not strictly ascending. grid.y strides over the ranks, grid.x
- * over the entries of one payload. */
-__global__ void k_dec_check(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n,
-                            kc_scratch *scr) {
-  KC_PDL_ENTRY();
-  /* Also counts, into scr->dec_bad, what the sorted paths skip: bad headers and entries outside
+/* Flags a payload whose indices are not strictly ascending. grid.y strides over the ranks, the
+ * decode's blocks bx of gx (of grid.x) over the entries of one payload. */
+__device__ __forceinline__ void dec_check_body(const char *recv, uint64_t stride, int nranks,
+                                               uint32_t vb, uint64_t n, kc_dec_flags *df,
+                                               uint64_t bx, uint64_t gx) {
+  /* Also counts, into df->bad, what the sorted paths skip: bad headers and entries outside
    * [0, n) (integers: order-independent). Used when every payload is ascending; the unsorted
    * fallback counts on its own and drops it. */
   unsigned long long bad = 0;
   for (int r = blockIdx.y; r < nranks; r += gridDim.y) {
     coo_view v;
     if (!coo_open(recv, stride, r, vb, &v)) { /* skipped by the scatters anyway */
-      bad += blockIdx.x == 0 && threadIdx.x == 0;
+      bad += bx == 0 && threadIdx.x == 0;
       continue;
     }
-    for (uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < v.count;
-         j += gridDim.x * blockDim.x) {
+    for (uint64_t j = bx * blockDim.x + threadIdx.x; j < v.count; j += gx * blockDim.x) {
       const int32_t i = (int32_t)ld_u32(v.idx + 4ull * j);
       bad += i < 0 || (uint64_t)i >= n;
-      if (j + 1 < v.count && i >= (int32_t)ld_u32(v.idx + 4ull * (j + 1))) scr->dec_unsorted = 1;
+      if (j + 1 < v.count && i >= (int32_t)ld_u32(v.idx + 4ull * (j + 1))) df->unsorted = 1;
     }
   }
-  if (bad) atomicAdd(&scr->dec_bad, bad);
+  if (bad) atomicAdd(&df->bad, bad);
+}
+
+__global__ void k_dec_check(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n,
+                            kc_dec_flags *df) {
+  KC_PDL_ENTRY();
+  dec_check_body(recv, stride, nranks, vb, n, df, blockIdx.x, gridDim.x);
 }
 
 /* ---- the tiled decode (sorted payloads, the common case) ---------------------------------------
@@ -116,23 +121,24 @@ __device__ inline uint32_t warp_lower_bound(const coo_view *v, int64_t x) {
 }
 
 __device__ void dec_fallback(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n,
-                             float scale, kc_scratch *scr, float *out, kern_ctl *ctl);
+                             float scale, kc_dec_flags *df, float *out, kern_ctl *ctl);
 __device__ void dec_unsorted_last(const char *recv, uint64_t stride, int nranks, uint32_t vb,
-                                  uint64_t n, float scale, kc_scratch *scr, float *out,
-                                  kern_ctl *ctl);
-__device__ void dec_take_bad(kc_scratch *scr, kern_ctl *ctl);
+                                  uint64_t n, float scale, kc_dec_flags *df, float *out,
+                                  kern_ctl *ctl, uint64_t gx);
+__device__ void dec_take_bad(kc_dec_flags *df, kern_ctl *ctl);
 
-__global__ void __launch_bounds__(DEC_TILE_THREADS)
-    k_dec_tile(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n, float scale,
-               kc_scratch *scr, float *out, kern_ctl *ctl) {
-  KC_PDL_ENTRY();
+/* Tile bx of the decode (gx tiles). */
+__device__ __forceinline__ void dec_tile_body(const char *recv, uint64_t stride, int nranks,
+                                              uint32_t vb, uint64_t n, float scale,
+                                              kc_dec_flags *df, float *out, kern_ctl *ctl,
+                                              uint64_t bx, uint64_t gx) {
   __shared__ float tile[DEC_TILE];
   __shared__ uint32_t s_lo[DEC_TILE_MAX_RANKS], s_hi[DEC_TILE_MAX_RANKS];
-  if (scr->dec_unsorted) {
-    dec_unsorted_last(recv, stride, nranks, vb, n, scale, scr, out, ctl);
+  if (df->unsorted) {
+    dec_unsorted_last(recv, stride, nranks, vb, n, scale, df, out, ctl, gx);
     return;
   }
-  const uint64_t t0 = (uint64_t)blockIdx.x * DEC_TILE;
+  const uint64_t t0 = bx * DEC_TILE;
   const uint32_t len = (uint32_t)min((uint64_t)DEC_TILE, n - t0);
   const unsigned warp = threadIdx.x >> 5, nw = DEC_TILE_THREADS / 32;
   /* Warp 2q + e finds bound e (tile start or end) of rank q: both searches run at once. */
@@ -175,15 +181,22 @@ __global__ void __launch_bounds__(DEC_TILE_THREADS)
     for (uint32_t e = threadIdx.x; e < len; e += DEC_TILE_THREADS)
       o[e] = sc ? kern_nan_canon(__fmul_rn(tile[e], scale)) : tile[e];
   }
-  if (blockIdx.x == 0 && threadIdx.x == 0) dec_take_bad(scr, ctl);
+  if (bx == 0 && threadIdx.x == 0) dec_take_bad(df, ctl);
+}
+
+__global__ void __launch_bounds__(DEC_TILE_THREADS)
+    k_dec_tile(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n, float scale,
+               kc_dec_flags *df, float *out, kern_ctl *ctl) {
+  KC_PDL_ENTRY();
+  dec_tile_body(recv, stride, nranks, vb, n, scale, df, out, ctl, blockIdx.x, gridDim.x);
 }
 
 /* Block 0 of the sorted paths (one thread): what no tile takes — bad headers, indices below 0 or
  * from n on, counted by k_dec_check — goes to ctl->bad; the counter is left 0. (Counting it here
  * with two sequential binary searches per rank made block 0 the kernel's last by ~25 us.) */
-__device__ void dec_take_bad(kc_scratch *scr, kern_ctl *ctl) {
-  const unsigned long long bad = scr->dec_bad;
-  scr->dec_bad = 0;
+__device__ void dec_take_bad(kc_dec_flags *df, kern_ctl *ctl) {
+  const unsigned long long bad = df->bad;
+  df->bad = 0;
   if (ctl && bad) atomicAdd((unsigned long long *)&ctl->bad, bad);
 }
 
@@ -191,19 +204,19 @@ __device__ void dec_take_bad(kc_scratch *scr, kern_ctl *ctl) {
  * check in sums in payload order (one launch less than a separate fallback kernel; the sorted case
  * pays nothing for it). Every block read the flag before checking in, so the last may clear it. */
 __device__ void dec_unsorted_last(const char *recv, uint64_t stride, int nranks, uint32_t vb,
-                                  uint64_t n, float scale, kc_scratch *scr, float *out,
-                                  kern_ctl *ctl) {
+                                  uint64_t n, float scale, kc_dec_flags *df, float *out,
+                                  kern_ctl *ctl, uint64_t gx) {
   __shared__ uint32_t s_last;
   __syncthreads();
-  if (threadIdx.x == 0) s_last = atomicAdd(&scr->dec_done, 1u) == gridDim.x - 1;
+  if (threadIdx.x == 0) s_last = atomicAdd(&df->done, 1u) == gx - 1;
   __syncthreads();
   if (!s_last) return;
   __threadfence();
   if (threadIdx.x == 0) {
-    scr->dec_done = 0;
-    scr->dec_bad = 0; /* k_dec_check's count: dec_fallback counts the bad entries itself */
+    df->done = 0;
+    df->bad = 0; /* k_dec_check's count: dec_fallback counts the bad entries itself */
   }
-  dec_fallback(recv, stride, nranks, vb, n, scale, scr, out, ctl);
+  dec_fallback(recv, stride, nranks, vb, n, scale, df, out, ctl);
 }
 
 /* ---- the windowed decode (sorted payloads of at most DEC_WIN_RANKS ranks) ----------------------
@@ -233,17 +246,18 @@ __device__ inline dec_win dec_win_load(const coo_view &v, bool ok, uint32_t j, u
   return w;
 }
 
-__global__ void __launch_bounds__(DEC_TILE_THREADS)
-    k_dec_win(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n, float scale,
-              kc_scratch *scr, float *out, kern_ctl *ctl, uint64_t tiles) {
-  KC_PDL_ENTRY();
+/* Block bx of gx of the windowed decode. */
+__device__ __forceinline__ void dec_win_body(const char *recv, uint64_t stride, int nranks,
+                                             uint32_t vb, uint64_t n, float scale, kc_dec_flags *df,
+                                             float *out, kern_ctl *ctl, uint64_t tiles, uint64_t bx,
+                                             uint64_t gx) {
   __shared__ __align__(16) float tile[DEC_TILE]; /* float4 zeroing */
   __shared__ uint32_t s_lo[DEC_WIN_RANKS];
-  if (scr->dec_unsorted) {
-    dec_unsorted_last(recv, stride, nranks, vb, n, scale, scr, out, ctl);
+  if (df->unsorted) {
+    dec_unsorted_last(recv, stride, nranks, vb, n, scale, df, out, ctl, gx);
     return;
   }
-  const uint64_t tb = blockIdx.x * tiles / gridDim.x, te = (blockIdx.x + 1ull) * tiles / gridDim.x;
+  const uint64_t tb = bx * tiles / gx, te = (bx + 1ull) * tiles / gx;
   const unsigned warp = threadIdx.x >> 5;
   if ((int)warp < nranks) {
     coo_view v;
@@ -304,7 +318,14 @@ __global__ void __launch_bounds__(DEC_TILE_THREADS)
     }
     __syncthreads();
   }
-  if (blockIdx.x == 0 && threadIdx.x == 0) dec_take_bad(scr, ctl);
+  if (bx == 0 && threadIdx.x == 0) dec_take_bad(df, ctl);
+}
+
+__global__ void __launch_bounds__(DEC_TILE_THREADS)
+    k_dec_win(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n, float scale,
+              kc_dec_flags *df, float *out, kern_ctl *ctl, uint64_t tiles) {
+  KC_PDL_ENTRY();
+  dec_win_body(recv, stride, nranks, vb, n, scale, df, out, ctl, tiles, blockIdx.x, gridDim.x);
 }
 
 /* Unsorted payloads (repeated indices: foreign bytes, or a test's hand-made ones) or more ranks
@@ -312,7 +333,7 @@ __global__ void __launch_bounds__(DEC_TILE_THREADS)
  * order (exactly the CPU's result, just slow), then the block scales and clears the unsorted flag.
  * Every thread of the block calls it. */
 __device__ void dec_fallback(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n,
-                             float scale, kc_scratch *scr, float *out, kern_ctl *ctl) {
+                             float scale, kc_dec_flags *df, float *out, kern_ctl *ctl) {
   for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = 0.0f;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -335,7 +356,7 @@ __device__ void dec_fallback(const char *recv, uint64_t stride, int nranks, uint
       }
     }
     if (ctl && bad) atomicAdd((unsigned long long *)&ctl->bad, bad);
-    scr->dec_unsorted = 0; /* clear for the next decode (see kern_cuda_coo_decode) */
+    df->unsorted = 0; /* clear for the next decode (see kern_cuda_coo_decode) */
   }
   __syncthreads();
   if (scale != 1.0f)
@@ -345,12 +366,88 @@ __device__ void dec_fallback(const char *recv, uint64_t stride, int nranks, uint
 
 __global__ void __launch_bounds__(1024)
     k_dec_fallback(const char *recv, uint64_t stride, int nranks, uint32_t vb, uint64_t n,
-                   float scale, kc_scratch *scr, float *out, kern_ctl *ctl) {
-  dec_fallback(recv, stride, nranks, vb, n, scale, scr, out, ctl);
+                   float scale, kc_dec_flags *df, float *out, kern_ctl *ctl) {
+  dec_fallback(recv, stride, nranks, vb, n, scale, df, out, ctl);
 }
 
 __global__ void k_add_bad(kern_ctl *ctl, unsigned long long b) {
   ctl->bad += b;
+}
+
+/* ---- batches: the decodes of many buffers in one launch sequence (kern_coo_decode_many) --------
+ * The check and the decode run once for all members: a member owns a range of each grid's blocks
+ * (kc_member_of), its own flags (kc_scratch.dec_many) and the grid the single decode gives it
+ * (the windowed decode's resident blocks shared in proportion to the members' tiles). The members
+ * of one batch all take the windowed or all the tiled decode (their shared memory differs). */
+enum { KC_DG_CHECK = 0, KC_DG_DEC = 1, KC_DG_KINDS = 2 };
+typedef struct kc_djob {
+  const char *recv;
+  uint64_t stride, n, tiles;
+  float *out;
+  kern_ctl *ctl;
+  kc_dec_flags *df;
+  float scale;
+  int nranks; /* 1 .. DEC_TILE_MAX_RANKS */
+  uint32_t vb;
+  uint32_t b0[KC_DG_KINDS], nb[KC_DG_KINDS];
+} kc_djob;
+typedef struct kc_dbatch {
+  uint32_t n, win;
+  kc_djob j[KC_DEC_BATCH];
+} kc_dbatch;
+
+__global__ void __launch_bounds__(DEC_THREADS)
+    k_dec_check_many(const __grid_constant__ kc_dbatch b) {
+  KC_PDL_ENTRY();
+  const kc_djob &J = kc_member_of(b.j, b.n, KC_DG_CHECK, blockIdx.x);
+  dec_check_body(J.recv, J.stride, J.nranks, J.vb, J.n, J.df, blockIdx.x - J.b0[KC_DG_CHECK],
+                 J.nb[KC_DG_CHECK]);
+}
+
+__global__ void __launch_bounds__(DEC_TILE_THREADS)
+    k_dec_win_many(const __grid_constant__ kc_dbatch b) {
+  KC_PDL_ENTRY();
+  const kc_djob &J = kc_member_of(b.j, b.n, KC_DG_DEC, blockIdx.x);
+  dec_win_body(J.recv, J.stride, J.nranks, J.vb, J.n, J.scale, J.df, J.out, J.ctl, J.tiles,
+               blockIdx.x - J.b0[KC_DG_DEC], J.nb[KC_DG_DEC]);
+}
+
+__global__ void __launch_bounds__(DEC_TILE_THREADS)
+    k_dec_tile_many(const __grid_constant__ kc_dbatch b) {
+  KC_PDL_ENTRY();
+  const kc_djob &J = kc_member_of(b.j, b.n, KC_DG_DEC, blockIdx.x);
+  dec_tile_body(J.recv, J.stride, J.nranks, J.vb, J.n, J.scale, J.df, J.out, J.ctl,
+                blockIdx.x - J.b0[KC_DG_DEC], J.nb[KC_DG_DEC]);
+}
+
+/* k_dec_check's blocks per rank: entries a payload can hold given the stride (the count is on the
+ * device). */
+static unsigned check_blocks(uint64_t stride, uint32_t vb) {
+  const uint64_t maxe = (stride - sizeof(comp_coo_header)) / (vb + 4);
+  return kc_blocks(maxe, DEC_THREADS * 8ull, (unsigned)kc_sm_count() * 4);
+}
+
+/* The windowed decode for this many ranks (else the tiled one); FGB_KERN_DEC_WIN=0: never. */
+static bool use_win(int nranks) {
+  return nranks <= DEC_WIN_RANKS && kern_env_on(KERN_ENV_DEC_WIN);
+}
+
+/* k_dec_win's grid: the blocks resident at once (occupancy per device, cached). */
+static uint64_t win_resident(void) {
+  static int cached[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 0;
+  if (cached[dev] <= 0) {
+    int per = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_dec_win, DEC_TILE_THREADS, 0) !=
+            cudaSuccess ||
+        per < 1) {
+      (void)cudaGetLastError();
+      per = 2;
+    }
+    cached[dev] = per;
+  }
+  return (uint64_t)cached[dev] * (uint64_t)kc_sm_count();
 }
 
 extern "C" fgb_status kern_cuda_coo_decode(const void *recv, size_t stride, int nranks, uint64_t n,
@@ -360,6 +457,7 @@ extern "C" fgb_status kern_cuda_coo_decode(const void *recv, size_t stride, int 
   cudaStream_t s = KC_STREAM(stream);
   kc_scratch *scr = kc_stream_scratch(s);
   if (scr == NULL) return FGB_ENOMEM;
+  kc_dec_flags *df = &scr->dec;
   const uint32_t vb = fp16 ? 2 : 4;
   const char *rb = (const char *)recv;
   /* The unsorted flag is clear on entry: every decode that may set it (k_dec_check) ends with a
@@ -370,42 +468,101 @@ extern "C" fgb_status kern_cuda_coo_decode(const void *recv, size_t stride, int 
     if (stride < sizeof(comp_coo_header) && ctl && nranks)
       k_add_bad<<<1, 1, 0, s>>>(ctl, (unsigned long long)nranks);
     k_dec_fallback<<<1, 1024, 0, s>>>(rb, stride, stride < sizeof(comp_coo_header) ? 0 : nranks, vb,
-                                      n, scale, scr, out, ctl);
+                                      n, scale, df, out, ctl);
     return kc_launched();
   }
   if (n == 0) return FGB_OK;
   if (nranks) {
-    /* Entries a payload can hold given the stride bound the grid; the count is on the device. */
-    const uint64_t maxe = (stride - sizeof(comp_coo_header)) / (vb + 4);
-    const unsigned cb = kc_blocks(maxe, DEC_THREADS * 8ull, (unsigned)kc_sm_count() * 4);
-    dim3 cgrid(cb, (unsigned)nranks);
-    kc_launch(k_dec_check, cgrid, DEC_THREADS, s, rb, stride, nranks, vb, n, scr);
+    dim3 cgrid(check_blocks(stride, vb), (unsigned)nranks);
+    kc_launch(k_dec_check, cgrid, DEC_THREADS, s, rb, stride, nranks, vb, n, df);
   }
   const uint64_t tiles = (n + DEC_TILE - 1) / DEC_TILE;
   /* FGB_KERN_DEC_WIN=0: the per-tile kernel (same-run comparisons) */
-  const int win = kern_env_on(KERN_ENV_DEC_WIN);
-  if (nranks <= DEC_WIN_RANKS && win) {
-    static int cached[64];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 0;
-    if (cached[dev] <= 0) {
-      int per = 0;
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_dec_win, DEC_TILE_THREADS, 0) !=
-              cudaSuccess ||
-          per < 1) {
-        (void)cudaGetLastError();
-        per = 2;
-      }
-      cached[dev] = per;
-    }
-    const uint64_t g = (uint64_t)cached[dev] * (uint64_t)kc_sm_count();
+  if (use_win(nranks)) {
+    const uint64_t g = win_resident();
     kc_launch(k_dec_win, (unsigned)(g < tiles ? g : tiles), DEC_TILE_THREADS, s, rb, stride, nranks,
-              vb, n, scale, scr, out, ctl, tiles);
+              vb, n, scale, df, out, ctl, tiles);
   } else {
     kc_launch(k_dec_tile, (unsigned)tiles, DEC_TILE_THREADS, s, rb, stride, nranks, vb, n, scale,
-              scr, out, ctl);
+              df, out, ctl);
   }
   return kc_launched();
+}
+
+static fgb_status dec_batch(kc_dbatch *b, cudaStream_t s) {
+  uint64_t tiles = 0;
+  unsigned maxr = 1;
+  for (uint32_t q = 0; q < b->n; q++) {
+    tiles += b->j[q].tiles;
+    if ((unsigned)b->j[q].nranks > maxr) maxr = (unsigned)b->j[q].nranks;
+  }
+  const uint64_t resident = win_resident();
+  for (uint32_t q = 0; q < b->n; q++) {
+    kc_djob *J = &b->j[q];
+    J->nb[KC_DG_CHECK] = check_blocks(J->stride, J->vb);
+    uint64_t g = J->tiles;
+    if (b->win) {
+      g = resident * J->tiles / (tiles ? tiles : 1);
+      g = g < 1 ? 1 : g > J->tiles ? J->tiles : g;
+    }
+    J->nb[KC_DG_DEC] = (uint32_t)g;
+  }
+  const uint32_t cb = kc_member_blocks(b->j, b->n, KC_DG_CHECK),
+                 db = kc_member_blocks(b->j, b->n, KC_DG_DEC);
+  kc_launch(k_dec_check_many, dim3(cb, maxr), DEC_THREADS, s, *b);
+  if (b->win)
+    kc_launch(k_dec_win_many, db, DEC_TILE_THREADS, s, *b);
+  else
+    kc_launch(k_dec_tile_many, db, DEC_TILE_THREADS, s, *b);
+  b->n = 0;
+  return kc_launched();
+}
+
+/* kern_coo_decode_many: the members of 1..DEC_TILE_MAX_RANKS ranks with readable headers and
+ * something to write in batches (windowed and tiled apart), the others one by one; every job
+ * checked before anything is enqueued. */
+extern "C" fgb_status kern_cuda_coo_decode_many(const kern_dec_job *jobs, uint32_t nj,
+                                                void *stream) {
+  if (nj && jobs == NULL) return FGB_EINVAL;
+  for (uint32_t q = 0; q < nj; q++) {
+    const kern_dec_job *x = &jobs[q];
+    if (x->nranks < 0 || (x->n && x->out == NULL) || (x->nranks && x->recv == NULL))
+      return FGB_EINVAL;
+  }
+  cudaStream_t s = KC_STREAM(stream);
+  kc_scratch *scr = kc_stream_scratch(s);
+  if (scr == NULL) return FGB_ENOMEM;
+  static thread_local kc_dbatch b[2]; /* [1]: windowed members, [0]: tiled */
+  b[0].n = b[1].n = 0;
+  b[0].win = 0;
+  b[1].win = 1;
+  fgb_status rc = FGB_OK;
+  for (uint32_t q = 0; q < nj && rc == FGB_OK; q++) {
+    const kern_dec_job *x = &jobs[q];
+    if (x->stride < sizeof(comp_coo_header) || x->nranks > DEC_TILE_MAX_RANKS || x->nranks == 0 ||
+        x->n == 0) {
+      rc = kern_cuda_coo_decode(x->recv, x->stride, x->nranks, x->n, x->fp16, x->scale, x->out,
+                                x->ctl, stream);
+      continue;
+    }
+    kc_dbatch *B = &b[use_win(x->nranks) ? 1 : 0];
+    kc_djob *J = &B->j[B->n];
+    memset(J, 0, sizeof *J);
+    J->recv = (const char *)x->recv;
+    J->stride = x->stride;
+    J->n = x->n;
+    J->tiles = (x->n + DEC_TILE - 1) / DEC_TILE;
+    J->out = x->out;
+    J->ctl = x->ctl;
+    J->df = &scr->dec_many[B->n]; /* batches run one after another: each leaves its flags 0 */
+    J->scale = x->scale;
+    J->nranks = x->nranks;
+    J->vb = x->fp16 ? 2 : 4;
+    if (++B->n == KC_DEC_BATCH) rc = dec_batch(B, s);
+  }
+  for (int w = 0; w < 2 && rc == FGB_OK; w++)
+    if (b[w].n) rc = dec_batch(&b[w], s);
+  return rc;
 }
 
 /* ---- dense scatter, gather, Random-k ----------------------------------------------------------

@@ -72,17 +72,8 @@ typedef struct kc_batch {
   kc_bjob j[KC_BATCH];
 } kc_batch;
 
-/* The member owning block blk of a grid of `kind` (members in ascending block order). */
 __device__ inline const kc_bjob &kc_member(const kc_batch &bt, int kind, uint32_t blk) {
-  uint32_t lo = 0, hi = bt.n - 1;
-  while (lo < hi) {
-    const uint32_t mid = (lo + hi + 1) / 2;
-    if (bt.j[mid].b0[kind] <= blk)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return bt.j[lo];
+  return kc_member_of(bt.j, bt.n, kind, blk);
 }
 
 /* The sampled lower bound: one key per stratum [j len / m, (j+1) len / m), at a hashed offset (no
@@ -731,7 +722,7 @@ static fgb_status select_batch(kc_batch *b, bool any_g, cudaStream_t s) {
   uint64_t chunks = 0;
   for (uint32_t q = 0; q < b->n; q++) chunks += b->j[q].nch;
   const uint64_t resident = compact_grid(~0ull >> 1, any_g);
-  uint32_t tot[KC_BG_KINDS] = {0, 0, 0};
+  uint32_t tot[KC_BG_KINDS];
   for (uint32_t q = 0; q < b->n; q++) {
     kc_bjob *J = &b->j[q];
     uint64_t cg = resident * J->nch / (chunks ? chunks : 1);
@@ -739,11 +730,8 @@ static fgb_status select_batch(kc_batch *b, bool any_g, cudaStream_t s) {
     J->nb[KC_BG_COMPACT] = (uint32_t)cg;
     J->nb[KC_BG_HIST] = hist_blocks(J->len < J->cand_cap ? J->len : J->cand_cap);
     J->nb[KC_BG_WARP] = (uint32_t)((J->nch + SEL_THREADS / 32 - 1) / (SEL_THREADS / 32));
-    for (int g = 0; g < KC_BG_KINDS; g++) {
-      J->b0[g] = tot[g];
-      tot[g] += J->nb[g];
-    }
   }
+  for (int g = 0; g < KC_BG_KINDS; g++) tot[g] = kc_member_blocks(b->j, b->n, g);
   kc_launch(k_sample_select_many, b->n, KC_BLOCK_SELECT, s, *b);
   if (any_g)
     kc_launch(k_compact_many<true>, tot[KC_BG_COMPACT], SEL_THREADS, s, *b);
