@@ -9,8 +9,9 @@
  * Together runs twice: on one lane (every encode and decode on the engine stream, as in session
  * 20) and on --lanes L (default 4: the engine stream and side streams, sparse.c's lanes), then
  * on L lanes with each member's encode and decode captured and launched as graphs, then on L lanes
- * with the encodes of the members batched (sp_set_batch: one selection pipeline for all top-k
- * members, the daemon's default; the other runs are without it). The gradients are Gaussian.
+ * with the members' encodes and decodes batched (sp_set_batch, FGBUFF_GPU_COMP_BATCH=1: one
+ * selection pipeline for all top-k members, one decode for all; the other runs are without it).
+ * The gradients are Gaussian.
  *
  * --only RUN (onebyone, onelane, lanes, graphs, batch) runs that one alone, and --pace-ms P starts
  * an iteration every P ms (a trainer's step period; bench-sp-many-mps.sh runs it beside a GEMM
@@ -147,7 +148,7 @@ int main(int argc, char **argv) {
   sp_job job = {.job_key = 9, .rank = 0, .size = 1, .c = c, .stream = s};
 
   /* 0: together on `lanes` lanes, 1: one by one, 2: together on one lane, 3: as 0 with graphs,
-   * 4: as 0 with the batched encodes (the daemon's default); 0-3 without them */
+   * 4: as 0 with the batched encodes and decodes; 0-3 without them */
   enum { RUNS = 5 };
   static eng_tensor t[RUNS][MAXM];
   uint64_t rng = 0x9e3779b97f4a7c15ull;

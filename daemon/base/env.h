@@ -33,7 +33,7 @@ typedef enum env_id {
   ENV_GPU_STREAM_PRIORITY,  /* 1: the engine's stream at the greatest priority (gpu/issue.c) */
   ENV_GPU_COMP_LANES,       /* streams a buffer's compressed members run on (gpu/sparse.c) */
   ENV_GPU_COMP_GRAPHS,      /* 1: compressed members' encodes/decodes as graphs (gpu/sparse.c) */
-  ENV_GPU_COMP_BATCH,       /* 0: no batched encodes of compressed members (gpu/sparse.c) */
+  ENV_GPU_COMP_BATCH,       /* 1: compressed members' encodes/decodes batched (gpu/sparse.c) */
   ENV_LOG_SYSLOG,           /* 1 / 0 force the syslog prefix, -1 from $JOURNAL_STREAM (log.c) */
   ENV_MALLOC_TRIM,          /* 1: malloc_trim(0) after each job's release (engine/eng_job.c) */
   ENV_MEM_ROOT,             /* directory standing for / where max_job_bytes' default is read */

@@ -510,6 +510,30 @@ fgb_status comp_sparse_op_decode(void *st, const comp_exec *ex, float *out, floa
   return comp_sparse_decode(cs, out, scale);
 }
 
+fgb_status comp_sparse_op_decode_many(void *const *states, const comp_exec *ex, float *const *outs,
+                                      const float *scales, uint32_t n, char *err, size_t errlen) {
+  if (n && (states == NULL || outs == NULL || scales == NULL))
+    return comp_errf(err, errlen, "decode_many: NULL states, outputs or scales");
+  kern_dec_job *jobs = calloc(n ? n : 1, sizeof *jobs);
+  if (jobs == NULL) return comp_errf(err, errlen, "decode_many: out of memory for %u jobs", n);
+  fgb_status rc = FGB_OK;
+  for (uint32_t q = 0; q < n && rc == FGB_OK; q++) {
+    const comp_sparse *cs = states[q];
+    if (outs[q] == NULL) {
+      rc = comp_errf(err, errlen, "%s: NULL out of member %u", cs->name, q);
+      break;
+    }
+    jobs[q] = (kern_dec_job){cs->recv,   comp_coo_bytes(cs->step_cap, cs->fp16 ? 2 : 4),
+                             cs->nranks, cs->n,
+                             cs->fp16,   scales[q],
+                             outs[q],    cs->ctl};
+  }
+  if (rc == FGB_OK && (rc = kern_coo_decode_many(ex, jobs, n)))
+    comp_errf(err, errlen, "the batched decode of %u members failed", n);
+  free(jobs);
+  return rc;
+}
+
 fgb_status comp_sparse_op_flush(void *st, const comp_exec *ex, const float *grad, float *dense) {
   return comp_sparse_flush(st, grad, dense);
 }

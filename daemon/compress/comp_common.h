@@ -171,6 +171,10 @@ fgb_status comp_sparse_import(comp_sparse *cs, const comp_region *extra, int nex
 void comp_sparse_op_destroy(void *st);
 fgb_status comp_sparse_op_decode(void *st, const comp_exec *ex, float *out, float scale, char *err,
                                  size_t errlen);
+/* decode_many of the sparse compressors (their decode is comp_sparse_op_decode): one
+ * kern_coo_decode_many over the members' received payloads. */
+fgb_status comp_sparse_op_decode_many(void *const *states, const comp_exec *ex, float *const *outs,
+                                      const float *scales, uint32_t n, char *err, size_t errlen);
 fgb_status comp_sparse_op_flush(void *st, const comp_exec *ex, const float *grad, float *dense);
 fgb_status comp_sparse_op_export(void *st, const comp_exec *ex, void **buf, size_t *bytes);
 fgb_status comp_sparse_op_import(void *st, const comp_exec *ex, const void *buf, size_t bytes,

@@ -136,6 +136,13 @@ typedef struct comp_ops {
    */
   fgb_status (*decode)(void *state, const comp_exec *ex, float *out, float scale, char *err,
                        size_t errlen);
+  /* Optional (NULL: none): decode(states[q], ex, outs[q], scales[q], ...) for q < n, instances of
+   * any ops with this same decode_many (a generic decode serves several compressors), on ex's
+   * device, with the results of n decodes; the GPU runs them as one batch (the sparse
+   * compressors: kern_coo_decode_many). Like encode_many it may run on any stream of the device,
+   * ordered by the caller. */
+  fgb_status (*decode_many)(void *const *states, const comp_exec *ex, float *const *outs,
+                            const float *scales, uint32_t n, char *err, size_t errlen);
   /* The buffer is sent dense this step instead (the plan decided compression does not pay):
    * dense = grad + residual, residual = 0, so error feedback stays consistent. NULL: stateless. */
   fgb_status (*flush_dense)(void *state, const comp_exec *ex, const float *grad, float *dense);

@@ -254,6 +254,7 @@ const comp_ops comp_dgc_ops = {
     .encode = dgc_encode,
     .advance = NULL,
     .decode = comp_sparse_op_decode,
+    .decode_many = comp_sparse_op_decode_many,
     .flush_dense = dgc_flush,
     .state_export = dgc_export,
     .state_import = dgc_import,

@@ -84,6 +84,7 @@ const comp_ops comp_sidco_ops = {
     .encode = sidco_encode,
     .advance = comp_sparse_op_advance,
     .decode = comp_sparse_op_decode,
+    .decode_many = comp_sparse_op_decode_many,
     .flush_dense = comp_sparse_op_flush,
     .state_export = comp_sparse_op_export,
     .state_import = comp_sparse_op_import,

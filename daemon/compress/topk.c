@@ -102,6 +102,7 @@ const comp_ops comp_topk_ops = {
     .encode_many = topk_encode_many,
     .advance = NULL,
     .decode = comp_sparse_op_decode,
+    .decode_many = comp_sparse_op_decode_many,
     .flush_dense = comp_sparse_op_flush,
     .state_export = comp_sparse_op_export,
     .state_import = comp_sparse_op_import,

@@ -22,9 +22,11 @@
  * collectives on the engine stream between them.
  *
  * Batches: the fp32 members of a compressor with encode_many (top-k) are encoded together on the
- * engine stream (encode_batches, inside the encode bracket: the lanes' members run beside it), one
- * selection pipeline for all of them (kern_topk_many); FGBUFF_GPU_COMP_BATCH=0 leaves each on its
- * lane. Their advances and decodes stay on their lanes. */
+ * engine stream (run_batches, inside the encode bracket: the lanes' members run beside it), one
+ * selection pipeline for all of them (kern_topk_many), and the fp32 members with decode_many (the
+ * sparse compressors' COO decode) are decoded together the same way (kern_coo_decode_many), with
+ * FGBUFF_GPU_COMP_BATCH=1 (off by default: it halves the members' GPU time, but no training run
+ * has been shown faster with it, docs/performance.md "Session 26"). Advances stay on the lanes. */
 #include "sparse.h"
 
 #include <cuda_runtime.h>
@@ -792,75 +794,108 @@ typedef struct sp_member {
   int phase, active;
   comp_exec lex; /* the compressor's exec: its instance's lane */
   double gathered;
-  int batched; /* encoded in a batch on the engine stream (encode_batches) */
-  int tm_rec;  /* its encode's start event recorded */
+  int batched[2]; /* encoded [0] / decoded [1] in a batch on the engine stream (run_batches) */
 } sp_member;
 
-/* 1 when member x may be encoded in a batch: its compressor has encode_many, its gradient is the
- * client's fp32 memory (the fp16/bf16 members share their lane's working buffer one after
- * another) and no graph captures its encode. */
 static int g_batch_want = -1; /* sp_set_batch; -1: FGBUFF_GPU_COMP_BATCH */
 
 void sp_set_batch(int on) {
   g_batch_want = on != 0;
 }
 
-static int batchable(const sp_member *x) {
+enum { SP_ENC = 0, SP_DEC = 1 };
+
+/* 1 when member x may be encoded (SP_ENC) or decoded (SP_DEC) in a batch: its compressor has
+ * encode_many / decode_many, its gradient is the client's fp32 memory (the fp16/bf16 members share
+ * their lane's working buffer one after another) and no graph captures its chains. */
+static int batchable(const sp_member *x, int dec) {
   const int graphs = g_graphs_want >= 0 ? g_graphs_want : env_num(ENV_GPU_COMP_GRAPHS) != 0;
   const int on = g_batch_want >= 0 ? g_batch_want : env_num(ENV_GPU_COMP_BATCH) != 0;
-  return on && !graphs && x->i->ops->encode_many != NULL && x->t->dtype == FGB_FLOAT32;
+  const int has = dec ? x->i->ops->decode_many != NULL : x->i->ops->encode_many != NULL;
+  return on && !graphs && has && x->t->dtype == FGB_FLOAT32;
 }
 
-/* Encode, on the engine stream s, each group of two or more batchable members with the same
- * compressor and step in one encode_many (top-k: one selection pipeline for all of them, where
- * each member on its own is a chain of latency-bound launches); the lanes' members run beside
- * it. A timed member's encode events bracket its batch: eng_phase_durations then shares the
- * batch's span among its members. */
-static fgb_status encode_batches(sp_member *m, uint32_t nm, cudaStream_t s, char *err,
-                                 size_t errlen) {
+/* The members of m[a]'s batch, m[a] first, into who: the batchable members not yet batched with
+ * the same compressor and step (encode) or the same decode_many (decode: one generic sparse decode
+ * serves several compressors). 0 when m[a] would be alone: it stays on its lane. */
+static uint32_t batch_of(const sp_member *m, uint32_t nm, uint32_t a, int dec, uint32_t *who) {
+  if (m[a].batched[dec] || !batchable(&m[a], dec)) return 0;
+  const comp_ops *o = m[a].i->ops;
+  uint32_t c = 0;
+  for (uint32_t b = a; b < nm; b++) {
+    const comp_ops *q = m[b].i->ops;
+    const int same =
+        dec ? q->decode_many == o->decode_many : q == o && m[b].t->step == m[a].t->step;
+    if (same && !m[b].batched[dec] && batchable(&m[b], dec)) who[c++] = b;
+  }
+  return c >= 2 ? c : 0;
+}
+
+/* Run, on the engine stream s, each batch of the members' encodes (dec 0: encode_many; top-k's is
+ * one selection pipeline for all of them, where each member on its own is a chain of
+ * latency-bound launches) or decodes (dec 1: decode_many) while the lanes' members run beside it.
+ * A timed member's events bracket its batch: eng_phase_durations then shares the batch's span
+ * among its members. */
+static fgb_status run_batches(const sp_job *job, sp_member *m, uint32_t nm, int dec, cudaStream_t s,
+                              char *err, size_t errlen) {
   void **sts = malloc(nm * sizeof *sts);
-  const float **gr = malloc(nm * sizeof *gr);
+  float **bufs = malloc(nm * sizeof *bufs);
+  float *scales = malloc(nm * sizeof *scales);
   comp_phase *ph = calloc(nm, sizeof *ph);
   uint32_t *who = malloc(nm * sizeof *who);
+  int *rec = calloc(nm, sizeof *rec);
   fgb_status st = FGB_OK;
-  if (!sts || !gr || !ph || !who) {
+  if (!sts || !bufs || !scales || !ph || !who || !rec) {
     snprintf(err, errlen, "out of memory for a batch of %u compressed members", nm);
     st = FGB_ENOMEM;
   }
+  const int e0 = dec ? 2 : 0; /* the member's timing events: encode 0, 1; decode 2, 3 */
   for (uint32_t a = 0; a < nm && st == FGB_OK; a++) {
-    if (m[a].batched || !batchable(&m[a])) continue;
-    uint32_t c = 0;
-    for (uint32_t b = a; b < nm; b++)
-      if (!m[b].batched && m[b].i->ops == m[a].i->ops && m[b].t->step == m[a].t->step &&
-          batchable(&m[b]))
-        who[c++] = b;
-    if (c < 2) continue; /* alone: on its lane */
+    const uint32_t c = batch_of(m, nm, a, dec, who);
     for (uint32_t q = 0; q < c; q++) {
       sp_member *x = &m[who[q]];
-      x->batched = 1;
+      x->batched[dec] = 1;
       x->w = (float *)x->t->ptr;
       sts[q] = x->i->st;
-      gr[q] = x->w;
-      x->tm_rec = x->ev && timer_mark(x->ev[0], s);
+      bufs[q] = x->w;
+      scales[q] = x->t->op == FGB_OP_AVERAGE ? 1.0f / (float)job->size : 1.0f;
+      /* the timeline (while recording) wants the decode's events even without a sample */
+      const int want = x->ev && (!dec || x->gathered > 0 || tl_on());
+      rec[q] = want && timer_mark(x->ev[e0], s);
     }
+    if (c == 0) continue;
     comp_exec ex = {1, s};
-    st = m[a].i->ops->encode_many(sts, &ex, gr, m[a].t->step, ph, c, err, errlen);
+    const comp_ops *o = m[a].i->ops;
+    st = dec ? o->decode_many(sts, &ex, bufs, scales, c, err, errlen)
+             : o->encode_many(sts, &ex, (const float *const *)bufs, m[a].t->step, ph, c, err,
+                              errlen);
     for (uint32_t q = 0; q < c && st == FGB_OK; q++) {
       sp_member *x = &m[who[q]];
+      const int ended = rec[q] && timer_mark(x->ev[e0 + 1], s);
+      if (dec) {
+        if (ended) {
+          x->tm->dec_rec = 1;
+          x->tm->dec_ok = x->gathered > 0;
+          x->tm->dec_x = x->gathered;
+        }
+        continue;
+      }
       x->i->flushed = 0;
       x->ph = ph[q];
       x->phase = 1;
       x->active = 1;
-      if (x->tm_rec && timer_mark(x->ev[1], s)) {
+      if (ended) {
         x->tm->enc_ok = 1;
         x->tm->enc_x = (double)x->t->count;
       }
     }
   }
   free(sts);
-  free(gr);
+  free(bufs);
+  free(scales);
   free(ph);
   free(who);
+  free(rec);
   return st;
 }
 
@@ -946,10 +981,10 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
    * the kernels on the lane, read once the item completed (members on other lanes run beside it:
    * a sample may include their share of the GPU). */
   int forked = st == FGB_OK && (st = lanes_fork(s, nl, err, errlen)) == FGB_OK;
-  if (forked) st = encode_batches(m, nm, s, err, errlen);
+  if (forked) st = run_batches(job, m, nm, SP_ENC, s, err, errlen);
   for (uint32_t k = 0; k < nm && st == FGB_OK; k++) {
     sp_member *x = &m[k];
-    if (x->batched) continue;
+    if (x->batched[SP_ENC]) continue;
     cudaStream_t ls = x->lex.stream;
     if ((st = work_in(x->t, x->i->lane, ls, &x->w, err, errlen)) != FGB_OK) break;
     int rec = x->ev && timer_mark(x->ev[0], ls);
@@ -994,8 +1029,10 @@ fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_t
   }
   /* Decode and write back every member on its lane. */
   forked = st == FGB_OK && (st = lanes_fork(s, nl, err, errlen)) == FGB_OK;
+  if (forked) st = run_batches(job, m, nm, SP_DEC, s, err, errlen);
   for (uint32_t k = 0; k < nm && st == FGB_OK; k++) {
     sp_member *x = &m[k];
+    if (x->batched[SP_DEC]) continue;
     cudaStream_t ls = x->lex.stream;
     float scale = x->t->op == FGB_OP_AVERAGE ? 1.0f / (float)job->size : 1.0f;
     /* The timeline (while recording) wants the decode's events even without a planning sample. */

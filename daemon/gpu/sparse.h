@@ -67,9 +67,10 @@ int sp_timing_events(const sp_timing *tm, void *ev[4]);
  * members' lanes (each instance lives on one of up to FGBUFF_GPU_COMP_LANES streams: the engine
  * stream or a side stream forked from it and joined back before the collectives and before the
  * function returns, so what the caller enqueues next on the engine stream is ordered after all of
- * it); the fp32 top-k members are encoded in one batch on the engine stream instead. No host
- * synchronisation except when an instance is created (first use; the lanes with the first) or an
- * advance reads sizes. Timed into tm[*ntm ..] (one per member while *ntm < ntm_cap; tm NULL:
+ * it); with batches on (sp_set_batch, FGBUFF_GPU_COMP_BATCH=1) the fp32 top-k members are
+ * encoded, and the fp32 sparse members decoded, in one batch each on the engine stream instead. No
+ * host synchronisation except when an instance is created (first use; the lanes with the first) or
+ * an advance reads sizes. Timed into tm[*ntm ..] (one per member while *ntm < ntm_cap; tm NULL:
  * untimed); bytes counters are incremented by the phases' bytes. */
 fgb_status sp_sync_many(const sp_job *job, const eng_tensor *t, uint32_t n, sp_timing *tm,
                         uint32_t ntm_cap, uint32_t *ntm, uint64_t *sent, uint64_t *recv, char *err,
@@ -80,9 +81,9 @@ void sp_set_lanes(int lanes);
 /* 1: members' encodes and decodes are captured and launched as graphs, 0: launched directly
  * (tests and benchmarks): overrides FGBUFF_GPU_COMP_GRAPHS. Engine thread only. */
 void sp_set_graphs(int on);
-/* 1: an item's fp32 members of a compressor with encode_many (top-k) are encoded in one batch on
- * the engine stream, 0: each on its lane (tests and benchmarks): overrides FGBUFF_GPU_COMP_BATCH.
- * Engine thread only. */
+/* 1: an item's fp32 members of a compressor with encode_many (top-k) are encoded, and those with
+ * decode_many (the sparse compressors) decoded, in one batch each on the engine stream, 0: each
+ * on its lane (tests and benchmarks): overrides FGBUFF_GPU_COMP_BATCH. Engine thread only. */
 void sp_set_batch(int on);
 /* The plan sends this compressed tensor dense this step (t->flush_dense): fold its residual into
  * the gradient in the client's memory and clear it (the compressor's flush_dense), enqueued on the

@@ -8,7 +8,8 @@
  * PowerSGD rank 2 fp32 and bf16 (two fp32 all-reduces each, an advance between; the bf16 one after
  * two dense warm-up steps, one fp32 all-reduce of the gradient), two more fp32 top-k (one without
  * error feedback; with the first, the together runs but the graphs' encode these three in one
- * batch, kern_topk_many, on the engine stream beside the lanes) — synchronised together (their
+ * batch, kern_topk_many, and decode them in another, kern_coo_decode_many, on the engine stream
+ * beside the lanes) — synchronised together (their
  * fixed-size collectives in one NCCL group per round, the bf16 members sharing the daemon's fp32
  * working buffer, sized once for the larger, which comes second) give, step after step,
  * bit-identical results to the same members (same job key and tensor keys: the same PowerSGD
