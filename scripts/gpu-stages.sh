@@ -1,0 +1,68 @@
+#!/bin/bash
+# scripts/gpu-stages.sh — one device call's worth of GPU work, from the project root on a GPU host
+# prepared by ../shared/gpu/prepare.sh (.gpu/ carried along): the stages named in STAGES, in order,
+# each logging under $OUT (default /tmp/fgb-stages), then everything under $OUT tarred into
+# all.tgz (the device tool brings back a limited number of files). A fresh host builds first even
+# when STAGES does not say so.
+#   STAGES="build tests spmany" bash scripts/gpu-stages.sh
+# Stages:
+#   build     configure and build build-gpu (CUDA on)
+#   tests     ctest -R "$TESTRE" (default: the compressors' GPU runs, gpu-compress-*, the 2-GPU
+#             sparse and plan daemon tests)
+#   gputests  ctest -L gpu (every GPU test, one after another)
+#   spmany    bench-sp-many over ResNet-50's and BERT-base's weights (SPCOMPS, default topk)
+#   spmps     bench-sp-many-mps.sh beside a torch trainer (TRAINER, default resnet50; MPSCFG
+#             "RUN:L ..."; SECS per window), --duty-s 1
+#   torch     bench/torch/run.sh --quick per FGBUFF_GPU_COMP_BATCH value in BATCHES (default "0"):
+#             NETS (slow), MODELS (resnet50), CONFIGS, ROUNDS (1), EXTRA (more run.sh options);
+#             output in $OUT/torch-batch<B>/ and the printed tables' last TAILN lines
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+source .gpu/setup.sh
+out=${OUT:-/tmp/fgb-stages}
+mkdir -p "$out"
+B=build-gpu
+t0=$SECONDS
+stamp() { echo "== $1 at $((SECONDS - t0)) s"; }
+nvidia-smi -L >"$out/gpus.txt"
+cat "$out/gpus.txt"
+stages="${STAGES:-build}"
+[ -x $B/daemon/fgbuffd ] || [[ " $stages " == *" build "* ]] || stages="build $stages"
+for stage in $stages; do
+  case $stage in
+  build)
+    { cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFGBUFF_CUDA=ON &&
+      cmake --build $B; } >"$out/build.log" 2>&1 ||
+      { tail -40 "$out/build.log"; echo "BUILD FAILED"; exit 1; } ;;
+  tests)
+    (cd $B && ctest --output-on-failure --timeout 300 \
+      -R "${TESTRE:-compress-.*-gpu|gpu-compress|gpu-dp-sparse|gpu-dp-plan}") >"$out/ctest.log" 2>&1
+    grep -E "tests passed|tests failed|\*\*\*Failed|Failed  |Not Run" "$out/ctest.log" | tail -20 ;;
+  gputests)
+    (cd $B && ctest --output-on-failure -L gpu --timeout 300) >"$out/ctest-gpu.log" 2>&1
+    grep -E "tests passed|tests failed|\*\*\*Failed|Failed  |Not Run|Total Test" \
+      "$out/ctest-gpu.log" | tail -20 ;;
+  spmany)
+    for tr in bench/trace/resnet50.csv bench/trace/bert-base.csv; do
+      for c in ${SPCOMPS:-topk}; do
+        $B/bench/gpu/bench-sp-many --trace $tr --comp "$c" --iters "${SPITERS:-30}" 2>&1 |
+          tee -a "$out/spmany.txt"
+      done
+    done ;;
+  spmps)
+    bash bench/gpu/bench-sp-many-mps.sh $B --trainer "${TRAINER:-resnet50}" --duty-s 1 \
+      --seconds "${SECS:-16}" --pace-ms 34 --configs "${MPSCFG:-lanes:4 batch:4}" 2>&1 |
+      tee -a "$out/spmps.txt" ;;
+  torch)
+    for b in ${BATCHES:-0}; do
+      # shellcheck disable=SC2086
+      FGBUFF_GPU_COMP_BATCH=$b bash bench/torch/run.sh $B --quick --nets "${NETS:-slow}" \
+        --models "${MODELS:-resnet50}" --configs "${CONFIGS:-single,ddp,topk-fgbuff,auto}" \
+        --rounds "${ROUNDS:-1}" ${EXTRA:-} --out "$out/torch-batch$b" >"$out/torch-batch$b.log" 2>&1
+      grep -A12 '^config' "$out/torch-batch$b.log" | tail -"${TAILN:-12}"
+    done ;;
+  *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+  stamp "$stage"
+done
+(cd "$out" && tar czf all.tgz --exclude=all.tgz . 2>/dev/null)
