@@ -808,11 +808,15 @@ enum { SP_ENC = 0, SP_DEC = 1 };
 /* 1 when member x may be encoded (SP_ENC) or decoded (SP_DEC) in a batch: its compressor has
  * encode_many / decode_many, its gradient is the client's fp32 memory (the fp16/bf16 members share
  * their lane's working buffer one after another) and no graph captures its chains. */
-static int batchable(const sp_member *x, int dec) {
+static int batches_on(void) {
   const int graphs = g_graphs_want >= 0 ? g_graphs_want : env_num(ENV_GPU_COMP_GRAPHS) != 0;
   const int on = g_batch_want >= 0 ? g_batch_want : env_num(ENV_GPU_COMP_BATCH) != 0;
+  return on && !graphs;
+}
+
+static int batchable(const sp_member *x, int dec) {
   const int has = dec ? x->i->ops->decode_many != NULL : x->i->ops->encode_many != NULL;
-  return on && !graphs && has && x->t->dtype == FGB_FLOAT32;
+  return has && x->t->dtype == FGB_FLOAT32 && batches_on();
 }
 
 /* The members of m[a]'s batch, m[a] first, into who: the batchable members not yet batched with
@@ -838,6 +842,7 @@ static uint32_t batch_of(const sp_member *m, uint32_t nm, uint32_t a, int dec, u
  * among its members. */
 static fgb_status run_batches(const sp_job *job, sp_member *m, uint32_t nm, int dec, cudaStream_t s,
                               char *err, size_t errlen) {
+  if (nm < 2 || !batches_on()) return FGB_OK; /* (off by default: nothing to allocate) */
   void **sts = malloc(nm * sizeof *sts);
   float **bufs = malloc(nm * sizeof *bufs);
   float *scales = malloc(nm * sizeof *scales);

@@ -43,7 +43,7 @@ static void *payloads(const djob *d, uint64_t seed) {
         ((float *)kern_coo_values(p))[j] = v;
     }
     if (d->kind == 1 && r == d->nranks - 1 && count > 2) idx[1] = idx[0]; /* a repeated index */
-    if (d->kind == 2 && r == 0) h.count = d->cap + 1;                      /* count > capacity */
+    if (d->kind == 2 && r == 0) h.count = d->cap + 1;                     /* count > capacity */
     if (d->kind == 2 && r == d->nranks - 1 && count > 2) {
       idx[0] = -5;
       idx[count - 1] = (int32_t)d->n + 3;
@@ -72,7 +72,8 @@ static void check_many(const comp_exec *ex, const djob *ds, uint32_t nd, int cal
     o2[q] = ct_dev(ex, NULL, d->n * 4);
     c1[q] = ct_dev(ex, NULL, sizeof(kern_ctl));
     c2[q] = ct_dev(ex, NULL, sizeof(kern_ctl));
-    jobs[q] = (kern_dec_job){recv[q], stride_of(d), d->nranks, d->n, d->fp16, d->scale, o2[q], c2[q]};
+    jobs[q] =
+        (kern_dec_job){recv[q], stride_of(d), d->nranks, d->n, d->fp16, d->scale, o2[q], c2[q]};
   }
   for (int call = 0; call < calls; call++) {
     for (uint32_t q = 0; q < nd; q++)
@@ -89,10 +90,11 @@ static void check_many(const comp_exec *ex, const djob *ds, uint32_t nd, int cal
       ct_get(ex, &k1, c1[q], sizeof k1);
       ct_get(ex, &k2, c2[q], sizeof k2);
       const int ok = memcmp(h1, h2, d->n * 4) == 0 && k1.bad == k2.bad;
-      CHECK_MSG(ok, "%s call %d: job %u (n=%llu cap=%u ranks=%d fp16=%d kind=%d) differs from "
-                "its own decode (bad %llu / %llu)", what, call, q, (unsigned long long)d->n,
-                d->cap, d->nranks, d->fp16, d->kind, (unsigned long long)k1.bad,
-                (unsigned long long)k2.bad);
+      CHECK_MSG(ok,
+                "%s call %d: job %u (n=%llu cap=%u ranks=%d fp16=%d kind=%d) differs from "
+                "its own decode (bad %llu / %llu)",
+                what, call, q, (unsigned long long)d->n, d->cap, d->nranks, d->fp16, d->kind,
+                (unsigned long long)k1.bad, (unsigned long long)k2.bad);
       if (d->kind == 2 && d->cap && d->nranks)
         CHECK_MSG(k1.bad > 0, "%s: job %u's hostile payloads counted nothing", what, q);
       bad += !ok;
@@ -173,30 +175,31 @@ int main(int argc, char **argv) {
   comp_exec ex = ct_exec(argc, argv);
   /* n, cap, ranks, fp16, scale, kind */
   const djob mixed[] = {
-      {100000, 1000, 2, 0, 0.5f, 0},   /* windowed */
-      {4096, 41, 1, 1, 1.0f, 0},       /* one tile, fp16 */
+      {100000, 1000, 2, 0, 0.5f, 0},    /* windowed */
+      {4096, 41, 1, 1, 1.0f, 0},        /* one tile, fp16 */
       {2359296, 23592, 4, 0, 0.25f, 0}, /* ResNet-50's largest weight, 4 ranks */
-      {70001, 700, 8, 0, 0.125f, 0},   /* tiled (more than 4 ranks) */
-      {9000, 90, 2, 0, 0.5f, 1},       /* unsorted: the member's fallback */
-      {9000, 90, 5, 1, 1.0f, 1},       /* unsorted, tiled */
-      {30000, 300, 2, 0, 0.5f, 2},     /* hostile headers and indices */
+      {70001, 700, 8, 0, 0.125f, 0},    /* tiled (more than 4 ranks) */
+      {9000, 90, 2, 0, 0.5f, 1},        /* unsorted: the member's fallback */
+      {9000, 90, 5, 1, 1.0f, 1},        /* unsorted, tiled */
+      {30000, 300, 2, 0, 0.5f, 2},      /* hostile headers and indices */
       {30000, 300, 6, 0, 0.5f, 2},
-      {5000, 0, 2, 0, 0.5f, 0},        /* stride below a header: the single path */
-      {5000, 50, 0, 0, 1.0f, 0},       /* no ranks: zeros */
-      {0, 50, 2, 0, 1.0f, 0},          /* nothing to write */
-      {3000, 30, 65, 0, 1.0f, 0},      /* more ranks than the tiles take */
+      {5000, 0, 2, 0, 0.5f, 0},   /* stride below a header: the single path */
+      {5000, 50, 0, 0, 1.0f, 0},  /* no ranks: zeros */
+      {0, 50, 2, 0, 1.0f, 0},     /* nothing to write */
+      {3000, 30, 65, 0, 1.0f, 0}, /* more ranks than the tiles take */
       {123457, 1234, 2, 1, 0.5f, 0},
   };
   check_many(&ex, mixed, sizeof mixed / sizeof mixed[0], 2, "mixed");
   djob many[150];
   for (uint32_t q = 0; q < 150; q++)
-    many[q] = (djob){100 + (uint64_t)q * q * 9, 1 + q * q / 11, 2, q % 7 == 0, 0.5f,
-                     q % 37 == 5 ? 1 : 0};
+    many[q] =
+        (djob){100 + (uint64_t)q * q * 9, 1 + q * q / 11, 2, q % 7 == 0, 0.5f, q % 37 == 5 ? 1 : 0};
   check_many(&ex, many, 150, 1, "150 jobs");
   check_ops(&ex);
   /* A bad job refuses the call before anything runs. */
   float *out = ct_dev(&ex, NULL, 64 * 4);
-  kern_dec_job j2[2] = {{NULL, 24, 0, 64, 0, 1.0f, out, NULL}, {NULL, 24, 2, 64, 0, 1.0f, out, NULL}};
+  kern_dec_job j2[2] = {{NULL, 24, 0, 64, 0, 1.0f, out, NULL},
+                        {NULL, 24, 2, 64, 0, 1.0f, out, NULL}};
   CHECK(kern_coo_decode_many(&ex, j2, 2) == FGB_EINVAL); /* ranks but no payloads */
   j2[1].nranks = 0;
   j2[1].out = NULL;
