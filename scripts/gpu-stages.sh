@@ -13,9 +13,10 @@
 #   spmany    bench-sp-many over ResNet-50's and BERT-base's weights (SPCOMPS, default topk)
 #   spmps     bench-sp-many-mps.sh beside a torch trainer (TRAINER, default resnet50; MPSCFG
 #             "RUN:L ..."; SECS per window), --duty-s 1
-#   torch     bench/torch/run.sh --quick per FGBUFF_GPU_COMP_BATCH value in BATCHES (default "0"):
-#             NETS (slow), MODELS (resnet50), CONFIGS, ROUNDS (1), EXTRA (more run.sh options);
-#             output in $OUT/torch-batch<B>/ and the printed tables' last TAILN lines
+#   torch     bench/torch/run.sh --quick once per FGBUFF_GPU_COMP_BATCH value in BATCHES (default
+#             "0"; "1 0 0 1" alternates the order for an A/B): NETS (slow), MODELS (resnet50),
+#             CONFIGS, ROUNDS (1), EXTRA (more run.sh options); output in $OUT/torch-<i>-batch<B>/
+#             and the printed tables' last TAILN lines
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 source .gpu/setup.sh
@@ -54,12 +55,16 @@ for stage in $stages; do
       --seconds "${SECS:-16}" --pace-ms 34 --configs "${MPSCFG:-lanes:4 batch:4}" 2>&1 |
       tee -a "$out/spmps.txt" ;;
   torch)
+    i=0
     for b in ${BATCHES:-0}; do
+      i=$((i + 1))
+      d="$out/torch-$i-batch$b"
+      echo "-- run $i: FGBUFF_GPU_COMP_BATCH=$b"
       # shellcheck disable=SC2086
       FGBUFF_GPU_COMP_BATCH=$b bash bench/torch/run.sh $B --quick --nets "${NETS:-slow}" \
         --models "${MODELS:-resnet50}" --configs "${CONFIGS:-single,ddp,topk-fgbuff,auto}" \
-        --rounds "${ROUNDS:-1}" ${EXTRA:-} --out "$out/torch-batch$b" >"$out/torch-batch$b.log" 2>&1
-      grep -A12 '^config' "$out/torch-batch$b.log" | tail -"${TAILN:-12}"
+        --rounds "${ROUNDS:-1}" ${EXTRA:-} --out "$d" >"$d.log" 2>&1
+      grep -A12 '^config' "$d.log" | tail -"${TAILN:-12}"
     done ;;
   *) echo "unknown stage $stage"; exit 2 ;;
   esac
