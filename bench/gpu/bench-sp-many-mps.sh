@@ -5,7 +5,7 @@
 # a trainer runs for S seconds (default 6), alone and while bench-sp-many syncs the trace's
 # compressed members (default ResNet-50's 54 weights, top-k 0.01, a communicator of one rank)
 # every P ms (default 30), one after another (onelane), on 4 lanes, on 4 lanes as graphs and on 8
-# lanes as graphs (--configs picks: RUN of onelane, lanes, graphs; L lanes; "alone" runs the
+# lanes as graphs (--configs picks: RUN of onelane, lanes, graphs, batch; L lanes; "alone" runs the
 # trainer alone again, for its own spread). The trainer is
 # bench/interference's bf16 GEMM loop (--trainer gemm, the default) or a PyTorch training step
 # without gradient sync (bench/gpu/torch-trainer.py: --trainer resnet50, resnet50-amp or gpt2;
