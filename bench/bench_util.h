@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -39,6 +40,24 @@ static inline double bench_pct(double *v, int n, double p) {
   bench_sort(v, (size_t)n);
   int i = (int)ceil(p * n) - 1;
   return v[i < 0 ? 0 : i];
+}
+
+/* splitmix64: the next value of the generator whose state is *s. */
+static inline uint64_t bench_rng_next(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* x[0..n) = standard normal values (Box-Muller over bench_rng_next), the generator's state in *s
+ * carried on, so consecutive calls continue one sequence. */
+static inline void bench_fill_gauss(float *x, uint64_t n, uint64_t *s) {
+  for (uint64_t i = 0; i < n; i++) {
+    double u1 = ((double)(bench_rng_next(s) >> 11) + 0.5) * 0x1p-53;
+    double u2 = ((double)(bench_rng_next(s) >> 11) + 0.5) * 0x1p-53;
+    x[i] = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+  }
 }
 
 /* CPU all-reduce benchmarks: about 256 MiB moved per size, 5..200 iterations (scaled), the same on

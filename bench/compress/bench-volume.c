@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "compressor.h"
 #include "kernels.h"
 
@@ -27,22 +28,6 @@ static const comp_exec CPU = {0, NULL};
     fputc('\n', stderr);          \
     exit(1);                      \
   } while (0)
-
-static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static void fill_gauss(float *x, uint64_t n, uint64_t seed) {
-  uint64_t s = seed;
-  for (uint64_t i = 0; i < n; i++) {
-    double u1 = ((double)(rng_next(&s) >> 11) + 0.5) * 0x1p-53;
-    double u2 = ((double)(rng_next(&s) >> 11) + 0.5) * 0x1p-53;
-    x[i] = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-  }
-}
 
 /* One simulated collective for all P ranks; returns the bytes rank 0 received from the others. */
 static double collective(comp_phase *ph, int P) {
@@ -165,7 +150,8 @@ int main(int argc, char **argv) {
       for (int s = 0; s < steps; s++) {
         uint64_t step = 1000 + (uint64_t)s;
         for (int r = 0; r < P; r++) {
-          fill_gauss(grads[r], N, 1000003ull * step + (uint64_t)r);
+          uint64_t seed = 1000003ull * step + (uint64_t)r;
+          bench_fill_gauss(grads[r], N, &seed);
           if (ops->encode(st[r], &CPU, grads[r], step, &ph[r], err, sizeof err))
             DIE("%s encode: %s", cases[c].name, err);
         }

@@ -44,6 +44,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "compressor.h"
 #include "eng_plan.h"
 #include "sparse.h"
@@ -66,19 +67,6 @@ static double median(double *v, int n) {
   if (n < 1) return NAN;
   qsort(v, (size_t)n, sizeof *v, cmpd);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-/* A standard normal value (Box-Muller over splitmix64). */
-static float gauss(uint64_t *st) {
-  double u[2];
-  for (int q = 0; q < 2; q++) {
-    uint64_t z = (*st += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    u[q] = ((double)(z >> 11) + 0.5) * 0x1.0p-53;
-  }
-  return (float)(sqrt(-2.0 * log(u[0])) * cos(6.283185307179586 * u[1]));
 }
 
 static int fail(const char *what, const char *err) {
@@ -164,7 +152,7 @@ int main(int argc, char **argv) {
      * the radix select's fallback over n, which real gradients never take. */
     float *h = malloc(n * sizeof(float));
     if (!h) return fail("malloc", "out of memory");
-    for (uint64_t e = 0; e < n; e++) h[e] = gauss(&rng);
+    bench_fill_gauss(h, n, &rng);
     cudaMemcpy(p, h, n * sizeof(float), cudaMemcpyHostToDevice);
     free(h);
     for (int r = 0; r < RUNS; r++) /* each run its own instances */
