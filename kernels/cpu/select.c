@@ -110,9 +110,8 @@ fgb_status kern_cpu_topk_many(const kern_topk_job *jobs, uint32_t nj) {
   if (nj && jobs == NULL) return FGB_EINVAL;
   for (uint32_t q = 0; q < nj; q++) { /* every job checked before any runs, as on the GPU */
     const kern_topk_job *x = &jobs[q];
-    fgb_status s = check_sel(&x->sel, x->a, x->n);
+    fgb_status s = check_sel(&x->sel, x->a, x->n); /* also: EF in place only */
     if (s) return s;
-    if (x->sel.resid != NULL && x->sel.resid != x->a) return FGB_EINVAL;
     for (uint32_t p = 0; p < q; p++)
       if (x->n && jobs[p].n && jobs[p].ws == x->ws) return FGB_EINVAL;
   }
