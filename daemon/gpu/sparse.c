@@ -805,18 +805,20 @@ void sp_set_batch(int on) {
 
 enum { SP_ENC = 0, SP_DEC = 1 };
 
-/* 1 when member x may be encoded (SP_ENC) or decoded (SP_DEC) in a batch: its compressor has
- * encode_many / decode_many, its gradient is the client's fp32 memory (the fp16/bf16 members share
- * their lane's working buffer one after another) and no graph captures its chains. */
+/* Batches are on (sp_set_batch or FGBUFF_GPU_COMP_BATCH) and no graph captures the chains. */
 static int batches_on(void) {
   const int graphs = g_graphs_want >= 0 ? g_graphs_want : env_num(ENV_GPU_COMP_GRAPHS) != 0;
   const int on = g_batch_want >= 0 ? g_batch_want : env_num(ENV_GPU_COMP_BATCH) != 0;
   return on && !graphs;
 }
 
+/* 1 when member x may be encoded (SP_ENC) or decoded (SP_DEC) in a batch, batches being on
+ * (run_batches asks once): its compressor has encode_many / decode_many and its gradient is the
+ * client's fp32 memory (the fp16/bf16 members share their lane's working buffer one after
+ * another). */
 static int batchable(const sp_member *x, int dec) {
   const int has = dec ? x->i->ops->decode_many != NULL : x->i->ops->encode_many != NULL;
-  return has && x->t->dtype == FGB_FLOAT32 && batches_on();
+  return has && x->t->dtype == FGB_FLOAT32;
 }
 
 /* The members of m[a]'s batch, m[a] first, into who: the batchable members not yet batched with
