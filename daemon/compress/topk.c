@@ -33,24 +33,35 @@ static fgb_status topk_create(const comp_params *p, uint64_t n, const comp_exec 
   return FGB_OK;
 }
 
+/* One encode's selection as a kern_topk_job, on ex's stream: with EF the compensation a = r + g
+ * is fused into the selection's one read (kern_topk_add), without it a is grad copied into the
+ * work buffer (grad is read-only). "topk: compensation failed" in err when the copy fails. */
+static fgb_status topk_job(topk_state *s, const comp_exec *ex, const float *grad,
+                           kern_topk_job *job, char *err, size_t errlen) {
+  float *a = s->cs.resid;
+  if (!s->cs.ef) {
+    a = s->cs.work;
+    fgb_status rc = kern_memcpy(ex, a, grad, s->cs.n * sizeof(float));
+    if (rc) {
+      comp_errf(err, errlen, "topk: compensation failed");
+      return rc;
+    }
+  }
+  *job = (kern_topk_job){a,       s->cs.ef ? grad : NULL,           s->cs.n,
+                         s->cs.k, comp_sparse_sel(&s->cs, a, NULL), s->cs.ws};
+  return FGB_OK;
+}
+
 static fgb_status topk_encode(void *st, const comp_exec *ex, const float *grad, uint64_t step,
                               comp_phase *ph, char *err, size_t errlen) {
   topk_state *s = st;
   if (ph == NULL) return comp_errf(err, errlen, "topk: NULL phase");
   if (grad == NULL) return comp_errf(err, errlen, "topk: NULL grad");
-  fgb_status rc;
-  if (s->cs.ef) { /* compensation a = r + g fused into the selection's one read (kern_topk_add) */
-    kern_sel sel = comp_sparse_sel(&s->cs, s->cs.resid, NULL);
-    rc = kern_topk_add(ex, s->cs.resid, grad, s->cs.n, s->cs.k, &sel, s->cs.ws);
-  } else {
-    float *a;
-    if ((rc = comp_sparse_compensate(&s->cs, grad, &a))) {
-      comp_errf(err, errlen, "topk: compensation failed");
-      return rc;
-    }
-    kern_sel sel = comp_sparse_sel(&s->cs, a, NULL);
-    rc = kern_topk(ex, a, s->cs.n, s->cs.k, &sel, s->cs.ws);
-  }
+  kern_topk_job j;
+  fgb_status rc = topk_job(s, ex, grad, &j, err, errlen);
+  if (rc) return rc;
+  rc = j.g ? kern_topk_add(ex, j.a, j.g, j.n, j.k, &j.sel, j.ws)
+           : kern_topk(ex, j.a, j.n, j.k, &j.sel, j.ws);
   if (rc) return rc;
   comp_sparse_phase(&s->cs, ph);
   return FGB_OK;
@@ -69,21 +80,11 @@ static fgb_status topk_encode_many(void *const *states, const comp_exec *ex,
   }
   fgb_status rc = FGB_OK;
   for (uint32_t q = 0; q < n && rc == FGB_OK; q++) {
-    topk_state *s = states[q];
     if (grads[q] == NULL) {
       rc = comp_errf(err, errlen, "topk: NULL grad of member %u", q);
       break;
     }
-    float *a = s->cs.resid; /* EF: compensation fused into the selection, as topk_encode */
-    if (!s->cs.ef) {
-      a = s->cs.work;
-      if ((rc = kern_memcpy(ex, a, grads[q], s->cs.n * sizeof(float)))) {
-        comp_errf(err, errlen, "topk: compensation failed");
-        break;
-      }
-    }
-    jobs[q] = (kern_topk_job){a,       s->cs.ef ? grads[q] : NULL,       s->cs.n,
-                              s->cs.k, comp_sparse_sel(&s->cs, a, NULL), s->cs.ws};
+    rc = topk_job(states[q], ex, grads[q], &jobs[q], err, errlen);
   }
   if (rc == FGB_OK && (rc = kern_topk_many(ex, jobs, n)))
     comp_errf(err, errlen, "topk: the batched selection of %u members failed", n);
