@@ -635,9 +635,9 @@ kc_out kc_out_of(const kern_sel *sel, uint32_t j0) {
   return o;
 }
 
-/* k_compact's grid: as many blocks as are resident at once (occupancy, per device, cached), at
- * most one per chunk. A host query, no stream work: fine inside a capture. */
-static unsigned compact_grid(uint64_t nch, bool with_g) {
+/* The k_compact blocks resident at once (occupancy, per device, cached). A host query, no stream
+ * work: fine inside a capture. */
+static uint64_t compact_resident(bool with_g) {
   static int cached[64][2];
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) dev = 0;
@@ -653,7 +653,12 @@ static unsigned compact_grid(uint64_t nch, bool with_g) {
     }
     if (dev < 64) cached[dev][with_g] = per;
   }
-  const uint64_t want = (uint64_t)per * (uint64_t)kc_sm_count();
+  return (uint64_t)per * (uint64_t)kc_sm_count();
+}
+
+/* k_compact's grid: the resident blocks, at most one per chunk. */
+static unsigned compact_grid(uint64_t nch, bool with_g) {
+  const uint64_t want = compact_resident(with_g);
   return (unsigned)(want < nch ? want : nch);
 }
 
@@ -721,7 +726,7 @@ fgb_status kc_select(kern_ws *ws, const float *a, uint64_t len, uint64_t idx_bas
 static fgb_status select_batch(kc_batch *b, bool any_g, cudaStream_t s) {
   uint64_t chunks = 0;
   for (uint32_t q = 0; q < b->n; q++) chunks += b->j[q].nch;
-  const uint64_t resident = compact_grid(~0ull >> 1, any_g);
+  const uint64_t resident = compact_resident(any_g);
   uint32_t tot[KC_BG_KINDS];
   for (uint32_t q = 0; q < b->n; q++) {
     kc_bjob *J = &b->j[q];
