@@ -141,4 +141,19 @@ KERN_HD uint32_t kern_philox_u32(uint64_t seed, uint32_t a, uint32_t b, uint64_t
   return ctr[0];
 }
 
+/* ---- argument rules both backends keep ------------------------------------------------------- */
+
+/* kern_coo_decode's: ranks not negative, an output when there are elements, payloads when there
+ * are ranks. */
+static inline int kern_dec_args_ok(const void *recv, int nranks, uint64_t n, const float *out) {
+  return nranks >= 0 && (n == 0 || out != NULL) && (nranks == 0 || recv != NULL);
+}
+
+/* kern_topk_many's: job q (with elements) shares no workspace with an earlier job. */
+static inline int kern_topk_ws_own(const kern_topk_job *jobs, uint32_t q) {
+  for (uint32_t p = 0; p < q; p++)
+    if (jobs[q].n && jobs[p].n && jobs[p].ws == jobs[q].ws) return 0;
+  return 1;
+}
+
 #endif

@@ -112,8 +112,7 @@ fgb_status kern_cpu_topk_many(const kern_topk_job *jobs, uint32_t nj) {
     const kern_topk_job *x = &jobs[q];
     fgb_status s = check_sel(&x->sel, x->a, x->n); /* also: EF in place only */
     if (s) return s;
-    for (uint32_t p = 0; p < q; p++)
-      if (x->n && jobs[p].n && jobs[p].ws == x->ws) return FGB_EINVAL;
+    if (!kern_topk_ws_own(jobs, q)) return FGB_EINVAL;
   }
   for (uint32_t q = 0; q < nj; q++) {
     const kern_topk_job *x = &jobs[q];
@@ -235,7 +234,7 @@ fgb_status kern_cpu_scatter(float *out, uint64_t n, const int32_t *idx, const fl
 
 fgb_status kern_cpu_coo_decode(const void *recv, size_t stride, int nranks, uint64_t n, int fp16,
                                float scale, float *out, kern_ctl *ctl) {
-  if (nranks < 0 || (n && out == NULL) || (nranks && recv == NULL)) return FGB_EINVAL;
+  if (!kern_dec_args_ok(recv, nranks, n, out)) return FGB_EINVAL;
   size_t vb = fp16 ? 2 : 4;
   uint64_t bad = 0;
   if (n) memset(out, 0, n * sizeof *out);
@@ -283,8 +282,7 @@ fgb_status kern_cpu_coo_decode_many(const kern_dec_job *jobs, uint32_t nj) {
   if (nj && jobs == NULL) return FGB_EINVAL;
   for (uint32_t q = 0; q < nj; q++) { /* every job checked before any runs, as on the GPU */
     const kern_dec_job *x = &jobs[q];
-    if (x->nranks < 0 || (x->n && x->out == NULL) || (x->nranks && x->recv == NULL))
-      return FGB_EINVAL;
+    if (!kern_dec_args_ok(x->recv, x->nranks, x->n, x->out)) return FGB_EINVAL;
   }
   for (uint32_t q = 0; q < nj; q++) {
     const kern_dec_job *x = &jobs[q];

@@ -453,7 +453,7 @@ static uint64_t win_resident(void) {
 extern "C" fgb_status kern_cuda_coo_decode(const void *recv, size_t stride, int nranks, uint64_t n,
                                            int fp16, float scale, float *out, kern_ctl *ctl,
                                            void *stream) {
-  if (nranks < 0 || (n && out == NULL) || (nranks && recv == NULL)) return FGB_EINVAL;
+  if (!kern_dec_args_ok(recv, nranks, n, out)) return FGB_EINVAL;
   cudaStream_t s = KC_STREAM(stream);
   kc_scratch *scr = kc_stream_scratch(s);
   if (scr == NULL) return FGB_ENOMEM;
@@ -526,8 +526,7 @@ extern "C" fgb_status kern_cuda_coo_decode_many(const kern_dec_job *jobs, uint32
   if (nj && jobs == NULL) return FGB_EINVAL;
   for (uint32_t q = 0; q < nj; q++) {
     const kern_dec_job *x = &jobs[q];
-    if (x->nranks < 0 || (x->n && x->out == NULL) || (x->nranks && x->recv == NULL))
-      return FGB_EINVAL;
+    if (!kern_dec_args_ok(x->recv, x->nranks, x->n, x->out)) return FGB_EINVAL;
   }
   cudaStream_t s = KC_STREAM(stream);
   kc_scratch *scr = kc_stream_scratch(s);

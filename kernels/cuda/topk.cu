@@ -784,8 +784,7 @@ extern "C" fgb_status kern_cuda_topk_many(const kern_topk_job *jobs, uint32_t nj
     const kern_topk_job *x = &jobs[q];
     fgb_status rc = check_sel(&x->sel, x->a, x->n, x->ws);
     if (rc) return rc;
-    for (uint32_t p = 0; p < q; p++) /* each selection's state lives in its ws */
-      if (x->n && jobs[p].n && jobs[p].ws == x->ws) return FGB_EINVAL;
+    if (!kern_topk_ws_own(jobs, q)) return FGB_EINVAL;
   }
   cudaStream_t s = KC_STREAM(stream);
   static thread_local kc_batch b;
