@@ -6,6 +6,9 @@ item to --out (rank 0). The models are those of examples/pytorch (imported, not 
 
 Configs (--configs, comma-separated; see CONFIGS below or `--list`):
   single             rank 0 alone, no communication (the other ranks wait)
+  single-all         every rank trains alone at the same time, no communication; samples/s are
+                     the ranks' sum (rank 0's step): the N x single ceiling of this host, what
+                     N trainers side by side reach before any gradient is synchronised
   ddp, ddp-seed2     torch DistributedDataParallel (NCCL on GPU, gloo on CPU), default buckets;
                      ddp-seed2 starts from another initialisation seed (the loss spread)
   ddp-powersgd       DDP + torch's powerSGD_hook, matrix_approximation_rank=4
@@ -79,6 +82,8 @@ from report import FIELDS  # noqa: E402  (one column list: bench/torch/report.py
 # name: (kind, compressor, density, policy, note)
 CONFIGS = {
     "single": ("single", None, 0.0, None, "1 GPU, no communication"),
+    "single-all": ("single-all", None, 0.0, None,
+                   "every GPU trains alone at once, no communication (N x single ceiling)"),
     "ddp": ("ddp", None, 0.0, None, "DDP, default buckets"),
     "ddp-seed2": ("ddp", None, 0.0, None, "DDP, init seed + 1 (loss spread)"),
     "ddp-powersgd": ("ddp-powersgd", None, 0.0, None, "DDP + powerSGD_hook rank 4"),

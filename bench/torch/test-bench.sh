@@ -105,7 +105,10 @@ grep -q '^bench.py: warm-up item (gpt2 single) done, not recorded' "$OUT/rounds.
 # single:hookUS: the single-GPU item with a busy-wait of US microseconds per parameter on
 # autograd's thread (how much host time in the backward costs a step): its step is longer than the
 # plain single item's by about that time over every parameter; a malformed one is refused
-bash "$run" "$BUILD" --cpu --steps 3 --warmup 1 --models gpt2 --configs single,single:hook1000 \
+# single-all: every rank trains alone at once (the N x single ceiling of the host): both ranks
+# trained (a step median from each, the loss averages rank 1's own data with rank 0's, which alone
+# is the single item's), samples/s count both ranks' batches
+bash "$run" "$BUILD" --cpu --steps 3 --warmup 1 --models gpt2 --configs single,single:hook1000,single-all \
   --out "$OUT/hook" >"$OUT/hook.txt" 2>&1 || { cat "$OUT/hook.txt"; bad "run.sh single:hook1000"; }
 python3 - "$OUT/hook/results.csv" <<'EOF' || { cat "$OUT/hook.txt"; bad "single:hook"; }
 import csv, sys
@@ -113,6 +116,11 @@ by = {r["config"]: r for r in csv.DictReader(open(sys.argv[1]))}
 assert by["single:hook1000"]["status"] == "ok" and "1000 us busy-wait" in by["single:hook1000"]["note"]
 # the tiny GPT-2 has more than 8 parameter tensors: at least 8 ms more a step
 assert float(by["single:hook1000"]["step_ms"]) > float(by["single"]["step_ms"]) + 8, by
+al, one = by["single-all"], by["single"]
+assert al["status"] == "ok" and al["rank_step_ms_max"] and not one["rank_step_ms_max"], (al, one)
+assert al["loss"] != one["loss"], (al, one)
+n = float(al["samples_per_s"]) * float(al["step_ms"]) / 1e3
+assert abs(n - 2 * int(al["batch"])) < 0.01, (n, al)
 EOF
 PYTHONPATH="$SRC/client/python" python3 "$SRC/bench/torch/bench.py" --configs single:hookx --out "$OUT/hookbad" \
   >"$OUT/hookbad.txt" 2>&1 && bad "single:hookx accepted"
