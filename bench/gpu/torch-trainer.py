@@ -101,7 +101,9 @@ def main():
             s0, s1 = int(m0 // a.duty_s), int(time.monotonic() // a.duty_s)
             if s0 == s1 and m0 - s0 * a.duty_s >= 0.1:
                 by[s0 % 2].append(ms[-1])
-    print("GPU: %s; %s, %d steps" % (torch.cuda.get_device_name(dev), a.model, len(ms)))
+    print("GPU: %s (%d SMs seen); %s, %d steps" % (
+        torch.cuda.get_device_name(dev), torch.cuda.get_device_properties(dev).multi_processor_count,
+        a.model, len(ms)))
     print("ms_per_call median %.3f" % statistics.median(ms), flush=True)
     if a.duty_s > 0 and by[0] and by[1]:
         print("duty on median %.3f off median %.3f (%d on, %d off)"
