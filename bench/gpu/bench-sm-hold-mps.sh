@@ -31,12 +31,8 @@ while [ $# -gt 0 ]; do
 done
 hold="$build/bench/gpu/sm-hold"
 [ -x "$hold" ] || { echo "build sm-hold first (a CUDA build)"; exit 2; }
-out="$(mktemp -d /tmp/fgb-smhold.XXXXXX)"
-source "$here/mps.sh"
-trap 'mps_stop' EXIT
-mps_start || exit 1
-# t against a as a signed percentage ("?" when either is missing): pct A T
-pct() { awk -v a="${1:-0}" -v t="${2:-0}" 'BEGIN { if (a > 0 && t > 0) printf "%+.1f%%", (t / a - 1) * 100; else print "?" }'; }
+source "$here/beside.sh"
+beside_start smhold || exit 1
 smem_max=$("$hold" --blocks 1 --smem-kb 100000 2>&1 | sed -n 's/.*--smem-kb at most \([0-9]*\).*/\1/p')
 [ -n "$smem_max" ] || { echo "sm-hold: cannot read the device's shared memory limit"; exit 1; }
 echo "trainer $kind under MPS beside sm-hold in every other 1 s slot; step ms with / without the held SMs, same window"
@@ -47,7 +43,7 @@ for pc in $pcts; do
   # the trainer's step with nothing beside it, at this limit (its median over S seconds)
   CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pc python3 "$here/torch-trainer.py" --model "$kind" \
     --seconds "$secs" >"$out/alone-$pc.log" 2>&1
-  alone=$(sed -n 's/.*ms_per_call median \([0-9.]*\).*/\1/p' "$out/alone-$pc.log")
+  alone=$(trainer_ms "$out/alone-$pc.log")
   [ -n "$base" ] || base=$alone
   echo "== trainer at CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pc: $(sed -n 's/^GPU: [^(]*(\([0-9]* SMs seen\)).*/\1/p' "$out/alone-$pc.log"), alone ${alone:-?} ms ($(pct "$base" "$alone") against the first limit's)"
   printf "%-22s %16s %10s %8s  %s\n" "blocks x threads, KiB" "step ms on/off" slowdown steps sm-hold
@@ -58,11 +54,7 @@ for pc in $pcts; do
     CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pc python3 "$here/torch-trainer.py" --model "$kind" \
       --seconds "$secs" --go "$go" --duty-s 1 >"$log" 2>&1 &
     tp=$!
-    for _ in $(seq 1200); do # its warm-up: 2 minutes at most
-      grep -q '^warm' "$log" 2>/dev/null && break
-      kill -0 $tp 2>/dev/null || break
-      sleep 0.1
-    done
+    trainer_warm "$log" $tp # its warm-up: 2 minutes at most
     "$hold" --blocks "$b" --threads "$t" --smem-kb "$k" --seconds "$((secs + 2))" --duty-s 1 \
       >"$hl" 2>&1 &
     hp=$!
@@ -70,7 +62,7 @@ for pc in $pcts; do
     touch "$go"
     wait $tp
     wait $hp
-    read -r on off non noff < <(sed -n 's/^duty on median \([0-9.]*\) off median \([0-9.]*\) (\([0-9]*\) on, \([0-9]*\) off).*/\1 \2 \3 \4/p' "$log")
+    read -r on off non noff < <(duty_split "$log")
     printf "%-22s %16s %10s %8s  %s\n" "$b x $t, $k" "${on:-?}/${off:-?}" "$(pct "${off:-0}" "${on:-0}")" \
       "${non:-?}/${noff:-?}" "$(sed -n 's/^sm-hold: //p' "$hl" | cut -c1-80)"
     [ -n "${on:-}" ] || { echo "-- trainer:"; tail -5 "$log"; echo "-- sm-hold:"; tail -3 "$hl"; }

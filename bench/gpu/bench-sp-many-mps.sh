@@ -47,13 +47,8 @@ esac
 [ ${#duty[@]} -eq 0 ] || [ "$kind" != gemm ] || { echo "--duty-s needs a torch trainer"; exit 2; }
 sp="$build/bench/gpu/bench-sp-many"
 [ -x "$sp" ] || { echo "build bench-sp-many first"; exit 2; }
-out="$(mktemp -d /tmp/fgb-spmps.XXXXXX)"
-source "$here/mps.sh"
-trap 'mps_stop' EXIT
-mps_start || exit 1
-gemm_ms() { sed -n 's/.*ms_per_call median \([0-9.]*\).*/\1/p' "$1"; }
-# t against a as a signed percentage ("?" when either is missing): pct A T
-pct() { awk -v a="${1:-0}" -v t="${2:-0}" 'BEGIN { if (a > 0 && t > 0) printf "%+.1f%%", (t / a - 1) * 100; else print "?" }'; }
+source "$here/beside.sh"
+beside_start spmps || exit 1
 
 # The trainer beside the sync ("$sp" "${beside_args[@]}" --iters "$iters"): the GEMM loop starts 1.5 s
 # after the sync (its instances created, its steps paced); a torch trainer first warms up, then the
@@ -71,11 +66,7 @@ beside() {
   fi
   "${trainer[@]}" --seconds "$secs" --go "$go" "${duty[@]}" >"$1" 2>&1 &
   t=$!
-  for _ in $(seq 1200); do # its warm-up: 2 minutes at most
-    grep -q '^warm' "$1" 2>/dev/null && break
-    kill -0 $t 2>/dev/null || break
-    sleep 0.1
-  done
+  trainer_warm "$1" $t # its warm-up: 2 minutes at most
   "$sp" "${beside_args[@]}" --iters "$iters" >"$2" 2>&1 &
   p=$!
   sleep 1.5
@@ -85,7 +76,7 @@ beside() {
 }
 
 "${trainer[@]}" --seconds "$secs" >"$out/alone.log" 2>&1
-alone=$(gemm_ms "$out/alone.log")
+alone=$(trainer_ms "$out/alone.log")
 echo "$(grep -m1 GPU "$out/alone.log") under MPS${high:+, sync streams at high priority}; FGB_KERN_PDL=${FGB_KERN_PDL:-unset}; trainer alone: $alone ms per $unit"
 iters=$(((secs + 3) * 1000 / ${pace%.*})) # the sync outlasts the trainer's window
 [ ${#duty[@]} -eq 0 ] || echo "duty: the sync in every other ${duty[1]} s slot; trainer ms = its median step in the sync's slots / in the others, slowdown = on / off"
@@ -96,7 +87,7 @@ for cfg in $configs; do
   if [ "$1" = alone ]; then # the trainer alone again: how much it moves by itself
     nalone=$((${nalone:-0} + 1))
     "${trainer[@]}" --seconds "$secs" >"$out/tr-alone-$nalone.log" 2>&1
-    t=$(gemm_ms "$out/tr-alone-$nalone.log")
+    t=$(trainer_ms "$out/tr-alone-$nalone.log")
     slow=$(pct "$alone" "$t")
     printf "%-18s %14s %10s\n" "alone again" "${t:-?}" "$slow"
     continue
@@ -105,12 +96,12 @@ for cfg in $configs; do
   beside_args=("${args[@]}" "${duty[@]}")
   beside "$out/tr-$1-$2.log" "$out/sp-$1-$2.log"
   "$sp" "${args[@]}" --iters 60 >"$out/spalone-$1-$2.log" 2>&1
-  t=$(gemm_ms "$out/tr-$1-$2.log")
+  t=$(trainer_ms "$out/tr-$1-$2.log")
   read -r hs gs < <(sed -n 's/.*host enqueue us \([0-9.]*\) GPU us \([0-9.]*\).*/\1 \2/p' "$out/sp-$1-$2.log")
   read -r ha ga < <(sed -n 's/.*host enqueue us \([0-9.]*\) GPU us \([0-9.]*\).*/\1 \2/p' "$out/spalone-$1-$2.log")
   slow=$(pct "$alone" "$t")
   if [ ${#duty[@]} -gt 0 ]; then # the same window's steps with the sync (on) and without (off)
-    read -r on off non noff < <(sed -n 's/^duty on median \([0-9.]*\) off median \([0-9.]*\) (\([0-9]*\) on, \([0-9]*\) off).*/\1 \2 \3 \4/p' "$out/tr-$1-$2.log")
+    read -r on off non noff < <(duty_split "$out/tr-$1-$2.log")
     t="${on:-?}/${off:-?}"
     slow=$(pct "${off:-0}" "${on:-0}")
   fi
