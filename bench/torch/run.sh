@@ -35,7 +35,10 @@
 #                    the first FGBUFF_TIMELINE_SPANS spans are kept, so use it on a few configs):
 #                    dumped per network before they stop (spans-<net>.json, fgbuffctl timeline)
 #                    and summarised per job by bench/trace/spans.py (spans-<net>.txt, printed at
-#                    the end): per step the link's busy time and the compressor's GPU time
+#                    the end): per step the link's busy time and the compressor's GPU time;
+#                    with --timeline too, per item how much of the trainer's forward and backward
+#                    the daemon had collectives / compressor work in flight beside it (spans.py
+#                    --beside)
 #   --profile K      rank 0 runs the last K warm-up steps of each item under torch.profiler
 #                    (the measured steps are not profiled): profile-*.json.gz (Chrome trace) and
 #                    per step the compute stream's kernel time and span, the other streams' kernel
@@ -302,6 +305,9 @@ trap - EXIT
 echo
 report
 rc=$?
+if [ "$spans" = 1 ] && [ "$timeline" != 0 ]; then # what ran beside each item's trainer
+  for net in ${nets//,/ }; do spans_beside "$out" "$net"; done
+fi
 # shellcheck disable=SC2086
 [ "$spans" = 0 ] || spans_print "$out" ${nets//,/ }
 echo "results: $res, $out/results.json; logs in $out; $SECONDS s in all"

@@ -281,13 +281,21 @@ grep -q '^fgb:no-such-compressor:0.01:none *FAILED' "$OUT/crash.txt" || bad "no 
 awk '$1 == "dense-none" && $2 + 0 > 0 { ok = 1 } END { exit !ok }' "$OUT/crash.txt" ||
   bad "the config after the crash did not run"
 # --spans: the daemons' own timeline dumped before they stop and summarised per job: top-k's
-# compressor time is there (comp > 0), dense none has none (comp 0), both jobs' collectives
-msg="$(timeout 120 bash "$run" "$BUILD" --cpu --steps 2 --warmup 1 --models resnet50 \
-  --configs dense-none,topk-fgbuff --spans --out "$OUT/spans" 2>&1)"
+# compressor time is there (comp > 0), dense none has none (comp 0), both jobs' collectives.
+# With --timeline, what the daemon had in flight beside each item's trainer: nothing beside
+# single (it runs first, so the dump covers it), collectives beside dense none, collectives and
+# the compressor beside top-k
+msg="$(timeout 180 bash "$run" "$BUILD" --cpu --steps 2 --warmup 1 --models resnet50 \
+  --configs single,dense-none,topk-fgbuff --spans --timeline 2 --no-warm-item --out "$OUT/spans" 2>&1)"
 rc=$?
-sp="$(grep -A4 "daemons' timeline, network cpu" <<<"$msg")"
+sp="$(grep -A5 "daemons' timeline, network cpu" <<<"$msg")"
 [ "$rc" -eq 0 ] && [ -s "$OUT/spans/spans-cpu.json" ] &&
   awk '$1 ~ /\.resnet50\.dense-none$/ && $3 >= 161 && $6 == 0 { d = 1 }
     $1 ~ /\.resnet50\.topk-fgbuff$/ && $3 >= 1 && $6 > 0 { t = 1 } END { exit !(d && t) }' <<<"$sp" ||
   bad "run.sh --spans: rc $rc, summary: $sp"
+bs="$(grep -A3 '^beside the trainer' <<<"$msg")"
+awk '$1 == "resnet50-single" && $4 == 0 { s = 1 }
+  $1 == "resnet50-dense-none" && $2 > 0 && $3 == 0 { d = 1 }
+  $1 == "resnet50-topk-fgbuff" && $2 > 0 && $3 > 0 && $4 >= $2 && $4 >= $3 { t = 1 }
+  END { exit !(s && d && t) }' <<<"$bs" || bad "run.sh --spans --timeline: beside table: $bs"
 exit "$fail"

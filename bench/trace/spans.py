@@ -17,8 +17,15 @@ compress/decompress for compressed members. For every step of one job on one dae
   durs    the first collectives' durations (ms), in start order
 
 and a last line with the medians over the steps shown. Without --job, one line per job of the
-dump instead: its steps, and the medians of colls, busy, gaps, comp and end over them. Usage:
-  spans.py DUMP.json[.gz] [--rank R] [--job SUBSTRING] [--from STEP]
+dump instead: its steps, and the medians of colls, busy, gaps, comp and end over them.
+
+--beside TIMELINE.csv (a trainer's steps on the same clock: bench/torch's --timeline file, rank 0)
+prints instead, per step of the trainer, how much of its window from the step's start to its last
+gradient (forward and backward compute) the daemon had work in flight on the GPU beside it, of
+any job: `coll` the collectives (communicate spans), `comp` the compressor (encode and decode),
+`any` either, as percentages of the window. Under MPS anything resident beside a training step
+slows it (docs/performance.md, "Session 27"). Usage:
+  spans.py DUMP.json[.gz] [--rank R] [--job SUBSTRING] [--from STEP] [--beside TIMELINE.csv]
 (--rank: the daemon, by its process index in the dump, default 0; --job: the job whose name
 contains it, the one with the most spans if several do; --from: steps from this one on, default all).
 """
@@ -60,11 +67,14 @@ def main(argv=None):
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--job", default="")
     ap.add_argument("--from", dest="first", type=int, default=0)
+    ap.add_argument("--beside", default=None, metavar="TIMELINE.csv")
     a = ap.parse_args(argv)
     ev = [e for e in load(a.dump) if e.get("pid") == a.rank]
     if not ev:
         print(f"spans.py: no spans of daemon {a.rank} in {a.dump}", file=sys.stderr)
         return 1
+    if a.beside:
+        return beside(ev, a.rank, a.beside)
     jobs = collections.Counter(e["args"].get("job", "") for e in ev)
     if not a.job:
         print(f"daemon {a.rank}: medians over each job's steps from {a.first} (ms from each step's "
@@ -96,6 +106,66 @@ def main(argv=None):
     med = [statistics.median(r[i] for r in rows) for i in (2, 3, 7, 4)]
     print(f"{'median':>5} {'':>5} {'':>7} {med[0]:>8.2f} {med[1]:>7.2f} {med[2]:>7.2f} "
           f"{med[3]:>8.2f}")
+    return 0
+
+
+def trainer_windows(path):
+    """(step, start_us, last_grad_us) of each step of a bench/torch timeline CSV."""
+    out = []
+    with open(path) as f:
+        lines = [ln for ln in f if ln.strip() and not ln.startswith("#")]
+    if not lines or not lines[0].startswith("step,start_us,last_grad_us"):
+        raise ValueError(f"{path}: not a bench/torch timeline (want a header "
+                         "step,start_us,last_grad_us,...)")
+    for n, ln in enumerate(lines[1:], 2):
+        f = ln.strip().split(",")
+        try:
+            step, s0, lg = int(f[0]), int(f[1]), int(f[2])
+        except (ValueError, IndexError):
+            raise ValueError(f"{path}: data line {n}: not step,start_us,last_grad_us: {ln.strip()}")
+        if lg > s0:
+            out.append((step, s0, lg))
+    return out
+
+
+def in_flight(ev, names, s0, s1):
+    """Microseconds of [s0, s1] covered by the spans named in names."""
+    iv = sorted((max(e["ts"], s0), min(e["ts"] + e["dur"], s1)) for e in ev
+                if e["name"] in names and e["ts"] < s1 and e["ts"] + e["dur"] > s0)
+    return union(iv)[0]
+
+
+def beside(ev, rank, path):
+    try:
+        wins = trainer_windows(path)
+    except (OSError, ValueError) as e:
+        print(f"spans.py: --beside: {e}", file=sys.stderr)
+        return 1
+    if not wins:
+        print(f"spans.py: --beside: no steps in {path}", file=sys.stderr)
+        return 1
+    kinds = (("coll", {"communicate"}), ("comp", {"compress", "decompress"}),
+             ("any", {"communicate", "compress", "decompress"}))
+    print(f"daemon {rank} beside the trainer's steps of {path}: % of each step's start to last "
+          "gradient with daemon work in flight on the GPU")
+    print(f"{'step':>5} {'window':>8} {'coll':>6} {'comp':>6} {'any':>6}")
+    # the dump keeps its first FGBUFF_TIMELINE_SPANS spans: a window after its last span has no
+    # record (not "nothing in flight")
+    last = max(e["ts"] + e["dur"] for e in ev)
+    rows = []
+    for step, s0, lg in wins:
+        if s0 > last:
+            print(f"{step:>5} {(lg - s0) / 1e3:>8.2f} {'n/a':>6} {'n/a':>6} {'n/a':>6}")
+            continue
+        r = [100.0 * in_flight(ev, names, s0, lg) / (lg - s0) for _, names in kinds]
+        rows.append(r)
+        print(f"{step:>5} {(lg - s0) / 1e3:>8.2f} " + " ".join(f"{v:>6.1f}" for v in r))
+    if not rows:
+        print("spans.py: --beside: every step comes after the dump's last span (not recorded)",
+              file=sys.stderr)
+        return 1
+    print(f"{'median':>5} {'':>8} " + " ".join(f"{statistics.median(r[i] for r in rows):>6.1f}"
+                                               for i in range(3)))
     return 0
 
 

@@ -26,3 +26,25 @@ spans_print() {
     cat "$dir/spans-$net.txt" 2>/dev/null || echo "no summary"
   done
 }
+
+# spans_beside DIR NET: for each trainer timeline DIR/timeline-NET-*.csv (bench/torch --timeline),
+# the medians of spans.py --beside appended to DIR/spans-NET.txt: how much of the trainer's forward
+# and backward the daemon had work in flight on the GPU beside it.
+spans_beside() {
+  local dir="$1" net="$2" tl name line
+  [ -s "$dir/spans-$net.json" ] || return 0
+  for tl in "$dir"/timeline-"$net"-*.csv; do
+    [ -e "$tl" ] || continue
+    if [ -z "${line+x}" ]; then
+      printf "\n%-40s %6s %6s %6s  (%% of the trainer's start-to-last-gradient window, medians)\n" \
+        "beside the trainer (rank 0)" coll comp any >>"$dir/spans-$net.txt"
+    fi
+    name="$(basename "$tl" .csv)"
+    line="$(python3 "$spans_py" "$dir/spans-$net.json" --beside "$tl" 2>&1 | tail -1)"
+    case "$line" in
+    median*) read -r _ c p a <<<"$line" ;;
+    *) c=n/a p=n/a a=n/a ;;
+    esac
+    printf "%-40s %6s %6s %6s\n" "${name#timeline-"$net"-}" "$c" "$p" "$a" >>"$dir/spans-$net.txt"
+  done
+}
