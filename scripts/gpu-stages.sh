@@ -13,6 +13,8 @@
 #   spmany    bench-sp-many over ResNet-50's and BERT-base's weights (SPCOMPS, default topk)
 #   spmps     bench-sp-many-mps.sh beside a torch trainer (TRAINER, default resnet50; MPSCFG
 #             "RUN:L ..."; SECS per window), --duty-s 1
+#   smhold    bench-sm-hold-mps.sh (a ResNet-50 step beside held SMs; SMHOLD_ARGS, e.g.
+#             "--configs 1:512:0 --trainer-pct 100")
 #   torch     bench/torch/run.sh --quick once per FGBUFF_GPU_COMP_BATCH value in BATCHES (default
 #             "0"; "1 0 0 1" alternates the order for an A/B): NETS (slow), MODELS (resnet50),
 #             CONFIGS, ROUNDS (1), EXTRA (more run.sh options); output in $OUT/torch-<i>-batch<B>/
@@ -54,6 +56,9 @@ for stage in $stages; do
     bash bench/gpu/bench-sp-many-mps.sh $B --trainer "${TRAINER:-resnet50}" --duty-s 1 \
       --seconds "${SECS:-16}" --pace-ms 34 --configs "${MPSCFG:-lanes:4 batch:4}" 2>&1 |
       tee -a "$out/spmps.txt" ;;
+  smhold)
+    # shellcheck disable=SC2086
+    bash bench/gpu/bench-sm-hold-mps.sh $B ${SMHOLD_ARGS:-} 2>&1 | tee -a "$out/smhold.txt" ;;
   torch)
     i=0
     for b in ${BATCHES:-0}; do
