@@ -49,6 +49,10 @@ struct srv_conn {
   /* Set by server_out_reserve/commit instead of closing at once: its callers hold job pointers that
    * the close could free (client gone -> job released); server_tick closes the session. */
   const char *close_why;
+  /* A reply could not be sent (the client is gone or going): replies are dropped from then on,
+   * and what the client sent before (ring records, frames) is still handled, in its order, before
+   * the session closes (session_poll_cb, server_tick) — as at a plain close. */
+  const char *send_failed;
   /* ring.c: the submission ring (NULL: Submits come on the socket only), and the socket frames
    * handled so far (a ring record is consumed once the frames sent before it were handled). */
   ring_consumer *ring;

@@ -127,7 +127,7 @@ static int session_write(srv_conn *s) {
 }
 
 uint8_t *server_out_reserve(srv_conn *s, size_t len) {
-  if (s->closing || s->close_why) return NULL;
+  if (s->closing || s->close_why || s->send_failed) return NULL;
   if (len == 0 || len > FGB_WIRE_MAX_FRAME) {
     LOG_ERROR("session %llu: reply of %zu bytes does not fit a frame; dropped",
               (unsigned long long)s->id, len);
@@ -157,10 +157,17 @@ uint8_t *server_out_reserve(srv_conn *s, size_t len) {
   return p + FGB_WIRE_HDR;
 }
 
+/* A send failed: drop the queued replies and send no more; the session reads on until what the
+ * client sent before is handled (session_poll_cb, server_tick close it then). */
+static void mark_send_failed(srv_conn *s) {
+  s->send_failed = "send failed";
+  s->out_off = s->out_len = 0;
+}
+
 void server_out_commit(srv_conn *s, size_t len) {
   s->out_len += len + FGB_WIRE_HDR;
   if (session_write(s) != 0) {
-    s->close_why = "send failed";
+    mark_send_failed(s);
     return;
   }
   session_set_events(s);
@@ -194,12 +201,23 @@ void server_close(srv_conn *s, const char *why) {
   uv_close((uv_handle_t *)&s->poll, session_free_cb);
 }
 
+static void session_read(srv_conn *s);
+
+/* After a failed send: handle what the client sent before (session_read reads to the end of
+ * what is there, closing at its EOF), then close. */
+static void close_after_reading(srv_conn *s) {
+  session_read(s);
+  if (!s->closing) server_close(s, s->close_why ? s->close_why : s->send_failed);
+}
+
 void server_tick(srv_net *d) {
   uint64_t now = clock_ms();
   for (srv_conn *s = d->sessions, *next; s; s = next) {
     next = s->next;
     if (s->close_why)
       server_close(s, s->close_why);
+    else if (s->send_failed)
+      close_after_reading(s);
     else if (s->out_len > s->out_off && now - s->out_since_ms > SERVER_OUT_STUCK_MS)
       server_close(s, "client stopped reading its replies");
   }
@@ -246,20 +264,19 @@ static void session_poll_cb(uv_poll_t *h, int status, int events) {
   srv_conn *s = h->data;
   if (s->closing) return;
   ctrl_guard(s->net); /* a leader back from a stop closes its control plane first */
-  if (s->close_why) { /* a send failed under a caller: close here, on a clean stack */
+  if (s->close_why) { /* set under a caller: close here, on a clean stack */
     server_close(s, s->close_why);
     return;
   }
-  if (status < 0) {
+  if (status < 0 && !s->send_failed) {
     /* libuv reports POLLERR as UV_EBADF: the client went away with replies in flight. */
     server_close(s, status == UV_EBADF ? "connection error (client gone)" : uv_strerror(status));
     return;
   }
-  if (events & UV_WRITABLE) {
-    if (session_write(s) != 0) {
-      server_close(s, "send failed");
-      return;
-    }
+  if ((events & UV_WRITABLE) && !s->send_failed && session_write(s) != 0) mark_send_failed(s);
+  if (s->send_failed) { /* the client is gone or going: what it sent first is still handled */
+    close_after_reading(s);
+    return;
   }
   if (events & (UV_READABLE | UV_DISCONNECT)) session_read(s);
   if (!s->closing) session_set_events(s);

@@ -12,7 +12,11 @@
  *    socket, an overwritten header; garbage found while reading a frame (the ring is looked at
  *    before each frame is handled) refuses that frame too, and closes the fds it brought;
  * 5. (FGBUFF_HOT_US set: ctest net-ring-hot) while the hot window is open the ring's awake word is
- *    1 and a record is consumed without the doorbell; once it closed, the word is 0 again. */
+ *    1 and a record is consumed without the doorbell; once it closed, the word is 0 again;
+ * 6. a client that sends a frame the layer above answers, writes records and closes at once: the
+ *    answer's send fails (the client is gone), and the records written before the close are still
+ *    handed up before the session closes (a Submit-then-close lost its last records when the
+ *    failed send closed the session first). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -54,6 +58,13 @@ static int frame_hook(srv_conn *c, const uint8_t *frame, uint32_t len, int *fds,
   }
   size_t l = strlen(g_log);
   snprintf(g_log + l, sizeof g_log - l, "%.*s ", (int)len, (const char *)frame);
+  if (len == 5 && memcmp(frame, "ANSWR", 5) == 0) { /* the layer above answers it */
+    uint8_t *p = server_out_reserve(c, 2);
+    if (p) {
+      memcpy(p, "OK", 2);
+      server_out_commit(c, 2);
+    }
+  }
   return 0;
 }
 
@@ -345,6 +356,24 @@ static void hot(void) {
   ring_done(&r);
 }
 
+static void send_fails(void) {
+  cring r;
+  REQUIRE(ring_open(&r, 16, 16, 64, 0, 0, FGB_RING_MAGIC) == FGB_OK);
+  g_log[0] = 0;
+  /* All before the loop runs: a frame to answer, two records after it, the close. */
+  send_frame(&r, "ANSWR");
+  put_rec(&r, 1);
+  put_rec(&r, 2);
+  close(r.fd);
+  NK_PUMP_UNTIL(nk_sess_of[r.id].closed, 2000);
+  printf("6. sent ANSWR R1 R2 and closed: handed up %s before the session closed\n", g_log);
+  CHECK(nk_sess_of[r.id].closed && strcmp(g_log, "ANSWR R1 R2 ") == 0);
+  CHECK(tail_word(&r) == 2 && nk_sess_of[r.id].fatal == 0);
+  munmap(r.m, r.bytes);
+  close(r.mfd);
+  close(r.efd);
+}
+
 int main(void) {
   const char *hot_us = getenv("FGBUFF_HOT_US");
   int hot_on = hot_us && atoi(hot_us) > 0;
@@ -365,6 +394,7 @@ int main(void) {
             "claims to follow 0 socket frames, but 1 were already handled (order lost)");
     garbage("the header overwritten", header_overwritten, "the header was overwritten");
     garbage_then_frame();
+    send_fails();
   }
   nk_stop();
   TEST_DONE();
