@@ -231,8 +231,10 @@ static void session_read(srv_conn *s) {
     uint32_t len;
     int fds[FGB_WIRE_MAX_FDS], nfds = 0;
     wire_status st = wire_read(&s->rd, s->fd, &frame, &len, fds, &nfds, err, sizeof(err));
-    /* Ring records written before this frame was sent go first (ring.c: order). */
-    if (s->ring && st != WIRE_ERR_SIZE && st != WIRE_ERR_FDS && st != WIRE_ERR_IO) ring_drain(s);
+    /* Ring records written before this frame was sent go first (ring.c: order), also before a
+     * read that failed because the client went away (a reset, or a close inside a frame): what it
+     * wrote before is handled as if it had come on the socket. */
+    if (s->ring && st != WIRE_ERR_SIZE && st != WIRE_ERR_FDS) ring_drain(s);
     if (s->closing || s->close_why) { /* a garbage ring */
       fds_close(fds, nfds);
       return;
@@ -269,9 +271,10 @@ static void session_poll_cb(uv_poll_t *h, int status, int events) {
     return;
   }
   if (status < 0 && !s->send_failed) {
-    /* libuv reports POLLERR as UV_EBADF: the client went away with replies in flight. */
-    server_close(s, status == UV_EBADF ? "connection error (client gone)" : uv_strerror(status));
-    return;
+    /* libuv reports POLLERR as UV_EBADF: the client went away with replies in flight (it closed
+     * with replies unread: the connection is reset). What it sent first is still handled. */
+    mark_send_failed(s);
+    s->send_failed = status == UV_EBADF ? "connection error (client gone)" : uv_strerror(status);
   }
   if ((events & UV_WRITABLE) && !s->send_failed && session_write(s) != 0) mark_send_failed(s);
   if (s->send_failed) { /* the client is gone or going: what it sent first is still handled */

@@ -16,7 +16,9 @@
  * 6. a client that sends a frame the layer above answers, writes records and closes at once: the
  *    answer's send fails (the client is gone), and the records written before the close are still
  *    handed up before the session closes (a Submit-then-close lost its last records when the
- *    failed send closed the session first). */
+ *    failed send closed the session first); and the same when the answer was sent but never read:
+ *    the client's close then resets the connection (the daemon's read fails with ECONNRESET, the
+ *    poll reports an error), and the records are still handed up. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -374,6 +376,27 @@ static void send_fails(void) {
   close(r.efd);
 }
 
+static void reset_unread(void) {
+  cring r;
+  REQUIRE(ring_open(&r, 16, 16, 64, 0, 0, FGB_RING_MAGIC) == FGB_OK);
+  g_log[0] = 0;
+  send_frame(&r, "ANSWR");
+  NK_PUMP_UNTIL(nk_sess_of[r.id].frames == 2, 2000); /* answered: "OK" waits, unread */
+  struct pollfd p = {r.fd, POLLIN, 0};
+  int answered = poll(&p, 1, 1000) == 1;
+  put_rec(&r, 1);
+  put_rec(&r, 2);
+  close(r.fd); /* with the answer unread: the daemon's end is reset */
+  NK_PUMP_UNTIL(nk_sess_of[r.id].closed, 2000);
+  printf("6. answered ANSWR (unread), R1 R2, closed: handed up %s before the session closed\n",
+         g_log);
+  CHECK(answered && nk_sess_of[r.id].closed && strcmp(g_log, "ANSWR R1 R2 ") == 0);
+  CHECK(tail_word(&r) == 2 && nk_sess_of[r.id].fatal == 0);
+  munmap(r.m, r.bytes);
+  close(r.mfd);
+  close(r.efd);
+}
+
 int main(void) {
   const char *hot_us = getenv("FGBUFF_HOT_US");
   int hot_on = hot_us && atoi(hot_us) > 0;
@@ -395,6 +418,7 @@ int main(void) {
     garbage("the header overwritten", header_overwritten, "the header was overwritten");
     garbage_then_frame();
     send_fails();
+    reset_unread();
   }
   nk_stop();
   TEST_DONE();
