@@ -157,17 +157,17 @@ uint8_t *server_out_reserve(srv_conn *s, size_t len) {
   return p + FGB_WIRE_HDR;
 }
 
-/* A send failed: drop the queued replies and send no more; the session reads on until what the
- * client sent before is handled (session_poll_cb, server_tick close it then). */
-static void mark_send_failed(srv_conn *s) {
-  s->send_failed = "send failed";
+/* A send failed (why): drop the queued replies and send no more; the session reads on until what
+ * the client sent before is handled (session_poll_cb, server_tick close it then). */
+static void mark_send_failed(srv_conn *s, const char *why) {
+  s->send_failed = why;
   s->out_off = s->out_len = 0;
 }
 
 void server_out_commit(srv_conn *s, size_t len) {
   s->out_len += len + FGB_WIRE_HDR;
   if (session_write(s) != 0) {
-    mark_send_failed(s);
+    mark_send_failed(s, "send failed");
     return;
   }
   session_set_events(s);
@@ -270,13 +270,13 @@ static void session_poll_cb(uv_poll_t *h, int status, int events) {
     server_close(s, s->close_why);
     return;
   }
-  if (status < 0 && !s->send_failed) {
-    /* libuv reports POLLERR as UV_EBADF: the client went away with replies in flight (it closed
-     * with replies unread: the connection is reset). What it sent first is still handled. */
-    mark_send_failed(s);
-    s->send_failed = status == UV_EBADF ? "connection error (client gone)" : uv_strerror(status);
-  }
-  if ((events & UV_WRITABLE) && !s->send_failed && session_write(s) != 0) mark_send_failed(s);
+  /* libuv reports POLLERR as UV_EBADF: the client went away with replies in flight (it closed
+   * with replies unread: the connection is reset). What it sent first is still handled. */
+  if (status < 0 && !s->send_failed)
+    mark_send_failed(s,
+                     status == UV_EBADF ? "connection error (client gone)" : uv_strerror(status));
+  if ((events & UV_WRITABLE) && !s->send_failed && session_write(s) != 0)
+    mark_send_failed(s, "send failed");
   if (s->send_failed) { /* the client is gone or going: what it sent first is still handled */
     close_after_reading(s);
     return;
