@@ -23,9 +23,12 @@ dump instead: its steps, and the medians of colls, busy, gaps, comp and end over
 prints instead, per step of the trainer, how much of its window from the step's start to its last
 gradient (forward and backward compute) the daemon had work in flight on the GPU beside it, of
 any job: `coll` the collectives (communicate spans), `comp` the compressor (encode and decode),
-`any` either, as percentages of the window. Under MPS anything resident beside a training step
-slows it (docs/performance.md, "Session 27"). Usage:
-  spans.py DUMP.json[.gz] [--rank R] [--job SUBSTRING] [--from STEP] [--beside TIMELINE.csv]
+`any` either, as percentages of the window, and their medians. Under MPS anything resident
+beside a training step slows it (docs/performance.md, "Session 27"). With --medians, for any
+number of timelines (the dump read once), one line per timeline instead: its path and the three
+medians ("n/a" where none of its steps was recorded). Usage:
+  spans.py DUMP.json[.gz] [--rank R] [--job SUBSTRING] [--from STEP]
+           [--beside TIMELINE.csv [--medians] | --beside --medians TIMELINE.csv...]
 (--rank: the daemon, by its process index in the dump, default 0; --job: the job whose name
 contains it, the one with the most spans if several do; --from: steps from this one on, default all).
 """
@@ -67,14 +70,23 @@ def main(argv=None):
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--job", default="")
     ap.add_argument("--from", dest="first", type=int, default=0)
-    ap.add_argument("--beside", default=None, metavar="TIMELINE.csv")
+    ap.add_argument("--beside", nargs="+", default=None, metavar="TIMELINE.csv")
+    ap.add_argument("--medians", action="store_true")
     a = ap.parse_args(argv)
     ev = [e for e in load(a.dump) if e.get("pid") == a.rank]
     if not ev:
         print(f"spans.py: no spans of daemon {a.rank} in {a.dump}", file=sys.stderr)
         return 1
+    if a.beside and a.medians:
+        return beside_medians(ev, a.beside)
     if a.beside:
-        return beside(ev, a.rank, a.beside)
+        if len(a.beside) > 1:
+            print("spans.py: several --beside timelines need --medians", file=sys.stderr)
+            return 2
+        return beside(ev, a.rank, a.beside[0])
+    if a.medians:
+        print("spans.py: --medians is for --beside", file=sys.stderr)
+        return 2
     jobs = collections.Counter(e["args"].get("job", "") for e in ev)
     if not a.job:
         print(f"daemon {a.rank}: medians over each job's steps from {a.first} (ms from each step's "
@@ -135,37 +147,61 @@ def in_flight(ev, names, s0, s1):
     return union(iv)[0]
 
 
+BESIDE_KINDS = (("coll", {"communicate"}), ("comp", {"compress", "decompress"}),
+                ("any", {"communicate", "compress", "decompress"}))
+
+
+def beside_rows(ev, path):
+    """Per step of the timeline at path: (step, window ms, [coll, comp, any] % or None where the
+    step comes after the dump's last span: the dump keeps its first FGBUFF_TIMELINE_SPANS spans,
+    so such a window has no record, not "nothing in flight"). Raises ValueError (OSError) for a
+    timeline it cannot read or one without steps."""
+    wins = trainer_windows(path)
+    if not wins:
+        raise ValueError(f"no steps in {path}")
+    last = max(e["ts"] + e["dur"] for e in ev)
+    return [(step, (lg - s0) / 1e3,
+             None if s0 > last else
+             [100.0 * in_flight(ev, names, s0, lg) / (lg - s0) for _, names in BESIDE_KINDS])
+            for step, s0, lg in wins]
+
+
+def medians(rows):
+    """The medians of coll, comp and any over the recorded steps of beside_rows, or None."""
+    got = [r for _, _, r in rows if r is not None]
+    return [statistics.median(r[i] for r in got) for i in range(3)] if got else None
+
+
 def beside(ev, rank, path):
     try:
-        wins = trainer_windows(path)
+        rows = beside_rows(ev, path)
     except (OSError, ValueError) as e:
         print(f"spans.py: --beside: {e}", file=sys.stderr)
         return 1
-    if not wins:
-        print(f"spans.py: --beside: no steps in {path}", file=sys.stderr)
-        return 1
-    kinds = (("coll", {"communicate"}), ("comp", {"compress", "decompress"}),
-             ("any", {"communicate", "compress", "decompress"}))
     print(f"daemon {rank} beside the trainer's steps of {path}: % of each step's start to last "
           "gradient with daemon work in flight on the GPU")
     print(f"{'step':>5} {'window':>8} {'coll':>6} {'comp':>6} {'any':>6}")
-    # the dump keeps its first FGBUFF_TIMELINE_SPANS spans: a window after its last span has no
-    # record (not "nothing in flight")
-    last = max(e["ts"] + e["dur"] for e in ev)
-    rows = []
-    for step, s0, lg in wins:
-        if s0 > last:
-            print(f"{step:>5} {(lg - s0) / 1e3:>8.2f} {'n/a':>6} {'n/a':>6} {'n/a':>6}")
-            continue
-        r = [100.0 * in_flight(ev, names, s0, lg) / (lg - s0) for _, names in kinds]
-        rows.append(r)
-        print(f"{step:>5} {(lg - s0) / 1e3:>8.2f} " + " ".join(f"{v:>6.1f}" for v in r))
-    if not rows:
+    for step, win, r in rows:
+        vals = [f"{v:>6.1f}" for v in r] if r is not None else [f"{'n/a':>6}"] * 3
+        print(f"{step:>5} {win:>8.2f} " + " ".join(vals))
+    med = medians(rows)
+    if med is None:
         print("spans.py: --beside: every step comes after the dump's last span (not recorded)",
               file=sys.stderr)
         return 1
-    print(f"{'median':>5} {'':>8} " + " ".join(f"{statistics.median(r[i] for r in rows):>6.1f}"
-                                               for i in range(3)))
+    print(f"{'median':>5} {'':>8} " + " ".join(f"{v:>6.1f}" for v in med))
+    return 0
+
+
+def beside_medians(ev, paths):
+    """One line per timeline: its path and the medians of coll, comp and any (n/a: none)."""
+    for path in paths:
+        try:
+            med = medians(beside_rows(ev, path))
+        except (OSError, ValueError) as e:
+            print(f"spans.py: --beside: {e}", file=sys.stderr)
+            med = None
+        print(path, *(f"{v:.1f}" for v in med) if med else ["n/a"] * 3)
     return 0
 
 

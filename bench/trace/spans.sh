@@ -31,20 +31,17 @@ spans_print() {
 # the medians of spans.py --beside appended to DIR/spans-NET.txt: how much of the trainer's forward
 # and backward the daemon had work in flight on the GPU beside it.
 spans_beside() {
-  local dir="$1" net="$2" tl name line
+  local dir="$1" net="$2" tls path c p a
   [ -s "$dir/spans-$net.json" ] || return 0
-  for tl in "$dir"/timeline-"$net"-*.csv; do
-    [ -e "$tl" ] || continue
-    if [ -z "${line+x}" ]; then
-      printf "\n%-40s %6s %6s %6s  (%% of the trainer's start-to-last-gradient window, medians)\n" \
-        "beside the trainer (rank 0)" coll comp any >>"$dir/spans-$net.txt"
-    fi
-    name="$(basename "$tl" .csv)"
-    line="$(python3 "$spans_py" "$dir/spans-$net.json" --beside "$tl" 2>&1 | tail -1)"
-    case "$line" in
-    median*) read -r _ c p a <<<"$line" ;;
-    *) c=n/a p=n/a a=n/a ;;
-    esac
-    printf "%-40s %6s %6s %6s\n" "${name#timeline-"$net"-}" "$c" "$p" "$a" >>"$dir/spans-$net.txt"
-  done
+  tls=("$dir"/timeline-"$net"-*.csv)
+  [ -e "${tls[0]}" ] || return 0
+  {
+    printf "\n%-40s %6s %6s %6s  (%% of the trainer's start-to-last-gradient window, medians)\n" \
+      "beside the trainer (rank 0)" coll comp any
+    python3 "$spans_py" "$dir/spans-$net.json" --medians --beside "${tls[@]}" |
+      while read -r path c p a; do
+        path="$(basename "$path" .csv)"
+        printf "%-40s %6s %6s %6s\n" "${path#timeline-"$net"-}" "$c" "$p" "$a"
+      done
+  } >>"$dir/spans-$net.txt"
 }
