@@ -15,10 +15,12 @@
 #             "RUN:L ..."; SECS per window), --duty-s 1
 #   smhold    bench-sm-hold-mps.sh (a ResNet-50 step beside held SMs; SMHOLD_ARGS, e.g.
 #             "--configs 1:512:0 --trainer-pct 100")
-#   torch     bench/torch/run.sh --quick once per FGBUFF_GPU_COMP_BATCH value in BATCHES (default
-#             "0"; "1 0 0 1" alternates the order for an A/B): NETS (slow), MODELS (resnet50),
-#             CONFIGS, ROUNDS (1), EXTRA (more run.sh options); output in $OUT/torch-<i>-batch<B>/
-#             and the printed tables' last TAILN lines
+#   torch     bench/torch/run.sh --quick once per word of DENVS, the daemons' environment for that
+#             run: VAR=VALUE pairs joined by commas, "-" for none ("- NCCL_NTHREADS=64
+#             NCCL_NTHREADS=64 -" alternates the order for an A/B); without DENVS, once per
+#             FGBUFF_GPU_COMP_BATCH value in BATCHES (default "0"). NETS (slow), MODELS (resnet50),
+#             CONFIGS, ROUNDS (1), EXTRA (more run.sh options); output in $OUT/torch-<i>-<word>/
+#             (commas and '=' made '_' there) and the printed tables' last TAILN lines
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 source .gpu/setup.sh
@@ -61,12 +63,17 @@ for stage in $stages; do
     bash bench/gpu/bench-sm-hold-mps.sh $B ${SMHOLD_ARGS:-} 2>&1 | tee -a "$out/smhold.txt" ;;
   torch)
     i=0
-    for b in ${BATCHES:-0}; do
+    words="${DENVS:-}"
+    [ -n "$words" ] || for b in ${BATCHES:-0}; do words+=" FGBUFF_GPU_COMP_BATCH=$b"; done
+    for w in $words; do
       i=$((i + 1))
-      d="$out/torch-$i-batch$b"
-      echo "-- run $i: FGBUFF_GPU_COMP_BATCH=$b"
+      env=()
+      [ "$w" = - ] || IFS=, read -ra env <<<"$w"
+      tag="${w//[,=]/_}"
+      d="$out/torch-$i-$tag"
+      echo "-- run $i: daemons' environment: ${env[*]:-(none added)}"
       # shellcheck disable=SC2086
-      FGBUFF_GPU_COMP_BATCH=$b bash bench/torch/run.sh $B --quick --nets "${NETS:-slow}" \
+      GPU_DAEMON_WRAP="env ${env[*]}" bash bench/torch/run.sh $B --quick --nets "${NETS:-slow}" \
         --models "${MODELS:-resnet50}" --configs "${CONFIGS:-single,ddp,topk-fgbuff,auto}" \
         --rounds "${ROUNDS:-1}" ${EXTRA:-} --out "$d" >"$d.log" 2>&1
       grep -A12 '^config' "$d.log" | tail -"${TAILN:-12}"

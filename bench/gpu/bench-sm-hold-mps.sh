@@ -12,8 +12,9 @@
 # taken whole (1:1024:max), then 2, 4 and 8 SMs taken whole. --trainer-pct "P ...": the whole
 # table once per P, the trainer an MPS client with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=P (default
 # 100: no limit), each table with a row "none" (the trainer's step, no sm-hold, against the first
-# P's): whether SMs kept from the trainer spare it what held SMs cost. The MPS server is stopped
-# on exit.
+# P's): whether SMs kept from the trainer spare it what held SMs cost. Lists may be separated by
+# spaces or commas ("1:64:0,1:512:0" passes through a word-split variable). The MPS server is
+# stopped on exit.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="${1:?usage: bench-sm-hold-mps.sh BUILD [--trainer T] [--seconds S] [--configs \"B:T:K ...\"]}"
@@ -23,8 +24,8 @@ while [ $# -gt 0 ]; do
   case "$1" in
   --trainer) kind="$2" ;;
   --seconds) secs="$2" ;;
-  --configs) configs="$2" ;;
-  --trainer-pct) pcts="$2" ;;
+  --configs) configs="${2//,/ }" ;;
+  --trainer-pct) pcts="${2//,/ }" ;;
   *) echo "unknown option $1"; exit 2 ;;
   esac
   shift 2
@@ -33,8 +34,6 @@ hold="$build/bench/gpu/sm-hold"
 [ -x "$hold" ] || { echo "build sm-hold first (a CUDA build)"; exit 2; }
 source "$here/beside.sh"
 beside_start smhold || exit 1
-smem_max=$("$hold" --blocks 1 --smem-kb 100000 2>&1 | sed -n 's/.*--smem-kb at most \([0-9]*\).*/\1/p')
-[ -n "$smem_max" ] || { echo "sm-hold: cannot read the device's shared memory limit"; exit 1; }
 echo "trainer $kind under MPS beside sm-hold in every other 1 s slot; step ms with / without the held SMs, same window"
 base=""
 for pc in $pcts; do
@@ -49,7 +48,6 @@ for pc in $pcts; do
   printf "%-22s %16s %10s %8s  %s\n" "blocks x threads, KiB" "step ms on/off" slowdown steps sm-hold
   for cfg in $configs; do
     IFS=: read -r b t k <<<"$cfg"
-    [ "$k" = max ] && k=$smem_max
     go="$out/go.$RANDOM" log="$out/tr-$pc-$b-$t-$k.log" hl="$out/hold-$pc-$b-$t-$k.log"
     CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pc python3 "$here/torch-trainer.py" --model "$kind" \
       --seconds "$secs" --go "$go" --duty-s 1 >"$log" 2>&1 &

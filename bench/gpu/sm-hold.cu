@@ -4,10 +4,11 @@
  * beside it, under MPS, loses to those SMs. bench/gpu/bench-sm-hold-mps.sh runs it beside
  * bench/gpu/torch-trainer.py.
  *
- *   sm-hold --blocks B [--threads T] [--smem-kb K] [--seconds S] [--duty-s D]
+ *   sm-hold --blocks B [--threads T] [--smem-kb K|max] [--seconds S] [--duty-s D]
  *
- * B blocks of T threads (default 512) and K KiB of dynamic shared memory each (default 0; the
- * device's per-block maximum, 227 KiB on H100/H200, leaves no room for another block on that SM)
+ * B blocks of T threads (default 512) and K KiB of dynamic shared memory each (default 0; "max":
+ * the device's per-block maximum, 226 KiB on H100/H200, which leaves no room for another block on
+ * that SM)
  * spin on the GPU's global timer. With --duty-s D they spin only in the odd D-second slots of
  * CLOCK_MONOTONIC (one launch per slot, for the slot's remaining time), the slots
  * torch-trainer.py --duty-s splits its steps by; otherwise for S seconds (default 10). It exits
@@ -68,7 +69,12 @@ static int arg_num(const char *s, double lo, double hi, double *out) {
 
 int main(int argc, char **argv) {
   double blocks = 0, threads = 512, smem_kb = 0, secs = 10, duty = 0;
+  int smem_kb_max = 0; /* --smem-kb max: the device's limit, known once the device is */
   for (int i = 1; i < argc; i += 2) {
+    if (!strcmp(argv[i], "--smem-kb") && i + 1 < argc && !strcmp(argv[i + 1], "max")) {
+      smem_kb_max = 1;
+      continue;
+    }
     double *dst = !strcmp(argv[i], "--blocks")    ? &blocks
                   : !strcmp(argv[i], "--threads") ? &threads
                   : !strcmp(argv[i], "--smem-kb") ? &smem_kb
@@ -77,7 +83,7 @@ int main(int argc, char **argv) {
                                                   : NULL;
     if (!dst || i + 1 >= argc || arg_num(argv[i + 1], 0, 1e6, dst)) {
       fprintf(stderr,
-              "usage: sm-hold --blocks B [--threads T] [--smem-kb K] [--seconds S] "
+              "usage: sm-hold --blocks B [--threads T] [--smem-kb K|max] [--seconds S] "
               "[--duty-s D] (%s: unknown option or bad value)\n",
               argv[i]);
       return 2;
@@ -94,6 +100,7 @@ int main(int argc, char **argv) {
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
   CK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (smem_kb_max) smem_kb = (smem_max - 64) / 1024;
   if (blocks > nsm || smem_kb * 1024 > smem_max - 64) {
     fprintf(stderr, "sm-hold: --blocks at most %d (the SMs), --smem-kb at most %d on this device\n",
             nsm, (smem_max - 64) / 1024);
