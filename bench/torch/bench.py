@@ -123,27 +123,35 @@ MODELS = {
 
 
 
-# suffixes of an fgbuff.torch config: `+each` submits each gradient as it is ready
-# (submit_group_bytes=0) instead of in groups (fgb_submit_many; default 1 MiB or 4 tensors);
-# `+gN` caps a group at N tensors instead of 4 (its 1 MiB stays)
+# suffixes of an fgbuff.torch config, any of them in any order (`auto+noguard+each`): `+each`
+# submits each gradient as it is ready (submit_group_bytes=0) instead of in groups
+# (fgb_submit_many; default 1 MiB or 4 tensors); `+gN` caps a group at N tensors instead of 4 (its
+# 1 MiB stays); `+noguard` leaves fgbuff.torch's non-finite guard of compressed tensors out
 def group_opts(name):
-    """(base config name, DistributedOptimizer's submit_group_* keywords) of a config name."""
-    base, _, suf = name.partition("+")
-    if not suf:
-        return name, {}
-    if suf == "each":
-        return base, {"submit_group_bytes": 0}
-    if suf[:1] == "g" and suf[1:].isdigit() and int(suf[1:]) >= 1:
-        return base, {"submit_group_tensors": int(suf[1:])}
-    raise SystemExit(f"bench.py: config {name}: unknown suffix +{suf} (+each, +gN)")
+    """(base config name, DistributedOptimizer keywords) of a config name."""
+    base, *sufs = name.split("+")
+    kw = {}
+    for suf in sufs:
+        if suf == "each":
+            kw["submit_group_bytes"] = 0
+        elif suf[:1] == "g" and suf[1:].isdigit() and int(suf[1:]) >= 1:
+            kw["submit_group_tensors"] = int(suf[1:])
+        elif suf == "noguard":
+            kw["nonfinite_guard"] = False
+        else:
+            raise SystemExit(f"bench.py: config {name}: unknown suffix +{suf} "
+                             "(+each, +gN, +noguard)")
+    if base in NO_GUARD:
+        kw["nonfinite_guard"] = False
+    return base, kw
 
 
 def config_of(name):
-    base, kw = group_opts(name)
-    if kw or base != name:
+    base, _ = group_opts(name)
+    if base != name:
         if config_of(base)[0] != "fgb":
-            raise SystemExit(f"bench.py: config {name}: +each and +gN apply to fgbuff.torch "
-                             "configs only")
+            raise SystemExit(f"bench.py: config {name}: +each, +gN and +noguard apply to "
+                             "fgbuff.torch configs only")
         return config_of(base)
     if name in CONFIGS:
         return CONFIGS[name]
@@ -439,7 +447,6 @@ class Run:
                                                compressor=comp, density=density, policy=policy,
                                                compressor_options=COMPRESSOR_OPTIONS.get(
                                                    group_opts(cfg)[0]),
-                                               nonfinite_guard=group_opts(cfg)[0] not in NO_GUARD,
                                                **group_opts(cfg)[1],
                                                job_name=f"{self.base}.{name}.{cfg}")
                 stats = instrument(opt)

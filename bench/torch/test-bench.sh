@@ -63,14 +63,15 @@ for r in rows:
         assert float(r["rank_spread"]) >= 1.0 and float(r["rank_step_ms_max"]) > 0, r
 EOF
 # merged policies agree a plan within 15 steps: every rank's daemon must hold the same one (also
-# with each gradient submitted alone, +each); the grouped rows' losses equal the +each row's
+# with each gradient submitted alone, +each, and with suffixes combined, +noguard+g2); the
+# grouped rows' losses equal the +each row's
 bash "$run" "$BUILD" --cpu --steps 12 --warmup 3 --models gpt2 \
-  --configs dense-fgbuff,dense-fgbuff+each,topk-rgmerge,auto --out "$OUT/plans" \
+  --configs dense-fgbuff,dense-fgbuff+each,topk-rgmerge,auto,auto+noguard+g2 --out "$OUT/plans" \
   >"$OUT/plans.txt" 2>&1 || bad "run.sh (plans) exited $?"
 python3 - "$OUT/plans/results.csv" <<'EOF' || { cat "$OUT/plans.txt"; bad "plans"; }
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-assert len(rows) == 4, rows
+assert len(rows) == 5, rows
 for r in rows:
     assert r["plans_equal"] == "yes" and int(r["plan_versions"]) >= 1, r
 by = {r["config"]: r for r in rows}
