@@ -1,22 +1,25 @@
 /* client/cuda.c — the client's GPU side (builds with CUDA): registering device memory as an arena
  * (the base of a cudaMalloc allocation by legacy CUDA IPC handle, or a range of cuMem/VMM memory by
  * the POSIX fds of its 1..4 physical allocations; either with a ring of interprocess events and,
- * where the driver allows, a done page), recording the ring's event on the caller's stream at
- * submit, making a stream wait for the result (done page or the daemon's done event), and finding
- * the daemon of the GPU the calling thread's CUDA context uses. The done page's stream waits are
- * kept from hanging by donepage.c's watchdog.
+ * where the driver allows, a done page), marking readiness on the caller's stream at submit (the
+ * ring's event, or the done page's ready numbers written by guard.cu's marks kernel), making a
+ * stream wait for the result (done page or the daemon's done event), and finding the daemon of the
+ * GPU the calling thread's CUDA context uses. The done page's stream waits are kept from hanging by
+ * donepage.c's watchdog.
  *
  * Slots are handed out round robin per arena; a slot is reused after GPU_SLOTS submits, which is
  * safe while fewer submits of one arena are outstanding (the daemon waits on the latest record). */
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "donepage.h"
+#include "guard.h"
 #include "internal.h"
 
 #define CLI_GPU_SLOTS 64
@@ -461,10 +464,35 @@ static int stream_idle(void *stream) {
   return 0;
 }
 
-/* The ready numbers gathered in op[0..n): one stream write, or one batch of them. */
+/* Whether ready marks are written by guard.cu's marks kernel (FGBUFF_READY_KERNEL=1) or by stream
+ * memory operations (the default, and after the kernel's launch failed once in this process: the
+ * same marks, from then on without the kernel). Opt-in until a clean A/B on a training step shows
+ * which costs the trainer's stream less (docs/performance.md, "Session 28"). */
+static _Atomic int g_marks_kernel = -1; /* -1: the environment not read yet */
+static int marks_kernel(void) {
+  int k = atomic_load(&g_marks_kernel);
+  if (k < 0) {
+    k = env_flag("FGBUFF_READY_KERNEL") == 1;
+    atomic_store(&g_marks_kernel, k);
+  }
+  return k;
+}
+
+/* The ready numbers gathered in op[0..n): one marks kernel, or one stream write or one batch of
+ * them. */
 static fgb_status write_ready(fgb_client *c, const drv *dv, void *stream,
                               CUstreamBatchMemOpParams *op, size_t n) {
   if (n == 0) return FGB_OK;
+  if (marks_kernel() && n <= CLI_MARKS_MAX) {
+    cli_marks m;
+    m.n = (uint32_t)n;
+    for (size_t i = 0; i < n; i++) {
+      m.addr[i] = op[i].writeValue.address;
+      m.val[i] = op[i].writeValue.value;
+    }
+    if (cli_marks_launch(&m, stream) == FGB_OK) return FGB_OK;
+    atomic_store(&g_marks_kernel, 0); /* nothing was enqueued: the stream writes instead */
+  }
   CUresult cr = n == 1 || !dv->batch ? dv->write32((CUstream)stream, op[0].writeValue.address,
                                                    op[0].writeValue.value, 0)
                                      : dv->batch((CUstream)stream, (unsigned int)n, op, 0);

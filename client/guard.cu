@@ -1,4 +1,7 @@
-/* client/guard.cu — the kernel behind fgb_nonfinite_guard: one launch checks that every element of
+/* client/guard.cu — the client library's kernels: the ready marks of a submit (cli_marks_launch,
+ * at the end) and the non-finite guard.
+ *
+ * The kernel behind fgb_nonfinite_guard: one launch checks that every element of
  * a device tensor is finite, and the last block to finish writes the verdict and, only when some
  * element was not, zeros the whole tensor. What a framework's hook would otherwise do in three
  * dispatched ops (max |g|, "< inf", where) for each compressed gradient of each step.
@@ -223,6 +226,28 @@ extern "C" fgb_status cli_guard_launch(void *data, uint64_t count, fgb_dtype dt,
     e = cudaLaunchKernel(kern, dim3(blocks), dim3(GUARD_THREADS), args, 0, s);
   }
   if (e != cudaSuccess) (void)cudaGetLastError(); /* ours: reported here, not at torch's next */
+  if (dev != cur) (void)cudaSetDevice(cur);
+  return guard_status(e);
+}
+
+/* One thread per mark: a volatile store to the mapped host page, pushed out to the system before
+ * the kernel ends. */
+__global__ void __launch_bounds__(64) k_marks(const cli_marks m) {
+  for (uint32_t i = threadIdx.x; i < m.n && i < CLI_MARKS_MAX; i += blockDim.x)
+    *(volatile uint32_t *)(uintptr_t)m.addr[i] = m.val[i];
+  __threadfence_system();
+}
+
+extern "C" fgb_status cli_marks_launch(const cli_marks *m, void *stream) {
+  if (m->n == 0) return FGB_OK;
+  cudaStream_t s = (cudaStream_t)stream;
+  int cur = 0, dev = 0;
+  cudaError_t e = stream_device(s, &cur, &dev);
+  if (e == cudaSuccess) {
+    void *args[] = {(void *)m};
+    e = cudaLaunchKernel((const void *)k_marks, dim3(1), dim3(64), args, 0, s);
+  }
+  if (e != cudaSuccess) (void)cudaGetLastError();
   if (dev != cur) (void)cudaSetDevice(cur);
   return guard_status(e);
 }
