@@ -15,9 +15,9 @@
 #             "RUN:L ..."; SECS per window), --duty-s 1
 #   smhold    bench-sm-hold-mps.sh (a ResNet-50 step beside held SMs; SMHOLD_ARGS, e.g.
 #             "--configs 1:512:0 --trainer-pct 100")
-#   torch     bench/torch/run.sh --quick once per word of DENVS, the daemons' environment for that
-#             run: VAR=VALUE pairs joined by commas, "-" for none ("- NCCL_NTHREADS=64
-#             NCCL_NTHREADS=64 -" alternates the order for an A/B); without DENVS, once per
+#   torch     bench/torch/run.sh --quick once per word of ENVS, the environment of that run's daemons
+#             and trainers: VAR=VALUE pairs joined by commas, "-" for none ("- NCCL_NTHREADS=64
+#             NCCL_NTHREADS=64 -" alternates the order for an A/B); without ENVS, once per
 #             FGBUFF_GPU_COMP_BATCH value in BATCHES (default "0"). NETS (slow), MODELS (resnet50),
 #             CONFIGS, ROUNDS (1), EXTRA (more run.sh options); output in $OUT/torch-<i>-<word>/
 #             (commas and '=' made '_' there) and the printed tables' last TAILN lines
@@ -63,7 +63,7 @@ for stage in $stages; do
     bash bench/gpu/bench-sm-hold-mps.sh $B ${SMHOLD_ARGS:-} 2>&1 | tee -a "$out/smhold.txt" ;;
   torch)
     i=0
-    words="${DENVS:-}"
+    words="${ENVS:-}"
     [ -n "$words" ] || for b in ${BATCHES:-0}; do words+=" FGBUFF_GPU_COMP_BATCH=$b"; done
     for w in $words; do
       i=$((i + 1))
@@ -71,9 +71,11 @@ for stage in $stages; do
       [ "$w" = - ] || IFS=, read -ra env <<<"$w"
       tag="${w//[,=]/_}"
       d="$out/torch-$i-$tag"
-      echo "-- run $i: daemons' environment: ${env[*]:-(none added)}"
+      echo "-- run $i: environment: ${env[*]:-(none added)}"
+      # the daemons get it through their launch line (mpirun), the trainers from run.sh's own
       # shellcheck disable=SC2086
-      GPU_DAEMON_WRAP="env ${env[*]}" bash bench/torch/run.sh $B --quick --nets "${NETS:-slow}" \
+      env "${env[@]}" GPU_DAEMON_WRAP="env ${env[*]}" bash bench/torch/run.sh $B --quick \
+        --nets "${NETS:-slow}" \
         --models "${MODELS:-resnet50}" --configs "${CONFIGS:-single,ddp,topk-fgbuff,auto}" \
         --rounds "${ROUNDS:-1}" ${EXTRA:-} --out "$d" >"$d.log" 2>&1
       grep -A12 '^config' "$d.log" | tail -"${TAILN:-12}"
