@@ -17,13 +17,26 @@ mpirun -np "$N" -x FGBUFF_RUNTIME_DIR bash -c \
   'exec "'"$BUILD"'/daemon/fgbuffd" --device cuda:$OMPI_COMM_WORLD_LOCAL_RANK --runtime-dir "$FGBUFF_RUNTIME_DIR"' \
   >"$FGBUFF_RUNTIME_DIR/world.log" 2>&1 &
 WORLD=$!
-trap 'kill -TERM $WORLD 2>/dev/null; wait $WORLD 2>/dev/null' EXIT
+# Every step runs in the background and is waited for, so a TERM (a caller's timeout) is handled at
+# once: the step running then (CUR) and the daemons are stopped, and nothing of this run is left
+# on the GPUs beside whatever runs next.
+CUR=""
+trap 'kill -TERM $CUR $WORLD 2>/dev/null; wait $CUR $WORLD 2>/dev/null' EXIT
+trap 'exit 143' TERM INT
+run() { # the command, in the background; its exit status
+  "$@" &
+  CUR=$!
+  wait "$CUR"
+  local r=$?
+  CUR=""
+  return "$r"
+}
 for _ in $(seq 1 300); do
   [ "$(grep -c 'fgbuffd: ready' "$FGBUFF_RUNTIME_DIR/world.log")" -ge "$N" ] && break
   sleep 0.2
 done
 grep -c 'fgbuffd: ready' "$FGBUFF_RUNTIME_DIR/world.log"
-mpirun -np "$N" -x PYTHONPATH -x FGBUFF_CLIENT_LIB -x FGBUFF_RUNTIME_DIR \
+run mpirun -np "$N" -x PYTHONPATH -x FGBUFF_CLIENT_LIB -x FGBUFF_RUNTIME_DIR \
   python3 -m pytest -q -p no:cacheprovider "$SRC/tests/python/test_gpu.py"
 rc=$?
 [ "$rc" -eq 0 ] || echo "FAIL: test_gpu.py (rc $rc)"
@@ -35,7 +48,7 @@ example() { # job log-name script args...
   shift 2
   local log="$FGBUFF_RUNTIME_DIR/$name.log"
   echo "== $name: $*"
-  FGBUFF_JOB="$job" timeout 600 mpirun -np "$N" -x PYTHONPATH -x FGBUFF_CLIENT_LIB \
+  FGBUFF_JOB="$job" run timeout 600 mpirun -np "$N" -x PYTHONPATH -x FGBUFF_CLIENT_LIB \
     -x FGBUFF_RUNTIME_DIR -x FGBUFF_JOB python3 "$@" >"$log" 2>&1
   local erc=$?
   grep -E '^steps [0-9]+ loss .*throughput' "$log" || true
