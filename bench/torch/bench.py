@@ -393,6 +393,7 @@ class Run:
                "ngpus": self.size, "mps": a.mps, "batch": self.batch_size(name),
                "unit": MODELS[name][2], "warmup": a.warmup, "steps": a.steps, "status": "ok",
                "host_ms": "", "host_hook_ms": "", "host_sync_ms": "", "host_calls": "",
+               "host_submits": "",
                "plan": "", "bwd_ms": "", "after_bwd_ms": "", "rank_step_ms_max": "",
                "rank_spread": "", "plans_equal": "", "plan_versions": "", "recalls": "",
                "daemon_rss_mb": "", "daemon_gpu_mb": "", "test_acc": "", "prof_kernel_ms": "",
@@ -509,7 +510,8 @@ class Run:
                 row.update(host_ms=f"{(stats['hook'] + stats['sync']) / k * 1e3:.3f}",
                            host_hook_ms=f"{stats['hook'] / k * 1e3:.3f}",
                            host_sync_ms=f"{stats['sync'] / k * 1e3:.3f}",
-                           host_calls=f"{stats['calls'] / k:.0f}")
+                           host_calls=f"{stats['calls'] / k:.0f}",
+                           host_submits=f"{stats['submits'] / k:.1f}")
         if kind == "fgb" and opt is not None:
             opt._fgb_close()  # its job's handle and registrations: one job per item
         if hook is not None:
@@ -595,7 +597,7 @@ class Run:
                     next_eval = evals[-1][1] + a.eval_every_s
             x, y = data(s)
             if stats is not None and s - s0 == a.warmup:
-                stats.update(hook=0.0, sync=0.0, calls=0, steps=0)
+                stats.update(hook=0.0, sync=0.0, calls=0, submits=0, steps=0)
             if cuda:
                 torch.cuda.synchronize()
             if s == prof_from:
@@ -759,13 +761,14 @@ class Run:
 def host_stats():
     """The host-time counters of an fgbuff row (instrument(), timed_hook()); train() resets them
     at the end of the warm-up and counts the measured steps."""
-    return {"hook": 0.0, "sync": 0.0, "calls": 0, "steps": 0, "last_sync": (0, 0)}
+    return {"hook": 0.0, "sync": 0.0, "calls": 0, "submits": 0, "steps": 0, "last_sync": (0, 0)}
 
 
 def instrument(opt):
     """Time fgbuff.torch's host code per step: the post-accumulate-grad hook's work (adopting the
     gradient, the non-finite guard and fgb_submit) and synchronize() (end_step, the per-tensor
-    waits; on a CPU daemon this includes waiting for the result)."""
+    waits; on a CPU daemon this includes waiting for the result). Also count the submit calls
+    (fgb_submit_many, one per group flushed: each puts its ready marks on the trainer's stream)."""
     st = host_stats()
     pc = time.perf_counter
     adopt, submit, sync = opt._fgb_adopt, opt._fgb_submit, opt.synchronize
@@ -787,7 +790,15 @@ def instrument(opt):
         st["sync"] += pc() - t
         st["last_sync"] = (m, time.monotonic_ns() // 1000)
 
+    flush = opt._fgb_flush
+
+    def t_flush():
+        if opt._fgb_npend:  # (a flush with nothing pending makes no call)
+            st["submits"] += 1
+        flush()
+
     opt._fgb_adopt, opt._fgb_submit, opt.synchronize = t_adopt, t_submit, t_sync
+    opt._fgb_flush = t_flush
     return st
 
 

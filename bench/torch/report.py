@@ -30,7 +30,7 @@ FIELDS = ["net", "model", "config", "note", "device", "ngpus", "mps", "batch", "
           "host_hook_ms", "host_sync_ms", "host_calls", "plan", "rank_step_ms_max",
           "rank_spread", "plans_equal", "plan_versions", "recalls", "daemon_rss_mb",
           "daemon_gpu_mb", "status", "seconds", "when", "test_acc", "round", "prof_kernel_ms",
-          "prof_span_ms", "prof_other_ms", "prof_kernels"]
+          "prof_span_ms", "prof_other_ms", "prof_kernels", "host_submits"]
 # timings that --rounds rows of one (net, model, config) give as their median
 ROUND_MEDIAN = ("samples_per_s", "step_ms", "step_ms_p10", "step_ms_p90", "bwd_ms",
                 "after_bwd_ms", "host_ms", "host_hook_ms", "host_sync_ms", "rank_step_ms_max",

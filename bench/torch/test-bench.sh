@@ -76,6 +76,12 @@ for r in rows:
     assert r["plans_equal"] == "yes" and int(r["plan_versions"]) >= 1, r
 by = {r["config"]: r for r in rows}
 assert abs(float(by["dense-fgbuff"]["loss"]) - float(by["dense-fgbuff+each"]["loss"])) < 1e-4, by
+# submit calls per step: one per gradient with +each, fewer in groups (of at most 2 with +g2)
+each, grouped = by["dense-fgbuff+each"], by["dense-fgbuff"]
+assert float(each["host_submits"]) == float(each["host_calls"]) > 0, each
+assert 0 < float(grouped["host_submits"]) < float(grouped["host_calls"]), grouped
+g2 = by["auto+noguard+g2"]
+assert float(g2["host_calls"]) / 2 <= float(g2["host_submits"]) < float(g2["host_calls"]), g2
 EOF
 # --rounds 2: every item twice, round-robin; the table gives the median of the two rounds and
 # their spread, the CSV both rows
