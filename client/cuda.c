@@ -2,10 +2,10 @@
  * (the base of a cudaMalloc allocation by legacy CUDA IPC handle, or a range of cuMem/VMM memory by
  * the POSIX fds of its 1..4 physical allocations; either with a ring of interprocess events and,
  * where the driver allows, a done page), marking readiness on the caller's stream at submit (the
- * ring's event, or the done page's ready numbers written by guard.cu's marks kernel), making a
- * stream wait for the result (done page or the daemon's done event), and finding the daemon of the
- * GPU the calling thread's CUDA context uses. The done page's stream waits are kept from hanging by
- * donepage.c's watchdog.
+ * ring's event, or the done page's ready numbers: stream writes, or guard.cu's marks kernel with
+ * FGBUFF_READY_KERNEL=1), making a stream wait for the result (done page or the daemon's done
+ * event), and finding the daemon of the GPU the calling thread's CUDA context uses. The done page's
+ * stream waits are kept from hanging by donepage.c's watchdog.
  *
  * Slots are handed out round robin per arena; a slot is reused after GPU_SLOTS submits, which is
  * safe while fewer submits of one arena are outstanding (the daemon waits on the latest record). */
@@ -479,11 +479,12 @@ static int marks_kernel(void) {
 }
 
 /* The ready numbers gathered in op[0..n): one marks kernel, or one stream write or one batch of
- * them. */
+ * them. n <= CLI_BATCH_MEMOPS (cli_cuda_submit flushes at that), so a kernel always takes them. */
+_Static_assert(CLI_MARKS_MAX >= CLI_BATCH_MEMOPS, "a marks kernel takes a whole batch of marks");
 static fgb_status write_ready(fgb_client *c, const drv *dv, void *stream,
                               CUstreamBatchMemOpParams *op, size_t n) {
   if (n == 0) return FGB_OK;
-  if (marks_kernel() && n <= CLI_MARKS_MAX) {
+  if (marks_kernel()) {
     cli_marks m;
     m.n = (uint32_t)n;
     for (size_t i = 0; i < n; i++) {

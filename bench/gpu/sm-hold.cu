@@ -100,10 +100,11 @@ int main(int argc, char **argv) {
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
   CK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (smem_kb_max) smem_kb = (smem_max - 64) / 1024;
+  const int smem_kb_limit = (smem_max - 64) / 1024;
+  if (smem_kb_max) smem_kb = smem_kb_limit;
   if (blocks > nsm || smem_kb * 1024 > smem_max - 64) {
     fprintf(stderr, "sm-hold: --blocks at most %d (the SMs), --smem-kb at most %d on this device\n",
-            nsm, (smem_max - 64) / 1024);
+            nsm, smem_kb_limit);
     return 2;
   }
   size_t smem = (size_t)(smem_kb * 1024);
